@@ -1,0 +1,90 @@
+"""Attention mechanisms for RNN encoder-decoders, one per file, and a registry to build them by
+name (the names used in configs: `model.attention.score`, `model.attention.window`).
+
+    score       paper                                       class
+    additive    Bahdanau et al. 2015, eq. 6                 AdditiveAttention
+    dot         Luong et al. 2015, eq. 8                    DotAttention
+    general     Luong et al. 2015, eq. 8                    GeneralAttention
+    concat      Luong et al. 2015, eq. 8                    ConcatAttention
+    location    Luong et al. 2015, sec. 3.1                 LocationAttention
+    scaled_dot  Vaswani et al. 2017, eq. 1 (one head)       ScaledDotAttention
+
+    window      global (all source positions), or local_m / local_p (Luong et al. 2015,
+                sec. 3.2, eqs. 9-10) wrapping any score above: LocalAttention
+"""
+
+from attnseq.attention.additive import AdditiveAttention
+from attnseq.attention.base import Attention
+from attnseq.attention.local import LocalAttention
+from attnseq.attention.location import LocationAttention
+from attnseq.attention.masks import causal_mask, masked_softmax, padding_mask
+from attnseq.attention.multiplicative import ConcatAttention, DotAttention, GeneralAttention
+from attnseq.attention.scaled_dot import ScaledDotAttention
+
+SCORES = ("additive", "dot", "general", "concat", "location", "scaled_dot")
+WINDOWS = ("global", "local_m", "local_p")
+
+__all__ = [
+    "SCORES",
+    "WINDOWS",
+    "AdditiveAttention",
+    "Attention",
+    "ConcatAttention",
+    "DotAttention",
+    "GeneralAttention",
+    "LocalAttention",
+    "LocationAttention",
+    "ScaledDotAttention",
+    "build_attention",
+    "causal_mask",
+    "masked_softmax",
+    "padding_mask",
+]
+
+
+def build_attention(
+    score: str,
+    query_dim: int,
+    key_dim: int,
+    *,
+    attn_dim: int,
+    window: str = "global",
+    D: int = 10,
+    max_src_len: int = 512,
+) -> Attention:
+    """Build an attention module from its config names.
+
+    Args:
+        score: one of `SCORES`.
+        query_dim: size of the decoder state (the query).
+        key_dim: size of the encoder state (key); dot and scaled_dot need it equal to query_dim.
+        attn_dim: hidden size of the additive/concat score and of local_p's position predictor;
+            ignored by the others.
+        window: one of `WINDOWS`; "global" attends over every source position.
+        D: half-width of a local window (Luong's D); ignored for "global".
+        max_src_len: longest source the "location" score can handle; ignored by the others.
+
+    Raises:
+        ValueError: for an unknown score or window (the message lists the valid names), for
+            dot/scaled_dot with query_dim != key_dim, or for D < 1 with a local window.
+    """
+    if score not in SCORES:
+        raise ValueError(f"unknown attention score {score!r}; valid: {', '.join(SCORES)}")
+    if window not in WINDOWS:
+        raise ValueError(f"unknown attention window {window!r}; valid: {', '.join(WINDOWS)}")
+    content: Attention
+    if score == "additive":
+        content = AdditiveAttention(query_dim, key_dim, attn_dim)
+    elif score == "dot":
+        content = DotAttention(query_dim, key_dim)
+    elif score == "general":
+        content = GeneralAttention(query_dim, key_dim)
+    elif score == "concat":
+        content = ConcatAttention(query_dim, key_dim, attn_dim)
+    elif score == "location":
+        content = LocationAttention(query_dim, max_src_len)
+    else:
+        content = ScaledDotAttention(query_dim, key_dim)
+    if window == "global":
+        return content
+    return LocalAttention(content, window, D=D, query_dim=query_dim, attn_dim=attn_dim)

@@ -1,0 +1,318 @@
+"""Typed configuration: the schema of every key `attnseq train` accepts.
+
+These dataclasses are registered in Hydra's ConfigStore (`register_configs`) as the schema under
+configs/train.yaml, so Hydra composes YAML files *into* them: struct mode rejects unknown keys,
+values are type-checked, and choices are Enums (OmegaConf validates an Enum field by member name
+and lists the valid names when one is wrong). Cross-field rules that a type cannot express live
+in `validate`, which runs before any work starts.
+
+Library code receives these dataclasses (via `OmegaConf.to_object`), never a DictConfig.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from attnseq.errors import UserError
+
+
+# ----------------------------------------------------------------------------------- choices
+class DataSource(Enum):
+    generated = "generated"  # built in (attnseq/data/generated.py), no download
+
+
+class TaskType(Enum):
+    translation = "translation"  # BLEU, chrF
+    summarization = "summarization"  # ROUGE
+
+
+class TokenizerKind(Enum):
+    char = "char"
+    word = "word"
+
+
+class ModelFamily(Enum):
+    rnn = "rnn"
+    transformer = "transformer"
+
+
+class DecoderStyle(Enum):
+    bahdanau = "bahdanau"  # attend from s_{i-1}, context fed into the RNN step
+    luong = "luong"  # attend from h_t, attentional state tanh(W_c [c_t; h_t])
+
+
+class RNNCell(Enum):
+    gru = "gru"
+    lstm = "lstm"
+
+
+class Score(Enum):
+    additive = "additive"
+    dot = "dot"
+    general = "general"
+    concat = "concat"
+    location = "location"
+    scaled_dot = "scaled_dot"
+    none = "none"  # no attention: the fixed-vector encoder-decoder baseline
+
+
+# "global" is a Python keyword, so this Enum uses the functional API.
+Window = Enum("Window", {"global": "global", "local_m": "local_m", "local_p": "local_p"})
+
+
+class Norm(Enum):
+    pre = "pre"
+    post = "post"
+
+
+class Positions(Enum):
+    sinusoidal = "sinusoidal"
+    learned = "learned"
+
+
+class OptimizerName(Enum):
+    adam = "adam"
+    adamw = "adamw"
+
+
+class Scheduler(Enum):
+    constant = "constant"  # lr fixed after the optional linear warm-up
+    inverse_sqrt = "inverse_sqrt"  # Noam / Vaswani et al. 2017 eq. 3 shape, peak = optim.lr
+    plateau = "plateau"  # multiply by plateau_factor when the validation metric stalls
+    cosine = "cosine"  # cosine decay to 0 over the run after warm-up
+
+
+class Device(Enum):
+    auto = "auto"  # cuda if available, else cpu
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Metric(Enum):
+    """Validation metrics usable for early stopping and model selection."""
+
+    loss = "loss"
+    ppl = "ppl"
+    bleu = "bleu"
+    chrf = "chrf"
+    exact_match = "exact_match"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self not in (Metric.loss, Metric.ppl)
+
+
+# ----------------------------------------------------------------------------------- groups
+@dataclass
+class DataConfig:
+    """What to train on (configs/data/)."""
+
+    name: str = "dates"  # a generated task: dates | reverse | copy | sort
+    source: DataSource = DataSource.generated
+    task: TaskType = TaskType.translation
+    tokenizer: TokenizerKind = TokenizerKind.char
+    train_size: int = 20000  # generated examples per split
+    valid_size: int = 500
+    test_size: int = 500
+    min_len: int = 3  # symbol tasks: sequence length range
+    max_len: int = 12
+    vocab_size: int = 20  # symbol tasks: alphabet size
+    max_tokens: int = 4096  # batch budget in padded tokens (length-bucketed batches)
+    max_sentences: int | None = None  # optional cap on sentences per batch
+    eval_max_tokens: int = 8192  # batch budget for validation/test decoding
+
+
+@dataclass
+class RNNConfig:
+    cell: RNNCell = RNNCell.gru
+    layers: int = 1
+    bidirectional: bool = True
+
+
+@dataclass
+class AttentionConfig:
+    score: Score = Score.additive
+    window: Window = Window["global"]  # type: ignore[valid-type]
+    D: int = 5  # local attention half-width: window = 2D+1 source positions
+    attn_dim: int | None = None  # additive/concat hidden size; None = model.hidden
+
+
+@dataclass
+class ModelConfig:
+    """Both families share one schema; keys of the other family are ignored (configs/model/)."""
+
+    family: ModelFamily = ModelFamily.rnn
+    # --- RNN encoder-decoder
+    decoder: DecoderStyle = DecoderStyle.bahdanau
+    emb_dim: int = 64
+    hidden: int = 128  # decoder hidden size
+    enc_hidden: int | None = None  # per direction; None = hidden / directions (outputs = hidden)
+    input_feeding: bool = True  # Luong: feed h~_{t-1} into the next step
+    rnn: RNNConfig = field(default_factory=RNNConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    # --- transformer
+    d_model: int = 256
+    heads: int = 4
+    enc_layers: int = 3
+    dec_layers: int = 3
+    ff_dim: int = 1024
+    norm: Norm = Norm.pre
+    positions: Positions = Positions.sinusoidal
+    attention_dropout: float = 0.0
+    max_positions: int = 1024
+    # --- both
+    dropout: float = 0.1
+    tie_embeddings: bool = True  # output projection shares the target embedding
+
+
+@dataclass
+class OptimConfig:
+    name: OptimizerName = OptimizerName.adam
+    lr: float = 1e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0  # max global gradient norm; 0 disables clipping
+    scheduler: Scheduler = Scheduler.constant
+    warmup_steps: int = 0
+    label_smoothing: float = 0.0
+    plateau_factor: float = 0.5
+    plateau_patience: int = 2  # validations without improvement before the lr drops
+
+
+@dataclass
+class TrainerConfig:
+    max_epochs: int = 20
+    max_steps: int | None = None  # stop after this many updates (overrides max_epochs)
+    max_minutes: float | None = None  # wall-clock budget for the training loop
+    device: Device = Device.auto
+    threads: int | None = None  # torch intra-op threads; None = torch's default
+    validate_every: int = 250  # steps between validations (and at the end of training)
+    log_every: int = 25  # steps between train/* scalars
+    early_stopping_metric: Metric = Metric.exact_match
+    early_stopping_patience: int = 5  # validations without improvement; 0 disables
+    early_stopping_target: float | None = None  # stop as soon as the metric reaches this value
+    num_heatmaps: int = 3  # fixed validation examples drawn to TensorBoard
+    beam: int = 1  # beam size for validation and the final test evaluation
+    max_output_ratio: float = 1.5  # decode at most ratio * source length + max_output_extra
+    max_output_extra: int = 10
+    progress: bool = True  # progress bar on a terminal
+
+
+@dataclass
+class TrainConfig:
+    """The root of `attnseq train` (configs/train.yaml)."""
+
+    seed: int = 1
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    name: str = "default"  # a label for the run, shown in logs and metrics.json
+
+
+def register_configs() -> None:
+    """Register the schema so configs/train.yaml can name it in its defaults list."""
+    from hydra.core.config_store import ConfigStore  # only the CLI path needs Hydra
+
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+# ------------------------------------------------------------------------------- validation
+def encoder_output_size(model: ModelConfig) -> int:
+    """Size of each RNN encoder annotation h_j (both directions concatenated)."""
+    directions = 2 if model.rnn.bidirectional else 1
+    if model.enc_hidden is None:
+        return model.hidden
+    return model.enc_hidden * directions
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Cross-field rules a type cannot express; raises UserError naming the keys involved."""
+    problems: list[str] = []
+    model, trainer, data, optim = cfg.model, cfg.trainer, cfg.data, cfg.optim
+
+    if model.family is ModelFamily.rnn:
+        directions = 2 if model.rnn.bidirectional else 1
+        if model.enc_hidden is None and model.hidden % directions:
+            problems.append(
+                f"model.hidden={model.hidden} must be even for a bidirectional encoder "
+                "(each direction gets hidden/2), or set model.enc_hidden"
+            )
+        same_size = encoder_output_size(model) == model.hidden
+        if model.attention.score in (Score.dot, Score.scaled_dot) and not same_size:
+            problems.append(
+                f"model.attention.score={model.attention.score.name} needs encoder outputs "
+                f"({encoder_output_size(model)}) of the decoder's size (model.hidden={model.hidden});"
+                " use score=general or concat, or leave model.enc_hidden unset"
+            )
+        if model.attention.score is Score.none and model.attention.window.name != "global":
+            problems.append("model.attention.window needs attention: model.attention.score=none")
+        if model.attention.D < 1:
+            problems.append(f"model.attention.D must be >= 1, got {model.attention.D}")
+        if model.rnn.layers < 1:
+            problems.append(f"model.rnn.layers must be >= 1, got {model.rnn.layers}")
+    else:
+        if model.d_model % model.heads:
+            problems.append(
+                f"model.d_model={model.d_model} is not divisible by model.heads={model.heads}"
+            )
+    if not 0.0 <= model.dropout < 1.0:
+        problems.append(f"model.dropout must be in [0, 1), got {model.dropout}")
+    if optim.lr <= 0:
+        problems.append(f"optim.lr must be > 0, got {optim.lr}")
+    if not 0.0 <= optim.label_smoothing < 1.0:
+        problems.append(f"optim.label_smoothing must be in [0, 1), got {optim.label_smoothing}")
+    if trainer.max_epochs < 1:
+        problems.append(f"trainer.max_epochs must be >= 1, got {trainer.max_epochs}")
+    if trainer.max_steps is not None and trainer.max_steps < 1:
+        problems.append(f"trainer.max_steps must be >= 1, got {trainer.max_steps}")
+    if trainer.validate_every < 1:
+        problems.append(f"trainer.validate_every must be >= 1, got {trainer.validate_every}")
+    if trainer.beam < 1:
+        problems.append(f"trainer.beam must be >= 1, got {trainer.beam}")
+    if data.max_tokens < 1:
+        problems.append(f"data.max_tokens must be >= 1, got {data.max_tokens}")
+    for split in ("train_size", "valid_size", "test_size"):
+        if getattr(data, split) < 1:
+            problems.append(f"data.{split} must be >= 1, got {getattr(data, split)}")
+    if data.min_len < 1 or data.min_len > data.max_len:
+        problems.append(
+            f"data.min_len={data.min_len} and data.max_len={data.max_len}: need 1 <= min <= max"
+        )
+    if problems:
+        raise UserError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+# --------------------------------------------------------------------------- (de)serialising
+def config_to_dict(cfg: TrainConfig) -> dict:
+    """Plain dict (enums as their names) for checkpoints and metrics.json."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)  # type: ignore[return-value]
+
+
+def config_from_dict(values: dict, overrides: list[str] | None = None) -> TrainConfig:
+    """Rebuild a TrainConfig from `config_to_dict` output, checked against the schema.
+
+    `overrides` are dotlist strings ("data.valid_size=100") applied on top, as `attnseq eval`
+    accepts them. Unknown keys or bad values raise UserError.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), values)
+        if overrides:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        raise UserError(f"invalid configuration: {describe_omegaconf_error(error)}") from None
+    assert isinstance(cfg, TrainConfig)
+    validate(cfg)
+    return cfg
+
+
+def describe_omegaconf_error(error: Exception) -> str:
+    """One readable line for an OmegaConf validation error, naming the key."""
+    key = getattr(error, "full_key", None)
+    message = str(error).split("\n")[0]
+    return f"{key}: {message}" if key else message

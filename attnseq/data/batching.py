@@ -1,0 +1,314 @@
+"""Batching: padded tensors for a group of examples, and groups chosen by token budget.
+
+`TokenBatchSampler` decides which examples go together (length buckets under a budget of padded
+tokens, so little compute is spent on padding), `collate` turns one group of encoded examples into
+a `Batch` of right-padded tensors with BOS/EOS in place, `encode_pairs` turns text pairs into the
+encoded examples both consume.
+
+Shapes: B batch, S source length, T target length (target + 1, for BOS/EOS).
+"""
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from attnseq.data.tokenizers import Tokenizer
+
+Example = tuple[list[int], list[int]]  # (source ids, target ids), no BOS/EOS
+
+
+@dataclass
+class Batch:
+    """A padded batch, ready for `Seq2Seq.forward(src, src_lengths, tgt_in)`.
+
+    src: (B, S) long source ids, right-padded with pad_id (S >= 1 even if every source is empty).
+    src_lengths: (B,) long number of real source tokens.
+    tgt_in: (B, T) long decoder input: BOS + target, right-padded.
+    tgt_out: (B, T) long decoder output / loss target: target + EOS, right-padded.
+    tgt_lengths: (B,) long target length + 1 (real positions of tgt_in and of tgt_out).
+    indices: (B,) long position of each example in the dataset; without shuffling batches are
+        sorted by length, and `indices` restores the original order (e.g. for hypothesis files).
+    """
+
+    src: Tensor
+    src_lengths: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    tgt_lengths: Tensor
+    indices: Tensor
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        """A copy with every tensor on `device` (non_blocking pays off from pinned memory)."""
+        return Batch(
+            *(
+                getattr(self, name).to(device, non_blocking=non_blocking)
+                for name in ("src", "src_lengths", "tgt_in", "tgt_out", "tgt_lengths", "indices")
+            )
+        )
+
+    def pin_memory(self) -> "Batch":
+        """A copy in page-locked host memory (what DataLoader's pin_memory calls)."""
+        return Batch(
+            *(
+                getattr(self, name).pin_memory()
+                for name in ("src", "src_lengths", "tgt_in", "tgt_out", "tgt_lengths", "indices")
+            )
+        )
+
+    @property
+    def size(self) -> int:
+        """B, the number of examples."""
+        return self.src.size(0)
+
+    @property
+    def n_src_tokens(self) -> int:
+        """Real (non-pad) source tokens."""
+        return int(self.src_lengths.sum())
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        """Real target positions, EOS included: the number of tokens the loss is taken over."""
+        return int(self.tgt_lengths.sum())
+
+    @property
+    def n_padded_tokens(self) -> int:
+        """Positions in the padded tensors, B*S + B*T (compute actually spent)."""
+        return self.src.numel() + self.tgt_in.numel()
+
+    @property
+    def src_mask(self) -> Tensor:
+        """(B, S) bool, True at real source tokens."""
+        positions = torch.arange(self.src.size(1), device=self.src.device)
+        return positions.unsqueeze(0) < self.src_lengths.unsqueeze(1)
+
+    @property
+    def tgt_mask(self) -> Tensor:
+        """(B, T) bool, True at real target positions (of tgt_in and tgt_out alike)."""
+        positions = torch.arange(self.tgt_in.size(1), device=self.tgt_in.device)
+        return positions.unsqueeze(0) < self.tgt_lengths.unsqueeze(1)
+
+
+def collate(
+    examples: Sequence[Example],
+    indices: Sequence[int],
+    *,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+) -> Batch:
+    """Pad a group of encoded examples into a `Batch`.
+
+    Args:
+        examples: (source ids, target ids) pairs, without BOS/EOS.
+        indices: the dataset position of each example (same length as `examples`).
+        pad_id, bos_id, eos_id: special ids of the tokenizer(s).
+    """
+    if not examples:
+        raise ValueError("cannot collate an empty batch")
+    if len(indices) != len(examples):
+        raise ValueError(f"{len(examples)} examples but {len(indices)} indices")
+    src_lengths = [len(src) for src, _ in examples]
+    tgt_lengths = [len(tgt) + 1 for _, tgt in examples]
+    # S >= 1: a zero-width source tensor breaks encoders; the empty source stays fully masked.
+    S = max(1, max(src_lengths))
+    T = max(tgt_lengths)
+    # Pad as Python lists and build each tensor once: much faster than per-row tensor writes.
+    src = [list(s) + [pad_id] * (S - len(s)) for s, _ in examples]
+    tgt_in = [[bos_id, *t] + [pad_id] * (T - len(t) - 1) for _, t in examples]
+    tgt_out = [[*t, eos_id] + [pad_id] * (T - len(t) - 1) for _, t in examples]
+    return Batch(
+        src=torch.tensor(src, dtype=torch.long),  # (B, S)
+        src_lengths=torch.tensor(src_lengths, dtype=torch.long),  # (B,)
+        tgt_in=torch.tensor(tgt_in, dtype=torch.long),  # (B, T)
+        tgt_out=torch.tensor(tgt_out, dtype=torch.long),  # (B, T)
+        tgt_lengths=torch.tensor(tgt_lengths, dtype=torch.long),  # (B,)
+        indices=torch.tensor(list(indices), dtype=torch.long),  # (B,)
+    )
+
+
+def encode_pairs(
+    pairs: Iterable[tuple[str, str]], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer
+) -> list[Example]:
+    """Encode (source text, target text) pairs into (source ids, target ids), no BOS/EOS."""
+    return [(src_tokenizer.encode(src), tgt_tokenizer.encode(tgt)) for src, tgt in pairs]
+
+
+def example_lengths(examples: Sequence[Example]) -> list[tuple[int, int]]:
+    """(source length, target length) of every example: what `TokenBatchSampler` takes."""
+    return [(len(src), len(tgt)) for src, tgt in examples]
+
+
+def iterate_batches(
+    examples: Sequence[Example],
+    batches: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    start: int = 0,
+) -> Iterator[Batch]:
+    """Collate `batches` (lists of example positions) in order, from batch number `start` on
+    (resuming mid-epoch: `start` is the saved batch position)."""
+    for batch in batches[start:]:
+        yield collate(
+            [examples[i] for i in batch], batch, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id
+        )
+
+
+class TokenBatchSampler:
+    """Groups example positions into batches by a budget of padded tokens, from length buckets.
+
+    Every example has a width w = max(src_len, tgt_len + 1), its row length in the padded tensors
+    of its own side (the decoder side carries BOS/EOS). A batch holds as many examples as fit
+    B * max(w) <= max_tokens (and B <= max_sentences); an example wider than the budget forms a
+    batch of its own. The padded tensors of a batch then hold at most 2 * max_tokens positions
+    (B*S + B*T), and both of them at most max_tokens.
+
+    One epoch (`batches(epoch)`):
+
+    1. Examples are sorted by length bucket, bucket = (w - min w) // bucket_width, and inside a
+       bucket by src_len // bucket_width, then (tgt_len + 1) // bucket_width. With shuffling the
+       remaining ties are broken at random (so with bucket_width=1 examples of identical lengths
+       change company each epoch; a wider bucket mixes more and pads more); without it they are
+       kept in (exact lengths, dataset position) order.
+    2. The sorted list is cut greedily into batches by the budget. With shuffling the width used
+       for the budget is the largest w of the example's bucket, so batch sizes, and hence
+       `len(self)`, are the same in every epoch (a batch never exceeds the budget, since no member
+       is wider than its bucket's maximum).
+    3. With shuffling, the order of the batches is shuffled.
+
+    All randomness comes from a generator seeded with (seed, epoch): `batches(epoch)` is a pure
+    function of the constructor arguments and `epoch`. That is what makes resuming reproducible:
+    a checkpoint stores (epoch, batch position), and on resume `batches(epoch)[position:]` are
+    exactly the batches the interrupted run had left.
+
+    Without shuffling (validation/test) the batches come in ascending length order, the same for
+    every epoch; `Batch.indices` restores the dataset order.
+
+    Also usable as a `torch.utils.data.DataLoader(batch_sampler=...)`: call `set_epoch` before
+    iterating, as with DistributedSampler.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[tuple[int, int]],
+        max_tokens: int,
+        *,
+        max_sentences: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        bucket_width: int | None = None,
+        num_buckets: int | None = None,
+    ) -> None:
+        """
+        Args:
+            lengths: (source length, target length) of every example, without BOS/EOS.
+            max_tokens: budget: batch size x max(longest src, longest tgt + 1).
+            max_sentences: optional cap on the batch size.
+            shuffle: random tie-breaking and batch order (training); False keeps length order.
+            seed: seed of the per-epoch generators (>= 0).
+            bucket_width: lengths per bucket (default 1: exact lengths). Exclusive with
+                `num_buckets`, which splits the range of widths into that many equal buckets.
+        """
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if max_sentences is not None and max_sentences < 1:
+            raise ValueError(f"max_sentences must be >= 1 or None, got {max_sentences}")
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        if bucket_width is not None and num_buckets is not None:
+            raise ValueError("give bucket_width or num_buckets, not both")
+        if bucket_width is not None and bucket_width < 1:
+            raise ValueError(f"bucket_width must be >= 1, got {bucket_width}")
+        if num_buckets is not None and num_buckets < 1:
+            raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
+        table = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (N, 2)
+        if (table < 0).any():
+            raise ValueError("lengths must be >= 0")
+        self.max_tokens = max_tokens
+        self.max_sentences = max_sentences
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self._src = table[:, 0]  # (N,)
+        self._tgt1 = table[:, 1] + 1  # (N,) target + BOS/EOS
+        self._width = np.maximum(self._src, self._tgt1)  # (N,) >= 1
+        n = len(table)
+        min_width = int(self._width.min()) if n else 1
+        max_width = int(self._width.max()) if n else 1
+        if num_buckets is not None:
+            bucket_width = math.ceil((max_width - min_width + 1) / num_buckets)
+        self.bucket_width = bucket_width or 1
+        self._bucket = (self._width - min_width) // self.bucket_width  # (N,)
+        # Largest width in each example's bucket: the budget width when shuffling (see step 2).
+        bucket_max = np.zeros(int(self._bucket.max()) + 1 if n else 0, dtype=np.int64)
+        np.maximum.at(bucket_max, self._bucket, self._width)
+        self._bucket_max_width = bucket_max[self._bucket]  # (N,)
+        self._fixed: list[list[int]] | None = None  # unshuffled batches, the same every epoch
+        self._len = len(self.batches(0))
+
+    def __len__(self) -> int:
+        """Number of batches; the same for every epoch (see the class docstring, step 2)."""
+        return self._len
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch `__iter__` yields (for DataLoader use)."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches(self.epoch))
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """The batches (lists of example positions) of `epoch`; every example exactly once.
+
+        A pure function of (constructor arguments, epoch).
+        """
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if not self.shuffle:
+            if self._fixed is None:
+                positions = np.arange(len(self._src))
+                # np.lexsort: the last key is the primary one.
+                order = np.lexsort((positions, self._tgt1, self._src, self._width))
+                self._fixed = self._cut(order, self._width)
+            return [list(batch) for batch in self._fixed]
+        rng = np.random.default_rng([self.seed, epoch])
+        tie_break = rng.permutation(len(self._src))
+        w = self.bucket_width
+        order = np.lexsort((tie_break, self._tgt1 // w, self._src // w, self._bucket))
+        batches = self._cut(order, self._bucket_max_width)
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _cut(self, order: np.ndarray, width: np.ndarray) -> list[list[int]]:
+        """Greedy cut of `order` (N,) into batches with B * max(width) <= max_tokens."""
+        batches: list[list[int]] = []
+        current: list[int] = []
+        current_width = 0
+        for index, w in zip(order.tolist(), width[order].tolist(), strict=True):
+            new_width = max(current_width, w)
+            full = (len(current) + 1) * new_width > self.max_tokens or (
+                self.max_sentences is not None and len(current) >= self.max_sentences
+            )
+            if current and full:
+                batches.append(current)
+                current, new_width = [], w
+            current.append(index)
+            current_width = new_width
+        if current:
+            batches.append(current)
+        return batches
+
+    def padding_share(self, epoch: int) -> float:
+        """Share of padded positions in the epoch's batches, counted as `collate` pads them
+        (B*S + B*T positions per batch, S >= 1). 0.0 for an empty dataset."""
+        real = padded = 0
+        for batch in self.batches(epoch):
+            src = self._src[batch]
+            tgt1 = self._tgt1[batch]
+            real += int(src.sum() + tgt1.sum())
+            padded += len(batch) * (max(1, int(src.max())) + int(tgt1.max()))
+        return 1.0 - real / padded if padded else 0.0

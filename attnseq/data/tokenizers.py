@@ -1,0 +1,342 @@
+"""Tokenizers: text <-> token ids, with the same special ids for every kind.
+
+Every tokenizer reserves <pad>=0, <unk>=1, <s>=2 (BOS) and </s>=3 (EOS), so models, batching and
+decoding can use the constants below whatever the tokenizer. `CharTokenizer` (every character,
+spaces included, is a token) and `WordTokenizer` (whitespace-separated words) are backed by a
+`Vocabulary` built from training text; other kinds (SentencePiece) implement the same `Tokenizer`
+interface and register themselves with `register_tokenizer`.
+
+A tokenizer's `state_dict()` holds only str/int/float/bool/list/dict values, so it can sit inside
+a checkpoint loaded with `torch.load(weights_only=True)`; `tokenizer_from_state` rebuilds it.
+`save`/`load` write the same state as a JSON file ("saved vocabularies").
+"""
+
+import abc
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, ClassVar, Self, TypeVar
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, BOS, EOS)  # index == id
+
+STATE_VERSION = 1
+
+
+class Vocabulary:
+    """A fixed token <-> id mapping: the special tokens at ids 0..3, then `tokens` in order."""
+
+    def __init__(self, tokens: Iterable[str]) -> None:
+        self._itos: list[str] = list(SPECIAL_TOKENS)
+        self._stoi: dict[str, int] = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+        for token in tokens:
+            if not isinstance(token, str) or not token:
+                raise ValueError(f"vocabulary tokens must be non-empty strings, got {token!r}")
+            if token in self._stoi:
+                raise ValueError(f"token {token!r} appears twice (or is a special token)")
+            self._stoi[token] = len(self._itos)
+            self._itos.append(token)
+
+    @classmethod
+    def from_counts(
+        cls, counts: Counter[str], *, min_freq: int = 1, max_size: int | None = None
+    ) -> Self:
+        """Most frequent first, ties alphabetical (deterministic); specials are never counted.
+
+        `max_size` caps the number of regular tokens; the 4 special tokens come on top.
+        """
+        if min_freq < 1:
+            raise ValueError(f"min_freq must be >= 1, got {min_freq}")
+        if max_size is not None and max_size < 0:
+            raise ValueError(f"max_size must be >= 0 or None, got {max_size}")
+        ranked = sorted(
+            (token for token, n in counts.items() if n >= min_freq and token not in SPECIAL_TOKENS),
+            key=lambda token: (-counts[token], token),
+        )
+        return cls(ranked if max_size is None else ranked[:max_size])
+
+    def __len__(self) -> int:
+        return len(self._itos)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._stoi
+
+    @property
+    def tokens(self) -> list[str]:
+        """The regular (non-special) tokens, in id order."""
+        return self._itos[len(SPECIAL_TOKENS) :]
+
+    def token_to_id(self, token: str) -> int:
+        """The token's id; UNK_ID for unknown tokens."""
+        return self._stoi.get(token, UNK_ID)
+
+    def id_to_token(self, token_id: int) -> str:
+        """The token string of an id; "<unk>" for ids outside the vocabulary."""
+        return self._itos[token_id] if 0 <= token_id < len(self._itos) else UNK
+
+
+class Tokenizer(abc.ABC):
+    """Text <-> ids. Subclasses set `kind` and are registered with `register_tokenizer`."""
+
+    kind: ClassVar[str]
+
+    # Fixed for every kind (a SentencePiece model is trained with the same ids), so that a
+    # model built for one tokenizer never has to ask which id pads.
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        return UNK_ID
+
+    @property
+    def bos_id(self) -> int:
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        return EOS_ID
+
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included (the size of an embedding table)."""
+
+    @abc.abstractmethod
+    def pieces(self, text: str) -> list[str]:
+        """The token strings of `text`, one per id of `encode(text)` (heatmap axis labels)."""
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without BOS/EOS (batching adds them)."""
+
+    @abc.abstractmethod
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of `ids` (a list or a (T,) tensor): stops at the first EOS, drops <pad> and <s>,
+        writes ids outside the vocabulary as "<unk>"."""
+
+    @abc.abstractmethod
+    def ids_to_pieces(self, ids: Iterable[int]) -> list[str]:
+        """The token string of every id (a list or a (T,) tensor), specials included, nothing
+        dropped, so labels line up with attention rows/columns."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to rebuild the tokenizer, as plain JSON-compatible values,
+        with "kind" set to `self.kind`."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        """Rebuild from `state_dict()`."""
+
+    @classmethod
+    @abc.abstractmethod
+    def train(
+        cls, texts: Iterable[str], *, min_freq: int = 1, max_size: int | None = None, **options: Any
+    ) -> Self:
+        """Build from training texts; `options` are kind-specific."""
+
+    def save(self, path: str | Path) -> None:
+        """Write `state_dict()` as a JSON file."""
+        text = json.dumps(self.state_dict(), ensure_ascii=False, indent=1)
+        Path(path).write_text(text + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Tokenizer":
+        """Read a file written by `save`; the kind stored in it picks the class.
+
+        Called on a subclass (e.g. `WordTokenizer.load`), the file must hold that kind.
+        """
+        tokenizer = load_tokenizer(path)
+        if cls is not Tokenizer and not isinstance(tokenizer, cls):
+            raise ValueError(f"{path} holds a {tokenizer.kind!r} tokenizer, not {cls.kind!r}")
+        return tokenizer
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tokenizer) and self.state_dict() == other.state_dict()
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.vocab_size))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+class VocabTokenizer(Tokenizer):
+    """A tokenizer that splits text into pieces and looks each one up in a `Vocabulary`."""
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+
+    @abc.abstractmethod
+    def join(self, pieces: list[str]) -> str:
+        """Inverse of `pieces` for in-vocabulary text."""
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def encode(self, text: str) -> list[int]:
+        # A literal "<s>" or "</s>" in the text must not become a control id (a stray EOS would
+        # end decoding early), so specials typed in text are unknown tokens.
+        return [
+            UNK_ID if piece in SPECIAL_TOKENS else self.vocab.token_to_id(piece)
+            for piece in self.pieces(text)
+        ]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        pieces: list[str] = []
+        for token_id in ids:
+            token_id = int(token_id)  # also accepts 0-d tensors from iterating a (T,) tensor
+            if token_id == EOS_ID:
+                break
+            if token_id in (PAD_ID, BOS_ID):
+                continue
+            pieces.append(self.vocab.id_to_token(token_id))
+        return self.join(pieces)
+
+    def ids_to_pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self.vocab.id_to_token(int(token_id)) for token_id in ids]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "version": STATE_VERSION,
+            "specials": list(SPECIAL_TOKENS),
+            "tokens": self.vocab.tokens,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        if state.get("kind") != cls.kind:
+            raise ValueError(f"state is for a {state.get('kind')!r} tokenizer, not {cls.kind!r}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"unsupported {cls.kind} tokenizer state version {state.get('version')!r}; "
+                f"this attnseq reads version {STATE_VERSION}"
+            )
+        if list(state.get("specials", [])) != list(SPECIAL_TOKENS):
+            raise ValueError(
+                f"tokenizer special tokens {state.get('specials')!r} differ from "
+                f"{list(SPECIAL_TOKENS)}"
+            )
+        tokens = state.get("tokens")
+        if not isinstance(tokens, list):
+            raise TypeError(f"tokenizer state 'tokens' must be a list, got {type(tokens).__name__}")
+        return cls(Vocabulary(tokens))
+
+    @classmethod
+    def train(
+        cls, texts: Iterable[str], *, min_freq: int = 1, max_size: int | None = None, **options: Any
+    ) -> Self:
+        """Vocabulary of the pieces of `texts`: by frequency, ties alphabetical; `max_size`
+        regular tokens at most (specials on top)."""
+        if options:
+            raise ValueError(f"{cls.kind} tokenizer takes no options, got {sorted(options)}")
+        counts: Counter[str] = Counter()
+        for text in texts:
+            counts.update(cls._split(text))
+        return cls(Vocabulary.from_counts(counts, min_freq=min_freq, max_size=max_size))
+
+    def pieces(self, text: str) -> list[str]:
+        return self._split(text)
+
+    @staticmethod
+    @abc.abstractmethod
+    def _split(text: str) -> list[str]:
+        """Text -> pieces; static so that `train` can use it before the vocabulary exists."""
+
+
+_REGISTRY: dict[str, type[Tokenizer]] = {}
+
+
+_T = TypeVar("_T", bound=type[Tokenizer])
+
+
+def register_tokenizer(cls: _T) -> _T:
+    """Class decorator: make `cls.kind` known to `train_tokenizer` and `tokenizer_from_state`."""
+    if cls.kind in _REGISTRY and _REGISTRY[cls.kind] is not cls:
+        raise ValueError(f"tokenizer kind {cls.kind!r} is already registered")
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def tokenizer_kinds() -> tuple[str, ...]:
+    """The registered tokenizer kinds."""
+    return tuple(_REGISTRY)
+
+
+@register_tokenizer
+class CharTokenizer(VocabTokenizer):
+    """Every character is a token, spaces included; decode concatenates."""
+
+    kind = "char"
+
+    @staticmethod
+    def _split(text: str) -> list[str]:
+        return list(text)
+
+    def join(self, pieces: list[str]) -> str:
+        return "".join(pieces)
+
+
+@register_tokenizer
+class WordTokenizer(VocabTokenizer):
+    """Whitespace-separated words are tokens; decode joins with single spaces."""
+
+    kind = "word"
+
+    @staticmethod
+    def _split(text: str) -> list[str]:
+        return text.split()
+
+    def join(self, pieces: list[str]) -> str:
+        return " ".join(pieces)
+
+
+def _registered(kind: object) -> type[Tokenizer]:
+    if kind not in _REGISTRY:
+        raise ValueError(
+            f"unknown tokenizer kind {kind!r}; valid kinds: {', '.join(tokenizer_kinds())}"
+        )
+    return _REGISTRY[kind]  # type: ignore[index]
+
+
+def train_tokenizer(
+    kind: str,
+    texts: Iterable[str],
+    *,
+    min_freq: int = 1,
+    max_size: int | None = None,
+    **options: Any,
+) -> Tokenizer:
+    """Build a tokenizer of `kind` ("char", "word", or any registered kind) from training texts.
+
+    Deterministic: tokens are ranked by frequency, ties alphabetically. `min_freq` drops rarer
+    tokens (they encode to <unk>); `max_size` caps the number of regular tokens.
+    `options` go to the kind's `train` (for kinds that have any).
+    """
+    return _registered(kind).train(texts, min_freq=min_freq, max_size=max_size, **options)
+
+
+def tokenizer_from_state(state: dict[str, Any]) -> Tokenizer:
+    """Rebuild a tokenizer from `Tokenizer.state_dict()`, dispatching on `state["kind"]`."""
+    if not isinstance(state, dict):
+        raise TypeError(f"tokenizer state must be a dict, got {type(state).__name__}")
+    return _registered(state.get("kind")).from_state(state)
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Read a tokenizer saved with `Tokenizer.save`."""
+    try:
+        state = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not a saved tokenizer (invalid JSON: {err})") from err
+    return tokenizer_from_state(state)

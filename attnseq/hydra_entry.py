@@ -1,0 +1,216 @@
+"""How `attnseq train` reaches Hydra: a real `hydra.main` entry, plus a pre-flight check.
+
+`hydra.main` owns everything Hydra does (multirun, launchers, sweepers, run directories,
+`--cfg`, `--help`), so `attnseq train ARGS` rewrites `sys.argv` and calls it. Before that, the
+arguments are composed once with Hydra's compose API (every value of a sweep is tried), so a
+typo ends with one message, the nearest valid key or option and exit status 2, instead of
+Hydra's exit status 1 from inside the run.
+
+`config=NAME` selects configs/experiment/NAME.yaml; `config=PATH.yaml` (any path ending in .yaml)
+selects the user's own experiment file, which is linked into a private search-path folder so it
+can use the packaged config groups in its defaults list like any packaged experiment.
+"""
+
+import difflib
+import hashlib
+import re
+import sys
+from pathlib import Path
+
+from attnseq.errors import UserError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+# Hydra command-line flags: (flag, takes a value)
+_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
+                     "-cn", "--config-dir", "-cd", "--experimental-rerun", "--shell-completion",
+                     "-sc", "--info", "-i"}
+_INFORMATIONAL = {"--help", "-h", "--hydra-help", "--version", "--info", "-i",
+                  "--shell-completion", "-sc"}
+
+
+def user_experiment_dir(path: Path) -> tuple[str, Path]:
+    """Link a user's experiment file into ~/.cache/attnseq/experiments/<hash>/experiment/.
+
+    Returns the experiment name and the folder to add to Hydra's search path.
+    """
+    path = path.expanduser().resolve()
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    root = Path.home() / ".cache" / "attnseq" / "experiments" / digest
+    group = root / "experiment"
+    group.mkdir(parents=True, exist_ok=True)
+    name = re.sub(r"\W", "_", path.stem)
+    link = group / f"{name}.yaml"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(path)
+    return name, root
+
+
+def rewrite_config_selector(args: list[str]) -> list[str]:
+    """`config=NAME` -> `experiment=NAME`; `config=PATH.yaml` -> search path + experiment."""
+    out: list[str] = []
+    for arg in args:
+        if not arg.startswith("config="):
+            out.append(arg)
+            continue
+        value = arg.split("=", 1)[1]
+        if value.endswith((".yaml", ".yml")):
+            name, root = user_experiment_dir(Path(value))
+            out += [f"experiment={name}", f"hydra.searchpath=[file://{root}]"]
+        else:
+            out.append(f"experiment={value}")
+    return out
+
+
+def split_flags(args: list[str]) -> tuple[list[str], list[str]]:
+    """Separate Hydra's flags (and their values) from config overrides."""
+    flags, overrides = [], []
+    items = iter(args)
+    for arg in items:
+        if arg.startswith("-"):
+            flags.append(arg)
+            if arg in _FLAGS_WITH_VALUE and "=" not in arg:
+                value = next(items, None)
+                if value is not None:
+                    flags.append(value)
+        else:
+            overrides.append(arg)
+    return flags, overrides
+
+
+def _sweep_variants(overrides: list[str]) -> list[list[str]]:
+    """One override list per value of every sweep (others at their first value)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices: list[list[str]] = []
+    for override in parsed:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            try:
+                values = list(override.sweep_string_iterator())
+            except Exception:  # interval()/range sweeps are the sweeper's business
+                values = []
+            choices.append([f"{key}={value}" for value in values] or [])
+        else:
+            choices.append([override.input_line])
+    base = [options[0] for options in choices if options]
+    variants = [base]
+    for position, options in enumerate(choices):
+        for option in options[1:]:
+            variant = [opts[0] for opts in choices[:position] if opts]
+            variant.append(option)
+            variant += [opts[0] for opts in choices[position + 1 :] if opts]
+            variants.append(variant)
+    return variants
+
+
+def preflight(args: list[str]) -> None:
+    """Compose the config the way the run will and validate it; UserError on any problem."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from attnseq.config import TrainConfig, register_configs, validate
+
+    flags, overrides = split_flags(args)
+    if any(flag in _INFORMATIONAL for flag in flags) or any(
+        flag in {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
+        for flag in flags
+    ):
+        return  # help/info output, or a user-chosen primary config: leave it to Hydra
+    from hydra.errors import OverrideParseException
+
+    try:
+        variants = _sweep_variants(overrides)
+    except OverrideParseException as error:
+        raise UserError(f"cannot parse the overrides: {str(error).splitlines()[0]}") from None
+    register_configs()
+    for variant in variants:
+        try:
+            with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+                composed = compose("train", overrides=variant)
+                cfg = OmegaConf.to_object(composed)
+        except (HydraException, OmegaConfBaseException, ValueError) as error:
+            raise UserError(describe_composition_error(error, variant)) from None
+        assert isinstance(cfg, TrainConfig)
+        validate(cfg)
+
+
+def _base_config():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose("train")
+
+
+def _nearest(word: str, options: list[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" Did you mean '{prefix}{close[0]}'?" if close else ""
+
+
+def describe_composition_error(error: Exception, overrides: list[str]) -> str:
+    """One readable message for a failed composition, with the nearest valid name."""
+    from omegaconf import DictConfig, OmegaConf
+
+    text = str(error)
+    cause = error.__cause__ or error.__context__
+    cause_text = str(cause) if cause else ""
+
+    missing_group = re.search(r"Could not find '([\w/]+)/([^']+)'", text)
+    if missing_group:
+        group, choice = missing_group.groups()
+        options = re.findall(r"^\t(\S+)$", text, flags=re.MULTILINE)
+        if group == "experiment":
+            what = f"unknown experiment config={choice}"
+        elif group.startswith("hydra/"):
+            plugin = group.split("/", 1)[1]
+            return (
+                f"unknown {group}={choice}: the Hydra {plugin} plugin is not installed "
+                f"(e.g. `pip install 'attnseq[{choice}]'`). Installed: {', '.join(options) or 'none'}"
+            )
+        else:
+            what = f"unknown choice {group}={choice}"
+        valid = ", ".join(options) if options else "(none)"
+        return f"{what}. Valid: {valid}.{_nearest(choice, options)}"
+
+    full_key = getattr(cause, "full_key", None) or getattr(error, "full_key", None)
+    match = re.search(r"Could not override '([^']+)'", text) or re.search(
+        r"Could not append to config\. An item is already at '([^']+)'", text
+    )
+    key = full_key or (match.group(1) if match else None)
+    unknown_key = re.search(r"Key '[^']+' (is )?not in", text + "\n" + cause_text)
+    if key and unknown_key:
+        parent, _, leaf = key.rpartition(".")
+        node = _base_config()
+        node = OmegaConf.select(node, parent) if parent else node
+        options = sorted(node.keys()) if isinstance(node, DictConfig) else []
+        where = f"under '{parent}'" if parent else "at the top level"
+        return (
+            f"unknown config key '{key}'."
+            f"{_nearest(leaf, [str(o) for o in options], f'{parent}.' if parent else '')} "
+            f"Valid keys {where}: {', '.join(str(o) for o in options)}"
+        )
+    detail = (cause_text or text).splitlines()[0]
+    if key:
+        return f"invalid value for '{key}': {detail}"
+    return f"invalid configuration ({' '.join(overrides)}): {text.splitlines()[0]}"
+
+
+def run_hydra(args: list[str]) -> None:
+    """Hand `args` to the real `hydra.main` entry (multirun, launchers, sweepers included)."""
+    import hydra
+
+    from attnseq import tasks
+    from attnseq.config import register_configs
+
+    register_configs()
+    sys.argv = ["attnseq", *args]
+    main = hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")(
+        tasks.train_from_hydra
+    )
+    main()

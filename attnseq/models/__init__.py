@@ -1,0 +1,69 @@
+"""Model families behind one interface (seq2seq.py) and the factory that builds them."""
+
+from attnseq.config import ModelConfig, ModelFamily, Score, encoder_output_size
+from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput
+
+
+def build_model(
+    cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int, eos_id: int
+) -> Seq2Seq:
+    """Construct the model a config describes (weights freshly initialised)."""
+    if cfg.family is ModelFamily.transformer:
+        from attnseq.models.transformer import TransformerSeq2Seq
+
+        return TransformerSeq2Seq(
+            src_vocab_size,
+            tgt_vocab_size,
+            pad_id,
+            bos_id,
+            eos_id,
+            d_model=cfg.d_model,
+            heads=cfg.heads,
+            enc_layers=cfg.enc_layers,
+            dec_layers=cfg.dec_layers,
+            ff_dim=cfg.ff_dim,
+            dropout=cfg.dropout,
+            attention_dropout=cfg.attention_dropout,
+            norm=cfg.norm.value,
+            positions=cfg.positions.value,
+            max_positions=cfg.max_positions,
+            tie_embeddings=cfg.tie_embeddings,
+        )
+
+    from attnseq.attention import build_attention
+    from attnseq.models.rnn import RNNSeq2Seq
+
+    directions = 2 if cfg.rnn.bidirectional else 1
+    enc_hidden = cfg.enc_hidden if cfg.enc_hidden is not None else cfg.hidden // directions
+    attention = None
+    if cfg.attention.score is not Score.none:
+        attention = build_attention(
+            cfg.attention.score.value,
+            cfg.hidden,
+            encoder_output_size(cfg),
+            attn_dim=cfg.attention.attn_dim or cfg.hidden,
+            window=cfg.attention.window.value,
+            D=cfg.attention.D,
+            max_src_len=cfg.max_positions,
+        )
+    return RNNSeq2Seq(
+        src_vocab_size,
+        tgt_vocab_size,
+        pad_id,
+        bos_id,
+        eos_id,
+        attention=attention,
+        style=cfg.decoder.value,
+        emb_dim=cfg.emb_dim,
+        enc_hidden=enc_hidden,
+        hidden=cfg.hidden,
+        layers=cfg.rnn.layers,
+        bidirectional=cfg.rnn.bidirectional,
+        cell=cfg.rnn.cell.value,
+        dropout=cfg.dropout,
+        input_feeding=cfg.input_feeding,
+        tie_embeddings=cfg.tie_embeddings,
+    )
+
+
+__all__ = ["Seq2Seq", "Seq2SeqOutput", "build_model"]

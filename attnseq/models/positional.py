@@ -1,0 +1,109 @@
+"""Positional encodings added to the token embeddings of a transformer (Vaswani et al. 2017,
+"Attention Is All You Need", section 3.5):
+
+    PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+    PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+
+and the learned alternative the paper compares against (section 3.5 and table 3, row E): one
+trained d_model vector per position, up to `max_positions`.
+
+Both modules map integer positions (any shape P) to encodings (*P, d_model), so the same module
+serves a whole sequence (positions (T,)) and one incremental decoding step (positions (B, 1) from
+a per-row step counter); `make_positions` builds either from a length and an offset.
+"""
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def make_positions(
+    length: int, offset: int | Tensor = 0, device: torch.device | None = None
+) -> Tensor:
+    """Positions offset, offset + 1, ..., offset + length - 1.
+
+    Args:
+        length: number of positions T.
+        offset: first position; an int, or a (B,) tensor of per-row offsets (e.g. the number of
+            target tokens each row has already decoded).
+        device: device of the result when `offset` is an int.
+
+    Returns:
+        (T,) for an int offset, (B, T) for a tensor offset; dtype long.
+    """
+    if isinstance(offset, Tensor):
+        steps = torch.arange(length, device=offset.device)  # (T,)
+        return offset.long().unsqueeze(1) + steps  # (B, 1) + (T,) -> (B, T)
+    return torch.arange(offset, offset + length, device=device)  # (T,)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed sinusoids of geometrically increasing wavelength (section 3.5).
+
+    Computed on the fly from the positions, so there is no maximum length and nothing to store.
+    Channels are interleaved as in the formula: even channels sin, odd channels cos.
+
+    Args:
+        d_model: encoding size; must be even (one sin/cos pair per frequency).
+    """
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        if d_model % 2 != 0:
+            raise ValueError(f"sinusoidal positional encoding needs an even d_model, got {d_model}")
+        self.d_model = d_model
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """Encodings of integer positions.
+
+        Args:
+            positions: (*P) integer positions, e.g. (T,) or (B, T).
+
+        Returns:
+            (*P, d_model) float32; the caller casts to its own dtype.
+        """
+        # 1 / 10000^(2i / d_model), i = 0 .. d_model/2 - 1; rebuilt per call (tiny) in float32,
+        # so a module cast to half keeps full precision for large positions
+        exponents = torch.arange(0, self.d_model, 2, device=positions.device) / self.d_model
+        inv_freq = torch.exp(-math.log(10000.0) * exponents.float())  # (d_model/2,)
+        angles = positions.float().unsqueeze(-1) * inv_freq  # (*P, d_model/2)
+        # stack -> (*P, d_model/2, 2) -> flatten -> (*P, d_model): sin at 2i, cos at 2i+1
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """One trained vector per position 0 .. max_positions - 1 (section 3.5, table 3 row E).
+
+    Args:
+        d_model: encoding size.
+        max_positions: number of positions with a vector; longer inputs are an error.
+    """
+
+    def __init__(self, d_model: int, max_positions: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.max_positions = max_positions
+        self.table = nn.Embedding(max_positions, d_model)
+        # the same scale as the token embeddings they are added to
+        nn.init.normal_(self.table.weight, mean=0.0, std=d_model**-0.5)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """Encodings of integer positions.
+
+        Args:
+            positions: (*P) integer positions in [0, max_positions), e.g. (T,) or (B, T).
+
+        Returns:
+            (*P, d_model).
+        """
+        return self.table(positions)
+
+
+def build_positional_encoding(kind: str, d_model: int, max_positions: int) -> nn.Module:
+    """The positional encoding named `kind` ("sinusoidal" or "learned"); ValueError otherwise."""
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEncoding(d_model)
+    if kind == "learned":
+        return LearnedPositionalEncoding(d_model, max_positions)
+    raise ValueError(f"unknown positional encoding {kind!r}; choose 'sinusoidal' or 'learned'")

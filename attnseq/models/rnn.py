@@ -1,0 +1,279 @@
+"""RNN encoder-decoders with attention: Bahdanau et al. (2015) and Luong et al. (2015).
+
+Encoder: embedding -> (bi)directional GRU/LSTM over packed sequences; annotations h_j are the
+two directions concatenated, (B, S, E).
+
+Bahdanau decoder (Bahdanau, Cho & Bengio 2015, appendix A.2), attention from the *previous*
+decoder state, context fed into the RNN step:
+    c_i = Attend(s_{i-1}, h)            s_i = RNN([y_{i-1}; c_i], s_{i-1})
+    t_i = tanh(W_o [s_i; c_i; y_{i-1}])  p(y_i) = softmax(W_out t_i)
+(we use a tanh deep output instead of the paper's maxout; same inputs).
+
+Luong decoder (Luong, Pham & Manning 2015, eq. 5 and section 3.3), attention from the *current*
+top-layer state, attentional hidden state, optional input feeding:
+    h_t = RNN([y_{t-1}; h~_{t-1}], h_{t-1})     c_t = Attend(h_t, h)
+    h~_t = tanh(W_c [c_t; h_t])                 p(y_t) = softmax(W_out h~_t)
+Without input feeding the RNN does not depend on attention, so training runs it over the whole
+target in one call and attends for all T positions at once.
+
+No attention (score=none): the RNN Encoder-Decoder of Cho et al. (2014) that Bahdanau et al.
+compare against: the decoder sees the source only through one fixed summary vector (the
+encoder's final state), given as c_i at every step.
+
+Shapes: B batch, S source length, T target length, E encoder output size, H decoder hidden size.
+"""
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from attnseq.attention.base import Attention
+from attnseq.attention.masks import padding_mask
+from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
+
+RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+class RNNEncoder(nn.Module):
+    """Embedding + stacked (bi)directional RNN over packed sequences."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        emb_dim: int,
+        hidden: int,
+        *,
+        layers: int,
+        bidirectional: bool,
+        cell: str,
+        dropout: float,
+        pad_id: int,
+    ) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = RNN_CLASSES[cell](
+            emb_dim,
+            hidden,
+            num_layers=layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if layers > 1 else 0.0,
+        )
+        self.output_size = hidden * (2 if bidirectional else 1)
+
+    def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Encode a padded batch.
+
+        Args:
+            src: (B, S) token ids.
+            src_lengths: (B,) real lengths.
+
+        Returns:
+            annotations (B, S, E) (zeros at padding) and the summary (B, E): the final state
+            of the top layer, forward and backward directions concatenated.
+        """
+        embedded = self.dropout(self.embedding(src))  # (B, S, emb)
+        # pack so the backward direction starts at each sequence's real last token
+        packed = pack_padded_sequence(
+            embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        outputs, final = self.rnn(packed)
+        annotations, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
+        final_hidden = final[0] if isinstance(final, tuple) else final  # LSTM: (h, c)
+        directions = 2 if self.rnn.bidirectional else 1
+        top = final_hidden[-directions:]  # (dirs, B, hidden) of the top layer
+        summary = top.transpose(0, 1).reshape(src.size(0), -1)  # (B, E)
+        return annotations, summary
+
+
+class RNNSeq2Seq(Seq2Seq):
+    """Encoder-decoder with a Bahdanau- or Luong-style attentional decoder.
+
+    Args:
+        attention: the score mechanism (attnseq/attention/), or None for no attention.
+        style: "bahdanau" or "luong".
+        enc_hidden: encoder hidden size per direction.
+        hidden: decoder hidden size H.
+        input_feeding: Luong only: concatenate h~_{t-1} to the next input.
+        tie_embeddings: the output projection shares the target embedding matrix.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        *,
+        attention: Attention | None,
+        style: str = "bahdanau",
+        emb_dim: int = 64,
+        enc_hidden: int = 64,
+        hidden: int = 128,
+        layers: int = 1,
+        bidirectional: bool = True,
+        cell: str = "gru",
+        dropout: float = 0.1,
+        input_feeding: bool = True,
+        tie_embeddings: bool = True,
+    ) -> None:
+        super().__init__(pad_id, bos_id, eos_id)
+        if style not in ("bahdanau", "luong"):
+            raise ValueError(f"decoder style must be 'bahdanau' or 'luong', got {style!r}")
+        self.style = style
+        self.cell = cell
+        self.layers = layers
+        self.hidden = hidden
+        self.attention = attention
+        self.input_feeding = input_feeding and style == "luong"
+        self.encoder = RNNEncoder(
+            src_vocab_size,
+            emb_dim,
+            enc_hidden,
+            layers=layers,
+            bidirectional=bidirectional,
+            cell=cell,
+            dropout=dropout,
+            pad_id=pad_id,
+        )
+        enc_size = self.encoder.output_size
+        self.embedding = nn.Embedding(tgt_vocab_size, emb_dim, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        # bridge: initial decoder state of every layer from the encoder summary (Bahdanau A.2.2)
+        self.bridge = nn.Linear(enc_size, layers * hidden)
+
+        out_dim = emb_dim if tie_embeddings else hidden
+        if style == "bahdanau":
+            rnn_input = emb_dim + enc_size
+            self.pre_output = nn.Linear(hidden + enc_size + emb_dim, out_dim)  # W_o
+        else:
+            rnn_input = emb_dim + (hidden if self.input_feeding else 0)
+            self.combine = nn.Linear(enc_size + hidden, hidden, bias=False)  # W_c
+            # tying needs the output layer's input to be emb_dim wide
+            self.pre_output = nn.Linear(hidden, out_dim) if out_dim != hidden else nn.Identity()
+        self.rnn = RNN_CLASSES[cell](
+            rnn_input, hidden, num_layers=layers, batch_first=True,
+            dropout=dropout if layers > 1 else 0.0,
+        )
+        self.output = nn.Linear(out_dim, tgt_vocab_size)
+        if tie_embeddings:
+            self.output.weight = self.embedding.weight
+
+    # ------------------------------------------------------------------ encoder side
+    def _encode(self, src: Tensor, src_lengths: Tensor) -> dict[str, Tensor]:
+        annotations, summary = self.encoder(src, src_lengths)
+        mask = padding_mask(src_lengths, src.size(1))  # (B, S)
+        hidden0 = torch.tanh(self.bridge(summary))  # (B, layers*H)
+        hidden0 = hidden0.view(src.size(0), self.layers, self.hidden)  # (B, layers, H)
+        state: dict[str, Tensor] = {
+            "annotations": annotations,  # (B, S, E)
+            "mask": mask,
+            "summary": summary,  # (B, E)
+            "hidden": hidden0,  # batch-first so reorder_state can index it
+            "step": torch.zeros(src.size(0), dtype=torch.long, device=src.device),
+        }
+        if self.cell == "lstm":
+            state["cell"] = torch.zeros_like(hidden0)
+        if self.attention is not None:
+            state["keys"] = self.attention.prepare_keys(annotations)  # once per batch
+        if self.input_feeding:
+            state["feed"] = annotations.new_zeros(src.size(0), self.hidden)  # h~_0 = 0
+        return state
+
+    def _rnn_state(self, state: dict[str, Tensor]) -> Tensor | tuple[Tensor, Tensor]:
+        """(B, layers, H) batch-first state -> the (layers, B, H) layout nn.GRU/LSTM expect."""
+        hidden = state["hidden"].transpose(0, 1).contiguous()
+        if self.cell == "lstm":
+            return hidden, state["cell"].transpose(0, 1).contiguous()
+        return hidden
+
+    def _attend(
+        self, query: Tensor, state: dict[str, Tensor], positions: Tensor
+    ) -> tuple[Tensor, Tensor | None]:
+        """Context (B, T, E) and weights (B, T, S) for queries (B, T, H) at positions (B, T)."""
+        if self.attention is None:
+            summary = state["summary"].unsqueeze(1).expand(-1, query.size(1), -1)
+            return summary, None
+        return self.attention(
+            query,
+            state["annotations"],
+            state["annotations"],
+            state["mask"],
+            prepared_keys=state["keys"],
+            query_positions=positions,
+        )
+
+    # ------------------------------------------------------------------ one decoder step
+    def _step(
+        self, prev_tokens: Tensor, state: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
+        """One step for both styles. prev_tokens (B,) -> pre-output (B, out), weights (B, S)."""
+        embedded = self.dropout(self.embedding(prev_tokens)).unsqueeze(1)  # (B, 1, emb)
+        positions = state["step"].unsqueeze(1)  # (B, 1)
+        rnn_state = self._rnn_state(state)
+        new_state = dict(state)
+        if self.style == "bahdanau":
+            top = state["hidden"][:, -1:]  # s_{i-1}: (B, 1, H)
+            context, weights = self._attend(top, state, positions)  # (B, 1, E)
+            output, rnn_state = self.rnn(torch.cat([embedded, context], dim=-1), rnn_state)
+            features = torch.cat([output, context, embedded], dim=-1)  # [s_i; c_i; y_{i-1}]
+            pre_output = torch.tanh(self.pre_output(features))
+        else:
+            rnn_input = embedded
+            if self.input_feeding:
+                rnn_input = torch.cat([embedded, state["feed"].unsqueeze(1)], dim=-1)
+            output, rnn_state = self.rnn(rnn_input, rnn_state)  # h_t: (B, 1, H)
+            context, weights = self._attend(output, state, positions)
+            attentional = torch.tanh(self.combine(torch.cat([context, output], dim=-1)))
+            if self.input_feeding:
+                new_state["feed"] = attentional.squeeze(1)
+            pre_output = self.pre_output(attentional)
+        if self.cell == "lstm":
+            new_state["hidden"] = rnn_state[0].transpose(0, 1)
+            new_state["cell"] = rnn_state[1].transpose(0, 1)
+        else:
+            new_state["hidden"] = rnn_state.transpose(0, 1)
+        new_state["step"] = state["step"] + 1
+        weights = None if weights is None else weights.squeeze(1)
+        return pre_output.squeeze(1), weights, new_state
+
+    # ------------------------------------------------------------------ Seq2Seq interface
+    def forward(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
+    ) -> Seq2SeqOutput:
+        state = self._encode(src, src_lengths)
+        if self.style == "luong" and not self.input_feeding:
+            pre_output, weights = self._luong_parallel(tgt_in, state)
+        else:
+            outputs, all_weights = [], []
+            for t in range(tgt_in.size(1)):
+                pre, step_weights, state = self._step(tgt_in[:, t], state)
+                outputs.append(pre)
+                all_weights.append(step_weights)
+            pre_output = torch.stack(outputs, dim=1)  # (B, T, out)
+            weights = None if all_weights[0] is None else torch.stack(all_weights, dim=1)
+        logits = self.output(self.dropout(pre_output))  # (B, T, V)
+        return Seq2SeqOutput(logits=logits, attention=weights if need_weights else None)
+
+    def _luong_parallel(
+        self, tgt_in: Tensor, state: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor | None]:
+        """Luong without input feeding: one RNN call over T, attention for all T at once."""
+        embedded = self.dropout(self.embedding(tgt_in))  # (B, T, emb)
+        outputs, _ = self.rnn(embedded, self._rnn_state(state))  # (B, T, H)
+        positions = torch.arange(tgt_in.size(1), device=tgt_in.device).expand(tgt_in.size(0), -1)
+        context, weights = self._attend(outputs, state, positions)  # (B, T, E), (B, T, S)
+        attentional = torch.tanh(self.combine(torch.cat([context, outputs], dim=-1)))
+        return self.pre_output(attentional), weights
+
+    def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
+        return self._encode(src, src_lengths)
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None, DecoderState]:
+        pre_output, weights, state = self._step(prev_tokens, state)
+        logits = self.output(pre_output)  # (B, V)
+        return logits, weights if need_weights else None, state

@@ -1,0 +1,94 @@
+"""The interface every attnseq model implements, so that training, decoding, evaluation and
+visualization never need to know which family they are talking to.
+
+Token tensors are padded with `pad_id`; `tgt_in` starts with BOS, `tgt_out` ends with EOS.
+Shapes: B batch, S source length, T target length, V target vocabulary, L layers, H heads.
+
+Cross-attention weights always come back as (B, T, S) for RNNs and (B, L, H, T, S) for
+transformers (DESIGN.md: `(batch, [layers, heads,] tgt_len, src_len)`).
+
+Incremental decoding state is a (possibly nested) dict/list/tuple of tensors whose first
+dimension is the batch (or batch x beam); `reorder_state` selects rows of every tensor in it,
+which is all beam search needs.
+"""
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from torch import Tensor, nn
+
+DecoderState = Any  # nested dict/list/tuple of tensors, batch-first
+
+
+@dataclass
+class Seq2SeqOutput:
+    """What a teacher-forced forward pass returns.
+
+    logits: (B, T, V) unnormalised scores of the next target token.
+    attention: cross-attention weights, (B, T, S) or (B, L, H, T, S); None unless asked for
+        (or when the model has no attention).
+    extras: anything family-specific (e.g. "self_attention", "encoder_attention").
+    """
+
+    logits: Tensor
+    attention: Tensor | None = None
+    extras: dict[str, Tensor] = field(default_factory=dict)
+
+
+def map_state(state: DecoderState, fn: Callable[[Tensor], Tensor]) -> DecoderState:
+    """Apply `fn` to every tensor in a nested decoder state; other leaves pass through."""
+    if isinstance(state, Tensor):
+        return fn(state)
+    if isinstance(state, dict):
+        return {key: map_state(value, fn) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(map_state(value, fn) for value in state)
+    return state
+
+
+class Seq2Seq(nn.Module, metaclass=abc.ABCMeta):
+    """Encoder-decoder with attention. Subclasses: models/rnn.py, models/transformer.py."""
+
+    def __init__(self, pad_id: int, bos_id: int, eos_id: int) -> None:
+        super().__init__()
+        self.pad_id = pad_id
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+
+    @abc.abstractmethod
+    def forward(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
+    ) -> Seq2SeqOutput:
+        """Teacher-forced pass.
+
+        Args:
+            src: (B, S) source token ids, right-padded with pad_id.
+            src_lengths: (B,) number of real source tokens (on the same device as src).
+            tgt_in: (B, T) BOS + target ids, right-padded.
+            need_weights: return cross-attention weights (the transformer then takes its
+                explicit attention path instead of the fused kernel).
+        """
+
+    @abc.abstractmethod
+    def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
+        """Encode the source once and return the state for `decode_step`."""
+
+    @abc.abstractmethod
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None, DecoderState]:
+        """One incremental decoding step.
+
+        Args:
+            prev_tokens: (B,) the previously emitted token (BOS at the first step).
+            state: from `start_decoding` or the previous step.
+
+        Returns:
+            logits (B, V), cross-attention of this step (B, S) or (B, L, H, S) or None,
+            and the new state.
+        """
+
+    def reorder_state(self, state: DecoderState, index: Tensor) -> DecoderState:
+        """Select (and repeat) batch rows of the state: index (B',) of row numbers."""
+        return map_state(state, lambda tensor: tensor.index_select(0, index))

@@ -1,0 +1,117 @@
+"""Attention heatmaps: matplotlib figures (Agg, no display) and their TensorBoard images.
+
+Rows are target tokens (what the model produced or was forced to read), columns are source
+tokens; each cell is the weight a_ts. Figures are drawn with `matplotlib.figure.Figure` and
+the Agg canvas directly, never pyplot, so nothing depends on a display or global state.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+# how tokens are shown on the axes: make whitespace and sentencepiece's marker visible
+_READABLE = {" ": "␣", "\t": "⇥", "\n": "↵"}
+
+
+def readable_token(token: str) -> str:
+    if token in _READABLE:
+        return _READABLE[token]
+    return token.replace("▁", "_") if token != "▁" else "_"
+
+
+def _cell_inches(n_src: int, n_tgt: int) -> tuple[float, float]:
+    # about 0.3 inch per token, so 60-token sentences stay legible; bounded for huge inputs
+    width = min(max(3.0, 0.3 * n_src + 1.5), 40.0)
+    height = min(max(2.5, 0.3 * n_tgt + 1.2), 40.0)
+    return width, height
+
+
+def _draw(ax, weights: np.ndarray, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
+          title: str | None, labels: bool = True):
+    image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-6),
+                      aspect="auto", interpolation="nearest")
+    if labels:
+        ax.set_xticks(range(len(src_tokens)), [readable_token(t) for t in src_tokens],
+                      rotation=90, fontsize=8)
+        ax.set_yticks(range(len(tgt_tokens)), [readable_token(t) for t in tgt_tokens], fontsize=8)
+        ax.set_xlabel("source")
+        ax.set_ylabel("target")
+    else:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if title:
+        ax.set_title(title, fontsize=9)
+    return image
+
+
+def alignment_figure(
+    weights: np.ndarray,
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    title: str | None = None,
+) -> Figure:
+    """One heatmap with a colour bar.
+
+    Args:
+        weights: (T, S) attention weights, T = len(tgt_tokens), S = len(src_tokens).
+    """
+    weights = np.asarray(weights, dtype=np.float32)
+    figure = Figure(figsize=_cell_inches(len(src_tokens), len(tgt_tokens)), layout="constrained")
+    ax = figure.add_subplot()
+    image = _draw(ax, weights, src_tokens, tgt_tokens, title)
+    figure.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    return figure
+
+
+def attention_grid_figure(
+    weights: np.ndarray,
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    title: str | None = None,
+) -> Figure:
+    """A grid of heatmaps, one per layer (rows) and head (columns).
+
+    Args:
+        weights: (L, H, T, S) attention weights.
+    """
+    weights = np.asarray(weights, dtype=np.float32)
+    layers, heads = weights.shape[:2]
+    width, height = _cell_inches(len(src_tokens), len(tgt_tokens))
+    figure = Figure(figsize=(min(width * heads, 60), min(height * layers, 60)),
+                    layout="constrained")
+    axes = figure.subplots(layers, heads, squeeze=False)
+    for layer in range(layers):
+        for head in range(heads):
+            image = _draw(axes[layer][head], weights[layer, head], src_tokens, tgt_tokens,
+                          f"layer {layer + 1} head {head + 1}", labels=True)
+    figure.colorbar(image, ax=axes, fraction=0.02, pad=0.01)
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+def figure_to_array(figure: Figure) -> np.ndarray:
+    """Render to an (H, W, 3) uint8 RGB image."""
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+def save_figure(figure: Figure, path: str | Path) -> Path:
+    """Write png/svg/pdf (by suffix) atomically."""
+    from attnseq.atomic import atomic_write
+
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    FigureCanvasAgg(figure)
+    atomic_write(path, lambda handle: figure.savefig(handle, format=fmt, dpi=120))
+    return path
+
+
+def log_heatmap(writer, tag: str, figure: Figure, step: int) -> None:
+    """Add the figure to TensorBoard as an image under a stable tag (the step slider then
+    shows the same example's alignment sharpening over training)."""
+    writer.add_image(tag, figure_to_array(figure), step, dataformats="HWC")

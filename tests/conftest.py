@@ -1,0 +1,30 @@
+"""Shared test settings: deterministic, single-threaded torch, markers for slow/gpu tests, and the
+location of the shared real corpora."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# Tiny models run fastest on one thread, and a busy machine does not slow them 100x.
+torch.set_num_threads(1)
+
+SHARED_DATA = Path(os.environ.get("ATTNSEQ_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """../shared/data (or $ATTNSEQ_DATA); skips the test when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real corpora not found at {SHARED_DATA} (set ATTNSEQ_DATA)")
+    return SHARED_DATA

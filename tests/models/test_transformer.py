@@ -1,0 +1,334 @@
+"""Transformer encoder-decoder: paths agree, masks hold, incremental decoding equals teacher
+forcing (also after reorder_state), a tiny model overfits a batch, every option builds."""
+
+import math
+import time
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnseq.attention.masks import causal_mask, padding_mask
+from attnseq.models.positional import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+    make_positions,
+)
+from attnseq.models.transformer import TransformerEncoder, TransformerSeq2Seq
+
+PAD, BOS, EOS = 0, 1, 2
+VOCAB = 12
+ATOL = 1e-5
+LAYERS, HEADS = 2, 2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_intra_op_thread() -> Iterator[None]:
+    """Tiny tensors gain nothing from intra-op threads, and OpenMP spin-waiting makes them
+    orders of magnitude slower when another process competes for the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_model(seed: int = 0, **overrides: object) -> TransformerSeq2Seq:
+    torch.manual_seed(seed)
+    options: dict = {"d_model": 32, "heads": HEADS, "enc_layers": LAYERS, "dec_layers": LAYERS}
+    options.update({"ff_dim": 64, **overrides})
+    return TransformerSeq2Seq(VOCAB, VOCAB, PAD, BOS, EOS, **options)
+
+
+def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sources of lengths 5, 3, 4 (right-padded) and BOS-prefixed targets of length 6."""
+    generator = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([5, 3, 4])
+    src = torch.randint(3, VOCAB, (3, 5), generator=generator)
+    src = src.masked_fill(~padding_mask(lengths, 5), PAD)
+    tgt_in = torch.randint(3, VOCAB, (3, 6), generator=generator)
+    tgt_in[:, 0] = BOS
+    return src, lengths, tgt_in
+
+
+# --- positional encodings ------------------------------------------------------------------
+
+
+def test_sinusoidal_matches_formula() -> None:
+    d_model = 8
+    encoding = SinusoidalPositionalEncoding(d_model)(torch.arange(5))  # (T, d_model)
+    for pos in range(5):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert encoding[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert encoding[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_positions_with_offset() -> None:
+    assert torch.equal(make_positions(3, 4), torch.tensor([4, 5, 6]))
+    per_row = make_positions(2, torch.tensor([0, 5]))  # (B, T)
+    assert torch.equal(per_row, torch.tensor([[0, 1], [5, 6]]))
+    for encoding in (SinusoidalPositionalEncoding(8), LearnedPositionalEncoding(8, 16)):
+        full = encoding(torch.arange(10))  # (T, d_model)
+        step = encoding(make_positions(1, torch.tensor([7, 2])))  # (B, 1, d_model)
+        torch.testing.assert_close(step[:, 0], full[[7, 2]])
+
+
+def test_sinusoidal_needs_even_d_model() -> None:
+    with pytest.raises(ValueError, match="even"):
+        SinusoidalPositionalEncoding(7)
+
+
+# --- construction ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("tie", [True, False])
+def test_every_option_constructs_and_runs(norm: str, positions: str, tie: bool) -> None:
+    model = tiny_model(norm=norm, positions=positions, tie_embeddings=tie).eval()
+    src, lengths, tgt_in = padded_batch()
+    out = model(src, lengths, tgt_in, need_weights=True)
+    assert out.logits.shape == (3, 6, VOCAB)
+    assert out.attention is not None and out.attention.shape == (3, LAYERS, HEADS, 6, 5)
+    assert out.extras["decoder_self_attention"].shape == (3, LAYERS, HEADS, 6, 6)
+    assert out.extras["encoder_self_attention"].shape == (3, LAYERS, HEADS, 5, 5)
+    assert torch.isfinite(out.logits).all()
+    assert (model.output_proj.weight is model.tgt_embed.weight) == tie
+    fast = model(src, lengths, tgt_in)
+    assert fast.attention is None and fast.extras == {}
+    fast.logits.sum().backward()  # trains through the fast path too
+    is_pre = isinstance(model.decoder_norm, torch.nn.LayerNorm)
+    assert is_pre == (norm == "pre")
+
+
+def test_shared_source_and_target_embeddings() -> None:
+    model = tiny_model(share_src_tgt_embeddings=True)
+    assert model.src_embed is model.tgt_embed is not None
+    with pytest.raises(ValueError, match="equal vocabulary sizes"):
+        TransformerSeq2Seq(
+            10, 12, PAD, BOS, EOS, d_model=32, heads=2, share_src_tgt_embeddings=True
+        )
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"d_model": 30, "heads": 4}, "divisible"),
+        ({"norm": "sandwich"}, "norm"),
+        ({"positions": "rotary"}, "positional"),
+        ({"dec_layers": 0}, "dec_layers"),
+        ({"enc_layers": 0}, "enc_layers"),
+    ],
+)
+def test_bad_options_raise_value_error(overrides: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        tiny_model(**overrides)
+
+
+def test_init_scales() -> None:
+    model = tiny_model(d_model=64, heads=4, tie_embeddings=False)
+    weight = model.tgt_embed.weight[3:]  # not the padding row, which is zero
+    assert weight.std().item() == pytest.approx(64**-0.5, rel=0.1)
+    assert torch.all(model.tgt_embed.weight[PAD] == 0)
+    q_proj = model.encoder.layers[0].self_attn.q_proj.weight
+    bound = math.sqrt(6 / (64 + 64))  # xavier uniform
+    assert q_proj.abs().max().item() <= bound and q_proj.abs().max().item() > 0.9 * bound
+
+
+def test_learned_positions_reject_too_long_inputs() -> None:
+    model = tiny_model(positions="learned", max_positions=4).eval()
+    src, lengths, tgt_in = padded_batch()
+    with pytest.raises(ValueError, match="max_positions"):
+        model(src, lengths, tgt_in)
+
+
+# --- fast vs explicit path, masks ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_fast_path_equals_explicit_path(norm: str) -> None:
+    model = tiny_model(norm=norm).eval()
+    src, lengths, tgt_in = padded_batch()
+    fast = model(src, lengths, tgt_in, need_weights=False).logits
+    explicit = model(src, lengths, tgt_in, need_weights=True).logits
+    torch.testing.assert_close(fast, explicit, atol=ATOL, rtol=0)
+
+
+def test_attention_weights_respect_masks() -> None:
+    model = tiny_model().eval()
+    src, lengths, tgt_in = padded_batch()
+    out = model(src, lengths, tgt_in, need_weights=True)
+    assert out.attention is not None
+    decoder_self = out.extras["decoder_self_attention"]  # (B, L, H, T, T)
+    assert torch.all(decoder_self[..., ~causal_mask(6)] == 0)  # exactly zero above the diagonal
+    src_mask = padding_mask(lengths, 5)[:, None, None, None, :]  # (B, 1, 1, 1, S)
+    for weights in (out.attention, out.extras["encoder_self_attention"]):
+        assert torch.all(weights.masked_select(~src_mask) == 0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+    torch.testing.assert_close(decoder_self.sum(-1), torch.ones(decoder_self.shape[:-1]))
+
+
+def test_source_padding_does_not_change_outputs() -> None:
+    model = tiny_model().eval()
+    src, lengths, tgt_in = padded_batch()
+    batched = model(src, lengths, tgt_in).logits
+    alone = model(src[1:2, :3], lengths[1:2], tgt_in[1:2]).logits
+    torch.testing.assert_close(batched[1:2], alone, atol=ATOL, rtol=0)
+
+
+def test_decoder_is_causal() -> None:
+    """Changing a later target token does not change earlier logits."""
+    model = tiny_model().eval()
+    src, lengths, tgt_in = padded_batch()
+    changed = tgt_in.clone()
+    changed[:, 4] = (changed[:, 4] + 1 - 3) % (VOCAB - 3) + 3
+    before = model(src, lengths, tgt_in).logits
+    after = model(src, lengths, changed).logits
+    torch.testing.assert_close(before[:, :4], after[:, :4], atol=ATOL, rtol=0)
+    assert not torch.allclose(before[:, 4:], after[:, 4:])
+
+
+def test_encoder_self_attention_is_permutation_equivariant() -> None:
+    """Without positional encodings, permuting the source permutes the encoder output."""
+    torch.manual_seed(0)
+    encoder = TransformerEncoder(2, 32, 2, 64, 0.0, 0.0, pre_norm=True).eval()
+    x = torch.randn(2, 6, 32)  # (B, S, d_model)
+    mask = padding_mask(torch.tensor([6, 4]), 6)  # (B, S)
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    for need_weights in (False, True):
+        out, _ = encoder(x, mask, need_weights)
+        permuted, _ = encoder(x[:, perm], mask[:, perm], need_weights)
+        torch.testing.assert_close(permuted, out[:, perm], atol=ATOL, rtol=0)
+
+
+# --- incremental decoding ---------------------------------------------------------------------------
+
+
+def decode_all(
+    model: TransformerSeq2Seq,
+    state: dict,
+    tokens: torch.Tensor,
+    need_weights: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+    """Feed tokens (B, T) one step at a time; stack logits (B, T, V) and attention (B, L, H, T, S)."""
+    logits, attention = [], []
+    for t in range(tokens.size(1)):
+        step_logits, step_attention, state = model.decode_step(tokens[:, t], state, need_weights)
+        logits.append(step_logits)
+        if step_attention is not None:
+            attention.append(step_attention)
+    stacked_attention = torch.stack(attention, dim=3) if attention else None
+    return torch.stack(logits, dim=1), stacked_attention, state
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_incremental_decoding_equals_forward(norm: str, positions: str) -> None:
+    model = tiny_model(norm=norm, positions=positions).eval()
+    src, lengths, tgt_in = padded_batch()
+    full = model(src, lengths, tgt_in, need_weights=True)
+    assert full.attention is not None
+    with torch.no_grad():
+        for need_weights in (False, True):
+            state = model.start_decoding(src, lengths)
+            logits, attention, state = decode_all(model, state, tgt_in, need_weights)
+            torch.testing.assert_close(logits, full.logits, atol=ATOL, rtol=0)
+            if need_weights:
+                assert attention is not None and attention.shape == (3, LAYERS, HEADS, 6, 5)
+                torch.testing.assert_close(attention, full.attention, atol=ATOL, rtol=0)
+            else:
+                assert attention is None
+    assert torch.equal(state["step"], torch.full((3,), 6))
+    assert state["layers"][0]["self_k"].shape == (3, HEADS, 6, 16)
+
+
+def test_decoding_state_layout_is_batch_first() -> None:
+    model = tiny_model().eval()
+    src, lengths, _ = padded_batch()
+    state = model.start_decoding(src, lengths)
+    assert state["memory"].shape == (3, 5, 32)
+    assert torch.equal(state["memory_mask"], padding_mask(lengths, 5))
+    assert torch.equal(state["step"], torch.zeros(3, dtype=torch.long))
+    assert len(state["layers"]) == LAYERS
+    for cache in state["layers"]:
+        assert cache["cross_k"].shape == cache["cross_v"].shape == (3, HEADS, 5, 16)
+        assert cache["self_k"].shape == cache["self_v"].shape == (3, HEADS, 0, 16)
+
+
+def test_decode_step_does_not_modify_its_input_state() -> None:
+    model = tiny_model().eval()
+    src, lengths, tgt_in = padded_batch()
+    state = model.start_decoding(src, lengths)
+    model.decode_step(tgt_in[:, 0], state)
+    assert state["layers"][0]["self_k"].size(2) == 0 and torch.all(state["step"] == 0)
+
+
+def test_reorder_state_then_continue_decoding() -> None:
+    """Beam search duplicates and drops rows: after reorder_state([1, 1, 0]) the continued
+    decoding equals the forward pass on the reordered batch."""
+    model = tiny_model().eval()
+    src, lengths, tgt_in = padded_batch()
+    index = torch.tensor([1, 1, 0])
+    expected = model(src[index], lengths[index], tgt_in[index], need_weights=True)
+    assert expected.attention is not None
+    with torch.no_grad():
+        state = model.start_decoding(src, lengths)
+        prefix_logits, _, state = decode_all(model, state, tgt_in[:, :3], need_weights=False)
+        state = model.reorder_state(state, index)
+        rest_logits, rest_attention, _ = decode_all(model, state, tgt_in[index, 3:], True)
+    torch.testing.assert_close(prefix_logits[index], expected.logits[:, :3], atol=ATOL, rtol=0)
+    torch.testing.assert_close(rest_logits, expected.logits[:, 3:], atol=ATOL, rtol=0)
+    assert rest_attention is not None
+    torch.testing.assert_close(rest_attention, expected.attention[:, :, :, 3:], atol=ATOL, rtol=0)
+
+
+def test_empty_source_gives_finite_outputs() -> None:
+    """A zero-length source row: cross-attention sees nothing, which must not produce NaN."""
+    model = tiny_model().eval()
+    src, lengths, tgt_in = padded_batch()
+    lengths = torch.tensor([5, 0, 4])
+    for need_weights in (False, True):
+        out = model(src, lengths, tgt_in, need_weights=need_weights)
+        assert torch.isfinite(out.logits).all()
+    state = model.start_decoding(src, lengths)
+    logits, attention, _ = model.decode_step(tgt_in[:, 0], state, need_weights=True)
+    assert torch.isfinite(logits).all() and attention is not None
+    assert torch.all(attention[1] == 0)
+
+
+# --- training ---------------------------------------------------------------------------------
+
+
+def test_tiny_transformer_overfits_reversal_batch() -> None:
+    """8 sequences of length 6 over 9 symbols, target = reversed source."""
+    start = time.perf_counter()
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(3, VOCAB, (8, 6), generator=generator)
+    reversed_src = src.flip(1)
+    tgt_in = torch.cat([torch.full((8, 1), BOS), reversed_src], dim=1)  # (B, T)
+    tgt_out = torch.cat([reversed_src, torch.full((8, 1), EOS)], dim=1)  # (B, T)
+    lengths = torch.full((8,), 6)
+    model = tiny_model(dropout=0.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(300):
+        logits = model(src, lengths, tgt_in).logits  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt_out.reshape(-1), ignore_index=PAD)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < 0.01:
+            break
+    assert loss.item() < 0.05
+    model.eval()
+    assert torch.equal(model(src, lengths, tgt_in).logits.argmax(-1), tgt_out)
+    # greedy incremental decoding reproduces the reversal too
+    state = model.start_decoding(src, lengths)
+    tokens = torch.full((8,), BOS)
+    decoded = []
+    for _ in range(7):
+        logits, _, state = model.decode_step(tokens, state)
+        tokens = logits.argmax(-1)
+        decoded.append(tokens)
+    assert torch.equal(torch.stack(decoded, dim=1), tgt_out)
+    assert time.perf_counter() - start < 30

@@ -1,0 +1,102 @@
+"""Every config file composes into the schema and passes validation; bad values fail clearly."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from attnseq.config import TrainConfig, config_from_dict, config_to_dict, register_configs, validate
+from attnseq.errors import UserError
+from attnseq.hydra_entry import CONFIG_DIR, describe_composition_error, preflight
+
+register_configs()
+GROUPS = ["data", "model", "optim", "trainer"]
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def compose_train(overrides: list[str]) -> TrainConfig:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = OmegaConf.to_object(compose("train", overrides=overrides))
+    assert isinstance(cfg, TrainConfig)
+    validate(cfg)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "override", [f"{g}={o}" for g in GROUPS for o in group_options(g)]
+    + [f"experiment={o}" for o in group_options("experiment")],
+)
+def test_every_config_file_composes(override: str) -> None:
+    compose_train([override])
+
+
+def test_default_is_bahdanau_on_dates() -> None:
+    cfg = compose_train([])
+    assert cfg.data.name == "dates"
+    assert cfg.model.decoder.value == "bahdanau"
+    assert cfg.model.attention.score.value == "additive"
+
+
+def test_overrides_reach_the_dataclasses() -> None:
+    cfg = compose_train(["optim.lr=0.0003", "trainer.max_steps=7", "seed=5", "trainer.device=cpu"])
+    assert cfg.optim.lr == pytest.approx(3e-4)
+    assert (cfg.trainer.max_steps, cfg.seed, cfg.trainer.device.value) == (7, 5, "cpu")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["model.hiden=3"], "Did you mean 'model.hidden'"),
+        (["data=nope"], "Valid: copy, dates"),
+        (["model.rnn.cell=foo"], "expected one of [gru, lstm]"),
+        (["trainer.max_steps=abc"], "trainer.max_steps"),
+        (["config=nope"], None),
+    ],
+)
+def test_preflight_names_the_problem(overrides: list[str], expected: str | None) -> None:
+    from attnseq.hydra_entry import rewrite_config_selector
+
+    with pytest.raises(UserError) as error:
+        preflight(rewrite_config_selector(overrides))
+    if expected:
+        assert expected in str(error.value)
+
+
+def test_preflight_checks_every_sweep_value() -> None:
+    preflight(["-m", "data=reverse,copy"])
+    with pytest.raises(UserError, match="data=nope"):
+        preflight(["-m", "data=reverse,nope"])
+
+
+def test_cross_field_validation() -> None:
+    with pytest.raises(UserError, match="not divisible"):
+        compose_train(["model.family=transformer", "model.d_model=30", "model.heads=4"])
+    with pytest.raises(UserError, match="model.enc_hidden"):
+        compose_train(["model.attention.score=dot", "model.enc_hidden=100"])
+
+
+def test_config_dict_round_trip() -> None:
+    cfg = compose_train(["model.rnn.cell=lstm", "optim.lr=0.01"])
+    again = config_from_dict(config_to_dict(cfg))
+    assert again == cfg
+
+
+def test_user_experiment_file(tmp_path: Path) -> None:
+    from attnseq.hydra_entry import rewrite_config_selector
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("# @package _global_\ndefaults:\n  - override /data: reverse\n\n"
+                    "optim:\n  lr: 0.005\n")
+    args = rewrite_config_selector([f"config={mine}"])
+    preflight(args)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=args)
+    assert cfg.data.name == "reverse" and cfg.optim.lr == 0.005
+
+
+def test_describe_error_falls_back_to_message() -> None:
+    assert "boom" in describe_composition_error(ValueError("boom"), ["x=1"])
