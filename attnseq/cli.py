@@ -88,8 +88,12 @@ def evaluate(
 
     try:
         metrics = tasks.evaluate_checkpoint(
-            checkpoint, split=split, max_tokens=batch_size, out_dir=out,
-            overrides=overrides or [], device_name=device,
+            checkpoint,
+            split=split,
+            max_tokens=batch_size,
+            out_dir=out,
+            overrides=overrides or [],
+            device_name=device,
         )
     except UserError as error:
         _fail(error)

@@ -241,7 +241,8 @@ def validate(cfg: TrainConfig) -> None:
         if model.attention.score in (Score.dot, Score.scaled_dot) and not same_size:
             problems.append(
                 f"model.attention.score={model.attention.score.name} needs encoder outputs "
-                f"({encoder_output_size(model)}) of the decoder's size (model.hidden={model.hidden});"
+                f"({encoder_output_size(model)}) of the decoder's size "
+                f"(model.hidden={model.hidden});"
                 " use score=general or concat, or leave model.enc_hidden unset"
             )
         if model.attention.score is Score.none and model.attention.window.name != "global":

@@ -89,10 +89,12 @@ def _collect(
     hypotheses = []
     rows = out.tolist()
     for row, (ids, limit) in enumerate(zip(rows, max_lengths.tolist(), strict=True)):
-        ids = ids[:limit] if eos_id not in ids[:limit + 1] else ids[: ids.index(eos_id)]
+        ids = ids[:limit] if eos_id not in ids[: limit + 1] else ids[: ids.index(eos_id)]
         attention = None
         if step_weights:
-            steps = [w[(r == row).nonzero().squeeze(1)] for r, w in step_weights if (r == row).any()]
+            steps = [
+                w[(r == row).nonzero().squeeze(1)] for r, w in step_weights if (r == row).any()
+            ]
             attention = _stack_attention([s.squeeze(0) for s in steps], int(src_lengths[row]))
         hypotheses.append(Hypothesis(tokens=ids, score=float(scores[row]), attention=attention))
     return hypotheses

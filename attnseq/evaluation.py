@@ -13,9 +13,9 @@ import torch
 from attnseq.data.batching import TokenBatchSampler, collate
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.decoding import Hypothesis, greedy_decode, max_output_lengths
+from attnseq.loss import sequence_loss
 from attnseq.metrics import perplexity, translation_metrics
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.loss import sequence_loss
 
 
 @dataclass
@@ -58,8 +58,11 @@ class Evaluator:
 
     def _batch(self, model: Seq2Seq, indices: list[int]):
         return collate(
-            [self.examples[i] for i in indices], indices,
-            pad_id=model.pad_id, bos_id=model.bos_id, eos_id=model.eos_id,
+            [self.examples[i] for i in indices],
+            indices,
+            pad_id=model.pad_id,
+            bos_id=model.bos_id,
+            eos_id=model.eos_id,
         ).to(self.device)
 
     @torch.no_grad()

@@ -22,11 +22,33 @@ from attnseq.errors import UserError
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 # Hydra command-line flags: (flag, takes a value)
-_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
-                     "-cn", "--config-dir", "-cd", "--experimental-rerun", "--shell-completion",
-                     "-sc", "--info", "-i"}
-_INFORMATIONAL = {"--help", "-h", "--hydra-help", "--version", "--info", "-i",
-                  "--shell-completion", "-sc"}
+_FLAGS_WITH_VALUE = {
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+    "--shell-completion",
+    "-sc",
+    "--info",
+    "-i",
+}
+_INFORMATIONAL = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--version",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+}
 
 
 def user_experiment_dir(path: Path) -> tuple[str, Path]:
@@ -171,7 +193,8 @@ def describe_composition_error(error: Exception, overrides: list[str]) -> str:
             plugin = group.split("/", 1)[1]
             return (
                 f"unknown {group}={choice}: the Hydra {plugin} plugin is not installed "
-                f"(e.g. `pip install 'attnseq[{choice}]'`). Installed: {', '.join(options) or 'none'}"
+                f"(e.g. `pip install 'attnseq[{choice}]'`). "
+                f"Installed: {', '.join(options) or 'none'}"
             )
         else:
             what = f"unknown choice {group}={choice}"

@@ -20,9 +20,7 @@ from attnseq.config import OptimConfig, OptimizerName, Scheduler
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     cls = torch.optim.AdamW if cfg.name is OptimizerName.adamw else torch.optim.Adam
-    return cls(
-        model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
-    )
+    return cls(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
 
 
 def lr_multiplier(cfg: OptimConfig, total_steps: int | None):

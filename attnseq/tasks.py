@@ -74,9 +74,7 @@ def make_evaluator(
 
 
 # --------------------------------------------------------------------------------- heatmaps
-def heatmap_logger(
-    writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, count: int
-):
+def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, count: int):
     """Draw the first `count` validation examples' cross-attention at each validation."""
     chosen = list(range(min(count, len(evaluator.examples))))
     subset = Evaluator(
@@ -131,8 +129,11 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
         "model: %s, %s parameters; data: %s (%s); device: %s",
-        type(model).__name__, f"{n_params:,}", cfg.data.name,
-        ", ".join(f"{name} {len(pairs)}" for name, pairs in splits.items()), device,
+        type(model).__name__,
+        f"{n_params:,}",
+        cfg.data.name,
+        ", ".join(f"{name} {len(pairs)}" for name, pairs in splits.items()),
+        device,
     )
     optimizer = build_optimizer(model, cfg.optim)
     total_steps = cfg.trainer.max_steps
@@ -141,9 +142,16 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     valid = make_evaluator(cfg, splits["valid"], tokenizers, device)
     static = {"config": config_to_dict(cfg), "tokenizers": tokenizers.state()}
     trainer = Trainer(
-        model, optimizer, scheduler, cfg,
+        model,
+        optimizer,
+        scheduler,
+        cfg,
         encode_pairs(splits["train"], tokenizers.src, tokenizers.tgt),
-        valid, run_dir, writer, device, static,
+        valid,
+        run_dir,
+        writer,
+        device,
+        static,
         on_validation=heatmap_logger(writer, valid, tokenizers, cfg.trainer.num_heatmaps),
     )
     try:
@@ -157,8 +165,9 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         results[f"valid/best_{cfg.trainer.early_stopping_metric.value}"] = progress.best_metric
         atomic_write_lines(run_dir / "hyps" / "test.txt", hypotheses)
         atomic_write_json(run_dir / "metrics.json", results)
-        writer.add_hparams(_flat_hparams(cfg), {k: v for k, v in results.items() if "/" in k},
-                           run_name=".")
+        writer.add_hparams(
+            _flat_hparams(cfg), {k: v for k, v in results.items() if "/" in k}, run_name="."
+        )
     finally:
         writer.close()
     _print_summary(run_dir, results)
@@ -180,8 +189,11 @@ def _flat_hparams(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _print_summary(run_dir: Path, metrics: dict[str, float]) -> None:
-    lines = [f"{key:>24} {value:.4f}" for key, value in sorted(metrics.items())
-             if isinstance(value, float)]
+    lines = [
+        f"{key:>24} {value:.4f}"
+        for key, value in sorted(metrics.items())
+        if isinstance(value, float)
+    ]
     print("\n".join(["test metrics of the best checkpoint:", *lines]))
     print(f"run directory: {run_dir}")
     print(f"  checkpoints: {run_dir / 'checkpoints'}  (best.pt, last.pt)")

@@ -99,8 +99,10 @@ class Trainer:
         log.info(
             "training: %d examples, %d batches per epoch (padding %.1f%% of positions), "
             "up to %d steps",
-            len(self.examples), batches_per_epoch,
-            100 * self.sampler.padding_share(0), total_steps,
+            len(self.examples),
+            batches_per_epoch,
+            100 * self.sampler.padding_share(0),
+            total_steps,
         )
         deadline = (
             time.monotonic() + 60 * trainer_cfg.max_minutes if trainer_cfg.max_minutes else None
@@ -112,8 +114,10 @@ class Trainer:
                 batches = self.sampler.batches(self.progress.epoch)
                 for indices in batches[self.progress.batch_in_epoch :]:
                     batch = collate(
-                        [self.examples[i] for i in indices], indices,
-                        pad_id=self.model.pad_id, bos_id=self.model.bos_id,
+                        [self.examples[i] for i in indices],
+                        indices,
+                        pad_id=self.model.pad_id,
+                        bos_id=self.model.bos_id,
                         eos_id=self.model.eos_id,
                     ).to(self.device)
                     loss = self._update(batch)
@@ -124,10 +128,9 @@ class Trainer:
                     step = self.progress.step
                     if step % trainer_cfg.log_every == 0:
                         self._log_train(window.flush())
-                    if step % trainer_cfg.validate_every == 0:
-                        if self._validate():
-                            stop_reason = "early stopping"
-                            break
+                    if step % trainer_cfg.validate_every == 0 and self._validate():
+                        stop_reason = "early stopping"
+                        break
                     if trainer_cfg.max_steps and step >= trainer_cfg.max_steps:
                         stop_reason = "max_steps reached"
                         break
@@ -205,7 +208,9 @@ class Trainer:
             return
         if self.progress.stale_validations % optim.plateau_patience == 0:
             self.scheduler.base_lrs = [lr * optim.plateau_factor for lr in self.scheduler.base_lrs]
-            for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
+            for group, lr in zip(
+                self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True
+            ):
                 group["lr"] = lr * optim.plateau_factor
             log.info("plateau: learning rate reduced to %.3g", self.optimizer.param_groups[0]["lr"])
 

@@ -29,13 +29,26 @@ def _cell_inches(n_src: int, n_tgt: int) -> tuple[float, float]:
     return width, height
 
 
-def _draw(ax, weights: np.ndarray, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
-          title: str | None, labels: bool = True):
-    image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-6),
-                      aspect="auto", interpolation="nearest")
+def _draw(
+    ax,
+    weights: np.ndarray,
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    title: str | None,
+    labels: bool = True,
+):
+    image = ax.imshow(
+        weights,
+        cmap="viridis",
+        vmin=0.0,
+        vmax=max(float(weights.max()), 1e-6),
+        aspect="auto",
+        interpolation="nearest",
+    )
     if labels:
-        ax.set_xticks(range(len(src_tokens)), [readable_token(t) for t in src_tokens],
-                      rotation=90, fontsize=8)
+        ax.set_xticks(
+            range(len(src_tokens)), [readable_token(t) for t in src_tokens], rotation=90, fontsize=8
+        )
         ax.set_yticks(range(len(tgt_tokens)), [readable_token(t) for t in tgt_tokens], fontsize=8)
         ax.set_xlabel("source")
         ax.set_ylabel("target")
@@ -80,13 +93,20 @@ def attention_grid_figure(
     weights = np.asarray(weights, dtype=np.float32)
     layers, heads = weights.shape[:2]
     width, height = _cell_inches(len(src_tokens), len(tgt_tokens))
-    figure = Figure(figsize=(min(width * heads, 60), min(height * layers, 60)),
-                    layout="constrained")
+    figure = Figure(
+        figsize=(min(width * heads, 60), min(height * layers, 60)), layout="constrained"
+    )
     axes = figure.subplots(layers, heads, squeeze=False)
     for layer in range(layers):
         for head in range(heads):
-            image = _draw(axes[layer][head], weights[layer, head], src_tokens, tgt_tokens,
-                          f"layer {layer + 1} head {head + 1}", labels=True)
+            image = _draw(
+                axes[layer][head],
+                weights[layer, head],
+                src_tokens,
+                tgt_tokens,
+                f"layer {layer + 1} head {head + 1}",
+                labels=True,
+            )
     figure.colorbar(image, ax=axes, fraction=0.02, pad=0.01)
     if title:
         figure.suptitle(title)

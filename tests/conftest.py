@@ -10,7 +10,9 @@ import torch
 # Tiny models run fastest on one thread, and a busy machine does not slow them 100x.
 torch.set_num_threads(1)
 
-SHARED_DATA = Path(os.environ.get("ATTNSEQ_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+SHARED_DATA = Path(
+    os.environ.get("ATTNSEQ_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,10 +7,21 @@ def tiny_config(*overrides: str) -> TrainConfig:
     """A config that trains in seconds: small splits, small model, few steps."""
     base = config_to_dict(TrainConfig())
     defaults = [
-        "data.train_size=300", "data.valid_size=20", "data.test_size=20",
-        "model.emb_dim=16", "model.hidden=32", "model.d_model=32", "model.heads=2",
-        "model.enc_layers=1", "model.dec_layers=1", "model.ff_dim=64",
-        "trainer.max_steps=6", "trainer.validate_every=3", "trainer.log_every=2",
-        "trainer.progress=false", "trainer.num_heatmaps=2", "trainer.device=cpu",
+        "data.train_size=300",
+        "data.valid_size=20",
+        "data.test_size=20",
+        "model.emb_dim=16",
+        "model.hidden=32",
+        "model.d_model=32",
+        "model.heads=2",
+        "model.enc_layers=1",
+        "model.dec_layers=1",
+        "model.ff_dim=64",
+        "trainer.max_steps=6",
+        "trainer.validate_every=3",
+        "trainer.log_every=2",
+        "trainer.progress=false",
+        "trainer.num_heatmaps=2",
+        "trainer.device=cpu",
     ]
     return config_from_dict(base, defaults + list(overrides))

@@ -11,9 +11,12 @@ from attnseq.errors import UserError
 
 
 def test_round_trip(tmp_path: Path) -> None:
-    payload = {"model": {"w": torch.arange(6.0).view(2, 3)}, "progress": {"step": 7},
-               "tokenizers": {"src": {"kind": "char", "tokens": ["a", "b"]}},
-               "rng": {"torch": torch.get_rng_state()}}
+    payload = {
+        "model": {"w": torch.arange(6.0).view(2, 3)},
+        "progress": {"step": 7},
+        "tokenizers": {"src": {"kind": "char", "tokens": ["a", "b"]}},
+        "rng": {"torch": torch.get_rng_state()},
+    }
     save_checkpoint(tmp_path / "c.pt", payload)
     loaded = load_checkpoint(tmp_path / "c.pt")
     assert torch.equal(loaded["model"]["w"], payload["model"]["w"])
@@ -64,8 +67,9 @@ class _Payload:
 
 def test_malicious_pickle_is_refused_and_runs_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    torch.save({"format": "attnseq-checkpoint", "version": 1, "x": _Payload(marker)},
-               tmp_path / "evil.pt")
+    torch.save(
+        {"format": "attnseq-checkpoint", "version": 1, "x": _Payload(marker)}, tmp_path / "evil.pt"
+    )
     with pytest.raises(UserError, match="refusing"):
         load_checkpoint(tmp_path / "evil.pt")
     assert not marker.exists()

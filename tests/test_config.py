@@ -27,7 +27,8 @@ def compose_train(overrides: list[str]) -> TrainConfig:
 
 
 @pytest.mark.parametrize(
-    "override", [f"{g}={o}" for g in GROUPS for o in group_options(g)]
+    "override",
+    [f"{g}={o}" for g in GROUPS for o in group_options(g)]
     + [f"experiment={o}" for o in group_options("experiment")],
 )
 def test_every_config_file_composes(override: str) -> None:
@@ -89,8 +90,9 @@ def test_user_experiment_file(tmp_path: Path) -> None:
     from attnseq.hydra_entry import rewrite_config_selector
 
     mine = tmp_path / "mine.yaml"
-    mine.write_text("# @package _global_\ndefaults:\n  - override /data: reverse\n\n"
-                    "optim:\n  lr: 0.005\n")
+    mine.write_text(
+        "# @package _global_\ndefaults:\n  - override /data: reverse\n\noptim:\n  lr: 0.005\n"
+    )
     args = rewrite_config_selector([f"config={mine}"])
     preflight(args)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

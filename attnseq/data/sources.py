@@ -21,8 +21,12 @@ def load_splits(cfg: DataConfig, seed: int) -> dict[str, Pairs]:
         sizes = {"train": cfg.train_size, "valid": cfg.valid_size, "test": cfg.test_size}
         try:
             return make_splits(
-                cfg.name, sizes, seed,
-                min_len=cfg.min_len, max_len=cfg.max_len, vocab_size=cfg.vocab_size,
+                cfg.name,
+                sizes,
+                seed,
+                min_len=cfg.min_len,
+                max_len=cfg.max_len,
+                vocab_size=cfg.vocab_size,
             )
         except ValueError as error:
             raise UserError(f"cannot generate data.name={cfg.name}: {error}") from None

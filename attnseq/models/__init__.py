@@ -5,7 +5,12 @@ from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput
 
 
 def build_model(
-    cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int, eos_id: int
+    cfg: ModelConfig,
+    src_vocab_size: int,
+    tgt_vocab_size: int,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
 ) -> Seq2Seq:
     """Construct the model a config describes (weights freshly initialised)."""
     if cfg.family is ModelFamily.transformer:

@@ -154,7 +154,10 @@ class RNNSeq2Seq(Seq2Seq):
             # tying needs the output layer's input to be emb_dim wide
             self.pre_output = nn.Linear(hidden, out_dim) if out_dim != hidden else nn.Identity()
         self.rnn = RNN_CLASSES[cell](
-            rnn_input, hidden, num_layers=layers, batch_first=True,
+            rnn_input,
+            hidden,
+            num_layers=layers,
+            batch_first=True,
             dropout=dropout if layers > 1 else 0.0,
         )
         self.output = nn.Linear(out_dim, tgt_vocab_size)

@@ -13,8 +13,9 @@ which is all beam search needs.
 """
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from torch import Tensor, nn
 

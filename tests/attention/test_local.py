@@ -67,7 +67,7 @@ def test_local_m_default_positions_and_explicit_positions_agree() -> None:
     default = module(query, keys, values)
     explicit_t = module(query, keys, values, query_positions=torch.arange(5))  # (T,)
     explicit_bt = module(query, keys, values, query_positions=torch.arange(5).expand(2, 5))
-    for a, b, c in zip(default, explicit_t, explicit_bt):
+    for a, b, c in zip(default, explicit_t, explicit_bt, strict=False):
         assert torch.equal(a, b) and torch.equal(a, c)
 
 
@@ -135,7 +135,7 @@ def test_local_m_wide_window_equals_global() -> None:
     mask = padding_mask(torch.tensor([8, 6]), 8)
     local = module(query, keys, values, mask=mask)
     global_ = module.content(query, keys, values, mask=mask)
-    for a, b in zip(local, global_):
+    for a, b in zip(local, global_, strict=False):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-15)
 
 
@@ -275,7 +275,9 @@ def gradcheck_module(module: Attention, query, keys, values, **kwargs) -> None:
     params = [p.detach().clone().requires_grad_(True) for _, p in module.named_parameters()]
 
     def fn(q, k, v, *flat_params):
-        return functional_call(module, dict(zip(names, flat_params)), (q, k, v), kwargs)
+        return functional_call(
+            module, dict(zip(names, flat_params, strict=False)), (q, k, v), kwargs
+        )
 
     tensors = [t.detach().clone().requires_grad_(True) for t in (query, keys, values)]
     assert torch.autograd.gradcheck(fn, (*tensors, *params), eps=1e-6, atol=1e-6)

@@ -122,7 +122,7 @@ def test_batch_source_mask_equals_expanded_three_dim_mask(score: str, window: st
     mask = padding_mask(torch.tensor([5, 3, 2]), 5)  # (B, S)
     two_dim = module(query, keys, values, mask=mask)
     three_dim = module(query, keys, values, mask=mask[:, None, :].expand(-1, 4, -1))  # (B, T, S)
-    for a, b in zip(two_dim, three_dim):
+    for a, b in zip(two_dim, three_dim, strict=False):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 

@@ -1,4 +1,5 @@
-"""Multi-head attention: shapes, fast path == explicit path, masks, fully masked rows, KV caching."""
+"""Multi-head attention: shapes, fast path == explicit path, masks, fully masked rows,
+KV caching."""
 
 import math
 from collections.abc import Iterator

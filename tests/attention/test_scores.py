@@ -150,7 +150,9 @@ def gradcheck_module(module: Attention, query, keys, values, **kwargs) -> None:
     params = [p.detach().clone().requires_grad_(True) for _, p in module.named_parameters()]
 
     def fn(q, k, v, *flat_params):
-        return functional_call(module, dict(zip(names, flat_params)), (q, k, v), kwargs)
+        return functional_call(
+            module, dict(zip(names, flat_params, strict=False)), (q, k, v), kwargs
+        )
 
     tensors = [t.detach().clone().requires_grad_(True) for t in (query, keys, values)]
     assert torch.autograd.gradcheck(fn, (*tensors, *params), eps=1e-6, atol=1e-6)
@@ -176,7 +178,7 @@ def test_pure_and_prepared_keys(score: str, window: str) -> None:
     first = module(query, keys, values, mask=mask)
     second = module(query, keys, values, mask=mask)
     explicit = module(query, keys, values, mask=mask, prepared_keys=module.prepare_keys(keys))
-    for a, b, c in zip(first, second, explicit):
+    for a, b, c in zip(first, second, explicit, strict=False):
         assert torch.equal(a, b)
         assert torch.equal(a, c)
     assert set(vars(module)) | {name for name, _ in module.named_buffers()} == attributes

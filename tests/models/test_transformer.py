@@ -202,7 +202,7 @@ def test_encoder_self_attention_is_permutation_equivariant() -> None:
         torch.testing.assert_close(permuted, out[:, perm], atol=ATOL, rtol=0)
 
 
-# --- incremental decoding ---------------------------------------------------------------------------
+# --- incremental decoding ---------------------------------------------------------------
 
 
 def decode_all(
@@ -211,7 +211,8 @@ def decode_all(
     tokens: torch.Tensor,
     need_weights: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
-    """Feed tokens (B, T) one step at a time; stack logits (B, T, V) and attention (B, L, H, T, S)."""
+    """Feed tokens (B, T) one step at a time; stack logits (B, T, V) and attention
+    (B, L, H, T, S)."""
     logits, attention = [], []
     for t in range(tokens.size(1)):
         step_logits, step_attention, state = model.decode_step(tokens[:, t], state, need_weights)
