@@ -18,6 +18,14 @@ from attnseq.errors import UserError
 # ----------------------------------------------------------------------------------- choices
 class DataSource(Enum):
     generated = "generated"  # built in (attnseq/data/generated.py), no download
+    local = "local"  # files under data.root read through the `datasets` library
+    hub = "hub"  # a Hugging Face hub dataset (needs the network the first time)
+
+
+class FileFormat(Enum):
+    parallel = "parallel"  # PREFIX.SRC_LANG + PREFIX.TGT_LANG, one sentence per line
+    tsv = "tsv"  # src<TAB>tgt per line (columns chosen by src_field/tgt_field as 0/1)
+    jsonl = "jsonl"  # one JSON object per line, fields src_field/tgt_field
 
 
 class TaskType(Enum):
@@ -28,6 +36,12 @@ class TaskType(Enum):
 class TokenizerKind(Enum):
     char = "char"
     word = "word"
+    sentencepiece = "sentencepiece"
+
+
+class SentencePieceModel(Enum):
+    bpe = "bpe"
+    unigram = "unigram"
 
 
 class ModelFamily(Enum):
@@ -95,6 +109,9 @@ class Metric(Enum):
     bleu = "bleu"
     chrf = "chrf"
     exact_match = "exact_match"
+    rouge1 = "rouge1"
+    rouge2 = "rouge2"
+    rouge_l = "rouge_l"
 
     @property
     def higher_is_better(self) -> bool:
@@ -106,16 +123,36 @@ class Metric(Enum):
 class DataConfig:
     """What to train on (configs/data/)."""
 
-    name: str = "dates"  # a generated task: dates | reverse | copy | sort
+    name: str = "dates"  # generated: dates | reverse | copy | sort; otherwise a label
     source: DataSource = DataSource.generated
     task: TaskType = TaskType.translation
     tokenizer: TokenizerKind = TokenizerKind.char
-    train_size: int = 20000  # generated examples per split
+    # --- generated tasks
+    train_size: int = 20000  # examples per split
     valid_size: int = 500
     test_size: int = 500
     min_len: int = 3  # symbol tasks: sequence length range
     max_len: int = 12
     vocab_size: int = 20  # symbol tasks: alphabet size
+    # --- real corpora (source=local or hub)
+    root: str | None = None  # local files resolve against this; None = $ATTNSEQ_DATA or ./data
+    format: FileFormat = FileFormat.parallel
+    splits: dict[str, str] = field(default_factory=dict)  # split -> path prefix / file / hub split
+    src_lang: str = "src"  # parallel files: suffix of the source file (train.de)
+    tgt_lang: str = "tgt"
+    src_field: str = "src"  # jsonl/hub: field names (dotted for nested: translation.de)
+    tgt_field: str = "tgt"
+    hub_name: str | None = None  # e.g. bentrevett/multi30k
+    hub_config: str | None = None
+    max_src_len: int = 256  # tokens; longer sources: truncated (summarization) or dropped
+    max_tgt_len: int = 256  # tokens; longer targets are dropped
+    max_examples: int | None = None  # use only the first N training examples
+    # --- sentencepiece (tokenizer=sentencepiece)
+    spm_vocab_size: int = 8000
+    spm_model_type: SentencePieceModel = SentencePieceModel.bpe
+    spm_character_coverage: float = 1.0
+    spm_joint: bool = True  # one model for source and target
+    # --- batching
     max_tokens: int = 4096  # batch budget in padded tokens (length-bucketed batches)
     max_sentences: int | None = None  # optional cap on sentences per batch
     eval_max_tokens: int = 8192  # batch budget for validation/test decoding
