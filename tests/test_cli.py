@@ -1,0 +1,110 @@
+"""The command line as a user meets it: help texts, clear errors with exit status 2, a real
+`attnseq train` through hydra.main, `attnseq eval` of its checkpoint, and a multirun sweep
+(in subprocesses, as lightning-hydra-template does, so Hydra's global state stays isolated)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnseq.cli import app
+
+TINY = [
+    "data.train_size=200",
+    "data.valid_size=10",
+    "data.test_size=10",
+    "model.hidden=16",
+    "model.emb_dim=8",
+    "trainer.max_steps=4",
+    "trainer.validate_every=2",
+    "trainer.device=cpu",
+    "trainer.threads=1",
+]
+
+
+def attnseq(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attnseq", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_help_lists_commands_with_examples() -> None:
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for word in ["train", "eval", "Examples"]:
+        assert word in result.output
+    result = CliRunner().invoke(app, ["eval", "--help"])
+    assert result.exit_code == 0 and "--split" in result.output
+
+
+def test_eval_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["eval", str(tmp_path / "missing.pt")])
+    assert result.exit_code == 2
+    assert "checkpoint not found" in result.output
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("model.hiden=3", "Did you mean 'model.hidden'"),
+        ("data=nope", "unknown choice data=nope"),
+        ("model.rnn.cell=foo", "expected one of"),
+        ("model.d_model=30", None),
+    ],
+)
+def test_train_typos_exit_2_without_traceback(
+    argument: str, message: str | None, tmp_path: Path
+) -> None:
+    extra = ["model=transformer"] if argument.startswith("model.d_model") else []
+    result = attnseq("train", argument, *extra, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error:")
+    if message:
+        assert message in result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_train_then_eval_reproduces_metrics(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = attnseq("train", *TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "run directory" in result.stdout
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert (run_dir / "train.log").is_file() and (run_dir / ".hydra" / "config.yaml").is_file()
+    result = attnseq(
+        "eval",
+        str(run_dir / "checkpoints" / "best.pt"),
+        "--out",
+        str(tmp_path / "eval"),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    printed = {line.split()[0]: float(line.split()[1]) for line in result.stdout.splitlines()}
+    for key, value in printed.items():
+        assert value == pytest.approx(metrics[key], abs=1e-4), key
+
+
+def test_multirun_sweep_runs_each_job(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    result = attnseq(
+        "train", "-m", "data=reverse,copy", *TINY, f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    for job in ["0", "1"]:
+        assert (sweep_dir / job / "metrics.json").is_file()
+    overrides = (sweep_dir / "1" / ".hydra" / "overrides.yaml").read_text()
+    assert "data=copy" in overrides
+
+
+def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:
+    result = attnseq("train", "--cfg", "job", "model=rnn_luong", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "decoder: luong" in result.stdout

@@ -1,0 +1,81 @@
+"""End to end through the composition root: train a tiny model, then check every artefact the
+issue names (checkpoints, metrics.json, TensorBoard scalars and heatmaps) and that `eval` of the
+best checkpoint reproduces the test metrics."""
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import tiny_config
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from attnseq.checkpoint import load_checkpoint
+from attnseq.tasks import evaluate_checkpoint, run_training
+
+SCALARS = [
+    "train/loss",
+    "train/lr",
+    "train/tokens_per_sec",
+    "valid/loss",
+    "valid/ppl",
+    "valid/bleu",
+    "valid/exact_match",
+]
+
+
+def read_events(run_dir: Path) -> EventAccumulator:
+    events = EventAccumulator(str(run_dir / "tb"), size_guidance={"images": 0, "scalars": 0})
+    events.Reload()
+    return events
+
+
+@pytest.fixture(scope="module", params=["rnn", "transformer"])
+def trained_run(request, tmp_path_factory) -> tuple[Path, dict]:
+    run_dir = tmp_path_factory.mktemp(f"run_{request.param}")
+    overrides = (
+        ["model.family=transformer", "optim.warmup_steps=2"]
+        if request.param == "transformer"
+        else []
+    )
+    metrics = run_training(tiny_config(*overrides), run_dir)
+    return run_dir, metrics
+
+
+def test_run_directory_holds_everything(trained_run) -> None:
+    run_dir, metrics = trained_run
+    for name in ["checkpoints/best.pt", "checkpoints/last.pt", "metrics.json", "hyps/test.txt"]:
+        assert (run_dir / name).is_file(), name
+    stored = json.loads((run_dir / "metrics.json").read_text())
+    for key in ["test/bleu", "test/chrf", "test/exact_match", "test/loss", "test/ppl"]:
+        assert key in stored
+    assert stored == pytest.approx(metrics)
+    assert len((run_dir / "hyps/test.txt").read_text().splitlines()) == 20
+
+
+def test_tensorboard_has_scalars_and_heatmaps_at_several_steps(trained_run) -> None:
+    run_dir, _ = trained_run
+    events = read_events(run_dir)
+    tags = events.Tags()
+    for tag in SCALARS:
+        assert tag in tags["scalars"], tag
+    images = [t for t in tags["images"] if t.startswith("attention/example_0")]
+    assert images
+    steps = [event.step for event in events.Images(images[0])]
+    assert steps == [3, 6]  # one heatmap per validation under one stable tag
+
+
+def test_checkpoint_is_self_contained(trained_run) -> None:
+    run_dir, _ = trained_run
+    payload = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert {"config", "tokenizers", "model", "optimizer", "scheduler", "progress", "rng"} <= set(
+        payload
+    )
+    assert payload["progress"]["step"] == 6
+
+
+def test_eval_reproduces_the_test_metrics(trained_run, tmp_path: Path) -> None:
+    run_dir, metrics = trained_run
+    again = evaluate_checkpoint(run_dir / "checkpoints" / "best.pt", out_dir=tmp_path)
+    for key, value in again.items():
+        assert metrics[key] == pytest.approx(value, abs=1e-6), key
+    assert (tmp_path / "metrics.json").is_file()
