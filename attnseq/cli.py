@@ -3,9 +3,12 @@
 A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2.
 """
 
+import contextlib
+import io
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated
 
 import typer
 
@@ -20,7 +23,9 @@ app = typer.Typer(
         "  attnseq train                                  # default: GRU + Bahdanau on dates\n\n"
         "  attnseq train data=reverse trainer.max_steps=500\n\n"
         "  attnseq train -m data=reverse,copy seed=1,2    # Hydra multirun sweep\n\n"
-        "  attnseq eval outputs/DATE/TIME/checkpoints/best.pt --split test"
+        "  attnseq eval outputs/DATE/TIME/checkpoints/best.pt --split test --beam 5\n\n"
+        "  attnseq translate best.pt < input.txt > output.txt\n\n"
+        "  attnseq average ckpt_a.pt ckpt_b.pt --out averaged.pt"
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -77,28 +82,173 @@ def evaluate(
         Path | None, typer.Option(help="Folder for metrics.json and hyps/ (default: RUN/eval).")
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    beam: Annotated[
+        int | None,
+        typer.Option(help="Beam size (default: the config's trainer.beam; 1 = greedy)."),
+    ] = None,
+    length_penalty: Annotated[
+        float | None,
+        typer.Option(
+            help="GNMT length penalty alpha, lp = ((5+|Y|)/6)^alpha (default: the config's)."
+        ),
+    ] = None,
 ) -> None:
     """Evaluate a checkpoint: loss, perplexity, BLEU, chrF, exact match.
 
     \b
     attnseq eval outputs/2026-11-22/10-00-00/checkpoints/best.pt
     attnseq eval best.pt --split valid --out eval_valid/
+    attnseq eval best.pt --beam 5 --length-penalty 0.6
     """
     from attnseq import tasks
 
+    overrides = list(overrides or [])
+    if beam is not None:
+        overrides.append(f"trainer.beam={beam}")
+    if length_penalty is not None:
+        overrides.append(f"trainer.length_penalty={length_penalty}")
     try:
         metrics = tasks.evaluate_checkpoint(
             checkpoint,
             split=split,
             max_tokens=batch_size,
             out_dir=out,
-            overrides=overrides or [],
+            overrides=overrides,
             device_name=device,
         )
     except UserError as error:
         _fail(error)
     for key, value in sorted(metrics.items()):
         typer.echo(f"{key:>24} {value:.4f}")
+
+
+@app.command()
+def translate(
+    checkpoint: Annotated[
+        Path, typer.Argument(help="A checkpoint written by `attnseq train` or `attnseq average`.")
+    ],
+    beam: Annotated[int, typer.Option(help="Beam size; 1 = greedy decoding.")] = 5,
+    nbest: Annotated[
+        int,
+        typer.Option(
+            help="Hypotheses per input line (<= beam); above 1, n lines per input in Moses "
+            "n-best format: LINE ||| HYPOTHESIS ||| SCORE."
+        ),
+    ] = 1,
+    length_penalty: Annotated[
+        float,
+        typer.Option(
+            help="GNMT length penalty alpha, lp = ((5+|Y|)/6)^alpha; 0 ranks by log-probability, "
+            "larger values favour longer outputs."
+        ),
+    ] = 1.0,
+    min_length: Annotated[int, typer.Option(help="No EOS before this many tokens.")] = 0,
+    no_repeat_ngram: Annotated[
+        int, typer.Option(help="Forbid repeating any n-gram of this size (0 = off).")
+    ] = 0,
+    input_file: Annotated[
+        Path | None, typer.Option("--input", "-i", help="Input text, one source per line.")
+    ] = None,
+    output_file: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Output file, written atomically (default: stdout)."),
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Sentences per batch.")] = 64,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+) -> None:
+    """Translate (or summarize) text with a checkpoint: one output line per input line, in
+    order; empty input lines give empty output lines. Reads stdin and writes stdout by default,
+    streaming in chunks of 1000 lines.
+
+    \b
+    attnseq translate best.pt < input.txt > output.txt
+    echo "the 3rd of March 1998" | attnseq translate best.pt --beam 1
+    attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 --length-penalty 0.6
+    attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
+    """
+    from attnseq.translate import Translator
+
+    try:
+        if input_file is not None and not input_file.is_file():
+            raise UserError(f"input file not found: {input_file}")
+        translator = Translator.from_checkpoint(checkpoint, device)
+        settings = translator.settings(
+            beam=beam,
+            nbest=nbest,
+            length_penalty=length_penalty,
+            min_length=min_length,
+            no_repeat_ngram=no_repeat_ngram,
+        )
+        with _open_input(input_file) as lines:
+            outputs = translator.translate(lines, settings, batch_size)
+            if output_file is None:
+                _write_outputs(outputs, sys.stdout)
+            else:
+                from attnseq.atomic import atomic_write
+
+                atomic_write(output_file, lambda handle: _write_binary(outputs, handle))
+    except UnicodeDecodeError as error:
+        _fail(UserError(f"the input is not UTF-8 text ({error.reason} at byte {error.start})"))
+    except UserError as error:
+        _fail(error)
+
+
+@contextlib.contextmanager
+def _open_input(path: Path | None) -> Iterator[IO[str]]:
+    """The input file (UTF-8) or stdin."""
+    if path is None:
+        yield sys.stdin
+        return
+    with path.open(encoding="utf-8") as handle:
+        yield handle
+
+
+def _write_outputs(outputs: Iterable[str | list[str]], stream: IO[str]) -> None:
+    """Write each output (a line, or a list of n-best lines); UserError if there was none."""
+    count = 0
+    for output in outputs:
+        stream.write(
+            "".join(line + "\n" for line in output) if isinstance(output, list) else output + "\n"
+        )
+        stream.flush()  # a caller reading a pipe sees each line as soon as it is decoded
+        count += 1
+    if count == 0:
+        raise UserError("no input: the input has no lines to translate")
+
+
+def _write_binary(outputs: Iterable[str | list[str]], handle: IO[bytes]) -> None:
+    """`_write_outputs` into a binary file (what atomic_write hands out), as UTF-8."""
+    text = io.TextIOWrapper(handle, encoding="utf-8", newline="\n", write_through=True)
+    try:
+        _write_outputs(outputs, text)
+    finally:
+        text.detach()  # leave the file open: atomic_write flushes, syncs and closes it
+
+
+@app.command()
+def average(
+    checkpoints: Annotated[
+        list[Path], typer.Argument(help="Checkpoints of one model (same config and vocabulary).")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the average.")],
+) -> None:
+    """Average the weights of checkpoints of one model (Vaswani et al. 2017: the last 5-20
+    checkpoints); the result keeps the first one's config and tokenizers, without optimizer
+    state, for eval, translate and visualize-alignment.
+
+    \b
+    attnseq average run/checkpoints/step_*.pt --out run/checkpoints/averaged.pt
+    attnseq average best.pt last.pt -o averaged.pt
+    """
+    from attnseq.averaging import average_checkpoints
+    from attnseq.checkpoint import save_checkpoint
+
+    try:
+        payload = average_checkpoints(checkpoints)
+    except UserError as error:
+        _fail(error)
+    save_checkpoint(out, payload)
+    typer.echo(f"averaged {len(checkpoints)} checkpoints into {out}")
 
 
 def main() -> None:

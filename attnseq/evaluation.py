@@ -6,23 +6,15 @@ three report the same numbers for the same model.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from attnseq.data.batching import TokenBatchSampler, collate
 from attnseq.data.tokenizers import Tokenizer
-from attnseq.decoding import Hypothesis, greedy_decode, max_output_lengths
+from attnseq.decoding import DecodingSettings, Hypothesis, decode  # settings re-exported here
 from attnseq.loss import sequence_loss
 from attnseq.metrics import perplexity, translation_metrics
 from attnseq.models.seq2seq import Seq2Seq
-
-
-@dataclass
-class DecodingSettings:
-    beam: int = 1
-    max_output_ratio: float = 1.5
-    max_output_extra: int = 10
 
 
 class Evaluator:
@@ -80,19 +72,17 @@ class Evaluator:
 
     @torch.no_grad()
     def decode(self, model: Seq2Seq, need_weights: bool = False) -> list[Hypothesis]:
-        """Hypotheses for every example, in the split's original order."""
+        """The best hypothesis for every example, in the split's original order (greedy or
+        beam search, as `self.decoding` says)."""
         model.eval()
         results: list[Hypothesis | None] = [None] * len(self.examples)
         for indices in self.batches:
             batch = self._batch(model, indices)
-            limits = max_output_lengths(
-                batch.src_lengths, self.decoding.max_output_ratio, self.decoding.max_output_extra
+            nbest_lists = decode(
+                model, batch.src, batch.src_lengths, self.decoding, need_weights=need_weights
             )
-            hypotheses = greedy_decode(
-                model, batch.src, batch.src_lengths, limits, need_weights=need_weights
-            )
-            for index, hypothesis in zip(indices, hypotheses, strict=True):
-                results[index] = hypothesis
+            for index, nbest in zip(indices, nbest_lists, strict=True):
+                results[index] = nbest[0]
         return results  # type: ignore[return-value]
 
     def evaluate(self, model: Seq2Seq) -> tuple[dict[str, float], list[str]]:

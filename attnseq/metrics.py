@@ -1,14 +1,24 @@
-"""Corpus metrics: BLEU and chrF through sacrebleu, exact match, and perplexity.
+"""Corpus metrics: BLEU and chrF through sacrebleu, ROUGE through rouge-score, exact match,
+and perplexity; `task_metrics` picks the set a task reports.
 
 Hypotheses and references are detokenized text. sacrebleu's signature is returned with the
 score so every reported BLEU says how it was computed (Post 2018, "A Call for Clarity in
-Reporting BLEU Scores").
+Reporting BLEU Scores"). ROUGE (Lin 2004, "ROUGE: A Package for Automatic Evaluation of
+Summaries") is the F1 of ROUGE-1 (unigram overlap), ROUGE-2 (bigram overlap) and ROUGE-L
+(longest common subsequence, per text; not the sentence-split "Lsum" variant), computed per
+example by Google's rouge-score package with the Porter stemmer and averaged, x100.
+rouge-score's tokenizer lowercases and keeps only [a-z0-9] tokens: it is meant for English.
 """
 
+import functools
 import math
 from collections.abc import Sequence
+from enum import Enum
 
 import sacrebleu
+from rouge_score import rouge_scorer
+
+ROUGE_KEYS = {"rouge1": "rouge1", "rouge2": "rouge2", "rougeL": "rouge_l"}  # package -> ours
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
@@ -44,3 +54,44 @@ def translation_metrics(hypotheses: Sequence[str], references: Sequence[str]) ->
         "chrf": chrf(hypotheses, references),
         "exact_match": exact_match(hypotheses, references),
     }
+
+
+@functools.cache
+def _rouge_scorer() -> rouge_scorer.RougeScorer:
+    # Building the scorer loads the stemmer; one instance serves every call.
+    return rouge_scorer.RougeScorer(list(ROUGE_KEYS), use_stemmer=True)
+
+
+def rouge(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """ROUGE-1/2/L F1 averaged over examples, x100: keys rouge1, rouge2, rouge_l (0 if empty)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    totals = dict.fromkeys(ROUGE_KEYS.values(), 0.0)
+    scorer = _rouge_scorer()
+    for hypothesis, reference in zip(hypotheses, references, strict=True):
+        # score(target, prediction): the reference comes first.
+        scores = scorer.score(reference, hypothesis)
+        for key, name in ROUGE_KEYS.items():
+            totals[name] += scores[key].fmeasure
+    count = max(len(references), 1)
+    return {name: 100.0 * total / count for name, total in totals.items()}
+
+
+def summarization_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """ROUGE-1/2/L and exact match of a summarization output (keys without a split prefix)."""
+    metrics = rouge(hypotheses, references)
+    metrics["exact_match"] = exact_match(hypotheses, references)
+    return metrics
+
+
+def task_metrics(
+    task: str | Enum, hypotheses: Sequence[str], references: Sequence[str]
+) -> dict[str, float]:
+    """The metrics of a task: "translation" -> bleu, chrf, exact_match; "summarization" ->
+    rouge1, rouge2, rouge_l, exact_match. `task` may also be a `TaskType`."""
+    name = task.value if isinstance(task, Enum) else task
+    if name == "translation":
+        return translation_metrics(hypotheses, references)
+    if name == "summarization":
+        return summarization_metrics(hypotheses, references)
+    raise ValueError(f"unknown task {name!r}; valid: translation, summarization")

@@ -52,7 +52,7 @@ def test_overrides_reach_the_dataclasses() -> None:
     ("overrides", "expected"),
     [
         (["model.hiden=3"], "Did you mean 'model.hidden'"),
-        (["data=nope"], "Valid: copy, dates"),
+        (["data=nope"], "copy, dates, dialogsum"),
         (["model.rnn.cell=foo"], "expected one of [gru, lstm]"),
         (["trainer.max_steps=abc"], "trainer.max_steps"),
         (["config=nope"], None),

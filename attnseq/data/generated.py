@@ -9,6 +9,13 @@ Tasks (`TASKS`):
   `vocab_size` symbols ("a".."z", then "a1".."z1", "a2", ...), joined by single spaces, length
   uniform in [min_len, max_len] -> the sequence reversed / unchanged / sorted by the symbol's
   index in the alphabet. Word-level (one symbol = one token).
+- ``toy_translation``: an English-like sentence -> an invented verb-final language with
+  adjectives after nouns and agreement (attnseq/data/toy_translation.py). Word-level.
+
+Gold word alignments (`gold_alignments`), sets of (source word index, target word index):
+``toy_translation`` generates them with the sentences, ``copy`` is the identity {(i, i)} and
+``reverse`` the mirror {(i, n - 1 - i)}; ``sort`` (equal symbols make the links ambiguous) and
+``dates`` (character-level, no word correspondence) have none.
 
 Numeric date convention. A source string must determine its target, so the order of the numeric
 fields is fixed by the format and recognisable from the string alone:
@@ -35,7 +42,9 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Literal
 
-TASKS: tuple[str, ...] = ("dates", "reverse", "copy", "sort")
+from attnseq.data.toy_translation import make_toy_translation, toy_source_space_size
+
+TASKS: tuple[str, ...] = ("dates", "reverse", "copy", "sort", "toy_translation")
 
 Pair = tuple[str, str]
 
@@ -192,7 +201,7 @@ _SYMBOL_TRANSFORMS: dict[str, Callable[[list[int]], list[int]]] = {
 
 
 def tokenizer_kind(task: str) -> Literal["char", "word"]:
-    """The tokenizer a generated task is meant for: "char" for dates, "word" for symbol tasks."""
+    """The tokenizer a generated task is meant for: "char" for dates, "word" for the others."""
     _check_task(task)
     return "char" if task == "dates" else "word"
 
@@ -202,11 +211,14 @@ def source_space_size(
 ) -> int:
     """Number of distinct source strings the task can produce.
 
-    Exact for symbol tasks (sum of vocab_size**L over the lengths). For dates it is the number of
+    Exact for symbol tasks (sum of vocab_size**L over the lengths) and for toy_translation
+    (which ignores the length/vocabulary arguments). For dates it is the number of
     (date, format, case) combinations, an upper bound on distinct strings (some coincide, e.g.
     "May" is its own abbreviation, and numeric formats do not change with case).
     """
     _check_task(task)
+    if task == "toy_translation":
+        return toy_source_space_size()
     if task == "dates":
         n_days = LAST_DATE.toordinal() - FIRST_DATE.toordinal() + 1
         return n_days * len(DATE_FORMATS) * len(DATE_CASES)
@@ -248,7 +260,7 @@ def make_splits(
         task: one of `TASKS`.
         sizes: number of (source, target) pairs per split name.
         seed: the only source of randomness; the same arguments always give the same splits.
-        min_len, max_len, vocab_size: symbol tasks only (ignored for dates).
+        min_len, max_len, vocab_size: symbol tasks only (ignored for dates and toy_translation).
 
     Returns:
         {split name: [(source, target), ...]} with exactly the requested sizes, keys in the
@@ -263,6 +275,8 @@ def make_splits(
     for name, size in sizes.items():
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"size of split {name!r} must be an int >= 0, got {size!r}")
+    if task == "toy_translation":
+        return make_toy_translation(sizes, seed)[0]
     space: int | None = None  # None: too large to ever run out (dates)
     draw: Callable[[random.Random], Pair] = _date_example
     if task != "dates":
@@ -329,3 +343,37 @@ def _draw_unseen(
         taken.add(src)
         pairs.append((src, tgt))
     return pairs
+
+
+def gold_alignments(
+    task: str,
+    sizes: Mapping[str, int],
+    seed: int,
+    *,
+    min_len: int = 3,
+    max_len: int = 12,
+    vocab_size: int = 20,
+) -> dict[str, list[set[tuple[int, int]]]] | None:
+    """Gold word alignments of the splits `make_splits` builds from the same arguments.
+
+    Returns:
+        {split name: [links of each pair, ...]} in the order of `make_splits(...)[split]`, links
+        being sets of (source word index, target word index), all of them sure; or None for tasks
+        without a word correspondence ("dates", character-level) or with an ambiguous one
+        ("sort": equal symbols could align either way). "copy" aligns i with i, "reverse" i with
+        n - 1 - i (the anti-diagonal a trained model's heatmap should show).
+    """
+    _check_task(task)
+    if task == "toy_translation":
+        return make_toy_translation(sizes, seed)[1]
+    if task not in ("copy", "reverse"):
+        return None
+    splits = make_splits(task, sizes, seed, min_len=min_len, max_len=max_len, vocab_size=vocab_size)
+    alignments: dict[str, list[set[tuple[int, int]]]] = {}
+    for name, pairs in splits.items():
+        lengths = [len(src.split(" ")) for src, _ in pairs]
+        if task == "copy":
+            alignments[name] = [{(i, i) for i in range(n)} for n in lengths]
+        else:
+            alignments[name] = [{(i, n - 1 - i) for i in range(n)} for n in lengths]
+    return alignments

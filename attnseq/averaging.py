@@ -1,0 +1,130 @@
+"""Checkpoint averaging: the elementwise mean of the parameters of several checkpoints.
+
+    theta_avg = (1 / n) * sum_i theta_i
+
+Vaswani et al. (2017, section 6.1) evaluate the base transformer as the average of its last 5
+checkpoints (written at 10-minute intervals) and the big one of the last 20; Joey NMT and fairseq
+ship the same tool (`scripts/average_checkpoints.py`). It smooths the noise of the last updates,
+much like Polyak averaging, and usually gains a little BLEU at no training cost.
+
+Only checkpoints of one model can be averaged: the same model configuration, the same
+tokenizers (the same ids), the same parameter names and shapes. The result keeps the first
+checkpoint's config and tokenizers and drops what belongs to one point of a training run
+(optimizer, scheduler, progress, RNG state): it is for `eval`, `translate` and
+`visualize-alignment`, not for resuming training. Save it with
+`attnseq.checkpoint.save_checkpoint`.
+
+Floating-point tensors are summed in float64 and cast back to their dtype; other tensors (integer
+buffers such as counters) cannot be averaged meaningfully and are taken from the first checkpoint.
+Checkpoints are loaded one at a time, so memory holds the running sum and one checkpoint.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnseq.checkpoint import load_checkpoint
+from attnseq.errors import UserError
+
+# what describes one moment of a training run rather than the model itself
+RUN_STATE_KEYS = ("optimizer", "scheduler", "progress", "rng")
+# the checkpoint file's own header, added again by save_checkpoint
+HEADER_KEYS = ("format", "version")
+
+
+def average_checkpoints(paths: Sequence[Path]) -> dict[str, Any]:
+    """Average the model weights of `paths` (all of one model).
+
+    Args:
+        paths: checkpoints written by `attnseq train` (or by this function), at least one.
+
+    Returns:
+        a checkpoint payload: the first checkpoint's config and tokenizers, the averaged
+        "model" state dict, and "averaged_from" (the paths as strings).
+
+    Raises:
+        UserError: no paths, an unreadable checkpoint, or checkpoints of different models
+            (configuration, tokenizers, parameter names or shapes).
+    """
+    if not paths:
+        raise UserError("average needs at least one checkpoint")
+    first_path = Path(paths[0])
+    first = load_checkpoint(first_path)
+    reference: dict[str, Tensor] = first["model"]
+    sums = {
+        name: tensor.to(torch.float64)
+        for name, tensor in reference.items()
+        if tensor.is_floating_point()
+    }
+    for path in paths[1:]:
+        payload = load_checkpoint(path)
+        _check_same_model(first_path, first, Path(path), payload)
+        for name, tensor in payload["model"].items():
+            if name in sums:
+                sums[name] += tensor.to(torch.float64)
+    count = len(paths)
+    averaged = {
+        name: (sums[name] / count).to(tensor.dtype) if name in sums else tensor.clone()
+        for name, tensor in reference.items()
+    }
+    result = {
+        key: value
+        for key, value in first.items()
+        if key not in RUN_STATE_KEYS and key not in HEADER_KEYS
+    }
+    result["model"] = averaged
+    result["averaged_from"] = [str(path) for path in paths]
+    return result
+
+
+def _check_same_model(
+    first_path: Path, first: dict[str, Any], path: Path, payload: dict[str, Any]
+) -> None:
+    """UserError naming the first difference that makes averaging meaningless."""
+    first_model, model = first["model"], payload["model"]
+    missing = sorted(set(first_model) - set(model))
+    extra = sorted(set(model) - set(first_model))
+    if missing or extra:
+        details = []
+        if missing:
+            details.append(f"missing {', '.join(missing[:5])}")
+        if extra:
+            details.append(f"unexpected {', '.join(extra[:5])}")
+        raise UserError(
+            f"cannot average {path} with {first_path}: different parameters "
+            f"({'; '.join(details)}); only checkpoints of one model can be averaged"
+        )
+    for name, tensor in first_model.items():
+        if model[name].shape != tensor.shape:
+            raise UserError(
+                f"cannot average {path} with {first_path}: parameter {name} has shape "
+                f"{tuple(model[name].shape)} there and {tuple(tensor.shape)} here"
+            )
+    first_model_cfg = first.get("config", {}).get("model")
+    model_cfg = payload.get("config", {}).get("model")
+    if first_model_cfg != model_cfg:
+        keys = _differing_keys(first_model_cfg or {}, model_cfg or {}, "model.")
+        raise UserError(
+            f"cannot average {path} with {first_path}: different model configurations "
+            f"({', '.join(keys[:5]) or 'model'})"
+        )
+    if first.get("tokenizers") != payload.get("tokenizers"):
+        raise UserError(
+            f"cannot average {path} with {first_path}: different tokenizers (vocabularies), "
+            "so the same id means different tokens"
+        )
+
+
+def _differing_keys(left: dict[str, Any], right: dict[str, Any], prefix: str) -> list[str]:
+    """Dotted names of the keys whose values differ between two nested dicts."""
+    keys = []
+    for key in sorted(set(left) | set(right)):
+        a, b = left.get(key), right.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys.extend(_differing_keys(a, b, f"{prefix}{key}."))
+        elif a != b:
+            keys.append(f"{prefix}{key}")
+    return keys

@@ -1,0 +1,392 @@
+"""From a `DataConfig` to encoded, length-filtered splits and their tokenizers: `prepare_data`.
+
+Steps, in order:
+
+1. Text pairs of each split (`sources.load_splits`, or pairs the caller gives).
+2. Tokenizers: the given ones, or trained on the training split (char/word through
+   `train_tokenizer`; sentencepiece through `train_sentencepiece`, one joint model for both
+   sides when `data.spm_joint`, otherwise one per side).
+3. Encoding and the length rules (lengths in tokens, without BOS/EOS):
+
+   | split       | empty source or target | source > max_src_len        | target > max_tgt_len |
+   |-------------|------------------------|-----------------------------|----------------------|
+   | train       | dropped                | translation: dropped;       | dropped              |
+   |             |                        | summarization: truncated    |                      |
+   | valid, test | kept                   | truncated                   | ids truncated (loss) |
+
+   Evaluation splits keep every example and its full reference *text* (what metrics compare
+   with), so scores are always over the whole official split; only the ids are cut, which keeps
+   sequences within the model's positions. Every split's counts are logged (logger "attnseq")
+   and returned in `PreparedData.stats`.
+4. A cache: for local and hub data the result (tokenizers included) is saved as Arrow
+   (`datasets.DatasetDict.save_to_disk`) under `cache_root()/prepared/<key>/`, where the key
+   hashes the data files' identity (resolved path, size, modification time; for the hub: name,
+   config and split names), the data settings that change the result, the requested splits and
+   the given tokenizers' state. A second run with the same key memory-maps it instead of
+   reading, training and encoding again. Generated tasks are rebuilt from the seed in well under
+   a second and are not cached.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from attnseq.config import DataConfig, DataSource, TaskType, TokenizerKind
+from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
+from attnseq.data.sources import (
+    EVAL_SPLITS,
+    HOLDOUT_FRACTION,
+    HOLDOUT_SALT,
+    Pairs,
+    cache_root,
+    load_splits,
+    quiet_datasets,
+    split_files,
+)
+from attnseq.data.tokenizers import Tokenizer, tokenizer_from_state, train_tokenizer
+from attnseq.errors import UserError
+
+log = logging.getLogger("attnseq")
+
+Example = tuple[list[int], list[int]]  # (source ids, target ids), no BOS/EOS
+TRAIN = "train"
+PREPARED_VERSION = 1  # bump when the cached layout or the rules above change
+
+# DataConfig fields that change what prepare_data returns for file/hub data. Batching fields and
+# the generated-task fields are left out, so changing them reuses the cache.
+_KEY_FIELDS = (
+    "source",
+    "task",
+    "tokenizer",
+    "format",
+    "splits",
+    "src_lang",
+    "tgt_lang",
+    "src_field",
+    "tgt_field",
+    "hub_name",
+    "hub_config",
+    "max_src_len",
+    "max_tgt_len",
+    "max_examples",
+    "spm_vocab_size",
+    "spm_model_type",
+    "spm_character_coverage",
+    "spm_joint",
+)
+STAT_KEYS = ("total", "kept", "dropped_empty", "dropped_too_long", "truncated")
+
+
+@dataclass
+class TokenizerPair:
+    """The source and the target tokenizer (the same object when one model serves both)."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+
+    def state(self) -> dict[str, Any]:
+        """{"src": state, "tgt": state}: plain values, safe for torch.load(weights_only=True)."""
+        return {"src": self.src.state_dict(), "tgt": self.tgt.state_dict()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "TokenizerPair":
+        src = tokenizer_from_state(state["src"])
+        # A joint model stored twice comes back as one object, as it was trained.
+        tgt = src if state["tgt"] == state["src"] else tokenizer_from_state(state["tgt"])
+        return cls(src, tgt)
+
+
+@dataclass
+class PreparedData:
+    """Everything training and evaluation need from the data.
+
+    pairs: {split: text pairs of the kept examples}, aligned with `examples` (evaluation
+        splits keep every example, so their target texts are the full references).
+    examples: {split: (source ids, target ids)} without BOS/EOS, after the length rules.
+    stats: {split: {"total", "kept", "dropped_empty", "dropped_too_long", "truncated"}}.
+    """
+
+    tokenizers: TokenizerPair
+    pairs: dict[str, Pairs]
+    examples: dict[str, list[Example]]
+    stats: dict[str, dict[str, int]]
+
+
+def prepare_data(
+    cfg: DataConfig,
+    seed: int,
+    *,
+    tokenizers: TokenizerPair | None = None,
+    splits: Sequence[str] | None = None,
+    pairs: dict[str, Pairs] | None = None,
+) -> PreparedData:
+    """Load (or take `pairs`), train tokenizers if none are given, encode and filter.
+
+    Args:
+        cfg: the data settings.
+        seed: seed of generated tasks (real data does not depend on it).
+        tokenizers: use these instead of training (evaluating a checkpoint).
+        splits: only these splits (default: train, valid, test and any other in data.splits).
+        pairs: text pairs to use instead of loading (e.g. `load_pairs_from_path`); needs a
+            "train" entry when no tokenizers are given. Not cached.
+    """
+    wanted = list(splits) if splits is not None else None
+    if pairs is not None:
+        if wanted is not None:
+            missing = [name for name in wanted if name not in pairs]
+            if missing:
+                raise UserError(f"no pairs given for split(s) {', '.join(missing)}")
+        chosen = pairs if wanted is None else {name: pairs[name] for name in wanted}
+        return _build(cfg, chosen, tokenizers, pairs.get(TRAIN))
+
+    key = None if cfg.source is DataSource.generated else _cache_key(cfg, tokenizers, wanted)
+    if key is not None:
+        cached = _load_cached(cache_root() / "prepared" / key)
+        if cached is not None:
+            return cached
+
+    to_load = wanted
+    if tokenizers is None and wanted is not None and TRAIN not in wanted:
+        to_load = [*wanted, TRAIN]  # the tokenizers are trained on train
+    loaded = load_splits(cfg, seed, to_load)
+    chosen = loaded if wanted is None else {name: loaded[name] for name in wanted}
+    data = _build(cfg, chosen, tokenizers, loaded.get(TRAIN))
+    if key is not None:
+        _save_cached(cache_root() / "prepared" / key, data)
+    return data
+
+
+def train_tokenizers(cfg: DataConfig, train_pairs: Pairs) -> TokenizerPair:
+    """Tokenizers of kind `data.tokenizer` trained on the training pairs."""
+    src_texts = [src for src, _ in train_pairs]
+    tgt_texts = [tgt for _, tgt in train_pairs]
+    try:
+        if cfg.tokenizer is TokenizerKind.sentencepiece:
+            options: dict[str, Any] = {
+                "vocab_size": cfg.spm_vocab_size,
+                "model_type": cfg.spm_model_type.value,
+                "character_coverage": cfg.spm_character_coverage,
+            }
+            if cfg.spm_joint:
+                joint = train_sentencepiece(src_texts + tgt_texts, **options)
+                return TokenizerPair(joint, joint)
+            return TokenizerPair(
+                train_sentencepiece(src_texts, **options),
+                train_sentencepiece(tgt_texts, **options),
+            )
+        kind = cfg.tokenizer.value
+        return TokenizerPair(train_tokenizer(kind, src_texts), train_tokenizer(kind, tgt_texts))
+    except ValueError as error:
+        raise UserError(f"cannot train data.tokenizer={cfg.tokenizer.value}: {error}") from None
+
+
+# ------------------------------------------------------------------------------ encoding
+def _build(
+    cfg: DataConfig,
+    pairs: dict[str, Pairs],
+    tokenizers: TokenizerPair | None,
+    train_pairs: Pairs | None,
+) -> PreparedData:
+    if tokenizers is None:
+        if not train_pairs:
+            raise UserError(
+                "no training pairs to train the tokenizers on (the train split is empty)"
+            )
+        tokenizers = train_tokenizers(cfg, train_pairs)
+    data = PreparedData(tokenizers, {}, {}, {})
+    for name, split_pairs in pairs.items():
+        kept, examples, stats = encode_split(name, split_pairs, tokenizers, cfg)
+        data.pairs[name], data.examples[name], data.stats[name] = kept, examples, stats
+        _log_stats(cfg, name, stats)
+    if TRAIN in data.stats and data.stats[TRAIN]["kept"] == 0:
+        raise UserError(
+            f"no training examples left: all {data.stats[TRAIN]['total']} were empty or longer "
+            f"than data.max_src_len={cfg.max_src_len} / data.max_tgt_len={cfg.max_tgt_len}"
+        )
+    return data
+
+
+def encode_split(
+    name: str, pairs: Pairs, tokenizers: TokenizerPair, cfg: DataConfig
+) -> tuple[Pairs, list[Example], dict[str, int]]:
+    """Encode one split and apply the length rules of the module docstring.
+
+    Returns (kept text pairs, their encoded examples, counts).
+    """
+    src_ids = _encode_all(tokenizers.src, [src for src, _ in pairs])
+    tgt_ids = _encode_all(tokenizers.tgt, [tgt for _, tgt in pairs])
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    stats["total"] = len(pairs)
+    training = name == TRAIN
+    summarization = cfg.task is TaskType.summarization
+    kept: Pairs = []
+    examples: list[Example] = []
+    for pair, src, tgt in zip(pairs, src_ids, tgt_ids, strict=True):
+        cut = False
+        if training:
+            if not src or not tgt:
+                stats["dropped_empty"] += 1
+                continue
+            src_too_long = len(src) > cfg.max_src_len
+            if len(tgt) > cfg.max_tgt_len or (src_too_long and not summarization):
+                stats["dropped_too_long"] += 1
+                continue
+            if src_too_long:  # summarization: the lead of a document carries most of it
+                src, cut = src[: cfg.max_src_len], True
+        else:
+            if len(src) > cfg.max_src_len:
+                src, cut = src[: cfg.max_src_len], True
+            if len(tgt) > cfg.max_tgt_len:
+                tgt, cut = tgt[: cfg.max_tgt_len], True  # the reference text stays whole
+        stats["truncated"] += cut
+        kept.append(pair)
+        examples.append((src, tgt))
+    stats["kept"] = len(kept)
+    return kept, examples, stats
+
+
+def _encode_all(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+    if isinstance(tokenizer, SentencePieceTokenizer):
+        return tokenizer.encode_batch(texts)  # one call into the library, threaded
+    return [tokenizer.encode(text) for text in texts]
+
+
+def _log_stats(cfg: DataConfig, name: str, stats: dict[str, int]) -> None:
+    dropped = stats["dropped_empty"] + stats["dropped_too_long"]
+    message = (
+        f"data {cfg.name}/{name}: {stats['total']} pairs, {stats['kept']} kept; dropped "
+        f"{stats['dropped_empty']} empty and {stats['dropped_too_long']} over "
+        f"max_src_len={cfg.max_src_len}/max_tgt_len={cfg.max_tgt_len}; "
+        f"{stats['truncated']} truncated"
+    )
+    # A tenth of a split lost or cut is worth a look at the limits.
+    worrying = stats["total"] and (dropped + stats["truncated"]) * 10 > stats["total"]
+    log.log(logging.WARNING if worrying else logging.INFO, message)
+
+
+# ------------------------------------------------------------------------------ caching
+def _cache_key(cfg: DataConfig, tokenizers: TokenizerPair | None, wanted: list[str] | None) -> str:
+    settings = {
+        name: value.name if isinstance(value, Enum) else value
+        for name, value in ((field, getattr(cfg, field)) for field in _KEY_FIELDS)
+    }
+    if cfg.source is DataSource.local:
+        identity: Any = {
+            split: [
+                [str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns]
+                for path in paths
+            ]
+            for split, paths in split_files(cfg).items()
+        }
+    else:
+        # The hub copy lives in the `datasets` cache, keyed by the library; a dataset changed
+        # upstream needs `rm -r <cache>/prepared` (or a pinned hub_name@revision).
+        identity = {"hub": cfg.hub_name, "config": cfg.hub_config}
+    material = {
+        "version": PREPARED_VERSION,
+        "holdout": [HOLDOUT_SALT, HOLDOUT_FRACTION, list(EVAL_SPLITS)],
+        "settings": settings,
+        "files": identity,
+        "splits": wanted,
+        "tokenizers": None
+        if tokenizers is None
+        else hashlib.sha256(json.dumps(tokenizers.state(), sort_keys=True).encode()).hexdigest(),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _save_cached(folder: Path, data: PreparedData) -> None:
+    """Write the prepared splits as Arrow plus meta.json, atomically (build aside, rename)."""
+    import datasets
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
+    features = datasets.Features(
+        {
+            "src": datasets.Value("string"),
+            "tgt": datasets.Value("string"),
+            "src_ids": datasets.List(datasets.Value("int32")),
+            "tgt_ids": datasets.List(datasets.Value("int32")),
+        }
+    )
+    try:
+        splits = {
+            name: datasets.Dataset.from_dict(
+                {
+                    "src": [src for src, _ in data.pairs[name]],
+                    "tgt": [tgt for _, tgt in data.pairs[name]],
+                    "src_ids": [src for src, _ in data.examples[name]],
+                    "tgt_ids": [tgt for _, tgt in data.examples[name]],
+                },
+                features=features,
+            )
+            for name in data.pairs
+        }
+        with quiet_datasets():
+            datasets.DatasetDict(splits).save_to_disk(str(building / "splits"))
+        meta = {
+            "version": PREPARED_VERSION,
+            "splits": list(data.pairs),
+            "stats": data.stats,
+            "tokenizers": data.tokenizers.state(),
+        }
+        (building / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        try:
+            os.rename(building, folder)
+        except OSError:
+            # Another process (a parallel sweep job) finished the same entry first: keep it.
+            shutil.rmtree(building, ignore_errors=True)
+            return
+        log.info("data: tokenized splits cached in %s", folder)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+
+
+def _load_cached(folder: Path) -> PreparedData | None:
+    """The cached entry, or None when there is none (or it cannot be read: rebuilt then)."""
+    meta_file = folder / "meta.json"
+    if not meta_file.is_file():
+        return None
+    import datasets
+
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        with quiet_datasets():
+            stored = datasets.load_from_disk(str(folder / "splits"))
+        data = PreparedData(TokenizerPair.from_state(meta["tokenizers"]), {}, {}, {})
+        for name in meta["splits"]:
+            table = stored[name].data
+            src, tgt = table.column("src").to_pylist(), table.column("tgt").to_pylist()
+            src_ids = table.column("src_ids").to_pylist()
+            tgt_ids = table.column("tgt_ids").to_pylist()
+            data.pairs[name] = list(zip(src, tgt, strict=True))
+            data.examples[name] = list(zip(src_ids, tgt_ids, strict=True))
+            data.stats[name] = {key: int(value) for key, value in meta["stats"][name].items()}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        log.warning("data: ignoring unreadable cache entry %s (%s)", folder, error)
+        return None
+    log.info("data: tokenized splits loaded from cache %s", folder)
+    for name, stats in data.stats.items():
+        _log_stats_cached(name, stats)
+    return data
+
+
+def _log_stats_cached(name: str, stats: dict[str, int]) -> None:
+    log.info(
+        "data %s (cached): %d pairs, %d kept, %d empty and %d too long dropped, %d truncated",
+        name,
+        stats["total"],
+        stats["kept"],
+        stats["dropped_empty"],
+        stats["dropped_too_long"],
+        stats["truncated"],
+    )

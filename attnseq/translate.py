@@ -1,0 +1,191 @@
+"""Decode raw text with a checkpoint: what `attnseq translate` runs (translation, summarization,
+any seq2seq checkpoint). Needs nothing but the checkpoint: config, tokenizers and weights.
+
+Input and output. One output per input line, in input order. A line that is empty or only
+whitespace gives an empty output without being sent to the model (a model given an empty source
+would still produce something). With nbest > 1 the output of a line is a list of n lines in the
+Moses n-best format
+
+    LINE ||| HYPOTHESIS ||| SCORE
+
+with LINE the 0-based number of the input line and SCORE the length-normalised model score that
+ranks the list (`Hypothesis.normalized_score`; with length_penalty=0 the sum of log-probs),
+best first; an empty input line gives the single entry `LINE |||  ||| 0.0000`.
+
+Streaming. Lines are read `chunk_size` at a time (1000 by default). Each chunk is sorted by
+source length and cut into batches of `batch_size` sentences, so sentences of similar length
+share a batch (little padding); its outputs are put back into input order and yielded before
+the next chunk is read. Memory stays bounded and the first outputs appear early, whatever the
+size of the input.
+
+Sources longer than the `data.max_src_len` the model was trained with are truncated to it, as
+training did for summarization.
+"""
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from attnseq.checkpoint import load_checkpoint
+from attnseq.config import TrainConfig, config_from_dict
+from attnseq.decoding import DecodingSettings, Hypothesis, decode
+from attnseq.errors import UserError
+from attnseq.models.seq2seq import Seq2Seq
+from attnseq.training import resolve_device
+
+if TYPE_CHECKING:  # tasks.py (the composition root) is imported only when a checkpoint loads
+    from attnseq.tasks import Tokenizers
+
+CHUNK_SIZE = 1000
+
+
+class Translator:
+    """A loaded checkpoint, ready to decode text.
+
+    Args:
+        model: the model (moved to `device`, put in eval mode here).
+        tokenizers: `attnseq.tasks.Tokenizers` of the checkpoint.
+        cfg: the checkpoint's config.
+        device: where to decode.
+    """
+
+    def __init__(
+        self, model: Seq2Seq, tokenizers: "Tokenizers", cfg: TrainConfig, device: torch.device
+    ) -> None:
+        self.tokenizers = tokenizers
+        self.cfg = cfg
+        self.device = device
+        self.model = model.to(device).eval()
+
+    @classmethod
+    def from_checkpoint(cls, path: Path, device: str = "auto") -> "Translator":
+        """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint)."""
+        from attnseq.tasks import Tokenizers, model_for  # the composition root builds models
+
+        payload = load_checkpoint(path)
+        cfg = config_from_dict(payload["config"])
+        tokenizers = Tokenizers.from_state(payload["tokenizers"])
+        model = model_for(cfg, tokenizers)
+        model.load_state_dict(payload["model"])
+        return cls(model, tokenizers, cfg, resolve_device(device))
+
+    def settings(self, **changes: object) -> DecodingSettings:
+        """The checkpoint's decoding settings (beam, output length limits) with `changes`
+        applied; changes that are None keep the checkpoint's value."""
+        trainer = self.cfg.trainer
+        base = DecodingSettings(
+            beam=trainer.beam,
+            max_output_ratio=trainer.max_output_ratio,
+            max_output_extra=trainer.max_output_extra,
+        )
+        return replace(base, **{key: value for key, value in changes.items() if value is not None})
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        settings: DecodingSettings,
+        batch_size: int = 64,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> Iterator[str | list[str]]:
+        """Output text for `lines`, one per line, in order (see the module docstring).
+
+        Raises:
+            UserError: invalid settings or batch size.
+        """
+        for number, hypotheses in enumerate(
+            self.hypotheses(lines, settings, batch_size, chunk_size)
+        ):
+            yield self._format(number, hypotheses, settings.nbest)
+
+    def hypotheses(
+        self,
+        lines: Iterable[str],
+        settings: DecodingSettings,
+        batch_size: int = 64,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> Iterator[list[Hypothesis] | None]:
+        """The n-best list of every line, in order; None for a blank line (not decoded).
+
+        Raises:
+            UserError: invalid settings or batch size.
+        """
+        try:
+            settings.check()
+        except ValueError as error:
+            raise UserError(f"invalid decoding settings: {error}") from None
+        if batch_size < 1:
+            raise UserError(f"batch size must be >= 1, got {batch_size}")
+        iterator = iter(lines)
+        while chunk := list(itertools.islice(iterator, chunk_size)):
+            yield from self._decode_chunk(chunk, settings, batch_size)
+
+    def _decode_chunk(
+        self, chunk: list[str], settings: DecodingSettings, batch_size: int
+    ) -> list[list[Hypothesis] | None]:
+        texts = [line.rstrip("\r\n") for line in chunk]
+        limit = self.cfg.data.max_src_len
+        encoded = {
+            number: self.tokenizers.src.encode(text)[:limit]
+            for number, text in enumerate(texts)
+            if text.strip()
+        }
+        results: list[list[Hypothesis] | None] = [None] * len(texts)
+        order = sorted(encoded, key=lambda number: len(encoded[number]))  # by source length
+        for start in range(0, len(order), batch_size):
+            numbers = order[start : start + batch_size]
+            src, src_lengths = self._pad([encoded[number] for number in numbers])
+            nbest_lists = decode(self.model, src, src_lengths, settings)
+            for number, nbest in zip(numbers, nbest_lists, strict=True):
+                results[number] = nbest
+        return results
+
+    def _pad(self, sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded (B, S) ids and (B,) lengths on the device (S >= 1)."""
+        width = max(1, max(len(ids) for ids in sources))
+        pad = self.model.pad_id
+        src = torch.tensor([ids + [pad] * (width - len(ids)) for ids in sources])  # (B, S)
+        lengths = torch.tensor([len(ids) for ids in sources])  # (B,)
+        return src.to(self.device), lengths.to(self.device)
+
+    def _format(
+        self, line_number: int, hypotheses: list[Hypothesis] | None, nbest: int
+    ) -> str | list[str]:
+        if nbest == 1:
+            return "" if hypotheses is None else self._text(hypotheses[0])
+        if hypotheses is None:
+            return [f"{line_number} |||  ||| {0.0:.4f}"]
+        return [
+            f"{line_number} ||| {self._text(hypothesis)} ||| {hypothesis.normalized_score:.4f}"
+            for hypothesis in hypotheses
+        ]
+
+    def _text(self, hypothesis: Hypothesis) -> str:
+        # one output line per input line: a newline inside a hypothesis would break that
+        return self.tokenizers.tgt.decode(hypothesis.tokens).replace("\n", " ")
+
+
+def translate_lines(
+    checkpoint: Path,
+    lines: Iterable[str],
+    settings: DecodingSettings | None = None,
+    batch_size: int = 64,
+    device: str = "auto",
+) -> Iterator[str | list[str]]:
+    """Load `checkpoint` and decode `lines`: one output per line, in input order.
+
+    Args:
+        checkpoint: a checkpoint written by `attnseq train` or `attnseq average`.
+        lines: input text, one source per item (a trailing newline is ignored); read lazily.
+        settings: how to decode; None = the checkpoint's own (trainer.beam, output limits).
+        batch_size: sentences per batch.
+        device: auto, cpu or cuda.
+
+    Yields:
+        a string per line (nbest = 1) or a list of n-best lines in Moses format (nbest > 1).
+    """
+    translator = Translator.from_checkpoint(checkpoint, device)
+    yield from translator.translate(lines, settings or translator.settings(), batch_size)

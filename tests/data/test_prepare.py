@@ -1,0 +1,218 @@
+"""prepare_data: tokenizers, length rules and their counts, token batches, and the Arrow cache."""
+
+import io
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import attnseq.data.prepare as prepare_module
+from attnseq.config import DataConfig, DataSource, FileFormat, TaskType, TokenizerKind
+from attnseq.data.batching import TokenBatchSampler, example_lengths
+from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
+from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from attnseq.data.tokenizers import WordTokenizer
+from attnseq.errors import UserError
+
+N_LINES = 200
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def multi30k(shared_data: Path, tmp_path: Path) -> DataConfig:
+    """A 200-line slice of Multi30k under tmp_path/data, configured like configs/data/multi30k."""
+    root = tmp_path / "data"
+    (root / "multi30k").mkdir(parents=True)
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            with (shared_data / f"multi30k/{split}.{lang}").open(encoding="utf-8") as source:
+                head = [next(source) for _ in range(N_LINES)]
+            (root / f"multi30k/{split}.{lang}").write_text("".join(head), encoding="utf-8")
+    return DataConfig(
+        name="multi30k",
+        source=DataSource.local,
+        format=FileFormat.parallel,
+        root=str(root),
+        splits={
+            "train": "multi30k/train",
+            "valid": "multi30k/val",
+            "test": "multi30k/test_2016_flickr",
+        },
+        src_lang="de",
+        tgt_lang="en",
+        tokenizer=TokenizerKind.sentencepiece,
+        spm_vocab_size=600,
+        max_src_len=100,
+        max_tgt_len=100,
+    )
+
+
+def test_multi30k_slice_end_to_end(cache: Path, multi30k: DataConfig) -> None:
+    data = prepare_data(multi30k, seed=1)
+    assert list(data.examples) == ["train", "valid", "test"]
+    tokenizers = data.tokenizers
+    assert isinstance(tokenizers.src, SentencePieceTokenizer)
+    assert tokenizers.src is tokenizers.tgt  # spm_joint: one model for both sides
+    assert tokenizers.src.vocab_size == 600
+    for name, examples in data.examples.items():
+        assert data.stats[name] == {
+            "total": N_LINES,
+            "kept": N_LINES,
+            "dropped_empty": 0,
+            "dropped_too_long": 0,
+            "truncated": 0,
+        }
+        assert len(data.pairs[name]) == len(examples) == N_LINES
+        for (src, tgt), (src_ids, tgt_ids) in zip(data.pairs[name], examples, strict=True):
+            assert (src_ids, tgt_ids) == (tokenizers.src.encode(src), tokenizers.tgt.encode(tgt))
+            if name == "train":  # every character was seen in training: exact round trip
+                assert tokenizers.src.decode(src_ids) == " ".join(src.split())
+                assert tokenizers.tgt.decode(tgt_ids) == " ".join(tgt.split())
+
+
+def test_token_batches_respect_the_budget(cache: Path, multi30k: DataConfig) -> None:
+    data = prepare_data(multi30k, seed=1, splits=["train"])
+    examples = data.examples["train"]
+    sampler = TokenBatchSampler(example_lengths(examples), max_tokens=300, seed=1)
+    seen: list[int] = []
+    for batch in sampler.batches(0):
+        widths = [max(len(examples[i][0]), len(examples[i][1]) + 1) for i in batch]
+        assert len(batch) * max(widths) <= 300
+        seen.extend(batch)
+    assert sorted(seen) == list(range(len(examples)))
+    assert 0.0 <= sampler.padding_share(0) < 0.5
+
+
+def test_arrow_cache_is_reused(
+    cache: Path, multi30k: DataConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = prepare_data(multi30k, seed=1)
+    entries = list((cache / "prepared").iterdir())
+    assert len(entries) == 1 and (entries[0] / "meta.json").is_file()
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a cache hit must not load, train or encode")
+
+    with monkeypatch.context() as patched:
+        for name in ("load_splits", "train_tokenizers", "encode_split"):
+            patched.setattr(prepare_module, name, fail)
+        second = prepare_data(multi30k, seed=2)  # real data does not depend on the seed
+    assert second.examples == first.examples
+    assert second.pairs == first.pairs and second.stats == first.stats
+    assert second.tokenizers.src == first.tokenizers.src
+    assert second.tokenizers.src is second.tokenizers.tgt
+
+    # A data file that changes (size, modification time) is a different entry.
+    test_en = Path(multi30k.root or "") / "multi30k/test_2016_flickr.en"
+    test_en.write_text(test_en.read_text(encoding="utf-8").replace("A ", "One ", 1), "utf-8")
+    os.utime(test_en, ns=(1, 1))
+    third = prepare_data(multi30k, seed=1)
+    assert third.pairs["test"][0][1].startswith("One ")
+    assert len(list((cache / "prepared").iterdir())) == 2
+
+
+def test_given_tokenizers_and_splits(cache: Path, multi30k: DataConfig) -> None:
+    trained = prepare_data(multi30k, seed=1)
+    buffer = io.BytesIO()
+    torch.save({"tokenizers": trained.tokenizers.state()}, buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)["tokenizers"]
+    tokenizers = TokenizerPair.from_state(state)
+    test_only = prepare_data(multi30k, seed=1, tokenizers=tokenizers, splits=["test"])
+    assert list(test_only.examples) == ["test"]
+    assert test_only.tokenizers is tokenizers
+    assert test_only.examples["test"] == trained.examples["test"]
+
+
+def test_separate_models_when_not_joint(cache: Path, multi30k: DataConfig) -> None:
+    multi30k.spm_joint = False
+    multi30k.spm_vocab_size = 300
+    data = prepare_data(multi30k, seed=1, splits=["valid"])
+    assert data.tokenizers.src != data.tokenizers.tgt
+    assert data.tokenizers.src.pieces("Hund") != data.tokenizers.tgt.pieces("Hund")
+    assert len(list((cache / "spm").glob("*.model"))) == 2
+
+
+def word_config(task: TaskType, **fields: Any) -> DataConfig:
+    return DataConfig(
+        name="toy",
+        source=DataSource.local,
+        task=task,
+        tokenizer=TokenizerKind.word,
+        max_src_len=4,
+        max_tgt_len=3,
+        **fields,
+    )
+
+
+PAIRS = [
+    ("a b", "x y"),  # fine
+    ("", "x"),  # empty source
+    ("a", ""),  # empty target
+    ("a b c d e f", "x"),  # source over 4
+    ("a", "x y z w"),  # target over 3
+]
+
+
+@pytest.mark.parametrize("task", [TaskType.translation, TaskType.summarization])
+def test_length_rules_and_counts(
+    cache: Path, task: TaskType, caplog: pytest.LogCaptureFixture
+) -> None:
+    pairs = {"train": PAIRS, "test": PAIRS}
+    with caplog.at_level(logging.INFO, logger="attnseq"):
+        data = prepare_data(word_config(task), seed=1, pairs=pairs)
+    summarization = task is TaskType.summarization
+    assert data.stats["train"] == {
+        "total": 5,
+        "kept": 2 if summarization else 1,
+        "dropped_empty": 2,
+        "dropped_too_long": 1 if summarization else 2,
+        "truncated": 1 if summarization else 0,
+    }
+    if summarization:  # the long source is cut to max_src_len, its text stays
+        assert data.pairs["train"] == [PAIRS[0], PAIRS[3]]
+        assert data.examples["train"][1][0] == data.tokenizers.src.encode("a b c d")
+    # Evaluation splits keep every example and the full reference text; only ids are cut.
+    assert data.pairs["test"] == PAIRS
+    assert data.stats["test"] == {
+        "total": 5,
+        "kept": 5,
+        "dropped_empty": 0,
+        "dropped_too_long": 0,
+        "truncated": 2,
+    }
+    assert [len(src) for src, _ in data.examples["test"]] == [2, 0, 1, 4, 1]
+    assert [len(tgt) for _, tgt in data.examples["test"]] == [2, 1, 0, 1, 3]
+    assert isinstance(data.tokenizers.src, WordTokenizer)
+    logged = caplog.text
+    assert "toy/train: 5 pairs" in logged and "2 empty" in logged
+    assert not (cache / "prepared").exists()  # given pairs are not cached
+
+
+def test_nothing_left_to_train_on(cache: Path) -> None:
+    cfg = word_config(TaskType.translation)
+    with pytest.raises(UserError, match="no training examples left"):
+        prepare_data(cfg, seed=1, pairs={"train": PAIRS[1:]})
+    with pytest.raises(UserError, match="no pairs given for split"):
+        prepare_data(cfg, seed=1, pairs={"train": PAIRS}, splits=["valid"])
+
+
+def test_generated_tasks_are_not_cached(cache: Path) -> None:
+    cfg = DataConfig(name="reverse", tokenizer=TokenizerKind.word, train_size=50, valid_size=5)
+    cfg.test_size = 5
+    data = prepare_data(cfg, seed=3)
+    assert isinstance(data, PreparedData)
+    assert [len(data.examples[name]) for name in ("train", "valid", "test")] == [50, 5, 5]
+    assert data.stats["train"]["kept"] == 50
+    src, tgt = data.pairs["valid"][0]
+    assert data.tokenizers.tgt.decode(data.examples["valid"][0][1]) == tgt
+    assert tgt.split() == src.split()[::-1]
+    assert not (cache / "prepared").exists()

@@ -1,0 +1,120 @@
+"""SentencePiece tokenizer: ids shared with the other kinds, round trips on real text,
+checkpoint-safe state, and the training cache."""
+
+import io
+from pathlib import Path
+
+import pytest
+import torch
+
+import attnseq.data.sentencepiece_tokenizer as spm_module
+from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
+from attnseq.data.tokenizers import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    tokenizer_from_state,
+    tokenizer_kinds,
+    train_tokenizer,
+)
+
+N_LINES = 200
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "spm"
+
+
+@pytest.fixture
+def multi30k_lines(shared_data: Path) -> dict[str, list[str]]:
+    lines: dict[str, list[str]] = {}
+    for lang in ("de", "en"):
+        with (shared_data / f"multi30k/train.{lang}").open(encoding="utf-8") as source:
+            lines[lang] = [next(source).rstrip("\n") for _ in range(N_LINES)]
+    return lines
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_round_trip_on_real_text(
+    cache: Path, multi30k_lines: dict[str, list[str]], model_type: str
+) -> None:
+    texts = multi30k_lines["de"] + multi30k_lines["en"]
+    tok = train_sentencepiece(texts, vocab_size=500, model_type=model_type)
+    assert tok.vocab_size == 500
+    for text in texts:
+        ids = tok.encode(text)
+        assert ids and min(ids) > EOS_ID  # no specials from text, no BOS/EOS added
+        # SentencePiece restores the spacing itself (runs of spaces collapse to one).
+        assert tok.decode(ids) == " ".join(text.split())
+        assert len(tok.pieces(text)) == len(ids)
+        assert tok.ids_to_pieces(ids) == tok.pieces(text)
+    assert tok.encode_batch(texts[:5]) == [tok.encode(text) for text in texts[:5]]
+
+
+def test_special_ids_match_the_other_tokenizers(cache: Path) -> None:
+    tok = train_sentencepiece(["a small corpus", "of two lines"], vocab_size=40)
+    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
+    assert tok.ids_to_pieces([PAD_ID, UNK_ID, BOS_ID, EOS_ID]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    ids = tok.encode("a small")
+    # decode: drops <s> and <pad>, stops at </s>, writes out-of-range ids as <unk>
+    assert tok.decode([BOS_ID, *ids, EOS_ID, *tok.encode("lines"), PAD_ID]) == "a small"
+    assert tok.decode(torch.tensor([BOS_ID, *ids, PAD_ID])) == "a small"
+    assert tok.decode([*ids, 10_000]) == "a small<unk>"
+    assert tok.ids_to_pieces([10_000]) == ["<unk>"]
+    assert EOS_ID not in tok.encode("text with </s> in it")
+
+
+def test_tiny_corpus_gets_a_smaller_vocabulary(cache: Path) -> None:
+    for model_type in ("bpe", "unigram"):
+        tok = train_sentencepiece(["abc abd", "abe"], vocab_size=8000, model_type=model_type)
+        assert 4 < tok.vocab_size < 8000
+        assert tok.decode(tok.encode("abd abe")) == "abd abe"
+
+
+def test_state_survives_torch_save_and_json(cache: Path, tmp_path: Path) -> None:
+    tok = train_sentencepiece(["ein Hund läuft", "a dog runs"], vocab_size=30)
+    assert "sentencepiece" in tokenizer_kinds()
+    buffer = io.BytesIO()
+    torch.save({"tokenizers": {"src": tok.state_dict()}}, buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)["tokenizers"]["src"]
+    rebuilt = tokenizer_from_state(state)
+    assert isinstance(rebuilt, SentencePieceTokenizer)
+    assert rebuilt == tok and rebuilt.model_proto == tok.model_proto
+    assert rebuilt.encode("ein Hund") == tok.encode("ein Hund")
+    tok.save(tmp_path / "spm.json")
+    assert Tokenizer.load(tmp_path / "spm.json") == tok
+
+
+def test_training_is_cached(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = ["the cat sat on the mat", "the dog sat on the log"]
+    calls: list[int] = []
+    real_train = spm_module._train_model_proto
+
+    def counting(*args: object, **kwargs: object) -> bytes:
+        calls.append(1)
+        return real_train(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spm_module, "_train_model_proto", counting)
+    first = train_sentencepiece(texts, vocab_size=30)
+    assert len(calls) == 1 and len(list(cache.glob("*.model"))) == 1
+    second = train_sentencepiece(texts, vocab_size=30)
+    assert len(calls) == 1 and second == first  # loaded, not trained
+    train_sentencepiece(texts, vocab_size=31)  # other settings: another model
+    train_sentencepiece([*texts, "one more"], vocab_size=30)  # other texts: another model
+    assert len(calls) == 3 and len(list(cache.glob("*.model"))) == 3
+
+
+def test_registered_train_options(cache: Path) -> None:
+    tok = train_tokenizer(
+        "sentencepiece", ["hello world", "hello there"], vocab_size=25, model_type="unigram"
+    )
+    assert isinstance(tok, SentencePieceTokenizer) and tok.vocab_size <= 25
+    with pytest.raises(ValueError, match="unknown sentencepiece options"):
+        train_tokenizer("sentencepiece", ["x"], size=3)
+    with pytest.raises(ValueError, match="model_type"):
+        train_sentencepiece(["x y"], model_type="word")

@@ -1,0 +1,386 @@
+"""Word alignments: gold file parsing, piece -> word pooling, hard links, AER, attention
+statistics, and AER of real (tiny, untrained) and stub models."""
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+
+from attnseq.alignment import (
+    alignment_error_rate,
+    argmax_alignment,
+    attention_statistics,
+    model_alignment_metrics,
+    read_gold,
+    read_naacl,
+    read_pharaoh,
+    threshold_alignment,
+    word_attention,
+    word_ids,
+)
+from attnseq.attention.additive import AdditiveAttention
+from attnseq.data.batching import Example, encode_pairs
+from attnseq.data.generated import gold_alignments, make_splits
+from attnseq.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
+from attnseq.models.rnn import RNNSeq2Seq
+from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
+from attnseq.models.transformer import TransformerSeq2Seq
+
+
+# ------------------------------------------------------------------------------ AER
+def test_aer_precision_recall_by_hand_over_the_corpus() -> None:
+    hyp = [{(0, 0), (1, 2), (2, 2)}, {(0, 1), (1, 0)}]
+    sure = [{(0, 0), (1, 1)}, {(0, 1)}]
+    possible = [{(0, 0), (1, 1), (1, 2)}, {(0, 1), (1, 0)}]
+    # sentence 1: |A| = 3, |S| = 2, A∩S = {(0,0)} -> 1, A∩P = {(0,0), (1,2)} -> 2
+    # sentence 2: |A| = 2, |S| = 1, A∩S = {(0,1)} -> 1, A∩P = {(0,1), (1,0)} -> 2
+    # corpus:     |A| = 5, |S| = 3, |A∩S| = 2, |A∩P| = 4
+    # precision = 4/5, recall = 2/3, AER = 1 - (2 + 4) / (5 + 3) = 0.25
+    # (the mean of sentence AERs would be (1 - 3/5 + 1 - 3/3) / 2 = 0.2: not what is asked)
+    scores = alignment_error_rate(hyp, sure, possible)
+    assert scores["precision"] == pytest.approx(0.8)
+    assert scores["recall"] == pytest.approx(2 / 3)
+    assert scores["aer"] == pytest.approx(0.25)
+    assert (scores["hyp"], scores["sure"], scores["possible"]) == (5, 3, 5)
+    assert (scores["hyp_and_sure"], scores["hyp_and_possible"]) == (2, 4)
+
+
+def test_aer_possible_links_cost_nothing_and_sure_is_always_possible() -> None:
+    sure = [{(0, 0)}]
+    possible = [{(0, 0), (0, 1), (1, 1)}]
+    # A = P: |A| = 3, |S| = 1, |A∩S| = 1, |A∩P| = 3 -> AER = 1 - (1 + 3) / (3 + 1) = 0,
+    # precision = 3/3, recall = 1/1
+    scores = alignment_error_rate(possible, sure, possible)
+    assert (scores["aer"], scores["precision"], scores["recall"]) == (0.0, 1.0, 1.0)
+    # A = {(0,0), (1,0)}, P given without its sure link: P is read as {(1,0)} ∪ S.
+    # |A| = 2, |S| = 1, |A∩S| = 1, |A∩P| = 2 -> AER = 1 - 3/3 = 0
+    scores = alignment_error_rate([{(0, 0), (1, 0)}], sure, [{(1, 0)}])
+    assert scores["aer"] == 0.0 and scores["possible"] == 2
+    # One wrong link and no possible list (P = S): |A| = 2, |S| = 1, |A∩S| = |A∩P| = 1
+    # -> AER = 1 - 2/3, precision 1/2, recall 1
+    scores = alignment_error_rate([{(0, 0), (1, 1)}], sure)
+    assert scores["aer"] == pytest.approx(1 / 3)
+    assert scores["precision"] == 0.5 and scores["recall"] == 1.0
+
+
+def test_aer_edge_cases() -> None:
+    # nothing hypothesised: AER = 1 - 0/|S| = 1, recall 0, precision vacuously 1
+    scores = alignment_error_rate([set()], [{(0, 0)}])
+    assert (scores["aer"], scores["precision"], scores["recall"]) == (1.0, 1.0, 0.0)
+    assert alignment_error_rate([], [], [])["aer"] == 0.0
+    with pytest.raises(ValueError, match="one of each per sentence"):
+        alignment_error_rate([set()], [set(), set()])
+
+
+# ------------------------------------------------------------------------- gold files
+def test_read_pharaoh_sure_and_possible_links() -> None:
+    sure, possible = read_pharaoh(["0-0 1?2 2-1", "", "3-1 3?1 0?0\n"])
+    assert sure == [{(0, 0), (2, 1)}, set(), {(3, 1)}]
+    assert possible == [{(0, 0), (1, 2), (2, 1)}, set(), {(3, 1), (0, 0)}]
+    with pytest.raises(ValueError, match="line 2: cannot parse link '1:2'"):
+        read_pharaoh(["0-0", "1:2"])
+    with pytest.raises(ValueError, match="'-1-0'"):
+        read_pharaoh(["-1-0"])
+
+
+def test_read_gold_combines_sure_and_possible_files(tmp_path: Path) -> None:
+    (tmp_path / "s").write_text("0-0\n1-1 2?2\n", encoding="utf-8")
+    (tmp_path / "p").write_text("0-0 0-1\n1-2\n", encoding="utf-8")
+    sure, possible = read_gold(tmp_path / "s", str(tmp_path / "p"))
+    assert sure == [{(0, 0)}, {(1, 1)}]
+    # union: the sure (1,1) and the sure-file's possible (2,2) stay possible
+    assert possible == [{(0, 0), (0, 1)}, {(1, 1), (2, 2), (1, 2)}]
+    assert read_gold(tmp_path / "s") == read_pharaoh(tmp_path / "s")
+    with pytest.raises(ValueError, match="2 sentences but the possible file has 1"):
+        read_gold(tmp_path / "s", ["0-0"])
+
+
+def test_read_naacl() -> None:
+    lines = ["1 1 1 S", "1 2 3 P", "3 2 1", "3 0 4 P", "3 1 2 S 0.8"]
+    sure, possible = read_naacl(lines, n_sentences=4)
+    assert sure == [{(0, 0)}, set(), {(1, 0), (0, 1)}, set()]  # NULL link (0 4) skipped
+    assert possible == [{(0, 0), (1, 2)}, set(), {(1, 0), (0, 1)}, set()]
+    assert len(read_naacl(lines)[0]) == 3
+    with pytest.raises(ValueError, match="S|P"):
+        read_naacl(["1 1 1 X"])
+
+
+def test_real_wpt03_gold(shared_data: Path) -> None:
+    folder = shared_data / "alignments" / "wpt03_enfr"
+    sure, possible = read_gold(folder / "test.sure.pharaoh", folder / "test.possible.pharaoh")
+    assert len(sure) == len(possible) == 447
+    assert sum(map(len, sure)) == 4038
+    assert sum(map(len, possible)) == 4038 + 13400  # README: 4,038 S and 13,400 P links
+    assert all(s <= p for s, p in zip(sure, possible, strict=True))
+    # the sure file alone reads as sure == possible; the NAACL file holds the same links
+    assert read_pharaoh(folder / "test.sure.pharaoh") == (sure, sure)
+    assert read_naacl(folder / "test.wa.nonullalign", n_sentences=447) == (sure, possible)
+    # i = English index, j = French index: every link fits the sentence lengths
+    english = (folder / "test.en").read_text(encoding="utf-8").splitlines()
+    french = (folder / "test.fr").read_text(encoding="utf-8").splitlines()
+    for links, en, fr in zip(possible, english, french, strict=True):
+        n_en, n_fr = len(en.split()), len(fr.split())
+        assert all(i < n_en and j < n_fr for i, j in links)
+
+
+# -------------------------------------------------------------------- pieces -> words
+def test_word_ids_for_the_three_kinds() -> None:
+    assert word_ids(["the", "dog", "."], "word") == [0, 1, 2]
+    # spaces (also repeated, leading, trailing) belong to no word
+    assert word_ids(list(" ab  c "), "char") == [-1, 0, 0, -1, -1, 1, -1]
+    assert word_ids(list("a b"), "char") == [0, -1, 1]
+    pieces = ["▁the", "▁un", "believ", "able", "▁cat", ","]
+    assert word_ids(pieces, "sentencepiece") == [0, 1, 1, 1, 2, 2]
+    # a first piece without "▁" still starts word 0; a lone "▁" starts the word it precedes
+    assert word_ids(["un", "▁x"], "sentencepiece") == [0, 1]
+    assert word_ids(["▁", "Ö", "▁x"], "sentencepiece") == [0, 0, 1]
+    assert word_ids([], "char") == []
+    with pytest.raises(ValueError, match="word, char, sentencepiece"):
+        word_ids(["a"], "bpe")
+
+
+def hand_weights() -> Tensor:
+    """4 rows (3 target pieces + EOS) x 5 columns (4 source pieces + 1 padding column)."""
+    return torch.tensor(
+        [
+            [0.1, 0.2, 0.3, 0.4, 0.0],
+            [0.5, 0.1, 0.1, 0.3, 0.0],
+            [0.0, 0.6, 0.2, 0.0, 0.2],
+            [1.0, 0.0, 0.0, 0.0, 0.0],  # EOS row: dropped
+        ],
+        dtype=torch.float64,
+    )
+
+
+def test_word_attention_sums_source_pieces_and_averages_target_pieces() -> None:
+    src_ids = [0, 1, 1, -1]  # word 0 = column 0, word 1 = columns 1+2, column 3 a space
+    tgt_ids = [0, 0, 1]  # word 0 = rows 0 and 1, word 1 = row 2
+    # columns: row0 -> [0.1, 0.2+0.3] = [0.1, 0.5], row1 -> [0.5, 0.2], row2 -> [0.0, 0.8]
+    # rows: word 0 = mean(row0, row1) = [0.3, 0.35], word 1 = row2 = [0.0, 0.8]
+    expected = torch.tensor([[0.3, 0.35], [0.0, 0.8]], dtype=torch.float64)
+    pooled = word_attention(hand_weights(), src_ids, tgt_ids)
+    torch.testing.assert_close(pooled, expected)
+    # numpy in, leading dims (e.g. layers x heads) kept
+    stacked = np.stack([hand_weights().numpy(), 2 * hand_weights().numpy()])  # (2, T, S)
+    torch.testing.assert_close(
+        word_attention(stacked, src_ids, tgt_ids), torch.stack([expected, 2 * expected])
+    )
+    assert word_attention(hand_weights(), [], tgt_ids).shape == (2, 0)
+    with pytest.raises(ValueError, match="6 word ids for only 5"):
+        word_attention(hand_weights(), [0] * 6, tgt_ids)
+
+
+def test_argmax_and_threshold_alignments() -> None:
+    pooled = word_attention(hand_weights(), [0, 1, 1, -1], [0, 0, 1])  # [[.3, .35], [0, .8]]
+    assert argmax_alignment(pooled) == {(1, 0), (1, 1)}  # (source word, target word)
+    assert argmax_alignment(pooled, src_first=False) == {(0, 1), (1, 1)}
+    assert threshold_alignment(pooled, 0.32) == {(1, 0), (1, 1)}
+    assert threshold_alignment(pooled, 0.25) == {(0, 0), (1, 0), (1, 1)}
+    assert threshold_alignment(pooled, 0.25, src_first=False) == {(0, 0), (0, 1), (1, 1)}
+    assert threshold_alignment(torch.tensor([[0.5, 0.25]]), 0.25) == {(0, 0)}  # strictly greater
+    # ties go to the first source word; a row without mass gets no link
+    assert argmax_alignment(np.array([[0.0, 0.0], [0.5, 0.5]])) == {(0, 1)}
+    assert argmax_alignment(torch.zeros(3, 0)) == set()
+    with pytest.raises(ValueError, match="T_words, S_words"):
+        argmax_alignment(torch.zeros(2, 2, 2))
+
+
+# ------------------------------------------------------------------------- statistics
+def test_attention_statistics_one_hot_and_uniform_rows() -> None:
+    one_hot = torch.tensor([[[0.0, 1.0, 0.0, 0.0]]])  # (B=1, T=1, S=4)
+    assert attention_statistics(one_hot) == {"entropy": 0.0, "argmax_weight": 1.0}
+    uniform = torch.full((1, 1, 4), 0.25)
+    stats = attention_statistics(uniform)
+    assert stats["entropy"] == pytest.approx(math.log(4))
+    assert stats["argmax_weight"] == pytest.approx(0.25)
+    # a row over 3 real columns (the 4th is padding), and a padded target row left out
+    weights = torch.tensor([[[1 / 3, 1 / 3, 1 / 3, 0.0], [0.1, 0.2, 0.3, 0.4]]])  # (1, 2, 4)
+    src_mask = torch.tensor([[True, True, True, False]])
+    tgt_mask = torch.tensor([[True, False]])
+    mask = tgt_mask[:, :, None] & src_mask[:, None, :]  # (1, 2, 4)
+    stats = attention_statistics(weights, mask)
+    assert stats["entropy"] == pytest.approx(math.log(3))
+    assert stats["argmax_weight"] == pytest.approx(1 / 3)
+    # a (B, T, S) mask serves (B, L, H, T, S) weights; the mean runs over layers and heads
+    five_d = torch.stack([weights, torch.cat([one_hot, one_hot], dim=1)], dim=1)[:, :, None]
+    stats = attention_statistics(five_d, mask)  # rows: uniform over 3, one-hot
+    assert stats["entropy"] == pytest.approx(math.log(3) / 2)
+    assert stats["argmax_weight"] == pytest.approx((1 / 3 + 1) / 2)
+    assert attention_statistics(weights, torch.zeros_like(mask))["entropy"] == 0.0
+
+
+# ----------------------------------------------------------------------------- models
+class StubModel(Seq2Seq):
+    """Attention fixed by source position: row t puts all its weight on one column, t
+    ("diagonal"), length - 1 - t ("anti") or 0 ("first").
+
+    `heads` is None for RNN-shaped (B, T, S) weights, else a (L, H) grid of patterns for
+    (B, L, H, T, S) weights. The EOS row and padding rows attend uniformly.
+    """
+
+    def __init__(self, heads: list[list[str]] | None = None, pattern: str = "anti") -> None:
+        super().__init__(PAD_ID, BOS_ID, EOS_ID)
+        self.heads = heads
+        self.pattern = pattern
+
+    @staticmethod
+    def _weights(pattern: str, src_lengths: Tensor, T: int, S: int) -> Tensor:
+        weights = torch.full((len(src_lengths), T, S), 1.0 / S)
+        for b, length in enumerate(src_lengths.tolist()):
+            for t in range(min(T, length)):
+                weights[b, t] = 0.0
+                column = {"anti": length - 1 - t, "diagonal": t, "first": 0}[pattern]
+                weights[b, t, column] = 1.0
+        return weights  # (B, T, S)
+
+    def forward(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
+    ) -> Seq2SeqOutput:
+        B, T = tgt_in.shape
+        S = src.size(1)
+        if self.heads is None:
+            attention = self._weights(self.pattern, src_lengths, T, S)
+        else:
+            attention = torch.stack(
+                [
+                    torch.stack([self._weights(p, src_lengths, T, S) for p in layer], dim=1)
+                    for layer in self.heads
+                ],
+                dim=1,
+            )  # (B, L, H, T, S)
+        return Seq2SeqOutput(logits=torch.zeros(B, T, 8), attention=attention)
+
+    def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
+        return {"src_lengths": src_lengths}
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None, DecoderState]:
+        return torch.zeros(prev_tokens.size(0), 8), None, state
+
+
+Encoded = tuple[
+    list[Example],
+    list[list[str]],
+    list[list[str]],
+    list[set[tuple[int, int]]],
+    Tokenizer,
+    Tokenizer,
+]
+
+
+def encoded(task: str, kind: str, size: int = 12) -> Encoded:
+    """Examples, pieces, gold links and tokenizers of a generated task's valid split."""
+    sizes = {"valid": size}
+    pairs = make_splits(task, sizes, seed=0, min_len=3, max_len=7, vocab_size=10)["valid"]
+    gold = gold_alignments(task, sizes, seed=0, min_len=3, max_len=7, vocab_size=10)
+    assert gold is not None
+    src_tok = train_tokenizer(kind, [src for src, _ in pairs])
+    tgt_tok = train_tokenizer(kind, [tgt for _, tgt in pairs])
+    examples = encode_pairs(pairs, src_tok, tgt_tok)
+    src_pieces = [src_tok.pieces(src) for src, _ in pairs]
+    tgt_pieces = [tgt_tok.pieces(tgt) for _, tgt in pairs]
+    return examples, src_pieces, tgt_pieces, gold["valid"], src_tok, tgt_tok
+
+
+def test_oracle_attention_scores_zero_aer() -> None:
+    # reverse task, word level: an anti-diagonal model is exactly the gold alignment.
+    examples, src_p, tgt_p, gold, _, _ = encoded("reverse", "word")
+    args: dict[str, Any] = {"src_kind": "word", "tgt_kind": "word", "batch_size": 5}
+    metrics = model_alignment_metrics(
+        StubModel(pattern="anti"), examples, src_p, tgt_p, gold, **args
+    )
+    assert metrics == {"aer": 0.0, "precision": 1.0, "recall": 1.0}
+    # the diagonal is wrong except at the middle word of odd-length sentences
+    metrics = model_alignment_metrics(
+        StubModel(pattern="diagonal"), examples, src_p, tgt_p, gold, **args
+    )
+    assert metrics["aer"] > 0.6
+    # link order: attending to source word 0 everywhere gives (0, t) links, i.e. (t, 0) when
+    # src_first=False; each order only matches the gold written in that order.
+    n_tgt = [len(pieces) for pieces in tgt_p]
+    src_first_gold = [{(0, t) for t in range(n)} for n in n_tgt]
+    tgt_first_gold = [{(t, 0) for t in range(n)} for n in n_tgt]
+    first = StubModel(pattern="first")
+    for gold_links, src_first in ((src_first_gold, True), (tgt_first_gold, False)):
+        metrics = model_alignment_metrics(
+            first, examples, src_p, tgt_p, gold_links, src_first=src_first, **args
+        )
+        assert metrics["aer"] == 0.0
+    metrics = model_alignment_metrics(first, examples, src_p, tgt_p, tgt_first_gold, **args)
+    assert metrics["aer"] > 0.6
+
+
+def test_char_pieces_pool_to_words() -> None:
+    # copy task at character level: the diagonal over characters is the identity over words,
+    # spaces (word id -1) drop out.
+    examples, src_p, tgt_p, gold, _, _ = encoded("copy", "char")
+    assert " " in src_p[0]
+    metrics = model_alignment_metrics(
+        StubModel(pattern="diagonal"), examples, src_p, tgt_p, gold, src_kind="char",
+        tgt_kind="char", batch_size=4,
+    )  # fmt: skip
+    assert metrics["aer"] == 0.0
+
+
+def test_transformer_shaped_attention_overall_is_last_layer_head_mean() -> None:
+    examples, src_p, tgt_p, gold, _, _ = encoded("reverse", "word")
+    model = StubModel(heads=[["diagonal", "diagonal"], ["anti", "anti"]])
+    metrics = model_alignment_metrics(
+        model, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word"
+    )
+    assert list(metrics) == [
+        "aer", "precision", "recall",
+        "aer/layer1/head1", "aer/layer1/head2", "aer/layer1/mean",
+        "aer/layer2/head1", "aer/layer2/head2", "aer/layer2/mean",
+    ]  # fmt: skip
+    assert metrics["aer"] == metrics["aer/layer2/mean"] == metrics["aer/layer2/head1"] == 0.0
+    assert metrics["aer/layer1/mean"] == metrics["aer/layer1/head1"] > 0.6
+
+
+def test_gold_outside_the_words_is_a_clear_error() -> None:
+    examples, src_p, tgt_p, gold, _, _ = encoded("reverse", "word", size=2)
+    bad = [gold[0] | {(50, 0)}, gold[1]]
+    with pytest.raises(ValueError, match=r"link \(50, 0\) of example 0 is outside"):
+        model_alignment_metrics(
+            StubModel(), examples, src_p, tgt_p, bad, src_kind="word", tgt_kind="word"
+        )
+    with pytest.raises(ValueError, match="2 examples but 1 tgt_pieces"):
+        model_alignment_metrics(
+            StubModel(), examples, src_p, tgt_p[:1], gold, src_kind="word", tgt_kind="word"
+        )
+
+
+def test_tiny_untrained_rnn_and_transformer() -> None:
+    torch.manual_seed(0)
+    examples, src_p, tgt_p, gold, src_tok, tgt_tok = encoded("toy_translation", "word", size=8)
+    V_src, V_tgt = src_tok.vocab_size, tgt_tok.vocab_size
+    rnn = RNNSeq2Seq(
+        V_src, V_tgt, PAD_ID, BOS_ID, EOS_ID,
+        attention=AdditiveAttention(16, 16, 8), emb_dim=8, enc_hidden=8, hidden=16,
+    )  # fmt: skip
+    rnn.train()
+    metrics = model_alignment_metrics(
+        rnn, examples, src_p, tgt_p, gold, gold, src_kind="word", tgt_kind="word", batch_size=3
+    )
+    assert set(metrics) == {"aer", "precision", "recall"}
+    assert all(0.0 <= value <= 1.0 for value in metrics.values())
+    assert rnn.training  # mode restored
+
+    transformer = TransformerSeq2Seq(
+        V_src, V_tgt, PAD_ID, BOS_ID, EOS_ID,
+        d_model=16, heads=2, enc_layers=1, dec_layers=3, ff_dim=32,
+    )  # fmt: skip
+    metrics = model_alignment_metrics(
+        transformer, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word", batch_size=3
+    )
+    expected = {"aer", "precision", "recall"}
+    for layer in (1, 2, 3):
+        expected |= {f"aer/layer{layer}/head1", f"aer/layer{layer}/head2", f"aer/layer{layer}/mean"}
+    assert set(metrics) == expected
+    assert metrics["aer"] == metrics["aer/layer3/mean"]
+    assert all(0.0 <= value <= 1.0 for value in metrics.values())

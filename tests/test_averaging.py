@@ -1,0 +1,104 @@
+"""Checkpoint averaging: copies average to the same model, two models to their mean, models that
+do not match are refused; `attnseq average` writes a checkpoint that loads."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers import tiny_config
+from typer.testing import CliRunner
+
+from attnseq.averaging import average_checkpoints
+from attnseq.checkpoint import load_checkpoint, save_checkpoint
+from attnseq.cli import app
+from attnseq.config import config_to_dict
+from attnseq.data.tokenizers import train_tokenizer
+from attnseq.errors import UserError
+from attnseq.tasks import Tokenizers, model_for
+
+TEXTS = ["March 3, 1998", "1998-03-03", "12/05/2001"]
+
+
+def write_checkpoint(path: Path, seed: int, *overrides: str) -> dict[str, Any]:
+    """A checkpoint as training writes it (random weights from `seed`)."""
+    cfg = tiny_config(*overrides)
+    char = train_tokenizer("char", TEXTS)
+    tokenizers = Tokenizers(char, char)
+    torch.manual_seed(seed)
+    model = model_for(cfg, tokenizers)
+    optimizer = torch.optim.Adam(model.parameters())
+    payload = {
+        "config": config_to_dict(cfg),
+        "tokenizers": tokenizers.state(),
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": {},
+        "progress": {"step": seed},
+        "rng": {"torch": torch.get_rng_state()},
+    }
+    save_checkpoint(path, payload)
+    return payload
+
+
+def test_average_of_copies_is_the_same_model(tmp_path: Path) -> None:
+    original = write_checkpoint(tmp_path / "a.pt", seed=1)
+    averaged = average_checkpoints([tmp_path / "a.pt", tmp_path / "a.pt"])
+    assert averaged["model"].keys() == original["model"].keys()
+    for name, tensor in original["model"].items():
+        assert torch.equal(averaged["model"][name], tensor), name
+        assert averaged["model"][name].dtype == tensor.dtype
+    assert averaged["config"] == original["config"]
+    assert averaged["tokenizers"] == original["tokenizers"]
+    assert not {"optimizer", "scheduler", "progress", "rng"} & averaged.keys()
+
+
+def test_average_of_two_models_is_their_mean(tmp_path: Path) -> None:
+    first = write_checkpoint(tmp_path / "a.pt", seed=1)
+    second = write_checkpoint(tmp_path / "b.pt", seed=2)
+    averaged = average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+    for name, tensor in first["model"].items():
+        expected = (tensor.double() + second["model"][name].double()) / 2
+        torch.testing.assert_close(averaged["model"][name], expected.float())
+    assert averaged["averaged_from"] == [str(tmp_path / "a.pt"), str(tmp_path / "b.pt")]
+    # the average is a working model
+    model = model_for(tiny_config(), Tokenizers.from_state(averaged["tokenizers"]))
+    model.load_state_dict(averaged["model"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.hidden=64"], "shape"),  # same names, other shapes
+        (["model.family=transformer"], "different parameters"),
+        (["model.dropout=0.3"], "different model configurations (model.dropout)"),
+    ],
+)
+def test_mismatched_checkpoints_are_refused(
+    tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    write_checkpoint(tmp_path / "a.pt", 1)
+    write_checkpoint(tmp_path / "b.pt", 2, *overrides)
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+def test_cli_average(tmp_path: Path) -> None:
+    runner = CliRunner()
+    write_checkpoint(tmp_path / "a.pt", 1)
+    write_checkpoint(tmp_path / "b.pt", 2)
+    out = tmp_path / "avg" / "averaged.pt"
+    result = runner.invoke(
+        app, ["average", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    loaded = load_checkpoint(out)
+    expected = average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+    for name, tensor in expected["model"].items():
+        assert torch.equal(loaded["model"][name], tensor)
+
+    missing = runner.invoke(
+        app, ["average", str(tmp_path / "a.pt"), str(tmp_path / "c.pt"), "-o", str(out)]
+    )
+    assert missing.exit_code == 2
+    assert "checkpoint not found" in missing.stderr

@@ -1,0 +1,327 @@
+"""Greedy decoding and batched beam search: equivalences (beam 1 = greedy, batch 1 = batch 32),
+exact search on a hand-set model, length penalty, n-best, constraints, attention along the
+back-pointers, and beam 5 against greedy on a trained reverse model."""
+
+import itertools
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import tiny_config
+from torch import Tensor
+
+from attnseq.checkpoint import load_checkpoint
+from attnseq.data.sources import load_splits
+from attnseq.decoding import (
+    DecodingSettings,
+    Hypothesis,
+    beam_search,
+    decode,
+    greedy_decode,
+    max_output_lengths,
+)
+from attnseq.models import build_model
+from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+VOCAB = 14
+FAMILIES = {
+    "bahdanau": ("model.family=rnn", "model.decoder=bahdanau"),
+    "luong": ("model.family=rnn", "model.decoder=luong", "model.attention.score=general"),
+    "transformer": ("model.family=transformer",),
+}
+
+
+def make_model(family: str, seed: int = 0) -> Seq2Seq:
+    """An untrained tiny model of one family, in eval mode (deterministic)."""
+    torch.manual_seed(seed)
+    cfg = tiny_config(*FAMILIES[family], "model.dropout=0.0")
+    return build_model(cfg.model, VOCAB, VOCAB, PAD, BOS, EOS).eval()
+
+
+def random_batch(batch: int, length: int = 7, seed: int = 1) -> tuple[Tensor, Tensor]:
+    """(B, S) right-padded sources of lengths 1..S and their (B,) lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    lengths[0] = length
+    src = torch.randint(4, VOCAB, (batch, length), generator=generator)
+    src[torch.arange(length).unsqueeze(0) >= lengths.unsqueeze(1)] = PAD
+    return src, lengths
+
+
+class TableModel(Seq2Seq):
+    """A stub with hand-set scores: logits of step t after token y are table[t, y].
+
+    Args:
+        table: (T, V, V) logits per step and previous token (the last step repeats beyond T).
+    """
+
+    def __init__(self, table: Tensor) -> None:
+        super().__init__(PAD, BOS, EOS)
+        self.table = table
+
+    def forward(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
+    ) -> Seq2SeqOutput:
+        steps = torch.arange(tgt_in.size(1)).clamp(max=self.table.size(0) - 1)  # (T,)
+        return Seq2SeqOutput(self.table[steps.unsqueeze(0), tgt_in])  # (B, T, V)
+
+    def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
+        return {"step": torch.zeros(src.size(0), dtype=torch.long)}
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None, DecoderState]:
+        step = state["step"].clamp(max=self.table.size(0) - 1)  # (B,)
+        return self.table[step, prev_tokens], None, {"step": state["step"] + 1}
+
+
+def table_model(rows: list[dict[int, float]], vocab: int = 6) -> TableModel:
+    """Prefix-independent stub: step t gives log-probability rows[t][token] (others ~0)."""
+    table = torch.full((len(rows), vocab, vocab), -30.0)
+    for step, row in enumerate(rows):
+        for token, log_prob in row.items():
+            table[step, :, token] = log_prob
+    return TableModel(table)
+
+
+def lp(length: int, alpha: float) -> float:
+    """GNMT length penalty, written out independently of the code under test."""
+    return ((5 + length) / 6) ** alpha
+
+
+def one_source(batch: int = 1) -> tuple[Tensor, Tensor]:
+    return torch.full((batch, 3), 4), torch.full((batch,), 3)
+
+
+def teacher_forced_attention(model: Seq2Seq, src: Tensor, length: int, hyp: Hypothesis) -> Tensor:
+    """Cross-attention of a forward pass over BOS + the hypothesis's scored positions."""
+    steps = hyp.attention.shape[-2]  # scored positions: tokens (+ EOS)
+    tgt_in = torch.tensor([[BOS, *hyp.tokens][:steps]])  # (1, T)
+    out = model(src[:length].unsqueeze(0), torch.tensor([length]), tgt_in, need_weights=True)
+    return out.attention[0, ..., :length]  # (T, S) or (L, H, T, S)
+
+
+# ----------------------------------------------------------------------------- equivalences
+@pytest.mark.parametrize("family", FAMILIES)
+def test_beam_one_equals_greedy(family: str) -> None:
+    model = make_model(family)
+    src, lengths = random_batch(12)
+    limits = max_output_lengths(lengths, 1.5, 2)
+    greedy = greedy_decode(model, src, lengths, limits, need_weights=True)
+    beam = beam_search(
+        model, src, lengths, limits, beam_size=1, length_penalty=0.0, need_weights=True
+    )
+    for g, (b,) in zip(greedy, beam, strict=True):
+        assert b.tokens == g.tokens
+        assert b.score == pytest.approx(g.score, abs=1e-5)
+        assert g.attention is not None and b.attention is not None
+        torch.testing.assert_close(b.attention, g.attention, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_of_one_equals_batch_of_32(family: str) -> None:
+    model = make_model(family, seed=3)
+    src, lengths = random_batch(32, seed=4)
+    limits = max_output_lengths(lengths, 1.0, 3)
+    batched = beam_search(model, src, lengths, limits, beam_size=4, nbest=3)
+    for row in range(32):
+        n = int(lengths[row])
+        alone = beam_search(
+            model,
+            src[row : row + 1, :n],
+            lengths[row : row + 1],
+            limits[row : row + 1],
+            beam_size=4,
+            nbest=3,
+        )[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[row]]
+        for a, b in zip(alone, batched[row], strict=True):
+            assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_dispatcher_greedy_and_beam() -> None:
+    model = make_model("transformer")
+    src, lengths = random_batch(5)
+    greedy = decode(model, src, lengths, DecodingSettings(beam=1, length_penalty=0.0))
+    direct = greedy_decode(model, src, lengths, max_output_lengths(lengths, 1.5, 10))
+    assert [[h.tokens] for h in direct] == [[h.tokens for h in n] for n in greedy]
+    assert all(n[0].normalized_score == n[0].score for n in greedy)  # alpha = 0: lp = 1
+    nbest = decode(model, src, lengths, DecodingSettings(beam=3, nbest=2))
+    assert [len(n) for n in nbest] == [2] * 5
+    with pytest.raises(ValueError, match="nbest"):
+        decode(model, src, lengths, DecodingSettings(beam=2, nbest=3))
+
+
+# ------------------------------------------------------------------------------ search quality
+def test_large_beam_is_exact_search() -> None:
+    """With K >= the number of possible outputs, beam search is exhaustive: its n-best list is
+    the brute-force ranking (raw and length-normalised)."""
+    generator = torch.Generator().manual_seed(7)
+    table = torch.randn(4, 6, 6, generator=generator) * 2  # (T, V, V) prefix-dependent
+    model = TableModel(table)
+    src, lengths = one_source()
+    max_len = 3
+    log_probs = torch.log_softmax(table, dim=-1)
+    log_probs[:, :, [PAD, BOS]] = -math.inf  # decoding never emits them
+    outputs = []  # (tokens, raw score, scored positions)
+    for n in range(max_len + 1):
+        for tokens in itertools.product([UNK, 4, 5], repeat=n):
+            prev = [BOS, *tokens]
+            raw = sum(float(log_probs[t, prev[t], tokens[t]]) for t in range(n))
+            if n < max_len:  # ends with EOS
+                outputs.append((list(tokens), raw + float(log_probs[n, prev[n], EOS]), n + 1))
+            else:  # cut at the limit
+                outputs.append((list(tokens), raw, n))
+    for alpha in (0.0, 1.0):
+        ranked = sorted(outputs, key=lambda o: -o[1] / lp(o[2], alpha))
+        (found,) = beam_search(
+            model,
+            src,
+            lengths,
+            torch.tensor([max_len]),
+            beam_size=40,
+            nbest=5,
+            length_penalty=alpha,
+        )
+        assert [h.tokens for h in found] == [o[0] for o in ranked[:5]]
+        assert [h.score for h in found] == pytest.approx([o[1] for o in ranked[:5]], abs=1e-5)
+
+
+def test_length_penalty_favours_longer_outputs() -> None:
+    # EOS now (log p = -0.7) or three more tokens that end with EOS (-0.3 each): raw score
+    # prefers the short output, lp = ((5 + |Y|) / 6)^alpha the long one as alpha grows
+    model = table_model(
+        [{EOS: -0.7, 4: -0.8}, {4: -0.3, EOS: -3}, {4: -0.3, EOS: -3}, {EOS: -0.3, 4: -3}]
+    )
+    src, lengths = one_source()
+    found_lengths = []
+    for alpha in (0.0, 0.5, 1.0, 2.0):
+        results = beam_search(
+            model, src, lengths, torch.tensor([6]), beam_size=3, length_penalty=alpha
+        )
+        found_lengths.append(len(results[0][0].tokens))
+    assert found_lengths == sorted(found_lengths)  # never shorter with a larger alpha
+    assert found_lengths[0] == 0 and found_lengths[-1] == 3
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nbest_sorted_and_distinct(family: str) -> None:
+    model = make_model(family, seed=5)
+    src, lengths = random_batch(6, seed=6)
+    limits = max_output_lengths(lengths, 1.0, 2)
+    results = beam_search(model, src, lengths, limits, beam_size=6, nbest=4)
+    for nbest in results:
+        assert len(nbest) == 4
+        assert len({tuple(h.tokens) for h in nbest}) == 4
+        scores = [h.normalized_score for h in nbest]
+        assert scores == sorted(scores, reverse=True)
+    for nbest, limit in zip(results, limits.tolist(), strict=True):
+        for h in nbest:  # normalised = raw / lp(scored positions: tokens + EOS unless cut)
+            scored = len(h.tokens) + 1 if len(h.tokens) < limit else limit
+            assert h.normalized_score == pytest.approx(h.score / lp(scored, 1.0), rel=1e-5)
+
+
+def test_no_repeat_ngram_blocks_repeats() -> None:
+    # the stub wants "4 4 4 4 ..." then EOS; a repeated bigram is forbidden with n = 2
+    model = table_model([{4: -0.1, 5: -2.5, UNK: -3.0, EOS: -4.0}] * 8)
+    src, lengths = one_source()
+    limit = torch.tensor([8])
+    (plain,) = beam_search(model, src, lengths, limit, beam_size=3)
+    assert plain[0].tokens == [4] * 8
+    for n in (1, 2, 3):
+        (blocked,) = beam_search(model, src, lengths, limit, beam_size=3, no_repeat_ngram=n)
+        tokens = blocked[0].tokens
+        grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+        assert len(grams) == len(set(grams)), (n, tokens)
+        assert len(tokens) > 0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_no_repeat_ngram_on_real_models(family: str) -> None:
+    model = make_model(family, seed=2)
+    src, lengths = random_batch(8, seed=2)
+    settings = DecodingSettings(beam=3, nbest=3, no_repeat_ngram=2, max_output_extra=6)
+    for nbest in decode(model, src, lengths, settings):
+        for h in nbest:
+            bigrams = list(itertools.pairwise(h.tokens))
+            assert len(bigrams) == len(set(bigrams))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_min_length_prevents_early_eos(beam: int) -> None:
+    model = table_model([{EOS: -0.01, 4: -5.0, 5: -6.0}] * 8)  # EOS at once, by far
+    src, lengths = one_source()
+    settings = DecodingSettings(beam=beam, max_output_ratio=0.0, max_output_extra=8)
+    assert decode(model, src, lengths, settings)[0][0].tokens == []
+    settings.min_length = 4
+    best = decode(model, src, lengths, settings)[0][0]
+    assert best.tokens == [4, 4, 4, 4]  # EOS at the first position it is allowed
+
+
+# --------------------------------------------------------------------------------- attention
+@pytest.mark.parametrize("family", FAMILIES)
+def test_beam_attention_equals_teacher_forced_attention(family: str) -> None:
+    model = make_model(family, seed=8)
+    src, lengths = random_batch(6, seed=9)
+    limits = max_output_lengths(lengths, 1.0, 2)
+    results = beam_search(model, src, lengths, limits, beam_size=4, nbest=3, need_weights=True)
+    for row, nbest in enumerate(results):
+        n = int(lengths[row])
+        for h in nbest:
+            assert h.attention is not None
+            expected = teacher_forced_attention(model, src[row], n, h)
+            assert h.attention.shape == expected.shape
+            assert h.attention.shape[-1] == n  # real source positions only
+            torch.testing.assert_close(h.attention, expected, atol=1e-5, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------ trained reverse model
+@pytest.fixture(scope="module")
+def reverse_model(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny GRU + Bahdanau model trained ~7 s on data=reverse (about half exact match)."""
+    from attnseq.tasks import Tokenizers, model_for, run_training
+
+    logging.disable(logging.INFO)
+    cfg = tiny_config(
+        "data.name=reverse", "data.tokenizer=word", "data.max_len=8", "data.train_size=3000",
+        "data.valid_size=20", "data.test_size=100", "model.dropout=0.0", "optim.lr=0.005",
+        "trainer.max_steps=150", "trainer.max_epochs=1000", "trainer.validate_every=1000",
+        "trainer.early_stopping_patience=0",
+    )  # fmt: skip
+    run_dir: Path = tmp_path_factory.mktemp("reverse")
+    try:
+        run_training(cfg, run_dir)
+    finally:
+        logging.disable(logging.NOTSET)
+    payload = load_checkpoint(run_dir / "checkpoints" / "best.pt")
+    tokenizers = Tokenizers.from_state(payload["tokenizers"])
+    model = model_for(cfg, tokenizers)
+    model.load_state_dict(payload["model"])
+    return model.eval(), tokenizers, load_splits(cfg.data, cfg.seed)["test"]
+
+
+def test_beam_beats_greedy_on_trained_reverse_model(reverse_model) -> None:
+    model, tokenizers, pairs = reverse_model
+    sources = [tokenizers.src.encode(src) for src, _ in pairs]
+    width = max(len(ids) for ids in sources)
+    src = torch.tensor([ids + [PAD] * (width - len(ids)) for ids in sources])
+    lengths = torch.tensor([len(ids) for ids in sources])
+
+    def exact_match(settings: DecodingSettings) -> tuple[float, list[float]]:
+        best = [n[0] for n in decode(model, src, lengths, settings)]
+        texts = [tokenizers.tgt.decode(h.tokens) for h in best]
+        hits = sum(text == tgt for text, (_, tgt) in zip(texts, pairs, strict=True))
+        return hits / len(pairs), [h.score for h in best]
+
+    greedy_em, greedy_scores = exact_match(DecodingSettings(beam=1))
+    beam_em, _ = exact_match(DecodingSettings(beam=5))
+    _, raw_beam_scores = exact_match(DecodingSettings(beam=5, length_penalty=0.0))
+    assert 0.1 < greedy_em < 1.0  # trained, but not so well that search cannot matter
+    assert beam_em >= greedy_em
+    # raw model score: beam 5 finds at least greedy's (not a theorem; module docstring)
+    better = [b >= g - 1e-4 for b, g in zip(raw_beam_scores, greedy_scores, strict=True)]
+    assert all(better)
+    assert sum(raw_beam_scores) > sum(greedy_scores)
