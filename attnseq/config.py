@@ -123,7 +123,7 @@ class Metric(Enum):
 class DataConfig:
     """What to train on (configs/data/)."""
 
-    name: str = "dates"  # generated: dates | reverse | copy | sort; otherwise a label
+    name: str = "dates"  # generated: dates|reverse|copy|sort|toy_translation; else a label
     source: DataSource = DataSource.generated
     task: TaskType = TaskType.translation
     tokenizer: TokenizerKind = TokenizerKind.char
@@ -229,6 +229,7 @@ class TrainerConfig:
     early_stopping_target: float | None = None  # stop as soon as the metric reaches this value
     num_heatmaps: int = 3  # fixed validation examples drawn to TensorBoard
     beam: int = 1  # beam size for validation and the final test evaluation
+    length_penalty: float = 1.0  # GNMT alpha for beam search (0 = raw log-probability)
     max_output_ratio: float = 1.5  # decode at most ratio * source length + max_output_extra
     max_output_extra: int = 10
     progress: bool = True  # progress bar on a terminal

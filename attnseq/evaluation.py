@@ -1,11 +1,13 @@
 """Evaluate a model on one split: teacher-forced loss and perplexity, then decoding and the
-task's metrics (translation: BLEU, chrF, exact match).
+task's metrics (translation: BLEU, chrF, exact match; summarization: ROUGE-1/2/L), and, when
+the split carries gold word alignments, the AER of the model's attention (alignment.py).
 
 Used by validation during training, by the final test evaluation and by `attnseq eval`, so all
 three report the same numbers for the same model.
 """
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -13,8 +15,20 @@ from attnseq.data.batching import TokenBatchSampler, collate
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.decoding import DecodingSettings, Hypothesis, decode  # settings re-exported here
 from attnseq.loss import sequence_loss
-from attnseq.metrics import perplexity, translation_metrics
+from attnseq.metrics import perplexity, task_metrics
 from attnseq.models.seq2seq import Seq2Seq
+
+
+@dataclass
+class AlignmentGold:
+    """Gold word links of a split, (source word, target word) 0-based, and the tokenizer kinds
+    that say how pieces form words."""
+
+    sure: list[set[tuple[int, int]]]
+    possible: list[set[tuple[int, int]]]
+    src_tokenizer: Tokenizer
+    src_kind: str
+    tgt_kind: str
 
 
 class Evaluator:
@@ -24,6 +38,8 @@ class Evaluator:
         examples: encoded (source ids, target ids) pairs.
         references: the target text of each example, what hypotheses are compared with.
         max_tokens: batch budget in padded tokens.
+        task: "translation" or "summarization": which metrics to compute.
+        gold: word alignments of the examples, to score attention with AER.
     """
 
     def __init__(
@@ -34,12 +50,16 @@ class Evaluator:
         device: torch.device,
         max_tokens: int,
         decoding: DecodingSettings,
+        task: str = "translation",
+        gold: AlignmentGold | None = None,
     ) -> None:
         self.examples = list(examples)
         self.references = list(references)
         self.tgt_tokenizer = tgt_tokenizer
         self.device = device
         self.decoding = decoding
+        self.task = task
+        self.gold = gold
         sampler = TokenBatchSampler(
             [(len(src), len(tgt)) for src, tgt in self.examples],
             max_tokens=max_tokens,
@@ -90,5 +110,25 @@ class Evaluator:
         loss = self.loss(model)
         texts = [self.tgt_tokenizer.decode(h.tokens) for h in self.decode(model)]
         metrics = {"loss": loss, "ppl": perplexity(loss)}
-        metrics.update(translation_metrics(texts, self.references))
+        metrics.update(task_metrics(self.task, texts, self.references))
+        if self.gold is not None:
+            metrics.update(self.alignment_metrics(model))
         return metrics, texts
+
+    def alignment_metrics(self, model: Seq2Seq) -> dict[str, float]:
+        """AER / precision / recall of argmax word alignments from the attention."""
+        from attnseq.alignment import model_alignment_metrics
+
+        gold = self.gold
+        assert gold is not None
+        return model_alignment_metrics(
+            model,
+            self.examples,
+            [gold.src_tokenizer.ids_to_pieces(src) for src, _ in self.examples],
+            [self.tgt_tokenizer.ids_to_pieces(tgt) for _, tgt in self.examples],
+            gold.sure,
+            gold.possible,
+            src_kind=gold.src_kind,
+            tgt_kind=gold.tgt_kind,
+            device=self.device,
+        )

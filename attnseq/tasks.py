@@ -8,20 +8,20 @@ evaluator and logging together.
 import logging
 import random
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from attnseq.alignment import attention_statistics
 from attnseq.atomic import atomic_write_json, atomic_write_lines
 from attnseq.checkpoint import load_checkpoint
-from attnseq.config import TrainConfig, config_from_dict, config_to_dict, validate
-from attnseq.data.batching import encode_pairs
-from attnseq.data.sources import load_splits
-from attnseq.data.tokenizers import Tokenizer, tokenizer_from_state, train_tokenizer
+from attnseq.config import DataSource, TrainConfig, config_from_dict, config_to_dict, validate
+from attnseq.data.generated import gold_alignments
+from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
+from attnseq.data.sources import load_pairs_from_path
 from attnseq.errors import UserError
-from attnseq.evaluation import DecodingSettings, Evaluator
+from attnseq.evaluation import AlignmentGold, DecodingSettings, Evaluator
 from attnseq.models import build_model
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.optim import build_optimizer, build_scheduler
@@ -31,17 +31,7 @@ from attnseq.visualize import alignment_figure, attention_grid_figure, log_heatm
 log = logging.getLogger("attnseq")
 
 
-@dataclass
-class Tokenizers:
-    src: Tokenizer
-    tgt: Tokenizer
-
-    def state(self) -> dict[str, Any]:
-        return {"src": self.src.state_dict(), "tgt": self.tgt.state_dict()}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "Tokenizers":
-        return cls(tokenizer_from_state(state["src"]), tokenizer_from_state(state["tgt"]))
+Tokenizers = TokenizerPair  # the name the rest of the code base uses
 
 
 def seed_everything(seed: int) -> None:
@@ -56,20 +46,52 @@ def model_for(cfg: TrainConfig, tokenizers: Tokenizers) -> Seq2Seq:
     )
 
 
+def split_gold(cfg: TrainConfig, split: str, tokenizers: Tokenizers) -> AlignmentGold | None:
+    """Gold word alignments of a generated split, when the task has them."""
+    if cfg.data.source is not DataSource.generated:
+        return None
+    sizes = {"train": cfg.data.train_size, "valid": cfg.data.valid_size, "test": cfg.data.test_size}
+    gold = gold_alignments(
+        cfg.data.name,
+        sizes,
+        cfg.seed,
+        min_len=cfg.data.min_len,
+        max_len=cfg.data.max_len,
+        vocab_size=cfg.data.vocab_size,
+    )
+    if gold is None or split not in gold:
+        return None
+    links = gold[split]
+    return AlignmentGold(
+        sure=links,
+        possible=links,
+        src_tokenizer=tokenizers.src,
+        src_kind=type(tokenizers.src).kind,
+        tgt_kind=type(tokenizers.tgt).kind,
+    )
+
+
 def make_evaluator(
-    cfg: TrainConfig, pairs: list[tuple[str, str]], tokenizers: Tokenizers, device: torch.device
+    cfg: TrainConfig,
+    data: PreparedData,
+    split: str,
+    device: torch.device,
+    gold: AlignmentGold | None = None,
 ) -> Evaluator:
     return Evaluator(
-        encode_pairs(pairs, tokenizers.src, tokenizers.tgt),
-        [tgt for _, tgt in pairs],
-        tokenizers.tgt,
+        data.examples[split],
+        [tgt for _, tgt in data.pairs[split]],
+        data.tokenizers.tgt,
         device,
         max_tokens=cfg.data.eval_max_tokens,
         decoding=DecodingSettings(
             beam=cfg.trainer.beam,
+            length_penalty=cfg.trainer.length_penalty,
             max_output_ratio=cfg.trainer.max_output_ratio,
             max_output_extra=cfg.trainer.max_output_extra,
         ),
+        task=cfg.data.task.value,
+        gold=gold,
     )
 
 
@@ -88,6 +110,12 @@ def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, co
 
     def draw(model: Seq2Seq, step: int) -> None:
         hypotheses = subset.decode(model, need_weights=True)
+        maps = [h.attention for h in hypotheses if h.attention is not None and h.attention.numel()]
+        if maps:  # how peaked attention is: entropy of the rows, weight on the argmax
+            stats = [attention_statistics(weights) for weights in maps]
+            for name in stats[0]:
+                value = sum(float(s[name]) for s in stats) / len(stats)
+                writer.add_scalar(f"attention/{name}", value, step)
         for number, (hypothesis, (src_ids, _)) in enumerate(
             zip(hypotheses, subset.examples, strict=True)
         ):
@@ -119,12 +147,8 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     device = resolve_device(cfg.trainer.device.value)
-    splits = load_splits(cfg.data, cfg.seed)
-    kind = cfg.data.tokenizer.value
-    tokenizers = Tokenizers(
-        train_tokenizer(kind, (src for src, _ in splits["train"])),
-        train_tokenizer(kind, (tgt for _, tgt in splits["train"])),
-    )
+    data = prepare_data(cfg.data, cfg.seed)
+    tokenizers = data.tokenizers
     model = model_for(cfg, tokenizers).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
@@ -132,21 +156,21 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         type(model).__name__,
         f"{n_params:,}",
         cfg.data.name,
-        ", ".join(f"{name} {len(pairs)}" for name, pairs in splits.items()),
+        ", ".join(f"{name} {len(pairs)}" for name, pairs in data.examples.items()),
         device,
     )
     optimizer = build_optimizer(model, cfg.optim)
     total_steps = cfg.trainer.max_steps
     scheduler = build_scheduler(optimizer, cfg.optim, total_steps)
     writer = SummaryWriter(str(run_dir / "tb"))
-    valid = make_evaluator(cfg, splits["valid"], tokenizers, device)
+    valid = make_evaluator(cfg, data, "valid", device)
     static = {"config": config_to_dict(cfg), "tokenizers": tokenizers.state()}
     trainer = Trainer(
         model,
         optimizer,
         scheduler,
         cfg,
-        encode_pairs(splits["train"], tokenizers.src, tokenizers.tgt),
+        data.examples["train"],
         valid,
         run_dir,
         writer,
@@ -158,7 +182,7 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         progress = trainer.fit()
         best = load_checkpoint(run_dir / "checkpoints" / "best.pt")
         model.load_state_dict(best["model"])
-        test = make_evaluator(cfg, splits["test"], tokenizers, device)
+        test = make_evaluator(cfg, data, "test", device, split_gold(cfg, "test", tokenizers))
         metrics, hypotheses = test.evaluate(model)
         results = {f"test/{name}": value for name, value in metrics.items()}
         results["best_step"] = progress.best_step
@@ -231,23 +255,34 @@ def evaluate_checkpoint(
     overrides: list[str] | None = None,
     device_name: str = "auto",
 ) -> dict[str, float]:
-    """Metrics of a checkpoint on one split, from the checkpoint alone (plus its data)."""
+    """Metrics of a checkpoint on one split, from the checkpoint alone (plus its data).
+
+    `split` is a split name of the checkpoint's dataset (test, valid) or a path: a parallel
+    file prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file.
+    """
     payload = load_checkpoint(path)
     cfg = config_from_dict(payload["config"], overrides)
     if max_tokens:
         cfg.data.eval_max_tokens = max_tokens
     tokenizers = Tokenizers.from_state(payload["tokenizers"])
-    device = resolve_device(device_name)
+    device = resolve_device(cfg.trainer.device.value if device_name == "auto" else device_name)
     model = model_for(cfg, tokenizers)
     model.load_state_dict(payload["model"])
     model.to(device)
-    splits = load_splits(cfg.data, cfg.seed)
-    if split not in splits:
-        raise UserError(f"unknown split {split!r}; this dataset has: {', '.join(splits)}")
-    evaluator = make_evaluator(cfg, splits[split], tokenizers, device)
+    if split in ("train", "valid", "test") or split in cfg.data.splits:
+        name, pairs = split, None
+    else:
+        name = Path(split).name.replace(".", "_") or "file"
+        pairs = {name: load_pairs_from_path(split, cfg.data)}
+    data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=[name], pairs=pairs)
+    if name not in data.examples:
+        raise UserError(f"unknown split {split!r}; this dataset has: {', '.join(data.examples)}")
+    gold = split_gold(cfg, name, tokenizers) if pairs is None else None
+    evaluator = make_evaluator(cfg, data, name, device, gold)
     metrics, hypotheses = evaluator.evaluate(model)
-    results = {f"{split}/{name}": value for name, value in metrics.items()}
+    results = {f"{name}/{key}": value for key, value in metrics.items()}
     out_dir = out_dir or path.parent.parent / "eval"
-    atomic_write_lines(out_dir / "hyps" / f"{split}.txt", hypotheses)
+    atomic_write_lines(out_dir / "hyps" / f"{name}.txt", hypotheses)
+    atomic_write_lines(out_dir / "refs" / f"{name}.txt", evaluator.references)
     atomic_write_json(out_dir / "metrics.json", results)
     return results

@@ -79,3 +79,25 @@ def test_eval_reproduces_the_test_metrics(trained_run, tmp_path: Path) -> None:
     for key, value in again.items():
         assert metrics[key] == pytest.approx(value, abs=1e-6), key
     assert (tmp_path / "metrics.json").is_file()
+
+
+def test_tasks_with_gold_alignments_report_aer(tmp_path: Path) -> None:
+    metrics = run_training(tiny_config("data.name=reverse", "data.tokenizer=word"), tmp_path)
+    for key in ["test/aer", "test/precision", "test/recall"]:
+        assert 0.0 <= metrics[key] <= 1.0, key
+    events = read_events(tmp_path)
+    assert {"attention/entropy", "attention/argmax_weight"} <= set(events.Tags()["scalars"])
+
+
+def test_eval_of_a_file_outside_the_config(trained_run, tmp_path: Path) -> None:
+    run_dir, _ = trained_run
+    data = tmp_path / "extra.jsonl"
+    data.write_text(
+        '{"src": "March 3, 1998", "tgt": "1998-03-03"}\n'
+        '{"src": "4 May 2001", "tgt": "2001-05-04"}\n'
+    )
+    metrics = evaluate_checkpoint(
+        run_dir / "checkpoints" / "best.pt", split=str(data), out_dir=tmp_path / "out"
+    )
+    assert "extra_jsonl/bleu" in metrics
+    assert len((tmp_path / "out" / "hyps" / "extra_jsonl.txt").read_text().splitlines()) == 2

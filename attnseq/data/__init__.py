@@ -6,6 +6,7 @@
 - `batching`: `Batch`, `collate`, and `TokenBatchSampler` (length buckets under a token budget).
 """
 
+from attnseq.data import sentencepiece_tokenizer  # noqa: F401  (registers "sentencepiece")
 from attnseq.data.batching import (
     Batch,
     Example,
