@@ -251,6 +251,87 @@ def average(
     typer.echo(f"averaged {len(checkpoints)} checkpoints into {out}")
 
 
+@app.command("visualize-alignment")
+def visualize_alignment(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by `attnseq train`.")],
+    src: Annotated[str | None, typer.Option(help="Source sentence.")] = None,
+    tgt: Annotated[
+        str | None, typer.Option(help="Target to force; without it the model decodes.")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Figure file (.png, .svg, .pdf); with --input, a folder."),
+    ] = None,
+    input_file: Annotated[
+        Path | None, typer.Option("--input", help="One source per line: one figure each.")
+    ] = None,
+    layer: Annotated[
+        int | None, typer.Option(help="Transformer layer, 1-based (default: last).")
+    ] = None,
+    head: Annotated[
+        int | None, typer.Option(help="Head, 1-based (default: mean of heads).")
+    ] = None,
+    all_heads: Annotated[bool, typer.Option(help="Grid of every layer x head.")] = False,
+    words: Annotated[bool, typer.Option(help="Merge subword pieces into words.")] = False,
+    kind: Annotated[
+        str, typer.Option(help="cross, encoder or decoder (self-attention).")
+    ] = "cross",
+    tensorboard: Annotated[
+        Path | None, typer.Option(help="Also log the figures to this TensorBoard folder.")
+    ] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+) -> None:
+    """Draw attention heatmaps of a trained model: its own output, or a forced --tgt.
+
+    \b
+    attnseq visualize-alignment RUN/checkpoints/best.pt --src "March 3rd, 1998" --out a.png
+    attnseq visualize-alignment best.pt --src "a b c" --tgt "c b a" --out forced.svg
+    attnseq visualize-alignment transformer.pt --src "..." --all-heads --out heads.png
+    attnseq visualize-alignment transformer.pt --src "..." --kind encoder --layer 1 --head 2
+    attnseq visualize-alignment best.pt --input sentences.txt --out figures/
+    """
+    from attnseq.alignment_view import AlignmentViewer, draw, merge_words
+    from attnseq.visualize import log_heatmap, save_figure
+
+    try:
+        if (src is None) == (input_file is None):
+            raise UserError("give exactly one of --src TEXT or --input FILE")
+        if input_file is not None:
+            if not input_file.is_file():
+                raise UserError(f"input file not found: {input_file}")
+            try:
+                sources = input_file.read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError as error:
+                raise UserError(f"{input_file} is not UTF-8 text ({error.reason})") from None
+            if not any(line.strip() for line in sources):
+                raise UserError(f"no input: {input_file} has no non-empty line")
+            folder = out or Path("alignments")
+            targets = [folder / f"line_{number:04d}.png" for number in range(len(sources))]
+        else:
+            sources, targets = [src or ""], [out or Path("alignment.png")]
+        viewer = AlignmentViewer(checkpoint, device=device)
+        writer = None
+        if tensorboard is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(str(tensorboard))
+        for number, (source, target) in enumerate(zip(sources, targets, strict=True)):
+            if input_file is not None and not source.strip():
+                continue  # blank lines have nothing to draw; numbering keeps line order
+            attention = viewer.attention(source, tgt, kind)
+            if words:
+                attention = merge_words(attention)
+            figure = draw(attention, layer=layer, head=head, all_heads=all_heads)
+            save_figure(figure, target)
+            if writer is not None:
+                log_heatmap(writer, f"alignment/{number}", figure, 0)
+            typer.echo(f"wrote {target}")
+        if writer is not None:
+            writer.close()
+    except UserError as error:
+        _fail(error)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

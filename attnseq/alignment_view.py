@@ -1,0 +1,172 @@
+"""`attnseq visualize-alignment`: draw what a trained model attends to, from the checkpoint alone.
+
+Without a target the model decodes (greedy) and the figure shows the attention it used while
+producing its own output; with a target, the target is forced (teacher forcing) and the figure
+shows the alignment of that pair. Both cases run one teacher-forced pass with
+`need_weights=True` over the final target: for the decoded output that equals the attention of
+incremental decoding step by step (tests/models hold the two equal).
+
+Maps (RNN: one; transformer: one per layer and head):
+    cross     rows = output tokens (+ </s>), columns = source tokens
+    encoder   transformer encoder self-attention, source x source
+    decoder   transformer decoder self-attention, rows = inputs (<s> + target), causal
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnseq.alignment import word_attention, word_ids
+from attnseq.checkpoint import load_checkpoint
+from attnseq.config import config_from_dict
+from attnseq.decoding import greedy_decode, max_output_lengths
+from attnseq.errors import UserError
+from attnseq.models.seq2seq import Seq2Seq
+from attnseq.visualize import alignment_figure, attention_grid_figure
+
+KINDS = ("cross", "encoder", "decoder")
+
+
+@dataclass
+class AttentionMap:
+    """weights: (T, S) or (L, H, T, S); row and column labels."""
+
+    weights: np.ndarray
+    rows: list[str]
+    columns: list[str]
+    row_kind: str  # tokenizer kind of the row tokens (for --words)
+    column_kind: str
+
+
+class AlignmentViewer:
+    """A loaded checkpoint that turns sentences into attention maps and figures."""
+
+    def __init__(self, checkpoint: Path, device: str = "cpu") -> None:
+        from attnseq.tasks import Tokenizers, model_for  # the composition root builds models
+
+        payload = load_checkpoint(checkpoint)
+        self.cfg = config_from_dict(payload["config"])
+        self.tokenizers = Tokenizers.from_state(payload["tokenizers"])
+        self.model: Seq2Seq = model_for(self.cfg, self.tokenizers)
+        self.model.load_state_dict(payload["model"])
+        self.model.eval().to(device)
+        self.device = torch.device(device)
+
+    def attention(self, src: str, tgt: str | None = None, kind: str = "cross") -> AttentionMap:
+        if kind not in KINDS:
+            raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if not src.strip():
+            raise UserError("empty source sentence: give --src TEXT or non-empty --input lines")
+        is_transformer = self.cfg.model.family.value == "transformer"
+        if kind != "cross" and not is_transformer:
+            raise UserError(
+                f"--kind {kind} needs a transformer; RNN models have cross-attention only"
+            )
+        src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
+        src_ids = src_tok.encode(src)[: self.cfg.data.max_src_len]
+        if not src_ids:
+            raise UserError(f"the source {src!r} has no tokens after tokenization")
+        source = torch.tensor([src_ids], device=self.device)  # (1, S)
+        lengths = torch.tensor([len(src_ids)], device=self.device)
+        with torch.no_grad():
+            if tgt is None:
+                limit = max_output_lengths(
+                    lengths, self.cfg.trainer.max_output_ratio, self.cfg.trainer.max_output_extra
+                )
+                tgt_ids = greedy_decode(self.model, source, lengths, limit)[0].tokens
+            else:
+                tgt_ids = tgt_tok.encode(tgt)
+            tgt_in = torch.tensor([[self.model.bos_id, *tgt_ids]], device=self.device)  # (1, T)
+            output = self.model(source, lengths, tgt_in, need_weights=True)
+        src_pieces = src_tok.ids_to_pieces(src_ids)
+        out_pieces = tgt_tok.ids_to_pieces(tgt_ids) + ["</s>"]
+        in_pieces = ["<s>", *tgt_tok.ids_to_pieces(tgt_ids)]
+        src_kind, tgt_kind = type(src_tok).kind, type(tgt_tok).kind
+        if kind == "cross":
+            if output.attention is None:
+                raise UserError("this model has no attention (model.attention.score=none)")
+            return AttentionMap(
+                output.attention[0].cpu().numpy(), out_pieces, src_pieces, tgt_kind, src_kind
+            )
+        if kind == "encoder":
+            weights = output.extras["encoder_self_attention"][0]  # (L, H, S, S)
+            return AttentionMap(weights.cpu().numpy(), src_pieces, src_pieces, src_kind, src_kind)
+        weights = output.extras["decoder_self_attention"][0]  # (L, H, T, T)
+        return AttentionMap(weights.cpu().numpy(), in_pieces, in_pieces, tgt_kind, tgt_kind)
+
+
+def merge_words(attention: AttentionMap) -> AttentionMap:
+    """Pieces -> words: sum the columns of a word's pieces, average the rows (alignment.py)."""
+    row_ids = _word_ids(attention.rows, attention.row_kind)
+    column_ids = _word_ids(attention.columns, attention.column_kind)
+    weights = np.asarray(word_attention(attention.weights, column_ids, row_ids))
+    return AttentionMap(
+        weights,
+        _words(attention.rows, row_ids),
+        _words(attention.columns, column_ids),
+        "word",
+        "word",
+    )
+
+
+SPECIAL_PIECES = {"<s>", "</s>", "<pad>"}
+
+
+def _word_ids(pieces: list[str], kind: str) -> list[int]:
+    """word_ids, with <s> and </s> kept as words of their own (not glued to a neighbour)."""
+    plain_ids = iter(word_ids([p for p in pieces if p not in SPECIAL_PIECES], kind))
+    keys = [
+        ("special", i) if p in SPECIAL_PIECES else ("word", next(plain_ids))
+        for i, p in enumerate(pieces)
+    ]
+    numbering: dict[tuple[str, int], int] = {}
+    ids = []
+    for key in keys:
+        if key == ("word", -1):
+            ids.append(-1)  # whitespace between words (char tokenizer)
+            continue
+        ids.append(numbering.setdefault(key, len(numbering)))
+    return ids
+
+
+def _words(pieces: list[str], ids: list[int]) -> list[str]:
+    count = max(ids, default=-1) + 1
+    words = [""] * count
+    for piece, index in zip(pieces, ids, strict=False):
+        if index >= 0:
+            words[index] += piece.replace("▁", "")
+    return words[:count]
+
+
+def draw(
+    attention: AttentionMap,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    all_heads: bool = False,
+    title: str | None = None,
+):
+    """A figure for one map: RNN map as is; transformer: one head, the head mean, or the grid.
+
+    layer/head are 1-based; layer defaults to the last, head to the mean over heads.
+    """
+    weights = attention.weights
+    if weights.ndim == 2:
+        return alignment_figure(weights, attention.columns, attention.rows, title)
+    layers, heads = weights.shape[:2]
+    if all_heads:
+        return attention_grid_figure(weights, attention.columns, attention.rows, title)
+    layer = layers if layer is None else layer
+    if not 1 <= layer <= layers:
+        raise UserError(f"--layer must be in 1..{layers}, got {layer}")
+    chosen = weights[layer - 1]
+    if head is None:
+        label = f"layer {layer}, mean of {heads} heads"
+        matrix = chosen.mean(axis=0)
+    else:
+        if not 1 <= head <= heads:
+            raise UserError(f"--head must be in 1..{heads}, got {head}")
+        label, matrix = f"layer {layer}, head {head}", chosen[head - 1]
+    return alignment_figure(matrix, attention.columns, attention.rows, title or label)

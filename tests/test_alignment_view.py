@@ -1,0 +1,102 @@
+"""`attnseq visualize-alignment` on tiny trained checkpoints of both families."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import tiny_config
+from typer.testing import CliRunner
+
+from attnseq.alignment_view import AlignmentViewer, merge_words
+from attnseq.cli import app
+from attnseq.tasks import run_training
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    paths = {}
+    for family in ["rnn", "transformer"]:
+        run_dir = tmp_path_factory.mktemp(family)
+        run_training(tiny_config(f"model.family={family}", "trainer.max_steps=2"), run_dir)
+        paths[family] = run_dir / "checkpoints" / "best.pt"
+    return paths
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["visualize-alignment", *args])
+
+
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_writes_a_figure_for_decoded_and_forced_targets(checkpoints, family, tmp_path) -> None:
+    for extra in ([], ["--tgt", "1998-03-03"]):
+        out = tmp_path / f"a{len(extra)}.png"
+        result = invoke(
+            str(checkpoints[family]), "--src", "March 3rd, 1998", "--out", str(out), *extra
+        )
+        assert result.exit_code == 0, result.output
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_transformer_options(checkpoints, tmp_path) -> None:
+    ckpt = str(checkpoints["transformer"])
+    for args in (
+        ["--all-heads"],
+        ["--kind", "encoder", "--layer", "1", "--head", "2"],
+        ["--kind", "decoder"],
+        ["--words"],
+    ):
+        out = tmp_path / "t.svg"
+        result = invoke(ckpt, "--src", "4 May 2001", "--out", str(out), *args)
+        assert result.exit_code == 0, (args, result.output)
+        assert out.read_text().lstrip().startswith("<?xml")
+
+
+def test_forced_alignment_shapes_and_word_merging(checkpoints) -> None:
+    viewer = AlignmentViewer(checkpoints["rnn"])
+    attention = viewer.attention("4 May 2001", "2001-05-04")
+    assert attention.weights.shape == (len("2001-05-04") + 1, len("4 May 2001"))
+    np.testing.assert_allclose(attention.weights.sum(-1), 1.0, atol=1e-5)
+    words = merge_words(attention)
+    assert words.columns == ["4", "May", "2001"]
+    assert words.weights.shape == (2, 3)  # "2001-05-04" is one word, "</s>" another
+    # columns sum the pieces of a word; the weight on the two spaces belongs to no word
+    spaces = attention.weights[:, [1, 5]].sum(-1)
+    expected_rows = [(1.0 - spaces[:-1]).mean(), 1.0 - spaces[-1]]
+    np.testing.assert_allclose(words.weights.sum(-1), expected_rows, atol=1e-5)
+
+
+def test_input_file_draws_one_figure_per_line(checkpoints, tmp_path) -> None:
+    lines = tmp_path / "in.txt"
+    lines.write_text("March 3, 1998\n\n4 May 2001\n")
+    result = invoke(
+        str(checkpoints["rnn"]),
+        "--input",
+        str(lines),
+        "--out",
+        str(tmp_path / "f"),
+        "--tensorboard",
+        str(tmp_path / "tb"),
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["line_0000.png", "line_0002.png"]
+    assert any((tmp_path / "tb").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--src", "   "], "empty source"),
+        ([], "exactly one of"),
+        (["--src", "x", "--kind", "encoder"], "needs a transformer"),
+        (["--src", "x", "--kind", "nope"], "--kind must be"),
+    ],
+)
+def test_user_errors_exit_2(checkpoints, args, message) -> None:
+    result = invoke(str(checkpoints["rnn"]), *args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_layer_out_of_range(checkpoints) -> None:
+    result = invoke(str(checkpoints["transformer"]), "--src", "x", "--layer", "9")
+    assert result.exit_code == 2 and "--layer must be in 1..1" in result.output
