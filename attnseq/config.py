@@ -245,6 +245,9 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     name: str = "default"  # a label for the run, shown in logs and metrics.json
+    # metrics.json key the task function returns to a sweeper (e.g. Optuna); None = the
+    # test value of trainer.early_stopping_metric
+    optimized_metric: str | None = None
 
 
 def register_configs() -> None:

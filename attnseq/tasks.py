@@ -243,7 +243,12 @@ def train_from_hydra(composed: Any) -> float | None:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    return metrics.get(f"test/{cfg.trainer.early_stopping_metric.value}")
+    key = cfg.optimized_metric or f"test/{cfg.trainer.early_stopping_metric.value}"
+    if key not in metrics:
+        print(f"error: optimized_metric={key!r} is not in metrics.json: {', '.join(metrics)}",
+              file=sys.stderr)
+        sys.exit(2)
+    return metrics[key]
 
 
 # ------------------------------------------------------------------------------------- eval
