@@ -332,6 +332,47 @@ def visualize_alignment(
         _fail(error)
 
 
+@app.command("sweep-report")
+def sweep_report(
+    multirun_dir: Annotated[
+        Path, typer.Argument(help="A sweep folder from `attnseq train -m`: multirun/DATE/TIME.")
+    ],
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            help="metrics.json key to sort by (default: the sweep's optimized_metric, or "
+            "test/<trainer.early_stopping_metric> that the sweeper received; else test/bleu, "
+            "else the first test/* key). Lower is better for keys ending in loss, ppl or aer."
+        ),
+    ] = None,
+    csv_file: Annotated[
+        Path | None, typer.Option("--csv", help="CSV file (default: MULTIRUN_DIR/report.csv).")
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Figure, .png/.svg/.pdf (default: MULTIRUN_DIR/report.png)."),
+    ] = None,
+) -> None:
+    """Table of a sweep's jobs, best first: the parameters that differ between jobs and the
+    metric; jobs without metrics.json are listed as failed or unfinished. Also writes a CSV
+    file and a plot, and prints the Optuna sweeper's best trial when there is one.
+
+    \b
+    attnseq sweep-report multirun/2026-11-22/10-00-00
+    attnseq sweep-report multirun/2026-11-22/10-00-00 --metric test/loss --csv sweep.csv
+    """
+    from attnseq.sweep_report import load_report, print_report, write_csv, write_plot
+
+    try:
+        report = load_report(multirun_dir, metric)
+    except UserError as error:
+        _fail(error)
+    print_report(report)
+    csv_path = write_csv(report, csv_file or multirun_dir / "report.csv")
+    plot_path = write_plot(report, plot or multirun_dir / "report.png")
+    typer.echo(f"wrote {csv_path} and {plot_path}")
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -11,6 +11,7 @@ Library code receives these dataclasses (via `OmegaConf.to_object`), never a Dic
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 from attnseq.errors import UserError
 
@@ -233,6 +234,12 @@ class TrainerConfig:
     max_output_ratio: float = 1.5  # decode at most ratio * source length + max_output_extra
     max_output_extra: int = 10
     progress: bool = True  # progress bar on a terminal
+    # --- resume points: last.pt is also written at every validation and when training stops
+    save_every_steps: int | None = None  # write last.pt every N updates; None = off
+    save_every_minutes: float | None = 10.0  # write last.pt when this long since the last save
+    # Non-finite losses (or gradients) skip their update; this many in a row stop the run with
+    # exit status 1, leaving the checkpoints at the last good state.
+    max_nonfinite_steps: int = 10
 
 
 @dataclass
@@ -248,6 +255,10 @@ class TrainConfig:
     # metrics.json key the task function returns to a sweeper (e.g. Optuna); None = the
     # test value of trainer.early_stopping_metric
     optimized_metric: str | None = None
+    # Continue a run: "auto" = the run directory's checkpoints/last.pt (a fresh run when there
+    # is none), or the path of a checkpoint. seed, data.*, model.* and optim.* must match the
+    # checkpoint's (see `resume_conflicts`); trainer.* may change (e.g. a larger max_steps).
+    resume: str | None = None
 
 
 def register_configs() -> None:
@@ -311,6 +322,27 @@ def validate(cfg: TrainConfig) -> None:
         problems.append(f"trainer.validate_every must be >= 1, got {trainer.validate_every}")
     if trainer.beam < 1:
         problems.append(f"trainer.beam must be >= 1, got {trainer.beam}")
+    if trainer.save_every_steps is not None and trainer.save_every_steps < 1:
+        problems.append(
+            f"trainer.save_every_steps must be >= 1 (or null), got {trainer.save_every_steps}"
+        )
+    if trainer.save_every_minutes is not None and not trainer.save_every_minutes > 0:
+        problems.append(
+            f"trainer.save_every_minutes must be > 0 (or null), got {trainer.save_every_minutes}"
+        )
+    if trainer.max_nonfinite_steps < 1:
+        problems.append(
+            f"trainer.max_nonfinite_steps must be >= 1, got {trainer.max_nonfinite_steps}"
+        )
+    if cfg.resume is not None and cfg.resume != "auto":
+        # Checked here so that `attnseq train` stops before Hydra creates a run directory;
+        # whether the file really is a resumable checkpoint is checked when it is loaded.
+        resume = Path(cfg.resume).expanduser()
+        if not resume.is_file():
+            problems.append(
+                f"resume={cfg.resume}: no such file; give the path of a checkpoint "
+                "(RUN_DIR/checkpoints/last.pt) or resume=auto with hydra.run.dir=RUN_DIR"
+            )
     if data.max_tokens < 1:
         problems.append(f"data.max_tokens must be >= 1, got {data.max_tokens}")
     for split in ("train_size", "valid_size", "test_size"):
@@ -322,6 +354,46 @@ def validate(cfg: TrainConfig) -> None:
         )
     if problems:
         raise UserError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+# ------------------------------------------------------------------------------------ resume
+# A resumed run takes its settings from the command line, but these keys decide the model, its
+# vocabulary, the training data and its order, and the meaning of the optimizer, scheduler and
+# best-metric state stored in the checkpoint: a different value would silently train something
+# else than the checkpoint's run, so they must match.
+RESUME_MUST_MATCH = ("seed", "data.", "model.", "optim.", "trainer.early_stopping_metric")
+# ...except where a different value changes nothing about what is trained: where the data
+# files live, and the batch size of validation decoding.
+RESUME_MAY_DIFFER = ("data.root", "data.eval_max_tokens")
+
+
+def resume_conflicts(saved: TrainConfig, current: TrainConfig) -> list[str]:
+    """Keys that must match between a checkpoint's config and a resumed run's, and do not:
+    one "key: checkpoint VALUE, now VALUE" line each."""
+
+    def flat(cfg: TrainConfig) -> dict[str, object]:
+        values: dict[str, object] = {}
+
+        def walk(prefix: str, node: object) -> None:
+            if isinstance(node, dict) and node:
+                for key, value in node.items():
+                    walk(f"{prefix}{key}.", value)
+            else:
+                values[prefix.rstrip(".")] = node
+
+        walk("", config_to_dict(cfg))
+        return values
+
+    before, now = flat(saved), flat(current)
+    conflicts = []
+    for key in sorted(set(before) | set(now)):
+        if (
+            key.startswith(RESUME_MUST_MATCH)
+            and not key.startswith(RESUME_MAY_DIFFER)
+            and before.get(key) != now.get(key)
+        ):
+            conflicts.append(f"{key}: checkpoint {before.get(key)!r}, now {now.get(key)!r}")
+    return conflicts
 
 
 # --------------------------------------------------------------------------- (de)serialising

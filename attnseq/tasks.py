@@ -5,18 +5,30 @@ into the dataclasses of config.py and wires data, tokenizers, model, optimizer, 
 evaluator and logging together.
 """
 
+import dataclasses
 import logging
 import random
+import shlex
+import shutil
+import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from attnseq.alignment import attention_statistics
-from attnseq.atomic import atomic_write_json, atomic_write_lines
+from attnseq.atomic import atomic_write, atomic_write_json, atomic_write_lines
 from attnseq.checkpoint import load_checkpoint
-from attnseq.config import DataSource, TrainConfig, config_from_dict, config_to_dict, validate
+from attnseq.config import (
+    DataSource,
+    TrainConfig,
+    config_from_dict,
+    config_to_dict,
+    resume_conflicts,
+    validate,
+)
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
@@ -25,7 +37,13 @@ from attnseq.evaluation import AlignmentGold, DecodingSettings, Evaluator
 from attnseq.models import build_model
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.optim import build_optimizer, build_scheduler
-from attnseq.training import Trainer, resolve_device
+from attnseq.training import (
+    StopSignals,
+    Trainer,
+    TrainingDiverged,
+    TrainingInterrupted,
+    resolve_device,
+)
 from attnseq.visualize import alignment_figure, attention_grid_figure, log_heatmap
 
 log = logging.getLogger("attnseq")
@@ -138,16 +156,105 @@ def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, co
 
 
 # ------------------------------------------------------------------------------------ train
+CHECKPOINT_KEYS = ("config", "tokenizers", "model", "optimizer", "scheduler", "progress", "rng")
+
+
+@dataclass
+class ResumePoint:
+    """A checkpoint a run continues from, already checked against the run's config."""
+
+    path: Path
+    payload: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.payload["progress"]["step"])
+
+
+def find_resume_point(cfg: TrainConfig, run_dir: Path) -> ResumePoint | None:
+    """The checkpoint `cfg.resume` names (None: a fresh run).
+
+    resume=auto takes RUN_DIR/checkpoints/last.pt and starts fresh, saying so, when there is
+    none (the first attempt of a job that is simply re-submitted). A file that is missing, not
+    an attnseq checkpoint, holds no training state, or was trained with different
+    model/data/optim settings is a UserError naming the problem.
+    """
+    if cfg.resume is None:
+        return None
+    if cfg.resume == "auto":
+        path = run_dir / "checkpoints" / "last.pt"
+        if not path.is_file():
+            log.warning(
+                "resume=auto: no checkpoint at %s; starting a fresh run (resume=auto continues "
+                "the run in hydra.run.dir=RUN_DIR)",
+                path,
+            )
+            return None
+    else:
+        path = Path(cfg.resume).expanduser()
+    payload = load_checkpoint(path)
+    missing = [key for key in CHECKPOINT_KEYS if key not in payload]
+    if missing:
+        raise UserError(
+            f"cannot resume from {path}: it holds no {', '.join(missing)} (e.g. an average of "
+            "checkpoints holds weights only); resume from a run's checkpoints/last.pt or best.pt"
+        )
+    try:
+        saved = config_from_dict(payload["config"])
+    except UserError as error:
+        raise UserError(f"cannot resume from {path}: its configuration: {error}") from None
+    conflicts = resume_conflicts(saved, cfg)
+    if conflicts:
+        raise UserError(
+            f"cannot resume from {path}: these settings differ from the checkpoint's, and they "
+            "decide the model, its vocabulary, the data order or the optimizer state:\n  - "
+            + "\n  - ".join(conflicts)
+            + "\nDrop those overrides (or set them to the checkpoint's values), or start a new "
+            "run without resume="
+        )
+    point = ResumePoint(path, payload)
+    log.info("resuming from %s (step %d)", path, point.step)
+    return point
+
+
+def _carry_best_checkpoint(point: ResumePoint, run_dir: Path) -> None:
+    """resume=PATH from another run directory: copy that run's best.pt next to the new last.pt,
+    so the final test evaluation has the best model even if the resumed part never beats it."""
+    target = run_dir / "checkpoints" / "best.pt"
+    source = point.path.parent / "best.pt"
+    if target.exists() or not source.is_file():
+        return
+    with source.open("rb") as handle:
+        atomic_write(target, lambda out: shutil.copyfileobj(handle, out))
+    log.info("copied %s to %s", source, target)
+
+
 def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
-    """Train, keep the best checkpoint, evaluate it on the test split, write metrics.json."""
+    """Train (or resume: `cfg.resume`), keep the best checkpoint, evaluate it on the test
+    split, write metrics.json.
+
+    Raises:
+        UserError: a problem with the config, the data or the resume checkpoint.
+        TrainingInterrupted: SIGINT/SIGTERM; last.pt holds the last finished step.
+        TrainingDiverged: too many non-finite losses in a row; checkpoints were kept.
+    """
+    validate(cfg)
+    with StopSignals() as stop:
+        return _run_training(cfg, run_dir, stop)
+
+
+def _run_training(cfg: TrainConfig, run_dir: Path, stop: StopSignals) -> dict[str, float]:
     from torch.utils.tensorboard import SummaryWriter
 
-    validate(cfg)
+    point = find_resume_point(cfg, run_dir)  # before any slow work: a bad file fails fast
     seed_everything(cfg.seed)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     device = resolve_device(cfg.trainer.device.value)
-    data = prepare_data(cfg.data, cfg.seed)
+    # A resumed run encodes its data with the checkpoint's tokenizers: the same ids, the same
+    # embedding rows (a retrained sentencepiece model need not be identical).
+    saved_tokenizers = Tokenizers.from_state(point.payload["tokenizers"]) if point else None
+    data = prepare_data(cfg.data, cfg.seed, tokenizers=saved_tokenizers)
     tokenizers = data.tokenizers
     model = model_for(cfg, tokenizers).to(device)
     n_params = sum(p.numel() for p in model.parameters())
@@ -162,9 +269,16 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     optimizer = build_optimizer(model, cfg.optim)
     total_steps = cfg.trainer.max_steps
     scheduler = build_scheduler(optimizer, cfg.optim, total_steps)
-    writer = SummaryWriter(str(run_dir / "tb"))
+    # Resuming: TensorBoard hides events after the checkpoint's step that the killed process
+    # logged, so the curves continue without a doubled stretch.
+    writer = SummaryWriter(str(run_dir / "tb"), purge_step=point.step + 1 if point else None)
     valid = make_evaluator(cfg, data, "valid", device)
-    static = {"config": config_to_dict(cfg), "tokenizers": tokenizers.state()}
+    # The stored config never carries `resume`: eval/translate of this checkpoint, or a
+    # later resume from it, must not depend on where this run came from.
+    static = {
+        "config": config_to_dict(dataclasses.replace(cfg, resume=None)),
+        "tokenizers": tokenizers.state(),
+    }
     trainer = Trainer(
         model,
         optimizer,
@@ -177,21 +291,34 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         device,
         static,
         on_validation=heatmap_logger(writer, valid, tokenizers, cfg.trainer.num_heatmaps),
+        stop=stop,
     )
+    if point is not None:
+        trainer.restore(point.payload)
+        _carry_best_checkpoint(point, run_dir)
     try:
         progress = trainer.fit()
-        best = load_checkpoint(run_dir / "checkpoints" / "best.pt")
+        best_path = run_dir / "checkpoints" / "best.pt"
+        if not best_path.is_file():  # resumed from a lone checkpoint without its best.pt
+            log.warning("no best.pt in %s: evaluating last.pt", best_path.parent)
+            best_path = best_path.with_name("last.pt")
+        best = load_checkpoint(best_path)
         model.load_state_dict(best["model"])
         test = make_evaluator(cfg, data, "test", device, split_gold(cfg, "test", tokenizers))
         metrics, hypotheses = test.evaluate(model)
         results = {f"test/{name}": value for name, value in metrics.items()}
         results["best_step"] = progress.best_step
         results[f"valid/best_{cfg.trainer.early_stopping_metric.value}"] = progress.best_metric
+        results["skipped_steps"] = progress.skipped_steps
         atomic_write_lines(run_dir / "hyps" / "test.txt", hypotheses)
         atomic_write_json(run_dir / "metrics.json", results)
         writer.add_hparams(
             _flat_hparams(cfg), {k: v for k, v in results.items() if "/" in k}, run_name="."
         )
+    except TrainingInterrupted as interruption:
+        if interruption.step is None:
+            interruption.step = trainer.last_saved_step
+        raise
     finally:
         writer.close()
     _print_summary(run_dir, results)
@@ -229,8 +356,9 @@ def _print_summary(run_dir: Path, metrics: dict[str, float]) -> None:
 def train_from_hydra(composed: Any) -> float | None:
     """Body of the `hydra.main` task function: DictConfig -> TrainConfig -> run_training.
 
-    User errors end the process with status 2 and one message; Hydra would otherwise turn them
-    into exit status 1 with its own formatting.
+    Exit statuses (Hydra would otherwise turn every exception into status 1 with a traceback):
+    2 for a user error (one message), 130/143 for SIGINT/SIGTERM (with the command that
+    resumes the run), 1 for a diverged run (the message says what was kept).
     """
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
@@ -243,12 +371,52 @@ def train_from_hydra(composed: Any) -> float | None:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    except TrainingInterrupted as interruption:
+        print(interruption_message(interruption, run_dir, resume_command(run_dir)), file=sys.stderr)
+        sys.exit(interruption.exit_status)
+    except TrainingDiverged as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
     key = cfg.optimized_metric or f"test/{cfg.trainer.early_stopping_metric.value}"
     if key not in metrics:
-        print(f"error: optimized_metric={key!r} is not in metrics.json: {', '.join(metrics)}",
-              file=sys.stderr)
+        print(
+            f"error: optimized_metric={key!r} is not in metrics.json: {', '.join(metrics)}",
+            file=sys.stderr,
+        )
         sys.exit(2)
     return metrics[key]
+
+
+def resume_command(run_dir: Path) -> str:
+    """`attnseq train resume=auto hydra.run.dir=RUN_DIR OVERRIDES`: the command that continues
+    this Hydra job (in a sweep: this one job), quoted for a POSIX shell."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    searchpath = [o for o in hydra_cfg.overrides.hydra if o.startswith("hydra.searchpath=")]
+    task = []
+    for override in hydra_cfg.overrides.task:
+        if override.lstrip("+").startswith("resume="):
+            continue
+        if override.startswith("experiment=") and not searchpath:
+            override = "config=" + override.split("=", 1)[1]  # the CLI's name for it
+        task.append(override)
+    args = ["resume=auto", f"hydra.run.dir={run_dir}", *searchpath, *task]
+    return "attnseq train " + " ".join(shlex.quote(arg) for arg in args)
+
+
+def interruption_message(interruption: TrainingInterrupted, run_dir: Path, command: str) -> str:
+    """What was saved when a signal stopped the run, and how to continue it."""
+    name = signal.Signals(interruption.signum).name
+    last = run_dir / "checkpoints" / "last.pt"
+    at = f" (step {interruption.step})" if interruption.step is not None else ""
+    if interruption.graceful:
+        head = f"training stopped by {name}: the current step finished and {last}{at} is saved."
+    elif last.is_file():
+        head = f"training stopped by {name}; the newest checkpoint is {last}{at}."
+    else:
+        head = f"training stopped by {name} before any checkpoint was written."
+    return f"{head}\nResume with:\n  {command}"
 
 
 # ------------------------------------------------------------------------------------- eval

@@ -5,15 +5,34 @@ Everything the loop needs arrives as objects (model, optimizer, data, an Evaluat
 nothing about Hydra or how the pieces were chosen (tasks.py composes them).
 
 The loss (loss.py) is normalised by the number of non-padding target tokens of the batch.
+
+Reliability (what a run that dies can count on):
+
+- Resume is exact. A checkpoint is written at a step boundary and holds everything the next step
+  depends on: weights, optimizer and scheduler state, `Progress` (step, epoch, batch position,
+  early-stopping state) and the RNG states. Batches are a pure function of (seed, epoch), so
+  (epoch, batch_in_epoch) is the whole data-order state. Nothing between two steps draws random
+  numbers except what is saved (validation runs under `preserved_rng`), so on CPU a run resumed
+  from any checkpoint ends with the same weights as a run that never stopped.
+- SIGINT/SIGTERM (`StopSignals`) let the current step finish, write last.pt and raise
+  `TrainingInterrupted`; a second SIGINT stops at once (atomic writes leave no half file).
+- A non-finite loss or gradient skips its update (counted in train/skipped_steps);
+  `trainer.max_nonfinite_steps` of them in a row raise `TrainingDiverged` without writing any
+  checkpoint, so last.pt and best.pt keep the last good state.
 """
 
+import contextlib
 import logging
 import math
+import os
 import random
+import signal
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -31,14 +50,53 @@ log = logging.getLogger("attnseq")
 
 @dataclass
 class Progress:
-    """Where training is; saved in every checkpoint so a run can resume exactly."""
+    """Where training is; saved in every checkpoint so a run can resume exactly.
 
-    step: int = 0
+    Counters a resumed run must continue (not restart) live here, not on the Trainer.
+    """
+
+    step: int = 0  # optimizer updates done (skipped non-finite batches are not updates)
     epoch: int = 0
-    batch_in_epoch: int = 0  # batches of `epoch` already consumed
+    batch_in_epoch: int = 0  # batches of `epoch` already consumed (updates and skips)
     best_metric: float | None = None
     best_step: int = 0
     stale_validations: int = 0  # validations since the best one
+    validated_step: int = 0  # step of the latest validation (the final one is not repeated)
+    skipped_steps: int = 0  # batches whose loss or gradient was not finite, in total
+    nonfinite_in_a_row: int = 0  # ... the current streak of them
+    train_seconds: float = 0.0  # wall-clock time of the loop, over all resumed sessions
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Progress":
+        """From a checkpoint's `progress`; keys an older checkpoint lacks keep their default."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in values.items() if key in known})
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT or SIGTERM stopped the run.
+
+    Attributes:
+        signum: the signal.
+        graceful: True when the loop finished its step and wrote last.pt at `step`; False when
+            the run stopped at once (second SIGINT, or outside the training loop).
+        step: the step of the newest last.pt this process wrote (None: none yet).
+    """
+
+    def __init__(self, signum: int, graceful: bool, step: int | None = None) -> None:
+        self.signum = signum
+        self.graceful = graceful
+        self.step = step
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+    @property
+    def exit_status(self) -> int:
+        """128 + signal number, the shell's convention: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum
+
+
+class TrainingDiverged(Exception):
+    """Too many non-finite losses (or gradients) in a row; no checkpoint was overwritten."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -52,6 +110,102 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
+# ------------------------------------------------------------------------------ RNG states
+def rng_state() -> dict[str, Any]:
+    """The generator states the training loop draws from (dropout: torch; CUDA when in use)."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    # is_initialized, not is_available: a CPU run on a GPU machine must not create a context.
+    if torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `rng_state` (a CUDA state is applied only where the devices match)."""
+    torch.set_rng_state(state["torch"])
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        # weights_only loading turns the tuple of ints into a list; random wants a tuple.
+        random.setstate((version, tuple(internal), gauss))
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Run the body without moving the training RNG stream: validation happens at different
+    points of a resumed and an uninterrupted run's process lifetime, so anything it draws
+    (today nothing: eval mode has no dropout) must not shift the draws of later steps."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
+
+
+# ------------------------------------------------------------------------------ signals
+class StopSignals:
+    """SIGINT/SIGTERM handling for a training run (`with StopSignals() as stop: ...`).
+
+    Inside `stop.graceful()` (the training loop) the first signal only records a request: the
+    loop finishes the current step, writes last.pt and raises `TrainingInterrupted`, so no update
+    is lost. A second SIGINT there, or a signal anywhere else in the block (data preparation, the
+    final test evaluation), raises `TrainingInterrupted` at once; the atomic writers remove
+    their temporary file, so even then every file on disk is whole.
+
+    Handlers can only be installed from the main thread; elsewhere this does nothing and the
+    process keeps its default behaviour.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._graceful = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @contextlib.contextmanager
+    def graceful(self) -> Iterator[None]:
+        self._graceful = True
+        try:
+            yield
+        finally:
+            self._graceful = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        first = self.signum is None
+        if first:
+            self.signum = signum
+        if self._graceful and (first or signum != signal.SIGINT):
+            if first:
+                # os.write, not print/logging: a handler may interrupt the main thread inside
+                # a buffered write, and re-entering the same buffer raises.
+                name = signal.Signals(signum).name
+                os.write(
+                    2,
+                    f"\nattnseq: {name} received: finishing the current step and writing "
+                    "last.pt (press Ctrl-C again to stop at once)\n".encode(),
+                )
+            return
+        raise TrainingInterrupted(signum, graceful=False)
+
+
+# ------------------------------------------------------------------------------ trainer
 class Trainer:
     """Runs the updates; validates and checkpoints along the way.
 
@@ -59,6 +213,7 @@ class Trainer:
         static_payload: checkpoint fields that never change during the run (config dict,
             tokenizer states), merged into every checkpoint.
         on_validation: called with (model, step) after each validation, e.g. to draw heatmaps.
+        stop: the run's signal handling; without it SIGINT/SIGTERM keep their default effect.
     """
 
     def __init__(
@@ -74,6 +229,7 @@ class Trainer:
         device: torch.device,
         static_payload: dict[str, Any],
         on_validation: Callable[[Seq2Seq, int], None] | None = None,
+        stop: StopSignals | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -86,8 +242,15 @@ class Trainer:
         self.device = device
         self.static_payload = static_payload
         self.on_validation = on_validation
+        self.stop = stop
         self.metric: Metric = cfg.trainer.early_stopping_metric
         self.progress = Progress()
+        self.last_saved_step: int | None = None  # step of the newest last.pt written here
+        self._resume_rng: dict[str, Any] | None = None
+        self.skip_reason = ""  # why the latest update was skipped (non-finite loss or gradient)
+        self._last_save = time.monotonic()
+        self._clock_start = time.monotonic()
+        self._seconds_before = 0.0
         self.sampler = TokenBatchSampler(
             [(len(src), len(tgt)) for src, tgt in train_examples],
             max_tokens=cfg.data.max_tokens,
@@ -95,11 +258,32 @@ class Trainer:
             shuffle=True,
             seed=cfg.seed,
         )
+        remove_stale_temporaries(self.checkpoint_dir)
+
+    def restore(self, payload: dict[str, Any]) -> None:
+        """Continue from a checkpoint: weights, optimizer, scheduler, progress and RNG.
+
+        The RNG states are applied at the start of `fit`, right before the first step, so that
+        whatever is built in between (it draws from the same generator) cannot shift them.
+        """
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        # LambdaLR's state holds base_lrs (lowered by plateau reductions) and its step count.
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.progress = Progress.from_dict(payload["progress"])
+        self._resume_rng = payload["rng"]
 
     # ----------------------------------------------------------------------- main loop
     def fit(self) -> Progress:
+        """Train until a limit is reached; returns the final progress.
+
+        Raises:
+            TrainingInterrupted: a SIGINT/SIGTERM arrived (last.pt holds the last step).
+            TrainingDiverged: `trainer.max_nonfinite_steps` non-finite losses in a row.
+        """
         trainer_cfg = self.cfg.trainer
-        batches_per_epoch = len(self.sampler.batches(0))
+        progress = self.progress
+        batches_per_epoch = len(self.sampler)  # the same in every epoch
         total_steps = trainer_cfg.max_steps or trainer_cfg.max_epochs * batches_per_epoch
         log.info(
             "training: %d examples, %d batches per epoch (padding %.1f%% of positions), "
@@ -109,50 +293,80 @@ class Trainer:
             100 * self.sampler.padding_share(0),
             total_steps,
         )
-        deadline = (
-            time.monotonic() + 60 * trainer_cfg.max_minutes if trainer_cfg.max_minutes else None
-        )
+        if progress.step or progress.batch_in_epoch or progress.epoch:
+            log.info(
+                "resuming at step %d (epoch %d, batch %d of %d)",
+                progress.step,
+                progress.epoch + 1,
+                progress.batch_in_epoch,
+                batches_per_epoch,
+            )
+        # RNG boundary: the stream continues exactly where the checkpoint's step left it.
+        if self._resume_rng is not None:
+            set_rng_state(self._resume_rng)
+        self._clock_start = self._last_save = time.monotonic()
+        self._seconds_before = progress.train_seconds
         window = _ThroughputWindow()
-        stop_reason = "max_epochs reached"
-        with TrainingProgress(total_steps, self.progress.step, trainer_cfg.progress) as bar:
-            while self.progress.epoch < trainer_cfg.max_epochs:
-                batches = self.sampler.batches(self.progress.epoch)
-                for indices in batches[self.progress.batch_in_epoch :]:
-                    batch = collate(
-                        [self.examples[i] for i in indices],
-                        indices,
-                        pad_id=self.model.pad_id,
-                        bos_id=self.model.bos_id,
-                        eos_id=self.model.eos_id,
-                    ).to(self.device)
-                    loss = self._update(batch)
-                    self.progress.batch_in_epoch += 1
-                    self.progress.step += 1
-                    window.add(batch, loss)
-                    bar.advance(loss, self.progress.epoch)
-                    step = self.progress.step
-                    if step % trainer_cfg.log_every == 0:
-                        self._log_train(window.flush())
-                    if step % trainer_cfg.validate_every == 0 and self._validate():
-                        stop_reason = "early stopping"
-                        break
-                    if trainer_cfg.max_steps and step >= trainer_cfg.max_steps:
-                        stop_reason = "max_steps reached"
-                        break
-                    if deadline and time.monotonic() >= deadline:
-                        stop_reason = "max_minutes reached"
-                        break
-                else:
-                    self.progress.epoch += 1
-                    self.progress.batch_in_epoch = 0
+        stop_reason = self._limit_reached()
+        if stop_reason is not None and progress.step:
+            log.info("nothing left to train: %s", stop_reason)
+        graceful = self.stop.graceful() if self.stop is not None else contextlib.nullcontext()
+        with graceful, TrainingProgress(total_steps, progress.step, trainer_cfg.progress) as bar:
+            epoch, batches = -1, []
+            while stop_reason is None:
+                if epoch != progress.epoch:
+                    epoch, batches = progress.epoch, self.sampler.batches(progress.epoch)
+                if progress.batch_in_epoch >= len(batches):  # a checkpoint at an epoch's end
+                    progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+                    stop_reason = self._limit_reached()
                     continue
-                break
-        if self.progress.step % trainer_cfg.validate_every != 0:
-            self._validate()  # the final state is always validated and checkpointed
-        log.info("training stopped after %d steps: %s", self.progress.step, stop_reason)
-        return self.progress
+                indices = batches[progress.batch_in_epoch]
+                batch = collate(
+                    [self.examples[i] for i in indices],
+                    indices,
+                    pad_id=self.model.pad_id,
+                    bos_id=self.model.bos_id,
+                    eos_id=self.model.eos_id,
+                ).to(self.device)
+                loss = self._update(batch)
+                progress.batch_in_epoch += 1
+                if progress.batch_in_epoch == len(batches):
+                    progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+                saved = False
+                if loss is None:
+                    self._skipped(self.skip_reason)  # raises TrainingDiverged after too many
+                else:
+                    progress.nonfinite_in_a_row = 0
+                    progress.step += 1
+                    window.add(batch, loss)
+                    bar.advance(loss, progress.epoch)
+                    if progress.step % trainer_cfg.log_every == 0:
+                        self._log_train(window.flush())
+                    if progress.step % trainer_cfg.validate_every == 0:
+                        self._validate()
+                        saved = True
+                progress.train_seconds = self._train_seconds()
+                stop_reason = self._limit_reached()
+                if loss is not None and not saved and stop_reason is None and self._save_due():
+                    self.save("last.pt")
+                    saved = True
+                if self.stop is not None and self.stop.requested:
+                    if not saved:
+                        self.save("last.pt")
+                    self._interrupted()
+            if progress.validated_step != progress.step:
+                self._validate()  # the final state is always validated and checkpointed
+            if self.stop is not None and self.stop.requested:
+                self._interrupted()  # arrived during the final validation; last.pt is written
+        log.info("training stopped after %d steps: %s", progress.step, stop_reason)
+        return progress
 
-    def _update(self, batch: Batch) -> float:
+    def _update(self, batch: Batch) -> float | None:
+        """One optimizer update; returns the loss.
+
+        When the loss or the gradient norm is not finite the update is skipped (weights,
+        optimizer and scheduler untouched): the result is None and `skip_reason` says why.
+        """
         self.model.train()
         output = self.model(batch.src, batch.src_lengths, batch.tgt_in)
         loss_sum, n_tokens = sequence_loss(
@@ -162,26 +376,120 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.cfg.optim.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm(
+                [p.grad for p in self.model.parameters() if p.grad is not None]
+            )
+        # Both numbers in one host-device synchronisation, before the optimizer step it decides.
+        loss_value, norm_value = torch.stack([loss.detach().float(), norm.float()]).tolist()
+        if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+            self.skip_reason = (
+                f"loss {loss_value}"
+                if not math.isfinite(loss_value)
+                else f"gradient norm {norm_value}"
+            )
+            self.optimizer.zero_grad(set_to_none=True)
+            return None
         self.optimizer.step()
         self.scheduler.step()
-        return float(loss.detach())
+        return loss_value
+
+    def _skipped(self, problem: str) -> None:
+        """Count a skipped update; stop the run after `max_nonfinite_steps` in a row."""
+        progress = self.progress
+        progress.skipped_steps += 1
+        progress.nonfinite_in_a_row += 1
+        self.writer.add_scalar("train/skipped_steps", progress.skipped_steps, progress.step)
+        limit = self.cfg.trainer.max_nonfinite_steps
+        log.warning(
+            "after step %d: non-finite %s; update skipped (%d in a row, %d in total; "
+            "the run stops at %d in a row)",
+            progress.step,
+            problem,
+            progress.nonfinite_in_a_row,
+            progress.skipped_steps,
+            limit,
+        )
+        if progress.nonfinite_in_a_row < limit:
+            return
+        self.writer.flush()
+        # No checkpoint is written here: the files on disk are the last good state.
+        kept = (
+            f"{self.checkpoint_dir / 'last.pt'} is from step {self.last_saved_step}"
+            if self.last_saved_step is not None
+            else f"no checkpoint of this session was written; {self.checkpoint_dir} keeps "
+            "whatever it held before"
+        )
+        raise TrainingDiverged(
+            f"training diverged: {progress.nonfinite_in_a_row} non-finite losses or gradients "
+            f"in a row after step {progress.step} (trainer.max_nonfinite_steps={limit}); "
+            f"those updates were skipped and no checkpoint was overwritten ({kept}). "
+            "Lower optim.lr, use more optim.warmup_steps or gradient clipping "
+            "(optim.clip_norm), or check the data"
+        )
+
+    def _interrupted(self) -> None:
+        assert self.stop is not None and self.stop.signum is not None
+        log.warning(
+            "stopped by %s after step %d; %s written",
+            signal.Signals(self.stop.signum).name,
+            self.progress.step,
+            self.checkpoint_dir / "last.pt",
+        )
+        raise TrainingInterrupted(self.stop.signum, graceful=True, step=self.last_saved_step)
+
+    def _train_seconds(self) -> float:
+        return self._seconds_before + time.monotonic() - self._clock_start
+
+    def _limit_reached(self) -> str | None:
+        """Why training should stop now, or None. Also true of a resumed run whose checkpoint
+        was written when it had already stopped, so resuming a finished run trains nothing."""
+        trainer_cfg, progress = self.cfg.trainer, self.progress
+        if trainer_cfg.max_steps and progress.step >= trainer_cfg.max_steps:
+            return "max_steps reached"
+        if progress.epoch >= trainer_cfg.max_epochs:
+            return "max_epochs reached"
+        if trainer_cfg.max_minutes and progress.train_seconds >= 60 * trainer_cfg.max_minutes:
+            return "max_minutes reached"
+        target, best = trainer_cfg.early_stopping_target, progress.best_metric
+        if (
+            target is not None
+            and best is not None
+            and (best >= target if self.metric.higher_is_better else best <= target)
+        ):
+            return f"valid/{self.metric.value} reached the target {target:.4g}"
+        patience = trainer_cfg.early_stopping_patience
+        if patience and progress.stale_validations >= patience:
+            return "early stopping"
+        return None
+
+    def _save_due(self) -> bool:
+        """A periodic resume point: every `save_every_steps` updates or `save_every_minutes`."""
+        trainer_cfg = self.cfg.trainer
+        every = trainer_cfg.save_every_steps
+        if every and self.progress.step % every == 0:
+            return True
+        minutes = trainer_cfg.save_every_minutes
+        return bool(minutes) and time.monotonic() - self._last_save >= 60 * minutes
 
     # ----------------------------------------------------------------------- validation
-    def _validate(self) -> bool:
-        """Validate, checkpoint, and return True when early stopping says stop."""
-        step = self.progress.step
-        metrics, _ = self.evaluator.evaluate(self.model)
-        for name, value in metrics.items():
-            self.writer.add_scalar(f"valid/{name}", value, step)
-        if self.on_validation is not None:
-            self.on_validation(self.model, step)
+    def _validate(self) -> None:
+        """Validate, update the early-stopping state and write best.pt (if improved), last.pt."""
+        progress = self.progress
+        step = progress.step
+        with preserved_rng():
+            metrics, _ = self.evaluator.evaluate(self.model)
+            for name, value in metrics.items():
+                self.writer.add_scalar(f"valid/{name}", value, step)
+            if self.on_validation is not None:
+                self.on_validation(self.model, step)
         self.writer.flush()
         value = metrics[self.metric.value]
-        improved = self.progress.best_metric is None or (
-            value > self.progress.best_metric
+        improved = progress.best_metric is None or (
+            value > progress.best_metric
             if self.metric.higher_is_better
-            else value < self.progress.best_metric
+            else value < progress.best_metric
         )
         log.info(
             "step %d: %s%s",
@@ -189,23 +497,20 @@ class Trainer:
             "  ".join(f"valid/{k}={v:.4g}" for k, v in sorted(metrics.items())),
             "  (new best)" if improved else "",
         )
+        progress.validated_step = step
         if improved:
-            self.progress.best_metric, self.progress.best_step = value, step
-            self.progress.stale_validations = 0
+            progress.best_metric, progress.best_step = value, step
+            progress.stale_validations = 0
         else:
-            self.progress.stale_validations += 1
+            progress.stale_validations += 1
             self._maybe_reduce_lr()
-        self.save("last.pt")
+        progress.train_seconds = self._train_seconds()
+        # best.pt before last.pt: a run killed between the two resumes from the previous
+        # last.pt, repeats this step and rewrites best.pt with the same weights. The other
+        # order could leave a last.pt whose best_step names a best.pt that was never written.
         if improved:
             self.save("best.pt")
-        patience = self.cfg.trainer.early_stopping_patience
-        target = self.cfg.trainer.early_stopping_target
-        if target is not None and (
-            value >= target if self.metric.higher_is_better else value <= target
-        ):
-            log.info("valid/%s reached the target %.4g", self.metric.value, target)
-            return True
-        return bool(patience) and self.progress.stale_validations >= patience
+        self.save("last.pt")
 
     def _maybe_reduce_lr(self) -> None:
         optim = self.cfg.optim
@@ -227,22 +532,50 @@ class Trainer:
 
     # ----------------------------------------------------------------------- checkpoints
     def state_payload(self) -> dict[str, Any]:
-        rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
+        """Everything a resumed run needs. Reading these states draws no random numbers, so
+        saving (periodically or not) leaves the training stream untouched."""
         return {
             **self.static_payload,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "progress": vars(self.progress).copy(),
-            "rng": rng,
+            "rng": rng_state(),
         }
 
     def save(self, name: str) -> Path:
+        """Write checkpoints/NAME atomically; refuses (TrainingDiverged) to write weights that
+        are not finite, so a checkpoint on disk is always a usable model."""
+        if not _all_finite(self.model.parameters()):
+            raise TrainingDiverged(
+                f"the weights became non-finite after step {self.progress.step}; {name} was not "
+                f"written (last.pt is from step {self.last_saved_step}). Lower optim.lr or use "
+                "gradient clipping (optim.clip_norm)"
+            )
         path = self.checkpoint_dir / name
         save_checkpoint(path, self.state_payload())
+        if name == "last.pt":
+            self.last_saved_step = self.progress.step
+            self._last_save = time.monotonic()
         return path
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files of writes that a killed process left in `folder`
+    (attnseq.atomic names them .NAME.XXXX.tmp; finished files are never touched). Run at the
+    start of a run, when no other writer of the folder can be active."""
+    removed = []
+    if folder.is_dir():
+        for stale in sorted(folder.glob(".*.tmp")):
+            log.info("removing %s, left by an interrupted checkpoint write", stale)
+            stale.unlink(missing_ok=True)
+            removed.append(stale)
+    return removed
+
+
+def _all_finite(tensors: Any) -> bool:
+    flags = [torch.isfinite(t).all() for t in tensors]
+    return bool(torch.stack(flags).all()) if flags else True
 
 
 class _ThroughputWindow:
