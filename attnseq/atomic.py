@@ -5,6 +5,7 @@ atomic on POSIX), is flushed and fsync'ed, then renamed over the target.
 """
 
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Callable
@@ -38,3 +39,18 @@ def atomic_write_json(path: str | Path, data: Any) -> None:
 
 def atomic_write_lines(path: str | Path, lines: list[str]) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files of writes that a killed process left in `folder`
+    (`atomic_write` names them .NAME.<random>.tmp; finished files are never touched). Run at the
+    start of a run, when no other writer of the folder can be active."""
+    removed = []
+    if folder.is_dir():
+        for stale in sorted(folder.glob(".*.tmp")):
+            logging.getLogger("attnseq").info(
+                "removing %s, left by an interrupted checkpoint write", stale
+            )
+            stale.unlink(missing_ok=True)
+            removed.append(stale)
+    return removed

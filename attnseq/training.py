@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from attnseq.atomic import remove_stale_temporaries
 from attnseq.checkpoint import save_checkpoint
 from attnseq.config import Metric, Scheduler, TrainConfig
 from attnseq.data.batching import Batch, TokenBatchSampler, collate
@@ -558,19 +559,6 @@ class Trainer:
             self.last_saved_step = self.progress.step
             self._last_save = time.monotonic()
         return path
-
-
-def remove_stale_temporaries(folder: Path) -> list[Path]:
-    """Delete the temporary files of writes that a killed process left in `folder`
-    (attnseq.atomic names them .NAME.XXXX.tmp; finished files are never touched). Run at the
-    start of a run, when no other writer of the folder can be active."""
-    removed = []
-    if folder.is_dir():
-        for stale in sorted(folder.glob(".*.tmp")):
-            log.info("removing %s, left by an interrupted checkpoint write", stale)
-            stale.unlink(missing_ok=True)
-            removed.append(stale)
-    return removed
 
 
 def _all_finite(tensors: Any) -> bool:

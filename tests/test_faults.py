@@ -31,19 +31,14 @@ from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
 from attnseq import training
-from attnseq.atomic import atomic_write
+from attnseq.atomic import atomic_write, remove_stale_temporaries
 from attnseq.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.cli import app
 from attnseq.config import TrainConfig, config_from_dict, register_configs
 from attnseq.errors import UserError
 from attnseq.hydra_entry import CONFIG_DIR
 from attnseq.tasks import find_resume_point, run_training
-from attnseq.training import (
-    StopSignals,
-    TrainingDiverged,
-    TrainingInterrupted,
-    remove_stale_temporaries,
-)
+from attnseq.training import StopSignals, TrainingDiverged, TrainingInterrupted
 
 # A run of 40 short steps that saves a resume point after every one, with dropout so that a
 # wrongly restored RNG changes the weights. 2 batches per epoch: several epoch boundaries.
