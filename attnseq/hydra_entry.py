@@ -9,10 +9,16 @@ Hydra's exit status 1 from inside the run.
 `config=NAME` selects configs/experiment/NAME.yaml; `config=PATH.yaml` (any path ending in .yaml)
 selects the user's own experiment file, which is linked into a private search-path folder so it
 can use the packaged config groups in its defaults list like any packaged experiment.
+
+Under torchrun (`torchrun --nproc_per_node=N -m attnseq train ...`) every process runs this;
+the ones other than rank 0 get Hydra overrides that keep Hydra from writing anything (no run
+directory, no .hydra/, no train.log; their log goes to stdout), since only rank 0 writes.
+Multirun is refused there: one torchrun job trains one model.
 """
 
 import difflib
 import hashlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -65,9 +71,11 @@ def user_experiment_dir(path: Path) -> tuple[str, Path]:
     group.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"\W", "_", path.stem)
     link = group / f"{name}.yaml"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(path)
+    # A fresh link renamed into place: processes doing this at once (torchrun) do not race.
+    fresh = group / f".{name}.{os.getpid()}.yaml"
+    fresh.unlink(missing_ok=True)
+    fresh.symlink_to(path)
+    os.replace(fresh, link)
     return name, root
 
 
@@ -140,6 +148,11 @@ def preflight(args: list[str]) -> None:
     from attnseq.config import TrainConfig, register_configs, validate
 
     flags, overrides = split_flags(args)
+    if env_world_size() > 1 and any(flag in {"-m", "--multirun"} for flag in flags):
+        raise UserError(
+            "-m/--multirun cannot run under torchrun: one torchrun job trains one model. "
+            "Start one torchrun job per configuration (or drop -m)"
+        )
     if any(flag in _INFORMATIONAL for flag in flags) or any(
         flag in {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
         for flag in flags
@@ -224,14 +237,33 @@ def describe_composition_error(error: Exception, overrides: list[str]) -> str:
     return f"invalid configuration ({' '.join(overrides)}): {text.splitlines()[0]}"
 
 
+def env_world_size() -> int:
+    """WORLD_SIZE as torchrun sets it (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+# What ranks other than 0 must not take from the user: where Hydra writes, and its log file.
+_WRITING_OVERRIDES = ("hydra.run.dir=", "hydra.output_subdir=", "hydra/job_logging=")
+
+
+def quiet_rank_overrides(args: list[str]) -> list[str]:
+    """`args` for a torchrun rank other than 0: Hydra creates and writes nothing (run dir `.`,
+    no .hydra/, log to stdout); rank 0 tells the others what they need (distributed.py)."""
+    kept = [arg for arg in args if not arg.lstrip("+~").startswith(_WRITING_OVERRIDES)]
+    return [*kept, "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
+
+
 def run_hydra(args: list[str]) -> None:
     """Hand `args` to the real `hydra.main` entry (multirun, launchers, sweepers included)."""
     import hydra
 
     from attnseq import tasks
     from attnseq.config import register_configs
+    from attnseq.distributed import env_world
 
     register_configs()
+    if not env_world().is_main:
+        args = quiet_rank_overrides(args)
     sys.argv = ["attnseq", *args]
     main = hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")(
         tasks.train_from_hydra

@@ -19,6 +19,16 @@ Reliability (what a run that dies can count on):
 - A non-finite loss or gradient skips its update (counted in train/skipped_steps);
   `trainer.max_nonfinite_steps` of them in a row raise `TrainingDiverged` without writing any
   checkpoint, so last.pt and best.pt keep the last good state.
+
+Data parallelism (torchrun, see distributed.py): inside a process group of N ranks the model is
+wrapped in DistributedDataParallel and every rank takes its own share of each epoch's batches.
+The global update equals a single-process update on the union of the N batches: the target token
+count is summed over ranks first and each rank's summed loss is scaled by N / global tokens
+(DDP averages the gradients, so the N cancels). The loss, the skip decision (non-finite loss or
+gradient on any rank), the signal requests and rank 0's clock (max_minutes, periodic saves) are
+combined in one small all-reduce per step, and validation metrics are broadcast from rank 0, so
+every rank takes the same decisions and stops at the same step. Only rank 0 writes. Each rank's
+RNG state is saved, so resuming with the same number of processes is exact too.
 """
 
 import contextlib
@@ -41,6 +51,13 @@ from attnseq.atomic import remove_stale_temporaries
 from attnseq.checkpoint import save_checkpoint
 from attnseq.config import Metric, Scheduler, TrainConfig
 from attnseq.data.batching import Batch, TokenBatchSampler, collate
+from attnseq.distributed import (
+    all_gather_object,
+    all_reduce_sum,
+    broadcast_object,
+    is_main_process,
+    world,
+)
 from attnseq.evaluation import Evaluator
 from attnseq.loss import sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
@@ -66,6 +83,7 @@ class Progress:
     skipped_steps: int = 0  # batches whose loss or gradient was not finite, in total
     nonfinite_in_a_row: int = 0  # ... the current streak of them
     train_seconds: float = 0.0  # wall-clock time of the loop, over all resumed sessions
+    world_size: int = 1  # data-parallel processes: batch_in_epoch counts batches of one of them
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Progress":
@@ -157,6 +175,13 @@ class StopSignals:
 
     Handlers can only be installed from the main thread; elsewhere this does nothing and the
     process keeps its default behaviour.
+
+    Under torchrun the agent forwards SIGINT/SIGTERM to every rank (and a terminal's Ctrl-C
+    reaches them all). The request of any rank is combined into the all-reduce that closes each
+    step, so all ranks finish the same step, rank 0 writes last.pt and every rank raises
+    `TrainingInterrupted`; nothing waits on a rank that has left. torchrun kills workers that
+    have not exited some 30 s after forwarding the signal, so a step plus one checkpoint write
+    must fit in that time. A second Ctrl-C stops that rank at once; torchrun then ends the rest.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -193,7 +218,7 @@ class StopSignals:
         if first:
             self.signum = signum
         if self._graceful and (first or signum != signal.SIGINT):
-            if first:
+            if first and is_main_process():  # under torchrun every rank gets the signal
                 # os.write, not print/logging: a handler may interrupt the main thread inside
                 # a buffered write, and re-entering the same buffer raises.
                 name = signal.Signals(signum).name
@@ -206,14 +231,28 @@ class StopSignals:
         raise TrainingInterrupted(signum, graceful=False)
 
 
+class NullWriter:
+    """Stands in for a SummaryWriter where nothing may be written (ranks other than 0): every
+    method call is accepted and does nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
 # ------------------------------------------------------------------------------ trainer
 class Trainer:
     """Runs the updates; validates and checkpoints along the way.
 
+    Inside an initialised process group (distributed.py) it trains data-parallel: see the module
+    docstring. Ranks other than 0 write nothing and do not validate; they may pass
+    `evaluator=None` and a `NullWriter`.
+
     Args:
+        evaluator: the validation split's evaluator (used on rank 0 only).
         static_payload: checkpoint fields that never change during the run (config dict,
             tokenizer states), merged into every checkpoint.
-        on_validation: called with (model, step) after each validation, e.g. to draw heatmaps.
+        on_validation: called with (model, step) after each validation, e.g. to draw heatmaps
+            (rank 0 only).
         stop: the run's signal handling; without it SIGINT/SIGTERM keep their default effect.
     """
 
@@ -224,7 +263,7 @@ class Trainer:
         scheduler: torch.optim.lr_scheduler.LambdaLR,
         cfg: TrainConfig,
         train_examples: list[tuple[list[int], list[int]]],
-        evaluator: Evaluator,
+        evaluator: Evaluator | None,
         run_dir: Path,
         writer: Any,
         device: torch.device,
@@ -252,14 +291,39 @@ class Trainer:
         self._last_save = time.monotonic()
         self._clock_start = time.monotonic()
         self._seconds_before = 0.0
+        self.world = world()
+        self.progress.world_size = self.world.world_size
+        if not self.world.is_main:
+            self.writer = NullWriter()  # only rank 0 writes
         self.sampler = TokenBatchSampler(
             [(len(src), len(tgt)) for src, tgt in train_examples],
             max_tokens=cfg.data.max_tokens,
             max_sentences=cfg.data.max_sentences,
             shuffle=True,
             seed=cfg.seed,
+            num_replicas=self.world.world_size,
+            rank=self.world.rank,
         )
-        remove_stale_temporaries(self.checkpoint_dir)
+        # The module the updates run through: DDP averages gradients across ranks. Everything
+        # else (validation, state_dict, pad ids) uses the bare model.
+        self.train_model: torch.nn.Module = model
+        if self.world.distributed:
+            if train_examples and len(self.sampler) == 0:
+                from attnseq.errors import UserError
+
+                raise UserError(
+                    f"the training data makes {self.sampler.global_len} batches, fewer than the "
+                    f"{self.world.world_size} processes; lower data.max_tokens or use fewer "
+                    "processes"
+                )
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.train_model = DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None
+            )
+        self._global_counts = (0.0, 0.0, 0.0)  # (src, tgt, padded) tokens of the latest step
+        if self.world.is_main:
+            remove_stale_temporaries(self.checkpoint_dir)
 
     def restore(self, payload: dict[str, Any]) -> None:
         """Continue from a checkpoint: weights, optimizer, scheduler, progress and RNG.
@@ -273,6 +337,25 @@ class Trainer:
         self.scheduler.load_state_dict(payload["scheduler"])
         self.progress = Progress.from_dict(payload["progress"])
         self._resume_rng = payload["rng"]
+        ranks_rng = payload.get("rng_ranks")
+        world_size = self.world.world_size
+        if ranks_rng is not None and len(ranks_rng) == world_size:
+            self._resume_rng = ranks_rng[self.world.rank]
+        saved_world = self.progress.world_size
+        if saved_world != world_size:
+            # Step k of R ranks covers batches k*R .. k*R+R-1 of the epoch's global order, so the
+            # consumed prefix converts; rounding down repeats fewer than R batches at most.
+            consumed = self.progress.batch_in_epoch * saved_world
+            self.progress.batch_in_epoch = consumed // world_size
+            self.progress.world_size = world_size
+            if self.world.is_main:
+                log.warning(
+                    "resuming a run of %d process(es) with %d: the data order continues from "
+                    "batch %d of the epoch, but differs from a run that never stopped",
+                    saved_world,
+                    world_size,
+                    consumed,
+                )
 
     # ----------------------------------------------------------------------- main loop
     def fit(self) -> Progress:
@@ -286,15 +369,18 @@ class Trainer:
         progress = self.progress
         batches_per_epoch = len(self.sampler)  # the same in every epoch
         total_steps = trainer_cfg.max_steps or trainer_cfg.max_epochs * batches_per_epoch
-        log.info(
-            "training: %d examples, %d batches per epoch (padding %.1f%% of positions), "
-            "up to %d steps",
-            len(self.examples),
-            batches_per_epoch,
-            100 * self.sampler.padding_share(0),
-            total_steps,
-        )
-        if progress.step or progress.batch_in_epoch or progress.epoch:
+        main = self.world.is_main
+        if main:
+            log.info(
+                "training: %d examples, %d batches per epoch%s (padding %.1f%% of positions), "
+                "up to %d steps",
+                len(self.examples),
+                batches_per_epoch,
+                f" on each of {self.world.world_size} processes" if self.world.distributed else "",
+                100 * self.sampler.padding_share(0),
+                total_steps,
+            )
+        if main and (progress.step or progress.batch_in_epoch or progress.epoch):
             log.info(
                 "resuming at step %d (epoch %d, batch %d of %d)",
                 progress.step,
@@ -309,10 +395,11 @@ class Trainer:
         self._seconds_before = progress.train_seconds
         window = _ThroughputWindow()
         stop_reason = self._limit_reached()
-        if stop_reason is not None and progress.step:
+        if main and stop_reason is not None and progress.step:
             log.info("nothing left to train: %s", stop_reason)
         graceful = self.stop.graceful() if self.stop is not None else contextlib.nullcontext()
-        with graceful, TrainingProgress(total_steps, progress.step, trainer_cfg.progress) as bar:
+        show_bar = trainer_cfg.progress and main
+        with graceful, TrainingProgress(total_steps, progress.step, show_bar) as bar:
             epoch, batches = -1, []
             while stop_reason is None:
                 if epoch != progress.epoch:
@@ -339,41 +426,72 @@ class Trainer:
                 else:
                     progress.nonfinite_in_a_row = 0
                     progress.step += 1
-                    window.add(batch, loss)
+                    window.add(*self._global_counts, loss)
                     bar.advance(loss, progress.epoch)
                     if progress.step % trainer_cfg.log_every == 0:
                         self._log_train(window.flush())
                     if progress.step % trainer_cfg.validate_every == 0:
                         self._validate()
                         saved = True
-                progress.train_seconds = self._train_seconds()
+                stop_requested, save_due = self._sync_decisions()
                 stop_reason = self._limit_reached()
-                if loss is not None and not saved and stop_reason is None and self._save_due():
+                if loss is not None and not saved and stop_reason is None and save_due:
                     self.save("last.pt")
                     saved = True
-                if self.stop is not None and self.stop.requested:
+                if stop_requested:
                     if not saved:
                         self.save("last.pt")
                     self._interrupted()
             if progress.validated_step != progress.step:
                 self._validate()  # the final state is always validated and checkpointed
-            if self.stop is not None and self.stop.requested:
+            if self._sync_decisions()[0]:
                 self._interrupted()  # arrived during the final validation; last.pt is written
-        log.info("training stopped after %d steps: %s", progress.step, stop_reason)
+        if main:
+            log.info("training stopped after %d steps: %s", progress.step, stop_reason)
         return progress
 
-    def _update(self, batch: Batch) -> float | None:
-        """One optimizer update; returns the loss.
+    def _sync_decisions(self) -> tuple[bool, bool]:
+        """(stop requested, periodic save due) after a step; updates `progress.train_seconds`.
 
-        When the loss or the gradient norm is not finite the update is skipped (weights,
-        optimizer and scheduler untouched): the result is None and `skip_reason` says why.
+        Data-parallel: one all-reduce makes both the same on every rank, a signal that reached
+        any rank stops them all, and rank 0's clock (the only one whose time is saved) decides
+        max_minutes and save_every_minutes.
         """
-        self.model.train()
-        output = self.model(batch.src, batch.src_lengths, batch.tgt_in)
+        seconds = self._train_seconds()
+        requested = self.stop is not None and self.stop.requested
+        if not self.world.distributed:
+            self.progress.train_seconds = seconds
+            return requested, self._save_due()
+        main = self.world.is_main
+        seconds, save_due, requests = all_reduce_sum(
+            [seconds if main else 0.0, float(main and self._save_due()), float(requested)]
+        )
+        self.progress.train_seconds = seconds
+        return requests > 0, save_due > 0
+
+    def _update(self, batch: Batch) -> float | None:
+        """One optimizer update; returns the loss (data-parallel: of the global batch).
+
+        When the loss or the gradient norm is not finite (on any rank) the update is skipped
+        (weights, optimizer and scheduler untouched): the result is None and `skip_reason` says
+        why.
+        """
+        distributed = self.world.distributed
+        counts = [batch.n_src_tokens, batch.n_tgt_tokens, batch.n_padded_tokens]
+        if distributed:  # the global token count normalises the loss, so it comes first
+            counts = all_reduce_sum(counts)
+        self._global_counts = (counts[0], counts[1], counts[2])
+        self.train_model.train()  # DDP's wrapper and the model inside
+        output = self.train_model(batch.src, batch.src_lengths, batch.tgt_in)
         loss_sum, n_tokens = sequence_loss(
             output.logits, batch.tgt_out, self.model.pad_id, self.cfg.optim.label_smoothing
         )
-        loss = loss_sum / max(n_tokens, 1)
+        if distributed:
+            # DDP averages gradients over the R ranks: R * sum_r / N_global averages to
+            # sum(all ranks' token losses) / N_global, the single-process loss of the union.
+            loss = loss_sum * (self.world.world_size / max(counts[1], 1.0))
+        else:
+            loss = loss_sum / max(n_tokens, 1)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.cfg.optim.clip_norm > 0:
@@ -384,6 +502,19 @@ class Trainer:
             )
         # Both numbers in one host-device synchronisation, before the optimizer step it decides.
         loss_value, norm_value = torch.stack([loss.detach().float(), norm.float()]).tolist()
+        if distributed:
+            # The gradients (so their norm) are already the same everywhere; the losses and any
+            # rank's non-finite value are summed so every rank takes the same decision.
+            local_sum = float(loss_sum.detach())
+            total, bad_loss, bad_norm = all_reduce_sum(
+                [
+                    local_sum if math.isfinite(local_sum) else 0.0,
+                    float(not math.isfinite(local_sum)),
+                    float(not math.isfinite(norm_value)),
+                ]
+            )
+            loss_value = total / max(counts[1], 1.0) if not bad_loss else math.nan
+            norm_value = norm_value if not bad_norm else math.inf
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
             self.skip_reason = (
                 f"loss {loss_value}"
@@ -403,7 +534,8 @@ class Trainer:
         progress.nonfinite_in_a_row += 1
         self.writer.add_scalar("train/skipped_steps", progress.skipped_steps, progress.step)
         limit = self.cfg.trainer.max_nonfinite_steps
-        log.warning(
+        self._log(
+            logging.WARNING,
             "after step %d: non-finite %s; update skipped (%d in a row, %d in total; "
             "the run stops at %d in a row)",
             progress.step,
@@ -431,14 +563,17 @@ class Trainer:
         )
 
     def _interrupted(self) -> None:
-        assert self.stop is not None and self.stop.signum is not None
-        log.warning(
-            "stopped by %s after step %d; %s written",
-            signal.Signals(self.stop.signum).name,
-            self.progress.step,
-            self.checkpoint_dir / "last.pt",
-        )
-        raise TrainingInterrupted(self.stop.signum, graceful=True, step=self.last_saved_step)
+        # Data-parallel: a signal to any rank stops all; one that got none reports SIGTERM.
+        signum = self.stop.signum if self.stop is not None else None
+        signum = signum if signum is not None else signal.SIGTERM
+        if self.world.is_main:
+            log.warning(
+                "stopped by %s after step %d; %s written",
+                signal.Signals(signum).name,
+                self.progress.step,
+                self.checkpoint_dir / "last.pt",
+            )
+        raise TrainingInterrupted(signum, graceful=True, step=self.last_saved_step)
 
     def _train_seconds(self) -> float:
         return self._seconds_before + time.monotonic() - self._clock_start
@@ -476,23 +611,34 @@ class Trainer:
 
     # ----------------------------------------------------------------------- validation
     def _validate(self) -> None:
-        """Validate, update the early-stopping state and write best.pt (if improved), last.pt."""
+        """Validate, update the early-stopping state and write best.pt (if improved), last.pt.
+
+        Data-parallel: rank 0 validates while the others wait for its metrics; then every rank
+        updates the same early-stopping and plateau state.
+        """
         progress = self.progress
         step = progress.step
-        with preserved_rng():
-            metrics, _ = self.evaluator.evaluate(self.model)
-            for name, value in metrics.items():
-                self.writer.add_scalar(f"valid/{name}", value, step)
-            if self.on_validation is not None:
-                self.on_validation(self.model, step)
-        self.writer.flush()
+        main = self.world.is_main
+        metrics: dict[str, float] = {}
+        if main:
+            if self.evaluator is None:
+                raise ValueError("the main process needs an evaluator to validate")
+            with preserved_rng():
+                metrics, _ = self.evaluator.evaluate(self.model)
+                for name, value in metrics.items():
+                    self.writer.add_scalar(f"valid/{name}", value, step)
+                if self.on_validation is not None:
+                    self.on_validation(self.model, step)
+            self.writer.flush()
+        metrics = broadcast_object(metrics)
         value = metrics[self.metric.value]
         improved = progress.best_metric is None or (
             value > progress.best_metric
             if self.metric.higher_is_better
             else value < progress.best_metric
         )
-        log.info(
+        self._log(
+            logging.INFO,
             "step %d: %s%s",
             step,
             "  ".join(f"valid/{k}={v:.4g}" for k, v in sorted(metrics.items())),
@@ -523,7 +669,16 @@ class Trainer:
                 self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True
             ):
                 group["lr"] = lr * optim.plateau_factor
-            log.info("plateau: learning rate reduced to %.3g", self.optimizer.param_groups[0]["lr"])
+            self._log(
+                logging.INFO,
+                "plateau: learning rate reduced to %.3g",
+                self.optimizer.param_groups[0]["lr"],
+            )
+
+    def _log(self, level: int, message: str, *args: Any) -> None:
+        """Log on rank 0 only (every rank takes the same decisions; one report is enough)."""
+        if self.world.is_main:
+            log.log(level, message, *args)
 
     def _log_train(self, stats: dict[str, float]) -> None:
         step = self.progress.step
@@ -534,8 +689,12 @@ class Trainer:
     # ----------------------------------------------------------------------- checkpoints
     def state_payload(self) -> dict[str, Any]:
         """Everything a resumed run needs. Reading these states draws no random numbers, so
-        saving (periodically or not) leaves the training stream untouched."""
-        return {
+        saving (periodically or not) leaves the training stream untouched.
+
+        Data-parallel: a collective (every rank's RNG state is gathered into `rng_ranks`), so
+        every rank calls it at the same point.
+        """
+        payload = {
             **self.static_payload,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -543,10 +702,17 @@ class Trainer:
             "progress": vars(self.progress).copy(),
             "rng": rng_state(),
         }
+        if self.world.distributed:
+            payload["rng_ranks"] = all_gather_object(payload["rng"])
+        return payload
 
     def save(self, name: str) -> Path:
         """Write checkpoints/NAME atomically; refuses (TrainingDiverged) to write weights that
-        are not finite, so a checkpoint on disk is always a usable model."""
+        are not finite, so a checkpoint on disk is always a usable model.
+
+        Data-parallel: called by every rank at the same step (the weights are the same on all,
+        so all take the same decision); only rank 0 writes.
+        """
         if not _all_finite(self.model.parameters()):
             raise TrainingDiverged(
                 f"the weights became non-finite after step {self.progress.step}; {name} was not "
@@ -554,7 +720,9 @@ class Trainer:
                 "gradient clipping (optim.clip_norm)"
             )
         path = self.checkpoint_dir / name
-        save_checkpoint(path, self.state_payload())
+        payload = self.state_payload()
+        if self.world.is_main:
+            save_checkpoint(path, payload)
         if name == "last.pt":
             self.last_saved_step = self.progress.step
             self._last_save = time.monotonic()
@@ -577,12 +745,13 @@ class _ThroughputWindow:
         self.tgt_tokens = 0
         self.padded = 0
 
-    def add(self, batch: Batch, loss: float) -> None:
+    def add(self, src_tokens: float, tgt_tokens: float, padded: float, loss: float) -> None:
+        """One step: its (global) real source and target tokens, padded positions, loss."""
         self.loss_sum += loss
         self.steps += 1
-        self.src_tokens += batch.n_src_tokens
-        self.tgt_tokens += batch.n_tgt_tokens
-        self.padded += batch.n_padded_tokens
+        self.src_tokens += src_tokens
+        self.tgt_tokens += tgt_tokens
+        self.padded += padded
 
     def flush(self) -> dict[str, float]:
         seconds = max(time.perf_counter() - self.start, 1e-9)

@@ -189,6 +189,14 @@ class TokenBatchSampler:
     Without shuffling (validation/test) the batches come in ascending length order, the same for
     every epoch; `Batch.indices` restores the dataset order.
 
+    Sharding (data-parallel training, `num_replicas` > 1): every replica computes the same
+    epoch (same seed) and takes batches `rank, rank + R, rank + 2R, ...` of it (R =
+    `num_replicas`), cut to n // R batches, so every replica has the same number of steps (no
+    collective waits for a replica that has run out) and step k of the R replicas together covers
+    batches k*R .. k*R + R - 1 of the single-process order: the global batch. The last n % R
+    batches of an epoch are left out (with shuffling, different ones each epoch). Shards stay a
+    pure function of (constructor arguments, epoch), so resuming works as above.
+
     Also usable as a `torch.utils.data.DataLoader(batch_sampler=...)`: call `set_epoch` before
     iterating, as with DistributedSampler.
     """
@@ -203,6 +211,8 @@ class TokenBatchSampler:
         seed: int = 0,
         bucket_width: int | None = None,
         num_buckets: int | None = None,
+        num_replicas: int = 1,
+        rank: int = 0,
     ) -> None:
         """
         Args:
@@ -213,6 +223,8 @@ class TokenBatchSampler:
             seed: seed of the per-epoch generators (>= 0).
             bucket_width: lengths per bucket (default 1: exact lengths). Exclusive with
                 `num_buckets`, which splits the range of widths into that many equal buckets.
+            num_replicas: processes sharing each epoch's batches (data parallelism).
+            rank: this process's share, 0 <= rank < num_replicas.
         """
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -226,6 +238,8 @@ class TokenBatchSampler:
             raise ValueError(f"bucket_width must be >= 1, got {bucket_width}")
         if num_buckets is not None and num_buckets < 1:
             raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"need 0 <= rank < num_replicas, got rank {rank} of {num_replicas}")
         table = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (N, 2)
         if (table < 0).any():
             raise ValueError("lengths must be >= 0")
@@ -234,6 +248,8 @@ class TokenBatchSampler:
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self.num_replicas = num_replicas
+        self.rank = rank
         self._src = table[:, 0]  # (N,)
         self._tgt1 = table[:, 1] + 1  # (N,) target + BOS/EOS
         self._width = np.maximum(self._src, self._tgt1)  # (N,) >= 1
@@ -249,11 +265,18 @@ class TokenBatchSampler:
         np.maximum.at(bucket_max, self._bucket, self._width)
         self._bucket_max_width = bucket_max[self._bucket]  # (N,)
         self._fixed: list[list[int]] | None = None  # unshuffled batches, the same every epoch
-        self._len = len(self.batches(0))
+        self._global_len = len(self.global_batches(0))
+        self._len = self._global_len // num_replicas
 
     def __len__(self) -> int:
-        """Number of batches; the same for every epoch (see the class docstring, step 2)."""
+        """Number of batches of this replica; the same for every epoch (see the class
+        docstring, step 2) and every replica."""
         return self._len
+
+    @property
+    def global_len(self) -> int:
+        """Number of batches of an epoch before sharding."""
+        return self._global_len
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch `__iter__` yields (for DataLoader use)."""
@@ -263,10 +286,18 @@ class TokenBatchSampler:
         return iter(self.batches(self.epoch))
 
     def batches(self, epoch: int) -> list[list[int]]:
-        """The batches (lists of example positions) of `epoch`; every example exactly once.
+        """This replica's batches (lists of example positions) of `epoch`; with one replica
+        every example exactly once.
 
         A pure function of (constructor arguments, epoch).
         """
+        batches = self.global_batches(epoch)
+        if self.num_replicas == 1:
+            return batches
+        return batches[self.rank :: self.num_replicas][: len(batches) // self.num_replicas]
+
+    def global_batches(self, epoch: int) -> list[list[int]]:
+        """All batches of `epoch`, before sharding; every example exactly once."""
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         if not self.shuffle:
