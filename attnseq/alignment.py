@@ -59,6 +59,8 @@ WeightsLike = Tensor | np.ndarray
 
 WORD_BOUNDARY = "\u2581"  # "▁", sentencepiece's marker of a piece that starts a word
 PIECE_KINDS: tuple[str, ...] = ("word", "char", "sentencepiece")
+ALIGNMENT_SCORES: tuple[str, ...] = ("aer", "precision", "recall")
+GOLD_FORMATS: tuple[str, ...] = ("auto", "pharaoh", "naacl")
 
 _PHARAOH_LINK = re.compile(r"(\d+)([-?])(\d+)")
 
@@ -177,6 +179,62 @@ def read_naacl(
         possible[sentence - 1].add(link)
         if is_sure:
             sure[sentence - 1].add(link)
+    return sure, possible
+
+
+def detect_gold_format(lines: Sequence[str]) -> str:
+    """The format of gold lines, "naacl" or "pharaoh", from the first line with content.
+
+    A NAACL line starts with three integers (``sentence_no i j``); a Pharaoh line is made of
+    ``i-j``/``i?j`` links. A file without any link (all lines empty) is Pharaoh: one empty
+    sentence per line.
+    """
+    for line in lines:
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) >= 3 and all(field.isdigit() for field in fields[:3]):
+            return "naacl"
+        return "pharaoh"
+    return "pharaoh"
+
+
+def read_gold_file(
+    path: str | os.PathLike[str],
+    possible_path: str | os.PathLike[str] | None = None,
+    *,
+    gold_format: str = "auto",
+    n_sentences: int | None = None,
+) -> tuple[list[Alignment], list[Alignment]]:
+    """Sure and possible links of a gold file in either format (`read_gold`, `read_naacl`).
+
+    Args:
+        path: Pharaoh links (one line per sentence) or a NAACL file (one link per line).
+        possible_path: Pharaoh only: a second file whose links are all possible (WPT's
+            ``*.possible.pharaoh``); a NAACL file marks S and P itself.
+        gold_format: "pharaoh", "naacl" or "auto" (`detect_gold_format`).
+        n_sentences: the number of sentences: a NAACL file has no line for a sentence
+            without links; a Pharaoh file must have exactly this many lines.
+
+    Raises:
+        ValueError: a malformed line, an unknown format, a possible file with NAACL, or a
+            sentence count that differs from `n_sentences`.
+    """
+    if gold_format not in GOLD_FORMATS:
+        raise ValueError(f"unknown gold format {gold_format!r}; valid: {', '.join(GOLD_FORMATS)}")
+    lines = _lines(path)
+    if gold_format == "auto":
+        gold_format = detect_gold_format(lines)
+    if gold_format == "naacl":
+        if possible_path is not None:
+            raise ValueError(
+                "a NAACL gold file marks sure (S) and possible (P) links itself; a separate "
+                "possible file goes with Pharaoh gold only"
+            )
+        return read_naacl(lines, n_sentences)
+    sure, possible = read_gold(lines, possible_path)
+    if n_sentences is not None and len(sure) != n_sentences:
+        raise ValueError(f"{len(sure)} lines of Pharaoh links for {n_sentences} sentences")
     return sure, possible
 
 
@@ -441,6 +499,7 @@ def model_alignment_metrics(
     device: torch.device | str = "cpu",
     batch_size: int = 32,
     src_first: bool = True,
+    per_map_scores: Sequence[str] = ("aer",),
 ) -> dict[str, float]:
     """AER of a model's cross-attention, teacher-forced on (source, reference target) pairs.
 
@@ -465,9 +524,12 @@ def model_alignment_metrics(
         batch_size: examples per forward pass.
         src_first: the gold links are (source word, target word) if True, else (target,
             source); the hypothesis links are produced in the same order.
+        per_map_scores: which of "aer", "precision", "recall" to report per layer/head
+            (``{score}/layer{L}/head{H}`` and ``{score}/layer{L}/mean``).
 
     Returns:
-        {"aer", "precision", "recall"} and, for transformers, the per-layer/head AERs.
+        {"aer", "precision", "recall"} and, for transformers, the per-layer/head scores: all
+        of the first score, then of the next (by default the AERs only).
 
     Raises:
         ValueError: mismatched lengths, a model without attention, or gold links outside the
@@ -490,6 +552,9 @@ def model_alignment_metrics(
             raise ValueError(f"{n} examples but {len(values)} {name}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    unknown = [name for name in per_map_scores if name not in ALIGNMENT_SCORES]
+    if unknown:
+        raise ValueError(f"unknown scores {unknown}; valid: {', '.join(ALIGNMENT_SCORES)}")
     src_words: list[list[int]] = []
     tgt_words: list[list[int]] = []
     for i, ((src_ids, tgt_ids), src_p, tgt_p) in enumerate(
@@ -556,15 +621,34 @@ def model_alignment_metrics(
     if not hyps:  # no examples: nothing hypothesised, nothing to find
         hyps[""] = []
     metrics: dict[str, float] = {}
+    per_map: dict[str, dict[str, float]] = {name: {} for name in per_map_scores}
     for key, links in hyps.items():
         scores = alignment_error_rate(links, gold_sure, gold_possible)
         if key:
-            metrics[f"aer/{key}"] = scores["aer"]
+            for name in per_map_scores:
+                per_map[name][f"{name}/{key}"] = scores[name]
         if key == "" or key == f"layer{last_layer}/mean":
-            metrics.update(
-                aer=scores["aer"], precision=scores["precision"], recall=scores["recall"]
-            )
+            metrics.update({name: scores[name] for name in ALIGNMENT_SCORES})
     # the overall numbers first, then per layer/head in layer order (TensorBoard lists by name)
-    return {key: metrics[key] for key in ("aer", "precision", "recall")} | {
-        key: value for key, value in metrics.items() if key.startswith("aer/")
-    }
+    for values in per_map.values():
+        metrics.update(values)
+    return metrics
+
+
+def alignment_table(metrics: Mapping[str, float]) -> str:
+    """A text table of `model_alignment_metrics(..., per_map_scores=ALIGNMENT_SCORES)`: one
+    line per layer/head (and each layer's head average), then the overall scores."""
+    header = f"{'attention':<22}{'AER':>8}{'precision':>11}{'recall':>8}"
+    lines = [header, "-" * len(header)]
+    maps = [key[len("aer/") :] for key in metrics if key.startswith("aer/")]
+    for key in maps:
+        layer, head = key.split("/")
+        label = f"{layer[:5]} {layer[5:]}, " + (
+            "head mean" if head == "mean" else f"head {head[4:]}"
+        )
+        values = [metrics.get(f"{name}/{key}", float("nan")) for name in ALIGNMENT_SCORES]
+        lines.append(f"{label:<22}{values[0]:>8.4f}{values[1]:>11.4f}{values[2]:>8.4f}")
+    overall = "overall" if not maps else f"overall (layer {maps[-1].split('/')[0][5:]} mean)"
+    values = [metrics[name] for name in ALIGNMENT_SCORES]
+    lines.append(f"{overall:<22}{values[0]:>8.4f}{values[1]:>11.4f}{values[2]:>8.4f}")
+    return "\n".join(lines)

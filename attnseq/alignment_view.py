@@ -6,6 +6,9 @@ shows the alignment of that pair. Both cases run one teacher-forced pass with
 `need_weights=True` over the final target: for the decoded output that equals the attention of
 incremental decoding step by step (tests/models hold the two equal).
 
+`saved_attention_map` reads an output's attention back from a file of `attnseq eval
+--save-attention` instead (attnseq/saved_attention.py), without a model.
+
 Maps (RNN: one; transformer: one per layer and head):
     cross     rows = output tokens (+ </s>), columns = source tokens
     encoder   transformer encoder self-attention, source x source
@@ -169,4 +172,29 @@ def draw(
         if not 1 <= head <= heads:
             raise UserError(f"--head must be in 1..{heads}, got {head}")
         label, matrix = f"layer {layer}, head {head}", chosen[head - 1]
-    return alignment_figure(matrix, attention.columns, attention.rows, title or label)
+    return alignment_figure(
+        matrix, attention.columns, attention.rows, f"{title}: {label}" if title else label
+    )
+
+
+def saved_attention_map(path: Path, index: int) -> tuple[AttentionMap, str]:
+    """Example `index` of a file of `attnseq eval --save-attention` as a cross-attention map
+    (rows: output tokens + </s>, columns: source tokens) and a title naming it.
+
+    An RNN's (1, 1, T, S) weights come back as (T, S), a transformer's as (L, H, T, S).
+
+    Raises:
+        UserError: a missing or malformed file, or an index out of range.
+    """
+    from attnseq.saved_attention import SavedAttention
+
+    with SavedAttention(path) as saved:
+        example = saved.example(index)
+        family = saved.family
+        src_kind, tgt_kind = str(saved.meta["src_kind"]), str(saved.meta["tgt_kind"])
+        split = str(saved.meta["split"])
+    weights = example.weights
+    if family != "transformer" and weights.shape[:2] == (1, 1):
+        weights = weights[0, 0]  # (T, S)
+    attention = AttentionMap(weights, example.hyp_tokens, example.src_tokens, tgt_kind, src_kind)
+    return attention, f"{split} example {index}"

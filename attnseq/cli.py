@@ -79,7 +79,10 @@ def evaluate(
         int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Folder for metrics.json and hyps/ (default: RUN/eval).")
+        Path | None,
+        typer.Option(
+            help="Folder for metrics.json, hyps/ and attention-SPLIT.npz (default: RUN/eval)."
+        ),
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     beam: Annotated[
@@ -92,15 +95,63 @@ def evaluate(
             help="GNMT length penalty alpha, lp = ((5+|Y|)/6)^alpha (default: the config's)."
         ),
     ] = None,
+    save_attention: Annotated[
+        bool,
+        typer.Option(
+            help="Also save the cross-attention of every output hypothesis (every layer and "
+            "head) with its source and output tokens: OUT/attention-SPLIT.npz, for "
+            "`visualize-alignment --from-saved`."
+        ),
+    ] = False,
+    alignments: Annotated[
+        Path | None,
+        typer.Option(
+            help="Gold word alignments to score the attention with (AER, precision, recall): "
+            "Pharaoh (i-j sure, i?j possible, 0-based) or NAACL (sent i j S|P, 1-based); "
+            "needs --align-src and --align-tgt."
+        ),
+    ] = None,
+    align_src: Annotated[
+        Path | None,
+        typer.Option(
+            help="Source sentences of the gold alignments, one per line, words separated by spaces."
+        ),
+    ] = None,
+    align_tgt: Annotated[
+        Path | None, typer.Option(help="Target sentences of the gold alignments.")
+    ] = None,
+    align_possible: Annotated[
+        Path | None,
+        typer.Option(
+            help="Pharaoh file of possible links to add to --alignments (e.g. WPT's "
+            "test.possible.pharaoh next to test.sure.pharaoh)."
+        ),
+    ] = None,
+    align_format: Annotated[
+        str, typer.Option(help="Format of --alignments: auto (from the content), pharaoh, naacl.")
+    ] = "auto",
+    align_order: Annotated[
+        str,
+        typer.Option(
+            help="src-tgt if a gold link is (source word, target word), tgt-src if (target, "
+            "source). WPT en-fr links are (English, French): src-tgt for en->fr models."
+        ),
+    ] = "src-tgt",
 ) -> None:
-    """Evaluate a checkpoint: loss, perplexity, BLEU, chrF, exact match.
+    """Evaluate a checkpoint: loss, perplexity, BLEU, chrF, exact match; optionally save the
+    attention of the outputs and score it against gold word alignments.
 
     \b
     attnseq eval outputs/2026-11-22/10-00-00/checkpoints/best.pt
     attnseq eval best.pt --split valid --out eval_valid/
     attnseq eval best.pt --beam 5 --length-penalty 0.6
+    attnseq eval best.pt --save-attention          # RUN/eval/attention-test.npz
+    attnseq eval best.pt --alignments wpt03_enfr/test.sure.pharaoh \\
+        --align-possible wpt03_enfr/test.possible.pharaoh \\
+        --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr
     """
     from attnseq import tasks
+    from attnseq.evaluation import GoldAlignmentFiles
 
     overrides = list(overrides or [])
     if beam is not None:
@@ -108,6 +159,18 @@ def evaluate(
     if length_penalty is not None:
         overrides.append(f"trainer.length_penalty={length_penalty}")
     try:
+        gold = None
+        given = {"--align-src": align_src, "--align-tgt": align_tgt}
+        if alignments is not None:
+            missing = [name for name, value in given.items() if value is None]
+            if missing:
+                raise UserError(f"--alignments needs {' and '.join(missing)} (the sentences)")
+            assert align_src is not None and align_tgt is not None
+            gold = GoldAlignmentFiles(
+                alignments, align_src, align_tgt, align_possible, align_format, align_order
+            )
+        elif align_src or align_tgt or align_possible:
+            raise UserError("--align-src, --align-tgt and --align-possible go with --alignments")
         metrics = tasks.evaluate_checkpoint(
             checkpoint,
             split=split,
@@ -115,11 +178,20 @@ def evaluate(
             out_dir=out,
             overrides=overrides,
             device_name=device,
+            save_attention=save_attention,
+            alignments=gold,
         )
     except UserError as error:
         _fail(error)
     for key, value in sorted(metrics.items()):
-        typer.echo(f"{key:>24} {value:.4f}")
+        if not key.startswith("align/"):
+            typer.echo(f"{key:>24} {value:.4f}")
+    if gold is not None:
+        from attnseq.alignment import alignment_table
+
+        scores = {k[len("align/") :]: v for k, v in metrics.items() if k.startswith("align/")}
+        typer.echo(f"\nword alignment vs {gold.gold} (metrics.json: align/...):")
+        typer.echo(alignment_table(scores))
 
 
 @app.command()
@@ -253,7 +325,10 @@ def average(
 
 @app.command("visualize-alignment")
 def visualize_alignment(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by `attnseq train`.")],
+    checkpoint: Annotated[
+        Path | None,
+        typer.Argument(help="A checkpoint written by `attnseq train` (not with --from-saved)."),
+    ] = None,
     src: Annotated[str | None, typer.Option(help="Source sentence.")] = None,
     tgt: Annotated[
         str | None, typer.Option(help="Target to force; without it the model decodes.")
@@ -280,8 +355,20 @@ def visualize_alignment(
         Path | None, typer.Option(help="Also log the figures to this TensorBoard folder.")
     ] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    from_saved: Annotated[
+        Path | None,
+        typer.Option(
+            help="Redraw from a file of `attnseq eval --save-attention` (no model, no "
+            "decoding); pick the example with --index."
+        ),
+    ] = None,
+    index: Annotated[
+        int | None,
+        typer.Option(help="With --from-saved: the example, 0-based (line N+1 of hyps/SPLIT.txt)."),
+    ] = None,
 ) -> None:
-    """Draw attention heatmaps of a trained model: its own output, or a forced --tgt.
+    """Draw attention heatmaps of a trained model: its own output, or a forced --tgt; or
+    redraw an output's attention saved by `attnseq eval --save-attention`.
 
     \b
     attnseq visualize-alignment RUN/checkpoints/best.pt --src "March 3rd, 1998" --out a.png
@@ -289,11 +376,49 @@ def visualize_alignment(
     attnseq visualize-alignment transformer.pt --src "..." --all-heads --out heads.png
     attnseq visualize-alignment transformer.pt --src "..." --kind encoder --layer 1 --head 2
     attnseq visualize-alignment best.pt --input sentences.txt --out figures/
+    attnseq visualize-alignment --from-saved RUN/eval/attention-test.npz --index 17 --out a.png
     """
     from attnseq.alignment_view import AlignmentViewer, draw, merge_words
     from attnseq.visualize import log_heatmap, save_figure
 
     try:
+        if from_saved is not None or index is not None:
+            from attnseq.alignment_view import saved_attention_map
+
+            if from_saved is None:
+                raise UserError("--index goes with --from-saved FILE")
+            if checkpoint is not None:
+                raise UserError(
+                    "give a CHECKPOINT or --from-saved FILE, not both: --from-saved redraws "
+                    "saved attention without a model"
+                )
+            extra = {"--src": src, "--tgt": tgt, "--input": input_file}
+            extra = {name: value for name, value in extra.items() if value is not None}
+            if extra or kind != "cross":
+                names = ", ".join([*extra, *(["--kind"] if kind != "cross" else [])])
+                raise UserError(
+                    f"{names} cannot be used with --from-saved: the file holds the "
+                    "cross-attention of decoded outputs"
+                )
+            if index is None:
+                raise UserError("--from-saved needs --index N (0-based example number)")
+            attention, title = saved_attention_map(from_saved, index)
+            if words:
+                attention = merge_words(attention)
+            figure = draw(attention, layer=layer, head=head, all_heads=all_heads, title=title)
+            target = save_figure(figure, out or Path("alignment.png"))
+            if tensorboard is not None:
+                from torch.utils.tensorboard import SummaryWriter
+
+                with SummaryWriter(str(tensorboard)) as writer:
+                    log_heatmap(writer, f"alignment/saved_{index}", figure, 0)
+            typer.echo(f"wrote {target}")
+            return
+        if checkpoint is None:
+            raise UserError(
+                "give a CHECKPOINT (with --src TEXT or --input FILE), or --from-saved FILE "
+                "--index N"
+            )
         if (src is None) == (input_file is None):
             raise UserError("give exactly one of --src TEXT or --input FILE")
         if input_file is not None:

@@ -7,14 +7,16 @@ evaluator and logging together.
 
 import dataclasses
 import logging
+import os
 import random
 import shlex
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -32,12 +34,29 @@ from attnseq.config import (
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
+from attnseq.distributed import (
+    WorldInfo,
+    broadcast_object,
+    distributed_session,
+    env_world,
+    is_main_process,
+)
 from attnseq.errors import UserError
-from attnseq.evaluation import AlignmentGold, DecodingSettings, Evaluator
+from attnseq.evaluation import (
+    AlignmentGold,
+    DecodingSettings,
+    Evaluator,
+    GoldAlignmentFiles,
+    load_alignment_set,
+)
 from attnseq.models import build_model
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.optim import build_optimizer, build_scheduler
+from attnseq.saved_attention import records_from_hypotheses
+from attnseq.saved_attention import save_attention as write_saved_attention
 from attnseq.training import (
+    NullWriter,
+    Progress,
     StopSignals,
     Trainer,
     TrainingDiverged,
@@ -48,6 +67,7 @@ from attnseq.visualize import alignment_figure, attention_grid_figure, log_heatm
 
 log = logging.getLogger("attnseq")
 
+T = TypeVar("T")
 
 Tokenizers = TokenizerPair  # the name the rest of the code base uses
 
@@ -233,46 +253,110 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     """Train (or resume: `cfg.resume`), keep the best checkpoint, evaluate it on the test
     split, write metrics.json.
 
+    Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group
+    (distributed.py) and trains data-parallel. Rank 0 checks the resume checkpoint, prepares the
+    data (tokenizers included), validates, evaluates and alone writes to `run_dir`; the other
+    ranks load the checkpoint rank 0 chose, encode their training data with rank 0's
+    tokenizers, never touch `run_dir` and return rank 0's metrics.
+
     Raises:
         UserError: a problem with the config, the data or the resume checkpoint.
         TrainingInterrupted: SIGINT/SIGTERM; last.pt holds the last finished step.
         TrainingDiverged: too many non-finite losses in a row; checkpoints were kept.
     """
     validate(cfg)
-    with StopSignals() as stop:
-        return _run_training(cfg, run_dir, stop)
+    device = resolve_device(cfg.trainer.device.value)
+    with StopSignals() as stop, distributed_session(device.type) as world:
+        if world.distributed and device.type == "cuda":
+            device = torch.device("cuda", world.local_rank)
+        return _run_training(cfg, run_dir, stop, device, world)
 
 
-def _run_training(cfg: TrainConfig, run_dir: Path, stop: StopSignals) -> dict[str, float]:
+def _decided_on_main(world: WorldInfo, decide: Callable[[], T]) -> T:
+    """`decide()` on rank 0 and its result on every rank; a UserError there is raised on every
+    rank (so each exits with status 2 instead of waiting for rank 0 forever)."""
+    if not world.distributed:
+        return decide()
+    result: Any = None
+    error: str | None = None
+    if world.is_main:
+        try:
+            result = decide()
+        except UserError as problem:
+            error = str(problem)
+    result, error = broadcast_object((result, error))
+    if error is not None:
+        raise UserError(error)
+    return result
+
+
+def _run_training(
+    cfg: TrainConfig, run_dir: Path, stop: StopSignals, device: torch.device, world: WorldInfo
+) -> dict[str, float]:
     from torch.utils.tensorboard import SummaryWriter
 
-    point = find_resume_point(cfg, run_dir)  # before any slow work: a bad file fails fast
+    main = world.is_main
+    if not main:
+        log.setLevel(logging.WARNING)  # rank 0 reports; the others only their own problems
+
+    # Before any slow work, so a bad file fails fast. Rank 0 checks it; the rest load it.
+    checked: list[ResumePoint | None] = [None]
+
+    def locate() -> str | None:
+        checked[0] = find_resume_point(cfg, run_dir)
+        return os.path.abspath(checked[0].path) if checked[0] is not None else None
+
+    resume_path = _decided_on_main(world, locate)
+    point = checked[0]
+    if resume_path is not None and point is None:
+        point = ResumePoint(Path(resume_path), load_checkpoint(Path(resume_path)))
     seed_everything(cfg.seed)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
-    device = resolve_device(cfg.trainer.device.value)
     # A resumed run encodes its data with the checkpoint's tokenizers: the same ids, the same
     # embedding rows (a retrained sentencepiece model need not be identical).
     saved_tokenizers = Tokenizers.from_state(point.payload["tokenizers"]) if point else None
-    data = prepare_data(cfg.data, cfg.seed, tokenizers=saved_tokenizers)
+    prepared: list[PreparedData | None] = [None]
+
+    def prepare() -> dict[str, Any]:
+        prepared[0] = prepare_data(cfg.data, cfg.seed, tokenizers=saved_tokenizers)
+        return prepared[0].tokenizers.state()
+
+    # Rank 0 prepares (and trains the tokenizers) first; the others encode their training
+    # split with exactly its tokenizers, so every rank has the same vocabulary.
+    tokenizer_state = _decided_on_main(world, prepare)
+    data = prepared[0]
+    if data is None:
+        data = prepare_data(
+            cfg.data,
+            cfg.seed,
+            tokenizers=Tokenizers.from_state(tokenizer_state),
+            splits=["train"],
+        )
     tokenizers = data.tokenizers
     model = model_for(cfg, tokenizers).to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info(
-        "model: %s, %s parameters; data: %s (%s); device: %s",
-        type(model).__name__,
-        f"{n_params:,}",
-        cfg.data.name,
-        ", ".join(f"{name} {len(pairs)}" for name, pairs in data.examples.items()),
-        device,
-    )
+    if main:
+        log.info(
+            "model: %s, %s parameters; data: %s (%s); device: %s%s",
+            type(model).__name__,
+            f"{n_params:,}",
+            cfg.data.name,
+            ", ".join(f"{name} {len(pairs)}" for name, pairs in data.examples.items()),
+            device,
+            f" x {world.world_size} processes" if world.distributed else "",
+        )
     optimizer = build_optimizer(model, cfg.optim)
     total_steps = cfg.trainer.max_steps
     scheduler = build_scheduler(optimizer, cfg.optim, total_steps)
     # Resuming: TensorBoard hides events after the checkpoint's step that the killed process
     # logged, so the curves continue without a doubled stretch.
-    writer = SummaryWriter(str(run_dir / "tb"), purge_step=point.step + 1 if point else None)
-    valid = make_evaluator(cfg, data, "valid", device)
+    writer: Any = (
+        SummaryWriter(str(run_dir / "tb"), purge_step=point.step + 1 if point else None)
+        if main
+        else NullWriter()
+    )
+    valid = make_evaluator(cfg, data, "valid", device) if main else None
     # The stored config never carries `resume`: eval/translate of this checkpoint, or a
     # later resume from it, must not depend on where this run came from.
     static = {
@@ -290,30 +374,22 @@ def _run_training(cfg: TrainConfig, run_dir: Path, stop: StopSignals) -> dict[st
         writer,
         device,
         static,
-        on_validation=heatmap_logger(writer, valid, tokenizers, cfg.trainer.num_heatmaps),
+        on_validation=(
+            heatmap_logger(writer, valid, tokenizers, cfg.trainer.num_heatmaps)
+            if valid is not None
+            else None
+        ),
         stop=stop,
     )
     if point is not None:
         trainer.restore(point.payload)
-        _carry_best_checkpoint(point, run_dir)
+        if main:
+            _carry_best_checkpoint(point, run_dir)
     try:
         progress = trainer.fit()
-        best_path = run_dir / "checkpoints" / "best.pt"
-        if not best_path.is_file():  # resumed from a lone checkpoint without its best.pt
-            log.warning("no best.pt in %s: evaluating last.pt", best_path.parent)
-            best_path = best_path.with_name("last.pt")
-        best = load_checkpoint(best_path)
-        model.load_state_dict(best["model"])
-        test = make_evaluator(cfg, data, "test", device, split_gold(cfg, "test", tokenizers))
-        metrics, hypotheses = test.evaluate(model)
-        results = {f"test/{name}": value for name, value in metrics.items()}
-        results["best_step"] = progress.best_step
-        results[f"valid/best_{cfg.trainer.early_stopping_metric.value}"] = progress.best_metric
-        results["skipped_steps"] = progress.skipped_steps
-        atomic_write_lines(run_dir / "hyps" / "test.txt", hypotheses)
-        atomic_write_json(run_dir / "metrics.json", results)
-        writer.add_hparams(
-            _flat_hparams(cfg), {k: v for k, v in results.items() if "/" in k}, run_name="."
+        # Rank 0 evaluates and writes; the others wait for its numbers.
+        results = _decided_on_main(
+            world, lambda: _test_best(cfg, data, model, device, run_dir, writer, progress)
         )
     except TrainingInterrupted as interruption:
         if interruption.step is None:
@@ -321,7 +397,39 @@ def _run_training(cfg: TrainConfig, run_dir: Path, stop: StopSignals) -> dict[st
         raise
     finally:
         writer.close()
-    _print_summary(run_dir, results)
+    if main:
+        _print_summary(run_dir, results)
+    return results
+
+
+def _test_best(
+    cfg: TrainConfig,
+    data: PreparedData,
+    model: Seq2Seq,
+    device: torch.device,
+    run_dir: Path,
+    writer: Any,
+    progress: Progress,
+) -> dict[str, float]:
+    """Evaluate best.pt on the test split; write hyps/test.txt, metrics.json, hparams."""
+    best_path = run_dir / "checkpoints" / "best.pt"
+    if not best_path.is_file():  # resumed from a lone checkpoint without its best.pt
+        log.warning("no best.pt in %s: evaluating last.pt", best_path.parent)
+        best_path = best_path.with_name("last.pt")
+    best = load_checkpoint(best_path)
+    model.load_state_dict(best["model"])
+    tokenizers = data.tokenizers
+    test = make_evaluator(cfg, data, "test", device, split_gold(cfg, "test", tokenizers))
+    metrics, hypotheses = test.evaluate(model)
+    results = {f"test/{name}": value for name, value in metrics.items()}
+    results["best_step"] = progress.best_step
+    results[f"valid/best_{cfg.trainer.early_stopping_metric.value}"] = progress.best_metric
+    results["skipped_steps"] = progress.skipped_steps
+    atomic_write_lines(run_dir / "hyps" / "test.txt", hypotheses)
+    atomic_write_json(run_dir / "metrics.json", results)
+    writer.add_hparams(
+        _flat_hparams(cfg), {k: v for k, v in results.items() if "/" in k}, run_name="."
+    )
     return results
 
 
@@ -366,25 +474,46 @@ def train_from_hydra(composed: Any) -> float | None:
     cfg = OmegaConf.to_object(composed)
     assert isinstance(cfg, TrainConfig)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    # Under torchrun every rank gets here and exits with the same status; rank 0 speaks.
+    main = is_main_process()
     try:
         metrics = run_training(cfg, run_dir)
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+        if main:
+            print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     except TrainingInterrupted as interruption:
-        print(interruption_message(interruption, run_dir, resume_command(run_dir)), file=sys.stderr)
+        if main:
+            command = _torchrun_prefix() + resume_command(run_dir)
+            print(interruption_message(interruption, run_dir, command), file=sys.stderr)
         sys.exit(interruption.exit_status)
     except TrainingDiverged as error:
-        print(f"error: {error}", file=sys.stderr)
+        if main:
+            print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
     key = cfg.optimized_metric or f"test/{cfg.trainer.early_stopping_metric.value}"
     if key not in metrics:
-        print(
-            f"error: optimized_metric={key!r} is not in metrics.json: {', '.join(metrics)}",
-            file=sys.stderr,
-        )
+        if main:
+            print(
+                f"error: optimized_metric={key!r} is not in metrics.json: {', '.join(metrics)}",
+                file=sys.stderr,
+            )
         sys.exit(2)
     return metrics[key]
+
+
+def _torchrun_prefix() -> str:
+    """What goes before `attnseq train ...` to resume a run torchrun started ("" otherwise)."""
+    if not env_world().distributed:
+        return ""
+    per_node = os.environ.get("LOCAL_WORLD_SIZE", "N")
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    if nodes <= 1:
+        return f"torchrun --nproc_per_node={per_node} -m "
+    return (
+        f"torchrun --nnodes={nodes} --nproc_per_node={per_node} "
+        "--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT -m "  # on every node
+    )
 
 
 def resume_command(run_dir: Path) -> str:
@@ -427,11 +556,18 @@ def evaluate_checkpoint(
     out_dir: Path | None = None,
     overrides: list[str] | None = None,
     device_name: str = "auto",
+    save_attention: bool = False,
+    alignments: GoldAlignmentFiles | None = None,
 ) -> dict[str, float]:
     """Metrics of a checkpoint on one split, from the checkpoint alone (plus its data).
 
     `split` is a split name of the checkpoint's dataset (test, valid) or a path: a parallel
     file prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file.
+    `save_attention`: also write the cross-attention of every output hypothesis to
+    OUT/attention-SPLIT.npz (format: attnseq/saved_attention.py).
+    `alignments`: also score the attention against a gold word-alignment set, as
+    ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
+    (``align/aer/layer2/head3``, ``align/aer/layer2/mean``).
     """
     payload = load_checkpoint(path)
     cfg = config_from_dict(payload["config"], overrides)
@@ -442,6 +578,15 @@ def evaluate_checkpoint(
     model = model_for(cfg, tokenizers)
     model.load_state_dict(payload["model"])
     model.to(device)
+    no_attention = cfg.model.family.value == "rnn" and cfg.model.attention.score.value == "none"
+    if no_attention and (save_attention or alignments is not None):
+        option = "--save-attention" if save_attention else "--alignments"
+        raise UserError(f"{option}: this model has no attention (model.attention.score=none)")
+    alignment_set = None
+    if alignments is not None:  # read and check the gold set before the slow work
+        alignment_set = load_alignment_set(
+            alignments, tokenizers.src, tokenizers.tgt, _max_positions(model)
+        )
     if split in ("train", "valid", "test") or split in cfg.data.splits:
         name, pairs = split, None
     else:
@@ -452,10 +597,41 @@ def evaluate_checkpoint(
         raise UserError(f"unknown split {split!r}; this dataset has: {', '.join(data.examples)}")
     gold = split_gold(cfg, name, tokenizers) if pairs is None else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
-    metrics, hypotheses = evaluator.evaluate(model)
+    metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
+    hypotheses = [tokenizers.tgt.decode(h.tokens) for h in decoded]
     results = {f"{name}/{key}": value for key, value in metrics.items()}
+    if alignment_set is not None:
+        scores = alignment_set.score(model, device)
+        results.update({f"align/{key}": value for key, value in scores.items()})
     out_dir = out_dir or path.parent.parent / "eval"
+    if save_attention:
+        saved = write_saved_attention(
+            out_dir / f"attention-{name}.npz",
+            records_from_hypotheses(
+                decoded,
+                evaluator.examples,
+                data.pairs[name],
+                tokenizers.src,
+                tokenizers.tgt,
+                model.eos_id,
+            ),
+            split=name,
+            family=cfg.model.family.value,
+            beam=evaluator.decoding.beam,
+            length_penalty=evaluator.decoding.length_penalty,
+            src_kind=type(tokenizers.src).kind,
+            tgt_kind=type(tokenizers.tgt).kind,
+        )
+        print(f"cross-attention of {len(decoded)} hypotheses: {saved}")
     atomic_write_lines(out_dir / "hyps" / f"{name}.txt", hypotheses)
     atomic_write_lines(out_dir / "refs" / f"{name}.txt", evaluator.references)
     atomic_write_json(out_dir / "metrics.json", results)
     return results
+
+
+def _max_positions(model: Seq2Seq) -> int | None:
+    """The longest sequence a model with learned positions takes (None: no limit)."""
+    from attnseq.models.positional import LearnedPositionalEncoding
+
+    limits = [m.max_positions for m in model.modules() if isinstance(m, LearnedPositionalEncoding)]
+    return min(limits, default=None)

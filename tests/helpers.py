@@ -25,3 +25,29 @@ def tiny_config(*overrides: str) -> TrainConfig:
         "trainer.device=cpu",
     ]
     return config_from_dict(base, defaults + list(overrides))
+
+
+def untrained_checkpoint(path, *overrides: str, pairs=None):
+    """Save an untrained model of `tiny_config(*overrides)` as a checkpoint at `path` (config,
+    tokenizers, weights: what eval, translate and visualize-alignment read). Tokenizers are
+    trained on `pairs` when given, else on the config's training split. Returns the path."""
+    import torch
+
+    from attnseq.checkpoint import save_checkpoint
+    from attnseq.data.prepare import prepare_data, train_tokenizers
+    from attnseq.tasks import model_for
+
+    cfg = tiny_config(*overrides)
+    torch.manual_seed(cfg.seed)
+    if pairs is None:
+        tokenizers = prepare_data(cfg.data, cfg.seed, splits=["train"]).tokenizers
+    else:
+        tokenizers = train_tokenizers(cfg.data, pairs)
+    model = model_for(cfg, tokenizers)
+    payload = {
+        "config": config_to_dict(cfg),
+        "tokenizers": tokenizers.state(),
+        "model": model.state_dict(),
+    }
+    save_checkpoint(path, payload)
+    return path

@@ -1,0 +1,373 @@
+"""Saved cross-attention of decoded hypotheses: `attnseq eval --save-attention` writes one
+NumPy .npz file per evaluated split, `attnseq visualize-alignment --from-saved` redraws from it.
+
+Format (version 1). A plain ``.npz`` archive without pickled objects: it loads with
+``np.load(path, allow_pickle=False)``, key by key (an archive is read lazily, so one example's
+weights can be read without the others). N examples in the split's order (example i is line
+i + 1 of hyps/SPLIT.txt); L decoder layers and H heads (an RNN has L = H = 1); example i has
+S_i source tokens and T_i hypothesis rows.
+
+    format            str   "attnseq-attention"
+    version           int   1
+    split             str   the evaluated split ("test", or the name of a file split)
+    family            str   "rnn" or "transformer"
+    beam              int   beam size the hypotheses were decoded with (1 = greedy)
+    length_penalty    float GNMT alpha of the decoding
+    layers, heads     int   L, H
+    src_kind          str   source tokenizer kind ("char", "word", "sentencepiece")
+    tgt_kind          str   target tokenizer kind
+    count             int   N
+    src_tokens        (sum S_i,) str    source pieces of every example, concatenated
+    src_ids           (sum S_i,) int64  their ids
+    src_offsets       (N + 1,) int64    example i's source is src_tokens[o[i]:o[i + 1]]
+    hyp_tokens        (sum T_i,) str    hypothesis pieces, one per attention row: the output
+                                        tokens, then "</s>" when the hypothesis ended with EOS
+                                        (a hypothesis cut at the length limit has no EOS row)
+    hyp_ids           (sum T_i,) int64  their ids (the EOS id for "</s>")
+    hyp_offsets       (N + 1,) int64    example i's rows are hyp_tokens[o[i]:o[i + 1]]
+    src_text, hyp_text, ref_text   (N,) str   source, decoded hypothesis and reference text
+    score             (N,) float64  the hypothesis's log-probability (EOS included)
+    weights_000017    (L, H, T_i, S_i) float32  example 17's cross-attention, one key per
+                                        example (six digits, more when N > 10^6): row t is the
+                                        distribution over the real source positions used to
+                                        produce row t's token (rows sum to one)
+
+The weights are those of the search that produced the output (greedy, or beam search following
+the back-pointers of the returned hypothesis), not of a second teacher-forced pass.
+"""
+
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnseq.atomic import atomic_write
+from attnseq.errors import UserError
+
+FORMAT = "attnseq-attention"
+VERSION = 1
+EOS_PIECE = "</s>"
+_SCALARS = (
+    "format",
+    "version",
+    "split",
+    "family",
+    "beam",
+    "length_penalty",
+    "layers",
+    "heads",
+    "src_kind",
+    "tgt_kind",
+    "count",
+)
+_ARRAYS = (
+    "src_tokens",
+    "src_ids",
+    "src_offsets",
+    "hyp_tokens",
+    "hyp_ids",
+    "hyp_offsets",
+    "src_text",
+    "hyp_text",
+    "ref_text",
+    "score",
+)
+
+
+def weights_key(index: int) -> str:
+    """The archive key of example `index`'s weights: weights_000017."""
+    return f"weights_{index:06d}"
+
+
+@dataclass
+class AttentionRecord:
+    """One decoded example, as `save_attention` stores it.
+
+    weights: (L, H, T, S) float cross-attention (use weights[None, None] for an RNN's (T, S)).
+    src_tokens, src_ids: the S source pieces and ids.
+    hyp_tokens, hyp_ids: the T pieces and ids of the rows (output tokens, then "</s>" and the
+        EOS id when the hypothesis ended with EOS).
+    """
+
+    weights: np.ndarray
+    src_tokens: list[str]
+    src_ids: list[int]
+    hyp_tokens: list[str]
+    hyp_ids: list[int]
+    src_text: str
+    hyp_text: str
+    ref_text: str
+    score: float
+
+
+def records_from_hypotheses(
+    hypotheses: Sequence[Any],
+    examples: Sequence[tuple[list[int], list[int]]],
+    pairs: Sequence[tuple[str, str]],
+    src_tokenizer: Any,
+    tgt_tokenizer: Any,
+    eos_id: int,
+) -> list[AttentionRecord]:
+    """Records of decoded hypotheses (`attnseq.decoding.Hypothesis`, decoded with
+    need_weights=True), with the source ids of `examples` and the texts of `pairs`.
+
+    Raises:
+        UserError: a hypothesis carries no attention (a model built without attention).
+    """
+    shapes = [tuple(h.attention.shape) for h in hypotheses if h.attention is not None]
+    # a hypothesis without weights is only acceptable as beam search's empty "no output
+    # possible" entry (score -inf); anything else means the model has no attention
+    if any(h.attention is None and (h.tokens or h.score != float("-inf")) for h in hypotheses) or (
+        hypotheses and not shapes
+    ):
+        raise UserError(
+            "--save-attention: this model returns no attention weights "
+            "(model.attention.score=none has nothing to save)"
+        )
+    lead = shapes[0][:-2] if shapes and len(shapes[0]) == 4 else (1, 1)  # (L, H)
+    records = []
+    for index, (hypothesis, (src_ids, _), (src_text, ref_text)) in enumerate(
+        zip(hypotheses, examples, pairs, strict=True)
+    ):
+        if hypothesis.attention is None:  # no output at all: zero rows
+            weights = np.zeros((*lead, 0, len(src_ids)), dtype=np.float32)
+        else:
+            weights = hypothesis.attention.detach().float().cpu().numpy()
+        if weights.ndim == 2:  # RNN: (T, S) -> (1, 1, T, S)
+            weights = weights[None, None]
+        ids = list(hypothesis.tokens)
+        rows = weights.shape[-2]
+        if rows == len(ids) + 1:  # the last row produced EOS
+            ids.append(eos_id)
+            tokens = [*tgt_tokenizer.ids_to_pieces(hypothesis.tokens), EOS_PIECE]
+        elif rows == len(ids):  # stopped at the length limit
+            tokens = tgt_tokenizer.ids_to_pieces(ids)
+        else:
+            raise ValueError(f"example {index}: {rows} attention rows for {len(ids)} tokens")
+        records.append(
+            AttentionRecord(
+                weights=weights.astype(np.float32, copy=False),
+                src_tokens=src_tokenizer.ids_to_pieces(src_ids),
+                src_ids=list(src_ids),
+                hyp_tokens=tokens,
+                hyp_ids=ids,
+                src_text=src_text,
+                hyp_text=tgt_tokenizer.decode(hypothesis.tokens),
+                ref_text=ref_text,
+                score=float(hypothesis.score),
+            )
+        )
+    return records
+
+
+def _strings(values: Sequence[str]) -> np.ndarray:
+    # a fixed-width unicode array (never dtype=object, which would need pickle)
+    return np.array(list(values), dtype=np.str_) if values else np.zeros(0, dtype="<U1")
+
+
+def _offsets(lengths: Sequence[int]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))]).astype(np.int64)
+
+
+def save_attention(
+    path: str | Path,
+    records: Sequence[AttentionRecord],
+    *,
+    split: str,
+    family: str,
+    beam: int,
+    length_penalty: float,
+    src_kind: str,
+    tgt_kind: str,
+) -> Path:
+    """Write `records` to `path` (.npz, compressed) atomically; returns the path.
+
+    Raises:
+        ValueError: weights that are not 4-D, differ in (L, H) between examples, or do not
+            match their token lists.
+    """
+    path = Path(path)
+    shapes = {tuple(np.shape(r.weights)[:2]) for r in records}
+    if any(np.ndim(r.weights) != 4 for r in records) or len(shapes) > 1:
+        raise ValueError(f"weights must all be (L, H, T, S) with one (L, H); got {shapes}")
+    layers, heads = shapes.pop() if shapes else (1, 1)
+    arrays: dict[str, Any] = {
+        "format": np.array(FORMAT),
+        "version": np.array(VERSION, dtype=np.int64),
+        "split": np.array(split),
+        "family": np.array(family),
+        "beam": np.array(beam, dtype=np.int64),
+        "length_penalty": np.array(length_penalty, dtype=np.float64),
+        "layers": np.array(layers, dtype=np.int64),
+        "heads": np.array(heads, dtype=np.int64),
+        "src_kind": np.array(src_kind),
+        "tgt_kind": np.array(tgt_kind),
+        "count": np.array(len(records), dtype=np.int64),
+        "src_tokens": _strings([t for r in records for t in r.src_tokens]),
+        "src_ids": np.array([i for r in records for i in r.src_ids], dtype=np.int64),
+        "src_offsets": _offsets([len(r.src_tokens) for r in records]),
+        "hyp_tokens": _strings([t for r in records for t in r.hyp_tokens]),
+        "hyp_ids": np.array([i for r in records for i in r.hyp_ids], dtype=np.int64),
+        "hyp_offsets": _offsets([len(r.hyp_tokens) for r in records]),
+        "src_text": _strings([r.src_text for r in records]),
+        "hyp_text": _strings([r.hyp_text for r in records]),
+        "ref_text": _strings([r.ref_text for r in records]),
+        "score": np.array([r.score for r in records], dtype=np.float64),
+    }
+    for index, record in enumerate(records):
+        weights = np.asarray(record.weights, dtype=np.float32)
+        expected = (layers, heads, len(record.hyp_tokens), len(record.src_tokens))
+        if weights.shape != expected or len(record.src_ids) != expected[3]:
+            raise ValueError(
+                f"example {index}: weights of shape {weights.shape} but {len(record.hyp_tokens)} "
+                f"rows and {len(record.src_tokens)} source tokens"
+            )
+        if len(record.hyp_ids) != expected[2]:
+            raise ValueError(f"example {index}: {len(record.hyp_ids)} ids for {expected[2]} rows")
+        arrays[weights_key(index)] = weights
+    atomic_write(path, lambda handle: np.savez_compressed(handle, **arrays))
+    return path
+
+
+@dataclass
+class SavedExample:
+    """One example read back: weights (L, H, T, S) float32 and its labels."""
+
+    index: int
+    weights: np.ndarray
+    src_tokens: list[str]
+    src_ids: list[int]
+    hyp_tokens: list[str]
+    hyp_ids: list[int]
+    src_text: str
+    hyp_text: str
+    ref_text: str
+    score: float
+
+
+class SavedAttention:
+    """A file written by `save_attention`, opened for reading (checked on opening).
+
+    Use as a context manager, or call `close()`; `example(i)` reads one example.
+
+    Raises:
+        UserError: the file is missing, not an .npz archive, not an attnseq attention file,
+            of another version, or inconsistent (a message says which).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise UserError(f"attention file not found: {self.path}")
+        if not zipfile.is_zipfile(self.path):  # np.load would try (and refuse) pickle
+            raise UserError(
+                f"cannot read {self.path}: not a NumPy .npz archive written by "
+                "`attnseq eval --save-attention`"
+            )
+        try:
+            self._npz = np.load(self.path, allow_pickle=False)
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+            raise UserError(
+                f"cannot read {self.path}: not a NumPy .npz archive written by "
+                f"`attnseq eval --save-attention` ({type(error).__name__}: {error})"
+            ) from None
+        if not isinstance(self._npz, np.lib.npyio.NpzFile):  # a lone .npy array
+            raise UserError(f"{self.path} is a single .npy array, not an attention .npz archive")
+        try:
+            self._check()
+        except UserError:
+            self.close()
+            raise
+
+    def _fail(self, problem: str) -> UserError:
+        return UserError(
+            f"{self.path} is not a valid attnseq attention file ({problem}); write one with "
+            "`attnseq eval CHECKPOINT --save-attention`"
+        )
+
+    def _get(self, key: str) -> np.ndarray:
+        try:
+            return self._npz[key]
+        except KeyError:
+            raise self._fail(f"no {key!r} entry") from None
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as error:
+            raise self._fail(f"entry {key!r} cannot be read: {error}") from None
+
+    def _check(self) -> None:
+        meta = {key: self._get(key) for key in _SCALARS}
+        if meta["format"].shape != () or str(meta["format"]) != FORMAT:
+            raise self._fail(f"format marker is not {FORMAT!r}")
+        if int(meta["version"]) != VERSION:
+            raise UserError(
+                f"{self.path} has attention file version {int(meta['version'])}; this attnseq "
+                f"reads version {VERSION}"
+            )
+        self.meta: dict[str, Any] = {key: value.item() for key, value in meta.items()}
+        self.count = int(self.meta["count"])
+        self._arrays = {key: self._get(key) for key in _ARRAYS}
+        for side in ("src", "hyp"):
+            offsets = self._arrays[f"{side}_offsets"]
+            total = len(self._arrays[f"{side}_tokens"])
+            if (
+                offsets.shape != (self.count + 1,)
+                or offsets[0] != 0
+                or offsets[-1] != total
+                or np.any(np.diff(offsets) < 0)
+                or len(self._arrays[f"{side}_ids"]) != total
+            ):
+                raise self._fail(f"{side}_offsets do not index {side}_tokens")
+        for key in ("src_text", "hyp_text", "ref_text", "score"):
+            if self._arrays[key].shape != (self.count,):
+                raise self._fail(f"{key} has shape {self._arrays[key].shape}, not ({self.count},)")
+
+    @property
+    def family(self) -> str:
+        return str(self.meta["family"])
+
+    def __len__(self) -> int:
+        return self.count
+
+    def example(self, index: int) -> SavedExample:
+        """Example `index` (0-based, the split's order).
+
+        Raises:
+            UserError: index out of range, or its weights missing or of the wrong shape.
+        """
+        if not 0 <= index < self.count:
+            raise UserError(
+                f"--index {index} is out of range: {self.path} holds {self.count} examples "
+                f"(0..{self.count - 1})"
+                if self.count
+                else f"--index {index} is out of range: {self.path} holds no examples"
+            )
+        a = self._arrays
+        s0, s1 = int(a["src_offsets"][index]), int(a["src_offsets"][index + 1])
+        t0, t1 = int(a["hyp_offsets"][index]), int(a["hyp_offsets"][index + 1])
+        weights = self._get(weights_key(index))
+        expected = (int(self.meta["layers"]), int(self.meta["heads"]), t1 - t0, s1 - s0)
+        if weights.shape != expected:
+            raise self._fail(f"{weights_key(index)} has shape {weights.shape}, expected {expected}")
+        return SavedExample(
+            index=index,
+            weights=weights,
+            src_tokens=[str(t) for t in a["src_tokens"][s0:s1]],
+            src_ids=a["src_ids"][s0:s1].tolist(),
+            hyp_tokens=[str(t) for t in a["hyp_tokens"][t0:t1]],
+            hyp_ids=a["hyp_ids"][t0:t1].tolist(),
+            src_text=str(a["src_text"][index]),
+            hyp_text=str(a["hyp_text"][index]),
+            ref_text=str(a["ref_text"][index]),
+            score=float(a["score"][index]),
+        )
+
+    def close(self) -> None:
+        self._npz.close()
+
+    def __enter__(self) -> "SavedAttention":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
