@@ -80,7 +80,13 @@ def seed_everything(seed: int) -> None:
 def model_for(cfg: TrainConfig, tokenizers: Tokenizers) -> Seq2Seq:
     tgt = tokenizers.tgt
     return build_model(
-        cfg.model, tokenizers.src.vocab_size, tgt.vocab_size, tgt.pad_id, tgt.bos_id, tgt.eos_id
+        cfg.model,
+        tokenizers.src.vocab_size,
+        tgt.vocab_size,
+        tgt.pad_id,
+        tgt.bos_id,
+        tgt.eos_id,
+        joint_vocabulary=tokenizers.src is tgt,
     )
 
 

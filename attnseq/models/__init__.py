@@ -11,8 +11,16 @@ def build_model(
     pad_id: int,
     bos_id: int,
     eos_id: int,
+    joint_vocabulary: bool = False,
 ) -> Seq2Seq:
-    """Construct the model a config describes (weights freshly initialised)."""
+    """Construct the model a config describes (weights freshly initialised).
+
+    `joint_vocabulary`: source and target share one tokenizer (e.g. a joint sentencepiece
+    model). With `cfg.tie_embeddings` the source embedding, the target embedding and the output
+    projection are then one matrix (Press & Wolf 2017; Vaswani et al. 2017, section 3.4), as in
+    the peer toolkits' joint-BPE setups.
+    """
+    share_src_tgt = cfg.tie_embeddings and joint_vocabulary
     if cfg.family is ModelFamily.transformer:
         from attnseq.models.transformer import TransformerSeq2Seq
 
@@ -33,6 +41,7 @@ def build_model(
             positions=cfg.positions.value,
             max_positions=cfg.max_positions,
             tie_embeddings=cfg.tie_embeddings,
+            share_src_tgt_embeddings=share_src_tgt,
         )
 
     from attnseq.attention import build_attention
@@ -68,6 +77,7 @@ def build_model(
         dropout=cfg.dropout,
         input_feeding=cfg.input_feeding,
         tie_embeddings=cfg.tie_embeddings,
+        share_src_tgt_embeddings=share_src_tgt,
     )
 
 

@@ -97,6 +97,8 @@ class RNNSeq2Seq(Seq2Seq):
         hidden: decoder hidden size H.
         input_feeding: Luong only: concatenate h~_{t-1} to the next input.
         tie_embeddings: the output projection shares the target embedding matrix.
+        share_src_tgt_embeddings: the encoder uses the target embedding too (one joint
+            vocabulary: equal vocabulary sizes).
     """
 
     def __init__(
@@ -118,8 +120,14 @@ class RNNSeq2Seq(Seq2Seq):
         dropout: float = 0.1,
         input_feeding: bool = True,
         tie_embeddings: bool = True,
+        share_src_tgt_embeddings: bool = False,
     ) -> None:
         super().__init__(pad_id, bos_id, eos_id)
+        if share_src_tgt_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                "share_src_tgt_embeddings needs equal vocabulary sizes, got "
+                f"src_vocab_size={src_vocab_size} and tgt_vocab_size={tgt_vocab_size}"
+            )
         if style not in ("bahdanau", "luong"):
             raise ValueError(f"decoder style must be 'bahdanau' or 'luong', got {style!r}")
         self.style = style
@@ -140,6 +148,8 @@ class RNNSeq2Seq(Seq2Seq):
         )
         enc_size = self.encoder.output_size
         self.embedding = nn.Embedding(tgt_vocab_size, emb_dim, padding_idx=pad_id)
+        if share_src_tgt_embeddings:
+            self.encoder.embedding = self.embedding
         self.dropout = nn.Dropout(dropout)
         # bridge: initial decoder state of every layer from the encoder summary (Bahdanau A.2.2)
         self.bridge = nn.Linear(enc_size, layers * hidden)

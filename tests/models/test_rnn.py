@@ -152,3 +152,48 @@ def test_every_combination_overfits_a_batch(score: str, window: str, cell: str) 
 def test_bahdanau_dot_and_none_overfit() -> None:
     assert overfit(make_model("bahdanau", "dot")) == 1.0
     assert overfit(make_model("bahdanau", "none"), steps=600) == 1.0
+
+
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+@pytest.mark.parametrize("tie", [True, False])
+def test_joint_vocabulary_shares_source_target_and_output_embeddings(family, tie) -> None:
+    """With one tokenizer for both sides (a joint sentencepiece model) and tie_embeddings, the
+    encoder's embedding, the decoder's and the output projection are one matrix."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_object(
+        OmegaConf.merge(
+            OmegaConf.structured(ModelConfig),
+            {
+                "family": family,
+                "emb_dim": 8,
+                "hidden": 16,
+                "d_model": 16,
+                "heads": 2,
+                "ff_dim": 32,
+                "enc_layers": 1,
+                "dec_layers": 1,
+                "tie_embeddings": tie,
+            },
+        )
+    )
+    joint = build_model(cfg, 14, 14, PAD, BOS, EOS, joint_vocabulary=True)
+    separate = build_model(cfg, 14, 14, PAD, BOS, EOS, joint_vocabulary=False)
+    if family == "rnn":
+        src_emb = lambda m: m.encoder.embedding.weight  # noqa: E731
+        tgt_emb = lambda m: m.embedding.weight  # noqa: E731
+        out = lambda m: m.output.weight  # noqa: E731
+    else:
+        src_emb = lambda m: m.src_embed.weight  # noqa: E731
+        tgt_emb = lambda m: m.tgt_embed.weight  # noqa: E731
+        out = lambda m: m.output_proj.weight  # noqa: E731
+    assert (src_emb(joint) is tgt_emb(joint)) == tie
+    assert (out(joint) is tgt_emb(joint)) == tie
+    assert src_emb(separate) is not tgt_emb(separate)
+    n_joint = sum(p.numel() for p in joint.parameters())
+    n_separate = sum(p.numel() for p in separate.parameters())
+    width = 8 if family == "rnn" else 16
+    assert n_separate - n_joint == (14 * width if tie else 0)
+    if tie:
+        with pytest.raises(ValueError, match="equal vocabulary sizes"):
+            build_model(cfg, 10, 14, PAD, BOS, EOS, joint_vocabulary=True)
