@@ -102,6 +102,15 @@ class Device(Enum):
     cuda = "cuda"
 
 
+class Precision(Enum):
+    """trainer.precision (attnseq/mixed_precision.py). `trainer.precision=32` selects fp32 by
+    its value; bf16 and fp16 by name."""
+
+    fp32 = 32  # float32 everywhere
+    bf16 = "bf16"  # autocast to bfloat16
+    fp16 = "fp16"  # autocast to float16 with dynamic loss scaling
+
+
 class Metric(Enum):
     """Validation metrics usable for early stopping and model selection."""
 
@@ -223,6 +232,10 @@ class TrainerConfig:
     max_minutes: float | None = None  # wall-clock budget for the training loop
     device: Device = Device.auto
     threads: int | None = None  # torch intra-op threads; None = torch's default
+    precision: Precision = Precision.fp32  # 32 | bf16 | fp16 (autocast; fp16 scales the loss)
+    compile: bool = False  # torch.compile the model for training (validation stays eager)
+    num_workers: int = 0  # DataLoader processes collating batches; 0 = in the training process
+    pin_memory: bool = True  # on CUDA: page-locked batches, copied without blocking
     validate_every: int = 250  # steps between validations (and at the end of training)
     log_every: int = 25  # steps between train/* scalars
     early_stopping_metric: Metric = Metric.exact_match
@@ -330,6 +343,8 @@ def validate(cfg: TrainConfig) -> None:
         problems.append(
             f"trainer.save_every_minutes must be > 0 (or null), got {trainer.save_every_minutes}"
         )
+    if trainer.num_workers < 0:
+        problems.append(f"trainer.num_workers must be >= 0, got {trainer.num_workers}")
     if trainer.max_nonfinite_steps < 1:
         problems.append(
             f"trainer.max_nonfinite_steps must be >= 1, got {trainer.max_nonfinite_steps}"

@@ -86,7 +86,7 @@ def model_for(cfg: TrainConfig, tokenizers: Tokenizers) -> Seq2Seq:
         tgt.pad_id,
         tgt.bos_id,
         tgt.eos_id,
-        joint_vocabulary=tokenizers.src is tgt,
+        joint_vocabulary=tokenizers.joint,
     )
 
 

@@ -20,6 +20,13 @@ Reliability (what a run that dies can count on):
   `trainer.max_nonfinite_steps` of them in a row raise `TrainingDiverged` without writing any
   checkpoint, so last.pt and best.pt keep the last good state.
 
+Speed (GPU mostly): `trainer.precision` (mixed_precision.py: bf16/fp16 autocast, fp16 loss
+scaling), `trainer.compile` (torch.compile of the training forward pass; validation and decoding
+stay eager), `trainer.num_workers` and `trainer.pin_memory` (data/loader.py: batches collated ahead
+in worker processes, page-locked and copied asynchronously). An fp16 step whose gradients
+overflow is skipped and lowers the loss scale: expected behaviour, counted in
+train/overflow_steps, not as divergence.
+
 Data parallelism (torchrun, see distributed.py): inside a process group of N ranks the model is
 wrapped in DistributedDataParallel and every rank takes its own share of each epoch's batches.
 The global update equals a single-process update on the union of the N batches: the target token
@@ -34,15 +41,11 @@ RNG state is saved, so resuming with the same number of processes is exact too.
 import contextlib
 import logging
 import math
-import os
-import random
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import torch
@@ -50,18 +53,26 @@ import torch
 from attnseq.atomic import remove_stale_temporaries
 from attnseq.checkpoint import save_checkpoint
 from attnseq.config import Metric, Scheduler, TrainConfig
-from attnseq.data.batching import Batch, TokenBatchSampler, collate
-from attnseq.distributed import (
-    all_gather_object,
-    all_reduce_sum,
-    broadcast_object,
-    is_main_process,
-    world,
-)
+from attnseq.data.batching import Batch, TokenBatchSampler
+from attnseq.data.loader import BatchLoader, TokenCounts
+from attnseq.distributed import all_gather_object, all_reduce_sum, broadcast_object, world
 from attnseq.evaluation import Evaluator
 from attnseq.loss import sequence_loss
+from attnseq.mixed_precision import MixedPrecision
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.progress import TrainingProgress
+from attnseq.rng import preserved_rng, rng_state, set_rng_state
+from attnseq.signals import StopSignals, TrainingInterrupted
+
+__all__ = [
+    "NullWriter",
+    "Progress",
+    "StopSignals",
+    "Trainer",
+    "TrainingDiverged",
+    "TrainingInterrupted",
+    "resolve_device",
+]
 
 log = logging.getLogger("attnseq")
 
@@ -82,6 +93,7 @@ class Progress:
     validated_step: int = 0  # step of the latest validation (the final one is not repeated)
     skipped_steps: int = 0  # batches whose loss or gradient was not finite, in total
     nonfinite_in_a_row: int = 0  # ... the current streak of them
+    overflow_steps: int = 0  # fp16 updates skipped because the scaled gradients overflowed
     train_seconds: float = 0.0  # wall-clock time of the loop, over all resumed sessions
     world_size: int = 1  # data-parallel processes: batch_in_epoch counts batches of one of them
 
@@ -90,28 +102,6 @@ class Progress:
         """From a checkpoint's `progress`; keys an older checkpoint lacks keep their default."""
         known = {f.name for f in fields(cls)}
         return cls(**{key: value for key, value in values.items() if key in known})
-
-
-class TrainingInterrupted(Exception):
-    """SIGINT or SIGTERM stopped the run.
-
-    Attributes:
-        signum: the signal.
-        graceful: True when the loop finished its step and wrote last.pt at `step`; False when
-            the run stopped at once (second SIGINT, or outside the training loop).
-        step: the step of the newest last.pt this process wrote (None: none yet).
-    """
-
-    def __init__(self, signum: int, graceful: bool, step: int | None = None) -> None:
-        self.signum = signum
-        self.graceful = graceful
-        self.step = step
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-
-    @property
-    def exit_status(self) -> int:
-        """128 + signal number, the shell's convention: 130 for SIGINT, 143 for SIGTERM."""
-        return 128 + self.signum
 
 
 class TrainingDiverged(Exception):
@@ -127,108 +117,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         return torch.device("cuda")
     return torch.device("cpu")
-
-
-# ------------------------------------------------------------------------------ RNG states
-def rng_state() -> dict[str, Any]:
-    """The generator states the training loop draws from (dropout: torch; CUDA when in use)."""
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    # is_initialized, not is_available: a CPU run on a GPU machine must not create a context.
-    if torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of `rng_state` (a CUDA state is applied only where the devices match)."""
-    torch.set_rng_state(state["torch"])
-    if "python" in state:
-        version, internal, gauss = state["python"]
-        # weights_only loading turns the tuple of ints into a list; random wants a tuple.
-        random.setstate((version, tuple(internal), gauss))
-    cuda = state.get("cuda")
-    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
-
-
-@contextlib.contextmanager
-def preserved_rng() -> Iterator[None]:
-    """Run the body without moving the training RNG stream: validation happens at different
-    points of a resumed and an uninterrupted run's process lifetime, so anything it draws
-    (today nothing: eval mode has no dropout) must not shift the draws of later steps."""
-    state = rng_state()
-    try:
-        yield
-    finally:
-        set_rng_state(state)
-
-
-# ------------------------------------------------------------------------------ signals
-class StopSignals:
-    """SIGINT/SIGTERM handling for a training run (`with StopSignals() as stop: ...`).
-
-    Inside `stop.graceful()` (the training loop) the first signal only records a request: the
-    loop finishes the current step, writes last.pt and raises `TrainingInterrupted`, so no update
-    is lost. A second SIGINT there, or a signal anywhere else in the block (data preparation, the
-    final test evaluation), raises `TrainingInterrupted` at once; the atomic writers remove
-    their temporary file, so even then every file on disk is whole.
-
-    Handlers can only be installed from the main thread; elsewhere this does nothing and the
-    process keeps its default behaviour.
-
-    Under torchrun the agent forwards SIGINT/SIGTERM to every rank (and a terminal's Ctrl-C
-    reaches them all). The request of any rank is combined into the all-reduce that closes each
-    step, so all ranks finish the same step, rank 0 writes last.pt and every rank raises
-    `TrainingInterrupted`; nothing waits on a rank that has left. torchrun kills workers that
-    have not exited some 30 s after forwarding the signal, so a step plus one checkpoint write
-    must fit in that time. A second Ctrl-C stops that rank at once; torchrun then ends the rest.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._graceful = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> "StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
-
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
-    @contextlib.contextmanager
-    def graceful(self) -> Iterator[None]:
-        self._graceful = True
-        try:
-            yield
-        finally:
-            self._graceful = False
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        first = self.signum is None
-        if first:
-            self.signum = signum
-        if self._graceful and (first or signum != signal.SIGINT):
-            if first and is_main_process():  # under torchrun every rank gets the signal
-                # os.write, not print/logging: a handler may interrupt the main thread inside
-                # a buffered write, and re-entering the same buffer raises.
-                name = signal.Signals(signum).name
-                os.write(
-                    2,
-                    f"\nattnseq: {name} received: finishing the current step and writing "
-                    "last.pt (press Ctrl-C again to stop at once)\n".encode(),
-                )
-            return
-        raise TrainingInterrupted(signum, graceful=False)
 
 
 class NullWriter:
@@ -304,8 +192,20 @@ class Trainer:
             num_replicas=self.world.world_size,
             rank=self.world.rank,
         )
-        # The module the updates run through: DDP averages gradients across ranks. Everything
-        # else (validation, state_dict, pad ids) uses the bare model.
+        trainer_cfg = cfg.trainer
+        self.precision = MixedPrecision(trainer_cfg.precision.name, device)
+        self.loader = BatchLoader(
+            train_examples,
+            pad_id=model.pad_id,
+            bos_id=model.bos_id,
+            eos_id=model.eos_id,
+            device=device,
+            num_workers=trainer_cfg.num_workers,
+            pin_memory=trainer_cfg.pin_memory,
+        )
+        # The module the updates run through: DDP averages gradients across ranks, and
+        # torch.compile wraps either. Everything else (validation, decoding, state_dict, pad
+        # ids) uses the bare model, so checkpoints hold plain parameter names.
         self.train_model: torch.nn.Module = model
         if self.world.distributed:
             if train_examples and len(self.sampler) == 0:
@@ -321,6 +221,8 @@ class Trainer:
             self.train_model = DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None
             )
+        if trainer_cfg.compile:
+            self.train_model = compile_for_training(self.train_model)
         self._global_counts = (0.0, 0.0, 0.0)  # (src, tgt, padded) tokens of the latest step
         if self.world.is_main:
             remove_stale_temporaries(self.checkpoint_dir)
@@ -336,6 +238,7 @@ class Trainer:
         # LambdaLR's state holds base_lrs (lowered by plateau reductions) and its step count.
         self.scheduler.load_state_dict(payload["scheduler"])
         self.progress = Progress.from_dict(payload["progress"])
+        self.precision.load_state_dict(payload.get("grad_scaler", {}))
         self._resume_rng = payload["rng"]
         ranks_rng = payload.get("rng_ranks")
         world_size = self.world.world_size
@@ -401,28 +304,24 @@ class Trainer:
         show_bar = trainer_cfg.progress and main
         with graceful, TrainingProgress(total_steps, progress.step, show_bar) as bar:
             epoch, batches = -1, []
+            upcoming = iter(())  # this epoch's batches from batch_in_epoch on, as tensors
             while stop_reason is None:
                 if epoch != progress.epoch:
                     epoch, batches = progress.epoch, self.sampler.batches(progress.epoch)
+                    upcoming = self.loader(batches[progress.batch_in_epoch :])
                 if progress.batch_in_epoch >= len(batches):  # a checkpoint at an epoch's end
                     progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
                     stop_reason = self._limit_reached()
                     continue
-                indices = batches[progress.batch_in_epoch]
-                batch = collate(
-                    [self.examples[i] for i in indices],
-                    indices,
-                    pad_id=self.model.pad_id,
-                    bos_id=self.model.bos_id,
-                    eos_id=self.model.eos_id,
-                ).to(self.device)
-                loss = self._update(batch)
+                batch, counts = next(upcoming)  # batches[progress.batch_in_epoch]
+                loss = self._update(batch, counts)
                 progress.batch_in_epoch += 1
                 if progress.batch_in_epoch == len(batches):
                     progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
                 saved = False
                 if loss is None:
-                    self._skipped(self.skip_reason)  # raises TrainingDiverged after too many
+                    if self.skip_reason:  # not an fp16 overflow (those only lower the scale)
+                        self._skipped(self.skip_reason)  # raises TrainingDiverged after too many
                 else:
                     progress.nonfinite_in_a_row = 0
                     progress.step += 1
@@ -469,7 +368,7 @@ class Trainer:
         self.progress.train_seconds = seconds
         return requests > 0, save_due > 0
 
-    def _update(self, batch: Batch) -> float | None:
+    def _update(self, batch: Batch, counts: TokenCounts) -> float | None:
         """One optimizer update; returns the loss (data-parallel: of the global batch).
 
         When the loss or the gradient norm is not finite (on any rank) the update is skipped
@@ -477,23 +376,25 @@ class Trainer:
         why.
         """
         distributed = self.world.distributed
-        counts = [batch.n_src_tokens, batch.n_tgt_tokens, batch.n_padded_tokens]
+        totals = [float(counts.src), float(counts.tgt), float(counts.padded)]
         if distributed:  # the global token count normalises the loss, so it comes first
-            counts = all_reduce_sum(counts)
-        self._global_counts = (counts[0], counts[1], counts[2])
+            totals = all_reduce_sum(totals)
+        self._global_counts = (totals[0], totals[1], totals[2])
         self.train_model.train()  # DDP's wrapper and the model inside
-        output = self.train_model(batch.src, batch.src_lengths, batch.tgt_in)
-        loss_sum, n_tokens = sequence_loss(
-            output.logits, batch.tgt_out, self.model.pad_id, self.cfg.optim.label_smoothing
-        )
+        with self.precision.autocast():
+            output = self.train_model(batch.src, batch.src_lengths, batch.tgt_in)
+            loss_sum, _ = sequence_loss(
+                output.logits, batch.tgt_out, self.model.pad_id, self.cfg.optim.label_smoothing
+            )
+        # DDP averages gradients over the R ranks: R * sum_r / N_global averages to
+        # sum(all ranks' token losses) / N_global, the single-process loss of the union.
         if distributed:
-            # DDP averages gradients over the R ranks: R * sum_r / N_global averages to
-            # sum(all ranks' token losses) / N_global, the single-process loss of the union.
-            loss = loss_sum * (self.world.world_size / max(counts[1], 1.0))
+            loss = loss_sum * (self.world.world_size / max(totals[1], 1.0))
         else:
-            loss = loss_sum / max(n_tokens, 1)
+            loss = loss_sum / max(totals[1], 1.0)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.precision.backward(loss)
+        self.precision.unscale(self.optimizer)  # fp16: clip and check the true gradients
         if self.cfg.optim.clip_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
         else:
@@ -513,8 +414,22 @@ class Trainer:
                     float(not math.isfinite(norm_value)),
                 ]
             )
-            loss_value = total / max(counts[1], 1.0) if not bad_loss else math.nan
+            loss_value = total / max(totals[1], 1.0) if not bad_loss else math.nan
             norm_value = norm_value if not bad_norm else math.inf
+        if (
+            math.isfinite(loss_value)
+            and not math.isfinite(norm_value)
+            and self.precision.scales_loss
+        ):
+            scale = self.precision.skip_overflow()
+            self.progress.overflow_steps += 1
+            self.writer.add_scalar(
+                "train/overflow_steps", self.progress.overflow_steps, self.progress.step
+            )
+            self.writer.add_scalar("train/loss_scale", scale, self.progress.step)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skip_reason = ""  # an expected fp16 overflow, not a sign of divergence
+            return None
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
             self.skip_reason = (
                 f"loss {loss_value}"
@@ -523,7 +438,7 @@ class Trainer:
             )
             self.optimizer.zero_grad(set_to_none=True)
             return None
-        self.optimizer.step()
+        self.precision.step(self.optimizer)
         self.scheduler.step()
         return loss_value
 
@@ -701,6 +616,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "progress": vars(self.progress).copy(),
             "rng": rng_state(),
+            "grad_scaler": self.precision.state_dict(),
         }
         if self.world.distributed:
             payload["rng_ranks"] = all_gather_object(payload["rng"])
@@ -727,6 +643,22 @@ class Trainer:
             self.last_saved_step = self.progress.step
             self._last_save = time.monotonic()
         return path
+
+
+def compile_for_training(module: torch.nn.Module) -> torch.nn.Module:
+    """`torch.compile` for the training forward pass (Ansel et al. 2024, "PyTorch 2: Faster
+    Machine Learning Through Dynamic Python Bytecode Transformation and Graph Compilation").
+
+    dynamic=True: every batch has other lengths (S, T), and compiling shape-generic kernels
+    from the start avoids one recompilation per new shape. A graph that fails to compile runs
+    eagerly (`suppress_errors`), so a machine without a working C++/Triton tool chain trains as
+    without compile, after a warning. Decoders that loop over target positions in Python (RNNs
+    with attention feeding) gain little: each loop length is traced separately.
+    """
+    import torch._dynamo
+
+    torch._dynamo.config.suppress_errors = True
+    return torch.compile(module, dynamic=True)
 
 
 def _all_finite(tensors: Any) -> bool:

@@ -62,8 +62,8 @@ torch.set_num_threads(1)
 updates = []
 update = training.Trainer._update
 
-def recorded(self, batch):
-    loss = update(self, batch)
+def recorded(self, batch, counts):
+    loss = update(self, batch, counts)
     updates.append([batch.indices.tolist(), loss])
     return loss
 
@@ -219,8 +219,8 @@ def test_shards_are_disjoint_and_losses_match_one_process(tmp_path: Path, monkey
     single = []
     update = training.Trainer._update
 
-    def recorded(self, batch):
-        loss = update(self, batch)
+    def recorded(self, batch, counts):
+        loss = update(self, batch, counts)
         single.append(loss)
         return loss
 

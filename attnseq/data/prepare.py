@@ -87,10 +87,22 @@ STAT_KEYS = ("total", "kept", "dropped_empty", "dropped_too_long", "truncated")
 
 @dataclass
 class TokenizerPair:
-    """The source and the target tokenizer (the same object when one model serves both)."""
+    """The source and the target tokenizer: the same object when one vocabulary serves both
+    (a joint sentencepiece model, or two tokenizers that came out identical, as for the symbol
+    tasks), so that `joint` is the same whether the pair was trained or loaded from a
+    checkpoint."""
 
     src: Tokenizer
     tgt: Tokenizer
+
+    def __post_init__(self) -> None:
+        if self.src is not self.tgt and self.src.state_dict() == self.tgt.state_dict():
+            self.tgt = self.src
+
+    @property
+    def joint(self) -> bool:
+        """One vocabulary for both sides: the model may share their embeddings."""
+        return self.src is self.tgt
 
     def state(self) -> dict[str, Any]:
         """{"src": state, "tgt": state}: plain values, safe for torch.load(weights_only=True)."""

@@ -1,0 +1,107 @@
+"""Turning a sequence of batches (lists of example positions) into padded `Batch`es on the
+training device: in the training process, or ahead of it in DataLoader worker processes, with
+page-locked ("pinned") memory and non-blocking copies on CUDA.
+
+The batches themselves are chosen by `TokenBatchSampler` (a pure function of seed and epoch),
+so the loader never decides anything: with or without workers the training loop sees the same
+batches in the same order, which keeps resuming exact.
+
+Shapes: as in batching.py.
+"""
+
+from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
+from typing import NamedTuple
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from attnseq.data.batching import Batch, Example, collate
+
+
+class TokenCounts(NamedTuple):
+    """Real source tokens, real target positions (EOS included: what the loss is taken over)
+    and padded positions B*S + B*T of one batch."""
+
+    src: int
+    tgt: int
+    padded: int
+
+
+class _IndexedExamples(Dataset):
+    """Position i -> (i, example i): collate needs each example's dataset position."""
+
+    def __init__(self, examples: Sequence[Example]) -> None:
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> tuple[int, Example]:
+        return index, self.examples[index]
+
+
+def _collate_indexed(items: list[tuple[int, Example]], pad_id: int, bos_id: int, eos_id: int):
+    indices = [index for index, _ in items]
+    return collate(
+        [example for _, example in items], indices, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id
+    )
+
+
+class BatchLoader:
+    """Collates batches of `examples` and moves them to `device`.
+
+    Args:
+        examples: the encoded (source ids, target ids) pairs, without BOS/EOS.
+        pad_id, bos_id, eos_id: the special ids `collate` puts in place.
+        device: where the batches go.
+        num_workers: DataLoader worker processes collating ahead of the training loop (0: the
+            training process collates each batch when it is needed).
+        pin_memory: on CUDA, collate into page-locked memory so that the copy to the GPU is
+            asynchronous (`non_blocking=True`); ignored on the CPU.
+    """
+
+    def __init__(
+        self,
+        examples: Sequence[Example],
+        *,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        device: torch.device,
+        num_workers: int = 0,
+        pin_memory: bool = True,
+    ) -> None:
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.examples = examples
+        self.device = device
+        self.num_workers = num_workers
+        self.pin = pin_memory and device.type == "cuda"
+        self._collate = partial(_collate_indexed, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+
+    def __call__(self, batches: Sequence[list[int]]) -> Iterator[tuple[Batch, TokenCounts]]:
+        """The batches in the given order: each as a `Batch` on the device, with its token
+        counts read on the host (reading them from a GPU tensor would wait for the GPU)."""
+        if self.num_workers == 0:
+            host_batches: Iterable[Batch] = (
+                self._collate([(i, self.examples[i]) for i in indices]) for indices in batches
+            )
+        elif not batches:
+            return
+        else:
+            host_batches = DataLoader(
+                _IndexedExamples(self.examples),
+                batch_sampler=list(batches),
+                collate_fn=self._collate,
+                num_workers=self.num_workers,
+                pin_memory=self.pin,  # DataLoader's pin thread calls Batch.pin_memory
+                # Workers' seeds come from this generator, not the global one: drawing from
+                # torch's RNG here would shift the training run's dropout masks.
+                generator=torch.Generator(),
+            )
+        for batch in host_batches:
+            counts = TokenCounts(batch.n_src_tokens, batch.n_tgt_tokens, batch.n_padded_tokens)
+            if self.pin and self.num_workers == 0:
+                batch = batch.pin_memory()
+            yield batch.to(self.device, non_blocking=self.pin), counts

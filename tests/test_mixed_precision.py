@@ -1,0 +1,151 @@
+"""trainer.precision / compile / num_workers: reduced precision trains on the CPU too, an fp16
+overflow lowers the loss scale instead of counting as divergence, the scaler state is resumed,
+and bad values are config errors. GPU runs of the same paths are marked `gpu`."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import tiny_config
+
+from attnseq.checkpoint import load_checkpoint
+from attnseq.errors import UserError
+from attnseq.mixed_precision import MixedPrecision
+from attnseq.tasks import run_training
+
+
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precision_trains_on_the_cpu(tmp_path: Path, family: str, precision: str) -> None:
+    cfg = tiny_config(f"model.family={family}", f"trainer.precision={precision}")
+    metrics = run_training(cfg, tmp_path)
+    assert math.isfinite(metrics["test/loss"])
+    last = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert last["progress"]["step"] == 6
+    # weights and optimizer state stay float32 ("master weights")
+    assert all(t.dtype == torch.float32 for t in last["model"].values() if t.is_floating_point())
+    scaler = last["grad_scaler"]
+    assert (scaler != {}) == (precision == "fp16")  # only fp16 scales the loss
+
+
+def test_fp16_overflow_skips_the_update_and_halves_the_scale(tmp_path: Path, monkeypatch) -> None:
+    """An infinite gradient under fp16 is the loss scale's business: the step is skipped, the
+    scale halves, training goes on, and it does not count towards max_nonfinite_steps."""
+    from attnseq import training
+
+    real_backward = MixedPrecision.backward
+    calls = [0]
+
+    def backward(self, loss):
+        calls[0] += 1
+        real_backward(self, loss)
+        if calls[0] in (2, 3, 4):  # three overflows in a row: more than max_nonfinite_steps
+            for parameter in training.Trainer.current_model.parameters():
+                if parameter.grad is not None:
+                    parameter.grad.fill_(float("inf"))
+                    break
+
+    original_init = training.Trainer.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        training.Trainer.current_model = self.model
+
+    monkeypatch.setattr(MixedPrecision, "backward", backward)
+    monkeypatch.setattr(training.Trainer, "__init__", init)
+    cfg = tiny_config("trainer.precision=fp16", "trainer.max_nonfinite_steps=2")
+    run_training(cfg, tmp_path)
+    last = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    progress = last["progress"]
+    assert progress["overflow_steps"] == 3
+    assert progress["skipped_steps"] == 0  # overflows are not divergence
+    assert progress["step"] == 6  # updates that happened; the 3 overflowed batches are not
+    assert last["grad_scaler"]["scale"] == pytest.approx(2.0**16 / 2**3)
+
+
+def test_resume_restores_the_loss_scale(tmp_path: Path) -> None:
+    first = tiny_config("trainer.precision=fp16", "trainer.max_steps=3")
+    run_training(first, tmp_path)
+    saved = load_checkpoint(tmp_path / "checkpoints" / "last.pt")["grad_scaler"]
+    resumed = tiny_config("trainer.precision=fp16", "trainer.max_steps=6", "resume=auto")
+    from attnseq import training
+
+    seen = {}
+    original = training.Trainer.restore
+
+    def restore(self, payload):
+        original(self, payload)
+        seen.update(self.precision.state_dict())
+
+    training.Trainer.restore = restore
+    try:
+        run_training(resumed, tmp_path)
+    finally:
+        training.Trainer.restore = original
+    assert seen["scale"] == saved["scale"] and seen["_growth_tracker"] == saved["_growth_tracker"]
+
+
+def test_bad_precision_is_a_config_error() -> None:
+    with pytest.raises(UserError, match="precision"):
+        tiny_config("trainer.precision=16")
+    with pytest.raises(UserError, match="num_workers"):
+        tiny_config("trainer.num_workers=-1")
+
+
+def test_workers_train_the_same_weights_as_the_training_process(tmp_path: Path) -> None:
+    inline = run_training(tiny_config(), tmp_path / "inline")
+    workers = run_training(tiny_config("trainer.num_workers=2"), tmp_path / "workers")
+    a = load_checkpoint(tmp_path / "inline" / "checkpoints" / "last.pt")["model"]
+    b = load_checkpoint(tmp_path / "workers" / "checkpoints" / "last.pt")["model"]
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert inline == pytest.approx(workers)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_compiled_training_matches_eager_on_the_cpu(tmp_path: Path, family: str) -> None:
+    """torch.compile (inductor's C++ kernels on the CPU) computes the same losses as eager."""
+    overrides = [f"model.family={family}", "model.dropout=0.0", "trainer.max_steps=3"]
+    eager = run_training(tiny_config(*overrides), tmp_path / "eager")
+    compiled = run_training(tiny_config(*overrides, "trainer.compile=true"), tmp_path / "compiled")
+    assert compiled["test/loss"] == pytest.approx(eager["test/loss"], rel=1e-4)
+
+
+# ---------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+@pytest.mark.parametrize("precision", ["32", "bf16", "fp16"])
+def test_gpu_training_with_precision_compile_and_workers(
+    tmp_path: Path, family: str, precision: str
+) -> None:
+    cfg = tiny_config(
+        f"model.family={family}",
+        f"trainer.precision={precision}",
+        "trainer.device=cuda",
+        "trainer.compile=true",
+        "trainer.num_workers=2",
+    )
+    metrics = run_training(cfg, tmp_path)
+    assert math.isfinite(metrics["test/loss"])
+    assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]["step"] == 6
+
+
+@pytest.mark.gpu
+def test_gpu_fast_attention_path_uses_a_fused_kernel() -> None:
+    """On CUDA the training path's SDPA call runs the flash or memory-efficient kernel, not the
+    math fallback: with the math backend disabled it must still run."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from attnseq.attention.multihead import MultiHeadAttention
+
+    attention = MultiHeadAttention(64, 4).cuda().to(torch.bfloat16)
+    x = torch.randn(8, 50, 64, device="cuda", dtype=torch.bfloat16)
+    mask = torch.ones(8, 50, dtype=torch.bool, device="cuda")
+    mask[:, 40:] = False
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+        fused, _ = attention(x, x, x, mask)  # padding mask: memory-efficient kernel
+        causal, _ = attention(x, x, x, is_causal=True)  # square causal, no mask: flash
+    explicit, _ = attention(x, x, x, mask, need_weights=True)
+    assert torch.allclose(fused.float(), explicit.float(), atol=2e-2)
+    assert torch.isfinite(causal).all()
