@@ -188,6 +188,15 @@ def _nearest(word: str, options: list[str], prefix: str = "") -> str:
     return f" Did you mean '{prefix}{close[0]}'?" if close else ""
 
 
+# Hydra plugin choices -> the pyproject extra that installs them.
+PLUGIN_EXTRAS = {
+    "joblib": "joblib",
+    "optuna": "optuna",
+    "submitit_slurm": "slurm",
+    "submitit_local": "slurm",
+}
+
+
 def describe_composition_error(error: Exception, overrides: list[str]) -> str:
     """One readable message for a failed composition, with the nearest valid name."""
     from omegaconf import DictConfig, OmegaConf
@@ -204,10 +213,11 @@ def describe_composition_error(error: Exception, overrides: list[str]) -> str:
             what = f"unknown experiment config={choice}"
         elif group.startswith("hydra/"):
             plugin = group.split("/", 1)[1]
+            extra = PLUGIN_EXTRAS.get(choice)
+            hint = f"`pip install 'attnseq[{extra}]'`" if extra else "install its Hydra plugin"
             return (
                 f"unknown {group}={choice}: the Hydra {plugin} plugin is not installed "
-                f"(e.g. `pip install 'attnseq[{choice}]'`). "
-                f"Installed: {', '.join(options) or 'none'}"
+                f"({hint}). Installed: {', '.join(options) or 'none'}"
             )
         else:
             what = f"unknown choice {group}={choice}"

@@ -298,3 +298,16 @@ def test_optuna_sweep_reports_the_best_trial(tmp_path: Path) -> None:
     assert "sorted by test/exact_match" in result.output
     assert "optuna best trial (job " in result.output
     assert "optim.lr" in read_csv(sweep_dir / "report.csv")[0]
+
+
+def test_missing_plugin_hint_names_an_extra_that_exists() -> None:
+    """The hint for a documented plugin names the pyproject extra that really installs it."""
+    import tomllib
+
+    from attnseq.hydra_entry import PLUGIN_EXTRAS
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    for choice, extra in PLUGIN_EXTRAS.items():
+        assert extra in extras, choice
+        assert any(choice.split("_")[0] in requirement for requirement in extras[extra]), choice
