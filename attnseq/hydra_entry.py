@@ -57,6 +57,21 @@ _INFORMATIONAL = {
 }
 
 
+# Flags that choose what Hydra does; at most one may be given.
+_MODE_FLAGS = {
+    "-r": "--run",
+    "--run": "--run",
+    "-m": "--multirun",
+    "--multirun": "--multirun",
+    "-c": "--cfg",
+    "--cfg": "--cfg",
+    "-i": "--info",
+    "--info": "--info",
+    "-sc": "--shell-completion",
+    "--shell-completion": "--shell-completion",
+}
+
+
 def user_experiment_dir(path: Path) -> tuple[str, Path]:
     """Link a user's experiment file into ~/.cache/attnseq/experiments/<hash>/experiment/.
 
@@ -152,6 +167,13 @@ def preflight(args: list[str]) -> None:
         raise UserError(
             "-m/--multirun cannot run under torchrun: one torchrun job trains one model. "
             "Start one torchrun job per configuration (or drop -m)"
+        )
+    # Hydra's own rule, checked here so that breaking it is a clear error, not a traceback.
+    modes = {_MODE_FLAGS[flag] for flag in flags if flag in _MODE_FLAGS}
+    if len(modes) > 1:
+        raise UserError(
+            f"{' and '.join(sorted(modes))} cannot be combined: give only one of --run, "
+            "-m/--multirun, --cfg, --info and --shell-completion"
         )
     if any(flag in _INFORMATIONAL for flag in flags) or any(
         flag in {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}

@@ -108,3 +108,10 @@ def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:
     result = attnseq("train", "--cfg", "job", "model=rnn_luong", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "decoder: luong" in result.stdout
+
+
+def test_conflicting_hydra_modes_exit_2_without_a_traceback(tmp_path: Path) -> None:
+    result = attnseq("train", "-m", "--cfg", "job", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error:") and "cannot be combined" in result.stderr
+    assert "Traceback" not in result.stderr
