@@ -129,17 +129,20 @@ def split_flags(args: list[str]) -> tuple[list[str], list[str]]:
 def _sweep_variants(overrides: list[str]) -> list[list[str]]:
     """One override list per value of every sweep (others at their first value)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     choices: list[list[str]] = []
     for override in parsed:
         key = override.get_key_element()
         if override.is_sweep_override():
-            try:
+            sweep = override.value()
+            if isinstance(sweep, IntervalSweep):
+                # A sweeper samples inside the interval: check its ends (key and type).
+                values = [sweep.start, sweep.end]
+            else:
                 values = list(override.sweep_string_iterator())
-            except Exception:  # interval()/range sweeps are the sweeper's business
-                values = []
-            choices.append([f"{key}={value}" for value in values] or [])
+            choices.append([f"{key}={value}" for value in values])
         else:
             choices.append([override.input_line])
     base = [options[0] for options in choices if options]
