@@ -166,18 +166,13 @@ def _memory(device: torch.device) -> dict[str, float]:
     return memory
 
 
-def _update(trainer: Any, batch: Any) -> float | None:
-    """One real update; its loss, or None when the trainer skipped a non-finite update.
-
-    `Trainer._update` returns the loss, or (loss or None, problem) where it guards against
-    non-finite losses and gradients; both are accepted so the script runs on either."""
-    result = trainer._update(batch)
-    return result[0] if isinstance(result, tuple) else result
+def _update(trainer: Any, batch: Any, counts: Any) -> float | None:
+    """One real update (`Trainer._update`); its loss, or None when it was skipped."""
+    return trainer._update(batch, counts)
 
 
 def benchmark_training(cfg, device: torch.device, steps: int, warmup: int, peak: float):
     """Time `steps` real updates after `warmup` ones; returns (results, trainer, data)."""
-    from attnseq.data.batching import collate
     from attnseq.data.prepare import prepare_data
     from attnseq.optim import build_optimizer, build_scheduler
     from attnseq.tasks import make_evaluator, model_for, seed_everything
@@ -207,32 +202,25 @@ def benchmark_training(cfg, device: torch.device, steps: int, warmup: int, peak:
     def batches():  # the order Trainer.fit takes them in, epoch after epoch
         epoch = 0
         while True:
-            for indices in trainer.sampler.batches(epoch):
-                yield collate(
-                    [trainer.examples[i] for i in indices],
-                    indices,
-                    pad_id=model.pad_id,
-                    bos_id=model.bos_id,
-                    eos_id=model.eos_id,
-                ).to(device)
+            yield from trainer.loader(trainer.sampler.batches(epoch))
             epoch += 1
 
     stream = batches()
     for _ in range(warmup):
-        _update(trainer, next(stream))
+        _update(trainer, *next(stream))
     _sync(device)
     src_tokens = tgt_tokens = padded = sentences = 0
     update_seconds = 0.0
     losses = []
     start = time.perf_counter()
     for _ in range(steps):
-        batch = next(stream)  # collation is part of a real step's cost, as in Trainer.fit
+        batch, counts = next(stream)  # collation is part of a real step's cost, as in fit
         update_start = time.perf_counter()
-        losses.append(_update(trainer, batch))  # float(loss) waits for the device
+        losses.append(_update(trainer, batch, counts))  # float(loss) waits for the device
         update_seconds += time.perf_counter() - update_start
-        src_tokens += batch.n_src_tokens
-        tgt_tokens += batch.n_tgt_tokens
-        padded += batch.n_padded_tokens
+        src_tokens += counts.src
+        tgt_tokens += counts.tgt
+        padded += counts.padded
         sentences += batch.size
     seconds = time.perf_counter() - start
 
