@@ -93,7 +93,8 @@ class Scheduler(Enum):
     constant = "constant"  # lr fixed after the optional linear warm-up
     inverse_sqrt = "inverse_sqrt"  # Noam / Vaswani et al. 2017 eq. 3 shape, peak = optim.lr
     plateau = "plateau"  # multiply by plateau_factor when the validation metric stalls
-    cosine = "cosine"  # cosine decay to 0 over the run after warm-up
+    cosine = "cosine"  # cosine decay to 0 over the training budget (steps, epochs or minutes)
+    linear = "linear"  # linear decay to 0 over the training budget
 
 
 class Device(Enum):

@@ -51,7 +51,7 @@ from attnseq.evaluation import (
 )
 from attnseq.models import build_model
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.optim import build_optimizer, build_scheduler
+from attnseq.optim import TrainingBudget, build_optimizer, build_scheduler
 from attnseq.saved_attention import records_from_hypotheses
 from attnseq.saved_attention import save_attention as write_saved_attention
 from attnseq.training import (
@@ -353,8 +353,11 @@ def _run_training(
             f" x {world.world_size} processes" if world.distributed else "",
         )
     optimizer = build_optimizer(model, cfg.optim)
-    total_steps = cfg.trainer.max_steps
-    scheduler = build_scheduler(optimizer, cfg.optim, total_steps)
+    minutes = cfg.trainer.max_minutes
+    budget = TrainingBudget(
+        cfg.trainer.max_steps, cfg.trainer.max_epochs, 60 * minutes if minutes else None
+    )
+    scheduler = build_scheduler(optimizer, cfg.optim, budget)
     # Resuming: TensorBoard hides events after the checkpoint's step that the killed process
     # logged, so the curves continue without a doubled stretch.
     writer: Any = (
@@ -386,6 +389,7 @@ def _run_training(
             else None
         ),
         stop=stop,
+        budget=budget,
     )
     if point is not None:
         trainer.restore(point.payload)

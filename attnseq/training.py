@@ -60,6 +60,7 @@ from attnseq.evaluation import Evaluator
 from attnseq.loss import sequence_loss
 from attnseq.mixed_precision import MixedPrecision
 from attnseq.models.seq2seq import Seq2Seq
+from attnseq.optim import TrainingBudget
 from attnseq.progress import TrainingProgress
 from attnseq.rng import preserved_rng, rng_state, set_rng_state
 from attnseq.signals import StopSignals, TrainingInterrupted
@@ -142,6 +143,8 @@ class Trainer:
         on_validation: called with (model, step) after each validation, e.g. to draw heatmaps
             (rank 0 only).
         stop: the run's signal handling; without it SIGINT/SIGTERM keep their default effect.
+        budget: the budget the lr schedule anneals over (optim.py); the trainer keeps it up to
+            date. Without one, it is made from the config (for a schedule that ignores it).
     """
 
     def __init__(
@@ -158,6 +161,7 @@ class Trainer:
         static_payload: dict[str, Any],
         on_validation: Callable[[Seq2Seq, int], None] | None = None,
         stop: StopSignals | None = None,
+        budget: TrainingBudget | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -176,6 +180,10 @@ class Trainer:
         self.last_saved_step: int | None = None  # step of the newest last.pt written here
         self._resume_rng: dict[str, Any] | None = None
         self.skip_reason = ""  # why the latest update was skipped (non-finite loss or gradient)
+        minutes = cfg.trainer.max_minutes
+        self.budget = budget or TrainingBudget(
+            cfg.trainer.max_steps, cfg.trainer.max_epochs, 60 * minutes if minutes else None
+        )
         self._last_save = time.monotonic()
         self._clock_start = time.monotonic()
         self._seconds_before = 0.0
@@ -192,6 +200,7 @@ class Trainer:
             num_replicas=self.world.world_size,
             rank=self.world.rank,
         )
+        self.budget.steps_per_epoch = len(self.sampler)
         trainer_cfg = cfg.trainer
         self.precision = MixedPrecision(trainer_cfg.precision.name, device)
         self.loader = BatchLoader(
@@ -439,6 +448,9 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             return None
         self.precision.step(self.optimizer)
+        # The lr of the next update: the budget as it stands after this one. Seconds are those
+        # of the previous step's end (the value all data-parallel ranks share).
+        self.budget.update(self.progress.step + 1, self.progress.train_seconds)
         self.scheduler.step()
         return loss_value
 

@@ -174,7 +174,7 @@ def _update(trainer: Any, batch: Any, counts: Any) -> float | None:
 def benchmark_training(cfg, device: torch.device, steps: int, warmup: int, peak: float):
     """Time `steps` real updates after `warmup` ones; returns (results, trainer, data)."""
     from attnseq.data.prepare import prepare_data
-    from attnseq.optim import build_optimizer, build_scheduler
+    from attnseq.optim import TrainingBudget, build_optimizer, build_scheduler
     from attnseq.tasks import make_evaluator, model_for, seed_everything
     from attnseq.training import Trainer
 
@@ -184,7 +184,7 @@ def benchmark_training(cfg, device: torch.device, steps: int, warmup: int, peak:
     prepare_seconds = time.perf_counter() - start
     model = model_for(cfg, data.tokenizers).to(device)
     optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, cfg.optim, cfg.trainer.max_steps)
+    scheduler = build_scheduler(optimizer, cfg.optim, TrainingBudget(cfg.trainer.max_steps))
     run_dir = Path(tempfile.mkdtemp(prefix="attnseq-bench-"))  # the trainer never saves here
     trainer = Trainer(
         model,
