@@ -32,7 +32,7 @@ from torch import Tensor
 
 from attnseq.attention.masks import masked_softmax
 from attnseq.attention.mechanism import SelfAttentionMechanism, explicit_attention, key_mask_4d
-from attnseq.attention.sliding_window import band_scores
+from attnseq.attention.sliding_window import band_blocks
 
 
 class LongformerSelfAttention(SelfAttentionMechanism):
@@ -75,7 +75,7 @@ class LongformerSelfAttention(SelfAttentionMechanism):
         """See `SelfAttentionMechanism.forward`; O(N (w + g)) memory without weights."""
         batch, heads, length, _ = q.shape
         g = min(self.global_tokens, length)
-        band = band_scores(q, k, v, key_mask, self.window, causal=False)
+        band = band_blocks(q, k, v, key_mask, self.window, causal=False)
         band_mask = band.mask & (band.key_index >= g)  # global keys come from the columns below
         # every query against the g global keys: (B, H, nb, b, d_k) @ (B, H, 1, d_k, g)
         global_k, global_v = k[:, :, None, :g], v[:, :, None, :g]  # (B, H, 1, g, d_k)
@@ -85,8 +85,8 @@ class LongformerSelfAttention(SelfAttentionMechanism):
         if key_mask is not None:
             global_mask = key_mask[:, :g]
         global_mask = global_mask[:, None, None, None, :]  # (B|1, 1, 1, 1, g)
-        span = band.scores.size(-1)
-        scores = torch.cat([band.scores, global_scores], dim=-1)  # (B, H, nb, b, span + g)
+        span = band.keys.size(3)
+        scores = torch.cat([band.scores(), global_scores], dim=-1)  # (B, H, nb, b, span + g)
         mask_shape = (*torch.broadcast_shapes(band_mask.shape[:-1], global_mask.shape[:-1]), -1)
         mask = torch.cat([band_mask.expand(mask_shape), global_mask.expand(mask_shape)], dim=-1)
         weights = masked_softmax(scores, mask)

@@ -13,8 +13,10 @@ Memory O(n w), not O(n^2): the queries are cut into blocks of b positions (b = m
 at most n) and each block attends to the b + 2w keys around it, taken as strided windows of
 the zero-padded keys (`Tensor.unfold`, a view). Scores are (B, H, n/b, b, b + 2w); a fixed
 band mask inside each block keeps exactly W(i), and the padding mask (padded the same way)
-removes padding and the positions beyond the sequence edges. Explicit weights (B, H, T, S) are
-scattered from the blocks only when asked for (they are O(n^2) by nature).
+removes padding and the positions beyond the sequence edges. As for full attention there are
+two paths: without weights the blocks go through the fused SDPA kernel (one batch entry per
+head and block); with weights, an explicit masked softmax whose block weights are scattered
+into (B, H, T, S) (O(n^2) by nature, only for drawing).
 
 Incremental decoding keeps only the last w keys and values: the next position sees nothing
 older.
@@ -31,32 +33,60 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnseq.attention.masks import masked_softmax
-from attnseq.attention.mechanism import Cache, SelfAttentionMechanism, explicit_attention
+from attnseq.attention.mechanism import (
+    Cache,
+    SelfAttentionMechanism,
+    explicit_attention,
+    fused_attention,
+)
 
 MIN_BLOCK = 32  # tiny blocks make many tiny matrix products; wider ones only waste a little
 
 
 @dataclass
 class Band:
-    """Scores of every query block against the keys around it.
+    """Every query block with the keys around it.
 
-    scores: (B, H, nb, b, span) q_i . k_j / sqrt(d_k) for the span's keys j.
+    queries: (B, H, nb, b, d_k) the zero-padded queries, blocked.
+    keys: (B, H, nb, span, d_k) the keys each block may see (a strided view).
     values: (B, H, nb, span, d_k) the matching values.
     mask: bool (B or 1, 1, nb, b, span), True where j is in W(i) and a real token.
-    queries: (B, H, nb, b, d_k) the zero-padded queries, blocked.
     key_index: (nb, 1, span) long, absolute key position j of each span slot (may be < 0 or
         >= N at the edges, where the mask is False).
     length: N; window: the effective w (at most N - 1); block: b.
     """
 
-    scores: Tensor
+    queries: Tensor
+    keys: Tensor
     values: Tensor
     mask: Tensor
-    queries: Tensor
     key_index: Tensor
     length: int
     window: int
     block: int
+
+    def scores(self) -> Tensor:
+        """q_i . k_j / sqrt(d_k) for the span's keys j: (B, H, nb, b, span)."""
+        return self.queries @ self.keys.transpose(-2, -1) / math.sqrt(self.queries.size(-1))
+
+    def fused_context(self, dropout: float) -> Tensor:
+        """The context of the masked softmax through the fused SDPA kernel: (B, H, N, d_k).
+
+        Heads and blocks are flattened into one batch dimension (4-D inputs take the CPU's
+        memory-efficient kernel; more dimensions fall back to a slower one).
+        """
+        batch, heads, blocks, block, d_k = self.queries.shape
+        span = self.keys.size(3)
+        flat = (batch, heads * blocks)
+        mask = self.mask.expand(batch, heads, blocks, block, span).reshape(*flat, block, span)
+        context = fused_attention(
+            self.queries.reshape(*flat, block, d_k),
+            self.keys.reshape(*flat, span, d_k),
+            self.values.reshape(*flat, span, d_k),
+            mask,
+            dropout,
+        )  # (B, H * nb, b, d_k)
+        return context.reshape(batch, heads, blocks * block, d_k)[:, :, : self.length]
 
     def context(self, weights: Tensor) -> Tensor:
         """Weights (B, H, nb, b, span) -> context (B, H, N, d_k)."""
@@ -75,10 +105,10 @@ class Band:
         return dense[:, :, : self.length, self.window : self.window + self.length]
 
 
-def band_scores(
+def band_blocks(
     q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int, causal: bool
 ) -> Band:
-    """Blocked sliding-window scores; see the module docstring.
+    """Blocked sliding-window queries, keys and masks; see the module docstring.
 
     Args:
         q, k, v: (B, H, N, d_k).
@@ -95,9 +125,9 @@ def band_scores(
     queries = F.pad(q, (0, 0, 0, padded - length)).view(batch, heads, blocks, block, d_k)
     # keys w before the first and w + (padded - N) after the last position, then windows of
     # `span` keys starting every `block` positions: block c sees keys c*b - w .. c*b + b + w - 1
+    # unfold puts the window last: (B, H, nb, d_k, span) -> (B, H, nb, span, d_k)
     key_windows = F.pad(k, (0, 0, w, padded - length + w)).unfold(2, span, block)
     value_windows = F.pad(v, (0, 0, w, padded - length + w)).unfold(2, span, block)
-    scores = queries @ key_windows / math.sqrt(d_k)  # (B, H, nb, b, d_k) @ (.., d_k, span)
 
     starts = torch.arange(blocks, device=q.device) * block  # (nb,)
     key_index = starts[:, None, None] - w + torch.arange(span, device=q.device)  # (nb, 1, span)
@@ -110,10 +140,10 @@ def band_scores(
     real = F.pad(real, (w, padded - length + w), value=False).unfold(1, span, block)  # (B,nb,span)
     mask = in_band & real[:, None, :, None, :]  # (B|1, 1, nb, b, span)
     return Band(
-        scores=scores,
-        values=value_windows.transpose(-2, -1),  # (B, H, nb, span, d_k)
-        mask=mask,
         queries=queries,
+        keys=key_windows.transpose(-2, -1),
+        values=value_windows.transpose(-2, -1),
+        mask=mask,
         key_index=key_index,
         length=length,
         window=w,
@@ -154,11 +184,12 @@ class SlidingWindowSelfAttention(SelfAttentionMechanism):
         dropout: float = 0.0,
     ) -> tuple[Tensor, Tensor | None]:
         """See `SelfAttentionMechanism.forward`; O(N w) memory without weights."""
-        band = band_scores(q, k, v, key_mask, self.window, causal)
-        weights = masked_softmax(band.scores, band.mask)  # (B, H, nb, b, span)
+        band = band_blocks(q, k, v, key_mask, self.window, causal)
+        if not need_weights:
+            return band.fused_context(dropout), None
+        weights = masked_softmax(band.scores(), band.mask)  # (B, H, nb, b, span)
         dropped = F.dropout(weights, p=dropout, training=dropout > 0)
-        context = band.context(dropped)  # (B, H, N, d_k)
-        return context, band.dense(weights) if need_weights else None
+        return band.context(dropped), band.dense(weights)  # (B, H, N, d_k), (B, H, N, N)
 
     def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
         empty = like.new_zeros(batch, heads, 0, d_k)

@@ -51,8 +51,8 @@ def sparse_pattern(
     """Bool (T, S) mask, True where query position i may attend to key position j.
 
     Args:
-        query_positions: (T,) long absolute positions i.
-        key_positions: (S,) long absolute positions j.
+        query_positions: (T,) integer absolute positions i.
+        key_positions: (S,) integer absolute positions j.
         stride: l >= 1.
         pattern: "strided" or "fixed" (see the module docstring).
         summary: c, the summary cells per block of the fixed pattern, 1 <= c <= l.
@@ -115,7 +115,8 @@ class StridedSelfAttention(SelfAttentionMechanism):
         dropout: float = 0.0,
     ) -> tuple[Tensor, Tensor | None]:
         """See `SelfAttentionMechanism.forward`."""
-        positions = torch.arange(q.size(2), device=q.device)
+        # int32: the (T, S) temporaries of the pattern are half the size of int64 ones
+        positions = torch.arange(q.size(2), dtype=torch.int32, device=q.device)
         mask = self.mask(positions, positions, causal)  # (T, S)
         padding = key_mask_4d(key_mask)
         mask = mask if padding is None else mask & padding  # (B|1, 1, T, S)
