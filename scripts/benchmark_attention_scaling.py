@@ -11,7 +11,8 @@ Memory: every (kind, n) runs in a fresh subprocess. After building the layer and
 warm-up pass at n = 64), the process resets its peak resident set size (writing 5 to
 /proc/self/clear_refs), runs one forward + backward and reports VmHWM - VmRSS: the largest amount
 of memory the pass itself held at once (activations, saved tensors, gradients). Time: the best of
---repeats further passes (the minimum is the least disturbed by other processes).
+--repeats passes, that one included (the minimum is the least disturbed by other processes;
+passes stop early once they add up to --max-seconds).
 
 Sizes that would not fit are not run: from the previous size's measurement, the next one is
 predicted assuming quadratic growth (4x memory and time per doubling); if the prediction exceeds
@@ -66,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--proj-dim", type=int, default=256, help="linformer k")
     parser.add_argument("--features", type=int, default=256, help="performer m")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes per size")
+    parser.add_argument("--repeats", type=int, default=5, help="timed passes per size")
     parser.add_argument("--max-gb", type=float, default=12.0, help="memory budget per run")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="time budget per pass")
     parser.add_argument("--out-dir", type=Path, default=None, help="write the .md and .png here")
@@ -223,7 +224,9 @@ def markdown(results: list[dict], info: dict, stats: dict) -> str:
         f"{info['date']}. One forward + backward of encoder self-attention: d_model "
         f"{info['d_model']}, {info['heads']} heads, batch 1; local/longformer w = "
         f"{info['window']}, longformer g = {info['global_tokens']}, strided l = {info['stride']}, "
-        f"linformer k = {info['proj_dim']}, performer m = {info['features']}.",
+        f"linformer k = {info['proj_dim']}, performer m = {info['features']}. Load average "
+        f"{info['load_average_1min']['start']:.1f} at the start, "
+        f"{info['load_average_1min']['end']:.1f} at the end.",
         "",
         "Time (ms, best of the passes) / peak memory (MB) per pass:",
         "",
@@ -277,6 +280,14 @@ def plot(results: list[dict], path: Path) -> None:
                 style = "--" if kind.startswith("full") else "-"
                 sizes, values = [r["n"] for r in rows], [r[key] for r in rows]
                 ax.plot(sizes, values, style, marker="o", label=kind)
+        measured = [r for r in results if "skipped" not in r]
+        if measured:  # guides through the smallest value at the smallest n: slopes 1 and 2
+            low = min(measured, key=lambda r: (r["n"], r[key]))
+            sizes = sorted({r["n"] for r in results})
+            for power, name in ((1, "~ n"), (2, "~ n^2")):
+                guide = [low[key] * (size / low["n"]) ** power for size in sizes]
+                ax.plot(sizes, guide, ":", color="grey", linewidth=1)
+                ax.annotate(name, (sizes[-1], guide[-1]), fontsize=8, color="grey")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length n")
@@ -288,7 +299,7 @@ def plot(results: list[dict], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
-def machine_info(args: argparse.Namespace) -> dict:
+def machine_info(args: argparse.Namespace, load_before: float) -> dict:
     import torch
 
     cpu = platform.processor() or platform.machine()
@@ -301,6 +312,7 @@ def machine_info(args: argparse.Namespace) -> dict:
         "machine": f"{cpu}, {os.cpu_count()} cores, {memory_gb:.0f} GB RAM, {platform.system()}",
         "torch": torch.__version__,
         "date": date.today().isoformat(),
+        "load_average_1min": {"start": load_before, "end": os.getloadavg()[0]},
         **{
             key: getattr(args, key)
             for key in (
@@ -323,8 +335,9 @@ def main(argv: list[str] | None = None) -> None:
         kind, length = args.worker
         print(json.dumps(run_worker(kind, int(length), args)))
         return
+    load_before = os.getloadavg()[0]
     results = run_all(args)
-    info = machine_info(args)
+    info = machine_info(args, load_before)
     stats = summary(results)
     report = {"info": info, "results": results, **stats}
     text = json.dumps(report, indent=2)

@@ -284,8 +284,9 @@ class DecoderLayer(nn.Module):
             x: (B, T, d_model) the new target positions.
             memory_kv: from `memory_kv`, each (B, H, S, d_k).
             memory_mask: (B, S) bool, True at real source tokens.
-            past_self: self-attention state of the earlier positions (`self_attn.empty_cache`
-                or a previous step); None for teacher forcing from position 0.
+            past_self: self-attention state of the earlier positions (`self_attn.empty_cache`,
+                or a previous step; keys it does not use, such as the cross-attention
+                cache, are ignored); None for teacher forcing from position 0.
             need_weights: explicit attention path, return weights (self-attention weights
                 only when its kind has any).
         """
@@ -479,7 +480,7 @@ class TransformerSeq2Seq(Seq2Seq):
         logits = self.output_proj(self.decoder_norm(x))  # (B, T, V)
         if not need_weights:
             return Seq2SeqOutput(logits)
-        extras = {}
+        extras: dict[str, Tensor] = {}
         if self_weights:
             extras["decoder_self_attention"] = torch.stack(self_weights, dim=1)  # (B,L,H,T,T)
         if enc_weights:
