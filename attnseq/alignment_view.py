@@ -13,6 +13,11 @@ Maps (RNN: one; transformer: one per layer and head):
     cross     rows = output tokens (+ </s>), columns = source tokens
     encoder   transformer encoder self-attention, source x source
     decoder   transformer decoder self-attention, rows = inputs (<s> + target), causal
+
+Self-attention maps follow `model.attention.kind`: sparse kinds (local, strided, longformer)
+are zero outside their pattern; linformer shows its effective weights P F (they may be
+negative); linear and performer have no weights, and asking for their map is a UserError that
+says so (their cross-attention, always full, can still be drawn).
 """
 
 from dataclasses import dataclass
@@ -93,11 +98,25 @@ class AlignmentViewer:
             return AttentionMap(
                 output.attention[0].cpu().numpy(), out_pieces, src_pieces, tgt_kind, src_kind
             )
+        extra = f"{kind}_self_attention"
+        if extra not in output.extras:
+            raise UserError(self._no_self_attention_weights(kind))
         if kind == "encoder":
-            weights = output.extras["encoder_self_attention"][0]  # (L, H, S, S)
+            weights = output.extras[extra][0]  # (L, H, S, S)
             return AttentionMap(weights.cpu().numpy(), src_pieces, src_pieces, src_kind, src_kind)
-        weights = output.extras["decoder_self_attention"][0]  # (L, H, T, T)
+        weights = output.extras[extra][0]  # (L, H, T, T)
         return AttentionMap(weights.cpu().numpy(), in_pieces, in_pieces, tgt_kind, tgt_kind)
+
+    def _no_self_attention_weights(self, kind: str) -> str:
+        """Why a transformer returned no self-attention weights: a kernel mechanism
+        (model.attention.kind=linear/performer) in the encoder, or in the decoder too."""
+        attention_kind = self.cfg.model.attention.kind.value
+        return (
+            f"cannot draw {kind} self-attention: this model uses model.attention.kind="
+            f"{attention_kind}, which computes phi(Q) (phi(K)^T V) from feature maps and never "
+            "forms the attention weights, so there is no map to draw; cross-attention stays "
+            "full attention and can be drawn with --kind cross"
+        )
 
 
 def merge_words(attention: AttentionMap) -> AttentionMap:

@@ -74,6 +74,28 @@ class Score(Enum):
 Window = Enum("Window", {"global": "global", "local_m": "local_m", "local_p": "local_p"})
 
 
+class AttentionKind(Enum):
+    """Transformer self-attention mechanism (attnseq/attention/efficient.py)."""
+
+    full = "full"  # softmax(QK^T/sqrt(d))V over all pairs (Vaswani et al. 2017)
+    local = "local"  # sliding window +-D (sliding_window.py)
+    strided = "strided"  # Child et al. 2019 strided/fixed sparse patterns (strided.py)
+    longformer = "longformer"  # window +-D plus global tokens, Beltagy et al. 2020; encoder only
+    linformer = "linformer"  # E K, F V: proj_dim rows, Wang et al. 2020; encoder only
+    linear = "linear"  # elu(x)+1 feature map, Katharopoulos et al. 2020
+    performer = "performer"  # FAVOR+ random features, Choromanski et al. 2021
+
+
+class SparsePattern(Enum):
+    strided = "strided"  # |i-j| <= stride or (i-j) mod stride = 0
+    fixed = "fixed"  # same block of `stride`, or one of the last `summary` cells of a block
+
+
+# kinds whose mechanism has a causal form, usable for decoder self-attention
+# (model.attention.decoder_self=true)
+CAUSAL_ATTENTION_KINDS = ("full", "local", "strided", "linear", "performer")
+
+
 class Norm(Enum):
     pre = "pre"
     post = "post"
@@ -178,10 +200,24 @@ class RNNConfig:
 
 @dataclass
 class AttentionConfig:
+    """RNN attention (score, window, D, attn_dim) and the transformer's self-attention
+    mechanism (kind and the keys after it); keys of the other family are ignored."""
+
     score: Score = Score.additive
     window: Window = Window["global"]  # type: ignore[valid-type]
-    D: int = 5  # local attention half-width: window = 2D+1 source positions
+    # Local half-width: Luong local attention's window = 2D+1 source positions (RNN); the
+    # sliding window of transformer self-attention, kind=local and longformer: |i-j| <= D
+    D: int = 5
     attn_dim: int | None = None  # additive/concat hidden size; None = model.hidden
+    # --- transformer self-attention (cross-attention is always full)
+    kind: AttentionKind = AttentionKind.full
+    decoder_self: bool = False  # also decoder self-attention (causal kinds, see below)
+    stride: int = 8  # strided: the stride l of Child et al.'s patterns
+    pattern: SparsePattern = SparsePattern.strided  # strided: which of the two patterns
+    summary: int = 1  # strided, pattern=fixed: summary cells c per block (1..stride)
+    global_tokens: int = 1  # longformer: the first N source positions attend and are attended
+    proj_dim: int = 64  # linformer: k, rows the keys/values are projected to (n = max_positions)
+    features: int = 128  # performer: m, random features per head
 
 
 @dataclass
@@ -206,7 +242,7 @@ class ModelConfig:
     norm: Norm = Norm.pre
     positions: Positions = Positions.sinusoidal
     attention_dropout: float = 0.0
-    max_positions: int = 1024
+    max_positions: int = 1024  # learned positions; linformer's sequence length n
     # --- both
     dropout: float = 0.1
     tie_embeddings: bool = True  # output projection shares the target embedding
@@ -317,11 +353,18 @@ def validate(cfg: TrainConfig) -> None:
             problems.append(f"model.attention.D must be >= 1, got {model.attention.D}")
         if model.rnn.layers < 1:
             problems.append(f"model.rnn.layers must be >= 1, got {model.rnn.layers}")
+        if model.attention.kind is not AttentionKind.full:
+            problems.append(
+                f"model.attention.kind={model.attention.kind.name} is a transformer "
+                "self-attention mechanism; RNN models choose model.attention.score/window "
+                "(use model=transformer, or model.attention.kind=full)"
+            )
     else:
         if model.d_model % model.heads:
             problems.append(
                 f"model.d_model={model.d_model} is not divisible by model.heads={model.heads}"
             )
+        problems += _self_attention_problems(cfg)
     if not 0.0 <= model.dropout < 1.0:
         problems.append(f"model.dropout must be in [0, 1), got {model.dropout}")
     if optim.lr <= 0:
@@ -370,6 +413,54 @@ def validate(cfg: TrainConfig) -> None:
         )
     if problems:
         raise UserError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def _self_attention_problems(cfg: TrainConfig) -> list[str]:
+    """Rules for the transformer's model.attention.kind and its parameters."""
+    attention, kind = cfg.model.attention, cfg.model.attention.kind
+    problems = []
+    if attention.decoder_self and kind.value not in CAUSAL_ATTENTION_KINDS:
+        why = (
+            "its projections mix every position, future ones included"
+            if kind is AttentionKind.linformer
+            else "its global tokens attend to, and are attended by, every position"
+        )
+        problems.append(
+            f"model.attention.kind={kind.name} cannot be causal ({why}), so it cannot be used "
+            "for decoder self-attention: set model.attention.decoder_self=false, or choose "
+            f"one of {', '.join(CAUSAL_ATTENTION_KINDS)}"
+        )
+    if kind in (AttentionKind.local, AttentionKind.longformer) and attention.D < 1:
+        problems.append(
+            f"model.attention.D (the sliding window half-width) must be >= 1, got {attention.D}"
+        )
+    if kind is AttentionKind.strided:
+        if attention.stride < 1:
+            problems.append(f"model.attention.stride must be >= 1, got {attention.stride}")
+        elif attention.pattern is SparsePattern.fixed and not (
+            1 <= attention.summary <= attention.stride
+        ):
+            problems.append(
+                f"model.attention.summary must be in 1..model.attention.stride="
+                f"{attention.stride}, got {attention.summary}"
+            )
+    if kind is AttentionKind.longformer and attention.global_tokens < 0:
+        problems.append(
+            f"model.attention.global_tokens must be >= 0, got {attention.global_tokens}"
+        )
+    if kind is AttentionKind.linformer:
+        if attention.proj_dim < 1:
+            problems.append(f"model.attention.proj_dim must be >= 1, got {attention.proj_dim}")
+        if cfg.data.max_src_len > cfg.model.max_positions:
+            problems.append(
+                f"model.attention.kind=linformer projects sequences of a fixed length "
+                f"n = model.max_positions={cfg.model.max_positions}, shorter than "
+                f"data.max_src_len={cfg.data.max_src_len}: raise model.max_positions or "
+                "lower data.max_src_len"
+            )
+    if kind is AttentionKind.performer and attention.features < 1:
+        problems.append(f"model.attention.features must be >= 1, got {attention.features}")
+    return problems
 
 
 # ------------------------------------------------------------------------------------ resume

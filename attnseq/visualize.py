@@ -40,7 +40,8 @@ def _draw(
     image = ax.imshow(
         weights,
         cmap="viridis",
-        vmin=0.0,
+        # attention weights are >= 0; linformer's effective weights may be negative
+        vmin=min(float(weights.min()), 0.0),
         vmax=max(float(weights.max()), 1e-6),
         aspect="auto",
         interpolation="nearest",

@@ -100,3 +100,49 @@ def test_user_errors_exit_2(checkpoints, args, message) -> None:
 def test_layer_out_of_range(checkpoints) -> None:
     result = invoke(str(checkpoints["transformer"]), "--src", "x", "--layer", "9")
     assert result.exit_code == 2 and "--layer must be in 1..1" in result.output
+
+
+def test_kernel_attention_has_no_self_attention_map(tmp_path) -> None:
+    """kind=linear never forms self-attention weights: visualize-alignment says why (exit 2);
+    cross-attention, always full, is still drawn."""
+    from helpers import untrained_checkpoint
+
+    checkpoint = untrained_checkpoint(
+        tmp_path / "linear.pt",
+        "model.family=transformer",
+        "model.attention.kind=linear",
+        "model.attention.decoder_self=true",
+    )
+    for kind in ("encoder", "decoder"):
+        result = invoke(str(checkpoint), "--src", "4 May 2001", "--kind", kind)
+        assert result.exit_code == 2
+        assert f"cannot draw {kind} self-attention" in result.output
+        assert "model.attention.kind=linear" in result.output
+    out = tmp_path / "cross.png"
+    result = invoke(str(checkpoint), "--src", "4 May 2001", "--tgt", "2001", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("kind", ["local", "linformer"])
+def test_sparse_and_low_rank_self_attention_maps(tmp_path, kind) -> None:
+    from helpers import untrained_checkpoint
+
+    checkpoint = untrained_checkpoint(
+        tmp_path / f"{kind}.pt",
+        "model.family=transformer",
+        f"model.attention.kind={kind}",
+        "model.attention.D=1",
+        "model.attention.proj_dim=3",
+        "data.max_src_len=64",
+        "model.max_positions=64",
+    )
+    attention = AlignmentViewer(checkpoint).attention("4 May 2001", "2001", kind="encoder")
+    weights = attention.weights  # (L, H, S, S)
+    assert weights.shape[2:] == (len("4 May 2001"), len("4 May 2001"))
+    if kind == "local":  # |i - j| <= 1: a tridiagonal map
+        band = np.abs(np.subtract.outer(np.arange(10), np.arange(10))) <= 1
+        assert np.all(weights[..., ~band] == 0)
+    out = tmp_path / "encoder.png"
+    result = invoke(str(checkpoint), "--src", "4 May 2001", "--kind", "encoder", "--out", str(out))
+    assert result.exit_code == 0, result.output

@@ -72,6 +72,20 @@ def test_train_typos_exit_2_without_traceback(
     assert not (tmp_path / "outputs").exists()
 
 
+def test_attention_kind_errors_exit_2(tmp_path: Path) -> None:
+    result = attnseq(
+        "train",
+        "model=transformer",
+        "model.attention.kind=linformer",
+        "model.attention.decoder_self=true",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "model.attention.kind=linformer cannot be causal" in result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
 def test_train_then_eval_reproduces_metrics(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = attnseq("train", *TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)

@@ -1,5 +1,6 @@
 """Every config file composes into the schema and passes validation; bad values fail clearly."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,75 @@ def test_cross_field_validation() -> None:
         compose_train(["model.family=transformer", "model.d_model=30", "model.heads=4"])
     with pytest.raises(UserError, match="model.enc_hidden"):
         compose_train(["model.attention.score=dot", "model.enc_hidden=100"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["model.attention.kind=local"], "is a transformer self-attention mechanism"),
+        (
+            [
+                "model=transformer",
+                "model.attention.kind=linformer",
+                "model.attention.decoder_self=true",
+            ],
+            "kind=linformer cannot be causal",
+        ),
+        (
+            [
+                "model=transformer",
+                "model.attention.kind=longformer",
+                "model.attention.decoder_self=true",
+            ],
+            "kind=longformer cannot be causal",
+        ),
+        (
+            ["model=transformer", "model.attention.kind=linformer", "data.max_src_len=2048"],
+            "model.max_positions=1024, shorter than data.max_src_len=2048",
+        ),
+        (
+            ["model=transformer", "model.attention.kind=linformer", "model.attention.proj_dim=0"],
+            "proj_dim must be >= 1",
+        ),
+        (["model=transformer", "model.attention.kind=local", "model.attention.D=0"], "half-width"),
+        (
+            ["model=transformer", "model.attention.kind=strided", "model.attention.stride=0"],
+            "stride must be >= 1",
+        ),
+        (
+            [
+                "model=transformer",
+                "model.attention.kind=strided",
+                "model.attention.pattern=fixed",
+                "model.attention.summary=9",
+            ],
+            "summary must be in 1..model.attention.stride=8",
+        ),
+        (
+            [
+                "model=transformer",
+                "model.attention.kind=longformer",
+                "model.attention.global_tokens=-1",
+            ],
+            "global_tokens",
+        ),
+        (
+            ["model=transformer", "model.attention.kind=performer", "model.attention.features=0"],
+            "features must be >= 1",
+        ),
+    ],
+)
+def test_attention_kind_validation(overrides: list[str], expected: str) -> None:
+    with pytest.raises(UserError, match=re.escape(expected)):
+        compose_train(overrides)
+
+
+@pytest.mark.parametrize("kind", ["local", "strided", "linear", "performer"])
+def test_causal_attention_kinds_may_serve_the_decoder(kind: str) -> None:
+    cfg = compose_train(
+        ["model=transformer", f"model.attention.kind={kind}", "model.attention.decoder_self=true"]
+    )
+    assert cfg.model.attention.kind.value == kind and cfg.model.attention.decoder_self
 
 
 def test_config_dict_round_trip() -> None:

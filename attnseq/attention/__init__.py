@@ -11,6 +11,11 @@ name (the names used in configs: `model.attention.score`, `model.attention.windo
 
     window      global (all source positions), or local_m / local_p (Luong et al. 2015,
                 sec. 3.2, eqs. 9-10) wrapping any score above: LocalAttention
+
+The transformer's multi-head attention is multihead.py; its self-attention can use an efficient
+mechanism instead of full attention (`model.attention.kind`, efficient.py): sliding_window.py
+(local), strided.py, longformer.py, linformer.py, linear.py, performer.py, behind the interface
+of mechanism.py.
 """
 
 from attnseq.attention.additive import AdditiveAttention

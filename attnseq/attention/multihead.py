@@ -23,7 +23,8 @@ Incremental decoding: the module is pure, so key/value caches live in the caller
 `append_kv` extends cached self-attention keys/values with the new steps; `attend` attends from
 new queries over already-projected keys/values. With `is_causal=True` and fewer queries than keys,
 the queries are the *last* T positions (bottom-right aligned causal mask), which is what a
-decoding step needs.
+decoding step needs. `empty_cache` and `attend_cached` wrap this for a decoder layer's
+self-attention state, the interface efficient.py's mechanisms share (with other states).
 
 Shapes: B batch, T query positions, S key positions, H heads, d_k = d_model / H.
 """
@@ -37,6 +38,7 @@ from torch import Tensor, nn
 from attnseq.attention.masks import masked_softmax
 
 KeyValue = tuple[Tensor, Tensor]  # per-head keys and values, each (B, H, S, d_k)
+SelfCache = dict[str, Tensor]  # a decoder layer's self-attention state, batch-first tensors
 
 
 def as_attention_mask(mask: Tensor) -> Tensor:
@@ -75,12 +77,16 @@ def bottom_right_causal_mask(
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (Vaswani et al. 2017, section 3.2.2).
 
+    `has_weights`: the explicit path can return weights (efficient.py's kernel kinds cannot).
+
     Args:
         d_model: model width; queries, keys and values all come in with this size.
         heads: number of heads H; must divide d_model.
         dropout: dropout on the attention weights (only in training mode).
         bias: whether the four projections have biases.
     """
+
+    has_weights = True
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
@@ -141,6 +147,26 @@ class MultiHeadAttention(nn.Module):
         """
         new_k, new_v = self.project_kv(key, value)  # (B, H, N, d_k) each
         return torch.cat([past[0], new_k], dim=2), torch.cat([past[1], new_v], dim=2)
+
+    def empty_cache(self, batch: int, like: Tensor) -> SelfCache:
+        """Decoder self-attention state before the first step: empty keys and values,
+        {"self_k", "self_v"} each (B, H, 0, d_k), dtype and device of `like`."""
+        empty = like.new_zeros(batch, self.heads, 0, self.d_k)
+        return {"self_k": empty, "self_v": empty}
+
+    def attend_cached(
+        self, x: Tensor, cache: SelfCache, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None, SelfCache]:
+        """Causal self-attention of N new positions x (B, N, d_model) after the cached ones.
+
+        Returns:
+            output (B, N, d_model), weights (B, H, N, P + N) or None, and the cache with the
+            new keys and values appended.
+        """
+        keys, values = self.append_kv((cache["self_k"], cache["self_v"]), x, x)
+        # the N new queries are the last N positions: bottom-right causal mask
+        output, weights = self.attend(x, keys, values, is_causal=True, need_weights=need_weights)
+        return output, weights, {"self_k": keys, "self_v": values}
 
     def forward(
         self,

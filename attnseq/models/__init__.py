@@ -22,8 +22,21 @@ def build_model(
     """
     share_src_tgt = cfg.tie_embeddings and joint_vocabulary
     if cfg.family is ModelFamily.transformer:
+        from attnseq.attention.efficient import SelfAttentionOptions
         from attnseq.models.transformer import TransformerSeq2Seq
 
+        attention = cfg.attention
+        self_attention = SelfAttentionOptions(
+            kind=attention.kind.value,
+            window=attention.D,
+            stride=attention.stride,
+            pattern=attention.pattern.value,
+            summary=attention.summary,
+            global_tokens=attention.global_tokens,
+            proj_dim=attention.proj_dim,
+            max_length=cfg.max_positions,  # linformer's n
+            features=attention.features,
+        )
         return TransformerSeq2Seq(
             src_vocab_size,
             tgt_vocab_size,
@@ -42,6 +55,8 @@ def build_model(
             max_positions=cfg.max_positions,
             tie_embeddings=cfg.tie_embeddings,
             share_src_tgt_embeddings=share_src_tgt,
+            self_attention=self_attention,
+            decoder_self_attention=attention.decoder_self,
         )
 
     from attnseq.attention import build_attention

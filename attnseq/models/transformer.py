@@ -16,20 +16,32 @@ Token embeddings are multiplied by sqrt(d_model) and summed with positional enco
 (sections 3.4 and 3.5); the pre-softmax projection may share the target embedding matrix
 (section 3.4, "tie_embeddings"), and source and target may share one embedding.
 
-Attention weights come back as (B, L, H, T, S) for cross-attention (DESIGN.md convention) and in
-`extras` as "decoder_self_attention" (B, L, H, T, T) and "encoder_self_attention" (B, L, H, S, S).
+Self-attention may use an efficient mechanism instead of full attention (`self_attention`,
+attnseq/attention/efficient.py: local, strided, longformer, linformer, linear, performer): in the
+encoder always, in the decoder with `decoder_self_attention` (causal kinds only). Cross-attention
+is always full.
 
-Incremental decoding state (all tensors batch-first, so `Seq2Seq.reorder_state` can select rows):
+Attention weights come back as (B, L, H, T, S) for cross-attention (DESIGN.md convention) and in
+`extras` as "decoder_self_attention" (B, L, H, T, T) and "encoder_self_attention" (B, L, H, S, S);
+an extra is absent when its self-attention kind has no weights (linear, performer).
+
+Incremental decoding state (tensors batch-first, so `Seq2Seq.reorder_state` can select rows):
 
     {
         "memory":      (B, S, d_model) encoder output,
         "memory_mask": (B, S) bool, True at real source tokens,
         "step":        (B,) long, number of target tokens fed so far (= next target position),
+        "length":      int, the same number for every row (no tensor: read without a sync),
         "layers": [    one dict per decoder layer
             {"cross_k": (B, H, S, d_k), "cross_v": (B, H, S, d_k),   memory projected once
              "self_k":  (B, H, t, d_k), "self_v":  (B, H, t, d_k)},  grows by one per step
         ],
     }
+
+The self-attention entries are those of the layer's mechanism (`empty_cache`): the growing keys
+and values above for full and strided, the last w keys and values for local, the running sums
+"self_kv" (B, H, F, d_k) and "self_k_sum" (B, H, F) (and "self_log_scale" (B, H) for performer)
+for linear and performer.
 
 Shapes: B batch, S source length, T target length, V target vocabulary, L layers, H heads,
 d_k = d_model / H.
@@ -41,8 +53,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from attnseq.attention.efficient import SelfAttentionOptions, build_self_attention
 from attnseq.attention.masks import padding_mask
-from attnseq.attention.multihead import KeyValue, MultiHeadAttention
+from attnseq.attention.multihead import KeyValue, MultiHeadAttention, SelfCache
 from attnseq.models.positional import build_positional_encoding, make_positions
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 
@@ -108,6 +121,7 @@ class EncoderLayer(nn.Module):
         dropout: residual and feed-forward dropout.
         attention_dropout: dropout on attention weights.
         pre_norm: pre-norm (True) or post-norm (False) residual blocks.
+        self_attention: the self-attention mechanism; None = full.
     """
 
     def __init__(
@@ -118,9 +132,10 @@ class EncoderLayer(nn.Module):
         dropout: float,
         attention_dropout: float,
         pre_norm: bool,
+        self_attention: SelfAttentionOptions | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout)
+        self.self_attn = build_self_attention(self_attention, d_model, heads, attention_dropout)
         self.self_block = Residual(d_model, dropout, pre_norm)
         self.ff = FeedForward(d_model, ff_dim, dropout)
         self.ff_block = Residual(d_model, dropout, pre_norm)
@@ -133,12 +148,14 @@ class EncoderLayer(nn.Module):
         Args:
             x: (B, S, d_model).
             src_mask: (B, S) bool, True at real tokens; None = no padding.
-            need_weights: use the explicit attention path and return its weights.
+            need_weights: use the explicit attention path and return its weights (when the
+                self-attention kind has any).
 
         Returns:
             (B, S, d_model) and self-attention weights (B, H, S, S) or None.
         """
         h = self.self_block.sublayer_input(x)
+        need_weights = need_weights and self.self_attn.has_weights
         attended, weights = self.self_attn(h, h, h, src_mask, need_weights=need_weights)
         x = self.self_block.combine(x, attended)
         x = self.ff_block.combine(x, self.ff(self.ff_block.sublayer_input(x)))
@@ -150,7 +167,8 @@ class TransformerEncoder(nn.Module):
 
     Args:
         layers: number of layers N.
-        d_model, heads, ff_dim, dropout, attention_dropout, pre_norm: as in `EncoderLayer`.
+        d_model, heads, ff_dim, dropout, attention_dropout, pre_norm, self_attention: as in
+            `EncoderLayer`.
     """
 
     def __init__(
@@ -162,10 +180,13 @@ class TransformerEncoder(nn.Module):
         dropout: float,
         attention_dropout: float,
         pre_norm: bool,
+        self_attention: SelfAttentionOptions | None = None,
     ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, heads, ff_dim, dropout, attention_dropout, pre_norm)
+            EncoderLayer(
+                d_model, heads, ff_dim, dropout, attention_dropout, pre_norm, self_attention
+            )
             for _ in range(layers)
         )
         # pre-norm leaves the residual stream unnormalised: normalise once at the end
@@ -182,7 +203,8 @@ class TransformerEncoder(nn.Module):
             need_weights: collect every layer's self-attention weights.
 
         Returns:
-            memory (B, S, d_model) and a list of L weights (B, H, S, S) (empty unless asked).
+            memory (B, S, d_model) and a list of L weights (B, H, S, S) (empty unless asked,
+            and for self-attention kinds without weights).
         """
         all_weights: list[Tensor] = []
         for layer in self.layers:
@@ -196,13 +218,14 @@ class DecoderLayerOutput(NamedTuple):
     """What one decoder layer returns.
 
     output: (B, T, d_model).
-    self_kv: this layer's self-attention keys/values so far, each (B, H, t, d_k).
+    self_cache: this layer's self-attention state after the new positions (incremental
+        decoding), None for teacher forcing.
     self_weights: (B, H, T, t) or None.
     cross_weights: (B, H, T, S) or None.
     """
 
     output: Tensor
-    self_kv: KeyValue
+    self_cache: SelfCache | None
     self_weights: Tensor | None
     cross_weights: Tensor | None
 
@@ -211,10 +234,12 @@ class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention over the memory, feed-forward (section 3.1).
 
     The same code serves teacher forcing (no past, T new positions) and incremental decoding
-    (cached past keys/values, usually T = 1 new position).
+    (cached self-attention state, usually T = 1 new position).
 
     Args:
         d_model, heads, ff_dim, dropout, attention_dropout, pre_norm: as in `EncoderLayer`.
+        self_attention: the (causal) self-attention mechanism; None = full. Cross-attention is
+            always full.
     """
 
     def __init__(
@@ -225,9 +250,12 @@ class DecoderLayer(nn.Module):
         dropout: float,
         attention_dropout: float,
         pre_norm: bool,
+        self_attention: SelfAttentionOptions | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout)
+        self.self_attn = build_self_attention(
+            self_attention, d_model, heads, attention_dropout, causal=True
+        )
         self.self_block = Residual(d_model, dropout, pre_norm)
         self.cross_attn = MultiHeadAttention(d_model, heads, attention_dropout)
         self.cross_block = Residual(d_model, dropout, pre_norm)
@@ -247,7 +275,7 @@ class DecoderLayer(nn.Module):
         x: Tensor,
         memory_kv: KeyValue,
         memory_mask: Tensor,
-        past_self_kv: KeyValue | None = None,
+        past_self: SelfCache | None = None,
         need_weights: bool = False,
     ) -> DecoderLayerOutput:
         """One decoder layer.
@@ -256,19 +284,24 @@ class DecoderLayer(nn.Module):
             x: (B, T, d_model) the new target positions.
             memory_kv: from `memory_kv`, each (B, H, S, d_k).
             memory_mask: (B, S) bool, True at real source tokens.
-            past_self_kv: cached self-attention keys/values of earlier positions, each
-                (B, H, P, d_k); None for teacher forcing from position 0.
-            need_weights: explicit attention path, return weights.
+            past_self: self-attention state of the earlier positions (`self_attn.empty_cache`,
+                or a previous step; keys it does not use, such as the cross-attention
+                cache, are ignored); None for teacher forcing from position 0.
+            need_weights: explicit attention path, return weights (self-attention weights
+                only when its kind has any).
         """
         h = self.self_block.sublayer_input(x)
-        if past_self_kv is None:
-            self_kv = self.self_attn.project_kv(h, h)  # (B, H, T, d_k) each
+        self_need_weights = need_weights and self.self_attn.has_weights
+        self_cache = None
+        if past_self is None:
+            attended, self_weights = self.self_attn(
+                h, h, h, is_causal=True, need_weights=self_need_weights
+            )
         else:
-            self_kv = self.self_attn.append_kv(past_self_kv, h, h)  # (B, H, P + T, d_k) each
-        # the T new queries are the last T positions: bottom-right causal mask
-        attended, self_weights = self.self_attn.attend(
-            h, *self_kv, is_causal=True, need_weights=need_weights
-        )
+            # the T new queries are the last T positions (bottom-right causal)
+            attended, self_weights, self_cache = self.self_attn.attend_cached(
+                h, past_self, self_need_weights
+            )
         x = self.self_block.combine(x, attended)
 
         h = self.cross_block.sublayer_input(x)
@@ -278,7 +311,7 @@ class DecoderLayer(nn.Module):
         x = self.cross_block.combine(x, attended)
 
         x = self.ff_block.combine(x, self.ff(self.ff_block.sublayer_input(x)))
-        return DecoderLayerOutput(x, self_kv, self_weights, cross_weights)
+        return DecoderLayerOutput(x, self_cache, self_weights, cross_weights)
 
 
 class TransformerSeq2Seq(Seq2Seq):
@@ -298,6 +331,12 @@ class TransformerSeq2Seq(Seq2Seq):
         max_positions: longest source/target with learned positions.
         tie_embeddings: the output projection reuses the target embedding matrix.
         share_src_tgt_embeddings: one embedding for source and target (equal vocab sizes).
+        self_attention: encoder self-attention mechanism (attention/efficient.py); None = full.
+        decoder_self_attention: use it for decoder self-attention too (causal kinds only).
+
+    Raises:
+        ValueError: for inconsistent sizes or options, e.g. a decoder use of a kind that
+            cannot be causal.
     """
 
     def __init__(
@@ -320,6 +359,8 @@ class TransformerSeq2Seq(Seq2Seq):
         max_positions: int = 1024,
         tie_embeddings: bool = True,
         share_src_tgt_embeddings: bool = False,
+        self_attention: SelfAttentionOptions | None = None,
+        decoder_self_attention: bool = False,
     ) -> None:
         super().__init__(pad_id, bos_id, eos_id)
         _check_options(
@@ -348,8 +389,11 @@ class TransformerSeq2Seq(Seq2Seq):
         self.embed_dropout = nn.Dropout(dropout)
 
         stack_args = (d_model, heads, ff_dim, dropout, attention_dropout, pre_norm)
-        self.encoder = TransformerEncoder(enc_layers, *stack_args)
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*stack_args) for _ in range(dec_layers))
+        self.encoder = TransformerEncoder(enc_layers, *stack_args, self_attention)
+        decoder_self = self_attention if decoder_self_attention else None
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(*stack_args, decoder_self) for _ in range(dec_layers)
+        )
         self.decoder_norm: nn.Module = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
 
         self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
@@ -417,7 +461,8 @@ class TransformerSeq2Seq(Seq2Seq):
 
         Returns:
             logits (B, T, V); with need_weights, attention (B, L, H, T, S) and extras
-            "decoder_self_attention" (B, L, H, T, T), "encoder_self_attention" (B, L, H, S, S).
+            "decoder_self_attention" (B, L, H, T, T), "encoder_self_attention" (B, L, H, S, S),
+            each absent when its self-attention kind has no weights.
         """
         self._check_length(tgt_in.size(1))
         memory, src_mask, enc_weights = self.encode(src, src_lengths, need_weights)
@@ -435,10 +480,11 @@ class TransformerSeq2Seq(Seq2Seq):
         logits = self.output_proj(self.decoder_norm(x))  # (B, T, V)
         if not need_weights:
             return Seq2SeqOutput(logits)
-        extras = {
-            "decoder_self_attention": torch.stack(self_weights, dim=1),  # (B, L, H, T, T)
-            "encoder_self_attention": torch.stack(enc_weights, dim=1),  # (B, L, H, S, S)
-        }
+        extras: dict[str, Tensor] = {}
+        if self_weights:
+            extras["decoder_self_attention"] = torch.stack(self_weights, dim=1)  # (B,L,H,T,T)
+        if enc_weights:
+            extras["encoder_self_attention"] = torch.stack(enc_weights, dim=1)  # (B,L,H,S,S)
         return Seq2SeqOutput(logits, torch.stack(cross_weights, dim=1), extras)  # (B,L,H,T,S)
 
     def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
@@ -456,13 +502,17 @@ class TransformerSeq2Seq(Seq2Seq):
         layers = []
         for layer in self.decoder_layers:
             cross_k, cross_v = layer.memory_kv(memory)  # (B, H, S, d_k) each
-            # the self-attention cache starts empty: (B, H, 0, d_k)
-            empty = cross_k.new_zeros(batch, self.heads, 0, self.d_model // self.heads)
-            layers.append(
-                {"cross_k": cross_k, "cross_v": cross_v, "self_k": empty, "self_v": empty}
-            )
+            # the self-attention state before any target token (full: (B, H, 0, d_k) keys)
+            empty = layer.self_attn.empty_cache(batch, cross_k)
+            layers.append({"cross_k": cross_k, "cross_v": cross_v, **empty})
         step = torch.zeros(batch, dtype=torch.long, device=src.device)  # (B,)
-        return {"memory": memory, "memory_mask": src_mask, "step": step, "layers": layers}
+        return {
+            "memory": memory,
+            "memory_mask": src_mask,
+            "step": step,
+            "length": 0,
+            "layers": layers,
+        }
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
@@ -479,9 +529,10 @@ class TransformerSeq2Seq(Seq2Seq):
             state is not modified).
         """
         step: Tensor = state["step"]  # (B,)
-        # read the length from a shape, not from `step`, to avoid a device sync: every row has
+        # read the length from the int, not from `step`, to avoid a device sync: every row has
         # fed the same number of tokens
-        self._check_length(state["layers"][0]["self_k"].size(2) + 1)
+        length: int = state["length"] + 1
+        self._check_length(length)
         positions = make_positions(1, step)  # (B, 1)
         x = self._embed(prev_tokens.unsqueeze(1), self.tgt_embed, self.tgt_positions, positions)
         new_layers = []
@@ -491,16 +542,16 @@ class TransformerSeq2Seq(Seq2Seq):
                 x,  # (B, 1, d_model)
                 (cache["cross_k"], cache["cross_v"]),
                 state["memory_mask"],
-                past_self_kv=(cache["self_k"], cache["self_v"]),
+                past_self=cache,
                 need_weights=need_weights,
             )
             x = out.output
-            new_layers.append({**cache, "self_k": out.self_kv[0], "self_v": out.self_kv[1]})
+            new_layers.append({**cache, **(out.self_cache or {})})
             if out.cross_weights is not None:
                 cross_weights.append(out.cross_weights.squeeze(2))  # (B, H, 1, S) -> (B, H, S)
         logits = self.output_proj(self.decoder_norm(x)).squeeze(1)  # (B, 1, V) -> (B, V)
         attention = torch.stack(cross_weights, dim=1) if need_weights else None  # (B, L, H, S)
-        new_state = {**state, "step": step + 1, "layers": new_layers}
+        new_state = {**state, "step": step + 1, "length": length, "layers": new_layers}
         return logits, attention, new_state
 
 

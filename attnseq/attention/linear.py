@@ -1,0 +1,183 @@
+"""Kernelized linear attention, `model.attention.kind=linear` (Katharopoulos, Vyas, Pappas &
+Fleuret 2020, "Transformers are RNNs: Fast Autoregressive Transformers with Linear Attention",
+ICML; section 3.2, eqs. 4-7, and section 3.3, "Causal masking"):
+
+    V'_i = phi(Q_i)^T (sum_j phi(K_j) V_j^T) / phi(Q_i)^T (sum_j phi(K_j))          (eq. 5)
+    phi(x) = elu(x) + 1                                                              (eq. 7)
+
+Computed right to left, the sums are (F x d_k) and (F,) whatever n is: O(n F d_k) time and
+O(n (F + d_k)) memory, F = d_k feature dimensions. The causal form replaces the sums by prefix
+sums (section 3.3):
+
+    S_i = sum_{j<=i} phi(K_j) V_j^T,   Z_i = sum_{j<=i} phi(K_j),
+    V'_i = phi(Q_i)^T S_i / phi(Q_i)^T Z_i
+
+which is also an RNN: decoding carries (S, Z) and costs O(F d_k) per step, however long the
+output. Materialising S_i for every i would take O(n F d_k) memory, so the prefix sums are
+computed a block of C = 64 positions at a time: the block's queries read the running (S, Z)
+of all earlier blocks, plus their own block's causal part directly (a C x C matrix), then the
+block is added to (S, Z). The numbers are those of the prefix sums; only the order of the
+additions differs.
+
+`kernel_attention` and `causal_kernel_attention` take any positive feature map; performer.py
+reuses them with FAVOR+ features. For feature maps defined through exp() they accept a
+per-key log scale c_j (phi(K_j) = phi_j exp(c_j)): the sums are then kept relative to the
+largest c seen so far and rescaled when it grows, so exp() never overflows (the usual
+running-max trick of online softmax); the scale cancels in the ratio.
+
+No attention weights: phi(Q) phi(K)^T is never formed, so `need_weights` is an error (and
+visualize-alignment cannot draw this self-attention). Attention dropout does not apply, for
+the same reason. Padded keys get phi(K_j) = 0; a row without any real key gives 0, not NaN.
+
+Shapes: B batch, H heads, T query positions, S key positions, F features, d_k head size,
+N new positions of a decoding step.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnseq.attention.mechanism import Cache, SelfAttentionMechanism
+
+CAUSAL_BLOCK = 64  # C: positions per block of the causal prefix sums
+
+
+def elu_feature_map(x: Tensor) -> Tensor:
+    """phi(x) = elu(x) + 1 > 0 (Katharopoulos et al. 2020, eq. 7); same shape as x."""
+    return F.elu(x) + 1.0
+
+
+def _ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
+    """numerator (..., d) / denominator (..., 1); 0 where the denominator is 0 (then every
+    feature of every visible key was 0, i.e. no real key, and the numerator is 0 too)."""
+    return numerator / denominator.masked_fill(denominator == 0, 1.0)
+
+
+def kernel_attention(
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, key_log_scale: Tensor | None = None
+) -> Tensor:
+    """Non-causal phi(Q) (phi(K)^T V) / phi(Q) phi(K)^T 1 (eq. 5), right to left.
+
+    Args:
+        phi_q: (B, H, T, F) query features.
+        phi_k: (B, H, S, F) key features, zero at padded keys.
+        v: (B, H, S, d_k).
+        key_log_scale: (B, H, S) c_j with phi(K_j) = phi_k[j] exp(c_j), very negative at padded
+            keys; None = 0.
+
+    Returns:
+        (B, H, T, d_k).
+    """
+    if key_log_scale is not None:
+        # one constant per (B, H) cancels in the ratio: divide by the largest exp(c_j)
+        relative = key_log_scale - key_log_scale.amax(dim=-1, keepdim=True)
+        phi_k = phi_k * torch.exp(relative)[..., None]
+    kv = phi_k.transpose(-2, -1) @ v  # sum_j phi(K_j) V_j^T: (B, H, F, d_k)
+    k_sum = phi_k.sum(dim=-2)[..., None]  # sum_j phi(K_j): (B, H, F, 1)
+    return _ratio(phi_q @ kv, phi_q @ k_sum)  # (B, H, T, d_k)
+
+
+def empty_sums(
+    batch: int, heads: int, features: int, d_k: int, like: Tensor, scaled: bool
+) -> Cache:
+    """Running sums before any key: S (B, H, F, d_k), Z (B, H, F) and, when the features carry
+    a log scale, the scale the sums are relative to (B, H), "minus infinity" (finite, so that
+    differences stay defined)."""
+    sums = {
+        "self_kv": like.new_zeros(batch, heads, features, d_k),
+        "self_k_sum": like.new_zeros(batch, heads, features),
+    }
+    if scaled:
+        sums["self_log_scale"] = like.new_full((batch, heads), torch.finfo(like.dtype).min)
+    return sums
+
+
+def causal_kernel_attention(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    sums: Cache,
+    key_log_scale: Tensor | None = None,
+    block: int = CAUSAL_BLOCK,
+) -> tuple[Tensor, Cache]:
+    """Causal V'_i = phi(Q_i)^T S_i / phi(Q_i)^T Z_i by blocked prefix sums (section 3.3).
+
+    The T positions come after everything already in `sums` (T new positions of a decoding
+    step, or a whole target from `empty_sums`).
+
+    Args:
+        phi_q: (B, H, T, F).
+        phi_k: (B, H, T, F), zero at padded keys.
+        v: (B, H, T, d_k).
+        sums: from `empty_sums` or a previous call (not modified).
+        key_log_scale: (B, H, T) as in `kernel_attention`; needs "self_log_scale" in sums.
+        block: C, positions per block.
+
+    Returns:
+        (B, H, T, d_k) and the sums including the T new positions.
+    """
+    kv, k_sum = sums["self_kv"], sums["self_k_sum"]  # (B, H, F, d_k), (B, H, F)
+    scale = sums.get("self_log_scale")  # (B, H) or None
+    length = phi_q.size(2)
+    causal = torch.ones(block, block, dtype=torch.bool, device=phi_q.device).tril()
+    outputs = []
+    for start in range(0, length, block):
+        end = min(start + block, length)
+        q_c, k_c, v_c = phi_q[:, :, start:end], phi_k[:, :, start:end], v[:, :, start:end]
+        if key_log_scale is not None and scale is not None:
+            c = key_log_scale[:, :, start:end]  # (B, H, C)
+            new_scale = torch.maximum(scale, c.amax(dim=-1))  # (B, H)
+            decay = torch.exp(scale - new_scale)  # <= 1: re-express the sums at the new scale
+            kv, k_sum = kv * decay[..., None, None], k_sum * decay[..., None]
+            k_c = k_c * torch.exp(c - new_scale[..., None])[..., None]
+            scale = new_scale
+        size = end - start
+        within = (q_c @ k_c.transpose(-2, -1)).masked_fill(~causal[:size, :size], 0.0)  # (.., C, C)
+        numerator = q_c @ kv + within @ v_c  # (B, H, C, d_k)
+        denominator = q_c @ k_sum[..., None] + within.sum(dim=-1, keepdim=True)  # (B, H, C, 1)
+        outputs.append(_ratio(numerator, denominator))
+        kv = kv + k_c.transpose(-2, -1) @ v_c
+        k_sum = k_sum + k_c.sum(dim=-2)
+    new_sums = {"self_kv": kv, "self_k_sum": k_sum}
+    if scale is not None:
+        new_sums["self_log_scale"] = scale
+    return torch.cat(outputs, dim=2), new_sums
+
+
+def zero_padded(phi_k: Tensor, key_mask: Tensor | None) -> Tensor:
+    """Key features (B, H, S, F) with the padded keys' rows set to 0."""
+    return phi_k if key_mask is None else phi_k * key_mask[:, None, :, None].to(phi_k.dtype)
+
+
+class LinearSelfAttention(SelfAttentionMechanism):
+    """Linear attention with phi(x) = elu(x) + 1 (F = d_k features); no parameters."""
+
+    kind = "linear"
+    has_weights = False
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_mask: Tensor | None,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        dropout: float = 0.0,
+    ) -> tuple[Tensor, Tensor | None]:
+        """See `SelfAttentionMechanism.forward`; there are no weights, dropout does not apply."""
+        self.check(causal, need_weights)
+        phi_q, phi_k = elu_feature_map(q), zero_padded(elu_feature_map(k), key_mask)
+        if not causal:
+            return kernel_attention(phi_q, phi_k, v), None
+        batch, heads, _, d_k = q.shape
+        sums = empty_sums(batch, heads, d_k, d_k, q, scaled=False)
+        return causal_kernel_attention(phi_q, phi_k, v, sums)[0], None
+
+    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
+        return empty_sums(batch, heads, d_k, d_k, like, scaled=False)
+
+    def step(self, q: Tensor, k: Tensor, v: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+        """Add the new positions to the running sums (S, Z): O(F d_k) per position."""
+        return causal_kernel_attention(elu_feature_map(q), elu_feature_map(k), v, cache)

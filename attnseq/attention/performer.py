@@ -1,0 +1,135 @@
+"""FAVOR+ attention, `model.attention.kind=performer` (Choromanski et al. 2021, "Rethinking
+Attention with Performers", ICLR; section 2.3, Lemma 1, and section 2.4):
+
+The softmax kernel is an expectation over Gaussian directions w ~ N(0, I_d):
+
+    exp(x . y) = E_w[ exp(w . x - |x|^2 / 2) exp(w . y - |y|^2 / 2) ]              (Lemma 1)
+
+so with m random features (m = `model.attention.features`)
+
+    phi(x) = exp(-|x|^2 / 2) / sqrt(m) . (exp(w_1 . x), ..., exp(w_m . x))          (FAVOR+)
+
+gives phi(x) . phi(y) ~ exp(x . y) with *positive* features, unbiased, and softmax attention
+with x = q / d_k^(1/4), y = k / d_k^(1/4) (so x . y = q . k / sqrt(d_k)) becomes linear
+attention with this phi (linear.py computes it, causal form included). The w_1..w_m are drawn
+in blocks of d_k mutually orthogonal directions, each rescaled to the length of a Gaussian
+vector (orthogonal random features, section 2.4), which lowers the variance of the estimate.
+The approximation error shrinks as m grows (tests/attention/test_efficient.py measures it).
+
+The features are drawn once when the module is built (from torch's global generator, so from
+the run's seed), stored as a buffer and saved with the checkpoint, and never redrawn: training,
+evaluation and decoding all use the same kernel. (The paper also studies periodic redrawing.)
+
+Numerical stability: phi(q) is multiplied by exp(-max_r w_r . x) per query, a constant that
+cancels in the attention ratio; keys carry their own max as a log scale that linear.py keeps
+relative to the largest one seen (`key_log_scale`), so exp() never overflows.
+
+No attention weights (as for kind=linear): `need_weights` is an error.
+
+Shapes: B batch, H heads, N positions, d_k head size, m features.
+"""
+
+import math
+
+import torch
+from torch import Tensor
+
+from attnseq.attention.linear import (
+    causal_kernel_attention,
+    empty_sums,
+    kernel_attention,
+)
+from attnseq.attention.mechanism import Cache, SelfAttentionMechanism
+
+
+def orthogonal_gaussian(features: int, dim: int) -> Tensor:
+    """(features, dim) random directions: blocks of `dim` orthogonal rows (QR of a Gaussian
+    matrix), each row rescaled to the norm of an independent N(0, I_dim) vector, so that every
+    row is marginally N(0, I_dim) (Choromanski et al. 2021, section 2.4)."""
+    blocks = []
+    for _ in range(math.ceil(features / dim)):
+        orthonormal, _ = torch.linalg.qr(torch.randn(dim, dim))
+        blocks.append(orthonormal.T)  # rows orthonormal
+    directions = torch.cat(blocks)[:features]  # (m, d)
+    norms = torch.randn(features, dim).norm(dim=1, keepdim=True)  # chi(dim)-distributed
+    return directions * norms
+
+
+class PerformerSelfAttention(SelfAttentionMechanism):
+    """Softmax attention estimated with m positive orthogonal random features.
+
+    Args:
+        d_k: head size (the dimension of the random directions).
+        features: m >= 1.
+
+    Raises:
+        ValueError: for features < 1.
+    """
+
+    kind = "performer"
+    has_weights = False
+
+    def __init__(self, d_k: int, features: int) -> None:
+        super().__init__()
+        if features < 1:
+            raise ValueError(f"performer needs features >= 1, got {features}")
+        self.features = features
+        self.register_buffer("directions", orthogonal_gaussian(features, d_k))  # (m, d_k)
+
+    def extra_repr(self) -> str:
+        return f"features={self.features}"
+
+    def log_features(self, x: Tensor) -> Tensor:
+        """log phi(x) up to the constant -log(sqrt(m)): w_r . x' - |x'|^2 / 2 with
+        x' = x / d_k^(1/4); x (B, H, N, d_k) -> (B, H, N, m)."""
+        x = x * x.size(-1) ** -0.25
+        projected = x @ self.directions.to(x.dtype).T  # (B, H, N, m)
+        return projected - (x * x).sum(dim=-1, keepdim=True) / 2
+
+    def query_features(self, q: Tensor) -> Tensor:
+        """phi(q) times a per-query constant (which cancels): (B, H, N, m), max entry 1."""
+        log_phi = self.log_features(q)
+        return torch.exp(log_phi - log_phi.amax(dim=-1, keepdim=True))
+
+    def key_features(self, k: Tensor, key_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """phi(k) as (features with max entry 1, their log scale): (B, H, N, m), (B, H, N).
+
+        Padded keys get zero features and the lowest log scale, so they add nothing.
+        """
+        log_phi = self.log_features(k)
+        log_scale = log_phi.amax(dim=-1)  # (B, H, N)
+        phi = torch.exp(log_phi - log_scale[..., None])
+        if key_mask is not None:
+            real = key_mask[:, None, :]  # (B, 1, N)
+            phi = phi * real[..., None].to(phi.dtype)
+            log_scale = log_scale.masked_fill(~real, torch.finfo(log_scale.dtype).min)
+        return phi, log_scale
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_mask: Tensor | None,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        dropout: float = 0.0,
+    ) -> tuple[Tensor, Tensor | None]:
+        """See `SelfAttentionMechanism.forward`; there are no weights, dropout does not apply."""
+        self.check(causal, need_weights)
+        phi_q = self.query_features(q)
+        phi_k, log_scale = self.key_features(k, key_mask)
+        if not causal:
+            return kernel_attention(phi_q, phi_k, v, log_scale), None
+        batch, heads, _, d_k = q.shape
+        sums = empty_sums(batch, heads, self.features, d_k, q, scaled=True)
+        return causal_kernel_attention(phi_q, phi_k, v, sums, log_scale)[0], None
+
+    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
+        return empty_sums(batch, heads, self.features, d_k, like, scaled=True)
+
+    def step(self, q: Tensor, k: Tensor, v: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+        """Add the new positions to the running sums: O(m d_k) per position."""
+        phi_k, log_scale = self.key_features(k, None)
+        return causal_kernel_attention(self.query_features(q), phi_k, v, cache, log_scale)

@@ -1,0 +1,139 @@
+"""Strided and fixed sparse attention patterns, `model.attention.kind=strided` (Child, Gray,
+Radford & Sutskever 2019, "Generating Long Sequences with Sparse Transformers",
+arXiv:1904.10509, section 4.2, "Factorized self-attention"), with stride l
+(`model.attention.stride`):
+
+    strided (pattern=strided):  A1(i) = {j : |i - j| <= l}        the previous (and, in the
+                                                                  encoder, next) l positions
+                                A2(i) = {j : (i - j) mod l = 0}   every l-th position
+    fixed   (pattern=fixed):    A1(i) = {j : floor(j / l) = floor(i / l)}   i's own block
+                                A2(i) = {j : j mod l >= l - c}    the last c positions of every
+                                                                  block ("summary" cells,
+                                                                  c = `model.attention.summary`)
+
+    a_ij = softmax_j(q_i . k_j / sqrt(d_k)) over j in A1(i) u A2(i), 0 elsewhere
+
+Every head attends to the union A1 u A2 (the paper's "merged head" variant, section 4.3).
+The paper's patterns are causal (j <= i); the decoder uses them so, and the encoder uses the
+bidirectional versions written above.
+
+Implementation: the pattern is a bool (T, S) mask combined with the padding mask and passed
+to the fused SDPA kernel (or the explicit softmax when the weights are asked for). This shows
+what the pattern costs in *quality*; it does not save memory or time over full attention:
+the mask is n^2 bools and the kernel still visits every pair (the paper's O(n sqrt(n)) comes
+from block-sparse GPU kernels). Decoding keeps every key and value, as full attention does.
+
+Shapes: B batch, H heads, T query positions, S key positions, d_k head size.
+"""
+
+import torch
+from torch import Tensor
+
+from attnseq.attention.mechanism import (
+    Cache,
+    SelfAttentionMechanism,
+    explicit_attention,
+    fused_attention,
+    key_mask_4d,
+)
+
+PATTERNS = ("strided", "fixed")
+
+
+def sparse_pattern(
+    query_positions: Tensor,
+    key_positions: Tensor,
+    stride: int,
+    pattern: str = "strided",
+    summary: int = 1,
+    causal: bool = False,
+) -> Tensor:
+    """Bool (T, S) mask, True where query position i may attend to key position j.
+
+    Args:
+        query_positions: (T,) integer absolute positions i.
+        key_positions: (S,) integer absolute positions j.
+        stride: l >= 1.
+        pattern: "strided" or "fixed" (see the module docstring).
+        summary: c, the summary cells per block of the fixed pattern, 1 <= c <= l.
+        causal: also require j <= i.
+    """
+    i, j = query_positions[:, None], key_positions[None, :]  # (T, 1), (1, S)
+    if pattern == "strided":
+        allowed = ((i - j).abs() <= stride) | ((i - j) % stride == 0)
+    elif pattern == "fixed":
+        allowed = (i // stride == j // stride) | (j % stride >= stride - summary)
+    else:
+        raise ValueError(f"unknown sparse pattern {pattern!r}; valid: {', '.join(PATTERNS)}")
+    return allowed & (j <= i) if causal else allowed
+
+
+class StridedSelfAttention(SelfAttentionMechanism):
+    """Attention over the union of Child et al.'s two pattern subsets.
+
+    Args:
+        stride: l >= 1.
+        pattern: "strided" or "fixed".
+        summary: c for the fixed pattern, 1 <= c <= l (ignored by "strided").
+
+    Raises:
+        ValueError: for a bad stride, pattern or summary.
+    """
+
+    kind = "strided"
+
+    def __init__(self, stride: int, pattern: str = "strided", summary: int = 1) -> None:
+        super().__init__()
+        if stride < 1:
+            raise ValueError(f"the stride must be >= 1, got {stride}")
+        if pattern not in PATTERNS:
+            raise ValueError(f"unknown sparse pattern {pattern!r}; valid: {', '.join(PATTERNS)}")
+        if pattern == "fixed" and not 1 <= summary <= stride:
+            raise ValueError(f"summary must be in 1..stride={stride}, got {summary}")
+        self.stride = stride
+        self.pattern = pattern
+        self.summary = summary
+
+    def extra_repr(self) -> str:
+        return f"stride={self.stride}, pattern={self.pattern}, summary={self.summary}"
+
+    def mask(self, query_positions: Tensor, key_positions: Tensor, causal: bool) -> Tensor:
+        """This module's (T, S) pattern; see `sparse_pattern`."""
+        return sparse_pattern(
+            query_positions, key_positions, self.stride, self.pattern, self.summary, causal
+        )
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_mask: Tensor | None,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        dropout: float = 0.0,
+    ) -> tuple[Tensor, Tensor | None]:
+        """See `SelfAttentionMechanism.forward`."""
+        # int32: the (T, S) temporaries of the pattern are half the size of int64 ones
+        positions = torch.arange(q.size(2), dtype=torch.int32, device=q.device)
+        mask = self.mask(positions, positions, causal)  # (T, S)
+        padding = key_mask_4d(key_mask)
+        mask = mask if padding is None else mask & padding  # (B|1, 1, T, S)
+        if need_weights:
+            return explicit_attention(q, k, v, mask, dropout)
+        return fused_attention(q, k, v, mask, dropout), None
+
+    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
+        empty = like.new_zeros(batch, heads, 0, d_k)
+        return {"self_k": empty, "self_v": empty}
+
+    def step(self, q: Tensor, k: Tensor, v: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+        """The new positions' pattern rows over every key so far."""
+        keys = torch.cat([cache["self_k"], k], dim=2)  # (B, H, P + N, d_k)
+        values = torch.cat([cache["self_v"], v], dim=2)
+        total = keys.size(2)
+        positions = torch.arange(total, device=q.device)
+        mask = self.mask(positions[total - q.size(2) :], positions, causal=True)  # (N, P + N)
+        context, _ = explicit_attention(q, keys, values, mask)
+        return context, {"self_k": keys, "self_v": values}

@@ -1,0 +1,174 @@
+"""The transformer with each efficient self-attention kind (issue 12): weights where the kind has
+them, incremental decoding equal to the forward pass (also after reorder_state), no NaN for an
+empty source, a tiny model of every kind overfits a batch, and encoder-only kinds stay out of
+the decoder."""
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnseq.attention.efficient import EfficientSelfAttention, SelfAttentionOptions
+from attnseq.attention.masks import padding_mask
+from attnseq.attention.multihead import MultiHeadAttention
+from attnseq.models.transformer import TransformerSeq2Seq
+
+PAD, BOS, EOS = 0, 1, 2
+VOCAB = 12
+ATOL = 1e-5
+LAYERS, HEADS = 2, 2
+OPTIONS = {
+    "full": SelfAttentionOptions(kind="full"),
+    "local": SelfAttentionOptions(kind="local", window=2),
+    "strided": SelfAttentionOptions(kind="strided", stride=3),
+    "longformer": SelfAttentionOptions(kind="longformer", window=1, global_tokens=1),
+    "linformer": SelfAttentionOptions(kind="linformer", proj_dim=4, max_length=80),
+    "linear": SelfAttentionOptions(kind="linear"),
+    "performer": SelfAttentionOptions(kind="performer", features=32),
+}
+DECODER_KINDS = ["local", "strided", "linear", "performer"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_intra_op_thread() -> Iterator[None]:
+    """Tiny tensors gain nothing from intra-op threads (see test_transformer.py)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_model(kind: str, seed: int = 0, **overrides: object) -> TransformerSeq2Seq:
+    torch.manual_seed(seed)
+    options: dict = {"d_model": 32, "heads": HEADS, "enc_layers": LAYERS, "dec_layers": LAYERS}
+    options.update({"ff_dim": 64, "max_positions": 80, "self_attention": OPTIONS[kind]})
+    options["decoder_self_attention"] = kind in DECODER_KINDS
+    options.update(overrides)
+    return TransformerSeq2Seq(VOCAB, VOCAB, PAD, BOS, EOS, **options)
+
+
+def padded_batch(tgt_len: int = 6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sources of lengths 9, 4, 7 (right-padded), BOS-prefixed targets."""
+    generator = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([9, 4, 7])
+    src = torch.randint(3, VOCAB, (3, 9), generator=generator)
+    src = src.masked_fill(~padding_mask(lengths, 9), PAD)
+    tgt_in = torch.randint(3, VOCAB, (3, tgt_len), generator=generator)
+    tgt_in[:, 0] = BOS
+    return src, lengths, tgt_in
+
+
+def decode_all(model: TransformerSeq2Seq, state: dict, tokens: torch.Tensor):
+    logits = []
+    for t in range(tokens.size(1)):
+        step_logits, _, state = model.decode_step(tokens[:, t], state)
+        logits.append(step_logits)
+    return torch.stack(logits, dim=1), state
+
+
+def test_kinds_reach_the_layers() -> None:
+    model = tiny_model("local")
+    assert all(
+        isinstance(layer.self_attn, EfficientSelfAttention) for layer in model.encoder.layers
+    )
+    assert all(
+        isinstance(layer.self_attn, EfficientSelfAttention) for layer in model.decoder_layers
+    )
+    assert all(type(layer.cross_attn) is MultiHeadAttention for layer in model.decoder_layers)
+    encoder_only = tiny_model("local", decoder_self_attention=False)
+    assert all(type(layer.self_attn) is MultiHeadAttention for layer in encoder_only.decoder_layers)
+    full = tiny_model("full")
+    assert all(type(layer.self_attn) is MultiHeadAttention for layer in full.encoder.layers)
+
+
+@pytest.mark.parametrize("kind", list(OPTIONS))
+def test_weights_where_the_kind_has_them(kind: str) -> None:
+    model = tiny_model(kind).eval()
+    src, lengths, tgt_in = padded_batch()
+    out = model(src, lengths, tgt_in, need_weights=True)
+    assert out.attention is not None and out.attention.shape == (3, LAYERS, HEADS, 6, 9)
+    has_weights = kind not in ("linear", "performer")
+    assert ("encoder_self_attention" in out.extras) == has_weights
+    if has_weights:
+        encoder = out.extras["encoder_self_attention"]  # (B, L, H, S, S)
+        assert encoder.shape == (3, LAYERS, HEADS, 9, 9)
+        assert torch.all(encoder[1, ..., 4:] == 0)  # padded keys of row 1 get no weight
+        assert out.extras["decoder_self_attention"].shape == (3, LAYERS, HEADS, 6, 6)
+    fast = model(src, lengths, tgt_in)
+    torch.testing.assert_close(fast.logits, out.logits, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", list(OPTIONS))
+def test_incremental_decoding_equals_forward(kind: str) -> None:
+    """70 target positions: beyond the window, the stride and one causal block of 64."""
+    model = tiny_model(kind).eval()
+    src, lengths, tgt_in = padded_batch(tgt_len=70)
+    expected = model(src, lengths, tgt_in).logits
+    with torch.no_grad():
+        logits, state = decode_all(model, model.start_decoding(src, lengths), tgt_in)
+    torch.testing.assert_close(logits, expected, atol=ATOL, rtol=0)
+    assert state["length"] == 70 and torch.equal(state["step"], torch.full((3,), 70))
+
+
+@pytest.mark.parametrize("kind", DECODER_KINDS)
+def test_reorder_state_then_continue_decoding(kind: str) -> None:
+    model = tiny_model(kind).eval()
+    src, lengths, tgt_in = padded_batch(tgt_len=10)
+    index = torch.tensor([2, 2, 0])
+    expected = model(src[index], lengths[index], tgt_in[index]).logits
+    with torch.no_grad():
+        _, state = decode_all(model, model.start_decoding(src, lengths), tgt_in[:, :4])
+        state = model.reorder_state(state, index)
+        rest, _ = decode_all(model, state, tgt_in[index, 4:])
+    torch.testing.assert_close(rest, expected[:, 4:], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", list(OPTIONS))
+def test_empty_source_gives_finite_outputs(kind: str) -> None:
+    model = tiny_model(kind).eval()
+    src, _, tgt_in = padded_batch()
+    lengths = torch.tensor([9, 0, 7])
+    out = model(src, lengths, tgt_in)
+    assert torch.isfinite(out.logits).all()
+    logits, _, _ = model.decode_step(tgt_in[:, 0], model.start_decoding(src, lengths))
+    assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("kind", ["linformer", "longformer"])
+def test_encoder_only_kinds_cannot_be_decoder_self_attention(kind: str) -> None:
+    with pytest.raises(ValueError, match="decoder self-attention"):
+        tiny_model(kind, decoder_self_attention=True)
+
+
+@pytest.mark.parametrize("kind", list(OPTIONS))
+def test_tiny_model_of_every_kind_overfits_a_batch(kind: str) -> None:
+    """8 sequences of length 12, target = reversed source (as test_transformer.py)."""
+    start = time.perf_counter()
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(3, VOCAB, (8, 12), generator=generator)
+    reversed_src = src.flip(1)
+    tgt_in = torch.cat([torch.full((8, 1), BOS), reversed_src], dim=1)  # (B, T)
+    tgt_out = torch.cat([reversed_src, torch.full((8, 1), EOS)], dim=1)  # (B, T)
+    lengths = torch.full((8,), 12)
+    model = tiny_model(kind, dropout=0.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(400):
+        logits = model(src, lengths, tgt_in).logits  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt_out.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < 0.01:
+            break
+    assert loss.item() < 0.05
+    model.eval()
+    state = model.start_decoding(src, lengths)
+    tokens, decoded = torch.full((8,), BOS), []
+    for _ in range(13):
+        logits, _, state = model.decode_step(tokens, state)
+        tokens = logits.argmax(-1)
+        decoded.append(tokens)
+    assert torch.equal(torch.stack(decoded, dim=1), tgt_out)
+    assert time.perf_counter() - start < 30
