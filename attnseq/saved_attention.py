@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from attnseq.atomic import atomic_write
+from attnseq.data.extended_vocab import extended_pieces
 from attnseq.errors import UserError
 
 FORMAT = "attnseq-attention"
@@ -110,9 +111,13 @@ def records_from_hypotheses(
     src_tokenizer: Any,
     tgt_tokenizer: Any,
     eos_id: int,
+    oovs: Sequence[Sequence[str]] | None = None,
 ) -> list[AttentionRecord]:
     """Records of decoded hypotheses (`attnseq.decoding.Hypothesis`, decoded with
     need_weights=True), with the source ids of `examples` and the texts of `pairs`.
+
+    `oovs`: copy models: each example's out-of-vocabulary source words, which its output ids
+    >= V stand for (attnseq/data/extended_vocab.py); they are saved as those words.
 
     Raises:
         UserError: a hypothesis carries no attention (a model built without attention).
@@ -140,11 +145,13 @@ def records_from_hypotheses(
             weights = weights[None, None]
         ids = list(hypothesis.tokens)
         rows = weights.shape[-2]
+        words = [] if oovs is None else oovs[index]
+        pieces = extended_pieces(tgt_tokenizer, hypothesis.tokens, words)
         if rows == len(ids) + 1:  # the last row produced EOS
             ids.append(eos_id)
-            tokens = [*tgt_tokenizer.ids_to_pieces(hypothesis.tokens), EOS_PIECE]
+            tokens = [*pieces, EOS_PIECE]
         elif rows == len(ids):  # stopped at the length limit
-            tokens = tgt_tokenizer.ids_to_pieces(ids)
+            tokens = pieces
         else:
             raise ValueError(f"example {index}: {rows} attention rows for {len(ids)} tokens")
         records.append(
@@ -155,7 +162,7 @@ def records_from_hypotheses(
                 hyp_tokens=tokens,
                 hyp_ids=ids,
                 src_text=src_text,
-                hyp_text=tgt_tokenizer.decode(hypothesis.tokens),
+                hyp_text=tgt_tokenizer.decode_extended(hypothesis.tokens, words),
                 ref_text=ref_text,
                 score=float(hypothesis.score),
             )

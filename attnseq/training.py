@@ -51,6 +51,7 @@ from attnseq.atomic import remove_stale_temporaries
 from attnseq.checkpoint import save_checkpoint
 from attnseq.config import Metric, Scheduler, TrainConfig
 from attnseq.data.batching import Batch, TokenBatchSampler, collate
+from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.distributed import (
     all_gather_object,
     all_reduce_sum,
@@ -59,7 +60,7 @@ from attnseq.distributed import (
     world,
 )
 from attnseq.evaluation import Evaluator
-from attnseq.loss import sequence_loss
+from attnseq.loss import coverage_term, sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.progress import TrainingProgress
 
@@ -254,6 +255,8 @@ class Trainer:
         on_validation: called with (model, step) after each validation, e.g. to draw heatmaps
             (rank 0 only).
         stop: the run's signal handling; without it SIGINT/SIGTERM keep their default effect.
+        extended_examples: copy models: the extended-vocabulary view of every training example
+            (attnseq/data/extended_vocab.py), aligned with `train_examples`.
     """
 
     def __init__(
@@ -270,8 +273,10 @@ class Trainer:
         static_payload: dict[str, Any],
         on_validation: Callable[[Seq2Seq, int], None] | None = None,
         stop: StopSignals | None = None,
+        extended_examples: list[ExtendedExample] | None = None,
     ) -> None:
         self.model = model
+        self.extended = extended_examples
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.cfg = cfg
@@ -415,6 +420,7 @@ class Trainer:
                     pad_id=self.model.pad_id,
                     bos_id=self.model.bos_id,
                     eos_id=self.model.eos_id,
+                    extended=None if self.extended is None else [self.extended[i] for i in indices],
                 ).to(self.device)
                 loss = self._update(batch)
                 progress.batch_in_epoch += 1
@@ -482,10 +488,17 @@ class Trainer:
             counts = all_reduce_sum(counts)
         self._global_counts = (counts[0], counts[1], counts[2])
         self.train_model.train()  # DDP's wrapper and the model inside
-        output = self.train_model(batch.src, batch.src_lengths, batch.tgt_in)
+        output = self.train_model(batch.src, batch.src_lengths, batch.tgt_in, **batch.copy_inputs())
         loss_sum, n_tokens = sequence_loss(
             output.logits, batch.tgt_out, self.model.pad_id, self.cfg.optim.label_smoothing
         )
+        if "coverage_loss" in output.extras:  # See et al. 2017, eq. 13: + lambda * covloss_t
+            optim = self.cfg.optim
+            # See et al. add the coverage loss for a last phase of training only
+            weight = optim.coverage_lambda if self.progress.step >= optim.coverage_start_step else 0
+            loss_sum = loss_sum + coverage_term(
+                output.extras["coverage_loss"], batch.tgt_out, self.model.pad_id, weight
+            )
         if distributed:
             # DDP averages gradients over the R ranks: R * sum_r / N_global averages to
             # sum(all ranks' token losses) / N_global, the single-process loss of the union.

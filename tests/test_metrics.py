@@ -64,7 +64,7 @@ def test_task_metrics_pick_the_set() -> None:
     assert translation == translation_metrics(HYPOTHESES, REFERENCES)
     assert set(translation) == {"bleu", "chrf", "exact_match"}
     summary = task_metrics(TaskType.summarization, HYPOTHESES, REFERENCES)
-    assert set(summary) == {"rouge1", "rouge2", "rouge_l", "exact_match"}
+    assert set(summary) == {"rouge1", "rouge2", "rouge_l", "exact_match", "repeated_trigrams"}
     assert summary["rouge_l"] == pytest.approx(rouge(HYPOTHESES, REFERENCES)["rouge_l"])
     assert task_metrics("summarization", ["x "], ["x"])["exact_match"] == 1.0
     with pytest.raises(ValueError, match="unknown task 'qa'"):
