@@ -98,6 +98,8 @@ class AlignmentViewer:
             tgt_in = torch.tensor([[self.model.bos_id, *tgt_ids]], device=self.device)  # (1, T)
             output = self.model(source, lengths, tgt_in, need_weights=True, **copy_inputs)
         src_pieces = src_tok.ids_to_pieces(src_ids)
+        if copy_inputs:  # as the model sees it: unknown pieces are their source text
+            src_pieces = extended_pieces(tgt_tok, copy_inputs["src_ext"][0].tolist(), oovs)
         tgt_pieces = extended_pieces(tgt_tok, tgt_ids, oovs)
         if tgt is not None and self.cfg.model.copy:
             tgt_pieces = tgt_tok.pieces(tgt)  # a forced target's words as written

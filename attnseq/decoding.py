@@ -42,18 +42,12 @@ at least the number of possible outputs it is exact search (tests/test_decoding.
 
 Both searches give PAD and BOS probability zero: neither is ever a target.
 
-Coverage penalty (Wu et al. 2016, eq. 14, with `coverage_penalty` = beta > 0): finished
-hypotheses are ranked by
-
-    s(Y, X) = log P(Y | X) / lp(Y) + cp(X; Y),    cp(X; Y) = beta sum_i log(min(sum_j p_ij, 1.0))
-
-with p_ij the attention of output position j on source position i (RNN: the attention; transformer:
-the last layer's head average) summed over the hypothesis's positions (EOS included) and i over
-the real source positions (an attention that is exactly zero counts as the smallest normal float,
-so the logarithm stays finite). Every row of the live batch carries its accumulated attention
-(R, S), reordered with the beams. The live beams are still chosen by raw score; cp only ranks the
-finished hypotheses (and `Hypothesis.normalized_score` includes it). cp <= 0 can only grow as a
-hypothesis attends to more of the source, so the stopping bound below stays an upper bound.
+Coverage penalty (Wu et al. 2016, eq. 14; `coverage_penalty` = beta > 0, coverage_penalty.py):
+finished hypotheses are ranked by log P(Y | X) / lp(Y) + cp(X; Y), with cp computed from the
+attention each live row has accumulated (carried per row, reordered with the beams). The live
+beams are still chosen by raw score; cp only ranks the finished hypotheses (and
+`Hypothesis.normalized_score` includes it). cp <= 0 can only grow as a hypothesis attends to more
+of the source, so the stopping bound above stays an upper bound.
 
 Copy models (pointer-generators, models/copy.py) score an extended vocabulary of V + n_oov ids:
 `decode_step` returns log-probabilities over it, the searches treat it as any vocabulary, and the
@@ -76,7 +70,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnseq.models.seq2seq import Seq2Seq
+from attnseq.coverage_penalty import BeamCoverage
+from attnseq.models.seq2seq import DecoderState, Seq2Seq
 
 NEG_INF = float("-inf")
 
@@ -166,28 +161,9 @@ def gnmt_length_penalty(lengths: Tensor, alpha: float) -> Tensor:
     return ((5.0 + lengths.float()) / 6.0) ** alpha
 
 
-def gnmt_coverage_penalty(coverage: Tensor, src_mask: Tensor, beta: float) -> Tensor:
-    """cp(X; Y) = beta sum_i log(min(sum_j p_ij, 1.0)) (Wu et al. 2016, eq. 14).
-
-    Args:
-        coverage: (..., S) attention summed over the output positions, sum_j p_ij.
-        src_mask: (..., S) bool, True at real source positions (padding adds nothing).
-
-    Returns:
-        (...) the penalty, <= 0; a position with no attention at all counts as the smallest
-        normal float instead of giving -inf.
-    """
-    covered = coverage.float().clamp(min=torch.finfo(torch.float32).tiny, max=1.0)
-    return beta * (torch.log(covered) * src_mask).sum(dim=-1)
-
-
-def source_attention(attention: Tensor) -> Tensor:
-    """One distribution over the source per row: RNN (R, S) as is, transformer (R, L, H, S) ->
-    the last layer's head average (R, S), the map the alignment tools use too."""
-    return attention if attention.dim() == 2 else attention[:, -1].mean(dim=1)
-
-
-def _start_decoding(model: Seq2Seq, src: Tensor, src_lengths: Tensor, src_ext, n_oov: int):
+def _start_decoding(
+    model: Seq2Seq, src: Tensor, src_lengths: Tensor, src_ext: Tensor | None, n_oov: int
+) -> DecoderState:
     """`model.start_decoding`, with the extended source for copy models."""
     if src_ext is None:
         return model.start_decoding(src, src_lengths)
@@ -409,18 +385,16 @@ def beam_search(
     prev = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)  # (R,)
     step_attention: list[Tensor] = []  # step t: (R_t, S) or (R_t, L, H, S)
     step_parents: list[Tensor] = []  # entry t: (R_{t+1},) parent row in step t's input
-    coverage = src_mask = None  # coverage penalty: (R, S) attention so far, real positions
+    coverage = None  # the attention each row has accumulated, for the coverage penalty
     if coverage_penalty:
-        src_mask = torch.arange(src.size(1), device=device) < src_lengths.to(device)[:, None]
-        coverage = torch.zeros(src.shape, device=device)
+        coverage = BeamCoverage(src_lengths.to(device), src.size(1), coverage_penalty)
 
     for step in range(longest):
         logits, attention, state = model.decode_step(
             prev, state, need_weights=need_weights or bool(coverage_penalty)
         )
         if coverage is not None:
-            assert attention is not None, "the coverage penalty needs a model with attention"
-            coverage = coverage + source_attention(attention).float()  # (R, S) incl. this step
+            coverage.add(attention)  # this step included: what finishes now has produced it
         log_probs = _never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
         vocab = log_probs.size(-1)
         if step < min_length:
@@ -451,12 +425,8 @@ def beam_search(
         # EOS among the K best finishes; at the limit all K best finish (without EOS if not)
         finishing = (is_eos[:, :k] | at_limit.unsqueeze(1)) & torch.isfinite(top_scores[:, :k])
         if bool(finishing.any()):
-            penalty = None
-            if coverage is not None and src_mask is not None:
-                chosen = parents[:, :k]  # (B_live, K) rows whose coverage the candidates share
-                penalty = gnmt_coverage_penalty(
-                    coverage[chosen], src_mask[chosen], coverage_penalty
-                )  # (B_live, K)
+            # (B_live, K): the candidates share the coverage of the rows they extend
+            penalty = None if coverage is None else coverage.penalty(parents[:, :k])
             finished.merge(
                 live,
                 _finished_candidates(
@@ -496,8 +466,8 @@ def beam_search(
         prev = history[:, -1]
         live = live[keep]
         width = k
-        if coverage is not None and src_mask is not None:
-            coverage, src_mask = coverage[rows], src_mask[rows]
+        if coverage is not None:
+            coverage.reorder(rows)
         if step_attention:
             step_parents.append(rows)
 

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from attnseq.atomic import atomic_write
-from attnseq.data.extended_vocab import extended_pieces
+from attnseq.data.extended_vocab import ExtendedExample, extended_pieces
 from attnseq.errors import UserError
 
 FORMAT = "attnseq-attention"
@@ -111,13 +111,14 @@ def records_from_hypotheses(
     src_tokenizer: Any,
     tgt_tokenizer: Any,
     eos_id: int,
-    oovs: Sequence[Sequence[str]] | None = None,
+    extended: Sequence[ExtendedExample] | None = None,
 ) -> list[AttentionRecord]:
     """Records of decoded hypotheses (`attnseq.decoding.Hypothesis`, decoded with
     need_weights=True), with the source ids of `examples` and the texts of `pairs`.
 
-    `oovs`: copy models: each example's out-of-vocabulary source words, which its output ids
-    >= V stand for (attnseq/data/extended_vocab.py); they are saved as those words.
+    `extended`: copy models: each example's extended-vocabulary view
+    (attnseq/data/extended_vocab.py); source pieces the vocabulary lacks and output ids >= V are
+    then saved as the source words they stand for.
 
     Raises:
         UserError: a hypothesis carries no attention (a model built without attention).
@@ -145,8 +146,13 @@ def records_from_hypotheses(
             weights = weights[None, None]
         ids = list(hypothesis.tokens)
         rows = weights.shape[-2]
-        words = [] if oovs is None else oovs[index]
+        words = [] if extended is None else extended[index].oovs
         pieces = extended_pieces(tgt_tokenizer, hypothesis.tokens, words)
+        src_tokens = (
+            src_tokenizer.ids_to_pieces(src_ids)
+            if extended is None
+            else extended_pieces(tgt_tokenizer, extended[index].src_ext, words)
+        )
         if rows == len(ids) + 1:  # the last row produced EOS
             ids.append(eos_id)
             tokens = [*pieces, EOS_PIECE]
@@ -157,7 +163,7 @@ def records_from_hypotheses(
         records.append(
             AttentionRecord(
                 weights=weights.astype(np.float32, copy=False),
-                src_tokens=src_tokenizer.ids_to_pieces(src_ids),
+                src_tokens=src_tokens,
                 src_ids=list(src_ids),
                 hyp_tokens=tokens,
                 hyp_ids=ids,

@@ -194,6 +194,9 @@ def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, co
             if hypothesis.attention is None:
                 return  # a model without attention has nothing to draw
             src_tokens = tokenizers.src.ids_to_pieces(src_ids)
+            if subset.extended is not None:  # unknown pieces as their source text
+                view = subset.extended[number]
+                src_tokens = extended_pieces(tokenizers.tgt, view.src_ext, view.oovs)
             rows = hypothesis.attention.shape[-2]
             tgt_tokens = extended_pieces(tokenizers.tgt, hypothesis.tokens, subset.oovs(number))
             tgt_tokens = (tgt_tokens + ["</s>"])[:rows]
@@ -676,9 +679,7 @@ def evaluate_checkpoint(
                 tokenizers.src,
                 tokenizers.tgt,
                 model.eos_id,
-                oovs=None
-                if evaluator.extended is None
-                else [evaluator.oovs(i) for i in range(len(decoded))],
+                extended=evaluator.extended,
             ),
             split=name,
             family=cfg.model.family.value,

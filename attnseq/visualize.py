@@ -99,9 +99,9 @@ def _draw_p_gen(ax, p_gen: np.ndarray, rows: int) -> None:
     ax.imshow(values, cmap="coolwarm_r", vmin=0.0, vmax=1.0, aspect="auto")
     for row, value in enumerate(values[:, 0]):
         ax.text(0, row, f"{value:.2f}", ha="center", va="center", fontsize=7)
-    ax.set_xticks([0], ["p_gen"], fontsize=8)
+    ax.set_xticks([0], ["1 = generate\n0 = copy"], fontsize=7)
     ax.set_yticks([])
-    ax.set_title("generate (1) / copy (0)", fontsize=8)
+    ax.set_title("p_gen", fontsize=9)
 
 
 def attention_grid_figure(
