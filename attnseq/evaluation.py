@@ -111,9 +111,9 @@ class Evaluator:
             loss_sum, n_tokens = sequence_loss(output.logits, batch.tgt_out, model.pad_id)
             total += float(loss_sum)
             tokens += n_tokens
-            real = batch.tgt_out != model.pad_id  # (B, T)
             for key, name in (("p_gen", "p_gen_mean"), ("coverage_loss", "coverage_loss")):
-                if key in output.extras:
+                if key in output.extras:  # (B, T), summed over the real target positions
+                    real = batch.tgt_out != model.pad_id
                     extras[name] = extras.get(name, 0.0) + float(output.extras[key][real].sum())
         results = {"loss": total / max(tokens, 1)}
         results.update({name: value / max(tokens, 1) for name, value in extras.items()})
