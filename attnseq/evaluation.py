@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from attnseq.data.batching import Batch, TokenBatchSampler, collate
@@ -138,6 +139,27 @@ class Evaluator:
             for index, nbest in zip(indices, nbest_lists, strict=True):
                 results[index] = nbest[0]
         return results  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def output_p_gen(
+        self, model: Seq2Seq, hypotheses: Sequence[Hypothesis]
+    ) -> list[np.ndarray] | None:
+        """p_gen of every output position (+ EOS) of the decoded hypotheses of this split, from
+        one teacher-forced pass over each (which computes what decoding did, tests/models);
+        None for a model that does not copy."""
+        if self.extended is None:
+            return None
+        values = []
+        for (src_ids, _), view, hypothesis in zip(
+            self.examples, self.extended, hypotheses, strict=True
+        ):
+            src = torch.tensor([src_ids or [model.pad_id]], device=self.device)  # (1, S)
+            lengths = torch.tensor([len(src_ids)], device=self.device)  # (1,)
+            src_ext = torch.tensor([view.src_ext or [model.pad_id]], device=self.device)
+            tgt_in = torch.tensor([[model.bos_id, *hypothesis.tokens]], device=self.device)
+            output = model(src, lengths, tgt_in, src_ext=src_ext, n_oov=len(view.oovs))
+            values.append(output.extras["p_gen"][0].cpu().numpy())  # (T,)
+        return values
 
     def oovs(self, index: int) -> list[str]:
         """Example `index`'s out-of-vocabulary source words (copy models; [] otherwise)."""

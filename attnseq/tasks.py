@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 
 from attnseq.alignment import attention_statistics
@@ -36,7 +35,6 @@ from attnseq.data.extended_vocab import ExtendedExample, extend_examples, extend
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
-from attnseq.decoding import Hypothesis
 from attnseq.distributed import (
     WorldInfo,
     broadcast_object,
@@ -181,7 +179,7 @@ def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, co
 
     def draw(model: Seq2Seq, step: int) -> None:
         hypotheses = subset.decode(model, need_weights=True)
-        p_gens = output_p_gen(model, subset, hypotheses)
+        p_gens = subset.output_p_gen(model, hypotheses)
         maps = [h.attention for h in hypotheses if h.attention is not None and h.attention.numel()]
         if maps:  # how peaked attention is: entropy of the rows, weight on the argmax
             stats = [attention_statistics(weights) for weights in maps]
@@ -213,30 +211,6 @@ def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, co
             log_heatmap(writer, tag, figure, step)
 
     return draw
-
-
-@torch.no_grad()
-def output_p_gen(
-    model: Seq2Seq, evaluator: Evaluator, hypotheses: list[Hypothesis]
-) -> list[np.ndarray] | None:
-    """p_gen of every output position (+ EOS) of the evaluator's decoded hypotheses, from one
-    teacher-forced pass over them (which computes what decoding did, tests/models); None for a
-    model that does not copy."""
-    if evaluator.extended is None:
-        return None
-    device = evaluator.device
-    values = []
-    for index, ((src_ids, _), hypothesis) in enumerate(
-        zip(evaluator.examples, hypotheses, strict=True)
-    ):
-        extended = evaluator.extended[index]
-        src = torch.tensor([src_ids or [model.pad_id]], device=device)  # (1, S)
-        lengths = torch.tensor([len(src_ids)], device=device)  # (1,)
-        src_ext = torch.tensor([extended.src_ext or [model.pad_id]], device=device)  # (1, S)
-        tgt_in = torch.tensor([[model.bos_id, *hypothesis.tokens]], device=device)  # (1, T)
-        output = model(src, lengths, tgt_in, src_ext=src_ext, n_oov=len(extended.oovs))
-        values.append(output.extras["p_gen"][0].cpu().numpy())  # (T,)
-    return values
 
 
 # ------------------------------------------------------------------------------------ train
