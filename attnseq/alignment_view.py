@@ -9,6 +9,10 @@ incremental decoding step by step (tests/models hold the two equal).
 `saved_attention_map` reads an output's attention back from a file of `attnseq eval
 --save-attention` instead (attnseq/saved_attention.py), without a model.
 
+Copy models (pointer-generators): the cross-attention map comes with p_gen of every row, drawn
+as a strip next to it (1 = generated, 0 = copied); copied source words outside the target
+vocabulary are labelled with their source text.
+
 Maps (RNN: one; transformer: one per layer and head):
     cross     rows = output tokens (+ </s>), columns = source tokens
     encoder   transformer encoder self-attention, source x source
@@ -29,6 +33,7 @@ import torch
 from attnseq.alignment import word_attention, word_ids
 from attnseq.checkpoint import load_checkpoint
 from attnseq.config import config_from_dict
+from attnseq.data.extended_vocab import extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models.seq2seq import Seq2Seq
@@ -39,13 +44,14 @@ KINDS = ("cross", "encoder", "decoder")
 
 @dataclass
 class AttentionMap:
-    """weights: (T, S) or (L, H, T, S); row and column labels."""
+    """weights: (T, S) or (L, H, T, S); row and column labels; p_gen (T,) for copy models."""
 
     weights: np.ndarray
     rows: list[str]
     columns: list[str]
     row_kind: str  # tokenizer kind of the row tokens (for --words)
     column_kind: str
+    p_gen: np.ndarray | None = None
 
 
 class AlignmentViewer:
@@ -78,25 +84,44 @@ class AlignmentViewer:
             raise UserError(f"the source {src!r} has no tokens after tokenization")
         source = torch.tensor([src_ids], device=self.device)  # (1, S)
         lengths = torch.tensor([len(src_ids)], device=self.device)
+        copy_inputs: dict = {}
+        oovs: list[str] = []
+        if self.cfg.model.copy:  # the source in the extended vocabulary
+            src_ext, oovs = extend_text(src, src_ids, src_tok, tgt_tok)
+            copy_inputs = {
+                "src_ext": torch.tensor([src_ext], device=self.device),
+                "n_oov": len(oovs),
+            }
         with torch.no_grad():
             if tgt is None:
                 limit = max_output_lengths(
                     lengths, self.cfg.trainer.max_output_ratio, self.cfg.trainer.max_output_extra
                 )
-                tgt_ids = greedy_decode(self.model, source, lengths, limit)[0].tokens
+                tgt_ids = greedy_decode(self.model, source, lengths, limit, **copy_inputs)[0].tokens
             else:
                 tgt_ids = tgt_tok.encode(tgt)
             tgt_in = torch.tensor([[self.model.bos_id, *tgt_ids]], device=self.device)  # (1, T)
-            output = self.model(source, lengths, tgt_in, need_weights=True)
+            output = self.model(source, lengths, tgt_in, need_weights=True, **copy_inputs)
         src_pieces = src_tok.ids_to_pieces(src_ids)
-        out_pieces = tgt_tok.ids_to_pieces(tgt_ids) + ["</s>"]
-        in_pieces = ["<s>", *tgt_tok.ids_to_pieces(tgt_ids)]
+        if copy_inputs:  # as the model sees it: unknown pieces are their source text
+            src_pieces = extended_pieces(tgt_tok, copy_inputs["src_ext"][0].tolist(), oovs)
+        tgt_pieces = extended_pieces(tgt_tok, tgt_ids, oovs)
+        if tgt is not None and self.cfg.model.copy:
+            tgt_pieces = tgt_tok.pieces(tgt)  # a forced target's words as written
+        out_pieces = [*tgt_pieces, "</s>"]
+        in_pieces = ["<s>", *tgt_pieces]
         src_kind, tgt_kind = type(src_tok).kind, type(tgt_tok).kind
         if kind == "cross":
             if output.attention is None:
                 raise UserError("this model has no attention (model.attention.score=none)")
+            p_gen = output.extras.get("p_gen")
             return AttentionMap(
-                output.attention[0].cpu().numpy(), out_pieces, src_pieces, tgt_kind, src_kind
+                output.attention[0].cpu().numpy(),
+                out_pieces,
+                src_pieces,
+                tgt_kind,
+                src_kind,
+                None if p_gen is None else p_gen[0].cpu().numpy(),
             )
         extra = f"{kind}_self_attention"
         if extra not in output.extras:
@@ -124,12 +149,16 @@ def merge_words(attention: AttentionMap) -> AttentionMap:
     row_ids = _word_ids(attention.rows, attention.row_kind)
     column_ids = _word_ids(attention.columns, attention.column_kind)
     weights = np.asarray(word_attention(attention.weights, column_ids, row_ids))
+    p_gen = None
+    if attention.p_gen is not None:  # a word's p_gen: the mean over its pieces, like its row
+        p_gen = np.asarray(word_attention(attention.p_gen[:, None], [0], row_ids))[:, 0]
     return AttentionMap(
         weights,
         _words(attention.rows, row_ids),
         _words(attention.columns, column_ids),
         "word",
         "word",
+        p_gen,
     )
 
 
@@ -174,9 +203,9 @@ def draw(
 
     layer/head are 1-based; layer defaults to the last, head to the mean over heads.
     """
-    weights = attention.weights
+    weights, p_gen = attention.weights, attention.p_gen
     if weights.ndim == 2:
-        return alignment_figure(weights, attention.columns, attention.rows, title)
+        return alignment_figure(weights, attention.columns, attention.rows, title, p_gen)
     layers, heads = weights.shape[:2]
     if all_heads:
         return attention_grid_figure(weights, attention.columns, attention.rows, title)
@@ -192,7 +221,7 @@ def draw(
             raise UserError(f"--head must be in 1..{heads}, got {head}")
         label, matrix = f"layer {layer}, head {head}", chosen[head - 1]
     return alignment_figure(
-        matrix, attention.columns, attention.rows, f"{title}: {label}" if title else label
+        matrix, attention.columns, attention.rows, f"{title}: {label}" if title else label, p_gen
     )
 
 

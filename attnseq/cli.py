@@ -95,6 +95,24 @@ def evaluate(
             help="GNMT length penalty alpha, lp = ((5+|Y|)/6)^alpha (default: the config's)."
         ),
     ] = None,
+    min_length: Annotated[
+        int | None,
+        typer.Option(help="No EOS before this many tokens (default: trainer.min_output_length)."),
+    ] = None,
+    no_repeat_ngram: Annotated[
+        int | None,
+        typer.Option(
+            help="Forbid repeating any n-gram of this size, 0 = off (default: "
+            "trainer.no_repeat_ngram)."
+        ),
+    ] = None,
+    coverage_penalty: Annotated[
+        float | None,
+        typer.Option(
+            help="Beam search coverage penalty beta (Wu et al. 2016, eq. 14), 0 = off "
+            "(default: trainer.coverage_penalty)."
+        ),
+    ] = None,
     save_attention: Annotated[
         bool,
         typer.Option(
@@ -145,6 +163,7 @@ def evaluate(
     attnseq eval outputs/2026-11-22/10-00-00/checkpoints/best.pt
     attnseq eval best.pt --split valid --out eval_valid/
     attnseq eval best.pt --beam 5 --length-penalty 0.6
+    attnseq eval best.pt --beam 4 --min-length 10 --no-repeat-ngram 3   # summarization
     attnseq eval best.pt --save-attention          # RUN/eval/attention-test.npz
     attnseq eval best.pt --alignments wpt03_enfr/test.sure.pharaoh \\
         --align-possible wpt03_enfr/test.possible.pharaoh \\
@@ -158,6 +177,13 @@ def evaluate(
         overrides.append(f"trainer.beam={beam}")
     if length_penalty is not None:
         overrides.append(f"trainer.length_penalty={length_penalty}")
+    for key, value in (
+        ("min_output_length", min_length),
+        ("no_repeat_ngram", no_repeat_ngram),
+        ("coverage_penalty", coverage_penalty),
+    ):
+        if value is not None:
+            overrides.append(f"trainer.{key}={value}")
     try:
         gold = None
         given = {"--align-src": align_src, "--align-tgt": align_tgt}
@@ -214,10 +240,24 @@ def translate(
             "larger values favour longer outputs."
         ),
     ] = 1.0,
-    min_length: Annotated[int, typer.Option(help="No EOS before this many tokens.")] = 0,
+    min_length: Annotated[
+        int | None,
+        typer.Option(help="No EOS before this many tokens (default: trainer.min_output_length)."),
+    ] = None,
     no_repeat_ngram: Annotated[
-        int, typer.Option(help="Forbid repeating any n-gram of this size (0 = off).")
-    ] = 0,
+        int | None,
+        typer.Option(
+            help="Forbid repeating any n-gram of this size, 0 = off (default: "
+            "trainer.no_repeat_ngram)."
+        ),
+    ] = None,
+    coverage_penalty: Annotated[
+        float | None,
+        typer.Option(
+            help="Coverage penalty beta at beam search (Wu et al. 2016, eq. 14), 0 = off "
+            "(default: trainer.coverage_penalty)."
+        ),
+    ] = None,
     input_file: Annotated[
         Path | None, typer.Option("--input", "-i", help="Input text, one source per line.")
     ] = None,
@@ -250,6 +290,7 @@ def translate(
             length_penalty=length_penalty,
             min_length=min_length,
             no_repeat_ngram=no_repeat_ngram,
+            coverage_penalty=coverage_penalty,
         )
         with _open_input(input_file) as lines:
             outputs = translator.translate(lines, settings, batch_size)

@@ -246,6 +246,10 @@ class ModelConfig:
     # --- both
     dropout: float = 0.1
     tie_embeddings: bool = True  # output projection shares the target embedding
+    # --- pointer-generator and coverage (See et al. 2017; attnseq/models/copy.py)
+    copy: bool = False  # mix a copy distribution over the source into the output (p_gen)
+    coverage: bool = False  # coverage vector: RNN: fed to the attention score; both: its loss
+    copy_layer: int = -1  # transformer: decoder layer whose head-averaged cross-attention copies
 
 
 @dataclass
@@ -260,6 +264,10 @@ class OptimConfig:
     label_smoothing: float = 0.0
     plateau_factor: float = 0.5
     plateau_patience: int = 2  # validations without improvement before the lr drops
+    # coverage loss weight lambda (See et al. 2017, eq. 13); needs model.coverage=true
+    coverage_lambda: float = 0.0
+    # the coverage loss counts from this update on (See et al. add it for the last phase only)
+    coverage_start_step: int = 0
 
 
 @dataclass
@@ -283,6 +291,10 @@ class TrainerConfig:
     length_penalty: float = 1.0  # GNMT alpha for beam search (0 = raw log-probability)
     max_output_ratio: float = 1.5  # decode at most ratio * source length + max_output_extra
     max_output_extra: int = 10
+    min_output_length: int = 0  # no EOS before this many output tokens
+    no_repeat_ngram: int = 0  # forbid any n-gram of this size twice in an output (0 = off)
+    # beta of the GNMT coverage penalty at beam search (Wu et al. 2016, eq. 14; 0 = off)
+    coverage_penalty: float = 0.0
     progress: bool = True  # progress bar on a terminal
     # --- resume points: last.pt is also written at every validation and when training stops
     save_every_steps: int | None = None  # write last.pt every N updates; None = off
@@ -365,6 +377,7 @@ def validate(cfg: TrainConfig) -> None:
                 f"model.d_model={model.d_model} is not divisible by model.heads={model.heads}"
             )
         problems += _self_attention_problems(cfg)
+    problems += _copy_problems(cfg)
     if not 0.0 <= model.dropout < 1.0:
         problems.append(f"model.dropout must be in [0, 1), got {model.dropout}")
     if optim.lr <= 0:
@@ -460,6 +473,61 @@ def _self_attention_problems(cfg: TrainConfig) -> list[str]:
             )
     if kind is AttentionKind.performer and attention.features < 1:
         problems.append(f"model.attention.features must be >= 1, got {attention.features}")
+    return problems
+
+
+def _copy_problems(cfg: TrainConfig) -> list[str]:
+    """Rules of the pointer-generator, coverage and summarization decoding keys."""
+    problems: list[str] = []
+    model, optim, trainer = cfg.model, cfg.optim, cfg.trainer
+    rnn = model.family is ModelFamily.rnn
+    score, window = model.attention.score, model.attention.window.name
+    for key, on in (("copy", model.copy), ("coverage", model.coverage)):
+        if not (on and rnn):
+            continue
+        if score is Score.none:
+            problems.append(
+                f"model.{key}=true needs attention: model.attention.score=none has none; "
+                "use e.g. model.attention.score=additive"
+            )
+        elif window != "global":
+            # local_p weights do not sum to one (Luong eq. 10), local_m rows can be all zero:
+            # neither is a distribution over the source to copy from or to accumulate
+            problems.append(f"model.{key}=true needs model.attention.window=global, got {window}")
+    if model.coverage and rnn and score not in (Score.none, Score.additive, Score.concat):
+        problems.append(
+            f"model.coverage=true feeds the coverage vector into the additive score "
+            f"(See et al. 2017, eq. 11): needs model.attention.score=additive or concat, "
+            f"got {score.name}"
+        )
+    in_stack = -model.dec_layers <= model.copy_layer < model.dec_layers
+    if not rnn and (model.copy or model.coverage) and not in_stack:
+        problems.append(
+            f"model.copy_layer={model.copy_layer} is not a decoder layer: with "
+            f"model.dec_layers={model.dec_layers} use 0..{model.dec_layers - 1} or "
+            f"-{model.dec_layers}..-1 (-1 = the last)"
+        )
+    if optim.coverage_lambda < 0:
+        problems.append(f"optim.coverage_lambda must be >= 0, got {optim.coverage_lambda}")
+    elif optim.coverage_lambda > 0 and not model.coverage:
+        problems.append(
+            f"optim.coverage_lambda={optim.coverage_lambda} needs model.coverage=true "
+            "(there is no coverage vector to penalise)"
+        )
+    if optim.coverage_start_step < 0:
+        problems.append(f"optim.coverage_start_step must be >= 0, got {optim.coverage_start_step}")
+    if trainer.min_output_length < 0:
+        problems.append(f"trainer.min_output_length must be >= 0, got {trainer.min_output_length}")
+    if trainer.no_repeat_ngram < 0:
+        problems.append(f"trainer.no_repeat_ngram must be >= 0, got {trainer.no_repeat_ngram}")
+    if trainer.coverage_penalty < 0:
+        problems.append(
+            f"trainer.coverage_penalty (beta) must be >= 0, got {trainer.coverage_penalty}"
+        )
+    elif trainer.coverage_penalty > 0 and rnn and score is Score.none:
+        problems.append(
+            "trainer.coverage_penalty needs attention: model.attention.score=none has none"
+        )
     return problems
 
 

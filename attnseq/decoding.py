@@ -42,6 +42,18 @@ at least the number of possible outputs it is exact search (tests/test_decoding.
 
 Both searches give PAD and BOS probability zero: neither is ever a target.
 
+Coverage penalty (Wu et al. 2016, eq. 14; `coverage_penalty` = beta > 0, coverage_penalty.py):
+finished hypotheses are ranked by log P(Y | X) / lp(Y) + cp(X; Y), with cp computed from the
+attention each live row has accumulated (carried per row, reordered with the beams). The live
+beams are still chosen by raw score; cp only ranks the finished hypotheses (and
+`Hypothesis.normalized_score` includes it). cp <= 0 can only grow as a hypothesis attends to more
+of the source, so the stopping bound above stays an upper bound.
+
+Copy models (pointer-generators, models/copy.py) score an extended vocabulary of V + n_oov ids:
+`decode_step` returns log-probabilities over it, the searches treat it as any vocabulary, and the
+model itself reads an emitted id >= V back as <unk>. `src_ext` and `n_oov` (the source in the
+extended vocabulary) go to the model's `start_decoding`; plain models never see them.
+
 Attention under beam search is gathered along back-pointers rather than carried in the state:
 every step stores the cross-attention of its input rows (R_t, S) or (R_t, L, H, S) and, for each
 row of the next step, the row of its parent. A finished hypothesis records the step and row that
@@ -58,7 +70,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnseq.models.seq2seq import Seq2Seq
+from attnseq.coverage_penalty import BeamCoverage
+from attnseq.models.seq2seq import DecoderState, Seq2Seq
 
 NEG_INF = float("-inf")
 
@@ -73,6 +86,7 @@ class DecodingSettings:
     nbest: hypotheses returned per input (<= beam), best first.
     min_length: EOS is blocked until this many tokens were produced.
     no_repeat_ngram: forbid any n-gram of this size to occur twice in an output (0 = off).
+    coverage_penalty: GNMT beta of the coverage penalty (Wu et al. 2016, eq. 14; 0 = off).
     """
 
     beam: int = 1
@@ -82,6 +96,7 @@ class DecodingSettings:
     nbest: int = 1
     min_length: int = 0
     no_repeat_ngram: int = 0
+    coverage_penalty: float = 0.0
 
     def check(self) -> None:
         """Raise ValueError naming every setting that is out of range."""
@@ -96,6 +111,8 @@ class DecodingSettings:
             problems.append(f"no_repeat_ngram must be >= 0, got {self.no_repeat_ngram}")
         if self.max_output_ratio < 0 or self.max_output_extra < 0:
             problems.append("max_output_ratio and max_output_extra must be >= 0")
+        if self.coverage_penalty < 0:
+            problems.append(f"coverage_penalty must be >= 0, got {self.coverage_penalty}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -103,7 +120,11 @@ class DecodingSettings:
     def is_greedy(self) -> bool:
         """Greedy decoding gives exactly what these settings ask for."""
         return (
-            self.beam == 1 and self.nbest == 1 and self.min_length == 0 and not self.no_repeat_ngram
+            self.beam == 1
+            and self.nbest == 1
+            and self.min_length == 0
+            and not self.no_repeat_ngram
+            and not self.coverage_penalty
         )
 
 
@@ -116,8 +137,12 @@ class Hypothesis:
     attention: cross-attention while producing it, (T_out, S) for RNNs or (L, H, T_out, S) for
         transformers, over the real source positions only; None if not requested. T_out is the
         number of scored positions: len(tokens), plus one for EOS when it was produced.
-    normalized_score: score / lp(T_out), the GNMT-normalised score beam search ranks by; None
-        from `greedy_decode` (which does not rank), filled in by `decode`.
+    normalized_score: score / lp(T_out) (+ cp with a coverage penalty), the GNMT-normalised
+        score beam search ranks by; None from `greedy_decode` (which does not rank), filled in
+        by `decode`.
+
+    Copy models: tokens may hold ids >= V, source words outside the target vocabulary
+    (`Tokenizer.decode_extended` writes them out).
     """
 
     tokens: list[int]
@@ -136,6 +161,15 @@ def gnmt_length_penalty(lengths: Tensor, alpha: float) -> Tensor:
     return ((5.0 + lengths.float()) / 6.0) ** alpha
 
 
+def _start_decoding(
+    model: Seq2Seq, src: Tensor, src_lengths: Tensor, src_ext: Tensor | None, n_oov: int
+) -> DecoderState:
+    """`model.start_decoding`, with the extended source for copy models."""
+    if src_ext is None:
+        return model.start_decoding(src, src_lengths)
+    return model.start_decoding(src, src_lengths, src_ext=src_ext, n_oov=n_oov)
+
+
 # ------------------------------------------------------------------------------------- greedy
 @torch.no_grad()
 def greedy_decode(
@@ -144,6 +178,9 @@ def greedy_decode(
     src_lengths: Tensor,
     max_lengths: Tensor,
     need_weights: bool = False,
+    *,
+    src_ext: Tensor | None = None,
+    n_oov: int = 0,
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step.
 
@@ -151,11 +188,13 @@ def greedy_decode(
         src: (B, S) source ids; src_lengths: (B,); max_lengths: (B,) output limits (tokens,
             EOS not counted).
         need_weights: collect the cross-attention of every step for each hypothesis.
+        src_ext, n_oov: copy models: (B, S) the source in the extended vocabulary, and its
+            number of extra ids.
     """
     batch_size, device = src.size(0), src.device
     max_lengths = max_lengths.to(device)
     longest = int(max_lengths.max())
-    state = model.start_decoding(src, src_lengths)
+    state = _start_decoding(model, src, src_lengths, src_ext, n_oov)
     prev = torch.full((batch_size,), model.bos_id, dtype=torch.long, device=device)
     active = torch.arange(batch_size, device=device)  # original row of each live row
     out = torch.full((batch_size, longest + 1), model.eos_id, dtype=torch.long, device=device)
@@ -301,6 +340,9 @@ def beam_search(
     min_length: int = 0,
     no_repeat_ngram: int = 0,
     need_weights: bool = False,
+    coverage_penalty: float = 0.0,
+    src_ext: Tensor | None = None,
+    n_oov: int = 0,
 ) -> list[list[Hypothesis]]:
     """Batched beam search (see the module docstring for the algorithm).
 
@@ -313,13 +355,18 @@ def beam_search(
         min_length: EOS gets probability zero until this many tokens were produced.
         no_repeat_ngram: n > 0 forbids any n-gram from occurring twice in one output.
         need_weights: attach each hypothesis's cross-attention (see `Hypothesis`).
+        coverage_penalty: beta of the GNMT coverage penalty (module docstring); 0 = off.
+        src_ext, n_oov: copy models: (B, S) the source in the extended vocabulary, and its
+            number of extra ids.
 
     Returns:
         per input sentence, up to `nbest` distinct hypotheses sorted by normalised score, best
         first (fewer only when fewer than `nbest` outputs have non-zero probability; a sentence
         where none has gets one empty hypothesis with score -inf).
     """
-    DecodingSettings(beam=beam_size, nbest=nbest, min_length=min_length).check()
+    DecodingSettings(
+        beam=beam_size, nbest=nbest, min_length=min_length, coverage_penalty=coverage_penalty
+    ).check()
     if no_repeat_ngram < 0:
         raise ValueError(f"no_repeat_ngram must be >= 0, got {no_repeat_ngram}")
     k, device, eos = beam_size, src.device, model.eos_id
@@ -330,7 +377,7 @@ def beam_search(
     lp = gnmt_length_penalty(torch.arange(longest + 2, device=device), length_penalty)
     finished = _Finished.empty(batch, nbest, longest, model.pad_id, device)
 
-    state = model.start_decoding(src, src_lengths)
+    state = _start_decoding(model, src, src_lengths, src_ext, n_oov)
     live = torch.arange(batch, device=device)  # (B_live,) original sentence of each
     width = 1  # beams per live sentence: one (BOS) at the first step, K afterwards
     scores = torch.zeros(batch, device=device)  # (R,) raw scores of the live rows
@@ -338,9 +385,16 @@ def beam_search(
     prev = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)  # (R,)
     step_attention: list[Tensor] = []  # step t: (R_t, S) or (R_t, L, H, S)
     step_parents: list[Tensor] = []  # entry t: (R_{t+1},) parent row in step t's input
+    coverage = None  # the attention each row has accumulated, for the coverage penalty
+    if coverage_penalty:
+        coverage = BeamCoverage(src_lengths.to(device), src.size(1), coverage_penalty)
 
     for step in range(longest):
-        logits, attention, state = model.decode_step(prev, state, need_weights=need_weights)
+        logits, attention, state = model.decode_step(
+            prev, state, need_weights=need_weights or bool(coverage_penalty)
+        )
+        if coverage is not None:
+            coverage.add(attention)  # this step included: what finishes now has produced it
         log_probs = _never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
         vocab = log_probs.size(-1)
         if step < min_length:
@@ -371,6 +425,8 @@ def beam_search(
         # EOS among the K best finishes; at the limit all K best finish (without EOS if not)
         finishing = (is_eos[:, :k] | at_limit.unsqueeze(1)) & torch.isfinite(top_scores[:, :k])
         if bool(finishing.any()):
+            # (B_live, K): the candidates share the coverage of the rows they extend
+            penalty = None if coverage is None else coverage.penalty(parents[:, :k])
             finished.merge(
                 live,
                 _finished_candidates(
@@ -384,6 +440,7 @@ def beam_search(
                     lp,
                     longest,
                     model.pad_id,
+                    penalty,
                 ),
             )
 
@@ -409,6 +466,8 @@ def beam_search(
         prev = history[:, -1]
         live = live[keep]
         width = k
+        if coverage is not None:
+            coverage.reorder(rows)
         if step_attention:
             step_parents.append(rows)
 
@@ -426,16 +485,21 @@ def _finished_candidates(
     lp: Tensor,
     longest: int,
     pad_id: int,
+    coverage_penalty: Tensor | None = None,
 ) -> _Finished:
     """The K best candidates of this step as finished entries (-inf where not finishing).
 
     Args:
         finishing: (B_live, K) bool; raw, tokens, is_eos, parents: (B_live, K) per candidate.
         history: (R, step) output tokens of this step's input rows.
+        coverage_penalty: (B_live, K) cp of each candidate, added to its normalised score.
     """
     n_live, k = raw.shape
     # step + 1 scored positions whether or not the last one is EOS
-    norm = torch.where(finishing, raw / lp[step + 1], NEG_INF)  # (B_live, K)
+    score = raw / lp[step + 1]
+    if coverage_penalty is not None:
+        score = score + coverage_penalty
+    norm = torch.where(finishing, score, NEG_INF)  # (B_live, K)
     out = torch.full((n_live, k, longest), pad_id, dtype=torch.long, device=raw.device)
     out[:, :, :step] = history[parents]  # (R, step) gathered -> (B_live, K, step)
     out[:, :, step] = torch.where(is_eos, pad_id, tokens)  # EOS is not an output token
@@ -525,12 +589,17 @@ def decode(
     src_lengths: Tensor,
     settings: DecodingSettings,
     need_weights: bool = False,
+    *,
+    src_ext: Tensor | None = None,
+    n_oov: int = 0,
 ) -> list[list[Hypothesis]]:
     """Decode a batch as `settings` ask: greedy for beam 1 without n-best or constraints (the
     same output, a little faster), beam search otherwise.
 
     Args:
         src: (B, S) source ids, right-padded; src_lengths: (B,) real lengths.
+        src_ext, n_oov: copy models: the source in the extended vocabulary (`Batch.src_ext`,
+            `Batch.n_oov`).
 
     Returns:
         per input sentence, its n-best list (one hypothesis unless settings.nbest > 1), best
@@ -541,7 +610,9 @@ def decode(
         src_lengths, settings.max_output_ratio, settings.max_output_extra
     )  # (B,)
     if settings.is_greedy:
-        hypotheses = greedy_decode(model, src, src_lengths, limits, need_weights=need_weights)
+        hypotheses = greedy_decode(
+            model, src, src_lengths, limits, need_weights, src_ext=src_ext, n_oov=n_oov
+        )
         for hypothesis, limit in zip(hypotheses, limits.tolist(), strict=True):
             # greedy stops at EOS (then it scored len + 1 positions) or at the limit
             n_tokens = len(hypothesis.tokens)
@@ -560,4 +631,7 @@ def decode(
         min_length=settings.min_length,
         no_repeat_ngram=settings.no_repeat_ngram,
         need_weights=need_weights,
+        coverage_penalty=settings.coverage_penalty,
+        src_ext=src_ext,
+        n_oov=n_oov,
     )

@@ -6,15 +6,24 @@ WPT 2003 English-French set) is read by `load_alignment_set` and scored the same
 
 Used by validation during training, by the final test evaluation and by `attnseq eval`, so all
 three report the same numbers for the same model.
+
+Copy models (pointer-generators) are given each example's extended-vocabulary view
+(attnseq/data/extended_vocab.py): batches carry the extended source, the loss is taken over the
+extended labels, outputs are detokenized with the example's out-of-vocabulary source words, and
+two more metrics come from the teacher-forced pass: `p_gen_mean` (the mean generation probability
+over the real target positions: 1 = always generate, 0 = always copy) and, with coverage,
+`coverage_loss` (the mean per-token sum_i min(a_i^t, c_i^t), See et al. 2017, eq. 12).
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from attnseq.data.batching import TokenBatchSampler, collate
+from attnseq.data.batching import Batch, TokenBatchSampler, collate
+from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.decoding import DecodingSettings, Hypothesis, decode  # settings re-exported here
 from attnseq.errors import UserError
@@ -44,6 +53,7 @@ class Evaluator:
         max_tokens: batch budget in padded tokens.
         task: "translation" or "summarization": which metrics to compute.
         gold: word alignments of the examples, to score attention with AER.
+        extended: copy models: the extended-vocabulary view of every example.
     """
 
     def __init__(
@@ -56,8 +66,10 @@ class Evaluator:
         decoding: DecodingSettings,
         task: str = "translation",
         gold: AlignmentGold | None = None,
+        extended: Sequence[ExtendedExample] | None = None,
     ) -> None:
         self.examples = list(examples)
+        self.extended = None if extended is None else list(extended)
         self.references = list(references)
         self.tgt_tokenizer = tgt_tokenizer
         self.device = device
@@ -72,27 +84,41 @@ class Evaluator:
         )
         self.batches = sampler.batches(0)
 
-    def _batch(self, model: Seq2Seq, indices: list[int]):
+    def _batch(self, model: Seq2Seq, indices: list[int]) -> Batch:
         return collate(
             [self.examples[i] for i in indices],
             indices,
             pad_id=model.pad_id,
             bos_id=model.bos_id,
             eos_id=model.eos_id,
+            extended=None if self.extended is None else [self.extended[i] for i in indices],
         ).to(self.device)
 
     @torch.no_grad()
     def loss(self, model: Seq2Seq) -> float:
         """Mean token negative log-likelihood (no label smoothing)."""
+        return self.teacher_forced(model)["loss"]
+
+    @torch.no_grad()
+    def teacher_forced(self, model: Seq2Seq) -> dict[str, float]:
+        """Mean token NLL ("loss"), and for copy/coverage models the means over the real
+        target positions of p_gen ("p_gen_mean") and the coverage loss ("coverage_loss")."""
         model.eval()
         total, tokens = 0.0, 0
+        extras: dict[str, float] = {}
         for indices in self.batches:
             batch = self._batch(model, indices)
-            output = model(batch.src, batch.src_lengths, batch.tgt_in)
+            output = model(batch.src, batch.src_lengths, batch.tgt_in, **batch.copy_inputs())
             loss_sum, n_tokens = sequence_loss(output.logits, batch.tgt_out, model.pad_id)
             total += float(loss_sum)
             tokens += n_tokens
-        return total / max(tokens, 1)
+            for key, name in (("p_gen", "p_gen_mean"), ("coverage_loss", "coverage_loss")):
+                if key in output.extras:  # (B, T), summed over the real target positions
+                    real = batch.tgt_out != model.pad_id
+                    extras[name] = extras.get(name, 0.0) + float(output.extras[key][real].sum())
+        results = {"loss": total / max(tokens, 1)}
+        results.update({name: value / max(tokens, 1) for name, value in extras.items()})
+        return results
 
     @torch.no_grad()
     def decode(self, model: Seq2Seq, need_weights: bool = False) -> list[Hypothesis]:
@@ -103,16 +129,56 @@ class Evaluator:
         for indices in self.batches:
             batch = self._batch(model, indices)
             nbest_lists = decode(
-                model, batch.src, batch.src_lengths, self.decoding, need_weights=need_weights
+                model,
+                batch.src,
+                batch.src_lengths,
+                self.decoding,
+                need_weights=need_weights,
+                **batch.copy_inputs(),
             )
             for index, nbest in zip(indices, nbest_lists, strict=True):
                 results[index] = nbest[0]
         return results  # type: ignore[return-value]
 
+    @torch.no_grad()
+    def output_p_gen(
+        self, model: Seq2Seq, hypotheses: Sequence[Hypothesis]
+    ) -> list[np.ndarray] | None:
+        """p_gen of every output position (+ EOS) of the decoded hypotheses of this split, from
+        one teacher-forced pass over each (which computes what decoding did, tests/models);
+        None for a model that does not copy."""
+        if self.extended is None:
+            return None
+        values = []
+        for (src_ids, _), view, hypothesis in zip(
+            self.examples, self.extended, hypotheses, strict=True
+        ):
+            src = torch.tensor([src_ids or [model.pad_id]], device=self.device)  # (1, S)
+            lengths = torch.tensor([len(src_ids)], device=self.device)  # (1,)
+            src_ext = torch.tensor([view.src_ext or [model.pad_id]], device=self.device)
+            tgt_in = torch.tensor([[model.bos_id, *hypothesis.tokens]], device=self.device)
+            output = model(src, lengths, tgt_in, src_ext=src_ext, n_oov=len(view.oovs))
+            values.append(output.extras["p_gen"][0].cpu().numpy())  # (T,)
+        return values
+
+    def oovs(self, index: int) -> list[str]:
+        """Example `index`'s out-of-vocabulary source words (copy models; [] otherwise)."""
+        return [] if self.extended is None else self.extended[index].oovs
+
+    def texts(self, hypotheses: Sequence[Hypothesis]) -> list[str]:
+        """Detokenized outputs of the split's examples, in order (copied out-of-vocabulary
+        words written as the source has them)."""
+        if self.extended is None:
+            return [self.tgt_tokenizer.decode(h.tokens) for h in hypotheses]
+        return [
+            self.tgt_tokenizer.decode_extended(h.tokens, self.oovs(index))
+            for index, h in enumerate(hypotheses)
+        ]
+
     def evaluate(self, model: Seq2Seq) -> tuple[dict[str, float], list[str]]:
         """All metrics (keys without split prefix) and the hypothesis texts in order."""
         metrics, hypotheses = self.evaluate_hypotheses(model)
-        return metrics, [self.tgt_tokenizer.decode(h.tokens) for h in hypotheses]
+        return metrics, self.texts(hypotheses)
 
     def evaluate_hypotheses(
         self, model: Seq2Seq, need_weights: bool = False
@@ -123,10 +189,11 @@ class Evaluator:
         (`Hypothesis.attention`); the metrics are those of these very hypotheses, so saved
         attention always belongs to the output that was scored.
         """
-        loss = self.loss(model)
+        forced = self.teacher_forced(model)
         hypotheses = self.decode(model, need_weights=need_weights)
-        texts = [self.tgt_tokenizer.decode(h.tokens) for h in hypotheses]
-        metrics = {"loss": loss, "ppl": perplexity(loss)}
+        texts = self.texts(hypotheses)
+        metrics = {"loss": forced["loss"], "ppl": perplexity(forced["loss"])}
+        metrics.update({key: value for key, value in forced.items() if key != "loss"})
         metrics.update(task_metrics(self.task, texts, self.references))
         if self.gold is not None:
             metrics.update(self.alignment_metrics(model))

@@ -1,7 +1,11 @@
-"""Token-level cross entropy with optional label smoothing (Szegedy et al. 2016, section 7).
+"""Token-level cross entropy with optional label smoothing (Szegedy et al. 2016, section 7), and
+the coverage loss term of a pointer-generator (See et al. 2017, eq. 13).
 
 Summed over non-padding target tokens; callers divide by the token count they need
 ("normalised by tokens" in training, mean NLL for validation perplexity).
+
+A copy model returns log-probabilities over its extended vocabulary in place of logits; cross
+entropy takes them as they are (their log_softmax is themselves, they already sum to one).
 """
 
 import torch.nn.functional as F
@@ -27,3 +31,16 @@ def sequence_loss(
         label_smoothing=label_smoothing,
     )
     return loss, int((targets != pad_id).sum())
+
+
+def coverage_term(per_position: Tensor, targets: Tensor, pad_id: int, weight: float) -> Tensor:
+    """lambda * sum over real target positions of covloss_t (See et al. 2017, eq. 13), summed
+    like `sequence_loss`, so that one division by the token count gives the paper's per-step
+    mean of -log P(w*_t) + lambda covloss_t.
+
+    Args:
+        per_position: (B, T) covloss_t of every position (`extras["coverage_loss"]`).
+        targets: (B, T) loss targets, pad_id where there is no token.
+        weight: lambda.
+    """
+    return weight * (per_position * (targets != pad_id)).sum()

@@ -8,6 +8,15 @@ Summaries") is the F1 of ROUGE-1 (unigram overlap), ROUGE-2 (bigram overlap) and
 (longest common subsequence, per text; not the sentence-split "Lsum" variant), computed per
 example by Google's rouge-score package with the Porter stemmer and averaged, x100.
 rouge-score's tokenizer lowercases and keeps only [a-z0-9] tokens: it is meant for English.
+
+Repetition (`repeated_trigrams`, reported for summarization): the share of the outputs' word
+trigrams that repeat a trigram earlier in the same output, x100, pooled over all outputs:
+
+    100 * sum_y (#trigrams(y) - #distinct trigrams(y)) / sum_y #trigrams(y)
+
+with words as ROUGE sees them (rouge-score's tokenizer, so "It." and "it" are one word); the
+measure of See et al. 2017 (section 7.2, figure 4: duplicate n-grams in summaries). Outputs of
+fewer than three words add no trigrams; with no trigram at all the share is 0.
 """
 
 import functools
@@ -16,7 +25,7 @@ from collections.abc import Sequence
 from enum import Enum
 
 import sacrebleu
-from rouge_score import rouge_scorer
+from rouge_score import rouge_scorer, tokenize
 
 ROUGE_KEYS = {"rouge1": "rouge1", "rouge2": "rouge2", "rougeL": "rouge_l"}  # package -> ours
 
@@ -77,10 +86,24 @@ def rouge(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, flo
     return {name: 100.0 * total / count for name, total in totals.items()}
 
 
+def repeated_trigrams(hypotheses: Sequence[str]) -> float:
+    """Share (x100) of the outputs' word trigrams that repeat an earlier one of the same output
+    (module docstring)."""
+    total = repeated = 0
+    for hypothesis in hypotheses:
+        words = tokenize.tokenize(hypothesis, None)  # rouge-score's words, no stemming
+        trigrams = list(zip(words, words[1:], words[2:], strict=False))
+        total += len(trigrams)
+        repeated += len(trigrams) - len(set(trigrams))
+    return 100.0 * repeated / total if total else 0.0
+
+
 def summarization_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """ROUGE-1/2/L and exact match of a summarization output (keys without a split prefix)."""
+    """ROUGE-1/2/L, exact match and the share of repeated trigrams of a summarization output
+    (keys without a split prefix)."""
     metrics = rouge(hypotheses, references)
     metrics["exact_match"] = exact_match(hypotheses, references)
+    metrics["repeated_trigrams"] = repeated_trigrams(hypotheses)
     return metrics
 
 
@@ -88,7 +111,7 @@ def task_metrics(
     task: str | Enum, hypotheses: Sequence[str], references: Sequence[str]
 ) -> dict[str, float]:
     """The metrics of a task: "translation" -> bleu, chrf, exact_match; "summarization" ->
-    rouge1, rouge2, rouge_l, exact_match. `task` may also be a `TaskType`."""
+    rouge1, rouge2, rouge_l, exact_match, repeated_trigrams. `task` may also be a `TaskType`."""
     name = task.value if isinstance(task, Enum) else task
     if name == "translation":
         return translation_metrics(hypotheses, references)

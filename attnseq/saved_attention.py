@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from attnseq.atomic import atomic_write
+from attnseq.data.extended_vocab import ExtendedExample, extended_pieces
 from attnseq.errors import UserError
 
 FORMAT = "attnseq-attention"
@@ -110,9 +111,14 @@ def records_from_hypotheses(
     src_tokenizer: Any,
     tgt_tokenizer: Any,
     eos_id: int,
+    extended: Sequence[ExtendedExample] | None = None,
 ) -> list[AttentionRecord]:
     """Records of decoded hypotheses (`attnseq.decoding.Hypothesis`, decoded with
     need_weights=True), with the source ids of `examples` and the texts of `pairs`.
+
+    `extended`: copy models: each example's extended-vocabulary view
+    (attnseq/data/extended_vocab.py); source pieces the vocabulary lacks and output ids >= V are
+    then saved as the source words they stand for.
 
     Raises:
         UserError: a hypothesis carries no attention (a model built without attention).
@@ -140,22 +146,29 @@ def records_from_hypotheses(
             weights = weights[None, None]
         ids = list(hypothesis.tokens)
         rows = weights.shape[-2]
+        words = [] if extended is None else extended[index].oovs
+        pieces = extended_pieces(tgt_tokenizer, hypothesis.tokens, words)
+        src_tokens = (
+            src_tokenizer.ids_to_pieces(src_ids)
+            if extended is None
+            else extended_pieces(tgt_tokenizer, extended[index].src_ext, words)
+        )
         if rows == len(ids) + 1:  # the last row produced EOS
             ids.append(eos_id)
-            tokens = [*tgt_tokenizer.ids_to_pieces(hypothesis.tokens), EOS_PIECE]
+            tokens = [*pieces, EOS_PIECE]
         elif rows == len(ids):  # stopped at the length limit
-            tokens = tgt_tokenizer.ids_to_pieces(ids)
+            tokens = pieces
         else:
             raise ValueError(f"example {index}: {rows} attention rows for {len(ids)} tokens")
         records.append(
             AttentionRecord(
                 weights=weights.astype(np.float32, copy=False),
-                src_tokens=src_tokenizer.ids_to_pieces(src_ids),
+                src_tokens=src_tokens,
                 src_ids=list(src_ids),
                 hyp_tokens=tokens,
                 hyp_ids=ids,
                 src_text=src_text,
-                hyp_text=tgt_tokenizer.decode(hypothesis.tokens),
+                hyp_text=tgt_tokenizer.decode_extended(hypothesis.tokens, words),
                 ref_text=ref_text,
                 score=float(hypothesis.score),
             )

@@ -31,6 +31,7 @@ from attnseq.config import (
     resume_conflicts,
     validate,
 )
+from attnseq.data.extended_vocab import ExtendedExample, extend_examples, extended_pieces
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
@@ -87,6 +88,31 @@ def model_for(cfg: TrainConfig, tokenizers: Tokenizers) -> Seq2Seq:
         tgt.bos_id,
         tgt.eos_id,
         joint_vocabulary=tokenizers.joint,
+        unk_id=tgt.unk_id,
+    )
+
+
+def extended_split(
+    cfg: TrainConfig, data: PreparedData, split: str
+) -> list[ExtendedExample] | None:
+    """A copy model's extended-vocabulary view of a split's examples (None without copy)."""
+    if not cfg.model.copy:
+        return None
+    tokenizers = data.tokenizers
+    return extend_examples(data.pairs[split], data.examples[split], tokenizers.src, tokenizers.tgt)
+
+
+def decoding_settings(cfg: TrainConfig) -> DecodingSettings:
+    """How validation, test and `attnseq eval` decode: the trainer.* decoding keys."""
+    trainer = cfg.trainer
+    return DecodingSettings(
+        beam=trainer.beam,
+        length_penalty=trainer.length_penalty,
+        max_output_ratio=trainer.max_output_ratio,
+        max_output_extra=trainer.max_output_extra,
+        min_length=trainer.min_output_length,
+        no_repeat_ngram=trainer.no_repeat_ngram,
+        coverage_penalty=trainer.coverage_penalty,
     )
 
 
@@ -128,21 +154,19 @@ def make_evaluator(
         data.tokenizers.tgt,
         device,
         max_tokens=cfg.data.eval_max_tokens,
-        decoding=DecodingSettings(
-            beam=cfg.trainer.beam,
-            length_penalty=cfg.trainer.length_penalty,
-            max_output_ratio=cfg.trainer.max_output_ratio,
-            max_output_extra=cfg.trainer.max_output_extra,
-        ),
+        decoding=decoding_settings(cfg),
         task=cfg.data.task.value,
         gold=gold,
+        extended=extended_split(cfg, data, split),
     )
 
 
 # --------------------------------------------------------------------------------- heatmaps
 def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, count: int):
-    """Draw the first `count` validation examples' cross-attention at each validation."""
+    """Draw the first `count` validation examples' cross-attention at each validation; for copy
+    models with a strip of p_gen per output token next to it."""
     chosen = list(range(min(count, len(evaluator.examples))))
+    extended = evaluator.extended
     subset = Evaluator(
         [evaluator.examples[i] for i in chosen],
         [evaluator.references[i] for i in chosen],
@@ -150,10 +174,12 @@ def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, co
         evaluator.device,
         max_tokens=10**9,
         decoding=evaluator.decoding,
+        extended=None if extended is None else [extended[i] for i in chosen],
     )
 
     def draw(model: Seq2Seq, step: int) -> None:
         hypotheses = subset.decode(model, need_weights=True)
+        p_gens = subset.output_p_gen(model, hypotheses)
         maps = [h.attention for h in hypotheses if h.attention is not None and h.attention.numel()]
         if maps:  # how peaked attention is: entropy of the rows, weight on the argmax
             stats = [attention_statistics(weights) for weights in maps]
@@ -166,9 +192,14 @@ def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, co
             if hypothesis.attention is None:
                 return  # a model without attention has nothing to draw
             src_tokens = tokenizers.src.ids_to_pieces(src_ids)
+            if subset.extended is not None:  # unknown pieces as their source text
+                view = subset.extended[number]
+                src_tokens = extended_pieces(tokenizers.tgt, view.src_ext, view.oovs)
             rows = hypothesis.attention.shape[-2]
-            tgt_tokens = (tokenizers.tgt.ids_to_pieces(hypothesis.tokens) + ["</s>"])[:rows]
+            tgt_tokens = extended_pieces(tokenizers.tgt, hypothesis.tokens, subset.oovs(number))
+            tgt_tokens = (tgt_tokens + ["</s>"])[:rows]
             weights = hypothesis.attention.numpy()
+            p_gen = None if p_gens is None else p_gens[number][:rows]
             if weights.ndim == 4:  # transformer: (L, H, T, S)
                 grid = attention_grid_figure(weights, src_tokens, tgt_tokens)
                 log_heatmap(writer, f"attention/example_{number}/all_heads", grid, step)
@@ -176,7 +207,8 @@ def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, co
                 tag = f"attention/example_{number}/last_layer_mean"
             else:
                 tag = f"attention/example_{number}"
-            log_heatmap(writer, tag, alignment_figure(weights, src_tokens, tgt_tokens), step)
+            figure = alignment_figure(weights, src_tokens, tgt_tokens, p_gen=p_gen)
+            log_heatmap(writer, tag, figure, step)
 
     return draw
 
@@ -390,6 +422,7 @@ def _run_training(
         ),
         stop=stop,
         budget=budget,
+        extended_examples=extended_split(cfg, data, "train"),
     )
     if point is not None:
         trainer.restore(point.payload)
@@ -608,7 +641,7 @@ def evaluate_checkpoint(
     gold = split_gold(cfg, name, tokenizers) if pairs is None else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
     metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
-    hypotheses = [tokenizers.tgt.decode(h.tokens) for h in decoded]
+    hypotheses = evaluator.texts(decoded)
     results = {f"{name}/{key}": value for key, value in metrics.items()}
     if alignment_set is not None:
         scores = alignment_set.score(model, device)
@@ -624,6 +657,7 @@ def evaluate_checkpoint(
                 tokenizers.src,
                 tokenizers.tgt,
                 model.eos_id,
+                extended=evaluator.extended,
             ),
             split=name,
             family=cfg.model.family.value,

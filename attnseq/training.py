@@ -54,10 +54,11 @@ from attnseq.atomic import remove_stale_temporaries
 from attnseq.checkpoint import save_checkpoint
 from attnseq.config import Metric, Scheduler, TrainConfig
 from attnseq.data.batching import Batch, TokenBatchSampler
+from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.loader import BatchLoader, TokenCounts
 from attnseq.distributed import all_gather_object, all_reduce_sum, broadcast_object, world
 from attnseq.evaluation import Evaluator
-from attnseq.loss import sequence_loss
+from attnseq.loss import coverage_term, sequence_loss
 from attnseq.mixed_precision import MixedPrecision
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.optim import TrainingBudget
@@ -145,6 +146,8 @@ class Trainer:
         stop: the run's signal handling; without it SIGINT/SIGTERM keep their default effect.
         budget: the budget the lr schedule anneals over (optim.py); the trainer keeps it up to
             date. Without one, it is made from the config (for a schedule that ignores it).
+        extended_examples: copy models: the extended-vocabulary view of every training example
+            (attnseq/data/extended_vocab.py), aligned with `train_examples`.
     """
 
     def __init__(
@@ -162,6 +165,7 @@ class Trainer:
         on_validation: Callable[[Seq2Seq, int], None] | None = None,
         stop: StopSignals | None = None,
         budget: TrainingBudget | None = None,
+        extended_examples: list[ExtendedExample] | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -211,6 +215,7 @@ class Trainer:
             device=device,
             num_workers=trainer_cfg.num_workers,
             pin_memory=trainer_cfg.pin_memory,
+            extended=extended_examples,
         )
         # The module the updates run through: DDP averages gradients across ranks, and
         # torch.compile wraps either. Everything else (validation, decoding, state_dict, pad
@@ -391,10 +396,21 @@ class Trainer:
         self._global_counts = (totals[0], totals[1], totals[2])
         self.train_model.train()  # DDP's wrapper and the model inside
         with self.precision.autocast():
-            output = self.train_model(batch.src, batch.src_lengths, batch.tgt_in)
+            output = self.train_model(
+                batch.src, batch.src_lengths, batch.tgt_in, **batch.copy_inputs()
+            )
             loss_sum, _ = sequence_loss(
                 output.logits, batch.tgt_out, self.model.pad_id, self.cfg.optim.label_smoothing
             )
+            if "coverage_loss" in output.extras:  # See et al. 2017, eq. 13: + lambda * covloss_t
+                optim = self.cfg.optim
+                # See et al. add the coverage loss for a last phase of training only
+                weight = (
+                    optim.coverage_lambda if self.progress.step >= optim.coverage_start_step else 0
+                )
+                loss_sum = loss_sum + coverage_term(
+                    output.extras["coverage_loss"], batch.tgt_out, self.model.pad_id, weight
+                )
         # DDP averages gradients over the R ranks: R * sum_r / N_global averages to
         # sum(all ranks' token losses) / N_global, the single-process loss of the union.
         if distributed:

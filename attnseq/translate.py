@@ -20,6 +20,10 @@ size of the input.
 
 Sources longer than the `data.max_src_len` the model was trained with are truncated to it, as
 training did for summarization.
+
+Copy models (`model.copy`): every line gets its extended vocabulary (source words the target
+vocabulary lacks, attnseq/data/extended_vocab.py), and copied words are written as the line has
+them.
 """
 
 import itertools
@@ -32,6 +36,7 @@ import torch
 
 from attnseq.checkpoint import load_checkpoint
 from attnseq.config import TrainConfig, config_from_dict
+from attnseq.data.extended_vocab import extend_text
 from attnseq.decoding import DecodingSettings, Hypothesis, decode
 from attnseq.errors import UserError
 from attnseq.models.seq2seq import Seq2Seq
@@ -74,13 +79,18 @@ class Translator:
         return cls(model, tokenizers, cfg, resolve_device(device))
 
     def settings(self, **changes: object) -> DecodingSettings:
-        """The checkpoint's decoding settings (beam, output length limits) with `changes`
-        applied; changes that are None keep the checkpoint's value."""
+        """The checkpoint's decoding settings (beam, length penalty, output length limits,
+        n-gram blocking, coverage penalty) with `changes` applied; changes that are None keep
+        the checkpoint's value."""
         trainer = self.cfg.trainer
         base = DecodingSettings(
             beam=trainer.beam,
+            length_penalty=trainer.length_penalty,
             max_output_ratio=trainer.max_output_ratio,
             max_output_extra=trainer.max_output_extra,
+            min_length=trainer.min_output_length,
+            no_repeat_ngram=trainer.no_repeat_ngram,
+            coverage_penalty=trainer.coverage_penalty,
         )
         return replace(base, **{key: value for key, value in changes.items() if value is not None})
 
@@ -96,10 +106,10 @@ class Translator:
         Raises:
             UserError: invalid settings or batch size.
         """
-        for number, hypotheses in enumerate(
-            self.hypotheses(lines, settings, batch_size, chunk_size)
+        for number, (hypotheses, oovs) in enumerate(
+            self._decoded(lines, settings, batch_size, chunk_size)
         ):
-            yield self._format(number, hypotheses, settings.nbest)
+            yield self._format(number, hypotheses, settings.nbest, oovs)
 
     def hypotheses(
         self,
@@ -113,6 +123,17 @@ class Translator:
         Raises:
             UserError: invalid settings or batch size.
         """
+        for hypotheses, _ in self._decoded(lines, settings, batch_size, chunk_size):
+            yield hypotheses
+
+    def _decoded(
+        self,
+        lines: Iterable[str],
+        settings: DecodingSettings,
+        batch_size: int,
+        chunk_size: int,
+    ) -> Iterator[tuple[list[Hypothesis] | None, list[str]]]:
+        """`hypotheses`, each with the line's out-of-vocabulary source words (copy models)."""
         try:
             settings.check()
         except ValueError as error:
@@ -125,7 +146,7 @@ class Translator:
 
     def _decode_chunk(
         self, chunk: list[str], settings: DecodingSettings, batch_size: int
-    ) -> list[list[Hypothesis] | None]:
+    ) -> list[tuple[list[Hypothesis] | None, list[str]]]:
         texts = [line.rstrip("\r\n") for line in chunk]
         limit = self.cfg.data.max_src_len
         encoded = {
@@ -133,14 +154,25 @@ class Translator:
             for number, text in enumerate(texts)
             if text.strip()
         }
-        results: list[list[Hypothesis] | None] = [None] * len(texts)
+        extended = {}  # copy models: line -> (src_ext, oovs)
+        if self.cfg.model.copy:
+            extended = {
+                number: extend_text(texts[number], ids, self.tokenizers.src, self.tokenizers.tgt)
+                for number, ids in encoded.items()
+            }
+        results: list[tuple[list[Hypothesis] | None, list[str]]] = [(None, [])] * len(texts)
         order = sorted(encoded, key=lambda number: len(encoded[number]))  # by source length
         for start in range(0, len(order), batch_size):
             numbers = order[start : start + batch_size]
             src, src_lengths = self._pad([encoded[number] for number in numbers])
-            nbest_lists = decode(self.model, src, src_lengths, settings)
+            copy_inputs = {}
+            if extended:
+                src_ext, _ = self._pad([extended[number][0] for number in numbers])
+                n_oov = max(len(extended[number][1]) for number in numbers)
+                copy_inputs = {"src_ext": src_ext, "n_oov": n_oov}
+            nbest_lists = decode(self.model, src, src_lengths, settings, **copy_inputs)
             for number, nbest in zip(numbers, nbest_lists, strict=True):
-                results[number] = nbest
+                results[number] = (nbest, extended[number][1] if extended else [])
         return results
 
     def _pad(self, sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,20 +184,22 @@ class Translator:
         return src.to(self.device), lengths.to(self.device)
 
     def _format(
-        self, line_number: int, hypotheses: list[Hypothesis] | None, nbest: int
+        self, line_number: int, hypotheses: list[Hypothesis] | None, nbest: int, oovs: list[str]
     ) -> str | list[str]:
         if nbest == 1:
-            return "" if hypotheses is None else self._text(hypotheses[0])
+            return "" if hypotheses is None else self._text(hypotheses[0], oovs)
         if hypotheses is None:
             return [f"{line_number} |||  ||| {0.0:.4f}"]
         return [
-            f"{line_number} ||| {self._text(hypothesis)} ||| {hypothesis.normalized_score:.4f}"
+            f"{line_number} ||| {self._text(hypothesis, oovs)} ||| "
+            f"{hypothesis.normalized_score:.4f}"
             for hypothesis in hypotheses
         ]
 
-    def _text(self, hypothesis: Hypothesis) -> str:
+    def _text(self, hypothesis: Hypothesis, oovs: list[str]) -> str:
         # one output line per input line: a newline inside a hypothesis would break that
-        return self.tokenizers.tgt.decode(hypothesis.tokens).replace("\n", " ")
+        text = self.tokenizers.tgt.decode_extended(hypothesis.tokens, oovs)
+        return text.replace("\n", " ")
 
 
 def translate_lines(

@@ -1,7 +1,9 @@
 """Attention heatmaps: matplotlib figures (Agg, no display) and their TensorBoard images.
 
 Rows are target tokens (what the model produced or was forced to read), columns are source
-tokens; each cell is the weight a_ts. Figures are drawn with `matplotlib.figure.Figure` and
+tokens; each cell is the weight a_ts. For copy models (pointer-generators) a strip to the right
+shows p_gen of every row: 1 = the token was generated from the vocabulary, 0 = copied from the
+source (See et al. 2017, eq. 8). Figures are drawn with `matplotlib.figure.Figure` and
 the Agg canvas directly, never pyplot, so nothing depends on a display or global state.
 """
 
@@ -66,18 +68,41 @@ def alignment_figure(
     src_tokens: Sequence[str],
     tgt_tokens: Sequence[str],
     title: str | None = None,
+    p_gen: np.ndarray | None = None,
 ) -> Figure:
-    """One heatmap with a colour bar.
+    """One heatmap with a colour bar, and optionally the p_gen strip.
 
     Args:
         weights: (T, S) attention weights, T = len(tgt_tokens), S = len(src_tokens).
+        p_gen: (T,) generation probability of every row (copy models).
     """
     weights = np.asarray(weights, dtype=np.float32)
-    figure = Figure(figsize=_cell_inches(len(src_tokens), len(tgt_tokens)), layout="constrained")
-    ax = figure.add_subplot()
+    width, height = _cell_inches(len(src_tokens), len(tgt_tokens))
+    if p_gen is None:
+        figure = Figure(figsize=(width, height), layout="constrained")
+        ax = figure.add_subplot()
+    else:
+        figure = Figure(figsize=(width + 1.0, height), layout="constrained")
+        # the strip is about two source columns wide, whatever the source length
+        ax, strip = figure.subplots(
+            1, 2, gridspec_kw={"width_ratios": [max(len(src_tokens), 1), 2.0]}
+        )
     image = _draw(ax, weights, src_tokens, tgt_tokens, title)
     figure.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    if p_gen is not None:
+        _draw_p_gen(strip, np.asarray(p_gen, dtype=np.float32), len(tgt_tokens))
     return figure
+
+
+def _draw_p_gen(ax, p_gen: np.ndarray, rows: int) -> None:
+    """p_gen (T,) as a one-column heatmap (0 = copy, 1 = generate) with its values written in."""
+    values = p_gen.reshape(-1, 1)[:rows]  # (T, 1)
+    ax.imshow(values, cmap="coolwarm_r", vmin=0.0, vmax=1.0, aspect="auto")
+    for row, value in enumerate(values[:, 0]):
+        ax.text(0, row, f"{value:.2f}", ha="center", va="center", fontsize=7)
+    ax.set_xticks([0], ["1 = generate\n0 = copy"], fontsize=7)
+    ax.set_yticks([])
+    ax.set_title("p_gen", fontsize=9)
 
 
 def attention_grid_figure(

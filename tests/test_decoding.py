@@ -325,3 +325,50 @@ def test_beam_beats_greedy_on_trained_reverse_model(reverse_model) -> None:
     better = [b >= g - 1e-4 for b, g in zip(raw_beam_scores, greedy_scores, strict=True)]
     assert all(better)
     assert sum(raw_beam_scores) > sum(greedy_scores)
+
+
+# ------------------------------------------------------------------------ coverage penalty
+def test_gnmt_coverage_penalty_on_hand_numbers() -> None:
+    from attnseq.coverage_penalty import gnmt_coverage_penalty
+
+    coverage = torch.tensor([[0.5, 1.7, 0.25, 0.0]])  # the last position is padding
+    mask = torch.tensor([[True, True, True, False]])
+    # beta * (log 0.5 + log min(1.7, 1) + log 0.25)
+    expected = 0.4 * (math.log(0.5) + 0.0 + math.log(0.25))
+    assert gnmt_coverage_penalty(coverage, mask, 0.4).item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("family", ["bahdanau", "transformer"])
+def test_coverage_penalty_ranks_by_the_hypothesis_own_attention(family: str) -> None:
+    """normalized_score = raw / lp + beta sum_i log min(sum_j p_ij, 1) with the attention that
+    produced the hypothesis, gathered along its beam: the state bookkeeping is right."""
+    from attnseq.coverage_penalty import source_attention
+
+    model = make_model(family)
+    src, lengths = random_batch(4)
+    limits = max_output_lengths(lengths, 1.0, 3)
+    beta, alpha = 0.7, 0.6
+    results = beam_search(
+        model, src, lengths, limits, beam_size=3, nbest=3, length_penalty=alpha,
+        coverage_penalty=beta, need_weights=True,
+    )  # fmt: skip
+    for row, nbest in enumerate(results):
+        norms = [h.normalized_score for h in nbest]
+        assert norms == sorted(norms, reverse=True)
+        for hypothesis in nbest:
+            weights = hypothesis.attention  # (T_out, S) or (L, H, T_out, S), real source only
+            if weights.dim() == 4:
+                weights = weights.movedim(-2, 0)  # (T_out, L, H, S)
+            coverage = source_attention(weights).sum(dim=0)  # (S_real,)
+            penalty = beta * torch.log(coverage.clamp(max=1.0)).sum().item()
+            lp = ((5.0 + weights.size(0)) / 6.0) ** alpha
+            assert hypothesis.normalized_score == pytest.approx(
+                hypothesis.score / lp + penalty, abs=1e-4
+            ), row
+
+
+def test_coverage_penalty_is_not_greedy() -> None:
+    assert DecodingSettings(beam=1).is_greedy
+    assert not DecodingSettings(beam=1, coverage_penalty=0.2).is_greedy
+    with pytest.raises(ValueError, match="coverage_penalty"):
+        DecodingSettings(coverage_penalty=-1.0).check()

@@ -64,7 +64,7 @@ def test_task_metrics_pick_the_set() -> None:
     assert translation == translation_metrics(HYPOTHESES, REFERENCES)
     assert set(translation) == {"bleu", "chrf", "exact_match"}
     summary = task_metrics(TaskType.summarization, HYPOTHESES, REFERENCES)
-    assert set(summary) == {"rouge1", "rouge2", "rouge_l", "exact_match"}
+    assert set(summary) == {"rouge1", "rouge2", "rouge_l", "exact_match", "repeated_trigrams"}
     assert summary["rouge_l"] == pytest.approx(rouge(HYPOTHESES, REFERENCES)["rouge_l"])
     assert task_metrics("summarization", ["x "], ["x"])["exact_match"] == 1.0
     with pytest.raises(ValueError, match="unknown task 'qa'"):
@@ -76,3 +76,14 @@ def test_existing_metrics_unchanged() -> None:
     assert exact_match([], []) == 0.0
     assert perplexity(0.0) == 1.0
     assert perplexity(1e9) == pytest.approx(perplexity(100.0))
+
+
+def test_repeated_trigrams_on_hand_numbers() -> None:
+    from attnseq.metrics import repeated_trigrams
+
+    # "a b c a b c a": trigrams abc bca cab abc bca -> 2 of 5 repeat; "x y": none at all;
+    # "It is. it is it": words it is it is it -> trigrams (it is it) (is it is) (it is it)
+    outputs = ["a b c a b c a", "x y", "It is. it is it"]
+    assert repeated_trigrams(outputs) == pytest.approx(100 * (2 + 1) / (5 + 3))
+    assert repeated_trigrams(["one two three four"]) == 0.0
+    assert repeated_trigrams([]) == 0.0

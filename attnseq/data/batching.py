@@ -2,7 +2,8 @@
 
 `TokenBatchSampler` decides which examples go together (length buckets under a budget of padded
 tokens, so little compute is spent on padding), `collate` turns one group of encoded examples into
-a `Batch` of right-padded tensors with BOS/EOS in place, `encode_pairs` turns text pairs into the
+a `Batch` of right-padded tensors with BOS/EOS in place (a `CopyBatch`, with the extended source,
+for copy models), `encode_pairs` turns text pairs into the
 encoded examples both consume.
 
 Shapes: B batch, S source length, T target length (target + 1, for BOS/EOS).
@@ -11,14 +12,17 @@ Shapes: B batch, S source length, T target length (target + 1, for BOS/EOS).
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.tokenizers import Tokenizer
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), no BOS/EOS
+_TENSORS = ("src", "src_lengths", "tgt_in", "tgt_out", "tgt_lengths", "indices")
 
 
 @dataclass
@@ -44,20 +48,17 @@ class Batch:
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         """A copy with every tensor on `device` (non_blocking pays off from pinned memory)."""
         return Batch(
-            *(
-                getattr(self, name).to(device, non_blocking=non_blocking)
-                for name in ("src", "src_lengths", "tgt_in", "tgt_out", "tgt_lengths", "indices")
-            )
+            *(getattr(self, name).to(device, non_blocking=non_blocking) for name in _TENSORS)
         )
 
     def pin_memory(self) -> "Batch":
         """A copy in page-locked host memory (what DataLoader's pin_memory calls)."""
-        return Batch(
-            *(
-                getattr(self, name).pin_memory()
-                for name in ("src", "src_lengths", "tgt_in", "tgt_out", "tgt_lengths", "indices")
-            )
-        )
+        return Batch(*(getattr(self, name).pin_memory() for name in _TENSORS))
+
+    def copy_inputs(self) -> dict[str, Any]:
+        """The keyword arguments a copy model's forward/start_decoding take: none here
+        (`CopyBatch` has them)."""
+        return {}
 
     @property
     def size(self) -> int:
@@ -92,6 +93,41 @@ class Batch:
         return positions.unsqueeze(0) < self.tgt_lengths.unsqueeze(1)
 
 
+@dataclass
+class CopyBatch(Batch):
+    """A `Batch` for a copy model (pointer-generator), collated with extended examples
+    (attnseq/data/extended_vocab.py); `tgt_out` holds the extended labels (copied
+    out-of-vocabulary words get ids >= V), `tgt_in` stays in the target vocabulary.
+
+    src_ext: (B, S) long, the source in the extended vocabulary (pad_id at padding).
+    oovs: per example, its out-of-vocabulary source words (id V + k is oovs[b][k]).
+    """
+
+    src_ext: Tensor
+    oovs: list[list[str]]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "CopyBatch":
+        moved = super().to(device, non_blocking)
+        return CopyBatch(
+            **vars(moved),
+            src_ext=self.src_ext.to(device, non_blocking=non_blocking),
+            oovs=self.oovs,
+        )
+
+    def pin_memory(self) -> "CopyBatch":
+        pinned = super().pin_memory()
+        return CopyBatch(**vars(pinned), src_ext=self.src_ext.pin_memory(), oovs=self.oovs)
+
+    @property
+    def n_oov(self) -> int:
+        """K, the most out-of-vocabulary source words of one example."""
+        return max((len(words) for words in self.oovs), default=0)
+
+    def copy_inputs(self) -> dict[str, Any]:
+        """`src_ext` and `n_oov`: the keyword arguments of a copy model's forward."""
+        return {"src_ext": self.src_ext, "n_oov": self.n_oov}
+
+
 def collate(
     examples: Sequence[Example],
     indices: Sequence[int],
@@ -99,6 +135,7 @@ def collate(
     pad_id: int,
     bos_id: int,
     eos_id: int,
+    extended: Sequence[ExtendedExample] | None = None,
 ) -> Batch:
     """Pad a group of encoded examples into a `Batch`.
 
@@ -106,6 +143,8 @@ def collate(
         examples: (source ids, target ids) pairs, without BOS/EOS.
         indices: the dataset position of each example (same length as `examples`).
         pad_id, bos_id, eos_id: special ids of the tokenizer(s).
+        extended: copy models: each example's extended-vocabulary view; the result is then a
+            `CopyBatch` whose `tgt_out` holds the extended labels.
     """
     if not examples:
         raise ValueError("cannot collate an empty batch")
@@ -120,13 +159,25 @@ def collate(
     src = [list(s) + [pad_id] * (S - len(s)) for s, _ in examples]
     tgt_in = [[bos_id, *t] + [pad_id] * (T - len(t) - 1) for _, t in examples]
     tgt_out = [[*t, eos_id] + [pad_id] * (T - len(t) - 1) for _, t in examples]
-    return Batch(
+    if extended is not None:
+        if len(extended) != len(examples):
+            raise ValueError(f"{len(examples)} examples but {len(extended)} extended ones")
+        tgt_out = [[*e.tgt_ext, eos_id] + [pad_id] * (T - len(e.tgt_ext) - 1) for e in extended]
+    batch = Batch(
         src=torch.tensor(src, dtype=torch.long),  # (B, S)
         src_lengths=torch.tensor(src_lengths, dtype=torch.long),  # (B,)
         tgt_in=torch.tensor(tgt_in, dtype=torch.long),  # (B, T)
         tgt_out=torch.tensor(tgt_out, dtype=torch.long),  # (B, T)
         tgt_lengths=torch.tensor(tgt_lengths, dtype=torch.long),  # (B,)
         indices=torch.tensor(list(indices), dtype=torch.long),  # (B,)
+    )
+    if extended is None:
+        return batch
+    src_ext = [e.src_ext + [pad_id] * (S - len(e.src_ext)) for e in extended]
+    return CopyBatch(
+        **vars(batch),
+        src_ext=torch.tensor(src_ext, dtype=torch.long),  # (B, S)
+        oovs=[list(e.oovs) for e in extended],
     )
 
 

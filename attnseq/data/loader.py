@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnseq.data.batching import Batch, Example, collate
+from attnseq.data.extended_vocab import ExtendedExample
 
 
 class TokenCounts(NamedTuple):
@@ -28,23 +29,36 @@ class TokenCounts(NamedTuple):
     padded: int
 
 
-class _IndexedExamples(Dataset):
-    """Position i -> (i, example i): collate needs each example's dataset position."""
+IndexedExample = tuple[int, Example, ExtendedExample | None]
 
-    def __init__(self, examples: Sequence[Example]) -> None:
+
+class _IndexedExamples(Dataset):
+    """Position i -> (i, example i, its extended view or None): collate needs each example's
+    dataset position, and copy models its extended-vocabulary view."""
+
+    def __init__(
+        self, examples: Sequence[Example], extended: Sequence[ExtendedExample] | None
+    ) -> None:
         self.examples = examples
+        self.extended = extended
 
     def __len__(self) -> int:
         return len(self.examples)
 
-    def __getitem__(self, index: int) -> tuple[int, Example]:
-        return index, self.examples[index]
+    def __getitem__(self, index: int) -> IndexedExample:
+        extended = None if self.extended is None else self.extended[index]
+        return index, self.examples[index], extended
 
 
-def _collate_indexed(items: list[tuple[int, Example]], pad_id: int, bos_id: int, eos_id: int):
-    indices = [index for index, _ in items]
+def _collate_indexed(items: list[IndexedExample], pad_id: int, bos_id: int, eos_id: int):
+    has_extended = items[0][2] is not None
     return collate(
-        [example for _, example in items], indices, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id
+        [example for _, example, _ in items],
+        [index for index, _, _ in items],
+        pad_id=pad_id,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        extended=[view for _, _, view in items] if has_extended else None,
     )
 
 
@@ -59,6 +73,8 @@ class BatchLoader:
             training process collates each batch when it is needed).
         pin_memory: on CUDA, collate into page-locked memory so that the copy to the GPU is
             asynchronous (`non_blocking=True`); ignored on the CPU.
+        extended: copy models: each example's extended-vocabulary view (aligned with
+            `examples`); the batches are then `CopyBatch`es.
     """
 
     def __init__(
@@ -71,10 +87,13 @@ class BatchLoader:
         device: torch.device,
         num_workers: int = 0,
         pin_memory: bool = True,
+        extended: Sequence[ExtendedExample] | None = None,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        self.examples = examples
+        if extended is not None and len(extended) != len(examples):
+            raise ValueError(f"{len(examples)} examples but {len(extended)} extended views")
+        self.dataset = _IndexedExamples(examples, extended)
         self.device = device
         self.num_workers = num_workers
         self.pin = pin_memory and device.type == "cuda"
@@ -85,13 +104,13 @@ class BatchLoader:
         counts read on the host (reading them from a GPU tensor would wait for the GPU)."""
         if self.num_workers == 0:
             host_batches: Iterable[Batch] = (
-                self._collate([(i, self.examples[i]) for i in indices]) for indices in batches
+                self._collate([self.dataset[i] for i in indices]) for indices in batches
             )
         elif not batches:
             return
         else:
             host_batches = DataLoader(
-                _IndexedExamples(self.examples),
+                self.dataset,
                 batch_sampler=list(batches),
                 collate_fn=self._collate,
                 num_workers=self.num_workers,

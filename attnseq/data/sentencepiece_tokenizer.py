@@ -111,6 +111,20 @@ class SentencePieceTokenizer(Tokenizer):
         size = self.vocab_size
         return [self._sp.id_to_piece(int(i)) if 0 <= int(i) < size else UNK for i in ids]
 
+    def pieces_batch(self, texts: Sequence[str]) -> list[list[str]]:
+        """`pieces` of many texts in one call. An unknown piece comes back as its surface text
+        (e.g. "Zü"), not as "<unk>": what a copy model copies (extended_vocab.py)."""
+        return self._sp.encode(list(texts), out_type=str)
+
+    def piece_to_id(self, piece: str) -> int:
+        token_id = self._sp.piece_to_id(piece)
+        # control symbols are never pieces of text (`encode` never produces them)
+        return UNK_ID if token_id in (PAD_ID, BOS_ID, EOS_ID) else token_id
+
+    def pieces_to_text(self, pieces: list[str]) -> str:
+        # unknown pieces are written as they are, "▁" becomes a space
+        return self._sp.decode_pieces(pieces)
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

@@ -14,7 +14,7 @@ a checkpoint loaded with `torch.load(weights_only=True)`; `tokenizer_from_state`
 import abc
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -127,6 +127,37 @@ class Tokenizer(abc.ABC):
         dropped, so labels line up with attention rows/columns."""
 
     @abc.abstractmethod
+    def piece_to_id(self, piece: str) -> int:
+        """The id of a token string; UNK_ID when the vocabulary lacks it (and for the strings of
+        <pad>, <s> and </s>, which text never produces)."""
+
+    @abc.abstractmethod
+    def pieces_to_text(self, pieces: list[str]) -> str:
+        """Text of token strings; strings outside the vocabulary are written as they are."""
+
+    def decode_extended(self, ids: Iterable[int], oovs: Sequence[str]) -> str:
+        """`decode` for a copy model's output: ids >= vocab_size are source words the vocabulary
+        lacks, written as `oovs[id - vocab_size]` (attnseq/data/extended_vocab.py). Stops at
+        the first EOS and drops <pad> and <s>, as `decode` does; without extended ids the
+        result is exactly `decode(ids)`."""
+        ids = [int(token_id) for token_id in ids]
+        size = self.vocab_size
+        if all(token_id < size for token_id in ids):
+            return self.decode(ids)
+        pieces: list[str] = []
+        for token_id in ids:
+            if token_id == EOS_ID:
+                break
+            if token_id in (PAD_ID, BOS_ID):
+                continue
+            if token_id >= size:
+                index = token_id - size
+                pieces.append(oovs[index] if index < len(oovs) else UNK)
+            else:
+                pieces.extend(self.ids_to_pieces([token_id]))
+        return self.pieces_to_text(pieces)
+
+    @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to rebuild the tokenizer, as plain JSON-compatible values,
         with "kind" set to `self.kind`."""
@@ -204,6 +235,12 @@ class VocabTokenizer(Tokenizer):
 
     def ids_to_pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.vocab.id_to_token(int(token_id)) for token_id in ids]
+
+    def piece_to_id(self, piece: str) -> int:
+        return UNK_ID if piece in SPECIAL_TOKENS else self.vocab.token_to_id(piece)
+
+    def pieces_to_text(self, pieces: list[str]) -> str:
+        return self.join(pieces)
 
     def state_dict(self) -> dict[str, Any]:
         return {

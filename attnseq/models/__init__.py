@@ -12,6 +12,7 @@ def build_model(
     bos_id: int,
     eos_id: int,
     joint_vocabulary: bool = False,
+    unk_id: int = 1,
 ) -> Seq2Seq:
     """Construct the model a config describes (weights freshly initialised).
 
@@ -19,8 +20,13 @@ def build_model(
     model). With `cfg.tie_embeddings` the source embedding, the target embedding and the output
     projection are then one matrix (Press & Wolf 2017; Vaswani et al. 2017, section 3.4), as in
     the peer toolkits' joint-BPE setups.
+
+    With `cfg.copy` or `cfg.coverage` the model is the pointer-generator subclass of its family
+    (models/rnn_pointer.py, models/transformer_pointer.py); `unk_id` (the same id, 1, for every
+    attnseq tokenizer) is what it feeds back after emitting a copied source word.
     """
     share_src_tgt = cfg.tie_embeddings and joint_vocabulary
+    pointer = cfg.copy or cfg.coverage
     if cfg.family is ModelFamily.transformer:
         from attnseq.attention.efficient import SelfAttentionOptions
         from attnseq.models.transformer import TransformerSeq2Seq
@@ -37,7 +43,19 @@ def build_model(
             max_length=cfg.max_positions,  # linformer's n
             features=attention.features,
         )
-        return TransformerSeq2Seq(
+        transformer_class: type[TransformerSeq2Seq] = TransformerSeq2Seq
+        extra: dict = {}
+        if pointer:
+            from attnseq.models.transformer_pointer import PointerGeneratorTransformer
+
+            transformer_class = PointerGeneratorTransformer
+            extra = {
+                "unk_id": unk_id,
+                "copy": cfg.copy,
+                "coverage": cfg.coverage,
+                "copy_layer": cfg.copy_layer,
+            }
+        return transformer_class(
             src_vocab_size,
             tgt_vocab_size,
             pad_id,
@@ -57,6 +75,7 @@ def build_model(
             share_src_tgt_embeddings=share_src_tgt,
             self_attention=self_attention,
             decoder_self_attention=attention.decoder_self,
+            **extra,
         )
 
     from attnseq.attention import build_attention
@@ -75,7 +94,14 @@ def build_model(
             D=cfg.attention.D,
             max_src_len=cfg.max_positions,
         )
-    return RNNSeq2Seq(
+    rnn_class: type[RNNSeq2Seq] = RNNSeq2Seq
+    rnn_extra: dict = {}
+    if pointer:
+        from attnseq.models.rnn_pointer import PointerGeneratorRNN
+
+        rnn_class = PointerGeneratorRNN
+        rnn_extra = {"unk_id": unk_id, "copy": cfg.copy, "coverage": cfg.coverage}
+    return rnn_class(
         src_vocab_size,
         tgt_vocab_size,
         pad_id,
@@ -93,6 +119,7 @@ def build_model(
         input_feeding=cfg.input_feeding,
         tie_embeddings=cfg.tie_embeddings,
         share_src_tgt_embeddings=share_src_tgt,
+        **rnn_extra,
     )
 
 

@@ -10,6 +10,11 @@ transformers (DESIGN.md: `(batch, [layers, heads,] tgt_len, src_len)`).
 Incremental decoding state is a (possibly nested) dict/list/tuple of tensors whose first
 dimension is the batch (or batch x beam); `reorder_state` selects rows of every tensor in it,
 which is all beam search needs.
+
+Copy models (pointer-generators: models/copy.py, rnn_pointer.py, transformer_pointer.py) also take
+keyword-only `src_ext` (B, S) and `n_oov` in `forward` and `start_decoding` (the source in their
+extended vocabulary of V + n_oov ids) and return log-probabilities over that vocabulary in place
+of logits; `extras` then holds "p_gen" (B, T) and, with coverage, "coverage_loss" (B, T).
 """
 
 import abc

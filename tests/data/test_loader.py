@@ -1,8 +1,10 @@
 """BatchLoader: the same batches, in the same order, with or without worker processes."""
 
+import pytest
 import torch
 
-from attnseq.data.batching import collate
+from attnseq.data.batching import CopyBatch, collate
+from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.loader import BatchLoader
 
 PAD, BOS, EOS = 0, 1, 2
@@ -41,3 +43,35 @@ def test_no_batches_yield_nothing() -> None:
         examples(), pad_id=PAD, bos_id=BOS, eos_id=EOS, device=torch.device("cpu"), num_workers=2
     )
     assert list(loader([])) == []
+
+
+def test_copy_models_get_copy_batches_with_or_without_workers() -> None:
+    """The extended-vocabulary views travel with their examples, also through worker processes."""
+    data = examples(6)
+    extended = [
+        ExtendedExample(src_ext=[*src[:-1], 50 + i], tgt_ext=tgt, oovs=[f"w{i}"])
+        for i, (src, tgt) in enumerate(data)
+    ]
+    batches = [[4, 0], [5, 2, 1]]
+    kwargs = dict(pad_id=PAD, bos_id=BOS, eos_id=EOS, device=torch.device("cpu"))
+    for workers in (0, 2):
+        loaded = list(BatchLoader(data, num_workers=workers, extended=extended, **kwargs)(batches))
+        for indices, (batch, _) in zip(batches, loaded, strict=True):
+            assert isinstance(batch, CopyBatch)
+            assert batch.oovs == [[f"w{i}"] for i in indices]
+            assert [
+                row[len(data[i][0]) - 1]
+                for i, row in zip(indices, batch.src_ext.tolist(), strict=True)
+            ] == [50 + i for i in indices]
+
+
+def test_extended_views_must_match_the_examples() -> None:
+    with pytest.raises(ValueError, match="extended views"):
+        BatchLoader(
+            examples(3),
+            pad_id=PAD,
+            bos_id=BOS,
+            eos_id=EOS,
+            device=torch.device("cpu"),
+            extended=[ExtendedExample(src_ext=[], tgt_ext=[], oovs=[])],
+        )
