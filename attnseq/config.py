@@ -60,6 +60,13 @@ class RNNCell(Enum):
     lstm = "lstm"
 
 
+class DecoderInit(Enum):
+    """The RNN decoder's initial state s_0 (Joey NMT's `init_hidden`)."""
+
+    bridge = "bridge"  # tanh(W_s summary): Bahdanau et al. 2015, appendix A.2.2
+    zero = "zero"  # s_0 = 0: the decoder sees the source only through attention
+
+
 class Score(Enum):
     additive = "additive"
     dot = "dot"
@@ -196,6 +203,7 @@ class RNNConfig:
     cell: RNNCell = RNNCell.gru
     layers: int = 1
     bidirectional: bool = True
+    init_hidden: DecoderInit = DecoderInit.bridge
 
 
 @dataclass

@@ -115,6 +115,7 @@ def build_model(
         layers=cfg.rnn.layers,
         bidirectional=cfg.rnn.bidirectional,
         cell=cfg.rnn.cell.value,
+        init_hidden=cfg.rnn.init_hidden.value,
         dropout=cfg.dropout,
         input_feeding=cfg.input_feeding,
         tie_embeddings=cfg.tie_embeddings,

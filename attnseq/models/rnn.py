@@ -99,6 +99,11 @@ class RNNSeq2Seq(Seq2Seq):
         tie_embeddings: the output projection shares the target embedding matrix.
         share_src_tgt_embeddings: the encoder uses the target embedding too (one joint
             vocabulary: equal vocabulary sizes).
+        init_hidden: the decoder's initial state s_0 of every layer: "bridge" = tanh(W_s
+            summary) of the encoder's final states (Bahdanau et al. 2015, appendix A.2.2), or
+            "zero" = 0. A zero start gives the decoder no summary of the source, so everything
+            it knows about the source arrives through attention: on generated tasks that a
+            summary vector already solves (reverse), this is what makes the alignments sharp.
     """
 
     def __init__(
@@ -121,8 +126,11 @@ class RNNSeq2Seq(Seq2Seq):
         input_feeding: bool = True,
         tie_embeddings: bool = True,
         share_src_tgt_embeddings: bool = False,
+        init_hidden: str = "bridge",
     ) -> None:
         super().__init__(pad_id, bos_id, eos_id)
+        if init_hidden not in ("bridge", "zero"):
+            raise ValueError(f"init_hidden must be 'bridge' or 'zero', got {init_hidden!r}")
         if share_src_tgt_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
                 "share_src_tgt_embeddings needs equal vocabulary sizes, got "
@@ -152,7 +160,7 @@ class RNNSeq2Seq(Seq2Seq):
             self.encoder.embedding = self.embedding
         self.dropout = nn.Dropout(dropout)
         # bridge: initial decoder state of every layer from the encoder summary (Bahdanau A.2.2)
-        self.bridge = nn.Linear(enc_size, layers * hidden)
+        self.bridge = nn.Linear(enc_size, layers * hidden) if init_hidden == "bridge" else None
 
         out_dim = emb_dim if tie_embeddings else hidden
         if style == "bahdanau":
@@ -178,8 +186,11 @@ class RNNSeq2Seq(Seq2Seq):
     def _encode(self, src: Tensor, src_lengths: Tensor) -> dict[str, Tensor]:
         annotations, summary = self.encoder(src, src_lengths)
         mask = padding_mask(src_lengths, src.size(1))  # (B, S)
-        hidden0 = torch.tanh(self.bridge(summary))  # (B, layers*H)
-        hidden0 = hidden0.view(src.size(0), self.layers, self.hidden)  # (B, layers, H)
+        if self.bridge is not None:
+            hidden0 = torch.tanh(self.bridge(summary))  # (B, layers*H)
+            hidden0 = hidden0.view(src.size(0), self.layers, self.hidden)  # (B, layers, H)
+        else:
+            hidden0 = summary.new_zeros(src.size(0), self.layers, self.hidden)
         state: dict[str, Tensor] = {
             "annotations": annotations,  # (B, S, E)
             "mask": mask,

@@ -25,6 +25,7 @@ def make_model(
     input_feeding: bool = True,
     layers: int = 1,
     dropout: float = 0.0,
+    init_hidden: str = "bridge",
 ) -> RNNSeq2Seq:
     from omegaconf import OmegaConf
 
@@ -39,7 +40,12 @@ def make_model(
                 "dropout": dropout,
                 "input_feeding": input_feeding,
                 "max_positions": 32,
-                "rnn": {"cell": cell, "layers": layers, "bidirectional": True},
+                "rnn": {
+                    "cell": cell,
+                    "layers": layers,
+                    "bidirectional": True,
+                    "init_hidden": init_hidden,
+                },
                 "attention": {"score": score, "window": window, "D": 2},
             },
         )
@@ -147,6 +153,21 @@ def test_every_combination_overfits_a_batch(score: str, window: str, cell: str) 
     style = "bahdanau" if score == "additive" else "luong"
     model = make_model(style, score, window, cell)
     assert overfit(model) == 1.0
+
+
+@pytest.mark.parametrize("style", ["bahdanau", "luong"])
+def test_zero_initial_state_has_no_bridge_and_still_learns(style: str) -> None:
+    """model.rnn.init_hidden=zero: s_0 = 0 for every layer, no bridge parameters; step-by-step
+    decoding still matches teacher forcing."""
+    model = make_model(style, "general", cell="lstm", layers=2, init_hidden="zero").eval()
+    assert model.bridge is None
+    assert not any("bridge" in name for name, _ in model.named_parameters())
+    src, lengths, tgt_in, _ = toy_batch()
+    state = model.start_decoding(src, lengths)
+    assert torch.all(state["hidden"] == 0) and state["hidden"].shape == (src.size(0), 2, 16)
+    logits, _ = step_by_step(model, src, lengths, tgt_in)
+    torch.testing.assert_close(logits, model(src, lengths, tgt_in).logits, atol=1e-5, rtol=1e-4)
+    assert overfit(make_model(style, "general", init_hidden="zero")) == 1.0
 
 
 def test_bahdanau_dot_and_none_overfit() -> None:
