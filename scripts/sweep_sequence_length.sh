@@ -5,6 +5,7 @@
 # (or the test/exact_match column of each job's metrics.json).
 #
 #   bash scripts/sweep_sequence_length.sh [STEPS] [LENGTHS...]     # default: 1500 steps; 5 10 20 30
+#   EXTRA="trainer.threads=1 seed=2" bash scripts/sweep_sequence_length.sh   # more overrides
 set -euo pipefail
 steps="${1:-1500}"
 shift || true
@@ -14,7 +15,7 @@ for length in ${lengths[@]}; do
   attnseq train -m model=rnn_bahdanau,rnn_none data=reverse \
     data.min_len="$length" data.max_len="$length" data.train_size=20000 \
     trainer.max_steps="$steps" trainer.validate_every=500 trainer.early_stopping_patience=0 \
-    hydra.sweep.dir="$out/L$length"
+    hydra.sweep.dir="$out/L$length" ${EXTRA:-}
 done
 python - "$out" <<'PY'
 import json, sys
