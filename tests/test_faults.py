@@ -37,7 +37,8 @@ from attnseq.cli import app
 from attnseq.config import TrainConfig, config_from_dict, register_configs
 from attnseq.errors import UserError
 from attnseq.hydra_entry import CONFIG_DIR
-from attnseq.tasks import find_resume_point, run_training
+from attnseq.resume import find_resume_point
+from attnseq.tasks import run_training
 from attnseq.training import StopSignals, TrainingDiverged, TrainingInterrupted
 
 # A run of 40 short steps that saves a resume point after every one, with dropout so that a
