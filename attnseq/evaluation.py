@@ -195,7 +195,7 @@ class Evaluator:
         metrics = {"loss": forced["loss"], "ppl": perplexity(forced["loss"])}
         metrics.update({key: value for key, value in forced.items() if key != "loss"})
         metrics.update(task_metrics(self.task, texts, self.references))
-        if self.gold is not None:
+        if self.gold is not None and model.has_attention:  # score=none has no alignment
             metrics.update(self.alignment_metrics(model))
         return metrics, hypotheses
 

@@ -89,6 +89,15 @@ def test_tasks_with_gold_alignments_report_aer(tmp_path: Path) -> None:
     assert {"attention/entropy", "attention/argmax_weight"} <= set(events.Tags()["scalars"])
 
 
+def test_a_model_without_attention_trains_on_a_task_with_gold_alignments(tmp_path: Path) -> None:
+    """model=rnn_none on reverse (which has gold links): the fixed-vector baseline has no
+    attention to score, so the run ends with its other metrics and no AER (it used to crash in
+    the final test evaluation)."""
+    cfg = tiny_config("data.name=reverse", "data.tokenizer=word", "model.attention.score=none")
+    metrics = run_training(cfg, tmp_path)
+    assert "test/exact_match" in metrics and "test/aer" not in metrics
+
+
 def test_eval_of_a_file_outside_the_config(trained_run, tmp_path: Path) -> None:
     run_dir, _ = trained_run
     data = tmp_path / "extra.jsonl"

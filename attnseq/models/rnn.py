@@ -182,6 +182,10 @@ class RNNSeq2Seq(Seq2Seq):
         if tie_embeddings:
             self.output.weight = self.embedding.weight
 
+    @property
+    def has_attention(self) -> bool:
+        return self.attention is not None
+
     # ------------------------------------------------------------------ encoder side
     def _encode(self, src: Tensor, src_lengths: Tensor) -> dict[str, Tensor]:
         annotations, summary = self.encoder(src, src_lengths)

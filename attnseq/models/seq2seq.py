@@ -62,6 +62,12 @@ class Seq2Seq(nn.Module, metaclass=abc.ABCMeta):
         self.bos_id = bos_id
         self.eos_id = eos_id
 
+    @property
+    def has_attention(self) -> bool:
+        """Whether the model attends over the source (returns weights when asked): False for the
+        fixed-vector baseline (model.attention.score=none), which has no alignment to score."""
+        return True
+
     @abc.abstractmethod
     def forward(
         self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
