@@ -38,6 +38,26 @@ def _fail(error: UserError) -> None:
     raise typer.Exit(2)
 
 
+# decoding options shared by `attnseq eval` and `attnseq translate` (None: the checkpoint's)
+MinLengthOption = Annotated[
+    int | None,
+    typer.Option(help="No EOS before this many tokens (default: trainer.min_output_length)."),
+]
+NoRepeatNgramOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Forbid repeating any n-gram of this size, 0 = off (default: trainer.no_repeat_ngram)."
+    ),
+]
+CoveragePenaltyOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Beam search coverage penalty beta (Wu et al. 2016, eq. 14), 0 = off "
+        "(default: trainer.coverage_penalty)."
+    ),
+]
+
+
 @app.command(
     context_settings={
         "allow_extra_args": True,
@@ -95,24 +115,9 @@ def evaluate(
             help="GNMT length penalty alpha, lp = ((5+|Y|)/6)^alpha (default: the config's)."
         ),
     ] = None,
-    min_length: Annotated[
-        int | None,
-        typer.Option(help="No EOS before this many tokens (default: trainer.min_output_length)."),
-    ] = None,
-    no_repeat_ngram: Annotated[
-        int | None,
-        typer.Option(
-            help="Forbid repeating any n-gram of this size, 0 = off (default: "
-            "trainer.no_repeat_ngram)."
-        ),
-    ] = None,
-    coverage_penalty: Annotated[
-        float | None,
-        typer.Option(
-            help="Beam search coverage penalty beta (Wu et al. 2016, eq. 14), 0 = off "
-            "(default: trainer.coverage_penalty)."
-        ),
-    ] = None,
+    min_length: MinLengthOption = None,
+    no_repeat_ngram: NoRepeatNgramOption = None,
+    coverage_penalty: CoveragePenaltyOption = None,
     save_attention: Annotated[
         bool,
         typer.Option(
@@ -240,24 +245,9 @@ def translate(
             "larger values favour longer outputs."
         ),
     ] = 1.0,
-    min_length: Annotated[
-        int | None,
-        typer.Option(help="No EOS before this many tokens (default: trainer.min_output_length)."),
-    ] = None,
-    no_repeat_ngram: Annotated[
-        int | None,
-        typer.Option(
-            help="Forbid repeating any n-gram of this size, 0 = off (default: "
-            "trainer.no_repeat_ngram)."
-        ),
-    ] = None,
-    coverage_penalty: Annotated[
-        float | None,
-        typer.Option(
-            help="Coverage penalty beta at beam search (Wu et al. 2016, eq. 14), 0 = off "
-            "(default: trainer.coverage_penalty)."
-        ),
-    ] = None,
+    min_length: MinLengthOption = None,
+    no_repeat_ngram: NoRepeatNgramOption = None,
+    coverage_penalty: CoveragePenaltyOption = None,
     input_file: Annotated[
         Path | None, typer.Option("--input", "-i", help="Input text, one source per line.")
     ] = None,

@@ -66,12 +66,16 @@ the live batch (B_live at the first step, B_live * K later), N = nbest.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from attnseq.coverage_penalty import BeamCoverage
 from attnseq.models.seq2seq import DecoderState, Seq2Seq
+
+if TYPE_CHECKING:
+    from attnseq.config import TrainerConfig
 
 NEG_INF = float("-inf")
 
@@ -97,6 +101,20 @@ class DecodingSettings:
     min_length: int = 0
     no_repeat_ngram: int = 0
     coverage_penalty: float = 0.0
+
+    @classmethod
+    def from_trainer(cls, trainer: "TrainerConfig") -> "DecodingSettings":
+        """The trainer.* decoding keys of a run's config: how its validation, test evaluation
+        and, by default, `attnseq eval` / `attnseq translate` decode."""
+        return cls(
+            beam=trainer.beam,
+            length_penalty=trainer.length_penalty,
+            max_output_ratio=trainer.max_output_ratio,
+            max_output_extra=trainer.max_output_extra,
+            min_length=trainer.min_output_length,
+            no_repeat_ngram=trainer.no_repeat_ngram,
+            coverage_penalty=trainer.coverage_penalty,
+        )
 
     def check(self) -> None:
         """Raise ValueError naming every setting that is out of range."""

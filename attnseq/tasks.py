@@ -104,20 +104,6 @@ def extended_split(
     return extend_examples(data.pairs[split], data.examples[split], tokenizers.src, tokenizers.tgt)
 
 
-def decoding_settings(cfg: TrainConfig) -> DecodingSettings:
-    """How validation, test and `attnseq eval` decode: the trainer.* decoding keys."""
-    trainer = cfg.trainer
-    return DecodingSettings(
-        beam=trainer.beam,
-        length_penalty=trainer.length_penalty,
-        max_output_ratio=trainer.max_output_ratio,
-        max_output_extra=trainer.max_output_extra,
-        min_length=trainer.min_output_length,
-        no_repeat_ngram=trainer.no_repeat_ngram,
-        coverage_penalty=trainer.coverage_penalty,
-    )
-
-
 def split_gold(cfg: TrainConfig, split: str, tokenizers: Tokenizers) -> AlignmentGold | None:
     """Gold word alignments of a generated split, when the task has them."""
     if cfg.data.source is not DataSource.generated:
@@ -156,7 +142,7 @@ def make_evaluator(
         data.tokenizers.tgt,
         device,
         max_tokens=cfg.data.eval_max_tokens,
-        decoding=decoding_settings(cfg),
+        decoding=DecodingSettings.from_trainer(cfg.trainer),
         task=cfg.data.task.value,
         gold=gold,
         extended=extended_split(cfg, data, split),

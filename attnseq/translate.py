@@ -82,16 +82,7 @@ class Translator:
         """The checkpoint's decoding settings (beam, length penalty, output length limits,
         n-gram blocking, coverage penalty) with `changes` applied; changes that are None keep
         the checkpoint's value."""
-        trainer = self.cfg.trainer
-        base = DecodingSettings(
-            beam=trainer.beam,
-            length_penalty=trainer.length_penalty,
-            max_output_ratio=trainer.max_output_ratio,
-            max_output_extra=trainer.max_output_extra,
-            min_length=trainer.min_output_length,
-            no_repeat_ngram=trainer.no_repeat_ngram,
-            coverage_penalty=trainer.coverage_penalty,
-        )
+        base = DecodingSettings.from_trainer(self.cfg.trainer)
         return replace(base, **{key: value for key, value in changes.items() if value is not None})
 
     def translate(
