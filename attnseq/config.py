@@ -281,7 +281,7 @@ class OptimConfig:
 @dataclass
 class TrainerConfig:
     max_epochs: int = 20
-    max_steps: int | None = None  # stop after this many updates (overrides max_epochs)
+    max_steps: int | None = None  # stop after this many updates (or max_epochs, if sooner)
     max_minutes: float | None = None  # wall-clock budget for the training loop
     device: Device = Device.auto
     threads: int | None = None  # torch intra-op threads; None = torch's default

@@ -5,9 +5,13 @@ two directions concatenated, (B, S, E).
 
 Bahdanau decoder (Bahdanau, Cho & Bengio 2015, appendix A.2), attention from the *previous*
 decoder state, context fed into the RNN step:
-    c_i = Attend(s_{i-1}, h)            s_i = RNN([y_{i-1}; c_i], s_{i-1})
-    t_i = tanh(W_o [s_i; c_i; y_{i-1}])  p(y_i) = softmax(W_out t_i)
-(we use a tanh deep output instead of the paper's maxout; same inputs).
+    c_i = Attend(s_{i-1}, h)                s_i = RNN([y_{i-1}; c_i], s_{i-1})
+    t_i = tanh(W_o [s_{i-1}; c_i; y_{i-1}])  p(y_i) = softmax(W_out t_i)
+(A.2.2: t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i; we use a tanh deep output instead of the
+paper's maxout, same inputs). Reading s_{i-1}, the state that chose c_i, rather than s_i matters
+for the alignments: with s_i, whose update already read c_i, attention on the reverse task
+settles one word off the mirror (the neighbour's bidirectional annotation also encodes the
+word); with s_{i-1} it lands on the word being produced (README, "Attention on the reverse task").
 
 Luong decoder (Luong, Pham & Manning 2015, eq. 5 and section 3.3), attention from the *current*
 top-layer state, attentional hidden state, optional input feeding:
@@ -18,7 +22,7 @@ target in one call and attends for all T positions at once.
 
 No attention (score=none): the RNN Encoder-Decoder of Cho et al. (2014) that Bahdanau et al.
 compare against: the decoder sees the source only through one fixed summary vector (the
-encoder's final state), given as c_i at every step.
+encoder's final state), given as c_i at every step; its output reads s_i (Cho et al. 2014, section 2.2).
 
 Shapes: B batch, S source length, T target length, E encoder output size, H decoder hidden size.
 """
@@ -246,7 +250,10 @@ class RNNSeq2Seq(Seq2Seq):
             top = state["hidden"][:, -1:]  # s_{i-1}: (B, 1, H)
             context, weights = self._attend(top, state, positions)  # (B, 1, E)
             output, rnn_state = self.rnn(torch.cat([embedded, context], dim=-1), rnn_state)
-            features = torch.cat([output, context, embedded], dim=-1)  # [s_i; c_i; y_{i-1}]
+            # Bahdanau A.2.2 reads s_{i-1} (the state that chose c_i); Cho et al.'s encoder-
+            # decoder without attention reads s_i
+            decoder_state = top if self.attention is not None else output
+            features = torch.cat([decoder_state, context, embedded], dim=-1)
             pre_output = torch.tanh(self.pre_output(features))
         else:
             rnn_input = embedded
