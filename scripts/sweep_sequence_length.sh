@@ -14,7 +14,8 @@ out="multirun/sequence_length"
 for length in ${lengths[@]}; do
   attnseq train -m model=rnn_bahdanau,rnn_none data=reverse \
     data.min_len="$length" data.max_len="$length" data.train_size=20000 \
-    trainer.max_steps="$steps" trainer.validate_every=500 trainer.early_stopping_patience=0 \
+    trainer.max_steps="$steps" trainer.max_epochs=100000 trainer.validate_every=500 \
+    trainer.early_stopping_patience=0 \
     hydra.sweep.dir="$out/L$length" ${EXTRA:-}
 done
 python - "$out" <<'PY'
