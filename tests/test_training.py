@@ -10,6 +10,7 @@ from helpers import tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attnseq.checkpoint import load_checkpoint
+from attnseq.config import TrainConfig, config_from_dict, config_to_dict
 from attnseq.tasks import evaluate_checkpoint, run_training
 
 SCALARS = [
@@ -87,6 +88,27 @@ def test_tasks_with_gold_alignments_report_aer(tmp_path: Path) -> None:
         assert 0.0 <= metrics[key] <= 1.0, key
     events = read_events(tmp_path)
     assert {"attention/entropy", "attention/argmax_weight"} <= set(events.Tags()["scalars"])
+
+
+def test_a_short_toy_translation_run_learns_to_align(tmp_path: Path) -> None:
+    """The alignment acceptance in small: 400 updates of the default GRU + Bahdanau model on
+    the toy translation task already put most argmax links on the gold words (the full
+    `config=toy_translation_rnn_bahdanau` run is measured in the README)."""
+    cfg = config_from_dict(
+        config_to_dict(TrainConfig()),
+        [
+            "data.name=toy_translation",
+            "data.tokenizer=word",
+            "data.valid_size=100",
+            "data.test_size=200",
+            "trainer.max_steps=400",
+            "trainer.validate_every=400",
+            "trainer.progress=false",
+            "trainer.device=cpu",
+        ],
+    )
+    metrics = run_training(cfg, tmp_path)
+    assert metrics["test/aer"] <= 0.4, metrics
 
 
 def test_a_model_without_attention_trains_on_a_task_with_gold_alignments(tmp_path: Path) -> None:
