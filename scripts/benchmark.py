@@ -142,7 +142,7 @@ def parameter_split(model: nn.Module) -> dict[str, int]:
     """
     owners = {
         f"{name}.{param_name}" if name else param_name: module
-        for name, module in model.named_modules()
+        for name, module in model.named_modules(remove_duplicate=False)  # shared embeddings too
         for param_name, _ in module.named_parameters(recurse=False, remove_duplicate=False)
     }
     split = {"encoder": 0, "decoder": 0, "free": 0}
