@@ -120,8 +120,14 @@ def distributed_session(device_type: str) -> Iterator[WorldInfo]:
         log.info("distributed: %d processes, backend %s", info.world_size, dist.get_backend())
     try:
         yield info
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    # Leave together: a gloo rank that tears its group down while another still finishes
+    # (rank 0 writes the final files) can abort at exit ("terminate called without an active
+    # exception", seen in CI), which torchrun reports as a failed run.
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _collective_device() -> torch.device:
