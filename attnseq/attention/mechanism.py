@@ -71,7 +71,8 @@ class SelfAttentionMechanism(nn.Module, metaclass=abc.ABCMeta):
 
     def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
         """The decoding state before the first step (dtype/device of `like`)."""
-        raise NotImplementedError(f"kind={self.kind} cannot be used for causal decoding")
+        self.check(causal=True, need_weights=False)  # kinds without causal use end here
+        raise AssertionError("a mechanism that supports causal use must override this")
 
     def step(self, q: Tensor, k: Tensor, v: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
         """Causal attention from N new positions over everything so far.
@@ -83,7 +84,8 @@ class SelfAttentionMechanism(nn.Module, metaclass=abc.ABCMeta):
         Returns:
             context (B, H, N, d_k) and the new cache.
         """
-        raise NotImplementedError(f"kind={self.kind} cannot be used for causal decoding")
+        self.check(causal=True, need_weights=False)  # kinds without causal use end here
+        raise AssertionError("a mechanism that supports causal use must override this")
 
     def check(self, causal: bool, need_weights: bool) -> None:
         """Reject what this mechanism cannot do with a message that says why."""

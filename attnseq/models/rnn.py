@@ -22,7 +22,8 @@ target in one call and attends for all T positions at once.
 
 No attention (score=none): the RNN Encoder-Decoder of Cho et al. (2014) that Bahdanau et al.
 compare against: the decoder sees the source only through one fixed summary vector (the
-encoder's final state), given as c_i at every step; its output reads s_i (Cho et al. 2014, section 2.2).
+encoder's final state), given as c_i at every step; its output reads s_i (Cho et al. 2014,
+section 2.2).
 
 Shapes: B batch, S source length, T target length, E encoder output size, H decoder hidden size.
 """
