@@ -11,6 +11,10 @@ Usage (from the repository root):
         --steps 50 --threads 2
     .venv/bin/python scripts/benchmark.py "config=multi30k_transformer" --device cuda
 
+    # decoding speed and test BLEU of trained models (no training), all 1,000 test2016 sentences
+    .venv/bin/python scripts/benchmark.py --decode-sentences 1000 \
+        --checkpoint outputs/multi30k_transformer/checkpoints/best.pt
+
 Options: --steps N timed updates (default 30) after --warmup W (default 5); --threads N torch
 intra-op threads (default 2, as the peer measurements in bench/peers/RESULTS.md); --device
 cpu|cuda|auto; --decode-sentences N test sentences per decoding setting (default 200); --set
@@ -37,6 +41,8 @@ What is measured, with the definitions of bench/peers/RESULTS.md:
   by length and cut into batches of 64 and of 1, greedy and beam 5 (the config's length
   penalty and output limits). The model has only had the benchmark's few updates, so
   outputs tend to run to the length limit: `mean_output_tokens` says how much was produced.
+  With --checkpoint the same is measured for a trained model, and each setting's output is
+  scored (test BLEU, sacreBLEU on detokenized text); model loading is not timed.
 * Memory: peak resident set size of the process (resource.getrusage, after training and at
   the end); on CUDA also torch.cuda.max_memory_allocated for training and for decoding. Each
   setup runs in its own process so one setup's peak does not hide another's.
@@ -264,13 +270,21 @@ def _rounded(value: float | None) -> float | None:
 
 
 # ------------------------------------------------------------------------------- decoding
-def benchmark_decoding(cfg, model, data, device: torch.device, sentences: int) -> list[dict]:
-    """Sentences/s of greedy and beam-5 decoding at batch 64 and 1 on the test split."""
+def benchmark_decoding(
+    cfg, model, data, device: torch.device, sentences: int, score: bool = False
+) -> list[dict]:
+    """Sentences/s of greedy and beam-5 decoding at batch 64 and 1 on the test split.
+
+    `score`: also the test BLEU (sacreBLEU, detokenized output against the raw references) of
+    each setting's output, for a trained model: speed is only worth reporting with quality."""
     from attnseq.data.batching import collate
     from attnseq.decoding import DecodingSettings, decode
+    from attnseq.metrics import bleu
 
-    examples = data.examples["test"][:sentences]
-    examples = sorted(examples, key=lambda example: len(example[0]))  # as translate batches
+    count = len(data.examples["test"][:sentences])
+    order = sorted(range(count), key=lambda i: len(data.examples["test"][i][0]))  # as translate
+    examples = [data.examples["test"][i] for i in order]
+    references = [data.pairs["test"][i][1] for i in order]
     model.eval()
     rows = []
     for search, beam in (("greedy", 1), ("beam5", 5)):
@@ -295,13 +309,19 @@ def benchmark_decoding(cfg, model, data, device: torch.device, sentences: int) -
             decode(model, batches[0].src[:1], batches[0].src_lengths[:1], settings)  # warm-up
             _sync(device)
             output_tokens = 0
+            outputs: list[list[int]] = []
             start = time.perf_counter()
             with torch.no_grad():
                 for batch in batches:
                     for nbest in decode(model, batch.src, batch.src_lengths, settings):
                         output_tokens += len(nbest[0].tokens) + 1  # + EOS
+                        outputs.append(nbest[0].tokens)
             _sync(device)
             seconds = time.perf_counter() - start
+            quality = {}
+            if score:  # detokenizing is not part of the timed decode
+                texts = [data.tokenizers.tgt.decode(tokens) for tokens in outputs]
+                quality["bleu"], quality["bleu_signature"] = bleu(texts, references)
             rows.append(
                 {
                     "search": search,
@@ -311,6 +331,7 @@ def benchmark_decoding(cfg, model, data, device: torch.device, sentences: int) -
                     "sentences_per_sec": round(len(examples) / seconds, 2),
                     "output_tokens_per_sec": round(output_tokens / seconds, 1),
                     "mean_output_tokens": round(output_tokens / len(examples), 2),
+                    **quality,
                 }
             )
             print(
@@ -342,7 +363,46 @@ def run_setup(setup: str, args: argparse.Namespace, peak: float) -> dict[str, An
     )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    results["decode"] = benchmark_decoding(cfg, trainer.model, data, device, args.decode_sentences)
+    if args.decode_sentences > 0:  # 0: training figures only
+        results["decode"] = benchmark_decoding(
+            cfg, trainer.model, data, device, args.decode_sentences
+        )
+    results["memory_at_end"] = _memory(device)
+    return results
+
+
+def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Decoding figures of a trained checkpoint on its dataset's test split (no training),
+    with the test BLEU of each setting's output."""
+    from attnseq.checkpoint import load_checkpoint
+    from attnseq.config import config_from_dict
+    from attnseq.data.prepare import prepare_data
+    from attnseq.tasks import Tokenizers, model_for
+    from attnseq.training import resolve_device
+
+    payload = load_checkpoint(path)
+    cfg = config_from_dict(payload["config"])
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    tokenizers = Tokenizers.from_state(payload["tokenizers"])
+    model = model_for(cfg, tokenizers)
+    model.load_state_dict(payload["model"])
+    model.to(device)
+    data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=["test"])
+    print(f"checkpoint {path}: decoding", file=sys.stderr)
+    results: dict[str, Any] = {
+        "checkpoint": str(path),
+        "name": cfg.name,
+        "step": payload.get("progress", {}).get("step"),
+        "train_minutes": round(payload.get("progress", {}).get("train_seconds", 0.0) / 60, 2),
+        "model": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    results["decode"] = benchmark_decoding(
+        cfg, model, data, device, args.decode_sentences, score=True
+    )
     results["memory_at_end"] = _memory(device)
     return results
 
@@ -377,24 +437,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5, help="untimed updates first")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    parser.add_argument("--decode-sentences", type=int, default=200, help="test sentences")
+    parser.add_argument(
+        "--decode-sentences", type=int, default=200, help="test sentences (0: no decoding)"
+    )
     parser.add_argument("--set", action="append", help="KEY=VALUE added to every setup")
+    parser.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        help="decode with this trained checkpoint (repeatable; no training setups unless given)",
+    )
     parser.add_argument("--peak-gflops", type=float, help=argparse.SUPPRESS)  # from the parent
     parser.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.threads < 1:
         parser.error("--steps and --threads must be >= 1 and --warmup >= 0")
-    setups = args.setups or DEFAULT_SETUPS
+    setups = args.setups or ([] if args.checkpoint else DEFAULT_SETUPS)
 
     try:
         from attnseq.training import resolve_device
 
         device = resolve_device(args.device)
-        if args.single:  # a child: one setup, JSON on stdout
-            print(json.dumps(run_setup(setups[0], args, args.peak_gflops)))
+        if args.single:  # a child: one setup or checkpoint, JSON on stdout
+            if args.checkpoint:
+                print(json.dumps(run_checkpoint(args.checkpoint[0], args)))
+            else:
+                print(json.dumps(run_setup(setups[0], args, args.peak_gflops)))
             return 0
         for setup in setups:  # fail early on a typo, before minutes of measuring
             compose(shlex.split(setup) + list(args.set or []), args.threads)
+        for path in args.checkpoint:
+            if not Path(path).is_file():
+                raise UserError(f"--checkpoint {path}: no such file")
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -402,18 +476,23 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     print(f"matmul ceiling on {device}, {args.threads} threads", file=sys.stderr)
     matmul = measure_peak(device)
+    common = ["--peak-gflops", str(matmul["peak_gflops"]), "--steps", str(args.steps)]
+    common += ["--warmup", str(args.warmup), "--threads", str(args.threads)]
+    common += ["--device", args.device, "--decode-sentences", str(args.decode_sentences)]
+    for item in args.set or []:
+        common += ["--set", item]
+    # each in its own process, so that the peak RSS is this setup's alone
+    children = [(f"setup {setup!r}", [setup, "--single"]) for setup in setups]
+    children += [
+        (f"checkpoint {path}", ["--checkpoint", path, "--single"]) for path in args.checkpoint
+    ]
     results = []
-    for setup in setups:
-        # its own process, so that the peak RSS is this setup's alone
-        command = [sys.executable, __file__, setup, "--single"]
-        command += ["--peak-gflops", str(matmul["peak_gflops"]), "--steps", str(args.steps)]
-        command += ["--warmup", str(args.warmup), "--threads", str(args.threads)]
-        command += ["--device", args.device, "--decode-sentences", str(args.decode_sentences)]
-        for item in args.set or []:
-            command += ["--set", item]
-        child = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    for label, arguments in children:
+        child = subprocess.run(
+            [sys.executable, __file__, *arguments, *common], stdout=subprocess.PIPE, text=True
+        )
         if child.returncode != 0:
-            print(f"error: setup {setup!r} failed (exit {child.returncode})", file=sys.stderr)
+            print(f"error: {label} failed (exit {child.returncode})", file=sys.stderr)
             return child.returncode
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
     report = {"machine": machine(args.device, args.threads), "matmul_gflops": matmul}
