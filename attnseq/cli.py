@@ -217,6 +217,10 @@ def evaluate(
     for key, value in sorted(metrics.items()):
         if not key.startswith("align/"):
             typer.echo(f"{key:>24} {value:.4f}")
+    if any(key.endswith("/bleu") for key in metrics):
+        from attnseq.metrics import bleu_signature
+
+        typer.echo(f"{'BLEU signature':>24} {bleu_signature()}")
     if gold is not None:
         from attnseq.alignment import alignment_table
 

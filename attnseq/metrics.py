@@ -37,6 +37,15 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, s
     return score.score, str(metric.get_signature())
 
 
+def bleu_signature() -> str:
+    """sacreBLEU's signature of the BLEU every attnseq score uses (one reference, mixed case,
+    13a tokenization, exp smoothing, the installed sacrebleu version): the string to report
+    beside a BLEU, so that others can tell whether their number is comparable."""
+    metric = sacrebleu.metrics.BLEU()
+    metric.num_refs = 1  # what scoring with one reference stream sets (get_signature needs it)
+    return str(metric.get_signature())
+
+
 def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Corpus chrF (Popović 2015) through sacrebleu."""
     return sacrebleu.metrics.CHRF().corpus_score(list(hypotheses), [list(references)]).score

@@ -411,6 +411,10 @@ def _print_summary(run_dir: Path, metrics: dict[str, float]) -> None:
         for key, value in sorted(metrics.items())
         if isinstance(value, float)
     ]
+    if any(key.endswith("/bleu") for key in metrics):
+        from attnseq.metrics import bleu_signature
+
+        lines.append(f"{'BLEU signature':>24} {bleu_signature()}")
     print("\n".join(["test metrics of the best checkpoint:", *lines]))
     print(f"run directory: {run_dir}")
     print(f"  checkpoints: {run_dir / 'checkpoints'}  (best.pt, last.pt)")

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnseq.cli import app
+from attnseq.metrics import bleu_signature
 
 TINY = [
     "data.train_size=200",
@@ -91,6 +92,7 @@ def test_train_then_eval_reproduces_metrics(tmp_path: Path) -> None:
     result = attnseq("train", *TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "run directory" in result.stdout
+    assert f"BLEU signature {bleu_signature()}" in result.stdout
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert (run_dir / "train.log").is_file() and (run_dir / ".hydra" / "config.yaml").is_file()
     result = attnseq(
@@ -101,7 +103,9 @@ def test_train_then_eval_reproduces_metrics(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    printed = {line.split()[0]: float(line.split()[1]) for line in result.stdout.splitlines()}
+    lines = result.stdout.splitlines()
+    assert lines[-1].split() == ["BLEU", "signature", bleu_signature()]  # what to report
+    printed = {line.split()[0]: float(line.split()[1]) for line in lines[:-1]}
     for key, value in printed.items():
         assert value == pytest.approx(metrics[key], abs=1e-4), key
 

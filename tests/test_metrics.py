@@ -7,6 +7,7 @@ from rouge_score import rouge_scorer
 from attnseq.config import TaskType
 from attnseq.metrics import (
     bleu,
+    bleu_signature,
     chrf,
     exact_match,
     perplexity,
@@ -31,6 +32,7 @@ def test_bleu_and_chrf_match_sacrebleu() -> None:
     score, signature = bleu(HYPOTHESES, REFERENCES)
     assert score == pytest.approx(sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES]).score)
     assert "tok:13a" in signature
+    assert bleu_signature() == signature  # what eval and train print beside a BLEU
     assert chrf(HYPOTHESES, REFERENCES) == pytest.approx(
         sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES]).score
     )
