@@ -6,7 +6,8 @@ step interface, for both model families.
     greedy.py        greedy_decode
     beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty, and the
                      attention of each hypothesis along its back-pointers
-    this file        decode: the search a `DecodingSettings` asks for
+    this file        decode: the search a `DecodingSettings` asks for (plain greedy decoding
+                     for beam 1: beam_search.py says why)
 
 Both families decode incrementally (`start_decoding` once, then `decode_step` per token: the RNN
 carries its hidden state, the transformer its key/value cache). Rows that are done are dropped
