@@ -12,7 +12,7 @@ Which attention: an RNN's; a transformer's last layer averaged over heads (the m
 tools use too).
 
 `BeamCoverage` carries sum_j p_ij for every live row of a beam search (R, S), reordered with the
-beams; attnseq/decoding.py uses it.
+beams; attnseq/decoding/beam_search.py uses it.
 
 Shapes: R live rows (hypotheses), S source length, L layers, H heads.
 """

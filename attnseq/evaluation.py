@@ -298,7 +298,8 @@ def load_alignment_set(
     whitespace-separated words of the line (`alignment.word_ids`), since the gold indices count
     those words. `max_length`: the longest sequence the model can take (learned positions).
     """
-    from attnseq.alignment import read_gold_file, word_ids
+    from attnseq.alignment import word_ids
+    from attnseq.alignment_gold import read_gold_file
 
     if files.order not in ALIGNMENT_ORDERS:
         raise UserError(

@@ -163,7 +163,8 @@ def preflight(args: list[str]) -> None:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnseq.config import TrainConfig, register_configs, validate
+    from attnseq.config import TrainConfig, register_configs
+    from attnseq.config_checks import validate
 
     flags, overrides = split_flags(args)
     if env_world_size() > 1 and any(flag in {"-m", "--multirun"} for flag in flags):

@@ -25,8 +25,8 @@ from attnseq.config import (
     TrainConfig,
     config_from_dict,
     config_to_dict,
-    validate,
 )
+from attnseq.config_checks import validate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples, extended_pieces
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data

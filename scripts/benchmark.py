@@ -122,7 +122,8 @@ def compose(overrides: list[str], threads: int):
     from omegaconf.errors import OmegaConfBaseException
 
     from attnseq import hydra_entry
-    from attnseq.config import TrainConfig, register_configs, validate
+    from attnseq.config import TrainConfig, register_configs
+    from attnseq.config_checks import validate
 
     args = hydra_entry.rewrite_config_selector(overrides)  # config=NAME / config=PATH.yaml
     register_configs()

@@ -15,13 +15,11 @@ from attnseq.alignment import (
     argmax_alignment,
     attention_statistics,
     model_alignment_metrics,
-    read_gold,
-    read_naacl,
-    read_pharaoh,
     threshold_alignment,
     word_attention,
     word_ids,
 )
+from attnseq.alignment_gold import read_gold, read_naacl, read_pharaoh
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.data.batching import Example, encode_pairs
 from attnseq.data.generated import gold_alignments, make_splits

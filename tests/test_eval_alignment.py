@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from attnseq.alignment import (
     alignment_error_rate,
     argmax_alignment,
-    read_gold,
     word_attention,
     word_ids,
 )
+from attnseq.alignment_gold import read_gold
 from attnseq.checkpoint import load_checkpoint
 from attnseq.cli import app
 from attnseq.config import config_from_dict

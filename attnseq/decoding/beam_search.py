@@ -1,9 +1,4 @@
-"""Search for the output sequence: greedy decoding and batched beam search over the `Seq2Seq`
-step interface, for both model families.
-
-Both families decode incrementally (`start_decoding` once, then `decode_step` per token: the RNN
-carries its hidden state, the transformer its key/value cache). Rows that are done are dropped
-from the batch, so a long run-away hypothesis does not keep the whole batch busy.
+"""Batched beam search over the `Seq2Seq` step interface, for both model families.
 
 Beam search (as in Sutskever et al. 2014, section 3.2; Wu et al. 2016, section 7) keeps the K
 best partial hypotheses of every sentence. All live hypotheses of all sentences are one batch of
@@ -15,7 +10,7 @@ each step, over the K * V one-token extensions of a sentence:
 the 2K best candidates are taken; EOS candidates among the first K finish (a beam of size K
 would have kept them), and the first K candidates that are not EOS stay live. Hypotheses are
 ranked by the GNMT length-normalised score (Wu et al. 2016, "Google's Neural Machine Translation
-System", eq. 14, without the coverage penalty):
+System", eq. 14, without the coverage penalty; settings.py):
 
     s(Y, X) = log P(Y | X) / lp(Y)        lp(Y) = ((5 + |Y|) / 6) ^ alpha
 
@@ -40,19 +35,12 @@ fall out of the beam before it ends (an EOS candidate outside the K best is prun
 fairseq), so a test of "beam >= greedy" is an observation about a model, not a theorem; with K
 at least the number of possible outputs it is exact search (tests/test_decoding.py checks both).
 
-Both searches give PAD and BOS probability zero: neither is ever a target.
-
 Coverage penalty (Wu et al. 2016, eq. 14; `coverage_penalty` = beta > 0, coverage_penalty.py):
 finished hypotheses are ranked by log P(Y | X) / lp(Y) + cp(X; Y), with cp computed from the
 attention each live row has accumulated (carried per row, reordered with the beams). The live
 beams are still chosen by raw score; cp only ranks the finished hypotheses (and
 `Hypothesis.normalized_score` includes it). cp <= 0 can only grow as a hypothesis attends to more
 of the source, so the stopping bound above stays an upper bound.
-
-Copy models (pointer-generators, models/copy.py) score an extended vocabulary of V + n_oov ids:
-`decode_step` returns log-probabilities over it, the searches treat it as any vocabulary, and the
-model itself reads an emitted id >= V back as <unk>. `src_ext` and `n_oov` (the source in the
-extended vocabulary) go to the model's `start_decoding`; plain models never see them.
 
 Attention under beam search is gathered along back-pointers rather than carried in the state:
 every step stores the cross-attention of its input rows (R_t, S) or (R_t, L, H, S) and, for each
@@ -66,221 +54,22 @@ the live batch (B_live at the first step, B_live * K later), N = nbest.
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from attnseq.coverage_penalty import BeamCoverage
-from attnseq.models.seq2seq import DecoderState, Seq2Seq
-
-if TYPE_CHECKING:
-    from attnseq.config import TrainerConfig
-
-NEG_INF = float("-inf")
-
-
-@dataclass
-class DecodingSettings:
-    """How to decode (validation, test, `attnseq eval`, `attnseq translate`).
-
-    beam: beam size K; 1 with nbest=1 (and no constraints) is greedy decoding.
-    max_output_ratio, max_output_extra: at most ratio * source length + extra output tokens.
-    length_penalty: GNMT alpha in lp = ((5 + |Y|) / 6) ^ alpha (Wu et al. 2016, eq. 14).
-    nbest: hypotheses returned per input (<= beam), best first.
-    min_length: EOS is blocked until this many tokens were produced.
-    no_repeat_ngram: forbid any n-gram of this size to occur twice in an output (0 = off).
-    coverage_penalty: GNMT beta of the coverage penalty (Wu et al. 2016, eq. 14; 0 = off).
-    """
-
-    beam: int = 1
-    max_output_ratio: float = 1.5
-    max_output_extra: int = 10
-    length_penalty: float = 1.0
-    nbest: int = 1
-    min_length: int = 0
-    no_repeat_ngram: int = 0
-    coverage_penalty: float = 0.0
-
-    @classmethod
-    def from_trainer(cls, trainer: "TrainerConfig") -> "DecodingSettings":
-        """The trainer.* decoding keys of a run's config: how its validation, test evaluation
-        and, by default, `attnseq eval` / `attnseq translate` decode."""
-        return cls(
-            beam=trainer.beam,
-            length_penalty=trainer.length_penalty,
-            max_output_ratio=trainer.max_output_ratio,
-            max_output_extra=trainer.max_output_extra,
-            min_length=trainer.min_output_length,
-            no_repeat_ngram=trainer.no_repeat_ngram,
-            coverage_penalty=trainer.coverage_penalty,
-        )
-
-    def check(self) -> None:
-        """Raise ValueError naming every setting that is out of range."""
-        problems = []
-        if self.beam < 1:
-            problems.append(f"beam must be >= 1, got {self.beam}")
-        if not 1 <= self.nbest <= max(self.beam, 1):
-            problems.append(f"nbest must be between 1 and beam ({self.beam}), got {self.nbest}")
-        if self.min_length < 0:
-            problems.append(f"min_length must be >= 0, got {self.min_length}")
-        if self.no_repeat_ngram < 0:
-            problems.append(f"no_repeat_ngram must be >= 0, got {self.no_repeat_ngram}")
-        if self.max_output_ratio < 0 or self.max_output_extra < 0:
-            problems.append("max_output_ratio and max_output_extra must be >= 0")
-        if self.coverage_penalty < 0:
-            problems.append(f"coverage_penalty must be >= 0, got {self.coverage_penalty}")
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    @property
-    def is_greedy(self) -> bool:
-        """Greedy decoding gives exactly what these settings ask for."""
-        return (
-            self.beam == 1
-            and self.nbest == 1
-            and self.min_length == 0
-            and not self.no_repeat_ngram
-            and not self.coverage_penalty
-        )
+from attnseq.decoding.settings import (
+    NEG_INF,
+    DecodingSettings,
+    Hypothesis,
+    gnmt_length_penalty,
+    never_pad_or_bos,
+    start_decoding,
+)
+from attnseq.models.seq2seq import Seq2Seq
 
 
-@dataclass
-class Hypothesis:
-    """One decoded output.
-
-    tokens: target ids without BOS and EOS.
-    score: raw model score, the sum of the token log-probabilities (EOS included when produced).
-    attention: cross-attention while producing it, (T_out, S) for RNNs or (L, H, T_out, S) for
-        transformers, over the real source positions only; None if not requested. T_out is the
-        number of scored positions: len(tokens), plus one for EOS when it was produced.
-    normalized_score: score / lp(T_out) (+ cp with a coverage penalty), the GNMT-normalised
-        score beam search ranks by; None from `greedy_decode` (which does not rank), filled in
-        by `decode`.
-
-    Copy models: tokens may hold ids >= V, source words outside the target vocabulary
-    (`Tokenizer.decode_extended` writes them out).
-    """
-
-    tokens: list[int]
-    score: float
-    attention: Tensor | None = None
-    normalized_score: float | None = None
-
-
-def max_output_lengths(src_lengths: Tensor, ratio: float, extra: int) -> Tensor:
-    """Per-sentence output limit: ratio * source length + extra, as a (B,) long tensor."""
-    return (src_lengths.float() * ratio).long() + extra
-
-
-def gnmt_length_penalty(lengths: Tensor, alpha: float) -> Tensor:
-    """lp(Y) = ((5 + |Y|) / 6) ^ alpha (Wu et al. 2016, eq. 14), elementwise over `lengths`."""
-    return ((5.0 + lengths.float()) / 6.0) ** alpha
-
-
-def _start_decoding(
-    model: Seq2Seq, src: Tensor, src_lengths: Tensor, src_ext: Tensor | None, n_oov: int
-) -> DecoderState:
-    """`model.start_decoding`, with the extended source for copy models."""
-    if src_ext is None:
-        return model.start_decoding(src, src_lengths)
-    return model.start_decoding(src, src_lengths, src_ext=src_ext, n_oov=n_oov)
-
-
-# ------------------------------------------------------------------------------------- greedy
-@torch.no_grad()
-def greedy_decode(
-    model: Seq2Seq,
-    src: Tensor,
-    src_lengths: Tensor,
-    max_lengths: Tensor,
-    need_weights: bool = False,
-    *,
-    src_ext: Tensor | None = None,
-    n_oov: int = 0,
-) -> list[Hypothesis]:
-    """Pick the most probable token at every step.
-
-    Args:
-        src: (B, S) source ids; src_lengths: (B,); max_lengths: (B,) output limits (tokens,
-            EOS not counted).
-        need_weights: collect the cross-attention of every step for each hypothesis.
-        src_ext, n_oov: copy models: (B, S) the source in the extended vocabulary, and its
-            number of extra ids.
-    """
-    batch_size, device = src.size(0), src.device
-    max_lengths = max_lengths.to(device)
-    longest = int(max_lengths.max())
-    state = _start_decoding(model, src, src_lengths, src_ext, n_oov)
-    prev = torch.full((batch_size,), model.bos_id, dtype=torch.long, device=device)
-    active = torch.arange(batch_size, device=device)  # original row of each live row
-    out = torch.full((batch_size, longest + 1), model.eos_id, dtype=torch.long, device=device)
-    scores = torch.zeros(batch_size, device=device)
-    step_weights: list[tuple[Tensor, Tensor]] = []  # (rows, weights) per step
-    for step in range(longest + 1):
-        logits, attention, state = model.decode_step(prev, state, need_weights=need_weights)
-        log_probs = _never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)
-        best_scores, best = log_probs.max(dim=-1)  # (B_live,)
-        out[active, step] = best
-        scores[active] += best_scores
-        if need_weights and attention is not None:
-            step_weights.append((active, attention))
-        keep = (best != model.eos_id) & (max_lengths[active] > step + 1)
-        if not bool(keep.all()):
-            keep_index = keep.nonzero().squeeze(1)
-            active, best = active[keep_index], best[keep_index]
-            if active.numel() == 0:
-                break
-            state = model.reorder_state(state, keep_index)
-        prev = best
-    return _collect(out, scores, step_weights, src_lengths, max_lengths, model.eos_id)
-
-
-def _never_pad_or_bos(log_probs: Tensor, model: Seq2Seq) -> Tensor:
-    """Give PAD and BOS probability zero in (R, V) log-probabilities, in place.
-
-    Neither is ever a target, so a trained model gives them almost nothing; an undertrained one
-    may not, and an output of invisible tokens (text decoding drops them) helps nobody.
-    """
-    for token in (model.pad_id, model.bos_id):
-        if token != model.eos_id:
-            log_probs[:, token] = NEG_INF
-    return log_probs
-
-
-def _collect(
-    out: Tensor,
-    scores: Tensor,
-    step_weights: list[tuple[Tensor, Tensor]],
-    src_lengths: Tensor,
-    max_lengths: Tensor,
-    eos_id: int,
-) -> list[Hypothesis]:
-    """Turn the (B, T_max) token table into hypotheses, cut at EOS or at each row's limit."""
-    hypotheses = []
-    rows = out.tolist()
-    for row, (ids, limit) in enumerate(zip(rows, max_lengths.tolist(), strict=True)):
-        ids = ids[:limit] if eos_id not in ids[: limit + 1] else ids[: ids.index(eos_id)]
-        attention = None
-        if step_weights:
-            steps = [
-                w[(r == row).nonzero().squeeze(1)] for r, w in step_weights if (r == row).any()
-            ]
-            attention = _stack_attention([s.squeeze(0) for s in steps], int(src_lengths[row]))
-        hypotheses.append(Hypothesis(tokens=ids, score=float(scores[row]), attention=attention))
-    return hypotheses
-
-
-def _stack_attention(steps: list[Tensor], src_length: int) -> Tensor | None:
-    """Per-step weights (S,) or (L, H, S) -> (T_out, S) or (L, H, T_out, S), real source only."""
-    if not steps:
-        return None
-    stacked = torch.stack(steps, dim=-2)  # (..., T_out, S)
-    return stacked[..., :src_length].cpu()
-
-
-# -------------------------------------------------------------------------------- beam search
 @dataclass
 class _Finished:
     """The N best finished hypotheses of every sentence, best first (-inf marks empty slots).
@@ -395,7 +184,7 @@ def beam_search(
     lp = gnmt_length_penalty(torch.arange(longest + 2, device=device), length_penalty)
     finished = _Finished.empty(batch, nbest, longest, model.pad_id, device)
 
-    state = _start_decoding(model, src, src_lengths, src_ext, n_oov)
+    state = start_decoding(model, src, src_lengths, src_ext, n_oov)
     live = torch.arange(batch, device=device)  # (B_live,) original sentence of each
     width = 1  # beams per live sentence: one (BOS) at the first step, K afterwards
     scores = torch.zeros(batch, device=device)  # (R,) raw scores of the live rows
@@ -413,7 +202,7 @@ def beam_search(
         )
         if coverage is not None:
             coverage.add(attention)  # this step included: what finishes now has produced it
-        log_probs = _never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
+        log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
         vocab = log_probs.size(-1)
         if step < min_length:
             log_probs[:, eos] = NEG_INF
@@ -598,58 +387,3 @@ def _trace_attention(
         if step > 0:
             row[active] = step_parents[step - 1][row[active]]
     return out.cpu()
-
-
-# --------------------------------------------------------------------------------- dispatcher
-def decode(
-    model: Seq2Seq,
-    src: Tensor,
-    src_lengths: Tensor,
-    settings: DecodingSettings,
-    need_weights: bool = False,
-    *,
-    src_ext: Tensor | None = None,
-    n_oov: int = 0,
-) -> list[list[Hypothesis]]:
-    """Decode a batch as `settings` ask: greedy for beam 1 without n-best or constraints (the
-    same output, a little faster), beam search otherwise.
-
-    Args:
-        src: (B, S) source ids, right-padded; src_lengths: (B,) real lengths.
-        src_ext, n_oov: copy models: the source in the extended vocabulary (`Batch.src_ext`,
-            `Batch.n_oov`).
-
-    Returns:
-        per input sentence, its n-best list (one hypothesis unless settings.nbest > 1), best
-        first, each with `normalized_score` set.
-    """
-    settings.check()
-    limits = max_output_lengths(
-        src_lengths, settings.max_output_ratio, settings.max_output_extra
-    )  # (B,)
-    if settings.is_greedy:
-        hypotheses = greedy_decode(
-            model, src, src_lengths, limits, need_weights, src_ext=src_ext, n_oov=n_oov
-        )
-        for hypothesis, limit in zip(hypotheses, limits.tolist(), strict=True):
-            # greedy stops at EOS (then it scored len + 1 positions) or at the limit
-            n_tokens = len(hypothesis.tokens)
-            scored = n_tokens + 1 if n_tokens < limit else max(limit, 1)
-            penalty = ((5.0 + scored) / 6.0) ** settings.length_penalty  # GNMT lp, eq. 14
-            hypothesis.normalized_score = hypothesis.score / penalty
-        return [[hypothesis] for hypothesis in hypotheses]
-    return beam_search(
-        model,
-        src,
-        src_lengths,
-        limits,
-        beam_size=settings.beam,
-        length_penalty=settings.length_penalty,
-        nbest=settings.nbest,
-        min_length=settings.min_length,
-        no_repeat_ngram=settings.no_repeat_ngram,
-        need_weights=need_weights,
-        coverage_penalty=settings.coverage_penalty,
-        src_ext=src_ext,
-        n_oov=n_oov,
-    )

@@ -1,0 +1,202 @@
+"""Gold word alignments: reading the Pharaoh and NAACL 2003 formats, and telling them apart.
+
+An alignment of one sentence pair is a set of (i, j) word index pairs, 0-indexed, split into
+sure links S and possible links P (S ⊆ P), as the alignment error rate needs them
+(alignment.py). Gold files fix their own order: in the WPT 2003 English-French set
+(../shared/data/alignments/wpt03_enfr) i is the English word and j the French word, whichever
+side a model translates from.
+
+Formats.
+
+- Pharaoh (Koehn's format, used by the Pharaoh/Moses toolkits and `fast_align`): one line per
+  sentence, whitespace-separated links ``i-j`` (sure) or ``i?j`` (possible), 0-indexed. The WPT
+  set ships a sure-only file and a sure+possible file (`read_gold` combines them).
+- NAACL 2003 (Mihalcea & Pedersen 2003, "An Evaluation Exercise for Word Alignment"): one link per
+  line, ``sentence_no i j [S|P] [confidence]``, 1-indexed, index 0 = NULL (`read_naacl`).
+
+`read_gold_file` reads either (`detect_gold_format` tells which from the first line with content).
+"""
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+Link = tuple[int, int]
+Alignment = set[Link]
+
+GOLD_FORMATS: tuple[str, ...] = ("auto", "pharaoh", "naacl")
+
+_PHARAOH_LINK = re.compile(r"(\d+)([-?])(\d+)")
+
+
+def _lines(path_or_lines: str | os.PathLike[str] | Iterable[str]) -> list[str]:
+    """A str or path is a file name; any other iterable yields the lines themselves."""
+    if isinstance(path_or_lines, (str, os.PathLike)):
+        return Path(path_or_lines).read_text(encoding="utf-8").splitlines()
+    return [line.rstrip("\r\n") for line in path_or_lines]
+
+
+def read_pharaoh(
+    path_or_lines: str | os.PathLike[str] | Iterable[str],
+) -> tuple[list[Alignment], list[Alignment]]:
+    """Read Pharaoh alignments: one line per sentence, links ``i-j`` (sure) and ``i?j`` (possible).
+
+    Args:
+        path_or_lines: a file name (str or path), or the lines themselves (e.g.
+            ``text.splitlines()``). An empty line is a sentence without links.
+
+    Returns:
+        (sure, possible): one set of (i, j) per sentence each; possible holds the sure links too
+        (S ⊆ P, as AER requires), so a file of ``i-j`` links only gives possible == sure.
+
+    Raises:
+        ValueError: a token that is neither ``i-j`` nor ``i?j`` (the message gives the line).
+    """
+    sure: list[Alignment] = []
+    possible: list[Alignment] = []
+    for number, line in enumerate(_lines(path_or_lines), start=1):
+        line_sure: Alignment = set()
+        line_possible: Alignment = set()
+        for token in line.split():
+            match = _PHARAOH_LINK.fullmatch(token)
+            if match is None:
+                raise ValueError(
+                    f"line {number}: cannot parse link {token!r}; expected i-j (sure) or "
+                    "i?j (possible) with 0-indexed integers"
+                )
+            link = (int(match[1]), int(match[3]))
+            line_possible.add(link)
+            if match[2] == "-":
+                line_sure.add(link)
+        sure.append(line_sure)
+        possible.append(line_possible)
+    return sure, possible
+
+
+def read_gold(
+    sure_path: str | os.PathLike[str] | Iterable[str],
+    possible_path: str | os.PathLike[str] | Iterable[str] | None = None,
+) -> tuple[list[Alignment], list[Alignment]]:
+    """Sure and possible gold links from a sure file and an optional sure+possible file.
+
+    The WPT set ships ``test.sure.pharaoh`` (sure links) and ``test.possible.pharaoh`` (sure and
+    possible links, all written ``i-j``): every link of the second file is possible, every ``i-j``
+    link of the first is sure. Possible is the union of all links (so S ⊆ P always holds, even
+    for a possible file that lacks some sure link). Without `possible_path`, possible = sure plus
+    any ``i?j`` links of the sure file.
+
+    Returns:
+        (sure, possible), one set of (i, j) per sentence each.
+
+    Raises:
+        ValueError: the files have different numbers of lines, or a malformed link.
+    """
+    sure, possible = read_pharaoh(sure_path)
+    if possible_path is None:
+        return sure, possible
+    _, more = read_pharaoh(possible_path)
+    if len(more) != len(sure):
+        raise ValueError(
+            f"the sure file has {len(sure)} sentences but the possible file has {len(more)}"
+        )
+    return sure, [a | b for a, b in zip(possible, more, strict=True)]
+
+
+def read_naacl(
+    path_or_lines: str | os.PathLike[str] | Iterable[str], n_sentences: int | None = None
+) -> tuple[list[Alignment], list[Alignment]]:
+    """Read the NAACL 2003 format: ``sentence_no i j [S|P] [confidence]`` per line, 1-indexed.
+
+    Links are converted to 0-indexed (i, j); links to NULL (index 0) are skipped; a missing
+    S|P field means sure. Sentences are numbered from 1; `n_sentences` gives the length of the
+    result (sentences without links have no line in the file), by default the largest number.
+
+    Returns:
+        (sure, possible) as `read_pharaoh` returns them (possible ⊇ sure).
+    """
+    records: list[tuple[int, Link, bool]] = []
+    for number, line in enumerate(_lines(path_or_lines), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < 3 or (len(fields) > 3 and fields[3] not in ("S", "P")):
+            raise ValueError(
+                f"line {number}: expected 'sentence_no i j [S|P] [confidence]', got {line!r}"
+            )
+        try:
+            sentence, i, j = (int(field) for field in fields[:3])
+        except ValueError:
+            raise ValueError(f"line {number}: non-integer index in {line!r}") from None
+        if sentence < 1 or i < 0 or j < 0:
+            raise ValueError(f"line {number}: sentence numbers start at 1, indices at 0: {line!r}")
+        if i == 0 or j == 0:
+            continue  # NULL link: not a word pair
+        records.append((sentence, (i - 1, j - 1), len(fields) == 3 or fields[3] == "S"))
+    last = max((sentence for sentence, _, _ in records), default=0)
+    count = last if n_sentences is None else n_sentences
+    if last > count:
+        raise ValueError(f"sentence number {last} is beyond n_sentences={count}")
+    sure: list[Alignment] = [set() for _ in range(count)]
+    possible: list[Alignment] = [set() for _ in range(count)]
+    for sentence, link, is_sure in records:
+        possible[sentence - 1].add(link)
+        if is_sure:
+            sure[sentence - 1].add(link)
+    return sure, possible
+
+
+def detect_gold_format(lines: Sequence[str]) -> str:
+    """The format of gold lines, "naacl" or "pharaoh", from the first line with content.
+
+    A NAACL line starts with three integers (``sentence_no i j``); a Pharaoh line is made of
+    ``i-j``/``i?j`` links. A file without any link (all lines empty) is Pharaoh: one empty
+    sentence per line.
+    """
+    for line in lines:
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) >= 3 and all(field.isdigit() for field in fields[:3]):
+            return "naacl"
+        return "pharaoh"
+    return "pharaoh"
+
+
+def read_gold_file(
+    path: str | os.PathLike[str],
+    possible_path: str | os.PathLike[str] | None = None,
+    *,
+    gold_format: str = "auto",
+    n_sentences: int | None = None,
+) -> tuple[list[Alignment], list[Alignment]]:
+    """Sure and possible links of a gold file in either format (`read_gold`, `read_naacl`).
+
+    Args:
+        path: Pharaoh links (one line per sentence) or a NAACL file (one link per line).
+        possible_path: Pharaoh only: a second file whose links are all possible (WPT's
+            ``*.possible.pharaoh``); a NAACL file marks S and P itself.
+        gold_format: "pharaoh", "naacl" or "auto" (`detect_gold_format`).
+        n_sentences: the number of sentences: a NAACL file has no line for a sentence
+            without links; a Pharaoh file must have exactly this many lines.
+
+    Raises:
+        ValueError: a malformed line, an unknown format, a possible file with NAACL, or a
+            sentence count that differs from `n_sentences`.
+    """
+    if gold_format not in GOLD_FORMATS:
+        raise ValueError(f"unknown gold format {gold_format!r}; valid: {', '.join(GOLD_FORMATS)}")
+    lines = _lines(path)
+    if gold_format == "auto":
+        gold_format = detect_gold_format(lines)
+    if gold_format == "naacl":
+        if possible_path is not None:
+            raise ValueError(
+                "a NAACL gold file marks sure (S) and possible (P) links itself; a separate "
+                "possible file goes with Pharaoh gold only"
+            )
+        return read_naacl(lines, n_sentences)
+    sure, possible = read_gold(lines, possible_path)
+    if n_sentences is not None and len(sure) != n_sentences:
+        raise ValueError(f"{len(sure)} lines of Pharaoh links for {n_sentences} sentences")
+    return sure, possible

@@ -1,0 +1,95 @@
+"""Greedy decoding: the most probable token at every step, a whole batch at once.
+
+Each step is one `decode_step` over the live rows (the RNN carries its hidden state, the
+transformer its key/value cache). A row that produced EOS or reached its length limit leaves the
+batch (`reorder_state` keeps the others), so a long run-away hypothesis does not keep the whole
+batch busy. Asked for, the cross-attention of every step is kept with the rows that produced it
+and stacked per hypothesis at the end.
+
+Shapes: B batch, S source length, T_max the longest output limit + 1, B_live rows still decoding.
+"""
+
+import torch
+from torch import Tensor
+
+from attnseq.decoding.settings import Hypothesis, never_pad_or_bos, start_decoding
+from attnseq.models.seq2seq import Seq2Seq
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: Seq2Seq,
+    src: Tensor,
+    src_lengths: Tensor,
+    max_lengths: Tensor,
+    need_weights: bool = False,
+    *,
+    src_ext: Tensor | None = None,
+    n_oov: int = 0,
+) -> list[Hypothesis]:
+    """Pick the most probable token at every step.
+
+    Args:
+        src: (B, S) source ids; src_lengths: (B,); max_lengths: (B,) output limits (tokens,
+            EOS not counted).
+        need_weights: collect the cross-attention of every step for each hypothesis.
+        src_ext, n_oov: copy models: (B, S) the source in the extended vocabulary, and its
+            number of extra ids.
+    """
+    batch_size, device = src.size(0), src.device
+    max_lengths = max_lengths.to(device)
+    longest = int(max_lengths.max())
+    state = start_decoding(model, src, src_lengths, src_ext, n_oov)
+    prev = torch.full((batch_size,), model.bos_id, dtype=torch.long, device=device)
+    active = torch.arange(batch_size, device=device)  # original row of each live row
+    out = torch.full((batch_size, longest + 1), model.eos_id, dtype=torch.long, device=device)
+    scores = torch.zeros(batch_size, device=device)
+    step_weights: list[tuple[Tensor, Tensor]] = []  # (rows, weights) per step
+    for step in range(longest + 1):
+        logits, attention, state = model.decode_step(prev, state, need_weights=need_weights)
+        log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)
+        best_scores, best = log_probs.max(dim=-1)  # (B_live,)
+        out[active, step] = best
+        scores[active] += best_scores
+        if need_weights and attention is not None:
+            step_weights.append((active, attention))
+        keep = (best != model.eos_id) & (max_lengths[active] > step + 1)
+        if not bool(keep.all()):
+            keep_index = keep.nonzero().squeeze(1)
+            active, best = active[keep_index], best[keep_index]
+            if active.numel() == 0:
+                break
+            state = model.reorder_state(state, keep_index)
+        prev = best
+    return _collect(out, scores, step_weights, src_lengths, max_lengths, model.eos_id)
+
+
+def _collect(
+    out: Tensor,
+    scores: Tensor,
+    step_weights: list[tuple[Tensor, Tensor]],
+    src_lengths: Tensor,
+    max_lengths: Tensor,
+    eos_id: int,
+) -> list[Hypothesis]:
+    """Turn the (B, T_max) token table into hypotheses, cut at EOS or at each row's limit."""
+    hypotheses = []
+    rows = out.tolist()
+    for row, (ids, limit) in enumerate(zip(rows, max_lengths.tolist(), strict=True)):
+        ids = ids[:limit] if eos_id not in ids[: limit + 1] else ids[: ids.index(eos_id)]
+        attention = None
+        if step_weights:
+            steps = [
+                w[(r == row).nonzero().squeeze(1)] for r, w in step_weights if (r == row).any()
+            ]
+            attention = _stack_attention([s.squeeze(0) for s in steps], int(src_lengths[row]))
+        hypotheses.append(Hypothesis(tokens=ids, score=float(scores[row]), attention=attention))
+    return hypotheses
+
+
+def _stack_attention(steps: list[Tensor], src_length: int) -> Tensor | None:
+    """Per-step weights (S,) or (L, H, S) -> (T_out, S) or (L, H, T_out, S), real source only."""
+    if not steps:
+        return None
+    stacked = torch.stack(steps, dim=-2)  # (..., T_out, S)
+    return stacked[..., :src_length].cpu()

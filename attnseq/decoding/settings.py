@@ -1,0 +1,143 @@
+"""What decoding is asked for and what it returns, and the pieces both searches share.
+
+`DecodingSettings` says how to decode (beam size, output limits, length penalty, n-best,
+constraints); `Hypothesis` is one decoded output. `gnmt_length_penalty` is the lp(Y) of the
+GNMT length-normalised score s(Y, X) = log P(Y | X) / lp(Y) (Wu et al. 2016, eq. 14) that
+outputs are ranked by (beam_search.py).
+
+Both searches give PAD and BOS probability zero (`never_pad_or_bos`): neither is ever a target.
+
+Shapes: B batch, R rows of the live batch, V target vocabulary.
+"""
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+from attnseq.models.seq2seq import DecoderState, Seq2Seq
+
+if TYPE_CHECKING:
+    from attnseq.config import TrainerConfig
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class DecodingSettings:
+    """How to decode (validation, test, `attnseq eval`, `attnseq translate`).
+
+    beam: beam size K; 1 with nbest=1 (and no constraints) is greedy decoding.
+    max_output_ratio, max_output_extra: at most ratio * source length + extra output tokens.
+    length_penalty: GNMT alpha in lp = ((5 + |Y|) / 6) ^ alpha (Wu et al. 2016, eq. 14).
+    nbest: hypotheses returned per input (<= beam), best first.
+    min_length: EOS is blocked until this many tokens were produced.
+    no_repeat_ngram: forbid any n-gram of this size to occur twice in an output (0 = off).
+    coverage_penalty: GNMT beta of the coverage penalty (Wu et al. 2016, eq. 14; 0 = off).
+    """
+
+    beam: int = 1
+    max_output_ratio: float = 1.5
+    max_output_extra: int = 10
+    length_penalty: float = 1.0
+    nbest: int = 1
+    min_length: int = 0
+    no_repeat_ngram: int = 0
+    coverage_penalty: float = 0.0
+
+    @classmethod
+    def from_trainer(cls, trainer: "TrainerConfig") -> "DecodingSettings":
+        """The trainer.* decoding keys of a run's config: how its validation, test evaluation
+        and, by default, `attnseq eval` / `attnseq translate` decode."""
+        return cls(
+            beam=trainer.beam,
+            length_penalty=trainer.length_penalty,
+            max_output_ratio=trainer.max_output_ratio,
+            max_output_extra=trainer.max_output_extra,
+            min_length=trainer.min_output_length,
+            no_repeat_ngram=trainer.no_repeat_ngram,
+            coverage_penalty=trainer.coverage_penalty,
+        )
+
+    def check(self) -> None:
+        """Raise ValueError naming every setting that is out of range."""
+        problems = []
+        if self.beam < 1:
+            problems.append(f"beam must be >= 1, got {self.beam}")
+        if not 1 <= self.nbest <= max(self.beam, 1):
+            problems.append(f"nbest must be between 1 and beam ({self.beam}), got {self.nbest}")
+        if self.min_length < 0:
+            problems.append(f"min_length must be >= 0, got {self.min_length}")
+        if self.no_repeat_ngram < 0:
+            problems.append(f"no_repeat_ngram must be >= 0, got {self.no_repeat_ngram}")
+        if self.max_output_ratio < 0 or self.max_output_extra < 0:
+            problems.append("max_output_ratio and max_output_extra must be >= 0")
+        if self.coverage_penalty < 0:
+            problems.append(f"coverage_penalty must be >= 0, got {self.coverage_penalty}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def is_greedy(self) -> bool:
+        """Greedy decoding gives exactly what these settings ask for."""
+        return (
+            self.beam == 1
+            and self.nbest == 1
+            and self.min_length == 0
+            and not self.no_repeat_ngram
+            and not self.coverage_penalty
+        )
+
+
+@dataclass
+class Hypothesis:
+    """One decoded output.
+
+    tokens: target ids without BOS and EOS.
+    score: raw model score, the sum of the token log-probabilities (EOS included when produced).
+    attention: cross-attention while producing it, (T_out, S) for RNNs or (L, H, T_out, S) for
+        transformers, over the real source positions only; None if not requested. T_out is the
+        number of scored positions: len(tokens), plus one for EOS when it was produced.
+    normalized_score: score / lp(T_out) (+ cp with a coverage penalty), the GNMT-normalised
+        score beam search ranks by; None from `greedy_decode` (which does not rank), filled in
+        by `decode`.
+
+    Copy models: tokens may hold ids >= V, source words outside the target vocabulary
+    (`Tokenizer.decode_extended` writes them out).
+    """
+
+    tokens: list[int]
+    score: float
+    attention: Tensor | None = None
+    normalized_score: float | None = None
+
+
+def max_output_lengths(src_lengths: Tensor, ratio: float, extra: int) -> Tensor:
+    """Per-sentence output limit: ratio * source length + extra, as a (B,) long tensor."""
+    return (src_lengths.float() * ratio).long() + extra
+
+
+def gnmt_length_penalty(lengths: Tensor, alpha: float) -> Tensor:
+    """lp(Y) = ((5 + |Y|) / 6) ^ alpha (Wu et al. 2016, eq. 14), elementwise over `lengths`."""
+    return ((5.0 + lengths.float()) / 6.0) ** alpha
+
+
+def start_decoding(
+    model: Seq2Seq, src: Tensor, src_lengths: Tensor, src_ext: Tensor | None, n_oov: int
+) -> DecoderState:
+    """`model.start_decoding`, with the extended source for copy models."""
+    if src_ext is None:
+        return model.start_decoding(src, src_lengths)
+    return model.start_decoding(src, src_lengths, src_ext=src_ext, n_oov=n_oov)
+
+
+def never_pad_or_bos(log_probs: Tensor, model: Seq2Seq) -> Tensor:
+    """Give PAD and BOS probability zero in (R, V) log-probabilities, in place.
+
+    Neither is ever a target, so a trained model gives them almost nothing; an undertrained one
+    may not, and an output of invisible tokens (text decoding drops them) helps nobody.
+    """
+    for token in (model.pad_id, model.bos_id):
+        if token != model.eos_id:
+            log_probs[:, token] = NEG_INF
+    return log_probs
