@@ -59,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,8 @@ def measure_peak(device: torch.device) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------- config
+
+
 def compose(overrides: list[str], threads: int):
     """The TrainConfig `attnseq train OVERRIDES` would run, through Hydra's compose API (as
     `attnseq train`'s pre-flight composes it), with `threads` torch threads."""
@@ -173,6 +176,15 @@ def _memory(device: torch.device) -> dict[str, float]:
     return memory
 
 
+def training_batches(trainer: Any) -> Iterator[tuple[Any, Any]]:
+    """(batch, counts) in the order Trainer.fit takes them, epoch after epoch, without end,
+    so a benchmark of any length runs on a training split of any size."""
+    epoch = 0
+    while True:
+        yield from trainer.loader(trainer.sampler.batches(epoch))
+        epoch += 1
+
+
 def _update(trainer: Any, batch: Any, counts: Any) -> float | None:
     """One real update (`Trainer._update`); its loss, or None when it was skipped."""
     return trainer._update(batch, counts)
@@ -206,13 +218,7 @@ def benchmark_training(cfg, device: torch.device, steps: int, warmup: int, peak:
         {},
     )
 
-    def batches():  # the order Trainer.fit takes them in, epoch after epoch
-        epoch = 0
-        while True:
-            yield from trainer.loader(trainer.sampler.batches(epoch))
-            epoch += 1
-
-    stream = batches()
+    stream = training_batches(trainer)
     for _ in range(warmup):
         _update(trainer, *next(stream))
     _sync(device)
