@@ -311,5 +311,7 @@ class RNNSeq2Seq(Seq2Seq):
         self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None, DecoderState]:
         pre_output, weights, state = self._step(prev_tokens, state)
-        logits = self.output(pre_output)  # (B, V)
+        # the same dropout as forward: a no-op when decoding (eval mode), and in training mode
+        # a step-by-step pass computes what forward computes (scripts/check_loss_curve.py)
+        logits = self.output(self.dropout(pre_output))  # (B, V)
         return logits, weights if need_weights else None, state

@@ -205,9 +205,12 @@ class PointerGeneratorRNN(RNNSeq2Seq):
         prev_tokens = self._in_vocabulary(prev_tokens)
         pre_output, weights, new_state = self._step(prev_tokens, state)
         assert weights is not None
-        logits = self.output(pre_output)  # (B, V)
+        # the same dropout as forward: a no-op when decoding (eval mode), and in training mode
+        # a step-by-step pass computes what forward computes (scripts/check_loss_curve.py)
+        logits = self.output(self.dropout(pre_output))  # (B, V)
         if self.copy:
             top = new_state["hidden"][:, -1]  # s_t: (B, H)
-            z = self._p_gen_logit(weights, state["annotations"], top, self.embedding(prev_tokens))
+            inputs = self.dropout(self.embedding(prev_tokens))  # x_t, as in forward: (B, emb)
+            z = self._p_gen_logit(weights, state["annotations"], top, inputs)
             logits = extended_log_probs(logits, weights, state["src_ext"], state["n_oov"], z)
         return logits, weights if need_weights else None, new_state

@@ -135,6 +135,20 @@ def test_incremental_decoding_equals_teacher_forcing(family, copy, coverage) -> 
         torch.testing.assert_close(full.extras["coverage_loss"], expected, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("family", ["bahdanau", "luong", "transformer"])
+def test_decode_step_in_training_mode_drops_out_where_forward_does(family: str) -> None:
+    """Dropout 1 zeroes every dropout site whatever its mask: the step-by-step pass in training
+    mode equals forward only if both drop out at the same sites (check_loss_curve's reference)."""
+    model = make(family, "model.copy=true", "model.coverage=true").train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 1.0  # the config stops at p < 1
+    src, lengths, src_ext, tgt_in = toy_batch()
+    full = model(src, lengths, tgt_in, src_ext=src_ext, n_oov=N_OOV)
+    logits, _ = step_by_step(model, src, lengths, src_ext, tgt_in)
+    torch.testing.assert_close(logits, full.logits, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("family", ["bahdanau", "lstm", "transformer"])
 def test_reordered_state_carries_coverage_and_extended_source(family: str) -> None:
     model = make(family, "model.copy=true", "model.coverage=true")
