@@ -190,8 +190,10 @@ def _update(trainer: Any, batch: Any, counts: Any) -> float | None:
     return trainer._update(batch, counts)
 
 
-def benchmark_training(cfg, device: torch.device, steps: int, warmup: int, peak: float):
-    """Time `steps` real updates after `warmup` ones; returns (results, trainer, data)."""
+def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | None = None):
+    """Data, model, optimizer, scheduler and `Trainer` built as `attnseq train` builds them (no
+    checkpoints, no TensorBoard); the scheduler's budget is `max_steps` or the config's.
+    Returns (trainer, data, prepare_seconds); the validation evaluator only if `validate`."""
     from attnseq.data.prepare import prepare_data
     from attnseq.optim import TrainingBudget, build_optimizer, build_scheduler
     from attnseq.tasks import make_evaluator, model_for, seed_everything
@@ -203,20 +205,20 @@ def benchmark_training(cfg, device: torch.device, steps: int, warmup: int, peak:
     prepare_seconds = time.perf_counter() - start
     model = model_for(cfg, data.tokenizers).to(device)
     optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, cfg.optim, TrainingBudget(cfg.trainer.max_steps))
+    budget = TrainingBudget(cfg.trainer.max_steps if max_steps is None else max_steps)
+    scheduler = build_scheduler(optimizer, cfg.optim, budget)
+    valid = make_evaluator(cfg, data, "valid", device) if validate else None
     run_dir = Path(tempfile.mkdtemp(prefix="attnseq-bench-"))  # the trainer never saves here
     trainer = Trainer(
-        model,
-        optimizer,
-        scheduler,
-        cfg,
-        data.examples["train"],
-        make_evaluator(cfg, data, "valid", device),
-        run_dir,
-        None,
-        device,
-        {},
+        model, optimizer, scheduler, cfg, data.examples["train"], valid, run_dir, None, device, {}
     )
+    return trainer, data, prepare_seconds
+
+
+def benchmark_training(cfg, device: torch.device, steps: int, warmup: int, peak: float):
+    """Time `steps` real updates after `warmup` ones; returns (results, trainer, data)."""
+    trainer, data, prepare_seconds = build_trainer(cfg, device, validate=True)
+    model = trainer.model
 
     stream = training_batches(trainer)
     for _ in range(warmup):

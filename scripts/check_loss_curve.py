@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmark.py, next to this file
 
-from benchmark import compose  # noqa: E402
+from benchmark import build_trainer, compose, training_batches  # noqa: E402
 
 from attnseq.errors import UserError  # noqa: E402
 from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput  # noqa: E402
@@ -69,36 +69,14 @@ class StepwiseTeacherForcing(nn.Module):
 
 def loss_curve(cfg, steps: int, every: int, path: str, dropout_seed: int | None) -> list[dict]:
     """Validation loss every `every` updates of one run; `path` is "fast" or "reference"."""
-    import tempfile
-
-    from attnseq.data.prepare import prepare_data
-    from attnseq.optim import TrainingBudget, build_optimizer, build_scheduler
-    from attnseq.tasks import make_evaluator, model_for, seed_everything
-    from attnseq.training import Trainer
-
-    device = torch.device("cpu")
-    seed_everything(cfg.seed)
-    data = prepare_data(cfg.data, cfg.seed)
-    model = model_for(cfg, data.tokenizers).to(device)
-    optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, cfg.optim, TrainingBudget(steps))
-    valid = make_evaluator(cfg, data, "valid", device)
-    run_dir = Path(tempfile.mkdtemp(prefix="attnseq-loss-curve-"))  # nothing is saved there
-    trainer = Trainer(
-        model, optimizer, scheduler, cfg, data.examples["train"], valid, run_dir, None, device, {}
-    )
+    trainer, _, _ = build_trainer(cfg, torch.device("cpu"), validate=True, max_steps=steps)
+    model, valid = trainer.model, trainer.evaluator
     if path == "reference":
         trainer.train_model = StepwiseTeacherForcing(model)
     if dropout_seed is not None:  # after the weights are drawn: only the dropout masks change
         torch.manual_seed(dropout_seed)
 
-    def batches():  # the order Trainer.fit takes them in, epoch after epoch
-        epoch = 0
-        while True:
-            yield from trainer.loader(trainer.sampler.batches(epoch))
-            epoch += 1
-
-    stream = batches()
+    stream = training_batches(trainer)
     curve = [{"step": 0, "valid_loss": valid.loss(model)}]
     for step in range(1, steps + 1):
         batch, counts = next(stream)

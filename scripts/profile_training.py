@@ -22,7 +22,6 @@ overhead of its own, so use scripts/benchmark.py for throughput and this for sha
 import argparse
 import shlex
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -33,7 +32,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmark.py, next to this file
 
-from benchmark import compose, training_batches  # noqa: E402
+from benchmark import build_trainer, compose, training_batches  # noqa: E402
 
 from attnseq.errors import UserError  # noqa: E402
 
@@ -75,31 +74,10 @@ def top_operators(averages: Any, count: int) -> list[dict[str, Any]]:
 
 
 def profile_setup(overrides: list[str], steps: int, warmup: int, threads: int, top: int) -> dict:
-    from attnseq.data.prepare import prepare_data
-    from attnseq.optim import TrainingBudget, build_optimizer, build_scheduler
-    from attnseq.tasks import model_for, seed_everything
-    from attnseq.training import Trainer
-
     cfg = compose(overrides, threads)
     torch.set_num_threads(threads)
-    seed_everything(cfg.seed)
-    data = prepare_data(cfg.data, cfg.seed)
-    model = model_for(cfg, data.tokenizers)
-    optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, cfg.optim, TrainingBudget(cfg.trainer.max_steps))
-    run_dir = Path(tempfile.mkdtemp(prefix="attnseq-profile-"))  # the trainer never saves here
-    trainer = Trainer(
-        model,
-        optimizer,
-        scheduler,
-        cfg,
-        data.examples["train"],
-        None,
-        run_dir,
-        None,
-        torch.device("cpu"),
-        {},
-    )
+    trainer, _, _ = build_trainer(cfg, torch.device("cpu"), validate=False)
+    model = trainer.model
     stream = training_batches(trainer)
     for _ in range(warmup):
         trainer._update(*next(stream))
