@@ -5,6 +5,8 @@ A mistake the user can fix (`UserError`) ends with one message on stderr and exi
 
 import contextlib
 import io
+import logging
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -535,7 +537,27 @@ def sweep_report(
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    from attnseq.distributed import env_world
+
+    if not env_world().distributed:
+        app()
+        return
+    # A torchrun worker leaves without interpreter finalization: after a run has finished and
+    # written everything, gloo's C++ threads can still abort the process while Python tears
+    # down ("terminate called without an active exception", SIGABRT; pytorch/pytorch#179291),
+    # and torchrun then reports the finished job as failed. By this point every file has been
+    # written atomically and closed; the streams and log handlers are flushed below.
+    try:
+        app()
+        code = 0
+    except SystemExit as stop:  # typer always ends with one
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
