@@ -110,7 +110,7 @@ def collect(run_dir: Path) -> dict:
 
 
 def table(rows: dict[str, dict]) -> str:
-    def number(value: object, digits: int = 4) -> str:
+    def number(value: object, digits: int = 2) -> str:
         return "-" if value is None else f"{value:.{digits}f}"  # type: ignore[str-format]
 
     lines = [
