@@ -18,7 +18,7 @@ beam 4, no n-gram blocking), as `metrics.json` records it; the lead on the same 
 
 Usage (from the repository root, ATTNSEQ_DATA pointing at the corpora):
 
-    # the real comparison (each model about 30 minutes on a 2-core CPU; 4 models)
+    # the real comparison (4 models of 15-45 minutes each on a 2-core CPU)
     ATTNSEQ_DATA=../shared/data .venv/bin/python scripts/compare_summarizers.py --out compare
 
     # a smoke test of the whole pipeline (minutes): any `attnseq train` overrides after --
@@ -35,7 +35,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -75,38 +74,46 @@ def lead_baseline(dataset: str) -> dict[str, Any]:
 
 
 def train(experiment: str, run_dir: Path, overrides: list[str], reuse: bool) -> dict[str, Any]:
-    """`attnseq train config=EXPERIMENT` into run_dir; its test metrics and wall time."""
+    """`attnseq train config=EXPERIMENT` into run_dir; its test metrics, updates and training
+    minutes (the training loop's time from last.pt, validations included, start-up and the final
+    test decoding not; a reused run reports its own)."""
+    from attnseq.checkpoint import load_checkpoint
+
     metrics_file = run_dir / "metrics.json"
     command = [
         sys.executable, "-m", "attnseq", "train", f"config={experiment}",
         f"hydra.run.dir={run_dir}", "trainer.progress=false", *overrides,
     ]  # fmt: skip
     shown = " ".join(["attnseq train", *command[4:]])
-    minutes = None
     if not (reuse and metrics_file.is_file()):
         print(f"+ {shown}", file=sys.stderr, flush=True)
-        start = time.monotonic()
         result = subprocess.run(command, env=os.environ.copy())
         if result.returncode != 0:
             raise SystemExit(f"{experiment} failed with exit status {result.returncode}")
-        minutes = (time.monotonic() - start) / 60
     metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+    progress = load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]
     row = {key: metrics[f"test/{key}"] for key in COLUMNS}
     row["p_gen_mean"] = metrics.get("test/p_gen_mean")
-    return {"command": shown, "minutes": minutes, **row}
+    return {
+        "command": shown,
+        "updates": progress["step"],
+        "minutes": progress["train_seconds"] / 60,
+        **row,
+    }
 
 
 def table(dataset: str, rows: list[dict[str, Any]]) -> str:
     lines = [
         f"### {dataset}",
         "",
-        "| model | ROUGE-1 | ROUGE-2 | ROUGE-L | repeated trigrams (%) | minutes |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| model | ROUGE-1 | ROUGE-2 | ROUGE-L | repeated trigrams (%) | updates | minutes |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        minutes = "" if row.get("minutes") is None else f"{row['minutes']:.1f}"
+        updates = f"{row['updates']:,}" if "updates" in row else ""
+        minutes = f"{row['minutes']:.1f}" if "minutes" in row else ""
         cells = " | ".join(f"{row[key]:.2f}" for key in COLUMNS)
-        lines.append(f"| {row['name']} | {cells} | {minutes} |")
+        lines.append(f"| {row['name']} | {cells} | {updates} | {minutes} |")
     lines += ["", "Commands:", ""]
     lines += [f"- {row['name']}: `{row['command']}`" for row in rows]
     return "\n".join(lines) + "\n"
