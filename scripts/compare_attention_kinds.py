@@ -17,13 +17,20 @@ With --decoder-self, the causal kinds (local, strided, linear, performer) are al
 decoder self-attention.
 
 Columns: test ROUGE-L/1/2 (of best.pt, from metrics.json), the best validation ROUGE-L, updates
-and epochs done, and seconds per epoch = training-loop seconds x batches per epoch / updates
-(the loop's time includes its validations, so with the same trainer.validate_every every kind
-pays the same number of them), and the number of parameters.
+and epochs done, seconds per epoch = training-loop seconds x batches per epoch / updates (the
+loop's time includes its validations, so with the same trainer.validate_every every kind pays the
+same number of them), training seconds per epoch (the same without validations, from the
+wall-clock spacing of the train/loss scalars before the first validation) and the number of
+parameters.
 
-    # the real comparison (hours of CPU: run on a quiet machine)
-    python scripts/compare_attention_kinds.py --out outputs/attention_kinds -- \\
-        trainer.max_steps=6000 trainer.max_minutes=null
+    # the comparison in the README (about 22 minutes per kind on one core: a d_model-128
+    # model, 700 updates, one validation at the end; two processes side by side, one per core)
+    python scripts/compare_attention_kinds.py --out outputs/attention_kinds \\
+        --kinds full,local,strided,longformer -- model.d_model=128 model.ff_dim=512 \\
+        trainer.max_steps=700 trainer.validate_every=700 trainer.max_minutes=null \\
+        trainer.early_stopping_patience=0 trainer.threads=1 &
+    python scripts/compare_attention_kinds.py --out outputs/attention_kinds \\
+        --kinds linformer,linear,performer -- (the same overrides)
     # a smoke test: a few steps on 500 dialogues, short decodes (minutes)
     python scripts/compare_attention_kinds.py --out /tmp/kinds -- trainer.max_steps=20 \\
         data.max_examples=500 trainer.validate_every=20 trainer.max_output_ratio=0.05 \\
@@ -86,9 +93,33 @@ def command_for(kind: str, args: argparse.Namespace, overrides: list[str]) -> li
     ]
 
 
+def training_seconds_per_update(run_dir: Path) -> float | None:
+    """Seconds per update of training alone: the wall-clock spacing of the train/loss scalars in
+    TensorBoard (logged every trainer.log_every updates) between the first and the last one that
+    have no validation between them; None without two such scalars. Unlike the loop's time, it
+    leaves out validation decoding, whose cost depends on how long the outputs are."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    if "train/loss" not in tags:
+        return None
+    validated = (
+        sorted(event.step for event in events.Scalars("valid/loss")) if "valid/loss" in tags else []
+    )
+    train = [(event.step, event.wall_time) for event in events.Scalars("train/loss")]
+    # the stretch before the first validation (whole runs validated only at the end: all of it)
+    limit = validated[0] if validated else float("inf")
+    stretch = [(step, time) for step, time in train if step <= limit]
+    if len(stretch) < 2 or stretch[-1][0] == stretch[0][0]:
+        return None
+    return (stretch[-1][1] - stretch[0][1]) / (stretch[-1][0] - stretch[0][0])
+
+
 def collect(run_dir: Path) -> dict:
     """ROUGE from metrics.json, updates/epochs/seconds from last.pt, batches per epoch and
-    parameters from train.log."""
+    parameters from train.log, training-only seconds from TensorBoard."""
     from attnseq.checkpoint import load_checkpoint
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -97,6 +128,7 @@ def collect(run_dir: Path) -> dict:
     batches = int(re.search(r"(\d+) batches per epoch", log).group(1))  # type: ignore[union-attr]
     parameters = re.search(r"model: \w+, ([\d,]+) parameters", log)
     steps = max(progress["step"], 1)
+    per_update = training_seconds_per_update(run_dir)
     return {
         "test/rouge_l": metrics.get("test/rouge_l"),
         "test/rouge1": metrics.get("test/rouge1"),
@@ -105,6 +137,7 @@ def collect(run_dir: Path) -> dict:
         "steps": progress["step"],
         "epochs": progress["step"] / batches,
         "seconds_per_epoch": progress["train_seconds"] * batches / steps,
+        "training_seconds_per_epoch": None if per_update is None else per_update * batches,
         "parameters": parameters.group(1) if parameters else None,
     }
 
@@ -115,18 +148,19 @@ def table(rows: dict[str, dict]) -> str:
 
     lines = [
         "| kind | test ROUGE-L | test ROUGE-1 | test ROUGE-2 | best valid ROUGE-L | updates "
-        "| epochs | s / epoch | parameters |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| epochs | s / epoch | training s / epoch | parameters |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for kind, row in rows.items():
         if "error" in row:
-            lines.append(f"| {kind} | {row['error']} |" + " |" * 8)
+            lines.append(f"| {kind} | {row['error']} |" + " |" * 9)
             continue
         lines.append(
             f"| {kind} | {number(row['test/rouge_l'])} | {number(row['test/rouge1'])} "
             f"| {number(row['test/rouge2'])} | {number(row['valid/best_rouge_l'])} "
             f"| {row['steps']} | {number(row['epochs'], 2)} "
-            f"| {number(row['seconds_per_epoch'], 0)} | {row['parameters']} |"
+            f"| {number(row['seconds_per_epoch'], 0)} "
+            f"| {number(row['training_seconds_per_epoch'], 0)} | {row['parameters']} |"
         )
     return "\n".join(lines) + "\n"
 

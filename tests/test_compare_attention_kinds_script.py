@@ -11,7 +11,7 @@ TINY = [
     "data.train_size=40", "data.valid_size=8", "data.test_size=8", "model.d_model=16",
     "model.heads=2", "model.ff_dim=32", "model.enc_layers=1", "model.dec_layers=1",
     "trainer.max_steps=2", "trainer.validate_every=2", "trainer.max_minutes=null",
-    "trainer.progress=false", "trainer.threads=1",
+    "trainer.log_every=1", "trainer.progress=false", "trainer.threads=1",
 ]  # fmt: skip
 
 
@@ -28,6 +28,8 @@ def test_one_run_per_kind_and_a_table(tmp_path):
     assert list(rows) == ["full", "local"]
     for row in rows.values():
         assert row["steps"] == 2 and row["epochs"] > 0 and row["seconds_per_epoch"] > 0
+        # from the train/loss scalars of updates 1 and 2, before the validation at update 2
+        assert 0 < row["training_seconds_per_epoch"] < 10 * row["seconds_per_epoch"]
         assert row["test/rouge_l"] is None  # a translation task has no ROUGE
     assert rows["full"]["parameters"] == rows["local"]["parameters"]
     assert "| local |" in (out / "summary.md").read_text()
