@@ -106,15 +106,16 @@ def training_seconds_per_update(run_dir: Path) -> float | None:
     if "train/loss" not in tags:
         return None
     validated = (
-        sorted(event.step for event in events.Scalars("valid/loss")) if "valid/loss" in tags else []
+        [event.step for event in events.Scalars("valid/loss")] if "valid/loss" in tags else []
     )
-    train = [(event.step, event.wall_time) for event in events.Scalars("train/loss")]
-    # the stretch before the first validation (whole runs validated only at the end: all of it)
-    limit = validated[0] if validated else float("inf")
-    stretch = [(step, time) for step, time in train if step <= limit]
-    if len(stretch) < 2 or stretch[-1][0] == stretch[0][0]:
+    first_validation = min(validated, default=float("inf"))  # runs validated only at the end: all
+    stretch = [
+        (e.step, e.wall_time) for e in events.Scalars("train/loss") if e.step <= first_validation
+    ]
+    if len(stretch) < 2:
         return None
-    return (stretch[-1][1] - stretch[0][1]) / (stretch[-1][0] - stretch[0][0])
+    (first_step, first_time), (last_step, last_time) = stretch[0], stretch[-1]
+    return (last_time - first_time) / (last_step - first_step)
 
 
 def collect(run_dir: Path) -> dict:
