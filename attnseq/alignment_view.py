@@ -32,7 +32,7 @@ import torch
 
 from attnseq.alignment import word_attention, word_ids
 from attnseq.checkpoint import load_checkpoint
-from attnseq.config import config_from_dict
+from attnseq.config.schema import config_from_dict
 from attnseq.data.extended_vocab import extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError

@@ -6,7 +6,7 @@ arguments are composed once with Hydra's compose API (every value of a sweep is 
 typo ends with one message, the nearest valid key or option and exit status 2, instead of
 Hydra's exit status 1 from inside the run.
 
-`config=NAME` selects configs/experiment/NAME.yaml; `config=PATH.yaml` (any path ending in .yaml)
+`config=NAME` selects the packaged experiment/NAME.yaml; `config=PATH.yaml` (any path ending in .yaml)
 selects the user's own experiment file, which is linked into a private search-path folder so it
 can use the packaged config groups in its defaults list like any packaged experiment.
 
@@ -23,9 +23,9 @@ import re
 import sys
 from pathlib import Path
 
+from attnseq.config import CONFIG_DIR
 from attnseq.errors import UserError
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 # Hydra command-line flags: (flag, takes a value)
 _FLAGS_WITH_VALUE = {
@@ -163,8 +163,8 @@ def preflight(args: list[str]) -> None:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnseq.config import TrainConfig, register_configs
-    from attnseq.config_checks import validate
+    from attnseq.config.schema import TrainConfig, register_configs
+    from attnseq.config.checks import validate
 
     flags, overrides = split_flags(args)
     if env_world_size() > 1 and any(flag in {"-m", "--multirun"} for flag in flags):
@@ -294,7 +294,7 @@ def run_hydra(args: list[str]) -> None:
     import hydra
 
     from attnseq import tasks
-    from attnseq.config import register_configs
+    from attnseq.config.schema import register_configs
     from attnseq.distributed import env_world
 
     register_configs()

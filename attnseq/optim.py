@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnseq.config import OptimConfig, OptimizerName, Scheduler
+from attnseq.config.schema import OptimConfig, OptimizerName, Scheduler
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:

@@ -15,7 +15,7 @@ from typing import Any
 
 from attnseq.atomic import atomic_write
 from attnseq.checkpoint import load_checkpoint
-from attnseq.config import TrainConfig, config_from_dict, resume_conflicts
+from attnseq.config.schema import TrainConfig, config_from_dict, resume_conflicts
 from attnseq.errors import UserError
 from attnseq.signals import TrainingInterrupted
 

@@ -1,7 +1,7 @@
 """The composition root: train / eval as functions of a config.
 
 This module (with cli.py) is the only place that knows about Hydra; it turns a composed config
-into the dataclasses of config.py and wires data, tokenizers, model, optimizer, trainer,
+into the dataclasses of config/schema.py and wires data, tokenizers, model, optimizer, trainer,
 evaluator and logging together.
 """
 
@@ -20,13 +20,13 @@ import torch
 from attnseq.alignment import attention_statistics
 from attnseq.atomic import atomic_write_json, atomic_write_lines
 from attnseq.checkpoint import load_checkpoint
-from attnseq.config import (
+from attnseq.config.schema import (
     DataSource,
     TrainConfig,
     config_from_dict,
     config_to_dict,
 )
-from attnseq.config_checks import validate
+from attnseq.config.checks import validate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples, extended_pieces
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data

@@ -52,7 +52,7 @@ import torch
 
 from attnseq.atomic import remove_stale_temporaries
 from attnseq.checkpoint import save_checkpoint
-from attnseq.config import Metric, Scheduler, TrainConfig
+from attnseq.config.schema import Metric, Scheduler, TrainConfig
 from attnseq.data.batching import Batch, TokenBatchSampler
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.loader import BatchLoader, TokenCounts

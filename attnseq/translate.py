@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from attnseq.checkpoint import load_checkpoint
-from attnseq.config import TrainConfig, config_from_dict
+from attnseq.config.schema import TrainConfig, config_from_dict
 from attnseq.data.extended_vocab import extend_text
 from attnseq.decoding import DecodingSettings, Hypothesis, decode
 from attnseq.errors import UserError

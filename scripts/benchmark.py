@@ -125,8 +125,8 @@ def compose(overrides: list[str], threads: int):
     from omegaconf.errors import OmegaConfBaseException
 
     from attnseq import hydra_entry
-    from attnseq.config import TrainConfig, register_configs
-    from attnseq.config_checks import validate
+    from attnseq.config.schema import TrainConfig, register_configs
+    from attnseq.config.checks import validate
 
     args = hydra_entry.rewrite_config_selector(overrides)  # config=NAME / config=PATH.yaml
     register_configs()
@@ -384,7 +384,7 @@ def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
     """Decoding figures of a trained checkpoint on its dataset's test split (no training),
     with the test BLEU of each setting's output."""
     from attnseq.checkpoint import load_checkpoint
-    from attnseq.config import config_from_dict
+    from attnseq.config.schema import config_from_dict
     from attnseq.data.prepare import prepare_data
     from attnseq.tasks import Tokenizers, model_for
     from attnseq.training import resolve_device

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from attnseq.config import TrainConfig, config_from_dict, config_to_dict
+from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
 from attnseq.data.sources import load_splits
 from attnseq.data.tokenizers import train_tokenizer
 from attnseq.decoding import DecodingSettings

@@ -11,7 +11,7 @@ Rows:
   summarization does not fit dialogues (the first turns are greetings) or subject lines.
 - attention: `attnseq train config=DATASET_rnn_attention` (GRU encoder-decoder, additive attention).
 - pointer-generator + coverage: `attnseq train config=DATASET_pointer_generator`, the same
-  model plus the copy distribution and coverage (configs/experiment/*.yaml hold both; a test
+  model plus the copy distribution and coverage (the packaged experiment/*.yaml hold both; a test
   holds them equal in everything else).
 Models are scored on the test split by their own run (best checkpoint by validation ROUGE-L,
 beam 4, no n-gram blocking), as `metrics.json` records it; the lead on the same references.
@@ -40,7 +40,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from attnseq.config import TrainConfig, config_from_dict, config_to_dict
+from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
 from attnseq.data.sources import load_splits
 from attnseq.hydra_entry import CONFIG_DIR
 from attnseq.metrics import repeated_trigrams, rouge
@@ -54,7 +54,7 @@ COLUMNS = ("rouge1", "rouge2", "rouge_l", "repeated_trigrams")
 
 
 def data_config(dataset: str) -> TrainConfig:
-    """The packaged configs/data/DATASET.yaml in the schema."""
+    """The packaged data/DATASET.yaml in the schema."""
     base = config_to_dict(TrainConfig())
     values = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "data" / f"{dataset}.yaml"))
     assert isinstance(values, dict)

@@ -1,6 +1,6 @@
 """Small builders shared by tests: a tiny config and tiny models."""
 
-from attnseq.config import TrainConfig, config_from_dict, config_to_dict
+from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
 
 
 def tiny_config(*overrides: str) -> TrainConfig:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from attnseq.averaging import average_checkpoints
 from attnseq.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.cli import app
-from attnseq.config import config_to_dict
+from attnseq.config.schema import config_to_dict
 from attnseq.data.tokenizers import train_tokenizer
 from attnseq.errors import UserError
 from attnseq.tasks import Tokenizers, model_for

@@ -7,8 +7,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from attnseq.config import TrainConfig, config_from_dict, config_to_dict, register_configs
-from attnseq.config_checks import validate
+from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict, register_configs
+from attnseq.config.checks import validate
 from attnseq.errors import UserError
 from attnseq.hydra_entry import CONFIG_DIR, describe_composition_error, preflight
 

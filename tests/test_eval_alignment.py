@@ -19,7 +19,7 @@ from attnseq.alignment import (
 from attnseq.alignment_gold import read_gold
 from attnseq.checkpoint import load_checkpoint
 from attnseq.cli import app
-from attnseq.config import config_from_dict
+from attnseq.config.schema import config_from_dict
 from attnseq.data.sources import read_parallel
 from attnseq.tasks import Tokenizers, model_for
 

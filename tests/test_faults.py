@@ -34,7 +34,7 @@ from attnseq import training
 from attnseq.atomic import atomic_write, remove_stale_temporaries
 from attnseq.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.cli import app
-from attnseq.config import TrainConfig, config_from_dict, register_configs
+from attnseq.config.schema import TrainConfig, config_from_dict, register_configs
 from attnseq.errors import UserError
 from attnseq.hydra_entry import CONFIG_DIR
 from attnseq.resume import find_resume_point

@@ -4,7 +4,7 @@ import pytest
 import sacrebleu
 from rouge_score import rouge_scorer
 
-from attnseq.config import TaskType
+from attnseq.config.schema import TaskType
 from attnseq.metrics import (
     bleu,
     bleu_signature,

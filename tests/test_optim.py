@@ -9,7 +9,7 @@ import torch
 from helpers import tiny_config
 
 from attnseq.checkpoint import load_checkpoint
-from attnseq.config import OptimConfig, Scheduler
+from attnseq.config.schema import OptimConfig, Scheduler
 from attnseq.optim import TrainingBudget, build_scheduler, lr_multiplier
 from attnseq.tasks import run_training
 

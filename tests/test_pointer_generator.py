@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from attnseq.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.cli import app
-from attnseq.config import config_to_dict
+from attnseq.config.schema import config_to_dict
 from attnseq.errors import UserError
 from attnseq.hydra_entry import CONFIG_DIR
 from attnseq.saved_attention import SavedAttention

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from attnseq.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.cli import app
-from attnseq.config import config_from_dict
+from attnseq.config.schema import config_from_dict
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
 from attnseq.saved_attention import (

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf, open_dict
 from typer.testing import CliRunner
 
 from attnseq.cli import app
-from attnseq.config import TrainConfig, register_configs
+from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.hydra_entry import CONFIG_DIR
 from attnseq.sweep_report import higher_is_better, load_report, short_value
 

@@ -10,7 +10,7 @@ from helpers import tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attnseq.checkpoint import load_checkpoint
-from attnseq.config import TrainConfig, config_from_dict, config_to_dict
+from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
 from attnseq.tasks import evaluate_checkpoint, run_training
 
 SCALARS = [

@@ -39,7 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from attnseq.config import DataConfig, DataSource, TaskType, TokenizerKind
+from attnseq.config.schema import DataConfig, DataSource, TaskType, TokenizerKind
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 from attnseq.data.sources import (
     EVAL_SPLITS,

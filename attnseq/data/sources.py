@@ -44,7 +44,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnseq.config import DataConfig, DataSource, FileFormat
+from attnseq.config.schema import DataConfig, DataSource, FileFormat
 from attnseq.data.generated import TASKS, make_splits
 from attnseq.errors import UserError
 
@@ -129,7 +129,7 @@ def load_splits(
         raise UserError(
             f"data.splits is empty: data.source={cfg.source.name} needs a map split -> "
             + ("hub split name" if cfg.source is DataSource.hub else "file or path prefix")
-            + ", e.g. {train: ..., valid: ..., test: ...} (see configs/data/multi30k.yaml)"
+            + ", e.g. {train: ..., valid: ..., test: ...} (see the packaged data/multi30k.yaml)"
         )
     derived = [name for name in EVAL_SPLITS if name not in cfg.splits]
     available = list(dict.fromkeys([*cfg.splits, *EVAL_SPLITS]))

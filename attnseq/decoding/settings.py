@@ -18,7 +18,7 @@ from torch import Tensor
 from attnseq.models.seq2seq import DecoderState, Seq2Seq
 
 if TYPE_CHECKING:
-    from attnseq.config import TrainerConfig
+    from attnseq.config.schema import TrainerConfig
 
 NEG_INF = float("-inf")
 

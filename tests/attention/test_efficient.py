@@ -32,7 +32,7 @@ from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.attention.performer import PerformerSelfAttention, orthogonal_gaussian
 from attnseq.attention.sliding_window import SlidingWindowSelfAttention
 from attnseq.attention.strided import StridedSelfAttention, sparse_pattern
-from attnseq.config import CAUSAL_ATTENTION_KINDS, AttentionKind
+from attnseq.config.schema import CAUSAL_ATTENTION_KINDS, AttentionKind
 
 D_MODEL, HEADS, D_K = 32, 4, 8
 ATOL = 1e-5

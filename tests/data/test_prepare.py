@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attnseq.data.prepare as prepare_module
-from attnseq.config import DataConfig, DataSource, FileFormat, TaskType, TokenizerKind
+from attnseq.config.schema import DataConfig, DataSource, FileFormat, TaskType, TokenizerKind
 from attnseq.data.batching import TokenBatchSampler, example_lengths
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
@@ -28,7 +28,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def multi30k(shared_data: Path, tmp_path: Path) -> DataConfig:
-    """A 200-line slice of Multi30k under tmp_path/data, configured like configs/data/multi30k."""
+    """A 200-line slice of Multi30k under tmp_path/data, configured like the packaged data/multi30k."""
     root = tmp_path / "data"
     (root / "multi30k").mkdir(parents=True)
     for split in ("train", "val", "test_2016_flickr"):

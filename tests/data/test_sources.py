@@ -12,7 +12,7 @@ from typing import Any
 import datasets
 import pytest
 
-from attnseq.config import DataConfig, DataSource, FileFormat
+from attnseq.config.schema import DataConfig, DataSource, FileFormat
 from attnseq.data.generated import make_splits
 from attnseq.data.sources import (
     HOLDOUT_FRACTION,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq.config import ModelConfig
+from attnseq.config.schema import ModelConfig
 from attnseq.decoding import beam_search, greedy_decode
 from attnseq.loss import coverage_term, sequence_loss
 from attnseq.models import build_model

@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from attnseq.config import ModelConfig, ModelFamily
+from attnseq.config.schema import ModelConfig, ModelFamily
 from attnseq.loss import sequence_loss
 from attnseq.models import build_model
 from attnseq.models.rnn import RNNSeq2Seq

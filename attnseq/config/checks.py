@@ -1,4 +1,4 @@
-"""Cross-field rules of the configuration: what the types of the schema (config.py) cannot say.
+"""Cross-field rules of the configuration: what the types of the schema (schema.py) cannot say.
 
 `validate` runs before any work starts: `attnseq train` calls it on the composed config before
 Hydra creates a run directory (hydra_entry.py), the train task again on the config it gets, and
@@ -11,7 +11,7 @@ what the model factory builds with (models/__init__.py).
 
 from pathlib import Path
 
-from attnseq.config import (
+from attnseq.config.schema import (
     CAUSAL_ATTENTION_KINDS,
     AttentionKind,
     ModelConfig,

@@ -1,10 +1,10 @@
 """Typed configuration: the schema of every key `attnseq train` accepts.
 
 These dataclasses are registered in Hydra's ConfigStore (`register_configs`) as the schema under
-configs/train.yaml, so Hydra composes YAML files *into* them: struct mode rejects unknown keys,
+train.yaml, so Hydra composes YAML files *into* them: struct mode rejects unknown keys,
 values are type-checked, and choices are Enums (OmegaConf validates an Enum field by member name
 and lists the valid names when one is wrong). Cross-field rules that a type cannot express live
-in config_checks.py (`validate`), which runs before any work starts.
+in checks.py (`validate`), which runs before any work starts.
 
 Library code receives these dataclasses (via `OmegaConf.to_object`), never a DictConfig.
 """
@@ -160,7 +160,7 @@ class Metric(Enum):
 # ----------------------------------------------------------------------------------- groups
 @dataclass
 class DataConfig:
-    """What to train on (configs/data/)."""
+    """What to train on (the data/ group)."""
 
     name: str = "dates"  # generated: dates|reverse|copy|sort|toy_translation; else a label
     source: DataSource = DataSource.generated
@@ -229,7 +229,7 @@ class AttentionConfig:
 
 @dataclass
 class ModelConfig:
-    """Both families share one schema; keys of the other family are ignored (configs/model/)."""
+    """Both families share one schema; keys of the other family are ignored (the model/ group)."""
 
     family: ModelFamily = ModelFamily.rnn
     # --- RNN encoder-decoder
@@ -313,7 +313,7 @@ class TrainerConfig:
 
 @dataclass
 class TrainConfig:
-    """The root of `attnseq train` (configs/train.yaml)."""
+    """The root of `attnseq train` (train.yaml)."""
 
     seed: int = 1
     data: DataConfig = field(default_factory=DataConfig)
@@ -331,7 +331,7 @@ class TrainConfig:
 
 
 def register_configs() -> None:
-    """Register the schema so configs/train.yaml can name it in its defaults list."""
+    """Register the schema so train.yaml can name it in its defaults list."""
     from hydra.core.config_store import ConfigStore  # only the CLI path needs Hydra
 
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
@@ -394,8 +394,8 @@ def config_from_dict(values: dict, overrides: list[str] | None = None) -> TrainC
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    # imported here: config_checks imports the schema from this module
-    from attnseq.config_checks import validate
+    # imported here: checks.py imports the schema from this module
+    from attnseq.config.checks import validate
 
     try:
         merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), values)
