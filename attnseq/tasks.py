@@ -146,6 +146,7 @@ def make_evaluator(
         task=cfg.data.task.value,
         gold=gold,
         extended=extended_split(cfg, data, split),
+        label=split,
     )
 
 
@@ -379,6 +380,7 @@ def _test_best(
     tokenizers = data.tokenizers
     test = make_evaluator(cfg, data, "test", device, split_gold(cfg, "test", tokenizers))
     metrics, hypotheses = test.evaluate(model)
+    log.info("test: decoded %s", test.decode_rate.summary())
     results = {f"test/{name}": value for name, value in metrics.items()}
     results["best_step"] = progress.best_step
     results[f"valid/best_{cfg.trainer.early_stopping_metric.value}"] = progress.best_metric
@@ -546,6 +548,7 @@ def evaluate_checkpoint(
     gold = split_gold(cfg, name, tokenizers) if pairs is None else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
     metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
+    print(f"{name}: decoded {evaluator.decode_rate.summary()}", file=sys.stderr)
     hypotheses = evaluator.texts(decoded)
     results = {f"{name}/{key}": value for key, value in metrics.items()}
     if alignment_set is not None:
