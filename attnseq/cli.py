@@ -274,6 +274,7 @@ def translate(
     attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 --length-penalty 0.6
     attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
     """
+    from attnseq.progress import counting
     from attnseq.translate import Translator
 
     try:
@@ -288,18 +289,26 @@ def translate(
             no_repeat_ngram=no_repeat_ngram,
             coverage_penalty=coverage_penalty,
         )
-        with _open_input(input_file) as lines:
-            outputs = translator.translate(lines, settings, batch_size)
+        total = _count_lines(input_file) if input_file is not None else None
+        with _open_input(input_file) as lines, counting("translate", total) as counter:
+            outputs = translator.translate(lines, settings, batch_size, counter=counter)
             if output_file is None:
                 _write_outputs(outputs, sys.stdout)
             else:
                 from attnseq.atomic import atomic_write
 
                 atomic_write(output_file, lambda handle: _write_binary(outputs, handle))
+        typer.echo(f"translated {counter.rate.summary()}", err=True)
     except UnicodeDecodeError as error:
         _fail(UserError(f"the input is not UTF-8 text ({error.reason} at byte {error.start})"))
     except UserError as error:
         _fail(error)
+
+
+def _count_lines(path: Path) -> int:
+    """Lines of a file (the total of translate's progress bar), counted without decoding."""
+    with path.open("rb") as handle:
+        return sum(1 for _ in handle)
 
 
 @contextlib.contextmanager

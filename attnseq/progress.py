@@ -242,7 +242,7 @@ def counting(
             TimeRemainingColumn(),
             console=stderr_console(),
             transient=True,
-            redirect_stdout=False,  # output text written meanwhile goes where it belongs
+            redirect_stdout=sys.stdout.isatty(),  # output text on the same screen goes above it
             redirect_stderr=False,
         )
         progress.start()

@@ -93,3 +93,30 @@ def test_counting_reports_the_rate_and_draws_nothing_without_a_terminal(capsys) 
     assert capsys.readouterr().err == ""
     summary = Rate(count=1200, seconds=2.0).summary()
     assert summary == "1,200 sentences in 2.00 s (600.0 sentences/s)"
+
+
+def test_translate_and_eval_end_with_sentences_per_second_on_stderr(tmp_path: Path) -> None:
+    from helpers import untrained_checkpoint
+    from typer.testing import CliRunner
+
+    from attnseq.cli import app
+
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt")
+    source = tmp_path / "in.txt"
+    source.write_text("March 3, 1998\n\n12/05/2001\n", encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["translate", str(checkpoint), "-i", str(source), "--beam", "2", "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 3  # the outputs alone on stdout
+    assert re.fullmatch(
+        r"translated 3 sentences in [\d.]+ s \([\d.,]+ sentences/s\)\n", result.stderr
+    )
+    result = runner.invoke(
+        app, ["eval", str(checkpoint), "--out", str(tmp_path / "eval"), "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(
+        r"test: decoded 20 sentences in [\d.]+ s \([\d.,]+ sentences/s\)", result.stderr
+    )
