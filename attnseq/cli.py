@@ -412,9 +412,20 @@ def visualize_alignment(
         int | None,
         typer.Option(help="With --from-saved: the example, 0-based (line N+1 of hyps/SPLIT.txt)."),
     ] = None,
+    figsize: Annotated[
+        str | None,
+        typer.Option(help="Figure size in inches, W,H (default: from the number of tokens)."),
+    ] = None,
+    fontsize: Annotated[
+        float, typer.Option(help="Tick label size in points (titles a little larger).")
+    ] = 11.0,
+    cmap: Annotated[
+        str, typer.Option(help="A matplotlib colormap, e.g. viridis, magma, Blues.")
+    ] = "viridis",
 ) -> None:
     """Draw attention heatmaps of a trained model: its own output, or a forced --tgt; or
-    redraw an output's attention saved by `attnseq eval --save-attention`.
+    redraw an output's attention saved by `attnseq eval --save-attention`. Prints the output
+    each figure shows.
 
     \b
     attnseq visualize-alignment RUN/checkpoints/best.pt --src "March 3rd, 1998" --out a.png
@@ -423,11 +434,13 @@ def visualize_alignment(
     attnseq visualize-alignment transformer.pt --src "..." --kind encoder --layer 1 --head 2
     attnseq visualize-alignment best.pt --input sentences.txt --out figures/
     attnseq visualize-alignment --from-saved RUN/eval/attention-test.npz --index 17 --out a.png
+    attnseq visualize-alignment best.pt --src "..." --figsize 8,5 --fontsize 13 --cmap Blues
     """
     from attnseq.alignment_view import AlignmentViewer, draw, merge_words
     from attnseq.visualize import log_heatmap, save_figure
 
     try:
+        style = _figure_style(figsize, fontsize, cmap)
         if from_saved is not None or index is not None:
             from attnseq.alignment_view import saved_attention_map
 
@@ -451,13 +464,16 @@ def visualize_alignment(
             attention, title = saved_attention_map(from_saved, index)
             if words:
                 attention = merge_words(attention)
-            figure = draw(attention, layer=layer, head=head, all_heads=all_heads, title=title)
+            figure = draw(
+                attention, layer=layer, head=head, all_heads=all_heads, title=title, style=style
+            )
             target = save_figure(figure, out or Path("alignment.png"))
             if tensorboard is not None:
                 from torch.utils.tensorboard import SummaryWriter
 
                 with SummaryWriter(str(tensorboard)) as writer:
                     log_heatmap(writer, f"alignment/saved_{index}", figure, 0)
+            typer.echo(f"hypothesis: {attention.output}")
             typer.echo(f"wrote {target}")
             return
         if checkpoint is None:
@@ -492,15 +508,41 @@ def visualize_alignment(
             attention = viewer.attention(source, tgt, kind)
             if words:
                 attention = merge_words(attention)
-            figure = draw(attention, layer=layer, head=head, all_heads=all_heads)
+            figure = draw(attention, layer=layer, head=head, all_heads=all_heads, style=style)
             save_figure(figure, target)
             if writer is not None:
                 log_heatmap(writer, f"alignment/{number}", figure, 0)
+            shown = "hypothesis" if tgt is None else "forced target"
+            typer.echo(f"{shown}: {attention.output}")
             typer.echo(f"wrote {target}")
         if writer is not None:
             writer.close()
     except UserError as error:
         _fail(error)
+
+
+def _figure_style(figsize: str | None, fontsize: float, cmap: str):
+    """visualize-alignment's --figsize, --fontsize and --cmap as a `visualize.Style`."""
+    from attnseq.visualize import Style, check_cmap
+
+    size = None
+    if figsize is not None:
+        parts = figsize.replace("x", ",").split(",")
+        try:
+            size = (float(parts[0]), float(parts[1])) if len(parts) == 2 else None
+        except ValueError:
+            size = None
+        if size is None or not (0 < size[0] <= 100 and 0 < size[1] <= 100):
+            raise UserError(
+                f"--figsize must be W,H in inches (each 0-100), e.g. 8,5; got {figsize!r}"
+            )
+    if not 1 <= fontsize <= 72:
+        raise UserError(f"--fontsize must be between 1 and 72 points, got {fontsize}")
+    try:
+        check_cmap(cmap)
+    except ValueError as error:
+        raise UserError(f"--cmap: {error}") from None
+    return Style(figsize=size, fontsize=fontsize, cmap=cmap)
 
 
 @app.command("sweep-report")

@@ -75,6 +75,7 @@ class Evaluator:
         self.examples = list(examples)
         self.label = label
         self.decode_rate = Rate()
+        self.last_texts: list[str] = []  # the outputs of the latest `evaluate`, in order
         self.extended = None if extended is None else list(extended)
         self.references = list(references)
         self.tgt_tokenizer = tgt_tokenizer
@@ -202,6 +203,7 @@ class Evaluator:
         forced = self.teacher_forced(model)
         hypotheses = self.decode(model, need_weights=need_weights)
         texts = self.texts(hypotheses)
+        self.last_texts = texts
         metrics = {"loss": forced["loss"], "ppl": perplexity(forced["loss"])}
         metrics.update({key: value for key, value in forced.items() if key != "loss"})
         metrics.update(task_metrics(self.task, texts, self.references))
