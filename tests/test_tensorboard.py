@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from attnseq.cli import app
 from attnseq.config.schema import TrainConfig
-from attnseq.tasks import run_hparams, run_training
+from attnseq.run_board import run_hparams
+from attnseq.tasks import run_training
 from attnseq.visualize import DPI, alignment_figure, readable_token
 
 
