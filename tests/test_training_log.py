@@ -120,3 +120,30 @@ def test_translate_and_eval_end_with_sentences_per_second_on_stderr(tmp_path: Pa
     assert re.search(
         r"test: decoded 20 sentences in [\d.]+ s \([\d.,]+ sentences/s\)", result.stderr
     )
+
+
+def test_training_bar_shows_tokens_per_second_and_lr_with_log_lines_above(monkeypatch) -> None:
+    import attnseq.progress as progress
+
+    screen = io.StringIO()
+    monkeypatch.setattr(progress, "_CONSOLE", Console(file=screen, force_terminal=True, width=200))
+    monkeypatch.setattr(progress, "bars_enabled", lambda: True)
+    monkeypatch.setattr(progress.TrainingProgress, "RATE_WINDOW", 0.0)
+    terminal = _Terminal()
+    handler = logging.StreamHandler(terminal)  # like Hydra's console handler on a terminal
+    logging.getLogger("attnseq").addHandler(handler)
+    logger = logging.getLogger("attnseq.test_bar")
+    logger.setLevel(logging.INFO)
+    try:
+        with progress.TrainingProgress(4) as bar:
+            bar.advance(2.0, 0, tgt_tokens=500.0, lr=1e-3)
+            logger.info("a validation line")
+            logger.info("an interval line", extra={ON_BAR: True})
+            bar.advance(1.5, 0, tgt_tokens=500.0, lr=5e-4)
+    finally:
+        logging.getLogger("attnseq").removeHandler(handler)
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    assert "a validation line" in shown and "an interval line" not in shown
+    assert terminal.getvalue() == ""  # nothing written past the console, onto the bar
+    final = shown.splitlines()[-1]
+    assert re.search(r"2/4 loss [\d.]+  [\d,]+ tok/s  lr 5.00e-04  epoch 1", final), final
