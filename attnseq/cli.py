@@ -437,10 +437,10 @@ def visualize_alignment(
     attnseq visualize-alignment best.pt --src "..." --figsize 8,5 --fontsize 13 --cmap Blues
     """
     from attnseq.alignment_view import AlignmentViewer, draw, merge_words
-    from attnseq.visualize import log_heatmap, save_figure
+    from attnseq.visualize import log_heatmap, save_figure, style_from_options
 
     try:
-        style = _figure_style(figsize, fontsize, cmap)
+        style = style_from_options(figsize, fontsize, cmap)
         if from_saved is not None or index is not None:
             from attnseq.alignment_view import saved_attention_map
 
@@ -519,30 +519,6 @@ def visualize_alignment(
             writer.close()
     except UserError as error:
         _fail(error)
-
-
-def _figure_style(figsize: str | None, fontsize: float, cmap: str):
-    """visualize-alignment's --figsize, --fontsize and --cmap as a `visualize.Style`."""
-    from attnseq.visualize import Style, check_cmap
-
-    size = None
-    if figsize is not None:
-        parts = figsize.replace("x", ",").split(",")
-        try:
-            size = (float(parts[0]), float(parts[1])) if len(parts) == 2 else None
-        except ValueError:
-            size = None
-        if size is None or not (0 < size[0] <= 100 and 0 < size[1] <= 100):
-            raise UserError(
-                f"--figsize must be W,H in inches (each 0-100), e.g. 8,5; got {figsize!r}"
-            )
-    if not 1 <= fontsize <= 72:
-        raise UserError(f"--fontsize must be between 1 and 72 points, got {fontsize}")
-    try:
-        check_cmap(cmap)
-    except ValueError as error:
-        raise UserError(f"--cmap: {error}") from None
-    return Style(figsize=size, fontsize=fontsize, cmap=cmap)
 
 
 @app.command("sweep-report")

@@ -1,5 +1,7 @@
 """The training loop: token-budget batches, Adam(W), clipping, lr schedule, periodic validation,
-early stopping, TensorBoard scalars and atomic checkpoints (last.pt, best.pt).
+early stopping, TensorBoard scalars, a log line every `trainer.log_every` updates (step, epoch,
+loss, ppl, lr, target tokens/s, gradient norm, elapsed time, ETA) and atomic checkpoints
+(last.pt, best.pt).
 
 Everything the loop needs arrives as objects (model, optimizer, data, an Evaluator); it knows
 nothing about Hydra or how the pieces were chosen (tasks.py composes them).

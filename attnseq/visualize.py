@@ -48,13 +48,34 @@ def readable_token(token: str) -> str:
     return token.replace("▁", "_") if token != "▁" else "_"
 
 
-def check_cmap(name: str) -> None:
-    """ValueError naming some valid colormaps when `name` is not one of matplotlib's."""
+def style_from_options(figsize: str | None, fontsize: float, cmap: str) -> Style:
+    """A Style from command-line text: figsize "W,H" (or "WxH") in inches, fontsize in points,
+    a matplotlib colormap name.
+
+    Raises:
+        UserError: naming the option and, for a colormap, some valid ones.
+    """
     import matplotlib
 
-    if name not in matplotlib.colormaps:
+    from attnseq.errors import UserError
+
+    size = None
+    if figsize is not None:
+        parts = figsize.replace("x", ",").split(",")
+        try:
+            size = (float(parts[0]), float(parts[1])) if len(parts) == 2 else None
+        except ValueError:
+            size = None
+        if size is None or not (0 < size[0] <= 100 and 0 < size[1] <= 100):
+            raise UserError(
+                f"--figsize must be W,H in inches (each 0-100), e.g. 8,5; got {figsize!r}"
+            )
+    if not 1 <= fontsize <= 72:
+        raise UserError(f"--fontsize must be between 1 and 72 points, got {fontsize}")
+    if cmap not in matplotlib.colormaps:
         examples = ", ".join(["viridis", "magma", "cividis", "Blues", "Greys", "YlGnBu"])
-        raise ValueError(f"unknown colormap {name!r}; matplotlib has e.g. {examples}")
+        raise UserError(f"--cmap: unknown colormap {cmap!r}; matplotlib has e.g. {examples}")
+    return Style(figsize=size, fontsize=fontsize, cmap=cmap)
 
 
 def _cell_inches(n_src: int, n_tgt: int, fontsize: float = 11.0) -> tuple[float, float]:
