@@ -2,6 +2,7 @@
 best.pt and last.pt never), `attnseq average` averages them, and retention carries on across
 an exact resume."""
 
+import json
 import os
 from pathlib import Path
 
@@ -63,6 +64,11 @@ def test_average_of_the_step_checkpoints_evaluates(tmp_path: Path) -> None:
     evaluated = runner.invoke(app, ["eval", str(averaged), "--out", str(tmp_path / "eval")])
     assert evaluated.exit_code == 0, evaluated.output
     assert "test/bleu" in evaluated.output
+    record = json.loads(
+        (tmp_path / "eval" / "averaged" / "test.greedy" / "metrics.json").read_text()
+    )
+    assert record["averaged_from"] == [str(path) for path in steps]
+    assert record["checkpoint_step"] is None
 
 
 def test_retention_survives_an_exact_resume(tmp_path: Path) -> None:
