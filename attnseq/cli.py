@@ -538,25 +538,52 @@ def sweep_report(
         Path | None,
         typer.Option(help="Figure, .png/.svg/.pdf (default: MULTIRUN_DIR/report.png)."),
     ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            help="Metric columns, comma-separated (default: every test/* key); the --metric "
+            "sorted by comes first."
+        ),
+    ] = None,
+    output_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table (rich, for a terminal), csv, markdown or latex (booktabs), on stdout.",
+        ),
+    ] = "table",
 ) -> None:
-    """Table of a sweep's jobs, best first: the parameters that differ between jobs and the
-    metric; jobs without metrics.json are listed as failed or unfinished. Also writes a CSV
-    file and a plot, and prints the Optuna sweeper's best trial when there is one.
+    """Table of a sweep, best first: the parameters that differ between jobs, several metrics
+    and each job's wall time; jobs that differ only in their seed share a row with mean ± sd
+    and n. Jobs without metrics.json are listed as failed or unfinished. Also writes a CSV
+    file (one row per job) and a plot, and prints the Optuna sweeper's best trial when there
+    is one.
 
     \b
     attnseq sweep-report multirun/2026-11-22/10-00-00
     attnseq sweep-report multirun/2026-11-22/10-00-00 --metric test/loss --csv sweep.csv
+    attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown > table.md
+    attnseq sweep-report SWEEP --format latex > table.tex
     """
     from attnseq.sweep_report import load_report, print_report, write_csv, write_plot
+    from attnseq.sweep_table import FORMATS, metric_columns, render, report_rows
 
     try:
+        if output_format not in FORMATS:
+            raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
         report = load_report(multirun_dir, metric)
+        wanted = [name.strip() for name in metrics.split(",") if name.strip()] if metrics else None
+        columns = metric_columns(report, wanted)
     except UserError as error:
         _fail(error)
-    print_report(report)
+    if output_format == "table":
+        print_report(report, metrics=columns)
+    else:
+        typer.echo(render(report, report_rows(report), columns, output_format), nl=False)
     csv_path = write_csv(report, csv_file or multirun_dir / "report.csv")
     plot_path = write_plot(report, plot or multirun_dir / "report.png")
-    typer.echo(f"wrote {csv_path} and {plot_path}")
+    # a table for a file or another program keeps stdout to itself
+    typer.echo(f"wrote {csv_path} and {plot_path}", err=output_format != "table")
 
 
 def main() -> None:
