@@ -133,7 +133,8 @@ def evaluate(
         Path | None,
         typer.Option(
             help="Folder to keep the result in, OUT/CHECKPOINT-stepN/SPLIT.DECODING/ with "
-            "metrics.json, hyps.txt, refs.txt (default: RUN/eval)."
+            "metrics.json, hyps.txt, refs.txt (default: RUN/eval for RUN/checkpoints/X.pt, "
+            "else eval/ beside the checkpoint)."
         ),
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",

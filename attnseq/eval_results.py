@@ -13,7 +13,8 @@ training) is never touched:
         refs.txt        the references
         attention.npz   with --save-attention (attnseq/saved_attention.py)
 
-OUT is RUN/eval by default, RUN being the run folder the checkpoint is in. CHECKPOINT is the
+OUT is RUN/eval by default for a checkpoint in RUN/checkpoints/, else an eval/ folder beside
+the checkpoint (`default_root`). CHECKPOINT is the
 file name without ".pt", with the training step when the checkpoint has one (best-step1400;
 an average has none: averaged). DECODING names every decoding setting, whatever the
 checkpoint's defaults are, so names compare across checkpoints: "greedy" or "beam5-lp0.6",
@@ -64,6 +65,12 @@ class EvalMetrics(dict[str, float]):
     def __init__(self, metrics: dict[str, float], result: EvalResult) -> None:
         super().__init__(metrics)
         self.result = result
+
+
+def default_root(checkpoint: Path) -> Path:
+    """RUN/eval for RUN/checkpoints/NAME.pt; eval/ beside any other checkpoint."""
+    folder = checkpoint.parent
+    return (folder.parent if folder.name == "checkpoints" else folder) / "eval"
 
 
 def decoding_name(settings: DecodingSettings) -> str:

@@ -559,7 +559,7 @@ def evaluate_checkpoint(
         scores = alignment_set.score(model, device)
         results.update({f"align/{key}": value for key, value in scores.items()})
     folder = eval_results.result_folder(
-        out_dir or path.parent.parent / "eval",
+        out_dir or eval_results.default_root(path),
         path,
         eval_results.checkpoint_step(payload),
         name,

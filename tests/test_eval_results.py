@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from attnseq.cli import app
 from attnseq.data.prepare import prepare_data
 from attnseq.decoding.settings import DecodingSettings
-from attnseq.eval_results import decoding_name, result_folder
+from attnseq.eval_results import decoding_name, default_root, result_folder
 from attnseq.metrics import bleu_signature
 from attnseq.tasks import Tokenizers, run_training
 
@@ -143,6 +143,8 @@ def test_overrides_that_change_the_data_get_their_own_folder(tmp_path: Path) -> 
     assert neutral == plain
     changed = result_folder(tmp_path, checkpoint, 40, "test", settings, ["data.test_size=50"])
     assert changed == tmp_path / "last-step40" / "test.greedy+data.test_size=50"
+    assert default_root(Path("run/checkpoints/best.pt")) == Path("run/eval")
+    assert default_root(Path("avg.pt")) == Path("eval")
     aligned = result_folder(tmp_path, checkpoint, 40, "test", settings, [], ["align-a.pharaoh"])
     assert aligned.name == "test.greedy+align-a.pharaoh"
     many = [f"data.splits.test=/some/long/path/number/{i}.tsv" for i in range(5)]
