@@ -42,7 +42,20 @@ def _fail(error: UserError) -> None:
 
 def _decoding_overrides(overrides: list[str] | None, **options: int | float | None) -> list[str]:
     """`overrides` followed by the decoding options given (their trainer.* keys), so that
-    both `eval` and `translate` start from the checkpoint's settings and the flags win."""
+    both `eval` and `translate` start from the checkpoint's settings and the flags win.
+    UserError for an argument that is no key=value or would change the trained model."""
+    for override in overrides or []:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if "=" not in override and not override.startswith("~"):
+            raise UserError(
+                f"{override!r}: arguments after the checkpoint are config overrides, key=value "
+                "(e.g. trainer.beam=5); input text comes from --input or stdin"
+            )
+        if key.startswith("model."):
+            raise UserError(
+                f"{override}: model.* cannot change for a trained checkpoint (its weights are "
+                "those of the model it was trained as)"
+            )
     keys = {
         "beam": "beam",
         "length_penalty": "length_penalty",
@@ -205,15 +218,15 @@ def evaluate(
     from attnseq import tasks
     from attnseq.evaluation import GoldAlignmentFiles
 
-    overrides = _decoding_overrides(
-        overrides,
-        beam=beam,
-        length_penalty=length_penalty,
-        min_length=min_length,
-        no_repeat_ngram=no_repeat_ngram,
-        coverage_penalty=coverage_penalty,
-    )
     try:
+        overrides = _decoding_overrides(
+            overrides,
+            beam=beam,
+            length_penalty=length_penalty,
+            min_length=min_length,
+            no_repeat_ngram=no_repeat_ngram,
+            coverage_penalty=coverage_penalty,
+        )
         gold = None
         given = {"--align-src": align_src, "--align-tgt": align_tgt}
         if alignments is not None:

@@ -111,7 +111,12 @@ def test_translate_defaults_to_the_checkpoints_beam(run: Path) -> None:
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [("trainer.beam=0", "trainer.beam must be >= 1"), ("trainer.nonsense=1", "nonsense")],
+    [
+        ("trainer.beam=0", "trainer.beam must be >= 1"),
+        ("trainer.nonsense=1", "nonsense"),
+        ("input.txt", "arguments after the checkpoint are config overrides, key=value"),
+        ("model.hidden=64", "model.* cannot change for a trained checkpoint"),
+    ],
 )
 def test_invalid_overrides_exit_2(run: Path, override: str, message: str) -> None:
     for command in (["translate", best(run), override], ["eval", best(run), override]):
