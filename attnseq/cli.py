@@ -82,8 +82,8 @@ LengthPenaltyOption = Annotated[
 OverridesArgument = Annotated[
     list[str] | None,
     typer.Argument(
-        help="Overrides of the checkpoint's config, key=value (e.g. trainer.beam=3), after the "
-        "checkpoint's own decoding settings and before the options above."
+        help="Overrides of the checkpoint's config, key=value (e.g. trainer.beam=3); the "
+        "decoding options (--beam, --length-penalty, ...) win over them."
     ),
 ]
 MinLengthOption = Annotated[
