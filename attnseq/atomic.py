@@ -1,7 +1,9 @@
 """Atomic file writes: a reader (or a crash) sees the old file or the new one, never half of one.
 
 The new content goes to a temporary file in the same folder (same filesystem, so the rename is
-atomic on POSIX), is flushed and fsync'ed, then renamed over the target.
+atomic on POSIX), is flushed and fsync'ed, then renamed over the target. The temporary file is
+created private (mkstemp: 0600) and given the mode the umask gives any new file (0644 under
+umask 022) before the rename, so results are as readable as the user's other files.
 """
 
 import json
@@ -13,13 +15,36 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def current_umask() -> int:
+    """The process's umask. Linux reports it in /proc/self/status; elsewhere it is read by
+    setting and restoring it, and the value set meanwhile is the most private one, so a file
+    another thread creates in that instant is at worst too private, never too open."""
+    try:
+        with open("/proc/self/status", encoding="utf-8", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode() -> int:
+    """The permission bits `open(path, "w")` gives a new file under the current umask."""
+    return 0o666 & ~current_umask()
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Call `write(file)` on a temporary binary file, then move it to `path`."""
+    """Call `write(file)` on a temporary binary file, then move it to `path` (with the mode
+    the umask gives a new file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.chmod(tmp_name, new_file_mode())
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())

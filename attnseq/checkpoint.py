@@ -10,11 +10,19 @@ A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts:
     progress                 step, epoch, batch position in the epoch, best metric so far
     rng                      torch (and CUDA) generator states
 
+With `trainer.keep_last=N` a run also keeps `checkpoints/step_STEP.pt`, the last.pt of each of
+its last N saves (`keep_step_checkpoint`): full checkpoints, so `attnseq average` can average
+them and any of them can be resumed from.
+
 Because it holds nothing but those types, it loads with `torch.load(weights_only=True)`: the
 restricted unpickler refuses any object that could run code, so a crafted file runs nothing.
 """
 
+import logging
+import os
 import pickle
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +33,7 @@ from attnseq.errors import UserError
 
 CHECKPOINT_FORMAT = "attnseq-checkpoint"
 CHECKPOINT_VERSION = 1
+STEP_CHECKPOINT = re.compile(r"step_(\d+)\.pt")
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -59,3 +68,58 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"version {CHECKPOINT_VERSION}"
         )
     return payload
+
+
+def keep_step_checkpoint(source: Path, step: int, keep: int) -> Path:
+    """Keep the just-written checkpoint `source` also as step_STEP.pt beside it, then delete
+    the oldest step checkpoints beyond `keep`. Returns the step checkpoint's path.
+
+    The step file is a hard link to `source` (no second write of the same bytes; a later
+    atomic replace of `source` leaves it untouched), or a copy where the filesystem has no
+    hard links. It appears under its name by an atomic rename, so it is whole or absent, and
+    older ones are removed only after it is in place.
+    """
+    target = source.parent / f"step_{step}.pt"
+    # named like atomic_write's temporaries, so a killed run's leftover is cleaned up too
+    temporary = source.parent / f".{target.name}.{os.getpid()}.link.tmp"
+    temporary.unlink(missing_ok=True)
+    try:
+        os.link(source, temporary)
+    except OSError:
+        with source.open("rb") as handle:
+            atomic_write(target, lambda out: shutil.copyfileobj(handle, out))
+    else:
+        try:
+            os.replace(temporary, target)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    prune_step_checkpoints(source.parent, step, keep)
+    return target
+
+
+def step_checkpoints(folder: Path) -> dict[int, Path]:
+    """The step_STEP.pt files in `folder`, by step."""
+    found = {}
+    for path in folder.glob("step_*.pt"):
+        match = STEP_CHECKPOINT.fullmatch(path.name)
+        if match:
+            found[int(match.group(1))] = path
+    return found
+
+
+def prune_step_checkpoints(folder: Path, step: int, keep: int) -> list[Path]:
+    """Delete all but the `keep` newest step checkpoints up to `step`; returns what was deleted.
+
+    Step files beyond `step` belong to a run that continued further before this one resumed
+    from an earlier point; they are left alone (this run rewrites them when it gets there)
+    rather than counted as the newest, which would delete the file just written.
+    """
+    found = step_checkpoints(folder)
+    steps = sorted(candidate for candidate in found if candidate <= step)
+    removed = []
+    for path in [found[old] for old in steps[: max(len(steps) - keep, 0)]]:
+        logging.getLogger("attnseq").debug("removing %s (trainer.keep_last=%d)", path, keep)
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed

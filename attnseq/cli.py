@@ -40,7 +40,52 @@ def _fail(error: UserError) -> None:
     raise typer.Exit(2)
 
 
+def _decoding_overrides(overrides: list[str] | None, **options: int | float | None) -> list[str]:
+    """`overrides` followed by the decoding options given (their trainer.* keys), so that
+    both `eval` and `translate` start from the checkpoint's settings and the flags win.
+    UserError for an argument that is no key=value or would change the trained model."""
+    for override in overrides or []:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if "=" not in override and not override.startswith("~"):
+            raise UserError(
+                f"{override!r}: arguments after the checkpoint are config overrides, key=value "
+                "(e.g. trainer.beam=5); input text comes from --input or stdin"
+            )
+        if key.startswith("model."):
+            raise UserError(
+                f"{override}: model.* cannot change for a trained checkpoint (its weights are "
+                "those of the model it was trained as)"
+            )
+    keys = {
+        "beam": "beam",
+        "length_penalty": "length_penalty",
+        "min_length": "min_output_length",
+        "no_repeat_ngram": "no_repeat_ngram",
+        "coverage_penalty": "coverage_penalty",
+    }
+    given = [f"trainer.{keys[key]}={value}" for key, value in options.items() if value is not None]
+    return [*(overrides or []), *given]
+
+
 # decoding options shared by `attnseq eval` and `attnseq translate` (None: the checkpoint's)
+BeamOption = Annotated[
+    int | None,
+    typer.Option(help="Beam size, 1 = greedy (default: the checkpoint's trainer.beam)."),
+]
+LengthPenaltyOption = Annotated[
+    float | None,
+    typer.Option(
+        help="GNMT length penalty alpha, lp = ((5+|Y|)/6)^alpha; 0 ranks by log-probability, "
+        "larger values favour longer outputs (default: trainer.length_penalty)."
+    ),
+]
+OverridesArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Overrides of the checkpoint's config, key=value (e.g. trainer.beam=3); the "
+        "decoding options (--beam, --length-penalty, ...) win over them."
+    ),
+]
 MinLengthOption = Annotated[
     int | None,
     typer.Option(help="No EOS before this many tokens (default: trainer.min_output_length)."),
@@ -92,10 +137,7 @@ def train(ctx: typer.Context) -> None:
 @app.command("eval")
 def evaluate(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by `attnseq train`.")],
-    overrides: Annotated[
-        list[str] | None,
-        typer.Argument(help="Config overrides applied to the checkpoint's config, key=value."),
-    ] = None,
+    overrides: OverridesArgument = None,
     split: Annotated[str, typer.Option(help="Which split to evaluate: test or valid.")] = "test",
     batch_size: Annotated[
         int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
@@ -103,20 +145,14 @@ def evaluate(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Folder for metrics.json, hyps/ and attention-SPLIT.npz (default: RUN/eval)."
+            help="Folder to keep the result in, OUT/CHECKPOINT-stepN/SPLIT.DECODING/ with "
+            "metrics.json, hyps.txt, refs.txt (default: RUN/eval for RUN/checkpoints/X.pt, "
+            "else eval/ beside the checkpoint)."
         ),
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    beam: Annotated[
-        int | None,
-        typer.Option(help="Beam size (default: the config's trainer.beam; 1 = greedy)."),
-    ] = None,
-    length_penalty: Annotated[
-        float | None,
-        typer.Option(
-            help="GNMT length penalty alpha, lp = ((5+|Y|)/6)^alpha (default: the config's)."
-        ),
-    ] = None,
+    beam: BeamOption = None,
+    length_penalty: LengthPenaltyOption = None,
     min_length: MinLengthOption = None,
     no_repeat_ngram: NoRepeatNgramOption = None,
     coverage_penalty: CoveragePenaltyOption = None,
@@ -124,7 +160,7 @@ def evaluate(
         bool,
         typer.Option(
             help="Also save the cross-attention of every output hypothesis (every layer and "
-            "head) with its source and output tokens: OUT/attention-SPLIT.npz, for "
+            "head) with its source and output tokens: attention.npz beside metrics.json, for "
             "`visualize-alignment --from-saved`."
         ),
     ] = False,
@@ -164,14 +200,17 @@ def evaluate(
     ] = "src-tgt",
 ) -> None:
     """Evaluate a checkpoint: loss, perplexity, BLEU, chrF, exact match; optionally save the
-    attention of the outputs and score it against gold word alignments.
+    attention of the outputs and score it against gold word alignments. Decodes with the
+    checkpoint's settings unless told otherwise. Each result is kept in a folder of its own,
+    named after the checkpoint, its step, the split and the decoding settings (no eval
+    replaces another's result or the run's metrics.json).
 
     \b
-    attnseq eval outputs/2026-11-22/10-00-00/checkpoints/best.pt
-    attnseq eval best.pt --split valid --out eval_valid/
-    attnseq eval best.pt --beam 5 --length-penalty 0.6
+    attnseq eval RUN/checkpoints/best.pt       # RUN/eval/best-step1400/test.greedy/
+    attnseq eval best.pt --split valid --beam 5 --length-penalty 0.6   # .../valid.beam5-lp0.6/
+    attnseq eval best.pt trainer.beam=5 --out elsewhere/
     attnseq eval best.pt --beam 4 --min-length 10 --no-repeat-ngram 3   # summarization
-    attnseq eval best.pt --save-attention          # RUN/eval/attention-test.npz
+    attnseq eval best.pt --save-attention      # also .../test.greedy/attention.npz
     attnseq eval best.pt --alignments wpt03_enfr/test.sure.pharaoh \\
         --align-possible wpt03_enfr/test.possible.pharaoh \\
         --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr
@@ -179,19 +218,15 @@ def evaluate(
     from attnseq import tasks
     from attnseq.evaluation import GoldAlignmentFiles
 
-    overrides = list(overrides or [])
-    if beam is not None:
-        overrides.append(f"trainer.beam={beam}")
-    if length_penalty is not None:
-        overrides.append(f"trainer.length_penalty={length_penalty}")
-    for key, value in (
-        ("min_output_length", min_length),
-        ("no_repeat_ngram", no_repeat_ngram),
-        ("coverage_penalty", coverage_penalty),
-    ):
-        if value is not None:
-            overrides.append(f"trainer.{key}={value}")
     try:
+        overrides = _decoding_overrides(
+            overrides,
+            beam=beam,
+            length_penalty=length_penalty,
+            min_length=min_length,
+            no_repeat_ngram=no_repeat_ngram,
+            coverage_penalty=coverage_penalty,
+        )
         gold = None
         given = {"--align-src": align_src, "--align-tgt": align_tgt}
         if alignments is not None:
@@ -216,19 +251,23 @@ def evaluate(
         )
     except UserError as error:
         _fail(error)
+    record = metrics.result.record
+    typer.echo(f"{'checkpoint':>24} {record['checkpoint']} (step {record['checkpoint_step']})")
+    decoding = " ".join(f"{key}={value}" for key, value in record["decoding"].items())
+    typer.echo(f"{'decoding':>24} {decoding}")
     for key, value in sorted(metrics.items()):
         if not key.startswith("align/"):
             typer.echo(f"{key:>24} {value:.4f}")
-    if any(key.endswith("/bleu") for key in metrics):
-        from attnseq.metrics import bleu_signature
-
-        typer.echo(f"{'BLEU signature':>24} {bleu_signature()}")
+    if "bleu_signature" in record:
+        typer.echo(f"{'BLEU signature':>24} {record['bleu_signature']}")
     if gold is not None:
         from attnseq.alignment import alignment_table
 
         scores = {k[len("align/") :]: v for k, v in metrics.items() if k.startswith("align/")}
         typer.echo(f"\nword alignment vs {gold.gold} (metrics.json: align/...):")
         typer.echo(alignment_table(scores))
+    files = sorted(path.name for path in metrics.result.folder.iterdir() if path.is_file())
+    typer.echo(f"wrote {metrics.result.folder}/ ({', '.join(files)})")
 
 
 @app.command()
@@ -236,7 +275,8 @@ def translate(
     checkpoint: Annotated[
         Path, typer.Argument(help="A checkpoint written by `attnseq train` or `attnseq average`.")
     ],
-    beam: Annotated[int, typer.Option(help="Beam size; 1 = greedy decoding.")] = 5,
+    overrides: OverridesArgument = None,
+    beam: BeamOption = None,
     nbest: Annotated[
         int,
         typer.Option(
@@ -244,13 +284,7 @@ def translate(
             "n-best format: LINE ||| HYPOTHESIS ||| SCORE."
         ),
     ] = 1,
-    length_penalty: Annotated[
-        float,
-        typer.Option(
-            help="GNMT length penalty alpha, lp = ((5+|Y|)/6)^alpha; 0 ranks by log-probability, "
-            "larger values favour longer outputs."
-        ),
-    ] = 1.0,
+    length_penalty: LengthPenaltyOption = None,
     min_length: MinLengthOption = None,
     no_repeat_ngram: NoRepeatNgramOption = None,
     coverage_penalty: CoveragePenaltyOption = None,
@@ -266,11 +300,13 @@ def translate(
 ) -> None:
     """Translate (or summarize) text with a checkpoint: one output line per input line, in
     order; empty input lines give empty output lines. Reads stdin and writes stdout by default,
-    streaming in chunks of 1000 lines.
+    streaming in chunks of 1000 lines. Decodes with the checkpoint's settings (as `attnseq
+    eval` does) unless told otherwise.
 
     \b
     attnseq translate best.pt < input.txt > output.txt
     echo "the 3rd of March 1998" | attnseq translate best.pt --beam 1
+    attnseq translate best.pt trainer.beam=3 < input.txt
     attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 --length-penalty 0.6
     attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
     """
@@ -280,15 +316,16 @@ def translate(
     try:
         if input_file is not None and not input_file.is_file():
             raise UserError(f"input file not found: {input_file}")
-        translator = Translator.from_checkpoint(checkpoint, device)
-        settings = translator.settings(
+        overrides = _decoding_overrides(
+            overrides,
             beam=beam,
-            nbest=nbest,
             length_penalty=length_penalty,
             min_length=min_length,
             no_repeat_ngram=no_repeat_ngram,
             coverage_penalty=coverage_penalty,
         )
+        translator = Translator.from_checkpoint(checkpoint, device, overrides)
+        settings = translator.settings(nbest=nbest)
         total = _count_lines(input_file) if input_file is not None else None
         with _open_input(input_file) as lines, counting("translate", total) as counter:
             outputs = translator.translate(lines, settings, batch_size, counter=counter)
@@ -410,7 +447,7 @@ def visualize_alignment(
     ] = None,
     index: Annotated[
         int | None,
-        typer.Option(help="With --from-saved: the example, 0-based (line N+1 of hyps/SPLIT.txt)."),
+        typer.Option(help="With --from-saved: the example, 0-based (line N+1 of hyps.txt)."),
     ] = None,
     figsize: Annotated[
         str | None,
@@ -433,7 +470,8 @@ def visualize_alignment(
     attnseq visualize-alignment transformer.pt --src "..." --all-heads --out heads.png
     attnseq visualize-alignment transformer.pt --src "..." --kind encoder --layer 1 --head 2
     attnseq visualize-alignment best.pt --input sentences.txt --out figures/
-    attnseq visualize-alignment --from-saved RUN/eval/attention-test.npz --index 17 --out a.png
+    attnseq visualize-alignment --from-saved RUN/eval/best-step900/test.greedy/attention.npz \\
+        --index 17 --out a.png
     attnseq visualize-alignment best.pt --src "..." --figsize 8,5 --fontsize 13 --cmap Blues
     """
     from attnseq.alignment_view import AlignmentViewer, draw, merge_words
@@ -541,25 +579,52 @@ def sweep_report(
         Path | None,
         typer.Option(help="Figure, .png/.svg/.pdf (default: MULTIRUN_DIR/report.png)."),
     ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            help="Metric columns, comma-separated (default: every test/* key); the --metric "
+            "sorted by comes first."
+        ),
+    ] = None,
+    output_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table (rich, for a terminal), csv, markdown or latex (booktabs), on stdout.",
+        ),
+    ] = "table",
 ) -> None:
-    """Table of a sweep's jobs, best first: the parameters that differ between jobs and the
-    metric; jobs without metrics.json are listed as failed or unfinished. Also writes a CSV
-    file and a plot, and prints the Optuna sweeper's best trial when there is one.
+    """Table of a sweep, best first: the parameters that differ between jobs, several metrics
+    and each job's wall time; jobs that differ only in their seed share a row with mean ± sd
+    and n. Jobs without metrics.json are listed as failed or unfinished. Also writes a CSV
+    file (one row per job) and a plot, and prints the Optuna sweeper's best trial when there
+    is one.
 
     \b
     attnseq sweep-report multirun/2026-11-22/10-00-00
     attnseq sweep-report multirun/2026-11-22/10-00-00 --metric test/loss --csv sweep.csv
+    attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown > table.md
+    attnseq sweep-report SWEEP --format latex > table.tex
     """
     from attnseq.sweep_report import load_report, print_report, write_csv, write_plot
+    from attnseq.sweep_table import FORMATS, metric_columns, render, report_rows
 
     try:
+        if output_format not in FORMATS:
+            raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
         report = load_report(multirun_dir, metric)
+        wanted = [name.strip() for name in metrics.split(",") if name.strip()] if metrics else None
+        columns = metric_columns(report, wanted)
     except UserError as error:
         _fail(error)
-    print_report(report)
+    if output_format == "table":
+        print_report(report, metrics=columns)
+    else:
+        typer.echo(render(report, report_rows(report), columns, output_format), nl=False)
     csv_path = write_csv(report, csv_file or multirun_dir / "report.csv")
     plot_path = write_plot(report, plot or multirun_dir / "report.png")
-    typer.echo(f"wrote {csv_path} and {plot_path}")
+    # a table for a file or another program keeps stdout to itself
+    typer.echo(f"wrote {csv_path} and {plot_path}", err=output_format != "table")
 
 
 def main() -> None:

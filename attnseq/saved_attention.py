@@ -1,10 +1,11 @@
 """Saved cross-attention of decoded hypotheses: `attnseq eval --save-attention` writes one
-NumPy .npz file per evaluated split, `attnseq visualize-alignment --from-saved` redraws from it.
+NumPy .npz file per evaluation (attention.npz beside its hyps.txt), `attnseq
+visualize-alignment --from-saved` redraws from it.
 
 Format (version 1). A plain ``.npz`` archive without pickled objects: it loads with
 ``np.load(path, allow_pickle=False)``, key by key (an archive is read lazily, so one example's
 weights can be read without the others). N examples in the split's order (example i is line
-i + 1 of hyps/SPLIT.txt); L decoder layers and H heads (an RNN has L = H = 1); example i has
+i + 1 of hyps.txt); L decoder layers and H heads (an RNN has L = H = 1); example i has
 S_i source tokens and T_i hypothesis rows.
 
     format            str   "attnseq-attention"

@@ -7,8 +7,10 @@ The basic sweeper also writes `multirun.yaml` at the root; the Optuna sweeper wr
 `optimization_results.yaml` there (best parameters and value) instead.
 
 The report sorts jobs by one metric, shows as columns only the parameters whose values differ
-across jobs, lists jobs without metrics.json as failed or unfinished, and writes a CSV file and
-a PNG figure. Files are read with PyYAML: this is a reporting tool and needs no Hydra.
+across jobs and several metrics, groups jobs that differ only in their seed into one row (mean
+± sd, attnseq/sweep_table.py), shows each job's wall time, lists jobs without metrics.json as
+failed or unfinished, and writes a CSV file (one row per job) and a PNG figure. Files are read
+with PyYAML: this is a reporting tool and needs no Hydra.
 """
 
 import csv
@@ -40,12 +42,15 @@ class Job:
     name: the job folder relative to the sweep folder ("0", "1", ... by default).
     params: the job's overrides, key -> value as written on the command line.
     metrics: the contents of metrics.json; None when the job has none (failed or still running).
+    wall_seconds: from the job's start to its metrics.json (`job_wall_seconds`); None while
+        it has none.
     """
 
     name: str
     folder: Path
     params: dict[str, str]
     metrics: dict[str, Any] | None
+    wall_seconds: float | None = None
 
     @property
     def status(self) -> str:
@@ -119,6 +124,10 @@ def _job_sort_key(name: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
+def job_order(job: Job) -> tuple:
+    return _job_sort_key(job.name)
+
+
 def find_jobs(root: Path) -> list[Job]:
     """Every job folder under `root`: a folder (below the root) holding .hydra/overrides.yaml.
 
@@ -135,8 +144,22 @@ def find_jobs(root: Path) -> list[Job]:
             overrides = []
         params = dict(parse_override(str(item)) for item in overrides)
         name = folder.relative_to(root).as_posix()
-        jobs.append(Job(name, folder, params, _read_metrics(folder / "metrics.json")))
+        metrics = _read_metrics(folder / "metrics.json")
+        wall = job_wall_seconds(folder) if metrics is not None else None
+        jobs.append(Job(name, folder, params, metrics, wall))
     return sorted(jobs, key=lambda job: _job_sort_key(job.name))
+
+
+def job_wall_seconds(folder: Path) -> float | None:
+    """Seconds from the job's start to the end of its training: Hydra writes .hydra/ when a
+    job starts and training writes metrics.json last, so the modification times of the two
+    bound the job (a job resumed in its own folder: its last session)."""
+    try:
+        started = min(path.stat().st_mtime for path in (folder / ".hydra").iterdir())
+        ended = (folder / "metrics.json").stat().st_mtime
+    except (OSError, ValueError):  # ValueError: an empty .hydra/
+        return None
+    return max(ended - started, 0.0)
 
 
 def varied_keys(jobs: Sequence[Job]) -> list[str]:
@@ -246,15 +269,16 @@ def load_report(root: Path, metric: str | None = None) -> SweepReport:
 
 
 # ----------------------------------------------------------------------------------- writing
-def _format(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
-def print_report(report: SweepReport, console: Any = None) -> None:
-    """The table, best job first, then unfinished jobs and the Optuna result, with rich."""
+def print_report(
+    report: SweepReport, console: Any = None, metrics: Sequence[str] | None = None
+) -> None:
+    """The table, best row first, then unfinished jobs and the Optuna result, with rich.
+    `metrics`: the metric columns (default: every test/* key; sweep_table.metric_columns)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    from attnseq.sweep_table import metric_columns, report_rows, text_table
 
     # a pipe or a file gets room for wide tables; a terminal keeps its own width
     console = console or Console(width=None if sys.stdout.isatty() else 160)
@@ -263,24 +287,18 @@ def print_report(report: SweepReport, console: Any = None) -> None:
     say = functools.partial(console.print, markup=False, highlight=False, soft_wrap=True)
     say(f"sweep {report.root}: {len(report.finished)} of {len(report.jobs)} jobs finished")
     table = Table(caption=Text(f"sorted by {report.metric} ({arrow})"))
-    table.add_column("rank", justify="right")
-    table.add_column("job")
-    for key in report.varied:
-        table.add_column(Text(key), overflow="fold")
-    table.add_column(Text(report.metric), justify="right", style="bold")
-    extra = [key for key in ("best_step",) if key in report.metric_keys and key != report.metric]
-    for key in extra:
-        table.add_column(key, justify="right")
-    table.add_column("status")
-    for rank, job in enumerate(report.jobs, start=1):
-        table.add_row(
-            str(rank) if job.metrics is not None else "",
-            Text(job.name),
-            *(Text(short_value(job.params.get(key, ""))) for key in report.varied),
-            _format(job.value(report.metric)),
-            *(_format(job.value(key)) for key in extra),
-            Text(job.status, style=None if job.metrics is not None else "red"),
+    header, cells, right = text_table(report, report_rows(report), metric_columns(report, metrics))
+    for name, numeric in zip(header, right, strict=True):
+        table.add_column(
+            Text(name),
+            justify="right" if numeric else "left",
+            overflow="fold",
+            style="bold" if name == report.metric else None,
         )
+    for line in cells:
+        failed = line[0] == ""  # no rank: no finished job in the row
+        status = Text(line[-1], style="red" if failed else None)
+        table.add_row(*(Text(cell) for cell in line[:-1]), status)
     console.print(table)
     if report.unfinished:
         names = ", ".join(job.name for job in report.unfinished)
@@ -319,8 +337,9 @@ def optuna_best_job(report: SweepReport) -> Job | None:
 
 
 def report_rows(report: SweepReport) -> tuple[list[str], list[list[Any]]]:
-    """CSV header and rows: job, status, every varied parameter, every numeric metric."""
-    header = ["job", "status", *report.varied, *report.metric_keys]
+    """CSV header and rows: job, status, every varied parameter, every numeric metric, wall
+    time in seconds."""
+    header = ["job", "status", *report.varied, *report.metric_keys, "wall_seconds"]
     rows = []
     for job in report.jobs:
         metrics = job.metrics or {}
@@ -330,6 +349,7 @@ def report_rows(report: SweepReport) -> tuple[list[str], list[list[Any]]]:
                 job.status,
                 *(job.params.get(key, "") for key in report.varied),
                 *(metrics.get(key, "") for key in report.metric_keys),  # as metrics.json has it
+                "" if job.wall_seconds is None else round(job.wall_seconds, 1),
             ]
         )
     return header, rows

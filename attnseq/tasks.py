@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from attnseq import eval_results
 from attnseq.atomic import atomic_write_json, atomic_write_lines
 from attnseq.checkpoint import load_checkpoint
 from attnseq.config.schema import (
@@ -38,11 +39,13 @@ from attnseq.distributed import (
     is_main_process,
 )
 from attnseq.errors import UserError
+from attnseq.eval_results import EvalMetrics
 from attnseq.evaluation import (
     AlignmentGold,
     DecodingSettings,
     Evaluator,
     GoldAlignmentFiles,
+    Hypothesis,
     load_alignment_set,
 )
 from attnseq.models import build_model
@@ -446,18 +449,22 @@ def evaluate_checkpoint(
     device_name: str = "auto",
     save_attention: bool = False,
     alignments: GoldAlignmentFiles | None = None,
-) -> dict[str, float]:
+) -> EvalMetrics:
     """Metrics of a checkpoint on one split, from the checkpoint alone (plus its data).
 
+    The result goes to a folder of its own under `out_dir` (default RUN/eval), named after
+    the checkpoint, its step, the split and every decoding setting (attnseq/eval_results.py);
+    the returned metrics name it (`.result.folder`).
     `split` is a split name of the checkpoint's dataset (test, valid) or a path: a parallel
     file prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file.
     `save_attention`: also write the cross-attention of every output hypothesis to
-    OUT/attention-SPLIT.npz (format: attnseq/saved_attention.py).
+    attention.npz in that folder (format: attnseq/saved_attention.py).
     `alignments`: also score the attention against a gold word-alignment set, as
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
     (``align/aer/layer2/head3``, ``align/aer/layer2/mean``).
     """
     payload = load_checkpoint(path)
+    overrides = list(overrides or [])
     cfg = config_from_dict(payload["config"], overrides)
     if max_tokens:
         cfg.data.eval_max_tokens = max_tokens
@@ -492,31 +499,54 @@ def evaluate_checkpoint(
     if alignment_set is not None:
         scores = alignment_set.score(model, device)
         results.update({f"align/{key}": value for key, value in scores.items()})
-    out_dir = out_dir or path.parent.parent / "eval"
+    folder = eval_results.result_folder(
+        out_dir or eval_results.default_root(path),
+        path,
+        eval_results.checkpoint_step(payload),
+        name,
+        evaluator.decoding,
+        overrides,
+        [f"align-{alignments.gold.name}"] if alignments is not None else [],
+    )
     if save_attention:
-        saved = write_saved_attention(
-            out_dir / f"attention-{name}.npz",
-            records_from_hypotheses(
-                decoded,
-                evaluator.examples,
-                data.pairs[name],
-                tokenizers.src,
-                tokenizers.tgt,
-                model.eos_id,
-                extended=evaluator.extended,
-            ),
-            split=name,
-            family=cfg.model.family.value,
-            beam=evaluator.decoding.beam,
-            length_penalty=evaluator.decoding.length_penalty,
-            src_kind=type(tokenizers.src).kind,
-            tgt_kind=type(tokenizers.tgt).kind,
-        )
-        print(f"cross-attention of {len(decoded)} hypotheses: {saved}")
-    atomic_write_lines(out_dir / "hyps" / f"{name}.txt", hypotheses)
-    atomic_write_lines(out_dir / "refs" / f"{name}.txt", evaluator.references)
-    atomic_write_json(out_dir / "metrics.json", results)
-    return results
+        _save_eval_attention(folder / "attention.npz", cfg, model, evaluator, decoded, data, name)
+    about = eval_results.describe(
+        path, payload, name, len(hypotheses), evaluator.decoding, overrides, alignments
+    )
+    result = eval_results.write_result(folder, results, hypotheses, evaluator.references, about)
+    return EvalMetrics(results, result)
+
+
+def _save_eval_attention(
+    path: Path,
+    cfg: TrainConfig,
+    model: Seq2Seq,
+    evaluator: Evaluator,
+    decoded: list[Hypothesis],
+    data: PreparedData,
+    split: str,
+) -> None:
+    """`attnseq eval --save-attention`: the cross-attention of every hypothesis, to `path`."""
+    tokenizers = data.tokenizers
+    saved = write_saved_attention(
+        path,
+        records_from_hypotheses(
+            decoded,
+            evaluator.examples,
+            data.pairs[split],
+            tokenizers.src,
+            tokenizers.tgt,
+            model.eos_id,
+            extended=evaluator.extended,
+        ),
+        split=split,
+        family=cfg.model.family.value,
+        beam=evaluator.decoding.beam,
+        length_penalty=evaluator.decoding.length_penalty,
+        src_kind=type(tokenizers.src).kind,
+        tgt_kind=type(tokenizers.tgt).kind,
+    )
+    print(f"cross-attention of {len(decoded)} hypotheses: {saved}")
 
 
 def _max_positions(model: Seq2Seq) -> int | None:

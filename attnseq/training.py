@@ -53,7 +53,7 @@ from typing import Any
 import torch
 
 from attnseq.atomic import remove_stale_temporaries
-from attnseq.checkpoint import save_checkpoint
+from attnseq.checkpoint import keep_step_checkpoint, save_checkpoint
 from attnseq.config.schema import Metric, Scheduler, TrainConfig
 from attnseq.data.batching import Batch, TokenBatchSampler
 from attnseq.data.extended_vocab import ExtendedExample
@@ -697,7 +697,8 @@ class Trainer:
 
     def save(self, name: str) -> Path:
         """Write checkpoints/NAME atomically; refuses (TrainingDiverged) to write weights that
-        are not finite, so a checkpoint on disk is always a usable model.
+        are not finite, so a checkpoint on disk is always a usable model. With
+        trainer.keep_last, each last.pt is also kept as step_STEP.pt (checkpoint.py).
 
         Data-parallel: called by every rank at the same step (the weights are the same on all,
         so all take the same decision); only rank 0 writes.
@@ -712,6 +713,9 @@ class Trainer:
         payload = self.state_payload()
         if self.world.is_main:
             save_checkpoint(path, payload)
+            keep = self.cfg.trainer.keep_last
+            if name == "last.pt" and keep:
+                keep_step_checkpoint(path, self.progress.step, keep)
         if name == "last.pt":
             self.last_saved_step = self.progress.step
             self._last_save = time.monotonic()

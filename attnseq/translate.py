@@ -73,12 +73,16 @@ class Translator:
         self.model = model.to(device).eval()
 
     @classmethod
-    def from_checkpoint(cls, path: Path, device: str = "auto") -> "Translator":
-        """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint)."""
+    def from_checkpoint(
+        cls, path: Path, device: str = "auto", overrides: list[str] | None = None
+    ) -> "Translator":
+        """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint);
+        `overrides` (key=value) change its config, e.g. its decoding settings trainer.beam=3
+        (UserError if one is invalid)."""
         from attnseq.tasks import Tokenizers, model_for  # the composition root builds models
 
         payload = load_checkpoint(path)
-        cfg = config_from_dict(payload["config"])
+        cfg = config_from_dict(payload["config"], overrides)
         tokenizers = Tokenizers.from_state(payload["tokenizers"])
         model = model_for(cfg, tokenizers)
         model.load_state_dict(payload["model"])

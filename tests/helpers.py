@@ -51,3 +51,13 @@ def untrained_checkpoint(path, *overrides: str, pairs=None):
     }
     save_checkpoint(path, payload)
     return path
+
+
+def eval_result(out):
+    """The one result folder `attnseq eval --out OUT` wrote under OUT (the folder holding
+    metrics.json: OUT/CHECKPOINT/SPLIT.DECODING/)."""
+    from pathlib import Path
+
+    folders = [path.parent for path in Path(out).rglob("metrics.json")]
+    assert len(folders) == 1, folders
+    return folders[0]

@@ -104,8 +104,13 @@ def test_train_then_eval_reproduces_metrics(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[-1].split() == ["BLEU", "signature", bleu_signature()]  # what to report
-    printed = {line.split()[0]: float(line.split()[1]) for line in lines[:-1]}
+    assert ["BLEU", "signature", bleu_signature()] in [line.split() for line in lines]
+    folder = tmp_path / "eval" / f"best-step{metrics['best_step']}" / "test.greedy"
+    assert lines[-1] == f"wrote {folder}/ (hyps.txt, metrics.json, refs.txt)"
+    printed = {
+        line.split()[0]: float(line.split()[1]) for line in lines if line.split()[0] in metrics
+    }
+    assert "test/bleu" in printed
     for key, value in printed.items():
         assert value == pytest.approx(metrics[key], abs=1e-4), key
 

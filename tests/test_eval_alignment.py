@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import untrained_checkpoint
+from helpers import eval_result, untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.alignment import (
@@ -118,7 +118,7 @@ def test_metrics_json_holds_aer_precision_recall_per_head(setup, tmp_path) -> No
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "layer 2, head mean" in result.output and "overall (layer 2 mean)" in result.output
-    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    metrics = json.loads((eval_result(tmp_path / "eval") / "metrics.json").read_text())
     assert "test/bleu" in metrics  # the split's own metrics are still there
     align = {key: value for key, value in metrics.items() if key.startswith("align/")}
     expected = direct_scores(checkpoint, files)
@@ -144,7 +144,7 @@ def test_naacl_and_reversed_gold_give_the_same_numbers(setup, tmp_path) -> None:
     for name, args in runs.items():
         result = run_eval(checkpoint, tmp_path / name, *args, *sentences)
         assert result.exit_code == 0, (name, result.output)
-        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        metrics = json.loads((eval_result(tmp_path / name) / "metrics.json").read_text())
         results[name] = {k: v for k, v in metrics.items() if k.startswith("align/")}
     assert results["pharaoh"] == results["naacl"] == results["naacl_named"] == results["reversed"]
 
@@ -187,7 +187,7 @@ def test_bad_gold_sets_exit_2(setup, tmp_path, change, message) -> None:
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
-    assert not (tmp_path / "eval" / "metrics.json").exists()
+    assert not list((tmp_path / "eval").rglob("metrics.json"))
 
 
 def test_empty_sentence_is_an_error(setup, tmp_path) -> None:
@@ -223,7 +223,7 @@ def test_wpt03_trial_set_with_a_sentencepiece_model(shared_data, tmp_path, monke
     for name, args in (("pharaoh", pharaoh), ("naacl", naacl)):
         result = run_eval(checkpoint, tmp_path / name, *args, *sentences)
         assert result.exit_code == 0, result.output
-        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        metrics = json.loads((eval_result(tmp_path / name) / "metrics.json").read_text())
         results.append({k: v for k, v in metrics.items() if k.startswith("align/")})
     assert results[0] == results[1]
     assert {"align/aer", "align/precision", "align/recall", "align/aer/layer2/head2"} <= set(

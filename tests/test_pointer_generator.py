@@ -169,7 +169,7 @@ def test_trained_copy_model_copies_unseen_names(trained_copy_run) -> None:
     )
     assert again["test/exact_match"] == pytest.approx(metrics["test/exact_match"])
     assert again["test/p_gen_mean"] == pytest.approx(metrics["test/p_gen_mean"], abs=1e-6)
-    with SavedAttention(out / "attention-test.npz") as saved:
+    with SavedAttention(again.result.folder / "attention.npz") as saved:
         example = saved.example(0)
     name = references[0].split()[1]
     if example.hyp_text == references[0]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import untrained_checkpoint
+from helpers import eval_result, untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.checkpoint import load_checkpoint, save_checkpoint
@@ -93,14 +93,14 @@ def test_saved_attention_is_the_decoders(checkpoints, family, beam, tmp_path) ->
     ckpt = str(checkpoints[family])
     result = invoke("eval", ckpt, "--save-attention", "--beam", str(beam), "--out", str(out))
     assert result.exit_code == 0, result.output
-    path = out / "attention-test.npz"
+    path = eval_result(out) / "attention.npz"
     assert str(path) in result.output
 
     # the decoder's own hypotheses, in the same batches as eval
     _, tokenizers, model = load_model(checkpoints[family], beam)
     evaluator, decoded = decoded_test_split(checkpoints[family], beam)
     assert len(evaluator.batches) > 1
-    hyps_file = (out / "hyps" / "test.txt").read_text(encoding="utf-8").splitlines()
+    hyps_file = (path.parent / "hyps.txt").read_text(encoding="utf-8").splitlines()
 
     with np.load(path, allow_pickle=False) as saved:
         n = len(decoded)
@@ -245,7 +245,7 @@ def saved_files(checkpoints, tmp_path_factory) -> dict[str, Path]:
         out = tmp_path_factory.mktemp(f"eval_{family}")
         result = invoke("eval", str(ckpt), "--save-attention", "--out", str(out))
         assert result.exit_code == 0, result.output
-        files[family] = out / "attention-test.npz"
+        files[family] = eval_result(out) / "attention.npz"
     return files
 
 

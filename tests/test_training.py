@@ -79,7 +79,7 @@ def test_eval_reproduces_the_test_metrics(trained_run, tmp_path: Path) -> None:
     again = evaluate_checkpoint(run_dir / "checkpoints" / "best.pt", out_dir=tmp_path)
     for key, value in again.items():
         assert metrics[key] == pytest.approx(value, abs=1e-6), key
-    assert (tmp_path / "metrics.json").is_file()
+    assert (again.result.folder / "metrics.json").is_file()
 
 
 def test_tasks_with_gold_alignments_report_aer(tmp_path: Path) -> None:
@@ -131,4 +131,5 @@ def test_eval_of_a_file_outside_the_config(trained_run, tmp_path: Path) -> None:
         run_dir / "checkpoints" / "best.pt", split=str(data), out_dir=tmp_path / "out"
     )
     assert "extra_jsonl/bleu" in metrics
-    assert len((tmp_path / "out" / "hyps" / "extra_jsonl.txt").read_text().splitlines()) == 2
+    assert metrics.result.folder.name.startswith("extra_jsonl.")
+    assert len((metrics.result.folder / "hyps.txt").read_text().splitlines()) == 2

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import eval_result, tiny_config
 from torch import Tensor
 from typer.testing import CliRunner
 
@@ -185,4 +185,4 @@ def test_cli_eval_with_beam(checkpoint: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "test/exact_match" in result.stdout
-    assert (tmp_path / "hyps" / "test.txt").is_file()
+    assert (eval_result(tmp_path) / "hyps.txt").is_file()

@@ -92,6 +92,8 @@ def validate(cfg: TrainConfig) -> None:
         problems.append(
             f"trainer.save_every_minutes must be > 0 (or null), got {trainer.save_every_minutes}"
         )
+    if trainer.keep_last < 0:
+        problems.append(f"trainer.keep_last must be >= 0 (0 = off), got {trainer.keep_last}")
     if trainer.num_workers < 0:
         problems.append(f"trainer.num_workers must be >= 0, got {trainer.num_workers}")
     if trainer.max_nonfinite_steps < 1:

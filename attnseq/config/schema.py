@@ -306,6 +306,10 @@ class TrainerConfig:
     # --- resume points: last.pt is also written at every validation and when training stops
     save_every_steps: int | None = None  # write last.pt every N updates; None = off
     save_every_minutes: float | None = 10.0  # write last.pt when this long since the last save
+    # Also keep each of the last N saves of last.pt as checkpoints/step_STEP.pt (full
+    # checkpoints, hard links where possible) for `attnseq average`; older ones are deleted.
+    # 0 = off: each one holds the optimizer state too, so N of a large model take real disk.
+    keep_last: int = 0
     # Non-finite losses (or gradients) skip their update; this many in a row stop the run with
     # exit status 1, leaving the checkpoints at the last good state.
     max_nonfinite_steps: int = 10

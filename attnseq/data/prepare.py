@@ -39,6 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from attnseq.atomic import current_umask
 from attnseq.config.schema import DataConfig, DataSource, TaskType, TokenizerKind
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 from attnseq.data.sources import (
@@ -321,6 +322,7 @@ def _save_cached(folder: Path, data: PreparedData) -> None:
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
+    os.chmod(building, 0o777 & ~current_umask())  # mkdtemp's folder is private; the cache is not
     features = datasets.Features(
         {
             "src": datasets.Value("string"),

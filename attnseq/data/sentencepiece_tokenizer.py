@@ -23,13 +23,13 @@ import io
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 import sentencepiece as spm
 
+from attnseq.atomic import atomic_write
 from attnseq.data.sources import cache_root
 from attnseq.data.tokenizers import (
     BOS,
@@ -264,12 +264,4 @@ def _train_model_proto(corpus: list[str], settings: dict[str, Any]) -> bytes:
 def _write_atomically(path: Path, data: bytes) -> None:
     """Write to a temporary file and rename it, so a concurrent reader never sees half a
     model (parallel sweep jobs train the same model at the same time)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda out: out.write(data))
