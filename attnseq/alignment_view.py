@@ -37,14 +37,15 @@ from attnseq.data.extended_vocab import extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.visualize import alignment_figure, attention_grid_figure
+from attnseq.visualize import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
 
 KINDS = ("cross", "encoder", "decoder")
 
 
 @dataclass
 class AttentionMap:
-    """weights: (T, S) or (L, H, T, S); row and column labels; p_gen (T,) for copy models."""
+    """weights: (T, S) or (L, H, T, S); row and column labels; p_gen (T,) for copy models;
+    the source and output text (the model's own output, or the forced target)."""
 
     weights: np.ndarray
     rows: list[str]
@@ -52,6 +53,12 @@ class AttentionMap:
     row_kind: str  # tokenizer kind of the row tokens (for --words)
     column_kind: str
     p_gen: np.ndarray | None = None
+    source: str = ""
+    output: str = ""
+
+    def title(self) -> str:
+        """'source → output', what the map shows."""
+        return f"{self.source} → {self.output}"
 
 
 class AlignmentViewer:
@@ -111,6 +118,10 @@ class AlignmentViewer:
         out_pieces = [*tgt_pieces, "</s>"]
         in_pieces = ["<s>", *tgt_pieces]
         src_kind, tgt_kind = type(src_tok).kind, type(tgt_tok).kind
+        texts = {
+            "source": src,
+            "output": tgt_tok.decode_extended(tgt_ids, oovs) if tgt is None else tgt,
+        }
         if kind == "cross":
             if output.attention is None:
                 raise UserError("this model has no attention (model.attention.score=none)")
@@ -122,15 +133,20 @@ class AlignmentViewer:
                 tgt_kind,
                 src_kind,
                 None if p_gen is None else p_gen[0].cpu().numpy(),
+                **texts,
             )
         extra = f"{kind}_self_attention"
         if extra not in output.extras:
             raise UserError(self._no_self_attention_weights(kind))
         if kind == "encoder":
             weights = output.extras[extra][0]  # (L, H, S, S)
-            return AttentionMap(weights.cpu().numpy(), src_pieces, src_pieces, src_kind, src_kind)
+            return AttentionMap(
+                weights.cpu().numpy(), src_pieces, src_pieces, src_kind, src_kind, **texts
+            )
         weights = output.extras[extra][0]  # (L, H, T, T)
-        return AttentionMap(weights.cpu().numpy(), in_pieces, in_pieces, tgt_kind, tgt_kind)
+        return AttentionMap(
+            weights.cpu().numpy(), in_pieces, in_pieces, tgt_kind, tgt_kind, **texts
+        )
 
     def _no_self_attention_weights(self, kind: str) -> str:
         """Why a transformer returned no self-attention weights: a kernel mechanism
@@ -159,6 +175,8 @@ def merge_words(attention: AttentionMap) -> AttentionMap:
         "word",
         "word",
         p_gen,
+        attention.source,
+        attention.output,
     )
 
 
@@ -198,17 +216,20 @@ def draw(
     head: int | None = None,
     all_heads: bool = False,
     title: str | None = None,
+    style: Style = DEFAULT_STYLE,
 ):
     """A figure for one map: RNN map as is; transformer: one head, the head mean, or the grid.
 
-    layer/head are 1-based; layer defaults to the last, head to the mean over heads.
+    layer/head are 1-based; layer defaults to the last, head to the mean over heads. The title
+    defaults to the map's "source → output".
     """
     weights, p_gen = attention.weights, attention.p_gen
+    title = title or attention.title()
     if weights.ndim == 2:
-        return alignment_figure(weights, attention.columns, attention.rows, title, p_gen)
+        return alignment_figure(weights, attention.columns, attention.rows, title, p_gen, style)
     layers, heads = weights.shape[:2]
     if all_heads:
-        return attention_grid_figure(weights, attention.columns, attention.rows, title)
+        return attention_grid_figure(weights, attention.columns, attention.rows, title, style)
     layer = layers if layer is None else layer
     if not 1 <= layer <= layers:
         raise UserError(f"--layer must be in 1..{layers}, got {layer}")
@@ -221,7 +242,7 @@ def draw(
             raise UserError(f"--head must be in 1..{heads}, got {head}")
         label, matrix = f"layer {layer}, head {head}", chosen[head - 1]
     return alignment_figure(
-        matrix, attention.columns, attention.rows, f"{title}: {label}" if title else label, p_gen
+        matrix, attention.columns, attention.rows, f"{title} ({label})", p_gen, style
     )
 
 
@@ -244,5 +265,13 @@ def saved_attention_map(path: Path, index: int) -> tuple[AttentionMap, str]:
     weights = example.weights
     if family != "transformer" and weights.shape[:2] == (1, 1):
         weights = weights[0, 0]  # (T, S)
-    attention = AttentionMap(weights, example.hyp_tokens, example.src_tokens, tgt_kind, src_kind)
-    return attention, f"{split} example {index}"
+    attention = AttentionMap(
+        weights,
+        example.hyp_tokens,
+        example.src_tokens,
+        tgt_kind,
+        src_kind,
+        source=example.src_text,
+        output=example.hyp_text,
+    )
+    return attention, f"{split} example {index}: {attention.title()}"

@@ -310,6 +310,7 @@ def translate(
     attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 --length-penalty 0.6
     attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
     """
+    from attnseq.progress import counting
     from attnseq.translate import Translator
 
     try:
@@ -325,18 +326,26 @@ def translate(
         )
         translator = Translator.from_checkpoint(checkpoint, device, overrides)
         settings = translator.settings(nbest=nbest)
-        with _open_input(input_file) as lines:
-            outputs = translator.translate(lines, settings, batch_size)
+        total = _count_lines(input_file) if input_file is not None else None
+        with _open_input(input_file) as lines, counting("translate", total) as counter:
+            outputs = translator.translate(lines, settings, batch_size, counter=counter)
             if output_file is None:
                 _write_outputs(outputs, sys.stdout)
             else:
                 from attnseq.atomic import atomic_write
 
                 atomic_write(output_file, lambda handle: _write_binary(outputs, handle))
+        typer.echo(f"translated {counter.rate.summary()}", err=True)
     except UnicodeDecodeError as error:
         _fail(UserError(f"the input is not UTF-8 text ({error.reason} at byte {error.start})"))
     except UserError as error:
         _fail(error)
+
+
+def _count_lines(path: Path) -> int:
+    """Lines of a file (the total of translate's progress bar), counted without decoding."""
+    with path.open("rb") as handle:
+        return sum(1 for _ in handle)
 
 
 @contextlib.contextmanager
@@ -440,9 +449,20 @@ def visualize_alignment(
         int | None,
         typer.Option(help="With --from-saved: the example, 0-based (line N+1 of hyps.txt)."),
     ] = None,
+    figsize: Annotated[
+        str | None,
+        typer.Option(help="Figure size in inches, W,H (default: from the number of tokens)."),
+    ] = None,
+    fontsize: Annotated[
+        float, typer.Option(help="Tick label size in points (titles a little larger).")
+    ] = 11.0,
+    cmap: Annotated[
+        str, typer.Option(help="A matplotlib colormap, e.g. viridis, magma, Blues.")
+    ] = "viridis",
 ) -> None:
     """Draw attention heatmaps of a trained model: its own output, or a forced --tgt; or
-    redraw an output's attention saved by `attnseq eval --save-attention`.
+    redraw an output's attention saved by `attnseq eval --save-attention`. Prints the output
+    each figure shows.
 
     \b
     attnseq visualize-alignment RUN/checkpoints/best.pt --src "March 3rd, 1998" --out a.png
@@ -452,11 +472,13 @@ def visualize_alignment(
     attnseq visualize-alignment best.pt --input sentences.txt --out figures/
     attnseq visualize-alignment --from-saved RUN/eval/best-step900/test.greedy/attention.npz \\
         --index 17 --out a.png
+    attnseq visualize-alignment best.pt --src "..." --figsize 8,5 --fontsize 13 --cmap Blues
     """
     from attnseq.alignment_view import AlignmentViewer, draw, merge_words
-    from attnseq.visualize import log_heatmap, save_figure
+    from attnseq.visualize import log_heatmap, save_figure, style_from_options
 
     try:
+        style = style_from_options(figsize, fontsize, cmap)
         if from_saved is not None or index is not None:
             from attnseq.alignment_view import saved_attention_map
 
@@ -480,13 +502,16 @@ def visualize_alignment(
             attention, title = saved_attention_map(from_saved, index)
             if words:
                 attention = merge_words(attention)
-            figure = draw(attention, layer=layer, head=head, all_heads=all_heads, title=title)
+            figure = draw(
+                attention, layer=layer, head=head, all_heads=all_heads, title=title, style=style
+            )
             target = save_figure(figure, out or Path("alignment.png"))
             if tensorboard is not None:
                 from torch.utils.tensorboard import SummaryWriter
 
                 with SummaryWriter(str(tensorboard)) as writer:
                     log_heatmap(writer, f"alignment/saved_{index}", figure, 0)
+            typer.echo(f"hypothesis: {attention.output}")
             typer.echo(f"wrote {target}")
             return
         if checkpoint is None:
@@ -521,10 +546,12 @@ def visualize_alignment(
             attention = viewer.attention(source, tgt, kind)
             if words:
                 attention = merge_words(attention)
-            figure = draw(attention, layer=layer, head=head, all_heads=all_heads)
+            figure = draw(attention, layer=layer, head=head, all_heads=all_heads, style=style)
             save_figure(figure, target)
             if writer is not None:
                 log_heatmap(writer, f"alignment/{number}", figure, 0)
+            shown = "hypothesis" if tgt is None else "forced target"
+            typer.echo(f"{shown}: {attention.output}")
             typer.echo(f"wrote {target}")
         if writer is not None:
             writer.close()

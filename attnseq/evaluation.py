@@ -30,6 +30,7 @@ from attnseq.errors import UserError
 from attnseq.loss import sequence_loss
 from attnseq.metrics import perplexity, task_metrics
 from attnseq.models.seq2seq import Seq2Seq
+from attnseq.progress import Rate, counting
 
 
 @dataclass
@@ -54,6 +55,8 @@ class Evaluator:
         task: "translation" or "summarization": which metrics to compute.
         gold: word alignments of the examples, to score attention with AER.
         extended: copy models: the extended-vocabulary view of every example.
+        label: the split's name; when given, decoding shows a progress bar on a terminal.
+            Either way `decode_rate` holds the sentences and seconds of the latest decoding.
     """
 
     def __init__(
@@ -67,8 +70,12 @@ class Evaluator:
         task: str = "translation",
         gold: AlignmentGold | None = None,
         extended: Sequence[ExtendedExample] | None = None,
+        label: str | None = None,
     ) -> None:
         self.examples = list(examples)
+        self.label = label
+        self.decode_rate = Rate()
+        self.last_texts: list[str] = []  # the outputs of the latest `evaluate`, in order
         self.extended = None if extended is None else list(extended)
         self.references = list(references)
         self.tgt_tokenizer = tgt_tokenizer
@@ -126,18 +133,22 @@ class Evaluator:
         beam search, as `self.decoding` says)."""
         model.eval()
         results: list[Hypothesis | None] = [None] * len(self.examples)
-        for indices in self.batches:
-            batch = self._batch(model, indices)
-            nbest_lists = decode(
-                model,
-                batch.src,
-                batch.src_lengths,
-                self.decoding,
-                need_weights=need_weights,
-                **batch.copy_inputs(),
-            )
-            for index, nbest in zip(indices, nbest_lists, strict=True):
-                results[index] = nbest[0]
+        label = self.label or "decode"
+        with counting(label, len(self.examples), enabled=self.label is not None) as counter:
+            for indices in self.batches:
+                batch = self._batch(model, indices)
+                nbest_lists = decode(
+                    model,
+                    batch.src,
+                    batch.src_lengths,
+                    self.decoding,
+                    need_weights=need_weights,
+                    **batch.copy_inputs(),
+                )
+                for index, nbest in zip(indices, nbest_lists, strict=True):
+                    results[index] = nbest[0]
+                counter.advance(len(indices))
+        self.decode_rate = counter.rate
         return results  # type: ignore[return-value]
 
     @torch.no_grad()
@@ -192,6 +203,7 @@ class Evaluator:
         forced = self.teacher_forced(model)
         hypotheses = self.decode(model, need_weights=need_weights)
         texts = self.texts(hypotheses)
+        self.last_texts = texts
         metrics = {"loss": forced["loss"], "ppl": perplexity(forced["loss"])}
         metrics.update({key: value for key, value in forced.items() if key != "loss"})
         metrics.update(task_metrics(self.task, texts, self.references))

@@ -1,12 +1,26 @@
-"""Progress bars (rich): steps done, loss, epoch, elapsed time and ETA.
+"""Progress bars (rich) on stderr, and log records kept off them.
 
-On a terminal the bar redraws in place; elsewhere (CI, redirected output) it stays silent, so
-logs are not flooded: train.log carries the numbers.
+On a terminal a bar redraws in place; elsewhere (CI, `> log`, SLURM) nothing is drawn, so logs
+are not flooded: the log lines (train.log, stdout) carry the numbers instead.
+
+- `TrainingProgress`: the training bar: steps, smoothed loss, target tokens/s, learning rate,
+  epoch, elapsed time and ETA. While it is live, log records bound for a terminal print above
+  it (`logging_above`) and the periodic training lines, which say what the bar shows, stay off
+  the terminal (they still reach train.log and a redirected stdout).
+- `counting`: a bar for a known amount of work (sentences decoded); it gives back the rate at
+  the end, for the caller's "N sentences in S s (R sentences/s)" line. Inside a live training
+  bar it is a second row under it.
 """
 
+import contextlib
+import logging
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from types import TracebackType
 
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -16,17 +30,99 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+# A log record with this attribute set is a periodic training line: the live bar shows the same
+# numbers, so a terminal does not get it while the bar is up.
+ON_BAR = "attnseq_on_bar"
 
+_CONSOLE: Console | None = None
+
+
+def stderr_console() -> Console:
+    """One console for every bar, so a bar started inside another nests under it."""
+    global _CONSOLE
+    if _CONSOLE is None:
+        _CONSOLE = Console(stderr=True)
+    return _CONSOLE
+
+
+def bars_enabled() -> bool:
+    return sys.stderr.isatty()
+
+
+# ----------------------------------------------------------------------- logging and bars
+class _ConsoleStream:
+    """A text stream that prints whole lines through a rich console (above a live display)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            self.console.out(line, highlight=False)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.console.out(self.pending, highlight=False)
+            self.pending = ""
+
+
+def _drop_bar_lines(record: logging.LogRecord) -> bool:
+    return not getattr(record, ON_BAR, False)
+
+
+def _terminal_handlers() -> list[logging.StreamHandler]:
+    """Stream handlers (not files) of the root and attnseq loggers that write to a terminal."""
+    found = []
+    for logger in (logging.getLogger(), logging.getLogger("attnseq")):
+        for handler in logger.handlers:
+            if type(handler) is not logging.StreamHandler:
+                continue  # FileHandler and others write to files
+            stream = getattr(handler, "stream", None)
+            isatty = getattr(stream, "isatty", None)
+            if isatty is not None and isatty() and handler not in found:
+                found.append(handler)
+    return found
+
+
+@contextlib.contextmanager
+def logging_above(console: Console) -> Iterator[None]:
+    """While a live display holds the terminal: terminal log handlers write through its console
+    (so a record never lands on the bar), without the periodic lines the bar already shows."""
+    handlers = _terminal_handlers()
+    streams = []
+    for handler in handlers:
+        streams.append(handler.setStream(_ConsoleStream(console)))  # type: ignore[arg-type]
+        handler.addFilter(_drop_bar_lines)
+    try:
+        yield
+    finally:
+        for handler, stream in zip(handlers, streams, strict=True):
+            handler.flush()
+            handler.removeFilter(_drop_bar_lines)
+            handler.setStream(stream)
+
+
+# ----------------------------------------------------------------------- training bar
 class TrainingProgress:
-    """`with TrainingProgress(total, start, enabled) as bar: bar.advance(loss, epoch)`."""
+    """`with TrainingProgress(total, start, enabled) as bar: bar.advance(loss, epoch, ...)`."""
+
+    RATE_WINDOW = 2.0  # seconds of steps behind the tokens/s the bar shows
 
     def __init__(self, total_steps: int, start_step: int = 0, enabled: bool = True) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
+        self.enabled = enabled and bars_enabled()
         self.total = total_steps
         self.start = start_step
         self.progress: Progress | None = None
         self.task = None
         self.smoothed_loss: float | None = None
+        self._above: contextlib.ExitStack | None = None
+        self._window_start = time.perf_counter()
+        self._window_tokens = 0.0
+        self.tokens_per_sec: float | None = None
 
     def __enter__(self) -> "TrainingProgress":
         if self.enabled:
@@ -34,26 +130,52 @@ class TrainingProgress:
                 TextColumn("[bold]train[/]"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}  epoch {task.fields[epoch]}"),
+                TextColumn(
+                    "loss {task.fields[loss]}  {task.fields[speed]} tok/s  lr {task.fields[lr]}"
+                    "  epoch {task.fields[epoch]}"
+                ),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
+                console=stderr_console(),
                 transient=False,
+                redirect_stdout=sys.stdout.isatty(),  # a redirected stdout stays where it is
+                redirect_stderr=True,
             )
             self.progress.start()
+            self._above = contextlib.ExitStack()
+            self._above.enter_context(logging_above(self.progress.console))
             self.task = self.progress.add_task(
-                "train", total=self.total, completed=self.start, loss="-", epoch=0
+                "train",
+                total=self.total,
+                completed=self.start,
+                loss="-",
+                epoch=0,
+                speed="-",
+                lr="-",
             )
         return self
 
-    def advance(self, loss: float, epoch: int) -> None:
+    def advance(self, loss: float, epoch: int, tgt_tokens: float = 0.0, lr: float = 0.0) -> None:
+        """One update: its loss, the epoch it is in (0-based), its target tokens, the lr."""
         # exponential moving average: a readable loss, not one batch's noise
         self.smoothed_loss = (
             loss if self.smoothed_loss is None else 0.95 * self.smoothed_loss + 0.05 * loss
         )
+        self._window_tokens += tgt_tokens
+        now = time.perf_counter()
+        if now - self._window_start >= self.RATE_WINDOW:
+            self.tokens_per_sec = self._window_tokens / (now - self._window_start)
+            self._window_start, self._window_tokens = now, 0.0
         if self.progress is not None:
+            speed = "-" if self.tokens_per_sec is None else f"{self.tokens_per_sec:,.0f}"
             self.progress.update(
-                self.task, advance=1, loss=f"{self.smoothed_loss:.3f}", epoch=epoch + 1
+                self.task,
+                advance=1,
+                loss=f"{self.smoothed_loss:.3f}",
+                epoch=epoch + 1,
+                speed=speed,
+                lr=f"{lr:.2e}",
             )
 
     def __exit__(
@@ -63,4 +185,73 @@ class TrainingProgress:
         traceback: TracebackType | None,
     ) -> None:
         if self.progress is not None:
+            assert self._above is not None
+            self._above.close()
             self.progress.stop()
+
+
+# ----------------------------------------------------------------------- counted work
+@dataclass
+class Rate:
+    """How much work a `counting` block did and how long it took."""
+
+    count: int = 0
+    seconds: float = 0.0
+    unit: str = "sentences"
+
+    @property
+    def per_second(self) -> float:
+        return self.count / max(self.seconds, 1e-9)
+
+    def summary(self) -> str:
+        """e.g. '500 sentences in 3.1 s (161.3 sentences/s)'."""
+        return (
+            f"{self.count:,} {self.unit} in {self.seconds:.2f} s "
+            f"({self.per_second:,.1f} {self.unit}/s)"
+        )
+
+
+class _Counter:
+    def __init__(self, progress: Progress | None, task: object, rate: Rate) -> None:
+        self.progress, self.task, self.rate = progress, task, rate
+
+    def advance(self, count: int) -> None:
+        self.rate.count += count
+        if self.progress is not None:
+            self.progress.update(self.task, advance=count)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def counting(
+    label: str, total: int | None, unit: str = "sentences", enabled: bool = True
+) -> Iterator[_Counter]:
+    """A transient bar `label` for `total` items (None: unknown) on a terminal, nothing
+    elsewhere; `counter.advance(n)` after each piece of work, `counter.rate` at the end."""
+    rate = Rate(unit=unit)
+    start = time.perf_counter()
+    progress = None
+    task = None
+    if enabled and bars_enabled():
+        progress = Progress(
+            TextColumn(f"[bold]{label}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(unit),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=stderr_console(),
+            transient=True,
+            redirect_stdout=sys.stdout.isatty(),  # output text on the same screen goes above it
+            redirect_stderr=False,
+        )
+        progress.start()
+        task = progress.add_task(label, total=total)
+    above = logging_above(progress.console) if progress is not None else contextlib.nullcontext()
+    try:
+        with above:
+            yield _Counter(progress, task, rate)
+    finally:
+        rate.seconds = time.perf_counter() - start
+        if progress is not None:
+            progress.stop()

@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 import torch
 
 from attnseq import eval_results
-from attnseq.alignment import attention_statistics
 from attnseq.atomic import atomic_write_json, atomic_write_lines
 from attnseq.checkpoint import load_checkpoint
 from attnseq.config.schema import (
@@ -28,7 +27,7 @@ from attnseq.config.schema import (
     config_to_dict,
 )
 from attnseq.config.checks import validate
-from attnseq.data.extended_vocab import ExtendedExample, extend_examples, extended_pieces
+from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
@@ -58,6 +57,7 @@ from attnseq.resume import (
     find_resume_point,
     interruption_message,
 )
+from attnseq.run_board import run_hparams, validation_logger
 from attnseq.saved_attention import records_from_hypotheses
 from attnseq.saved_attention import save_attention as write_saved_attention
 from attnseq.training import (
@@ -69,7 +69,6 @@ from attnseq.training import (
     TrainingInterrupted,
     resolve_device,
 )
-from attnseq.visualize import alignment_figure, attention_grid_figure, log_heatmap
 
 log = logging.getLogger("attnseq")
 
@@ -149,59 +148,8 @@ def make_evaluator(
         task=cfg.data.task.value,
         gold=gold,
         extended=extended_split(cfg, data, split),
+        label=split,
     )
-
-
-# --------------------------------------------------------------------------------- heatmaps
-def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, count: int):
-    """Draw the first `count` validation examples' cross-attention at each validation; for copy
-    models with a strip of p_gen per output token next to it."""
-    chosen = list(range(min(count, len(evaluator.examples))))
-    extended = evaluator.extended
-    subset = Evaluator(
-        [evaluator.examples[i] for i in chosen],
-        [evaluator.references[i] for i in chosen],
-        tokenizers.tgt,
-        evaluator.device,
-        max_tokens=10**9,
-        decoding=evaluator.decoding,
-        extended=None if extended is None else [extended[i] for i in chosen],
-    )
-
-    def draw(model: Seq2Seq, step: int) -> None:
-        hypotheses = subset.decode(model, need_weights=True)
-        p_gens = subset.output_p_gen(model, hypotheses)
-        maps = [h.attention for h in hypotheses if h.attention is not None and h.attention.numel()]
-        if maps:  # how peaked attention is: entropy of the rows, weight on the argmax
-            stats = [attention_statistics(weights) for weights in maps]
-            for name in stats[0]:
-                value = sum(float(s[name]) for s in stats) / len(stats)
-                writer.add_scalar(f"attention/{name}", value, step)
-        for number, (hypothesis, (src_ids, _)) in enumerate(
-            zip(hypotheses, subset.examples, strict=True)
-        ):
-            if hypothesis.attention is None:
-                return  # a model without attention has nothing to draw
-            src_tokens = tokenizers.src.ids_to_pieces(src_ids)
-            if subset.extended is not None:  # unknown pieces as their source text
-                view = subset.extended[number]
-                src_tokens = extended_pieces(tokenizers.tgt, view.src_ext, view.oovs)
-            rows = hypothesis.attention.shape[-2]
-            tgt_tokens = extended_pieces(tokenizers.tgt, hypothesis.tokens, subset.oovs(number))
-            tgt_tokens = (tgt_tokens + ["</s>"])[:rows]
-            weights = hypothesis.attention.numpy()
-            p_gen = None if p_gens is None else p_gens[number][:rows]
-            if weights.ndim == 4:  # transformer: (L, H, T, S)
-                grid = attention_grid_figure(weights, src_tokens, tgt_tokens)
-                log_heatmap(writer, f"attention/example_{number}/all_heads", grid, step)
-                weights = weights[-1].mean(axis=0)  # last layer, head average
-                tag = f"attention/example_{number}/last_layer_mean"
-            else:
-                tag = f"attention/example_{number}"
-            figure = alignment_figure(weights, src_tokens, tgt_tokens, p_gen=p_gen)
-            log_heatmap(writer, tag, figure, step)
-
-    return draw
 
 
 # ------------------------------------------------------------------------------------ train
@@ -334,7 +282,7 @@ def _run_training(
         device,
         static,
         on_validation=(
-            heatmap_logger(writer, valid, tokenizers, cfg.trainer.num_heatmaps)
+            validation_logger(writer, valid, tokenizers, cfg, [s for s, _ in data.pairs["valid"]])
             if valid is not None
             else None
         ),
@@ -382,30 +330,22 @@ def _test_best(
     tokenizers = data.tokenizers
     test = make_evaluator(cfg, data, "test", device, split_gold(cfg, "test", tokenizers))
     metrics, hypotheses = test.evaluate(model)
+    log.info("test: decoded %s", test.decode_rate.summary())
     results = {f"test/{name}": value for name, value in metrics.items()}
     results["best_step"] = progress.best_step
     results[f"valid/best_{cfg.trainer.early_stopping_metric.value}"] = progress.best_metric
     results["skipped_steps"] = progress.skipped_steps
     atomic_write_lines(run_dir / "hyps" / "test.txt", hypotheses)
     atomic_write_json(run_dir / "metrics.json", results)
+    # At the last training step, so the test numbers sit at the end of the valid/* curves.
+    n_params = sum(p.numel() for p in model.parameters())
     writer.add_hparams(
-        _flat_hparams(cfg), {k: v for k, v in results.items() if "/" in k}, run_name="."
+        run_hparams(cfg, n_params),
+        {k: v for k, v in results.items() if "/" in k},
+        run_name=".",
+        global_step=progress.step,
     )
     return results
-
-
-def _flat_hparams(cfg: TrainConfig) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(f"{prefix}{key}.", value)
-        elif isinstance(node, (int, float, str, bool)):
-            flat[prefix.rstrip(".")] = node
-
-    walk("", config_to_dict(cfg))
-    return flat
 
 
 def _print_summary(run_dir: Path, metrics: dict[str, float]) -> None:
@@ -553,6 +493,7 @@ def evaluate_checkpoint(
     gold = split_gold(cfg, name, tokenizers) if pairs is None else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
     metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
+    print(f"{name}: decoded {evaluator.decode_rate.summary()}", file=sys.stderr)
     hypotheses = evaluator.texts(decoded)
     results = {f"{name}/{key}": value for key, value in metrics.items()}
     if alignment_set is not None:

@@ -1,5 +1,7 @@
 """The training loop: token-budget batches, Adam(W), clipping, lr schedule, periodic validation,
-early stopping, TensorBoard scalars and atomic checkpoints (last.pt, best.pt).
+early stopping, TensorBoard scalars, a log line every `trainer.log_every` updates (step, epoch,
+loss, ppl, lr, target tokens/s, gradient norm, elapsed time, ETA) and atomic checkpoints
+(last.pt, best.pt).
 
 Everything the loop needs arrives as objects (model, optimizer, data, an Evaluator); it knows
 nothing about Hydra or how the pieces were chosen (tasks.py composes them).
@@ -62,7 +64,7 @@ from attnseq.loss import coverage_term, sequence_loss
 from attnseq.mixed_precision import MixedPrecision
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.optim import TrainingBudget
-from attnseq.progress import TrainingProgress
+from attnseq.progress import ON_BAR, TrainingProgress
 from attnseq.rng import preserved_rng, rng_state, set_rng_state
 from attnseq.signals import StopSignals, TrainingInterrupted
 
@@ -238,6 +240,8 @@ class Trainer:
         if trainer_cfg.compile:
             self.train_model = compile_for_training(self.train_model)
         self._global_counts = (0.0, 0.0, 0.0)  # (src, tgt, padded) tokens of the latest step
+        self._grad_norm = 0.0  # gradient norm of the latest step, before clipping
+        self._session_start_step = 0  # progress.step when this process's fit began
         if self.world.is_main:
             remove_stale_temporaries(self.checkpoint_dir)
 
@@ -285,7 +289,9 @@ class Trainer:
         trainer_cfg = self.cfg.trainer
         progress = self.progress
         batches_per_epoch = len(self.sampler)  # the same in every epoch
-        total_steps = trainer_cfg.max_steps or trainer_cfg.max_epochs * batches_per_epoch
+        total_steps = trainer_cfg.max_epochs * batches_per_epoch
+        if trainer_cfg.max_steps:
+            total_steps = min(total_steps, trainer_cfg.max_steps)
         main = self.world.is_main
         if main:
             log.info(
@@ -310,6 +316,7 @@ class Trainer:
             set_rng_state(self._resume_rng)
         self._clock_start = self._last_save = time.monotonic()
         self._seconds_before = progress.train_seconds
+        self._session_start_step = progress.step
         window = _ThroughputWindow()
         stop_reason = self._limit_reached()
         if main and stop_reason is not None and progress.step:
@@ -339,10 +346,11 @@ class Trainer:
                 else:
                     progress.nonfinite_in_a_row = 0
                     progress.step += 1
-                    window.add(*self._global_counts, loss)
-                    bar.advance(loss, progress.epoch)
+                    window.add(*self._global_counts, loss, self._grad_norm)
+                    lr = self.optimizer.param_groups[0]["lr"]
+                    bar.advance(loss, progress.epoch, self._global_counts[1], lr)
                     if progress.step % trainer_cfg.log_every == 0:
-                        self._log_train(window.flush())
+                        self._log_train(window.flush(), total_steps)
                     if progress.step % trainer_cfg.validate_every == 0:
                         self._validate()
                         saved = True
@@ -428,6 +436,7 @@ class Trainer:
             )
         # Both numbers in one host-device synchronisation, before the optimizer step it decides.
         loss_value, norm_value = torch.stack([loss.detach().float(), norm.float()]).tolist()
+        self._grad_norm = norm_value  # before clipping
         if distributed:
             # The gradients (so their norm) are already the same everywhere; the losses and any
             # rank's non-finite value are summed so every rank takes the same decision.
@@ -587,6 +596,8 @@ class Trainer:
             "  ".join(f"valid/{k}={v:.4g}" for k, v in sorted(metrics.items())),
             "  (new best)" if improved else "",
         )
+        if main and self.evaluator is not None:
+            log.info("valid: decoded %s", self.evaluator.decode_rate.summary())
         progress.validated_step = step
         if improved:
             progress.best_metric, progress.best_step = value, step
@@ -623,11 +634,45 @@ class Trainer:
         if self.world.is_main:
             log.log(level, message, *args)
 
-    def _log_train(self, stats: dict[str, float]) -> None:
+    def _log_train(self, stats: dict[str, float], total_steps: int) -> None:
+        """train/* scalars and one log line (train.log, a redirected stdout) per interval."""
         step = self.progress.step
+        lr = self.optimizer.param_groups[0]["lr"]
         for name, value in stats.items():
             self.writer.add_scalar(f"train/{name}", value, step)
-        self.writer.add_scalar("train/lr", self.optimizer.param_groups[0]["lr"], step)
+        self.writer.add_scalar("train/lr", lr, step)
+        if not self.world.is_main:
+            return
+        elapsed = self._train_seconds()
+        eta = self._eta_seconds(total_steps, elapsed)
+        log.info(
+            "step %d/%d  epoch %.2f  loss %.4f  ppl %.2f  lr %.3g  %s tgt tok/s  grad norm %.3g  "
+            "elapsed %s  ETA %s",
+            step,
+            total_steps,
+            self.progress.epoch + self.progress.batch_in_epoch / max(len(self.sampler), 1),
+            stats["loss"],
+            stats["ppl"],
+            lr,
+            f"{stats['tokens_per_sec']:,.0f}",
+            stats["grad_norm"],
+            _clock(elapsed),
+            "-" if eta is None else _clock(eta),
+            extra={ON_BAR: True},  # the live bar shows these numbers on a terminal
+        )
+
+    def _eta_seconds(self, total_steps: int, elapsed: float) -> float | None:
+        """Seconds until the budget that binds first: the steps left (max_steps or max_epochs)
+        at this session's pace, or what is left of max_minutes."""
+        done = self.progress.step - self._session_start_step
+        session_seconds = time.monotonic() - self._clock_start
+        estimates = []
+        if done > 0 and session_seconds > 0:
+            estimates.append(max(total_steps - self.progress.step, 0) * session_seconds / done)
+        minutes = self.cfg.trainer.max_minutes
+        if minutes:
+            estimates.append(max(60 * minutes - elapsed, 0.0))
+        return min(estimates, default=None)
 
     # ----------------------------------------------------------------------- checkpoints
     def state_payload(self) -> dict[str, Any]:
@@ -704,14 +749,19 @@ class _ThroughputWindow:
     def __init__(self) -> None:
         self.start = time.perf_counter()
         self.loss_sum = 0.0
+        self.norm_sum = 0.0
         self.steps = 0
         self.src_tokens = 0
         self.tgt_tokens = 0
         self.padded = 0
 
-    def add(self, src_tokens: float, tgt_tokens: float, padded: float, loss: float) -> None:
-        """One step: its (global) real source and target tokens, padded positions, loss."""
+    def add(
+        self, src_tokens: float, tgt_tokens: float, padded: float, loss: float, norm: float
+    ) -> None:
+        """One step: its (global) real source and target tokens, padded positions, loss and
+        gradient norm."""
         self.loss_sum += loss
+        self.norm_sum += norm
         self.steps += 1
         self.src_tokens += src_tokens
         self.tgt_tokens += tgt_tokens
@@ -725,7 +775,14 @@ class _ThroughputWindow:
             "tokens_per_sec": self.tgt_tokens / seconds,  # target tokens, the peers' unit
             "src_tgt_tokens_per_sec": real / seconds,
             "padding_share": 1.0 - real / max(self.padded, 1),
+            "grad_norm": self.norm_sum / max(self.steps, 1),
         }
         stats["ppl"] = math.exp(min(stats["loss"], 100.0))
         self.__init__()
         return stats
+
+
+def _clock(seconds: float) -> str:
+    """H:MM:SS."""
+    whole = int(round(seconds))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"

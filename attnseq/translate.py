@@ -30,7 +30,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -46,6 +46,12 @@ if TYPE_CHECKING:  # tasks.py (the composition root) is imported only when a che
     from attnseq.tasks import Tokenizers
 
 CHUNK_SIZE = 1000
+
+
+class Counter(Protocol):
+    """Told how many more input lines are done (e.g. `attnseq.progress.counting`'s counter)."""
+
+    def advance(self, count: int) -> None: ...
 
 
 class Translator:
@@ -95,14 +101,16 @@ class Translator:
         settings: DecodingSettings,
         batch_size: int = 64,
         chunk_size: int = CHUNK_SIZE,
+        counter: Counter | None = None,
     ) -> Iterator[str | list[str]]:
         """Output text for `lines`, one per line, in order (see the module docstring).
+        `counter` is advanced as lines are decoded (batch by batch, blank lines included).
 
         Raises:
             UserError: invalid settings or batch size.
         """
         for number, (hypotheses, oovs) in enumerate(
-            self._decoded(lines, settings, batch_size, chunk_size)
+            self._decoded(lines, settings, batch_size, chunk_size, counter)
         ):
             yield self._format(number, hypotheses, settings.nbest, oovs)
 
@@ -127,6 +135,7 @@ class Translator:
         settings: DecodingSettings,
         batch_size: int,
         chunk_size: int,
+        counter: Counter | None = None,
     ) -> Iterator[tuple[list[Hypothesis] | None, list[str]]]:
         """`hypotheses`, each with the line's out-of-vocabulary source words (copy models)."""
         try:
@@ -137,10 +146,14 @@ class Translator:
             raise UserError(f"batch size must be >= 1, got {batch_size}")
         iterator = iter(lines)
         while chunk := list(itertools.islice(iterator, chunk_size)):
-            yield from self._decode_chunk(chunk, settings, batch_size)
+            yield from self._decode_chunk(chunk, settings, batch_size, counter)
 
     def _decode_chunk(
-        self, chunk: list[str], settings: DecodingSettings, batch_size: int
+        self,
+        chunk: list[str],
+        settings: DecodingSettings,
+        batch_size: int,
+        counter: Counter | None = None,
     ) -> list[tuple[list[Hypothesis] | None, list[str]]]:
         texts = [line.rstrip("\r\n") for line in chunk]
         limit = self.cfg.data.max_src_len
@@ -157,6 +170,8 @@ class Translator:
             }
         results: list[tuple[list[Hypothesis] | None, list[str]]] = [(None, [])] * len(texts)
         order = sorted(encoded, key=lambda number: len(encoded[number]))  # by source length
+        if counter is not None:
+            counter.advance(len(texts) - len(encoded))  # blank lines: nothing to decode
         for start in range(0, len(order), batch_size):
             numbers = order[start : start + batch_size]
             src, src_lengths = self._pad([encoded[number] for number in numbers])
@@ -168,6 +183,8 @@ class Translator:
             nbest_lists = decode(self.model, src, src_lengths, settings, **copy_inputs)
             for number, nbest in zip(numbers, nbest_lists, strict=True):
                 results[number] = (nbest, extended[number][1] if extended else [])
+            if counter is not None:
+                counter.advance(len(numbers))
         return results
 
     def _pad(self, sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -289,7 +289,7 @@ class TrainerConfig:
     num_workers: int = 0  # DataLoader processes collating batches; 0 = in the training process
     pin_memory: bool = True  # on CUDA: page-locked batches, copied without blocking
     validate_every: int = 250  # steps between validations (and at the end of training)
-    log_every: int = 25  # steps between train/* scalars
+    log_every: int = 100  # updates between train/* scalars and training log lines
     early_stopping_metric: Metric = Metric.exact_match
     early_stopping_patience: int = 5  # validations without improvement; 0 disables
     early_stopping_target: float | None = None  # stop as soon as the metric reaches this value
