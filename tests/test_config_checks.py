@@ -95,6 +95,9 @@ def assert_refused(tmp_path: Path, code: int, output: str, expected: str) -> Non
         (["model=transformer", "model.d_model=1048576"], "the model does not fit: transformer"),
         (["data.train_size=1000000000000"], "the generated data does not fit"),
         (["trainer.threads=100000"], "trainer.threads=100000 is more than the"),
+        (["trainer.beam=1000000"], "validation decoding does not fit: trainer.beam=1000000"),
+        (["trainer.max_output_extra=10000000000000"], "validation decoding does not fit"),
+        (["model.attention.D=" + "1" * 30], "model.attention.D must fit in a 64-bit integer"),
         (["trainer.num_workers=100000"], "trainer.num_workers=100000 is more than the"),
     ],
 )

@@ -41,6 +41,8 @@ def encoder_output_size(model: ModelConfig) -> int:
     return model.enc_hidden * directions
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 # Validation metrics each task computes (evaluation.py, metrics.task_metrics)
 TASK_METRICS = {
     TaskType.translation: (Metric.loss, Metric.ppl, Metric.bleu, Metric.chrf, Metric.exact_match),
@@ -94,6 +96,9 @@ def value_problem(value: Any, metadata: Any) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         bounds = bounds_text(metadata)
         return f"must be a finite number{' ' + bounds if bounds else ''}"
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        # integers meet torch tensors (comparisons, lengths) as 64-bit integers
+        return "must fit in a 64-bit integer"
     failed = (
         ("ge" in metadata and not value >= metadata["ge"])
         or ("gt" in metadata and not value > metadata["gt"])

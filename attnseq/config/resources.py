@@ -49,11 +49,13 @@ class Estimate:
     parameters: int  # number of parameters
     training_bytes: int  # weights, gradients, optimizer state
     activation_bytes: int  # one training batch's activations (and logits)
+    decoding_bytes: int  # one validation batch under beam search
     data_bytes: int  # generated examples held in memory
 
     @property
     def device_bytes(self) -> int:
-        return self.training_bytes + self.activation_bytes
+        """Training and validation alternate: the larger of the two beside the weights."""
+        return self.training_bytes + max(self.activation_bytes, self.decoding_bytes)
 
 
 def vocabulary_lower_bound(cfg: TrainConfig) -> int:
@@ -125,6 +127,34 @@ def batch_tokens(cfg: TrainConfig) -> int:
     return data.max_tokens
 
 
+def source_length(cfg: TrainConfig) -> int:
+    """Tokens of a typical source: known for generated tasks, else 1 (a lower bound)."""
+    data = cfg.data
+    if data.source is not DataSource.generated:
+        return 1
+    return DATE_LENGTH if data.name == "dates" else (data.min_len + data.max_len) // 2 + 1
+
+
+def decoding_bytes(cfg: TrainConfig, vocab: int) -> int:
+    """One validation batch under beam search: every hypothesis holds its sentence's encoder
+    states (per decoder layer for a transformer's cross-attention), its token history up to the
+    output limit, and scores over the vocabulary."""
+    model, data, trainer = cfg.model, cfg.data, cfg.trainer
+    if model.family is ModelFamily.transformer:
+        width = 2 * model.d_model * model.dec_layers
+    else:
+        directions = 2 if model.rnn.bidirectional else 1
+        width = (model.enc_hidden or model.hidden // directions) * directions
+    length = source_length(cfg)
+    tokens = data.eval_max_tokens
+    if data.source is DataSource.generated:
+        tokens = min(tokens, data.valid_size * length)
+    sentences = max(1, tokens // length)
+    steps = math.floor(length * trainer.max_output_ratio) + trainer.max_output_extra
+    per_hypothesis = (length * width + 2 * vocab) * BYTES_PER_FLOAT + steps * 8
+    return sentences * trainer.beam * per_hypothesis
+
+
 def estimate(cfg: TrainConfig) -> Estimate:
     """Lower bounds of the memory a training run of `cfg` needs."""
     model, data = cfg.model, cfg.data
@@ -148,6 +178,7 @@ def estimate(cfg: TrainConfig) -> Estimate:
         parameters=parameters,
         training_bytes=parameters * BYTES_PER_FLOAT * TRAINING_COPIES,
         activation_bytes=activations,
+        decoding_bytes=decoding_bytes(cfg, vocab),
         data_bytes=data_bytes,
     )
 
@@ -198,7 +229,18 @@ def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -
     data_fits = need.data_bytes <= ram
     if gpu is None and data_fits:
         memory -= need.data_bytes  # the generated data shares the RAM with the model
-    if data_fits and need.device_bytes > memory:
+    decoding = need.decoding_bytes > need.activation_bytes
+    if data_fits and need.device_bytes > memory and decoding:
+        trainer = cfg.trainer
+        problems.append(
+            f"validation decoding does not fit: trainer.beam={trainer.beam} hypotheses per "
+            f"sentence, each up to trainer.max_output_ratio={trainer.max_output_ratio} x source "
+            f"+ trainer.max_output_extra={trainer.max_output_extra} tokens, need at least "
+            f"{_size(need.decoding_bytes)} beside the model's {_size(need.training_bytes)}: "
+            f"more than the {_size(memory)} of {where} here; lower the beam, the output limit "
+            "or data.eval_max_tokens"
+        )
+    elif data_fits and need.device_bytes > memory:
         problems.append(
             f"the model does not fit: {model.family.name} ({shape}) has at least "
             f"{need.parameters:,} parameters, {_size(need.training_bytes)} with gradients and "
