@@ -42,6 +42,7 @@ def encoder_output_size(model: ModelConfig) -> int:
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+FLOAT32_MAX = 3.4028234663852886e38
 
 # Validation metrics each task computes (evaluation.py, metrics.task_metrics)
 TASK_METRICS = {
@@ -96,6 +97,9 @@ def value_problem(value: Any, metadata: Any) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         bounds = bounds_text(metadata)
         return f"must be a finite number{' ' + bounds if bounds else ''}"
+    if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+        # floats meet tensors (learning rates, penalties) as 32-bit floats
+        return f"must fit in a 32-bit float (at most {FLOAT32_MAX:.4g} in size)"
     if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
         # integers meet torch tensors (comparisons, lengths) as 64-bit integers
         return "must fit in a 64-bit integer"

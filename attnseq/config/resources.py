@@ -210,7 +210,8 @@ def cpu_cores() -> int:
 def _size(n: float) -> str:
     units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
     power = min(int(math.log(max(n, 1), 1024)), len(units) - 1)
-    return f"{n / 1024**power:.1f} {units[power]}"
+    scaled = n / 1024**power
+    return f"{scaled:.1f} {units[power]}" if scaled < 10_000 else f"{scaled:.3g} {units[power]}"
 
 
 def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -> list[str]:

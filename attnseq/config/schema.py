@@ -233,7 +233,7 @@ class DataConfig:
         SentencePieceModel.bpe, "sentencepiece model: bpe or unigram"
     )
     spm_character_coverage: float = option(
-        1.0, "share of characters the sentencepiece model covers", gt=0.0, le=1.0
+        1.0, "share of characters the sentencepiece model covers (0.98 to 1)", ge=0.98, le=1.0
     )
     spm_joint: bool = option(True, "one model for source and target")
     # --- batching
