@@ -6,9 +6,9 @@ values are type-checked, and choices are Enums (OmegaConf validates an Enum fiel
 and lists the valid names when one is wrong). Cross-field rules that a type cannot express live
 in checks.py (`validate`), which runs before any work starts.
 
-Every field is declared with `option`: its default, its help text (`metadata["help"]`, from which
-the configuration reference is generated) and the bounds of its value (`metadata["ge"]` etc.),
-which checks.py enforces for every field generically.
+Every field is declared with `option`: its default, its help text (`metadata["help"]`, the text
+a configuration reference shows) and the bounds of its value (`metadata["ge"]` etc.), which
+checks.py enforces for every field generically.
 
 Library code receives these dataclasses (via `OmegaConf.to_object`), never a DictConfig.
 """
