@@ -6,9 +6,11 @@ arguments are composed once with Hydra's compose API (every value of a sweep is 
 typo ends with one message, the nearest valid key or option and exit status 2, instead of
 Hydra's exit status 1 from inside the run.
 
-`config=NAME` selects the packaged experiment/NAME.yaml; `config=PATH.yaml` (any path ending in .yaml)
-selects the user's own experiment file, which is linked into a private search-path folder so it
-can use the packaged config groups in its defaults list like any packaged experiment.
+`config=NAME` selects the packaged experiment/NAME.yaml; `config=PATH` (a path ending in .yaml
+or .yml, or containing a `/`) loads the user's own experiment file, always: it is linked into a
+private search-path folder under a name no packaged experiment can have (`user_file__...`), so
+it can use the packaged config groups in its defaults list like any packaged experiment, and
+its absolute path is recorded in the composed config as `config_file`.
 
 Under torchrun (`torchrun --nproc_per_node=N -m attnseq train ...`) every process runs this;
 the ones other than rank 0 get Hydra overrides that keep Hydra from writing anything (no run
@@ -25,7 +27,6 @@ from pathlib import Path
 
 from attnseq.config import CONFIG_DIR
 from attnseq.errors import UserError
-
 
 # Hydra command-line flags: (flag, takes a value)
 _FLAGS_WITH_VALUE = {
@@ -72,39 +73,89 @@ _MODE_FLAGS = {
 }
 
 
+# Prefix of the experiment names that user files are linked under; no packaged experiment
+# name starts with it, so a user's file can never be shadowed by (or shadow) a packaged one.
+USER_EXPERIMENT_PREFIX = "user_file__"
+
+
 def user_experiment_dir(path: Path) -> tuple[str, Path]:
     """Link a user's experiment file into ~/.cache/attnseq/experiments/<hash>/experiment/.
 
-    Returns the experiment name and the folder to add to Hydra's search path.
+    Returns the experiment name (unique to the file's absolute path) and the folder to add to
+    Hydra's search path.
     """
-    path = path.expanduser().resolve()
+    path = path.expanduser().absolute()
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
-    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    _check_package_header(path)
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
     root = Path.home() / ".cache" / "attnseq" / "experiments" / digest
     group = root / "experiment"
-    group.mkdir(parents=True, exist_ok=True)
-    name = re.sub(r"\W", "_", path.stem)
+    try:
+        group.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot link config file {path} under {group}: {error}") from None
+    name = f"{USER_EXPERIMENT_PREFIX}{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{digest}"
     link = group / f"{name}.yaml"
     # A fresh link renamed into place: processes doing this at once (torchrun) do not race.
     fresh = group / f".{name}.{os.getpid()}.yaml"
     fresh.unlink(missing_ok=True)
-    fresh.symlink_to(path)
+    fresh.symlink_to(path.resolve())
     os.replace(fresh, link)
     return name, root
 
 
+def _check_package_header(path: Path) -> None:
+    """An experiment file sets keys of the whole config: without a `# @package _global_`
+    header Hydra would put them under an `experiment` key that does not exist."""
+    try:
+        head = path.read_bytes()[:4096]
+    except OSError as error:
+        raise UserError(f"cannot read config file {path}: {error.strerror}") from None
+    for line in head.splitlines():
+        text = line.strip()
+        if text.startswith(b"#") and b"@package" in text:
+            return
+        if text and not text.startswith(b"#"):
+            break
+    raise UserError(
+        f"config file {path} has no '# @package _global_' line before its first key: an "
+        "experiment file sets keys of the whole config, so it starts with that line "
+        "(see the packaged attnseq/config/experiment/*.yaml)"
+    )
+
+
+def _quoted(value: str) -> str:
+    """`value` as a quoted Hydra override value: any path survives the override grammar."""
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${")
+    return f"'{escaped}'"
+
+
+def _is_path(value: str) -> bool:
+    return value.endswith((".yaml", ".yml")) or "/" in value or os.sep in value
+
+
 def rewrite_config_selector(args: list[str]) -> list[str]:
-    """`config=NAME` -> `experiment=NAME`; `config=PATH.yaml` -> search path + experiment."""
+    """`config=NAME` -> `experiment=NAME`; `config=PATH` -> search path + experiment + the
+    path recorded as `config_file`."""
     out: list[str] = []
     for arg in args:
+        if arg.startswith("config_file="):
+            raise UserError(
+                "config_file is set by config=PATH (the experiment file it loaded); "
+                "use config=PATH to load a file"
+            )
         if not arg.startswith("config="):
             out.append(arg)
             continue
         value = arg.split("=", 1)[1]
-        if value.endswith((".yaml", ".yml")):
+        if _is_path(value):
             name, root = user_experiment_dir(Path(value))
-            out += [f"experiment={name}", f"hydra.searchpath=[file://{root}]"]
+            out += [
+                f"experiment={name}",
+                f"hydra.searchpath=[{_quoted('file://' + str(root))}]",
+                f"config_file={_quoted(str(Path(value).expanduser().absolute()))}",
+            ]
         else:
             out.append(f"experiment={value}")
     return out
@@ -156,15 +207,20 @@ def _sweep_variants(overrides: list[str]) -> list[list[str]]:
     return variants
 
 
+_REMOTE_LAUNCHERS = ("hydra/launcher=submitit_slurm",)
+
+
 def preflight(args: list[str]) -> None:
     """Compose the config the way the run will and validate it; UserError on any problem."""
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnseq.config.schema import TrainConfig, register_configs
     from attnseq.config.checks import validate
+    from attnseq.config.resources import check_resources
+    from attnseq.config.schema import TrainConfig, register_configs
 
     flags, overrides = split_flags(args)
     if env_world_size() > 1 and any(flag in {"-m", "--multirun"} for flag in flags):
@@ -191,15 +247,53 @@ def preflight(args: list[str]) -> None:
     except OverrideParseException as error:
         raise UserError(f"cannot parse the overrides: {str(error).splitlines()[0]}") from None
     register_configs()
+    # Jobs a cluster launcher runs elsewhere fit (or not) the machines they run on, not this one.
+    remote = any(arg.startswith(_REMOTE_LAUNCHERS) for arg in overrides)
     for variant in variants:
         try:
             with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
                 composed = compose("train", overrides=variant)
                 cfg = OmegaConf.to_object(composed)
-        except (HydraException, OmegaConfBaseException, ValueError) as error:
+        except (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError) as error:
+            malformed = _yaml_error(error)
+            if malformed is not None:
+                raise UserError(describe_yaml_error(malformed)) from None
             raise UserError(describe_composition_error(error, variant)) from None
         assert isinstance(cfg, TrainConfig)
         validate(cfg)
+        if not remote:
+            check_resources(cfg)
+
+
+def _yaml_error(error: BaseException) -> Exception | None:
+    """The PyYAML error behind a failed composition (Hydra may wrap it), or None."""
+    import yaml
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, yaml.YAMLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def describe_yaml_error(error: Exception) -> str:
+    """One line naming the file, the line and the problem of a malformed YAML config."""
+    import yaml
+
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    if (
+        isinstance(error, yaml.constructor.ConstructorError)
+        and "constructor for the tag" in problem
+    ):
+        problem += " (YAML tags are not allowed in configs)"
+    if mark is None:
+        return f"malformed YAML config: {problem}"
+    name = mark.name
+    if not name.startswith("<"):
+        name = str(Path(name).resolve())  # a linked user file: the user's own path
+    return f"malformed YAML in {name}, line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _base_config():

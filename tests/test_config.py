@@ -110,7 +110,10 @@ def test_cross_field_validation() -> None:
             ["model=transformer", "model.attention.kind=linformer", "model.attention.proj_dim=0"],
             "proj_dim must be >= 1",
         ),
-        (["model=transformer", "model.attention.kind=local", "model.attention.D=0"], "half-width"),
+        (
+            ["model=transformer", "model.attention.kind=local", "model.attention.D=0"],
+            "model.attention.D must be >= 1",
+        ),
         (
             ["model=transformer", "model.attention.kind=strided", "model.attention.stride=0"],
             "stride must be >= 1",

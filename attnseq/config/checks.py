@@ -1,4 +1,6 @@
-"""Cross-field rules of the configuration: what the types of the schema (schema.py) cannot say.
+"""The rules of the configuration's values, in one place: the bounds each schema field declares
+(`option(..., ge=1)` in schema.py), enforced for every field by walking the dataclasses, plus the
+cross-field rules a single field's bounds cannot say.
 
 `validate` runs before any work starts: `attnseq train` calls it on the composed config before
 Hydra creates a run directory (hydra_entry.py), the train task again on the config it gets, and
@@ -9,15 +11,23 @@ raises one UserError that lists every problem, naming the keys involved and what
 what the model factory builds with (models/__init__.py).
 """
 
+import dataclasses
+import math
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from attnseq.config.schema import (
     CAUSAL_ATTENTION_KINDS,
     AttentionKind,
+    DataSource,
+    Metric,
     ModelConfig,
     ModelFamily,
+    Positions,
     Score,
     SparsePattern,
+    TaskType,
     TrainConfig,
 )
 from attnseq.errors import UserError
@@ -31,11 +41,94 @@ def encoder_output_size(model: ModelConfig) -> int:
     return model.enc_hidden * directions
 
 
-def validate(cfg: TrainConfig) -> None:
-    """Cross-field rules a type cannot express; raises UserError naming the keys involved."""
-    problems: list[str] = []
-    model, trainer, data, optim = cfg.model, cfg.trainer, cfg.data, cfg.optim
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+FLOAT32_MAX = 3.4028234663852886e38
 
+# Validation metrics each task computes (evaluation.py, metrics.task_metrics)
+TASK_METRICS = {
+    TaskType.translation: (Metric.loss, Metric.ppl, Metric.bleu, Metric.chrf, Metric.exact_match),
+    TaskType.summarization: (
+        Metric.loss,
+        Metric.ppl,
+        Metric.rouge1,
+        Metric.rouge2,
+        Metric.rouge_l,
+        Metric.exact_match,
+    ),
+}
+
+
+def field_problems(node: Any, prefix: str = "") -> list[str]:
+    """The schema's per-field rules: every number finite and within the bounds its `option`
+    declares, every list of the declared length; one "key must ..., got VALUE" line each."""
+    problems: list[str] = []
+    for spec in dataclasses.fields(node):
+        key, value = f"{prefix}{spec.name}", getattr(node, spec.name)
+        if dataclasses.is_dataclass(value):
+            problems += field_problems(value, f"{key}.")
+        elif value is not None and not isinstance(value, bool | str | Enum | dict):
+            problem = value_problem(value, spec.metadata)
+            if problem:
+                problems.append(f"{key} {problem}, got {value!r}")
+    return problems
+
+
+def bounds_text(metadata: Any) -> str:
+    """The bounds of a field as text, e.g. ">= 0 and < 1" (empty without bounds)."""
+    words = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    return " and ".join(f"{words[k]} {_number(metadata[k])}" for k in words if k in metadata)
+
+
+def _number(bound: float) -> str:
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
+
+
+def value_problem(value: Any, metadata: Any) -> str | None:
+    """What is wrong with one value (a number or a list of numbers), or None."""
+    if isinstance(value, list):
+        length = metadata.get("length")
+        if length is not None and len(value) != length:
+            return f"must have {length} values"
+        for item in value:
+            problem = value_problem(item, metadata)
+            if problem:
+                return f"must hold numbers {bounds_text(metadata)}".rstrip()
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        bounds = bounds_text(metadata)
+        return f"must be a finite number{' ' + bounds if bounds else ''}"
+    if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+        # floats meet tensors (learning rates, penalties) as 32-bit floats
+        return f"must fit in a 32-bit float (at most {FLOAT32_MAX:.4g} in size)"
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        # integers meet torch tensors (comparisons, lengths) as 64-bit integers
+        return "must fit in a 64-bit integer"
+    failed = (
+        ("ge" in metadata and not value >= metadata["ge"])
+        or ("gt" in metadata and not value > metadata["gt"])
+        or ("le" in metadata and not value <= metadata["le"])
+        or ("lt" in metadata and not value < metadata["lt"])
+    )
+    return f"must be {bounds_text(metadata)}" if failed else None
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Every rule of the configuration's values; raises one UserError naming the keys involved
+    (one line for one problem)."""
+    # Per-field bounds first: the cross-field rules below assume them (e.g. heads >= 1).
+    problems = field_problems(cfg)
+    if not problems:
+        problems = cross_field_problems(cfg)
+    if len(problems) == 1:
+        raise UserError(f"invalid configuration: {problems[0]}")
+    if problems:
+        raise UserError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def cross_field_problems(cfg: TrainConfig) -> list[str]:
+    """Rules that involve more than one key (or a key and the files it names)."""
+    problems: list[str] = []
+    model = cfg.model
     if model.family is ModelFamily.rnn:
         directions = 2 if model.rnn.bidirectional else 1
         if model.enc_hidden is None and model.hidden % directions:
@@ -53,10 +146,6 @@ def validate(cfg: TrainConfig) -> None:
             )
         if model.attention.score is Score.none and model.attention.window.name != "global":
             problems.append("model.attention.window needs attention: model.attention.score=none")
-        if model.attention.D < 1:
-            problems.append(f"model.attention.D must be >= 1, got {model.attention.D}")
-        if model.rnn.layers < 1:
-            problems.append(f"model.rnn.layers must be >= 1, got {model.rnn.layers}")
         if model.attention.kind is not AttentionKind.full:
             problems.append(
                 f"model.attention.kind={model.attention.kind.name} is a transformer "
@@ -70,36 +159,6 @@ def validate(cfg: TrainConfig) -> None:
             )
         problems += _self_attention_problems(cfg)
     problems += _copy_problems(cfg)
-    if not 0.0 <= model.dropout < 1.0:
-        problems.append(f"model.dropout must be in [0, 1), got {model.dropout}")
-    if optim.lr <= 0:
-        problems.append(f"optim.lr must be > 0, got {optim.lr}")
-    if not 0.0 <= optim.label_smoothing < 1.0:
-        problems.append(f"optim.label_smoothing must be in [0, 1), got {optim.label_smoothing}")
-    if trainer.max_epochs < 1:
-        problems.append(f"trainer.max_epochs must be >= 1, got {trainer.max_epochs}")
-    if trainer.max_steps is not None and trainer.max_steps < 1:
-        problems.append(f"trainer.max_steps must be >= 1, got {trainer.max_steps}")
-    if trainer.validate_every < 1:
-        problems.append(f"trainer.validate_every must be >= 1, got {trainer.validate_every}")
-    if trainer.beam < 1:
-        problems.append(f"trainer.beam must be >= 1, got {trainer.beam}")
-    if trainer.save_every_steps is not None and trainer.save_every_steps < 1:
-        problems.append(
-            f"trainer.save_every_steps must be >= 1 (or null), got {trainer.save_every_steps}"
-        )
-    if trainer.save_every_minutes is not None and not trainer.save_every_minutes > 0:
-        problems.append(
-            f"trainer.save_every_minutes must be > 0 (or null), got {trainer.save_every_minutes}"
-        )
-    if trainer.keep_last < 0:
-        problems.append(f"trainer.keep_last must be >= 0 (0 = off), got {trainer.keep_last}")
-    if trainer.num_workers < 0:
-        problems.append(f"trainer.num_workers must be >= 0, got {trainer.num_workers}")
-    if trainer.max_nonfinite_steps < 1:
-        problems.append(
-            f"trainer.max_nonfinite_steps must be >= 1, got {trainer.max_nonfinite_steps}"
-        )
     if cfg.resume is not None and cfg.resume != "auto":
         # Checked here so that `attnseq train` stops before Hydra creates a run directory;
         # whether the file really is a resumable checkpoint is checked when it is loaded.
@@ -109,17 +168,76 @@ def validate(cfg: TrainConfig) -> None:
                 f"resume={cfg.resume}: no such file; give the path of a checkpoint "
                 "(RUN_DIR/checkpoints/last.pt) or resume=auto with hydra.run.dir=RUN_DIR"
             )
-    if data.max_tokens < 1:
-        problems.append(f"data.max_tokens must be >= 1, got {data.max_tokens}")
-    for split in ("train_size", "valid_size", "test_size"):
-        if getattr(data, split) < 1:
-            problems.append(f"data.{split} must be >= 1, got {getattr(data, split)}")
-    if data.min_len < 1 or data.min_len > data.max_len:
+    problems += _data_problems(cfg)
+    problems += _decoding_problems(cfg)
+    return problems
+
+
+def _data_problems(cfg: TrainConfig) -> list[str]:
+    """Rules between data.* keys, and between the task and its validation metric."""
+    data, metric = cfg.data, cfg.trainer.early_stopping_metric
+    problems: list[str] = []
+    if data.min_len > data.max_len:
         problems.append(
             f"data.min_len={data.min_len} and data.max_len={data.max_len}: need 1 <= min <= max"
         )
-    if problems:
-        raise UserError("invalid configuration:\n  - " + "\n  - ".join(problems))
+    elif data.source is DataSource.generated and data.name in ("reverse", "copy", "sort"):
+        space = _symbol_space(data.vocab_size, data.min_len, data.max_len)
+        held_out = data.valid_size + data.test_size
+        if space is not None and held_out > space:
+            problems.append(
+                f"data.valid_size + data.test_size = {held_out} distinct sources, but "
+                f"data.vocab_size={data.vocab_size} with lengths {data.min_len}..{data.max_len} "
+                f"has only {space}: lower the split sizes or widen vocab_size/lengths"
+            )
+    if metric not in TASK_METRICS[data.task]:
+        valid = ", ".join(m.name for m in TASK_METRICS[data.task])
+        problems.append(
+            f"trainer.early_stopping_metric={metric.name} is not computed for "
+            f"data.task={data.task.name}; valid: {valid}"
+        )
+    return problems
+
+
+def _symbol_space(vocab_size: int, min_len: int, max_len: int) -> int | None:
+    """Distinct symbol sequences with these lengths; None when beyond 2**64 (never too few)."""
+    if vocab_size == 1:
+        return max_len - min_len + 1
+    if max_len * math.log2(vocab_size) > 64:
+        return None
+    return sum(vocab_size**length for length in range(min_len, max_len + 1))
+
+
+def _decoding_problems(cfg: TrainConfig) -> list[str]:
+    """Rules of the output length limit, and of positions the model has parameters for."""
+    model, data, trainer = cfg.model, cfg.data, cfg.trainer
+    problems: list[str] = []
+    if trainer.max_output_extra == 0 and trainer.max_output_ratio < 1:
+        problems.append(
+            f"trainer.max_output_ratio={trainer.max_output_ratio} with "
+            "trainer.max_output_extra=0 leaves a one-token source no output token: "
+            "raise max_output_extra (or the ratio to >= 1)"
+        )
+    transformer = model.family is ModelFamily.transformer
+    if transformer and model.positions is Positions.learned:
+        longest_output = math.floor(data.max_src_len * trainer.max_output_ratio)
+        longest = max(data.max_src_len, data.max_tgt_len, longest_output + trainer.max_output_extra)
+        if longest + 1 > model.max_positions:
+            problems.append(
+                f"model.positions=learned has model.max_positions={model.max_positions} "
+                f"positions, but sequences reach {longest + 1} (data.max_src_len="
+                f"{data.max_src_len}, data.max_tgt_len={data.max_tgt_len}, the decoding limit "
+                "trainer.max_output_ratio * source + trainer.max_output_extra, plus BOS): raise "
+                "model.max_positions or lower those"
+            )
+    location = model.attention.score is Score.location
+    if not transformer and location and data.max_src_len > model.max_positions:
+        problems.append(
+            f"model.attention.score=location has one weight row per source position up to "
+            f"model.max_positions={model.max_positions}, shorter than data.max_src_len="
+            f"{data.max_src_len}: raise model.max_positions or lower data.max_src_len"
+        )
+    return problems
 
 
 def _self_attention_problems(cfg: TrainConfig) -> list[str]:
@@ -137,36 +255,19 @@ def _self_attention_problems(cfg: TrainConfig) -> list[str]:
             "for decoder self-attention: set model.attention.decoder_self=false, or choose "
             f"one of {', '.join(CAUSAL_ATTENTION_KINDS)}"
         )
-    if kind in (AttentionKind.local, AttentionKind.longformer) and attention.D < 1:
+    fixed = kind is AttentionKind.strided and attention.pattern is SparsePattern.fixed
+    if fixed and attention.summary > attention.stride:
         problems.append(
-            f"model.attention.D (the sliding window half-width) must be >= 1, got {attention.D}"
+            f"model.attention.summary must be in 1..model.attention.stride="
+            f"{attention.stride}, got {attention.summary}"
         )
-    if kind is AttentionKind.strided:
-        if attention.stride < 1:
-            problems.append(f"model.attention.stride must be >= 1, got {attention.stride}")
-        elif attention.pattern is SparsePattern.fixed and not (
-            1 <= attention.summary <= attention.stride
-        ):
-            problems.append(
-                f"model.attention.summary must be in 1..model.attention.stride="
-                f"{attention.stride}, got {attention.summary}"
-            )
-    if kind is AttentionKind.longformer and attention.global_tokens < 0:
+    if kind is AttentionKind.linformer and cfg.data.max_src_len > cfg.model.max_positions:
         problems.append(
-            f"model.attention.global_tokens must be >= 0, got {attention.global_tokens}"
+            f"model.attention.kind=linformer projects sequences of a fixed length "
+            f"n = model.max_positions={cfg.model.max_positions}, shorter than "
+            f"data.max_src_len={cfg.data.max_src_len}: raise model.max_positions or "
+            "lower data.max_src_len"
         )
-    if kind is AttentionKind.linformer:
-        if attention.proj_dim < 1:
-            problems.append(f"model.attention.proj_dim must be >= 1, got {attention.proj_dim}")
-        if cfg.data.max_src_len > cfg.model.max_positions:
-            problems.append(
-                f"model.attention.kind=linformer projects sequences of a fixed length "
-                f"n = model.max_positions={cfg.model.max_positions}, shorter than "
-                f"data.max_src_len={cfg.data.max_src_len}: raise model.max_positions or "
-                "lower data.max_src_len"
-            )
-    if kind is AttentionKind.performer and attention.features < 1:
-        problems.append(f"model.attention.features must be >= 1, got {attention.features}")
     return problems
 
 
@@ -201,24 +302,12 @@ def _copy_problems(cfg: TrainConfig) -> list[str]:
             f"model.dec_layers={model.dec_layers} use 0..{model.dec_layers - 1} or "
             f"-{model.dec_layers}..-1 (-1 = the last)"
         )
-    if optim.coverage_lambda < 0:
-        problems.append(f"optim.coverage_lambda must be >= 0, got {optim.coverage_lambda}")
-    elif optim.coverage_lambda > 0 and not model.coverage:
+    if optim.coverage_lambda > 0 and not model.coverage:
         problems.append(
             f"optim.coverage_lambda={optim.coverage_lambda} needs model.coverage=true "
             "(there is no coverage vector to penalise)"
         )
-    if optim.coverage_start_step < 0:
-        problems.append(f"optim.coverage_start_step must be >= 0, got {optim.coverage_start_step}")
-    if trainer.min_output_length < 0:
-        problems.append(f"trainer.min_output_length must be >= 0, got {trainer.min_output_length}")
-    if trainer.no_repeat_ngram < 0:
-        problems.append(f"trainer.no_repeat_ngram must be >= 0, got {trainer.no_repeat_ngram}")
-    if trainer.coverage_penalty < 0:
-        problems.append(
-            f"trainer.coverage_penalty (beta) must be >= 0, got {trainer.coverage_penalty}"
-        )
-    elif trainer.coverage_penalty > 0 and rnn and score is Score.none:
+    if trainer.coverage_penalty > 0 and rnn and score is Score.none:
         problems.append(
             "trainer.coverage_penalty needs attention: model.attention.score=none has none"
         )

@@ -6,11 +6,17 @@ values are type-checked, and choices are Enums (OmegaConf validates an Enum fiel
 and lists the valid names when one is wrong). Cross-field rules that a type cannot express live
 in checks.py (`validate`), which runs before any work starts.
 
+Every field is declared with `option`: its default, its help text (`metadata["help"]`, the text
+a configuration reference shows) and the bounds of its value (`metadata["ge"]` etc.), which
+checks.py enforces for every field generically.
+
 Library code receives these dataclasses (via `OmegaConf.to_object`), never a DictConfig.
 """
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field
 from enum import Enum
+from typing import Any
 
 from attnseq.errors import UserError
 
@@ -157,52 +163,93 @@ class Metric(Enum):
         return self not in (Metric.loss, Metric.ppl)
 
 
+# ------------------------------------------------------------------------------------ fields
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    default_factory: Callable[[], Any] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    length: int | None = None,
+) -> Any:
+    """A schema field: its default, its help text and the bounds checks.py enforces.
+
+    ge/gt/le/lt bound a number (or every item of a list) as >=, >, <=, <; `length` is the number
+    of items a list must have. A float field is always checked to be finite as well; None (for
+    an optional field) is always allowed.
+    """
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt, "length": length}
+    metadata = {"help": help, **{key: value for key, value in bounds.items() if value is not None}}
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 # ----------------------------------------------------------------------------------- groups
 @dataclass
 class DataConfig:
     """What to train on (the data/ group)."""
 
-    name: str = "dates"  # generated: dates|reverse|copy|sort|toy_translation; else a label
-    source: DataSource = DataSource.generated
-    task: TaskType = TaskType.translation
-    tokenizer: TokenizerKind = TokenizerKind.char
+    name: str = option("dates", "generated: dates|reverse|copy|sort|toy_translation; else a label")
+    source: DataSource = option(
+        DataSource.generated, "where the data comes from: generated, local files or the hub"
+    )
+    task: TaskType = option(
+        TaskType.translation, "translation (BLEU, chrF) or summarization (ROUGE)"
+    )
+    tokenizer: TokenizerKind = option(TokenizerKind.char, "char, word or sentencepiece")
     # --- generated tasks
-    train_size: int = 20000  # examples per split
-    valid_size: int = 500
-    test_size: int = 500
-    min_len: int = 3  # symbol tasks: sequence length range
-    max_len: int = 12
-    vocab_size: int = 20  # symbol tasks: alphabet size
+    train_size: int = option(20000, "examples per split", ge=1)
+    valid_size: int = option(500, "validation examples (generated tasks)", ge=1)
+    test_size: int = option(500, "test examples (generated tasks)", ge=1)
+    min_len: int = option(3, "symbol tasks: sequence length range", ge=1)
+    max_len: int = option(12, "symbol tasks: longest sequence", ge=1)
+    vocab_size: int = option(20, "symbol tasks: alphabet size", ge=1)
     # --- real corpora (source=local or hub)
-    root: str | None = None  # local files resolve against this; None = $ATTNSEQ_DATA or ./data
-    format: FileFormat = FileFormat.parallel
-    splits: dict[str, str] = field(default_factory=dict)  # split -> path prefix / file / hub split
-    src_lang: str = "src"  # parallel files: suffix of the source file (train.de)
-    tgt_lang: str = "tgt"
-    src_field: str = "src"  # jsonl/hub: field names (dotted for nested: translation.de)
-    tgt_field: str = "tgt"
-    hub_name: str | None = None  # e.g. bentrevett/multi30k
-    hub_config: str | None = None
-    max_src_len: int = 256  # tokens; longer sources: truncated (summarization) or dropped
-    max_tgt_len: int = 256  # tokens; longer targets are dropped
-    max_examples: int | None = None  # use only the first N training examples
+    root: str | None = option(
+        None, "local files resolve against this; None = $ATTNSEQ_DATA or ./data"
+    )
+    format: FileFormat = option(FileFormat.parallel, "local files: parallel, tsv or jsonl")
+    splits: dict[str, str] = option(
+        help="split -> path prefix / file / hub split", default_factory=dict
+    )
+    src_lang: str = option("src", "parallel files: suffix of the source file (train.de)")
+    tgt_lang: str = option("tgt", "parallel files: suffix of the target file (train.en)")
+    src_field: str = option("src", "jsonl/hub: field names (dotted for nested: translation.de)")
+    tgt_field: str = option("tgt", "jsonl/hub: the target field")
+    hub_name: str | None = option(None, "e.g. bentrevett/multi30k")
+    hub_config: str | None = option(None, "the hub dataset's configuration name, if it has several")
+    max_src_len: int = option(
+        256, "tokens; longer sources: truncated (summarization) or dropped", ge=1
+    )
+    max_tgt_len: int = option(256, "tokens; longer targets are dropped", ge=1)
+    max_examples: int | None = option(None, "use only the first N training examples", ge=1)
     # --- sentencepiece (tokenizer=sentencepiece)
-    spm_vocab_size: int = 8000
-    spm_model_type: SentencePieceModel = SentencePieceModel.bpe
-    spm_character_coverage: float = 1.0
-    spm_joint: bool = True  # one model for source and target
+    spm_vocab_size: int = option(8000, "sentencepiece vocabulary size", ge=8)
+    spm_model_type: SentencePieceModel = option(
+        SentencePieceModel.bpe, "sentencepiece model: bpe or unigram"
+    )
+    spm_character_coverage: float = option(
+        1.0, "share of characters the sentencepiece model covers (0.98 to 1)", ge=0.98, le=1.0
+    )
+    spm_joint: bool = option(True, "one model for source and target")
     # --- batching
-    max_tokens: int = 4096  # batch budget in padded tokens (length-bucketed batches)
-    max_sentences: int | None = None  # optional cap on sentences per batch
-    eval_max_tokens: int = 8192  # batch budget for validation/test decoding
+    max_tokens: int = option(4096, "batch budget in padded tokens (length-bucketed batches)", ge=1)
+    max_sentences: int | None = option(None, "optional cap on sentences per batch", ge=1)
+    eval_max_tokens: int = option(8192, "batch budget for validation/test decoding", ge=1)
 
 
 @dataclass
 class RNNConfig:
-    cell: RNNCell = RNNCell.gru
-    layers: int = 1
-    bidirectional: bool = True
-    init_hidden: DecoderInit = DecoderInit.bridge
+    cell: RNNCell = option(RNNCell.gru, "gru or lstm")
+    layers: int = option(1, "stacked RNN layers in the encoder and the decoder", ge=1)
+    bidirectional: bool = option(True, "bidirectional encoder")
+    init_hidden: DecoderInit = option(
+        DecoderInit.bridge, "decoder initial state: bridge (from the encoder) or zero"
+    )
 
 
 @dataclass
@@ -210,128 +257,206 @@ class AttentionConfig:
     """RNN attention (score, window, D, attn_dim) and the transformer's self-attention
     mechanism (kind and the keys after it); keys of the other family are ignored."""
 
-    score: Score = Score.additive
-    window: Window = Window["global"]  # type: ignore[valid-type]
-    # Local half-width: Luong local attention's window = 2D+1 source positions (RNN); the
-    # sliding window of transformer self-attention, kind=local and longformer: |i-j| <= D
-    D: int = 5
-    attn_dim: int | None = None  # additive/concat hidden size; None = model.hidden
+    score: Score = option(Score.additive, "RNN attention score (none = no attention)")
+    window: Window = option(  # type: ignore[valid-type]
+        Window["global"], "RNN attention window: global, local_m or local_p (Luong)"
+    )
+    D: int = option(
+        5,
+        "Local half-width: Luong local attention's window = 2D+1 source positions (RNN); the "
+        "sliding window of transformer self-attention, kind=local and longformer: |i-j| <= D",
+        ge=1,
+    )
+    attn_dim: int | None = option(None, "additive/concat hidden size; None = model.hidden", ge=1)
     # --- transformer self-attention (cross-attention is always full)
-    kind: AttentionKind = AttentionKind.full
-    decoder_self: bool = False  # also decoder self-attention (causal kinds, see below)
-    stride: int = 8  # strided: the stride l of Child et al.'s patterns
-    pattern: SparsePattern = SparsePattern.strided  # strided: which of the two patterns
-    summary: int = 1  # strided, pattern=fixed: summary cells c per block (1..stride)
-    global_tokens: int = 1  # longformer: the first N source positions attend and are attended
-    proj_dim: int = 64  # linformer: k, rows the keys/values are projected to (n = max_positions)
-    features: int = 128  # performer: m, random features per head
+    kind: AttentionKind = option(AttentionKind.full, "transformer self-attention mechanism")
+    decoder_self: bool = option(False, "also decoder self-attention (causal kinds, see below)")
+    stride: int = option(8, "strided: the stride l of Child et al.'s patterns", ge=1)
+    pattern: SparsePattern = option(SparsePattern.strided, "strided: which of the two patterns")
+    summary: int = option(1, "strided, pattern=fixed: summary cells c per block (1..stride)", ge=1)
+    global_tokens: int = option(
+        1, "longformer: the first N source positions attend and are attended", ge=0
+    )
+    proj_dim: int = option(
+        64, "linformer: k, rows the keys/values are projected to (n = max_positions)", ge=1
+    )
+    features: int = option(128, "performer: m, random features per head", ge=1)
 
 
 @dataclass
 class ModelConfig:
     """Both families share one schema; keys of the other family are ignored (the model/ group)."""
 
-    family: ModelFamily = ModelFamily.rnn
+    family: ModelFamily = option(ModelFamily.rnn, "rnn or transformer")
     # --- RNN encoder-decoder
-    decoder: DecoderStyle = DecoderStyle.bahdanau
-    emb_dim: int = 64
-    hidden: int = 128  # decoder hidden size
-    enc_hidden: int | None = None  # per direction; None = hidden / directions (outputs = hidden)
-    input_feeding: bool = True  # Luong: feed h~_{t-1} into the next step
-    rnn: RNNConfig = field(default_factory=RNNConfig)
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    decoder: DecoderStyle = option(DecoderStyle.bahdanau, "RNN decoder: bahdanau or luong")
+    emb_dim: int = option(64, "RNN token embedding size", ge=1)
+    hidden: int = option(128, "decoder hidden size", ge=1)
+    enc_hidden: int | None = option(
+        None, "per direction; None = hidden / directions (outputs = hidden)", ge=1
+    )
+    input_feeding: bool = option(True, "Luong: feed h~_{t-1} into the next step")
+    rnn: RNNConfig = option(help="RNN cell, layers and direction", default_factory=RNNConfig)
+    attention: AttentionConfig = option(help="attention mechanism", default_factory=AttentionConfig)
     # --- transformer
-    d_model: int = 256
-    heads: int = 4
-    enc_layers: int = 3
-    dec_layers: int = 3
-    ff_dim: int = 1024
-    norm: Norm = Norm.pre
-    positions: Positions = Positions.sinusoidal
-    attention_dropout: float = 0.0
-    max_positions: int = 1024  # learned positions; linformer's sequence length n
+    d_model: int = option(256, "transformer model width", ge=1)
+    heads: int = option(4, "attention heads; must divide d_model", ge=1)
+    enc_layers: int = option(3, "transformer encoder layers", ge=1)
+    dec_layers: int = option(3, "transformer decoder layers", ge=1)
+    ff_dim: int = option(1024, "transformer feed-forward inner size", ge=1)
+    norm: Norm = option(Norm.pre, "pre or post layer normalisation")
+    positions: Positions = option(
+        Positions.sinusoidal, "sinusoidal or learned positional encodings"
+    )
+    attention_dropout: float = option(
+        0.0, "dropout on attention weights, in [0, 1)", ge=0.0, lt=1.0
+    )
+    max_positions: int = option(1024, "learned positions; linformer's sequence length n", ge=1)
     # --- both
-    dropout: float = 0.1
-    tie_embeddings: bool = True  # output projection shares the target embedding
+    dropout: float = option(0.1, "dropout probability, in [0, 1)", ge=0.0, lt=1.0)
+    tie_embeddings: bool = option(True, "output projection shares the target embedding")
     # --- pointer-generator and coverage (See et al. 2017; attnseq/models/copy.py)
-    copy: bool = False  # mix a copy distribution over the source into the output (p_gen)
-    coverage: bool = False  # coverage vector: RNN: fed to the attention score; both: its loss
-    copy_layer: int = -1  # transformer: decoder layer whose head-averaged cross-attention copies
+    copy: bool = option(False, "mix a copy distribution over the source into the output (p_gen)")
+    coverage: bool = option(
+        False, "coverage vector: RNN: fed to the attention score; both: its loss"
+    )
+    copy_layer: int = option(
+        -1, "transformer: decoder layer whose head-averaged cross-attention copies"
+    )
 
 
 @dataclass
 class OptimConfig:
-    name: OptimizerName = OptimizerName.adam
-    lr: float = 1e-3
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    weight_decay: float = 0.0
-    clip_norm: float = 1.0  # max global gradient norm; 0 disables clipping
-    scheduler: Scheduler = Scheduler.constant
-    warmup_steps: int = 0
-    label_smoothing: float = 0.0
-    plateau_factor: float = 0.5
-    plateau_patience: int = 2  # validations without improvement before the lr drops
-    # coverage loss weight lambda (See et al. 2017, eq. 13); needs model.coverage=true
-    coverage_lambda: float = 0.0
-    # the coverage loss counts from this update on (See et al. add it for the last phase only)
-    coverage_start_step: int = 0
+    name: OptimizerName = option(OptimizerName.adam, "adam or adamw")
+    lr: float = option(1e-3, "peak learning rate", gt=0.0)
+    betas: list[float] = option(
+        help="Adam's beta1 and beta2, each in [0, 1)",
+        default_factory=lambda: [0.9, 0.999],
+        ge=0.0,
+        lt=1.0,
+        length=2,
+    )
+    weight_decay: float = option(0.0, "weight decay (decoupled for adamw)", ge=0.0)
+    clip_norm: float = option(1.0, "max global gradient norm; 0 disables clipping", ge=0.0)
+    scheduler: Scheduler = option(Scheduler.constant, "learning-rate schedule after the warm-up")
+    warmup_steps: int = option(0, "updates of linear learning-rate warm-up (0 = none)", ge=0)
+    label_smoothing: float = option(0.0, "label smoothing epsilon, in [0, 1)", ge=0.0, lt=1.0)
+    plateau_factor: float = option(
+        0.5, "scheduler=plateau: lr multiplier when the metric stalls, in (0, 1)", gt=0.0, lt=1.0
+    )
+    plateau_patience: int = option(2, "validations without improvement before the lr drops", ge=0)
+    coverage_lambda: float = option(
+        0.0,
+        "coverage loss weight lambda (See et al. 2017, eq. 13); needs model.coverage=true",
+        ge=0.0,
+    )
+    coverage_start_step: int = option(
+        0,
+        "the coverage loss counts from this update on (See et al. add it for the last phase only)",
+        ge=0,
+    )
 
 
 @dataclass
 class TrainerConfig:
-    max_epochs: int = 20
-    max_steps: int | None = None  # stop after this many updates (or max_epochs, if sooner)
-    max_minutes: float | None = None  # wall-clock budget for the training loop
-    device: Device = Device.auto
-    threads: int | None = None  # torch intra-op threads; None = torch's default
-    precision: Precision = Precision.fp32  # 32 | bf16 | fp16 (autocast; fp16 scales the loss)
-    compile: bool = False  # torch.compile the model for training (validation stays eager)
-    num_workers: int = 0  # DataLoader processes collating batches; 0 = in the training process
-    pin_memory: bool = True  # on CUDA: page-locked batches, copied without blocking
-    validate_every: int = 250  # steps between validations (and at the end of training)
-    log_every: int = 100  # updates between train/* scalars and training log lines
-    early_stopping_metric: Metric = Metric.exact_match
-    early_stopping_patience: int = 5  # validations without improvement; 0 disables
-    early_stopping_target: float | None = None  # stop as soon as the metric reaches this value
-    num_heatmaps: int = 3  # fixed validation examples drawn to TensorBoard
-    beam: int = 1  # beam size for validation and the final test evaluation
-    length_penalty: float = 1.0  # GNMT alpha for beam search (0 = raw log-probability)
-    max_output_ratio: float = 1.5  # decode at most ratio * source length + max_output_extra
-    max_output_extra: int = 10
-    min_output_length: int = 0  # no EOS before this many output tokens
-    no_repeat_ngram: int = 0  # forbid any n-gram of this size twice in an output (0 = off)
-    # beta of the GNMT coverage penalty at beam search (Wu et al. 2016, eq. 14; 0 = off)
-    coverage_penalty: float = 0.0
-    progress: bool = True  # progress bar on a terminal
+    max_epochs: int = option(20, "stop after this many passes over the training data", ge=1)
+    max_steps: int | None = option(
+        None, "stop after this many updates (or max_epochs, if sooner)", ge=1
+    )
+    max_minutes: float | None = option(None, "wall-clock budget for the training loop", gt=0.0)
+    device: Device = option(Device.auto, "auto, cpu or cuda")
+    threads: int | None = option(None, "torch intra-op threads; None = torch's default", ge=1)
+    precision: Precision = option(
+        Precision.fp32, "32 | bf16 | fp16 (autocast; fp16 scales the loss)"
+    )
+    compile: bool = option(False, "torch.compile the model for training (validation stays eager)")
+    num_workers: int = option(
+        0, "DataLoader processes collating batches; 0 = in the training process", ge=0
+    )
+    pin_memory: bool = option(True, "on CUDA: page-locked batches, copied without blocking")
+    validate_every: int = option(
+        250, "steps between validations (and at the end of training)", ge=1
+    )
+    log_every: int = option(
+        100, "updates between train/* scalars and training log lines", ge=1
+    )
+    early_stopping_metric: Metric = option(
+        Metric.exact_match, "validation metric for early stopping and best.pt"
+    )
+    early_stopping_patience: int = option(5, "validations without improvement; 0 disables", ge=0)
+    early_stopping_target: float | None = option(
+        None, "stop as soon as the metric reaches this value"
+    )
+    num_heatmaps: int = option(3, "fixed validation examples drawn to TensorBoard", ge=0)
+    beam: int = option(1, "beam size for validation and the final test evaluation", ge=1)
+    length_penalty: float = option(
+        1.0, "GNMT alpha for beam search (0 = raw log-probability)", ge=0.0
+    )
+    max_output_ratio: float = option(
+        1.5, "decode at most ratio * source length + max_output_extra", ge=0.0
+    )
+    max_output_extra: int = option(
+        10, "tokens added to the decoding length limit (see max_output_ratio)", ge=0
+    )
+    min_output_length: int = option(0, "no EOS before this many output tokens", ge=0)
+    no_repeat_ngram: int = option(
+        0, "forbid any n-gram of this size twice in an output (0 = off)", ge=0
+    )
+    coverage_penalty: float = option(
+        0.0,
+        "beta of the GNMT coverage penalty at beam search (Wu et al. 2016, eq. 14; 0 = off)",
+        ge=0.0,
+    )
+    progress: bool = option(True, "progress bar on a terminal")
     # --- resume points: last.pt is also written at every validation and when training stops
-    save_every_steps: int | None = None  # write last.pt every N updates; None = off
-    save_every_minutes: float | None = 10.0  # write last.pt when this long since the last save
-    # Also keep each of the last N saves of last.pt as checkpoints/step_STEP.pt (full
-    # checkpoints, hard links where possible) for `attnseq average`; older ones are deleted.
-    # 0 = off: each one holds the optimizer state too, so N of a large model take real disk.
-    keep_last: int = 0
-    # Non-finite losses (or gradients) skip their update; this many in a row stop the run with
-    # exit status 1, leaving the checkpoints at the last good state.
-    max_nonfinite_steps: int = 10
+    save_every_steps: int | None = option(None, "write last.pt every N updates; None = off", ge=1)
+    save_every_minutes: float | None = option(
+        10.0, "write last.pt when this long since the last save", gt=0.0
+    )
+    keep_last: int = option(
+        0,
+        "also keep each of the last N saves of last.pt as checkpoints/step_STEP.pt (full"
+        " checkpoints, hard links where possible) for `attnseq average`; older ones are deleted."
+        " 0 = off: each one holds the optimizer state too, so N of a large model take real disk",
+        ge=0,
+    )
+    max_nonfinite_steps: int = option(
+        10,
+        "Non-finite losses (or gradients) skip their update; this many in a row stop the run with"
+        " exit status 1, leaving the checkpoints at the last good state.",
+        ge=1,
+    )
 
 
 @dataclass
 class TrainConfig:
     """The root of `attnseq train` (train.yaml)."""
 
-    seed: int = 1
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    name: str = "default"  # a label for the run, shown in logs and metrics.json
-    # metrics.json key the task function returns to a sweeper (e.g. Optuna); None = the
-    # test value of trainer.early_stopping_metric
-    optimized_metric: str | None = None
-    # Continue a run: "auto" = the run directory's checkpoints/last.pt (a fresh run when there
-    # is none), or the path of a checkpoint. seed, data.*, model.* and optim.* must match the
-    # checkpoint's (see `resume_conflicts`); trainer.* may change (e.g. a larger max_steps).
-    resume: str | None = None
+    seed: int = option(
+        1, "seed of every random choice (data, initialisation, dropout)", ge=0, le=2**32 - 1
+    )
+    data: DataConfig = option(help="what to train on", default_factory=DataConfig)
+    model: ModelConfig = option(help="the model", default_factory=ModelConfig)
+    optim: OptimConfig = option(help="optimizer and schedule", default_factory=OptimConfig)
+    trainer: TrainerConfig = option(
+        help="training loop, validation and decoding", default_factory=TrainerConfig
+    )
+    name: str = option("default", "a label for the run, shown in logs and metrics.json")
+    optimized_metric: str | None = option(
+        None,
+        "metrics.json key the task function returns to a sweeper (e.g. Optuna); None = the test "
+        "value of trainer.early_stopping_metric",
+    )
+    resume: str | None = option(
+        None,
+        'Continue a run: "auto" = the run directory\'s checkpoints/last.pt (a fresh run when there'
+        " is none), or the path of a checkpoint. seed, data.*, model.* and optim.* must match the"
+        " checkpoint's (see `resume_conflicts`); trainer.* may change (e.g. a larger max_steps).",
+    )
+    # set by `config=PATH` (hydra_entry.py), not by the user: it shows in the run's config
+    config_file: str | None = option(
+        None, "the experiment file that config=PATH loaded (absolute path); None = none"
+    )
 
 
 def register_configs() -> None:

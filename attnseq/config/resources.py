@@ -1,0 +1,284 @@
+"""Whether a configuration can fit the machine: sizes estimated from the config alone.
+
+`check_resources` runs in `attnseq train`'s pre-flight (hydra_entry.py), after `validate`, before
+Hydra creates a run directory: a config whose model, batch or generated data cannot fit the
+memory that will hold it ends with one message naming the sizes, instead of an allocation
+attempt of terabytes minutes later. It depends on the machine (memory, CPU cores), so it is not
+part of `validate`, which also checks configs read back from checkpoints made elsewhere.
+
+The estimates are lower bounds: parameters from the architecture's formulae with vocabularies
+counted only where the config fixes them (symbol tasks, sentencepiece), weights + gradients +
+Adam's two moments at 4 bytes each, activations from the tokens of one batch times the model
+width and depth. A config refused here cannot fit; one accepted may still not fit.
+"""
+
+import math
+import os
+from dataclasses import dataclass
+
+from attnseq.config.schema import (
+    DataSource,
+    DecoderStyle,
+    Device,
+    ModelConfig,
+    ModelFamily,
+    RNNCell,
+    Score,
+    TokenizerKind,
+    TrainConfig,
+)
+from attnseq.errors import UserError
+
+BYTES_PER_FLOAT = 4
+# weights, gradients and Adam's first and second moments
+TRAINING_COPIES = 4
+# generated symbol tasks: the smallest vocabulary a tokenizer adds (pad, unk, bos, eos)
+SPECIAL_TOKENS = 4
+# a generated example held in memory: two strings and two token-id lists, roughly this much
+# per symbol plus a fixed overhead of Python objects
+EXAMPLE_BYTES = 200
+SYMBOL_BYTES = 40
+# a date string has about this many characters
+DATE_LENGTH = 20
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes a training run needs at least, by what needs them."""
+
+    parameters: int  # number of parameters
+    training_bytes: int  # weights, gradients, optimizer state
+    activation_bytes: int  # one training batch's activations (and logits)
+    decoding_bytes: int  # one validation batch under beam search
+    data_bytes: int  # generated examples held in memory
+
+    @property
+    def device_bytes(self) -> int:
+        """Training and validation alternate: the larger of the two beside the weights."""
+        return self.training_bytes + max(self.activation_bytes, self.decoding_bytes)
+
+
+def vocabulary_lower_bound(cfg: TrainConfig) -> int:
+    """The smallest vocabulary the config can produce (0 where only the data can tell)."""
+    data = cfg.data
+    if data.tokenizer is TokenizerKind.sentencepiece:
+        return data.spm_vocab_size
+    if data.source is DataSource.generated and data.name in ("reverse", "copy", "sort"):
+        return data.vocab_size + SPECIAL_TOKENS
+    return 0
+
+
+def rnn_parameters(model: ModelConfig, vocab: int) -> int:
+    """Parameters of the RNN encoder-decoder (models/rnn.py), embeddings of size `vocab`."""
+    gates = 4 if model.rnn.cell is RNNCell.lstm else 3
+    directions = 2 if model.rnn.bidirectional else 1
+    enc_hidden = model.enc_hidden or model.hidden // directions
+    enc_out = enc_hidden * directions
+    hidden, emb, layers = model.hidden, model.emb_dim, model.rnn.layers
+
+    def rnn(inputs: int, size: int, dirs: int) -> int:
+        first = dirs * gates * (size * (inputs + size) + 2 * size)
+        rest = dirs * gates * (size * (size * dirs + size) + 2 * size)
+        return first + (layers - 1) * rest
+
+    total = rnn(emb, enc_hidden, directions) + 2 * vocab * emb
+    bahdanau = model.decoder is DecoderStyle.bahdanau
+    feed = hidden if model.input_feeding and not bahdanau else 0
+    total += rnn(emb + (enc_out if bahdanau else feed), hidden, 1)
+    total += enc_out * layers * hidden  # bridge
+    out_dim = emb if model.tie_embeddings else hidden
+    total += (hidden + enc_out + emb) * out_dim if bahdanau else (enc_out + hidden) * hidden
+    total += 0 if model.tie_embeddings else out_dim * vocab
+    attn_dim = model.attention.attn_dim or hidden
+    score = model.attention.score
+    if score in (Score.additive, Score.concat):
+        total += (hidden + enc_out + 1) * attn_dim
+    elif score is Score.general:
+        total += hidden * enc_out
+    elif score is Score.location:
+        total += hidden * model.max_positions
+    return total
+
+
+def transformer_parameters(model: ModelConfig, vocab: int) -> int:
+    """Parameters of the transformer (models/transformer.py), embeddings of size `vocab`."""
+    d, ff = model.d_model, model.ff_dim
+    attention = 4 * d * d + 4 * d
+    feed_forward = 2 * d * ff + ff + d
+    encoder = model.enc_layers * (attention + feed_forward + 4 * d)
+    decoder = model.dec_layers * (2 * attention + feed_forward + 6 * d)
+    embeddings = 2 * vocab * d + (0 if model.tie_embeddings else vocab * d)
+    positions = 2 * model.max_positions * d if model.positions.name == "learned" else 0
+    kind = model.attention.kind.name
+    if kind == "linformer":
+        encoder += model.enc_layers * 2 * model.max_positions * model.attention.proj_dim
+    elif kind == "performer":
+        encoder += model.enc_layers * model.attention.features * (d // model.heads)
+    return encoder + decoder + embeddings + positions
+
+
+def batch_tokens(cfg: TrainConfig) -> int:
+    """Tokens (source + target) of one training batch: the budget, or the whole generated
+    training set when that is smaller."""
+    data = cfg.data
+    if data.source is DataSource.generated:
+        longest = data.max_len if data.name != "dates" else DATE_LENGTH
+        return min(data.max_tokens, data.train_size * 2 * (longest + 2))
+    return data.max_tokens
+
+
+def source_length(cfg: TrainConfig) -> int:
+    """Tokens of a typical source: known for generated tasks, else 1 (a lower bound)."""
+    data = cfg.data
+    if data.source is not DataSource.generated:
+        return 1
+    return DATE_LENGTH if data.name == "dates" else (data.min_len + data.max_len) // 2 + 1
+
+
+def decoding_bytes(cfg: TrainConfig, vocab: int) -> int:
+    """One validation batch under beam search: every hypothesis holds its sentence's encoder
+    states (per decoder layer for a transformer's cross-attention), its token history up to the
+    output limit, and scores over the vocabulary."""
+    model, data, trainer = cfg.model, cfg.data, cfg.trainer
+    if model.family is ModelFamily.transformer:
+        width = 2 * model.d_model * model.dec_layers
+    else:
+        directions = 2 if model.rnn.bidirectional else 1
+        width = (model.enc_hidden or model.hidden // directions) * directions
+    length = source_length(cfg)
+    tokens = data.eval_max_tokens
+    if data.source is DataSource.generated:
+        tokens = min(tokens, data.valid_size * length)
+    sentences = max(1, tokens // length)
+    steps = math.floor(length * trainer.max_output_ratio) + trainer.max_output_extra
+    per_hypothesis = (length * width + 2 * vocab) * BYTES_PER_FLOAT + steps * 8
+    return sentences * trainer.beam * per_hypothesis
+
+
+def estimate(cfg: TrainConfig) -> Estimate:
+    """Lower bounds of the memory a training run of `cfg` needs."""
+    model, data = cfg.model, cfg.data
+    vocab = vocabulary_lower_bound(cfg)
+    tokens = batch_tokens(cfg)
+    if model.family is ModelFamily.transformer:
+        parameters = transformer_parameters(model, vocab)
+        # per layer: the residual stream, q/k/v/output and the feed-forward inner activations
+        per_token = (model.enc_layers + model.dec_layers) * (6 * model.d_model + model.ff_dim)
+    else:
+        parameters = rnn_parameters(model, vocab)
+        gates = 4 if model.rnn.cell is RNNCell.lstm else 3
+        per_token = model.rnn.layers * (gates + 1) * 2 * model.hidden + model.emb_dim
+    activations = tokens * (per_token + vocab) * BYTES_PER_FLOAT
+    data_bytes = 0
+    if data.source is DataSource.generated:
+        examples = data.train_size + data.valid_size + data.test_size
+        length = (data.min_len + data.max_len) // 2 if data.name != "dates" else DATE_LENGTH
+        data_bytes = examples * (EXAMPLE_BYTES + SYMBOL_BYTES * length) + data.vocab_size * 60
+    return Estimate(
+        parameters=parameters,
+        training_bytes=parameters * BYTES_PER_FLOAT * TRAINING_COPIES,
+        activation_bytes=activations,
+        decoding_bytes=decoding_bytes(cfg, vocab),
+        data_bytes=data_bytes,
+    )
+
+
+def total_ram() -> int:
+    """Physical memory of this machine in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def cuda_memory(cfg: TrainConfig) -> int | None:
+    """Memory of the CUDA device the run will train on, or None when it trains on the CPU."""
+    if cfg.trainer.device is Device.cpu:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _size(n: float) -> str:
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
+    power = min(int(math.log(max(n, 1), 1024)), len(units) - 1)
+    scaled = n / 1024**power
+    return f"{scaled:.1f} {units[power]}" if scaled < 10_000 else f"{scaled:.3g} {units[power]}"
+
+
+def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -> list[str]:
+    """What of `cfg` cannot fit a machine with `ram` bytes, a GPU of `gpu` bytes (None: train
+    on the CPU) and `cores` CPU cores."""
+    problems: list[str] = []
+    need = estimate(cfg)
+    model = cfg.model
+    shape = (
+        f"d_model={model.d_model}, ff_dim={model.ff_dim}, "
+        f"layers={model.enc_layers}+{model.dec_layers}"
+        if model.family is ModelFamily.transformer
+        else f"hidden={model.hidden}, emb_dim={model.emb_dim}, rnn.layers={model.rnn.layers}"
+    )
+    memory, where = (gpu, "GPU memory") if gpu is not None else (ram, "RAM")
+    data_fits = need.data_bytes <= ram
+    if gpu is None and data_fits:
+        memory -= need.data_bytes  # the generated data shares the RAM with the model
+    decoding = need.decoding_bytes > need.activation_bytes
+    if data_fits and need.device_bytes > memory and decoding:
+        trainer = cfg.trainer
+        problems.append(
+            f"validation decoding does not fit: trainer.beam={trainer.beam} hypotheses per "
+            f"sentence, each up to trainer.max_output_ratio={trainer.max_output_ratio} x source "
+            f"+ trainer.max_output_extra={trainer.max_output_extra} tokens, need at least "
+            f"{_size(need.decoding_bytes)} beside the model's {_size(need.training_bytes)}: "
+            f"more than the {_size(memory)} of {where} here; lower the beam, the output limit "
+            "or data.eval_max_tokens"
+        )
+    elif data_fits and need.device_bytes > memory:
+        problems.append(
+            f"the model does not fit: {model.family.name} ({shape}) has at least "
+            f"{need.parameters:,} parameters, {_size(need.training_bytes)} with gradients and "
+            f"Adam state, plus at least {_size(need.activation_bytes)} of activations for "
+            f"{batch_tokens(cfg):,} batch tokens (data.max_tokens={cfg.data.max_tokens}): "
+            f"more than the {_size(memory)} of {where} here; make the model or "
+            "data.max_tokens smaller"
+        )
+    if not data_fits:
+        data = cfg.data
+        problems.append(
+            f"the generated data does not fit: data.train_size={data.train_size}, "
+            f"valid_size={data.valid_size}, test_size={data.test_size} with lengths up to "
+            f"data.max_len={data.max_len} take at least {_size(need.data_bytes)}, more than "
+            f"the {_size(ram)} of RAM here"
+        )
+    threads = cfg.trainer.threads
+    if threads is not None and threads > cores:
+        problems.append(
+            f"trainer.threads={threads} is more than the {cores} CPU cores here: extra intra-op "
+            "threads only compete for them (null = torch's default)"
+        )
+    workers = cfg.trainer.num_workers
+    if workers > cores:
+        problems.append(
+            f"trainer.num_workers={workers} is more than the {cores} CPU cores here: more "
+            "DataLoader processes only compete for them"
+        )
+    return problems
+
+
+def check_resources(cfg: TrainConfig) -> None:
+    """Raise UserError when `cfg` cannot fit this machine (see `resource_problems`)."""
+    problems = resource_problems(cfg, total_ram(), cuda_memory(cfg), cpu_cores())
+    if len(problems) == 1:
+        raise UserError(problems[0])
+    if problems:
+        raise UserError(
+            "the configuration does not fit this machine:\n  - " + "\n  - ".join(problems)
+        )
