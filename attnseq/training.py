@@ -547,6 +547,9 @@ class Trainer:
             and (best >= target if self.metric.higher_is_better else best <= target)
         ):
             return f"valid/{self.metric.value} reached the target {target:.4g}"
+        if best is not None and best == self.metric.best_possible:
+            # Validation cannot improve on its ceiling: more updates cannot change best.pt.
+            return f"valid/{self.metric.value} reached its best possible value {best:.4g}"
         patience = trainer_cfg.early_stopping_patience
         if patience and progress.stale_validations >= patience:
             return "early stopping"

@@ -133,3 +133,19 @@ def test_eval_of_a_file_outside_the_config(trained_run, tmp_path: Path) -> None:
     assert "extra_jsonl/bleu" in metrics
     assert metrics.result.folder.name.startswith("extra_jsonl.")
     assert len((metrics.result.folder / "hyps.txt").read_text().splitlines()) == 2
+
+
+def test_training_stops_when_validation_reaches_its_ceiling(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Exact match 1.0 cannot improve: the run stops at that validation, not at max_steps."""
+    import logging
+
+    import attnseq.metrics
+
+    caplog.set_level(logging.INFO, logger="attnseq")
+    monkeypatch.setattr(attnseq.metrics, "exact_match", lambda hypotheses, references: 1.0)
+    run_training(tiny_config("trainer.max_steps=12", "trainer.early_stopping_patience=0"), tmp_path)
+    payload = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert payload["progress"]["step"] == 3
+    assert "reached its best possible value 1" in caplog.text

@@ -162,6 +162,13 @@ class Metric(Enum):
     def higher_is_better(self) -> bool:
         return self not in (Metric.loss, Metric.ppl)
 
+    @property
+    def best_possible(self) -> float:
+        """The value no model can improve on: exact match is a fraction, BLEU, chrF and
+        ROUGE are percentages, loss is non-negative and perplexity is at least 1."""
+        ceilings = {Metric.exact_match: 1.0, Metric.loss: 0.0, Metric.ppl: 1.0}
+        return ceilings.get(self, 100.0)
+
 
 # ------------------------------------------------------------------------------------ fields
 def option(
