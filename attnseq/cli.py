@@ -124,7 +124,10 @@ def train(ctx: typer.Context) -> None:
     if completion is not None:
         from attnseq.completion import shell_completion
 
-        typer.echo(shell_completion(completion))
+        try:
+            typer.echo(shell_completion(completion))
+        except UserError as error:
+            _fail(error)
         return
     from attnseq import hydra_entry
 
