@@ -130,9 +130,14 @@ def train(ctx: typer.Context) -> None:
             _fail(error)
         return
     from attnseq import hydra_entry
+    from attnseq.train_help import train_help
 
     try:
         args = hydra_entry.rewrite_config_selector(list(ctx.args))
+        help_text = train_help(args)
+        if help_text is not None:
+            typer.echo(help_text)
+            return
         hydra_entry.preflight(args)
     except UserError as error:
         _fail(error)

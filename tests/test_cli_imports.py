@@ -67,3 +67,18 @@ def test_completion_leaves_heavy_libraries_unloaded() -> None:
     report, output = run_cli([], env)
     assert output.split() == ["model.hidden="]
     assert report["heavy"] == []
+
+
+def test_train_help_is_hydras_application_help() -> None:
+    """attnseq's own rendering of `train --help` prints what Hydra's `--help` prints."""
+    args = ["--help", "model=transformer", "optim.lr=0.5"]
+    report, ours = run_cli(["train", *args])
+    assert report["code"] in (0, None) and report["heavy"] == []
+    hydra_help = "import sys; from attnseq.hydra_entry import run_hydra; run_hydra(sys.argv[1:])"
+    hydras = subprocess.run(
+        [sys.executable, "-c", hydra_help, *args], capture_output=True, text=True, timeout=120
+    )
+    assert hydras.returncode == 0, hydras.stderr
+    assert ours.rstrip("\n") == hydras.stdout.rstrip("\n")
+    assert "== Configuration groups ==" in ours and "family: transformer" in ours
+    assert "lr: 0.5" in ours

@@ -104,3 +104,9 @@ def test_bash_script_completes_a_hydra_key() -> None:
         env={**os.environ, "PATH": path},
     )
     assert result.stdout.split() == ["model.hidden="], result.stderr
+
+
+def test_train_help_with_a_bad_override_is_a_user_error() -> None:
+    result = attnseq("train", "--help", "model=nope")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: unknown choice model=nope. Valid: rnn_bahdanau")
