@@ -21,6 +21,7 @@ unset PYTHONPATH
 export ATTNSEQ_CACHE="$work/cache"
 attnseq="$work/venv/bin/attnseq"
 "$attnseq" --version
+"$attnseq" doctor
 "$attnseq" train trainer.max_steps=30 trainer.validate_every=15 data.train_size=200 \
   data.valid_size=50 data.test_size=50 model.hidden=32 model.emb_dim=16 hydra.run.dir=run
 for file in run/checkpoints/best.pt run/metrics.json run/train.log; do
