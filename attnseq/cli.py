@@ -58,7 +58,7 @@ def _options(
         ),
     ] = False,
 ) -> None:
-    """Options before the command."""
+    """Options that come before the command (the app's help text is set above)."""
 
 
 def _fail(error: UserError) -> None:
@@ -157,8 +157,14 @@ def _shell_completion_request(args: list[str]) -> str | None:
 
 @app.command()
 def doctor() -> None:
-    """Print what a bug report needs: versions, devices and threads, ATTNSEQ_DATA and the
-    corpora found there, installed Hydra plugins, the cache folder and its size.
+    """Print what a bug report needs: versions, devices, data, Hydra plugins and cache.
+
+    \b
+    versions   attnseq, torch, hydra-core, Python, the platform
+    devices    CUDA and MPS devices, torch's threads
+    data       ATTNSEQ_DATA and the packaged local corpora found or missing there
+    plugins    the Hydra launchers and sweepers installed
+    cache      the cache folder ($ATTNSEQ_CACHE) and its size
 
     \b
     attnseq doctor
