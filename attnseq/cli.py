@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import IO, Annotated
 
 import typer
+from typer.core import TyperCommand
 
+from attnseq.completion import install_bash_script
 from attnseq.errors import UserError
 
 app = typer.Typer(
@@ -30,9 +32,33 @@ app = typer.Typer(
         "  attnseq average ckpt_a.pt ckpt_b.pt --out averaged.pt"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+install_bash_script()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from attnseq.doctor import version_lines
+
+        typer.echo("\n".join(version_lines()))
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the versions of attnseq, torch, hydra-core and Python, and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Options that come before the command (the app's help text is set above)."""
 
 
 def _fail(error: UserError) -> None:
@@ -105,7 +131,20 @@ CoveragePenaltyOption = Annotated[
 ]
 
 
+class _TrainCommand(TyperCommand):
+    """`attnseq train`: its arguments are Hydra overrides, completed by Hydra."""
+
+    def shell_complete(self, ctx, incomplete):  # noqa: ANN001, ANN201  (click's signature)
+        from typer.core import CompletionItem
+
+        from attnseq.completion import shell_word, train_completions
+
+        matches = train_completions(list(ctx.args), shell_word(incomplete))
+        return [CompletionItem(match) for match in matches]
+
+
 @app.command(
+    cls=_TrainCommand,
     context_settings={
         "allow_extra_args": True,
         "ignore_unknown_options": True,
@@ -124,14 +163,61 @@ def train(ctx: typer.Context) -> None:
     attnseq train -m data=reverse,copy trainer.max_steps=50   # multirun sweep
     attnseq train --cfg job                         # print the composed config
     """
+    if "--version" in ctx.args:  # Hydra's own would print only Hydra's version
+        _print_version(True)
+    completion = _shell_completion_request(list(ctx.args))
+    if completion is not None:
+        from attnseq.completion import shell_completion
+
+        try:
+            typer.echo(shell_completion(completion))
+        except UserError as error:
+            _fail(error)
+        return
     from attnseq import hydra_entry
+    from attnseq.train_help import train_help
 
     try:
         args = hydra_entry.rewrite_config_selector(list(ctx.args))
+        help_text = train_help(args)
+        if help_text is not None:
+            typer.echo(help_text)
+            return
         hydra_entry.preflight(args)
     except UserError as error:
         _fail(error)
     hydra_entry.run_hydra(args)
+
+
+def _shell_completion_request(args: list[str]) -> str | None:
+    """The value of Hydra's `-sc/--shell-completion` flag (`install=bash`), if given."""
+    for position, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name in ("-sc", "--shell-completion"):
+            if equals:
+                return value
+            return args[position + 1] if position + 1 < len(args) else ""
+    return None
+
+
+@app.command()
+def doctor() -> None:
+    """Print what a bug report needs: versions, devices, data, Hydra plugins and cache.
+
+    \b
+    versions   attnseq, torch, hydra-core, Python, the platform
+    devices    CUDA and MPS devices, torch's threads
+    data       ATTNSEQ_DATA and the packaged local corpora found or missing there
+    plugins    the Hydra launchers and sweepers installed
+    cache      the cache folder ($ATTNSEQ_CACHE) and its size
+
+    \b
+    attnseq doctor
+    ATTNSEQ_DATA=/data/corpora attnseq doctor
+    """
+    from attnseq.doctor import format_report, report
+
+    typer.echo(format_report(report()))
 
 
 @app.command("eval")
@@ -627,11 +713,21 @@ def sweep_report(
     typer.echo(f"wrote {csv_path} and {plot_path}", err=output_format != "table")
 
 
-def main() -> None:
-    """Console-script entry point."""
+def _torchrun_worker() -> bool:
+    """True in a process torchrun started as one of several. Torchrun always sets RANK, so
+    without it the answer needs no torch (which the module that knows the rules imports)."""
+    if "RANK" not in os.environ:
+        return False
     from attnseq.distributed import env_world
 
-    if not env_world().distributed:
+    return env_world().distributed
+
+
+def main() -> None:
+    """Console-script entry point."""
+    if sys.argv[1:2] in (["-sc"], ["--shell-completion"]):
+        sys.argv.insert(1, "train")  # Hydra's hint `attnseq -sc install=bash` means train's
+    if not _torchrun_worker():
         app()
         return
     # A torchrun worker leaves without interpreter finalization: after a run has finished and

@@ -24,6 +24,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from attnseq.config import CONFIG_DIR
 from attnseq.errors import UserError
@@ -387,15 +388,24 @@ def run_hydra(args: list[str]) -> None:
     """Hand `args` to the real `hydra.main` entry (multirun, launchers, sweepers included)."""
     import hydra
 
-    from attnseq import tasks
     from attnseq.config.schema import register_configs
-    from attnseq.distributed import env_world
 
     register_configs()
-    if not env_world().is_main:
-        args = quiet_rank_overrides(args)
+    if "RANK" in os.environ:  # torchrun's; without it this is rank 0 (and torch stays unloaded)
+        from attnseq.distributed import env_world
+
+        if not env_world().is_main:
+            args = quiet_rank_overrides(args)
     sys.argv = ["attnseq", *args]
     main = hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")(
-        tasks.train_from_hydra
+        _train_task
     )
     main()
+
+
+def _train_task(composed: Any) -> float | None:
+    """The task function: imports the training code (torch) only when Hydra runs a job, so
+    `--help`, `--cfg` and shell completion answer without it."""
+    from attnseq import tasks
+
+    return tasks.train_from_hydra(composed)

@@ -1,0 +1,154 @@
+"""What a bug report needs: versions, devices, data, Hydra plugins and the cache.
+
+`attnseq --version` prints `version_lines()`, read from the installed packages' metadata so that
+it answers without importing torch. `attnseq doctor` prints `report()`, which does import torch
+(for the devices) and looks at the data root and the cache folder.
+"""
+
+import os
+import platform
+import sys
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+
+# distribution names whose versions identify an installation
+_VERSIONED = ("attnseq", "torch", "hydra-core")
+
+Section = tuple[str, list[tuple[str, str]]]
+
+
+def _installed(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def version_lines() -> list[str]:
+    """One `name version` line each for attnseq, torch, hydra-core and Python."""
+    lines = [f"{name} {_installed(name)}" for name in _VERSIONED]
+    return [*lines, f"python {platform.python_version()}"]
+
+
+def _versions() -> Section:
+    rows = [(name, _installed(name)) for name in _VERSIONED]
+    rows.append(("python", f"{platform.python_version()} ({sys.executable})"))
+    rows.append(("platform", platform.platform()))
+    return "versions", rows
+
+
+def _devices() -> Section:
+    import torch
+
+    rows = [("cuda available", str(torch.cuda.is_available()))]
+    if torch.cuda.is_available():
+        rows.append(("cuda version", str(torch.version.cuda)))
+        for index in range(torch.cuda.device_count()):
+            rows.append((f"cuda:{index}", torch.cuda.get_device_name(index)))
+    mps = getattr(torch.backends, "mps", None)
+    rows.append(("mps available", str(bool(mps and mps.is_available()))))
+    rows.append(("torch threads", f"{torch.get_num_threads()} (of {os.cpu_count()} CPUs)"))
+    return "devices", rows
+
+
+def _local_data_configs() -> Iterator[tuple[str, object]]:
+    """(name, DataConfig) of every packaged data config that reads local files."""
+    from omegaconf import OmegaConf
+
+    from attnseq.config import CONFIG_DIR
+    from attnseq.config.schema import DataConfig, DataSource
+
+    for path in sorted((CONFIG_DIR / "data").glob("*.yaml")):
+        merged = OmegaConf.merge(OmegaConf.structured(DataConfig), OmegaConf.load(path))
+        cfg = OmegaConf.to_object(merged)
+        assert isinstance(cfg, DataConfig)
+        if cfg.source is DataSource.local:
+            yield path.stem, cfg
+
+
+def _data() -> Section:
+    from attnseq.data.sources import split_files
+    from attnseq.errors import UserError
+
+    configured = os.environ.get("ATTNSEQ_DATA")
+    root = Path(configured or "data").expanduser()
+    state = "" if root.is_dir() else " (no such folder)"
+    where = f"{configured}{state}" if configured else f"not set: ./data is used{state}"
+    rows = [("ATTNSEQ_DATA", where)]
+    for name, cfg in _local_data_configs():
+        try:
+            files = split_files(cfg)  # type: ignore[arg-type]
+        except UserError as error:
+            missing = str(error).split(";")[0].removeprefix("data file not found: ")
+            rows.append((f"data={name}", f"missing {missing}"))
+            continue
+        splits = ", ".join(files)
+        rows.append((f"data={name}", f"found ({splits})"))
+    return "data", rows
+
+
+def _hydra_plugins() -> Section:
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # imports every hydra_plugins.* module: each registers its configs
+    repo = ConfigStore.instance().repo.get("hydra", {})
+    rows = []
+    for group in ("launcher", "sweeper"):
+        names = repo.get(group, {})  # configs end in .yaml; the rest are subgroups
+        options = sorted(name.removesuffix(".yaml") for name in names if name.endswith(".yaml"))
+        rows.append((f"hydra/{group}", ", ".join(options) or "none"))
+    packages = sorted(
+        f"{dist.metadata['Name']} {dist.version}"
+        for dist in metadata.distributions()
+        if (dist.metadata["Name"] or "").lower().replace("_", "-").startswith("hydra-")
+        and (dist.metadata["Name"] or "").lower().replace("_", "-") != "hydra-core"
+    )
+    rows.append(("plugin packages", ", ".join(packages) or "none"))
+    return "hydra plugins", rows
+
+
+def folder_size(path: Path) -> int:
+    """Bytes of the regular files under `path` (symbolic links not followed)."""
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += (Path(folder) / name).lstat().st_size
+            except OSError:
+                continue  # removed while walking: a cache may be pruned at any time
+    return total
+
+
+def human_size(size: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _cache() -> Section:
+    from attnseq.data.sources import cache_root
+
+    root = cache_root()
+    size = human_size(folder_size(root)) if root.is_dir() else "absent"
+    return "cache", [("folder", str(root)), ("size", size)]
+
+
+def report() -> list[Section]:
+    """Every section of `attnseq doctor`, in order."""
+    return [_versions(), _devices(), _data(), _hydra_plugins(), _cache()]
+
+
+def format_report(sections: list[Section]) -> str:
+    """Sections as indented `key: value` lines under their titles."""
+    lines = []
+    for title, rows in sections:
+        lines.append(f"{title}:")
+        width = max(len(key) for key, _ in rows)
+        lines += [f"  {key + ':':<{width + 1}} {value}" for key, value in rows]
+    return "\n".join(lines)
