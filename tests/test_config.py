@@ -176,3 +176,19 @@ def test_user_experiment_file(tmp_path: Path) -> None:
 
 def test_describe_error_falls_back_to_message() -> None:
     assert "boom" in describe_composition_error(ValueError("boom"), ["x=1"])
+
+
+@pytest.mark.parametrize("name", group_options("experiment"))
+def test_packaged_experiments_budget_in_updates_or_epochs(name: str) -> None:
+    """A packaged experiment gives the same model on any machine: it ends on its step or epoch
+    budget (max_epochs is always finite), never on a wall-clock one."""
+    cfg = compose_train([f"experiment={name}"])
+    assert cfg.trainer.max_minutes is None, f"{name} budgets in minutes"
+
+
+def test_the_default_run_stops_when_validation_cannot_improve() -> None:
+    """The default task reaches validation exact match 1.0 long before its epoch budget; the
+    trainer stops at that ceiling, so the default selects exact match for early stopping."""
+    cfg = compose_train([])
+    assert cfg.trainer.early_stopping_metric.value == "exact_match"
+    assert cfg.trainer.early_stopping_metric.best_possible == 1.0
