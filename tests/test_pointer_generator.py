@@ -74,7 +74,7 @@ def test_a_source_only_word_is_produced_and_written_as_the_source_has_it(tmp_pat
         input=f"{SOURCE_ONLY}\n",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert result.output == f"{SOURCE_ONLY}\n"
+    assert result.stdout == f"{SOURCE_ONLY}\n"
 
 
 def test_plain_model_cannot_produce_the_word(tmp_path: Path) -> None:
@@ -182,7 +182,9 @@ def test_p_gen_reaches_tensorboard(trained_copy_run) -> None:
     events.Reload()
     assert {"valid/p_gen_mean", "valid/coverage_loss"} <= set(events.Tags()["scalars"])
     values = [event.value for event in events.Scalars("valid/p_gen_mean")]
-    assert len(values) == 2 and all(0.0 <= value <= 1.0 for value in values)
+    # one value per validation (every 90 updates; the run may stop early at exact match 1.0)
+    steps = load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]["step"]
+    assert len(values) == steps // 90 and all(0.0 <= value <= 1.0 for value in values)
     assert "attention/example_0" in events.Tags()["images"]
 
 
@@ -193,7 +195,7 @@ def test_translate_copies_a_new_name(trained_copy_run) -> None:
         input="please call Xavierine at 12345\n",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert result.output == "call Xavierine\n"
+    assert result.stdout == "call Xavierine\n"
 
 
 # ------------------------------------------------------------------------ configuration
