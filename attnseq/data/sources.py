@@ -311,10 +311,40 @@ def read_jsonl(path: Path, src_field: str, tgt_field: str) -> Pairs:
     """One JSON object per line; fields may be dotted paths (`translation.de`)."""
     dataset = _load_local("json", path)
     try:
-        return _pairs_from_dataset(dataset, src_field, tgt_field, str(path))
+        pairs = _pairs_from_dataset(dataset, src_field, tgt_field, str(path))
     except UnicodeDecodeError as error:
         # Arrow's JSON reader lets some invalid UTF-8 through; it surfaces on conversion.
         raise _diagnose(path, "json", error) from None
+    _check_raw_field_types(path, (src_field, tgt_field))
+    return pairs
+
+
+def _check_raw_field_types(path: Path, fields: Sequence[str]) -> None:
+    """UserError unless every record's fields hold text (or are missing or null).
+
+    Arrow infers one type per column and casts to it, so a record holding a list or a number
+    among strings arrives as the text '["a", "b"]' or '3'; the raw JSON keeps its real type.
+    """
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            record: Any = json.loads(line)
+            for field in fields:
+                value = record
+                for part in field.split("."):
+                    value = value.get(part) if isinstance(value, dict) else None
+                if value is not None and not isinstance(value, str):
+                    shown = json.dumps(value, ensure_ascii=False)
+                    raise UserError(
+                        f"{path}: line {number} field {field!r} holds a JSON "
+                        f"{_json_type(value)} ({shown[:40]}), not text"
+                    )
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "boolean", int: "number", float: "number", list: "list", dict: "object"}
+    return names.get(type(value), type(value).__name__)
 
 
 def read_hub(name: str, config: str | None, split: str, src_field: str, tgt_field: str) -> Pairs:

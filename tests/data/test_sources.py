@@ -317,3 +317,16 @@ def test_hub_offline_is_a_clear_user_error(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(datasets, "load_dataset", script)
     with pytest.raises(UserError, match="refs/convert/parquet"):
         load_splits(hub_config(), seed=1, splits=["train"])
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [(["a", "b"], "list"), (3, "number"), (True, "boolean"), ({"x": 1}, "object")],
+)
+def test_jsonl_fields_are_checked_on_the_raw_values(tmp_path: Path, value, kind: str) -> None:
+    """A list or a number among strings is refused as such, not trained on as its JSON text."""
+    records = [{"src": "a b", "tgt": "b a"}, {"src": "c d", "tgt": value}, {"src": "e", "tgt": "e"}]
+    write(tmp_path / "m.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    cfg = local(tmp_path, FileFormat.jsonl, {"train": "m.jsonl"})
+    with pytest.raises(UserError, match=rf"m\.jsonl: line 2 field 'tgt' holds a JSON {kind}"):
+        load_splits(cfg, 1, ["train"])
