@@ -400,8 +400,10 @@ def translate(
     from attnseq.translate import Translator
 
     try:
-        if input_file is not None and not input_file.is_file():
+        if input_file is not None and not input_file.exists():
             raise UserError(f"input file not found: {input_file}")
+        if input_file is not None and input_file.is_dir():
+            raise UserError(f"--input is a folder, not a file: {input_file}")
         overrides = _decoding_overrides(
             overrides,
             beam=beam,
@@ -412,7 +414,9 @@ def translate(
         )
         translator = Translator.from_checkpoint(checkpoint, device, overrides)
         settings = translator.settings(nbest=nbest)
-        total = _count_lines(input_file) if input_file is not None else None
+        # a pipe or FIFO (`-i <(...)`) can be read once only: no count for the progress bar
+        regular = input_file is not None and input_file.is_file()
+        total = _count_lines(input_file) if regular and input_file is not None else None
         with _open_input(input_file) as lines, counting("translate", total) as counter:
             outputs = translator.translate(lines, settings, batch_size, counter=counter)
             if output_file is None:
@@ -422,8 +426,6 @@ def translate(
 
                 atomic_write(output_file, lambda handle: _write_binary(outputs, handle))
         typer.echo(f"translated {counter.rate.summary()}", err=True)
-    except UnicodeDecodeError as error:
-        _fail(UserError(f"the input is not UTF-8 text ({error.reason} at byte {error.start})"))
     except UserError as error:
         _fail(error)
 
@@ -435,13 +437,26 @@ def _count_lines(path: Path) -> int:
 
 
 @contextlib.contextmanager
-def _open_input(path: Path | None) -> Iterator[IO[str]]:
-    """The input file (UTF-8) or stdin."""
+def _open_input(path: Path | None) -> Iterator[Iterator[str]]:
+    """The lines of the input file or of stdin, read the same way (`_decoded_lines`)."""
     if path is None:
-        yield sys.stdin
+        yield _decoded_lines(sys.stdin.buffer, "stdin")
         return
-    with path.open(encoding="utf-8") as handle:
-        yield handle
+    with path.open("rb") as handle:
+        yield _decoded_lines(handle, str(path))
+
+
+def _decoded_lines(handle: IO[bytes], name: str) -> Iterator[str]:
+    """Lines split at "\n" only (a CRLF ending loses its "\r"; a lone "\r" stays inside its
+    line), each decoded as UTF-8; UserError naming the line that is not."""
+    for number, raw in enumerate(handle, 1):
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UserError(
+                f"{name}: line {number} is not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from None
 
 
 def _write_outputs(outputs: Iterable[str | list[str]], stream: IO[str]) -> None:

@@ -186,3 +186,54 @@ def test_cli_eval_with_beam(checkpoint: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "test/exact_match" in result.stdout
     assert (eval_result(tmp_path) / "hyps.txt").is_file()
+
+
+# The same bytes through stdin and --input: a lone \r stays inside its line, CRLF loses its \r.
+SAME_BYTES = b"3 March 1998\r\nMarch 4th,\r1999\n\n12/05/2001\n"
+
+
+def test_cli_translate_reads_stdin_and_input_files_alike(checkpoint: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_bytes(SAME_BYTES)
+    piped = runner.invoke(app, ["translate", str(checkpoint)], input=SAME_BYTES)
+    from_file = runner.invoke(app, ["translate", str(checkpoint), "--input", str(source)])
+    assert piped.exit_code == 0 and from_file.exit_code == 0, piped.output + from_file.output
+    assert piped.stdout == from_file.stdout
+    assert len(piped.stdout.splitlines()) == 4  # split at \n only: four lines, one of them blank
+
+
+@pytest.mark.parametrize("through", ["stdin", "--input"])
+def test_cli_translate_names_the_line_that_is_not_utf8(
+    checkpoint: Path, tmp_path: Path, through: str
+) -> None:
+    data = b"3 March 1998\ncaf\xe9 1999\n"
+    source = tmp_path / "in.txt"
+    source.write_bytes(data)
+    args = ["translate", str(checkpoint), "-o", str(tmp_path / "out.txt")]
+    if through == "stdin":
+        result = runner.invoke(app, args, input=data)
+    else:
+        result = runner.invoke(app, [*args, "--input", str(source)])
+    assert result.exit_code == 2
+    assert "line 2 is not UTF-8 text" in result.stderr
+    assert "Traceback" not in result.output and not (tmp_path / "out.txt").exists()
+
+
+def test_cli_translate_reads_a_fifo(checkpoint: Path, tmp_path: Path) -> None:
+    """--input accepts a named pipe (and so process substitution, /dev/fd/N)."""
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(SAME_BYTES))
+    writer.start()
+    result = runner.invoke(app, ["translate", str(checkpoint), "--input", str(fifo)])
+    writer.join(timeout=30)
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 4
+
+
+def test_cli_translate_refuses_a_folder_as_input(checkpoint: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["translate", str(checkpoint), "--input", str(tmp_path)])
+    assert result.exit_code == 2 and "--input is a folder" in result.stderr
