@@ -5,6 +5,7 @@ into the dataclasses of config/schema.py and wires data, tokenizers, model, opti
 evaluator and logging together.
 """
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -58,6 +59,7 @@ from attnseq.resume import (
     interruption_message,
 )
 from attnseq.run_board import run_hparams, validation_logger
+from attnseq.run_lock import run_directory_lock
 from attnseq.saved_attention import records_from_hypotheses
 from attnseq.saved_attention import save_attention as write_saved_attention
 from attnseq.training import (
@@ -170,7 +172,9 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     """
     validate(cfg)
     device = resolve_device(cfg.trainer.device.value)
-    with StopSignals() as stop, distributed_session(device.type) as world:
+    # Only the process that writes the run directory locks it (rank 0 under torchrun).
+    lock = run_directory_lock(run_dir) if env_world().is_main else contextlib.nullcontext()
+    with lock, StopSignals() as stop, distributed_session(device.type) as world:
         if world.distributed and device.type == "cuda":
             device = torch.device("cuda", world.local_rank)
         return _run_training(cfg, run_dir, stop, device, world)
