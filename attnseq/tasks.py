@@ -153,7 +153,7 @@ def make_evaluator(
 def heatmap_logger(writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, count: int):
     """Draw the first `count` validation examples' cross-attention at each validation; for copy
     models with a strip of p_gen per output token next to it."""
-    chosen = list(range(min(count, len(evaluator.examples))))
+    chosen = evaluator.scored[: max(count, 0)]  # an empty example has no attention to draw
     extended = evaluator.extended
     subset = Evaluator(
         [evaluator.examples[i] for i in chosen],
