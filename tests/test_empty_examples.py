@@ -11,7 +11,7 @@ from helpers import tiny_config
 
 from attnseq.tasks import evaluate_checkpoint, run_training
 
-WORDS = "a b c d e f g h".split()
+WORDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 EMPTY_SOURCE, EMPTY_TARGET = 1, 3  # line numbers (0-based) of the empty examples in each split
 
 
@@ -49,9 +49,7 @@ def write_dataset(root: Path, file_format: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(
-    ("file_format", "family"), [("tsv", "rnn"), ("parallel", "transformer")]
-)
+@pytest.mark.parametrize(("file_format", "family"), [("tsv", "rnn"), ("parallel", "transformer")])
 def test_empty_examples_in_every_split(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_format: str, family: str
 ) -> None:

@@ -297,8 +297,7 @@ def _log_stats(cfg: DataConfig, name: str, stats: dict[str, int]) -> None:
         f"data {cfg.name}/{name}: {stats['total']} pairs, {stats['kept']} kept; dropped "
         f"{stats['dropped_empty']} empty and {stats['dropped_too_long']} over "
         f"max_src_len={cfg.max_src_len}/max_tgt_len={cfg.max_tgt_len}; "
-        f"{stats['truncated']} truncated"
-        + _skipped_note(stats)
+        f"{stats['truncated']} truncated" + _skipped_note(stats)
     )
     # A tenth of a split lost, cut or unscored is worth a look at the data and the limits.
     lost = dropped + stats["truncated"] + stats["skipped_empty"]

@@ -137,7 +137,7 @@ def test_jsonl_aeslc_slice(shared_data: Path, tmp_path: Path) -> None:
     assert train == [(r["src"].strip(), r["tgt"].strip()) for r in records]
     assert any("\n" in src for src, _ in train)  # inner newlines are kept
     cfg.tgt_field = "refs"  # a list, not text
-    with pytest.raises(UserError, match="refs.*list"):
+    with pytest.raises(UserError, match=r"line 1 field 'refs' \(data.tgt_field\) holds .* array"):
         load_splits(cfg, seed=1, splits=["train"])
     cfg.tgt_field = "subject"
     with pytest.raises(UserError, match="no field 'subject'.*src, tgt"):
@@ -162,6 +162,52 @@ def test_jsonl_dotted_fields(tmp_path: Path) -> None:
         ("Ein Hund.", "A dog."),
         ("Zwei Katzen.", "Two cats."),
     ]
+
+
+@pytest.mark.parametrize(
+    ("records", "line", "field", "kind"),
+    [
+        # mixed types in one field: Arrow keeps it as JSON text, which must not pass as text
+        (['{"src": "a", "tgt": "b"}', '{"src": "c", "tgt": ["a", "b"]}'], 2, "tgt", "array"),
+        (['{"src": "a", "tgt": "b"}', '{"src": "c", "tgt": 5}'], 2, "tgt", "number"),
+        (['{"src": "a", "tgt": true}'], 1, "tgt", "boolean"),
+        (['{"src": "a", "tgt": "b"}', '{"src": {"x": "y"}, "tgt": "c"}'], 2, "src", "object"),
+        (['{"src": 1.5, "tgt": 2}'], 1, "src", "number"),  # the whole column numbers
+        (['{"src": ["a"], "tgt": "b"}'], 1, "src", "array"),
+        # a blank line before the bad record: the message names the file's line
+        (['{"src": "a", "tgt": "b"}', "", '{"src": "c", "tgt": ["x"]}'], 3, "tgt", "array"),
+        (['{"src": "a", "tgt": "b"}', "", '{"src": "c", "tgt": 7}'], 3, "tgt", "number"),
+    ],
+)
+def test_jsonl_fields_must_hold_strings(
+    tmp_path: Path, records: list[str], line: int, field: str, kind: str
+) -> None:
+    write(tmp_path / "t.jsonl", "\n".join(records) + "\n")
+    cfg = local(tmp_path, FileFormat.jsonl, {"train": "t.jsonl"})
+    with pytest.raises(UserError) as error:
+        load_splits(cfg, 1, ["train"])
+    message = str(error.value)
+    assert f"t.jsonl: line {line} field {field!r} (data.{field}_field) holds a JSON {kind}" in (
+        message
+    )
+    assert "\n" not in message
+
+
+def test_jsonl_nested_field_types_and_missing_values(tmp_path: Path) -> None:
+    records = [
+        {"translation": {"de": "Hund", "en": "dog"}},
+        {"translation": {"de": "Katze", "en": ["cat"]}},
+    ]
+    write(tmp_path / "n.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    fields = {"src_field": "translation.de", "tgt_field": "translation.en"}
+    cfg = local(tmp_path, FileFormat.jsonl, {"train": "n.jsonl"}, **fields)
+    with pytest.raises(UserError, match=r"line 2 field 'translation.en' .* JSON array"):
+        load_splits(cfg, 1, ["train"])
+    # null and a missing field are empty texts (empty examples: dropped from train, counted)
+    missing = '{"src": "a", "tgt": null}\n{"src": "b"}\n{"src": "c", "tgt": "d"}\n'
+    write(tmp_path / "m.jsonl", missing)
+    cfg = local(tmp_path, FileFormat.jsonl, {})
+    assert load_pairs_from_path("m.jsonl", cfg) == [("a", ""), ("b", ""), ("c", "d")]
 
 
 def test_tsv_header_names_and_bad_lines(tmp_path: Path) -> None:

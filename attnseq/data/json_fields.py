@@ -1,0 +1,69 @@
+"""Values of JSON records as texts: every source and target must be a JSON string.
+
+A field whose type varies between records is stored by Arrow (the `datasets` library) as JSON
+text, where a list would pass for the text `["a","b"]`; so the checks here look at the values
+as the records hold them, and a non-string names the file's line, the field and its JSON type.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from attnseq.errors import UserError
+
+_TEXT_DTYPES = ("string", "large_string", "null")  # null: a column with no value at all
+_JSON_TYPES = {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}
+
+
+def text_column(flat: Any, field: str, key: str, origin: str, path: Path | None) -> list[str]:
+    """The values of the (flattened) column `field` of a `datasets.Dataset`, each a string
+    (None, a missing value, as ""); a value of any other type is a UserError naming the line
+    of `path` (or the record number of `origin`) and `key`, the config key naming the field."""
+    import datasets
+
+    feature = flat.features[field]
+    values = flat.data.column(field).to_pylist()
+    if isinstance(feature, datasets.Value) and feature.dtype in _TEXT_DTYPES:
+        return ["" if value is None else value for value in values]
+    json_feature = getattr(datasets, "Json", None)  # older versions fail on mixed types instead
+    if json_feature is not None and isinstance(feature, json_feature):
+        values = [None if value is None else json.loads(value) for value in values]
+    for number, value in enumerate(values, start=1):
+        if value is not None and not isinstance(value, str):
+            where = f"{origin}: record {number}"
+            if path is not None:
+                where = f"{path}: line {_record_line(path, number)}"
+            raise not_text_error(where, field, key, value)
+    return ["" if value is None else value for value in values]
+
+
+def not_text_error(where: str, field: str, key: str, value: Any) -> UserError:
+    """The error for a non-string `value` of `field` at `where` ("FILE: line N")."""
+    kind = _JSON_TYPES.get(type(value), type(value).__name__)
+    shown = json.dumps(value, ensure_ascii=False, default=str)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return UserError(
+        f"{where} field {field!r} (data.{key}) holds a JSON {kind} ({shown}), not a string; "
+        "every source and target must be a JSON string (null if missing); name a string "
+        "field (dotted for nested objects, e.g. translation.de)"
+    )
+
+
+def _record_line(path: Path, number: int) -> int:
+    """The line number of the `number`-th record of a JSON-lines file (blank lines hold none)."""
+    with path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            number -= bool(raw.strip())
+            if number == 0:
+                return line_number
+    raise ValueError(f"{path} holds fewer records than the dataset read from it")
+
+
+def raw_field(record: dict[str, Any], field: str) -> Any:
+    """The value at a dotted path of a JSON object (None where the path does not lead)."""
+    value: Any = record
+    for part in field.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
