@@ -79,11 +79,12 @@ def train(ctx: typer.Context) -> None:
     attnseq train -m data=reverse,copy trainer.max_steps=50   # multirun sweep
     attnseq train --cfg job                         # print the composed config
     """
-    from attnseq import hydra_entry
+    from attnseq import hydra_entry, run_lock
 
     try:
         args = hydra_entry.rewrite_config_selector(list(ctx.args))
         hydra_entry.preflight(args)
+        run_lock.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
     except UserError as error:
         _fail(error)
     hydra_entry.run_hydra(args)

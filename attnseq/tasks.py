@@ -55,6 +55,7 @@ from attnseq.resume import (
     find_resume_point,
     interruption_message,
 )
+from attnseq.run_lock import run_directory_lock
 from attnseq.saved_attention import records_from_hypotheses
 from attnseq.saved_attention import save_attention as write_saved_attention
 from attnseq.training import (
@@ -213,16 +214,19 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     tokenizers, never touch `run_dir` and return rank 0's metrics.
 
     Raises:
-        UserError: a problem with the config, the data or the resume checkpoint.
+        UserError: a problem with the config, the data or the resume checkpoint, or another
+            training holds `run_dir` (run_lock.py; rank 0 holds the lock for the whole run).
         TrainingInterrupted: SIGINT/SIGTERM; last.pt holds the last finished step.
         TrainingDiverged: too many non-finite losses in a row; checkpoints were kept.
     """
     validate(cfg)
-    device = resolve_device(cfg.trainer.device.value)
-    with StopSignals() as stop, distributed_session(device.type) as world:
-        if world.distributed and device.type == "cuda":
-            device = torch.device("cuda", world.local_rank)
-        return _run_training(cfg, run_dir, stop, device, world)
+    # One trainer per run directory (run_lock.py), taken before anything is read or written.
+    with run_directory_lock(run_dir, enabled=env_world().is_main):
+        device = resolve_device(cfg.trainer.device.value)
+        with StopSignals() as stop, distributed_session(device.type) as world:
+            if world.distributed and device.type == "cuda":
+                device = torch.device("cuda", world.local_rank)
+            return _run_training(cfg, run_dir, stop, device, world)
 
 
 def _decided_on_main(world: WorldInfo, decide: Callable[[], T]) -> T:
