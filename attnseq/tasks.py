@@ -27,6 +27,7 @@ from attnseq.config.schema import (
     config_to_dict,
 )
 from attnseq.config.checks import validate
+from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples, extended_pieces
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
@@ -514,7 +515,9 @@ def evaluate_checkpoint(
     """Metrics of a checkpoint on one split, from the checkpoint alone (plus its data).
 
     `split` is a split name of the checkpoint's dataset (test, valid) or a path: a parallel
-    file prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file.
+    file prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file. The data locations
+    the checkpoint's config names (data.root, data.splits, source=hub) must stay under this
+    machine's data root unless `overrides` set them (attnseq/data/checkpoint_paths.py).
     `save_attention`: also write the cross-attention of every output hypothesis to
     OUT/attention-SPLIT.npz (format: attnseq/saved_attention.py).
     `alignments`: also score the attention against a gold word-alignment set, as
@@ -523,6 +526,9 @@ def evaluate_checkpoint(
     """
     payload = load_checkpoint(path)
     cfg = config_from_dict(payload["config"], overrides)
+    # The checkpoint's data paths stay under the data root unless the user overrides them.
+    dataset_split = split in ("train", "valid", "test") or split in cfg.data.splits
+    check_checkpoint_data(cfg.data, overridden_keys(overrides), reads_dataset=dataset_split)
     if max_tokens:
         cfg.data.eval_max_tokens = max_tokens
     tokenizers = Tokenizers.from_state(payload["tokenizers"])

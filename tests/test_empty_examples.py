@@ -26,8 +26,10 @@ def split_pairs(n: int, offset: int) -> list[tuple[str, str]]:
     return pairs
 
 
-def write_dataset(root: Path, file_format: str) -> list[str]:
-    """train/valid/test in `file_format` under root; the overrides that select them."""
+def write_dataset(root: Path, file_format: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """train/valid/test in `file_format` under root, this machine's data root for the test (so
+    eval reads the checkpoint's files there); the overrides that select them."""
+    monkeypatch.setenv("ATTNSEQ_DATA", str(root))
     root.mkdir(parents=True)
     for number, (split, n) in enumerate((("train", 40), ("valid", 7), ("test", 6))):
         pairs = split_pairs(n, number)
@@ -54,7 +56,7 @@ def test_empty_examples_in_every_split(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_format: str, family: str
 ) -> None:
     monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
-    overrides = write_dataset(tmp_path / "data", file_format)
+    overrides = write_dataset(tmp_path / "data", file_format, monkeypatch)
     extra = ["optim.warmup_steps=2"] if family == "transformer" else []
     cfg = tiny_config(*overrides, f"model.family={family}", "trainer.max_steps=3", *extra)
     run_dir = tmp_path / "run"
@@ -84,7 +86,7 @@ def test_scores_leave_the_empty_examples_out(
     """The same model scores a split with its empty examples as it scores the split without
     them, apart from the count."""
     monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
-    overrides = write_dataset(tmp_path / "data", "tsv")
+    overrides = write_dataset(tmp_path / "data", "tsv", monkeypatch)
     run_dir = tmp_path / "run"
     run_training(tiny_config(*overrides, "trainer.max_steps=2"), run_dir)
     test_file = tmp_path / "data" / "test.tsv"
