@@ -18,23 +18,43 @@ _JSON_TYPES = {bool: "boolean", int: "number", float: "number", list: "array", d
 def text_column(flat: Any, field: str, key: str, origin: str, path: Path | None) -> list[str]:
     """The values of the (flattened) column `field` of a `datasets.Dataset`, each a string
     (None, a missing value, as ""); a value of any other type is a UserError naming the line
-    of `path` (or the record number of `origin`) and `key`, the config key naming the field."""
+    of `path` (or the record number of `origin`) and `key`, the config key naming the field.
+
+    `path`: the JSON-lines file the dataset was read from. A column Arrow did not type as text
+    is then read again from the file itself, since Arrow's type says little about the values:
+    it parses strings such as "1998-03-03" as timestamps, and keeps a field whose type varies
+    between records as JSON text.
+    """
     import datasets
 
     feature = flat.features[field]
     values = flat.data.column(field).to_pylist()
     if isinstance(feature, datasets.Value) and feature.dtype in _TEXT_DTYPES:
         return ["" if value is None else value for value in values]
+    if path is not None:
+        return _raw_texts(path, field, key)
     json_feature = getattr(datasets, "Json", None)  # older versions fail on mixed types instead
     if json_feature is not None and isinstance(feature, json_feature):
         values = [None if value is None else json.loads(value) for value in values]
     for number, value in enumerate(values, start=1):
         if value is not None and not isinstance(value, str):
-            where = f"{origin}: record {number}"
-            if path is not None:
-                where = f"{path}: line {_record_line(path, number)}"
-            raise not_text_error(where, field, key, value)
+            raise not_text_error(f"{origin}: record {number}", field, key, value)
     return ["" if value is None else value for value in values]
+
+
+def _raw_texts(path: Path, field: str, key: str) -> list[str]:
+    """The values of `field` in every record of a JSON-lines file, as the file holds them."""
+    texts = []
+    with path.open("rb") as handle:
+        # Records end at b"\n" only: a JSON string may hold a raw U+2028.
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            value = raw_field(json.loads(raw), field)
+            if value is not None and not isinstance(value, str):
+                raise not_text_error(f"{path}: line {number}", field, key, value)
+            texts.append("" if value is None else value)
+    return texts
 
 
 def not_text_error(where: str, field: str, key: str, value: Any) -> UserError:
@@ -47,16 +67,6 @@ def not_text_error(where: str, field: str, key: str, value: Any) -> UserError:
         "every source and target must be a JSON string (null if missing); name a string "
         "field (dotted for nested objects, e.g. translation.de)"
     )
-
-
-def _record_line(path: Path, number: int) -> int:
-    """The line number of the `number`-th record of a JSON-lines file (blank lines hold none)."""
-    with path.open("rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
-            number -= bool(raw.strip())
-            if number == 0:
-                return line_number
-    raise ValueError(f"{path} holds fewer records than the dataset read from it")
 
 
 def raw_field(record: dict[str, Any], field: str) -> Any:

@@ -193,6 +193,15 @@ def test_jsonl_fields_must_hold_strings(
     assert "\n" not in message
 
 
+def test_jsonl_texts_stay_as_written(tmp_path: Path) -> None:
+    """Arrow types "1998-03-03" as a timestamp; the text is what the file says."""
+    records = ['{"src": "3 March 1998", "tgt": "1998-03-03"}', "", '{"src": "x", "tgt": "12:30"}']
+    write(tmp_path / "d.jsonl", "\n".join(records) + "\n")
+    cfg = local(tmp_path, FileFormat.jsonl, {})
+    expected = [("3 March 1998", "1998-03-03"), ("x", "12:30")]
+    assert load_pairs_from_path("d.jsonl", cfg) == expected
+
+
 def test_jsonl_nested_field_types_and_missing_values(tmp_path: Path) -> None:
     records = [
         {"translation": {"de": "Hund", "en": "dog"}},
