@@ -174,7 +174,7 @@ def train(ctx: typer.Context) -> None:
         except UserError as error:
             _fail(error)
         return
-    from attnseq import hydra_entry
+    from attnseq import hydra_entry, run_lock
     from attnseq.train_help import train_help
 
     try:
@@ -184,6 +184,7 @@ def train(ctx: typer.Context) -> None:
             typer.echo(help_text)
             return
         hydra_entry.preflight(args)
+        run_lock.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
     except UserError as error:
         _fail(error)
     hydra_entry.run_hydra(args)

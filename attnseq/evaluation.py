@@ -83,13 +83,19 @@ class Evaluator:
         self.decoding = decoding
         self.task = task
         self.gold = gold
+        # The empty-example rule: a source with no tokens is never given to the model (its
+        # hypothesis is the empty line, so outputs stay line-aligned with the input); an
+        # example with an empty source or target is left out of the loss and the metrics.
+        decodable = [i for i, (src, _) in enumerate(self.examples) if src]
+        self.scored = [i for i in decodable if self.examples[i][1]]
+        self.skipped_empty = len(self.examples) - len(self.scored)
         sampler = TokenBatchSampler(
-            [(len(src), len(tgt)) for src, tgt in self.examples],
+            [(len(self.examples[i][0]), len(self.examples[i][1])) for i in decodable],
             max_tokens=max_tokens,
             shuffle=False,
             seed=0,
         )
-        self.batches = sampler.batches(0)
+        self.batches = [[decodable[j] for j in batch] for batch in sampler.batches(0)]
 
     def _batch(self, model: Seq2Seq, indices: list[int]) -> Batch:
         return collate(
@@ -113,7 +119,10 @@ class Evaluator:
         model.eval()
         total, tokens = 0.0, 0
         extras: dict[str, float] = {}
-        for indices in self.batches:
+        for batch_indices in self.batches:
+            indices = [i for i in batch_indices if self.examples[i][1]]
+            if not indices:
+                continue
             batch = self._batch(model, indices)
             output = model(batch.src, batch.src_lengths, batch.tgt_in, **batch.copy_inputs())
             loss_sum, n_tokens = sequence_loss(output.logits, batch.tgt_out, model.pad_id)
@@ -132,7 +141,10 @@ class Evaluator:
         """The best hypothesis for every example, in the split's original order (greedy or
         beam search, as `self.decoding` says)."""
         model.eval()
-        results: list[Hypothesis | None] = [None] * len(self.examples)
+        # An empty source has nothing to condition on: no output, as beam search reports it.
+        results: list[Hypothesis | None] = [
+            None if src else Hypothesis([], float("-inf")) for src, _ in self.examples
+        ]
         label = self.label or "decode"
         with counting(label, len(self.examples), enabled=self.label is not None) as counter:
             for indices in self.batches:
@@ -206,9 +218,17 @@ class Evaluator:
         self.last_texts = texts
         metrics = {"loss": forced["loss"], "ppl": perplexity(forced["loss"])}
         metrics.update({key: value for key, value in forced.items() if key != "loss"})
-        metrics.update(task_metrics(self.task, texts, self.references))
+        metrics.update(
+            task_metrics(
+                self.task,
+                [texts[i] for i in self.scored],
+                [self.references[i] for i in self.scored],
+            )
+        )
         if self.gold is not None and model.has_attention:  # score=none has no alignment
             metrics.update(self.alignment_metrics(model))
+        if self.skipped_empty:
+            metrics["skipped_empty"] = self.skipped_empty
         return metrics, hypotheses
 
     def alignment_metrics(self, model: Seq2Seq) -> dict[str, float]:
@@ -217,13 +237,14 @@ class Evaluator:
 
         gold = self.gold
         assert gold is not None
+        examples = [self.examples[i] for i in self.scored]
         return model_alignment_metrics(
             model,
-            self.examples,
-            [gold.src_tokenizer.ids_to_pieces(src) for src, _ in self.examples],
-            [self.tgt_tokenizer.ids_to_pieces(tgt) for _, tgt in self.examples],
-            gold.sure,
-            gold.possible,
+            examples,
+            [gold.src_tokenizer.ids_to_pieces(src) for src, _ in examples],
+            [self.tgt_tokenizer.ids_to_pieces(tgt) for _, tgt in examples],
+            [gold.sure[i] for i in self.scored],
+            [gold.possible[i] for i in self.scored],
             src_kind=gold.src_kind,
             tgt_kind=gold.tgt_kind,
             device=self.device,

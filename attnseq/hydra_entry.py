@@ -264,19 +264,6 @@ def preflight(args: list[str]) -> None:
         validate(cfg)
         if not remote:
             check_resources(cfg)
-    _check_run_dir_free(flags, overrides)
-
-
-def _check_run_dir_free(flags: list[str], overrides: list[str]) -> None:
-    """A run into a folder where another trainer is running stops here, before Hydra writes
-    its .hydra/ files there (the trainer itself takes the folder's lock, run_lock.py)."""
-    from attnseq.run_lock import check_run_directory_free
-
-    if any(flag in {"-m", "--multirun"} for flag in flags):
-        return  # each job gets a folder of its own under the sweep directory
-    for override in overrides:
-        if override.startswith("hydra.run.dir="):
-            check_run_directory_free(Path(override.split("=", 1)[1]))
 
 
 def _yaml_error(error: BaseException) -> Exception | None:

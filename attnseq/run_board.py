@@ -71,7 +71,7 @@ def heatmap_logger(
     """Draw the first `count` validation examples' cross-attention at each validation; for copy
     models with a strip of p_gen per output token next to it. `sources`: the split's source
     text, for the figure titles (source → output)."""
-    chosen = list(range(min(count, len(evaluator.examples))))
+    chosen = evaluator.scored[: max(count, 0)]  # an empty example has no attention to draw
     extended = evaluator.extended
     subset = Evaluator(
         [evaluator.examples[i] for i in chosen],

@@ -5,7 +5,6 @@ into the dataclasses of config/schema.py and wires data, tokenizers, model, opti
 evaluator and logging together.
 """
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -28,6 +27,7 @@ from attnseq.config.schema import (
     config_to_dict,
 )
 from attnseq.config.checks import validate
+from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
@@ -166,18 +166,19 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     tokenizers, never touch `run_dir` and return rank 0's metrics.
 
     Raises:
-        UserError: a problem with the config, the data or the resume checkpoint.
+        UserError: a problem with the config, the data or the resume checkpoint, or another
+            training holds `run_dir` (run_lock.py; rank 0 holds the lock for the whole run).
         TrainingInterrupted: SIGINT/SIGTERM; last.pt holds the last finished step.
         TrainingDiverged: too many non-finite losses in a row; checkpoints were kept.
     """
     validate(cfg)
-    device = resolve_device(cfg.trainer.device.value)
-    # Only the process that writes the run directory locks it (rank 0 under torchrun).
-    lock = run_directory_lock(run_dir) if env_world().is_main else contextlib.nullcontext()
-    with lock, StopSignals() as stop, distributed_session(device.type) as world:
-        if world.distributed and device.type == "cuda":
-            device = torch.device("cuda", world.local_rank)
-        return _run_training(cfg, run_dir, stop, device, world)
+    # One trainer per run directory (run_lock.py), taken before anything is read or written.
+    with run_directory_lock(run_dir, enabled=env_world().is_main):
+        device = resolve_device(cfg.trainer.device.value)
+        with StopSignals() as stop, distributed_session(device.type) as world:
+            if world.distributed and device.type == "cuda":
+                device = torch.device("cuda", world.local_rank)
+            return _run_training(cfg, run_dir, stop, device, world)
 
 
 def _decided_on_main(world: WorldInfo, decide: Callable[[], T]) -> T:
@@ -460,7 +461,9 @@ def evaluate_checkpoint(
     the checkpoint, its step, the split and every decoding setting (attnseq/eval_results.py);
     the returned metrics name it (`.result.folder`).
     `split` is a split name of the checkpoint's dataset (test, valid) or a path: a parallel
-    file prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file.
+    file prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file. The data locations
+    the checkpoint's config names (data.root, data.splits, source=hub) must stay under this
+    machine's data root unless `overrides` set them (attnseq/data/checkpoint_paths.py).
     `save_attention`: also write the cross-attention of every output hypothesis to
     attention.npz in that folder (format: attnseq/saved_attention.py).
     `alignments`: also score the attention against a gold word-alignment set, as
@@ -470,6 +473,9 @@ def evaluate_checkpoint(
     payload = load_checkpoint(path)
     overrides = list(overrides or [])
     cfg = config_from_dict(payload["config"], overrides)
+    # The checkpoint's data paths stay under the data root unless the user overrides them.
+    dataset_split = split in ("train", "valid", "test") or split in cfg.data.splits
+    check_checkpoint_data(cfg.data, overridden_keys(overrides), reads_dataset=dataset_split)
     if max_tokens:
         cfg.data.eval_max_tokens = max_tokens
     tokenizers = Tokenizers.from_state(payload["tokenizers"])

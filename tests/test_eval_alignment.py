@@ -67,7 +67,10 @@ def setup(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
 
 
 def run_eval(checkpoint: Path, out: Path, *args: str):
-    return CliRunner().invoke(app, ["eval", str(checkpoint), "--out", str(out), *args])
+    # the checkpoint's data.root, given on the command line: eval reads files there
+    root = load_checkpoint(checkpoint)["config"]["data"]["root"]
+    command = ["eval", str(checkpoint), f"data.root={root}", "--out", str(out), *args]
+    return CliRunner().invoke(app, command)
 
 
 def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:

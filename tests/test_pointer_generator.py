@@ -165,7 +165,11 @@ def test_trained_copy_model_copies_unseen_names(trained_copy_run) -> None:
     # the saved attention names the copied words as the source has them
     out = run_dir / "eval"
     again = evaluate_checkpoint(
-        run_dir / "checkpoints" / "best.pt", device_name="cpu", out_dir=out, save_attention=True
+        run_dir / "checkpoints" / "best.pt",
+        device_name="cpu",
+        out_dir=out,
+        save_attention=True,
+        overrides=[f"data.root={data}"],  # a checkpoint's own data.root needs the user's word
     )
     assert again["test/exact_match"] == pytest.approx(metrics["test/exact_match"])
     assert again["test/p_gen_mean"] == pytest.approx(metrics["test/p_gen_mean"], abs=1e-6)

@@ -1,5 +1,9 @@
-"""A run directory holds one trainer at a time; a dead trainer's lock never blocks."""
+"""One trainer per run directory: a second training into a directory another process trains
+in stops with exit status 2 and one line naming the holder, before writing anything; a lock
+left by a killed process does not block."""
 
+import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -9,80 +13,154 @@ from pathlib import Path
 
 import pytest
 from helpers import tiny_config
-from typer.testing import CliRunner
 
-from attnseq.cli import app
+from attnseq import run_lock
+from attnseq.checkpoint import load_checkpoint
 from attnseq.errors import UserError
-from attnseq.run_lock import LOCK_NAME, check_run_directory_free, run_directory_lock
 from attnseq.tasks import run_training
 
-runner = CliRunner()
+HOLD = (
+    "import sys, time; from pathlib import Path; from attnseq import run_lock; "
+    "run_lock.acquire(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)"
+)
+TINY = [
+    "data.train_size=200",
+    "data.valid_size=10",
+    "data.test_size=10",
+    "model.hidden=16",
+    "model.emb_dim=8",
+    "trainer.device=cpu",
+    "trainer.threads=1",
+]
 
 
-def test_a_second_holder_is_refused_naming_the_first(tmp_path: Path) -> None:
-    with run_directory_lock(tmp_path):
-        holder = (tmp_path / LOCK_NAME).read_text()
-        assert f"pid {os.getpid()}" in holder
-        with pytest.raises(
-            UserError, match=rf"in use: a training is running there \(pid {os.getpid()}"
-        ):
-            with run_directory_lock(tmp_path):
-                pass
-        with pytest.raises(UserError, match="in use"):
-            check_run_directory_free(tmp_path)
-    check_run_directory_free(tmp_path)  # released on exit
-    with run_directory_lock(tmp_path):
-        pass
+def holder(run_dir: Path) -> subprocess.Popen:
+    """Another process holding the lock of run_dir (until it is killed)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stdout.readline().strip() == "locked"
+    return process
 
 
-def test_training_into_a_locked_folder_stops_before_touching_it(tmp_path: Path) -> None:
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"the other run's checkpoint")
-    (tmp_path / "checkpoints" / ".last.pt.123.tmp").write_bytes(b"being written")
-    with run_directory_lock(tmp_path):
-        with pytest.raises(UserError, match="in use"):
-            run_training(tiny_config(), tmp_path)
-    assert (tmp_path / "checkpoints" / "last.pt").read_bytes() == b"the other run's checkpoint"
-    assert (tmp_path / "checkpoints" / ".last.pt.123.tmp").exists()  # no clean-up of its files
+def attnseq(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attnseq", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-def test_the_cli_refuses_before_hydra_writes_into_the_folder(tmp_path: Path) -> None:
+def test_a_held_directory_refuses_a_second_holder(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    with run_directory_lock(run_dir):
-        result = runner.invoke(app, ["train", f"hydra.run.dir={run_dir}", "trainer.max_steps=2"])
-    assert result.exit_code == 2
-    assert "is in use: a training is running there" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
-    assert not (run_dir / ".hydra").exists()
+    process = holder(run_dir)
+    try:
+        with pytest.raises(UserError) as error:
+            run_lock.acquire(run_dir)
+        message = str(error.value)
+        assert f"pid {process.pid} on " in message and "in use" in message
+        assert "\n" not in message
+        # the library entry point too: nothing read or written, no checkpoint folder
+        with pytest.raises(UserError, match=f"pid {process.pid}"):
+            run_training(tiny_config(), run_dir)
+        assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_NAME]
+    finally:
+        process.kill()
+        process.wait()
 
 
-def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path: Path) -> None:
-    holder = subprocess.Popen(
+def test_a_lock_left_by_a_killed_process_is_free(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    process = holder(run_dir)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    left = json.loads((run_dir / run_lock.LOCK_NAME).read_text())
+    assert left["pid"] == process.pid  # the file stays; the kernel released the lock
+    with run_lock.run_directory_lock(run_dir):
+        mine = json.loads((run_dir / run_lock.LOCK_NAME).read_text())
+        assert mine["pid"] == os.getpid()
+        with run_lock.run_directory_lock(run_dir):  # reentrant within one process
+            pass
+        assert run_dir.resolve() in run_lock._held  # still held after the inner exit
+    assert run_dir.resolve() not in run_lock._held
+    # given back: another process can take it now
+    other = holder(run_dir)
+    other.kill()
+    other.wait()
+
+
+def test_cli_train_into_a_busy_directory_exits_2_writing_nothing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    process = holder(run_dir)
+    try:
+        result = attnseq("train", *TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    finally:
+        process.kill()
+        process.wait()
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: run directory")
+    assert f"pid {process.pid}" in lines[0] and "Traceback" not in result.stderr
+    # Hydra never ran: no .hydra/, no train.log, no checkpoints
+    assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_NAME]
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_two_trainings_into_one_directory(tmp_path: Path) -> None:
+    """A real first training keeps its directory: the second exits 2 with one line, the first's
+    .hydra/ and log are untouched by it, and the first ends normally with its own checkpoint."""
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen(
         [
             sys.executable,
-            "-c",
-            "import sys, time; from pathlib import Path; from attnseq.run_lock import "
-            "run_directory_lock\nwith run_directory_lock(Path(sys.argv[1])):\n"
-            "    print('locked', flush=True); time.sleep(60)",
-            str(tmp_path),
+            "-m",
+            "attnseq",
+            "train",
+            *TINY,
+            "trainer.max_steps=100000",
+            "trainer.max_epochs=100000",
+            "trainer.validate_every=5",
+            f"hydra.run.dir={run_dir}",
         ],
+        cwd=tmp_path,
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        with pytest.raises(UserError, match=f"pid {holder.pid}"):
-            check_run_directory_free(tmp_path)
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait(timeout=30)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-    deadline = time.monotonic() + 10
-    while True:  # the kernel drops the lock with the process
-        try:
-            with run_directory_lock(tmp_path):
+        last = run_dir / "checkpoints" / "last.pt"
+        for _ in range(600):  # the first has started training once it saved a checkpoint
+            if last.is_file() or first.poll() is not None:
                 break
-        except UserError:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+            time.sleep(0.1)
+        assert last.is_file() and first.poll() is None
+        hydra_files = digest(run_dir / ".hydra")
+        second = attnseq(
+            "train", *TINY, "data.train_size=37", f"hydra.run.dir={run_dir}", cwd=tmp_path
+        )
+        assert second.returncode == 2
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: run directory")
+        assert f"pid {first.pid}" in lines[0]
+        assert digest(run_dir / ".hydra") == hydra_files
+        assert first.poll() is None  # still training
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+        assert first.returncode == 143
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    config = load_checkpoint(last)["config"]
+    assert config["data"]["train_size"] == 200  # the first run's, not the second's
+    assert "train: 37 pairs" not in (run_dir / "train.log").read_text()

@@ -12,12 +12,20 @@ Steps, in order:
    |-------------|------------------------|-----------------------------|----------------------|
    | train       | dropped                | translation: dropped;       | dropped              |
    |             |                        | summarization: truncated    |                      |
-   | valid, test | kept                   | truncated                   | ids truncated (loss) |
+   | valid, test | kept, not scored       | truncated                   | ids truncated (loss) |
+
+   Empty examples (no source or no target tokens) follow one rule in every split: the model
+   never learns from them and they never count in a score. Training drops them (counted as
+   `dropped_empty`); evaluation splits keep their line, so hypothesis files stay line-aligned
+   with the input (an empty source gets the empty hypothesis, a non-empty source is still
+   translated), but leave them out of the loss and the metrics (counted as `skipped_empty`,
+   which evaluation reports as `SPLIT/skipped_empty` in its metrics). A split with no example
+   left to train on or to score is a UserError.
 
    Evaluation splits keep every example and its full reference *text* (what metrics compare
-   with), so scores are always over the whole official split; only the ids are cut, which keeps
-   sequences within the model's positions. Every split's counts are logged (logger "attnseq")
-   and returned in `PreparedData.stats`.
+   with), so scores are over the whole official split but its empty examples; only the ids are
+   cut, which keeps sequences within the model's positions. Every split's counts are logged
+   (logger "attnseq") and returned in `PreparedData.stats`.
 4. A cache: for local and hub data the result (tokenizers included) is saved as Arrow
    (`datasets.DatasetDict.save_to_disk`) under `cache_root()/prepared/<key>/`, where the key
    hashes the data files' identity (resolved path, size, modification time; for the hub: name,
@@ -59,7 +67,7 @@ log = logging.getLogger("attnseq")
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), no BOS/EOS
 TRAIN = "train"
-PREPARED_VERSION = 1  # bump when the cached layout or the rules above change
+PREPARED_VERSION = 2  # bump when the cached layout or the rules above change
 
 # DataConfig fields that change what prepare_data returns for file/hub data. Batching fields and
 # the generated-task fields are left out, so changing them reuses the cache.
@@ -83,7 +91,7 @@ _KEY_FIELDS = (
     "spm_character_coverage",
     "spm_joint",
 )
-STAT_KEYS = ("total", "kept", "dropped_empty", "dropped_too_long", "truncated")
+STAT_KEYS = ("total", "kept", "dropped_empty", "skipped_empty", "dropped_too_long", "truncated")
 
 
 @dataclass
@@ -124,7 +132,8 @@ class PreparedData:
     pairs: {split: text pairs of the kept examples}, aligned with `examples` (evaluation
         splits keep every example, so their target texts are the full references).
     examples: {split: (source ids, target ids)} without BOS/EOS, after the length rules.
-    stats: {split: {"total", "kept", "dropped_empty", "dropped_too_long", "truncated"}}.
+    stats: {split: {"total", "kept", "dropped_empty", "skipped_empty", "dropped_too_long",
+        "truncated"}}.
     """
 
     tokenizers: TokenizerPair
@@ -224,6 +233,16 @@ def _build(
             f"no training examples left: all {data.stats[TRAIN]['total']} were empty or longer "
             f"than data.max_src_len={cfg.max_src_len} / data.max_tgt_len={cfg.max_tgt_len}"
         )
+    for name, stats in data.stats.items():
+        if name != TRAIN and stats["kept"] == stats["skipped_empty"]:
+            raise UserError(
+                f"nothing to evaluate in the {name} split: "
+                + (
+                    f"all {stats['total']} examples have an empty source or target"
+                    if stats["total"]
+                    else "it holds no examples"
+                )
+            )
     return data
 
 
@@ -255,6 +274,7 @@ def encode_split(
             if src_too_long:  # summarization: the lead of a document carries most of it
                 src, cut = src[: cfg.max_src_len], True
         else:
+            stats["skipped_empty"] += not src or not tgt
             if len(src) > cfg.max_src_len:
                 src, cut = src[: cfg.max_src_len], True
             if len(tgt) > cfg.max_tgt_len:
@@ -278,10 +298,11 @@ def _log_stats(cfg: DataConfig, name: str, stats: dict[str, int]) -> None:
         f"data {cfg.name}/{name}: {stats['total']} pairs, {stats['kept']} kept; dropped "
         f"{stats['dropped_empty']} empty and {stats['dropped_too_long']} over "
         f"max_src_len={cfg.max_src_len}/max_tgt_len={cfg.max_tgt_len}; "
-        f"{stats['truncated']} truncated"
+        f"{stats['truncated']} truncated" + _skipped_note(stats)
     )
-    # A tenth of a split lost or cut is worth a look at the limits.
-    worrying = stats["total"] and (dropped + stats["truncated"]) * 10 > stats["total"]
+    # A tenth of a split lost, cut or unscored is worth a look at the data and the limits.
+    lost = dropped + stats["truncated"] + stats["skipped_empty"]
+    worrying = stats["total"] and lost * 10 > stats["total"]
     log.log(logging.WARNING if worrying else logging.INFO, message)
 
 
@@ -396,11 +417,22 @@ def _load_cached(folder: Path) -> PreparedData | None:
 
 def _log_stats_cached(name: str, stats: dict[str, int]) -> None:
     log.info(
-        "data %s (cached): %d pairs, %d kept, %d empty and %d too long dropped, %d truncated",
+        "data %s (cached): %d pairs, %d kept, %d empty and %d too long dropped, %d truncated%s",
         name,
         stats["total"],
         stats["kept"],
         stats["dropped_empty"],
         stats["dropped_too_long"],
         stats["truncated"],
+        _skipped_note(stats),
+    )
+
+
+def _skipped_note(stats: dict[str, int]) -> str:
+    skipped = stats["skipped_empty"]
+    if not skipped:
+        return ""
+    return (
+        f"; {skipped} with an empty source or target kept as lines but left out of the "
+        "loss and metrics"
     )

@@ -15,7 +15,9 @@ Three kinds of source (`data.source`):
       0-based column numbers; the defaults "src"/"tgt" mean columns 0 and 1; any other name
       means the first line is a header and the named columns are used.
     * jsonl: one JSON object per line; the fields may be dotted paths into nested objects
-      (`translation.de`).
+      (`translation.de`) and must hold JSON strings (null or a missing field is an empty
+      text); a number, boolean, array or object is a UserError naming the line, never turned
+      into text.
 - hub: `datasets.load_dataset(data.hub_name, data.hub_config, split=data.splits[split])`, with
   the same (possibly dotted) field names. `hub_name` may end in `@REVISION` (a branch, tag or
   commit, e.g. `IWSLT/iwslt2017@refs/convert/parquet`).
@@ -46,6 +48,7 @@ from typing import Any
 
 from attnseq.config.schema import DataConfig, DataSource, FileFormat
 from attnseq.data.generated import TASKS, make_splits
+from attnseq.data.json_fields import not_text_error, raw_field, text_column
 from attnseq.errors import UserError
 
 Pairs = list[tuple[str, str]]
@@ -309,42 +312,12 @@ def _tsv_column(field: str) -> int | str:
 
 def read_jsonl(path: Path, src_field: str, tgt_field: str) -> Pairs:
     """One JSON object per line; fields may be dotted paths (`translation.de`)."""
-    dataset = _load_local("json", path)
+    dataset = _load_local("json", path, fields={"src_field": src_field, "tgt_field": tgt_field})
     try:
-        pairs = _pairs_from_dataset(dataset, src_field, tgt_field, str(path))
+        return _pairs_from_dataset(dataset, src_field, tgt_field, str(path), path)
     except UnicodeDecodeError as error:
         # Arrow's JSON reader lets some invalid UTF-8 through; it surfaces on conversion.
         raise _diagnose(path, "json", error) from None
-    _check_raw_field_types(path, (src_field, tgt_field))
-    return pairs
-
-
-def _check_raw_field_types(path: Path, fields: Sequence[str]) -> None:
-    """UserError unless every record's fields hold text (or are missing or null).
-
-    Arrow infers one type per column and casts to it, so a record holding a list or a number
-    among strings arrives as the text '["a", "b"]' or '3'; the raw JSON keeps its real type.
-    """
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            record: Any = json.loads(line)
-            for field in fields:
-                value = record
-                for part in field.split("."):
-                    value = value.get(part) if isinstance(value, dict) else None
-                if value is not None and not isinstance(value, str):
-                    shown = json.dumps(value, ensure_ascii=False)
-                    raise UserError(
-                        f"{path}: line {number} field {field!r} holds a JSON "
-                        f"{_json_type(value)} ({shown[:40]}), not text"
-                    )
-
-
-def _json_type(value: Any) -> str:
-    names = {bool: "boolean", int: "number", float: "number", list: "list", dict: "object"}
-    return names.get(type(value), type(value).__name__)
 
 
 def read_hub(name: str, config: str | None, split: str, src_field: str, tgt_field: str) -> Pairs:
@@ -393,8 +366,13 @@ def _hub_failure(what: str, split: str, error: Exception) -> str:
     return f"could not fetch {what} split {split!r}: {reason}; {hint}"
 
 
-def _pairs_from_dataset(dataset: Any, src_field: str, tgt_field: str, origin: str) -> Pairs:
-    """Two (possibly dotted) columns of a `datasets.Dataset` as stripped text pairs."""
+def _pairs_from_dataset(
+    dataset: Any, src_field: str, tgt_field: str, origin: str, path: Path | None = None
+) -> Pairs:
+    """Two (possibly dotted) columns of a `datasets.Dataset` as stripped text pairs.
+
+    `path`: the JSON-lines file the dataset was read from, to name the line of a bad value.
+    """
     # flatten() turns nested structs into dotted column names: translation -> translation.de
     flat = dataset.flatten()
     columns = []
@@ -404,24 +382,8 @@ def _pairs_from_dataset(dataset: Any, src_field: str, tgt_field: str, origin: st
                 f"{origin} has no field {field!r} (data.{key}); fields: "
                 f"{', '.join(flat.column_names)}"
             )
-        values = flat.data.column(field).to_pylist()
-        columns.append(
-            [_as_text(value, field, origin, number) for number, value in enumerate(values, 1)]
-        )
+        columns.append(text_column(flat, field, key, origin, path))
     return [(src.strip(), tgt.strip()) for src, tgt in zip(*columns, strict=True)]
-
-
-def _as_text(value: Any, field: str, origin: str, number: int) -> str:
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""  # a missing value: an empty example, dropped from train and counted
-    if isinstance(value, (list, dict)):
-        raise UserError(
-            f"{origin}: record {number} field {field!r} holds a {type(value).__name__}, not "
-            "text; name a text field (dotted for nested objects, e.g. translation.de)"
-        )
-    return str(value)
 
 
 # ------------------------------------------------------------------------------ via datasets
@@ -431,11 +393,13 @@ def _read_lines(path: Path) -> list[str]:
     return dataset.data.column("text").to_pylist()
 
 
-def _load_local(builder: str, path: Path) -> Any:
+def _load_local(builder: str, path: Path, fields: dict[str, str] | None = None) -> Any:
     """`datasets.load_dataset(builder, data_files=path)` with errors turned into UserError.
 
     The library keeps an Arrow copy of the file under cache_root()/datasets, keyed by the
-    file's path and modification time, so a second read is a memory map.
+    file's path and modification time, so a second read is a memory map. `fields`
+    ({"src_field": name, ...}): JSON fields whose values must be strings, checked on the
+    raw lines when the library cannot read the file.
     """
     import datasets
 
@@ -450,10 +414,12 @@ def _load_local(builder: str, path: Path) -> Any:
                 cache_dir=str(cache_root() / "datasets"),
             )
     except Exception as error:  # DatasetGenerationError wraps the real cause
-        raise _diagnose(path, builder, error) from None
+        raise _diagnose(path, builder, error, fields) from None
 
 
-def _diagnose(path: Path, builder: str, error: Exception) -> UserError:
+def _diagnose(
+    path: Path, builder: str, error: Exception, fields: dict[str, str] | None = None
+) -> UserError:
     """A UserError naming the file and, where it can be found, the offending line."""
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -474,6 +440,10 @@ def _diagnose(path: Path, builder: str, error: Exception) -> UserError:
                         f"{path}: line {number} is a JSON {type(record).__name__}, "
                         "expected one object per line"
                     )
+                for key, field in (fields or {}).items():
+                    value = raw_field(record, field)
+                    if value is not None and not isinstance(value, str):
+                        return not_text_error(f"{path}: line {number}", field, key, value)
     return UserError(f"could not read {path} as {builder}: {_root_message(error)}")
 
 

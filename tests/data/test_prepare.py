@@ -67,6 +67,7 @@ def test_multi30k_slice_end_to_end(cache: Path, multi30k: DataConfig) -> None:
             "total": N_LINES,
             "kept": N_LINES,
             "dropped_empty": 0,
+            "skipped_empty": 0,
             "dropped_too_long": 0,
             "truncated": 0,
         }
@@ -174,6 +175,7 @@ def test_length_rules_and_counts(
         "total": 5,
         "kept": 2 if summarization else 1,
         "dropped_empty": 2,
+        "skipped_empty": 0,
         "dropped_too_long": 1 if summarization else 2,
         "truncated": 1 if summarization else 0,
     }
@@ -186,6 +188,7 @@ def test_length_rules_and_counts(
         "total": 5,
         "kept": 5,
         "dropped_empty": 0,
+        "skipped_empty": 2,
         "dropped_too_long": 0,
         "truncated": 2,
     }
@@ -194,6 +197,7 @@ def test_length_rules_and_counts(
     assert isinstance(data.tokenizers.src, WordTokenizer)
     logged = caplog.text
     assert "toy/train: 5 pairs" in logged and "2 empty" in logged
+    assert "toy/test: 5 pairs" in logged and "2 with an empty source or target" in logged
     assert not (cache / "prepared").exists()  # given pairs are not cached
 
 
@@ -203,6 +207,15 @@ def test_nothing_left_to_train_on(cache: Path) -> None:
         prepare_data(cfg, seed=1, pairs={"train": PAIRS[1:]})
     with pytest.raises(UserError, match="no pairs given for split"):
         prepare_data(cfg, seed=1, pairs={"train": PAIRS}, splits=["valid"])
+
+
+def test_nothing_left_to_evaluate(cache: Path) -> None:
+    cfg = word_config(TaskType.translation)
+    empty_only = [("", "x"), ("a", "")]
+    with pytest.raises(UserError, match="nothing to evaluate in the test split: all 2 examples"):
+        prepare_data(cfg, seed=1, pairs={"train": PAIRS, "test": empty_only})
+    with pytest.raises(UserError, match="nothing to evaluate in the valid split: it holds no"):
+        prepare_data(cfg, seed=1, pairs={"train": PAIRS, "valid": []})
 
 
 def test_generated_tasks_are_not_cached(cache: Path) -> None:

@@ -137,7 +137,7 @@ def test_jsonl_aeslc_slice(shared_data: Path, tmp_path: Path) -> None:
     assert train == [(r["src"].strip(), r["tgt"].strip()) for r in records]
     assert any("\n" in src for src, _ in train)  # inner newlines are kept
     cfg.tgt_field = "refs"  # a list, not text
-    with pytest.raises(UserError, match="refs.*list"):
+    with pytest.raises(UserError, match=r"line 1 field 'refs' \(data.tgt_field\) holds .* array"):
         load_splits(cfg, seed=1, splits=["train"])
     cfg.tgt_field = "subject"
     with pytest.raises(UserError, match="no field 'subject'.*src, tgt"):
@@ -162,6 +162,61 @@ def test_jsonl_dotted_fields(tmp_path: Path) -> None:
         ("Ein Hund.", "A dog."),
         ("Zwei Katzen.", "Two cats."),
     ]
+
+
+@pytest.mark.parametrize(
+    ("records", "line", "field", "kind"),
+    [
+        # mixed types in one field: Arrow keeps it as JSON text, which must not pass as text
+        (['{"src": "a", "tgt": "b"}', '{"src": "c", "tgt": ["a", "b"]}'], 2, "tgt", "array"),
+        (['{"src": "a", "tgt": "b"}', '{"src": "c", "tgt": 5}'], 2, "tgt", "number"),
+        (['{"src": "a", "tgt": true}'], 1, "tgt", "boolean"),
+        (['{"src": "a", "tgt": "b"}', '{"src": {"x": "y"}, "tgt": "c"}'], 2, "src", "object"),
+        (['{"src": 1.5, "tgt": 2}'], 1, "src", "number"),  # the whole column numbers
+        (['{"src": ["a"], "tgt": "b"}'], 1, "src", "array"),
+        # a blank line before the bad record: the message names the file's line
+        (['{"src": "a", "tgt": "b"}', "", '{"src": "c", "tgt": ["x"]}'], 3, "tgt", "array"),
+        (['{"src": "a", "tgt": "b"}', "", '{"src": "c", "tgt": 7}'], 3, "tgt", "number"),
+    ],
+)
+def test_jsonl_fields_must_hold_strings(
+    tmp_path: Path, records: list[str], line: int, field: str, kind: str
+) -> None:
+    write(tmp_path / "t.jsonl", "\n".join(records) + "\n")
+    cfg = local(tmp_path, FileFormat.jsonl, {"train": "t.jsonl"})
+    with pytest.raises(UserError) as error:
+        load_splits(cfg, 1, ["train"])
+    message = str(error.value)
+    assert f"t.jsonl: line {line} field {field!r} (data.{field}_field) holds a JSON {kind}" in (
+        message
+    )
+    assert "\n" not in message
+
+
+def test_jsonl_texts_stay_as_written(tmp_path: Path) -> None:
+    """Arrow types "1998-03-03" as a timestamp; the text is what the file says."""
+    records = ['{"src": "3 March 1998", "tgt": "1998-03-03"}', "", '{"src": "x", "tgt": "12:30"}']
+    write(tmp_path / "d.jsonl", "\n".join(records) + "\n")
+    cfg = local(tmp_path, FileFormat.jsonl, {})
+    expected = [("3 March 1998", "1998-03-03"), ("x", "12:30")]
+    assert load_pairs_from_path("d.jsonl", cfg) == expected
+
+
+def test_jsonl_nested_field_types_and_missing_values(tmp_path: Path) -> None:
+    records = [
+        {"translation": {"de": "Hund", "en": "dog"}},
+        {"translation": {"de": "Katze", "en": ["cat"]}},
+    ]
+    write(tmp_path / "n.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    fields = {"src_field": "translation.de", "tgt_field": "translation.en"}
+    cfg = local(tmp_path, FileFormat.jsonl, {"train": "n.jsonl"}, **fields)
+    with pytest.raises(UserError, match=r"line 2 field 'translation.en' .* JSON array"):
+        load_splits(cfg, 1, ["train"])
+    # null and a missing field are empty texts (empty examples: dropped from train, counted)
+    missing = '{"src": "a", "tgt": null}\n{"src": "b"}\n{"src": "c", "tgt": "d"}\n'
+    write(tmp_path / "m.jsonl", missing)
+    cfg = local(tmp_path, FileFormat.jsonl, {})
+    assert load_pairs_from_path("m.jsonl", cfg) == [("a", ""), ("b", ""), ("c", "d")]
 
 
 def test_tsv_header_names_and_bad_lines(tmp_path: Path) -> None:
@@ -317,16 +372,3 @@ def test_hub_offline_is_a_clear_user_error(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(datasets, "load_dataset", script)
     with pytest.raises(UserError, match="refs/convert/parquet"):
         load_splits(hub_config(), seed=1, splits=["train"])
-
-
-@pytest.mark.parametrize(
-    ("value", "kind"),
-    [(["a", "b"], "list"), (3, "number"), (True, "boolean"), ({"x": 1}, "object")],
-)
-def test_jsonl_fields_are_checked_on_the_raw_values(tmp_path: Path, value, kind: str) -> None:
-    """A list or a number among strings is refused as such, not trained on as its JSON text."""
-    records = [{"src": "a b", "tgt": "b a"}, {"src": "c d", "tgt": value}, {"src": "e", "tgt": "e"}]
-    write(tmp_path / "m.jsonl", "".join(json.dumps(r) + "\n" for r in records))
-    cfg = local(tmp_path, FileFormat.jsonl, {"train": "m.jsonl"})
-    with pytest.raises(UserError, match=rf"m\.jsonl: line 2 field 'tgt' holds a JSON {kind}"):
-        load_splits(cfg, 1, ["train"])
