@@ -263,6 +263,9 @@ def saved_attention_map(path: Path, index: int) -> tuple[AttentionMap, str]:
         src_kind, tgt_kind = str(saved.meta["src_kind"]), str(saved.meta["tgt_kind"])
         split = str(saved.meta["split"])
     weights = example.weights
+    if 0 in weights.shape[-2:]:
+        empty = "source" if weights.shape[-1] == 0 else "output"
+        raise UserError(f"example {index} of {path} has no attention to draw: its {empty} is empty")
     if family != "transformer" and weights.shape[:2] == (1, 1):
         weights = weights[0, 0]  # (T, S)
     attention = AttentionMap(

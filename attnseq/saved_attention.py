@@ -38,7 +38,7 @@ the back-pointers of the returned hypothesis), not of a second teacher-forced pa
 """
 
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,6 +262,61 @@ class SavedExample:
     score: float
 
 
+# What each scalar's dtype kind must be (numpy kinds: U text, i/u integer, f float).
+_SCALAR_KINDS = {
+    "format": "U",
+    "version": "iu",
+    "split": "U",
+    "family": "U",
+    "beam": "iu",
+    "length_penalty": "f",
+    "layers": "iu",
+    "heads": "iu",
+    "src_kind": "U",
+    "tgt_kind": "U",
+    "count": "iu",
+}
+_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+    (3, 0): np.lib.format.read_array_header_2_0,  # 3.0 differs only in the header's encoding
+}
+
+
+def _member_headers(
+    path: Path, fail: Callable[[str], UserError]
+) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape and dtype of every .npy member of an .npz archive, read from the headers alone.
+
+    A member whose header declares more data than it holds (or object arrays, which would need
+    pickle) is refused here, so a crafted archive cannot make np.load allocate what it claims.
+    """
+    headers: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                key = info.filename.removesuffix(".npy")
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    reader = _HEADER_READERS.get(version)
+                    if reader is None:
+                        raise fail(f"{key} has .npy format version {version}")
+                    shape, _, dtype = reader(member)
+                    header_bytes = member.tell()
+                if dtype.hasobject:
+                    raise fail(f"entry {key!r} cannot be read: it holds Python objects")
+                declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                if declared != info.file_size - header_bytes:
+                    raise fail(
+                        f"{key} declares {declared:,} bytes of data but holds "
+                        f"{info.file_size - header_bytes:,}"
+                    )
+                headers[key] = (tuple(shape), dtype)
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as error:
+        raise fail(f"unreadable archive member: {error}") from None
+    return headers
+
+
 class SavedAttention:
     """A file written by `save_attention`, opened for reading (checked on opening).
 
@@ -281,6 +336,7 @@ class SavedAttention:
                 f"cannot read {self.path}: not a NumPy .npz archive written by "
                 "`attnseq eval --save-attention`"
             )
+        self._headers = _member_headers(self.path, self._fail)
         try:
             self._npz = np.load(self.path, allow_pickle=False)
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
@@ -310,7 +366,22 @@ class SavedAttention:
         except (ValueError, OSError, zipfile.BadZipFile, EOFError) as error:
             raise self._fail(f"entry {key!r} cannot be read: {error}") from None
 
+    def _check_headers(self) -> None:
+        """Shapes and kinds from the headers, before any array is read: a crafted header can
+        declare any size, and np.load would allocate it."""
+        for key in (*_SCALARS, *_ARRAYS):
+            if key not in self._headers:
+                raise self._fail(f"no {key!r} entry")
+        for key, kind in _SCALAR_KINDS.items():
+            shape, dtype = self._headers[key]
+            if shape != () or dtype.kind not in kind:
+                raise self._fail(f"{key} is a {dtype} array of shape {shape}, not a scalar")
+        for key in _ARRAYS:
+            if len(self._headers[key][0]) != 1:
+                raise self._fail(f"{key} has shape {self._headers[key][0]}, not one dimension")
+
     def _check(self) -> None:
+        self._check_headers()
         meta = {key: self._get(key) for key in _SCALARS}
         if meta["format"].shape != () or str(meta["format"]) != FORMAT:
             raise self._fail(f"format marker is not {FORMAT!r}")
@@ -321,6 +392,8 @@ class SavedAttention:
             )
         self.meta: dict[str, Any] = {key: value.item() for key, value in meta.items()}
         self.count = int(self.meta["count"])
+        if self.count < 0 or min(int(self.meta["layers"]), int(self.meta["heads"])) < 1:
+            raise self._fail("count, layers or heads out of range")
         self._arrays = {key: self._get(key) for key in _ARRAYS}
         for side in ("src", "hyp"):
             offsets = self._arrays[f"{side}_offsets"]
@@ -360,10 +433,13 @@ class SavedAttention:
         a = self._arrays
         s0, s1 = int(a["src_offsets"][index]), int(a["src_offsets"][index + 1])
         t0, t1 = int(a["hyp_offsets"][index]), int(a["hyp_offsets"][index + 1])
-        weights = self._get(weights_key(index))
         expected = (int(self.meta["layers"]), int(self.meta["heads"]), t1 - t0, s1 - s0)
-        if weights.shape != expected:
-            raise self._fail(f"{weights_key(index)} has shape {weights.shape}, expected {expected}")
+        header = self._headers.get(weights_key(index))
+        if header is None:
+            raise self._fail(f"no {weights_key(index)!r} entry")
+        if header[0] != expected or header[1].kind != "f":
+            raise self._fail(f"{weights_key(index)} has shape {header[0]}, expected {expected}")
+        weights = self._get(weights_key(index))
         return SavedExample(
             index=index,
             weights=weights,

@@ -1,6 +1,8 @@
 """`attnseq eval --save-attention` and `attnseq visualize-alignment --from-saved`: the .npz file
 holds the attention the decoder produced for the output (greedy and beam), and redraws it."""
 
+import io
+import re
 import zipfile
 from pathlib import Path
 
@@ -306,3 +308,83 @@ def test_a_model_without_attention_has_nothing_to_save(tmp_path) -> None:
     assert result.exit_code == 2, result.output
     assert "--save-attention: this model has no attention" in result.output
     assert not (tmp_path / "run" / "eval").exists()
+
+
+def _good_arrays(tmp_path: Path) -> dict[str, np.ndarray]:
+    good = save_attention(
+        tmp_path / "good.npz",
+        [record(2, 3), record(1, 2)],
+        split="test",
+        family="rnn",
+        beam=1,
+        length_penalty=1.0,
+        src_kind="char",
+        tgt_kind="char",
+    )
+    with np.load(good, allow_pickle=False) as npz:
+        return {key: npz[key] for key in npz.files}
+
+
+def _huge_header_archive(path: Path, arrays: dict[str, np.ndarray]) -> Path:
+    """A valid archive whose weights_000000 header declares ~149 GiB but holds a few bytes."""
+    np.savez(path, **arrays)
+    with zipfile.ZipFile(path) as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    data = members["weights_000000.npy"]
+    header = np.lib.format.header_data_from_array_1_0(np.zeros((1, 1, 2, 3), np.float32))
+    header["shape"] = (1, 1, 200_000, 200_000)
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, header)
+    members["weights_000000.npy"] = buffer.getvalue() + data[-24:]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("count=-1", "count, layers or heads out of range"),
+        ("string version", "version is a <U1 array"),
+        ("huge header", "declares 160,000,000,000 bytes of data but holds 24"),
+        ("matrix offsets", "src_offsets has shape"),
+    ],
+)
+def test_crafted_archives_are_refused_from_their_headers(tmp_path, case, message) -> None:
+    arrays = _good_arrays(tmp_path)
+    path = tmp_path / "crafted.npz"
+    if case == "count=-1":
+        np.savez(path, **{**arrays, "count": np.array(-1)})
+    elif case == "string version":
+        np.savez(path, **{**arrays, "version": np.array("1")})
+    elif case == "matrix offsets":
+        np.savez(path, **{**arrays, "src_offsets": arrays["src_offsets"].reshape(1, -1)})
+    else:
+        _huge_header_archive(path, arrays)
+    with pytest.raises(UserError, match=re.escape(message)):
+        with SavedAttention(path) as saved:
+            saved.example(0)
+
+
+def test_a_zero_row_example_reads_but_draws_nothing(tmp_path) -> None:
+    """An empty output (an empty source line) is kept in the file; drawing it is a user error."""
+    from attnseq.alignment_view import saved_attention_map
+
+    arrays = _good_arrays(tmp_path)
+    offsets = arrays["hyp_offsets"].copy()
+    offsets[1] = offsets[0]  # example 0 keeps no rows; example 1 takes them over
+    path = tmp_path / "zero.npz"
+    np.savez(
+        path,
+        **{
+            **arrays,
+            "hyp_offsets": offsets,
+            "weights_000000": np.zeros((1, 1, 0, 3), np.float32),
+            "weights_000001": np.zeros((1, 1, int(offsets[2] - offsets[1]), 2), np.float32),
+        },
+    )
+    with SavedAttention(path) as saved:
+        assert saved.example(0).weights.shape == (1, 1, 0, 3)
+    with pytest.raises(UserError, match="example 0 of .* has no attention to draw"):
+        saved_attention_map(path, 0)
