@@ -362,9 +362,8 @@ def test_crafted_archives_are_refused_from_their_headers(tmp_path, case, message
         np.savez(path, **{**arrays, "src_offsets": arrays["src_offsets"].reshape(1, -1)})
     else:
         _huge_header_archive(path, arrays)
-    with pytest.raises(UserError, match=re.escape(message)):
-        with SavedAttention(path) as saved:
-            saved.example(0)
+    with pytest.raises(UserError, match=re.escape(message)), SavedAttention(path) as saved:
+        saved.example(0)
 
 
 def test_a_zero_row_example_reads_but_draws_nothing(tmp_path) -> None:
