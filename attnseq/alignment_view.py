@@ -31,8 +31,6 @@ import numpy as np
 import torch
 
 from attnseq.alignment import word_attention, word_ids
-from attnseq.checkpoint import load_checkpoint
-from attnseq.config.schema import config_from_dict
 from attnseq.data.extended_vocab import extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
@@ -65,14 +63,11 @@ class AlignmentViewer:
     """A loaded checkpoint that turns sentences into attention maps and figures."""
 
     def __init__(self, checkpoint: Path, device: str = "cpu") -> None:
-        from attnseq.tasks import Tokenizers, model_for  # the composition root builds models
+        from attnseq.models.loading import load_trained_model
 
-        payload = load_checkpoint(checkpoint)
-        self.cfg = config_from_dict(payload["config"])
-        self.tokenizers = Tokenizers.from_state(payload["tokenizers"])
-        self.model: Seq2Seq = model_for(self.cfg, self.tokenizers)
-        self.model.load_state_dict(payload["model"])
-        self.model.eval().to(device)
+        trained = load_trained_model(checkpoint)
+        self.cfg, self.tokenizers = trained.cfg, trained.tokenizers
+        self.model: Seq2Seq = trained.model.to(device)
         self.device = torch.device(device)
 
     def attention(self, src: str, tgt: str | None = None, kind: str = "cross") -> AttentionMap:

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from attnseq.checkpoint import load_checkpoint
 from attnseq.errors import UserError
+from attnseq.models.loading import check_structure
 
 # what describes one moment of a training run rather than the model itself
 RUN_STATE_KEYS = ("optimizer", "scheduler", "progress", "rng")
@@ -53,6 +54,7 @@ def average_checkpoints(paths: Sequence[Path]) -> dict[str, Any]:
         raise UserError("average needs at least one checkpoint")
     first_path = Path(paths[0])
     first = load_checkpoint(first_path)
+    check_structure(first_path, first)
     reference: dict[str, Tensor] = first["model"]
     sums = {
         name: tensor.to(torch.float64)
@@ -61,6 +63,7 @@ def average_checkpoints(paths: Sequence[Path]) -> dict[str, Any]:
     }
     for path in paths[1:]:
         payload = load_checkpoint(path)
+        check_structure(Path(path), payload)
         _check_same_model(first_path, first, Path(path), payload)
         for name, tensor in payload["model"].items():
             if name in sums:

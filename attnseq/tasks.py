@@ -23,7 +23,6 @@ from attnseq.checkpoint import load_checkpoint
 from attnseq.config.schema import (
     DataSource,
     TrainConfig,
-    config_from_dict,
     config_to_dict,
 )
 from attnseq.config.checks import validate
@@ -49,7 +48,7 @@ from attnseq.evaluation import (
     Hypothesis,
     load_alignment_set,
 )
-from attnseq.models import build_model
+from attnseq.models.loading import load_trained_model, model_for
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.optim import TrainingBudget, build_optimizer, build_scheduler
 from attnseq.resume import (
@@ -82,20 +81,6 @@ Tokenizers = TokenizerPair  # the name the rest of the code base uses
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
-
-
-def model_for(cfg: TrainConfig, tokenizers: Tokenizers) -> Seq2Seq:
-    tgt = tokenizers.tgt
-    return build_model(
-        cfg.model,
-        tokenizers.src.vocab_size,
-        tgt.vocab_size,
-        tgt.pad_id,
-        tgt.bos_id,
-        tgt.eos_id,
-        joint_vocabulary=tokenizers.joint,
-        unk_id=tgt.unk_id,
-    )
 
 
 def extended_split(
@@ -470,19 +455,16 @@ def evaluate_checkpoint(
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
     (``align/aer/layer2/head3``, ``align/aer/layer2/mean``).
     """
-    payload = load_checkpoint(path)
     overrides = list(overrides or [])
-    cfg = config_from_dict(payload["config"], overrides)
+    trained = load_trained_model(path, overrides)
+    payload, cfg, tokenizers = trained.payload, trained.cfg, trained.tokenizers
     # The checkpoint's data paths stay under the data root unless the user overrides them.
     dataset_split = split in ("train", "valid", "test") or split in cfg.data.splits
     check_checkpoint_data(cfg.data, overridden_keys(overrides), reads_dataset=dataset_split)
     if max_tokens:
         cfg.data.eval_max_tokens = max_tokens
-    tokenizers = Tokenizers.from_state(payload["tokenizers"])
     device = resolve_device(cfg.trainer.device.value if device_name == "auto" else device_name)
-    model = model_for(cfg, tokenizers)
-    model.load_state_dict(payload["model"])
-    model.to(device)
+    model = trained.model.to(device)
     no_attention = cfg.model.family.value == "rnn" and cfg.model.attention.score.value == "none"
     if no_attention and (save_attention or alignments is not None):
         option = "--save-attention" if save_attention else "--alignments"

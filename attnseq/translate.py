@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from attnseq.checkpoint import load_checkpoint
-from attnseq.config.schema import TrainConfig, config_from_dict
+from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extend_text
 from attnseq.decoding import DecodingSettings, Hypothesis, decode
 from attnseq.errors import UserError
@@ -79,14 +78,10 @@ class Translator:
         """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint);
         `overrides` (key=value) change its config, e.g. its decoding settings trainer.beam=3
         (UserError if one is invalid)."""
-        from attnseq.tasks import Tokenizers, model_for  # the composition root builds models
+        from attnseq.models.loading import load_trained_model
 
-        payload = load_checkpoint(path)
-        cfg = config_from_dict(payload["config"], overrides)
-        tokenizers = Tokenizers.from_state(payload["tokenizers"])
-        model = model_for(cfg, tokenizers)
-        model.load_state_dict(payload["model"])
-        return cls(model, tokenizers, cfg, resolve_device(device))
+        trained = load_trained_model(path, overrides)
+        return cls(trained.model, trained.tokenizers, trained.cfg, resolve_device(device))
 
     def settings(self, **changes: object) -> DecodingSettings:
         """The checkpoint's decoding settings (beam, length penalty, output length limits,

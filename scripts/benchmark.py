@@ -383,20 +383,15 @@ def run_setup(setup: str, args: argparse.Namespace, peak: float) -> dict[str, An
 def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
     """Decoding figures of a trained checkpoint on its dataset's test split (no training),
     with the test BLEU of each setting's output."""
-    from attnseq.checkpoint import load_checkpoint
-    from attnseq.config.schema import config_from_dict
     from attnseq.data.prepare import prepare_data
-    from attnseq.tasks import Tokenizers, model_for
+    from attnseq.models.loading import load_trained_model
     from attnseq.training import resolve_device
 
-    payload = load_checkpoint(path)
-    cfg = config_from_dict(payload["config"])
+    trained = load_trained_model(Path(path))
+    payload, cfg, tokenizers = trained.payload, trained.cfg, trained.tokenizers
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    tokenizers = Tokenizers.from_state(payload["tokenizers"])
-    model = model_for(cfg, tokenizers)
-    model.load_state_dict(payload["model"])
-    model.to(device)
+    model = trained.model.to(device)
     data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=["test"])
     print(f"checkpoint {path}: decoding", file=sys.stderr)
     results: dict[str, Any] = {

@@ -1,0 +1,119 @@
+"""A trained model from its checkpoint: the one loader of eval, translate, visualize-alignment
+and the scripts.
+
+A checkpoint is a file anyone can hand over, so its structure is checked before it is used,
+and each problem is one UserError naming the checkpoint and what is wrong with it: entries
+missing or of the wrong type, a config that is not a valid attnseq config, a tokenizer state
+that does not rebuild, or weights that do not fit the model the config describes (missing,
+unexpected or wrongly shaped tensors).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnseq.checkpoint import load_checkpoint
+from attnseq.config.schema import TrainConfig, config_from_dict
+from attnseq.data.prepare import TokenizerPair
+from attnseq.errors import UserError
+from attnseq.models import build_model
+from attnseq.models.seq2seq import Seq2Seq
+
+# entry -> the type a checkpoint must hold there
+_REQUIRED = {"config": dict, "tokenizers": dict, "model": dict}
+
+
+@dataclass
+class TrainedModel:
+    """What a checkpoint holds for inference: the model (CPU, eval mode), its resolved config
+    (overrides applied), its tokenizers, and the raw payload for anything else."""
+
+    model: Seq2Seq
+    cfg: TrainConfig
+    tokenizers: TokenizerPair
+    payload: dict[str, Any]
+
+
+def model_for(cfg: TrainConfig, tokenizers: TokenizerPair) -> Seq2Seq:
+    """An untrained model of `cfg.model` over the tokenizers' vocabularies."""
+    tgt = tokenizers.tgt
+    return build_model(
+        cfg.model,
+        tokenizers.src.vocab_size,
+        tgt.vocab_size,
+        tgt.pad_id,
+        tgt.bos_id,
+        tgt.eos_id,
+        joint_vocabulary=tokenizers.joint,
+        unk_id=tgt.unk_id,
+    )
+
+
+def check_structure(path: Path, payload: dict[str, Any]) -> None:
+    """UserError unless `payload` has a config, tokenizers and a state dict of tensors."""
+    for key, kind in _REQUIRED.items():
+        if not isinstance(payload.get(key), kind):
+            found = "missing" if key not in payload else f"a {type(payload[key]).__name__}"
+            raise UserError(
+                f"{path} is not a usable attnseq checkpoint: its {key!r} entry is {found}, "
+                f"not a {kind.__name__}"
+            )
+    not_tensors = [name for name, value in payload["model"].items() if not torch.is_tensor(value)]
+    if not_tensors:
+        raise UserError(f"{path}: model entry {not_tensors[0]!r} is not a tensor")
+
+
+def load_trained_model(path: Path, overrides: list[str] | None = None) -> TrainedModel:
+    """Load and check a checkpoint, apply `overrides` (key=value) to its config, build its
+    model and load the weights.
+
+    Raises:
+        UserError: the file is missing or not an attnseq checkpoint, its structure is broken
+            (see the module docstring), or an override is invalid.
+    """
+    payload = load_checkpoint(path)
+    check_structure(path, payload)
+    try:
+        config_from_dict(payload["config"])
+    except Exception as error:  # UserError for a bad value; others for a mangled structure
+        raise UserError(f"{path}: its config is not a valid attnseq config ({error})") from None
+    cfg = config_from_dict(payload["config"], overrides)  # a bad override: the user's error
+    try:
+        tokenizers = TokenizerPair.from_state(payload["tokenizers"])
+    except UserError:
+        raise
+    except Exception as error:  # a damaged state fails in many ways inside the tokenizers
+        raise UserError(
+            f"{path}: its tokenizer state is broken ({type(error).__name__}: {error})"
+        ) from None
+    model = model_for(cfg, tokenizers)
+    _load_weights(path, model, payload["model"])
+    return TrainedModel(model.eval(), cfg, tokenizers, payload)
+
+
+def _load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> None:
+    """`model.load_state_dict(state)`, or a UserError naming the tensors that do not fit."""
+    expected = model.state_dict()
+    missing = [name for name in expected if name not in state]
+    unexpected = [name for name in state if name not in expected]
+    wrong = [
+        f"{name} {tuple(state[name].shape)} (the config needs {tuple(tensor.shape)})"
+        for name, tensor in expected.items()
+        if name in state and state[name].shape != tensor.shape
+    ]
+    problems = [
+        f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+        for label, names in (
+            ("wrong shape", wrong),
+            ("missing", missing),
+            ("unexpected", unexpected),
+        )
+        if names
+    ]
+    if problems:
+        raise UserError(
+            f"{path}: its weights do not fit the model its config describes ({'; '.join(problems)})"
+        )
+    model.load_state_dict(state)
