@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from attnseq.output_paths import FIXABLE_ERRNOS, fixable_write_error, output_error
+
 
 def current_umask() -> int:
     """The process's umask. Linux reports it in /proc/self/status; elsewhere it is read by
@@ -40,8 +42,13 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
     """Call `write(file)` on a temporary binary file, then move it to `path` (with the mode
     the umask gives a new file)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        if error.errno in FIXABLE_ERRNOS:
+            raise output_error(path, error) from None
+        raise
     try:
         with os.fdopen(fd, "wb") as handle:
             os.chmod(tmp_name, new_file_mode())
@@ -49,8 +56,11 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp_name).unlink(missing_ok=True)
+        fixable = fixable_write_error(error)
+        if fixable is not None:  # a full disk or a read-only folder: the user's to fix
+            raise output_error(path, fixable) from None
         raise
 
 

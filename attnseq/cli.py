@@ -304,8 +304,13 @@ def evaluate(
     """
     from attnseq import tasks
     from attnseq.evaluation import GoldAlignmentFiles
+    from attnseq.output_paths import check_output_folder
 
     try:
+        if batch_size is not None and batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1 (padded tokens), got {batch_size}")
+        if out is not None:
+            check_output_folder(out, "--out")
         overrides = _decoding_overrides(
             overrides,
             beam=beam,
@@ -401,6 +406,10 @@ def translate(
     from attnseq.translate import Translator
 
     try:
+        if output_file is not None:
+            from attnseq.output_paths import check_output_file
+
+            check_output_file(output_file, "--output")
         if input_file is not None and not input_file.exists():
             raise UserError(f"input file not found: {input_file}")
         if input_file is not None and input_file.is_dir():
@@ -499,12 +508,14 @@ def average(
     """
     from attnseq.averaging import average_checkpoints
     from attnseq.checkpoint import save_checkpoint
+    from attnseq.output_paths import check_output_file
 
     try:
+        check_output_file(out, "--out")
         payload = average_checkpoints(checkpoints)
+        save_checkpoint(out, payload)
     except UserError as error:
         _fail(error)
-    save_checkpoint(out, payload)
     typer.echo(f"averaged {len(checkpoints)} checkpoints into {out}")
 
 
@@ -577,10 +588,15 @@ def visualize_alignment(
     attnseq visualize-alignment best.pt --src "..." --figsize 8,5 --fontsize 13 --cmap Blues
     """
     from attnseq.alignment_view import AlignmentViewer, draw, merge_words
+    from attnseq.output_paths import check_output_file, check_output_folder, image_suffixes
     from attnseq.visualize import log_heatmap, save_figure, style_from_options
 
     try:
         style = style_from_options(figsize, fontsize, cmap)
+        if out is not None and input_file is not None:
+            check_output_folder(out, "--out")
+        elif out is not None:
+            check_output_file(out, "--out", image_suffixes())
         if from_saved is not None or index is not None:
             from attnseq.alignment_view import saved_attention_map
 
@@ -708,12 +724,17 @@ def sweep_report(
     attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown > table.md
     attnseq sweep-report SWEEP --format latex > table.tex
     """
+    from attnseq.output_paths import check_output_file, image_suffixes
     from attnseq.sweep_report import load_report, print_report, write_csv, write_plot
     from attnseq.sweep_table import FORMATS, metric_columns, render, report_rows
 
+    csv_path = csv_file or multirun_dir / "report.csv"
+    plot_path = plot or multirun_dir / "report.png"
     try:
         if output_format not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+        check_output_file(csv_path, "--csv")
+        check_output_file(plot_path, "--plot", image_suffixes())
         report = load_report(multirun_dir, metric)
         wanted = [name.strip() for name in metrics.split(",") if name.strip()] if metrics else None
         columns = metric_columns(report, wanted)
@@ -723,8 +744,11 @@ def sweep_report(
         print_report(report, metrics=columns)
     else:
         typer.echo(render(report, report_rows(report), columns, output_format), nl=False)
-    csv_path = write_csv(report, csv_file or multirun_dir / "report.csv")
-    plot_path = write_plot(report, plot or multirun_dir / "report.png")
+    try:
+        csv_path = write_csv(report, csv_path)
+        plot_path = write_plot(report, plot_path)
+    except UserError as error:
+        _fail(error)
     # a table for a file or another program keeps stdout to itself
     typer.echo(f"wrote {csv_path} and {plot_path}", err=output_format != "table")
 

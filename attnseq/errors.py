@@ -7,3 +7,9 @@ every other exception is a bug in attnseq and keeps its traceback.
 
 class UserError(Exception):
     """A problem with the user's input: config, data files, checkpoints or command arguments."""
+
+
+class OutputError(UserError):
+    """A file could not be written for a reason the user can fix: the disk is full, the
+    file system is read-only, or permission is denied. The file is left as it was (writes are
+    atomic), so a training run stopped by it can be resumed."""

@@ -38,7 +38,7 @@ from attnseq.distributed import (
     env_world,
     is_main_process,
 )
-from attnseq.errors import UserError
+from attnseq.errors import OutputError, UserError
 from attnseq.eval_results import EvalMetrics
 from attnseq.evaluation import (
     AlignmentGold,
@@ -373,6 +373,11 @@ def train_from_hydra(composed: Any) -> float | None:
     main = is_main_process()
     try:
         metrics = run_training(cfg, run_dir)
+    except OutputError as error:  # a full disk or read-only folder: nothing written is lost
+        if main:
+            command = _torchrun_prefix() + resume_command(run_dir)
+            print(f"error: {error}; fix that, then continue with: {command}", file=sys.stderr)
+        sys.exit(2)
     except UserError as error:
         if main:
             print(f"error: {error}", file=sys.stderr)

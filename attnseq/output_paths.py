@@ -1,0 +1,71 @@
+"""Output paths checked before the work that fills them, and write failures the user can fix.
+
+A command that decodes for a minute and then cannot write its result (the path is a folder, the
+suffix names no image format, the folder is read-only) wastes the minute; these checks run
+first. A write that fails later for a reason the user can fix (disk full, read-only file
+system, permission, quota) becomes one `OutputError` naming the file.
+"""
+
+import errno
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from attnseq.errors import OutputError, UserError
+
+# errno values that mean "fix the disk or the folder and try again", not a bug
+FIXABLE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
+
+
+def _writable_parent(path: Path, option: str) -> None:
+    """UserError unless the nearest existing ancestor of `path` is a folder we can write to."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{option} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path}: cannot write into {parent} (read-only or no permission)")
+
+
+def check_output_file(path: Path, option: str, suffixes: Iterable[str] | None = None) -> None:
+    """UserError unless a file can be written at `path` (with one of `suffixes`, if given)."""
+    if path.is_dir():
+        raise UserError(f"{option} {path} is a folder; give a file name")
+    if suffixes is not None:
+        allowed = sorted({suffix.lower() for suffix in suffixes})
+        if path.suffix.lower().lstrip(".") not in allowed:
+            raise UserError(
+                f"{option} {path}: unknown format {path.suffix or '(no suffix)'!r}; "
+                f"use one of {', '.join('.' + s for s in allowed)}"
+            )
+    _writable_parent(path, option)
+
+
+def check_output_folder(path: Path, option: str) -> None:
+    """UserError unless `path` is (or can be created as) a folder we can write to."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option} {path} is a file; give a folder")
+    _writable_parent(path / "x", option)
+
+
+def image_suffixes() -> list[str]:
+    """The file suffixes matplotlib can save a figure as (png, svg, pdf, ...)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return list(FigureCanvasAgg.get_supported_filetypes())
+
+
+def fixable_write_error(error: BaseException) -> OSError | None:
+    """The OSError with a fixable errno behind `error` (torch wraps its own), or None."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in FIXABLE_ERRNOS:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def output_error(path: Path, error: OSError) -> OutputError:
+    reason = error.strerror or os.strerror(error.errno or 0)
+    return OutputError(f"cannot write {path}: {reason}")
