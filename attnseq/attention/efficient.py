@@ -1,5 +1,5 @@
 """Efficient self-attention for the transformer: `model.attention.kind` picks the mechanism that
-replaces softmax(Q K^T / sqrt(d_k)) V inside multi-head self-attention (issue 12).
+replaces softmax(Q K^T / sqrt(d_k)) V inside multi-head self-attention.
 
     kind        mechanism (file)                                 memory   causal  weights
     full        Vaswani et al. 2017 (multihead.py, fused SDPA)   see (*)  yes     yes

@@ -1,4 +1,4 @@
-"""The interface of the transformer's efficient self-attention mechanisms (issue 12).
+"""The interface of the transformer's efficient self-attention mechanisms.
 
 Full multi-head attention computes, per head, softmax(Q K^T / sqrt(d_k)) V (Vaswani et al.
 2017, eq. 1) over all S x S position pairs. A *mechanism* replaces only that attention function:

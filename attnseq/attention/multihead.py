@@ -8,7 +8,7 @@ NeurIPS; section 3.2.1, eq. 1, and section 3.2.2):
 The h per-head projections W_i^Q (d_model x d_k) are stored side by side as one d_model x d_model
 linear layer per role (query, key, value), then split into heads by a reshape.
 
-Two paths compute the same thing (DESIGN.md, "Models and attention"):
+Two paths compute the same thing:
 
 - the fast path, `torch.nn.functional.scaled_dot_product_attention` (fused flash / memory-efficient
   kernels on GPU), used whenever the weights are not asked for;

@@ -5,7 +5,7 @@ Token tensors are padded with `pad_id`; `tgt_in` starts with BOS, `tgt_out` ends
 Shapes: B batch, S source length, T target length, V target vocabulary, L layers, H heads.
 
 Cross-attention weights always come back as (B, T, S) for RNNs and (B, L, H, T, S) for
-transformers (DESIGN.md: `(batch, [layers, heads,] tgt_len, src_len)`).
+transformers: `(batch, [layers, heads,] tgt_len, src_len)`, the one convention of every model.
 
 Incremental decoding state is a (possibly nested) dict/list/tuple of tensors whose first
 dimension is the batch (or batch x beam); `reorder_state` selects rows of every tensor in it,

@@ -21,7 +21,7 @@ attnseq/attention/efficient.py: local, strided, longformer, linformer, linear, p
 encoder always, in the decoder with `decoder_self_attention` (causal kinds only). Cross-attention
 is always full.
 
-Attention weights come back as (B, L, H, T, S) for cross-attention (DESIGN.md convention) and in
+Attention weights come back as (B, L, H, T, S) for cross-attention (seq2seq.py's convention) and in
 `extras` as "decoder_self_attention" (B, L, H, T, T) and "encoder_self_attention" (B, L, H, S, S);
 an extra is absent when its self-attention kind has no weights (linear, performer).
 
