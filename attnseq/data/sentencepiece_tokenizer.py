@@ -43,6 +43,7 @@ from attnseq.data.tokenizers import (
     Tokenizer,
     register_tokenizer,
 )
+from attnseq.errors import UserError
 
 log = logging.getLogger("attnseq")
 
@@ -236,6 +237,18 @@ def _train_model_proto(corpus: list[str], settings: dict[str, Any]) -> bytes:
     """Run the SentencePiece trainer in memory; returns the serialized model."""
     spm.set_random_generator_seed(1)  # sampling/shuffling: the same model for the same input
     model = io.BytesIO()
+    try:
+        _run_trainer(corpus, settings, model)
+    except RuntimeError as error:  # the trainer's checks on the data (e.g. too few pieces)
+        detail = str(error).split("] ", 1)[-1].splitlines()[0]
+        raise UserError(
+            f"cannot train the sentencepiece model (data.spm_vocab_size="
+            f"{settings['vocab_size']}): {detail}"
+        ) from None
+    return model.getvalue()
+
+
+def _run_trainer(corpus: list[str], settings: dict[str, Any], model: io.BytesIO) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(corpus),
         model_writer=model,
@@ -258,7 +271,6 @@ def _train_model_proto(corpus: list[str], settings: dict[str, Any]) -> bytes:
         num_threads=os.cpu_count() or 1,
         minloglevel=2,  # the trainer's progress log goes to stderr otherwise
     )
-    return model.getvalue()
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -118,3 +118,18 @@ def test_registered_train_options(cache: Path) -> None:
         train_tokenizer("sentencepiece", ["x"], size=3)
     with pytest.raises(ValueError, match="model_type"):
         train_sentencepiece(["x y"], model_type="word")
+
+
+def test_a_vocabulary_too_small_for_the_data_is_a_user_error(tmp_path, monkeypatch) -> None:
+    """sentencepiece refuses a vocabulary smaller than the characters it must keep; attnseq
+    says so in one line (the value depends on the data, so the config check cannot know)."""
+    from helpers import tiny_config
+
+    from attnseq.errors import UserError
+    from attnseq.tasks import run_training
+
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+    cfg = tiny_config("data.tokenizer=sentencepiece", "data.spm_vocab_size=8")
+    with pytest.raises(UserError, match=r"data.spm_vocab_size=8\): Vocabulary size is smaller"):
+        run_training(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints").exists()
