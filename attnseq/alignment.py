@@ -402,7 +402,13 @@ def model_alignment_metrics(
                 bos_id=model.bos_id,
                 eos_id=model.eos_id,
             ).to(device)
-            output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True)
+            # Copy models need the source in the extended vocabulary; it only places the copy
+            # mass on output ids, never the attention, so the in-vocabulary ids serve.
+            copy = getattr(model, "copy", False)
+            copy_inputs = {"src_ext": batch.src, "n_oov": 0} if copy else {}
+            output = model(
+                batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy_inputs
+            )
             if output.attention is None:
                 raise ValueError(f"{type(model).__name__} returns no attention weights")
             weights = output.attention.float().cpu()  # (B, T, S) or (B, L, H, T, S)

@@ -144,8 +144,11 @@ class PointerGeneratorTransformer(TransformerSeq2Seq):
                 assert out.cross_weights is not None
                 copy_attention = out.cross_weights.mean(dim=1)  # (B, H, T, S) -> (B, T, S)
             if need_weights:
-                assert out.self_weights is not None and out.cross_weights is not None
-                self_weights.append(out.self_weights)  # (B, H, T, T)
+                # linear and performer self-attention return no weights: only cross-attention
+                # (always explicit here) is guaranteed
+                assert out.cross_weights is not None
+                if out.self_weights is not None:
+                    self_weights.append(out.self_weights)  # (B, H, T, T)
                 cross_weights.append(out.cross_weights)  # (B, H, T, S)
         assert copy_attention is not None
         decoded = self.decoder_norm(x)  # s_t: (B, T, d_model)
@@ -161,8 +164,10 @@ class PointerGeneratorTransformer(TransformerSeq2Seq):
             extras["coverage_loss"] = coverage_loss(copy_attention, coverage)  # (B, T)
         if not need_weights:
             return Seq2SeqOutput(logits, None, extras)
-        extras["decoder_self_attention"] = torch.stack(self_weights, dim=1)  # (B, L, H, T, T)
-        extras["encoder_self_attention"] = torch.stack(enc_weights, dim=1)  # (B, L, H, S, S)
+        if self_weights:
+            extras["decoder_self_attention"] = torch.stack(self_weights, dim=1)  # (B,L,H,T,T)
+        if enc_weights:
+            extras["encoder_self_attention"] = torch.stack(enc_weights, dim=1)  # (B,L,H,S,S)
         return Seq2SeqOutput(logits, torch.stack(cross_weights, dim=1), extras)
 
     def start_decoding(
