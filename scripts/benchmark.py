@@ -124,9 +124,9 @@ def compose(overrides: list[str], threads: int):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnseq import hydra_entry
-    from attnseq.config.schema import TrainConfig, register_configs
+    from attnseq.cli import hydra_entry
     from attnseq.config.checks import validate
+    from attnseq.config.schema import TrainConfig, register_configs
 
     args = hydra_entry.rewrite_config_selector(overrides)  # config=NAME / config=PATH.yaml
     register_configs()
@@ -195,9 +195,9 @@ def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | No
     checkpoints, no TensorBoard); the scheduler's budget is `max_steps` or the config's.
     Returns (trainer, data, prepare_seconds); the validation evaluator only if `validate`."""
     from attnseq.data.prepare import prepare_data
-    from attnseq.optim import TrainingBudget, build_optimizer, build_scheduler
-    from attnseq.tasks import make_evaluator, model_for, seed_everything
-    from attnseq.training import Trainer
+    from attnseq.training.optim import TrainingBudget, build_optimizer, build_scheduler
+    from attnseq.training.run import make_evaluator, model_for, seed_everything
+    from attnseq.training.trainer import Trainer
 
     seed_everything(cfg.seed)
     start = time.perf_counter()
@@ -288,7 +288,7 @@ def benchmark_decoding(
     each setting's output, for a trained model: speed is only worth reporting with quality."""
     from attnseq.data.batching import collate
     from attnseq.decoding import DecodingSettings, decode
-    from attnseq.metrics import bleu
+    from attnseq.evaluation.metrics import bleu
 
     count = len(data.examples["test"][:sentences])
     order = sorted(range(count), key=lambda i: len(data.examples["test"][i][0]))  # as translate
@@ -353,7 +353,7 @@ def benchmark_decoding(
 # ---------------------------------------------------------------------------------- setups
 def run_setup(setup: str, args: argparse.Namespace, peak: float) -> dict[str, Any]:
     """Everything for one setup, in this process."""
-    from attnseq.training import resolve_device
+    from attnseq.training.trainer import resolve_device
 
     overrides = shlex.split(setup) + list(args.set or [])
     cfg = compose(overrides, args.threads)
@@ -385,7 +385,7 @@ def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
     with the test BLEU of each setting's output."""
     from attnseq.data.prepare import prepare_data
     from attnseq.models.loading import load_trained_model
-    from attnseq.training import resolve_device
+    from attnseq.training.trainer import resolve_device
 
     trained = load_trained_model(Path(path))
     payload, cfg, tokenizers = trained.payload, trained.cfg, trained.tokenizers
@@ -412,7 +412,7 @@ def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def machine(device: str, threads: int) -> dict[str, Any]:
-    from attnseq.training import resolve_device
+    from attnseq.training.trainer import resolve_device
 
     info: dict[str, Any] = {
         "processor": platform.processor() or platform.machine(),
@@ -459,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     setups = args.setups or ([] if args.checkpoint else DEFAULT_SETUPS)
 
     try:
-        from attnseq.training import resolve_device
+        from attnseq.training.trainer import resolve_device
 
         device = resolve_device(args.device)
         if args.single:  # a child: one setup or checkpoint, JSON on stdout

@@ -42,10 +42,10 @@ from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
 from attnseq.data.sources import load_splits
 from attnseq.data.tokenizers import train_tokenizer
 from attnseq.decoding import DecodingSettings
+from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
-from attnseq.tasks import Tokenizers, model_for
-from attnseq.training import resolve_device
-from attnseq.translate import Translator
+from attnseq.training.run import Tokenizers, model_for
+from attnseq.training.trainer import resolve_device
 
 # the tiny sizes of tests/helpers.py:tiny_config, on the reverse task
 TINY = [

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         f"largest |fast - fast, other dropout| = {report['max_gap_fast_vs_other_dropout']:.4f}"
     )
     if args.out:
-        from attnseq.atomic import atomic_write_json
+        from attnseq.io.atomic import atomic_write_json
 
         atomic_write_json(args.out, report)
     return 0

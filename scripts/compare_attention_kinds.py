@@ -121,7 +121,7 @@ def training_seconds_per_update(run_dir: Path) -> float | None:
 def collect(run_dir: Path) -> dict:
     """ROUGE from metrics.json, updates/epochs/seconds from last.pt, batches per epoch and
     parameters from train.log, training-only seconds from TensorBoard."""
-    from attnseq.checkpoint import load_checkpoint
+    from attnseq.io.checkpoint import load_checkpoint
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
     progress = load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]

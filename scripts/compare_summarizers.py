@@ -1,7 +1,7 @@
 """Summarization comparison of issue 10 on DialogSum and AESLC: the lead baseline, the plain
 attention model and the pointer-generator with coverage (See et al. 2017), with the same model
 size and training budget. Prints one markdown table per dataset (ROUGE-1/2/L F1 x100 and the
-share of repeated trigrams, attnseq/metrics.py) and writes them to OUT/summary.md (and
+share of repeated trigrams, attnseq/evaluation/metrics.py) and writes them to OUT/summary.md (and
 OUT/results.json).
 
 Rows:
@@ -40,10 +40,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from attnseq.cli.hydra_entry import CONFIG_DIR
 from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
 from attnseq.data.sources import load_splits
-from attnseq.hydra_entry import CONFIG_DIR
-from attnseq.metrics import repeated_trigrams, rouge
+from attnseq.evaluation.metrics import repeated_trigrams, rouge
 
 DATASETS = ("dialogsum", "aeslc")
 MODELS = (
@@ -77,7 +77,7 @@ def train(experiment: str, run_dir: Path, overrides: list[str], reuse: bool) -> 
     """`attnseq train config=EXPERIMENT` into run_dir; its test metrics, updates and training
     minutes (the training loop's time from last.pt, validations included, start-up and the final
     test decoding not; a reused run reports its own)."""
-    from attnseq.checkpoint import load_checkpoint
+    from attnseq.io.checkpoint import load_checkpoint
 
     metrics_file = run_dir / "metrics.json"
     command = [

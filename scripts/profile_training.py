@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.out:
-        from attnseq.atomic import atomic_write_json
+        from attnseq.io.atomic import atomic_write_json
 
         atomic_write_json(args.out, {"results": results})
     return 0

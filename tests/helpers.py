@@ -33,9 +33,9 @@ def untrained_checkpoint(path, *overrides: str, pairs=None):
     trained on `pairs` when given, else on the config's training split. Returns the path."""
     import torch
 
-    from attnseq.checkpoint import save_checkpoint
     from attnseq.data.prepare import prepare_data, train_tokenizers
-    from attnseq.tasks import model_for
+    from attnseq.io.checkpoint import save_checkpoint
+    from attnseq.training.run import model_for
 
     cfg = tiny_config(*overrides)
     torch.manual_seed(cfg.seed)

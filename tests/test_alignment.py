@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from attnseq.alignment import (
+from attnseq.analysis.alignment import (
     alignment_error_rate,
     argmax_alignment,
     attention_statistics,
@@ -19,7 +19,7 @@ from attnseq.alignment import (
     word_attention,
     word_ids,
 )
-from attnseq.alignment_gold import read_gold, read_naacl, read_pharaoh
+from attnseq.analysis.alignment_gold import read_gold, read_naacl, read_pharaoh
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.data.batching import Example, encode_pairs
 from attnseq.data.generated import gold_alignments, make_splits

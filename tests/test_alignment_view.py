@@ -7,9 +7,9 @@ import pytest
 from helpers import tiny_config
 from typer.testing import CliRunner
 
-from attnseq.alignment_view import AlignmentViewer, merge_words
-from attnseq.cli import app
-from attnseq.tasks import run_training
+from attnseq.analysis.alignment_view import AlignmentViewer, merge_words
+from attnseq.cli.app import app
+from attnseq.training.run import run_training
 
 
 @pytest.fixture(scope="module")

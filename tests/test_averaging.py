@@ -9,13 +9,13 @@ import torch
 from helpers import tiny_config
 from typer.testing import CliRunner
 
-from attnseq.averaging import average_checkpoints
-from attnseq.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.cli import app
+from attnseq.cli.app import app
 from attnseq.config.schema import config_to_dict
 from attnseq.data.tokenizers import train_tokenizer
 from attnseq.errors import UserError
-from attnseq.tasks import Tokenizers, model_for
+from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+from attnseq.training.averaging import average_checkpoints
+from attnseq.training.run import Tokenizers, model_for
 
 TEXTS = ["March 3, 1998", "1998-03-03", "12/05/2001"]
 

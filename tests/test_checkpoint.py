@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnseq.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.errors import UserError
+from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 
 
 def test_round_trip(tmp_path: Path) -> None:

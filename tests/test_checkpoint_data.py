@@ -8,7 +8,7 @@ import pytest
 from helpers import untrained_checkpoint
 from typer.testing import CliRunner
 
-from attnseq.cli import app
+from attnseq.cli.app import app
 from attnseq.config.schema import DataConfig, DataSource, FileFormat
 from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
 from attnseq.errors import UserError

@@ -11,10 +11,10 @@ import torch
 from helpers import tiny_config
 from typer.testing import CliRunner
 
-from attnseq.checkpoint import keep_step_checkpoint, load_checkpoint, prune_step_checkpoints
-from attnseq.cli import app
+from attnseq.cli.app import app
 from attnseq.errors import UserError
-from attnseq.tasks import run_training
+from attnseq.io.checkpoint import keep_step_checkpoint, load_checkpoint, prune_step_checkpoints
+from attnseq.training.run import run_training
 
 # a save (last.pt, hence a step file) after every update
 SAVES = ["trainer.save_every_steps=1", "trainer.validate_every=4", "trainer.num_heatmaps=1"]

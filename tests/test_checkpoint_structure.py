@@ -8,8 +8,8 @@ import torch
 from helpers import untrained_checkpoint
 from typer.testing import CliRunner
 
-from attnseq.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, load_checkpoint
-from attnseq.cli import app
+from attnseq.cli.app import app
+from attnseq.io.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, load_checkpoint
 
 runner = CliRunner()
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnseq.cli import app
-from attnseq.metrics import bleu_signature
+from attnseq.cli.app import app
+from attnseq.evaluation.metrics import bleu_signature
 
 TINY = [
     "data.train_size=200",

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from attnseq.cli import app
+from attnseq.cli.app import app
 
 HEAVY = ("torch", "datasets", "matplotlib", "sacrebleu", "tensorboard", "pandas")
 
@@ -74,7 +74,9 @@ def test_train_help_is_hydras_application_help() -> None:
     args = ["--help", "model=transformer", "optim.lr=0.5"]
     report, ours = run_cli(["train", *args])
     assert report["code"] in (0, None) and report["heavy"] == []
-    hydra_help = "import sys; from attnseq.hydra_entry import run_hydra; run_hydra(sys.argv[1:])"
+    hydra_help = (
+        "import sys; from attnseq.cli.hydra_entry import run_hydra; run_hydra(sys.argv[1:])"
+    )
     hydras = subprocess.run(
         [sys.executable, "-c", hydra_help, *args], capture_output=True, text=True, timeout=120
     )

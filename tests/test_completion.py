@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 # `attnseq` as the console script names itself (completion scripts are written for that name)
-RUN_AS_ATTNSEQ = "import sys; sys.argv[0] = 'attnseq'; from attnseq.cli import main; main()"
+RUN_AS_ATTNSEQ = "import sys; sys.argv[0] = 'attnseq'; from attnseq.cli.app import main; main()"
 
 
 def attnseq(*args: str, **env: str) -> subprocess.CompletedProcess:

@@ -7,10 +7,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict, register_configs
+from attnseq.cli.hydra_entry import CONFIG_DIR, describe_composition_error, preflight
 from attnseq.config.checks import validate
+from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict, register_configs
 from attnseq.errors import UserError
-from attnseq.hydra_entry import CONFIG_DIR, describe_composition_error, preflight
 
 register_configs()
 GROUPS = ["data", "model", "optim", "trainer"]
@@ -61,7 +61,7 @@ def test_overrides_reach_the_dataclasses() -> None:
     ],
 )
 def test_preflight_names_the_problem(overrides: list[str], expected: str | None) -> None:
-    from attnseq.hydra_entry import rewrite_config_selector
+    from attnseq.cli.hydra_entry import rewrite_config_selector
 
     with pytest.raises(UserError) as error:
         preflight(rewrite_config_selector(overrides))
@@ -161,7 +161,7 @@ def test_config_dict_round_trip() -> None:
 
 
 def test_user_experiment_file(tmp_path: Path) -> None:
-    from attnseq.hydra_entry import rewrite_config_selector
+    from attnseq.cli.hydra_entry import rewrite_config_selector
 
     mine = tmp_path / "mine.yaml"
     mine.write_text(

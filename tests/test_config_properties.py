@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnseq import hydra_entry
-from attnseq.cli import app
+from attnseq.cli import hydra_entry
+from attnseq.cli.app import app
 from attnseq.config.checks import validate
 from attnseq.config.resources import cpu_cores, resource_problems, total_ram
 from attnseq.config.schema import ModelFamily, TrainConfig

@@ -12,9 +12,9 @@ import pytest
 from helpers import tiny_config
 from typer.testing import CliRunner
 
-from attnseq.cli import app
+from attnseq.cli.app import app
 from attnseq.config.schema import AttentionKind
-from attnseq.tasks import run_training
+from attnseq.training.run import run_training
 
 runner = CliRunner()
 

@@ -12,7 +12,6 @@ import torch
 from helpers import tiny_config
 from torch import Tensor
 
-from attnseq.checkpoint import load_checkpoint
 from attnseq.data.sources import load_splits
 from attnseq.decoding import (
     DecodingSettings,
@@ -22,6 +21,7 @@ from attnseq.decoding import (
     greedy_decode,
     max_output_lengths,
 )
+from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 
@@ -282,7 +282,7 @@ def test_beam_attention_equals_teacher_forced_attention(family: str) -> None:
 @pytest.fixture(scope="module")
 def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     """A tiny GRU + Bahdanau model trained ~7 s on data=reverse (about half exact match)."""
-    from attnseq.tasks import Tokenizers, model_for, run_training
+    from attnseq.training.run import Tokenizers, model_for, run_training
 
     logging.disable(logging.INFO)
     cfg = tiny_config(
@@ -329,7 +329,7 @@ def test_beam_beats_greedy_on_trained_reverse_model(reverse_model) -> None:
 
 # ------------------------------------------------------------------------ coverage penalty
 def test_gnmt_coverage_penalty_on_hand_numbers() -> None:
-    from attnseq.coverage_penalty import gnmt_coverage_penalty
+    from attnseq.decoding.coverage_penalty import gnmt_coverage_penalty
 
     coverage = torch.tensor([[0.5, 1.7, 0.25, 0.0]])  # the last position is padding
     mask = torch.tensor([[True, True, True, False]])
@@ -342,7 +342,7 @@ def test_gnmt_coverage_penalty_on_hand_numbers() -> None:
 def test_coverage_penalty_ranks_by_the_hypothesis_own_attention(family: str) -> None:
     """normalized_score = raw / lp + beta sum_i log min(sum_j p_ij, 1) with the attention that
     produced the hypothesis, gathered along its beam: the state bookkeeping is right."""
-    from attnseq.coverage_penalty import source_attention
+    from attnseq.decoding.coverage_penalty import source_attention
 
     model = make_model(family)
     src, lengths = random_batch(4)

@@ -22,11 +22,11 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq import training
-from attnseq.checkpoint import load_checkpoint
 from attnseq.data.batching import TokenBatchSampler, example_lengths
 from attnseq.data.prepare import prepare_data
-from attnseq.tasks import run_training
+from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training import trainer
+from attnseq.training.run import run_training
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -55,19 +55,19 @@ from pathlib import Path
 import torch
 sys.path.insert(0, {tests!r})
 from helpers import tiny_config
-from attnseq import training
-from attnseq.tasks import run_training
+from attnseq.training import trainer
+from attnseq.training.run import run_training
 
 torch.set_num_threads(1)
 updates = []
-update = training.Trainer._update
+update = trainer.Trainer._update
 
 def recorded(self, batch, counts):
     loss = update(self, batch, counts)
     updates.append([batch.indices.tolist(), loss])
     return loss
 
-training.Trainer._update = recorded
+trainer.Trainer._update = recorded
 run_dir, record = Path(sys.argv[1]), Path(sys.argv[2])
 metrics = run_training(tiny_config(*sys.argv[3:]), run_dir)
 record.write_text(json.dumps({{"updates": updates, "metrics": metrics}}))
@@ -94,8 +94,8 @@ def test_sampler_shards_partition_each_epoch_into_equal_interleaved_shares() -> 
 
 
 def test_other_ranks_keep_hydra_from_writing_and_multirun_is_refused(monkeypatch) -> None:
+    from attnseq.cli.hydra_entry import preflight, quiet_rank_overrides
     from attnseq.errors import UserError
-    from attnseq.hydra_entry import preflight, quiet_rank_overrides
 
     args = quiet_rank_overrides(["data=reverse", "hydra.run.dir=runs/x", "hydra/job_logging=none"])
     assert args == [
@@ -217,15 +217,15 @@ def test_shards_are_disjoint_and_losses_match_one_process(tmp_path: Path, monkey
             return 0.0
 
     single = []
-    update = training.Trainer._update
+    update = trainer.Trainer._update
 
     def recorded(self, batch, counts):
         loss = update(self, batch, counts)
         single.append(loss)
         return loss
 
-    monkeypatch.setattr(training, "TokenBatchSampler", UnionBatches)
-    monkeypatch.setattr(training.Trainer, "_update", recorded)
+    monkeypatch.setattr(trainer, "TokenBatchSampler", UnionBatches)
+    monkeypatch.setattr(trainer.Trainer, "_update", recorded)
     torch.set_num_threads(1)
     run_training(tiny_config(*TINY), tmp_path / "single")
     assert len(single) == 24

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from attnseq.cli import app
+from attnseq.cli.app import app
 from attnseq.config import CONFIG_DIR
 from attnseq.config.reference import GROUPS, render
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnseq import doctor
-from attnseq.cli import app
+from attnseq.cli import doctor
+from attnseq.cli.app import app
 
 
 @pytest.fixture

@@ -10,18 +10,18 @@ import torch
 from helpers import eval_result, untrained_checkpoint
 from typer.testing import CliRunner
 
-from attnseq.alignment import (
+from attnseq.analysis.alignment import (
     alignment_error_rate,
     argmax_alignment,
     word_attention,
     word_ids,
 )
-from attnseq.alignment_gold import read_gold
-from attnseq.checkpoint import load_checkpoint
-from attnseq.cli import app
+from attnseq.analysis.alignment_gold import read_gold
+from attnseq.cli.app import app
 from attnseq.config.schema import config_from_dict
 from attnseq.data.sources import read_parallel
-from attnseq.tasks import Tokenizers, model_for
+from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training.run import Tokenizers, model_for
 
 # a toy parallel text with word tokens; every sentence pair gets a few sure/possible links
 SRC = ["the small dog runs", "a cat sleeps here now", "dogs run", "the cat sees a small dog"]

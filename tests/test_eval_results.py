@@ -10,12 +10,12 @@ import pytest
 from helpers import tiny_config
 from typer.testing import CliRunner
 
-from attnseq.cli import app
+from attnseq.cli.app import app
 from attnseq.data.prepare import prepare_data
 from attnseq.decoding.settings import DecodingSettings
-from attnseq.eval_results import decoding_name, default_root, result_folder
-from attnseq.metrics import bleu_signature
-from attnseq.tasks import Tokenizers, run_training
+from attnseq.evaluation.metrics import bleu_signature
+from attnseq.evaluation.results import decoding_name, default_root, result_folder
+from attnseq.training.run import Tokenizers, run_training
 
 runner = CliRunner()
 
@@ -76,8 +76,8 @@ def test_eval_of_the_run_reproduces_its_test_metrics(run: Path, tmp_path: Path) 
 
 
 def test_translate_without_flags_gives_evals_outputs(run: Path, tmp_path: Path) -> None:
-    from attnseq.checkpoint import load_checkpoint
     from attnseq.config.schema import config_from_dict
+    from attnseq.io.checkpoint import load_checkpoint
 
     payload = load_checkpoint(Path(best(run)))
     cfg = config_from_dict(payload["config"])

@@ -30,16 +30,16 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
-from attnseq import training
-from attnseq.atomic import atomic_write, remove_stale_temporaries
-from attnseq.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.cli import app
+from attnseq.cli.app import app
+from attnseq.cli.hydra_entry import CONFIG_DIR
 from attnseq.config.schema import TrainConfig, config_from_dict, register_configs
 from attnseq.errors import UserError
-from attnseq.hydra_entry import CONFIG_DIR
-from attnseq.resume import find_resume_point
-from attnseq.tasks import run_training
-from attnseq.training import StopSignals, TrainingDiverged, TrainingInterrupted
+from attnseq.io.atomic import atomic_write, remove_stale_temporaries
+from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+from attnseq.training import trainer
+from attnseq.training.resume import find_resume_point
+from attnseq.training.run import run_training
+from attnseq.training.trainer import StopSignals, TrainingDiverged, TrainingInterrupted
 
 # A run of 40 short steps that saves a resume point after every one, with dropout so that a
 # wrongly restored RNG changes the weights. 2 batches per epoch: several epoch boundaries.
@@ -238,7 +238,7 @@ def test_resume_auto_without_a_checkpoint_starts_fresh_and_says_so(tmp_path: Pat
 # ------------------------------------------------------------------------ signals
 def test_sigint_finishes_the_step_and_writes_last_pt(tmp_path: Path, monkeypatch) -> None:
     """In-process: the signal arrives inside step 5's loss; the run saves step 5 and stops."""
-    real_loss = training.sequence_loss
+    real_loss = trainer.sequence_loss
     calls = count(1)
 
     def loss_with_a_signal(*args, **kwargs):
@@ -246,7 +246,7 @@ def test_sigint_finishes_the_step_and_writes_last_pt(tmp_path: Path, monkeypatch
             os.kill(os.getpid(), signal.SIGINT)
         return real_loss(*args, **kwargs)
 
-    monkeypatch.setattr(training, "sequence_loss", loss_with_a_signal)
+    monkeypatch.setattr(trainer, "sequence_loss", loss_with_a_signal)
     previous = signal.getsignal(signal.SIGINT)
     with pytest.raises(TrainingInterrupted) as caught:
         run_training(tiny_config("trainer.max_steps=20"), tmp_path)
@@ -273,7 +273,7 @@ def test_a_second_sigint_stops_at_once() -> None:
 # ------------------------------------------------------------------------ interrupted writes
 KILLED_WRITER = """
 import sys, time
-from attnseq.atomic import atomic_write
+from attnseq.io.atomic import atomic_write
 data = open(sys.argv[2], "rb").read()
 def write(handle):
     handle.write(data[: len(data) // 2])
@@ -321,7 +321,7 @@ def test_an_exception_during_a_write_keeps_the_old_file(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------ non-finite losses
 def nan_from_call(first_bad: int, last_bad: int | None = None):
     """A sequence_loss that returns NaN for its calls first_bad..last_bad (1-based)."""
-    real_loss = training.sequence_loss
+    real_loss = trainer.sequence_loss
     calls = count(1)
 
     def loss(*args, **kwargs):
@@ -358,7 +358,7 @@ def test_nonfinite_losses_and_gradients_are_skipped_and_counted(
         loss_sum, n_tokens = bad_loss(*args, **kwargs)
         return (_NanGradient.apply(loss_sum) if call == 6 else loss_sum), n_tokens
 
-    monkeypatch.setattr(training, "sequence_loss", loss)
+    monkeypatch.setattr(trainer, "sequence_loss", loss)
     run_training(tiny_config("trainer.max_steps=6", "trainer.validate_every=3"), tmp_path)
     payload = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     progress = payload["progress"]
@@ -378,7 +378,7 @@ def test_nonfinite_losses_and_gradients_are_skipped_and_counted(
 def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
     tmp_path: Path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(training, "sequence_loss", nan_from_call(5))
+    monkeypatch.setattr(trainer, "sequence_loss", nan_from_call(5))
     cfg = tiny_config(
         "trainer.max_steps=50",
         "trainer.validate_every=2",
@@ -396,15 +396,15 @@ def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
 
 DIVERGING_CLI = """
 import sys
-import attnseq.training as training
-real = training.sequence_loss
+import attnseq.training.trainer as training
+real = trainer.sequence_loss
 calls = [0]
 def loss(*args, **kwargs):
     calls[0] += 1
     total, tokens = real(*args, **kwargs)
     return (total * float("nan") if calls[0] > 3 else total), tokens
-training.sequence_loss = loss
-from attnseq.cli import main
+trainer.sequence_loss = loss
+from attnseq.cli.app import main
 sys.argv = ["attnseq", "train", *sys.argv[1:]]
 main()
 """

@@ -15,9 +15,9 @@ import pytest
 from helpers import tiny_config
 from typer.testing import CliRunner
 
-from attnseq.atomic import atomic_write_text, current_umask, new_file_mode
-from attnseq.cli import app
-from attnseq.tasks import run_training
+from attnseq.cli.app import app
+from attnseq.io.atomic import atomic_write_text, current_umask, new_file_mode
+from attnseq.training.run import run_training
 
 
 @pytest.fixture(params=[0o022, 0o077], ids=["umask022", "umask077"])

@@ -15,8 +15,8 @@ from helpers import tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from attnseq.cli import app
-from attnseq.tasks import run_training
+from attnseq.cli.app import app
+from attnseq.training.run import run_training
 
 GOLDEN = Path(__file__).parent / "golden" / "reverse.json"
 UPDATE = os.environ.get("ATTNSEQ_UPDATE_GOLDEN") == "1"

@@ -5,7 +5,7 @@ import sacrebleu
 from rouge_score import rouge_scorer
 
 from attnseq.config.schema import TaskType
-from attnseq.metrics import (
+from attnseq.evaluation.metrics import (
     bleu,
     bleu_signature,
     chrf,
@@ -81,7 +81,7 @@ def test_existing_metrics_unchanged() -> None:
 
 
 def test_repeated_trigrams_on_hand_numbers() -> None:
-    from attnseq.metrics import repeated_trigrams
+    from attnseq.evaluation.metrics import repeated_trigrams
 
     # "a b c a b c a": trigrams abc bca cab abc bca -> 2 of 5 repeat; "x y": none at all;
     # "It is. it is it": words it is it is it -> trigrams (it is it) (is it is) (it is it)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq.checkpoint import load_checkpoint
 from attnseq.errors import UserError
-from attnseq.mixed_precision import MixedPrecision
-from attnseq.tasks import run_training
+from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training.precision import MixedPrecision
+from attnseq.training.run import run_training
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
@@ -32,7 +32,7 @@ def test_reduced_precision_trains_on_the_cpu(tmp_path: Path, family: str, precis
 def test_fp16_overflow_skips_the_update_and_halves_the_scale(tmp_path: Path, monkeypatch) -> None:
     """An infinite gradient under fp16 is the loss scale's business: the step is skipped, the
     scale halves, training goes on, and it does not count towards max_nonfinite_steps."""
-    from attnseq import training
+    from attnseq.training import trainer
 
     real_backward = MixedPrecision.backward
     calls = [0]
@@ -41,19 +41,19 @@ def test_fp16_overflow_skips_the_update_and_halves_the_scale(tmp_path: Path, mon
         calls[0] += 1
         real_backward(self, loss)
         if calls[0] in (2, 3, 4):  # three overflows in a row: more than max_nonfinite_steps
-            for parameter in training.Trainer.current_model.parameters():
+            for parameter in trainer.Trainer.current_model.parameters():
                 if parameter.grad is not None:
                     parameter.grad.fill_(float("inf"))
                     break
 
-    original_init = training.Trainer.__init__
+    original_init = trainer.Trainer.__init__
 
     def init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        training.Trainer.current_model = self.model
+        trainer.Trainer.current_model = self.model
 
     monkeypatch.setattr(MixedPrecision, "backward", backward)
-    monkeypatch.setattr(training.Trainer, "__init__", init)
+    monkeypatch.setattr(trainer.Trainer, "__init__", init)
     cfg = tiny_config("trainer.precision=fp16", "trainer.max_nonfinite_steps=2")
     run_training(cfg, tmp_path)
     last = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
@@ -69,20 +69,20 @@ def test_resume_restores_the_loss_scale(tmp_path: Path) -> None:
     run_training(first, tmp_path)
     saved = load_checkpoint(tmp_path / "checkpoints" / "last.pt")["grad_scaler"]
     resumed = tiny_config("trainer.precision=fp16", "trainer.max_steps=6", "resume=auto")
-    from attnseq import training
+    from attnseq.training import trainer
 
     seen = {}
-    original = training.Trainer.restore
+    original = trainer.Trainer.restore
 
     def restore(self, payload):
         original(self, payload)
         seen.update(self.precision.state_dict())
 
-    training.Trainer.restore = restore
+    trainer.Trainer.restore = restore
     try:
         run_training(resumed, tmp_path)
     finally:
-        training.Trainer.restore = original
+        trainer.Trainer.restore = original
     assert seen["scale"] == saved["scale"] and seen["_growth_tracker"] == saved["_growth_tracker"]
 
 

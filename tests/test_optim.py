@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq.checkpoint import load_checkpoint
 from attnseq.config.schema import OptimConfig, Scheduler
-from attnseq.optim import TrainingBudget, build_scheduler, lr_multiplier
-from attnseq.tasks import run_training
+from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training.optim import TrainingBudget, build_scheduler, lr_multiplier
+from attnseq.training.run import run_training
 
 
 def multipliers(scheduler: str, warmup: int, budget: TrainingBudget, steps: int) -> list[float]:

@@ -9,12 +9,12 @@ import pytest
 from helpers import tiny_config, untrained_checkpoint
 from typer.testing import CliRunner
 
-import attnseq.atomic
-from attnseq.atomic import atomic_write_text
-from attnseq.checkpoint import load_checkpoint
-from attnseq.cli import app
+import attnseq.io.atomic
+from attnseq.cli.app import app
 from attnseq.errors import OutputError
-from attnseq.tasks import run_training
+from attnseq.io.atomic import atomic_write_text
+from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training.run import run_training
 
 runner = CliRunner()
 
@@ -82,7 +82,7 @@ def fail_fsync_with(code: int, monkeypatch: pytest.MonkeyPatch, after: int = 0) 
             raise OSError(code, os.strerror(code))
         real(fd)
 
-    monkeypatch.setattr(attnseq.atomic.os, "fsync", fsync)
+    monkeypatch.setattr(attnseq.io.atomic.os, "fsync", fsync)
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
@@ -106,7 +106,7 @@ def test_a_full_disk_during_training_keeps_the_last_checkpoint(
         "trainer.max_steps=9", "trainer.save_every_steps=3", "trainer.validate_every=100"
     )
     writes = {"n": 0}
-    real_replace = attnseq.atomic.os.replace
+    real_replace = attnseq.io.atomic.os.replace
 
     def replace(src, dst):  # count completed writes; the disk fills after last.pt at step 3
         writes["n"] += 1
@@ -114,7 +114,7 @@ def test_a_full_disk_during_training_keeps_the_last_checkpoint(
         if Path(dst).name == "last.pt" and load_checkpoint(dst)["progress"]["step"] == 3:
             fail_fsync_with(errno.ENOSPC, monkeypatch)
 
-    monkeypatch.setattr(attnseq.atomic.os, "replace", replace)
+    monkeypatch.setattr(attnseq.io.atomic.os, "replace", replace)
     with pytest.raises(OutputError, match="No space left on device"):
         run_training(cfg, tmp_path)
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]["step"] == 3
@@ -127,10 +127,10 @@ def test_the_training_message_says_how_to_continue(tmp_path: Path) -> None:
     import sys
 
     code = (
-        "import sys, attnseq.tasks as t, attnseq.errors as e\n"
+        "import sys, attnseq.training.run as t, attnseq.errors as e\n"
         "def fail(cfg, run_dir): raise e.OutputError('cannot write x: No space left on device')\n"
         "t.run_training = fail\n"
-        "from attnseq.cli import main\n"
+        "from attnseq.cli.app import main\n"
         "sys.argv = ['attnseq', 'train', 'hydra.run.dir=' + sys.argv[1]]\n"
         "main()\n"
     )

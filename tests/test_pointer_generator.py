@@ -15,14 +15,14 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from attnseq.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.cli import app
+from attnseq.analysis.saved_attention import SavedAttention
+from attnseq.cli.app import app
+from attnseq.cli.hydra_entry import CONFIG_DIR
 from attnseq.config.schema import config_to_dict
+from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
-from attnseq.hydra_entry import CONFIG_DIR
-from attnseq.saved_attention import SavedAttention
-from attnseq.tasks import evaluate_checkpoint, run_training
-from attnseq.translate import Translator
+from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+from attnseq.training.run import evaluate_checkpoint, run_training
 
 runner = CliRunner()
 WORD_PAIRS = [("alpha beta gamma", "alpha beta"), ("beta gamma", "gamma")]
@@ -87,7 +87,7 @@ def test_plain_model_cannot_produce_the_word(tmp_path: Path) -> None:
 
 
 def test_visualize_alignment_shows_p_gen_and_the_source_text(tmp_path: Path) -> None:
-    from attnseq.alignment_view import AlignmentViewer, draw
+    from attnseq.analysis.alignment_view import AlignmentViewer, draw
 
     checkpoint = copy_only_checkpoint(tmp_path / "copy.pt")
     viewer = AlignmentViewer(checkpoint)

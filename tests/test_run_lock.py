@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from helpers import tiny_config
 
-from attnseq import run_lock
-from attnseq.checkpoint import load_checkpoint
 from attnseq.errors import UserError
-from attnseq.tasks import run_training
+from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training import run_lock
+from attnseq.training.run import run_training
 
 HOLD = (
-    "import sys, time; from pathlib import Path; from attnseq import run_lock; "
+    "import sys, time; from pathlib import Path; from attnseq.training import run_lock; "
     "run_lock.acquire(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)"
 )
 TINY = [

@@ -12,18 +12,18 @@ import torch
 from helpers import eval_result, untrained_checkpoint
 from typer.testing import CliRunner
 
-from attnseq.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.cli import app
-from attnseq.config.schema import config_from_dict
-from attnseq.data.prepare import prepare_data
-from attnseq.errors import UserError
-from attnseq.saved_attention import (
+from attnseq.analysis.saved_attention import (
     AttentionRecord,
     SavedAttention,
     save_attention,
     weights_key,
 )
-from attnseq.tasks import Tokenizers, make_evaluator, model_for
+from attnseq.cli.app import app
+from attnseq.config.schema import config_from_dict
+from attnseq.data.prepare import prepare_data
+from attnseq.errors import UserError
+from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+from attnseq.training.run import Tokenizers, make_evaluator, model_for
 
 # several length-bucketed batches, so the file's order must be restored to the split's
 EVAL = ["data.test_size=7", "data.eval_max_tokens=60", "model.dec_layers=2"]
@@ -368,7 +368,7 @@ def test_crafted_archives_are_refused_from_their_headers(tmp_path, case, message
 
 def test_a_zero_row_example_reads_but_draws_nothing(tmp_path) -> None:
     """An empty output (an empty source line) is kept in the file; drawing it is a user error."""
-    from attnseq.alignment_view import saved_attention_map
+    from attnseq.analysis.alignment_view import saved_attention_map
 
     arrays = _good_arrays(tmp_path)
     offsets = arrays["hyp_offsets"].copy()

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from attnseq.cli import app
-from attnseq.sweep_report import load_report
-from attnseq.sweep_table import latex_escape, metric_columns, render, report_rows
+from attnseq.analysis.sweep_report import load_report
+from attnseq.analysis.sweep_table import latex_escape, metric_columns, render, report_rows
+from attnseq.cli.app import app
 
 runner = CliRunner()
 # model -> seed -> (test/bleu, test/chrf); transformer seed 3 never finished

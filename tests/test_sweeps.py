@@ -16,10 +16,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from typer.testing import CliRunner
 
-from attnseq.cli import app
+from attnseq.analysis.sweep_report import higher_is_better, load_report, short_value
+from attnseq.cli.app import app
+from attnseq.cli.hydra_entry import CONFIG_DIR
 from attnseq.config.schema import TrainConfig, register_configs
-from attnseq.hydra_entry import CONFIG_DIR
-from attnseq.sweep_report import higher_is_better, load_report, short_value
 
 TINY = [
     "data.train_size=200",
@@ -304,7 +304,7 @@ def test_missing_plugin_hint_names_an_extra_that_exists() -> None:
     """The hint for a documented plugin names the pyproject extra that really installs it."""
     import tomllib
 
-    from attnseq.hydra_entry import PLUGIN_EXTRAS
+    from attnseq.cli.hydra_entry import PLUGIN_EXTRAS
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]
@@ -316,8 +316,8 @@ def test_missing_plugin_hint_names_an_extra_that_exists() -> None:
 def test_interval_sweeps_are_checked_before_the_sweeper_starts() -> None:
     """An Optuna search space is checked at its interval ends: a misspelt key or a value of the
     wrong type is a clear error before any trial runs."""
+    from attnseq.cli.hydra_entry import _sweep_variants, preflight
     from attnseq.errors import UserError
-    from attnseq.hydra_entry import _sweep_variants, preflight
 
     variants = _sweep_variants(["model.hidden=int(interval(16,64))", "seed=1,2"])
     assert ["model.hidden=64", "seed=1"] in variants and ["model.hidden=16", "seed=2"] in variants

@@ -13,11 +13,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 from typer.testing import CliRunner
 
-from attnseq.cli import app
+from attnseq.analysis.figures import DPI, alignment_figure, readable_token
+from attnseq.cli.app import app
 from attnseq.config.schema import TrainConfig
-from attnseq.run_board import run_hparams
-from attnseq.tasks import run_training
-from attnseq.visualize import DPI, alignment_figure, readable_token
+from attnseq.training.run import run_training
+from attnseq.training.run_board import run_hparams
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import pytest
 from helpers import tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from attnseq.checkpoint import load_checkpoint
 from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
-from attnseq.tasks import evaluate_checkpoint, run_training
+from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training.run import evaluate_checkpoint, run_training
 
 SCALARS = [
     "train/loss",
@@ -141,10 +141,12 @@ def test_training_stops_when_validation_reaches_its_ceiling(
     """Exact match 1.0 cannot improve: the run stops at that validation, not at max_steps."""
     import logging
 
-    import attnseq.metrics
+    import attnseq.evaluation.metrics
 
     caplog.set_level(logging.INFO, logger="attnseq")
-    monkeypatch.setattr(attnseq.metrics, "exact_match", lambda hypotheses, references: 1.0)
+    monkeypatch.setattr(
+        attnseq.evaluation.metrics, "exact_match", lambda hypotheses, references: 1.0
+    )
     run_training(tiny_config("trainer.max_steps=12", "trainer.early_stopping_patience=0"), tmp_path)
     payload = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert payload["progress"]["step"] == 3

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from attnseq.progress import ON_BAR, Rate, counting, logging_above
+from attnseq.io.progress import ON_BAR, Rate, counting, logging_above
 
 TINY = [
     "data=reverse",
@@ -99,7 +99,7 @@ def test_translate_and_eval_end_with_sentences_per_second_on_stderr(tmp_path: Pa
     from helpers import untrained_checkpoint
     from typer.testing import CliRunner
 
-    from attnseq.cli import app
+    from attnseq.cli.app import app
 
     checkpoint = untrained_checkpoint(tmp_path / "model.pt")
     source = tmp_path / "in.txt"
@@ -123,7 +123,7 @@ def test_translate_and_eval_end_with_sentences_per_second_on_stderr(tmp_path: Pa
 
 
 def test_training_bar_shows_tokens_per_second_and_lr_with_log_lines_above(monkeypatch) -> None:
-    import attnseq.progress as progress
+    import attnseq.io.progress as progress
 
     screen = io.StringIO()
     monkeypatch.setattr(progress, "_CONSOLE", Console(file=screen, force_terminal=True, width=200))

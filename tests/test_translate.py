@@ -12,12 +12,12 @@ from helpers import eval_result, tiny_config
 from torch import Tensor
 from typer.testing import CliRunner
 
-from attnseq.cli import app
+from attnseq.cli.app import app
 from attnseq.data.tokenizers import train_tokenizer
 from attnseq.decoding import DecodingSettings
+from attnseq.decoding.translate import Translator, translate_lines
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
-from attnseq.tasks import Tokenizers, run_training
-from attnseq.translate import Translator, translate_lines
+from attnseq.training.run import Tokenizers, run_training
 
 runner = CliRunner()
 MOSES_LINE = re.compile(r"^(\d+) \|\|\| (.*) \|\|\| (-?\d+\.\d{4})$")

@@ -138,7 +138,7 @@ class Device(Enum):
 
 
 class Precision(Enum):
-    """trainer.precision (attnseq/mixed_precision.py). `trainer.precision=32` selects fp32 by
+    """trainer.precision (attnseq/training/precision.py). `trainer.precision=32` selects fp32 by
     its value; bf16 and fp16 by name."""
 
     fp32 = 32  # float32 everywhere
@@ -384,9 +384,7 @@ class TrainerConfig:
     validate_every: int = option(
         250, "steps between validations (and at the end of training)", ge=1
     )
-    log_every: int = option(
-        100, "updates between train/* scalars and training log lines", ge=1
-    )
+    log_every: int = option(100, "updates between train/* scalars and training log lines", ge=1)
     early_stopping_metric: Metric = option(
         Metric.exact_match, "validation metric for early stopping and best.pt"
     )

@@ -47,7 +47,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from attnseq.atomic import current_umask
 from attnseq.config.schema import DataConfig, DataSource, TaskType, TokenizerKind
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 from attnseq.data.sources import (
@@ -62,6 +61,7 @@ from attnseq.data.sources import (
 )
 from attnseq.data.tokenizers import Tokenizer, tokenizer_from_state, train_tokenizer
 from attnseq.errors import UserError
+from attnseq.io.atomic import current_umask
 
 log = logging.getLogger("attnseq")
 

@@ -29,7 +29,6 @@ from typing import Any, Self
 
 import sentencepiece as spm
 
-from attnseq.atomic import atomic_write
 from attnseq.data.sources import cache_root
 from attnseq.data.tokenizers import (
     BOS,
@@ -44,6 +43,7 @@ from attnseq.data.tokenizers import (
     register_tokenizer,
 )
 from attnseq.errors import UserError
+from attnseq.io.atomic import atomic_write
 
 log = logging.getLogger("attnseq")
 

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnseq.coverage_penalty import BeamCoverage
+from attnseq.decoding.coverage_penalty import BeamCoverage
 from attnseq.decoding.settings import (
     NEG_INF,
     DecodingSettings,

@@ -1,7 +1,7 @@
 """Model families behind one interface (seq2seq.py) and the factory that builds them."""
 
-from attnseq.config.schema import ModelConfig, ModelFamily, Score
 from attnseq.config.checks import encoder_output_size
+from attnseq.config.schema import ModelConfig, ModelFamily, Score
 from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput
 
 

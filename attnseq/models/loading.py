@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from attnseq.checkpoint import load_checkpoint
 from attnseq.config.schema import TrainConfig, config_from_dict
 from attnseq.data.prepare import TokenizerPair
 from attnseq.errors import UserError
+from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
 from attnseq.models.seq2seq import Seq2Seq
 

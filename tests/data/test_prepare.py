@@ -28,7 +28,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def multi30k(shared_data: Path, tmp_path: Path) -> DataConfig:
-    """A 200-line slice of Multi30k under tmp_path/data, configured like the packaged data/multi30k."""
+    """A 200-line slice of Multi30k under tmp_path/data, configured like the packaged
+    data/multi30k."""
     root = tmp_path / "data"
     (root / "multi30k").mkdir(parents=True)
     for split in ("train", "val", "test_2016_flickr"):

@@ -126,7 +126,7 @@ def test_a_vocabulary_too_small_for_the_data_is_a_user_error(tmp_path, monkeypat
     from helpers import tiny_config
 
     from attnseq.errors import UserError
-    from attnseq.tasks import run_training
+    from attnseq.training.run import run_training
 
     monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
     cfg = tiny_config("data.tokenizer=sentencepiece", "data.spm_vocab_size=8")

@@ -9,13 +9,13 @@ import torch
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.attention.coverage import CoverageAttention
 from attnseq.attention.multiplicative import ConcatAttention, GeneralAttention
-from attnseq.loss import coverage_term
 from attnseq.models.copy import (
     GenerationProbability,
     coverage_loss,
     extended_log_probs,
     teacher_forced_coverage,
 )
+from attnseq.training.loss import coverage_term
 
 
 def test_final_distribution_on_hand_numbers() -> None:

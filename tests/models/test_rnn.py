@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from attnseq.config.schema import ModelConfig, ModelFamily
-from attnseq.loss import sequence_loss
 from attnseq.models import build_model
 from attnseq.models.rnn import RNNSeq2Seq
+from attnseq.training.loss import sequence_loss
 
 PAD, BOS, EOS = 0, 2, 3
 SCORES = ["additive", "dot", "general", "concat", "location", "scaled_dot"]

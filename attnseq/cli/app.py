@@ -15,7 +15,7 @@ from typing import IO, Annotated
 import typer
 from typer.core import TyperCommand
 
-from attnseq.completion import install_bash_script
+from attnseq.cli.completion import install_bash_script
 from attnseq.errors import UserError
 
 app = typer.Typer(
@@ -40,7 +40,7 @@ install_bash_script()
 
 def _print_version(value: bool) -> None:
     if value:
-        from attnseq.doctor import version_lines
+        from attnseq.cli.doctor import version_lines
 
         typer.echo("\n".join(version_lines()))
         raise typer.Exit()
@@ -137,7 +137,7 @@ class _TrainCommand(TyperCommand):
     def shell_complete(self, ctx, incomplete):  # noqa: ANN001, ANN201  (click's signature)
         from typer.core import CompletionItem
 
-        from attnseq.completion import shell_word, train_completions
+        from attnseq.cli.completion import shell_word, train_completions
 
         matches = train_completions(list(ctx.args), shell_word(incomplete))
         return [CompletionItem(match) for match in matches]
@@ -167,15 +167,16 @@ def train(ctx: typer.Context) -> None:
         _print_version(True)
     completion = _shell_completion_request(list(ctx.args))
     if completion is not None:
-        from attnseq.completion import shell_completion
+        from attnseq.cli.completion import shell_completion
 
         try:
             typer.echo(shell_completion(completion))
         except UserError as error:
             _fail(error)
         return
-    from attnseq import hydra_entry, run_lock
-    from attnseq.train_help import train_help
+    from attnseq.cli import hydra_entry
+    from attnseq.cli.train_help import train_help
+    from attnseq.training import run_lock
 
     try:
         args = hydra_entry.rewrite_config_selector(list(ctx.args))
@@ -216,7 +217,7 @@ def doctor() -> None:
     attnseq doctor
     ATTNSEQ_DATA=/data/corpora attnseq doctor
     """
-    from attnseq.doctor import format_report, report
+    from attnseq.cli.doctor import format_report, report
 
     typer.echo(format_report(report()))
 
@@ -302,9 +303,9 @@ def evaluate(
         --align-possible wpt03_enfr/test.possible.pharaoh \\
         --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr
     """
-    from attnseq import tasks
-    from attnseq.evaluation import GoldAlignmentFiles
-    from attnseq.output_paths import check_output_folder
+    from attnseq.evaluation.evaluator import GoldAlignmentFiles
+    from attnseq.io.output_paths import check_output_folder
+    from attnseq.training import run
 
     try:
         if batch_size is not None and batch_size < 1:
@@ -331,7 +332,7 @@ def evaluate(
             )
         elif align_src or align_tgt or align_possible:
             raise UserError("--align-src, --align-tgt and --align-possible go with --alignments")
-        metrics = tasks.evaluate_checkpoint(
+        metrics = run.evaluate_checkpoint(
             checkpoint,
             split=split,
             max_tokens=batch_size,
@@ -353,7 +354,7 @@ def evaluate(
     if "bleu_signature" in record:
         typer.echo(f"{'BLEU signature':>24} {record['bleu_signature']}")
     if gold is not None:
-        from attnseq.alignment import alignment_table
+        from attnseq.analysis.alignment import alignment_table
 
         scores = {k[len("align/") :]: v for k, v in metrics.items() if k.startswith("align/")}
         typer.echo(f"\nword alignment vs {gold.gold} (metrics.json: align/...):")
@@ -402,12 +403,12 @@ def translate(
     attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 --length-penalty 0.6
     attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
     """
-    from attnseq.progress import counting
-    from attnseq.translate import Translator
+    from attnseq.decoding.translate import Translator
+    from attnseq.io.progress import counting
 
     try:
         if output_file is not None:
-            from attnseq.output_paths import check_output_file
+            from attnseq.io.output_paths import check_output_file
 
             check_output_file(output_file, "--output")
         if input_file is not None and not input_file.exists():
@@ -432,7 +433,7 @@ def translate(
             if output_file is None:
                 _write_outputs(outputs, sys.stdout)
             else:
-                from attnseq.atomic import atomic_write
+                from attnseq.io.atomic import atomic_write
 
                 atomic_write(output_file, lambda handle: _write_binary(outputs, handle))
         typer.echo(f"translated {counter.rate.summary()}", err=True)
@@ -506,9 +507,9 @@ def average(
     attnseq average run/checkpoints/step_*.pt --out run/checkpoints/averaged.pt
     attnseq average best.pt last.pt -o averaged.pt
     """
-    from attnseq.averaging import average_checkpoints
-    from attnseq.checkpoint import save_checkpoint
-    from attnseq.output_paths import check_output_file
+    from attnseq.io.checkpoint import save_checkpoint
+    from attnseq.io.output_paths import check_output_file
+    from attnseq.training.averaging import average_checkpoints
 
     try:
         check_output_file(out, "--out")
@@ -587,9 +588,9 @@ def visualize_alignment(
         --index 17 --out a.png
     attnseq visualize-alignment best.pt --src "..." --figsize 8,5 --fontsize 13 --cmap Blues
     """
-    from attnseq.alignment_view import AlignmentViewer, draw, merge_words
-    from attnseq.output_paths import check_output_file, check_output_folder, image_suffixes
-    from attnseq.visualize import log_heatmap, save_figure, style_from_options
+    from attnseq.analysis.alignment_view import AlignmentViewer, draw, merge_words
+    from attnseq.analysis.figures import log_heatmap, save_figure, style_from_options
+    from attnseq.io.output_paths import check_output_file, check_output_folder, image_suffixes
 
     try:
         style = style_from_options(figsize, fontsize, cmap)
@@ -598,7 +599,7 @@ def visualize_alignment(
         elif out is not None:
             check_output_file(out, "--out", image_suffixes())
         if from_saved is not None or index is not None:
-            from attnseq.alignment_view import saved_attention_map
+            from attnseq.analysis.alignment_view import saved_attention_map
 
             if from_saved is None:
                 raise UserError("--index goes with --from-saved FILE")
@@ -724,9 +725,9 @@ def sweep_report(
     attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown > table.md
     attnseq sweep-report SWEEP --format latex > table.tex
     """
-    from attnseq.output_paths import check_output_file, image_suffixes
-    from attnseq.sweep_report import load_report, print_report, write_csv, write_plot
-    from attnseq.sweep_table import FORMATS, metric_columns, render, report_rows
+    from attnseq.analysis.sweep_report import load_report, print_report, write_csv, write_plot
+    from attnseq.analysis.sweep_table import FORMATS, metric_columns, render, report_rows
+    from attnseq.io.output_paths import check_output_file, image_suffixes
 
     csv_path = csv_file or multirun_dir / "report.csv"
     plot_path = plot or multirun_dir / "report.png"
@@ -758,7 +759,7 @@ def _torchrun_worker() -> bool:
     without it the answer needs no torch (which the module that knows the rules imports)."""
     if "RANK" not in os.environ:
         return False
-    from attnseq.distributed import env_world
+    from attnseq.training.distributed import env_world
 
     return env_world().distributed
 

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from attnseq.alignment import attention_statistics
+from attnseq.analysis.alignment import attention_statistics
+from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
 from attnseq.config.schema import TrainConfig, config_to_dict
 from attnseq.data.extended_vocab import extended_pieces
 from attnseq.data.prepare import TokenizerPair as Tokenizers
-from attnseq.evaluation import Evaluator
+from attnseq.evaluation.evaluator import Evaluator
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.visualize import alignment_figure, attention_grid_figure, log_heatmap
 
 TEXT_EXAMPLES = 4  # validation examples shown as text at each validation
 

@@ -392,7 +392,7 @@ def run_hydra(args: list[str]) -> None:
 
     register_configs()
     if "RANK" in os.environ:  # torchrun's; without it this is rank 0 (and torch stays unloaded)
-        from attnseq.distributed import env_world
+        from attnseq.training.distributed import env_world
 
         if not env_world().is_main:
             args = quiet_rank_overrides(args)
@@ -406,6 +406,6 @@ def run_hydra(args: list[str]) -> None:
 def _train_task(composed: Any) -> float | None:
     """The task function: imports the training code (torch) only when Hydra runs a job, so
     `--help`, `--cfg` and shell completion answer without it."""
-    from attnseq import tasks
+    from attnseq.training import run
 
-    return tasks.train_from_hydra(composed)
+    return run.train_from_hydra(composed)

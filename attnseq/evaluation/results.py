@@ -11,7 +11,7 @@ training) is never touched:
                         averaged_from (an average), evaluated_at (UTC)
         hyps.txt        one output per example, in the split's order
         refs.txt        the references
-        attention.npz   with --save-attention (attnseq/saved_attention.py)
+        attention.npz   with --save-attention (attnseq/analysis/saved_attention.py)
 
 OUT is RUN/eval by default for a checkpoint in RUN/checkpoints/, else an eval/ folder beside
 the checkpoint (`default_root`). CHECKPOINT is the
@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from attnseq.atomic import atomic_write_json, atomic_write_lines
 from attnseq.decoding.settings import DecodingSettings
+from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 
 # config keys that are decoding settings (named by DECODING), or that cannot change a result
 DECODING_KEYS = {
@@ -138,7 +138,7 @@ def write_result(
     atomic_write_lines(folder / "refs.txt", list(references))
     record = {**about, **metrics}
     if any(key.endswith("/bleu") for key in metrics):
-        from attnseq.metrics import bleu_signature
+        from attnseq.evaluation.metrics import bleu_signature
 
         record["bleu_signature"] = bleu_signature()
     record["evaluated_at"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

@@ -12,7 +12,7 @@ tokenizers (the same ids), the same parameter names and shapes. The result keeps
 checkpoint's config and tokenizers and drops what belongs to one point of a training run
 (optimizer, scheduler, progress, RNG state): it is for `eval`, `translate` and
 `visualize-alignment`, not for resuming training. Save it with
-`attnseq.checkpoint.save_checkpoint`.
+`attnseq.io.checkpoint.save_checkpoint`.
 
 Floating-point tensors are summed in float64 and cast back to their dtype; other tensors (integer
 buffers such as counters) cannot be averaged meaningfully and are taken from the first checkpoint.
@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnseq.checkpoint import load_checkpoint
 from attnseq.errors import UserError
+from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models.loading import check_structure
 
 # what describes one moment of a training run rather than the model itself

@@ -17,30 +17,22 @@ from typing import Any, TypeVar
 
 import torch
 
-from attnseq import eval_results
-from attnseq.atomic import atomic_write_json, atomic_write_lines
-from attnseq.checkpoint import load_checkpoint
+from attnseq.analysis.saved_attention import records_from_hypotheses
+from attnseq.analysis.saved_attention import save_attention as write_saved_attention
+from attnseq.config.checks import validate
 from attnseq.config.schema import (
     DataSource,
     TrainConfig,
     config_to_dict,
 )
-from attnseq.config.checks import validate
 from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
-from attnseq.distributed import (
-    WorldInfo,
-    broadcast_object,
-    distributed_session,
-    env_world,
-    is_main_process,
-)
 from attnseq.errors import OutputError, UserError
-from attnseq.eval_results import EvalMetrics
-from attnseq.evaluation import (
+from attnseq.evaluation import results as eval_results
+from attnseq.evaluation.evaluator import (
     AlignmentGold,
     DecodingSettings,
     Evaluator,
@@ -48,20 +40,28 @@ from attnseq.evaluation import (
     Hypothesis,
     load_alignment_set,
 )
+from attnseq.evaluation.results import EvalMetrics
+from attnseq.io.atomic import atomic_write_json, atomic_write_lines
+from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models.loading import load_trained_model, model_for
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.optim import TrainingBudget, build_optimizer, build_scheduler
-from attnseq.resume import (
+from attnseq.training.distributed import (
+    WorldInfo,
+    broadcast_object,
+    distributed_session,
+    env_world,
+    is_main_process,
+)
+from attnseq.training.optim import TrainingBudget, build_optimizer, build_scheduler
+from attnseq.training.resume import (
     ResumePoint,
     carry_best_checkpoint,
     find_resume_point,
     interruption_message,
 )
-from attnseq.run_board import run_hparams, validation_logger
-from attnseq.run_lock import run_directory_lock
-from attnseq.saved_attention import records_from_hypotheses
-from attnseq.saved_attention import save_attention as write_saved_attention
-from attnseq.training import (
+from attnseq.training.run_board import run_hparams, validation_logger
+from attnseq.training.run_lock import run_directory_lock
+from attnseq.training.trainer import (
     NullWriter,
     Progress,
     StopSignals,
@@ -345,7 +345,7 @@ def _print_summary(run_dir: Path, metrics: dict[str, float]) -> None:
         if isinstance(value, float)
     ]
     if any(key.endswith("/bleu") for key in metrics):
-        from attnseq.metrics import bleu_signature
+        from attnseq.evaluation.metrics import bleu_signature
 
         lines.append(f"{'BLEU signature':>24} {bleu_signature()}")
     print("\n".join(["test metrics of the best checkpoint:", *lines]))
@@ -448,14 +448,14 @@ def evaluate_checkpoint(
     """Metrics of a checkpoint on one split, from the checkpoint alone (plus its data).
 
     The result goes to a folder of its own under `out_dir` (default RUN/eval), named after
-    the checkpoint, its step, the split and every decoding setting (attnseq/eval_results.py);
+    the checkpoint, its step, the split and every decoding setting (attnseq/evaluation/results.py);
     the returned metrics name it (`.result.folder`).
     `split` is a split name of the checkpoint's dataset (test, valid) or a path: a parallel
     file prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file. The data locations
     the checkpoint's config names (data.root, data.splits, source=hub) must stay under this
     machine's data root unless `overrides` set them (attnseq/data/checkpoint_paths.py).
     `save_attention`: also write the cross-attention of every output hypothesis to
-    attention.npz in that folder (format: attnseq/saved_attention.py).
+    attention.npz in that folder (format: attnseq/analysis/saved_attention.py).
     `alignments`: also score the attention against a gold word-alignment set, as
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
     (``align/aer/layer2/head3``, ``align/aer/layer2/mean``).

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from attnseq.atomic import atomic_write
 from attnseq.errors import UserError
+from attnseq.io.atomic import atomic_write
 
 CHECKPOINT_FORMAT = "attnseq-checkpoint"
 CHECKPOINT_VERSION = 1

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnseq.atomic import atomic_write
-from attnseq.checkpoint import load_checkpoint
 from attnseq.config.schema import TrainConfig, config_from_dict, resume_conflicts
 from attnseq.errors import UserError
-from attnseq.signals import TrainingInterrupted
+from attnseq.io.atomic import atomic_write
+from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training.signals import TrainingInterrupted
 
 log = logging.getLogger("attnseq")
 

@@ -8,9 +8,9 @@ The basic sweeper also writes `multirun.yaml` at the root; the Optuna sweeper wr
 
 The report sorts jobs by one metric, shows as columns only the parameters whose values differ
 across jobs and several metrics, groups jobs that differ only in their seed into one row (mean
-± sd, attnseq/sweep_table.py), shows each job's wall time, lists jobs without metrics.json as
-failed or unfinished, and writes a CSV file (one row per job) and a PNG figure. Files are read
-with PyYAML: this is a reporting tool and needs no Hydra.
+± sd, attnseq/analysis/sweep_table.py), shows each job's wall time, lists jobs without
+metrics.json as failed or unfinished, and writes a CSV file (one row per job) and a PNG
+figure. Files are read with PyYAML: this is a reporting tool and needs no Hydra.
 """
 
 import csv
@@ -278,7 +278,7 @@ def print_report(
     from rich.table import Table
     from rich.text import Text
 
-    from attnseq.sweep_table import metric_columns, report_rows, text_table
+    from attnseq.analysis.sweep_table import metric_columns, report_rows, text_table
 
     # a pipe or a file gets room for wide tables; a terminal keeps its own width
     console = console or Console(width=None if sys.stdout.isatty() else 160)
@@ -356,7 +356,7 @@ def report_rows(report: SweepReport) -> tuple[list[str], list[list[Any]]]:
 
 
 def write_csv(report: SweepReport, path: Path) -> Path:
-    from attnseq.atomic import atomic_write_text
+    from attnseq.io.atomic import atomic_write_text
 
     header, rows = report_rows(report)
     buffer = io.StringIO()
@@ -388,7 +388,7 @@ def report_figure(report: SweepReport):
     against its values (a log axis when they span two decades, as learning rates do). Else
     one bar per finished job, best on top, labelled with its parameters.
 
-    Drawn on a `matplotlib.figure.Figure` without pyplot, as attnseq.visualize does.
+    Drawn on a `matplotlib.figure.Figure` without pyplot, as attnseq.analysis.figures does.
     """
     from matplotlib.figure import Figure
 
@@ -441,6 +441,6 @@ def report_figure(report: SweepReport):
 
 
 def write_plot(report: SweepReport, path: Path) -> Path:
-    from attnseq.visualize import save_figure
+    from attnseq.analysis.figures import save_figure
 
     return save_figure(report_figure(report), path)

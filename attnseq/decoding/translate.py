@@ -39,16 +39,16 @@ from attnseq.data.extended_vocab import extend_text
 from attnseq.decoding import DecodingSettings, Hypothesis, decode
 from attnseq.errors import UserError
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.training import resolve_device
+from attnseq.training.trainer import resolve_device
 
 if TYPE_CHECKING:  # tasks.py (the composition root) is imported only when a checkpoint loads
-    from attnseq.tasks import Tokenizers
+    from attnseq.training.run import Tokenizers
 
 CHUNK_SIZE = 1000
 
 
 class Counter(Protocol):
-    """Told how many more input lines are done (e.g. `attnseq.progress.counting`'s counter)."""
+    """Told how many more input lines are done (e.g. `attnseq.io.progress.counting`'s counter)."""
 
     def advance(self, count: int) -> None: ...
 
@@ -58,7 +58,7 @@ class Translator:
 
     Args:
         model: the model (moved to `device`, put in eval mode here).
-        tokenizers: `attnseq.tasks.Tokenizers` of the checkpoint.
+        tokenizers: `attnseq.training.run.Tokenizers` of the checkpoint.
         cfg: the checkpoint's config.
         device: where to decode.
     """

@@ -131,7 +131,7 @@ def lock_explicit_run_dir(args: Sequence[str]) -> None:
 
     Raises UserError when another training holds it.
     """
-    from attnseq.distributed import env_world
+    from attnseq.training.distributed import env_world
 
     if not env_world().is_main or any(arg.startswith("-") for arg in args):
         return

@@ -27,10 +27,10 @@ from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.decoding import DecodingSettings, Hypothesis, decode  # settings re-exported here
 from attnseq.errors import UserError
-from attnseq.loss import sequence_loss
-from attnseq.metrics import perplexity, task_metrics
+from attnseq.evaluation.metrics import perplexity, task_metrics
+from attnseq.io.progress import Rate, counting
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.progress import Rate, counting
+from attnseq.training.loss import sequence_loss
 
 
 @dataclass
@@ -233,7 +233,7 @@ class Evaluator:
 
     def alignment_metrics(self, model: Seq2Seq) -> dict[str, float]:
         """AER / precision / recall of argmax word alignments from the attention."""
-        from attnseq.alignment import model_alignment_metrics
+        from attnseq.analysis.alignment import model_alignment_metrics
 
         gold = self.gold
         assert gold is not None
@@ -294,7 +294,7 @@ class LoadedAlignmentSet:
         """AER, precision and recall of the model's teacher-forced attention, overall (the
         last layer's head average for transformers) and per layer/head
         (`alignment.model_alignment_metrics`)."""
-        from attnseq.alignment import ALIGNMENT_SCORES, model_alignment_metrics
+        from attnseq.analysis.alignment import ALIGNMENT_SCORES, model_alignment_metrics
 
         try:
             return model_alignment_metrics(
@@ -331,8 +331,8 @@ def load_alignment_set(
     whitespace-separated words of the line (`alignment.word_ids`), since the gold indices count
     those words. `max_length`: the longest sequence the model can take (learned positions).
     """
-    from attnseq.alignment import word_ids
-    from attnseq.alignment_gold import read_gold_file
+    from attnseq.analysis.alignment import word_ids
+    from attnseq.analysis.alignment_gold import read_gold_file
 
     if files.order not in ALIGNMENT_ORDERS:
         raise UserError(

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnseq.alignment_gold import Alignment, Link
+from attnseq.analysis.alignment_gold import Alignment, Link
 from attnseq.data.batching import Example, collate
 from attnseq.models.seq2seq import Seq2Seq
 

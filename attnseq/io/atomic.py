@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from attnseq.output_paths import FIXABLE_ERRNOS, fixable_write_error, output_error
+from attnseq.io.output_paths import FIXABLE_ERRNOS, fixable_write_error, output_error
 
 
 def current_umask() -> int:

@@ -52,21 +52,21 @@ from typing import Any
 
 import torch
 
-from attnseq.atomic import remove_stale_temporaries
-from attnseq.checkpoint import keep_step_checkpoint, save_checkpoint
 from attnseq.config.schema import Metric, Scheduler, TrainConfig
 from attnseq.data.batching import Batch, TokenBatchSampler
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.loader import BatchLoader, TokenCounts
-from attnseq.distributed import all_gather_object, all_reduce_sum, broadcast_object, world
-from attnseq.evaluation import Evaluator
-from attnseq.loss import coverage_term, sequence_loss
-from attnseq.mixed_precision import MixedPrecision
+from attnseq.evaluation.evaluator import Evaluator
+from attnseq.io.atomic import remove_stale_temporaries
+from attnseq.io.checkpoint import keep_step_checkpoint, save_checkpoint
+from attnseq.io.progress import ON_BAR, TrainingProgress
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.optim import TrainingBudget
-from attnseq.progress import ON_BAR, TrainingProgress
-from attnseq.rng import preserved_rng, rng_state, set_rng_state
-from attnseq.signals import StopSignals, TrainingInterrupted
+from attnseq.training.distributed import all_gather_object, all_reduce_sum, broadcast_object, world
+from attnseq.training.loss import coverage_term, sequence_loss
+from attnseq.training.optim import TrainingBudget
+from attnseq.training.precision import MixedPrecision
+from attnseq.training.rng import preserved_rng, rng_state, set_rng_state
+from attnseq.training.signals import StopSignals, TrainingInterrupted
 
 __all__ = [
     "NullWriter",

@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from attnseq.atomic import atomic_write
 from attnseq.data.extended_vocab import ExtendedExample, extended_pieces
 from attnseq.errors import UserError
+from attnseq.io.atomic import atomic_write
 
 FORMAT = "attnseq-attention"
 VERSION = 1

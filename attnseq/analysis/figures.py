@@ -230,7 +230,7 @@ def figure_to_array(figure: Figure) -> np.ndarray:
 
 def save_figure(figure: Figure, path: str | Path) -> Path:
     """Write png/svg/pdf (by suffix) atomically."""
-    from attnseq.atomic import atomic_write
+    from attnseq.io.atomic import atomic_write
 
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"

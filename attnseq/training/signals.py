@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from attnseq.distributed import is_main_process
+from attnseq.training.distributed import is_main_process
 
 
 class TrainingInterrupted(Exception):

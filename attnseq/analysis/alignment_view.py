@@ -7,7 +7,7 @@ shows the alignment of that pair. Both cases run one teacher-forced pass with
 incremental decoding step by step (tests/models hold the two equal).
 
 `saved_attention_map` reads an output's attention back from a file of `attnseq eval
---save-attention` instead (attnseq/saved_attention.py), without a model.
+--save-attention` instead (attnseq/analysis/saved_attention.py), without a model.
 
 Copy models (pointer-generators): the cross-attention map comes with p_gen of every row, drawn
 as a strip next to it (1 = generated, 0 = copied); copied source words outside the target
@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnseq.alignment import word_attention, word_ids
+from attnseq.analysis.alignment import word_attention, word_ids
+from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
 from attnseq.data.extended_vocab import extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.visualize import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
 
 KINDS = ("cross", "encoder", "decoder")
 
@@ -250,7 +250,7 @@ def saved_attention_map(path: Path, index: int) -> tuple[AttentionMap, str]:
     Raises:
         UserError: a missing or malformed file, or an index out of range.
     """
-    from attnseq.saved_attention import SavedAttention
+    from attnseq.analysis.saved_attention import SavedAttention
 
     with SavedAttention(path) as saved:
         example = saved.example(index)

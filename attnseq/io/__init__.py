@@ -1,0 +1,1 @@
+"""Files and the terminal: atomic writes, output-path checks, checkpoint files, progress bars."""
