@@ -25,7 +25,7 @@ What is measured, with the definitions of bench/peers/RESULTS.md:
 * Training throughput: the model, optimizer, scheduler, data and `Trainer` are built as
   `tasks.run_training` builds them; the timed loop does what `Trainer.fit` does per step
   (collate the next real length-bucketed batch of the shuffled epoch, move it to the device,
-  `Trainer._update`: forward, loss, backward, clipping, optimizer and scheduler step).
+  `Trainer.update`: forward, loss, backward, clipping, optimizer and schedule step).
   Validation is left out, as in the peers' runs. Target tokens/s counts real target
   positions (tokens + EOS, no padding: what the loss is taken over, Joey's unit);
   source+target tokens/s adds the real source tokens.
@@ -52,6 +52,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import resource
 import shlex
 import statistics
@@ -186,8 +187,10 @@ def training_batches(trainer: Any) -> Iterator[tuple[Any, Any]]:
 
 
 def _update(trainer: Any, batch: Any, counts: Any) -> float | None:
-    """One real update (`Trainer._update`); its loss, or None when it was skipped."""
-    return trainer._update(batch, counts)
+    """One real update (`Trainer.update`: train_step and the schedule's step); its loss, or None
+    when it was skipped."""
+    outcome = trainer.update(batch, counts)
+    return outcome.loss if outcome.applied else None
 
 
 def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | None = None):
@@ -195,22 +198,25 @@ def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | No
     checkpoints, no TensorBoard); the scheduler's budget is `max_steps` or the config's.
     Returns (trainer, data, prepare_seconds); the validation evaluator only if `validate`."""
     from attnseq.data.prepare import prepare_data
-    from attnseq.training.optim import TrainingBudget, build_optimizer, build_scheduler
-    from attnseq.training.run import make_evaluator, model_for, seed_everything
+    from attnseq.evaluation.split_evaluators import make_evaluator
+    from attnseq.models.loading import model_for
+    from attnseq.training.optim import build_optimizer
+    from attnseq.training.schedules import LearningRateSchedule, TrainingBudget
     from attnseq.training.trainer import Trainer
 
-    seed_everything(cfg.seed)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
     start = time.perf_counter()
     data = prepare_data(cfg.data, cfg.seed)
     prepare_seconds = time.perf_counter() - start
     model = model_for(cfg, data.tokenizers).to(device)
     optimizer = build_optimizer(model, cfg.optim)
     budget = TrainingBudget(cfg.trainer.max_steps if max_steps is None else max_steps)
-    scheduler = build_scheduler(optimizer, cfg.optim, budget)
+    schedule = LearningRateSchedule(optimizer, cfg.optim, budget)
     valid = make_evaluator(cfg, data, "valid", device) if validate else None
     run_dir = Path(tempfile.mkdtemp(prefix="attnseq-bench-"))  # the trainer never saves here
     trainer = Trainer(
-        model, optimizer, scheduler, cfg, data.examples["train"], valid, run_dir, None, device, {}
+        model, optimizer, schedule, cfg, data.examples["train"], valid, run_dir, None, device, {}
     )
     return trainer, data, prepare_seconds
 
@@ -353,7 +359,7 @@ def benchmark_decoding(
 # ---------------------------------------------------------------------------------- setups
 def run_setup(setup: str, args: argparse.Namespace, peak: float) -> dict[str, Any]:
     """Everything for one setup, in this process."""
-    from attnseq.training.trainer import resolve_device
+    from attnseq.models.device import resolve_device
 
     overrides = shlex.split(setup) + list(args.set or [])
     cfg = compose(overrides, args.threads)
@@ -384,8 +390,8 @@ def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
     """Decoding figures of a trained checkpoint on its dataset's test split (no training),
     with the test BLEU of each setting's output."""
     from attnseq.data.prepare import prepare_data
+    from attnseq.models.device import resolve_device
     from attnseq.models.loading import load_trained_model
-    from attnseq.training.trainer import resolve_device
 
     trained = load_trained_model(Path(path))
     payload, cfg, tokenizers = trained.payload, trained.cfg, trained.tokenizers
@@ -412,7 +418,7 @@ def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def machine(device: str, threads: int) -> dict[str, Any]:
-    from attnseq.training.trainer import resolve_device
+    from attnseq.models.device import resolve_device
 
     info: dict[str, Any] = {
         "processor": platform.processor() or platform.machine(),
@@ -459,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     setups = args.setups or ([] if args.checkpoint else DEFAULT_SETUPS)
 
     try:
-        from attnseq.training.trainer import resolve_device
+        from attnseq.models.device import resolve_device
 
         device = resolve_device(args.device)
         if args.single:  # a child: one setup or checkpoint, JSON on stdout

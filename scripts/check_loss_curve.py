@@ -72,7 +72,7 @@ def loss_curve(cfg, steps: int, every: int, path: str, dropout_seed: int | None)
     trainer, _, _ = build_trainer(cfg, torch.device("cpu"), validate=True, max_steps=steps)
     model, valid = trainer.model, trainer.evaluator
     if path == "reference":
-        trainer.train_model = StepwiseTeacherForcing(model)
+        trainer.parts.module = StepwiseTeacherForcing(model)
     if dropout_seed is not None:  # after the weights are drawn: only the dropout masks change
         torch.manual_seed(dropout_seed)
 
@@ -80,8 +80,8 @@ def loss_curve(cfg, steps: int, every: int, path: str, dropout_seed: int | None)
     curve = [{"step": 0, "valid_loss": valid.loss(model)}]
     for step in range(1, steps + 1):
         batch, counts = next(stream)
-        trainer.progress.step = step - 1
-        trainer._update(batch, counts)
+        trainer.state.step = step - 1
+        trainer.update(batch, counts)
         if step % every == 0 or step == steps:
             curve.append({"step": step, "valid_loss": valid.loss(model)})
             print(

@@ -1,6 +1,6 @@
 """Where a training update spends its time: torch.profiler over real updates of a config.
 
-The updates are `Trainer._update` on the config's real length-bucketed batches, as
+The updates are `Trainer.update` on the config's real length-bucketed batches, as
 `attnseq train` runs them (built like scripts/benchmark.py builds them). Two views:
 
 * phases: the update's wall time split into forward + loss, backward (the autograd engine's
@@ -80,12 +80,12 @@ def profile_setup(overrides: list[str], steps: int, warmup: int, threads: int, t
     model = trainer.model
     stream = training_batches(trainer)
     for _ in range(warmup):
-        trainer._update(*next(stream))
+        trainer.update(*next(stream))
     batches = [next(stream) for _ in range(steps)]  # collated before, outside the profile
     start = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         for batch, counts in batches:
-            trainer._update(batch, counts)
+            trainer.update(batch, counts)
     wall_us = 1e6 * (time.perf_counter() - start)
     target_tokens = sum(counts.tgt for _, counts in batches)
     return {

@@ -35,7 +35,7 @@ def untrained_checkpoint(path, *overrides: str, pairs=None):
 
     from attnseq.data.prepare import prepare_data, train_tokenizers
     from attnseq.io.checkpoint import save_checkpoint
-    from attnseq.training.run import model_for
+    from attnseq.models.loading import model_for
 
     cfg = tiny_config(*overrides)
     torch.manual_seed(cfg.seed)

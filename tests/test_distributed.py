@@ -60,14 +60,14 @@ from attnseq.training.run import run_training
 
 torch.set_num_threads(1)
 updates = []
-update = trainer.Trainer._update
+update = trainer.Trainer.update
 
 def recorded(self, batch, counts):
-    loss = update(self, batch, counts)
-    updates.append([batch.indices.tolist(), loss])
-    return loss
+    outcome = update(self, batch, counts)
+    updates.append([batch.indices.tolist(), outcome.loss if outcome.applied else None])
+    return outcome
 
-trainer.Trainer._update = recorded
+trainer.Trainer.update = recorded
 run_dir, record = Path(sys.argv[1]), Path(sys.argv[2])
 metrics = run_training(tiny_config(*sys.argv[3:]), run_dir)
 record.write_text(json.dumps({{"updates": updates, "metrics": metrics}}))
@@ -217,15 +217,15 @@ def test_shards_are_disjoint_and_losses_match_one_process(tmp_path: Path, monkey
             return 0.0
 
     single = []
-    update = trainer.Trainer._update
+    update = trainer.Trainer.update
 
     def recorded(self, batch, counts):
-        loss = update(self, batch, counts)
-        single.append(loss)
-        return loss
+        outcome = update(self, batch, counts)
+        single.append(outcome.loss if outcome.applied else None)
+        return outcome
 
     monkeypatch.setattr(trainer, "TokenBatchSampler", UnionBatches)
-    monkeypatch.setattr(trainer.Trainer, "_update", recorded)
+    monkeypatch.setattr(trainer.Trainer, "update", recorded)
     torch.set_num_threads(1)
     run_training(tiny_config(*TINY), tmp_path / "single")
     assert len(single) == 24

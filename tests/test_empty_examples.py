@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import tiny_config
 
-from attnseq.training.run import evaluate_checkpoint, run_training
+from attnseq.evaluation.run import evaluate_checkpoint
+from attnseq.training.run import run_training
 
 WORDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 EMPTY_SOURCE, EMPTY_TARGET = 1, 3  # line numbers (0-based) of the empty examples in each split

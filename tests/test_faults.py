@@ -36,10 +36,11 @@ from attnseq.config.schema import TrainConfig, config_from_dict, register_config
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write, remove_stale_temporaries
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.training import trainer
+from attnseq.training import loss as loss_module
 from attnseq.training.resume import find_resume_point
 from attnseq.training.run import run_training
-from attnseq.training.trainer import StopSignals, TrainingDiverged, TrainingInterrupted
+from attnseq.training.signals import StopSignals, TrainingInterrupted
+from attnseq.training.stopping import TrainingDiverged
 
 # A run of 40 short steps that saves a resume point after every one, with dropout so that a
 # wrongly restored RNG changes the weights. 2 batches per epoch: several epoch boundaries.
@@ -182,14 +183,15 @@ def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path: Path) -> No
 
 def test_resuming_in_process_continues_schedule_plateau_and_rng(tmp_path: Path) -> None:
     """Stop at step 4, resume to 10: equal to 10 straight, with plateau lr cuts on the way
-    (scheduler base_lrs), dropout (RNG) and an epoch boundary inside the resumed part."""
+    (the schedule's base lrs and plateau state), dropout (RNG) and an epoch boundary inside
+    the resumed part."""
     settings = [
         "model.dropout=0.3",
         "trainer.num_heatmaps=1",
         "optim.scheduler=plateau",
         "optim.plateau_patience=1",
         "trainer.validate_every=2",
-        "trainer.early_stopping_metric=loss",
+        "trainer.early_stopping_metric=exact_match",  # stays 0 this early: the lr gets cut
         "trainer.early_stopping_patience=0",
         "data.max_tokens=1200",
     ]
@@ -201,7 +203,10 @@ def test_resuming_in_process_continues_schedule_plateau_and_rng(tmp_path: Path) 
     assert_same_weights(straight / "checkpoints" / "last.pt", split / "checkpoints" / "last.pt")
     a = load_checkpoint(straight / "checkpoints" / "last.pt")
     b = load_checkpoint(split / "checkpoints" / "last.pt")
-    assert a["scheduler"]["base_lrs"] == b["scheduler"]["base_lrs"]
+    assert a["scheduler"]["per_update"]["base_lrs"] == b["scheduler"]["per_update"]["base_lrs"]
+    assert a["scheduler"]["plateau"] == b["scheduler"]["plateau"]
+    lr = config_from_dict(a["config"]).optim.lr
+    assert max(a["scheduler"]["per_update"]["base_lrs"]) < lr  # the plateau did cut the lr
     assert a["progress"]["epoch"] == b["progress"]["epoch"] >= 1
 
 
@@ -238,7 +243,7 @@ def test_resume_auto_without_a_checkpoint_starts_fresh_and_says_so(tmp_path: Pat
 # ------------------------------------------------------------------------ signals
 def test_sigint_finishes_the_step_and_writes_last_pt(tmp_path: Path, monkeypatch) -> None:
     """In-process: the signal arrives inside step 5's loss; the run saves step 5 and stops."""
-    real_loss = trainer.sequence_loss
+    real_loss = loss_module.sequence_loss
     calls = count(1)
 
     def loss_with_a_signal(*args, **kwargs):
@@ -246,7 +251,7 @@ def test_sigint_finishes_the_step_and_writes_last_pt(tmp_path: Path, monkeypatch
             os.kill(os.getpid(), signal.SIGINT)
         return real_loss(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "sequence_loss", loss_with_a_signal)
+    monkeypatch.setattr(loss_module, "sequence_loss", loss_with_a_signal)
     previous = signal.getsignal(signal.SIGINT)
     with pytest.raises(TrainingInterrupted) as caught:
         run_training(tiny_config("trainer.max_steps=20"), tmp_path)
@@ -321,7 +326,7 @@ def test_an_exception_during_a_write_keeps_the_old_file(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------ non-finite losses
 def nan_from_call(first_bad: int, last_bad: int | None = None):
     """A sequence_loss that returns NaN for its calls first_bad..last_bad (1-based)."""
-    real_loss = trainer.sequence_loss
+    real_loss = loss_module.sequence_loss
     calls = count(1)
 
     def loss(*args, **kwargs):
@@ -358,7 +363,7 @@ def test_nonfinite_losses_and_gradients_are_skipped_and_counted(
         loss_sum, n_tokens = bad_loss(*args, **kwargs)
         return (_NanGradient.apply(loss_sum) if call == 6 else loss_sum), n_tokens
 
-    monkeypatch.setattr(trainer, "sequence_loss", loss)
+    monkeypatch.setattr(loss_module, "sequence_loss", loss)
     run_training(tiny_config("trainer.max_steps=6", "trainer.validate_every=3"), tmp_path)
     payload = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     progress = payload["progress"]
@@ -378,7 +383,7 @@ def test_nonfinite_losses_and_gradients_are_skipped_and_counted(
 def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
     tmp_path: Path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(trainer, "sequence_loss", nan_from_call(5))
+    monkeypatch.setattr(loss_module, "sequence_loss", nan_from_call(5))
     cfg = tiny_config(
         "trainer.max_steps=50",
         "trainer.validate_every=2",
@@ -396,14 +401,14 @@ def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
 
 DIVERGING_CLI = """
 import sys
-import attnseq.training.trainer as training
-real = trainer.sequence_loss
+import attnseq.training.loss as loss_module
+real = loss_module.sequence_loss
 calls = [0]
 def loss(*args, **kwargs):
     calls[0] += 1
     total, tokens = real(*args, **kwargs)
     return (total * float("nan") if calls[0] > 3 else total), tokens
-trainer.sequence_loss = loss
+loss_module.sequence_loss = loss
 from attnseq.cli.app import main
 sys.argv = ["attnseq", "train", *sys.argv[1:]]
 main()

@@ -10,8 +10,8 @@ from helpers import tiny_config
 
 from attnseq.config.schema import OptimConfig, Scheduler
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.training.optim import TrainingBudget, build_scheduler, lr_multiplier
 from attnseq.training.run import run_training
+from attnseq.training.schedules import LearningRateSchedule, TrainingBudget, lr_multiplier
 
 
 def multipliers(scheduler: str, warmup: int, budget: TrainingBudget, steps: int) -> list[float]:
@@ -55,13 +55,12 @@ def test_scheduler_sets_the_optimizer_lr() -> None:
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([parameter], lr=0.1)
     budget = TrainingBudget(max_steps=4)
-    scheduler = build_scheduler(optimizer, OptimConfig(scheduler=Scheduler.linear), budget)
+    schedule = LearningRateSchedule(optimizer, OptimConfig(scheduler=Scheduler.linear), budget)
     lrs = []
     for done in range(1, 5):
-        lrs.append(optimizer.param_groups[0]["lr"])
+        lrs.append(schedule.lr)
         optimizer.step()
-        budget.update(done, 0.0)
-        scheduler.step()
+        schedule.after_update(done, 0.0)
     assert lrs == pytest.approx([0.1, 0.075, 0.05, 0.025])
 
 

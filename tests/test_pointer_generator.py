@@ -21,8 +21,9 @@ from attnseq.cli.hydra_entry import CONFIG_DIR
 from attnseq.config.schema import config_to_dict
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
+from attnseq.evaluation.run import evaluate_checkpoint
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.training.run import evaluate_checkpoint, run_training
+from attnseq.training.run import run_training
 
 runner = CliRunner()
 WORD_PAIRS = [("alpha beta gamma", "alpha beta"), ("beta gamma", "gamma")]

@@ -2,7 +2,7 @@
 
 A sweep folder (`multirun/DATE/TIME/`, or whatever `hydra.sweep.dir` named) holds one folder per
 job, each with `.hydra/overrides.yaml` (the job's command-line overrides, which is what differs
-between jobs) and, once training has finished, `metrics.json` (written by tasks.run_training).
+between jobs) and, once training has finished, `metrics.json` (written by attnseq/training/run.py).
 The basic sweeper also writes `multirun.yaml` at the root; the Optuna sweeper writes
 `optimization_results.yaml` there (best parameters and value) instead.
 
@@ -178,7 +178,7 @@ def higher_is_better(metric: str) -> bool:
 
 def _recorded_metric(root: Path, jobs: Sequence[Job]) -> str | None:
     """The metric the sweep optimised, from the run's own config: `optimized_metric`, else
-    test/<trainer.early_stopping_metric> (what tasks.train_from_hydra returns to a sweeper).
+    test/<trainer.early_stopping_metric> (what attnseq/cli/train_task.py returns to a sweeper).
 
     The basic sweeper saves the config as multirun.yaml; the Optuna sweeper does not, but every
     job has its composed config in .hydra/config.yaml.

@@ -1,4 +1,4 @@
-"""The `attnseq` command line (Typer). It parses arguments only, then calls into tasks.py.
+"""The `attnseq` command line (Typer). It parses arguments only, then calls into the library.
 
 A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2.
 """
@@ -304,8 +304,8 @@ def evaluate(
         --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr
     """
     from attnseq.evaluation.evaluator import GoldAlignmentFiles
+    from attnseq.evaluation.run import evaluate_checkpoint
     from attnseq.io.output_paths import check_output_folder
-    from attnseq.training import run
 
     try:
         if batch_size is not None and batch_size < 1:
@@ -332,7 +332,7 @@ def evaluate(
             )
         elif align_src or align_tgt or align_possible:
             raise UserError("--align-src, --align-tgt and --align-possible go with --alignments")
-        metrics = run.evaluate_checkpoint(
+        metrics = evaluate_checkpoint(
             checkpoint,
             split=split,
             max_tokens=batch_size,

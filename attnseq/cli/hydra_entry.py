@@ -406,6 +406,6 @@ def run_hydra(args: list[str]) -> None:
 def _train_task(composed: Any) -> float | None:
     """The task function: imports the training code (torch) only when Hydra runs a job, so
     `--help`, `--cfg` and shell completion answer without it."""
-    from attnseq.training import run
+    from attnseq.cli.train_task import train_from_hydra
 
-    return run.train_from_hydra(composed)
+    return train_from_hydra(composed)

@@ -351,7 +351,7 @@ class OptimConfig:
     plateau_factor: float = option(
         0.5, "scheduler=plateau: lr multiplier when the metric stalls, in (0, 1)", gt=0.0, lt=1.0
     )
-    plateau_patience: int = option(2, "validations without improvement before the lr drops", ge=0)
+    plateau_patience: int = option(2, "validations without improvement before the lr drops", ge=1)
     coverage_lambda: float = option(
         0.0,
         "coverage loss weight lambda (See et al. 2017, eq. 13); needs model.coverage=true",
@@ -477,6 +477,23 @@ def register_configs() -> None:
 # best-metric state stored in the checkpoint: a different value would silently train something
 # else than the checkpoint's run, so they must match.
 RESUME_MUST_MATCH = ("seed", "data.", "model.", "optim.", "trainer.early_stopping_metric")
+
+
+def flat_config(tree: dict[str, Any]) -> dict[str, Any]:
+    """{"a.b": value} for every leaf of a nested config dict (an empty dict is a leaf too)."""
+    values: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(f"{prefix}{key}.", value)
+        else:
+            values[prefix.rstrip(".")] = node
+
+    walk("", tree)
+    return values
+
+
 # ...except where a different value changes nothing about what is trained: where the data
 # files live, and the batch size of validation decoding.
 RESUME_MAY_DIFFER = ("data.root", "data.eval_max_tokens")
@@ -486,20 +503,7 @@ def resume_conflicts(saved: TrainConfig, current: TrainConfig) -> list[str]:
     """Keys that must match between a checkpoint's config and a resumed run's, and do not:
     one "key: checkpoint VALUE, now VALUE" line each."""
 
-    def flat(cfg: TrainConfig) -> dict[str, object]:
-        values: dict[str, object] = {}
-
-        def walk(prefix: str, node: object) -> None:
-            if isinstance(node, dict) and node:
-                for key, value in node.items():
-                    walk(f"{prefix}{key}.", value)
-            else:
-                values[prefix.rstrip(".")] = node
-
-        walk("", config_to_dict(cfg))
-        return values
-
-    before, now = flat(saved), flat(current)
+    before, now = flat_config(config_to_dict(saved)), flat_config(config_to_dict(current))
     conflicts = []
     for key in sorted(set(before) | set(now)):
         if (

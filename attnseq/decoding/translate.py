@@ -38,11 +38,11 @@ from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extend_text
 from attnseq.decoding import DecodingSettings, Hypothesis, decode
 from attnseq.errors import UserError
+from attnseq.models.device import resolve_device
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.training.trainer import resolve_device
 
-if TYPE_CHECKING:  # tasks.py (the composition root) is imported only when a checkpoint loads
-    from attnseq.training.run import Tokenizers
+if TYPE_CHECKING:  # data preparation is imported only when a checkpoint loads
+    from attnseq.data.prepare import TokenizerPair
 
 CHUNK_SIZE = 1000
 
@@ -58,13 +58,13 @@ class Translator:
 
     Args:
         model: the model (moved to `device`, put in eval mode here).
-        tokenizers: `attnseq.training.run.Tokenizers` of the checkpoint.
+        tokenizers: the `TokenizerPair` of the checkpoint.
         cfg: the checkpoint's config.
         device: where to decode.
     """
 
     def __init__(
-        self, model: Seq2Seq, tokenizers: "Tokenizers", cfg: TrainConfig, device: torch.device
+        self, model: Seq2Seq, tokenizers: "TokenizerPair", cfg: TrainConfig, device: torch.device
     ) -> None:
         self.tokenizers = tokenizers
         self.cfg = cfg

@@ -26,16 +26,19 @@ import contextlib
 import datetime
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from attnseq.errors import UserError
+
 log = logging.getLogger("attnseq")
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 DEFAULT_TIMEOUT_MINUTES = 60.0
 
@@ -175,3 +178,27 @@ def barrier() -> None:
     """Wait for every rank (a no-op in a single process)."""
     if is_distributed():
         dist.barrier()
+
+
+def decided_on_main(
+    world: WorldInfo, compute: Callable[[], T], shared: Callable[[T], S]
+) -> tuple[T | None, S]:
+    """`compute()` on rank 0 only; every rank gets `shared(result)` (broadcast from rank 0),
+    rank 0 also the result itself (the others None). A UserError on rank 0 is raised on every
+    rank, so each exits with status 2 instead of waiting for rank 0 forever."""
+    if not world.distributed:
+        result = compute()
+        return result, shared(result)
+    result: T | None = None
+    value: Any = None
+    error: str | None = None
+    if world.is_main:
+        try:
+            result = compute()
+            value = shared(result)
+        except UserError as problem:
+            error = str(problem)
+    value, error = broadcast_object((value, error))
+    if error is not None:
+        raise UserError(error)
+    return result, value

@@ -2,8 +2,8 @@
 run's best.pt along, and telling the user how to continue after a signal.
 
 What a checkpoint must agree on with the resumed run's config is `config.resume_conflicts`; the
-`attnseq train ...` command that resumes a Hydra job is built by `tasks.resume_command` (it reads
-Hydra's state, which library code does not import).
+`attnseq train ...` command that resumes a Hydra job is built by `resume_command` in
+attnseq/cli/train_task.py (it reads Hydra's state, which library code does not import).
 """
 
 import logging

@@ -11,9 +11,9 @@ from typing import Any
 
 from attnseq.analysis.alignment import attention_statistics
 from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
-from attnseq.config.schema import TrainConfig, config_to_dict
+from attnseq.config.schema import TrainConfig, config_to_dict, flat_config
 from attnseq.data.extended_vocab import extended_pieces
-from attnseq.data.prepare import TokenizerPair as Tokenizers
+from attnseq.data.prepare import TokenizerPair
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -21,7 +21,11 @@ TEXT_EXAMPLES = 4  # validation examples shown as text at each validation
 
 
 def validation_logger(
-    writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, cfg: TrainConfig, sources: list[str]
+    writer: Any,
+    evaluator: Evaluator,
+    tokenizers: TokenizerPair,
+    cfg: TrainConfig,
+    sources: list[str],
 ) -> Callable[[Seq2Seq, int], None]:
     """What each validation adds to TensorBoard besides its scalars: heatmaps and examples."""
     heatmaps = heatmap_logger(writer, evaluator, tokenizers, cfg.trainer.num_heatmaps, sources)
@@ -64,7 +68,7 @@ def _markdown_cell(text: str) -> str:
 def heatmap_logger(
     writer: Any,
     evaluator: Evaluator,
-    tokenizers: Tokenizers,
+    tokenizers: TokenizerPair,
     count: int,
     sources: list[str] | None = None,
 ):
@@ -140,17 +144,9 @@ def run_hparams(cfg: TrainConfig, n_params: int) -> dict[str, Any]:
 
 
 def _flat_config(tree: dict[str, Any]) -> dict[str, Any]:
-    """{"a.b": value} for every scalar (or None) leaf; lists become strings."""
-    flat: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(f"{prefix}{key}.", value)
-        elif node is None or isinstance(node, (int, float, str, bool)):
-            flat[prefix.rstrip(".")] = node
-        else:
-            flat[prefix.rstrip(".")] = str(node)
-
-    walk("", tree)
-    return flat
+    """{"a.b": value} for every leaf; values TensorBoard cannot show (lists) as strings."""
+    scalar = (int, float, str, bool)
+    return {
+        key: value if value is None or isinstance(value, scalar) else str(value)
+        for key, value in flat_config(tree).items()
+    }

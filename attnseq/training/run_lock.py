@@ -10,7 +10,7 @@ warning.)
 
 The lock is reentrant within one process: `attnseq train` takes it for an explicit
 `hydra.run.dir` before Hydra writes the directory's .hydra/ files and opens train.log
-(`lock_explicit_run_dir`), and `tasks.run_training` takes it again around the training itself,
+(`lock_explicit_run_dir`), and `run_training` (run.py) takes it again around the training itself,
 which covers run directories Hydra chooses (the default time-stamped ones, multirun jobs).
 Under torchrun only rank 0 locks; the other ranks never write to the run directory.
 """
@@ -127,7 +127,7 @@ def lock_explicit_run_dir(args: Sequence[str]) -> None:
     """Lock the run directory of a single `attnseq train` run given as `hydra.run.dir=DIR`,
     for the rest of this process, before Hydra writes into it. Does nothing for multirun,
     informational flags (--cfg, --help, ...), a directory with interpolations (Hydra resolves
-    it) and torchrun ranks other than 0: `tasks.run_training` locks those run directories.
+    it) and torchrun ranks other than 0: `run_training` (run.py) locks those run directories.
 
     Raises UserError when another training holds it.
     """

@@ -1,0 +1,162 @@
+"""What `attnseq eval` runs: the metrics of a checkpoint on one split, from the checkpoint alone
+(plus its data), into a result folder of its own (results.py).
+
+The split is a split name of the checkpoint's dataset (test, valid) or a path: a parallel file
+prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file. The data locations the
+checkpoint's config names (data.root, data.splits, source=hub) must stay under this machine's
+data root unless the user's overrides set them (attnseq/data/checkpoint_paths.py).
+"""
+
+import sys
+from pathlib import Path
+
+from attnseq.analysis.saved_attention import records_from_hypotheses
+from attnseq.analysis.saved_attention import save_attention as write_saved_attention
+from attnseq.config.schema import TrainConfig
+from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
+from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
+from attnseq.data.sources import load_pairs_from_path
+from attnseq.errors import UserError
+from attnseq.evaluation import results as eval_results
+from attnseq.evaluation.evaluator import (
+    Evaluator,
+    GoldAlignmentFiles,
+    Hypothesis,
+    load_alignment_set,
+)
+from attnseq.evaluation.results import EvalMetrics
+from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
+from attnseq.models.device import resolve_device
+from attnseq.models.loading import load_trained_model
+from attnseq.models.seq2seq import Seq2Seq
+
+NAMED_SPLITS = ("train", "valid", "test")
+
+
+def evaluate_checkpoint(
+    path: Path,
+    split: str = "test",
+    max_tokens: int | None = None,
+    out_dir: Path | None = None,
+    overrides: list[str] | None = None,
+    device_name: str = "auto",
+    save_attention: bool = False,
+    alignments: GoldAlignmentFiles | None = None,
+) -> EvalMetrics:
+    """Metrics of a checkpoint on one split; the result goes to a folder under `out_dir`
+    (default RUN/eval) named after the checkpoint, its step, the split and every decoding
+    setting, which the returned metrics name (`.result.folder`).
+
+    `save_attention`: also write the cross-attention of every output hypothesis to
+    attention.npz in that folder (format: attnseq/analysis/saved_attention.py).
+    `alignments`: also score the attention against a gold word-alignment set, as
+    ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
+    (``align/aer/layer2/head3``, ``align/aer/layer2/mean``).
+    """
+    overrides = list(overrides or [])
+    trained = load_trained_model(path, overrides)
+    cfg, tokenizers = trained.cfg, trained.tokenizers
+    dataset_split = split in NAMED_SPLITS or split in cfg.data.splits
+    check_checkpoint_data(cfg.data, overridden_keys(overrides), reads_dataset=dataset_split)
+    if max_tokens:
+        cfg.data.eval_max_tokens = max_tokens
+    device = resolve_device(cfg.trainer.device.value if device_name == "auto" else device_name)
+    model = trained.model.to(device)
+    _check_attention_wanted(cfg, save_attention, alignments)
+    alignment_set = None
+    if alignments is not None:  # read and check the gold set before the slow work
+        alignment_set = load_alignment_set(
+            alignments, tokenizers.src, tokenizers.tgt, _max_positions(model)
+        )
+    name, data = _prepare_split(cfg, split, dataset_split, tokenizers)
+    gold = split_gold(cfg, name, tokenizers) if dataset_split else None
+    evaluator = make_evaluator(cfg, data, name, device, gold)
+    metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
+    print(f"{name}: decoded {evaluator.decode_rate.summary()}", file=sys.stderr)
+    results = {f"{name}/{key}": value for key, value in metrics.items()}
+    if alignment_set is not None:
+        scores = alignment_set.score(model, device)
+        results.update({f"align/{key}": value for key, value in scores.items()})
+    folder = eval_results.result_folder(
+        out_dir or eval_results.default_root(path),
+        path,
+        eval_results.checkpoint_step(trained.payload),
+        name,
+        evaluator.decoding,
+        overrides,
+        [f"align-{alignments.gold.name}"] if alignments is not None else [],
+    )
+    if save_attention:
+        _save_eval_attention(folder / "attention.npz", cfg, model, evaluator, decoded, data, name)
+    hypotheses = evaluator.texts(decoded)
+    about = eval_results.describe(
+        path, trained.payload, name, len(hypotheses), evaluator.decoding, overrides, alignments
+    )
+    result = eval_results.write_result(folder, results, hypotheses, evaluator.references, about)
+    return EvalMetrics(results, result)
+
+
+def _check_attention_wanted(
+    cfg: TrainConfig, save_attention: bool, alignments: GoldAlignmentFiles | None
+) -> None:
+    """--save-attention and --alignments need a model with attention."""
+    no_attention = cfg.model.family.value == "rnn" and cfg.model.attention.score.value == "none"
+    if no_attention and (save_attention or alignments is not None):
+        option = "--save-attention" if save_attention else "--alignments"
+        raise UserError(f"{option}: this model has no attention (model.attention.score=none)")
+
+
+def _prepare_split(
+    cfg: TrainConfig, split: str, dataset_split: bool, tokenizers: TokenizerPair
+) -> tuple[str, PreparedData]:
+    """(name, data) of the split to evaluate: a split of the dataset, or a file's pairs named
+    after the file."""
+    if dataset_split:
+        name, pairs = split, None
+    else:
+        name = Path(split).name.replace(".", "_") or "file"
+        pairs = {name: load_pairs_from_path(split, cfg.data)}
+    data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=[name], pairs=pairs)
+    if name not in data.examples:
+        raise UserError(f"unknown split {split!r}; this dataset has: {', '.join(data.examples)}")
+    return name, data
+
+
+def _save_eval_attention(
+    path: Path,
+    cfg: TrainConfig,
+    model: Seq2Seq,
+    evaluator: Evaluator,
+    decoded: list[Hypothesis],
+    data: PreparedData,
+    split: str,
+) -> None:
+    """`attnseq eval --save-attention`: the cross-attention of every hypothesis, to `path`."""
+    tokenizers = data.tokenizers
+    saved = write_saved_attention(
+        path,
+        records_from_hypotheses(
+            decoded,
+            evaluator.examples,
+            data.pairs[split],
+            tokenizers.src,
+            tokenizers.tgt,
+            model.eos_id,
+            extended=evaluator.extended,
+        ),
+        split=split,
+        family=cfg.model.family.value,
+        beam=evaluator.decoding.beam,
+        length_penalty=evaluator.decoding.length_penalty,
+        src_kind=type(tokenizers.src).kind,
+        tgt_kind=type(tokenizers.tgt).kind,
+    )
+    print(f"cross-attention of {len(decoded)} hypotheses: {saved}")
+
+
+def _max_positions(model: Seq2Seq) -> int | None:
+    """The longest sequence a model with learned positions takes (None: no limit)."""
+    from attnseq.models.positional import LearnedPositionalEncoding
+
+    limits = [m.max_positions for m in model.modules() if isinstance(m, LearnedPositionalEncoding)]
+    return min(limits, default=None)

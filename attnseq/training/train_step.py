@@ -1,0 +1,137 @@
+"""One optimizer update: forward, loss, backward, clipping, the finite check, the step.
+
+The loss is normalised by the number of real (non-padding) target tokens of the batch.
+
+Data parallel (torchrun): the target token count is summed over the R ranks first and each
+rank's summed loss is scaled by R / N_global. DDP averages the gradients over the ranks, so the
+R cancels and the update equals a single-process update on the union of the R batches. The
+losses and any rank's non-finite value are summed in one small all-reduce, so every rank takes
+the same decision about the update.
+
+A non-finite loss or gradient norm skips the update: weights and optimizer stay untouched. With
+fp16 loss scaling, finite losses with non-finite gradients are an overflow: the update is skipped
+and the loss scale lowered (expected behaviour, not divergence).
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from attnseq.config.schema import OptimConfig
+from attnseq.data.batching import Batch
+from attnseq.data.loader import TokenCounts
+from attnseq.models.seq2seq import Seq2Seq
+from attnseq.training.distributed import WorldInfo, all_reduce_sum
+from attnseq.training.loss import training_loss
+from attnseq.training.precision import MixedPrecision
+
+
+@dataclass
+class UpdateParts:
+    """What one update touches.
+
+    module: what the forward pass runs through: the model, or a DDP and/or torch.compile
+        wrapper around it.
+    model: the bare model (its pad id; the parameters clipped and checked).
+    optim: label smoothing, the coverage schedule and `clip_norm`.
+    """
+
+    module: nn.Module
+    model: Seq2Seq
+    optimizer: torch.optim.Optimizer
+    precision: MixedPrecision
+    optim: OptimConfig
+    world: WorldInfo
+
+
+@dataclass
+class StepOutcome:
+    """What an update did.
+
+    loss: per real target token of the (global) batch; nan when some rank's was not finite.
+    grad_norm: the global gradient norm before clipping; inf when not finite on some rank.
+    tokens: (source, target, padded positions) of the global batch.
+    applied: the optimizer stepped.
+    loss_scale: after an fp16 overflow, the lowered loss scale; else None.
+    """
+
+    loss: float
+    grad_norm: float
+    tokens: tuple[float, float, float]
+    applied: bool
+    loss_scale: float | None = None
+
+    @property
+    def problem(self) -> str:
+        """Why a skipped update was skipped ("" when applied or after an fp16 overflow)."""
+        if self.applied or self.loss_scale is not None:
+            return ""
+        return (
+            f"loss {self.loss}"
+            if not math.isfinite(self.loss)
+            else f"gradient norm {self.grad_norm}"
+        )
+
+
+def train_step(parts: UpdateParts, batch: Batch, counts: TokenCounts, step: int) -> StepOutcome:
+    """One update on `batch` at update number `step` (0-based, for the coverage schedule)."""
+    tokens = global_tokens(counts, parts.world)
+    parts.module.train()  # DDP's wrapper and the model inside
+    with parts.precision.autocast():
+        output = parts.module(batch.src, batch.src_lengths, batch.tgt_in, **batch.copy_inputs())
+        loss_sum = training_loss(output, batch.tgt_out, parts.model.pad_id, parts.optim, step)
+    n_tgt = max(tokens[1], 1.0)
+    if parts.world.distributed:  # DDP's average over the R ranks turns R * sum_r / N into sum / N
+        loss = loss_sum * (parts.world.world_size / n_tgt)
+    else:
+        loss = loss_sum / n_tgt
+    parts.optimizer.zero_grad(set_to_none=True)
+    parts.precision.backward(loss)
+    parts.precision.unscale(parts.optimizer)  # fp16: clip and check the true gradients
+    norm = _clip_gradients(parts.model, parts.optim.clip_norm)
+    # Both numbers in one host-device synchronisation, before the optimizer step they decide.
+    loss_value, norm_value = torch.stack([loss.detach().float(), norm.float()]).tolist()
+    if parts.world.distributed:
+        loss_value, norm_value = _agreed(loss_sum, norm_value, n_tgt)
+    finite_loss, finite_norm = math.isfinite(loss_value), math.isfinite(norm_value)
+    if finite_loss and not finite_norm and parts.precision.scales_loss:
+        loss_scale = parts.precision.skip_overflow()
+        parts.optimizer.zero_grad(set_to_none=True)
+        return StepOutcome(loss_value, norm_value, tokens, False, loss_scale)
+    if not (finite_loss and finite_norm):
+        parts.optimizer.zero_grad(set_to_none=True)
+        return StepOutcome(loss_value, norm_value, tokens, False)
+    parts.precision.step(parts.optimizer)
+    return StepOutcome(loss_value, norm_value, tokens, True)
+
+
+def global_tokens(counts: TokenCounts, world: WorldInfo) -> tuple[float, float, float]:
+    """(source, target, padded) token counts summed over the data-parallel ranks."""
+    totals = [float(counts.src), float(counts.tgt), float(counts.padded)]
+    if world.distributed:  # the global token count normalises the loss, so it comes first
+        totals = all_reduce_sum(totals)
+    return totals[0], totals[1], totals[2]
+
+
+def _clip_gradients(model: nn.Module, clip_norm: float) -> Tensor:
+    """Clip to `clip_norm` (0: no clipping); the total norm before clipping."""
+    if clip_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    return torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+
+
+def _agreed(loss_sum: Tensor, norm: float, n_tgt: float) -> tuple[float, float]:
+    """The global loss per target token and the gradient norm, the same on every rank: the
+    gradients (so their norm) already agree; the losses and any rank's non-finite value are
+    summed."""
+    local = float(loss_sum.detach())
+    total, bad_loss, bad_norm = all_reduce_sum(
+        [
+            local if math.isfinite(local) else 0.0,
+            float(not math.isfinite(local)),
+            float(not math.isfinite(norm)),
+        ]
+    )
+    return (total / n_tgt if not bad_loss else math.nan), (norm if not bad_norm else math.inf)
