@@ -12,10 +12,13 @@ name (the names used in configs: `model.attention.score`, `model.attention.windo
     window      global (all source positions), or local_m / local_p (Luong et al. 2015,
                 sec. 3.2, eqs. 9-10) wrapping any score above: LocalAttention
 
-The transformer's multi-head attention is multihead.py; its self-attention can use an efficient
-mechanism instead of full attention (`model.attention.kind`, efficient.py): sliding_window.py
-(local), strided.py, longformer.py, linformer.py, linear.py, performer.py, behind the interface
-of mechanism.py.
+`SCORES` and `WINDOWS` are the names of the config Enums `Score` (less "none", which builds no
+attention) and `Window`.
+
+The transformer's multi-head attention is multihead.py; its attention function is a mechanism
+(the interface of mechanism.py): full attention (full.py) or, for self-attention, an efficient
+one (`model.attention.kind`, efficient.py): sliding_window.py (local), strided.py, longformer.py,
+linformer.py, linear.py, performer.py.
 """
 
 from attnseq.attention.additive import AdditiveAttention
@@ -25,9 +28,10 @@ from attnseq.attention.location import LocationAttention
 from attnseq.attention.masks import causal_mask, masked_softmax, padding_mask
 from attnseq.attention.multiplicative import ConcatAttention, DotAttention, GeneralAttention
 from attnseq.attention.scaled_dot import ScaledDotAttention
+from attnseq.config.schema import Score, Window
 
-SCORES = ("additive", "dot", "general", "concat", "location", "scaled_dot")
-WINDOWS = ("global", "local_m", "local_p")
+SCORES = tuple(score.value for score in Score if score is not Score.none)  # none: no attention
+WINDOWS = tuple(window.value for window in Window)
 
 __all__ = [
     "SCORES",

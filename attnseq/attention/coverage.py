@@ -22,12 +22,12 @@ import torch
 from torch import Tensor, nn
 
 from attnseq.attention.additive import AdditiveAttention
-from attnseq.attention.base import Attention
+from attnseq.attention.base import AlignInputs, ScoreWrapper
 from attnseq.attention.masks import masked_softmax
 from attnseq.attention.multiplicative import ConcatAttention
 
 
-class CoverageAttention(Attention):
+class CoverageAttention(ScoreWrapper):
     """score(s, h_i, c_i) = v^T tanh(W_q s + W_k h_i + w_c c_i) around an additive/concat score.
 
     Args:
@@ -37,23 +37,16 @@ class CoverageAttention(Attention):
         TypeError: for any other score (it has no tanh layer to add w_c c_i to).
     """
 
+    content: AdditiveAttention | ConcatAttention
+
     def __init__(self, content: AdditiveAttention | ConcatAttention) -> None:
-        super().__init__()
         if not isinstance(content, (AdditiveAttention, ConcatAttention)):
             raise TypeError(
                 f"coverage needs an additive or concat score, got {type(content).__name__}"
             )
-        self.content = content
+        super().__init__(content)
         attn_dim = content.energy.in_features
         self.coverage_proj = nn.Linear(1, attn_dim, bias=False)  # w_c
-
-    def prepare_keys(self, keys: Tensor) -> Tensor:
-        """W_k h once per batch: (B, S, Dk) -> (B, S, A)."""
-        return self.content.prepare_keys(keys)
-
-    def scores(self, query: Tensor, prepared_keys: Tensor) -> Tensor:
-        """Energies without coverage (c = 0), (B, T, S)."""
-        return self.content.scores(query, prepared_keys)
 
     def coverage_scores(self, query: Tensor, prepared_keys: Tensor, coverage: Tensor) -> Tensor:
         """e (B, T, S) for queries (B, T, Dq), prepared keys (B, S, A) and coverage (B, T, S)."""
@@ -62,35 +55,12 @@ class CoverageAttention(Attention):
         hidden = hidden + self.coverage_proj(coverage.unsqueeze(-1))  # + w_c c_i
         return self.content.energy(torch.tanh(hidden)).squeeze(-1)  # (B, T, S)
 
-    def forward(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None = None,
-        prepared_keys: Tensor | None = None,
-        query_positions: Tensor | None = None,
-        coverage: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """`Attention.forward` with the coverage vector in the score.
-
-        Args:
-            query, keys, values, mask, prepared_keys, query_positions: as in
-                `Attention.forward` (query_positions is unused: the score is global).
-            coverage: (B, T, S) or (B, S) (the same for every query) c^t; None = zeros.
-
-        Returns:
-            context (B, T, Dv) and weights (B, T, S); masked weights are exactly 0.
-        """
-        if prepared_keys is None:
-            prepared_keys = self.prepare_keys(keys)
+    def align(self, inputs: AlignInputs) -> Tensor:
+        """`Attention.align` with the coverage vector in the score (eq. 11): c^t is
+        `inputs.coverage`, (B, T, S) or (B, S) (the same for every query); None = zeros."""
+        query, keys, coverage = inputs.query, inputs.keys, inputs.coverage
         if coverage is None:
-            energies = self.content.scores(query, prepared_keys)  # (B, T, S)
-        else:
-            if coverage.dim() == 2:
-                coverage = coverage.unsqueeze(1).expand(-1, query.size(1), -1)  # (B, T, S)
-            energies = self.coverage_scores(query, prepared_keys, coverage)
-        if mask is not None and mask.dim() == 2:
-            mask = mask.unsqueeze(1)  # (B, 1, S)
-        weights = masked_softmax(energies, mask)  # (B, T, S)
-        return torch.bmm(weights, values), weights  # (B, T, Dv), (B, T, S)
+            return masked_softmax(self.scores(query, keys), inputs.mask)  # (B, T, S)
+        if coverage.dim() == 2:
+            coverage = coverage.unsqueeze(1).expand(-1, query.size(1), -1)  # (B, T, S)
+        return masked_softmax(self.coverage_scores(query, keys, coverage), inputs.mask)

@@ -2,7 +2,7 @@
 replaces softmax(Q K^T / sqrt(d_k)) V inside multi-head self-attention.
 
     kind        mechanism (file)                                 memory   causal  weights
-    full        Vaswani et al. 2017 (multihead.py, fused SDPA)   see (*)  yes     yes
+    full        Vaswani et al. 2017 (full.py, fused SDPA)        see (*)  yes     yes
     local       sliding window +-w (sliding_window.py)           O(n w)   yes     yes
     strided     Child et al. 2019 strided/fixed (strided.py)     O(n^2)   yes     yes
     longformer  window + global tokens, Beltagy et al. 2020      O(n(w+g)) no     yes
@@ -13,41 +13,33 @@ replaces softmax(Q K^T / sqrt(d_k)) V inside multi-head self-attention.
 (*) the fused kernel's memory is O(n) on CPU and with flash/memory-efficient kernels on GPU; the
 explicit path (weights) is O(n^2). strided realises its pattern as an n x n mask.
 
-The W^Q, W^K, W^V, W^O projections and the head split stay those of `MultiHeadAttention`;
-`EfficientSelfAttention` only hands the per-head q, k, v to the mechanism. kind=full builds the
-unchanged `MultiHeadAttention`, so its fast and explicit paths are untouched.
+The W^Q, W^K, W^V, W^O projections and the head split stay those of `MultiHeadAttention`; only
+its mechanism changes, so every kind has the same parameters apart from the mechanism's own.
 
 The transformer applies the kind to encoder self-attention always and to decoder
 self-attention when asked (`model.attention.decoder_self`), which needs a causal mechanism;
 cross-attention stays full.
-
-Shapes: B batch, T query positions, S key positions (T == S), N new positions of a decoding
-step, H heads, d_k = d_model / H.
 """
 
 from dataclasses import dataclass
 
-from torch import Tensor
-
+from attnseq.attention.full import FullAttention
 from attnseq.attention.linear import LinearSelfAttention
 from attnseq.attention.linformer import LinformerSelfAttention
 from attnseq.attention.longformer import LongformerSelfAttention
-from attnseq.attention.mechanism import Cache, SelfAttentionMechanism
+from attnseq.attention.mechanism import AttentionMechanism
 from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.attention.performer import PerformerSelfAttention
 from attnseq.attention.sliding_window import SlidingWindowSelfAttention
 from attnseq.attention.strided import StridedSelfAttention
-
-KINDS = ("full", "local", "strided", "longformer", "linformer", "linear", "performer")
-CAUSAL_KINDS = ("full", "local", "strided", "linear", "performer")
-WEIGHTLESS_KINDS = ("linear", "performer")
+from attnseq.config.schema import AttentionKind
 
 
 @dataclass(frozen=True)
 class SelfAttentionOptions:
     """Which self-attention mechanism, and its parameters (unused ones are ignored).
 
-    kind: one of `KINDS`.
+    kind: an `AttentionKind` value.
     window: w, half-width of local and longformer windows.
     stride: l of the strided/fixed patterns; pattern: "strided" or "fixed"; summary: the
         fixed pattern's c.
@@ -67,26 +59,29 @@ class SelfAttentionOptions:
     features: int = 128
 
 
-def build_mechanism(options: SelfAttentionOptions, d_k: int) -> SelfAttentionMechanism:
-    """The mechanism for a kind other than full.
+def build_mechanism(options: SelfAttentionOptions, d_k: int) -> AttentionMechanism:
+    """The mechanism of `options.kind` for heads of size d_k.
 
     Raises:
         ValueError: for an unknown kind (the message lists the valid ones) or bad parameters.
     """
     kind = options.kind
-    if kind == "local":
+    if kind == AttentionKind.full.value:
+        return FullAttention()
+    if kind == AttentionKind.local.value:
         return SlidingWindowSelfAttention(options.window)
-    if kind == "strided":
+    if kind == AttentionKind.strided.value:
         return StridedSelfAttention(options.stride, options.pattern, options.summary)
-    if kind == "longformer":
+    if kind == AttentionKind.longformer.value:
         return LongformerSelfAttention(options.window, options.global_tokens)
-    if kind == "linformer":
+    if kind == AttentionKind.linformer.value:
         return LinformerSelfAttention(options.max_length, options.proj_dim)
-    if kind == "linear":
+    if kind == AttentionKind.linear.value:
         return LinearSelfAttention()
-    if kind == "performer":
+    if kind == AttentionKind.performer.value:
         return PerformerSelfAttention(d_k, options.features)
-    raise ValueError(f"unknown self-attention kind {kind!r}; valid: {', '.join(KINDS)}")
+    valid = ", ".join(member.value for member in AttentionKind)
+    raise ValueError(f"unknown self-attention kind {kind!r}; valid: {valid}")
 
 
 def build_self_attention(
@@ -96,7 +91,7 @@ def build_self_attention(
     dropout: float = 0.0,
     causal: bool = False,
 ) -> MultiHeadAttention:
-    """Multi-head self-attention of the given kind (None or kind=full: the plain module).
+    """Multi-head self-attention of the given kind (None: full attention).
 
     Args:
         causal: the module will be used for decoder self-attention.
@@ -105,103 +100,13 @@ def build_self_attention(
         ValueError: for an unknown kind, bad parameters, or a causal use of an encoder-only
             kind (linformer, longformer).
     """
-    if options is None or options.kind == "full":
-        return MultiHeadAttention(d_model, heads, dropout)
-    if causal and options.kind not in CAUSAL_KINDS:
+    if options is None:
+        options = SelfAttentionOptions()
+    mechanism = build_mechanism(options, d_model // heads if heads > 0 else d_model)
+    if causal and not mechanism.supports_causal:
+        causal_kinds = ", ".join(member.value for member in AttentionKind if member.causal)
         raise ValueError(
             f"attention kind={options.kind} cannot be used for decoder self-attention (it is not "
-            f"causal); causal kinds: {', '.join(CAUSAL_KINDS)}"
+            f"causal); causal kinds: {causal_kinds}"
         )
-    mechanism = build_mechanism(options, d_model // heads if heads > 0 else d_model)
-    return EfficientSelfAttention(d_model, heads, mechanism, dropout)
-
-
-class EfficientSelfAttention(MultiHeadAttention):
-    """Multi-head self-attention whose attention function is a `SelfAttentionMechanism`.
-
-    Args:
-        d_model, heads, dropout, bias: as in `MultiHeadAttention`.
-        mechanism: what replaces softmax(q k^T / sqrt(d_k)) v.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        heads: int,
-        mechanism: SelfAttentionMechanism,
-        dropout: float = 0.0,
-        bias: bool = True,
-    ) -> None:
-        super().__init__(d_model, heads, dropout, bias)
-        self.mechanism = mechanism
-
-    @property
-    def has_weights(self) -> bool:
-        return self.mechanism.has_weights
-
-    def attend(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None = None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Self-attention from the (unprojected) queries over projected keys and values.
-
-        Args:
-            query: (B, T, d_model), the same positions as the keys (T == S).
-            keys, values: (B, H, S, d_k) from `project_kv`.
-            mask: None or the key padding mask (B, S), True at real tokens; mechanisms other
-                than full take no per-query masks.
-            is_causal, need_weights: as in `MultiHeadAttention.forward`.
-
-        Returns:
-            output (B, T, d_model) and weights (B, H, T, S) or None.
-
-        Raises:
-            ValueError: for a causal use or weights the mechanism cannot give, a mask that is
-                not (B, S), or T != S.
-        """
-        self.mechanism.check(is_causal, need_weights)
-        if mask is not None and mask.dim() != 2:
-            raise ValueError(
-                f"attention kind={self.mechanism.kind} takes a (B, S) key padding mask, got "
-                f"shape {tuple(mask.shape)}"
-            )
-        q = self._split_heads(self.q_proj(query))  # (B, H, T, d_k)
-        if q.size(2) != keys.size(2):
-            raise ValueError(
-                f"attention kind={self.mechanism.kind} is self-attention: needs as many "
-                f"queries as keys, got {q.size(2)} and {keys.size(2)}"
-            )
-        context, weights = self.mechanism(
-            q,
-            keys,
-            values,
-            mask,
-            causal=is_causal,
-            need_weights=need_weights,
-            dropout=self.dropout if self.training else 0.0,
-        )  # (B, H, T, d_k)
-        return self.out_proj(self._merge_heads(context)), weights
-
-    def empty_cache(self, batch: int, like: Tensor) -> Cache:
-        self.mechanism.check(causal=True, need_weights=False)
-        return self.mechanism.empty_cache(batch, self.heads, self.d_k, like)
-
-    def attend_cached(
-        self, x: Tensor, cache: Cache, need_weights: bool = False
-    ) -> tuple[Tensor, None, Cache]:
-        """Causal self-attention of N new positions x (B, N, d_model) after the cached ones.
-
-        Returns:
-            output (B, N, d_model), no weights (decoding steps never return self-attention
-            weights), and the new cache.
-        """
-        q = self._split_heads(self.q_proj(x))  # (B, H, N, d_k)
-        k, v = self.project_kv(x, x)  # (B, H, N, d_k) each
-        context, new_cache = self.mechanism.step(q, k, v, cache)
-        return self.out_proj(self._merge_heads(context)), None, new_cache
+    return MultiHeadAttention(d_model, heads, dropout, mechanism=mechanism)

@@ -19,11 +19,12 @@ of all earlier blocks, plus their own block's causal part directly (a C x C matr
 block is added to (S, Z). The numbers are those of the prefix sums; only the order of the
 additions differs.
 
-`kernel_attention` and `causal_kernel_attention` take any positive feature map; performer.py
-reuses them with FAVOR+ features. For feature maps defined through exp() they accept a
-per-key log scale c_j (phi(K_j) = phi_j exp(c_j)): the sums are then kept relative to the
-largest c seen so far and rescaled when it grows, so exp() never overflows (the usual
-running-max trick of online softmax); the scale cancels in the ratio.
+`kernel_attention` and `causal_kernel_attention` take any positive feature map, and
+`KernelSelfAttention` is the mechanism around them; performer.py reuses it with FAVOR+
+features. For feature maps defined through exp() they accept a per-key log scale c_j
+(phi(K_j) = phi_j exp(c_j)): the sums are then kept relative to the largest c seen so far and
+rescaled when it grows, so exp() never overflows (the usual running-max trick of online
+softmax); the scale cancels in the ratio.
 
 No attention weights: phi(Q) phi(K)^T is never formed, so `need_weights` is an error (and
 visualize-alignment cannot draw this self-attention). Attention dropout does not apply, for
@@ -33,11 +34,14 @@ Shapes: B batch, H heads, T query positions, S key positions, F features, d_k he
 N new positions of a decoding step.
 """
 
+import abc
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnseq.attention.mechanism import Cache, SelfAttentionMechanism
+from attnseq.attention.mechanism import AttentionMechanism, Heads, SelfCache
 
 CAUSAL_BLOCK = 64  # C: positions per block of the causal prefix sums
 
@@ -79,7 +83,7 @@ def kernel_attention(
 
 def empty_sums(
     batch: int, heads: int, features: int, d_k: int, like: Tensor, scaled: bool
-) -> Cache:
+) -> SelfCache:
     """Running sums before any key: S (B, H, F, d_k), Z (B, H, F) and, when the features carry
     a log scale, the scale the sums are relative to (B, H), "minus infinity" (finite, so that
     differences stay defined)."""
@@ -96,10 +100,10 @@ def causal_kernel_attention(
     phi_q: Tensor,
     phi_k: Tensor,
     v: Tensor,
-    sums: Cache,
+    sums: SelfCache,
     key_log_scale: Tensor | None = None,
     block: int = CAUSAL_BLOCK,
-) -> tuple[Tensor, Cache]:
+) -> tuple[Tensor, SelfCache]:
     """Causal V'_i = phi(Q_i)^T S_i / phi(Q_i)^T Z_i by blocked prefix sums (section 3.3).
 
     The T positions come after everything already in `sums` (T new positions of a decoding
@@ -149,35 +153,58 @@ def zero_padded(phi_k: Tensor, key_mask: Tensor | None) -> Tensor:
     return phi_k if key_mask is None else phi_k * key_mask[:, None, :, None].to(phi_k.dtype)
 
 
-class LinearSelfAttention(SelfAttentionMechanism):
+class KernelSelfAttention(AttentionMechanism):
+    """phi(Q) (phi(K)^T V) / phi(Q) phi(K)^T 1 with the feature map phi of a subclass, causal
+    by prefix sums; no weights, and dropout does not apply.
+
+    scaled: the key features carry a per-key log scale (maps defined through exp()).
+    """
+
+    has_weights = False
+    scaled: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def feature_maps(
+        self, q: Tensor, k: Tensor, key_mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """phi(q) (B, H, T, F), phi(k) (B, H, S, F) zero at padded keys, and the keys' log
+        scale (B, H, S) when `scaled` (else None)."""
+
+    @abc.abstractmethod
+    def feature_count(self, d_k: int) -> int:
+        """F, the number of features for heads of size d_k."""
+
+    def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """See `AttentionMechanism.attend`; there are never weights."""
+        phi_q, phi_k, log_scale = self.feature_maps(inputs.q, inputs.k, inputs.mask)
+        if not inputs.causal:
+            return kernel_attention(phi_q, phi_k, inputs.v, log_scale), None
+        batch, heads, _, d_k = inputs.q.shape
+        sums = self.empty_cache(batch, heads, d_k, inputs.q)
+        return causal_kernel_attention(phi_q, phi_k, inputs.v, sums, log_scale)[0], None
+
+    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> SelfCache:
+        """The running sums before any key (`empty_sums`)."""
+        return empty_sums(batch, heads, self.feature_count(d_k), d_k, like, scaled=self.scaled)
+
+    def step(
+        self, new: Heads, cache: SelfCache, need_weights: bool = False
+    ) -> tuple[Tensor, None, SelfCache]:
+        """Add the new positions to the running sums (S, Z): O(F d_k) per position."""
+        phi_q, phi_k, log_scale = self.feature_maps(new.q, new.k, None)
+        context, sums = causal_kernel_attention(phi_q, phi_k, new.v, cache, log_scale)
+        return context, None, sums
+
+
+class LinearSelfAttention(KernelSelfAttention):
     """Linear attention with phi(x) = elu(x) + 1 (F = d_k features); no parameters."""
 
     kind = "linear"
-    has_weights = False
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_mask: Tensor | None,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        dropout: float = 0.0,
-    ) -> tuple[Tensor, Tensor | None]:
-        """See `SelfAttentionMechanism.forward`; there are no weights, dropout does not apply."""
-        self.check(causal, need_weights)
-        phi_q, phi_k = elu_feature_map(q), zero_padded(elu_feature_map(k), key_mask)
-        if not causal:
-            return kernel_attention(phi_q, phi_k, v), None
-        batch, heads, _, d_k = q.shape
-        sums = empty_sums(batch, heads, d_k, d_k, q, scaled=False)
-        return causal_kernel_attention(phi_q, phi_k, v, sums)[0], None
+    def feature_maps(
+        self, q: Tensor, k: Tensor, key_mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, None]:
+        return elu_feature_map(q), zero_padded(elu_feature_map(k), key_mask), None
 
-    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
-        return empty_sums(batch, heads, d_k, d_k, like, scaled=False)
-
-    def step(self, q: Tensor, k: Tensor, v: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
-        """Add the new positions to the running sums (S, Z): O(F d_k) per position."""
-        return causal_kernel_attention(elu_feature_map(q), elu_feature_map(k), v, cache)
+    def feature_count(self, d_k: int) -> int:
+        return d_k

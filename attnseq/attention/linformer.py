@@ -35,10 +35,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnseq.attention.mechanism import SelfAttentionMechanism
+from attnseq.attention.mechanism import AttentionMechanism, Heads
 
 
-class LinformerSelfAttention(SelfAttentionMechanism):
+class LinformerSelfAttention(AttentionMechanism):
     """Attention over k rows projected from the keys and values by learned E and F.
 
     Args:
@@ -87,24 +87,16 @@ class LinformerSelfAttention(SelfAttentionMechanism):
             e, f = e * real, f * real
         return e, f
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_mask: Tensor | None,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        dropout: float = 0.0,
-    ) -> tuple[Tensor, Tensor | None]:
-        """See `SelfAttentionMechanism.forward`; weights are the effective P F (see above)."""
-        e, f = self.projections(k.size(2), key_mask)  # (B|1, k, S)
+    def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """See `AttentionMechanism.attend`; weights are the effective P F (see above)."""
+        q, k, v = inputs.q, inputs.k, inputs.v
+        e, f = self.projections(k.size(2), inputs.mask)  # (B|1, k, S)
         projected_k = torch.einsum("bps,bhsd->bhpd", e, k)  # E K: (B, H, k, d_k)
         projected_v = torch.einsum("bps,bhsd->bhpd", f, v)  # F V: (B, H, k, d_k)
         scores = q @ projected_k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, k)
         mapping = torch.softmax(scores, dim=-1)  # P
-        context = F.dropout(mapping, p=dropout, training=dropout > 0) @ projected_v
+        dropped = F.dropout(mapping, p=inputs.dropout, training=inputs.dropout > 0)
+        context = dropped @ projected_v  # (B, H, T, d_k)
         if not need_weights:
             return context, None
         return context, torch.einsum("bhtp,bps->bhts", mapping, f)  # P F: (B, H, T, S)

@@ -35,13 +35,14 @@ A the hidden size of the position predictor.
 import torch
 from torch import Tensor, nn
 
-from attnseq.attention.base import Attention
+from attnseq.attention.base import AlignInputs, Attention, ScoreWrapper
 from attnseq.attention.masks import masked_softmax
+from attnseq.config.schema import Window
 
-LOCAL_WINDOWS = ("local_m", "local_p")
+LOCAL_WINDOWS = tuple(window.value for window in Window if window.value != "global")
 
 
-class LocalAttention(Attention):
+class LocalAttention(ScoreWrapper):
     """Windowed attention around p_t, wrapping a content score module.
 
     Args:
@@ -64,27 +65,18 @@ class LocalAttention(Attention):
         query_dim: int,
         attn_dim: int,
     ) -> None:
-        super().__init__()
+        super().__init__(content)
         if window not in LOCAL_WINDOWS:
             raise ValueError(f"unknown local window {window!r}; valid: {', '.join(LOCAL_WINDOWS)}")
         if D < 1:
             # local_p's sigma = D / 2 must be positive; a D = 0 window would be hard alignment.
             raise ValueError(f"the local attention half-width D must be >= 1, got {D}")
-        self.content = content
         self.window = window
         self.D = D
         self.sigma = D / 2.0  # Luong sec. 3.2: "the standard deviation is empirically set as D/2"
         if window == "local_p":
             self.position_proj = nn.Linear(query_dim, attn_dim, bias=False)  # W_p
             self.position_energy = nn.Linear(attn_dim, 1, bias=False)  # v_p
-
-    def prepare_keys(self, keys: Tensor) -> Tensor:
-        """Whatever the content score precomputes from keys (B, S, Dk)."""
-        return self.content.prepare_keys(keys)
-
-    def scores(self, query: Tensor, prepared_keys: Tensor) -> Tensor:
-        """The content energies (B, T, S) before windowing; see `forward` for the window."""
-        return self.content.scores(query, prepared_keys)
 
     def window_centres(
         self,
@@ -127,37 +119,20 @@ class LocalAttention(Attention):
             src_lengths = mask.sum(dim=-1, keepdim=True).to(dtype)  # (B, 1 or T, 1): S_x
         return src_lengths * fraction  # (B, T, 1)
 
-    def forward(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None = None,
-        prepared_keys: Tensor | None = None,
-        query_positions: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """Attend from each query over the window of keys around its p_t.
+    def align(self, inputs: AlignInputs) -> Tensor:
+        """The content score's softmax inside the window around p_t (eq. 7 restricted to it),
+        times the Gaussian of eq. 10 for local_p.
 
-        Args:
-            query: (B, T, Dq) decoder states h_t.
-            keys: (B, S, Dk) encoder states h̄_s.
-            values: (B, S, Dv) usually the same tensor as keys.
-            mask: bool (B, S) or (B, T, S), True where attention is allowed (padding mask).
-            prepared_keys: `self.prepare_keys(keys)`, if the caller computed it already.
-            query_positions: (T,) or (B, T) target positions t for local_m (default 0..T-1;
-                pass the step number when decoding one step at a time); ignored by local_p.
+        `inputs.query_positions` holds the target positions t for local_m (default 0..T-1;
+        the step number when decoding one step at a time); local_p ignores them.
 
         Returns:
-            context (B, T, Dv) and weights (B, T, S); weights outside the window or masked are
-            exactly 0; local_m rows sum to one, local_p rows sum to at most one (see module doc).
+            weights (B, T, S); weights outside the window or masked are exactly 0; local_m
+            rows sum to one, local_p rows sum to at most one (see module doc).
         """
-        if prepared_keys is None:
-            prepared_keys = self.prepare_keys(keys)
-        energies = self.content.scores(query, prepared_keys)  # (B, T, S)
-        src_len = energies.size(-1)
-        if mask is not None and mask.dim() == 2:
-            mask = mask.unsqueeze(1)  # (B, 1, S): same source mask for every query
-        centres = self.window_centres(query, src_len, mask, query_positions)  # (B|1, T, 1)
+        energies = self.scores(inputs.query, inputs.keys)  # (B, T, S)
+        src_len, mask = energies.size(-1), inputs.mask
+        centres = self.window_centres(inputs.query, src_len, mask, inputs.query_positions)
         positions = torch.arange(src_len, device=energies.device, dtype=centres.dtype)  # (S,)
         distance = positions - centres  # (B|1, T, S): s - p_t
         allowed = distance.abs() <= self.D  # (B|1, T, S): inside [p_t - D, p_t + D]
@@ -168,5 +143,4 @@ class LocalAttention(Attention):
             # eq. 10: favour positions near p_t; the product is not renormalised (as in the paper)
             gaussian = torch.exp(-distance.square() / (2.0 * self.sigma**2))  # (B, T, S)
             weights = weights * gaussian.to(weights.dtype)
-        context = torch.bmm(weights, values)  # (B, T, Dv)
-        return context, weights
+        return weights

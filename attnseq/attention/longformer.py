@@ -30,12 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnseq.attention.masks import masked_softmax
-from attnseq.attention.mechanism import SelfAttentionMechanism, explicit_attention, key_mask_4d
-from attnseq.attention.sliding_window import band_blocks
+from attnseq.attention.full import explicit_attention
+from attnseq.attention.masks import as_attention_mask, masked_softmax
+from attnseq.attention.mechanism import AttentionMechanism, Heads
+from attnseq.attention.sliding_window import band_blocks, checked_window
 
 
-class LongformerSelfAttention(SelfAttentionMechanism):
+class LongformerSelfAttention(AttentionMechanism):
     """Sliding window of half-width w plus g global tokens at the start of the sequence.
 
     Args:
@@ -51,28 +52,17 @@ class LongformerSelfAttention(SelfAttentionMechanism):
 
     def __init__(self, window: int, global_tokens: int) -> None:
         super().__init__()
-        if window < 1:
-            raise ValueError(f"the sliding window half-width must be >= 1, got {window}")
         if global_tokens < 0:
             raise ValueError(f"global_tokens must be >= 0, got {global_tokens}")
-        self.window = window
+        self.window = checked_window(window)
         self.global_tokens = global_tokens
 
     def extra_repr(self) -> str:
         return f"window={self.window}, global_tokens={self.global_tokens}"
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_mask: Tensor | None,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        dropout: float = 0.0,
-    ) -> tuple[Tensor, Tensor | None]:
-        """See `SelfAttentionMechanism.forward`; O(N (w + g)) memory without weights."""
+    def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """See `AttentionMechanism.attend`; O(N (w + g)) memory without weights."""
+        q, k, v, key_mask, dropout = inputs.q, inputs.k, inputs.v, inputs.mask, inputs.dropout
         batch, heads, length, _ = q.shape
         g = min(self.global_tokens, length)
         band = band_blocks(q, k, v, key_mask, self.window, causal=False)
@@ -98,7 +88,7 @@ class LongformerSelfAttention(SelfAttentionMechanism):
         context = context + from_globals[:, :, :length]
         # the global rows attend to everything
         row_context, row_weights = explicit_attention(
-            q[:, :, :g], k, v, key_mask_4d(key_mask), dropout
+            q[:, :, :g], k, v, as_attention_mask(key_mask), dropout
         )  # (B, H, g, d_k), (B, H, g, N)
         context = torch.cat([row_context, context[:, :, g:]], dim=2)
         if not need_weights:

@@ -1,91 +1,143 @@
-"""The interface of the transformer's efficient self-attention mechanisms.
+"""The interface of the transformer's attention functions ("mechanisms").
 
-Full multi-head attention computes, per head, softmax(Q K^T / sqrt(d_k)) V (Vaswani et al.
-2017, eq. 1) over all S x S position pairs. A *mechanism* replaces only that attention function:
-it receives the per-head queries, keys and values that `MultiHeadAttention` projected (W^Q, W^K,
-W^V) and returns the per-head context, which the caller merges and projects with W^O. The
-mechanisms live one per file: sliding_window.py (kind=local), strided.py, longformer.py,
-linformer.py, linear.py and performer.py; efficient.py plugs them into multi-head attention.
+Multi-head attention (multihead.py) projects queries, keys and values (W^Q, W^K, W^V), splits
+them into heads, and hands the per-head q, k, v to a mechanism, which returns the per-head
+context that the caller merges and projects with W^O. Full attention, softmax(Q K^T / sqrt(d_k))
+V over every pair (Vaswani et al. 2017, eq. 1), is one mechanism (full.py); the efficient ones
+replace it in self-attention (`model.attention.kind`, efficient.py), one per file:
+sliding_window.py (kind=local), strided.py, longformer.py, linformer.py, linear.py and
+performer.py.
 
-Every mechanism is self-attention: query position t and key position t are the same token, so
-T == S in `forward`. Masks are the key padding mask (B, S), True at real tokens, and the causal
-flag; a fully masked row gives a zero context, never NaN.
+A mechanism fills one hook, `attend(inputs, need_weights)`; `forward` checks the call once for
+every mechanism. The efficient mechanisms are self-attention: query position t and key position
+t are the same token, so T == S, and their only mask is the key padding mask (B, S). Full
+attention also serves cross-attention and takes any mask `as_attention_mask` takes. Masks are
+bool, True = allowed; a fully masked row gives a zero context, never NaN.
 
 Incremental decoding (causal mechanisms only): `empty_cache` gives the per-layer state before
 the first target token, `step` attends from N >= 1 new positions (the newest, after everything
-already in the cache) and returns the new cache. Caches are dicts of batch-first tensors, so
+already in the cache) and returns the new cache. By default the cache holds every key and value
+so far and `step` attends over them as the last N queries of a causal `attend`; mechanisms that
+keep less (a window, running sums) override both. Caches are dicts of batch-first tensors, so
 `Seq2Seq.reorder_state` can select beam rows in them.
 
-Shapes: B batch, H heads, T query positions, S key positions, N new positions, d_k head size.
+Shapes: B batch, H heads, T query positions, S key positions, N new positions, P cached
+positions, d_k head size.
 """
 
 import abc
-import math
+from dataclasses import dataclass
 from typing import ClassVar
 
-import torch.nn.functional as F
+import torch
 from torch import Tensor, nn
 
-from attnseq.attention.masks import masked_softmax
+SelfCache = dict[str, Tensor]  # one decoder layer's self-attention state, batch-first tensors
+KeyValue = tuple[Tensor, Tensor]  # per-head keys and values, each (B, H, S, d_k)
 
-Cache = dict[str, Tensor]  # one decoder layer's self-attention state, batch-first tensors
 
+@dataclass(frozen=True)
+class Heads:
+    """The per-head inputs of one attention call.
 
-class SelfAttentionMechanism(nn.Module, metaclass=abc.ABCMeta):
-    """An attention function over per-head q, k, v; subclasses say what they support.
-
-    supports_causal: can be used for decoder (causal) self-attention, with `step`.
-    has_weights: can return explicit weights (B, H, T, S); kernel methods cannot.
+    q: (B, H, T, d_k) queries, already projected and split into heads.
+    k: (B, H, S, d_k) keys.
+    v: (B, H, S, d_k) values.
+    mask: bool, True = allowed: the key padding mask (B, S), or for full attention anything
+        `as_attention_mask` takes; None = no mask.
+    causal: forbid each query to see later keys; the T queries are the last T of the S
+        positions (bottom-right aligned).
+    dropout: dropout probability on the attention weights (0 outside training).
     """
 
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Tensor | None = None
+    causal: bool = False
+    dropout: float = 0.0
+
+
+def append_positions(past: KeyValue, k: Tensor, v: Tensor) -> KeyValue:
+    """Cached keys and values (B, H, P, d_k) each, followed by N new ones: (B, H, P + N, d_k)."""
+    return torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+
+
+class AttentionMechanism(nn.Module, metaclass=abc.ABCMeta):
+    """An attention function over per-head q, k, v; subclasses fill `attend` and say what they
+    support.
+
+    kind: the config name, `model.attention.kind`.
+    supports_causal: can be used for decoder (causal) self-attention, with `step`.
+    has_weights: can return explicit weights (B, H, T, S); kernel methods cannot.
+    self_attention_only: needs T == S and takes only a (B, S) key padding mask.
+    """
+
+    kind: ClassVar[str] = ""
     supports_causal: ClassVar[bool] = True
     has_weights: ClassVar[bool] = True
-    kind: ClassVar[str] = ""  # the config name, model.attention.kind
+    self_attention_only: ClassVar[bool] = True
 
-    @abc.abstractmethod
     def forward(
         self,
         q: Tensor,
         k: Tensor,
         v: Tensor,
-        key_mask: Tensor | None,
+        mask: Tensor | None = None,
         *,
         causal: bool = False,
         need_weights: bool = False,
         dropout: float = 0.0,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend every position to the positions the mechanism allows.
+        """Attend every query to the keys the mechanism allows.
 
         Args:
-            q: (B, H, T, d_k) queries, already projected and split into heads.
-            k: (B, H, S, d_k) keys, S == T.
-            v: (B, H, S, d_k) values.
-            key_mask: (B, S) bool, True at real tokens; None = no padding.
-            causal: forbid each position to see later positions.
+            q, k, v, mask, causal, dropout: as in `Heads`.
             need_weights: also return the weights (B, H, T, S).
-            dropout: dropout probability on the attention weights (0 outside training).
 
         Returns:
             context (B, H, T, d_k) and weights (B, H, T, S) or None.
+
+        Raises:
+            ValueError: for a causal use or weights the mechanism cannot give, or, for a
+                self-attention mechanism, a mask that is not (B, S) or T != S.
         """
+        self.check(causal, need_weights)
+        if self.self_attention_only:
+            self.check_self_attention(q.size(2), k.size(2), mask)
+        return self.attend(Heads(q, k, v, mask, causal, dropout), need_weights)
 
-    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
-        """The decoding state before the first step (dtype/device of `like`)."""
+    @abc.abstractmethod
+    def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Context (B, H, T, d_k) and, with need_weights, the weights (B, H, T, S)."""
+
+    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> SelfCache:
+        """The decoding state before the first step, dtype/device of `like`: empty keys and
+        values {"self_k", "self_v"}, each (B, H, 0, d_k)."""
         self.check(causal=True, need_weights=False)  # kinds without causal use end here
-        raise AssertionError("a mechanism that supports causal use must override this")
+        empty = like.new_zeros(batch, heads, 0, d_k)
+        return {"self_k": empty, "self_v": empty}
 
-    def step(self, q: Tensor, k: Tensor, v: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+    def step(
+        self, new: Heads, cache: SelfCache, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None, SelfCache]:
         """Causal attention from N new positions over everything so far.
 
         Args:
-            q, k, v: (B, H, N, d_k) of the new positions.
+            new: q, k, v of the new positions, each (B, H, N, d_k), and the dropout.
             cache: from `empty_cache` or the previous `step` (not modified).
+            need_weights: also return the weights over the positions attended to, if the
+                mechanism keeps them.
 
         Returns:
-            context (B, H, N, d_k) and the new cache.
+            context (B, H, N, d_k), weights (B, H, N, P + N) or None, and the new cache.
         """
-        self.check(causal=True, need_weights=False)  # kinds without causal use end here
-        raise AssertionError("a mechanism that supports causal use must override this")
+        self.check(causal=True, need_weights=False)
+        keys, values = append_positions((cache["self_k"], cache["self_v"]), new.k, new.v)
+        context, weights = self.attend(
+            Heads(new.q, keys, values, causal=True, dropout=new.dropout), need_weights
+        )
+        return context, weights, {"self_k": keys, "self_v": values}
 
     def check(self, causal: bool, need_weights: bool) -> None:
         """Reject what this mechanism cannot do with a message that says why."""
@@ -101,53 +153,15 @@ class SelfAttentionMechanism(nn.Module, metaclass=abc.ABCMeta):
                 "phi(Q) phi(K)^T; call it with need_weights=False"
             )
 
-
-def explicit_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0
-) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T / sqrt(d_k)) v with a bool mask (True = allowed), keeping the weights.
-
-    Used where the pattern is small or dense (decoding steps, global rows, strided weights).
-
-    Args:
-        q: (..., T, d_k).
-        k: (..., S, d_k).
-        v: (..., S, d_v).
-        mask: bool broadcastable to (..., T, S), or None.
-
-    Returns:
-        context (..., T, d_v) and weights (..., T, S) before dropout; masked weights are
-        exactly 0 and a fully masked row is all zeros.
-    """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, S)
-    weights = masked_softmax(scores, mask)
-    return F.dropout(weights, p=dropout, training=dropout > 0) @ v, weights
-
-
-def fused_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0
-) -> Tensor:
-    """The same context as `explicit_attention` through the fused SDPA kernel (no weights).
-
-    Rows whose keys are all masked would be 0/0 in some kernels: they are unmasked for the
-    kernel and their context zeroed afterwards (as in multihead.py).
-
-    Args:
-        q: (B, H, T, d_k); k, v: (B, H, S, d_k); mask: bool broadcastable to (B, H, T, S).
-
-    Returns:
-        context (B, H, T, d_k).
-    """
-    empty_rows = None
-    if mask is not None:
-        empty_rows = ~mask.any(dim=-1, keepdim=True)  # (..., T, 1)
-        mask = mask | empty_rows
-    context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-    if empty_rows is not None:
-        context = context.masked_fill(empty_rows, 0.0)
-    return context
-
-
-def key_mask_4d(key_mask: Tensor | None) -> Tensor | None:
-    """(B, S) key padding mask -> (B, 1, 1, S), broadcastable against (B, H, T, S)."""
-    return None if key_mask is None else key_mask[:, None, None, :]
+    def check_self_attention(self, queries: int, keys: int, mask: Tensor | None) -> None:
+        """Reject a mask other than (B, S) and T != S, which self-attention kinds cannot take."""
+        if mask is not None and mask.dim() != 2:
+            raise ValueError(
+                f"attention kind={self.kind} takes a (B, S) key padding mask, got "
+                f"shape {tuple(mask.shape)}"
+            )
+        if queries != keys:
+            raise ValueError(
+                f"attention kind={self.kind} is self-attention: needs as many "
+                f"queries as keys, got {queries} and {keys}"
+            )

@@ -1,94 +1,57 @@
-"""Multi-head scaled dot-product attention (Vaswani et al. 2017, "Attention Is All You Need",
-NeurIPS; section 3.2.1, eq. 1, and section 3.2.2):
+"""Multi-head attention (Vaswani et al. 2017, "Attention Is All You Need", NeurIPS; section
+3.2.2):
 
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V                                    (eq. 1)
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
         head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),   d_k = d_v = d_model / h
 
 The h per-head projections W_i^Q (d_model x d_k) are stored side by side as one d_model x d_model
-linear layer per role (query, key, value), then split into heads by a reshape.
-
-Two paths compute the same thing:
-
-- the fast path, `torch.nn.functional.scaled_dot_product_attention` (fused flash / memory-efficient
-  kernels on GPU), used whenever the weights are not asked for;
-- the explicit path (q k^T / sqrt(d_k), `masked_softmax`, dropout, @ v), which also returns the
-  weights (B, H, T, S) for heatmaps and alignment error rates.
-
-Masks are bool, True = allowed. A query row whose keys are all masked gets all-zero weights and a
-zero context on both paths (its output is then just the bias of W^O), never NaN.
+linear layer per role (query, key, value), then split into heads by a reshape. The attention
+function itself is a mechanism (mechanism.py): full attention (full.py, eq. 1, with its fused and
+explicit paths) by default, or an efficient one for self-attention (efficient.py).
 
 Incremental decoding: the module is pure, so key/value caches live in the caller's decoder state.
 `project_kv` turns encoder memory into per-head keys/values once (cross-attention);
 `append_kv` extends cached self-attention keys/values with the new steps; `attend` attends from
 new queries over already-projected keys/values. With `is_causal=True` and fewer queries than keys,
 the queries are the *last* T positions (bottom-right aligned causal mask), which is what a
-decoding step needs. `empty_cache` and `attend_cached` wrap this for a decoder layer's
-self-attention state, the interface efficient.py's mechanisms share (with other states).
+decoding step needs. `empty_cache` and `attend_cached` wrap the mechanism's decoding state for a
+decoder layer's self-attention.
 
-Shapes: B batch, T query positions, S key positions, H heads, d_k = d_model / H.
+Shapes: B batch, T query positions, S key positions, N new positions, H heads,
+d_k = d_model / H.
 """
 
-import math
-
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnseq.attention.masks import masked_softmax
-
-KeyValue = tuple[Tensor, Tensor]  # per-head keys and values, each (B, H, S, d_k)
-SelfCache = dict[str, Tensor]  # a decoder layer's self-attention state, batch-first tensors
-
-
-def as_attention_mask(mask: Tensor) -> Tensor:
-    """Bring a bool mask to a shape that broadcasts against scores (B, H, T, S).
-
-    Args:
-        mask: (B, S) key padding mask, (B, T, S) per-query mask, or already 4-D
-            (B or 1, H or 1, T or 1, S).
-
-    Returns:
-        (B, 1, 1, S), (B, 1, T, S) or the 4-D mask unchanged.
-    """
-    if mask.dim() == 2:
-        return mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S): same keys for every head/query
-    if mask.dim() == 3:
-        return mask[:, None]  # (B, T, S) -> (B, 1, T, S): same for every head
-    if mask.dim() == 4:
-        return mask
-    raise ValueError(
-        f"attention mask must have 2, 3 or 4 dimensions, got shape {tuple(mask.shape)}"
-    )
-
-
-def bottom_right_causal_mask(
-    query_len: int, key_len: int, device: torch.device | None = None
-) -> Tensor:
-    """Bool (T, S) mask in which query t (the (S - T + t)-th position) sees keys <= its position.
-
-    For T == S this is the usual lower-triangular mask; for T < S the T queries are the newest
-    positions after S - T cached ones (incremental or chunked decoding).
-    """
-    ones = torch.ones(query_len, key_len, dtype=torch.bool, device=device)
-    return ones.tril(diagonal=key_len - query_len)
+from attnseq.attention.full import FullAttention
+from attnseq.attention.mechanism import (
+    AttentionMechanism,
+    Heads,
+    KeyValue,
+    SelfCache,
+    append_positions,
+)
 
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (Vaswani et al. 2017, section 3.2.2).
-
-    `has_weights`: the explicit path can return weights (efficient.py's kernel kinds cannot).
 
     Args:
         d_model: model width; queries, keys and values all come in with this size.
         heads: number of heads H; must divide d_model.
         dropout: dropout on the attention weights (only in training mode).
         bias: whether the four projections have biases.
+        mechanism: the attention function over the per-head q, k, v; None = full attention.
     """
 
-    has_weights = True
-
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        mechanism: AttentionMechanism | None = None,
+    ) -> None:
         super().__init__()
         if heads <= 0 or d_model % heads != 0:
             raise ValueError(
@@ -103,7 +66,13 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.mechanism = FullAttention() if mechanism is None else mechanism
         self.reset_parameters()
+
+    @property
+    def has_weights(self) -> bool:
+        """Whether the mechanism can return weights (efficient.py's kernel kinds cannot)."""
+        return self.mechanism.has_weights
 
     def reset_parameters(self) -> None:
         """Xavier-uniform projections (as in the reference tensor2tensor code), zero biases."""
@@ -121,6 +90,9 @@ class MultiHeadAttention(nn.Module):
         """(B, H, T, d_k) -> (B, T, d_model): the Concat(head_1..head_h) of section 3.2.2."""
         batch, _, length, _ = x.shape
         return x.transpose(1, 2).reshape(batch, length, self.d_model)
+
+    def _dropout(self) -> float:
+        return self.dropout if self.training else 0.0
 
     def project_kv(self, key: Tensor, value: Tensor) -> KeyValue:
         """Per-head keys K W^K and values V W^V.
@@ -145,14 +117,12 @@ class MultiHeadAttention(nn.Module):
         Returns:
             keys and values, each (B, H, P + N, d_k).
         """
-        new_k, new_v = self.project_kv(key, value)  # (B, H, N, d_k) each
-        return torch.cat([past[0], new_k], dim=2), torch.cat([past[1], new_v], dim=2)
+        return append_positions(past, *self.project_kv(key, value))
 
     def empty_cache(self, batch: int, like: Tensor) -> SelfCache:
-        """Decoder self-attention state before the first step: empty keys and values,
-        {"self_k", "self_v"} each (B, H, 0, d_k), dtype and device of `like`."""
-        empty = like.new_zeros(batch, self.heads, 0, self.d_k)
-        return {"self_k": empty, "self_v": empty}
+        """Decoder self-attention state before the first step (dtype and device of `like`);
+        for full attention empty keys and values {"self_k", "self_v"}, each (B, H, 0, d_k)."""
+        return self.mechanism.empty_cache(batch, self.heads, self.d_k, like)
 
     def attend_cached(
         self, x: Tensor, cache: SelfCache, need_weights: bool = False
@@ -160,13 +130,14 @@ class MultiHeadAttention(nn.Module):
         """Causal self-attention of N new positions x (B, N, d_model) after the cached ones.
 
         Returns:
-            output (B, N, d_model), weights (B, H, N, P + N) or None, and the cache with the
-            new keys and values appended.
+            output (B, N, d_model), weights (B, H, N, P + N) or None (mechanisms that keep
+            only part of the past return none), and the new cache.
         """
-        keys, values = self.append_kv((cache["self_k"], cache["self_v"]), x, x)
-        # the N new queries are the last N positions: bottom-right causal mask
-        output, weights = self.attend(x, keys, values, is_causal=True, need_weights=need_weights)
-        return output, weights, {"self_k": keys, "self_v": values}
+        q = self._split_heads(self.q_proj(x))  # (B, H, N, d_k)
+        k, v = self.project_kv(x, x)  # (B, H, N, d_k) each
+        new = Heads(q, k, v, dropout=self._dropout())
+        context, weights, new_cache = self.mechanism.step(new, cache, need_weights)
+        return self.out_proj(self._merge_heads(context)), weights, new_cache
 
     def forward(
         self,
@@ -184,7 +155,8 @@ class MultiHeadAttention(nn.Module):
             query: (B, T, d_model).
             key: (B, S, d_model).
             value: (B, S, d_model).
-            mask: bool, True = allowed: (B, S), (B, T, S) or broadcastable 4-D (B, H, T, S).
+            mask: bool, True = allowed: (B, S), (B, T, S) or broadcastable 4-D (B, H, T, S);
+                mechanisms other than full take only (B, S) and T == S.
             is_causal: additionally forbid each query to see later keys (bottom-right aligned).
             need_weights: take the explicit path and return the weights.
 
@@ -209,73 +181,21 @@ class MultiHeadAttention(nn.Module):
         """Attend from (unprojected) queries over already projected keys and values.
 
         Args:
-            query: (B, T, d_model).
             keys: (B, H, S, d_k) from `project_kv` / `append_kv`.
             values: (B, H, S, d_k).
-            mask, is_causal, need_weights: as in `forward`.
+            query, mask, is_causal, need_weights: as in `forward`.
 
         Returns:
             output (B, T, d_model) and weights (B, H, T, S) or None.
         """
         q = self._split_heads(self.q_proj(query))  # (B, H, T, d_k)
-        query_len, key_len = q.size(2), keys.size(2)
-        attn_mask = None if mask is None else as_attention_mask(mask)
-        # SDPA's own is_causal flag is top-left aligned and cannot be combined with a mask, so
-        # the flag is only used for plain square causal attention; otherwise fold it into the
-        # mask. One query over S >= 1 keys (a decoding step) sees every key: no mask needed.
-        use_causal_flag = is_causal and attn_mask is None and query_len == key_len
-        if is_causal and not use_causal_flag and query_len > 1:
-            causal = bottom_right_causal_mask(query_len, key_len, q.device)  # (T, S)
-            attn_mask = causal if attn_mask is None else attn_mask & causal
-        if need_weights:
-            if use_causal_flag:
-                attn_mask = bottom_right_causal_mask(query_len, key_len, q.device)
-            context, weights = self._explicit(q, keys, values, attn_mask)
-        else:
-            context, weights = self._fused(q, keys, values, attn_mask, use_causal_flag), None
-        return self.out_proj(self._merge_heads(context)), weights
-
-    def _explicit(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
-    ) -> tuple[Tensor, Tensor]:
-        """softmax(q k^T / sqrt(d_k)) v (eq. 1), keeping the weights.
-
-        Args:
-            q: (B, H, T, d_k).
-            k: (B, H, S, d_k).
-            v: (B, H, S, d_k).
-            mask: bool broadcastable to (B, H, T, S) or None.
-
-        Returns:
-            context (B, H, T, d_k) and weights (B, H, T, S) before dropout (what the model
-            attends to, for visualization); the context uses the dropped-out weights.
-        """
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, T, S)
-        weights = masked_softmax(scores, mask)  # fully masked rows are all zeros, not NaN
-        dropped = F.dropout(weights, p=self.dropout, training=self.training)
-        return dropped @ v, weights  # (B, H, T, d_k), (B, H, T, S)
-
-    def _fused(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
-    ) -> Tensor:
-        """The same as `_explicit` through the fused SDPA kernel; returns context (B, H, T, d_k).
-
-        With a bool mask, SDPA kernels may return NaN for a query row whose keys are all masked
-        (0/0 in the softmax). Such rows are unmasked for the kernel and their context zeroed
-        afterwards, matching `masked_softmax`.
-        """
-        empty_rows = None
-        if mask is not None:
-            empty_rows = ~mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T|1, 1)
-            mask = mask | empty_rows
-        context = F.scaled_dot_product_attention(
+        context, weights = self.mechanism(
             q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal,
+            keys,
+            values,
+            mask,
+            causal=is_causal,
+            need_weights=need_weights,
+            dropout=self._dropout(),
         )  # (B, H, T, d_k)
-        if empty_rows is not None:
-            context = context.masked_fill(empty_rows, 0.0)
-        return context
+        return self.out_proj(self._merge_heads(context)), weights

@@ -21,6 +21,19 @@ from torch import Tensor, nn
 from attnseq.attention.base import Attention
 
 
+def check_equal_sizes(score: str, query_dim: int, key_dim: int) -> None:
+    """Reject a score that compares queries and keys directly when their sizes differ.
+
+    Raises:
+        ValueError: if query_dim != key_dim.
+    """
+    if query_dim != key_dim:
+        raise ValueError(
+            f"the {score!r} score needs query_dim == key_dim, got {query_dim} != {key_dim}; "
+            "use 'general', 'concat' or 'additive', which project the states"
+        )
+
+
 class DotAttention(Attention):
     """score(s, h) = s^T h (Luong eq. 8, "dot"); no parameters.
 
@@ -34,11 +47,7 @@ class DotAttention(Attention):
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
         super().__init__()
-        if query_dim != key_dim:
-            raise ValueError(
-                f"the 'dot' score needs query_dim == key_dim, got {query_dim} != {key_dim}; "
-                "use 'general', 'concat' or 'additive', which project the states"
-            )
+        check_equal_sizes("dot", query_dim, key_dim)
 
     def scores(self, query: Tensor, prepared_keys: Tensor) -> Tensor:
         """query (B, T, D) against keys (B, S, D) -> energies (B, T, S)."""

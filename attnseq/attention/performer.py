@@ -11,10 +11,11 @@ so with m random features (m = `model.attention.features`)
 
 gives phi(x) . phi(y) ~ exp(x . y) with *positive* features, unbiased, and softmax attention
 with x = q / d_k^(1/4), y = k / d_k^(1/4) (so x . y = q . k / sqrt(d_k)) becomes linear
-attention with this phi (linear.py computes it, causal form included). The w_1..w_m are drawn
-in blocks of d_k mutually orthogonal directions, each rescaled to the length of a Gaussian
-vector (orthogonal random features, section 2.4), which lowers the variance of the estimate.
-The approximation error shrinks as m grows (tests/attention/test_efficient.py measures it).
+attention with this phi (linear.py's `KernelSelfAttention` computes it, causal form included).
+The w_1..w_m are drawn in blocks of d_k mutually orthogonal directions, each rescaled to the
+length of a Gaussian vector (orthogonal random features, section 2.4), which lowers the variance
+of the estimate. The approximation error shrinks as m grows (tests/attention/test_efficient.py
+measures it).
 
 The features are drawn once when the module is built (from torch's global generator, so from
 the run's seed), stored as a buffer and saved with the checkpoint, and never redrawn: training,
@@ -34,12 +35,7 @@ import math
 import torch
 from torch import Tensor
 
-from attnseq.attention.linear import (
-    causal_kernel_attention,
-    empty_sums,
-    kernel_attention,
-)
-from attnseq.attention.mechanism import Cache, SelfAttentionMechanism
+from attnseq.attention.linear import KernelSelfAttention
 
 
 def orthogonal_gaussian(features: int, dim: int) -> Tensor:
@@ -55,7 +51,7 @@ def orthogonal_gaussian(features: int, dim: int) -> Tensor:
     return directions * norms
 
 
-class PerformerSelfAttention(SelfAttentionMechanism):
+class PerformerSelfAttention(KernelSelfAttention):
     """Softmax attention estimated with m positive orthogonal random features.
 
     Args:
@@ -67,7 +63,7 @@ class PerformerSelfAttention(SelfAttentionMechanism):
     """
 
     kind = "performer"
-    has_weights = False
+    scaled = True
 
     def __init__(self, d_k: int, features: int) -> None:
         super().__init__()
@@ -105,31 +101,10 @@ class PerformerSelfAttention(SelfAttentionMechanism):
             log_scale = log_scale.masked_fill(~real, torch.finfo(log_scale.dtype).min)
         return phi, log_scale
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_mask: Tensor | None,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        dropout: float = 0.0,
-    ) -> tuple[Tensor, Tensor | None]:
-        """See `SelfAttentionMechanism.forward`; there are no weights, dropout does not apply."""
-        self.check(causal, need_weights)
-        phi_q = self.query_features(q)
-        phi_k, log_scale = self.key_features(k, key_mask)
-        if not causal:
-            return kernel_attention(phi_q, phi_k, v, log_scale), None
-        batch, heads, _, d_k = q.shape
-        sums = empty_sums(batch, heads, self.features, d_k, q, scaled=True)
-        return causal_kernel_attention(phi_q, phi_k, v, sums, log_scale)[0], None
+    def feature_maps(
+        self, q: Tensor, k: Tensor, key_mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        return self.query_features(q), *self.key_features(k, key_mask)
 
-    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
-        return empty_sums(batch, heads, self.features, d_k, like, scaled=True)
-
-    def step(self, q: Tensor, k: Tensor, v: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
-        """Add the new positions to the running sums: O(m d_k) per position."""
-        phi_k, log_scale = self.key_features(k, None)
-        return causal_kernel_attention(self.query_features(q), phi_k, v, cache, log_scale)
+    def feature_count(self, d_k: int) -> int:
+        return self.features

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from attnseq.attention.base import Attention
+from attnseq.attention.multiplicative import check_equal_sizes
 
 
 class ScaledDotAttention(Attention):
@@ -32,11 +33,7 @@ class ScaledDotAttention(Attention):
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
         super().__init__()
-        if query_dim != key_dim:
-            raise ValueError(
-                f"the 'scaled_dot' score needs query_dim == key_dim, got {query_dim} != "
-                f"{key_dim}; use 'general', 'concat' or 'additive', which project the states"
-            )
+        check_equal_sizes("scaled_dot", query_dim, key_dim)
         self.scale = 1.0 / math.sqrt(key_dim)  # a constant of the architecture, not a cache
 
     def scores(self, query: Tensor, prepared_keys: Tensor) -> Tensor:

@@ -32,13 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnseq.attention.full import explicit_attention, fused_attention
 from attnseq.attention.masks import masked_softmax
-from attnseq.attention.mechanism import (
-    Cache,
-    SelfAttentionMechanism,
-    explicit_attention,
-    fused_attention,
-)
+from attnseq.attention.mechanism import AttentionMechanism, Heads, SelfCache, append_positions
 
 MIN_BLOCK = 32  # tiny blocks make many tiny matrix products; wider ones only waste a little
 
@@ -105,6 +101,17 @@ class Band:
         return dense[:, :, : self.length, self.window : self.window + self.length]
 
 
+def checked_window(window: int) -> int:
+    """w itself, once it is known to be a valid half-width (>= 1).
+
+    Raises:
+        ValueError: for window < 1.
+    """
+    if window < 1:
+        raise ValueError(f"the sliding window half-width must be >= 1, got {window}")
+    return window
+
+
 def band_blocks(
     q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int, causal: bool
 ) -> Band:
@@ -151,7 +158,7 @@ def band_blocks(
     )
 
 
-class SlidingWindowSelfAttention(SelfAttentionMechanism):
+class SlidingWindowSelfAttention(AttentionMechanism):
     """Attention restricted to |i - j| <= w (or i - w <= j <= i when causal).
 
     Args:
@@ -165,44 +172,30 @@ class SlidingWindowSelfAttention(SelfAttentionMechanism):
 
     def __init__(self, window: int) -> None:
         super().__init__()
-        if window < 1:
-            raise ValueError(f"the sliding window half-width must be >= 1, got {window}")
-        self.window = window
+        self.window = checked_window(window)
 
     def extra_repr(self) -> str:
         return f"window={self.window}"
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_mask: Tensor | None,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        dropout: float = 0.0,
-    ) -> tuple[Tensor, Tensor | None]:
-        """See `SelfAttentionMechanism.forward`; O(N w) memory without weights."""
-        band = band_blocks(q, k, v, key_mask, self.window, causal)
+    def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """See `AttentionMechanism.attend`; O(N w) memory without weights."""
+        band = band_blocks(inputs.q, inputs.k, inputs.v, inputs.mask, self.window, inputs.causal)
         if not need_weights:
-            return band.fused_context(dropout), None
+            return band.fused_context(inputs.dropout), None
         weights = masked_softmax(band.scores(), band.mask)  # (B, H, nb, b, span)
-        dropped = F.dropout(weights, p=dropout, training=dropout > 0)
+        dropped = F.dropout(weights, p=inputs.dropout, training=inputs.dropout > 0)
         return band.context(dropped), band.dense(weights)  # (B, H, N, d_k), (B, H, N, N)
 
-    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
-        empty = like.new_zeros(batch, heads, 0, d_k)
-        return {"self_k": empty, "self_v": empty}
-
-    def step(self, q: Tensor, k: Tensor, v: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+    def step(
+        self, new: Heads, cache: SelfCache, need_weights: bool = False
+    ) -> tuple[Tensor, None, SelfCache]:
         """Attend over the cached last w positions and the new ones; keep the last w."""
-        keys = torch.cat([cache["self_k"], k], dim=2)  # (B, H, P + N, d_k), P <= w
-        values = torch.cat([cache["self_v"], v], dim=2)
-        new, total = q.size(2), keys.size(2)
-        query_index = torch.arange(total - new, total, device=q.device)[:, None]  # (N, 1)
-        offset = query_index - torch.arange(total, device=q.device)  # (N, P + N) i - j
+        past = (cache["self_k"], cache["self_v"])  # (B, H, P, d_k) each, P <= w
+        keys, values = append_positions(past, new.k, new.v)  # (B, H, P + N, d_k)
+        count, total = new.q.size(2), keys.size(2)
+        query_index = torch.arange(total - count, total, device=keys.device)[:, None]  # (N, 1)
+        offset = query_index - torch.arange(total, device=keys.device)  # (N, P + N) i - j
         allowed = (offset >= 0) & (offset <= self.window)
-        context, _ = explicit_attention(q, keys, values, allowed)
-        last = slice(max(0, keys.size(2) - self.window), None)  # nothing older is seen again
-        return context, {"self_k": keys[:, :, last], "self_v": values[:, :, last]}
+        context, _ = explicit_attention(new.q, keys, values, allowed)
+        last = slice(max(0, total - self.window), None)  # nothing older is seen again
+        return context, None, {"self_k": keys[:, :, last], "self_v": values[:, :, last]}

@@ -29,15 +29,12 @@ Shapes: B batch, H heads, T query positions, S key positions, d_k head size.
 import torch
 from torch import Tensor
 
-from attnseq.attention.mechanism import (
-    Cache,
-    SelfAttentionMechanism,
-    explicit_attention,
-    fused_attention,
-    key_mask_4d,
-)
+from attnseq.attention.full import explicit_attention, fused_attention
+from attnseq.attention.masks import as_attention_mask
+from attnseq.attention.mechanism import AttentionMechanism, Heads
+from attnseq.config.schema import SparsePattern
 
-PATTERNS = ("strided", "fixed")
+PATTERNS = tuple(pattern.value for pattern in SparsePattern)
 
 
 def sparse_pattern(
@@ -68,7 +65,7 @@ def sparse_pattern(
     return allowed & (j <= i) if causal else allowed
 
 
-class StridedSelfAttention(SelfAttentionMechanism):
+class StridedSelfAttention(AttentionMechanism):
     """Attention over the union of Child et al.'s two pattern subsets.
 
     Args:
@@ -103,37 +100,15 @@ class StridedSelfAttention(SelfAttentionMechanism):
             query_positions, key_positions, self.stride, self.pattern, self.summary, causal
         )
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_mask: Tensor | None,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        dropout: float = 0.0,
-    ) -> tuple[Tensor, Tensor | None]:
-        """See `SelfAttentionMechanism.forward`."""
+    def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """See `AttentionMechanism.attend`; the T queries are the last T of the S positions
+        (T < S in a decoding step over every key so far)."""
+        q, k, v = inputs.q, inputs.k, inputs.v
         # int32: the (T, S) temporaries of the pattern are half the size of int64 ones
-        positions = torch.arange(q.size(2), dtype=torch.int32, device=q.device)
-        mask = self.mask(positions, positions, causal)  # (T, S)
-        padding = key_mask_4d(key_mask)
+        positions = torch.arange(k.size(2), dtype=torch.int32, device=q.device)  # (S,)
+        mask = self.mask(positions[k.size(2) - q.size(2) :], positions, inputs.causal)  # (T, S)
+        padding = as_attention_mask(inputs.mask)
         mask = mask if padding is None else mask & padding  # (B|1, 1, T, S)
         if need_weights:
-            return explicit_attention(q, k, v, mask, dropout)
-        return fused_attention(q, k, v, mask, dropout), None
-
-    def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> Cache:
-        empty = like.new_zeros(batch, heads, 0, d_k)
-        return {"self_k": empty, "self_v": empty}
-
-    def step(self, q: Tensor, k: Tensor, v: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
-        """The new positions' pattern rows over every key so far."""
-        keys = torch.cat([cache["self_k"], k], dim=2)  # (B, H, P + N, d_k)
-        values = torch.cat([cache["self_v"], v], dim=2)
-        total = keys.size(2)
-        positions = torch.arange(total, device=q.device)
-        mask = self.mask(positions[total - q.size(2) :], positions, causal=True)  # (N, P + N)
-        context, _ = explicit_attention(q, keys, values, mask)
-        return context, {"self_k": keys, "self_v": values}
+            return explicit_attention(q, k, v, mask, inputs.dropout)
+        return fused_attention(q, k, v, mask, inputs.dropout), None

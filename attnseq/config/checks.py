@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from attnseq.config.schema import (
-    CAUSAL_ATTENTION_KINDS,
     AttentionKind,
     DataSource,
     Metric,
@@ -244,16 +243,17 @@ def _self_attention_problems(cfg: TrainConfig) -> list[str]:
     """Rules for the transformer's model.attention.kind and its parameters."""
     attention, kind = cfg.model.attention, cfg.model.attention.kind
     problems = []
-    if attention.decoder_self and kind.value not in CAUSAL_ATTENTION_KINDS:
+    if attention.decoder_self and not kind.causal:
         why = (
             "its projections mix every position, future ones included"
             if kind is AttentionKind.linformer
             else "its global tokens attend to, and are attended by, every position"
         )
+        causal_kinds = ", ".join(member.name for member in AttentionKind if member.causal)
         problems.append(
             f"model.attention.kind={kind.name} cannot be causal ({why}), so it cannot be used "
             "for decoder self-attention: set model.attention.decoder_self=false, or choose "
-            f"one of {', '.join(CAUSAL_ATTENTION_KINDS)}"
+            f"one of {causal_kinds}"
         )
     fixed = kind is AttentionKind.strided and attention.pattern is SparsePattern.fixed
     if fixed and attention.summary > attention.stride:

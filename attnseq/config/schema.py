@@ -97,15 +97,17 @@ class AttentionKind(Enum):
     linear = "linear"  # elu(x)+1 feature map, Katharopoulos et al. 2020
     performer = "performer"  # FAVOR+ random features, Choromanski et al. 2021
 
+    @property
+    def causal(self) -> bool:
+        """Whether the mechanism has a causal form, so that decoder self-attention can use it
+        (model.attention.decoder_self=true): all but the encoder-only longformer and linformer,
+        whose global tokens or projections mix every position, future ones included."""
+        return self not in (AttentionKind.longformer, AttentionKind.linformer)
+
 
 class SparsePattern(Enum):
     strided = "strided"  # |i-j| <= stride or (i-j) mod stride = 0
     fixed = "fixed"  # same block of `stride`, or one of the last `summary` cells of a block
-
-
-# kinds whose mechanism has a causal form, usable for decoder self-attention
-# (model.attention.decoder_self=true)
-CAUSAL_ATTENTION_KINDS = ("full", "local", "strided", "linear", "performer")
 
 
 class Norm(Enum):

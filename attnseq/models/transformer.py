@@ -55,7 +55,8 @@ from torch import Tensor, nn
 
 from attnseq.attention.efficient import SelfAttentionOptions, build_self_attention
 from attnseq.attention.masks import padding_mask
-from attnseq.attention.multihead import KeyValue, MultiHeadAttention, SelfCache
+from attnseq.attention.mechanism import KeyValue, SelfCache
+from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.models.positional import build_positional_encoding, make_positions
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 

@@ -1,4 +1,4 @@
-"""Efficient self-attention mechanisms (issue 12): each against its defining formula, masks and
+"""Efficient self-attention mechanisms: each against its defining formula, masks and
 patterns with exact zeros, causal forms against quadratic ones, decoding steps against the
 causal forward pass, padding, no NaN, and Performer's error shrinking with more features."""
 
@@ -9,14 +9,11 @@ import pytest
 import torch
 
 from attnseq.attention.efficient import (
-    CAUSAL_KINDS,
-    KINDS,
-    WEIGHTLESS_KINDS,
-    EfficientSelfAttention,
     SelfAttentionOptions,
     build_mechanism,
     build_self_attention,
 )
+from attnseq.attention.full import FullAttention, explicit_attention
 from attnseq.attention.linear import (
     LinearSelfAttention,
     causal_kernel_attention,
@@ -27,12 +24,11 @@ from attnseq.attention.linear import (
 from attnseq.attention.linformer import LinformerSelfAttention
 from attnseq.attention.longformer import LongformerSelfAttention
 from attnseq.attention.masks import padding_mask
-from attnseq.attention.mechanism import explicit_attention
 from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.attention.performer import PerformerSelfAttention, orthogonal_gaussian
 from attnseq.attention.sliding_window import SlidingWindowSelfAttention
 from attnseq.attention.strided import StridedSelfAttention, sparse_pattern
-from attnseq.config.schema import CAUSAL_ATTENTION_KINDS, AttentionKind
+from attnseq.config.schema import AttentionKind
 
 D_MODEL, HEADS, D_K = 32, 4, 8
 ATOL = 1e-5
@@ -65,10 +61,10 @@ def lengths_mask(length: int = 40) -> torch.Tensor:
     return padding_mask(torch.tensor([length, length - 9]), length)  # (B, S)
 
 
-def make(name: str, seed: int = 0) -> EfficientSelfAttention:
+def make(name: str, seed: int = 0) -> MultiHeadAttention:
     torch.manual_seed(seed)
     module = build_self_attention(OPTIONS[name], D_MODEL, HEADS)
-    assert isinstance(module, EfficientSelfAttention)
+    assert not isinstance(module.mechanism, FullAttention)
     return module.eval()
 
 
@@ -86,7 +82,7 @@ def band(length: int, window: int, causal: bool) -> torch.Tensor:
 def test_local_with_a_window_over_the_whole_sequence_equals_full_attention(causal: bool) -> None:
     torch.manual_seed(0)
     full = MultiHeadAttention(D_MODEL, HEADS).eval()
-    local = EfficientSelfAttention(D_MODEL, HEADS, SlidingWindowSelfAttention(40)).eval()
+    local = MultiHeadAttention(D_MODEL, HEADS, mechanism=SlidingWindowSelfAttention(40)).eval()
     local.load_state_dict(full.state_dict())
     x = torch.randn(2, 40, D_MODEL)
     mask = None if causal else lengths_mask()
@@ -335,7 +331,7 @@ def test_fast_and_explicit_paths_agree(name: str) -> None:
     torch.testing.assert_close(fast, explicit, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("name", WEIGHTLESS_KINDS)
+@pytest.mark.parametrize("name", ["linear", "performer"])
 def test_kernel_kinds_refuse_to_return_weights(name: str) -> None:
     module = make(name)
     assert not module.has_weights
@@ -363,12 +359,18 @@ def test_only_key_padding_masks_and_self_attention() -> None:
         module(x[:, :3], x, x)
 
 
+@pytest.mark.parametrize("kind", list(AttentionKind))
+def test_every_config_kind_builds_its_mechanism(kind: AttentionKind) -> None:
+    """The config Enum (no torch) and the mechanisms agree on names and on causality."""
+    mechanism = build_mechanism(SelfAttentionOptions(kind=kind.value), D_K)
+    assert mechanism.kind == kind.value
+    assert mechanism.supports_causal == kind.causal
+
+
 def test_kinds_registry() -> None:
-    assert tuple(kind.value for kind in AttentionKind) == KINDS
-    assert CAUSAL_KINDS == CAUSAL_ATTENTION_KINDS  # config.py keeps its own copy (no torch)
-    assert type(build_self_attention(None, D_MODEL, HEADS)) is MultiHeadAttention
-    full = build_self_attention(SelfAttentionOptions(kind="full"), D_MODEL, HEADS)
-    assert type(full) is MultiHeadAttention  # kind=full: the unchanged module and fast path
+    for options in (None, SelfAttentionOptions(kind="full")):
+        full = build_self_attention(options, D_MODEL, HEADS)
+        assert type(full) is MultiHeadAttention and isinstance(full.mechanism, FullAttention)
     with pytest.raises(ValueError, match="valid: full, local"):
         build_self_attention(SelfAttentionOptions(kind="sparse"), D_MODEL, HEADS)
     with pytest.raises(ValueError, match="stride"):

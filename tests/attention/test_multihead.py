@@ -8,12 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnseq.attention.masks import causal_mask, padding_mask
-from attnseq.attention.multihead import (
-    MultiHeadAttention,
+from attnseq.attention.masks import (
     as_attention_mask,
     bottom_right_causal_mask,
+    causal_mask,
+    padding_mask,
 )
+from attnseq.attention.multihead import MultiHeadAttention
 
 D_MODEL, HEADS = 32, 4
 ATOL = 1e-5

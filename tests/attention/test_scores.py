@@ -242,3 +242,35 @@ def test_concat_split_equals_concatenated_matrix() -> None:
     )  # (B, T, S, Dq + Dk)
     joint = torch.tanh(pairs @ module.concat_weight().T)  # (B, T, S, A)
     torch.testing.assert_close(split, joint, atol=1e-12, rtol=0)
+
+
+def test_forward_is_written_once_and_mechanisms_fill_the_hooks() -> None:
+    """Only the base class defines `forward`; coverage and local attention fill `align`."""
+    from attnseq.attention.base import AlignInputs
+    from attnseq.attention.coverage import CoverageAttention
+
+    for cls in (*CLASSES.values(), LocalAttention, CoverageAttention):
+        assert "forward" not in vars(cls), cls.__name__
+    assert "align" in vars(LocalAttention) and "align" in vars(CoverageAttention)
+
+    class Uniform(Attention):
+        """Fills only the scoring hook: equal energies, so uniform weights over allowed keys."""
+
+        def scores(self, query: Tensor, prepared_keys: Tensor) -> Tensor:
+            return query.new_zeros(query.size(0), query.size(1), prepared_keys.size(1))
+
+    query, keys, values = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 2)
+    mask = padding_mask(torch.tensor([5, 2]), 5)
+    context, weights = Uniform()(query, keys, values, mask)
+    torch.testing.assert_close(weights[1, :, :2], torch.full((3, 2), 0.5))
+    assert torch.all(weights[1, :, 2:] == 0)
+    torch.testing.assert_close(context[1], values[1, :2].mean(0).expand(3, -1))
+    direct = Uniform().align(AlignInputs(query, keys, mask[:, None, :]))
+    torch.testing.assert_close(direct, weights)
+
+
+def test_choice_lists_are_the_config_enums() -> None:
+    from attnseq.config.schema import Score, Window
+
+    assert tuple(score.value for score in Score if score is not Score.none) == SCORES
+    assert tuple(window.value for window in Window) == WINDOWS

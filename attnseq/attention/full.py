@@ -1,0 +1,110 @@
+"""Full scaled dot-product attention over every query-key pair, `model.attention.kind=full`
+(Vaswani et al. 2017, "Attention Is All You Need", NeurIPS; section 3.2.1, eq. 1):
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+
+Dividing by sqrt(d_k) keeps the energies' variance near one whatever the head size, so the
+softmax does not saturate (the paper's footnote 4).
+
+Two paths compute the same thing, and tests hold them equal:
+
+- the fused path, `torch.nn.functional.scaled_dot_product_attention` (flash / memory-efficient
+  kernels on GPU, O(n) memory), used whenever the weights are not asked for;
+- the explicit path (q k^T / sqrt(d_k), `masked_softmax`, dropout, @ v), which also returns the
+  weights (B, H, T, S) for heatmaps and alignment error rates, at O(n^2) memory.
+
+Masks are bool, True = allowed. A query row whose keys are all masked gets all-zero weights and
+a zero context on both paths, never NaN. With `causal` and fewer queries than keys, the queries
+are the *last* T positions (bottom-right aligned causal mask), which is what a decoding step
+needs. The efficient mechanisms use the two functions too, on the parts of their patterns that
+are small or dense.
+
+Shapes: B batch, H heads, T query positions, S key positions, d_k head size.
+"""
+
+import math
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnseq.attention.masks import as_attention_mask, bottom_right_causal_mask, masked_softmax
+from attnseq.attention.mechanism import AttentionMechanism, Heads
+
+
+def explicit_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """softmax(q k^T / sqrt(d_k)) v with a bool mask (True = allowed), keeping the weights.
+
+    Args:
+        q: (..., T, d_k).
+        k: (..., S, d_k).
+        v: (..., S, d_v).
+        mask: bool broadcastable to (..., T, S), or None.
+        dropout: dropout probability on the weights (0 outside training).
+
+    Returns:
+        context (..., T, d_v), computed with the dropped-out weights, and the weights
+        (..., T, S) before dropout (what the model attends to, for visualization); masked
+        weights are exactly 0 and a fully masked row is all zeros.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, S)
+    weights = masked_softmax(scores, mask)  # fully masked rows are all zeros, not NaN
+    return F.dropout(weights, p=dropout, training=dropout > 0) @ v, weights
+
+
+def fused_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout: float = 0.0,
+    is_causal: bool = False,
+) -> Tensor:
+    """The context of `explicit_attention` through the fused SDPA kernel (no weights).
+
+    With a bool mask, SDPA kernels may return NaN for a query row whose keys are all masked
+    (0/0 in the softmax). Such rows are unmasked for the kernel and their context zeroed
+    afterwards, matching `masked_softmax`.
+
+    Args:
+        q: (B, H, T, d_k); k, v: (B, H, S, d_k); mask: bool broadcastable to (B, H, T, S).
+        dropout: as in `explicit_attention`.
+        is_causal: SDPA's own top-left aligned causal flag (square attention without a mask).
+
+    Returns:
+        context (B, H, T, d_k).
+    """
+    empty_rows = None
+    if mask is not None:
+        empty_rows = ~mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T|1, 1)
+        mask = mask | empty_rows
+    context = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
+    )  # (B, H, T, d_k)
+    if empty_rows is not None:
+        context = context.masked_fill(empty_rows, 0.0)
+    return context
+
+
+class FullAttention(AttentionMechanism):
+    """softmax(q k^T / sqrt(d_k)) v over every allowed pair; self- and cross-attention."""
+
+    kind = "full"
+    self_attention_only = False
+
+    def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """See `AttentionMechanism.attend`; fused unless the weights are asked for."""
+        q, k, v = inputs.q, inputs.k, inputs.v
+        query_len, key_len = q.size(2), k.size(2)
+        mask = as_attention_mask(inputs.mask)
+        # SDPA's own is_causal flag is top-left aligned and cannot be combined with a mask, so
+        # the flag is only used for plain square causal attention; otherwise fold it into the
+        # mask. One query over S >= 1 keys (a decoding step) sees every key: no mask needed.
+        causal_flag = inputs.causal and mask is None and query_len == key_len
+        if inputs.causal and (need_weights or not causal_flag) and query_len > 1:
+            causal = bottom_right_causal_mask(query_len, key_len, q.device)  # (T, S)
+            mask = causal if mask is None else mask & causal
+        if need_weights:
+            return explicit_attention(q, k, v, mask, inputs.dropout)
+        return fused_attention(q, k, v, mask, inputs.dropout, is_causal=causal_flag), None
