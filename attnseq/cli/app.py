@@ -175,6 +175,7 @@ def train(ctx: typer.Context) -> None:
             _fail(error)
         return
     from attnseq.cli import hydra_entry
+    from attnseq.cli.preflight import preflight
     from attnseq.cli.train_help import train_help
     from attnseq.training import run_lock
 
@@ -184,7 +185,7 @@ def train(ctx: typer.Context) -> None:
         if help_text is not None:
             typer.echo(help_text)
             return
-        hydra_entry.preflight(args)
+        preflight(args)
         run_lock.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
     except UserError as error:
         _fail(error)
