@@ -126,6 +126,7 @@ def compose(overrides: list[str], threads: int):
     from omegaconf.errors import OmegaConfBaseException
 
     from attnseq.cli import hydra_entry
+    from attnseq.cli.config_errors import describe_composition_error
     from attnseq.config.checks import validate
     from attnseq.config.schema import TrainConfig, register_configs
 
@@ -135,7 +136,7 @@ def compose(overrides: list[str], threads: int):
         with initialize_config_dir(config_dir=str(hydra_entry.CONFIG_DIR), version_base="1.3"):
             cfg = OmegaConf.to_object(hydra_compose("train", overrides=args))
     except (HydraException, OmegaConfBaseException, ValueError) as error:
-        raise UserError(hydra_entry.describe_composition_error(error, args)) from None
+        raise UserError(describe_composition_error(error, args)) from None
     assert isinstance(cfg, TrainConfig)
     cfg.trainer.threads = threads
     validate(cfg)

@@ -7,7 +7,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from attnseq.cli.hydra_entry import CONFIG_DIR, describe_composition_error, preflight
+from attnseq.cli.config_errors import describe_composition_error
+from attnseq.cli.preflight import preflight
+from attnseq.config import CONFIG_DIR
 from attnseq.config.checks import validate
 from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict, register_configs
 from attnseq.errors import UserError

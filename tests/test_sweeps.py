@@ -304,7 +304,7 @@ def test_missing_plugin_hint_names_an_extra_that_exists() -> None:
     """The hint for a documented plugin names the pyproject extra that really installs it."""
     import tomllib
 
-    from attnseq.cli.hydra_entry import PLUGIN_EXTRAS
+    from attnseq.cli.config_errors import PLUGIN_EXTRAS
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]
@@ -316,10 +316,10 @@ def test_missing_plugin_hint_names_an_extra_that_exists() -> None:
 def test_interval_sweeps_are_checked_before_the_sweeper_starts() -> None:
     """An Optuna search space is checked at its interval ends: a misspelt key or a value of the
     wrong type is a clear error before any trial runs."""
-    from attnseq.cli.hydra_entry import _sweep_variants, preflight
+    from attnseq.cli.preflight import preflight, sweep_variants
     from attnseq.errors import UserError
 
-    variants = _sweep_variants(["model.hidden=int(interval(16,64))", "seed=1,2"])
+    variants = sweep_variants(["model.hidden=int(interval(16,64))", "seed=1,2"])
     assert ["model.hidden=64", "seed=1"] in variants and ["model.hidden=16", "seed=2"] in variants
     preflight(["-m", "optim.lr=tag(log, interval(1e-4, 1e-2))"])
     with pytest.raises(UserError, match="Did you mean 'optim.lr'"):

@@ -1,8 +1,8 @@
 """What a bug report needs: versions, devices, data, Hydra plugins and the cache.
 
 `attnseq --version` prints `version_lines()`, read from the installed packages' metadata so that
-it answers without importing torch. `attnseq doctor` prints `report()`, which does import torch
-(for the devices) and looks at the data root and the cache folder.
+it answers without importing torch. The `attnseq doctor` command (`doctor`) prints `report()`,
+which does import torch (for the devices) and looks at the data root and the cache folder.
 """
 
 import os
@@ -11,6 +11,8 @@ import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+
+import typer
 
 # distribution names whose versions identify an installation
 _VERSIONED = ("attnseq", "torch", "hydra-core")
@@ -152,3 +154,20 @@ def format_report(sections: list[Section]) -> str:
         width = max(len(key) for key, _ in rows)
         lines += [f"  {key + ':':<{width + 1}} {value}" for key, value in rows]
     return "\n".join(lines)
+
+
+def doctor() -> None:
+    """Print what a bug report needs: versions, devices, data, Hydra plugins and cache.
+
+    \b
+    versions   attnseq, torch, hydra-core, Python, the platform
+    devices    CUDA and MPS devices, torch's threads
+    data       ATTNSEQ_DATA and the packaged local corpora found or missing there
+    plugins    the Hydra launchers and sweepers installed
+    cache      the cache folder ($ATTNSEQ_CACHE) and its size
+
+    \b
+    attnseq doctor
+    ATTNSEQ_DATA=/data/corpora attnseq doctor
+    """
+    typer.echo(format_report(report()))

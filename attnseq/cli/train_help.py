@@ -44,7 +44,7 @@ def train_help(args: list[str]) -> str | None:
     from omegaconf import OmegaConf, flag_override
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnseq.cli.hydra_entry import describe_composition_error
+    from attnseq.cli.config_errors import describe_composition_error
     from attnseq.config.schema import register_configs
     from attnseq.errors import UserError
 

@@ -1,0 +1,128 @@
+"""One readable line for a config that Hydra cannot compose: a malformed YAML file (file, line,
+column, problem), an unknown config group choice or key (with the valid ones and the nearest
+match), a missing Hydra plugin (with the extra that installs it), or a bad value.
+
+The pre-flight check of `attnseq train`, `attnseq train --help` and the benchmark script turn
+Hydra's and OmegaConf's exceptions into these messages, which end the command with exit
+status 2 instead of a traceback.
+"""
+
+import difflib
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attnseq.config import CONFIG_DIR
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# Hydra plugin choices -> the pyproject extra that installs them.
+PLUGIN_EXTRAS = {
+    "joblib": "joblib",
+    "optuna": "optuna",
+    "submitit_slurm": "slurm",
+    "submitit_local": "slurm",
+}
+
+
+def yaml_error(error: BaseException) -> Exception | None:
+    """The PyYAML error behind a failed composition (Hydra may wrap it), or None."""
+    import yaml
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, yaml.YAMLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def describe_yaml_error(error: Exception) -> str:
+    """One line naming the file, the line and the problem of a malformed YAML config."""
+    import yaml
+
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    if (
+        isinstance(error, yaml.constructor.ConstructorError)
+        and "constructor for the tag" in problem
+    ):
+        problem += " (YAML tags are not allowed in configs)"
+    if mark is None:
+        return f"malformed YAML config: {problem}"
+    name = mark.name
+    if not name.startswith("<"):
+        name = str(Path(name).resolve())  # a linked user file: the user's own path
+    return f"malformed YAML in {name}, line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
+def _base_config() -> "DictConfig":
+    """The default composed config, whose keys an unknown key is compared with."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose("train")
+
+
+def _nearest(word: str, options: list[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" Did you mean '{prefix}{close[0]}'?" if close else ""
+
+
+def describe_composition_error(error: Exception, overrides: list[str]) -> str:
+    """One readable message for a failed composition, with the nearest valid name."""
+    text = str(error)
+    cause = error.__cause__ or error.__context__
+    cause_text = str(cause) if cause else ""
+    missing_group = re.search(r"Could not find '([\w/]+)/([^']+)'", text)
+    if missing_group:
+        return _describe_missing_choice(*missing_group.groups(), text)
+    full_key = getattr(cause, "full_key", None) or getattr(error, "full_key", None)
+    match = re.search(r"Could not override '([^']+)'", text) or re.search(
+        r"Could not append to config\. An item is already at '([^']+)'", text
+    )
+    key = full_key or (match.group(1) if match else None)
+    unknown_key = re.search(r"Key '[^']+' (is )?not in", text + "\n" + cause_text)
+    if key and unknown_key:
+        return _describe_unknown_key(key)
+    detail = (cause_text or text).splitlines()[0]
+    if key:
+        return f"invalid value for '{key}': {detail}"
+    return f"invalid configuration ({' '.join(overrides)}): {text.splitlines()[0]}"
+
+
+def _describe_missing_choice(group: str, choice: str, text: str) -> str:
+    """An unknown choice of a config group (Hydra's message `text` lists the valid ones)."""
+    options = re.findall(r"^\t(\S+)$", text, flags=re.MULTILINE)
+    if group.startswith("hydra/"):
+        plugin = group.split("/", 1)[1]
+        extra = PLUGIN_EXTRAS.get(choice)
+        hint = f"`pip install 'attnseq[{extra}]'`" if extra else "install its Hydra plugin"
+        return (
+            f"unknown {group}={choice}: the Hydra {plugin} plugin is not installed "
+            f"({hint}). Installed: {', '.join(options) or 'none'}"
+        )
+    if group == "experiment":
+        what = f"unknown experiment config={choice}"
+    else:
+        what = f"unknown choice {group}={choice}"
+    valid = ", ".join(options) if options else "(none)"
+    return f"{what}. Valid: {valid}.{_nearest(choice, options)}"
+
+
+def _describe_unknown_key(key: str) -> str:
+    """An unknown config key, with the keys valid beside it and the nearest of them."""
+    from omegaconf import DictConfig, OmegaConf
+
+    parent, _, leaf = key.rpartition(".")
+    node = _base_config()
+    node = OmegaConf.select(node, parent) if parent else node
+    keys = list(node.keys()) if isinstance(node, DictConfig) else []
+    options = sorted(str(key) for key in keys)
+    where = f"under '{parent}'" if parent else "at the top level"
+    return (
+        f"unknown config key '{key}'."
+        f"{_nearest(leaf, options, f'{parent}.' if parent else '')} "
+        f"Valid keys {where}: {', '.join(options)}"
+    )

@@ -1,0 +1,168 @@
+"""`attnseq eval`: the metrics of a checkpoint on one split, optionally with its attention
+saved and scored against gold word alignments.
+
+The command checks its options, hands the work to `evaluate_checkpoint`
+(attnseq/evaluation/run.py) and prints the result; torch and the evaluation code are imported inside the functions, so `attnseq --help`
+stays light.
+"""
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from attnseq.cli import decoding_options
+from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
+from attnseq.errors import UserError
+
+if TYPE_CHECKING:
+    from attnseq.evaluation.evaluator import GoldAlignmentFiles
+    from attnseq.evaluation.results import EvalMetrics
+
+
+@decoding_options.with_decoding_flags
+def evaluate(
+    checkpoint: CheckpointArgument,
+    overrides: decoding_options.OverridesArgument = None,
+    split: Annotated[str, typer.Option(help="Which split to evaluate: test or valid.")] = "test",
+    batch_size: Annotated[
+        int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder to keep the result in, OUT/CHECKPOINT-stepN/SPLIT.DECODING/ with "
+            "metrics.json, hyps.txt, refs.txt (default: RUN/eval for RUN/checkpoints/X.pt, "
+            "else eval/ beside the checkpoint)."
+        ),
+    ] = None,
+    device: DeviceOption = "auto",
+    decoding: decoding_options.DecodingFlags = decoding_options.CHECKPOINT_SETTINGS,
+    save_attention: Annotated[
+        bool,
+        typer.Option(
+            help="Also save the cross-attention of every output hypothesis (every layer and "
+            "head) with its source and output tokens: attention.npz beside metrics.json, for "
+            "`visualize-alignment --from-saved`."
+        ),
+    ] = False,
+    alignments: Annotated[
+        Path | None,
+        typer.Option(
+            help="Gold word alignments to score the attention with (AER, precision, recall): "
+            "Pharaoh (i-j sure, i?j possible, 0-based) or NAACL (sent i j S|P, 1-based); "
+            "needs --align-src and --align-tgt."
+        ),
+    ] = None,
+    align_src: Annotated[
+        Path | None,
+        typer.Option(
+            help="Source sentences of the gold alignments, one per line, words separated by spaces."
+        ),
+    ] = None,
+    align_tgt: Annotated[
+        Path | None, typer.Option(help="Target sentences of the gold alignments.")
+    ] = None,
+    align_possible: Annotated[
+        Path | None,
+        typer.Option(
+            help="Pharaoh file of possible links to add to --alignments (e.g. WPT's "
+            "test.possible.pharaoh next to test.sure.pharaoh)."
+        ),
+    ] = None,
+    align_format: Annotated[
+        str, typer.Option(help="Format of --alignments: auto (from the content), pharaoh, naacl.")
+    ] = "auto",
+    align_order: Annotated[
+        str,
+        typer.Option(
+            help="src-tgt if a gold link is (source word, target word), tgt-src if (target, "
+            "source). WPT en-fr links are (English, French): src-tgt for en->fr models."
+        ),
+    ] = "src-tgt",
+) -> None:
+    """Evaluate a checkpoint: loss, perplexity, BLEU, chrF, exact match; optionally save the
+    attention of the outputs and score it against gold word alignments. Decodes with the
+    checkpoint's settings unless told otherwise. Each result is kept in a folder of its own,
+    named after the checkpoint, its step, the split and the decoding settings (no eval
+    replaces another's result or the run's metrics.json).
+
+    \b
+    attnseq eval RUN/checkpoints/best.pt       # RUN/eval/best-step1400/test.greedy/
+    attnseq eval best.pt --split valid --beam 5 --length-penalty 0.6   # .../valid.beam5-lp0.6/
+    attnseq eval best.pt trainer.beam=5 --out elsewhere/
+    attnseq eval best.pt --beam 4 --min-length 10 --no-repeat-ngram 3   # summarization
+    attnseq eval best.pt --save-attention      # also .../test.greedy/attention.npz
+    attnseq eval best.pt --alignments wpt03_enfr/test.sure.pharaoh \\
+        --align-possible wpt03_enfr/test.possible.pharaoh \\
+        --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr
+    """
+    from attnseq.evaluation.run import evaluate_checkpoint
+    from attnseq.io.output_paths import check_output_folder
+
+    with user_errors():
+        if batch_size is not None and batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1 (padded tokens), got {batch_size}")
+        if out is not None:
+            check_output_folder(out, "--out")
+        overrides = decoding.overrides(overrides)
+        gold = _gold_alignments(
+            alignments, align_src, align_tgt, align_possible, align_format, align_order
+        )
+        metrics = evaluate_checkpoint(
+            checkpoint,  # path, split, max_tokens
+            split,
+            batch_size,
+            out_dir=out,
+            overrides=overrides,
+            device_name=device,
+            save_attention=save_attention,
+            alignments=gold,
+        )
+    _print_metrics(metrics, gold)
+
+
+def _gold_alignments(
+    gold: Path | None,
+    src: Path | None,
+    tgt: Path | None,
+    possible: Path | None,
+    gold_format: str,
+    order: str,
+) -> "GoldAlignmentFiles | None":
+    """The gold word-alignment set of --alignments and its companions, or None without it;
+    UserError when a companion is missing or given alone."""
+    from attnseq.evaluation.evaluator import GoldAlignmentFiles
+
+    if gold is None:
+        if src or tgt or possible:
+            raise UserError("--align-src, --align-tgt and --align-possible go with --alignments")
+        return None
+    given = {"--align-src": src, "--align-tgt": tgt}
+    missing = [name for name, value in given.items() if value is None]
+    if missing:
+        raise UserError(f"--alignments needs {' and '.join(missing)} (the sentences)")
+    assert src is not None and tgt is not None
+    return GoldAlignmentFiles(gold, src, tgt, possible, gold_format, order)
+
+
+def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") -> None:
+    """The checkpoint, the decoding settings, every metric and where the result went; the
+    word-alignment scores as a table of their own."""
+    record = metrics.result.record
+    typer.echo(f"{'checkpoint':>24} {record['checkpoint']} (step {record['checkpoint_step']})")
+    decoding = " ".join(f"{key}={value}" for key, value in record["decoding"].items())
+    typer.echo(f"{'decoding':>24} {decoding}")
+    for key, value in sorted(metrics.items()):
+        if not key.startswith("align/"):
+            typer.echo(f"{key:>24} {value:.4f}")
+    if "bleu_signature" in record:
+        typer.echo(f"{'BLEU signature':>24} {record['bleu_signature']}")
+    if gold is not None:
+        from attnseq.analysis.alignment import alignment_table
+
+        scores = {k[len("align/") :]: v for k, v in metrics.items() if k.startswith("align/")}
+        typer.echo(f"\nword alignment vs {gold.gold} (metrics.json: align/...):")
+        typer.echo(alignment_table(scores))
+    files = sorted(path.name for path in metrics.result.folder.iterdir() if path.is_file())
+    typer.echo(f"wrote {metrics.result.folder}/ ({', '.join(files)})")

@@ -1,0 +1,85 @@
+"""`attnseq sweep-report`: the table of a Hydra multirun sweep, best first, on stdout, and
+its CSV file and plot beside it.
+
+The analysis lives in attnseq.analysis (sweep_report, sweep_table); this module checks the
+options and chooses the output. Pandas and matplotlib load only when the command runs.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnseq.cli.shared import user_errors
+from attnseq.errors import UserError
+
+
+def sweep_report(
+    multirun_dir: Annotated[
+        Path, typer.Argument(help="A sweep folder from `attnseq train -m`: multirun/DATE/TIME.")
+    ],
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            help="metrics.json key to sort by (default: the sweep's optimized_metric, or "
+            "test/<trainer.early_stopping_metric> that the sweeper received; else test/bleu, "
+            "else the first test/* key). Lower is better for keys ending in loss, ppl or aer."
+        ),
+    ] = None,
+    csv_file: Annotated[
+        Path | None, typer.Option("--csv", help="CSV file (default: MULTIRUN_DIR/report.csv).")
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Figure, .png/.svg/.pdf (default: MULTIRUN_DIR/report.png)."),
+    ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            help="Metric columns, comma-separated (default: every test/* key); the --metric "
+            "sorted by comes first."
+        ),
+    ] = None,
+    output_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table (rich, for a terminal), csv, markdown or latex (booktabs), on stdout.",
+        ),
+    ] = "table",
+) -> None:
+    """Table of a sweep, best first: the parameters that differ between jobs, several metrics
+    and each job's wall time; jobs that differ only in their seed share a row with mean ± sd
+    and n. Jobs without metrics.json are listed as failed or unfinished. Also writes a CSV
+    file (one row per job) and a plot, and prints the Optuna sweeper's best trial when there
+    is one.
+
+    \b
+    attnseq sweep-report multirun/2026-11-22/10-00-00
+    attnseq sweep-report multirun/2026-11-22/10-00-00 --metric test/loss --csv sweep.csv
+    attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown > table.md
+    attnseq sweep-report SWEEP --format latex > table.tex
+    """
+    from attnseq.analysis.sweep_report import load_report, print_report, write_csv, write_plot
+    from attnseq.analysis.sweep_table import FORMATS, metric_columns, render, report_rows
+    from attnseq.io.output_paths import check_output_file, image_suffixes
+
+    csv_path = csv_file or multirun_dir / "report.csv"
+    plot_path = plot or multirun_dir / "report.png"
+    with user_errors():
+        if output_format not in FORMATS:
+            raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+        check_output_file(csv_path, "--csv")
+        check_output_file(plot_path, "--plot", image_suffixes())
+        report = load_report(multirun_dir, metric)
+        wanted = [name.strip() for name in metrics.split(",") if name.strip()] if metrics else None
+        columns = metric_columns(report, wanted)
+    if output_format == "table":
+        print_report(report, metrics=columns)
+    else:
+        typer.echo(render(report, report_rows(report), columns, output_format), nl=False)
+    with user_errors():
+        csv_path = write_csv(report, csv_path)
+        plot_path = write_plot(report, plot_path)
+    # a table for a file or another program keeps stdout to itself
+    typer.echo(f"wrote {csv_path} and {plot_path}", err=output_format != "table")

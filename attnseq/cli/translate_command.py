@@ -1,0 +1,144 @@
+"""`attnseq translate`: one output line per input line, from stdin or a file to stdout or a
+file, decoded by a checkpoint.
+
+Input is read as bytes and split at "\\n" only, each line decoded as UTF-8, so a stray "\\r"
+or a bad byte is named by its line number instead of shifting the output against the input.
+A file output is written atomically; stdout is flushed after every output, so a caller reading
+a pipe sees each line as soon as it is decoded.
+"""
+
+import contextlib
+import io
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Annotated
+
+import typer
+
+from attnseq.cli import decoding_options
+from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
+from attnseq.errors import UserError
+
+
+@decoding_options.with_decoding_flags
+def translate(
+    checkpoint: CheckpointArgument,
+    overrides: decoding_options.OverridesArgument = None,
+    decoding: decoding_options.DecodingFlags = decoding_options.CHECKPOINT_SETTINGS,
+    nbest: Annotated[
+        int,
+        typer.Option(
+            help="Hypotheses per input line (<= beam); above 1, n lines per input in Moses "
+            "n-best format: LINE ||| HYPOTHESIS ||| SCORE."
+        ),
+    ] = 1,
+    input_file: Annotated[
+        Path | None, typer.Option("--input", "-i", help="Input text, one source per line.")
+    ] = None,
+    output_file: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Output file, written atomically (default: stdout)."),
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Sentences per batch.")] = 64,
+    device: DeviceOption = "auto",
+) -> None:
+    """Translate (or summarize) text with a checkpoint: one output line per input line, in
+    order; empty input lines give empty output lines. Reads stdin and writes stdout by default,
+    streaming in chunks of 1000 lines. Decodes with the checkpoint's settings (as `attnseq
+    eval` does) unless told otherwise.
+
+    \b
+    attnseq translate best.pt < input.txt > output.txt
+    echo "the 3rd of March 1998" | attnseq translate best.pt --beam 1
+    attnseq translate best.pt trainer.beam=3 < input.txt
+    attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 --length-penalty 0.6
+    attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
+    """
+    from attnseq.decoding.translate import Translator
+    from attnseq.io.progress import counting
+
+    with user_errors():
+        _check_files(input_file, output_file)
+        translator = Translator.from_checkpoint(checkpoint, device, decoding.overrides(overrides))
+        settings = translator.settings(nbest=nbest)
+        # a pipe or FIFO (`-i <(...)`) can be read once only: no count for the progress bar
+        regular = input_file is not None and input_file.is_file()
+        total = _count_lines(input_file) if regular and input_file is not None else None
+        with _open_input(input_file) as lines, counting("translate", total) as counter:
+            outputs = translator.translate(lines, settings, batch_size, counter=counter)
+            _write(outputs, output_file)
+        typer.echo(f"translated {counter.rate.summary()}", err=True)
+
+
+def _check_files(input_file: Path | None, output_file: Path | None) -> None:
+    """UserError for an output that cannot be written or an input that is no file."""
+    if output_file is not None:
+        from attnseq.io.output_paths import check_output_file
+
+        check_output_file(output_file, "--output")
+    if input_file is not None and not input_file.exists():
+        raise UserError(f"input file not found: {input_file}")
+    if input_file is not None and input_file.is_dir():
+        raise UserError(f"--input is a folder, not a file: {input_file}")
+
+
+def _count_lines(path: Path) -> int:
+    """Lines of a file (the total of translate's progress bar), counted without decoding."""
+    with path.open("rb") as handle:
+        return sum(1 for _ in handle)
+
+
+@contextlib.contextmanager
+def _open_input(path: Path | None) -> Iterator[Iterator[str]]:
+    """The lines of the input file or of stdin, read the same way (`_decoded_lines`)."""
+    if path is None:
+        yield _decoded_lines(sys.stdin.buffer, "stdin")
+        return
+    with path.open("rb") as handle:
+        yield _decoded_lines(handle, str(path))
+
+
+def _decoded_lines(handle: IO[bytes], name: str) -> Iterator[str]:
+    """Lines split at "\\n" only (a CRLF ending loses its "\\r"; a lone "\\r" stays inside its
+    line), each decoded as UTF-8; UserError naming the line that is not."""
+    for number, raw in enumerate(handle, 1):
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UserError(
+                f"{name}: line {number} is not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from None
+
+
+def _write(outputs: Iterable[str | list[str]], output_file: Path | None) -> None:
+    """The outputs to stdout, or atomically to `output_file`."""
+    if output_file is None:
+        _write_outputs(outputs, sys.stdout)
+        return
+    from attnseq.io.atomic import atomic_write
+
+    atomic_write(output_file, lambda handle: _write_binary(outputs, handle))
+
+
+def _write_outputs(outputs: Iterable[str | list[str]], stream: IO[str]) -> None:
+    """Write each output (a line, or a list of n-best lines); UserError if there was none."""
+    count = 0
+    for output in outputs:
+        stream.write(
+            "".join(line + "\n" for line in output) if isinstance(output, list) else output + "\n"
+        )
+        stream.flush()  # a caller reading a pipe sees each line as soon as it is decoded
+        count += 1
+    if count == 0:
+        raise UserError("no input: the input has no lines to translate")
+
+
+def _write_binary(outputs: Iterable[str | list[str]], handle: IO[bytes]) -> None:
+    """`_write_outputs` into a binary file (what atomic_write hands out), as UTF-8."""
+    text = io.TextIOWrapper(handle, encoding="utf-8", newline="\n", write_through=True)
+    try:
+        _write_outputs(outputs, text)
+    finally:
+        text.detach()  # leave the file open: atomic_write flushes, syncs and closes it

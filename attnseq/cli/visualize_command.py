@@ -1,0 +1,240 @@
+"""`attnseq visualize-alignment`: attention heatmaps of a trained model (its own output, or a
+forced target), or of an output's attention that `attnseq eval --save-attention` saved.
+
+The command checks which of the two sources it was given and draws one figure per sentence,
+optionally also into TensorBoard. Matplotlib, torch and the model code are imported inside the
+functions, so `attnseq --help` stays light.
+"""
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from attnseq.cli.shared import user_errors
+from attnseq.errors import UserError
+
+if TYPE_CHECKING:
+    from attnseq.analysis.alignment_view import AttentionMap
+
+
+@dataclass(frozen=True)
+class _Drawing:
+    """How each attention map becomes a figure: subword pieces merged into words or not, and
+    `draw`'s keyword arguments (layer, head, all_heads, style)."""
+
+    words: bool
+    options: dict[str, Any]
+
+    def figure(self, attention: "AttentionMap", title: str | None = None) -> tuple[Any, Any]:
+        """The figure of `attention` and the map it shows (merged into words if asked)."""
+        from attnseq.analysis.alignment_view import draw, merge_words
+
+        if self.words:
+            attention = merge_words(attention)
+        return draw(attention, title=title, **self.options), attention
+
+
+def visualize_alignment(
+    checkpoint: Annotated[
+        Path | None,
+        typer.Argument(help="A checkpoint written by `attnseq train` (not with --from-saved)."),
+    ] = None,
+    src: Annotated[str | None, typer.Option(help="Source sentence.")] = None,
+    tgt: Annotated[
+        str | None, typer.Option(help="Target to force; without it the model decodes.")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Figure file (.png, .svg, .pdf); with --input, a folder."),
+    ] = None,
+    input_file: Annotated[
+        Path | None, typer.Option("--input", help="One source per line: one figure each.")
+    ] = None,
+    layer: Annotated[
+        int | None, typer.Option(help="Transformer layer, 1-based (default: last).")
+    ] = None,
+    head: Annotated[
+        int | None, typer.Option(help="Head, 1-based (default: mean of heads).")
+    ] = None,
+    all_heads: Annotated[bool, typer.Option(help="Grid of every layer x head.")] = False,
+    words: Annotated[bool, typer.Option(help="Merge subword pieces into words.")] = False,
+    kind: Annotated[
+        str, typer.Option(help="cross, encoder or decoder (self-attention).")
+    ] = "cross",
+    tensorboard: Annotated[
+        Path | None, typer.Option(help="Also log the figures to this TensorBoard folder.")
+    ] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    from_saved: Annotated[
+        Path | None,
+        typer.Option(
+            help="Redraw from a file of `attnseq eval --save-attention` (no model, no "
+            "decoding); pick the example with --index."
+        ),
+    ] = None,
+    index: Annotated[
+        int | None,
+        typer.Option(help="With --from-saved: the example, 0-based (line N+1 of hyps.txt)."),
+    ] = None,
+    figsize: Annotated[
+        str | None,
+        typer.Option(help="Figure size in inches, W,H (default: from the number of tokens)."),
+    ] = None,
+    fontsize: Annotated[
+        float, typer.Option(help="Tick label size in points (titles a little larger).")
+    ] = 11.0,
+    cmap: Annotated[
+        str, typer.Option(help="A matplotlib colormap, e.g. viridis, magma, Blues.")
+    ] = "viridis",
+) -> None:
+    """Draw attention heatmaps of a trained model: its own output, or a forced --tgt; or
+    redraw an output's attention saved by `attnseq eval --save-attention`. Prints the output
+    each figure shows.
+
+    \b
+    attnseq visualize-alignment RUN/checkpoints/best.pt --src "March 3rd, 1998" --out a.png
+    attnseq visualize-alignment best.pt --src "a b c" --tgt "c b a" --out forced.svg
+    attnseq visualize-alignment transformer.pt --src "..." --all-heads --out heads.png
+    attnseq visualize-alignment transformer.pt --src "..." --kind encoder --layer 1 --head 2
+    attnseq visualize-alignment best.pt --input sentences.txt --out figures/
+    attnseq visualize-alignment --from-saved RUN/eval/best-step900/test.greedy/attention.npz \\
+        --index 17 --out a.png
+    attnseq visualize-alignment best.pt --src "..." --figsize 8,5 --fontsize 13 --cmap Blues
+    """
+    from attnseq.analysis.figures import style_from_options
+
+    with user_errors():
+        style = style_from_options(figsize, fontsize, cmap)
+        drawing = _Drawing(words, dict(layer=layer, head=head, all_heads=all_heads, style=style))
+        _check_out(out, input_file)
+        if from_saved is not None or index is not None:
+            extra = {"--src": src, "--tgt": tgt, "--input": input_file}
+            extra = {name: value for name, value in extra.items() if value is not None}
+            if kind != "cross":
+                extra["--kind"] = kind
+            _check_saved_request(from_saved, index, checkpoint, list(extra))
+            assert from_saved is not None and index is not None
+            _redraw_saved(from_saved, index, drawing, out, tensorboard)
+            return
+        if checkpoint is None:
+            raise UserError(
+                "give a CHECKPOINT (with --src TEXT or --input FILE), or --from-saved FILE "
+                "--index N"
+            )
+        figures = _figures_to_draw(src, input_file, out)
+        _draw_model_attention(checkpoint, device, figures, tgt, kind, drawing, tensorboard)
+
+
+def _check_out(out: Path | None, input_file: Path | None) -> None:
+    """UserError unless --out can be written: a folder with --input, else an image file."""
+    from attnseq.io.output_paths import check_output_file, check_output_folder, image_suffixes
+
+    if out is not None and input_file is not None:
+        check_output_folder(out, "--out")
+    elif out is not None:
+        check_output_file(out, "--out", image_suffixes())
+
+
+def _check_saved_request(
+    from_saved: Path | None, index: int | None, checkpoint: Path | None, extra: list[str]
+) -> None:
+    """UserError unless a redraw names its file and example and nothing that needs a model
+    (`extra`: the options given that only a model can answer)."""
+    if from_saved is None:
+        raise UserError("--index goes with --from-saved FILE")
+    if checkpoint is not None:
+        raise UserError(
+            "give a CHECKPOINT or --from-saved FILE, not both: --from-saved redraws "
+            "saved attention without a model"
+        )
+    if extra:
+        raise UserError(
+            f"{', '.join(extra)} cannot be used with --from-saved: the file holds the "
+            "cross-attention of decoded outputs"
+        )
+    if index is None:
+        raise UserError("--from-saved needs --index N (0-based example number)")
+
+
+@contextlib.contextmanager
+def _tensorboard_writer(folder: Path | None) -> Iterator[Any]:
+    """A TensorBoard writer into `folder` (closed at the end), or None without one."""
+    if folder is None:
+        yield None
+        return
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(folder)) as writer:
+        yield writer
+
+
+def _redraw_saved(
+    path: Path, index: int, drawing: _Drawing, out: Path | None, tensorboard: Path | None
+) -> None:
+    """Example `index` of a file of `attnseq eval --save-attention`, drawn without a model."""
+    from attnseq.analysis.alignment_view import saved_attention_map
+    from attnseq.analysis.figures import log_heatmap, save_figure
+
+    attention, title = saved_attention_map(path, index)
+    figure, attention = drawing.figure(attention, title)
+    target = save_figure(figure, out or Path("alignment.png"))
+    with _tensorboard_writer(tensorboard) as writer:
+        if writer is not None:
+            log_heatmap(writer, f"alignment/saved_{index}", figure, 0)
+    typer.echo(f"hypothesis: {attention.output}")
+    typer.echo(f"wrote {target}")
+
+
+def _figures_to_draw(
+    src: str | None, input_file: Path | None, out: Path | None
+) -> list[tuple[int, str, Path]]:
+    """(number, source sentence, figure file) of each figure: --src, or each non-blank line
+    of --input (blank lines have nothing to draw; the numbers keep the line order)."""
+    if (src is None) == (input_file is None):
+        raise UserError("give exactly one of --src TEXT or --input FILE")
+    if input_file is None:
+        return [(0, src or "", out or Path("alignment.png"))]
+    if not input_file.is_file():
+        raise UserError(f"input file not found: {input_file}")
+    try:
+        sources = input_file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise UserError(f"{input_file} is not UTF-8 text ({error.reason})") from None
+    if not any(line.strip() for line in sources):
+        raise UserError(f"no input: {input_file} has no non-empty line")
+    folder = out or Path("alignments")
+    return [
+        (number, source, folder / f"line_{number:04d}.png")
+        for number, source in enumerate(sources)
+        if source.strip()
+    ]
+
+
+def _draw_model_attention(
+    checkpoint: Path,
+    device: str,
+    figures: list[tuple[int, str, Path]],
+    tgt: str | None,
+    kind: str,
+    drawing: _Drawing,
+    tensorboard: Path | None,
+) -> None:
+    """Each of `figures` (number, source, file): the model's attention on its own output or
+    on the forced target `tgt`."""
+    from attnseq.analysis.alignment_view import AlignmentViewer
+    from attnseq.analysis.figures import log_heatmap, save_figure
+
+    viewer = AlignmentViewer(checkpoint, device=device)
+    shown = "hypothesis" if tgt is None else "forced target"
+    with _tensorboard_writer(tensorboard) as writer:
+        for number, source, target in figures:
+            figure, attention = drawing.figure(viewer.attention(source, tgt, kind))
+            save_figure(figure, target)
+            if writer is not None:
+                log_heatmap(writer, f"alignment/{number}", figure, 0)
+            typer.echo(f"{shown}: {attention.output}")
+            typer.echo(f"wrote {target}")

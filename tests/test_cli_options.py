@@ -1,0 +1,65 @@
+"""The seams of the command line: the decoding options shared by `eval` and `translate`, and
+the torchrun check that must not load torch outside torchrun."""
+
+import inspect
+
+import pytest
+
+from attnseq.cli.decoding_options import CHECKPOINT_SETTINGS, DecodingFlags, with_decoding_flags
+from attnseq.cli.torchrun import torchrun_world
+from attnseq.errors import UserError
+
+
+def test_decoding_flags_come_after_the_overrides_so_that_they_win() -> None:
+    flags = DecodingFlags(beam=5, min_length=3)
+    assert flags.overrides(["trainer.beam=2"]) == [
+        "trainer.beam=2",
+        "trainer.beam=5",
+        "trainer.min_output_length=3",
+    ]
+    assert CHECKPOINT_SETTINGS.overrides(None) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "message"), [("hello", "key=value"), ("model.hidden=8", "model.")]
+)
+def test_decoding_overrides_refuse_text_and_model_keys(override: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        CHECKPOINT_SETTINGS.overrides([override])
+
+
+def test_with_decoding_flags_puts_the_options_where_decoding_stands() -> None:
+    received = []
+
+    @with_decoding_flags
+    def command(
+        checkpoint: str, decoding: DecodingFlags = CHECKPOINT_SETTINGS, device: str = "auto"
+    ) -> None:
+        received.append((checkpoint, decoding, device))
+
+    names = list(inspect.signature(command).parameters)
+    assert names == [
+        "checkpoint",
+        "beam",
+        "length_penalty",
+        "min_length",
+        "no_repeat_ngram",
+        "coverage_penalty",
+        "device",
+    ]
+    command(
+        checkpoint="a.pt",
+        beam=4,
+        length_penalty=None,
+        min_length=None,
+        no_repeat_ngram=3,
+        coverage_penalty=None,
+        device="cpu",
+    )
+    assert received == [("a.pt", DecodingFlags(beam=4, no_repeat_ngram=3), "cpu")]
+
+
+def test_no_torchrun_world_without_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert torchrun_world() is None
