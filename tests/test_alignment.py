@@ -14,12 +14,12 @@ from attnseq.analysis.alignment import (
     alignment_error_rate,
     argmax_alignment,
     attention_statistics,
-    model_alignment_metrics,
     threshold_alignment,
     word_attention,
     word_ids,
 )
 from attnseq.analysis.alignment_gold import read_gold, read_naacl, read_pharaoh
+from attnseq.analysis.model_alignment import model_alignment_metrics
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.data.batching import Example, encode_pairs
 from attnseq.data.generated import gold_alignments, make_splits

@@ -303,7 +303,7 @@ def evaluate(
         --align-possible wpt03_enfr/test.possible.pharaoh \\
         --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr
     """
-    from attnseq.evaluation.evaluator import GoldAlignmentFiles
+    from attnseq.analysis.gold_sets import GoldAlignmentFiles
     from attnseq.io.output_paths import check_output_folder
     from attnseq.training import run
 
@@ -354,7 +354,7 @@ def evaluate(
     if "bleu_signature" in record:
         typer.echo(f"{'BLEU signature':>24} {record['bleu_signature']}")
     if gold is not None:
-        from attnseq.analysis.alignment import alignment_table
+        from attnseq.analysis.model_alignment import alignment_table
 
         scores = {k[len("align/") :]: v for k, v in metrics.items() if k.startswith("align/")}
         typer.echo(f"\nword alignment vs {gold.gold} (metrics.json: align/...):")

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from attnseq.analysis.gold_sets import GoldAlignmentFiles, load_alignment_set
 from attnseq.analysis.saved_attention import records_from_hypotheses
 from attnseq.analysis.saved_attention import save_attention as write_saved_attention
 from attnseq.config.checks import validate
@@ -32,14 +33,7 @@ from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
 from attnseq.errors import OutputError, UserError
 from attnseq.evaluation import results as eval_results
-from attnseq.evaluation.evaluator import (
-    AlignmentGold,
-    DecodingSettings,
-    Evaluator,
-    GoldAlignmentFiles,
-    Hypothesis,
-    load_alignment_set,
-)
+from attnseq.evaluation.evaluator import AlignmentGold, DecodingSettings, Evaluator, Hypothesis
 from attnseq.evaluation.results import EvalMetrics
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
