@@ -250,7 +250,7 @@ def saved_attention_map(path: Path, index: int) -> tuple[AttentionMap, str]:
     Raises:
         UserError: a missing or malformed file, or an index out of range.
     """
-    from attnseq.analysis.saved_attention import SavedAttention
+    from attnseq.analysis.saved_attention_reader import SavedAttention
 
     with SavedAttention(path) as saved:
         example = saved.example(index)
