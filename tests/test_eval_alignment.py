@@ -19,9 +19,10 @@ from attnseq.analysis.alignment import (
 from attnseq.analysis.alignment_gold import read_gold
 from attnseq.cli.app import app
 from attnseq.config.schema import config_from_dict
-from attnseq.data.sources import read_parallel
+from attnseq.data.file_readers import read_parallel
+from attnseq.data.prepare import TokenizerPair
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.training.run import Tokenizers, model_for
+from attnseq.training.run import model_for
 
 # a toy parallel text with word tokens; every sentence pair gets a few sure/possible links
 SRC = ["the small dog runs", "a cat sleeps here now", "dogs run", "the cat sees a small dog"]
@@ -77,7 +78,7 @@ def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:
     """The same numbers from alignment.py's functions, one sentence at a time."""
     payload = load_checkpoint(checkpoint)
     cfg = config_from_dict(payload["config"])
-    tokenizers = Tokenizers.from_state(payload["tokenizers"])
+    tokenizers = TokenizerPair.from_state(payload["tokenizers"])
     model = model_for(cfg, tokenizers)
     model.load_state_dict(payload["model"])
     model.eval()

@@ -29,7 +29,7 @@ from typing import Any, Self
 
 import sentencepiece as spm
 
-from attnseq.data.sources import cache_root
+from attnseq.data.locations import cache_root
 from attnseq.data.tokenizers import (
     BOS,
     BOS_ID,
