@@ -1,6 +1,7 @@
 """Evaluate a model on one split: teacher-forced loss and perplexity, then decoding and the
 task's metrics (translation: BLEU, chrF, exact match; summarization: ROUGE-1/2/L), and, when
-the split carries gold word alignments, the AER of the model's attention (analysis/model_alignment.py).
+the split carries gold word alignments, the AER of the model's attention
+(analysis/model_alignment.py).
 A separate gold set (sentence files plus Pharaoh or NAACL links) is read and scored the same way
 by attnseq/analysis/gold_sets.py.
 
