@@ -39,12 +39,13 @@ from typing import Any
 import torch
 
 from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
+from attnseq.data.prepare import TokenizerPair
 from attnseq.data.sources import load_splits
 from attnseq.data.tokenizers import train_tokenizer
 from attnseq.decoding import DecodingSettings
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
-from attnseq.training.run import Tokenizers, model_for
+from attnseq.training.run import model_for
 from attnseq.training.trainer import resolve_device
 
 # the tiny sizes of tests/helpers.py:tiny_config, on the reverse task
@@ -80,7 +81,7 @@ def untrained_translators(device: torch.device) -> list[tuple[str, Translator, l
     for label, overrides in FAMILIES.items():
         cfg = config_from_dict(config_to_dict(TrainConfig()), TINY + overrides)
         splits = load_splits(cfg.data, cfg.seed)
-        tokenizers = Tokenizers(
+        tokenizers = TokenizerPair(
             train_tokenizer("word", (src for src, _ in splits["train"])),
             train_tokenizer("word", (tgt for _, tgt in splits["train"])),
         )

@@ -11,11 +11,12 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.config.schema import config_to_dict
+from attnseq.data.prepare import TokenizerPair
 from attnseq.data.tokenizers import train_tokenizer
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.training.averaging import average_checkpoints
-from attnseq.training.run import Tokenizers, model_for
+from attnseq.training.run import model_for
 
 TEXTS = ["March 3, 1998", "1998-03-03", "12/05/2001"]
 
@@ -24,7 +25,7 @@ def write_checkpoint(path: Path, seed: int, *overrides: str) -> dict[str, Any]:
     """A checkpoint as training writes it (random weights from `seed`)."""
     cfg = tiny_config(*overrides)
     char = train_tokenizer("char", TEXTS)
-    tokenizers = Tokenizers(char, char)
+    tokenizers = TokenizerPair(char, char)
     torch.manual_seed(seed)
     model = model_for(cfg, tokenizers)
     optimizer = torch.optim.Adam(model.parameters())
@@ -62,7 +63,7 @@ def test_average_of_two_models_is_their_mean(tmp_path: Path) -> None:
         torch.testing.assert_close(averaged["model"][name], expected.float())
     assert averaged["averaged_from"] == [str(tmp_path / "a.pt"), str(tmp_path / "b.pt")]
     # the average is a working model
-    model = model_for(tiny_config(), Tokenizers.from_state(averaged["tokenizers"]))
+    model = model_for(tiny_config(), TokenizerPair.from_state(averaged["tokenizers"]))
     model.load_state_dict(averaged["model"])
 
 

@@ -282,7 +282,8 @@ def test_beam_attention_equals_teacher_forced_attention(family: str) -> None:
 @pytest.fixture(scope="module")
 def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     """A tiny GRU + Bahdanau model trained ~7 s on data=reverse (about half exact match)."""
-    from attnseq.training.run import Tokenizers, model_for, run_training
+    from attnseq.data.prepare import TokenizerPair
+    from attnseq.training.run import model_for, run_training
 
     logging.disable(logging.INFO)
     cfg = tiny_config(
@@ -297,7 +298,7 @@ def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     finally:
         logging.disable(logging.NOTSET)
     payload = load_checkpoint(run_dir / "checkpoints" / "best.pt")
-    tokenizers = Tokenizers.from_state(payload["tokenizers"])
+    tokenizers = TokenizerPair.from_state(payload["tokenizers"])
     model = model_for(cfg, tokenizers)
     model.load_state_dict(payload["model"])
     return model.eval(), tokenizers, load_splits(cfg.data, cfg.seed)["test"]

@@ -11,11 +11,11 @@ from helpers import tiny_config
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-from attnseq.data.prepare import prepare_data
+from attnseq.data.prepare import TokenizerPair, prepare_data
 from attnseq.decoding.settings import DecodingSettings
 from attnseq.evaluation.metrics import bleu_signature
 from attnseq.evaluation.results import decoding_name, default_root, result_folder
-from attnseq.training.run import Tokenizers, run_training
+from attnseq.training.run import run_training
 
 runner = CliRunner()
 
@@ -81,7 +81,7 @@ def test_translate_without_flags_gives_evals_outputs(run: Path, tmp_path: Path) 
 
     payload = load_checkpoint(Path(best(run)))
     cfg = config_from_dict(payload["config"])
-    tokenizers = Tokenizers.from_state(payload["tokenizers"])
+    tokenizers = TokenizerPair.from_state(payload["tokenizers"])
     pairs = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=["test"]).pairs
     sources = "".join(src + "\n" for src, _ in pairs["test"])
     evaluated = eval_cli(best(run), "--out", str(tmp_path / "eval"))

@@ -16,10 +16,10 @@ from attnseq.analysis.saved_attention import AttentionRecord, save_attention, we
 from attnseq.analysis.saved_attention_reader import SavedAttention
 from attnseq.cli.app import app
 from attnseq.config.schema import config_from_dict
-from attnseq.data.prepare import prepare_data
+from attnseq.data.prepare import TokenizerPair, prepare_data
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.training.run import Tokenizers, make_evaluator, model_for
+from attnseq.training.run import make_evaluator, model_for
 
 # several length-bucketed batches, so the file's order must be restored to the split's
 EVAL = ["data.test_size=7", "data.eval_max_tokens=60", "model.dec_layers=2"]
@@ -28,7 +28,7 @@ EVAL = ["data.test_size=7", "data.eval_max_tokens=60", "model.dec_layers=2"]
 def load_model(path: Path, beam: int):
     payload = load_checkpoint(path)
     cfg = config_from_dict(payload["config"], [f"trainer.beam={beam}"])
-    tokenizers = Tokenizers.from_state(payload["tokenizers"])
+    tokenizers = TokenizerPair.from_state(payload["tokenizers"])
     model = model_for(cfg, tokenizers)
     model.load_state_dict(payload["model"])
     return cfg, tokenizers, model.eval()

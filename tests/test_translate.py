@@ -13,11 +13,12 @@ from torch import Tensor
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
+from attnseq.data.prepare import TokenizerPair
 from attnseq.data.tokenizers import train_tokenizer
 from attnseq.decoding import DecodingSettings
 from attnseq.decoding.translate import Translator, translate_lines
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
-from attnseq.training.run import Tokenizers, run_training
+from attnseq.training.run import run_training
 
 runner = CliRunner()
 MOSES_LINE = re.compile(r"^(\d+) \|\|\| (.*) \|\|\| (-?\d+\.\d{4})$")
@@ -66,7 +67,7 @@ def copy_translator() -> Translator:
     char = train_tokenizer("char", texts)
     model = CopyModel(char.vocab_size, char.pad_id, char.bos_id, char.eos_id)
     cfg = tiny_config("trainer.max_output_extra=5")
-    return Translator(model, Tokenizers(char, char), cfg, torch.device("cpu"))
+    return Translator(model, TokenizerPair(char, char), cfg, torch.device("cpu"))
 
 
 # ------------------------------------------------------------------------- translate_lines

@@ -69,8 +69,6 @@ log = logging.getLogger("attnseq")
 
 T = TypeVar("T")
 
-Tokenizers = TokenizerPair  # the name the rest of the code base uses
-
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -87,7 +85,7 @@ def extended_split(
     return extend_examples(data.pairs[split], data.examples[split], tokenizers.src, tokenizers.tgt)
 
 
-def split_gold(cfg: TrainConfig, split: str, tokenizers: Tokenizers) -> AlignmentGold | None:
+def split_gold(cfg: TrainConfig, split: str, tokenizers: TokenizerPair) -> AlignmentGold | None:
     """Gold word alignments of a generated split, when the task has them."""
     if cfg.data.source is not DataSource.generated:
         return None
@@ -203,7 +201,7 @@ def _run_training(
         torch.set_num_threads(cfg.trainer.threads)
     # A resumed run encodes its data with the checkpoint's tokenizers: the same ids, the same
     # embedding rows (a retrained sentencepiece model need not be identical).
-    saved_tokenizers = Tokenizers.from_state(point.payload["tokenizers"]) if point else None
+    saved_tokenizers = TokenizerPair.from_state(point.payload["tokenizers"]) if point else None
     prepared: list[PreparedData | None] = [None]
 
     def prepare() -> dict[str, Any]:
@@ -218,7 +216,7 @@ def _run_training(
         data = prepare_data(
             cfg.data,
             cfg.seed,
-            tokenizers=Tokenizers.from_state(tokenizer_state),
+            tokenizers=TokenizerPair.from_state(tokenizer_state),
             splits=["train"],
         )
     tokenizers = data.tokenizers

@@ -13,7 +13,7 @@ from attnseq.analysis.alignment import attention_statistics
 from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
 from attnseq.config.schema import TrainConfig, config_to_dict
 from attnseq.data.extended_vocab import extended_pieces
-from attnseq.data.prepare import TokenizerPair as Tokenizers
+from attnseq.data.prepare import TokenizerPair
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -21,7 +21,11 @@ TEXT_EXAMPLES = 4  # validation examples shown as text at each validation
 
 
 def validation_logger(
-    writer: Any, evaluator: Evaluator, tokenizers: Tokenizers, cfg: TrainConfig, sources: list[str]
+    writer: Any,
+    evaluator: Evaluator,
+    tokenizers: TokenizerPair,
+    cfg: TrainConfig,
+    sources: list[str],
 ) -> Callable[[Seq2Seq, int], None]:
     """What each validation adds to TensorBoard besides its scalars: heatmaps and examples."""
     heatmaps = heatmap_logger(writer, evaluator, tokenizers, cfg.trainer.num_heatmaps, sources)
@@ -64,7 +68,7 @@ def _markdown_cell(text: str) -> str:
 def heatmap_logger(
     writer: Any,
     evaluator: Evaluator,
-    tokenizers: Tokenizers,
+    tokenizers: TokenizerPair,
     count: int,
     sources: list[str] | None = None,
 ):
