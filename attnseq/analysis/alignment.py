@@ -4,9 +4,10 @@ model's own attention is model_alignment.py's.
 
 Link convention. An alignment of one sentence pair is a set of (i, j) index pairs, 0-indexed.
 Gold files fix their own order: in the WPT 2003 English-French set i is the English word and j
-the French word, whichever side a model translates from. Everything built from a model here produces **(source word, target word)** pairs by default
-(`src_first=True`); pass `src_first=False` to get (target, source) instead, e.g. to score a
-French -> English model against the WPT files. The toy tasks of attnseq/data/generated.py give
+the French word, whichever side a model translates from. Everything built from a model here
+produces **(source word, target word)** pairs by default (`src_first=True`); pass
+`src_first=False` to get (target, source) instead, e.g. to score a French -> English model
+against the WPT files. The toy tasks of attnseq/data/generated.py give
 (source, target) links.
 
 From attention to words. A model attends over pieces (characters, words, sentencepiece pieces),
