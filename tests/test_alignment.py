@@ -14,12 +14,16 @@ from attnseq.analysis.alignment import (
     alignment_error_rate,
     argmax_alignment,
     attention_statistics,
-    model_alignment_metrics,
     threshold_alignment,
     word_attention,
     word_ids,
 )
 from attnseq.analysis.alignment_gold import read_gold, read_naacl, read_pharaoh
+from attnseq.analysis.model_alignment import (
+    AlignmentCorpus,
+    corpus_alignment_metrics,
+    model_alignment_metrics,
+)
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.data.batching import Example, encode_pairs
 from attnseq.data.generated import gold_alignments, make_splits
@@ -382,3 +386,17 @@ def test_tiny_untrained_rnn_and_transformer() -> None:
     assert set(metrics) == expected
     assert metrics["aer"] == metrics["aer/layer3/mean"]
     assert all(0.0 <= value <= 1.0 for value in metrics.values())
+
+
+def test_corpus_alignment_metrics_is_model_alignment_metrics_on_a_corpus() -> None:
+    # the two entry points, argument lists and `AlignmentCorpus`, give the same numbers
+    examples, src_p, tgt_p, gold, _, _ = encoded("reverse", "word")
+    model = StubModel(heads=[["diagonal", "anti"], ["anti", "first"]])
+    corpus = AlignmentCorpus(examples, src_p, tgt_p, gold, None, "word", "word")
+    by_corpus = corpus_alignment_metrics(model, corpus, batch_size=5, per_map_scores=("recall",))
+    by_lists = model_alignment_metrics(
+        model, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word", batch_size=5,
+        per_map_scores=("recall",),
+    )  # fmt: skip
+    assert by_corpus == by_lists
+    assert "recall/layer1/head2" in by_corpus and "aer/layer1/head2" not in by_corpus

@@ -16,7 +16,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from typer.testing import CliRunner
 
-from attnseq.analysis.sweep_report import higher_is_better, load_report, short_value
+from attnseq.analysis.sweep_jobs import short_value
+from attnseq.analysis.sweep_report import higher_is_better, load_report
 from attnseq.cli.app import app
 from attnseq.cli.hydra_entry import CONFIG_DIR
 from attnseq.config.schema import TrainConfig, register_configs

@@ -1,12 +1,13 @@
-"""Word alignments from attention: piece -> word pooling, hard links, AER, attention statistics,
-and the AER of a model. The gold links are read by alignment_gold.py (Pharaoh and NAACL files).
+"""Word alignments from attention: piece -> word pooling, hard links, AER and attention
+statistics. The gold links are read by alignment_gold.py (Pharaoh and NAACL files); the AER of a
+model's own attention is model_alignment.py's.
 
 Link convention. An alignment of one sentence pair is a set of (i, j) index pairs, 0-indexed.
-Gold files fix their own order: in the WPT 2003 English-French set (../shared/data/alignments/
-wpt03_enfr) i is the English word and j the French word, whichever side a model translates
-from. Everything built from a model here produces **(source word, target word)** pairs by default
-(`src_first=True`); pass `src_first=False` to get (target, source) instead, e.g. to score a
-French -> English model against the WPT files. The toy tasks of attnseq/data/generated.py give
+Gold files fix their own order: in the WPT 2003 English-French set i is the English word and j
+the French word, whichever side a model translates from. Everything built from a model here
+produces **(source word, target word)** pairs by default (`src_first=True`); pass
+`src_first=False` to get (target, source) instead, e.g. to score a French -> English model
+against the WPT files. The toy tasks of attnseq/data/generated.py give
 (source, target) links.
 
 From attention to words. A model attends over pieces (characters, words, sentencepiece pieces),
@@ -34,15 +35,13 @@ Shapes: T target pieces (rows: the row t predicts target piece t, the last row E
 pieces (columns; the source has no BOS/EOS), L layers, H heads, B batch.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from attnseq.analysis.alignment_gold import Alignment, Link
-from attnseq.data.batching import Example, collate
-from attnseq.models.seq2seq import Seq2Seq
 
 WeightsLike = Tensor | np.ndarray
 
@@ -282,192 +281,3 @@ def attention_statistics(weights: Tensor, mask: Tensor | None = None) -> dict[st
         "entropy": float(entropy[real_rows].mean()),
         "argmax_weight": float(top[real_rows].mean()),
     }
-
-
-# ----------------------------------------------------------------------- model metrics
-def _check_gold(
-    links: Iterable[Link], n_src: int, n_tgt: int, index: int, src_first: bool, name: str
-) -> None:
-    for link in links:
-        s, t = link if src_first else link[::-1]
-        if not (0 <= s < n_src and 0 <= t < n_tgt):
-            raise ValueError(
-                f"{name} link {link} of example {index} is outside its {n_src} source x "
-                f"{n_tgt} target words: do the pieces split into the gold's words, and is "
-                f"src_first={src_first} the gold's order?"
-            )
-
-
-@torch.no_grad()
-def model_alignment_metrics(
-    model: Seq2Seq,
-    examples: Sequence[Example],
-    src_pieces: Sequence[Sequence[str]],
-    tgt_pieces: Sequence[Sequence[str]],
-    gold_sure: Sequence[Iterable[Link]],
-    gold_possible: Sequence[Iterable[Link]] | None = None,
-    *,
-    src_kind: str,
-    tgt_kind: str,
-    device: torch.device | str = "cpu",
-    batch_size: int = 32,
-    src_first: bool = True,
-    per_map_scores: Sequence[str] = ("aer",),
-) -> dict[str, float]:
-    """AER of a model's cross-attention, teacher-forced on (source, reference target) pairs.
-
-    Each example is run through `model(src, src_lengths, tgt_in, need_weights=True)`, its
-    attention pooled to words (`word_attention`) and turned into one link per target word
-    (`argmax_alignment`), then scored against the gold (`alignment_error_rate`).
-
-    Transformers return one attention map per decoder layer and head. Each head is scored
-    (``aer/layer{L}/head{H}``, 1-based) and so is the average of each layer's heads
-    (``aer/layer{L}/mean``). The overall ``aer``/``precision``/``recall`` are those of the **last
-    layer's head average**: a choice fixed in advance, because picking the best layer or head by
-    its AER would tune on the gold links being reported (the per-layer numbers are there to look
-    at; Garg et al. 2019 find the penultimate layer aligns best in their 6-layer models).
-
-    Args:
-        model: any `Seq2Seq`; put in eval mode for the pass (its mode is restored after).
-        examples: (source ids, target ids) without BOS/EOS (`attnseq.data.batching.encode_pairs`).
-        src_pieces, tgt_pieces: the pieces of each text (`Tokenizer.pieces`), one per id.
-        gold_sure, gold_possible: gold links of each example (possible None: all sure).
-        src_kind, tgt_kind: piece kinds for `word_ids` ("word", "char", "sentencepiece").
-        device: where to run the model.
-        batch_size: examples per forward pass.
-        src_first: the gold links are (source word, target word) if True, else (target,
-            source); the hypothesis links are produced in the same order.
-        per_map_scores: which of "aer", "precision", "recall" to report per layer/head
-            (``{score}/layer{L}/head{H}`` and ``{score}/layer{L}/mean``).
-
-    Returns:
-        {"aer", "precision", "recall"} and, for transformers, the per-layer/head scores: all
-        of the first score, then of the next (by default the AERs only).
-
-    Raises:
-        ValueError: mismatched lengths, a model without attention, or gold links outside the
-            words the pieces make up.
-    """
-    n = len(examples)
-    # sets once: the links are read twice (checked here, scored at the end)
-    gold_sure = [set(links) for links in gold_sure]
-    if gold_possible is not None:
-        gold_possible = [set(links) for links in gold_possible]
-    lists: Mapping[str, Sequence[object]] = {
-        "src_pieces": src_pieces,
-        "tgt_pieces": tgt_pieces,
-        "gold_sure": gold_sure,
-    }
-    if gold_possible is not None:
-        lists = {**lists, "gold_possible": gold_possible}
-    for name, values in lists.items():
-        if len(values) != n:
-            raise ValueError(f"{n} examples but {len(values)} {name}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    unknown = [name for name in per_map_scores if name not in ALIGNMENT_SCORES]
-    if unknown:
-        raise ValueError(f"unknown scores {unknown}; valid: {', '.join(ALIGNMENT_SCORES)}")
-    src_words: list[list[int]] = []
-    tgt_words: list[list[int]] = []
-    for i, ((src_ids, tgt_ids), src_p, tgt_p) in enumerate(
-        zip(examples, src_pieces, tgt_pieces, strict=True)
-    ):
-        if len(src_p) != len(src_ids) or len(tgt_p) != len(tgt_ids):
-            raise ValueError(
-                f"example {i}: {len(src_ids)}/{len(tgt_ids)} source/target ids but "
-                f"{len(src_p)}/{len(tgt_p)} pieces"
-            )
-        src_words.append(word_ids(src_p, src_kind))
-        tgt_words.append(word_ids(tgt_p, tgt_kind))
-        n_src, n_tgt = max(src_words[-1], default=-1) + 1, max(tgt_words[-1], default=-1) + 1
-        _check_gold(gold_sure[i], n_src, n_tgt, i, src_first, "sure")
-        if gold_possible is not None:
-            _check_gold(gold_possible[i], n_src, n_tgt, i, src_first, "possible")
-
-    # hypothesis links per scored attention map ("" for an RNN's single map), in example order
-    hyps: dict[str, list[Alignment]] = {}
-    last_layer = 0
-    was_training = model.training
-    model.eval()
-    try:
-        # length-sorted batches pad less; results are stored by example index
-        order = sorted(range(n), key=lambda i: (len(examples[i][0]), len(examples[i][1])))
-        for start in range(0, n, batch_size):
-            chunk = order[start : start + batch_size]
-            batch = collate(
-                [examples[i] for i in chunk],
-                chunk,
-                pad_id=model.pad_id,
-                bos_id=model.bos_id,
-                eos_id=model.eos_id,
-            ).to(device)
-            # Copy models need the source in the extended vocabulary; it only places the copy
-            # mass on output ids, never the attention, so the in-vocabulary ids serve.
-            copy = getattr(model, "copy", False)
-            copy_inputs = {"src_ext": batch.src, "n_oov": 0} if copy else {}
-            output = model(
-                batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy_inputs
-            )
-            if output.attention is None:
-                raise ValueError(f"{type(model).__name__} returns no attention weights")
-            weights = output.attention.float().cpu()  # (B, T, S) or (B, L, H, T, S)
-            if weights.dim() not in (3, 5):
-                raise ValueError(f"unexpected attention shape {tuple(weights.shape)}")
-            for b, i in enumerate(chunk):
-                pooled = word_attention(weights[b], src_words[i], tgt_words[i])
-                if weights.dim() == 3:  # (Tw, Sw)
-                    hyps.setdefault("", [set() for _ in range(n)])[i] = argmax_alignment(
-                        pooled, src_first=src_first
-                    )
-                    continue
-                L, H = pooled.shape[:2]  # pooled: (L, H, Tw, Sw)
-                last_layer = L
-                layer_means = pooled.mean(dim=1)  # (L, Tw, Sw); pooling is linear
-                for layer in range(L):
-                    for head in range(H):
-                        key = f"layer{layer + 1}/head{head + 1}"
-                        hyps.setdefault(key, [set() for _ in range(n)])[i] = argmax_alignment(
-                            pooled[layer, head], src_first=src_first
-                        )
-                    key = f"layer{layer + 1}/mean"
-                    hyps.setdefault(key, [set() for _ in range(n)])[i] = argmax_alignment(
-                        layer_means[layer], src_first=src_first
-                    )
-    finally:
-        model.train(was_training)
-
-    if not hyps:  # no examples: nothing hypothesised, nothing to find
-        hyps[""] = []
-    metrics: dict[str, float] = {}
-    per_map: dict[str, dict[str, float]] = {name: {} for name in per_map_scores}
-    for key, links in hyps.items():
-        scores = alignment_error_rate(links, gold_sure, gold_possible)
-        if key:
-            for name in per_map_scores:
-                per_map[name][f"{name}/{key}"] = scores[name]
-        if key == "" or key == f"layer{last_layer}/mean":
-            metrics.update({name: scores[name] for name in ALIGNMENT_SCORES})
-    # the overall numbers first, then per layer/head in layer order (TensorBoard lists by name)
-    for values in per_map.values():
-        metrics.update(values)
-    return metrics
-
-
-def alignment_table(metrics: Mapping[str, float]) -> str:
-    """A text table of `model_alignment_metrics(..., per_map_scores=ALIGNMENT_SCORES)`: one
-    line per layer/head (and each layer's head average), then the overall scores."""
-    header = f"{'attention':<22}{'AER':>8}{'precision':>11}{'recall':>8}"
-    lines = [header, "-" * len(header)]
-    maps = [key[len("aer/") :] for key in metrics if key.startswith("aer/")]
-    for key in maps:
-        layer, head = key.split("/")
-        label = f"{layer[:5]} {layer[5:]}, " + (
-            "head mean" if head == "mean" else f"head {head[4:]}"
-        )
-        values = [metrics.get(f"{name}/{key}", float("nan")) for name in ALIGNMENT_SCORES]
-        lines.append(f"{label:<22}{values[0]:>8.4f}{values[1]:>11.4f}{values[2]:>8.4f}")
-    overall = "overall" if not maps else f"overall (layer {maps[-1].split('/')[0][5:]} mean)"
-    values = [metrics[name] for name in ALIGNMENT_SCORES]
-    lines.append(f"{overall:<22}{values[0]:>8.4f}{values[1]:>11.4f}{values[2]:>8.4f}")
-    return "\n".join(lines)

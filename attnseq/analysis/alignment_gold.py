@@ -2,9 +2,8 @@
 
 An alignment of one sentence pair is a set of (i, j) word index pairs, 0-indexed, split into
 sure links S and possible links P (S ⊆ P), as the alignment error rate needs them
-(alignment.py). Gold files fix their own order: in the WPT 2003 English-French set
-(../shared/data/alignments/wpt03_enfr) i is the English word and j the French word, whichever
-side a model translates from.
+(alignment.py). Gold files fix their own order: in the WPT 2003 English-French set i is the
+English word and j the French word, whichever side a model translates from.
 
 Formats.
 

@@ -35,7 +35,7 @@ from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, att
 from attnseq.data.extended_vocab import extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
-from attnseq.models.seq2seq import Seq2Seq
+from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput
 
 KINDS = ("cross", "encoder", "decoder")
 
@@ -59,6 +59,38 @@ class AttentionMap:
         return f"{self.source} → {self.output}"
 
 
+@dataclass
+class _Pass:
+    """One forward pass of `AlignmentViewer` and the labels of its maps' axes.
+
+    labels: for "source" (the source pieces), "output" (the output pieces + </s>: what
+        cross-attention rows predict) and "input" (<s> + the output pieces: the decoder's
+        inputs), the pieces and their tokenizer kind.
+    """
+
+    output: Seq2SeqOutput
+    labels: dict[str, tuple[list[str], str]]
+    source: str  # the source text
+    text: str  # the output text: the model's own, or the forced target
+
+    def map(
+        self, weights: torch.Tensor, rows: str, columns: str, p_gen: np.ndarray | None = None
+    ) -> AttentionMap:
+        """The map of `weights` (..., rows, columns) with the axes labelled by `labels`."""
+        row_pieces, row_kind = self.labels[rows]
+        column_pieces, column_kind = self.labels[columns]
+        return AttentionMap(
+            weights.cpu().numpy(),
+            row_pieces,
+            column_pieces,
+            row_kind,
+            column_kind,
+            p_gen,
+            source=self.source,
+            output=self.text,
+        )
+
+
 class AlignmentViewer:
     """A loaded checkpoint that turns sentences into attention maps and figures."""
 
@@ -71,15 +103,40 @@ class AlignmentViewer:
         self.device = torch.device(device)
 
     def attention(self, src: str, tgt: str | None = None, kind: str = "cross") -> AttentionMap:
+        """The `kind` map (one of `KINDS`) of `src` with the model's own greedy output, or with
+        `tgt` forced when it is given."""
+        self._check_request(src, kind)
+        run = self._forward(src, tgt)
+        output = run.output
+        if kind == "cross":
+            if output.attention is None:
+                raise UserError("this model has no attention (model.attention.score=none)")
+            p_gen = output.extras.get("p_gen")
+            return run.map(
+                output.attention[0],  # (T, S) or (L, H, T, S)
+                "output",
+                "source",
+                None if p_gen is None else p_gen[0].cpu().numpy(),
+            )
+        extra = f"{kind}_self_attention"
+        if extra not in output.extras:
+            raise UserError(self._no_self_attention_weights(kind))
+        side = "source" if kind == "encoder" else "input"
+        return run.map(output.extras[extra][0], side, side)  # (L, H, S, S) or (L, H, T, T)
+
+    def _check_request(self, src: str, kind: str) -> None:
         if kind not in KINDS:
             raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if not src.strip():
             raise UserError("empty source sentence: give --src TEXT or non-empty --input lines")
-        is_transformer = self.cfg.model.family.value == "transformer"
-        if kind != "cross" and not is_transformer:
+        if kind != "cross" and self.cfg.model.family.value != "transformer":
             raise UserError(
                 f"--kind {kind} needs a transformer; RNN models have cross-attention only"
             )
+
+    def _forward(self, src: str, tgt: str | None) -> "_Pass":
+        """One teacher-forced pass with weights over the output (greedy decoding first when
+        `tgt` is None) or over the forced target."""
         src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
         src_ids = src_tok.encode(src)[: self.cfg.data.max_src_len]
         if not src_ids:
@@ -110,37 +167,16 @@ class AlignmentViewer:
         tgt_pieces = extended_pieces(tgt_tok, tgt_ids, oovs)
         if tgt is not None and self.cfg.model.copy:
             tgt_pieces = tgt_tok.pieces(tgt)  # a forced target's words as written
-        out_pieces = [*tgt_pieces, "</s>"]
-        in_pieces = ["<s>", *tgt_pieces]
         src_kind, tgt_kind = type(src_tok).kind, type(tgt_tok).kind
-        texts = {
-            "source": src,
-            "output": tgt_tok.decode_extended(tgt_ids, oovs) if tgt is None else tgt,
-        }
-        if kind == "cross":
-            if output.attention is None:
-                raise UserError("this model has no attention (model.attention.score=none)")
-            p_gen = output.extras.get("p_gen")
-            return AttentionMap(
-                output.attention[0].cpu().numpy(),
-                out_pieces,
-                src_pieces,
-                tgt_kind,
-                src_kind,
-                None if p_gen is None else p_gen[0].cpu().numpy(),
-                **texts,
-            )
-        extra = f"{kind}_self_attention"
-        if extra not in output.extras:
-            raise UserError(self._no_self_attention_weights(kind))
-        if kind == "encoder":
-            weights = output.extras[extra][0]  # (L, H, S, S)
-            return AttentionMap(
-                weights.cpu().numpy(), src_pieces, src_pieces, src_kind, src_kind, **texts
-            )
-        weights = output.extras[extra][0]  # (L, H, T, T)
-        return AttentionMap(
-            weights.cpu().numpy(), in_pieces, in_pieces, tgt_kind, tgt_kind, **texts
+        return _Pass(
+            output=output,
+            labels={
+                "source": (src_pieces, src_kind),
+                "output": ([*tgt_pieces, "</s>"], tgt_kind),
+                "input": (["<s>", *tgt_pieces], tgt_kind),
+            },
+            source=src,
+            text=tgt_tok.decode_extended(tgt_ids, oovs) if tgt is None else tgt,
         )
 
     def _no_self_attention_weights(self, kind: str) -> str:
@@ -250,7 +286,7 @@ def saved_attention_map(path: Path, index: int) -> tuple[AttentionMap, str]:
     Raises:
         UserError: a missing or malformed file, or an index out of range.
     """
-    from attnseq.analysis.saved_attention import SavedAttention
+    from attnseq.analysis.saved_attention_reader import SavedAttention
 
     with SavedAttention(path) as saved:
         example = saved.example(index)

@@ -1,69 +1,40 @@
 """`attnseq sweep-report`: one table (and a plot) of a Hydra multirun sweep's results.
 
-A sweep folder (`multirun/DATE/TIME/`, or whatever `hydra.sweep.dir` named) holds one folder per
-job, each with `.hydra/overrides.yaml` (the job's command-line overrides, which is what differs
-between jobs) and, once training has finished, `metrics.json` (written by attnseq/training/run.py).
-The basic sweeper also writes `multirun.yaml` at the root; the Optuna sweeper writes
+The jobs are found and read by sweep_jobs.py, the figure is drawn by sweep_figure.py; this
+module chooses the metric, ranks the jobs and prints and writes the report. The basic sweeper
+writes `multirun.yaml` at the root; the Optuna sweeper writes
 `optimization_results.yaml` there (best parameters and value) instead.
 
 The report sorts jobs by one metric, shows as columns only the parameters whose values differ
 across jobs and several metrics, groups jobs that differ only in their seed into one row (mean
 ± sd, attnseq/analysis/sweep_table.py), shows each job's wall time, lists jobs without
 metrics.json as failed or unfinished, and writes a CSV file (one row per job) and a PNG
-figure. Files are read with PyYAML: this is a reporting tool and needs no Hydra.
+figure.
 """
 
 import csv
 import functools
 import io
-import json
 import math
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from attnseq.analysis.sweep_jobs import (
+    Job,
+    as_number,
+    find_jobs,
+    job_order,
+    metric_keys,
+    read_yaml,
+    varied_keys,
+)
 from attnseq.errors import UserError
 
 # metric name endings where smaller is better; every other metric is maximised
 _LOWER_IS_BETTER = ("loss", "ppl", "aer")
-FINISHED = "ok"
-UNFINISHED = "failed/unfinished"
-
-
-@dataclass
-class Job:
-    """One job of a sweep.
-
-    name: the job folder relative to the sweep folder ("0", "1", ... by default).
-    params: the job's overrides, key -> value as written on the command line.
-    metrics: the contents of metrics.json; None when the job has none (failed or still running).
-    wall_seconds: from the job's start to its metrics.json (`job_wall_seconds`); None while
-        it has none.
-    """
-
-    name: str
-    folder: Path
-    params: dict[str, str]
-    metrics: dict[str, Any] | None
-    wall_seconds: float | None = None
-
-    @property
-    def status(self) -> str:
-        return FINISHED if self.metrics is not None else UNFINISHED
-
-    def value(self, metric: str) -> float | None:
-        """The job's value of `metric`, None when missing or not a number."""
-        if self.metrics is None:
-            return None
-        value = self.metrics.get(metric)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return float(value)
 
 
 @dataclass
@@ -94,83 +65,6 @@ class SweepReport:
         return [job for job in self.jobs if job.metrics is None]
 
 
-# ----------------------------------------------------------------------------------- reading
-def _read_yaml(path: Path) -> Any:
-    """YAML contents, or None when the file is missing or unreadable (a job being written)."""
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return None
-
-
-def _read_metrics(path: Path) -> dict[str, Any] | None:
-    try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return metrics if isinstance(metrics, dict) else None
-
-
-def parse_override(override: str) -> tuple[str, str]:
-    """`key=value` (also `+key=value`, `++key=value`, `~key`) -> (key, value)."""
-    key, _, value = override.partition("=")
-    if key.startswith("~"):
-        return key[1:], "<deleted>"
-    return key.lstrip("+"), value
-
-
-def _job_sort_key(name: str) -> tuple:
-    """Natural order: job 10 after job 9 (Hydra numbers jobs 0, 1, ...)."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
-
-
-def job_order(job: Job) -> tuple:
-    return _job_sort_key(job.name)
-
-
-def find_jobs(root: Path) -> list[Job]:
-    """Every job folder under `root`: a folder (below the root) holding .hydra/overrides.yaml.
-
-    Hydra puts jobs at `${hydra.sweep.subdir}`, by default the job number, but a user may
-    choose a nested subdir (e.g. `${hydra.job.override_dirname}`), so the search is recursive.
-    """
-    jobs = []
-    for overrides_file in root.rglob(".hydra/overrides.yaml"):
-        folder = overrides_file.parent.parent
-        if folder == root:
-            continue
-        overrides = _read_yaml(overrides_file)
-        if not isinstance(overrides, list):
-            overrides = []
-        params = dict(parse_override(str(item)) for item in overrides)
-        name = folder.relative_to(root).as_posix()
-        metrics = _read_metrics(folder / "metrics.json")
-        wall = job_wall_seconds(folder) if metrics is not None else None
-        jobs.append(Job(name, folder, params, metrics, wall))
-    return sorted(jobs, key=lambda job: _job_sort_key(job.name))
-
-
-def job_wall_seconds(folder: Path) -> float | None:
-    """Seconds from the job's start to the end of its training: Hydra writes .hydra/ when a
-    job starts and training writes metrics.json last, so the modification times of the two
-    bound the job (a job resumed in its own folder: its last session)."""
-    try:
-        started = min(path.stat().st_mtime for path in (folder / ".hydra").iterdir())
-        ended = (folder / "metrics.json").stat().st_mtime
-    except (OSError, ValueError):  # ValueError: an empty .hydra/
-        return None
-    return max(ended - started, 0.0)
-
-
-def varied_keys(jobs: Sequence[Job]) -> list[str]:
-    """Override keys whose values differ across jobs (missing counts as a value), in the
-    order they first appear."""
-    order: dict[str, None] = {}
-    for job in jobs:
-        order.update(dict.fromkeys(job.params))
-    return [key for key in order if len({job.params.get(key) for job in jobs}) > 1]
-
-
 def higher_is_better(metric: str) -> bool:
     """Loss, perplexity and alignment error rate are minimised; every other metric maximised."""
     return not metric.lower().endswith(_LOWER_IS_BETTER)
@@ -184,7 +78,7 @@ def _recorded_metric(root: Path, jobs: Sequence[Job]) -> str | None:
     job has its composed config in .hydra/config.yaml.
     """
     for path in [root / "multirun.yaml", *(job.folder / ".hydra" / "config.yaml" for job in jobs)]:
-        config = _read_yaml(path)
+        config = read_yaml(path)
         if not isinstance(config, dict):
             continue
         if config.get("optimized_metric"):
@@ -219,14 +113,6 @@ def choose_metric(root: Path, jobs: Sequence[Job], requested: str | None) -> str
     return recorded or "test/bleu"  # nothing finished yet: the table lists unfinished jobs
 
 
-def metric_keys(jobs: Sequence[Job]) -> list[str]:
-    """Numeric metric names over all finished jobs, sorted."""
-    keys: set[str] = set()
-    for job in jobs:
-        keys.update(key for key in job.metrics or {} if job.value(key) is not None)
-    return sorted(keys)
-
-
 def is_multirun_dir(root: Path) -> bool:
     return (root / "multirun.yaml").is_file() or (root / "optimization_results.yaml").is_file()
 
@@ -254,9 +140,9 @@ def load_report(root: Path, metric: str | None = None) -> SweepReport:
         value = job.value(chosen)
         missing = value is None or math.isnan(value)
         score = 0.0 if missing else (-value if better else value)
-        return (job.metrics is None, missing, score, _job_sort_key(job.name))
+        return (job.metrics is None, missing, score, job_order(job))
 
-    optuna = _read_yaml(root / "optimization_results.yaml")
+    optuna = read_yaml(root / "optimization_results.yaml")
     return SweepReport(
         root=root,
         jobs=sorted(jobs, key=rank),
@@ -320,7 +206,7 @@ def _same_value(written: str | None, value: Any) -> bool:
     if written is None:
         return False
     if isinstance(value, int | float) and not isinstance(value, bool):
-        number = _as_number(written)
+        number = as_number(written)
         return number is not None and math.isclose(number, float(value), rel_tol=1e-12)
     return written == str(value)
 
@@ -330,7 +216,7 @@ def optuna_best_job(report: SweepReport) -> Job | None:
     best = (report.optuna_best or {}).get("best_params")
     if not isinstance(best, dict):
         return None
-    for job in sorted(report.jobs, key=lambda job: _job_sort_key(job.name)):
+    for job in sorted(report.jobs, key=job_order):
         if all(_same_value(job.params.get(str(k)), v) for k, v in best.items()):
             return job
     return None
@@ -367,80 +253,8 @@ def write_csv(report: SweepReport, path: Path) -> Path:
     return path
 
 
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def short_value(text: str) -> str:
-    """A parameter value for display: floats to 4 significant digits (Optuna samples
-    0.0006824078427098838), everything else as written."""
-    number = _as_number(text)
-    if number is None or text.lstrip("+-").isdigit():
-        return text
-    return f"{number:.4g}"
-
-
-def report_figure(report: SweepReport):
-    """When every varied parameter is numeric: one scatter panel per parameter, the metric
-    against its values (a log axis when they span two decades, as learning rates do). Else
-    one bar per finished job, best on top, labelled with its parameters.
-
-    Drawn on a `matplotlib.figure.Figure` without pyplot, as attnseq.analysis.figures does.
-    """
-    from matplotlib.figure import Figure
-
-    jobs = [job for job in report.finished if job.value(report.metric) is not None]
-    values = [float(job.value(report.metric) or 0.0) for job in jobs]
-    columns = {key: [_as_number(job.params.get(key, "")) for job in jobs] for key in report.varied}
-    numeric = bool(jobs) and all(x is not None for xs in columns.values() for x in xs)
-    if numeric and 0 < len(columns) <= 6:
-        figure = Figure(figsize=(3.2 * len(columns) + 0.8, 3.4), layout="constrained")
-        axes = figure.subplots(1, len(columns), sharey=True, squeeze=False)[0]
-        for ax, (key, xs) in zip(axes, columns.items(), strict=True):
-            ax.scatter(xs, values, color="tab:blue")
-            for x, y, job in zip(xs, values, jobs, strict=True):
-                ax.annotate(job.name, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
-            if min(xs) > 0 and max(xs) / min(xs) >= 100:
-                ax.set_xscale("log")
-            ax.set_xlabel(key)
-        axes[0].set_ylabel(report.metric)
-    else:
-        labels = [
-            f"job {job.name}: "
-            + ", ".join(f"{key}={short_value(job.params.get(key, ''))}" for key in report.varied)
-            for job in jobs
-        ]
-        longest = max((len(label) for label in labels), default=0)
-        figure = Figure(
-            figsize=(min(5.0 + 0.07 * longest, 20.0), min(1.5 + 0.35 * len(jobs), 40.0)),
-            layout="constrained",
-        )
-        ax = figure.add_subplot()
-        positions = list(range(len(jobs)))[::-1]  # best job on top
-        ax.barh(positions, values, color="tab:blue")
-        ax.set_yticks(positions, labels, fontsize=8)
-        for position, value in zip(positions, values, strict=True):
-            ax.annotate(
-                f"{value:.4g}",
-                (value, position),
-                xytext=(3, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=8,
-            )
-        ax.set_xlabel(report.metric)
-        if not jobs:
-            ax.text(0.5, 0.5, "no finished job", ha="center", va="center", transform=ax.transAxes)
-    arrow = "higher is better" if report.higher_is_better else "lower is better"
-    where = "/".join(report.root.resolve().parts[-2:])  # multirun/DATE/TIME -> DATE/TIME
-    figure.suptitle(f"{where}: {report.metric} ({arrow})", fontsize=10)
-    return figure
-
-
 def write_plot(report: SweepReport, path: Path) -> Path:
     from attnseq.analysis.figures import save_figure
+    from attnseq.analysis.sweep_figure import report_figure
 
     return save_figure(report_figure(report), path)

@@ -7,7 +7,7 @@ deviation over them (a single job shows its value). A sweep without a seed axis 
 per job. Rows are ranked by the mean of the report's metric.
 
 Wall time. A job's wall time runs from the start of the job, when Hydra writes .hydra/, to the
-end of training, when metrics.json is written last (attnseq/analysis/sweep_report.py reads the two
+end of training, when metrics.json is written last (attnseq/analysis/sweep_jobs.py reads the two
 modification times). For a job resumed in its own folder (resume=auto) it is the time of the
 last session.
 """
@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from attnseq.analysis.sweep_jobs import Job, job_order, short_value
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
-    from attnseq.analysis.sweep_report import Job, SweepReport
+    from attnseq.analysis.sweep_report import SweepReport
 
 SEED_KEY = "seed"
 FORMATS = ("table", "csv", "markdown", "latex")
@@ -33,11 +34,11 @@ FORMATS = ("table", "csv", "markdown", "latex")
 class Row:
     """One setting: a job, or the jobs that differ only in their seed."""
 
-    jobs: list["Job"]
+    jobs: list[Job]
     params: dict[str, str]  # the varied parameters other than the seed
 
     @property
-    def finished(self) -> list["Job"]:
+    def finished(self) -> list[Job]:
         return [job for job in self.jobs if job.metrics is not None]
 
     @property
@@ -76,8 +77,6 @@ def report_rows(report: "SweepReport") -> list[Row]:
     keys = [key for key in report.varied if key != SEED_KEY]
     if not grouped(report):
         return [Row([job], {key: job.params.get(key, "") for key in keys}) for job in report.jobs]
-    from attnseq.analysis.sweep_report import job_order
-
     rows: dict[tuple, Row] = {}
     for job in sorted(report.jobs, key=job_order):  # a row lists its jobs in job order
         params = {key: job.params.get(key, "") for key in keys}
@@ -129,8 +128,6 @@ def text_table(
 ) -> tuple[list[str], list[list[str]], list[bool]]:
     """Header, cells and which columns are numbers (right-aligned), as every text form shows
     them."""
-    from attnseq.analysis.sweep_report import short_value
-
     seeds = grouped(report)
     params = [key for key in report.varied if key != SEED_KEY]
     header = ["rank", "jobs" if seeds else "job", *params]

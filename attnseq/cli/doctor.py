@@ -134,7 +134,7 @@ def human_size(size: int) -> str:
 
 
 def _cache() -> Section:
-    from attnseq.data.sources import cache_root
+    from attnseq.data.locations import cache_root
 
     root = cache_root()
     size = human_size(folder_size(root)) if root.is_dir() else "absent"

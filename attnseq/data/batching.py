@@ -277,20 +277,9 @@ class TokenBatchSampler:
             num_replicas: processes sharing each epoch's batches (data parallelism).
             rank: this process's share, 0 <= rank < num_replicas.
         """
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        if max_sentences is not None and max_sentences < 1:
-            raise ValueError(f"max_sentences must be >= 1 or None, got {max_sentences}")
-        if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
-        if bucket_width is not None and num_buckets is not None:
-            raise ValueError("give bucket_width or num_buckets, not both")
-        if bucket_width is not None and bucket_width < 1:
-            raise ValueError(f"bucket_width must be >= 1, got {bucket_width}")
-        if num_buckets is not None and num_buckets < 1:
-            raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
-        if num_replicas < 1 or not 0 <= rank < num_replicas:
-            raise ValueError(f"need 0 <= rank < num_replicas, got rank {rank} of {num_replicas}")
+        _check_sampler_arguments(
+            max_tokens, max_sentences, seed, bucket_width, num_buckets, num_replicas, rank
+        )
         table = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (N, 2)
         if (table < 0).any():
             raise ValueError("lengths must be >= 0")
@@ -304,20 +293,24 @@ class TokenBatchSampler:
         self._src = table[:, 0]  # (N,)
         self._tgt1 = table[:, 1] + 1  # (N,) target + BOS/EOS
         self._width = np.maximum(self._src, self._tgt1)  # (N,) >= 1
-        n = len(table)
+        self._assign_buckets(bucket_width, num_buckets)
+        self._fixed: list[list[int]] | None = None  # unshuffled batches, the same every epoch
+        self._global_len = len(self.global_batches(0))
+        self._len = self._global_len // num_replicas
+
+    def _assign_buckets(self, bucket_width: int | None, num_buckets: int | None) -> None:
+        """Each example's length bucket, and the largest width in its bucket: the budget width
+        when shuffling (see the class docstring, step 2)."""
+        n = len(self._width)
         min_width = int(self._width.min()) if n else 1
         max_width = int(self._width.max()) if n else 1
         if num_buckets is not None:
             bucket_width = math.ceil((max_width - min_width + 1) / num_buckets)
         self.bucket_width = bucket_width or 1
         self._bucket = (self._width - min_width) // self.bucket_width  # (N,)
-        # Largest width in each example's bucket: the budget width when shuffling (see step 2).
         bucket_max = np.zeros(int(self._bucket.max()) + 1 if n else 0, dtype=np.int64)
         np.maximum.at(bucket_max, self._bucket, self._width)
         self._bucket_max_width = bucket_max[self._bucket]  # (N,)
-        self._fixed: list[list[int]] | None = None  # unshuffled batches, the same every epoch
-        self._global_len = len(self.global_batches(0))
-        self._len = self._global_len // num_replicas
 
     def __len__(self) -> int:
         """Number of batches of this replica; the same for every epoch (see the class
@@ -394,3 +387,29 @@ class TokenBatchSampler:
             real += int(src.sum() + tgt1.sum())
             padded += len(batch) * (max(1, int(src.max())) + int(tgt1.max()))
         return 1.0 - real / padded if padded else 0.0
+
+
+def _check_sampler_arguments(
+    max_tokens: int,
+    max_sentences: int | None,
+    seed: int,
+    bucket_width: int | None,
+    num_buckets: int | None,
+    num_replicas: int,
+    rank: int,
+) -> None:
+    """ValueError naming the first `TokenBatchSampler` argument out of range."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(f"max_sentences must be >= 1 or None, got {max_sentences}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    if bucket_width is not None and num_buckets is not None:
+        raise ValueError("give bucket_width or num_buckets, not both")
+    if bucket_width is not None and bucket_width < 1:
+        raise ValueError(f"bucket_width must be >= 1, got {bucket_width}")
+    if num_buckets is not None and num_buckets < 1:
+        raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
+    if num_replicas < 1 or not 0 <= rank < num_replicas:
+        raise ValueError(f"need 0 <= rank < num_replicas, got rank {rank} of {num_replicas}")

@@ -33,7 +33,7 @@ no source string maps to two different dates.
 Splits: `make_splits` draws each split from its own random stream, seeded by (seed, task, split
 name), so the training set for a seed does not change when the sizes of the held-out splits do.
 Training examples are drawn freely (duplicates possible, as in the real distribution); every other
-split holds distinct sources that appear in no other split.
+split holds distinct sources that appear in no other split (split_sampling.py).
 """
 
 import datetime
@@ -42,6 +42,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Literal
 
+from attnseq.data.split_sampling import check_sizes, fill_splits
 from attnseq.data.toy_translation import make_toy_translation, toy_source_space_size
 
 TASKS: tuple[str, ...] = ("dates", "reverse", "copy", "sort", "toy_translation")
@@ -238,13 +239,6 @@ def _check_symbol_args(min_len: int, max_len: int, vocab_size: int) -> None:
         raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
 
 
-def _split_order(names: list[str]) -> list[str]:
-    # A fixed order (train, valid, test, then the rest alphabetically) rather than the caller's
-    # dict order, so that {"valid":..,"test":..} and {"test":..,"valid":..} give the same data.
-    canonical = [name for name in ("train", "valid", "test") if name in names]
-    return canonical + sorted(name for name in names if name not in canonical)
-
-
 def make_splits(
     task: str,
     sizes: Mapping[str, int],
@@ -272,9 +266,7 @@ def make_splits(
             held-out splits with unseen sources.
     """
     _check_task(task)
-    for name, size in sizes.items():
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ValueError(f"size of split {name!r} must be an int >= 0, got {size!r}")
+    check_sizes(sizes)
     if task == "toy_translation":
         return make_toy_translation(sizes, seed)[0]
     space: int | None = None  # None: too large to ever run out (dates)
@@ -290,71 +282,27 @@ def make_splits(
             transform=_SYMBOL_TRANSFORMS[task],
         )
 
-    splits: dict[str, list[Pair]] = {}
-    seen: set[str] = set()  # sources of every split generated so far
-    for name in _split_order(list(sizes)):
-        size = sizes[name]
+    def stream(name: str) -> random.Random:
         # A str seed goes through SHA-512 in `random.seed`, so it is stable across processes
         # (unlike hash()) and gives each split an independent stream.
-        rng = random.Random(f"attnseq.generated:{task}:{seed}:{name}")
-        if name == "train":
-            pairs = [draw(rng) for _ in range(size)]
-        else:
-            if space is not None and size > space - len(seen):
-                raise ValueError(
-                    f"task {task!r} has only {space} distinct sources (min_len={min_len}, "
-                    f"max_len={max_len}, vocab_size={vocab_size}) and {len(seen)} are already "
-                    f"used by earlier splits: cannot draw {size} unseen ones for split {name!r}; "
-                    "use smaller splits or a larger vocab_size/max_len"
-                )
-            pairs = _draw_unseen(draw, rng, size, seen, task, name)
-        seen.update(src for src, _ in pairs)
-        splits[name] = pairs
-    return {name: splits[name] for name in sizes}
+        return random.Random(f"attnseq.generated:{task}:{seed}:{name}")
 
-
-def _draw_unseen(
-    draw: Callable[[random.Random], Pair],
-    rng: random.Random,
-    size: int,
-    seen: set[str],
-    task: str,
-    name: str,
-) -> list[Pair]:
-    """Draw `size` pairs whose sources are distinct and not in `seen` (rejection sampling)."""
-    pairs: list[Pair] = []
-    taken: set[str] = set()
-    # Rejection only gets slow when nearly every source is used; give up clearly then rather
-    # than loop for minutes (short sequences are much likelier than long ones, so an almost
-    # exhausted space can take far more draws than it has members).
-    max_attempts = 200 * size + 100_000
-    attempts = 0
-    while len(pairs) < size:
-        attempts += 1
-        if attempts > max_attempts:
-            raise ValueError(
-                f"could only draw {len(pairs)} of {size} unseen sources for split {name!r} of "
-                f"task {task!r} in {max_attempts} attempts: the source space is nearly exhausted; "
-                "use smaller splits or a larger vocab_size/max_len"
-            )
-        src, tgt = draw(rng)
-        if src in seen or src in taken:
-            continue
-        taken.add(src)
-        pairs.append((src, tgt))
-    return pairs
+    return fill_splits(
+        sizes,
+        draw,
+        stream,
+        what=f"task {task!r}",
+        space=space,
+        space_note=f" (min_len={min_len}, max_len={max_len}, vocab_size={vocab_size})",
+        hint="use smaller splits or a larger vocab_size/max_len",
+    )
 
 
 def gold_alignments(
-    task: str,
-    sizes: Mapping[str, int],
-    seed: int,
-    *,
-    min_len: int = 3,
-    max_len: int = 12,
-    vocab_size: int = 20,
+    task: str, sizes: Mapping[str, int], seed: int, **symbol_args: int
 ) -> dict[str, list[set[tuple[int, int]]]] | None:
-    """Gold word alignments of the splits `make_splits` builds from the same arguments.
+    """Gold word alignments of the splits `make_splits` builds from the same arguments
+    (`symbol_args`: its min_len, max_len and vocab_size).
 
     Returns:
         {split name: [links of each pair, ...]} in the order of `make_splits(...)[split]`, links
@@ -368,7 +316,7 @@ def gold_alignments(
         return make_toy_translation(sizes, seed)[1]
     if task not in ("copy", "reverse"):
         return None
-    splits = make_splits(task, sizes, seed, min_len=min_len, max_len=max_len, vocab_size=vocab_size)
+    splits = make_splits(task, sizes, seed, **symbol_args)
     alignments: dict[str, list[set[tuple[int, int]]]] = {}
     for name, pairs in splits.items():
         lengths = [len(src.split(" ")) for src, _ in pairs]

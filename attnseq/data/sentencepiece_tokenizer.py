@@ -29,7 +29,7 @@ from typing import Any, Self
 
 import sentencepiece as spm
 
-from attnseq.data.sources import cache_root
+from attnseq.data.locations import cache_root
 from attnseq.data.tokenizers import (
     BOS,
     BOS_ID,
@@ -40,6 +40,7 @@ from attnseq.data.tokenizers import (
     UNK,
     UNK_ID,
     Tokenizer,
+    output_ids,
     register_tokenizer,
 )
 from attnseq.errors import UserError
@@ -95,15 +96,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     def _clean(self, ids: Iterable[int]) -> list[int]:
         size = self.vocab_size
-        out: list[int] = []
-        for token_id in ids:
-            token_id = int(token_id)  # also accepts 0-d tensors from iterating a (T,) tensor
-            if token_id == EOS_ID:
-                break
-            if token_id in (PAD_ID, BOS_ID):
-                continue
-            out.append(token_id if 0 <= token_id < size else UNK_ID)
-        return out
+        return [token_id if 0 <= token_id < size else UNK_ID for token_id in output_ids(ids)]
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._sp.decode(self._clean(ids))
@@ -135,13 +128,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Self:
-        if state.get("kind") != cls.kind:
-            raise ValueError(f"state is for a {state.get('kind')!r} tokenizer, not {cls.kind!r}")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(
-                f"unsupported sentencepiece tokenizer state version {state.get('version')!r}; "
-                f"this attnseq reads version {STATE_VERSION}"
-            )
+        cls.check_state(state, STATE_VERSION)
         model = state.get("model")
         if not isinstance(model, str):
             raise TypeError(f"sentencepiece state 'model' must be base64 text, got {type(model)}")

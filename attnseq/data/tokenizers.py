@@ -14,7 +14,7 @@ a checkpoint loaded with `torch.load(weights_only=True)`; `tokenizer_from_state`
 import abc
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -80,6 +80,17 @@ class Vocabulary:
         return self._itos[token_id] if 0 <= token_id < len(self._itos) else UNK
 
 
+def output_ids(ids: Iterable[int]) -> Iterator[int]:
+    """The ids of a decoded output as plain ints (a list or a (T,) tensor): up to the first EOS,
+    without <pad> and <s>, which carry no text."""
+    for token_id in ids:
+        token_id = int(token_id)  # also accepts 0-d tensors from iterating a (T,) tensor
+        if token_id == EOS_ID:
+            return
+        if token_id not in (PAD_ID, BOS_ID):
+            yield token_id
+
+
 class Tokenizer(abc.ABC):
     """Text <-> ids. Subclasses set `kind` and are registered with `register_tokenizer`."""
 
@@ -87,21 +98,10 @@ class Tokenizer(abc.ABC):
 
     # Fixed for every kind (a SentencePiece model is trained with the same ids), so that a
     # model built for one tokenizer never has to ask which id pads.
-    @property
-    def pad_id(self) -> int:
-        return PAD_ID
-
-    @property
-    def unk_id(self) -> int:
-        return UNK_ID
-
-    @property
-    def bos_id(self) -> int:
-        return BOS_ID
-
-    @property
-    def eos_id(self) -> int:
-        return EOS_ID
+    pad_id: ClassVar[int] = PAD_ID
+    unk_id: ClassVar[int] = UNK_ID
+    bos_id: ClassVar[int] = BOS_ID
+    eos_id: ClassVar[int] = EOS_ID
 
     @property
     @abc.abstractmethod
@@ -145,11 +145,7 @@ class Tokenizer(abc.ABC):
         if all(token_id < size for token_id in ids):
             return self.decode(ids)
         pieces: list[str] = []
-        for token_id in ids:
-            if token_id == EOS_ID:
-                break
-            if token_id in (PAD_ID, BOS_ID):
-                continue
+        for token_id in output_ids(ids):
             if token_id >= size:
                 index = token_id - size
                 pieces.append(oovs[index] if index < len(oovs) else UNK)
@@ -166,6 +162,17 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def from_state(cls, state: dict[str, Any]) -> Self:
         """Rebuild from `state_dict()`."""
+
+    @classmethod
+    def check_state(cls, state: dict[str, Any], version: int) -> None:
+        """ValueError unless `state` is a `state_dict()` of this kind in format `version`."""
+        if state.get("kind") != cls.kind:
+            raise ValueError(f"state is for a {state.get('kind')!r} tokenizer, not {cls.kind!r}")
+        if state.get("version") != version:
+            raise ValueError(
+                f"unsupported {cls.kind} tokenizer state version {state.get('version')!r}; "
+                f"this attnseq reads version {version}"
+            )
 
     @classmethod
     @abc.abstractmethod
@@ -223,15 +230,7 @@ class VocabTokenizer(Tokenizer):
         ]
 
     def decode(self, ids: Iterable[int]) -> str:
-        pieces: list[str] = []
-        for token_id in ids:
-            token_id = int(token_id)  # also accepts 0-d tensors from iterating a (T,) tensor
-            if token_id == EOS_ID:
-                break
-            if token_id in (PAD_ID, BOS_ID):
-                continue
-            pieces.append(self.vocab.id_to_token(token_id))
-        return self.join(pieces)
+        return self.join([self.vocab.id_to_token(token_id) for token_id in output_ids(ids)])
 
     def ids_to_pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.vocab.id_to_token(int(token_id)) for token_id in ids]
@@ -252,13 +251,7 @@ class VocabTokenizer(Tokenizer):
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Self:
-        if state.get("kind") != cls.kind:
-            raise ValueError(f"state is for a {state.get('kind')!r} tokenizer, not {cls.kind!r}")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(
-                f"unsupported {cls.kind} tokenizer state version {state.get('version')!r}; "
-                f"this attnseq reads version {STATE_VERSION}"
-            )
+        cls.check_state(state, STATE_VERSION)
         if list(state.get("specials", [])) != list(SPECIAL_TOKENS):
             raise ValueError(
                 f"tokenizer special tokens {state.get('specials')!r} differ from "

@@ -33,130 +33,33 @@ Gold alignments are sets of (source word index, target word index) pairs, 0-inde
 link sure: each word is linked to its translation, a plural noun to both its target stem and "ne".
 Every source and every target word has at least one link.
 
-Splits follow attnseq/data/generated.py: each split has its own random stream seeded by
-(seed, split name); "train" draws freely (duplicates possible); every other split holds distinct
-sources that appear in no other split. Word-level: tokens are separated by single spaces.
+The words of both languages are listed in toy_lexicon.py.
+
+Splits follow split_sampling.py: each split has its own random stream seeded by (seed, split
+name); "train" draws freely (duplicates possible); every other split holds distinct sources
+that appear in no other split. Word-level: tokens are separated by single spaces.
 """
 
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from attnseq.data.split_sampling import fill_splits
+from attnseq.data.toy_lexicon import (
+    ADJECTIVES,
+    ADVERBS,
+    NOUNS,
+    PLURAL_DETERMINERS,
+    PREPOSITIONS,
+    SINGULAR_DETERMINERS,
+    VERBS,
+)
+
 Pair = tuple[str, str]
 Link = tuple[int, int]  # (source word index, target word index)
 
 PLURAL_PARTICLE = "ne"
 PLURAL_VERB_SUFFIX = "n"
-
-# English singular, English plural, target stem, target gender ("o" masculine, "a" feminine).
-# Plurals are written out: irregular ones must stay distinct from the singular, or the source
-# would not determine the target ("fish" is left out for that reason).
-NOUNS: tuple[tuple[str, str, str, str], ...] = (
-    ("dog", "dogs", "kano", "o"),
-    ("cat", "cats", "mirta", "a"),
-    ("bird", "birds", "pilo", "o"),
-    ("horse", "horses", "ekvo", "o"),
-    ("fox", "foxes", "vulpa", "a"),
-    ("child", "children", "nino", "o"),
-    ("woman", "women", "dona", "a"),
-    ("man", "men", "viro", "o"),
-    ("teacher", "teachers", "magistra", "a"),
-    ("doctor", "doctors", "medo", "o"),
-    ("farmer", "farmers", "agro", "o"),
-    ("king", "kings", "rego", "o"),
-    ("queen", "queens", "regina", "a"),
-    ("friend", "friends", "amiko", "o"),
-    ("student", "students", "studa", "a"),
-    ("house", "houses", "domo", "o"),
-    ("tree", "trees", "arbo", "o"),
-    ("river", "rivers", "rivera", "a"),
-    ("garden", "gardens", "gardo", "o"),
-    ("city", "cities", "urba", "a"),
-    ("car", "cars", "auto", "o"),
-    ("book", "books", "libro", "o"),
-    ("table", "tables", "tabla", "a"),
-    ("apple", "apples", "pomo", "o"),
-    ("ball", "balls", "bala", "a"),
-    ("boat", "boats", "navo", "o"),
-    ("mountain", "mountains", "monta", "a"),
-    ("letter", "letters", "letra", "a"),
-    ("song", "songs", "melodia", "a"),
-    ("window", "windows", "fenestra", "a"),
-)
-
-# English adjective, target stem; the target form is stem + gender ending ("o"/"a").
-ADJECTIVES: tuple[tuple[str, str], ...] = (
-    ("big", "grand"),
-    ("small", "pik"),
-    ("old", "vetul"),
-    ("young", "jun"),
-    ("red", "rug"),
-    ("blue", "blu"),
-    ("green", "verd"),
-    ("black", "nigr"),
-    ("white", "blank"),
-    ("happy", "felik"),
-    ("sad", "trist"),
-    ("tall", "alt"),
-    ("short", "kurt"),
-    ("fast", "rapid"),
-    ("slow", "lant"),
-    ("quiet", "kviet"),
-    ("loud", "laut"),
-    ("kind", "bon"),
-    ("strange", "strang"),
-    ("beautiful", "bel"),
-)
-
-# English 3rd person singular, English plural, target stem, transitive; target plural: stem + "n".
-VERBS: tuple[tuple[str, str, str, bool], ...] = (
-    ("sees", "see", "vidu", True),
-    ("likes", "like", "amu", True),
-    ("follows", "follow", "sekvu", True),
-    ("finds", "find", "trovu", True),
-    ("helps", "help", "helpu", True),
-    ("watches", "watch", "spektu", True),
-    ("calls", "call", "voku", True),
-    ("carries", "carry", "portu", True),
-    ("visits", "visit", "vizitu", True),
-    ("knows", "know", "konu", True),
-    ("sleeps", "sleep", "dormu", False),
-    ("runs", "run", "kuru", False),
-    ("sings", "sing", "kantu", False),
-    ("waits", "wait", "atendu", False),
-    ("laughs", "laugh", "ridu", False),
-)
-
-# English determiner -> (masculine, feminine) target forms, by number. "a"/"this"/"that"/"every"
-# are singular only, "these"/"those"/"some" plural only, "the" both (with different targets).
-SINGULAR_DETERMINERS: dict[str, tuple[str, str]] = {
-    "the": ("ko", "ka"),
-    "a": ("uno", "una"),
-    "this": ("esto", "esta"),
-    "that": ("iro", "ira"),
-    "every": ("cado", "cada"),
-}
-PLURAL_DETERMINERS: dict[str, tuple[str, str]] = {
-    "the": ("kos", "kas"),
-    "these": ("estos", "estas"),
-    "those": ("iros", "iras"),
-    "some": ("alkos", "alkas"),
-}
-
-PREPOSITIONS: tuple[tuple[str, str], ...] = (
-    ("in", "ene"),
-    ("near", "apud"),
-    ("behind", "malantau"),
-    ("with", "kune"),
-)
-
-ADVERBS: tuple[tuple[str, str], ...] = (
-    ("quickly", "rapide"),
-    ("slowly", "lante"),
-    ("often", "ofte"),
-    ("today", "hodiau"),
-    ("again", "denove"),
-)
 
 # Sampling probabilities: short sentences dominate, as in real corpora, but every construction
 # (two adjectives, plurals, prepositional phrase, adverb) is frequent enough to be learned.
@@ -403,40 +306,14 @@ def make_toy_translation(
         the caller's order. "train" may repeat a source; every other split has distinct sources
         that appear in no other split.
     """
-    for name, size in sizes.items():
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ValueError(f"size of split {name!r} must be an int >= 0, got {size!r}")
-    # Fixed generation order (train, valid, test, rest alphabetically) rather than the
-    # caller's, so that key order does not change which sources each split may use.
-    canonical = [name for name in ("train", "valid", "test") if name in sizes]
-    order = canonical + sorted(name for name in sizes if name not in canonical)
-    pairs: dict[str, list[Pair]] = {}
-    alignments: dict[str, list[set[Link]]] = {}
-    seen: set[str] = set()
-    for name in order:
+
+    def stream(name: str) -> random.Random:
         # A str seed is hashed with SHA-512 by `random.seed`: stable across processes.
-        rng = random.Random(f"attnseq.toy_translation:{seed}:{name}")
-        split_pairs: list[Pair] = []
-        split_links: list[set[Link]] = []
-        taken: set[str] = set()
-        # The source space is astronomically large (`toy_source_space_size`), so rejection
-        # almost never repeats; the cap only turns a pathological case into a clear error.
-        max_attempts = 200 * sizes[name] + 100_000
-        attempts = 0
-        while len(split_pairs) < sizes[name]:
-            attempts += 1
-            if attempts > max_attempts:
-                raise ValueError(
-                    f"could only draw {len(split_pairs)} of {sizes[name]} unseen sources for "
-                    f"split {name!r} of the toy translation task in {max_attempts} attempts"
-                )
-            src, tgt, links = toy_example(rng)
-            if name != "train":
-                if src in seen or src in taken:
-                    continue
-                taken.add(src)
-            split_pairs.append((src, tgt))
-            split_links.append(links)
-        seen.update(src for src, _ in split_pairs)
-        pairs[name], alignments[name] = split_pairs, split_links
-    return {name: pairs[name] for name in sizes}, {name: alignments[name] for name in sizes}
+        return random.Random(f"attnseq.toy_translation:{seed}:{name}")
+
+    # The source space is astronomically large (`toy_source_space_size`), so rejection almost
+    # never repeats; the attempt cap only turns a pathological case into a clear error.
+    splits = fill_splits(sizes, toy_example, stream, what="the toy translation task")
+    pairs = {name: [(src, tgt) for src, tgt, _ in triples] for name, triples in splits.items()}
+    links = {name: [gold for _, _, gold in triples] for name, triples in splits.items()}
+    return pairs, links

@@ -1,8 +1,9 @@
 """Evaluate a model on one split: teacher-forced loss and perplexity, then decoding and the
 task's metrics (translation: BLEU, chrF, exact match; summarization: ROUGE-1/2/L), and, when
-the split carries gold word alignments, the AER of the model's attention (alignment.py).
-A separate gold set (`GoldAlignmentFiles`: sentence files plus Pharaoh or NAACL links, e.g. the
-WPT 2003 English-French set) is read by `load_alignment_set` and scored the same way.
+the split carries gold word alignments, the AER of the model's attention
+(analysis/model_alignment.py).
+A separate gold set (sentence files plus Pharaoh or NAACL links) is read and scored the same way
+by attnseq/analysis/gold_sets.py.
 
 Used by validation during training, by the final test evaluation and by `attnseq eval`, so all
 three report the same numbers for the same model.
@@ -17,7 +18,6 @@ over the real target positions: 1 = always generate, 0 = always copy) and, with 
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -26,7 +26,6 @@ from attnseq.data.batching import Batch, TokenBatchSampler, collate
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.decoding import DecodingSettings, Hypothesis, decode  # settings re-exported here
-from attnseq.errors import UserError
 from attnseq.evaluation.metrics import perplexity, task_metrics
 from attnseq.io.progress import Rate, counting
 from attnseq.models.seq2seq import Seq2Seq
@@ -233,7 +232,7 @@ class Evaluator:
 
     def alignment_metrics(self, model: Seq2Seq) -> dict[str, float]:
         """AER / precision / recall of argmax word alignments from the attention."""
-        from attnseq.analysis.alignment import model_alignment_metrics
+        from attnseq.analysis.model_alignment import model_alignment_metrics
 
         gold = self.gold
         assert gold is not None
@@ -249,170 +248,3 @@ class Evaluator:
             tgt_kind=gold.tgt_kind,
             device=self.device,
         )
-
-
-# ------------------------------------------------------------------- gold alignment files
-@dataclass
-class GoldAlignmentFiles:
-    """A word-alignment test set given on the command line (`attnseq eval --alignments`).
-
-    gold: links, Pharaoh (``i-j`` sure, ``i?j`` possible, 0-based, one line per sentence) or
-        NAACL 2003 (``sentence_no i j [S|P]``, 1-based, one link per line).
-    src, tgt: the sentence pairs, one per line, words separated by whitespace (the words the
-        gold indices count).
-    possible: Pharaoh only, a second file whose links are all possible (WPT's
-        ``test.possible.pharaoh`` next to ``test.sure.pharaoh``).
-    gold_format: "auto" (from the content), "pharaoh" or "naacl".
-    order: "src-tgt" if a link is (source word, target word), "tgt-src" if (target, source):
-        WPT's links are (English, French), so "src-tgt" for an en->fr model, "tgt-src" for fr->en.
-    """
-
-    gold: Path
-    src: Path
-    tgt: Path
-    possible: Path | None = None
-    gold_format: str = "auto"
-    order: str = "src-tgt"
-
-
-@dataclass
-class LoadedAlignmentSet:
-    """`GoldAlignmentFiles` read and encoded for one model's tokenizers."""
-
-    examples: list[tuple[list[int], list[int]]]
-    src_pieces: list[list[str]]
-    tgt_pieces: list[list[str]]
-    sure: list[set[tuple[int, int]]]
-    possible: list[set[tuple[int, int]]]
-    src_kind: str
-    tgt_kind: str
-    src_first: bool
-
-    def score(
-        self, model: Seq2Seq, device: torch.device | str = "cpu", batch_size: int = 32
-    ) -> dict[str, float]:
-        """AER, precision and recall of the model's teacher-forced attention, overall (the
-        last layer's head average for transformers) and per layer/head
-        (`alignment.model_alignment_metrics`)."""
-        from attnseq.analysis.alignment import ALIGNMENT_SCORES, model_alignment_metrics
-
-        try:
-            return model_alignment_metrics(
-                model,
-                self.examples,
-                self.src_pieces,
-                self.tgt_pieces,
-                self.sure,
-                self.possible,
-                src_kind=self.src_kind,
-                tgt_kind=self.tgt_kind,
-                device=device,
-                batch_size=batch_size,
-                src_first=self.src_first,
-                per_map_scores=ALIGNMENT_SCORES,
-            )
-        except ValueError as error:  # e.g. a model without attention (score=none)
-            raise UserError(f"cannot score the gold alignments: {error}") from None
-
-
-ALIGNMENT_ORDERS = ("src-tgt", "tgt-src")
-
-
-def load_alignment_set(
-    files: GoldAlignmentFiles,
-    src_tokenizer: Tokenizer,
-    tgt_tokenizer: Tokenizer,
-    max_length: int | None = None,
-) -> LoadedAlignmentSet:
-    """Read, check and encode a gold alignment set; every problem is a UserError that names
-    the file and line.
-
-    Each sentence is encoded whole (no truncation); its pieces must form exactly the
-    whitespace-separated words of the line (`alignment.word_ids`), since the gold indices count
-    those words. `max_length`: the longest sequence the model can take (learned positions).
-    """
-    from attnseq.analysis.alignment import word_ids
-    from attnseq.analysis.alignment_gold import read_gold_file
-
-    if files.order not in ALIGNMENT_ORDERS:
-        raise UserError(
-            f"--align-order must be one of {', '.join(ALIGNMENT_ORDERS)}, got {files.order!r}"
-        )
-    texts = {}
-    for option, path in (("--align-src", files.src), ("--align-tgt", files.tgt)):
-        texts[option] = _read_text_lines(path, option)
-    src_lines, tgt_lines = texts["--align-src"], texts["--align-tgt"]
-    if len(src_lines) != len(tgt_lines):
-        raise UserError(
-            f"--align-src {files.src} has {len(src_lines)} lines but --align-tgt {files.tgt} "
-            f"has {len(tgt_lines)}: they must be parallel, one sentence pair per line"
-        )
-    if not src_lines:
-        raise UserError(f"--align-src {files.src} holds no sentences")
-    for option, path in (("--alignments", files.gold), ("--align-possible", files.possible)):
-        if path is not None:
-            _read_text_lines(path, option)  # exists, is UTF-8
-    try:
-        sure, possible = read_gold_file(
-            files.gold,
-            files.possible,
-            gold_format=files.gold_format,
-            n_sentences=len(src_lines),
-        )
-    except ValueError as error:
-        raise UserError(f"gold alignments {files.gold}: {error}") from None
-
-    src_kind, tgt_kind = type(src_tokenizer).kind, type(tgt_tokenizer).kind
-    examples, src_pieces, tgt_pieces = [], [], []
-    src_first = files.order == "src-tgt"
-    for number, (src_text, tgt_text) in enumerate(zip(src_lines, tgt_lines, strict=True)):
-        encoded = []
-        for tokenizer, kind, text, path in (
-            (src_tokenizer, src_kind, src_text, files.src),
-            (tgt_tokenizer, tgt_kind, tgt_text, files.tgt),
-        ):
-            where = f"{path} line {number + 1}"
-            if not text.strip():
-                raise UserError(f"{where} is empty: every line needs a sentence")
-            ids, pieces = tokenizer.encode(text), tokenizer.pieces(text)
-            if len(ids) != len(pieces):
-                raise UserError(f"{where}: {len(ids)} token ids but {len(pieces)} pieces")
-            n_words = max(word_ids(pieces, kind), default=-1) + 1
-            if n_words != len(text.split()):
-                raise UserError(
-                    f"{where}: the {kind} tokenizer's pieces form {n_words} words, but the line "
-                    f"has {len(text.split())} whitespace-separated words, which the gold "
-                    "indices count"
-                )
-            if max_length is not None and len(ids) + 1 > max_length:
-                raise UserError(
-                    f"{where} has {len(ids)} tokens; the model takes at most {max_length - 1}"
-                )
-            encoded.append((ids, pieces, len(text.split())))
-        (src_ids, src_p, n_src), (tgt_ids, tgt_p, n_tgt) = encoded
-        for name, links in (("sure", sure[number]), ("possible", possible[number])):
-            for link in links:
-                s, t = link if src_first else link[::-1]
-                if not (s < n_src and t < n_tgt):
-                    raise UserError(
-                        f"gold alignments {files.gold}: {name} link {link[0]}-{link[1]} (0-based "
-                        f"word indices) of sentence {number + 1} is outside its {n_src} source and "
-                        f"{n_tgt} target words; with --align-order {files.order} a link is "
-                        f"({files.order.replace('-', ', ')}): is that the gold's order, and are "
-                        "--align-src/--align-tgt the right files?"
-                    )
-        examples.append((src_ids, tgt_ids))
-        src_pieces.append(src_p)
-        tgt_pieces.append(tgt_p)
-    return LoadedAlignmentSet(
-        examples, src_pieces, tgt_pieces, sure, possible, src_kind, tgt_kind, src_first
-    )
-
-
-def _read_text_lines(path: Path, option: str) -> list[str]:
-    if not path.is_file():
-        raise UserError(f"{option} file not found: {path}")
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise UserError(f"{option} {path} is not UTF-8 text ({error.reason})") from None

@@ -10,6 +10,7 @@ data root unless the user's overrides set them (attnseq/data/checkpoint_paths.py
 import sys
 from pathlib import Path
 
+from attnseq.analysis.gold_sets import GoldAlignmentFiles, load_alignment_set
 from attnseq.analysis.saved_attention import records_from_hypotheses
 from attnseq.analysis.saved_attention import save_attention as write_saved_attention
 from attnseq.config.schema import TrainConfig
@@ -18,12 +19,7 @@ from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
 from attnseq.errors import UserError
 from attnseq.evaluation import results as eval_results
-from attnseq.evaluation.evaluator import (
-    Evaluator,
-    GoldAlignmentFiles,
-    Hypothesis,
-    load_alignment_set,
-)
+from attnseq.evaluation.evaluator import Evaluator, Hypothesis
 from attnseq.evaluation.results import EvalMetrics
 from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
 from attnseq.models.device import resolve_device

@@ -14,10 +14,9 @@ import pytest
 
 from attnseq.config.schema import DataConfig, DataSource, FileFormat
 from attnseq.data.generated import make_splits
+from attnseq.data.locations import cache_root, data_root
 from attnseq.data.sources import (
     HOLDOUT_FRACTION,
-    cache_root,
-    data_root,
     hold_out,
     load_pairs_from_path,
     load_splits,

@@ -19,6 +19,7 @@ from attnseq.data.tokenizers import (
     Vocabulary,
     WordTokenizer,
     load_tokenizer,
+    output_ids,
     tokenizer_from_state,
     tokenizer_kinds,
     train_tokenizer,
@@ -85,6 +86,21 @@ def test_decode_stops_at_eos_and_drops_pad_and_bos() -> None:
     assert tok.decode([BOS_ID, a, PAD_ID, b, EOS_ID, c, c]) == "a b"
     assert tok.decode(torch.tensor([BOS_ID, c, b, EOS_ID, PAD_ID])) == "c b"  # (T,) tensor
     assert tok.ids_to_pieces(torch.tensor([BOS_ID, c, EOS_ID])) == ["<s>", "c", "</s>"]
+
+
+def test_output_ids_is_the_rule_every_decoder_follows() -> None:
+    assert list(output_ids([BOS_ID, 7, PAD_ID, 99, EOS_ID, 8])) == [7, 99]  # ids >= V kept
+    assert list(output_ids(torch.tensor([5, 6]))) == [5, 6]
+    assert all(type(i) is int for i in output_ids(torch.tensor([5, 6])))
+
+
+def test_check_state_names_kind_and_version() -> None:
+    state = train_tokenizer("char", ["ab"]).state_dict()
+    CharTokenizer.check_state(state, 1)
+    with pytest.raises(ValueError, match="for a 'char' tokenizer, not 'word'"):
+        WordTokenizer.check_state(state, 1)
+    with pytest.raises(ValueError, match="unsupported char tokenizer state version 1"):
+        CharTokenizer.check_state(state, 2)
 
 
 def test_min_freq_and_max_size() -> None:

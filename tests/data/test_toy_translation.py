@@ -13,15 +13,17 @@ from attnseq.data.generated import (
     source_space_size,
     tokenizer_kind,
 )
-from attnseq.data.toy_translation import (
+from attnseq.data.toy_lexicon import (
     ADJECTIVES,
     ADVERBS,
     NOUNS,
     PLURAL_DETERMINERS,
-    PLURAL_PARTICLE,
     PREPOSITIONS,
     SINGULAR_DETERMINERS,
     VERBS,
+)
+from attnseq.data.toy_translation import (
+    PLURAL_PARTICLE,
     make_toy_translation,
     parse_source,
     render_source,

@@ -1,0 +1,185 @@
+"""Gold word-alignment sets given on the command line (`attnseq eval --alignments`): the files
+(`GoldAlignmentFiles`), read, checked and encoded for one model's tokenizers
+(`load_alignment_set`), and scored with the model's attention (`LoadedAlignmentSet.score`).
+
+A set is two sentence files (one sentence per line, words separated by whitespace) and its
+links in the Pharaoh or NAACL 2003 format (alignment_gold.py), e.g. the WPT 2003
+English-French set. The gold indices count whitespace-separated words, so every sentence must
+tokenize into pieces that form exactly those words (`alignment.word_ids`). Every problem is a
+UserError naming the file and line.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from attnseq.analysis.alignment import ALIGNMENT_SCORES, word_ids
+from attnseq.analysis.alignment_gold import Alignment, read_gold_file
+from attnseq.analysis.model_alignment import AlignmentCorpus, corpus_alignment_metrics
+from attnseq.data.tokenizers import Tokenizer
+from attnseq.errors import UserError
+from attnseq.models.seq2seq import Seq2Seq
+
+ALIGNMENT_ORDERS = ("src-tgt", "tgt-src")
+
+
+@dataclass
+class GoldAlignmentFiles:
+    """A word-alignment test set given on the command line (`attnseq eval --alignments`).
+
+    gold: links, Pharaoh (``i-j`` sure, ``i?j`` possible, 0-based, one line per sentence) or
+        NAACL 2003 (``sentence_no i j [S|P]``, 1-based, one link per line).
+    src, tgt: the sentence pairs, one per line, words separated by whitespace (the words the
+        gold indices count).
+    possible: Pharaoh only, a second file whose links are all possible (WPT's
+        ``test.possible.pharaoh`` next to ``test.sure.pharaoh``).
+    gold_format: "auto" (from the content), "pharaoh" or "naacl".
+    order: "src-tgt" if a link is (source word, target word), "tgt-src" if (target, source):
+        WPT's links are (English, French), so "src-tgt" for an en->fr model, "tgt-src" for fr->en.
+    """
+
+    gold: Path
+    src: Path
+    tgt: Path
+    possible: Path | None = None
+    gold_format: str = "auto"
+    order: str = "src-tgt"
+
+
+@dataclass
+class LoadedAlignmentSet(AlignmentCorpus):
+    """`GoldAlignmentFiles` read and encoded for one model's tokenizers."""
+
+    def score(
+        self, model: Seq2Seq, device: torch.device | str = "cpu", batch_size: int = 32
+    ) -> dict[str, float]:
+        """AER, precision and recall of the model's teacher-forced attention, overall (the
+        last layer's head average for transformers) and per layer/head
+        (`model_alignment.corpus_alignment_metrics`)."""
+        try:
+            return corpus_alignment_metrics(
+                model, self, device=device, batch_size=batch_size, per_map_scores=ALIGNMENT_SCORES
+            )
+        except ValueError as error:  # e.g. a model without attention (score=none)
+            raise UserError(f"cannot score the gold alignments: {error}") from None
+
+
+@dataclass
+class _EncodedLine:
+    ids: list[int]
+    pieces: list[str]
+    n_words: int  # whitespace-separated words of the line: what the gold indices count
+
+
+def load_alignment_set(
+    files: GoldAlignmentFiles,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    max_length: int | None = None,
+) -> LoadedAlignmentSet:
+    """Read, check and encode a gold alignment set.
+
+    Each sentence is encoded whole (no truncation). `max_length`: the longest sequence the model
+    can take (learned positions).
+    """
+    if files.order not in ALIGNMENT_ORDERS:
+        raise UserError(
+            f"--align-order must be one of {', '.join(ALIGNMENT_ORDERS)}, got {files.order!r}"
+        )
+    src_lines, tgt_lines = _read_sentences(files)
+    try:
+        sure, possible = read_gold_file(
+            files.gold, files.possible, gold_format=files.gold_format, n_sentences=len(src_lines)
+        )
+    except ValueError as error:
+        raise UserError(f"gold alignments {files.gold}: {error}") from None
+    examples, src_pieces, tgt_pieces = [], [], []
+    for number, (src_text, tgt_text) in enumerate(zip(src_lines, tgt_lines, strict=True)):
+        where = f"line {number + 1}"
+        src = _encode_line(src_tokenizer, src_text, f"{files.src} {where}", max_length)
+        tgt = _encode_line(tgt_tokenizer, tgt_text, f"{files.tgt} {where}", max_length)
+        links = {"sure": sure[number], "possible": possible[number]}
+        _check_links(files, number, links, src.n_words, tgt.n_words)
+        examples.append((src.ids, tgt.ids))
+        src_pieces.append(src.pieces)
+        tgt_pieces.append(tgt.pieces)
+    return LoadedAlignmentSet(
+        examples,
+        src_pieces,
+        tgt_pieces,
+        sure,
+        possible,
+        src_kind=type(src_tokenizer).kind,
+        tgt_kind=type(tgt_tokenizer).kind,
+        src_first=files.order == "src-tgt",
+    )
+
+
+def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
+    """The parallel sentence lines, after checking that every given file exists and is UTF-8."""
+    src_lines = _read_text_lines(files.src, "--align-src")
+    tgt_lines = _read_text_lines(files.tgt, "--align-tgt")
+    if len(src_lines) != len(tgt_lines):
+        raise UserError(
+            f"--align-src {files.src} has {len(src_lines)} lines but --align-tgt {files.tgt} "
+            f"has {len(tgt_lines)}: they must be parallel, one sentence pair per line"
+        )
+    if not src_lines:
+        raise UserError(f"--align-src {files.src} holds no sentences")
+    for option, path in (("--alignments", files.gold), ("--align-possible", files.possible)):
+        if path is not None:
+            _read_text_lines(path, option)  # exists, is UTF-8
+    return src_lines, tgt_lines
+
+
+def _encode_line(
+    tokenizer: Tokenizer, text: str, where: str, max_length: int | None
+) -> _EncodedLine:
+    """One sentence encoded whole; its pieces must form the line's whitespace-separated words."""
+    kind = type(tokenizer).kind
+    if not text.strip():
+        raise UserError(f"{where} is empty: every line needs a sentence")
+    ids, pieces = tokenizer.encode(text), tokenizer.pieces(text)
+    if len(ids) != len(pieces):
+        raise UserError(f"{where}: {len(ids)} token ids but {len(pieces)} pieces")
+    n_words = max(word_ids(pieces, kind), default=-1) + 1
+    if n_words != len(text.split()):
+        raise UserError(
+            f"{where}: the {kind} tokenizer's pieces form {n_words} words, but the line "
+            f"has {len(text.split())} whitespace-separated words, which the gold indices count"
+        )
+    if max_length is not None and len(ids) + 1 > max_length:
+        raise UserError(f"{where} has {len(ids)} tokens; the model takes at most {max_length - 1}")
+    return _EncodedLine(ids, pieces, len(text.split()))
+
+
+def _check_links(
+    files: GoldAlignmentFiles,
+    number: int,
+    links: dict[str, Alignment],
+    n_src: int,
+    n_tgt: int,
+) -> None:
+    """Every sure and possible link of sentence `number` falls inside its words."""
+    src_first = files.order == "src-tgt"
+    for name, alignment in links.items():
+        for link in alignment:
+            s, t = link if src_first else link[::-1]
+            if not (s < n_src and t < n_tgt):
+                raise UserError(
+                    f"gold alignments {files.gold}: {name} link {link[0]}-{link[1]} (0-based "
+                    f"word indices) of sentence {number + 1} is outside its {n_src} source and "
+                    f"{n_tgt} target words; with --align-order {files.order} a link is "
+                    f"({files.order.replace('-', ', ')}): is that the gold's order, and are "
+                    "--align-src/--align-tgt the right files?"
+                )
+
+
+def _read_text_lines(path: Path, option: str) -> list[str]:
+    if not path.is_file():
+        raise UserError(f"{option} file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise UserError(f"{option} {path} is not UTF-8 text ({error.reason})") from None
