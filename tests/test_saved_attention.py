@@ -12,12 +12,8 @@ import torch
 from helpers import eval_result, untrained_checkpoint
 from typer.testing import CliRunner
 
-from attnseq.analysis.saved_attention import (
-    AttentionRecord,
-    SavedAttention,
-    save_attention,
-    weights_key,
-)
+from attnseq.analysis.saved_attention import AttentionRecord, save_attention, weights_key
+from attnseq.analysis.saved_attention_reader import SavedAttention
 from attnseq.cli.app import app
 from attnseq.config.schema import config_from_dict
 from attnseq.data.prepare import TokenizerPair, prepare_data
