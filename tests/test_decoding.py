@@ -22,7 +22,7 @@ from attnseq.decoding import (
     max_output_lengths,
 )
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models import build_model
+from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -38,7 +38,7 @@ def make_model(family: str, seed: int = 0) -> Seq2Seq:
     """An untrained tiny model of one family, in eval mode (deterministic)."""
     torch.manual_seed(seed)
     cfg = tiny_config(*FAMILIES[family], "model.dropout=0.0")
-    return build_model(cfg.model, VOCAB, VOCAB, PAD, BOS, EOS).eval()
+    return build_model(cfg.model, Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)).eval()
 
 
 def random_batch(batch: int, length: int = 7, seed: int = 1) -> tuple[Tensor, Tensor]:

@@ -11,7 +11,7 @@ from helpers import tiny_config
 
 from attnseq.config.schema import ModelConfig
 from attnseq.decoding import beam_search, greedy_decode
-from attnseq.models import build_model
+from attnseq.models import Vocabularies, build_model
 from attnseq.models.copy import coverage_loss, teacher_forced_coverage
 from attnseq.models.rnn import RNNSeq2Seq
 from attnseq.models.rnn_pointer import PointerGeneratorRNN
@@ -41,7 +41,8 @@ def model_config(family: str, *overrides: str) -> ModelConfig:
 
 def make(family: str, *overrides: str, seed: int = 0):
     torch.manual_seed(seed)
-    return build_model(model_config(family, *overrides), VOCAB, VOCAB, PAD, BOS, EOS).eval()
+    model = build_model(model_config(family, *overrides), Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS))
+    return model.eval()
 
 
 def toy_batch(seed: int = 0, batch: int = 4, length: int = 6):
