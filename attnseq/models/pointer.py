@@ -4,10 +4,11 @@ Point: Summarization with Pointer-Generator Networks", ACL; the formulas are in 
 `PointerGenerator` goes first among the bases of a family's pointer model (rnn_pointer.py,
 transformer_pointer.py), before the family's model class. It holds the copy and coverage
 switches, takes the copy inputs (`CopyInputs`: the source in the extended vocabulary) in
-`forward` and `start_decoding`, keeps them in the decoder state, and reads extended ids
-(>= V, copied source words) back as <unk> when they come in as decoder inputs, as See et al. do:
-they have no embedding. The family class implements `pointer_forward`, the teacher-forced pass
-over decoder inputs already in the target vocabulary.
+`forward` and `start_decoding`, keeps them in the decoder state, reads extended ids (>= V,
+copied source words) back as <unk> when they come in as decoder inputs, as See et al. do (they
+have no embedding), and mixes the copy distribution into the teacher-forced output. The family
+class implements `pointer_forward`: the teacher-forced pass over decoder inputs in the target
+vocabulary, with the attention a^t and the p_gen logit z the mixture needs.
 
 Decoder state: the family's, plus "src_ext" (B, S) and "n_oov" (an int, passed through by
 `reorder_state`) with copy.
@@ -16,11 +17,27 @@ Shapes: B batch, S source length, T target length, V target vocabulary.
 """
 
 import abc
-from typing import Any, Unpack
+from typing import Any, NamedTuple, Unpack
 
+import torch
 from torch import Tensor
 
+from attnseq.models.copy import extended_log_probs
 from attnseq.models.seq2seq import CopyInputs, DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
+
+
+class PointerParts(NamedTuple):
+    """A family's teacher-forced pass, before the copy mixture.
+
+    output: the output with logits (B, T, V), the family's attention when asked for and its
+        extras ("coverage_loss" (B, T) with coverage).
+    attention: a^t (B, T, S), the attention the copy distribution follows.
+    p_gen_logit: z (B, T) of p_gen = sigmoid(z); None without copy.
+    """
+
+    output: Seq2SeqOutput
+    attention: Tensor
+    p_gen_logit: Tensor | None
 
 
 class PointerGenerator(Seq2Seq):
@@ -70,20 +87,20 @@ class PointerGenerator(Seq2Seq):
             coverage, besides the family's own.
         """
         src_ext, n_oov = self._copy_source(copy_inputs)
-        tgt_in = self._in_vocabulary(tgt_in)
-        return self.pointer_forward(src, src_lengths, tgt_in, need_weights, src_ext, n_oov)
+        parts = self.pointer_forward(src, src_lengths, self._in_vocabulary(tgt_in), need_weights)
+        output = parts.output
+        if self.copy:
+            assert src_ext is not None and parts.p_gen_logit is not None
+            z = parts.p_gen_logit  # (B, T)
+            output.logits = extended_log_probs(output.logits, parts.attention, src_ext, n_oov, z)
+            output.extras["p_gen"] = torch.sigmoid(z)
+        return output
 
     @abc.abstractmethod
     def pointer_forward(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool,
-        src_ext: Tensor | None,
-        n_oov: int,
-    ) -> Seq2SeqOutput:
-        """`forward` with tgt_in (B, T) in the target vocabulary and the copy inputs checked."""
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool
+    ) -> PointerParts:
+        """The teacher-forced pass of `forward`, tgt_in (B, T) in the target vocabulary."""
 
     def start_decoding(
         self, src: Tensor, src_lengths: Tensor, **copy_inputs: Unpack[CopyInputs]

@@ -35,7 +35,7 @@ from attnseq.attention.additive import AdditiveAttention
 from attnseq.attention.coverage import CoverageAttention
 from attnseq.attention.multiplicative import ConcatAttention
 from attnseq.models.copy import GenerationProbability, coverage_loss, extended_log_probs
-from attnseq.models.pointer import PointerGenerator
+from attnseq.models.pointer import PointerGenerator, PointerParts
 from attnseq.models.rnn import RNNSeq2Seq
 from attnseq.models.seq2seq import DecoderState, Seq2SeqOutput, Vocabularies
 
@@ -111,14 +111,8 @@ class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
 
     # ------------------------------------------------------------------ Seq2Seq interface
     def pointer_forward(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool,
-        src_ext: Tensor | None,
-        n_oov: int,
-    ) -> Seq2SeqOutput:
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool
+    ) -> PointerParts:
         """Teacher-forced pass, one decoder step at a time (coverage needs the previous steps);
         attention (B, T, S) if asked for."""
         state = self._encode(src, src_lengths)
@@ -135,17 +129,14 @@ class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
         weights = torch.stack(all_weights, dim=1)  # (B, T, S)
         logits = self.output(self.dropout(torch.stack(outputs, dim=1)))  # (B, T, V)
         extras: dict[str, Tensor] = {}
-        if self.copy:
-            assert src_ext is not None  # checked by PointerGenerator.forward
-            inputs = self.dropout(self.embedding(tgt_in))  # x_t: (B, T, emb)
-            z = self._p_gen_logit(
-                weights, state["annotations"], torch.stack(tops, dim=1), inputs
-            )  # (B, T)
-            logits = extended_log_probs(logits, weights, src_ext, n_oov, z)
-            extras["p_gen"] = torch.sigmoid(z)
         if self.coverage:
             extras["coverage_loss"] = torch.stack(losses, dim=1)  # (B, T)
-        return Seq2SeqOutput(logits, weights if need_weights else None, extras)
+        z = None
+        if self.copy:
+            inputs = self.dropout(self.embedding(tgt_in))  # x_t: (B, T, emb)
+            z = self._p_gen_logit(weights, state["annotations"], torch.stack(tops, dim=1), inputs)
+        output = Seq2SeqOutput(logits, weights if need_weights else None, extras)
+        return PointerParts(output, weights, z)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False

@@ -43,7 +43,6 @@ d_k = d_model / H.
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -55,33 +54,13 @@ from attnseq.models.positional import build_positional_encoding, make_positions
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
 from attnseq.models.transformer_layers import (
     DecoderLayer,
-    DecoderLayerOutput,
+    DecoderPass,
     LayerOptions,
     TransformerEncoder,
     final_norm,
 )
 
 NORMS = ("pre", "post")
-
-
-class DecoderPass(NamedTuple):
-    """The decoder stack run over T new target positions (`TransformerSeq2Seq.run_decoder`).
-
-    inputs: x_t (B, T, d_model), the embedded decoder input (scaled embedding + position).
-    decoded: s_t (B, T, d_model), the last layer's output after the final norm: what the
-        output projection reads.
-    layers: one `DecoderLayerOutput` per decoder layer, with its cross-attention weights
-        (B, H, T, S) where they were asked for and its self-attention cache when decoding
-        incrementally.
-    """
-
-    inputs: Tensor
-    decoded: Tensor
-    layers: list[DecoderLayerOutput]
-
-    def cross_weights(self) -> list[Tensor]:
-        """The cross-attention weights of every layer that returned them, (B, H, T, S) each."""
-        return [out.cross_weights for out in self.layers if out.cross_weights is not None]
 
 
 class TransformerSeq2Seq(Seq2Seq):

@@ -1,6 +1,7 @@
 """The layers of the transformer (Vaswani et al. 2017, "Attention Is All You Need", NeurIPS): the
-feed-forward network, the residual block, the encoder layer and stack, and the decoder layer.
-transformer.py assembles them into the encoder-decoder model.
+feed-forward network, the residual block, the encoder layer and stack, the decoder layer, and
+what a pass of the decoder stack returns. transformer.py assembles them into the encoder-decoder
+model.
 
 Encoder layer (section 3.1): self-attention over the source, then a position-wise feed-forward
 network; decoder layer: causal self-attention, cross-attention over the encoder output ("memory",
@@ -283,3 +284,24 @@ class DecoderLayer(nn.Module):
 
         x = self.ff_block.combine(x, self.ff(self.ff_block.sublayer_input(x)))
         return DecoderLayerOutput(x, self_cache, self_weights, cross_weights)
+
+
+class DecoderPass(NamedTuple):
+    """The decoder stack run over T new target positions (`TransformerSeq2Seq.run_decoder`,
+    transformer.py).
+
+    inputs: x_t (B, T, d_model), the embedded decoder input (scaled embedding + position).
+    decoded: s_t (B, T, d_model), the last layer's output after the final norm: what the
+        output projection reads.
+    layers: one `DecoderLayerOutput` per decoder layer, with its cross-attention weights
+        (B, H, T, S) where they were asked for and its self-attention cache when decoding
+        incrementally.
+    """
+
+    inputs: Tensor
+    decoded: Tensor
+    layers: list[DecoderLayerOutput]
+
+    def cross_weights(self) -> list[Tensor]:
+        """The cross-attention weights of every layer that returned them, (B, H, T, S) each."""
+        return [out.cross_weights for out in self.layers if out.cross_weights is not None]

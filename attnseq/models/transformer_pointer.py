@@ -39,9 +39,10 @@ from attnseq.models.copy import (
     extended_log_probs,
     teacher_forced_coverage,
 )
-from attnseq.models.pointer import PointerGenerator
-from attnseq.models.seq2seq import DecoderState, Seq2SeqOutput, Vocabularies
-from attnseq.models.transformer import DecoderPass, TransformerSeq2Seq
+from attnseq.models.pointer import PointerGenerator, PointerParts
+from attnseq.models.seq2seq import DecoderState, Vocabularies
+from attnseq.models.transformer import TransformerSeq2Seq
+from attnseq.models.transformer_layers import DecoderPass
 
 
 class PointerGeneratorTransformer(PointerGenerator, TransformerSeq2Seq):
@@ -72,47 +73,24 @@ class PointerGeneratorTransformer(PointerGenerator, TransformerSeq2Seq):
         assert weights is not None  # run_decoder was asked for them (weights_of)
         return weights.mean(dim=1)
 
-    def _mix(
-        self,
-        logits: Tensor,
-        attention: Tensor,
-        memory: Tensor,
-        decoder: DecoderPass,
-        src_ext: Tensor,
-        n_oov: int,
-    ) -> tuple[Tensor, Tensor]:
-        """log P over the extended vocabulary and p_gen, for (B, T, ...) tensors.
-
-        Args:
-            logits: (B, T, V); attention: (B, T, S) head-averaged copy layer; memory: (B, S,
-                d_model); decoder: its s_t (`decoded`) and x_t (`inputs`), (B, T, d_model).
-        """
+    def _p_gen_logit(self, attention: Tensor, memory: Tensor, decoder: DecoderPass) -> Tensor:
+        """z of p_gen, (B, T), from the copy attention (B, T, S), the memory (B, S, d_model) and
+        the decoder pass (its s_t `decoded` and x_t `inputs`, (B, T, d_model))."""
         context = torch.bmm(attention, memory)  # c_t: (B, T, d_model)
-        z = self.generation(context, decoder.decoded, decoder.inputs)  # (B, T)
-        return extended_log_probs(logits, attention, src_ext, n_oov, z), torch.sigmoid(z)
+        return self.generation(context, decoder.decoded, decoder.inputs)
 
     def pointer_forward(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool,
-        src_ext: Tensor | None,
-        n_oov: int,
-    ) -> Seq2SeqOutput:
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool
+    ) -> PointerParts:
         output, decoder, memory = self.teacher_forced(
             src, src_lengths, tgt_in, need_weights, weights_of=self.copy_layer
         )
         copy_attention = self._copy_attention(decoder)  # (B, T, S)
-        if self.copy:
-            assert src_ext is not None  # checked by PointerGenerator.forward
-            output.logits, output.extras["p_gen"] = self._mix(
-                output.logits, copy_attention, memory, decoder, src_ext, n_oov
-            )
         if self.coverage:
             coverage = teacher_forced_coverage(copy_attention)  # c^t: (B, T, S)
             output.extras["coverage_loss"] = coverage_loss(copy_attention, coverage)  # (B, T)
-        return output
+        z = self._p_gen_logit(copy_attention, memory, decoder) if self.copy else None
+        return PointerParts(output, copy_attention, z)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
@@ -126,12 +104,8 @@ class PointerGeneratorTransformer(PointerGenerator, TransformerSeq2Seq):
             prev_tokens, state, need_weights, weights_of=self.copy_layer
         )
         logits = self.output_proj(decoder.decoded)  # (B, 1, V)
-        log_probs, _ = self._mix(
-            logits,
-            self._copy_attention(decoder),  # (B, 1, S)
-            state["memory"],
-            decoder,
-            state["src_ext"],
-            state["n_oov"],
-        )
+        copy_attention = self._copy_attention(decoder)  # (B, 1, S)
+        z = self._p_gen_logit(copy_attention, state["memory"], decoder)  # (B, 1)
+        src_ext, n_oov = state["src_ext"], state["n_oov"]
+        log_probs = extended_log_probs(logits, copy_attention, src_ext, n_oov, z)
         return log_probs.squeeze(1), attention, new_state

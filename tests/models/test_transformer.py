@@ -246,6 +246,28 @@ def test_incremental_decoding_equals_forward(norm: str, positions: str) -> None:
     assert state["layers"][0]["self_k"].shape == (3, HEADS, 6, 16)
 
 
+def test_run_decoder_gives_the_asked_layer_weights_on_the_fast_path() -> None:
+    """weights_of: one layer's cross-attention without need_weights, as the explicit pass has
+    it; the pass's final output is what the output projection reads."""
+    model = tiny_model().eval()
+    src, lengths, tgt_in = padded_batch()
+    output, decoder, memory = model.teacher_forced(src, lengths, tgt_in, weights_of=1)
+    assert output.attention is None and memory.shape == (3, 5, 32)
+    assert [out.cross_weights is None for out in decoder.layers] == [True, False]
+    assert decoder.inputs.shape == decoder.decoded.shape == (3, 6, 32)
+    torch.testing.assert_close(model.output_proj(decoder.decoded), output.logits)
+    explicit = model(src, lengths, tgt_in, need_weights=True)  # attention (B, L, H, T, S)
+    torch.testing.assert_close(decoder.layers[1].cross_weights, explicit.attention[:, 1])
+    with torch.no_grad():
+        step, attention, _ = model.incremental_step(
+            tgt_in[:, 0], model.start_decoding(src, lengths), weights_of=0
+        )
+    assert attention is None and step.layers[1].cross_weights is None
+    torch.testing.assert_close(
+        step.layers[0].cross_weights[:, :, 0], explicit.attention[:, 0, :, 0], atol=ATOL, rtol=0
+    )
+
+
 def test_decoding_state_layout_is_batch_first() -> None:
     model = tiny_model().eval()
     src, lengths, _ = padded_batch()
