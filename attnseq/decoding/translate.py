@@ -30,19 +30,17 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
 from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extend_text
+from attnseq.data.prepare import TokenizerPair
 from attnseq.decoding import DecodingSettings, Hypothesis, decode
 from attnseq.errors import UserError
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.trainer import resolve_device
-
-if TYPE_CHECKING:  # tasks.py (the composition root) is imported only when a checkpoint loads
-    from attnseq.training.run import Tokenizers
 
 CHUNK_SIZE = 1000
 
@@ -58,13 +56,13 @@ class Translator:
 
     Args:
         model: the model (moved to `device`, put in eval mode here).
-        tokenizers: `attnseq.training.run.Tokenizers` of the checkpoint.
+        tokenizers: the checkpoint's tokenizers.
         cfg: the checkpoint's config.
         device: where to decode.
     """
 
     def __init__(
-        self, model: Seq2Seq, tokenizers: "Tokenizers", cfg: TrainConfig, device: torch.device
+        self, model: Seq2Seq, tokenizers: TokenizerPair, cfg: TrainConfig, device: torch.device
     ) -> None:
         self.tokenizers = tokenizers
         self.cfg = cfg
