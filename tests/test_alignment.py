@@ -29,7 +29,7 @@ from attnseq.data.batching import Example, encode_pairs
 from attnseq.data.generated import gold_alignments, make_splits
 from attnseq.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
 from attnseq.models.rnn import RNNSeq2Seq
-from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
+from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
 from attnseq.models.transformer import TransformerSeq2Seq
 
 
@@ -361,8 +361,9 @@ def test_tiny_untrained_rnn_and_transformer() -> None:
     torch.manual_seed(0)
     examples, src_p, tgt_p, gold, src_tok, tgt_tok = encoded("toy_translation", "word", size=8)
     V_src, V_tgt = src_tok.vocab_size, tgt_tok.vocab_size
+    vocab = Vocabularies(V_src, V_tgt, PAD_ID, BOS_ID, EOS_ID)
     rnn = RNNSeq2Seq(
-        V_src, V_tgt, PAD_ID, BOS_ID, EOS_ID,
+        vocab,
         attention=AdditiveAttention(16, 16, 8), emb_dim=8, enc_hidden=8, hidden=16,
     )  # fmt: skip
     rnn.train()
@@ -374,7 +375,7 @@ def test_tiny_untrained_rnn_and_transformer() -> None:
     assert rnn.training  # mode restored
 
     transformer = TransformerSeq2Seq(
-        V_src, V_tgt, PAD_ID, BOS_ID, EOS_ID,
+        vocab,
         d_model=16, heads=2, enc_layers=1, dec_layers=3, ff_dim=32,
     )  # fmt: skip
     metrics = model_alignment_metrics(

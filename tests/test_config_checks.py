@@ -21,7 +21,7 @@ from attnseq.config.resources import (
 )
 from attnseq.config.schema import TrainConfig, config_from_dict
 from attnseq.errors import UserError
-from attnseq.models import build_model
+from attnseq.models import Vocabularies, build_model
 
 GIB = 1024**3
 
@@ -145,7 +145,7 @@ def test_checkpoint_configs_are_checked_by_the_same_rules() -> None:
 def test_parameter_estimate_matches_the_built_model(overrides: dict) -> None:
     model_cfg = config_from_dict({"model": overrides, "data": {"max_src_len": 50}}).model
     vocab = 37
-    model = build_model(model_cfg, vocab, vocab, 0, 2, 3)
+    model = build_model(model_cfg, Vocabularies(vocab, vocab, 0, 2, 3))
     actual = sum(p.numel() for p in model.parameters())
     family = transformer_parameters if model_cfg.family.name == "transformer" else rnn_parameters
     estimated = family(model_cfg, vocab)

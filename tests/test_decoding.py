@@ -1,6 +1,7 @@
-"""Greedy decoding and batched beam search: equivalences (beam 1 = greedy, batch 1 = batch 32),
-exact search on a hand-set model, length penalty, n-best, constraints, attention along the
-back-pointers, and beam 5 against greedy on a trained reverse model."""
+"""Greedy decoding and batched beam search: greedy against a written-out argmax, equivalences
+(beam 1 = greedy, batch 1 = batch 32), exact search on a hand-set model, length penalty, n-best,
+constraints, attention along the back-pointers, and beam 5 against greedy on a trained reverse
+model."""
 
 import itertools
 import logging
@@ -18,11 +19,12 @@ from attnseq.decoding import (
     Hypothesis,
     beam_search,
     decode,
+    gnmt_length_penalty,
     greedy_decode,
     max_output_lengths,
 )
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models import build_model
+from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -38,7 +40,7 @@ def make_model(family: str, seed: int = 0) -> Seq2Seq:
     """An untrained tiny model of one family, in eval mode (deterministic)."""
     torch.manual_seed(seed)
     cfg = tiny_config(*FAMILIES[family], "model.dropout=0.0")
-    return build_model(cfg.model, VOCAB, VOCAB, PAD, BOS, EOS).eval()
+    return build_model(cfg.model, Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)).eval()
 
 
 def random_batch(batch: int, length: int = 7, seed: int = 1) -> tuple[Tensor, Tensor]:
@@ -112,7 +114,7 @@ def test_beam_one_equals_greedy(family: str) -> None:
     limits = max_output_lengths(lengths, 1.5, 2)
     greedy = greedy_decode(model, src, lengths, limits, need_weights=True)
     beam = beam_search(
-        model, src, lengths, limits, beam_size=1, length_penalty=0.0, need_weights=True
+        model, src, lengths, limits, DecodingSettings(beam=1, length_penalty=0.0), need_weights=True
     )
     for g, (b,) in zip(greedy, beam, strict=True):
         assert b.tokens == g.tokens
@@ -126,7 +128,8 @@ def test_batch_of_one_equals_batch_of_32(family: str) -> None:
     model = make_model(family, seed=3)
     src, lengths = random_batch(32, seed=4)
     limits = max_output_lengths(lengths, 1.0, 3)
-    batched = beam_search(model, src, lengths, limits, beam_size=4, nbest=3)
+    settings = DecodingSettings(beam=4, nbest=3)
+    batched = beam_search(model, src, lengths, limits, settings)
     for row in range(32):
         n = int(lengths[row])
         alone = beam_search(
@@ -134,21 +137,66 @@ def test_batch_of_one_equals_batch_of_32(family: str) -> None:
             src[row : row + 1, :n],
             lengths[row : row + 1],
             limits[row : row + 1],
-            beam_size=4,
-            nbest=3,
+            settings,
         )[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[row]]
         for a, b in zip(alone, batched[row], strict=True):
             assert a.score == pytest.approx(b.score, abs=1e-4)
 
 
-def test_dispatcher_greedy_and_beam() -> None:
+def reference_greedy(model: Seq2Seq, src: Tensor, length: int, limit: int) -> tuple[list, float]:
+    """Greedy decoding written out with full teacher-forced passes over the growing prefix
+    (no decoder state, no batching): the argmax of every step, PAD and BOS excluded."""
+    tokens: list[int] = []
+    score = 0.0
+    while True:
+        tgt_in = torch.tensor([[BOS, *tokens]])  # (1, t + 1)
+        logits = model(src[:length].unsqueeze(0), torch.tensor([length]), tgt_in).logits
+        log_probs = torch.log_softmax(logits[0, -1].float(), dim=-1)  # (V,)
+        log_probs[[PAD, BOS]] = -math.inf
+        best = int(log_probs.argmax())
+        score += float(log_probs[best])
+        if best == EOS:
+            return tokens, score
+        tokens.append(best)
+        if len(tokens) == limit:
+            return tokens, score
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_is_the_argmax_of_every_step(family: str) -> None:
+    model = make_model(family, seed=2)
+    src, lengths = random_batch(6, seed=8)
+    limits = max_output_lengths(lengths, 1.0, 1)
+    with torch.no_grad():
+        found = greedy_decode(model, src, lengths, limits)
+        for row, hypothesis in enumerate(found):
+            tokens, score = reference_greedy(model, src[row], int(lengths[row]), int(limits[row]))
+            assert hypothesis.tokens == tokens, row
+            assert hypothesis.score == pytest.approx(score, abs=1e-4)
+
+
+def test_decode_with_beam_one_is_greedy_not_beam_search() -> None:
+    """EOS first is the argmax (greedy: empty output), but with alpha = 2 a single beam
+    searches on to a longer output with a better normalised score: `decode` must give
+    greedy's, normalised by hand."""
+    model = table_model(
+        [{EOS: -0.7, 4: -0.8}, {4: -0.3, EOS: -3}, {4: -0.3, EOS: -3}, {EOS: -0.3, 4: -3}]
+    )
+    src, lengths = one_source()
+    settings = DecodingSettings(beam=1, length_penalty=2.0, max_output_ratio=0, max_output_extra=6)
+    ((decoded,),) = decode(model, src, lengths, settings)
+    eos_first = torch.log_softmax(model.table[0, BOS], dim=-1)[EOS].item()
+    assert decoded.tokens == []
+    assert decoded.score == pytest.approx(eos_first, abs=1e-6)
+    assert decoded.normalized_score == pytest.approx(eos_first / lp(1, 2.0), abs=1e-6)
+    ((searched,),) = beam_search(model, src, lengths, torch.tensor([6]), settings)
+    assert searched.tokens == [4, 4, 4]
+
+
+def test_decode_returns_nbest_lists() -> None:
     model = make_model("transformer")
     src, lengths = random_batch(5)
-    greedy = decode(model, src, lengths, DecodingSettings(beam=1, length_penalty=0.0))
-    direct = greedy_decode(model, src, lengths, max_output_lengths(lengths, 1.5, 10))
-    assert [[h.tokens] for h in direct] == [[h.tokens for h in n] for n in greedy]
-    assert all(n[0].normalized_score == n[0].score for n in greedy)  # alpha = 0: lp = 1
     nbest = decode(model, src, lengths, DecodingSettings(beam=3, nbest=2))
     assert [len(n) for n in nbest] == [2] * 5
     with pytest.raises(ValueError, match="nbest"):
@@ -182,9 +230,7 @@ def test_large_beam_is_exact_search() -> None:
             src,
             lengths,
             torch.tensor([max_len]),
-            beam_size=40,
-            nbest=5,
-            length_penalty=alpha,
+            DecodingSettings(beam=40, nbest=5, length_penalty=alpha),
         )
         assert [h.tokens for h in found] == [o[0] for o in ranked[:5]]
         assert [h.score for h in found] == pytest.approx([o[1] for o in ranked[:5]], abs=1e-5)
@@ -199,9 +245,8 @@ def test_length_penalty_favours_longer_outputs() -> None:
     src, lengths = one_source()
     found_lengths = []
     for alpha in (0.0, 0.5, 1.0, 2.0):
-        results = beam_search(
-            model, src, lengths, torch.tensor([6]), beam_size=3, length_penalty=alpha
-        )
+        settings = DecodingSettings(beam=3, length_penalty=alpha)
+        results = beam_search(model, src, lengths, torch.tensor([6]), settings)
         found_lengths.append(len(results[0][0].tokens))
     assert found_lengths == sorted(found_lengths)  # never shorter with a larger alpha
     assert found_lengths[0] == 0 and found_lengths[-1] == 3
@@ -212,7 +257,7 @@ def test_nbest_sorted_and_distinct(family: str) -> None:
     model = make_model(family, seed=5)
     src, lengths = random_batch(6, seed=6)
     limits = max_output_lengths(lengths, 1.0, 2)
-    results = beam_search(model, src, lengths, limits, beam_size=6, nbest=4)
+    results = beam_search(model, src, lengths, limits, DecodingSettings(beam=6, nbest=4))
     for nbest in results:
         assert len(nbest) == 4
         assert len({tuple(h.tokens) for h in nbest}) == 4
@@ -229,10 +274,11 @@ def test_no_repeat_ngram_blocks_repeats() -> None:
     model = table_model([{4: -0.1, 5: -2.5, UNK: -3.0, EOS: -4.0}] * 8)
     src, lengths = one_source()
     limit = torch.tensor([8])
-    (plain,) = beam_search(model, src, lengths, limit, beam_size=3)
+    (plain,) = beam_search(model, src, lengths, limit, DecodingSettings(beam=3))
     assert plain[0].tokens == [4] * 8
     for n in (1, 2, 3):
-        (blocked,) = beam_search(model, src, lengths, limit, beam_size=3, no_repeat_ngram=n)
+        settings = DecodingSettings(beam=3, no_repeat_ngram=n)
+        (blocked,) = beam_search(model, src, lengths, limit, settings)
         tokens = blocked[0].tokens
         grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
         assert len(grams) == len(set(grams)), (n, tokens)
@@ -267,7 +313,8 @@ def test_beam_attention_equals_teacher_forced_attention(family: str) -> None:
     model = make_model(family, seed=8)
     src, lengths = random_batch(6, seed=9)
     limits = max_output_lengths(lengths, 1.0, 2)
-    results = beam_search(model, src, lengths, limits, beam_size=4, nbest=3, need_weights=True)
+    settings = DecodingSettings(beam=4, nbest=3)
+    results = beam_search(model, src, lengths, limits, settings, need_weights=True)
     for row, nbest in enumerate(results):
         n = int(lengths[row])
         for h in nbest:
@@ -350,10 +397,8 @@ def test_coverage_penalty_ranks_by_the_hypothesis_own_attention(family: str) -> 
     src, lengths = random_batch(4)
     limits = max_output_lengths(lengths, 1.0, 3)
     beta, alpha = 0.7, 0.6
-    results = beam_search(
-        model, src, lengths, limits, beam_size=3, nbest=3, length_penalty=alpha,
-        coverage_penalty=beta, need_weights=True,
-    )  # fmt: skip
+    settings = DecodingSettings(beam=3, nbest=3, length_penalty=alpha, coverage_penalty=beta)
+    results = beam_search(model, src, lengths, limits, settings, need_weights=True)
     for row, nbest in enumerate(results):
         norms = [h.normalized_score for h in nbest]
         assert norms == sorted(norms, reverse=True)
@@ -367,6 +412,13 @@ def test_coverage_penalty_ranks_by_the_hypothesis_own_attention(family: str) -> 
             assert hypothesis.normalized_score == pytest.approx(
                 hypothesis.score / lp + penalty, abs=1e-4
             ), row
+
+
+def test_gnmt_length_penalty_of_one_length_and_of_many() -> None:
+    lengths = [0, 1, 4, 9]
+    many = gnmt_length_penalty(torch.tensor(lengths), 0.6).tolist()
+    assert [gnmt_length_penalty(n, 0.6) for n in lengths] == pytest.approx(many, rel=1e-6)
+    assert gnmt_length_penalty(4, 0.6) == pytest.approx(lp(4, 0.6), rel=1e-12)
 
 
 def test_coverage_penalty_is_not_greedy() -> None:

@@ -12,6 +12,7 @@ from attnseq.config.schema import Metric, OptimConfig, Scheduler, TrainerConfig
 from attnseq.data.batching import collate
 from attnseq.data.loader import TokenCounts
 from attnseq.models import build_model
+from attnseq.models.seq2seq import Vocabularies
 from attnseq.training.distributed import WorldInfo
 from attnseq.training.loss import sequence_loss
 from attnseq.training.optim import build_optimizer, parameter_groups, regroup_state
@@ -27,7 +28,7 @@ PAD, BOS, EOS = 0, 2, 3
 def tiny_model(family: str = "transformer") -> torch.nn.Module:
     torch.manual_seed(0)
     cfg = tiny_config(f"model.family={family}", "model.dropout=0").model
-    return build_model(cfg, 12, 12, PAD, BOS, EOS)
+    return build_model(cfg, Vocabularies(12, 12, PAD, BOS, EOS))
 
 
 def tiny_batch():

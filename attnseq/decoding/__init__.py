@@ -4,7 +4,8 @@ step interface, for both model families.
     settings.py      DecodingSettings (how to decode), Hypothesis (one output), output limits,
                      the GNMT length penalty, and the step helpers both searches share
     greedy.py        greedy_decode
-    beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty, and the
+    beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty
+    beam_hypotheses.py  the candidates and finished hypotheses of a beam search, and the
                      attention of each hypothesis along its back-pointers
     this file        decode: the search a `DecodingSettings` asks for (plain greedy decoding
                      for beam 1: beam_search.py says why)
@@ -15,11 +16,14 @@ from the batch, so a long run-away hypothesis does not keep the whole batch busy
 
 Copy models (pointer-generators, models/copy.py) score an extended vocabulary of V + n_oov ids:
 `decode_step` returns log-probabilities over it, the searches treat it as any vocabulary, and the
-model itself reads an emitted id >= V back as <unk>. `src_ext` and `n_oov` (the source in the
-extended vocabulary) go to the model's `start_decoding`; plain models never see them.
+model itself reads an emitted id >= V back as <unk>. Its `CopyInputs`, `src_ext` and `n_oov` (the
+source in the extended vocabulary), go to the model's `start_decoding`; plain models never see
+them.
 
 Shapes: B batch, S source length, V target vocabulary.
 """
+
+from typing import Unpack
 
 from torch import Tensor
 
@@ -31,7 +35,7 @@ from attnseq.decoding.settings import (
     gnmt_length_penalty,
     max_output_lengths,
 )
-from attnseq.models.seq2seq import Seq2Seq
+from attnseq.models.seq2seq import CopyInputs, Seq2Seq
 
 __all__ = [
     "DecodingSettings",
@@ -50,17 +54,15 @@ def decode(
     src_lengths: Tensor,
     settings: DecodingSettings,
     need_weights: bool = False,
-    *,
-    src_ext: Tensor | None = None,
-    n_oov: int = 0,
+    **copy_inputs: Unpack[CopyInputs],
 ) -> list[list[Hypothesis]]:
     """Decode a batch as `settings` ask: greedy for beam 1 without n-best or constraints (the
     same output, a little faster), beam search otherwise.
 
     Args:
         src: (B, S) source ids, right-padded; src_lengths: (B,) real lengths.
-        src_ext, n_oov: copy models: the source in the extended vocabulary (`Batch.src_ext`,
-            `Batch.n_oov`).
+        **copy_inputs: copy models: src_ext and n_oov, the source in the extended vocabulary
+            (`Batch.copy_inputs()`).
 
     Returns:
         per input sentence, its n-best list (one hypothesis unless settings.nbest > 1), best
@@ -70,29 +72,13 @@ def decode(
     limits = max_output_lengths(
         src_lengths, settings.max_output_ratio, settings.max_output_extra
     )  # (B,)
-    if settings.is_greedy:
-        hypotheses = greedy_decode(
-            model, src, src_lengths, limits, need_weights, src_ext=src_ext, n_oov=n_oov
-        )
-        for hypothesis, limit in zip(hypotheses, limits.tolist(), strict=True):
-            # greedy stops at EOS (then it scored len + 1 positions) or at the limit
-            n_tokens = len(hypothesis.tokens)
-            scored = n_tokens + 1 if n_tokens < limit else max(limit, 1)
-            penalty = ((5.0 + scored) / 6.0) ** settings.length_penalty  # GNMT lp, eq. 14
-            hypothesis.normalized_score = hypothesis.score / penalty
-        return [[hypothesis] for hypothesis in hypotheses]
-    return beam_search(
-        model,
-        src,
-        src_lengths,
-        limits,
-        beam_size=settings.beam,
-        length_penalty=settings.length_penalty,
-        nbest=settings.nbest,
-        min_length=settings.min_length,
-        no_repeat_ngram=settings.no_repeat_ngram,
-        need_weights=need_weights,
-        coverage_penalty=settings.coverage_penalty,
-        src_ext=src_ext,
-        n_oov=n_oov,
-    )
+    if not settings.is_greedy:
+        return beam_search(model, src, src_lengths, limits, settings, need_weights, **copy_inputs)
+    hypotheses = greedy_decode(model, src, src_lengths, limits, need_weights, **copy_inputs)
+    for hypothesis, limit in zip(hypotheses, limits.tolist(), strict=True):
+        # greedy stops at EOS (then it scored len + 1 positions) or at the limit
+        n_tokens = len(hypothesis.tokens)
+        scored = n_tokens + 1 if n_tokens < limit else max(limit, 1)
+        penalty = gnmt_length_penalty(scored, settings.length_penalty)
+        hypothesis.normalized_score = hypothesis.score / penalty
+    return [[hypothesis] for hypothesis in hypotheses]

@@ -42,22 +42,25 @@ beams are still chosen by raw score; cp only ranks the finished hypotheses (and
 `Hypothesis.normalized_score` includes it). cp <= 0 can only grow as a hypothesis attends to more
 of the source, so the stopping bound above stays an upper bound.
 
-Attention under beam search is gathered along back-pointers rather than carried in the state:
-every step stores the cross-attention of its input rows (R_t, S) or (R_t, L, H, S) and, for each
-row of the next step, the row of its parent. A finished hypothesis records the step and row that
-produced its last position; at the end, one walk backwards over the steps (vectorised over all
-returned hypotheses) picks each position's weights from its ancestor's row. This copies nothing
-per step (carrying would re-index a growing (R, t, ...) history every step, O(T^2) copies).
+Attention under beam search is gathered along back-pointers at the end rather than carried in
+the state (beam_hypotheses.py, which also holds the finished hypotheses).
+
+One step of the search, in `beam_search`: the model scores the live rows, the constraints
+(`_constrained_log_probs`) remove what may not come next, `_top_candidates` ranks the
+extensions, the K best that end finish, `_live_candidates` keeps the K best that go on, and
+`_is_done` drops the sentences whose n-best list can no longer change.
 
 Shapes: B batch, K beam size, V target vocabulary, S source length, T output length, R rows of
 the live batch (B_live at the first step, B_live * K later), N = nbest.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Unpack
 
 import torch
 from torch import Tensor
 
+from attnseq.decoding.beam_hypotheses import Candidates, Finished, assemble, finished_candidates
 from attnseq.decoding.coverage_penalty import BeamCoverage
 from attnseq.decoding.settings import (
     NEG_INF,
@@ -67,51 +70,52 @@ from attnseq.decoding.settings import (
     never_pad_or_bos,
     start_decoding,
 )
-from attnseq.models.seq2seq import Seq2Seq
+from attnseq.models.seq2seq import CopyInputs, DecoderState, Seq2Seq
 
 
 @dataclass
-class _Finished:
-    """The N best finished hypotheses of every sentence, best first (-inf marks empty slots).
+class _Beams:
+    """The live rows of the search: R = B_live * width, the rows of one sentence contiguous.
 
-    norm, raw: (B, N) normalised and raw scores.
-    tokens: (B, N, T_max) output ids, padded; length: (B, N) output tokens (EOS excluded).
-    step, row: (B, N) the step that scored the last position and the row (in that step's
-        input batch) that produced it: where the attention back-tracking starts.
+    state: the model's decoder state of the R rows.
+    prev: (R,) the token each row feeds next (BOS at the first step).
+    sentences: (B_live,) the original sentence of each live sentence.
+    width: beams per live sentence: one (BOS) at the first step, K afterwards.
+    scores: (R,) raw scores; history: (R, t) the output tokens so far.
     """
 
-    norm: Tensor
-    raw: Tensor
-    tokens: Tensor
-    length: Tensor
-    step: Tensor
-    row: Tensor
+    state: DecoderState
+    prev: Tensor
+    sentences: Tensor
+    width: int
+    scores: Tensor
+    history: Tensor
 
     @classmethod
-    def empty(
-        cls, batch: int, n: int, longest: int, pad_id: int, device: torch.device
-    ) -> "_Finished":
+    def start(cls, state: DecoderState, batch: int, bos_id: int, device: torch.device) -> "_Beams":
         return cls(
-            norm=torch.full((batch, n), NEG_INF, device=device),
-            raw=torch.full((batch, n), NEG_INF, device=device),
-            tokens=torch.full((batch, n, longest), pad_id, dtype=torch.long, device=device),
-            length=torch.zeros(batch, n, dtype=torch.long, device=device),
-            step=torch.zeros(batch, n, dtype=torch.long, device=device),
-            row=torch.zeros(batch, n, dtype=torch.long, device=device),
+            state=state,
+            prev=torch.full((batch,), bos_id, dtype=torch.long, device=device),
+            sentences=torch.arange(batch, device=device),
+            width=1,
+            scores=torch.zeros(batch, device=device),
+            history=torch.empty(batch, 0, dtype=torch.long, device=device),
         )
 
-    def merge(self, sentences: Tensor, new: "_Finished") -> None:
-        """Keep the N best of the old entries of `sentences` (B_live,) and `new` (B_live, K)."""
-        n = self.norm.size(1)
-        norm = torch.cat([self.norm[sentences], new.norm], dim=1)  # (B_live, N + K)
-        best_norm, pick = norm.topk(n, dim=1)  # (B_live, N), best first
-        self.norm[sentences] = best_norm
-        for name in ("raw", "length", "step", "row"):
-            both = torch.cat([getattr(self, name)[sentences], getattr(new, name)], dim=1)
-            getattr(self, name)[sentences] = both.gather(1, pick)
-        both = torch.cat([self.tokens[sentences], new.tokens], dim=1)  # (B_live, N + K, T_max)
-        index = pick.unsqueeze(-1).expand(-1, -1, both.size(-1))  # (B_live, N, T_max)
-        self.tokens[sentences] = both.gather(1, index)
+    def advance(self, model: Seq2Seq, live: Candidates, keep: Tensor) -> Tensor:
+        """Go on with the `live` beams (B_live, K) of the sentences `keep` (B_keep,).
+
+        Returns:
+            (B_keep * K,) the flat parent row of each new row, in this step's input batch.
+        """
+        rows = live.parents[keep].reshape(-1)  # (B_keep * K,)
+        self.state = model.reorder_state(self.state, rows)
+        self.history = torch.cat([self.history[rows], live.tokens[keep].reshape(-1, 1)], dim=1)
+        self.scores = live.scores[keep].reshape(-1)  # (B_keep * K,)
+        self.prev = self.history[:, -1]
+        self.sentences = self.sentences[keep]
+        self.width = live.scores.size(1)
+        return rows
 
 
 def _banned_by_ngrams(history: Tensor, n: int, vocab_size: int) -> Tensor:
@@ -134,256 +138,201 @@ def _banned_by_ngrams(history: Tensor, n: int, vocab_size: int) -> Tensor:
     return mask.scatter_(1, banned, True)[:, :vocab_size]
 
 
+@dataclass
+class _TrackedAttention:
+    """What the search keeps of the cross-attention of every step: the steps and back-pointers
+    that `assemble` traces each hypothesis's attention along (with need_weights), and the
+    coverage of every live row (with a coverage penalty).
+
+    steps: step t: (R_t, S) or (R_t, L, H, S); parents: entry t: (R_{t+1},) the parent row in
+    step t's input of every row of step t + 1.
+    """
+
+    keep_steps: bool
+    coverage: BeamCoverage | None
+    steps: list[Tensor] = field(default_factory=list)
+    parents: list[Tensor] = field(default_factory=list)
+
+    @classmethod
+    def start(
+        cls, settings: DecodingSettings, src_lengths: Tensor, src_len: int, need_weights: bool
+    ) -> "_TrackedAttention":
+        beta = settings.coverage_penalty
+        return cls(need_weights, BeamCoverage(src_lengths, src_len, beta) if beta else None)
+
+    @property
+    def needed(self) -> bool:
+        """Whether the model must return its attention."""
+        return self.keep_steps or self.coverage is not None
+
+    def add(self, attention: Tensor | None) -> None:
+        """Keep one step's attention of every row."""
+        if self.coverage is not None:
+            self.coverage.add(attention)
+        if self.keep_steps and attention is not None:
+            self.steps.append(attention)
+
+    def reorder(self, rows: Tensor) -> None:
+        """Follow the beams: row r of the next step continues row rows[r] of this one."""
+        if self.coverage is not None:
+            self.coverage.reorder(rows)
+        if self.steps:
+            self.parents.append(rows)
+
+    def penalty(self, rows: Tensor) -> Tensor | None:
+        """The coverage penalty of hypotheses ending on these rows (same shape); None if off."""
+        return None if self.coverage is None else self.coverage.penalty(rows)
+
+
 @torch.no_grad()
 def beam_search(
     model: Seq2Seq,
     src: Tensor,
     src_lengths: Tensor,
     max_lengths: Tensor,
-    *,
-    beam_size: int,
-    length_penalty: float = 1.0,
-    nbest: int = 1,
-    min_length: int = 0,
-    no_repeat_ngram: int = 0,
+    settings: DecodingSettings,
     need_weights: bool = False,
-    coverage_penalty: float = 0.0,
-    src_ext: Tensor | None = None,
-    n_oov: int = 0,
+    **copy_inputs: Unpack[CopyInputs],
 ) -> list[list[Hypothesis]]:
     """Batched beam search (see the module docstring for the algorithm).
 
     Args:
         src: (B, S) source ids, right-padded; src_lengths: (B,) real lengths.
         max_lengths: (B,) output limits in tokens, EOS not counted (at least 1 is used).
-        beam_size: K, live hypotheses per sentence.
-        length_penalty: GNMT alpha; 0 ranks by the raw sum of log-probabilities.
-        nbest: hypotheses returned per sentence, 1 <= nbest <= beam_size.
-        min_length: EOS gets probability zero until this many tokens were produced.
-        no_repeat_ngram: n > 0 forbids any n-gram from occurring twice in one output.
+        settings: beam size K, length penalty alpha, nbest, min_length, no_repeat_ngram and
+            coverage penalty beta (its output limits are `max_lengths`' business).
         need_weights: attach each hypothesis's cross-attention (see `Hypothesis`).
-        coverage_penalty: beta of the GNMT coverage penalty (module docstring); 0 = off.
-        src_ext, n_oov: copy models: (B, S) the source in the extended vocabulary, and its
-            number of extra ids.
+        **copy_inputs: copy models: src_ext (B, S), the source in the extended vocabulary,
+            and n_oov, its number of extra ids.
 
     Returns:
         per input sentence, up to `nbest` distinct hypotheses sorted by normalised score, best
         first (fewer only when fewer than `nbest` outputs have non-zero probability; a sentence
         where none has gets one empty hypothesis with score -inf).
     """
-    DecodingSettings(
-        beam=beam_size, nbest=nbest, min_length=min_length, coverage_penalty=coverage_penalty
-    ).check()
-    if no_repeat_ngram < 0:
-        raise ValueError(f"no_repeat_ngram must be >= 0, got {no_repeat_ngram}")
-    k, device, eos = beam_size, src.device, model.eos_id
-    batch = src.size(0)
+    settings.check()
+    k, device = settings.beam, src.device
     max_lengths = max_lengths.to(device).clamp(min=1)  # (B,)
     longest = int(max_lengths.max())
     # lp for every |Y| in 0 .. longest + 1, looked up by index instead of recomputed per step
-    lp = gnmt_length_penalty(torch.arange(longest + 2, device=device), length_penalty)
-    finished = _Finished.empty(batch, nbest, longest, model.pad_id, device)
-
-    state = start_decoding(model, src, src_lengths, src_ext, n_oov)
-    live = torch.arange(batch, device=device)  # (B_live,) original sentence of each
-    width = 1  # beams per live sentence: one (BOS) at the first step, K afterwards
-    scores = torch.zeros(batch, device=device)  # (R,) raw scores of the live rows
-    history = torch.empty(batch, 0, dtype=torch.long, device=device)  # (R, t) output so far
-    prev = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)  # (R,)
-    step_attention: list[Tensor] = []  # step t: (R_t, S) or (R_t, L, H, S)
-    step_parents: list[Tensor] = []  # entry t: (R_{t+1},) parent row in step t's input
-    coverage = None  # the attention each row has accumulated, for the coverage penalty
-    if coverage_penalty:
-        coverage = BeamCoverage(src_lengths.to(device), src.size(1), coverage_penalty)
+    lp = gnmt_length_penalty(torch.arange(longest + 2, device=device), settings.length_penalty)
+    finished = Finished.empty(src.size(0), settings.nbest, longest, model.pad_id, device)
+    state = start_decoding(model, src, src_lengths, copy_inputs)
+    beams = _Beams.start(state, src.size(0), model.bos_id, device)
+    tracked = _TrackedAttention.start(settings, src_lengths.to(device), src.size(1), need_weights)
 
     for step in range(longest):
-        logits, attention, state = model.decode_step(
-            prev, state, need_weights=need_weights or bool(coverage_penalty)
+        logits, attention, beams.state = model.decode_step(
+            beams.prev, beams.state, need_weights=tracked.needed
         )
-        if coverage is not None:
-            coverage.add(attention)  # this step included: what finishes now has produced it
-        log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
-        vocab = log_probs.size(-1)
-        if step < min_length:
-            log_probs[:, eos] = NEG_INF
-        if no_repeat_ngram and step >= no_repeat_ngram:
-            banned = _banned_by_ngrams(history, no_repeat_ngram, vocab)  # (R, V)
-            log_probs = log_probs.masked_fill(banned, NEG_INF)
-        if need_weights and attention is not None:
-            step_attention.append(attention)
-
-        n_live = live.numel()
-        # (R, V) -> (B_live, width * V): all extensions of one sentence's beams in one row
-        candidates = (scores.unsqueeze(1) + log_probs).view(n_live, width * vocab)
-        n_cand = min(2 * k, width * vocab)
-        top_scores, top_index = candidates.topk(n_cand, dim=1)  # (B_live, C), best first
-        if n_cand < 2 * k:  # tiny vocabulary: pad with impossible candidates
-            filler = top_scores.new_full((n_live, 2 * k - n_cand), NEG_INF)
-            top_scores = torch.cat([top_scores, filler], dim=1)  # (B_live, 2K)
-            # parent 0, a token that is not EOS: it can only ever fill a dead live slot
-            filler_index = torch.full_like(filler, (eos + 1) % vocab, dtype=torch.long)
-            top_index = torch.cat([top_index, filler_index], dim=1)
-        tokens = top_index % vocab  # (B_live, 2K)
-        offsets = torch.arange(n_live, device=device).unsqueeze(1) * width  # (B_live, 1)
-        parents = top_index // vocab + offsets  # (B_live, 2K) row in this step's input
-        is_eos = (tokens == eos) & torch.isfinite(top_scores)
-        at_limit = max_lengths[live] == step + 1  # (B_live,) last step of the sentence
-
-        # EOS among the K best finishes; at the limit all K best finish (without EOS if not)
-        finishing = (is_eos[:, :k] | at_limit.unsqueeze(1)) & torch.isfinite(top_scores[:, :k])
-        if bool(finishing.any()):
-            # (B_live, K): the candidates share the coverage of the rows they extend
-            penalty = None if coverage is None else coverage.penalty(parents[:, :k])
-            finished.merge(
-                live,
-                _finished_candidates(
-                    finishing,
-                    top_scores[:, :k],
-                    tokens[:, :k],
-                    is_eos[:, :k],
-                    parents[:, :k],
-                    history,
-                    step,
-                    lp,
-                    longest,
-                    model.pad_id,
-                    penalty,
-                ),
-            )
-
-        # the first K candidates in rank order that are not EOS stay live
-        rank = torch.arange(2 * k, device=device) + (tokens == eos) * (2 * k)  # (B_live, 2K)
-        pick = rank.topk(k, dim=1, largest=False).indices  # (B_live, K), ascending rank
-        live_scores = top_scores.gather(1, pick)  # (B_live, K), best first
-        live_tokens = tokens.gather(1, pick)
-        live_parents = parents.gather(1, pick)
-
-        # done: its n-best cannot change any more (module docstring, "Stopping")
-        lp_best = torch.maximum(lp[step + 2].expand(n_live), lp[max_lengths[live]])  # (B_live,)
-        bound = live_scores[:, 0] / lp_best  # (B_live,) best reachable normalised score
-        worst = finished.norm[live, -1]  # (B_live,) the N-th best finished, -inf if none
-        done = at_limit | (bound == NEG_INF) | ((worst > NEG_INF) & (bound <= worst))
+        tracked.add(attention)  # this step included: what finishes now has produced it
+        log_probs = _constrained_log_probs(logits, model, beams.history, step, settings)
+        top = _top_candidates(beams, log_probs, k, model.eos_id)  # (B_live, 2K)
+        at_limit = max_lengths[beams.sentences] == step + 1  # (B_live,) its last step
+        _finish(finished, top.first(k), at_limit, beams, step, lp, tracked, model.pad_id)
+        live = _live_candidates(top, k, model.eos_id)  # (B_live, K)
+        done = _is_done(live, finished, beams.sentences, at_limit, max_lengths, lp, step)
         keep = (~done).nonzero().squeeze(1)  # (B_keep,)
         if keep.numel() == 0:
             break
-        rows = live_parents[keep].reshape(-1)  # (B_keep * K,) flat parent row of each beam
-        state = model.reorder_state(state, rows)
-        history = torch.cat([history[rows], live_tokens[keep].reshape(-1, 1)], dim=1)
-        scores = live_scores[keep].reshape(-1)  # (B_keep * K,)
-        prev = history[:, -1]
-        live = live[keep]
-        width = k
-        if coverage is not None:
-            coverage.reorder(rows)
-        if step_attention:
-            step_parents.append(rows)
+        tracked.reorder(beams.advance(model, live, keep))
 
-    return _assemble(finished, step_attention, step_parents, src_lengths)
+    return assemble(finished, tracked.steps, tracked.parents, src_lengths)
 
 
-def _finished_candidates(
-    finishing: Tensor,
-    raw: Tensor,
-    tokens: Tensor,
-    is_eos: Tensor,
-    parents: Tensor,
-    history: Tensor,
+def _finish(
+    finished: Finished,
+    best: Candidates,
+    at_limit: Tensor,
+    beams: _Beams,
     step: int,
     lp: Tensor,
-    longest: int,
+    tracked: "_TrackedAttention",
     pad_id: int,
-    coverage_penalty: Tensor | None = None,
-) -> _Finished:
-    """The K best candidates of this step as finished entries (-inf where not finishing).
+) -> None:
+    """Add the candidates among the K best (`best`, (B_live, K)) that end at this step to the
+    finished hypotheses: those that are EOS, and at a sentence's limit (`at_limit`, (B_live,))
+    all of them (without EOS if not)."""
+    finishing = (best.is_eos | at_limit.unsqueeze(1)) & torch.isfinite(best.scores)
+    if not bool(finishing.any()):
+        return
+    # (B_live, K): the candidates share the coverage of the rows they extend
+    penalty = tracked.penalty(best.parents)
+    longest = finished.tokens.size(-1)
+    new = finished_candidates(finishing, best, beams.history, step, lp, longest, pad_id, penalty)
+    finished.merge(beams.sentences, new)
+
+
+def _constrained_log_probs(
+    logits: Tensor, model: Seq2Seq, history: Tensor, step: int, settings: DecodingSettings
+) -> Tensor:
+    """Next-token log-probabilities (R, V) of the live rows, -inf where a constraint forbids
+    the token: PAD and BOS always, EOS before `min_length`, a repeated n-gram.
 
     Args:
-        finishing: (B_live, K) bool; raw, tokens, is_eos, parents: (B_live, K) per candidate.
-        history: (R, step) output tokens of this step's input rows.
-        coverage_penalty: (B_live, K) cp of each candidate, added to its normalised score.
+        logits: (R, V) of this step; history: (R, step) the output tokens so far.
     """
-    n_live, k = raw.shape
-    # step + 1 scored positions whether or not the last one is EOS
-    score = raw / lp[step + 1]
-    if coverage_penalty is not None:
-        score = score + coverage_penalty
-    norm = torch.where(finishing, score, NEG_INF)  # (B_live, K)
-    out = torch.full((n_live, k, longest), pad_id, dtype=torch.long, device=raw.device)
-    out[:, :, :step] = history[parents]  # (R, step) gathered -> (B_live, K, step)
-    out[:, :, step] = torch.where(is_eos, pad_id, tokens)  # EOS is not an output token
-    length = step + (~is_eos).long()  # (B_live, K)
-    return _Finished(
-        norm=norm,
-        raw=torch.where(finishing, raw, NEG_INF),
-        tokens=out,
-        length=length,
-        step=torch.full_like(length, step),
-        row=parents,
-    )
+    log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
+    if step < settings.min_length:
+        log_probs[:, model.eos_id] = NEG_INF
+    n = settings.no_repeat_ngram
+    if n and step >= n:
+        banned = _banned_by_ngrams(history, n, log_probs.size(-1))  # (R, V)
+        log_probs = log_probs.masked_fill(banned, NEG_INF)
+    return log_probs
 
 
-def _assemble(
-    finished: _Finished,
-    step_attention: list[Tensor],
-    step_parents: list[Tensor],
-    src_lengths: Tensor,
-) -> list[list[Hypothesis]]:
-    """Finished buffers -> per-sentence hypothesis lists, with attention gathered backwards."""
-    found = torch.isfinite(finished.norm)  # (B, N)
-    attention = _trace_attention(finished, found, step_attention, step_parents)
-    norm, raw = finished.norm.tolist(), finished.raw.tolist()
-    tokens, length = finished.tokens.tolist(), finished.length.tolist()
-    last_step = finished.step.tolist()
-    src_length = src_lengths.tolist()
-    results: list[list[Hypothesis]] = []
-    flat = 0  # position of (sentence, slot) among the found entries, the order of `attention`
-    for sentence, row_found in enumerate(found.tolist()):
-        hypotheses = []
-        for slot, ok in enumerate(row_found):
-            if not ok:
-                continue
-            weights = None
-            if attention is not None:
-                positions = last_step[sentence][slot] + 1
-                weights = attention[flat, :positions]  # (T_out, S) or (T_out, L, H, S)
-                weights = weights.movedim(0, -2)[..., : src_length[sentence]]
-                flat += 1
-            hypotheses.append(
-                Hypothesis(
-                    tokens=tokens[sentence][slot][: length[sentence][slot]],
-                    score=raw[sentence][slot],
-                    attention=weights,
-                    normalized_score=norm[sentence][slot],
-                )
-            )
-        if not hypotheses:  # every continuation had probability zero (constraints)
-            hypotheses.append(Hypothesis(tokens=[], score=NEG_INF, normalized_score=NEG_INF))
-        results.append(hypotheses)
-    return results
+def _top_candidates(beams: _Beams, log_probs: Tensor, k: int, eos: int) -> Candidates:
+    """The 2K best one-token extensions of every live sentence's beams, (B_live, 2K) each.
 
-
-def _trace_attention(
-    finished: _Finished,
-    found: Tensor,
-    step_attention: list[Tensor],
-    step_parents: list[Tensor],
-) -> Tensor | None:
-    """Each found hypothesis's attention, following its beam's back-pointers.
-
-    Returns:
-        (F, T_max, S) or (F, T_max, L, H, S) on the CPU, F = found.sum() in row-major order of
-        (sentence, slot); rows past a hypothesis's own length are zero.
+    Args:
+        log_probs: (R, V) next-token log-probabilities of the live rows.
     """
-    if not step_attention:
-        return None
-    last_step = finished.step[found]  # (F,)
-    row = finished.row[found].clone()  # (F,) current row, starting at the last position
-    n_steps = len(step_attention)
-    out = step_attention[0].new_zeros(row.numel(), n_steps, *step_attention[0].shape[1:])
-    for step in range(n_steps - 1, -1, -1):
-        active = (last_step >= step).nonzero().squeeze(1)  # hypotheses that reach this step
-        if active.numel() == 0:
-            continue
-        out[active, step] = step_attention[step][row[active]]
-        if step > 0:
-            row[active] = step_parents[step - 1][row[active]]
-    return out.cpu()
+    n_live, width, vocab = beams.sentences.numel(), beams.width, log_probs.size(-1)
+    # (R, V) -> (B_live, width * V): all extensions of one sentence's beams in one row
+    candidates = (beams.scores.unsqueeze(1) + log_probs).view(n_live, width * vocab)
+    n_cand = min(2 * k, width * vocab)
+    top_scores, top_index = candidates.topk(n_cand, dim=1)  # (B_live, C), best first
+    if n_cand < 2 * k:  # tiny vocabulary: pad with impossible candidates
+        filler = top_scores.new_full((n_live, 2 * k - n_cand), NEG_INF)
+        top_scores = torch.cat([top_scores, filler], dim=1)  # (B_live, 2K)
+        # parent 0, a token that is not EOS: it can only ever fill a dead live slot
+        filler_index = torch.full_like(filler, (eos + 1) % vocab, dtype=torch.long)
+        top_index = torch.cat([top_index, filler_index], dim=1)
+    tokens = top_index % vocab  # (B_live, 2K)
+    offsets = torch.arange(n_live, device=log_probs.device).unsqueeze(1) * width  # (B_live, 1)
+    parents = top_index // vocab + offsets  # (B_live, 2K) row in this step's input
+    is_eos = (tokens == eos) & torch.isfinite(top_scores)
+    return Candidates(top_scores, tokens, parents, is_eos)
+
+
+def _live_candidates(top: Candidates, k: int, eos: int) -> Candidates:
+    """The first K of the 2K candidates in rank order that are not EOS: the beams that go on,
+    (B_live, K) each, best first."""
+    rank = torch.arange(2 * k, device=top.tokens.device) + (top.tokens == eos) * (2 * k)
+    pick = rank.topk(k, dim=1, largest=False).indices  # (B_live, K), ascending rank
+    return top.gather(pick)
+
+
+def _is_done(
+    live: Candidates,
+    finished: Finished,
+    sentences: Tensor,
+    at_limit: Tensor,
+    max_lengths: Tensor,
+    lp: Tensor,
+    step: int,
+) -> Tensor:
+    """(B_live,) bool: the sentence's n-best list cannot change any more (module docstring,
+    "Stopping"), or it reached its length limit.
+
+    Args:
+        live: the live beams (B_live, K), best first; sentences: (B_live,) their sentences.
+        at_limit: (B_live,) this was the sentence's last step; max_lengths: (B,) the limits.
+        lp: the length penalty of every number of scored positions.
+    """
+    n_live = sentences.numel()
+    lp_best = torch.maximum(lp[step + 2].expand(n_live), lp[max_lengths[sentences]])  # (B_live,)
+    bound = live.scores[:, 0] / lp_best  # (B_live,) best reachable normalised score
+    worst = finished.norm[sentences, -1]  # (B_live,) the N-th best finished, -inf if none
+    return at_limit | (bound == NEG_INF) | ((worst > NEG_INF) & (bound <= worst))

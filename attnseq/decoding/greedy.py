@@ -9,11 +9,13 @@ and stacked per hypothesis at the end.
 Shapes: B batch, S source length, T_max the longest output limit + 1, B_live rows still decoding.
 """
 
+from typing import Unpack
+
 import torch
 from torch import Tensor
 
 from attnseq.decoding.settings import Hypothesis, never_pad_or_bos, start_decoding
-from attnseq.models.seq2seq import Seq2Seq
+from attnseq.models.seq2seq import CopyInputs, Seq2Seq
 
 
 @torch.no_grad()
@@ -23,9 +25,7 @@ def greedy_decode(
     src_lengths: Tensor,
     max_lengths: Tensor,
     need_weights: bool = False,
-    *,
-    src_ext: Tensor | None = None,
-    n_oov: int = 0,
+    **copy_inputs: Unpack[CopyInputs],
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step.
 
@@ -33,13 +33,13 @@ def greedy_decode(
         src: (B, S) source ids; src_lengths: (B,); max_lengths: (B,) output limits (tokens,
             EOS not counted).
         need_weights: collect the cross-attention of every step for each hypothesis.
-        src_ext, n_oov: copy models: (B, S) the source in the extended vocabulary, and its
-            number of extra ids.
+        **copy_inputs: copy models: src_ext (B, S), the source in the extended vocabulary, and
+            n_oov, its number of extra ids.
     """
     batch_size, device = src.size(0), src.device
     max_lengths = max_lengths.to(device)
     longest = int(max_lengths.max())
-    state = start_decoding(model, src, src_lengths, src_ext, n_oov)
+    state = start_decoding(model, src, src_lengths, copy_inputs)
     prev = torch.full((batch_size,), model.bos_id, dtype=torch.long, device=device)
     active = torch.arange(batch_size, device=device)  # original row of each live row
     out = torch.full((batch_size, longest + 1), model.eos_id, dtype=torch.long, device=device)

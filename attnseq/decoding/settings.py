@@ -11,16 +11,27 @@ Shapes: B batch, R rows of the live batch, V target vocabulary.
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from torch import Tensor
 
-from attnseq.models.seq2seq import DecoderState, Seq2Seq
+from attnseq.models.seq2seq import CopyInputs, DecoderState, Seq2Seq
 
 if TYPE_CHECKING:
     from attnseq.config.schema import TrainerConfig
 
 NEG_INF = float("-inf")
+
+# the settings that a run's TrainerConfig holds under the same name (min_length is its
+# min_output_length; nbest is a choice of eval and translate only)
+_TRAINER_KEYS = (
+    "beam",
+    "length_penalty",
+    "max_output_ratio",
+    "max_output_extra",
+    "no_repeat_ngram",
+    "coverage_penalty",
+)
 
 
 @dataclass
@@ -49,15 +60,8 @@ class DecodingSettings:
     def from_trainer(cls, trainer: "TrainerConfig") -> "DecodingSettings":
         """The trainer.* decoding keys of a run's config: how its validation, test evaluation
         and, by default, `attnseq eval` / `attnseq translate` decode."""
-        return cls(
-            beam=trainer.beam,
-            length_penalty=trainer.length_penalty,
-            max_output_ratio=trainer.max_output_ratio,
-            max_output_extra=trainer.max_output_extra,
-            min_length=trainer.min_output_length,
-            no_repeat_ngram=trainer.no_repeat_ngram,
-            coverage_penalty=trainer.coverage_penalty,
-        )
+        same_name = {name: getattr(trainer, name) for name in _TRAINER_KEYS}
+        return cls(min_length=trainer.min_output_length, **same_name)
 
     def check(self) -> None:
         """Raise ValueError naming every setting that is out of range."""
@@ -117,18 +121,26 @@ def max_output_lengths(src_lengths: Tensor, ratio: float, extra: int) -> Tensor:
     return (src_lengths.float() * ratio).long() + extra
 
 
-def gnmt_length_penalty(lengths: Tensor, alpha: float) -> Tensor:
-    """lp(Y) = ((5 + |Y|) / 6) ^ alpha (Wu et al. 2016, eq. 14), elementwise over `lengths`."""
-    return ((5.0 + lengths.float()) / 6.0) ** alpha
+@overload
+def gnmt_length_penalty(lengths: int, alpha: float) -> float: ...
+@overload
+def gnmt_length_penalty(lengths: Tensor, alpha: float) -> Tensor: ...
+def gnmt_length_penalty(lengths: int | Tensor, alpha: float) -> float | Tensor:
+    """lp(Y) = ((5 + |Y|) / 6) ^ alpha (Wu et al. 2016, eq. 14): of one length |Y| (in Python
+    floats), or elementwise over a tensor of lengths (float32)."""
+    if isinstance(lengths, Tensor):
+        lengths = lengths.float()
+    return ((5.0 + lengths) / 6.0) ** alpha
 
 
 def start_decoding(
-    model: Seq2Seq, src: Tensor, src_lengths: Tensor, src_ext: Tensor | None, n_oov: int
+    model: Seq2Seq, src: Tensor, src_lengths: Tensor, copy_inputs: CopyInputs
 ) -> DecoderState:
-    """`model.start_decoding`, with the extended source for copy models."""
-    if src_ext is None:
+    """`model.start_decoding`, with the extended source for copy models (plain models take
+    no copy inputs)."""
+    if copy_inputs.get("src_ext") is None:
         return model.start_decoding(src, src_lengths)
-    return model.start_decoding(src, src_lengths, src_ext=src_ext, n_oov=n_oov)
+    return model.start_decoding(src, src_lengths, **copy_inputs)  # type: ignore[call-arg]
 
 
 def never_pad_or_bos(log_probs: Tensor, model: Seq2Seq) -> Tensor:

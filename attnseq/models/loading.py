@@ -19,7 +19,7 @@ from attnseq.data.prepare import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
-from attnseq.models.seq2seq import Seq2Seq
+from attnseq.models.seq2seq import Seq2Seq, Vocabularies
 
 # entry -> the type a checkpoint must hold there
 _REQUIRED = {"config": dict, "tokenizers": dict, "model": dict}
@@ -39,16 +39,16 @@ class TrainedModel:
 def model_for(cfg: TrainConfig, tokenizers: TokenizerPair) -> Seq2Seq:
     """An untrained model of `cfg.model` over the tokenizers' vocabularies."""
     tgt = tokenizers.tgt
-    return build_model(
-        cfg.model,
-        tokenizers.src.vocab_size,
-        tgt.vocab_size,
-        tgt.pad_id,
-        tgt.bos_id,
-        tgt.eos_id,
-        joint_vocabulary=tokenizers.joint,
+    vocab = Vocabularies(
+        src_size=tokenizers.src.vocab_size,
+        tgt_size=tgt.vocab_size,
+        pad_id=tgt.pad_id,
+        bos_id=tgt.bos_id,
+        eos_id=tgt.eos_id,
         unk_id=tgt.unk_id,
+        joint=tokenizers.joint,
     )
+    return build_model(cfg.model, vocab)
 
 
 def check_structure(path: Path, payload: dict[str, Any]) -> None:

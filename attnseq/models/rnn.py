@@ -34,7 +34,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnseq.attention.base import Attention
 from attnseq.attention.masks import padding_mask
-from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
+from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
 
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -96,6 +96,7 @@ class RNNSeq2Seq(Seq2Seq):
     """Encoder-decoder with a Bahdanau- or Luong-style attentional decoder.
 
     Args:
+        vocab: vocabulary sizes and special ids.
         attention: the score mechanism (attnseq/attention/), or None for no attention.
         style: "bahdanau" or "luong".
         enc_hidden: encoder hidden size per direction.
@@ -113,11 +114,7 @@ class RNNSeq2Seq(Seq2Seq):
 
     def __init__(
         self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        pad_id: int,
-        bos_id: int,
-        eos_id: int,
+        vocab: Vocabularies,
         *,
         attention: Attention | None,
         style: str = "bahdanau",
@@ -133,14 +130,11 @@ class RNNSeq2Seq(Seq2Seq):
         share_src_tgt_embeddings: bool = False,
         init_hidden: str = "bridge",
     ) -> None:
-        super().__init__(pad_id, bos_id, eos_id)
+        super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         if init_hidden not in ("bridge", "zero"):
             raise ValueError(f"init_hidden must be 'bridge' or 'zero', got {init_hidden!r}")
-        if share_src_tgt_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError(
-                "share_src_tgt_embeddings needs equal vocabulary sizes, got "
-                f"src_vocab_size={src_vocab_size} and tgt_vocab_size={tgt_vocab_size}"
-            )
+        if share_src_tgt_embeddings:
+            vocab.check_shareable()
         if style not in ("bahdanau", "luong"):
             raise ValueError(f"decoder style must be 'bahdanau' or 'luong', got {style!r}")
         self.style = style
@@ -150,25 +144,33 @@ class RNNSeq2Seq(Seq2Seq):
         self.attention = attention
         self.input_feeding = input_feeding and style == "luong"
         self.encoder = RNNEncoder(
-            src_vocab_size,
+            vocab.src_size,
             emb_dim,
             enc_hidden,
             layers=layers,
             bidirectional=bidirectional,
             cell=cell,
             dropout=dropout,
-            pad_id=pad_id,
+            pad_id=vocab.pad_id,
         )
-        enc_size = self.encoder.output_size
-        self.embedding = nn.Embedding(tgt_vocab_size, emb_dim, padding_idx=pad_id)
+        self.embedding = nn.Embedding(vocab.tgt_size, emb_dim, padding_idx=vocab.pad_id)
         if share_src_tgt_embeddings:
             self.encoder.embedding = self.embedding
         self.dropout = nn.Dropout(dropout)
         # bridge: initial decoder state of every layer from the encoder summary (Bahdanau A.2.2)
+        enc_size = self.encoder.output_size
         self.bridge = nn.Linear(enc_size, layers * hidden) if init_hidden == "bridge" else None
-
         out_dim = emb_dim if tie_embeddings else hidden
-        if style == "bahdanau":
+        self._build_decoder(emb_dim, out_dim, dropout)
+        self.output = nn.Linear(out_dim, vocab.tgt_size)
+        if tie_embeddings:
+            self.output.weight = self.embedding.weight
+
+    def _build_decoder(self, emb_dim: int, out_dim: int, dropout: float) -> None:
+        """The decoder RNN and the layers between it and the output projection (out_dim wide):
+        Bahdanau's deep output W_o, or Luong's W_c (and a projection to emb_dim for tying)."""
+        enc_size, hidden = self.encoder.output_size, self.hidden
+        if self.style == "bahdanau":
             rnn_input = emb_dim + enc_size
             self.pre_output = nn.Linear(hidden + enc_size + emb_dim, out_dim)  # W_o
         else:
@@ -176,16 +178,13 @@ class RNNSeq2Seq(Seq2Seq):
             self.combine = nn.Linear(enc_size + hidden, hidden, bias=False)  # W_c
             # tying needs the output layer's input to be emb_dim wide
             self.pre_output = nn.Linear(hidden, out_dim) if out_dim != hidden else nn.Identity()
-        self.rnn = RNN_CLASSES[cell](
+        self.rnn = RNN_CLASSES[self.cell](
             rnn_input,
             hidden,
-            num_layers=layers,
+            num_layers=self.layers,
             batch_first=True,
-            dropout=dropout if layers > 1 else 0.0,
+            dropout=dropout if self.layers > 1 else 0.0,
         )
-        self.output = nn.Linear(out_dim, tgt_vocab_size)
-        if tie_embeddings:
-            self.output.weight = self.embedding.weight
 
     @property
     def has_attention(self) -> bool:

@@ -2,7 +2,8 @@
 The Point: Summarization with Pointer-Generator Networks", ACL; sections 2.2-2.3).
 
 `PointerGeneratorRNN` is `RNNSeq2Seq` (models/rnn.py, Bahdanau or Luong decoder, unchanged) with
-two optional additions; the formulas are in models/copy.py and attention/coverage.py:
+two optional additions; the formulas are in models/copy.py and attention/coverage.py, what both
+families' pointer models share in models/pointer.py:
 
 - copy: at every step p_gen = sigmoid(w_c^T c_t + w_s^T s_t + w_x^T x_t + b) from the context
   c_t, the top decoder state s_t (after this step's RNN update; Bahdanau: s_i, Luong: h_t) and the
@@ -14,7 +15,7 @@ two optional additions; the formulas are in models/copy.py and attention/coverag
   state, it is reordered with the beams by `reorder_state`.
 
 Extended ids (>= V) never reach an embedding: as decoder inputs they are read as <unk>
-(`unk_id`), as See et al. do. With neither addition the model is exactly `RNNSeq2Seq`: the base
+(pointer.py). With neither addition the model is exactly `RNNSeq2Seq`: the base
 parameters are created first, from the same random stream, so the same seed gives the same
 weights, and build_model returns a plain `RNNSeq2Seq` then anyway.
 
@@ -34,74 +35,43 @@ from attnseq.attention.additive import AdditiveAttention
 from attnseq.attention.coverage import CoverageAttention
 from attnseq.attention.multiplicative import ConcatAttention
 from attnseq.models.copy import GenerationProbability, coverage_loss, extended_log_probs
+from attnseq.models.pointer import PointerGenerator, PointerParts
 from attnseq.models.rnn import RNNSeq2Seq
-from attnseq.models.seq2seq import DecoderState, Seq2SeqOutput
+from attnseq.models.seq2seq import DecoderState, Seq2SeqOutput, Vocabularies
 
 
-class PointerGeneratorRNN(RNNSeq2Seq):
+class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
     """`RNNSeq2Seq` with a copy distribution and/or coverage (module docstring).
 
     Args:
-        src_vocab_size, tgt_vocab_size, pad_id, bos_id, eos_id: as for `RNNSeq2Seq`.
-        unk_id: the target vocabulary's <unk>, fed back in place of an extended id.
-        copy: mix the copy distribution into the output (pointer-generator).
-        coverage: carry the coverage vector; needs an additive or concat global score.
-        **options: every keyword argument of `RNNSeq2Seq` (attention, style, sizes, ...).
+        vocab: as for `RNNSeq2Seq`.
+        **options: copy and coverage (`PointerGenerator`; coverage needs an additive or concat
+            global score) and every keyword argument of `RNNSeq2Seq` (attention, style, sizes).
 
     Raises:
         ValueError: copy or coverage without attention, or coverage with another score.
     """
 
-    def __init__(
-        self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        pad_id: int,
-        bos_id: int,
-        eos_id: int,
-        *,
-        unk_id: int,
-        copy: bool,
-        coverage: bool,
-        **options: Any,
-    ) -> None:
-        super().__init__(src_vocab_size, tgt_vocab_size, pad_id, bos_id, eos_id, **options)
+    def __init__(self, vocab: Vocabularies, **options: Any) -> None:
+        super().__init__(vocab, **options)
         if self.attention is None:
             raise ValueError("copy and coverage need attention, the model has none")
-        self.unk_id = unk_id
-        self.tgt_vocab_size = tgt_vocab_size
-        self.copy = copy
-        self.coverage = coverage
-        if coverage:
+        if self.coverage:
             if not isinstance(self.attention, (AdditiveAttention, ConcatAttention)):
                 raise ValueError(
                     "coverage enters the additive score (See et al. 2017, eq. 11): it needs "
                     f"an additive or concat score, not {type(self.attention).__name__}"
                 )
             self.attention = CoverageAttention(self.attention)
-        if copy:
+        if self.copy:
             self.generation = GenerationProbability(
                 self.encoder.output_size, self.hidden, self.embedding.embedding_dim
             )
 
-    def _in_vocabulary(self, tokens: Tensor) -> Tensor:
-        """Extended ids (>= V) -> <unk>: what the decoder reads when it copied a source word."""
-        return tokens.masked_fill(tokens >= self.tgt_vocab_size, self.unk_id)
-
-    def _start(
-        self, src: Tensor, src_lengths: Tensor, src_ext: Tensor | None, n_oov: int
-    ) -> dict[str, Any]:
-        state: dict[str, Any] = self._encode(src, src_lengths)
+    def _encode(self, src: Tensor, src_lengths: Tensor) -> dict[str, Tensor]:
+        state = super()._encode(src, src_lengths)
         if self.coverage:
             state["coverage"] = state["annotations"].new_zeros(src.shape)  # c^0 = 0: (B, S)
-        if self.copy:
-            if src_ext is None:
-                raise ValueError(
-                    "a copy model needs src_ext, the source in the extended vocabulary "
-                    "(attnseq/data/extended_vocab.py)"
-                )
-            state["src_ext"] = src_ext  # (B, S)
-            state["n_oov"] = n_oov
         return state
 
     def _attend(
@@ -140,29 +110,12 @@ class PointerGeneratorRNN(RNNSeq2Seq):
         return self.generation(context.squeeze(1) if one_step else context, top, inputs)
 
     # ------------------------------------------------------------------ Seq2Seq interface
-    def forward(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool = False,
-        *,
-        src_ext: Tensor | None = None,
-        n_oov: int = 0,
-    ) -> Seq2SeqOutput:
-        """Teacher-forced pass, one decoder step at a time (coverage needs the previous steps).
-
-        Args:
-            src, src_lengths, tgt_in, need_weights: as in `Seq2Seq.forward`.
-            src_ext: (B, S) the source in the extended vocabulary (copy only).
-            n_oov: extended ids past V in this batch.
-
-        Returns:
-            logits (B, T, V) or, with copy, log P (B, T, V + n_oov); attention (B, T, S) if
-            asked for; extras "p_gen" (B, T) with copy, "coverage_loss" (B, T) with coverage.
-        """
-        state = self._start(src, src_lengths, src_ext, n_oov)
-        tgt_in = self._in_vocabulary(tgt_in)
+    def pointer_forward(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool
+    ) -> PointerParts:
+        """Teacher-forced pass, one decoder step at a time (coverage needs the previous steps);
+        attention (B, T, S) if asked for."""
+        state = self._encode(src, src_lengths)
         outputs, all_weights, tops, losses = [], [], [], []
         for t in range(tgt_in.size(1)):
             pre, weights, new_state = self._step(tgt_in[:, t], state)
@@ -176,26 +129,14 @@ class PointerGeneratorRNN(RNNSeq2Seq):
         weights = torch.stack(all_weights, dim=1)  # (B, T, S)
         logits = self.output(self.dropout(torch.stack(outputs, dim=1)))  # (B, T, V)
         extras: dict[str, Tensor] = {}
-        if self.copy:
-            inputs = self.dropout(self.embedding(tgt_in))  # x_t: (B, T, emb)
-            z = self._p_gen_logit(
-                weights, state["annotations"], torch.stack(tops, dim=1), inputs
-            )  # (B, T)
-            logits = extended_log_probs(logits, weights, state["src_ext"], n_oov, z)
-            extras["p_gen"] = torch.sigmoid(z)
         if self.coverage:
             extras["coverage_loss"] = torch.stack(losses, dim=1)  # (B, T)
-        return Seq2SeqOutput(logits, weights if need_weights else None, extras)
-
-    def start_decoding(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        *,
-        src_ext: Tensor | None = None,
-        n_oov: int = 0,
-    ) -> DecoderState:
-        return self._start(src, src_lengths, src_ext, n_oov)
+        z = None
+        if self.copy:
+            inputs = self.dropout(self.embedding(tgt_in))  # x_t: (B, T, emb)
+            z = self._p_gen_logit(weights, state["annotations"], torch.stack(tops, dim=1), inputs)
+        output = Seq2SeqOutput(logits, weights if need_weights else None, extras)
+        return PointerParts(output, weights, z)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False

@@ -11,20 +11,59 @@ Incremental decoding state is a (possibly nested) dict/list/tuple of tensors who
 dimension is the batch (or batch x beam); `reorder_state` selects rows of every tensor in it,
 which is all beam search needs.
 
-Copy models (pointer-generators: models/copy.py, rnn_pointer.py, transformer_pointer.py) also take
-keyword-only `src_ext` (B, S) and `n_oov` in `forward` and `start_decoding` (the source in their
-extended vocabulary of V + n_oov ids) and return log-probabilities over that vocabulary in place
-of logits; `extras` then holds "p_gen" (B, T) and, with coverage, "coverage_loss" (B, T).
+Copy models (pointer-generators: models/copy.py, pointer.py, rnn_pointer.py,
+transformer_pointer.py) also take the keyword arguments `CopyInputs` (`src_ext` (B, S) and
+`n_oov`, the source in their extended vocabulary of V + n_oov ids) in `forward` and
+`start_decoding`, and return log-probabilities over that vocabulary in place of logits; `extras`
+then holds "p_gen" (B, T) and, with coverage, "coverage_loss" (B, T).
 """
 
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from torch import Tensor, nn
 
 DecoderState = Any  # nested dict/list/tuple of tensors, batch-first
+
+
+@dataclass(frozen=True)
+class Vocabularies:
+    """The token ids a model reads and writes; special ids are shared by source and target.
+
+    src_size, tgt_size: vocabulary sizes (V is tgt_size).
+    pad_id, bos_id, eos_id: padding, begin and end of sequence.
+    unk_id: <unk>, what a copy model feeds back after emitting a copied source word (1 for
+        every attnseq tokenizer).
+    joint: source and target come from one tokenizer (e.g. a joint sentencepiece model), so
+        their embeddings can be one matrix.
+    """
+
+    src_size: int
+    tgt_size: int
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int = 1
+    joint: bool = False
+
+    def check_shareable(self) -> None:
+        """ValueError unless one embedding matrix can serve source and target (equal sizes)."""
+        if self.src_size != self.tgt_size:
+            raise ValueError(
+                "share_src_tgt_embeddings needs equal vocabulary sizes, got "
+                f"src_vocab_size={self.src_size} and tgt_vocab_size={self.tgt_size}"
+            )
+
+
+class CopyInputs(TypedDict, total=False):
+    """The keyword arguments a copy model takes besides the source: src_ext (B, S) long, the
+    source in the extended vocabulary, and n_oov, the number of extended ids past V. Plain
+    models take none; decoding passes them through to the model."""
+
+    src_ext: Tensor | None
+    n_oov: int
 
 
 @dataclass

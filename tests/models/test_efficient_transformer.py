@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from attnseq.attention.efficient import SelfAttentionOptions
 from attnseq.attention.masks import padding_mask
+from attnseq.models.seq2seq import Vocabularies
 from attnseq.models.transformer import TransformerSeq2Seq
 
 PAD, BOS, EOS = 0, 1, 2
@@ -45,7 +46,7 @@ def tiny_model(kind: str, seed: int = 0, **overrides: object) -> TransformerSeq2
     options.update({"ff_dim": 64, "max_positions": 80, "self_attention": OPTIONS[kind]})
     options["decoder_self_attention"] = kind in DECODER_KINDS
     options.update(overrides)
-    return TransformerSeq2Seq(VOCAB, VOCAB, PAD, BOS, EOS, **options)
+    return TransformerSeq2Seq(Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS), **options)
 
 
 def padded_batch(tgt_len: int = 6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

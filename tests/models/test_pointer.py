@@ -10,8 +10,8 @@ import torch
 from helpers import tiny_config
 
 from attnseq.config.schema import ModelConfig
-from attnseq.decoding import beam_search, greedy_decode
-from attnseq.models import build_model
+from attnseq.decoding import DecodingSettings, beam_search, greedy_decode
+from attnseq.models import Vocabularies, build_model
 from attnseq.models.copy import coverage_loss, teacher_forced_coverage
 from attnseq.models.rnn import RNNSeq2Seq
 from attnseq.models.rnn_pointer import PointerGeneratorRNN
@@ -41,7 +41,8 @@ def model_config(family: str, *overrides: str) -> ModelConfig:
 
 def make(family: str, *overrides: str, seed: int = 0):
     torch.manual_seed(seed)
-    return build_model(model_config(family, *overrides), VOCAB, VOCAB, PAD, BOS, EOS).eval()
+    model = build_model(model_config(family, *overrides), Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS))
+    return model.eval()
 
 
 def toy_batch(seed: int = 0, batch: int = 4, length: int = 6):
@@ -168,9 +169,8 @@ def test_beam_search_copies_source_words(family: str) -> None:
         model.generation.linear.bias.fill_(-40.0)
     src, lengths, src_ext, _ = toy_batch()
     limits = torch.full((src.size(0),), 5)
-    results = beam_search(
-        model, src, lengths, limits, beam_size=3, nbest=2, src_ext=src_ext, n_oov=N_OOV
-    )
+    settings = DecodingSettings(beam=3, nbest=2)
+    results = beam_search(model, src, lengths, limits, settings, src_ext=src_ext, n_oov=N_OOV)
     greedy = greedy_decode(model, src, lengths, limits, src_ext=src_ext, n_oov=N_OOV)
     for row, (nbest, first) in enumerate(zip(results, greedy, strict=True)):
         allowed = set(src_ext[row, : lengths[row]].tolist())

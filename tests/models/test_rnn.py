@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnseq.config.schema import ModelConfig, ModelFamily
-from attnseq.models import build_model
+from attnseq.models import Vocabularies, build_model
 from attnseq.models.rnn import RNNSeq2Seq
 from attnseq.training.loss import sequence_loss
 
@@ -51,7 +51,7 @@ def make_model(
         )
     )
     assert cfg.family is ModelFamily.rnn
-    model = build_model(cfg, 14, 14, PAD, BOS, EOS)
+    model = build_model(cfg, Vocabularies(14, 14, PAD, BOS, EOS))
     assert isinstance(model, RNNSeq2Seq)
     return model
 
@@ -210,8 +210,8 @@ def test_joint_vocabulary_shares_source_target_and_output_embeddings(family, tie
             },
         )
     )
-    joint = build_model(cfg, 14, 14, PAD, BOS, EOS, joint_vocabulary=True)
-    separate = build_model(cfg, 14, 14, PAD, BOS, EOS, joint_vocabulary=False)
+    joint = build_model(cfg, Vocabularies(14, 14, PAD, BOS, EOS, joint=True))
+    separate = build_model(cfg, Vocabularies(14, 14, PAD, BOS, EOS, joint=False))
     if family == "rnn":
         src_emb = lambda m: m.encoder.embedding.weight  # noqa: E731
         tgt_emb = lambda m: m.embedding.weight  # noqa: E731
@@ -229,4 +229,4 @@ def test_joint_vocabulary_shares_source_target_and_output_embeddings(family, tie
     assert n_separate - n_joint == (14 * width if tie else 0)
     if tie:
         with pytest.raises(ValueError, match="equal vocabulary sizes"):
-            build_model(cfg, 10, 14, PAD, BOS, EOS, joint_vocabulary=True)
+            build_model(cfg, Vocabularies(10, 14, PAD, BOS, EOS, joint=True))

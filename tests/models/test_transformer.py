@@ -15,7 +15,9 @@ from attnseq.models.positional import (
     SinusoidalPositionalEncoding,
     make_positions,
 )
-from attnseq.models.transformer import TransformerEncoder, TransformerSeq2Seq
+from attnseq.models.seq2seq import Vocabularies
+from attnseq.models.transformer import TransformerSeq2Seq
+from attnseq.models.transformer_layers import LayerOptions, TransformerEncoder
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = 12
@@ -37,7 +39,7 @@ def tiny_model(seed: int = 0, **overrides: object) -> TransformerSeq2Seq:
     torch.manual_seed(seed)
     options: dict = {"d_model": 32, "heads": HEADS, "enc_layers": LAYERS, "dec_layers": LAYERS}
     options.update({"ff_dim": 64, **overrides})
-    return TransformerSeq2Seq(VOCAB, VOCAB, PAD, BOS, EOS, **options)
+    return TransformerSeq2Seq(Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS), **options)
 
 
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -107,7 +109,7 @@ def test_shared_source_and_target_embeddings() -> None:
     assert model.src_embed is model.tgt_embed is not None
     with pytest.raises(ValueError, match="equal vocabulary sizes"):
         TransformerSeq2Seq(
-            10, 12, PAD, BOS, EOS, d_model=32, heads=2, share_src_tgt_embeddings=True
+            Vocabularies(10, 12, PAD, BOS, EOS), d_model=32, heads=2, share_src_tgt_embeddings=True
         )
 
 
@@ -192,7 +194,7 @@ def test_decoder_is_causal() -> None:
 def test_encoder_self_attention_is_permutation_equivariant() -> None:
     """Without positional encodings, permuting the source permutes the encoder output."""
     torch.manual_seed(0)
-    encoder = TransformerEncoder(2, 32, 2, 64, 0.0, 0.0, pre_norm=True).eval()
+    encoder = TransformerEncoder(2, LayerOptions(32, 2, 64, 0.0, 0.0, pre_norm=True)).eval()
     x = torch.randn(2, 6, 32)  # (B, S, d_model)
     mask = padding_mask(torch.tensor([6, 4]), 6)  # (B, S)
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
@@ -242,6 +244,28 @@ def test_incremental_decoding_equals_forward(norm: str, positions: str) -> None:
                 assert attention is None
     assert torch.equal(state["step"], torch.full((3,), 6))
     assert state["layers"][0]["self_k"].shape == (3, HEADS, 6, 16)
+
+
+def test_run_decoder_gives_the_asked_layer_weights_on_the_fast_path() -> None:
+    """weights_of: one layer's cross-attention without need_weights, as the explicit pass has
+    it; the pass's final output is what the output projection reads."""
+    model = tiny_model().eval()
+    src, lengths, tgt_in = padded_batch()
+    output, decoder, memory = model.teacher_forced(src, lengths, tgt_in, weights_of=1)
+    assert output.attention is None and memory.shape == (3, 5, 32)
+    assert [out.cross_weights is None for out in decoder.layers] == [True, False]
+    assert decoder.inputs.shape == decoder.decoded.shape == (3, 6, 32)
+    torch.testing.assert_close(model.output_proj(decoder.decoded), output.logits)
+    explicit = model(src, lengths, tgt_in, need_weights=True)  # attention (B, L, H, T, S)
+    torch.testing.assert_close(decoder.layers[1].cross_weights, explicit.attention[:, 1])
+    with torch.no_grad():
+        step, attention, _ = model.incremental_step(
+            tgt_in[:, 0], model.start_decoding(src, lengths), weights_of=0
+        )
+    assert attention is None and step.layers[1].cross_weights is None
+    torch.testing.assert_close(
+        step.layers[0].cross_weights[:, :, 0], explicit.attention[:, 0, :, 0], atol=ATOL, rtol=0
+    )
 
 
 def test_decoding_state_layout_is_batch_first() -> None:
