@@ -38,7 +38,8 @@ from typing import Any
 
 import torch
 
-from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
+from attnseq.config.conversion import config_from_dict, config_to_dict
+from attnseq.config.schema import TrainConfig
 from attnseq.data.prepare import TokenizerPair
 from attnseq.data.sources import load_splits
 from attnseq.data.tokenizers import train_tokenizer

@@ -41,7 +41,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from attnseq.cli.hydra_entry import CONFIG_DIR
-from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
+from attnseq.config.conversion import config_from_dict, config_to_dict
+from attnseq.config.schema import TrainConfig
 from attnseq.data.sources import load_splits
 from attnseq.evaluation.metrics import repeated_trigrams, rouge
 

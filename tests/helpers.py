@@ -1,6 +1,7 @@
 """Small builders shared by tests: a tiny config and tiny models."""
 
-from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
+from attnseq.config.conversion import config_from_dict, config_to_dict
+from attnseq.config.schema import TrainConfig
 
 
 def tiny_config(*overrides: str) -> TrainConfig:

@@ -10,7 +10,7 @@ from helpers import tiny_config
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-from attnseq.config.schema import config_to_dict
+from attnseq.config.conversion import config_to_dict
 from attnseq.data.prepare import TokenizerPair
 from attnseq.data.tokenizers import train_tokenizer
 from attnseq.errors import UserError

@@ -9,7 +9,8 @@ from helpers import untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-from attnseq.config.schema import DataConfig, DataSource, FileFormat
+from attnseq.config.choices import DataSource, FileFormat
+from attnseq.config.schema import DataConfig
 from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
 from attnseq.errors import UserError
 

@@ -11,7 +11,8 @@ from attnseq.cli.config_errors import describe_composition_error
 from attnseq.cli.preflight import preflight
 from attnseq.config import CONFIG_DIR
 from attnseq.config.checks import validate
-from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict, register_configs
+from attnseq.config.conversion import config_from_dict, config_to_dict
+from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.errors import UserError
 
 register_configs()

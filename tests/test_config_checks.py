@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.config.checks import validate
+from attnseq.config.conversion import config_from_dict
 from attnseq.config.resources import (
     Estimate,
     estimate,
@@ -19,7 +20,7 @@ from attnseq.config.resources import (
     rnn_parameters,
     transformer_parameters,
 )
-from attnseq.config.schema import TrainConfig, config_from_dict
+from attnseq.config.schema import TrainConfig
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
 

@@ -25,8 +25,9 @@ from typer.testing import CliRunner
 from attnseq.cli import hydra_entry
 from attnseq.cli.app import app
 from attnseq.config.checks import validate
+from attnseq.config.choices import ModelFamily
 from attnseq.config.resources import cpu_cores, resource_problems, total_ram
-from attnseq.config.schema import ModelFamily, TrainConfig
+from attnseq.config.schema import TrainConfig
 from attnseq.errors import UserError
 
 # Values of every kind, as the user types them on the command line.

@@ -13,7 +13,7 @@ from helpers import tiny_config
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-from attnseq.config.schema import AttentionKind
+from attnseq.config.choices import AttentionKind
 from attnseq.training.run import run_training
 
 runner = CliRunner()

@@ -76,7 +76,7 @@ def test_eval_of_the_run_reproduces_its_test_metrics(run: Path, tmp_path: Path) 
 
 
 def test_translate_without_flags_gives_evals_outputs(run: Path, tmp_path: Path) -> None:
-    from attnseq.config.schema import config_from_dict
+    from attnseq.config.conversion import config_from_dict
     from attnseq.io.checkpoint import load_checkpoint
 
     payload = load_checkpoint(Path(best(run)))

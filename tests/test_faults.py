@@ -32,7 +32,8 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.cli.hydra_entry import CONFIG_DIR
-from attnseq.config.schema import TrainConfig, config_from_dict, register_configs
+from attnseq.config.conversion import config_from_dict
+from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write, remove_stale_temporaries
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint

@@ -4,7 +4,7 @@ import pytest
 import sacrebleu
 from rouge_score import rouge_scorer
 
-from attnseq.config.schema import TaskType
+from attnseq.config.choices import TaskType
 from attnseq.evaluation.metrics import (
     bleu,
     bleu_signature,

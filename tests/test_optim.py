@@ -8,7 +8,8 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq.config.schema import OptimConfig, Scheduler
+from attnseq.config.choices import Scheduler
+from attnseq.config.schema import OptimConfig
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training.run import run_training
 from attnseq.training.schedules import LearningRateSchedule, TrainingBudget, lr_multiplier

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from attnseq.analysis.saved_attention_reader import SavedAttention
 from attnseq.cli.app import app
 from attnseq.cli.hydra_entry import CONFIG_DIR
-from attnseq.config.schema import config_to_dict
+from attnseq.config.conversion import config_to_dict
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation.run import evaluate_checkpoint

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from attnseq.analysis.saved_attention import AttentionRecord, save_attention, weights_key
 from attnseq.analysis.saved_attention_reader import SavedAttention
 from attnseq.cli.app import app
-from attnseq.config.schema import config_from_dict
+from attnseq.config.conversion import config_from_dict
 from attnseq.data.prepare import TokenizerPair, prepare_data
 from attnseq.errors import UserError
 from attnseq.evaluation.split_evaluators import make_evaluator

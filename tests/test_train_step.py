@@ -8,7 +8,8 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq.config.schema import Metric, OptimConfig, Scheduler, TrainerConfig
+from attnseq.config.choices import Metric, Scheduler
+from attnseq.config.schema import OptimConfig, TrainerConfig
 from attnseq.data.batching import collate
 from attnseq.data.loader import TokenCounts
 from attnseq.models import build_model

@@ -9,7 +9,8 @@ import pytest
 from helpers import tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from attnseq.config.schema import TrainConfig, config_from_dict, config_to_dict
+from attnseq.config.conversion import config_from_dict, config_to_dict
+from attnseq.config.schema import TrainConfig
 from attnseq.evaluation.run import evaluate_checkpoint
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training.run import run_training

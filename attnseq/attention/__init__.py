@@ -28,7 +28,7 @@ from attnseq.attention.location import LocationAttention
 from attnseq.attention.masks import causal_mask, masked_softmax, padding_mask
 from attnseq.attention.multiplicative import ConcatAttention, DotAttention, GeneralAttention
 from attnseq.attention.scaled_dot import ScaledDotAttention
-from attnseq.config.schema import Score, Window
+from attnseq.config.choices import Score, Window
 
 SCORES = tuple(score.value for score in Score if score is not Score.none)  # none: no attention
 WINDOWS = tuple(window.value for window in Window)

@@ -32,7 +32,7 @@ from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.attention.performer import PerformerSelfAttention
 from attnseq.attention.sliding_window import SlidingWindowSelfAttention
 from attnseq.attention.strided import StridedSelfAttention
-from attnseq.config.schema import AttentionKind
+from attnseq.config.choices import AttentionKind
 
 
 @dataclass(frozen=True)

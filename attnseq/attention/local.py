@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from attnseq.attention.base import AlignInputs, Attention, ScoreWrapper
 from attnseq.attention.masks import masked_softmax
-from attnseq.config.schema import Window
+from attnseq.config.choices import Window
 
 LOCAL_WINDOWS = tuple(window.value for window in Window if window.value != "global")
 

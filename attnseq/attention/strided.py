@@ -32,7 +32,7 @@ from torch import Tensor
 from attnseq.attention.full import explicit_attention, fused_attention
 from attnseq.attention.masks import as_attention_mask
 from attnseq.attention.mechanism import AttentionMechanism, Heads
-from attnseq.config.schema import SparsePattern
+from attnseq.config.choices import SparsePattern
 
 PATTERNS = tuple(pattern.value for pattern in SparsePattern)
 

@@ -59,7 +59,8 @@ def _local_data_configs() -> Iterator[tuple[str, object]]:
     from omegaconf import OmegaConf
 
     from attnseq.config import CONFIG_DIR
-    from attnseq.config.schema import DataConfig, DataSource
+    from attnseq.config.choices import DataSource
+    from attnseq.config.schema import DataConfig
 
     for path in sorted((CONFIG_DIR / "data").glob("*.yaml")):
         merged = OmegaConf.merge(OmegaConf.structured(DataConfig), OmegaConf.load(path))

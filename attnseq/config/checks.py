@@ -17,18 +17,17 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from attnseq.config.schema import (
+from attnseq.config.choices import (
     AttentionKind,
     DataSource,
     Metric,
-    ModelConfig,
     ModelFamily,
     Positions,
     Score,
     SparsePattern,
     TaskType,
-    TrainConfig,
 )
+from attnseq.config.schema import ModelConfig, TrainConfig
 from attnseq.errors import UserError
 
 

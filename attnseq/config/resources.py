@@ -16,17 +16,16 @@ import math
 import os
 from dataclasses import dataclass
 
-from attnseq.config.schema import (
+from attnseq.config.choices import (
     DataSource,
     DecoderStyle,
     Device,
-    ModelConfig,
     ModelFamily,
     RNNCell,
     Score,
     TokenizerKind,
-    TrainConfig,
 )
+from attnseq.config.schema import ModelConfig, TrainConfig
 from attnseq.errors import UserError
 
 BYTES_PER_FLOAT = 4

@@ -2,9 +2,9 @@
 
 These dataclasses are registered in Hydra's ConfigStore (`register_configs`) as the schema under
 train.yaml, so Hydra composes YAML files *into* them: struct mode rejects unknown keys,
-values are type-checked, and choices are Enums (OmegaConf validates an Enum field by member name
-and lists the valid names when one is wrong). Cross-field rules that a type cannot express live
-in checks.py (`validate`), which runs before any work starts.
+values are type-checked, and choices are Enums (choices.py: OmegaConf validates an Enum field by
+member name and lists the valid names when one is wrong). Cross-field rules that a type cannot
+express live in checks.py (`validate`), which runs before any work starts.
 
 Every field is declared with `option`: its default, its help text (`metadata["help"]`, the text
 a configuration reference shows) and the bounds of its value (`metadata["ge"]` etc.), which
@@ -15,161 +15,30 @@ Library code receives these dataclasses (via `OmegaConf.to_object`), never a Dic
 
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
-from enum import Enum
 from typing import Any
 
-from attnseq.errors import UserError
-
-
-# ----------------------------------------------------------------------------------- choices
-class DataSource(Enum):
-    generated = "generated"  # built in (attnseq/data/generated.py), no download
-    local = "local"  # files under data.root read through the `datasets` library
-    hub = "hub"  # a Hugging Face hub dataset (needs the network the first time)
-
-
-class FileFormat(Enum):
-    parallel = "parallel"  # PREFIX.SRC_LANG + PREFIX.TGT_LANG, one sentence per line
-    tsv = "tsv"  # src<TAB>tgt per line (columns chosen by src_field/tgt_field as 0/1)
-    jsonl = "jsonl"  # one JSON object per line, fields src_field/tgt_field
-
-
-class TaskType(Enum):
-    translation = "translation"  # BLEU, chrF
-    summarization = "summarization"  # ROUGE
-
-
-class TokenizerKind(Enum):
-    char = "char"
-    word = "word"
-    sentencepiece = "sentencepiece"
-
-
-class SentencePieceModel(Enum):
-    bpe = "bpe"
-    unigram = "unigram"
-
-
-class ModelFamily(Enum):
-    rnn = "rnn"
-    transformer = "transformer"
-
-
-class DecoderStyle(Enum):
-    bahdanau = "bahdanau"  # attend from s_{i-1}, context fed into the RNN step
-    luong = "luong"  # attend from h_t, attentional state tanh(W_c [c_t; h_t])
-
-
-class RNNCell(Enum):
-    gru = "gru"
-    lstm = "lstm"
-
-
-class DecoderInit(Enum):
-    """The RNN decoder's initial state s_0 (Joey NMT's `init_hidden`)."""
-
-    bridge = "bridge"  # tanh(W_s summary): Bahdanau et al. 2015, appendix A.2.2
-    zero = "zero"  # s_0 = 0: the decoder sees the source only through attention
-
-
-class Score(Enum):
-    additive = "additive"
-    dot = "dot"
-    general = "general"
-    concat = "concat"
-    location = "location"
-    scaled_dot = "scaled_dot"
-    none = "none"  # no attention: the fixed-vector encoder-decoder baseline
-
-
-# "global" is a Python keyword, so this Enum uses the functional API.
-Window = Enum("Window", {"global": "global", "local_m": "local_m", "local_p": "local_p"})
-
-
-class AttentionKind(Enum):
-    """Transformer self-attention mechanism (attnseq/attention/efficient.py)."""
-
-    full = "full"  # softmax(QK^T/sqrt(d))V over all pairs (Vaswani et al. 2017)
-    local = "local"  # sliding window +-D (sliding_window.py)
-    strided = "strided"  # Child et al. 2019 strided/fixed sparse patterns (strided.py)
-    longformer = "longformer"  # window +-D plus global tokens, Beltagy et al. 2020; encoder only
-    linformer = "linformer"  # E K, F V: proj_dim rows, Wang et al. 2020; encoder only
-    linear = "linear"  # elu(x)+1 feature map, Katharopoulos et al. 2020
-    performer = "performer"  # FAVOR+ random features, Choromanski et al. 2021
-
-    @property
-    def causal(self) -> bool:
-        """Whether the mechanism has a causal form, so that decoder self-attention can use it
-        (model.attention.decoder_self=true): all but the encoder-only longformer and linformer,
-        whose global tokens or projections mix every position, future ones included."""
-        return self not in (AttentionKind.longformer, AttentionKind.linformer)
-
-
-class SparsePattern(Enum):
-    strided = "strided"  # |i-j| <= stride or (i-j) mod stride = 0
-    fixed = "fixed"  # same block of `stride`, or one of the last `summary` cells of a block
-
-
-class Norm(Enum):
-    pre = "pre"
-    post = "post"
-
-
-class Positions(Enum):
-    sinusoidal = "sinusoidal"
-    learned = "learned"
-
-
-class OptimizerName(Enum):
-    adam = "adam"
-    adamw = "adamw"
-
-
-class Scheduler(Enum):
-    constant = "constant"  # lr fixed after the optional linear warm-up
-    inverse_sqrt = "inverse_sqrt"  # Noam / Vaswani et al. 2017 eq. 3 shape, peak = optim.lr
-    plateau = "plateau"  # multiply by plateau_factor when the validation metric stalls
-    cosine = "cosine"  # cosine decay to 0 over the training budget (steps, epochs or minutes)
-    linear = "linear"  # linear decay to 0 over the training budget
-
-
-class Device(Enum):
-    auto = "auto"  # cuda if available, else cpu
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class Precision(Enum):
-    """trainer.precision (attnseq/training/precision.py). `trainer.precision=32` selects fp32 by
-    its value; bf16 and fp16 by name."""
-
-    fp32 = 32  # float32 everywhere
-    bf16 = "bf16"  # autocast to bfloat16
-    fp16 = "fp16"  # autocast to float16 with dynamic loss scaling
-
-
-class Metric(Enum):
-    """Validation metrics usable for early stopping and model selection."""
-
-    loss = "loss"
-    ppl = "ppl"
-    bleu = "bleu"
-    chrf = "chrf"
-    exact_match = "exact_match"
-    rouge1 = "rouge1"
-    rouge2 = "rouge2"
-    rouge_l = "rouge_l"
-
-    @property
-    def higher_is_better(self) -> bool:
-        return self not in (Metric.loss, Metric.ppl)
-
-    @property
-    def best_possible(self) -> float:
-        """The value no model can improve on: exact match is a fraction, BLEU, chrF and
-        ROUGE are percentages, loss is non-negative and perplexity is at least 1."""
-        ceilings = {Metric.exact_match: 1.0, Metric.loss: 0.0, Metric.ppl: 1.0}
-        return ceilings.get(self, 100.0)
+from attnseq.config.choices import (
+    AttentionKind,
+    DataSource,
+    DecoderInit,
+    DecoderStyle,
+    Device,
+    FileFormat,
+    Metric,
+    ModelFamily,
+    Norm,
+    OptimizerName,
+    Positions,
+    Precision,
+    RNNCell,
+    Scheduler,
+    Score,
+    SentencePieceModel,
+    SparsePattern,
+    TaskType,
+    TokenizerKind,
+    Window,
+)
 
 
 # ------------------------------------------------------------------------------------ fields
@@ -471,86 +340,3 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore  # only the CLI path needs Hydra
 
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-
-
-# ------------------------------------------------------------------------------------ resume
-# A resumed run takes its settings from the command line, but these keys decide the model, its
-# vocabulary, the training data and its order, and the meaning of the optimizer, scheduler and
-# best-metric state stored in the checkpoint: a different value would silently train something
-# else than the checkpoint's run, so they must match.
-RESUME_MUST_MATCH = ("seed", "data.", "model.", "optim.", "trainer.early_stopping_metric")
-
-
-def flat_config(tree: dict[str, Any]) -> dict[str, Any]:
-    """{"a.b": value} for every leaf of a nested config dict (an empty dict is a leaf too)."""
-    values: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, dict) and node:
-            for key, value in node.items():
-                walk(f"{prefix}{key}.", value)
-        else:
-            values[prefix.rstrip(".")] = node
-
-    walk("", tree)
-    return values
-
-
-# ...except where a different value changes nothing about what is trained: where the data
-# files live, and the batch size of validation decoding.
-RESUME_MAY_DIFFER = ("data.root", "data.eval_max_tokens")
-
-
-def resume_conflicts(saved: TrainConfig, current: TrainConfig) -> list[str]:
-    """Keys that must match between a checkpoint's config and a resumed run's, and do not:
-    one "key: checkpoint VALUE, now VALUE" line each."""
-
-    before, now = flat_config(config_to_dict(saved)), flat_config(config_to_dict(current))
-    conflicts = []
-    for key in sorted(set(before) | set(now)):
-        if (
-            key.startswith(RESUME_MUST_MATCH)
-            and not key.startswith(RESUME_MAY_DIFFER)
-            and before.get(key) != now.get(key)
-        ):
-            conflicts.append(f"{key}: checkpoint {before.get(key)!r}, now {now.get(key)!r}")
-    return conflicts
-
-
-# --------------------------------------------------------------------------- (de)serialising
-def config_to_dict(cfg: TrainConfig) -> dict:
-    """Plain dict (enums as their names) for checkpoints and metrics.json."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)  # type: ignore[return-value]
-
-
-def config_from_dict(values: dict, overrides: list[str] | None = None) -> TrainConfig:
-    """Rebuild a TrainConfig from `config_to_dict` output, checked against the schema.
-
-    `overrides` are dotlist strings ("data.valid_size=100") applied on top, as `attnseq eval`
-    accepts them. Unknown keys or bad values raise UserError.
-    """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    # imported here: checks.py imports the schema from this module
-    from attnseq.config.checks import validate
-
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), values)
-        if overrides:
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
-        cfg = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as error:
-        raise UserError(f"invalid configuration: {describe_omegaconf_error(error)}") from None
-    assert isinstance(cfg, TrainConfig)
-    validate(cfg)
-    return cfg
-
-
-def describe_omegaconf_error(error: Exception) -> str:
-    """One readable line for an OmegaConf validation error, naming the key."""
-    key = getattr(error, "full_key", None)
-    message = str(error).split("\n")[0]
-    return f"{key}: {message}" if key else message

@@ -21,7 +21,8 @@ import os
 from collections.abc import Collection
 from pathlib import Path, PurePath
 
-from attnseq.config.schema import DataConfig, DataSource, FileFormat
+from attnseq.config.choices import DataSource, FileFormat
+from attnseq.config.schema import DataConfig
 from attnseq.errors import UserError
 
 

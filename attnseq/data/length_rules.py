@@ -23,7 +23,8 @@ cut, which keeps sequences within the model's positions. Every split's counts ar
 import logging
 from typing import TYPE_CHECKING
 
-from attnseq.config.schema import DataConfig, TaskType
+from attnseq.config.choices import TaskType
+from attnseq.config.schema import DataConfig
 from attnseq.data.batching import Example
 from attnseq.data.file_readers import Pairs
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer

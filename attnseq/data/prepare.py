@@ -30,7 +30,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from attnseq.config.schema import DataConfig, DataSource, TokenizerKind
+from attnseq.config.choices import DataSource, TokenizerKind
+from attnseq.config.schema import DataConfig
 from attnseq.data.batching import Example
 from attnseq.data.file_readers import Pairs, quiet_datasets
 from attnseq.data.length_rules import TRAIN, encode_split, log_stats, log_stats_cached

@@ -43,7 +43,8 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnseq.config.schema import DataConfig, DataSource, FileFormat
+from attnseq.config.choices import DataSource, FileFormat
+from attnseq.config.schema import DataConfig
 from attnseq.data.file_readers import Pairs, read_hub, read_jsonl, read_parallel, read_tsv
 from attnseq.data.generated import TASKS, make_splits
 from attnseq.data.locations import data_root, resolve_data_path, with_suffix

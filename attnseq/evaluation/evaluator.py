@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnseq.data.batching import Batch, TokenBatchSampler, collate
+from attnseq.data.batching import Batch, collate
 from attnseq.data.extended_vocab import ExtendedExample
+from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.decoding import DecodingSettings, Hypothesis, decode  # settings re-exported here
 from attnseq.evaluation.metrics import perplexity, task_metrics

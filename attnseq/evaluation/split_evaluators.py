@@ -4,7 +4,8 @@ the extended vocabulary of a copy model."""
 
 import torch
 
-from attnseq.config.schema import DataSource, TrainConfig
+from attnseq.config.choices import DataSource
+from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData, TokenizerPair

@@ -3,7 +3,7 @@
 A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts:
 
     format, version          identify the file ("attnseq-checkpoint", CHECKPOINT_VERSION)
-    config                   the resolved TrainConfig as a plain dict (config.config_to_dict)
+    config                   the resolved TrainConfig as a plain dict (conversion.config_to_dict)
     tokenizers               {"src": state, "tgt": state} (attnseq.data.tokenizers state dicts)
     model                    model.state_dict()
     optimizer, scheduler     their state dicts (training resumes from them)

@@ -4,7 +4,8 @@ per family, each reading its part of `ModelConfig`."""
 from typing import Any
 
 from attnseq.config.checks import encoder_output_size
-from attnseq.config.schema import ModelConfig, ModelFamily, Score
+from attnseq.config.choices import ModelFamily, Score
+from attnseq.config.schema import ModelConfig
 from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput, Vocabularies
 
 # keyword arguments of both families' models that ModelConfig holds under the same name

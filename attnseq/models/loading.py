@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from attnseq.config.schema import TrainConfig, config_from_dict
+from attnseq.config.conversion import config_from_dict
+from attnseq.config.schema import TrainConfig
 from attnseq.data.prepare import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint

@@ -9,7 +9,8 @@ towards zero regularises nothing useful and shifts activations (Loshchilov & Hut
 import torch
 from torch import nn
 
-from attnseq.config.schema import OptimConfig, OptimizerName
+from attnseq.config.choices import OptimizerName
+from attnseq.config.schema import OptimConfig
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:

@@ -1,9 +1,10 @@
 """Continuing a run from a checkpoint: finding and checking the resume point, bringing the old
 run's best.pt along, and telling the user how to continue after a signal.
 
-What a checkpoint must agree on with the resumed run's config is `config.resume_conflicts`; the
-`attnseq train ...` command that resumes a Hydra job is built by `resume_command` in
-attnseq/cli/train_task.py (it reads Hydra's state, which library code does not import).
+What a checkpoint must agree on with the resumed run's config is `resume_conflicts`
+(attnseq/config/conversion.py); the `attnseq train ...` command that resumes a Hydra job is built
+by `resume_command` in attnseq/cli/train_task.py (it reads Hydra's state, which library code
+does not import).
 """
 
 import logging
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnseq.config.schema import TrainConfig, config_from_dict, resume_conflicts
+from attnseq.config.conversion import config_from_dict, resume_conflicts
+from attnseq.config.schema import TrainConfig
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write
 from attnseq.io.checkpoint import load_checkpoint

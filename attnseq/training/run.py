@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from attnseq.config.checks import validate
-from attnseq.config.schema import TrainConfig, config_to_dict
+from attnseq.config.conversion import config_to_dict
+from attnseq.config.schema import TrainConfig
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.evaluation.split_evaluators import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines

@@ -11,7 +11,8 @@ from typing import Any
 
 from attnseq.analysis.alignment import attention_statistics
 from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
-from attnseq.config.schema import TrainConfig, config_to_dict, flat_config
+from attnseq.config.conversion import config_to_dict, flat_config
+from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extended_pieces
 from attnseq.data.prepare import TokenizerPair
 from attnseq.evaluation.evaluator import Evaluator

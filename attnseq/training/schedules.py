@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
-from attnseq.config.schema import OptimConfig, Scheduler, TrainerConfig
+from attnseq.config.choices import Scheduler
+from attnseq.config.schema import OptimConfig, TrainerConfig
 
 log = logging.getLogger("attnseq")
 

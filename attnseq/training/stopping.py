@@ -14,8 +14,10 @@ finished run trains nothing.
 """
 
 import time
+from pathlib import Path
 
-from attnseq.config.schema import Metric, TrainerConfig
+from attnseq.config.choices import Metric
+from attnseq.config.schema import TrainerConfig
 from attnseq.training.signals import StopSignals
 from attnseq.training.state import TrainingState
 
@@ -94,3 +96,22 @@ class StoppingPolicy:
             return True
         minutes = self.cfg.save_every_minutes
         return bool(minutes) and time.monotonic() - last_save >= 60 * minutes
+
+    def diverged(
+        self, state: TrainingState, folder: Path, last_saved_step: int | None
+    ) -> TrainingDiverged:
+        """The error that ends a diverged run; says what the checkpoint folder still holds."""
+        kept = (
+            f"{folder / 'last.pt'} is from step {last_saved_step}"
+            if last_saved_step is not None
+            else f"no checkpoint of this session was written; {folder} keeps whatever it held "
+            "before"
+        )
+        return TrainingDiverged(
+            f"training diverged: {state.nonfinite_in_a_row} non-finite losses or gradients "
+            f"in a row after step {state.step} "
+            f"(trainer.max_nonfinite_steps={self.cfg.max_nonfinite_steps}); "
+            f"those updates were skipped and no checkpoint was overwritten ({kept}). "
+            "Lower optim.lr, use more optim.warmup_steps or gradient clipping "
+            "(optim.clip_norm), or check the data"
+        )

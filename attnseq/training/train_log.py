@@ -10,8 +10,11 @@ import logging
 import time
 from typing import Any
 
+from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.evaluation.metrics import perplexity
 from attnseq.io.progress import ON_BAR
+from attnseq.training.distributed import WorldInfo
+from attnseq.training.state import TrainingState
 
 log = logging.getLogger("attnseq")
 
@@ -120,6 +123,36 @@ class TrainLog:
         if self.max_minutes:
             estimates.append(max(60 * self.max_minutes - elapsed, 0.0))
         return min(estimates, default=None)
+
+
+def announce(
+    state: TrainingState,
+    examples: int,
+    sampler: TokenBatchSampler,
+    total_steps: int,
+    world: WorldInfo,
+) -> None:
+    """The opening lines of a training session: data, batches, budget; where a resumed run
+    picks up."""
+    batches = len(sampler)
+    processes = f" on each of {world.world_size} processes" if world.distributed else ""
+    log.info(
+        "training: %d examples, %d batches per epoch%s (padding %.1f%% of positions), "
+        "up to %d steps",
+        examples,
+        batches,
+        processes,
+        100 * sampler.padding_share(0),
+        total_steps,
+    )
+    if state.step or state.batch_in_epoch or state.epoch:
+        log.info(
+            "resuming at step %d (epoch %d, batch %d of %d)",
+            state.step,
+            state.epoch + 1,
+            state.batch_in_epoch,
+            batches,
+        )
 
 
 class NullWriter:

@@ -39,21 +39,23 @@ from typing import Any
 import torch
 
 from attnseq.config.schema import TrainConfig
-from attnseq.data.batching import Batch, TokenBatchSampler
+from attnseq.data.batching import Batch
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.loader import BatchLoader, TokenCounts
+from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.io.progress import TrainingProgress
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.checkpointer import Checkpointer
+from attnseq.training.compile import compile_for_training
 from attnseq.training.distributed import all_reduce_sum, broadcast_object, world
 from attnseq.training.precision import MixedPrecision
 from attnseq.training.rng import preserved_rng, set_rng_state
 from attnseq.training.schedules import LearningRateSchedule
 from attnseq.training.signals import StopSignals, TrainingInterrupted
 from attnseq.training.state import TrainingState
-from attnseq.training.stopping import StoppingPolicy, TrainingDiverged
-from attnseq.training.train_log import NullWriter, TrainLog
+from attnseq.training.stopping import StoppingPolicy
+from attnseq.training.train_log import NullWriter, TrainLog, announce
 from attnseq.training.train_step import StepOutcome, UpdateParts, train_step
 
 log = logging.getLogger("attnseq")
@@ -188,7 +190,8 @@ class Trainer:
         total_steps = trainer_cfg.max_epochs * len(self.sampler)
         if trainer_cfg.max_steps:
             total_steps = min(total_steps, trainer_cfg.max_steps)
-        self._announce(total_steps)
+        if self.world.is_main:
+            announce(state, len(self.examples), self.sampler, total_steps, self.world)
         if self._resume_rng is not None:  # the stream continues where the checkpoint left it
             set_rng_state(self._resume_rng)
         self._clock_start = self.checkpointer.last_save = time.monotonic()
@@ -320,20 +323,7 @@ class Trainer:
             return
         self.writer.flush()
         # No checkpoint is written here: the files on disk are the last good state.
-        folder = self.checkpointer.folder
-        kept = (
-            f"{folder / 'last.pt'} is from step {self.last_saved_step}"
-            if self.last_saved_step is not None
-            else f"no checkpoint of this session was written; {folder} keeps whatever it held "
-            "before"
-        )
-        raise TrainingDiverged(
-            f"training diverged: {state.nonfinite_in_a_row} non-finite losses or gradients "
-            f"in a row after step {state.step} (trainer.max_nonfinite_steps={limit}); "
-            f"those updates were skipped and no checkpoint was overwritten ({kept}). "
-            "Lower optim.lr, use more optim.warmup_steps or gradient clipping "
-            "(optim.clip_norm), or check the data"
-        )
+        raise self.policy.diverged(state, self.checkpointer.folder, self.last_saved_step)
 
     def _interrupted(self) -> None:
         # Data-parallel: a signal to any rank stops all; one that got none reports SIGTERM.
@@ -396,48 +386,7 @@ class Trainer:
         self.writer.flush()
         return metrics
 
-    def _announce(self, total_steps: int) -> None:
-        state, batches = self.state, len(self.sampler)
-        processes = (
-            f" on each of {self.world.world_size} processes" if self.world.distributed else ""
-        )
-        self._log(
-            logging.INFO,
-            "training: %d examples, %d batches per epoch%s (padding %.1f%% of positions), "
-            "up to %d steps",
-            len(self.examples),
-            batches,
-            processes,
-            100 * self.sampler.padding_share(0),
-            total_steps,
-        )
-        if state.step or state.batch_in_epoch or state.epoch:
-            self._log(
-                logging.INFO,
-                "resuming at step %d (epoch %d, batch %d of %d)",
-                state.step,
-                state.epoch + 1,
-                state.batch_in_epoch,
-                batches,
-            )
-
     def _log(self, level: int, message: str, *args: Any) -> None:
         """Log on rank 0 only (every rank takes the same decisions; one report is enough)."""
         if self.world.is_main:
             log.log(level, message, *args)
-
-
-def compile_for_training(module: torch.nn.Module) -> torch.nn.Module:
-    """`torch.compile` for the training forward pass (Ansel et al. 2024, "PyTorch 2: Faster
-    Machine Learning Through Dynamic Python Bytecode Transformation and Graph Compilation").
-
-    dynamic=True: every batch has other lengths (S, T), and compiling shape-generic kernels
-    from the start avoids one recompilation per new shape. A graph that fails to compile runs
-    eagerly (`suppress_errors`), so a machine without a working C++/Triton tool chain trains as
-    without compile, after a warning. Decoders that loop over target positions in Python (RNNs
-    with attention feeding) gain little: each loop length is traced separately.
-    """
-    import torch._dynamo
-
-    torch._dynamo.config.suppress_errors = True
-    return torch.compile(module, dynamic=True)

@@ -28,7 +28,7 @@ from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.attention.performer import PerformerSelfAttention, orthogonal_gaussian
 from attnseq.attention.sliding_window import SlidingWindowSelfAttention
 from attnseq.attention.strided import StridedSelfAttention, sparse_pattern
-from attnseq.config.schema import AttentionKind
+from attnseq.config.choices import AttentionKind
 
 D_MODEL, HEADS, D_K = 32, 4, 8
 ATOL = 1e-5

@@ -270,7 +270,7 @@ def test_forward_is_written_once_and_mechanisms_fill_the_hooks() -> None:
 
 
 def test_choice_lists_are_the_config_enums() -> None:
-    from attnseq.config.schema import Score, Window
+    from attnseq.config.choices import Score, Window
 
     assert tuple(score.value for score in Score if score is not Score.none) == SCORES
     assert tuple(window.value for window in Window) == WINDOWS

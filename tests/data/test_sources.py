@@ -12,7 +12,8 @@ from typing import Any
 import datasets
 import pytest
 
-from attnseq.config.schema import DataConfig, DataSource, FileFormat
+from attnseq.config.choices import DataSource, FileFormat
+from attnseq.config.schema import DataConfig
 from attnseq.data.generated import make_splits
 from attnseq.data.locations import cache_root, data_root
 from attnseq.data.sources import (

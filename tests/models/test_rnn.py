@@ -6,7 +6,8 @@ import itertools
 import pytest
 import torch
 
-from attnseq.config.schema import ModelConfig, ModelFamily
+from attnseq.config.choices import ModelFamily
+from attnseq.config.schema import ModelConfig
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.rnn import RNNSeq2Seq
 from attnseq.training.loss import sequence_loss

@@ -1,0 +1,157 @@
+"""The choices of the configuration: one Enum per key whose value is picked from a list.
+
+OmegaConf validates an Enum field by member name and lists the valid names when one is wrong;
+every other list of choices in attnseq (help texts, checks, completion) derives from these.
+"""
+
+from enum import Enum
+
+
+class DataSource(Enum):
+    generated = "generated"  # built in (attnseq/data/generated.py), no download
+    local = "local"  # files under data.root read through the `datasets` library
+    hub = "hub"  # a Hugging Face hub dataset (needs the network the first time)
+
+
+class FileFormat(Enum):
+    parallel = "parallel"  # PREFIX.SRC_LANG + PREFIX.TGT_LANG, one sentence per line
+    tsv = "tsv"  # src<TAB>tgt per line (columns chosen by src_field/tgt_field as 0/1)
+    jsonl = "jsonl"  # one JSON object per line, fields src_field/tgt_field
+
+
+class TaskType(Enum):
+    translation = "translation"  # BLEU, chrF
+    summarization = "summarization"  # ROUGE
+
+
+class TokenizerKind(Enum):
+    char = "char"
+    word = "word"
+    sentencepiece = "sentencepiece"
+
+
+class SentencePieceModel(Enum):
+    bpe = "bpe"
+    unigram = "unigram"
+
+
+class ModelFamily(Enum):
+    rnn = "rnn"
+    transformer = "transformer"
+
+
+class DecoderStyle(Enum):
+    bahdanau = "bahdanau"  # attend from s_{i-1}, context fed into the RNN step
+    luong = "luong"  # attend from h_t, attentional state tanh(W_c [c_t; h_t])
+
+
+class RNNCell(Enum):
+    gru = "gru"
+    lstm = "lstm"
+
+
+class DecoderInit(Enum):
+    """The RNN decoder's initial state s_0 (Joey NMT's `init_hidden`)."""
+
+    bridge = "bridge"  # tanh(W_s summary): Bahdanau et al. 2015, appendix A.2.2
+    zero = "zero"  # s_0 = 0: the decoder sees the source only through attention
+
+
+class Score(Enum):
+    additive = "additive"
+    dot = "dot"
+    general = "general"
+    concat = "concat"
+    location = "location"
+    scaled_dot = "scaled_dot"
+    none = "none"  # no attention: the fixed-vector encoder-decoder baseline
+
+
+# "global" is a Python keyword, so this Enum uses the functional API.
+Window = Enum("Window", {"global": "global", "local_m": "local_m", "local_p": "local_p"})
+
+
+class AttentionKind(Enum):
+    """Transformer self-attention mechanism (attnseq/attention/efficient.py)."""
+
+    full = "full"  # softmax(QK^T/sqrt(d))V over all pairs (Vaswani et al. 2017)
+    local = "local"  # sliding window +-D (sliding_window.py)
+    strided = "strided"  # Child et al. 2019 strided/fixed sparse patterns (strided.py)
+    longformer = "longformer"  # window +-D plus global tokens, Beltagy et al. 2020; encoder only
+    linformer = "linformer"  # E K, F V: proj_dim rows, Wang et al. 2020; encoder only
+    linear = "linear"  # elu(x)+1 feature map, Katharopoulos et al. 2020
+    performer = "performer"  # FAVOR+ random features, Choromanski et al. 2021
+
+    @property
+    def causal(self) -> bool:
+        """Whether the mechanism has a causal form, so that decoder self-attention can use it
+        (model.attention.decoder_self=true): all but the encoder-only longformer and linformer,
+        whose global tokens or projections mix every position, future ones included."""
+        return self not in (AttentionKind.longformer, AttentionKind.linformer)
+
+
+class SparsePattern(Enum):
+    strided = "strided"  # |i-j| <= stride or (i-j) mod stride = 0
+    fixed = "fixed"  # same block of `stride`, or one of the last `summary` cells of a block
+
+
+class Norm(Enum):
+    pre = "pre"
+    post = "post"
+
+
+class Positions(Enum):
+    sinusoidal = "sinusoidal"
+    learned = "learned"
+
+
+class OptimizerName(Enum):
+    adam = "adam"
+    adamw = "adamw"
+
+
+class Scheduler(Enum):
+    constant = "constant"  # lr fixed after the optional linear warm-up
+    inverse_sqrt = "inverse_sqrt"  # Noam / Vaswani et al. 2017 eq. 3 shape, peak = optim.lr
+    plateau = "plateau"  # multiply by plateau_factor when the validation metric stalls
+    cosine = "cosine"  # cosine decay to 0 over the training budget (steps, epochs or minutes)
+    linear = "linear"  # linear decay to 0 over the training budget
+
+
+class Device(Enum):
+    auto = "auto"  # cuda if available, else cpu
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Precision(Enum):
+    """trainer.precision (attnseq/training/precision.py). `trainer.precision=32` selects fp32 by
+    its value; bf16 and fp16 by name."""
+
+    fp32 = 32  # float32 everywhere
+    bf16 = "bf16"  # autocast to bfloat16
+    fp16 = "fp16"  # autocast to float16 with dynamic loss scaling
+
+
+class Metric(Enum):
+    """Validation metrics usable for early stopping and model selection."""
+
+    loss = "loss"
+    ppl = "ppl"
+    bleu = "bleu"
+    chrf = "chrf"
+    exact_match = "exact_match"
+    rouge1 = "rouge1"
+    rouge2 = "rouge2"
+    rouge_l = "rouge_l"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self not in (Metric.loss, Metric.ppl)
+
+    @property
+    def best_possible(self) -> float:
+        """The value no model can improve on: exact match is a fraction, BLEU, chrF and
+        ROUGE are percentages, loss is non-negative and perplexity is at least 1."""
+        ceilings = {Metric.exact_match: 1.0, Metric.loss: 0.0, Metric.ppl: 1.0}
+        return ceilings.get(self, 100.0)

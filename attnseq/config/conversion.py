@@ -1,0 +1,89 @@
+"""A config as a plain dict and back (checkpoints store it that way), its keys flattened, and
+the keys a resumed run must keep from its checkpoint."""
+
+from typing import Any
+
+from attnseq.config.schema import TrainConfig
+from attnseq.errors import UserError
+
+# ------------------------------------------------------------------------------------ resume
+# A resumed run takes its settings from the command line, but these keys decide the model, its
+# vocabulary, the training data and its order, and the meaning of the optimizer, scheduler and
+# best-metric state stored in the checkpoint: a different value would silently train something
+# else than the checkpoint's run, so they must match.
+RESUME_MUST_MATCH = ("seed", "data.", "model.", "optim.", "trainer.early_stopping_metric")
+
+
+def flat_config(tree: dict[str, Any]) -> dict[str, Any]:
+    """{"a.b": value} for every leaf of a nested config dict (an empty dict is a leaf too)."""
+    values: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(f"{prefix}{key}.", value)
+        else:
+            values[prefix.rstrip(".")] = node
+
+    walk("", tree)
+    return values
+
+
+# ...except where a different value changes nothing about what is trained: where the data
+# files live, and the batch size of validation decoding.
+RESUME_MAY_DIFFER = ("data.root", "data.eval_max_tokens")
+
+
+def resume_conflicts(saved: TrainConfig, current: TrainConfig) -> list[str]:
+    """Keys that must match between a checkpoint's config and a resumed run's, and do not:
+    one "key: checkpoint VALUE, now VALUE" line each."""
+
+    before, now = flat_config(config_to_dict(saved)), flat_config(config_to_dict(current))
+    conflicts = []
+    for key in sorted(set(before) | set(now)):
+        if (
+            key.startswith(RESUME_MUST_MATCH)
+            and not key.startswith(RESUME_MAY_DIFFER)
+            and before.get(key) != now.get(key)
+        ):
+            conflicts.append(f"{key}: checkpoint {before.get(key)!r}, now {now.get(key)!r}")
+    return conflicts
+
+
+# --------------------------------------------------------------------------- (de)serialising
+def config_to_dict(cfg: TrainConfig) -> dict:
+    """Plain dict (enums as their names) for checkpoints and metrics.json."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)  # type: ignore[return-value]
+
+
+def config_from_dict(values: dict, overrides: list[str] | None = None) -> TrainConfig:
+    """Rebuild a TrainConfig from `config_to_dict` output, checked against the schema.
+
+    `overrides` are dotlist strings ("data.valid_size=100") applied on top, as `attnseq eval`
+    accepts them. Unknown keys or bad values raise UserError.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    # imported here: checks.py imports the schema from this module
+    from attnseq.config.checks import validate
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), values)
+        if overrides:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        raise UserError(f"invalid configuration: {describe_omegaconf_error(error)}") from None
+    assert isinstance(cfg, TrainConfig)
+    validate(cfg)
+    return cfg
+
+
+def describe_omegaconf_error(error: Exception) -> str:
+    """One readable line for an OmegaConf validation error, naming the key."""
+    key = getattr(error, "full_key", None)
+    message = str(error).split("\n")[0]
+    return f"{key}: {message}" if key else message
