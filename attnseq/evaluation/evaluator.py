@@ -29,8 +29,8 @@ from attnseq.data.tokenizers import Tokenizer
 from attnseq.decoding import DecodingSettings, Hypothesis, decode  # settings re-exported here
 from attnseq.evaluation.metrics import perplexity, task_metrics
 from attnseq.io.progress import Rate, counting
+from attnseq.models.loss import sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.training.loss import sequence_loss
 
 
 @dataclass

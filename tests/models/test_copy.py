@@ -15,7 +15,7 @@ from attnseq.models.copy import (
     extended_log_probs,
     teacher_forced_coverage,
 )
-from attnseq.training.loss import coverage_term
+from attnseq.models.loss import coverage_term
 
 
 def test_final_distribution_on_hand_numbers() -> None:

@@ -9,8 +9,8 @@ import torch
 from attnseq.config.choices import ModelFamily
 from attnseq.config.schema import ModelConfig
 from attnseq.models import Vocabularies, build_model
+from attnseq.models.loss import sequence_loss
 from attnseq.models.rnn import RNNSeq2Seq
-from attnseq.training.loss import sequence_loss
 
 PAD, BOS, EOS = 0, 2, 3
 SCORES = ["additive", "dot", "general", "concat", "location", "scaled_dot"]
