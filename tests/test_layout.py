@@ -1,0 +1,104 @@
+"""The shape of the package: short modules and functions, one layer per folder, and a README map
+that names every module where it lives."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "attnseq"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60  # the body; a command's option declarations sit in its signature
+LAYERS = ("cli", "config", "data", "attention", "models", "decoding", "training", "evaluation")
+LAYERS += ("analysis", "io")
+# Library layers below training and the command line: inference and analysis never need the
+# training runtime, and nothing below cli/ imports Hydra at module level.
+NOT_TRAINING = ("data", "attention", "models", "decoding", "evaluation", "analysis", "io", "config")
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def body_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines from the first statement after the docstring to the end of the function."""
+    body = function.body
+    first = body[0]
+    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    if docstring and isinstance(first.value.value, str) and len(body) > 1:
+        first = body[1]
+    return function.end_lineno - first.lineno + 1
+
+
+@pytest.mark.parametrize("path", MODULES, ids=relative)
+def test_modules_and_functions_are_short(path: Path) -> None:
+    text = path.read_text()
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{relative(path)}: split it by concept"
+    tree = ast.parse(text)
+    long = [
+        f"{node.name} ({body_lines(node)} lines)"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and body_lines(node) > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"{relative(path)}: {', '.join(long)}"
+
+
+def test_each_folder_is_a_layer() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(LAYERS)
+    top = {p.name for p in PACKAGE.glob("*.py")}
+    assert top == {"__init__.py", "__main__.py", "errors.py"}
+
+
+def module_imports(path: Path) -> set[str]:
+    """Modules imported at module level (not inside functions)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("layer", NOT_TRAINING)
+def test_library_layers_import_neither_training_nor_hydra(layer: str) -> None:
+    offending = []
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        for name in module_imports(path):
+            if name.startswith(("attnseq.training", "attnseq.cli", "hydra", "omegaconf")):
+                offending.append(f"{relative(path)} imports {name}")
+    assert not offending
+
+
+def readme_map() -> dict[str, set[str]]:
+    """{folder: module file names} from the README's "Where things are" block."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Where things are", 1)[1].split("```")[1]
+    named: dict[str, set[str]] = {}
+    folder = None
+    for line in block.splitlines():
+        header = re.match(r"attnseq/(\w+)/", line)
+        if header:
+            folder = header.group(1)
+        elif not line.startswith(" "):
+            folder = None
+        if folder is not None:
+            named.setdefault(folder, set()).update(re.findall(r"\b(\w+\.py)\b", line))
+    return named
+
+
+def test_the_readme_map_names_every_module_where_it_is() -> None:
+    named = readme_map()
+    assert set(named) == set(LAYERS)
+    for layer in LAYERS:
+        present = {p.name for p in (PACKAGE / layer).glob("*.py")}
+        listed = named[layer]
+        assert listed <= present, f"README names modules attnseq/{layer}/ lacks: {listed - present}"
+        missing = present - listed - {"__init__.py"}
+        assert not missing, f"README's map lacks attnseq/{layer}/: {sorted(missing)}"
