@@ -1,5 +1,5 @@
 """Time and peak memory of one forward + backward pass of encoder self-attention, per attention
-kind and sequence length n (issue 12).
+kind and sequence length n.
 
 One multi-head self-attention layer (d_model 256, 4 heads, batch 1, a key padding mask as the
 encoder passes it) runs on x (1, n, d_model) with requires_grad, and `out.sum().backward()`.

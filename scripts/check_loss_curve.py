@@ -1,4 +1,4 @@
-"""Fixed-seed check that the fast training path learns what the plain one learns (issue 11).
+"""Fixed-seed check that the fast training path learns what the plain one learns.
 
 The fast path is what `attnseq train` runs: one teacher-forced `model(src, src_lengths, tgt_in)`
 call, with the fused attention kernel (scaled_dot_product_attention), the whole target through

@@ -1,5 +1,5 @@
-"""Quality and cost of each `model.attention.kind` on DialogSum at the same training budget
-(issue 12): one `attnseq train` run per kind, then a table of ROUGE-L and time per epoch.
+"""Quality and cost of each `model.attention.kind` on DialogSum at the same training budget:
+one `attnseq train` run per kind, then a table of ROUGE-L and time per epoch.
 
 Every run is `attnseq train config=dialogsum_transformer model.attention.kind=KIND` plus the
 per-kind parameters below and the overrides given after `--` (the budget, e.g.

@@ -1,4 +1,4 @@
-"""Summarization comparison of issue 10 on DialogSum and AESLC: the lead baseline, the plain
+"""Summarization comparison on DialogSum and AESLC: the lead baseline, the plain
 attention model and the pointer-generator with coverage (See et al. 2017), with the same model
 size and training budget. Prints one markdown table per dataset (ROUGE-1/2/L F1 x100 and the
 share of repeated trigrams, attnseq/evaluation/metrics.py) and writes them to OUT/summary.md (and

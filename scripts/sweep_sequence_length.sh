@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Attention versus the fixed-vector bottleneck (issue 3): reverse sequences of fixed length L
+# Attention versus the fixed-vector bottleneck: reverse sequences of fixed length L
 # with GRU + Bahdanau attention (model=rnn_bahdanau) and without attention (model=rnn_none),
 # the same budget of updates for both, then one table per length via `attnseq sweep-report`
 # (or the test/exact_match column of each job's metrics.json).
