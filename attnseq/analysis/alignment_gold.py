@@ -13,13 +13,16 @@ Formats.
 - NAACL 2003 (Mihalcea & Pedersen 2003, "An Evaluation Exercise for Word Alignment"): one link per
   line, ``sentence_no i j [S|P] [confidence]``, 1-indexed, index 0 = NULL (`read_naacl`).
 
-`read_gold_file` reads either (`detect_gold_format` tells which from the first line with content).
+`read_gold_file` reads either (`detect_gold_format` tells which from the first line with content);
+`format_pharaoh` and `write_pharaoh` write Pharaoh lines (what `attnseq align` prints).
 """
 
 import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from attnseq.io.atomic import atomic_write_lines
 
 Link = tuple[int, int]
 Alignment = set[Link]
@@ -71,6 +74,20 @@ def read_pharaoh(
         sure.append(line_sure)
         possible.append(line_possible)
     return sure, possible
+
+
+def format_pharaoh(links: Iterable[Link], possible: Iterable[Link] = ()) -> str:
+    """One Pharaoh line: ``i-j`` for each link, ``i?j`` for each possible link that is not also
+    in `links`, sorted by (i, j), separated by single spaces ("" for no link)."""
+    sure = set(links)
+    marked = [(link, "-") for link in sure] + [(link, "?") for link in set(possible) - sure]
+    return " ".join(f"{i}{mark}{j}" for (i, j), mark in sorted(marked))
+
+
+def write_pharaoh(path: str | os.PathLike[str], alignments: Sequence[Iterable[Link]]) -> None:
+    """Write one `format_pharaoh` line per sentence to `path`, atomically; `read_pharaoh` reads
+    the file back into the same sets."""
+    atomic_write_lines(Path(path), [format_pharaoh(links) for links in alignments])
 
 
 def read_gold(

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import torch
 
-from attnseq.analysis.alignment import ALIGNMENT_SCORES, word_ids
+from attnseq.analysis.alignment import ALIGNMENT_SCORES
 from attnseq.analysis.alignment_gold import Alignment, read_gold_file
+from attnseq.analysis.forced_alignment import encode_sentence
 from attnseq.analysis.model_alignment import AlignmentCorpus, corpus_alignment_metrics
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.errors import UserError
@@ -65,13 +66,6 @@ class LoadedAlignmentSet(AlignmentCorpus):
             raise UserError(f"cannot score the gold alignments: {error}") from None
 
 
-@dataclass
-class _EncodedLine:
-    ids: list[int]
-    pieces: list[str]
-    n_words: int  # whitespace-separated words of the line: what the gold indices count
-
-
 def load_alignment_set(
     files: GoldAlignmentFiles,
     src_tokenizer: Tokenizer,
@@ -97,8 +91,8 @@ def load_alignment_set(
     examples, src_pieces, tgt_pieces = [], [], []
     for number, (src_text, tgt_text) in enumerate(zip(src_lines, tgt_lines, strict=True)):
         where = f"line {number + 1}"
-        src = _encode_line(src_tokenizer, src_text, f"{files.src} {where}", max_length)
-        tgt = _encode_line(tgt_tokenizer, tgt_text, f"{files.tgt} {where}", max_length)
+        src = encode_sentence(src_tokenizer, src_text, f"{files.src} {where}", max_length)
+        tgt = encode_sentence(tgt_tokenizer, tgt_text, f"{files.tgt} {where}", max_length)
         links = {"sure": sure[number], "possible": possible[number]}
         _check_links(files, number, links, src.n_words, tgt.n_words)
         examples.append((src.ids, tgt.ids))
@@ -118,8 +112,8 @@ def load_alignment_set(
 
 def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
     """The parallel sentence lines, after checking that every given file exists and is UTF-8."""
-    src_lines = _read_text_lines(files.src, "--align-src")
-    tgt_lines = _read_text_lines(files.tgt, "--align-tgt")
+    src_lines = read_text_lines(files.src, "--align-src")
+    tgt_lines = read_text_lines(files.tgt, "--align-tgt")
     if len(src_lines) != len(tgt_lines):
         raise UserError(
             f"--align-src {files.src} has {len(src_lines)} lines but --align-tgt {files.tgt} "
@@ -129,29 +123,8 @@ def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
         raise UserError(f"--align-src {files.src} holds no sentences")
     for option, path in (("--alignments", files.gold), ("--align-possible", files.possible)):
         if path is not None:
-            _read_text_lines(path, option)  # exists, is UTF-8
+            read_text_lines(path, option)  # exists, is UTF-8
     return src_lines, tgt_lines
-
-
-def _encode_line(
-    tokenizer: Tokenizer, text: str, where: str, max_length: int | None
-) -> _EncodedLine:
-    """One sentence encoded whole; its pieces must form the line's whitespace-separated words."""
-    kind = type(tokenizer).kind
-    if not text.strip():
-        raise UserError(f"{where} is empty: every line needs a sentence")
-    ids, pieces = tokenizer.encode(text), tokenizer.pieces(text)
-    if len(ids) != len(pieces):
-        raise UserError(f"{where}: {len(ids)} token ids but {len(pieces)} pieces")
-    n_words = max(word_ids(pieces, kind), default=-1) + 1
-    if n_words != len(text.split()):
-        raise UserError(
-            f"{where}: the {kind} tokenizer's pieces form {n_words} words, but the line "
-            f"has {len(text.split())} whitespace-separated words, which the gold indices count"
-        )
-    if max_length is not None and len(ids) + 1 > max_length:
-        raise UserError(f"{where} has {len(ids)} tokens; the model takes at most {max_length - 1}")
-    return _EncodedLine(ids, pieces, len(text.split()))
 
 
 def _check_links(
@@ -176,7 +149,8 @@ def _check_links(
                 )
 
 
-def _read_text_lines(path: Path, option: str) -> list[str]:
+def read_text_lines(path: Path, option: str) -> list[str]:
+    """The lines of a UTF-8 text file; UserError naming `option` if it is missing or not UTF-8."""
     if not path.is_file():
         raise UserError(f"{option} file not found: {path}")
     try:

@@ -2,10 +2,11 @@
 with gold word links: the AER that validation reports for generated tasks with gold links and
 that `attnseq eval --alignments` reports for a gold set (gold_sets.py).
 
-The steps, each a function below: check the corpus (`AlignmentCorpus`) and map every piece to
-its word; run the model over length-sorted batches with `need_weights=True`; pool each attention
-map to words and take one argmax link per target word (alignment.py); score every map against
-the gold with the corpus-level AER of Och & Ney (2003).
+The steps: check the corpus (`AlignmentCorpus`) and map every piece to its word; run the model
+over length-sorted batches, pool each attention map to words and take one argmax link per target
+word, on the path `attnseq align` takes (forced_alignment.py: `forced_word_attention`,
+`select_map`; the "attention" method); score every map against the gold with the corpus-level
+AER of Och & Ney (2003).
 
 Maps. An RNN returns one (T, S) map per example. A transformer returns (L, H, T, S): every head
 is scored (``aer/layer{L}/head{H}``, 1-based) and so is the average of each layer's heads
@@ -28,14 +29,17 @@ from attnseq.analysis.alignment import (
     ALIGNMENT_SCORES,
     alignment_error_rate,
     argmax_alignment,
-    word_attention,
     word_ids,
 )
 from attnseq.analysis.alignment_gold import Alignment, Link
-from attnseq.data.batching import Example, collate
+from attnseq.analysis.forced_alignment import (
+    AlignmentMethod,
+    WordIds,
+    forced_word_attention,
+    select_map,
+)
+from attnseq.data.batching import Example
 from attnseq.models.seq2seq import Seq2Seq
-
-WordIds = tuple[list[int], list[int]]  # (source word of each source piece, same for target)
 
 
 @dataclass
@@ -188,63 +192,32 @@ def _hypothesis_links(
 ) -> tuple[dict[str, list[Alignment]], int]:
     """Argmax links of every example for every attention map ("" for an RNN's single map), in
     example order, and the transformer's number of layers (0 for an RNN)."""
-    examples = corpus.examples
-    n = len(examples)
+    n = len(corpus.examples)
     hyps: dict[str, list[Alignment]] = {}
     last_layer = 0
-    was_training = model.training
-    model.eval()
-    try:
-        # length-sorted batches pad less; results are stored by example index
-        order = sorted(range(n), key=lambda i: (len(examples[i][0]), len(examples[i][1])))
-        for start in range(0, n, batch_size):
-            chunk = order[start : start + batch_size]
-            weights = _batch_attention(model, [examples[i] for i in chunk], chunk, device)
-            if weights.dim() == 5:
-                last_layer = weights.shape[1]
-            for b, i in enumerate(chunk):
-                pooled = word_attention(weights[b], *words[i])  # (Tw, Sw) or (L, H, Tw, Sw)
-                for key, links in _map_links(pooled, corpus.src_first):
-                    hyps.setdefault(key, [set() for _ in range(n)])[i] = links
-    finally:
-        model.train(was_training)
+    for i, pooled in forced_word_attention(
+        model, corpus.examples, words, device=device, batch_size=batch_size
+    ):
+        if pooled.dim() == 4:  # (L, H, Tw, Sw)
+            last_layer = pooled.shape[0]
+        for key, method in _maps(pooled):
+            links = argmax_alignment(select_map(pooled, method), src_first=corpus.src_first)
+            hyps.setdefault(key, [set() for _ in range(n)])[i] = links
     return hyps, last_layer
 
 
-def _batch_attention(
-    model: Seq2Seq, examples: list[Example], indices: list[int], device: torch.device | str
-) -> Tensor:
-    """Teacher-forced cross-attention of one batch: (B, T, S) or (B, L, H, T, S), on the CPU."""
-    batch = collate(
-        examples, indices, pad_id=model.pad_id, bos_id=model.bos_id, eos_id=model.eos_id
-    ).to(device)
-    # Copy models need the source in the extended vocabulary; it only places the copy mass on
-    # output ids, never the attention, so the in-vocabulary ids serve.
-    copy_inputs = {"src_ext": batch.src, "n_oov": 0} if getattr(model, "copy", False) else {}
-    output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy_inputs)
-    if output.attention is None:
-        raise ValueError(f"{type(model).__name__} returns no attention weights")
-    weights = output.attention.float().cpu()
-    if weights.dim() not in (3, 5):
-        raise ValueError(f"unexpected attention shape {tuple(weights.shape)}")
-    return weights
-
-
-def _map_links(pooled: Tensor, src_first: bool) -> list[tuple[str, Alignment]]:
-    """(map name, argmax links) of one example's word attention: ("", links) for an RNN's
+def _maps(pooled: Tensor) -> list[tuple[str, AlignmentMethod]]:
+    """(map name, method) of every map of one example's word attention: "" for an RNN's
     (Tw, Sw); for a transformer's (L, H, Tw, Sw) every head, then its layer's head mean."""
     if pooled.dim() == 2:
-        return [("", argmax_alignment(pooled, src_first=src_first))]
+        return [("", AlignmentMethod())]
     L, H = pooled.shape[:2]
-    layer_means = pooled.mean(dim=1)  # (L, Tw, Sw); pooling is linear
-    links: list[tuple[str, Alignment]] = []
-    for layer in range(L):
-        for head in range(H):
-            alignment = argmax_alignment(pooled[layer, head], src_first=src_first)
-            links.append((f"layer{layer + 1}/head{head + 1}", alignment))
-        alignment = argmax_alignment(layer_means[layer], src_first=src_first)
-        links.append((f"layer{layer + 1}/mean", alignment))
-    return links
+    maps: list[tuple[str, AlignmentMethod]] = []
+    for layer in range(1, L + 1):
+        for head in range(1, H + 1):
+            maps.append((f"layer{layer}/head{head}", AlignmentMethod(layer=layer, head=head)))
+        maps.append((f"layer{layer}/mean", AlignmentMethod(layer=layer)))
+    return maps
 
 
 # -------------------------------------------------------------------------------- scores

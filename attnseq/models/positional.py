@@ -107,3 +107,9 @@ def build_positional_encoding(kind: str, d_model: int, max_positions: int) -> nn
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_positions)
     raise ValueError(f"unknown positional encoding {kind!r}; choose 'sinusoidal' or 'learned'")
+
+
+def max_positions(model: nn.Module) -> int | None:
+    """The longest sequence a model with learned positions takes (None: no limit)."""
+    limits = [m.max_positions for m in model.modules() if isinstance(m, LearnedPositionalEncoding)]
+    return min(limits, default=None)
