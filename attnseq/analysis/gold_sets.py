@@ -112,15 +112,9 @@ def load_alignment_set(
 
 def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
     """The parallel sentence lines, after checking that every given file exists and is UTF-8."""
-    src_lines = read_text_lines(files.src, "--align-src")
-    tgt_lines = read_text_lines(files.tgt, "--align-tgt")
-    if len(src_lines) != len(tgt_lines):
-        raise UserError(
-            f"--align-src {files.src} has {len(src_lines)} lines but --align-tgt {files.tgt} "
-            f"has {len(tgt_lines)}: they must be parallel, one sentence pair per line"
-        )
-    if not src_lines:
-        raise UserError(f"--align-src {files.src} holds no sentences")
+    src_lines, tgt_lines = read_parallel_lines(
+        ("--align-src", files.src), ("--align-tgt", files.tgt)
+    )
     for option, path in (("--alignments", files.gold), ("--align-possible", files.possible)):
         if path is not None:
             read_text_lines(path, option)  # exists, is UTF-8
@@ -147,6 +141,24 @@ def _check_links(
                     f"({files.order.replace('-', ', ')}): is that the gold's order, and are "
                     "--align-src/--align-tgt the right files?"
                 )
+
+
+def read_parallel_lines(
+    src: tuple[str, Path], tgt: tuple[str, Path]
+) -> tuple[list[str], list[str]]:
+    """The lines of a source and a target file, each given as (option, path); UserError unless
+    both are UTF-8 text with the same number of lines, at least one."""
+    (src_option, src_path), (tgt_option, tgt_path) = src, tgt
+    src_lines = read_text_lines(src_path, src_option)
+    tgt_lines = read_text_lines(tgt_path, tgt_option)
+    if len(src_lines) != len(tgt_lines):
+        raise UserError(
+            f"{src_option} {src_path} has {len(src_lines)} lines but {tgt_option} {tgt_path} "
+            f"has {len(tgt_lines)}: they must be parallel, one sentence pair per line"
+        )
+    if not src_lines:
+        raise UserError(f"{src_option} {src_path} holds no sentences")
+    return src_lines, tgt_lines
 
 
 def read_text_lines(path: Path, option: str) -> list[str]:

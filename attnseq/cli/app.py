@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from attnseq.cli.align_command import align
 from attnseq.cli.average_command import average
 from attnseq.cli.completion import install_bash_script
 from attnseq.cli.doctor import doctor
@@ -73,6 +74,7 @@ app.command("eval")(evaluate)
 app.command()(translate)
 app.command()(average)
 app.command("visualize-alignment")(visualize_alignment)
+app.command()(align)
 app.command("sweep-report")(sweep_report)
 
 

@@ -1,0 +1,127 @@
+"""`attnseq align`: word alignments of given sentence pairs by forced decoding, in Pharaoh
+format, optionally symmetrized with a reverse model and scored against gold links.
+
+The command turns its options into an `AlignRequest` and hands it to
+`attnseq.analysis.align_run.run_align`; torch and the model code are imported inside the
+function, so `attnseq --help` stays light.
+"""
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
+from attnseq.errors import UserError
+
+if TYPE_CHECKING:
+    from attnseq.analysis.align_run import AlignResult
+
+
+def align(
+    checkpoint: CheckpointArgument,
+    src: Annotated[
+        Path | None,
+        typer.Option(help="Source sentences, one per line, words separated by whitespace."),
+    ] = None,
+    tgt: Annotated[
+        Path | None, typer.Option(help="Target sentences to force, parallel to --src.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Pharaoh file to write (default: standard output).")
+    ] = None,
+    method: Annotated[
+        str,
+        typer.Option(
+            help="attention (the row predicting each target word) or shift-att (the row whose "
+            "input is the word; Chen et al. 2020)."
+        ),
+    ] = "attention",
+    layer: Annotated[
+        int | None, typer.Option(help="Transformer decoder layer, 1-based (default: last).")
+    ] = None,
+    head: Annotated[
+        int | None, typer.Option(help="Head, 1-based (default: the mean of the layer's heads).")
+    ] = None,
+    reverse: Annotated[
+        Path | None,
+        typer.Option(help="A target -> source checkpoint whose links are combined with these."),
+    ] = None,
+    symmetrize: Annotated[
+        str | None,
+        typer.Option(
+            help="With --reverse: intersect, union, grow-diag, grow-diag-final or "
+            "grow-diag-final-and (the default)."
+        ),
+    ] = None,
+    soft: Annotated[
+        Path | None,
+        typer.Option(help="Also write the word-level attention matrices to this .npz file."),
+    ] = None,
+    gold: Annotated[
+        Path | None,
+        typer.Option(help="Gold links (Pharaoh i-j/i?j or NAACL): print AER, precision, recall."),
+    ] = None,
+    gold_possible: Annotated[
+        Path | None, typer.Option(help="Pharaoh file of possible links to add to --gold.")
+    ] = None,
+    gold_format: Annotated[str, typer.Option(help="auto, pharaoh or naacl.")] = "auto",
+    gold_order: Annotated[
+        str, typer.Option(help="src-tgt if a gold link is (source, target), tgt-src if reversed.")
+    ] = "src-tgt",
+    batch_size: Annotated[int, typer.Option(help="Sentence pairs per forward pass.")] = 64,
+    device: DeviceOption = "auto",
+) -> None:
+    """Align words of given sentence pairs by forcing the target through the model and reading
+    its cross-attention: one line of 0-based source-target links (i-j) per pair. Subword pieces
+    are merged back into the whitespace-separated words of each line.
+
+    \b
+    attnseq align best.pt --src test.en --tgt test.fr > test.align
+    attnseq align best.pt --src test.en --tgt test.fr --method shift-att --layer 2 --head 1
+    attnseq align en-fr.pt --src test.en --tgt test.fr --reverse fr-en.pt \\
+        --symmetrize grow-diag-final-and --out test.gdfa --soft test.npz
+    attnseq align best.pt --src test.en --tgt test.fr --gold test.sure.pharaoh \\
+        --gold-possible test.possible.pharaoh
+    """
+    from attnseq.analysis.align_run import AlignRequest, check_request, run_align, write_soft
+    from attnseq.analysis.alignment_gold import format_pharaoh, write_pharaoh
+    from attnseq.analysis.forced_alignment import AlignmentMethod
+    from attnseq.io.output_paths import check_output_file
+
+    with user_errors():
+        if src is None or tgt is None:
+            raise UserError("give --src FILE and --tgt FILE (parallel sentences, one per line)")
+        request = AlignRequest(
+            checkpoint, src, tgt, AlignmentMethod(method, layer, head), reverse, symmetrize,
+            gold, gold_possible, gold_format, gold_order, device, batch_size,
+        )  # fmt: skip
+        check_request(request)
+        for option, path, suffixes in (("--out", out, None), ("--soft", soft, ["npz"])):
+            if path is not None:
+                check_output_file(path, option, suffixes)
+        result = run_align(request)
+        if soft is not None:
+            write_soft(soft, result)
+        if out is not None:
+            write_pharaoh(out, result.links)
+        else:
+            typer.echo("\n".join(format_pharaoh(links) for links in result.links))
+    _report(result, out, soft, gold)
+
+
+def _report(result: "AlignResult", out: Path | None, soft: Path | None, gold: Path | None) -> None:
+    """What was written and the gold scores: on stdout when the links went to a file, else
+    on stderr, so that standard output holds the Pharaoh lines only."""
+    err = out is None
+    typer.echo(f"aligned {len(result.links)} pairs: {result.label}", err=err)
+    if result.scores is not None:
+        s = result.scores
+        typer.echo(
+            f"vs {gold}: AER {s['aer']:.4f}  precision {s['precision']:.4f}  "
+            f"recall {s['recall']:.4f}  ({int(s['hyp'])} links, {int(s['sure'])} sure gold)",
+            err=err,
+        )
+    for path in (out, soft):
+        if path is not None:
+            typer.echo(f"wrote {path}", err=err)
