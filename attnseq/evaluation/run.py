@@ -24,6 +24,7 @@ from attnseq.evaluation.results import EvalMetrics
 from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
 from attnseq.models.device import resolve_device
 from attnseq.models.loading import load_trained_model
+from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 
 NAMED_SPLITS = ("train", "valid", "test")
@@ -62,7 +63,7 @@ def evaluate_checkpoint(
     alignment_set = None
     if alignments is not None:  # read and check the gold set before the slow work
         alignment_set = load_alignment_set(
-            alignments, tokenizers.src, tokenizers.tgt, _max_positions(model)
+            alignments, tokenizers.src, tokenizers.tgt, position_limit(model)
         )
     name, data = _prepare_split(cfg, split, dataset_split, tokenizers)
     gold = split_gold(cfg, name, tokenizers) if dataset_split else None
@@ -148,11 +149,3 @@ def _save_eval_attention(
         tgt_kind=type(tokenizers.tgt).kind,
     )
     print(f"cross-attention of {len(decoded)} hypotheses: {saved}")
-
-
-def _max_positions(model: Seq2Seq) -> int | None:
-    """The longest sequence a model with learned positions takes (None: no limit)."""
-    from attnseq.models.positional import LearnedPositionalEncoding
-
-    limits = [m.max_positions for m in model.modules() if isinstance(m, LearnedPositionalEncoding)]
-    return min(limits, default=None)

@@ -107,3 +107,10 @@ def build_positional_encoding(kind: str, d_model: int, max_positions: int) -> nn
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_positions)
     raise ValueError(f"unknown positional encoding {kind!r}; choose 'sinusoidal' or 'learned'")
+
+
+def position_limit(model: nn.Module) -> int | None:
+    """The most positions a sequence may have in `model` (BOS included): the smallest table
+    of its learned positional encodings; None when it has none (sinusoidal, RNN): no limit."""
+    limits = [m.max_positions for m in model.modules() if isinstance(m, LearnedPositionalEncoding)]
+    return min(limits, default=None)
