@@ -1,7 +1,7 @@
 """How a model spreads its cross-attention over a split, teacher-forced on the reference
 targets: the mass on the end of the source and the entropy of every head. Validation logs them
-to TensorBoard (``valid/attention/...``) and the final test evaluation writes them to
-metrics.json (``test/attention/...``).
+to TensorBoard (``valid/attention/...``); the final test evaluation writes them to
+metrics.json (``test/attention/...``), and `attnseq eval` to its own (``SPLIT/attention/...``).
 
 End-of-source mass. Attention that piles onto the source's `</s>` is a known failure sign of
 transformers (a "no-op" sink for heads with nothing to align, Clark et al. 2019, "What Does BERT

@@ -46,6 +46,9 @@ def evaluate_checkpoint(
 
     `save_attention`: also write the cross-attention of every output hypothesis to
     attention.npz in that folder (format: attnseq/analysis/saved_attention.py).
+    The attention diagnostics of the split (``SPLIT/attention/...``,
+    attnseq/analysis/attention_diagnostics.py) come with the metrics, as in training's
+    metrics.json.
     `alignments`: also score the attention against a gold word-alignment set, as
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
     (``align/aer/layer2/head3``, ``align/aer/layer2/mean``).
@@ -69,6 +72,7 @@ def evaluate_checkpoint(
     gold = split_gold(cfg, name, tokenizers) if dataset_split else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
     metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
+    metrics.update(evaluator.attention_diagnostics(model))  # as training's test metrics
     print(f"{name}: decoded {evaluator.decode_rate.summary()}", file=sys.stderr)
     results = {f"{name}/{key}": value for key, value in metrics.items()}
     if alignment_set is not None:
