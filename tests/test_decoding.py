@@ -426,3 +426,69 @@ def test_coverage_penalty_is_not_greedy() -> None:
     assert not DecodingSettings(beam=1, coverage_penalty=0.2).is_greedy
     with pytest.raises(ValueError, match="coverage_penalty"):
         DecodingSettings(coverage_penalty=-1.0).check()
+
+
+COPY_FAMILIES = {
+    **FAMILIES,
+    "bahdanau_copy": (*FAMILIES["bahdanau"], "model.copy=true"),
+    "transformer_copy": (*FAMILIES["transformer"], "model.copy=true"),
+}
+
+
+@pytest.mark.parametrize("family", COPY_FAMILIES)
+def test_beam_attention_follows_each_hypothesis_through_reordering(family: str) -> None:
+    """With beam 5, beams fork and die at every step (rows are re-selected by
+    `reorder_state`); every one of the 5 returned hypotheses of each sentence must still carry
+    the attention of its own tokens: the attention of teacher forcing that hypothesis (the same
+    model and source), for copy models too, whose outputs may be copied source words."""
+    torch.manual_seed(3)
+    cfg = tiny_config(*COPY_FAMILIES[family], "model.dropout=0.0")
+    model = build_model(cfg.model, Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)).eval()
+    src, lengths = random_batch(4, seed=5)
+    copy_inputs = {}
+    if cfg.model.copy:  # two source words outside the vocabulary: extended ids V and V + 1
+        src_ext = src.clone()
+        src_ext[:, 1], src_ext[:, 2] = VOCAB, VOCAB + 1
+        src_ext[torch.arange(src.size(1)) >= lengths.unsqueeze(1)] = PAD
+        copy_inputs = {"src_ext": src_ext, "n_oov": 2}
+    reorders: list[Tensor] = []
+    reorder_state = model.reorder_state
+
+    def recording_reorder(state: DecoderState, index: Tensor) -> DecoderState:
+        reorders.append(index.clone())
+        return reorder_state(state, index)
+
+    model.reorder_state = recording_reorder  # type: ignore[method-assign]
+    limits = max_output_lengths(lengths, 1.0, 3)
+    settings = DecodingSettings(beam=5, nbest=5)
+    results = beam_search(model, src, lengths, limits, settings, need_weights=True, **copy_inputs)
+    # a beam forked (two rows share a parent) after the first expansion: real reordering
+    assert any(index.unique().numel() < index.numel() for index in reorders[1:])
+    for row, nbest in enumerate(results):
+        n = int(lengths[row])
+        assert len(nbest) == 5
+        for hypothesis in nbest:
+            steps = hypothesis.attention.shape[-2]
+            tgt_in = torch.tensor([[BOS, *hypothesis.tokens][:steps]])  # (1, T)
+            row_inputs = {}
+            if copy_inputs:
+                row_inputs = {"src_ext": copy_inputs["src_ext"][row : row + 1, :n], "n_oov": 2}
+            out = model(src[row : row + 1, :n], lengths[row : row + 1], tgt_in, True, **row_inputs)
+            forced = out.attention[0]  # (T, S) or (L, H, T, S)
+            torch.testing.assert_close(hypothesis.attention, forced, atol=1e-5, rtol=1e-4)
+    # hypotheses that part ways attend differently afterwards (an RNN decoder from the second
+    # row on: its attention reads the state before the latest token): a mix-up of beams could
+    # not go unseen
+    assert any(
+        not torch.allclose(a.attention[..., p + 1 : end, :], b.attention[..., p + 1 : end, :])
+        for nbest in results
+        for a, b in itertools.combinations(nbest, 2)
+        if (p := first_difference(a.tokens, b.tokens)) + 2
+        < (end := min(a.attention.shape[-2], b.attention.shape[-2]))
+    )
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    """The first position where two token lists differ (the shorter length if one is a prefix)."""
+    pairs = zip(a, b, strict=False)  # up to the shorter one
+    return next((i for i, (x, y) in enumerate(pairs) if x != y), min(len(a), len(b)))

@@ -67,6 +67,22 @@ def test_tensorboard_has_scalars_and_heatmaps_at_several_steps(trained_run) -> N
     assert steps == [3, 6]  # one heatmap per validation under one stable tag
 
 
+def test_attention_diagnostics_at_each_validation_and_in_the_test_metrics(trained_run) -> None:
+    run_dir, metrics = trained_run
+    stored = json.loads((run_dir / "metrics.json").read_text())
+    assert 0.0 < stored["test/attention/last_source_mass"] < 1.0
+    assert stored["test/attention/entropy"] > 0.0
+    config = load_checkpoint(run_dir / "checkpoints" / "best.pt")["config"]
+    transformer = config["model"]["family"] == "transformer"
+    per_layer = {key for key in stored if key.startswith("test/attention/layer")}
+    expected = {"layer1/last_source_mass", "layer1/head1/entropy", "layer1/head2/entropy"}
+    assert per_layer == ({f"test/attention/{key}" for key in expected} if transformer else set())
+    events = read_events(run_dir)
+    for name in ("last_source_mass", "entropy", *(["layer1/head1/entropy"] * transformer)):
+        steps = [event.step for event in events.Scalars(f"valid/attention/{name}")]
+        assert steps == [3, 6], name
+
+
 def test_checkpoint_is_self_contained(trained_run) -> None:
     run_dir, _ = trained_run
     payload = load_checkpoint(run_dir / "checkpoints" / "last.pt")

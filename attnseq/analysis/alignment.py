@@ -1,6 +1,7 @@
 """Word alignments from attention: piece -> word pooling, hard links, AER and attention
 statistics. The gold links are read by alignment_gold.py (Pharaoh and NAACL files); the AER of a
-model's own attention is model_alignment.py's.
+model's own attention is model_alignment.py's, its split-wide diagnostics (end-of-source mass,
+entropy per head) attention_diagnostics.py's.
 
 Link convention. An alignment of one sentence pair is a set of (i, j) index pairs, 0-indexed.
 Gold files fix their own order: in the WPT 2003 English-French set i is the English word and j
@@ -245,6 +246,13 @@ def alignment_error_rate(
 
 
 # -------------------------------------------------------------------------- statistics
+def row_entropy(weights: Tensor) -> Tensor:
+    """H(w_t) = -sum_s w[..., t, s] ln w[..., t, s] of every row, in nats: (..., T, S) ->
+    (..., T); 0 for a one-hot row, ln S for a uniform one (xlogy(0, 0) = 0: zero weights,
+    e.g. at padding, add nothing)."""
+    return -torch.special.xlogy(weights, weights).sum(dim=-1)
+
+
 def attention_statistics(weights: Tensor, mask: Tensor | None = None) -> dict[str, float]:
     """Sharpness of attention rows, for TensorBoard.
 
@@ -275,7 +283,7 @@ def attention_statistics(weights: Tensor, mask: Tensor | None = None) -> dict[st
     real_rows = mask.any(dim=-1)  # (..., T)
     if not real_rows.any():
         return {"entropy": 0.0, "argmax_weight": 0.0}
-    entropy = -torch.special.xlogy(w, w).sum(dim=-1)  # (..., T); xlogy(0, 0) = 0
+    entropy = row_entropy(w)  # (..., T)
     top = w.max(dim=-1).values  # (..., T)
     return {
         "entropy": float(entropy[real_rows].mean()),

@@ -57,7 +57,7 @@ from attnseq.analysis.alignment_gold import Alignment
 from attnseq.data.batching import Example, collate
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.errors import UserError
-from attnseq.models.positional import max_positions
+from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 
 if TYPE_CHECKING:
@@ -279,7 +279,7 @@ def align_sentences(
     if not src_lines:
         raise UserError("no sentence pairs to align")
     model = trained.model.to(device)
-    examples, words = _encode_pairs(trained, src_lines, tgt_lines, max_positions(model))
+    examples, words = _encode_pairs(trained, src_lines, tgt_lines, position_limit(model))
     soft: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(examples)
     layers = trained.cfg.model.dec_layers if trained.cfg.model.family.value == "transformer" else 0
     for i, pooled in forced_word_attention(

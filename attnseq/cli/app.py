@@ -18,6 +18,7 @@ from attnseq.cli.average_command import average
 from attnseq.cli.completion import install_bash_script
 from attnseq.cli.doctor import doctor
 from attnseq.cli.eval_command import evaluate
+from attnseq.cli.score_command import score
 from attnseq.cli.shared import print_version
 from attnseq.cli.sweep_command import sweep_report
 from attnseq.cli.torchrun import torchrun_world
@@ -36,6 +37,7 @@ app = typer.Typer(
         "  attnseq train -m data=reverse,copy seed=1,2    # Hydra multirun sweep\n\n"
         "  attnseq eval outputs/DATE/TIME/checkpoints/best.pt --split test --beam 5\n\n"
         "  attnseq translate best.pt < input.txt > output.txt\n\n"
+        "  attnseq score best.pt --src test.de --tgt test.en > test.scores\n\n"
         "  attnseq average ckpt_a.pt ckpt_b.pt --out averaged.pt"
     ),
     no_args_is_help=True,
@@ -72,6 +74,7 @@ app.command(
 app.command()(doctor)
 app.command("eval")(evaluate)
 app.command()(translate)
+app.command()(score)
 app.command()(average)
 app.command("visualize-alignment")(visualize_alignment)
 app.command()(align)

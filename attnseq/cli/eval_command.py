@@ -147,14 +147,15 @@ def _gold_alignments(
 
 
 def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") -> None:
-    """The checkpoint, the decoding settings, every metric and where the result went; the
-    word-alignment scores as a table of their own."""
+    """The checkpoint, the decoding settings, every metric (but the per-layer attention
+    diagnostics, which metrics.json keeps) and where the result went; the word-alignment scores
+    as a table of their own."""
     record = metrics.result.record
     typer.echo(f"{'checkpoint':>24} {record['checkpoint']} (step {record['checkpoint_step']})")
     decoding = " ".join(f"{key}={value}" for key, value in record["decoding"].items())
     typer.echo(f"{'decoding':>24} {decoding}")
     for key, value in sorted(metrics.items()):
-        if not key.startswith("align/"):
+        if not key.startswith("align/") and "/attention/layer" not in key:
             typer.echo(f"{key:>24} {value:.4f}")
     if "bleu_signature" in record:
         typer.echo(f"{'BLEU signature':>24} {record['bleu_signature']}")

@@ -1,5 +1,6 @@
 """What every command of the command line shares: the way a user's mistake ends a command,
-the version printout, and the argument and option types that several commands declare.
+the version printout, the way input text is read (`decoded_lines`), and the argument and
+option types that several commands declare.
 
 A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2,
 without a traceback. The types are `Annotated` aliases, so a command's signature reads
@@ -12,7 +13,7 @@ answer without the heavy libraries.
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated
 
 import typer
 
@@ -33,6 +34,19 @@ def user_errors() -> Iterator[None]:
         yield
     except UserError as error:
         fail(error)
+
+
+def decoded_lines(handle: IO[bytes], name: str) -> Iterator[str]:
+    """Lines split at "\\n" only (a CRLF ending loses its "\\r"; a lone "\\r" stays inside its
+    line), each decoded as UTF-8; UserError naming the line that is not."""
+    for number, raw in enumerate(handle, 1):
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UserError(
+                f"{name}: line {number} is not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from None
 
 
 def print_version(value: bool) -> None:

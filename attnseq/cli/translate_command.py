@@ -17,7 +17,7 @@ from typing import IO, Annotated
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
+from attnseq.cli.shared import CheckpointArgument, DeviceOption, decoded_lines, user_errors
 from attnseq.errors import UserError
 
 
@@ -91,25 +91,12 @@ def _count_lines(path: Path) -> int:
 
 @contextlib.contextmanager
 def _open_input(path: Path | None) -> Iterator[Iterator[str]]:
-    """The lines of the input file or of stdin, read the same way (`_decoded_lines`)."""
+    """The lines of the input file or of stdin, read the same way (`decoded_lines`)."""
     if path is None:
-        yield _decoded_lines(sys.stdin.buffer, "stdin")
+        yield decoded_lines(sys.stdin.buffer, "stdin")
         return
     with path.open("rb") as handle:
-        yield _decoded_lines(handle, str(path))
-
-
-def _decoded_lines(handle: IO[bytes], name: str) -> Iterator[str]:
-    """Lines split at "\\n" only (a CRLF ending loses its "\\r"; a lone "\\r" stays inside its
-    line), each decoded as UTF-8; UserError naming the line that is not."""
-    for number, raw in enumerate(handle, 1):
-        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise UserError(
-                f"{name}: line {number} is not UTF-8 text ({error.reason} at byte {error.start})"
-            ) from None
+        yield decoded_lines(handle, str(path))
 
 
 def _write(outputs: Iterable[str | list[str]], output_file: Path | None) -> None:

@@ -16,12 +16,13 @@ over the real target positions: 1 = always generate, 0 = always copy) and, with 
 `coverage_loss` (the mean per-token sum_i min(a_i^t, c_i^t), See et al. 2017, eq. 12).
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from attnseq.analysis.attention_diagnostics import AttentionDiagnostics
 from attnseq.data.batching import Batch, collate
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.token_sampler import TokenBatchSampler
@@ -119,11 +120,7 @@ class Evaluator:
         model.eval()
         total, tokens = 0.0, 0
         extras: dict[str, float] = {}
-        for batch_indices in self.batches:
-            indices = [i for i in batch_indices if self.examples[i][1]]
-            if not indices:
-                continue
-            batch = self._batch(model, indices)
+        for batch in self._scored_batches(model):
             output = model(batch.src, batch.src_lengths, batch.tgt_in, **batch.copy_inputs())
             loss_sum, n_tokens = sequence_loss(output.logits, batch.tgt_out, model.pad_id)
             total += float(loss_sum)
@@ -135,6 +132,31 @@ class Evaluator:
         results = {"loss": total / max(tokens, 1)}
         results.update({name: value / max(tokens, 1) for name, value in extras.items()})
         return results
+
+    def _scored_batches(self, model: Seq2Seq) -> Iterator[Batch]:
+        """The batches of the scored examples (non-empty source and target), on the device."""
+        for batch_indices in self.batches:
+            indices = [i for i in batch_indices if self.examples[i][1]]
+            if indices:
+                yield self._batch(model, indices)
+
+    @torch.no_grad()
+    def attention_diagnostics(self, model: Seq2Seq) -> dict[str, float]:
+        """End-of-source attention mass and per-head entropy, teacher-forced on the scored
+        examples (attnseq/analysis/attention_diagnostics.py: keys ``attention/...``); {} for a
+        model without cross-attention."""
+        if not model.has_attention:
+            return {}
+        model.eval()
+        diagnostics = AttentionDiagnostics()
+        for batch in self._scored_batches(model):
+            output = model(
+                batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **batch.copy_inputs()
+            )
+            if output.attention is None:
+                return {}
+            diagnostics.add(output.attention, batch.src_lengths, batch.tgt_lengths)
+        return diagnostics.results()
 
     @torch.no_grad()
     def decode(self, model: Seq2Seq, need_weights: bool = False) -> list[Hypothesis]:

@@ -24,7 +24,7 @@ from attnseq.evaluation.results import EvalMetrics
 from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
 from attnseq.models.device import resolve_device
 from attnseq.models.loading import load_trained_model
-from attnseq.models.positional import max_positions
+from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 
 NAMED_SPLITS = ("train", "valid", "test")
@@ -46,6 +46,9 @@ def evaluate_checkpoint(
 
     `save_attention`: also write the cross-attention of every output hypothesis to
     attention.npz in that folder (format: attnseq/analysis/saved_attention.py).
+    The attention diagnostics of the split (``SPLIT/attention/...``,
+    attnseq/analysis/attention_diagnostics.py) come with the metrics, as in training's
+    metrics.json.
     `alignments`: also score the attention against a gold word-alignment set, as
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
     (``align/aer/layer2/head3``, ``align/aer/layer2/mean``).
@@ -63,12 +66,13 @@ def evaluate_checkpoint(
     alignment_set = None
     if alignments is not None:  # read and check the gold set before the slow work
         alignment_set = load_alignment_set(
-            alignments, tokenizers.src, tokenizers.tgt, max_positions(model)
+            alignments, tokenizers.src, tokenizers.tgt, position_limit(model)
         )
     name, data = _prepare_split(cfg, split, dataset_split, tokenizers)
     gold = split_gold(cfg, name, tokenizers) if dataset_split else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
     metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
+    metrics.update(evaluator.attention_diagnostics(model))  # as training's test metrics
     print(f"{name}: decoded {evaluator.decode_rate.summary()}", file=sys.stderr)
     results = {f"{name}/{key}": value for key, value in metrics.items()}
     if alignment_set is not None:

@@ -109,7 +109,8 @@ def build_positional_encoding(kind: str, d_model: int, max_positions: int) -> nn
     raise ValueError(f"unknown positional encoding {kind!r}; choose 'sinusoidal' or 'learned'")
 
 
-def max_positions(model: nn.Module) -> int | None:
-    """The longest sequence a model with learned positions takes (None: no limit)."""
+def position_limit(model: nn.Module) -> int | None:
+    """The most positions a sequence may have in `model` (BOS included): the smallest table
+    of its learned positional encodings; None when it has none (sinusoidal, RNN): no limit."""
     limits = [m.max_positions for m in model.modules() if isinstance(m, LearnedPositionalEncoding)]
     return min(limits, default=None)

@@ -217,7 +217,8 @@ def _test_best(
     writer: Any,
     state: TrainingState,
 ) -> dict[str, float]:
-    """Evaluate best.pt on the test split; write hyps/test.txt, metrics.json, hparams."""
+    """Evaluate best.pt on the test split (metrics and attention diagnostics); write
+    hyps/test.txt, metrics.json, hparams."""
     best_path = run_dir / "checkpoints" / "best.pt"
     if not best_path.is_file():  # resumed from a lone checkpoint without its best.pt
         log.warning("no best.pt in %s: evaluating last.pt", best_path.parent)
@@ -226,6 +227,7 @@ def _test_best(
     test = make_evaluator(cfg, data, "test", device, split_gold(cfg, "test", data.tokenizers))
     metrics, hypotheses = test.evaluate(model)
     log.info("test: decoded %s", test.decode_rate.summary())
+    metrics.update(test.attention_diagnostics(model))
     results = {f"test/{name}": value for name, value in metrics.items()}
     results["best_step"] = state.best_step
     results[f"valid/best_{cfg.trainer.early_stopping_metric.value}"] = state.best_metric
@@ -235,18 +237,24 @@ def _test_best(
     # At the last training step, so the test numbers sit at the end of the valid/* curves.
     writer.add_hparams(
         run_hparams(cfg, sum(p.numel() for p in model.parameters())),
-        {k: v for k, v in results.items() if "/" in k},
+        {k: v for k, v in results.items() if "/" in k and not _per_layer_attention(k)},
         run_name=".",
         global_step=state.step,
     )
     return results
 
 
+def _per_layer_attention(key: str) -> bool:
+    """A per-layer or per-head attention diagnostic: metrics.json keeps them; the HParams
+    table and the printed summary, which they would crowd, leave them out."""
+    return key.startswith("test/attention/layer")
+
+
 def _print_summary(run_dir: Path, metrics: dict[str, float]) -> None:
     lines = [
         f"{key:>24} {value:.4f}"
         for key, value in sorted(metrics.items())
-        if isinstance(value, float)
+        if isinstance(value, float) and not _per_layer_attention(key)
     ]
     if any(key.endswith("/bleu") for key in metrics):
         from attnseq.evaluation.metrics import bleu_signature

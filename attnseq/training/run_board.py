@@ -1,5 +1,7 @@
-"""What a training run shows in TensorBoard beyond its scalars: attention heatmaps and a few
-validation examples as text at each validation, and the hyperparameters that set the run apart.
+"""What a training run shows in TensorBoard beyond its scalars: attention heatmaps, the
+attention diagnostics of the validation split (``valid/attention/...``: end-of-source mass and
+entropy per head, attnseq/analysis/attention_diagnostics.py) and a few validation examples as
+text at each validation, and the hyperparameters that set the run apart.
 
 `validation_logger` is the trainer's `on_validation` callback (rank 0 only); `run_hparams` is
 what the final test evaluation logs to the HParams tab.
@@ -28,11 +30,14 @@ def validation_logger(
     cfg: TrainConfig,
     sources: list[str],
 ) -> Callable[[Seq2Seq, int], None]:
-    """What each validation adds to TensorBoard besides its scalars: heatmaps and examples."""
+    """What each validation adds to TensorBoard besides its scalars: heatmaps, attention
+    diagnostics and examples."""
     heatmaps = heatmap_logger(writer, evaluator, tokenizers, cfg.trainer.num_heatmaps, sources)
 
     def on_validation(model: Seq2Seq, step: int) -> None:
         heatmaps(model, step)
+        for name, value in evaluator.attention_diagnostics(model).items():
+            writer.add_scalar(f"valid/{name}", value, step)
         log_examples(writer, evaluator, sources, step, cfg.trainer.validate_every)
 
     return on_validation

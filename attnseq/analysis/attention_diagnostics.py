@@ -1,0 +1,96 @@
+"""How a model spreads its cross-attention over a split, teacher-forced on the reference
+targets: the mass on the end of the source and the entropy of every head. Validation logs them
+to TensorBoard (``valid/attention/...``); the final test evaluation writes them to
+metrics.json (``test/attention/...``), and `attnseq eval` to its own (``SPLIT/attention/...``).
+
+End-of-source mass. Attention that piles onto the source's `</s>` is a known failure sign of
+transformers (a "no-op" sink for heads with nothing to align, Clark et al. 2019, "What Does BERT
+Look At?", section 3). attnseq's sources carry **no** EOS: `collate`
+(attnseq/data/batching.py) gives the encoder the source pieces alone. The diagnostic is
+therefore measured on the **last real source position**, the one that plays the end's part
+(often the final punctuation):
+
+    last_source_mass = mean over target rows t of w[t, S_b - 1]
+
+with S_b the source length of the example. A uniform row gives 1 / S_b; a head that parks its
+mass at the end gives values near 1.
+
+Entropy of a row, in nats (`row_entropy` of alignment.py): H(w_t) = -sum_s w[t, s] ln w[t, s];
+0 for a one-hot row, ln S_b for a uniform one. A head's number is its mean over target rows.
+
+Rows are the real target positions, the EOS-predicting row included (T_b = target + 1), of the
+examples that are scored (non-empty source and target); every row counts once, so the means
+are over all target positions of the split, not over sentences.
+
+Keys (1-based layers and heads, as the AER's): an RNN gives ``attention/last_source_mass`` and
+``attention/entropy``; a transformer also gives ``attention/layer{L}/last_source_mass`` (the
+layer's head mean) and ``attention/layer{L}/head{H}/entropy``, and its overall numbers are the
+means over all layers and heads. A model that returns no cross-attention (an RNN with
+model.attention.score=none) gives none.
+
+Shapes: B batch, T target positions, S source positions, L layers, H heads.
+"""
+
+import torch
+from torch import Tensor
+
+from attnseq.analysis.alignment import row_entropy
+
+
+class AttentionDiagnostics:
+    """Accumulates the diagnostics of the module docstring over batches.
+
+    `add` each batch's teacher-forced cross-attention; `results` gives the means over every
+    real target row seen.
+    """
+
+    def __init__(self) -> None:
+        self.rows = 0  # real target rows seen
+        self.mass: Tensor | None = None  # () or (L, H): summed last-source mass
+        self.entropy: Tensor | None = None  # () or (L, H): summed row entropy
+
+    def add(self, weights: Tensor, src_lengths: Tensor, tgt_lengths: Tensor) -> None:
+        """Add one batch.
+
+        Args:
+            weights: (B, T, S) or (B, L, H, T, S) cross-attention of a teacher-forced pass.
+            src_lengths: (B,) real source positions (>= 1); tgt_lengths: (B,) real target rows.
+        """
+        w = weights.detach().double()
+        B, T, S = w.size(0), w.size(-2), w.size(-1)
+        device = w.device
+        src_lengths, tgt_lengths = src_lengths.to(device), tgt_lengths.to(device)
+        columns = torch.arange(S, device=device) < src_lengths.unsqueeze(1)  # (B, S)
+        rows = torch.arange(T, device=device) < tgt_lengths.unsqueeze(1)  # (B, T)
+        middle = (1,) * (w.dim() - 3)  # the (L, H) dims, if any
+        w = w.masked_fill(~columns.view(B, *middle, 1, S), 0.0)
+        last = (src_lengths - 1).view(B, *middle, 1, 1).expand(*w.shape[:-1], 1)
+        mass = w.gather(-1, last).squeeze(-1)  # (B, [L, H,] T)
+        entropy = row_entropy(w)  # (B, [L, H,] T)
+        real = rows.view(B, *middle, T).to(w.dtype)
+        self._accumulate((mass * real).sum(dim=(0, -1)), (entropy * real).sum(dim=(0, -1)))
+        self.rows += int(rows.sum())
+
+    def _accumulate(self, mass: Tensor, entropy: Tensor) -> None:
+        if self.mass is None or self.entropy is None:
+            self.mass, self.entropy = mass, entropy
+        else:
+            self.mass, self.entropy = self.mass + mass, self.entropy + entropy
+
+    def results(self) -> dict[str, float]:
+        """The keys of the module docstring; {} when no row was added."""
+        if self.rows == 0 or self.mass is None or self.entropy is None:
+            return {}
+        mass = self.mass.cpu() / self.rows  # () or (L, H)
+        entropy = self.entropy.cpu() / self.rows
+        results = {
+            "attention/last_source_mass": float(mass.mean()),
+            "attention/entropy": float(entropy.mean()),
+        }
+        if mass.dim() == 2:
+            for layer in range(mass.size(0)):
+                results[f"attention/layer{layer + 1}/last_source_mass"] = float(mass[layer].mean())
+                for head in range(mass.size(1)):
+                    name = f"attention/layer{layer + 1}/head{head + 1}/entropy"
+                    results[name] = float(entropy[layer, head])
+        return results

@@ -1,0 +1,250 @@
+"""Scoring given targets: the log-probability a model assigns to each (source, target) pair by
+teacher forcing (forced decoding), as marian-scorer, fairseq's `--score-reference` and
+sockeye-score report it; what `attnseq score` runs.
+
+For a target of n pieces y_1 .. y_n and y_{n+1} = </s>:
+
+    log P(y | x) = sum_{t=1}^{n+1} log p(y_t | y_<t, x)        (natural log, <= 0)
+
+and the per-token mean divides it by n + 1: EOS counts as a token, as validation counts it. The
+token terms are `sequence_loss` (attnseq/models/loss.py) without label smoothing, the cross
+entropy of validation and `attnseq eval`, so over the same pairs
+
+    sum of -log P(y | x) / sum of (n + 1) = eval's SPLIT/loss
+
+(up to float summation order).
+
+Empty lines, decided by token ids (a line that encodes to no token: an empty line, or with a
+word or sentencepiece tokenizer a line of spaces):
+
+- an empty target is scored as EOS alone (n = 0): log p(</s> | x), one token;
+- an empty source is never given to the model (the rule of evaluation: there is nothing to
+  condition on, and an RNN encoder cannot read a zero-length source): its score is NaN with 0
+  tokens, and `ScoreSummary.skipped_empty` counts it.
+
+Lengths. A source longer than the model's `data.max_src_len` is truncated to it, as eval and
+translate do. A target is never cut (a score of part of it would be wrong): one longer than a
+model with learned positions can take is a UserError naming its line.
+
+Copy models (pointer-generators) are scored over their extended vocabulary
+(attnseq/data/extended_vocab.py): a target word missing from the target vocabulary but present
+in the source gets its copy id as label, exactly as evaluation scores it.
+
+Batches are cut by a budget of padded tokens from length-sorted pairs (`TokenBatchSampler`,
+as the evaluator does), and optionally by a number of pairs.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from attnseq.data.batching import Example, collate
+from attnseq.data.extended_vocab import ExtendedExample, extend_examples
+from attnseq.data.prepare import TokenizerPair
+from attnseq.data.token_sampler import TokenBatchSampler
+from attnseq.errors import UserError
+from attnseq.evaluation.metrics import perplexity
+from attnseq.models.loss import sequence_loss
+from attnseq.models.positional import position_limit
+from attnseq.models.seq2seq import Seq2Seq
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """The score of one pair: `log_prob` = log P(target + </s> | source) (NaN when the pair
+    was not scored: an empty source) over `tokens` = target pieces + 1 (0 when not scored)."""
+
+    log_prob: float
+    tokens: int
+
+    @property
+    def mean(self) -> float:
+        """Per-token mean log-probability, log_prob / tokens (NaN when not scored)."""
+        return self.log_prob / self.tokens if self.tokens else math.nan
+
+    def line(self) -> str:
+        """The output line of `attnseq score`: LOG_PROB <TAB> MEAN <TAB> TOKENS."""
+        return f"{self.log_prob:.6f}\t{self.mean:.6f}\t{self.tokens}"
+
+
+@dataclass(frozen=True)
+class ScoreSummary:
+    """Totals over a file: pairs read, pairs with an empty source left unscored, tokens scored
+    (EOS included), and the mean negative log-likelihood per token (nats)."""
+
+    pairs: int
+    skipped_empty: int
+    tokens: int
+    nll: float
+
+    @property
+    def ppl(self) -> float:
+        """exp(mean NLL per token), as validation's ppl."""
+        return perplexity(self.nll)
+
+    def describe(self) -> str:
+        """One line for stderr."""
+        skipped = ""
+        if self.skipped_empty:
+            skipped = f", {self.skipped_empty} with an empty source not scored"
+        return (
+            f"scored {self.pairs - self.skipped_empty:,} of {self.pairs:,} pairs{skipped}; "
+            f"{self.tokens:,} tokens (EOS included): mean NLL {self.nll:.4f} nats per token, "
+            f"perplexity {self.ppl:.4f}"
+        )
+
+
+def summarize(scores: Sequence[PairScore]) -> ScoreSummary:
+    """Totals of `scores` (`ScoreSummary`); the NLL is token-weighted, as eval's loss."""
+    scored = [score for score in scores if score.tokens]
+    tokens = sum(score.tokens for score in scored)
+    nll = -sum(score.log_prob for score in scored) / tokens if tokens else math.nan
+    return ScoreSummary(len(scores), len(scores) - len(scored), tokens, nll)
+
+
+@torch.no_grad()
+def score_examples(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    device: torch.device | str,
+    max_tokens: int,
+    max_sentences: int | None = None,
+    extended: Sequence[ExtendedExample] | None = None,
+) -> list[PairScore]:
+    """Teacher-forced log-probability of every encoded pair, in order.
+
+    Args:
+        model: any `Seq2Seq` (put in eval mode here), on `device`.
+        examples: (source ids, target ids) without BOS/EOS.
+        max_tokens: batch budget in padded tokens (`TokenBatchSampler`).
+        max_sentences: optional cap on the pairs per batch.
+        extended: copy models: the extended-vocabulary view of every example.
+    """
+    model.eval()
+    scored = [index for index, (src, _) in enumerate(examples) if src]
+    results = [PairScore(math.nan, 0)] * len(examples)
+    if not scored:
+        return results
+    sampler = TokenBatchSampler(
+        [(len(examples[i][0]), len(examples[i][1])) for i in scored],
+        max_tokens=max_tokens,
+        max_sentences=max_sentences,
+        shuffle=False,
+    )
+    for positions in sampler.batches(0):
+        indices = [scored[j] for j in positions]
+        batch = collate(
+            [examples[i] for i in indices],
+            indices,
+            pad_id=model.pad_id,
+            bos_id=model.bos_id,
+            eos_id=model.eos_id,
+            extended=None if extended is None else [extended[i] for i in indices],
+        ).to(device)
+        output = model(batch.src, batch.src_lengths, batch.tgt_in, **batch.copy_inputs())
+        for row, index in enumerate(indices):  # one pair's tokens: (T, V) against (T,)
+            loss, tokens = sequence_loss(output.logits[row], batch.tgt_out[row], model.pad_id)
+            results[index] = PairScore(-float(loss), tokens)
+    return results
+
+
+class Scorer:
+    """A loaded checkpoint, ready to score text pairs.
+
+    Args:
+        model: the model (moved to `device`, eval mode).
+        tokenizers: the checkpoint's tokenizers; max_src_len: sources are cut to it.
+        copy: the model copies (score over the extended vocabulary).
+        max_tokens: default batch budget in padded tokens.
+    """
+
+    def __init__(
+        self,
+        model: Seq2Seq,
+        tokenizers: TokenizerPair,
+        device: torch.device,
+        *,
+        max_src_len: int,
+        copy: bool,
+        max_tokens: int,
+    ) -> None:
+        self.model = model.to(device).eval()
+        self.tokenizers = tokenizers
+        self.device = device
+        self.max_src_len = max_src_len
+        self.copy = copy
+        self.max_tokens = max_tokens
+
+    @classmethod
+    def from_checkpoint(cls, path: Path, device: str = "auto") -> "Scorer":
+        """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint)."""
+        from attnseq.models.device import resolve_device
+        from attnseq.models.loading import load_trained_model
+
+        trained = load_trained_model(path)
+        cfg = trained.cfg
+        return cls(
+            trained.model,
+            trained.tokenizers,
+            resolve_device(device),
+            max_src_len=cfg.data.max_src_len,
+            copy=cfg.model.copy,
+            max_tokens=cfg.data.eval_max_tokens,
+        )
+
+    def encode(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> tuple[list[Example], list[ExtendedExample] | None]:
+        """The encoded pairs (sources truncated, targets whole) and, for a copy model, their
+        extended view. UserError for a target longer than the model's positions."""
+        limit = position_limit(self.model)
+        examples = []
+        for number, (src, tgt) in enumerate(pairs, 1):
+            tgt_ids = self.tokenizers.tgt.encode(tgt)
+            if limit is not None and len(tgt_ids) + 1 > limit:
+                raise UserError(
+                    f"target line {number} has {len(tgt_ids)} tokens; this model takes at most "
+                    f"{limit - 1} (model.max_positions={limit}, one for BOS)"
+                )
+            examples.append((self.tokenizers.src.encode(src)[: self.max_src_len], tgt_ids))
+        if not self.copy:
+            return examples, None
+        return examples, extend_examples(pairs, examples, self.tokenizers.src, self.tokenizers.tgt)
+
+    def score(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        max_tokens: int | None = None,
+        max_sentences: int | None = None,
+    ) -> list[PairScore]:
+        """The `PairScore` of every (source text, target text) pair, in order (module
+        docstring); `max_tokens` defaults to the checkpoint's data.eval_max_tokens."""
+        if (max_tokens is not None and max_tokens < 1) or (
+            max_sentences is not None and max_sentences < 1
+        ):
+            raise UserError("the batch budget and batch size must be >= 1")
+        examples, extended = self.encode(pairs)
+        return score_examples(
+            self.model,
+            examples,
+            self.device,
+            max_tokens or self.max_tokens,
+            max_sentences,
+            extended,
+        )
+
+
+def score_pairs(
+    checkpoint: Path,
+    pairs: Sequence[tuple[str, str]],
+    device: str = "auto",
+    max_tokens: int | None = None,
+    max_sentences: int | None = None,
+) -> list[PairScore]:
+    """Load `checkpoint` and score (source, target) text pairs: one `PairScore` each, in order.
+    For example, `summarize(score_pairs(Path("best.pt"), pairs)).ppl` is the perplexity of the
+    references `pairs`; `Scorer` keeps the model loaded between calls."""
+    return Scorer.from_checkpoint(checkpoint, device).score(pairs, max_tokens, max_sentences)

@@ -1,0 +1,88 @@
+"""Attention diagnostics: end-of-source mass and per-head entropy on hand-made attention, over
+padded batches and several batches; models without cross-attention give none."""
+
+import math
+
+import pytest
+import torch
+from helpers import tiny_config
+
+from attnseq.analysis.attention_diagnostics import AttentionDiagnostics
+from attnseq.decoding import DecodingSettings
+from attnseq.evaluation.evaluator import Evaluator
+from attnseq.models import Vocabularies, build_model
+
+
+def test_rnn_maps_one_hot_on_the_last_source_and_uniform() -> None:
+    """Example 0: 3 source, 2 target rows, every row one-hot on position 2 (the last);
+    example 1: 2 source, 1 target row, uniform; padding rows and columns carry junk that
+    must not count."""
+    weights = torch.full((2, 2, 4), 0.25)  # (B, T, S)
+    weights[0] = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
+    weights[1, 0] = torch.tensor([0.5, 0.5, 0.0, 0.0])
+    diagnostics = AttentionDiagnostics()
+    diagnostics.add(weights, torch.tensor([3, 2]), torch.tensor([2, 1]))
+    results = diagnostics.results()
+    assert set(results) == {"attention/last_source_mass", "attention/entropy"}
+    # three real rows: mass 1, 1, 0.5; entropy 0, 0, ln 2
+    assert results["attention/last_source_mass"] == pytest.approx(2.5 / 3)
+    assert results["attention/entropy"] == pytest.approx(math.log(2) / 3)
+
+
+def test_transformer_heads_and_batches_are_weighted_by_rows() -> None:
+    """Two batches of (B, L=2, H=2, T, S); head (1, 1) one-hot on the last source position,
+    the others uniform over the real source: per-head entropy 0 or ln S_b averaged by rows."""
+
+    def batch(src_len: int, tgt_len: int) -> torch.Tensor:
+        weights = torch.zeros(1, 2, 2, tgt_len, 5)  # (B, L, H, T, S)
+        weights[..., :src_len] = 1.0 / src_len
+        weights[0, 0, 0] = 0.0
+        weights[0, 0, 0, :, src_len - 1] = 1.0
+        return weights
+
+    diagnostics = AttentionDiagnostics()
+    diagnostics.add(batch(4, 3), torch.tensor([4]), torch.tensor([3]))  # 3 rows, S = 4
+    diagnostics.add(batch(2, 1), torch.tensor([2]), torch.tensor([1]))  # 1 row, S = 2
+    results = diagnostics.results()
+    uniform_entropy = (3 * math.log(4) + math.log(2)) / 4
+    uniform_mass = (3 / 4 + 1 / 2) / 4
+    assert results["attention/layer1/head1/entropy"] == pytest.approx(0.0, abs=1e-12)
+    for name in ("layer1/head2", "layer2/head1", "layer2/head2"):
+        assert results[f"attention/{name}/entropy"] == pytest.approx(uniform_entropy)
+    assert results["attention/layer1/last_source_mass"] == pytest.approx((1 + uniform_mass) / 2)
+    assert results["attention/layer2/last_source_mass"] == pytest.approx(uniform_mass)
+    assert results["attention/last_source_mass"] == pytest.approx((1 + 3 * uniform_mass) / 4)
+    assert results["attention/entropy"] == pytest.approx(3 * uniform_entropy / 4)
+    assert AttentionDiagnostics().results() == {}
+
+
+def evaluator_for(examples: list[tuple[list[int], list[int]]]) -> Evaluator:
+    return Evaluator(
+        examples,
+        ["x"] * len(examples),
+        tgt_tokenizer=None,  # type: ignore[arg-type]  (never decoded here)
+        device=torch.device("cpu"),
+        max_tokens=12,
+        decoding=DecodingSettings(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        (("model.family=transformer",), 2 + 1 + 2),  # overall, 1 layer, 2 heads
+        (("model.family=rnn",), 2),
+        (("model.family=rnn", "model.attention.score=none"), 0),
+    ],
+)
+def test_evaluator_diagnostics_of_real_models(overrides: tuple[str, ...], keys: int) -> None:
+    torch.manual_seed(0)
+    cfg = tiny_config(*overrides)
+    model = build_model(cfg.model, Vocabularies(12, 12, 0, 2, 3)).eval()
+    examples = [([4, 5, 6], [7, 8]), ([9, 4], [5]), ([6], []), ([], [4]), ([4, 4, 5, 6, 7], [8])]
+    results = evaluator_for(examples).attention_diagnostics(model)
+    assert len(results) == keys
+    if keys:
+        assert 0.0 < results["attention/last_source_mass"] < 1.0
+        # at most ln of the longest source (5), more than 0 for untrained attention
+        assert 0.0 < results["attention/entropy"] < math.log(5)

@@ -1,0 +1,137 @@
+"""`attnseq score`: per-pair teacher-forced log-probabilities that add up to eval's test loss,
+equal the model's own token log-probabilities, follow the empty-line rules, and end user
+mistakes with one message and exit status 2."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import tiny_config, untrained_checkpoint
+from typer.testing import CliRunner
+
+from attnseq.cli.app import app
+from attnseq.data.prepare import TokenizerPair, prepare_data
+from attnseq.evaluation.run import evaluate_checkpoint
+from attnseq.evaluation.scoring import PairScore, Scorer, summarize
+from attnseq.io.checkpoint import load_checkpoint
+
+runner = CliRunner()
+KINDS = {
+    "rnn": (),
+    "transformer": ("model.family=transformer",),
+    "rnn_copy": ("model.copy=true",),
+    "transformer_copy": ("model.family=transformer", "model.copy=true"),
+}
+# eval decodes too; its test loss does not depend on the output limit, its run time does
+SHORT_OUTPUTS = ["trainer.max_output_ratio=0.0", "trainer.max_output_extra=1"]
+
+
+def write_pairs(folder: Path, pairs: list[tuple[str, str]]) -> tuple[Path, Path]:
+    src, tgt = folder / "in.src", folder / "in.tgt"
+    src.write_text("".join(s + "\n" for s, _ in pairs))
+    tgt.write_text("".join(t + "\n" for _, t in pairs))
+    return src, tgt
+
+
+def score_cli(*args: str):
+    return runner.invoke(app, ["score", *args, "--device", "cpu"])
+
+
+def parse(output: str) -> list[tuple[float, float, int]]:
+    rows = [line.split("\t") for line in output.splitlines()]
+    return [(float(total), float(mean), int(tokens)) for total, mean, tokens in rows]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_score_adds_up_to_evals_test_loss(kind: str, tmp_path: Path) -> None:
+    """sum of -log P / tokens over the test split == `attnseq eval`'s test/loss."""
+    overrides = KINDS[kind]
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt", *overrides)
+    cfg = tiny_config(*overrides)
+    tokenizers = TokenizerPair.from_state(load_checkpoint(checkpoint)["tokenizers"])
+    pairs = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=["test"]).pairs["test"]
+    src, tgt = write_pairs(tmp_path, pairs)
+    result = score_cli(str(checkpoint), "--src", str(src), "--tgt", str(tgt))
+    assert result.exit_code == 0, result.output
+    rows = parse(result.stdout)
+    assert len(rows) == len(pairs) == 20
+    for total, mean, tokens in rows:
+        assert total < 0 and tokens >= 2 and mean == pytest.approx(total / tokens, abs=1e-5)
+    nll = -sum(total for total, _, _ in rows) / sum(tokens for _, _, tokens in rows)
+    metrics = evaluate_checkpoint(
+        checkpoint, "test", out_dir=tmp_path / "eval", device_name="cpu", overrides=SHORT_OUTPUTS
+    )
+    assert nll == pytest.approx(metrics["test/loss"], rel=1e-5)
+    assert "scored 20 of 20 pairs; 220 tokens" in result.stderr
+    assert f"mean NLL {nll:.4f} nats per token" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def scorer(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
+    folder = tmp_path_factory.mktemp("scorer")
+    return Scorer.from_checkpoint(untrained_checkpoint(folder / "model.pt"), "cpu")
+
+
+def test_scores_are_the_models_token_log_probabilities(scorer: Scorer) -> None:
+    """Each total is sum_t log softmax(logits_t)[y_t] over the target and </s>, computed
+    here from one unbatched forward pass; an empty target is </s> alone."""
+    pairs = [("the 3rd of March 1998", "1998-03-03"), ("May 5, 2001", ""), ("2 Jan 1990", "1990")]
+    scores = scorer.score(pairs, max_sentences=2)
+    model, tokenizers = scorer.model, scorer.tokenizers
+    for (src_text, tgt_text), pair_score in zip(pairs, scores, strict=True):
+        src = torch.tensor([tokenizers.src.encode(src_text)])  # (1, S)
+        tgt = tokenizers.tgt.encode(tgt_text)
+        tgt_in = torch.tensor([[model.bos_id, *tgt]])  # (1, T)
+        with torch.no_grad():
+            logits = model(src, torch.tensor([src.size(1)]), tgt_in).logits[0]  # (T, V)
+        expected = torch.log_softmax(logits.double(), -1)[torch.arange(len(tgt) + 1), [*tgt, 3]]
+        assert pair_score.tokens == len(tgt) + 1
+        assert pair_score.log_prob == pytest.approx(float(expected.sum()), abs=1e-4)
+    assert scores[1].tokens == 1 and scores[1].log_prob < 0
+    assert scorer.score(pairs, max_tokens=10**6) == pytest.approx(scores)  # batching aside
+
+
+def test_empty_source_is_left_unscored(scorer: Scorer, tmp_path: Path) -> None:
+    scores = scorer.score([("", "1998-03-03"), ("", ""), ("May 5, 2001", "2001-05-05")])
+    assert [score.tokens for score in scores] == [0, 0, 11]
+    assert math.isnan(scores[0].log_prob) and math.isnan(scores[1].mean)
+    summary = summarize(scores)
+    assert (summary.pairs, summary.skipped_empty, summary.tokens) == (3, 2, 11)
+    assert summary.nll == pytest.approx(-scores[2].log_prob / 11)
+    assert PairScore(math.nan, 0).line() == "nan\tnan\t0"
+
+
+def test_out_file_and_summary(scorer: Scorer, tmp_path: Path) -> None:
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt")
+    src, tgt = write_pairs(tmp_path, [("May 5, 2001", "2001-05-05"), ("", "")])
+    out = tmp_path / "scores.tsv"
+    result = score_cli(str(checkpoint), "--src", str(src), "--tgt", str(tgt), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    lines = out.read_text().splitlines()
+    assert lines[1] == "nan\tnan\t0" and lines[0].endswith("\t11")
+    total = float(lines[0].split("\t")[0])
+    assert f"mean NLL {-total / 11:.4f} nats per token" in result.stderr
+    assert "scored 1 of 2 pairs, 1 with an empty source not scored" in result.stderr
+    assert f"perplexity {math.exp(-total / 11):.4f}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("src_lines", "tgt_lines", "message"),
+    [
+        (None, "a\n", "--src: file not found"),
+        ("a\nb\n", "a\n", "--src has 2 lines but --tgt has 1"),
+        ("", "", "no input"),
+    ],
+)
+def test_user_mistakes_exit_2(
+    src_lines: str | None, tgt_lines: str, message: str, tmp_path: Path
+) -> None:
+    src, tgt = tmp_path / "in.src", tmp_path / "in.tgt"
+    if src_lines is not None:
+        src.write_text(src_lines)
+    tgt.write_text(tgt_lines)
+    result = score_cli(str(tmp_path / "no.pt"), "--src", str(src), "--tgt", str(tgt))
+    assert result.exit_code == 2
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
