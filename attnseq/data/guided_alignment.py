@@ -88,10 +88,8 @@ def piece_links(
     Raises:
         ValueError: a link to a word the text does not have.
     """
-    src_words, tgt_words = (
-        _pieces_of_words(src_pieces, kinds[0]),
-        _pieces_of_words(tgt_pieces, kinds[1]),
-    )
+    src_words = _pieces_of_words(src_pieces, kinds[0])  # source word -> its piece positions
+    tgt_words = _pieces_of_words(tgt_pieces, kinds[1])
     result: set[tuple[int, int]] = set()
     for i, j in links:
         if i >= len(src_words) or j >= len(tgt_words):
