@@ -157,6 +157,7 @@ def cross_field_problems(cfg: TrainConfig) -> list[str]:
             )
         problems += _self_attention_problems(cfg)
     problems += _copy_problems(cfg)
+    problems += _alignment_problems(cfg)
     if cfg.resume is not None and cfg.resume != "auto":
         # Checked here so that `attnseq train` stops before Hydra creates a run directory;
         # whether the file really is a resumable checkpoint is checked when it is loaded.
@@ -309,5 +310,44 @@ def _copy_problems(cfg: TrainConfig) -> list[str]:
     if trainer.coverage_penalty > 0 and rnn and score is Score.none:
         problems.append(
             "trainer.coverage_penalty needs attention: model.attention.score=none has none"
+        )
+    return problems
+
+
+def _alignment_problems(cfg: TrainConfig) -> list[str]:
+    """Rules of guided alignment: gold links for the training split, and a model whose forward
+    pass returns the supervised attention (data/guided_alignment.py checks the files)."""
+    model, optim = cfg.model, cfg.optim
+    if optim.alignment_lambda == 0:
+        return []
+    on = f"optim.alignment_lambda={optim.alignment_lambda}"
+    problems: list[str] = []
+    if "train" not in cfg.data.alignments:
+        problems.append(
+            f"{on} needs word alignments of the training pairs: data.alignments.train=FILE "
+            "(Pharaoh links i-j, one line per pair; scripts/make_alignments.py writes them)"
+        )
+    if model.copy or model.coverage:
+        problems.append(f"{on} is not supported with model.copy or model.coverage")
+    if model.family is ModelFamily.rnn:
+        score, window = model.attention.score, model.attention.window.name
+        if score is Score.none:
+            problems.append(f"{on} needs attention: model.attention.score=none has none")
+        elif window != "global":
+            # local_p weights do not sum to one and local_m rows can be all zero: neither is a
+            # distribution over the source to compare with the gold one
+            problems.append(f"{on} needs model.attention.window=global, got {window}")
+        return problems
+    if not -model.dec_layers <= model.alignment_layer < model.dec_layers:
+        problems.append(
+            f"model.alignment_layer={model.alignment_layer} is not a decoder layer: with "
+            f"model.dec_layers={model.dec_layers} use 0..{model.dec_layers - 1} or "
+            f"-{model.dec_layers}..-1 (-1 = the last)"
+        )
+    head = model.alignment_head
+    if head is not None and head >= model.heads:
+        problems.append(
+            f"model.alignment_head={head} is not a head: model.heads={model.heads} has "
+            f"0..{model.heads - 1} (or null: the mean of the layer's heads)"
         )
     return problems

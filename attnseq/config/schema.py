@@ -94,6 +94,12 @@ class DataConfig:
     splits: dict[str, str] = option(
         help="split -> path prefix / file / hub split", default_factory=dict
     )
+    alignments: dict[str, str] = option(
+        help="guided alignment: split -> Pharaoh file of word links (i-j, 0-based, source word"
+        " first), one line per pair of the split as loaded (after held-out valid/test and"
+        " max_examples); relative paths resolve like data.splits; needs at least train",
+        default_factory=dict,
+    )
     src_lang: str = option("src", "parallel files: suffix of the source file (train.de)")
     tgt_lang: str = option("tgt", "parallel files: suffix of the target file (train.en)")
     src_field: str = option("src", "jsonl/hub: field names (dotted for nested: translation.de)")
@@ -201,6 +207,17 @@ class ModelConfig:
     copy_layer: int = option(
         -1, "transformer: decoder layer whose head-averaged cross-attention copies"
     )
+    # --- guided alignment (Garg et al. 2019; optim.alignment_lambda)
+    alignment_layer: int = option(
+        -1,
+        "transformer: decoder layer whose cross-attention guided alignment supervises (-1 ="
+        " the last; Garg et al. 2019 supervise the penultimate, -2)",
+    )
+    alignment_head: int | None = option(
+        None,
+        "transformer: the supervised head of that layer, 0-based; None = the mean of its heads",
+        ge=0,
+    )
 
 
 @dataclass
@@ -232,6 +249,12 @@ class OptimConfig:
         0,
         "the coverage loss counts from this update on (See et al. add it for the last phase only)",
         ge=0,
+    )
+    alignment_lambda: float = option(
+        0.0,
+        "guided alignment loss weight (Garg et al. 2019): cross entropy between the gold links of"
+        " data.alignments and model.alignment_layer/alignment_head's attention; 0 = off",
+        ge=0.0,
     )
 
 

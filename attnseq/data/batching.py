@@ -2,13 +2,14 @@
 
 `collate` turns one group of encoded examples (token_sampler.py decides which go together) into
 a `Batch` of right-padded tensors with BOS/EOS in place (a `CopyBatch`, with the extended source,
-for copy models); `encode_pairs` turns text pairs into the encoded examples both consume.
+for copy models; with guided alignment's gold distribution, `gold_distribution`, when given the
+examples' piece links); `encode_pairs` turns text pairs into the encoded examples both consume.
 
 Shapes: B batch, S source length, T target length (target + 1, for BOS/EOS).
 """
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.tokenizers import Tokenizer
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), no BOS/EOS
+PieceLinks = list[tuple[int, int]]  # (source piece, target piece) gold links of one example
 _TENSORS = ("src", "src_lengths", "tgt_in", "tgt_out", "tgt_lengths", "indices")
 
 
@@ -32,6 +34,8 @@ class Batch:
     tgt_lengths: (B,) long target length + 1 (real positions of tgt_in and of tgt_out).
     indices: (B,) long position of each example in the dataset; without shuffling batches are
         sorted by length, and `indices` restores the original order (e.g. for hypothesis files).
+    alignment: guided alignment only: (B, T, S) float gold distribution over the source of the
+        step that predicts tgt_out[:, t] (`gold_distribution`); None otherwise.
     """
 
     src: Tensor
@@ -40,16 +44,23 @@ class Batch:
     tgt_out: Tensor
     tgt_lengths: Tensor
     indices: Tensor
+    alignment: Tensor | None = field(default=None, kw_only=True)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         """A copy with every tensor on `device` (non_blocking pays off from pinned memory)."""
         return Batch(
-            *(getattr(self, name).to(device, non_blocking=non_blocking) for name in _TENSORS)
+            *(getattr(self, name).to(device, non_blocking=non_blocking) for name in _TENSORS),
+            alignment=_moved(
+                self.alignment, lambda gold: gold.to(device, non_blocking=non_blocking)
+            ),
         )
 
     def pin_memory(self) -> "Batch":
         """A copy in page-locked host memory (what DataLoader's pin_memory calls)."""
-        return Batch(*(getattr(self, name).pin_memory() for name in _TENSORS))
+        return Batch(
+            *(getattr(self, name).pin_memory() for name in _TENSORS),
+            alignment=_moved(self.alignment, Tensor.pin_memory),
+        )
 
     def copy_inputs(self) -> dict[str, Any]:
         """The keyword arguments a copy model's forward/start_decoding take: none here
@@ -87,6 +98,10 @@ class Batch:
         """(B, T) bool, True at real target positions (of tgt_in and tgt_out alike)."""
         positions = torch.arange(self.tgt_in.size(1), device=self.tgt_in.device)
         return positions.unsqueeze(0) < self.tgt_lengths.unsqueeze(1)
+
+
+def _moved(tensor: Tensor | None, move: Callable[[Tensor], Tensor]) -> Tensor | None:
+    return None if tensor is None else move(tensor)
 
 
 @dataclass
@@ -132,6 +147,7 @@ def collate(
     bos_id: int,
     eos_id: int,
     extended: Sequence[ExtendedExample] | None = None,
+    alignments: Sequence[PieceLinks] | None = None,
 ) -> Batch:
     """Pad a group of encoded examples into a `Batch`.
 
@@ -141,6 +157,8 @@ def collate(
         pad_id, bos_id, eos_id: special ids of the tokenizer(s).
         extended: copy models: each example's extended-vocabulary view; the result is then a
             `CopyBatch` whose `tgt_out` holds the extended labels.
+        alignments: guided alignment: each example's gold piece links; the batch then carries
+            their `gold_distribution` as `alignment`.
     """
     if not examples:
         raise ValueError("cannot collate an empty batch")
@@ -166,6 +184,7 @@ def collate(
         tgt_out=torch.tensor(tgt_out, dtype=torch.long),  # (B, T)
         tgt_lengths=torch.tensor(tgt_lengths, dtype=torch.long),  # (B,)
         indices=torch.tensor(list(indices), dtype=torch.long),  # (B,)
+        alignment=None if alignments is None else gold_distribution(alignments, T, S),
     )
     if extended is None:
         return batch
@@ -175,6 +194,33 @@ def collate(
         src_ext=torch.tensor(src_ext, dtype=torch.long),  # (B, S)
         oovs=[list(e.oovs) for e in extended],
     )
+
+
+def gold_distribution(alignments: Sequence[PieceLinks], T: int, S: int) -> Tensor:
+    """Guided alignment's gold distribution of a batch (Garg et al. 2019, section 4.2: the gold
+    alignment matrix with each row normalised to a distribution over the source).
+
+    The decoder step t predicts target piece t (`tgt_out[:, t]`), so its row is over the source
+    pieces linked to target piece t:
+
+        G[b, t, s] = 1 / |{s' : (s', t) in links_b}|  if (s, t) in links_b, else 0
+
+    A step whose target piece has no link (EOS and padding never have one) keeps a zero row and
+    so adds nothing to the loss.
+
+    Args:
+        alignments: each example's (source piece, target piece) links.
+        T, S: the batch's padded target and source lengths.
+
+    Returns:
+        (B, T, S) float.
+    """
+    gold = torch.zeros(len(alignments), T, S)
+    rows = [(b, t, s) for b, links in enumerate(alignments) for s, t in links]
+    if rows:
+        b, t, s = torch.tensor(rows, dtype=torch.long).unbind(dim=1)
+        gold[b, t, s] = 1.0
+    return gold / gold.sum(dim=-1, keepdim=True).clamp_min(1.0)  # (B, T, S), rows sum to 1 or 0
 
 
 def encode_pairs(

@@ -41,10 +41,11 @@ STAT_KEYS = ("total", "kept", "dropped_empty", "skipped_empty", "dropped_too_lon
 
 def encode_split(
     name: str, pairs: Pairs, tokenizers: "TokenizerPair", cfg: DataConfig
-) -> tuple[Pairs, list[Example], dict[str, int]]:
+) -> tuple[Pairs, list[Example], dict[str, int], list[int]]:
     """Encode one split and apply the length rules of the module docstring.
 
-    Returns (kept text pairs, their encoded examples, counts).
+    Returns (kept text pairs, their encoded examples, counts, the position of each kept pair
+    in `pairs`).
     """
     src_ids = _encode_all(tokenizers.src, [src for src, _ in pairs])
     tgt_ids = _encode_all(tokenizers.tgt, [tgt for _, tgt in pairs])
@@ -54,7 +55,8 @@ def encode_split(
     summarization = cfg.task is TaskType.summarization
     kept: Pairs = []
     examples: list[Example] = []
-    for pair, src, tgt in zip(pairs, src_ids, tgt_ids, strict=True):
+    positions: list[int] = []
+    for position, (pair, src, tgt) in enumerate(zip(pairs, src_ids, tgt_ids, strict=True)):
         cut = False
         if training:
             if not src or not tgt:
@@ -75,8 +77,9 @@ def encode_split(
         stats["truncated"] += cut
         kept.append(pair)
         examples.append((src, tgt))
+        positions.append(position)
     stats["kept"] = len(kept)
-    return kept, examples, stats
+    return kept, examples, stats, positions
 
 
 def _encode_all(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from attnseq.data.batching import Batch, Example, collate
+from attnseq.data.batching import Batch, Example, PieceLinks, collate
 from attnseq.data.extended_vocab import ExtendedExample
 
 
@@ -29,36 +29,43 @@ class TokenCounts(NamedTuple):
     padded: int
 
 
-IndexedExample = tuple[int, Example, ExtendedExample | None]
+IndexedExample = tuple[int, Example, ExtendedExample | None, PieceLinks | None]
 
 
 class _IndexedExamples(Dataset):
-    """Position i -> (i, example i, its extended view or None): collate needs each example's
-    dataset position, and copy models its extended-vocabulary view."""
+    """Position i -> (i, example i, its extended view or None, its gold piece links or None):
+    collate needs each example's dataset position, copy models its extended-vocabulary view,
+    guided alignment its links."""
 
     def __init__(
-        self, examples: Sequence[Example], extended: Sequence[ExtendedExample] | None
+        self,
+        examples: Sequence[Example],
+        extended: Sequence[ExtendedExample] | None,
+        alignments: Sequence[PieceLinks] | None,
     ) -> None:
         self.examples = examples
         self.extended = extended
+        self.alignments = alignments
 
     def __len__(self) -> int:
         return len(self.examples)
 
     def __getitem__(self, index: int) -> IndexedExample:
         extended = None if self.extended is None else self.extended[index]
-        return index, self.examples[index], extended
+        links = None if self.alignments is None else self.alignments[index]
+        return index, self.examples[index], extended, links
 
 
 def _collate_indexed(items: list[IndexedExample], pad_id: int, bos_id: int, eos_id: int):
-    has_extended = items[0][2] is not None
+    has_extended, has_links = items[0][2] is not None, items[0][3] is not None
     return collate(
-        [example for _, example, _ in items],
-        [index for index, _, _ in items],
+        [item[1] for item in items],
+        [item[0] for item in items],
         pad_id=pad_id,
         bos_id=bos_id,
         eos_id=eos_id,
-        extended=[view for _, _, view in items] if has_extended else None,
+        extended=[item[2] for item in items] if has_extended else None,
+        alignments=[item[3] for item in items] if has_links else None,
     )
 
 
@@ -75,6 +82,8 @@ class BatchLoader:
             asynchronous (`non_blocking=True`); ignored on the CPU.
         extended: copy models: each example's extended-vocabulary view (aligned with
             `examples`); the batches are then `CopyBatch`es.
+        alignments: guided alignment: each example's gold piece links (aligned with
+            `examples`); the batches then carry their gold distribution (`Batch.alignment`).
     """
 
     def __init__(
@@ -88,12 +97,14 @@ class BatchLoader:
         num_workers: int = 0,
         pin_memory: bool = True,
         extended: Sequence[ExtendedExample] | None = None,
+        alignments: Sequence[PieceLinks] | None = None,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        if extended is not None and len(extended) != len(examples):
-            raise ValueError(f"{len(examples)} examples but {len(extended)} extended views")
-        self.dataset = _IndexedExamples(examples, extended)
+        for name, given in (("extended views", extended), ("alignments", alignments)):
+            if given is not None and len(given) != len(examples):
+                raise ValueError(f"{len(examples)} examples but {len(given)} {name}")
+        self.dataset = _IndexedExamples(examples, extended, alignments)
         self.device = device
         self.num_workers = num_workers
         self.pin = pin_memory and device.type == "cuda"

@@ -25,7 +25,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ from attnseq.io.atomic import current_umask
 
 log = logging.getLogger("attnseq")
 
-PREPARED_VERSION = 2  # bump when the cached layout or the rules above change
+PREPARED_VERSION = 3  # bump when the cached layout or the rules above change
 
 # DataConfig fields that change what prepare_data returns for file/hub data. Batching fields and
 # the generated-task fields are left out, so changing them reuses the cache.
@@ -116,12 +116,15 @@ class PreparedData:
     examples: {split: (source ids, target ids)} without BOS/EOS, after the length rules.
     stats: {split: {"total", "kept", "dropped_empty", "skipped_empty", "dropped_too_long",
         "truncated"}}.
+    positions: {split: the position of each kept example among the split's loaded pairs}
+        (what lines up per-pair files such as data.alignments with `examples`).
     """
 
     tokenizers: TokenizerPair
     pairs: dict[str, Pairs]
     examples: dict[str, list[Example]]
     stats: dict[str, dict[str, int]]
+    positions: dict[str, list[int]] = field(default_factory=dict)
 
 
 def prepare_data(
@@ -206,8 +209,9 @@ def _build(
         tokenizers = train_tokenizers(cfg, train_pairs)
     data = PreparedData(tokenizers, {}, {}, {})
     for name, split_pairs in pairs.items():
-        kept, examples, stats = encode_split(name, split_pairs, tokenizers, cfg)
+        kept, examples, stats, positions = encode_split(name, split_pairs, tokenizers, cfg)
         data.pairs[name], data.examples[name], data.stats[name] = kept, examples, stats
+        data.positions[name] = positions
         log_stats(cfg, name, stats)
     if TRAIN in data.stats and data.stats[TRAIN]["kept"] == 0:
         raise UserError(
@@ -271,6 +275,7 @@ def _save_cached(folder: Path, data: PreparedData) -> None:
             "tgt": datasets.Value("string"),
             "src_ids": datasets.List(datasets.Value("int32")),
             "tgt_ids": datasets.List(datasets.Value("int32")),
+            "position": datasets.Value("int64"),
         }
     )
     try:
@@ -281,6 +286,7 @@ def _save_cached(folder: Path, data: PreparedData) -> None:
                     "tgt": [tgt for _, tgt in data.pairs[name]],
                     "src_ids": [src for src, _ in data.examples[name]],
                     "tgt_ids": [tgt for _, tgt in data.examples[name]],
+                    "position": data.positions[name],
                 },
                 features=features,
             )
@@ -326,6 +332,7 @@ def _load_cached(folder: Path) -> PreparedData | None:
             tgt_ids = table.column("tgt_ids").to_pylist()
             data.pairs[name] = list(zip(src, tgt, strict=True))
             data.examples[name] = list(zip(src_ids, tgt_ids, strict=True))
+            data.positions[name] = table.column("position").to_pylist()
             data.stats[name] = {key: int(value) for key, value in meta["stats"][name].items()}
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("data: ignoring unreadable cache entry %s (%s)", folder, error)

@@ -1,7 +1,7 @@
 """The terms of a seq2seq model's objective: token-level cross entropy with optional label
-smoothing (Szegedy et al. 2016, section 7), and the coverage loss term of a pointer-generator
-(See et al. 2017, eq. 13). Training combines them (attnseq/training/loss.py); validation reports
-the cross entropy.
+smoothing (Szegedy et al. 2016, section 7), the coverage loss term of a pointer-generator
+(See et al. 2017, eq. 13) and the guided alignment term (Garg et al. 2019, section 4.2).
+Training combines them (attnseq/training/loss.py); validation reports the cross entropy.
 
 Summed over non-padding target tokens; callers divide by the token count they need
 ("normalised by tokens" in training, mean NLL for validation perplexity).
@@ -10,6 +10,7 @@ A copy model returns log-probabilities over its extended vocabulary in place of 
 entropy takes them as they are (their log_softmax is themselves, they already sum to one).
 """
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -46,3 +47,25 @@ def coverage_term(per_position: Tensor, targets: Tensor, pad_id: int, weight: fl
         weight: lambda.
     """
     return weight * (per_position * (targets != pad_id)).sum()
+
+
+def alignment_term(attention: Tensor, gold: Tensor, weight: float) -> Tensor:
+    """lambda * the guided alignment loss of Garg et al. 2019 ("Jointly Learning to Align and
+    Translate with Transformer Models", EMNLP, section 4.2), summed over the target positions:
+
+        lambda * sum_{b,t} - sum_s G[b, t, s] log A[b, t, s]
+
+    the cross entropy between the gold distribution G of each step (batching.py
+    `gold_distribution`: the step's linked source pieces, normalised) and the supervised
+    attention A. Rows without a link are all zero in G and add nothing; one division by the
+    target token count (as `sequence_loss`) gives the paper's per-position mean. Attention
+    weights of masked source positions are exactly 0 and their gold is 0 too: the clamp keeps
+    0 * log 0 at 0 without biasing any linked position.
+
+    Args:
+        attention: (B, T, S) the supervised attention (`extras["alignment_attention"]`).
+        gold: (B, T, S) the gold distribution (`Batch.alignment`).
+        weight: lambda (`optim.alignment_lambda`).
+    """
+    log_attention = attention.float().clamp_min(torch.finfo(torch.float32).tiny).log()
+    return weight * -(gold * log_attention).sum()

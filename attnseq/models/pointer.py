@@ -23,7 +23,14 @@ import torch
 from torch import Tensor
 
 from attnseq.models.copy import extended_log_probs
-from attnseq.models.seq2seq import CopyInputs, DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
+from attnseq.models.seq2seq import (
+    AlignmentHead,
+    CopyInputs,
+    DecoderState,
+    Seq2Seq,
+    Seq2SeqOutput,
+    Vocabularies,
+)
 
 
 class PointerParts(NamedTuple):
@@ -77,15 +84,19 @@ class PointerGenerator(Seq2Seq):
         src_lengths: Tensor,
         tgt_in: Tensor,
         need_weights: bool = False,
+        alignment: AlignmentHead | None = None,
         **copy_inputs: Unpack[CopyInputs],
     ) -> Seq2SeqOutput:
-        """Teacher-forced pass (`Seq2Seq.forward`); tgt_in may hold extended ids.
+        """Teacher-forced pass (`Seq2Seq.forward`); tgt_in may hold extended ids. Guided
+        alignment (`alignment`) is not supported: ValueError.
 
         Returns:
             logits (B, T, V) or, with copy, log P (B, T, V + n_oov); the family's attention
             when asked for; extras "p_gen" (B, T) with copy, "coverage_loss" (B, T) with
             coverage, besides the family's own.
         """
+        if alignment is not None:
+            raise ValueError("guided alignment is not supported for copy or coverage models")
         src_ext, n_oov = self._copy_source(copy_inputs)
         parts = self.pointer_forward(src, src_lengths, self._in_vocabulary(tgt_in), need_weights)
         output = parts.output

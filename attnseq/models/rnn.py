@@ -34,7 +34,14 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnseq.attention.base import Attention
 from attnseq.attention.masks import padding_mask
-from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
+from attnseq.models.seq2seq import (
+    ALIGNMENT_ATTENTION,
+    AlignmentHead,
+    DecoderState,
+    Seq2Seq,
+    Seq2SeqOutput,
+    Vocabularies,
+)
 
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -276,8 +283,15 @@ class RNNSeq2Seq(Seq2Seq):
 
     # ------------------------------------------------------------------ Seq2Seq interface
     def forward(
-        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        need_weights: bool = False,
+        alignment: AlignmentHead | None = None,
     ) -> Seq2SeqOutput:
+        """Teacher-forced pass (`Seq2Seq.forward`); the one attention is computed anyway, so
+        `alignment` (layer and head ignored) costs nothing."""
         state = self._encode(src, src_lengths)
         if self.style == "luong" and not self.input_feeding:
             pre_output, weights = self._luong_parallel(tgt_in, state)
@@ -290,7 +304,10 @@ class RNNSeq2Seq(Seq2Seq):
             pre_output = torch.stack(outputs, dim=1)  # (B, T, out)
             weights = None if all_weights[0] is None else torch.stack(all_weights, dim=1)
         logits = self.output(self.dropout(pre_output))  # (B, T, V)
-        return Seq2SeqOutput(logits=logits, attention=weights if need_weights else None)
+        output = Seq2SeqOutput(logits=logits, attention=weights if need_weights else None)
+        if alignment is not None and weights is not None:
+            output.extras[ALIGNMENT_ATTENTION] = weights  # (B, T, S)
+        return output
 
     def _luong_parallel(
         self, tgt_in: Tensor, state: dict[str, Tensor]

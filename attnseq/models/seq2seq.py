@@ -16,6 +16,11 @@ transformer_pointer.py) also take the keyword arguments `CopyInputs` (`src_ext` 
 `n_oov`, the source in their extended vocabulary of V + n_oov ids) in `forward` and
 `start_decoding`, and return log-probabilities over that vocabulary in place of logits; `extras`
 then holds "p_gen" (B, T) and, with coverage, "coverage_loss" (B, T).
+
+Guided alignment (Garg et al. 2019) supervises one cross-attention map: `forward` with
+`alignment=AlignmentHead(layer, head)` also returns it in `extras["alignment_attention"]`
+(B, T, S). Only that one layer of a transformer takes the explicit attention path, and without
+`alignment` nothing changes.
 """
 
 import abc
@@ -55,6 +60,29 @@ class Vocabularies:
                 "share_src_tgt_embeddings needs equal vocabulary sizes, got "
                 f"src_vocab_size={self.src_size} and tgt_vocab_size={self.tgt_size}"
             )
+
+
+ALIGNMENT_ATTENTION = "alignment_attention"  # the extras key of the supervised attention
+
+
+@dataclass(frozen=True)
+class AlignmentHead:
+    """The cross-attention that guided alignment supervises.
+
+    layer: a transformer decoder layer, Python indexing (-1 = the last).
+    head: one of its heads, or None for the mean of its heads. An RNN has one attention and
+        ignores both.
+    """
+
+    layer: int = -1
+    head: int | None = None
+
+    def attach(self, output: "Seq2SeqOutput", weights: Tensor) -> "Seq2SeqOutput":
+        """`output`, with the chosen head (or the head mean) of one layer's cross-attention
+        weights (B, H, T, S) in extras["alignment_attention"] as (B, T, S)."""
+        chosen = weights.mean(dim=1) if self.head is None else weights[:, self.head]
+        output.extras[ALIGNMENT_ATTENTION] = chosen
+        return output
 
 
 class CopyInputs(TypedDict, total=False):
@@ -109,7 +137,12 @@ class Seq2Seq(nn.Module, metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def forward(
-        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        need_weights: bool = False,
+        alignment: AlignmentHead | None = None,
     ) -> Seq2SeqOutput:
         """Teacher-forced pass.
 
@@ -119,6 +152,8 @@ class Seq2Seq(nn.Module, metaclass=abc.ABCMeta):
             tgt_in: (B, T) BOS + target ids, right-padded.
             need_weights: return cross-attention weights (the transformer then takes its
                 explicit attention path instead of the fused kernel).
+            alignment: also return that attention in extras["alignment_attention"] (B, T, S)
+                (guided alignment training).
         """
 
     @abc.abstractmethod

@@ -51,7 +51,7 @@ from attnseq.attention.efficient import SelfAttentionOptions
 from attnseq.attention.masks import padding_mask
 from attnseq.attention.mechanism import KeyValue
 from attnseq.models.positional import build_positional_encoding, make_positions
-from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
+from attnseq.models.seq2seq import AlignmentHead, DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
 from attnseq.models.transformer_layers import (
     DecoderLayer,
     DecoderPass,
@@ -271,16 +271,26 @@ class TransformerSeq2Seq(Seq2Seq):
         return Seq2SeqOutput(logits, attention, extras), decoder, memory
 
     def forward(
-        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        need_weights: bool = False,
+        alignment: AlignmentHead | None = None,
     ) -> Seq2SeqOutput:
         """Teacher-forced pass; see `Seq2Seq.forward`.
 
         Returns:
             logits (B, T, V); with need_weights, attention (B, L, H, T, S) and extras
             "decoder_self_attention" (B, L, H, T, T), "encoder_self_attention" (B, L, H, S, S),
-            each absent when its self-attention kind has no weights.
+            each absent when its self-attention kind has no weights; with `alignment`, extras
+            "alignment_attention" (B, T, S) (only that layer takes the explicit path).
         """
-        return self.teacher_forced(src, src_lengths, tgt_in, need_weights)[0]
+        if alignment is None:
+            return self.teacher_forced(src, src_lengths, tgt_in, need_weights)[0]
+        layer = alignment.layer % len(self.decoder_layers)
+        output, decoder, _ = self.teacher_forced(src, src_lengths, tgt_in, need_weights, layer)
+        return alignment.attach(output, decoder.layers[layer].cross_weights)
 
     def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
         """Encode once and project the memory to every layer's cross-attention keys/values.

@@ -1,24 +1,34 @@
 """The training loss of one batch: cross entropy, plus the coverage term of a pointer-generator
 (See et al. 2017, eq. 13) on the schedule the config sets (`optim.coverage_lambda` from update
-`optim.coverage_start_step` on). Summed over the real target tokens; train_step.py divides.
+`optim.coverage_start_step` on), plus the guided alignment term (Garg et al. 2019, section 4.2:
+`optim.alignment_lambda` times the cross entropy between the batch's gold alignment and the
+supervised attention). Summed over the real target tokens; train_step.py divides.
 """
 
 from torch import Tensor
 
-from attnseq.config.schema import OptimConfig
+from attnseq.config.schema import OptimConfig, TrainConfig
 from attnseq.models import loss
-from attnseq.models.seq2seq import Seq2SeqOutput
+from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead, Seq2SeqOutput
 
 
 def training_loss(
-    output: Seq2SeqOutput, targets: Tensor, pad_id: int, optim: OptimConfig, step: int
+    output: Seq2SeqOutput,
+    targets: Tensor,
+    pad_id: int,
+    optim: OptimConfig,
+    step: int,
+    gold_alignment: Tensor | None = None,
 ) -> Tensor:
     """The summed loss of one batch at update `step` (0-based): cross entropy, plus the
-    coverage term when the model returns one (`extras["coverage_loss"]`).
+    coverage term when the model returns one (`extras["coverage_loss"]`), plus the guided
+    alignment term when the batch has gold links and the model returned the supervised
+    attention (`extras["alignment_attention"]`).
 
     Args:
         output: the model's forward output; logits (B, T, V).
         targets: (B, T) next tokens, pad_id where there is no token.
+        gold_alignment: (B, T, S) the batch's gold distribution (`Batch.alignment`) or None.
     """
     loss_sum, _ = loss.sequence_loss(output.logits, targets, pad_id, optim.label_smoothing)
     if "coverage_loss" in output.extras:  # See et al. 2017, eq. 13: + lambda * covloss_t
@@ -26,6 +36,10 @@ def training_loss(
         loss_sum = loss_sum + loss.coverage_term(
             output.extras["coverage_loss"], targets, pad_id, weight
         )
+    attention = output.extras.get(ALIGNMENT_ATTENTION)
+    if gold_alignment is not None and attention is not None:
+        term = loss.alignment_term(attention, gold_alignment, optim.alignment_lambda)
+        loss_sum = loss_sum + term
     return loss_sum
 
 
@@ -33,3 +47,11 @@ def coverage_weight(optim: OptimConfig, step: int) -> float:
     """lambda from `optim.coverage_start_step` on, 0 before: See et al. add the coverage loss
     for a last phase of training only."""
     return optim.coverage_lambda if step >= optim.coverage_start_step else 0.0
+
+
+def supervised_attention(cfg: TrainConfig) -> AlignmentHead | None:
+    """The attention guided alignment supervises (`model.alignment_layer`/`alignment_head`),
+    or None when `optim.alignment_lambda` is 0 (the forward pass then stays the plain one)."""
+    if cfg.optim.alignment_lambda == 0:
+        return None
+    return AlignmentHead(cfg.model.alignment_layer, cfg.model.alignment_head)

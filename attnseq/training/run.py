@@ -19,6 +19,7 @@ import torch
 from attnseq.config.checks import validate
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
+from attnseq.data.batching import PieceLinks
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.evaluation.split_evaluators import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
@@ -205,7 +206,20 @@ def _trainer(
         on_validation=on_validation,
         stop=stop,
         extended_examples=extended_split(cfg, data, "train"),
+        alignments=_guided_links(cfg, data),
     )
+
+
+def _guided_links(cfg: TrainConfig, data: PreparedData) -> list[PieceLinks] | None:
+    """Guided alignment: the gold piece links of every training example (None when off)."""
+    if cfg.optim.alignment_lambda == 0:
+        return None
+    from attnseq.data.guided_alignment import split_piece_links
+
+    links = split_piece_links(cfg.data, data)
+    linked = sum(bool(example) for example in links)
+    log.info("guided alignment: %d of %d training pairs have links", linked, len(links))
+    return links
 
 
 def _test_best(

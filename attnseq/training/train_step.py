@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from attnseq.config.schema import OptimConfig
 from attnseq.data.batching import Batch
 from attnseq.data.loader import TokenCounts
-from attnseq.models.seq2seq import Seq2Seq
+from attnseq.models.seq2seq import AlignmentHead, Seq2Seq
 from attnseq.training.distributed import WorldInfo, all_reduce_sum
 from attnseq.training.loss import training_loss
 from attnseq.training.precision import MixedPrecision
@@ -35,7 +35,9 @@ class UpdateParts:
     module: what the forward pass runs through: the model, or a DDP and/or torch.compile
         wrapper around it.
     model: the bare model (its pad id; the parameters clipped and checked).
-    optim: label smoothing, the coverage schedule and `clip_norm`.
+    optim: label smoothing, the coverage schedule, the guided alignment weight and `clip_norm`.
+    alignment: guided alignment: the attention the forward pass returns for the loss (None:
+        off, the forward pass is the plain one).
     """
 
     module: nn.Module
@@ -44,6 +46,7 @@ class UpdateParts:
     precision: MixedPrecision
     optim: OptimConfig
     world: WorldInfo
+    alignment: AlignmentHead | None = None
 
 
 @dataclass
@@ -79,9 +82,13 @@ def train_step(parts: UpdateParts, batch: Batch, counts: TokenCounts, step: int)
     """One update on `batch` at update number `step` (0-based, for the coverage schedule)."""
     tokens = global_tokens(counts, parts.world)
     parts.module.train()  # DDP's wrapper and the model inside
+    guided = parts.alignment is not None and batch.alignment is not None
+    inputs = {**batch.copy_inputs(), **({"alignment": parts.alignment} if guided else {})}
     with parts.precision.autocast():
-        output = parts.module(batch.src, batch.src_lengths, batch.tgt_in, **batch.copy_inputs())
-        loss_sum = training_loss(output, batch.tgt_out, parts.model.pad_id, parts.optim, step)
+        output = parts.module(batch.src, batch.src_lengths, batch.tgt_in, **inputs)
+        loss_sum = training_loss(
+            output, batch.tgt_out, parts.model.pad_id, parts.optim, step, batch.alignment
+        )
     n_tgt = max(tokens[1], 1.0)
     if parts.world.distributed:  # DDP's average over the R ranks turns R * sum_r / N into sum / N
         loss = loss_sum * (parts.world.world_size / n_tgt)

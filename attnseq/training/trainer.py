@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from attnseq.config.schema import TrainConfig
-from attnseq.data.batching import Batch
+from attnseq.data.batching import Batch, PieceLinks
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.loader import BatchLoader, TokenCounts
 from attnseq.data.token_sampler import TokenBatchSampler
@@ -49,6 +49,7 @@ from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.checkpointer import Checkpointer
 from attnseq.training.compile import compile_for_training
 from attnseq.training.distributed import all_reduce_sum, broadcast_object, world
+from attnseq.training.loss import supervised_attention
 from attnseq.training.precision import MixedPrecision
 from attnseq.training.rng import preserved_rng, set_rng_state
 from attnseq.training.schedules import LearningRateSchedule
@@ -77,6 +78,8 @@ class Trainer:
         stop: the run's signal handling; without it SIGINT/SIGTERM keep their default effect.
         extended_examples: copy models: the extended-vocabulary view of every training example
             (attnseq/data/extended_vocab.py), aligned with `train_examples`.
+        alignments: guided alignment: the gold piece links of every training example
+            (attnseq/data/guided_alignment.py), aligned with `train_examples`.
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class Trainer:
         on_validation: Callable[[Seq2Seq, int], None] | None = None,
         stop: StopSignals | None = None,
         extended_examples: list[ExtendedExample] | None = None,
+        alignments: list[PieceLinks] | None = None,
     ) -> None:
         self.model, self.optimizer, self.schedule, self.cfg = model, optimizer, schedule, cfg
         self.examples = train_examples
@@ -116,10 +120,11 @@ class Trainer:
             num_workers=cfg.trainer.num_workers,
             pin_memory=cfg.trainer.pin_memory,
             extended=extended_examples,
+            alignments=alignments,
         )
-        self.parts = UpdateParts(
-            self._training_module(device), model, optimizer, self.precision, cfg.optim, self.world
-        )
+        module = self._training_module(device)
+        parts = (module, model, optimizer, self.precision, cfg.optim, self.world)
+        self.parts = UpdateParts(*parts, supervised_attention(cfg))
         self.checkpointer = Checkpointer(
             run_dir / "checkpoints",
             static_payload,

@@ -23,7 +23,8 @@ def test_collate_golden() -> None:
     assert torch.equal(batch.tgt_out, torch.tensor([[20, 3, 0, 0], [21, 22, 23, 3]]))
     assert torch.equal(batch.tgt_lengths, torch.tensor([2, 4]))
     assert torch.equal(batch.indices, torch.tensor([7, 2]))
-    assert all(t.dtype == torch.long for t in vars(batch).values())
+    assert batch.alignment is None  # only guided alignment training carries a gold matrix
+    assert all(t.dtype == torch.long for name, t in vars(batch).items() if name != "alignment")
     assert batch.size == 2
     assert batch.n_src_tokens == 4
     assert batch.n_tgt_tokens == 6
@@ -49,11 +50,15 @@ def test_collate_custom_ids_and_empty_sequences() -> None:
 
 
 def test_batch_to_keeps_values() -> None:
-    batch = collate([([4, 5], [6])], [0], **SPECIALS)
-    moved = batch.to(torch.device("cpu"))
-    assert isinstance(moved, Batch)
-    for name, tensor in vars(batch).items():
-        assert torch.equal(getattr(moved, name), tensor)
+    for links in (None, [[(1, 0)]]):  # with guided alignment's gold matrix too
+        batch = collate([([4, 5], [6])], [0], **SPECIALS, alignments=links)
+        moved = batch.to(torch.device("cpu"))
+        assert isinstance(moved, Batch)
+        for name, tensor in vars(batch).items():
+            if tensor is None:
+                assert getattr(moved, name) is None
+            else:
+                assert torch.equal(getattr(moved, name), tensor)
 
 
 def test_encode_pairs_and_iterate_batches_restore_order() -> None:
