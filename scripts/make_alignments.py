@@ -55,19 +55,13 @@ def cut(lines: Sequence[str], sizes: dict[str, int]) -> dict[str, list[str]]:
 
 
 def grow_diag_final_and(forward: Sequence[str], reverse: Sequence[str]) -> list[str]:
-    """The grow-diag-final-and symmetrization of two Pharaoh files' lines (both source first).
-
-    Raises:
-        ImportError: attnseq/analysis/symmetrize.py is not there (it comes with `attnseq
-            align`); `align_corpora` then writes the two directions only.
-    """
-    from attnseq.analysis import symmetrize  # type: ignore[attr-defined]
-    from attnseq.analysis.alignment_gold import read_pharaoh
+    """The grow-diag-final-and symmetrization of two Pharaoh files' lines (both source first)."""
+    from attnseq.analysis.alignment_gold import format_pharaoh, read_pharaoh
+    from attnseq.analysis.symmetrize import symmetrize
 
     fwd, rev = read_pharaoh(forward)[0], read_pharaoh(reverse)[0]
     pairs = zip(fwd, rev, strict=True)
-    links = (symmetrize.symmetrize(f, r, "grow-diag-final-and") for f, r in pairs)
-    return [" ".join(f"{i}-{j}" for i, j in sorted(line)) for line in links]
+    return [format_pharaoh(symmetrize(f, r, "grow-diag-final-and")) for f, r in pairs]
 
 
 def run_eflomal(pairs: Pairs, folder: Path) -> dict[str, list[str]]:
@@ -105,11 +99,8 @@ def align_corpora(corpora: dict[str, Pairs], out_dir: Path, *, aligner=run_eflom
     written = []
     for name in corpora:
         forward, reverse = per_corpus["forward"][name], per_corpus["reverse"][name]
-        outputs = {"forward": forward, "reverse": reverse}
-        try:
-            outputs["gdfa"] = grow_diag_final_and(forward, reverse)
-        except ImportError:
-            log.warning("no attnseq.analysis.symmetrize: %s.gdfa not written", name)
+        gdfa = grow_diag_final_and(forward, reverse)
+        outputs = {"forward": forward, "reverse": reverse, "gdfa": gdfa}
         for suffix, lines in outputs.items():
             path = out_dir / f"{name}.{suffix}"
             atomic_write_lines(path, lines)
