@@ -24,9 +24,9 @@ from attnseq.config.choices import (
     ModelFamily,
     Positions,
     Score,
-    SparsePattern,
     TaskType,
 )
+from attnseq.config.model_checks import alignment_problems, copy_problems, self_attention_problems
 from attnseq.config.schema import ModelConfig, TrainConfig
 from attnseq.errors import UserError
 
@@ -155,9 +155,9 @@ def cross_field_problems(cfg: TrainConfig) -> list[str]:
             problems.append(
                 f"model.d_model={model.d_model} is not divisible by model.heads={model.heads}"
             )
-        problems += _self_attention_problems(cfg)
-    problems += _copy_problems(cfg)
-    problems += _alignment_problems(cfg)
+        problems += self_attention_problems(cfg)
+    problems += copy_problems(cfg)
+    problems += alignment_problems(cfg)
     if cfg.resume is not None and cfg.resume != "auto":
         # Checked here so that `attnseq train` stops before Hydra creates a run directory;
         # whether the file really is a resumable checkpoint is checked when it is loaded.
@@ -235,119 +235,5 @@ def _decoding_problems(cfg: TrainConfig) -> list[str]:
             f"model.attention.score=location has one weight row per source position up to "
             f"model.max_positions={model.max_positions}, shorter than data.max_src_len="
             f"{data.max_src_len}: raise model.max_positions or lower data.max_src_len"
-        )
-    return problems
-
-
-def _self_attention_problems(cfg: TrainConfig) -> list[str]:
-    """Rules for the transformer's model.attention.kind and its parameters."""
-    attention, kind = cfg.model.attention, cfg.model.attention.kind
-    problems = []
-    if attention.decoder_self and not kind.causal:
-        why = (
-            "its projections mix every position, future ones included"
-            if kind is AttentionKind.linformer
-            else "its global tokens attend to, and are attended by, every position"
-        )
-        causal_kinds = ", ".join(member.name for member in AttentionKind if member.causal)
-        problems.append(
-            f"model.attention.kind={kind.name} cannot be causal ({why}), so it cannot be used "
-            "for decoder self-attention: set model.attention.decoder_self=false, or choose "
-            f"one of {causal_kinds}"
-        )
-    fixed = kind is AttentionKind.strided and attention.pattern is SparsePattern.fixed
-    if fixed and attention.summary > attention.stride:
-        problems.append(
-            f"model.attention.summary must be in 1..model.attention.stride="
-            f"{attention.stride}, got {attention.summary}"
-        )
-    if kind is AttentionKind.linformer and cfg.data.max_src_len > cfg.model.max_positions:
-        problems.append(
-            f"model.attention.kind=linformer projects sequences of a fixed length "
-            f"n = model.max_positions={cfg.model.max_positions}, shorter than "
-            f"data.max_src_len={cfg.data.max_src_len}: raise model.max_positions or "
-            "lower data.max_src_len"
-        )
-    return problems
-
-
-def _copy_problems(cfg: TrainConfig) -> list[str]:
-    """Rules of the pointer-generator, coverage and summarization decoding keys."""
-    problems: list[str] = []
-    model, optim, trainer = cfg.model, cfg.optim, cfg.trainer
-    rnn = model.family is ModelFamily.rnn
-    score, window = model.attention.score, model.attention.window.name
-    for key, on in (("copy", model.copy), ("coverage", model.coverage)):
-        if not (on and rnn):
-            continue
-        if score is Score.none:
-            problems.append(
-                f"model.{key}=true needs attention: model.attention.score=none has none; "
-                "use e.g. model.attention.score=additive"
-            )
-        elif window != "global":
-            # local_p weights do not sum to one (Luong eq. 10), local_m rows can be all zero:
-            # neither is a distribution over the source to copy from or to accumulate
-            problems.append(f"model.{key}=true needs model.attention.window=global, got {window}")
-    if model.coverage and rnn and score not in (Score.none, Score.additive, Score.concat):
-        problems.append(
-            f"model.coverage=true feeds the coverage vector into the additive score "
-            f"(See et al. 2017, eq. 11): needs model.attention.score=additive or concat, "
-            f"got {score.name}"
-        )
-    in_stack = -model.dec_layers <= model.copy_layer < model.dec_layers
-    if not rnn and (model.copy or model.coverage) and not in_stack:
-        problems.append(
-            f"model.copy_layer={model.copy_layer} is not a decoder layer: with "
-            f"model.dec_layers={model.dec_layers} use 0..{model.dec_layers - 1} or "
-            f"-{model.dec_layers}..-1 (-1 = the last)"
-        )
-    if optim.coverage_lambda > 0 and not model.coverage:
-        problems.append(
-            f"optim.coverage_lambda={optim.coverage_lambda} needs model.coverage=true "
-            "(there is no coverage vector to penalise)"
-        )
-    if trainer.coverage_penalty > 0 and rnn and score is Score.none:
-        problems.append(
-            "trainer.coverage_penalty needs attention: model.attention.score=none has none"
-        )
-    return problems
-
-
-def _alignment_problems(cfg: TrainConfig) -> list[str]:
-    """Rules of guided alignment: gold links for the training split, and a model whose forward
-    pass returns the supervised attention (data/guided_alignment.py checks the files)."""
-    model, optim = cfg.model, cfg.optim
-    if optim.alignment_lambda == 0:
-        return []
-    on = f"optim.alignment_lambda={optim.alignment_lambda}"
-    problems: list[str] = []
-    if "train" not in cfg.data.alignments:
-        problems.append(
-            f"{on} needs word alignments of the training pairs: data.alignments.train=FILE "
-            "(Pharaoh links i-j, one line per pair; scripts/make_alignments.py writes them)"
-        )
-    if model.copy or model.coverage:
-        problems.append(f"{on} is not supported with model.copy or model.coverage")
-    if model.family is ModelFamily.rnn:
-        score, window = model.attention.score, model.attention.window.name
-        if score is Score.none:
-            problems.append(f"{on} needs attention: model.attention.score=none has none")
-        elif window != "global":
-            # local_p weights do not sum to one and local_m rows can be all zero: neither is a
-            # distribution over the source to compare with the gold one
-            problems.append(f"{on} needs model.attention.window=global, got {window}")
-        return problems
-    if not -model.dec_layers <= model.alignment_layer < model.dec_layers:
-        problems.append(
-            f"model.alignment_layer={model.alignment_layer} is not a decoder layer: with "
-            f"model.dec_layers={model.dec_layers} use 0..{model.dec_layers - 1} or "
-            f"-{model.dec_layers}..-1 (-1 = the last)"
-        )
-    head = model.alignment_head
-    if head is not None and head >= model.heads:
-        problems.append(
-            f"model.alignment_head={head} is not a head: model.heads={model.heads} has "
-            f"0..{model.heads - 1} (or null: the mean of the layer's heads)"
         )
     return problems
