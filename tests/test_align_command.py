@@ -92,14 +92,25 @@ def test_reverse_model_symmetrized(setup, tmp_path) -> None:
     assert expected != fwd.links or expected != [transpose(r) for r in rev.links]
 
 
-@pytest.mark.parametrize("layer, head, key", [(None, None, ""), (1, 2, "/layer1/head2")])
-def test_aer_equals_eval_alignments(setup, tmp_path, layer, head, key) -> None:
+@pytest.mark.parametrize(
+    "method, layer, head, key",
+    [
+        ("attention", None, None, ""),
+        ("attention", 1, 2, "/layer1/head2"),
+        ("shift-att", None, None, ""),
+        ("shift-att", 2, 1, "/layer2/head1"),
+    ],
+)
+def test_aer_equals_eval_alignments(setup, tmp_path, method, layer, head, key) -> None:
     forward, _, files = setup
     gold = ["--alignments", files["gold"], "--align-src", files["src"], "--align-tgt", files["tgt"]]
+    gold += ["--align-method", method]
     assert run_eval(forward, tmp_path / "eval", *map(str, gold)).exit_code == 0
-    metrics = json.loads((eval_result(tmp_path / "eval") / "metrics.json").read_text())
+    folder = eval_result(tmp_path / "eval")
+    assert folder.name.endswith("-shift-att") == (method == "shift-att"), folder.name
+    metrics = json.loads((folder / "metrics.json").read_text())
     request = AlignRequest(
-        forward, files["src"], files["tgt"], AlignmentMethod("attention", layer, head),
+        forward, files["src"], files["tgt"], AlignmentMethod(method, layer, head),
         gold=files["gold"], device="cpu", batch_size=3,
     )  # fmt: skip
     scores = run_align(request).scores
@@ -109,6 +120,7 @@ def test_aer_equals_eval_alignments(setup, tmp_path, layer, head, key) -> None:
     # reversed gold with --gold-order tgt-src: the same numbers, printed by the command
     args = ["--src", files["src"], "--tgt", files["tgt"], "--gold", files["reversed"]]
     options = [*args, "--gold-order", "tgt-src", "--out", tmp_path / "x.pharaoh"]
+    options += ["--method", method]
     if layer is not None:
         options += ["--layer", str(layer), "--head", str(head)]
     result = align(forward, *options)

@@ -166,6 +166,8 @@ def test_naacl_and_reversed_gold_give_the_same_numbers(setup, tmp_path) -> None:
         ({"drop": "--align-tgt"}, "--alignments needs --align-tgt"),
         ({"format": "xml"}, "unknown gold format 'xml'"),
         ({"order": "left-right"}, "--align-order must be one of src-tgt, tgt-src"),
+        ({"method": "viterbi"}, "--align-method must be one of attention, shift-att"),
+        ({"method": "shift-att", "drop_gold": True}, "--align-method goes with --alignments"),
     ],
 )
 def test_bad_gold_sets_exit_2(setup, tmp_path, change, message) -> None:
@@ -186,7 +188,11 @@ def test_bad_gold_sets_exit_2(setup, tmp_path, change, message) -> None:
         args["--align-format"] = change["format"]
     if "order" in change:
         args["--align-order"] = change["order"]
+    if "method" in change:
+        args["--align-method"] = change["method"]
     args.pop(change.get("drop", ""), None)
+    if change.get("drop_gold"):
+        args = {"--align-method": change["method"]}
     result = run_eval(checkpoint, tmp_path / "eval", *[x for kv in args.items() for x in kv])
     assert result.exit_code == 2, result.output
     assert message in result.output

@@ -16,7 +16,7 @@ import torch
 
 from attnseq.analysis.alignment import ALIGNMENT_SCORES
 from attnseq.analysis.alignment_gold import Alignment, read_gold_file
-from attnseq.analysis.forced_alignment import encode_sentence
+from attnseq.analysis.forced_alignment import ALIGNMENT_METHODS, encode_sentence
 from attnseq.analysis.model_alignment import AlignmentCorpus, corpus_alignment_metrics
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.errors import UserError
@@ -36,6 +36,8 @@ class GoldAlignmentFiles:
     possible: Pharaoh only, a second file whose links are all possible (WPT's
         ``test.possible.pharaoh`` next to ``test.sure.pharaoh``).
     gold_format: "auto" (from the content), "pharaoh" or "naacl".
+    method: how a target word's row is read, "attention" (the step that predicts the word) or
+        "shift-att" (the step whose input it is; forced_alignment.py).
     order: "src-tgt" if a link is (source word, target word), "tgt-src" if (target, source):
         WPT's links are (English, French), so "src-tgt" for an en->fr model, "tgt-src" for fr->en.
     """
@@ -46,6 +48,7 @@ class GoldAlignmentFiles:
     possible: Path | None = None
     gold_format: str = "auto"
     order: str = "src-tgt"
+    method: str = "attention"
 
 
 @dataclass
@@ -53,14 +56,23 @@ class LoadedAlignmentSet(AlignmentCorpus):
     """`GoldAlignmentFiles` read and encoded for one model's tokenizers."""
 
     def score(
-        self, model: Seq2Seq, device: torch.device | str = "cpu", batch_size: int = 32
+        self,
+        model: Seq2Seq,
+        device: torch.device | str = "cpu",
+        batch_size: int = 32,
+        method: str = "attention",
     ) -> dict[str, float]:
         """AER, precision and recall of the model's teacher-forced attention, overall (the
         last layer's head average for transformers) and per layer/head
-        (`model_alignment.corpus_alignment_metrics`)."""
+        (`model_alignment.corpus_alignment_metrics`); `method` as `GoldAlignmentFiles`."""
         try:
             return corpus_alignment_metrics(
-                model, self, device=device, batch_size=batch_size, per_map_scores=ALIGNMENT_SCORES
+                model,
+                self,
+                device=device,
+                batch_size=batch_size,
+                per_map_scores=ALIGNMENT_SCORES,
+                shift=method == "shift-att",
             )
         except ValueError as error:  # e.g. a model without attention (score=none)
             raise UserError(f"cannot score the gold alignments: {error}") from None
@@ -77,6 +89,10 @@ def load_alignment_set(
     Each sentence is encoded whole (no truncation). `max_length`: the longest sequence the model
     can take (learned positions).
     """
+    if files.method not in ALIGNMENT_METHODS:
+        raise UserError(
+            f"--align-method must be one of {', '.join(ALIGNMENT_METHODS)}, got {files.method!r}"
+        )
     if files.order not in ALIGNMENT_ORDERS:
         raise UserError(
             f"--align-order must be one of {', '.join(ALIGNMENT_ORDERS)}, got {files.order!r}"

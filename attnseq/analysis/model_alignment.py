@@ -100,6 +100,7 @@ def corpus_alignment_metrics(
     device: torch.device | str = "cpu",
     batch_size: int = 32,
     per_map_scores: Sequence[str] = ("aer",),
+    shift: bool = False,
 ) -> dict[str, float]:
     """AER of a model's cross-attention, teacher-forced on the corpus's (source, reference
     target) pairs (the module docstring says which map gives the overall numbers).
@@ -111,6 +112,8 @@ def corpus_alignment_metrics(
         batch_size: examples per forward pass.
         per_map_scores: which of "aer", "precision", "recall" to report per layer/head
             (``{score}/layer{L}/head{H}`` and ``{score}/layer{L}/mean``).
+        shift: read each target word from the step whose input it is (Shift-Att,
+            forced_alignment.py) instead of the step that predicts it.
 
     Returns:
         {"aer", "precision", "recall"} and, for transformers, the per-layer/head scores: all
@@ -122,7 +125,7 @@ def corpus_alignment_metrics(
     """
     _check_arguments(corpus, batch_size, per_map_scores)
     words = _example_words(corpus)
-    hyps, last_layer = _hypothesis_links(model, corpus, words, device, batch_size)
+    hyps, last_layer = _hypothesis_links(model, corpus, words, device, batch_size, shift)
     return _scores(hyps, corpus, last_layer, per_map_scores)
 
 
@@ -189,6 +192,7 @@ def _hypothesis_links(
     words: Sequence[WordIds],
     device: torch.device | str,
     batch_size: int,
+    shift: bool,
 ) -> tuple[dict[str, list[Alignment]], int]:
     """Argmax links of every example for every attention map ("" for an RNN's single map), in
     example order, and the transformer's number of layers (0 for an RNN)."""
@@ -196,7 +200,7 @@ def _hypothesis_links(
     hyps: dict[str, list[Alignment]] = {}
     last_layer = 0
     for i, pooled in forced_word_attention(
-        model, corpus.examples, words, device=device, batch_size=batch_size
+        model, corpus.examples, words, shift=shift, device=device, batch_size=batch_size
     ):
         if pooled.dim() == 4:  # (L, H, Tw, Sw)
             last_layer = pooled.shape[0]

@@ -80,6 +80,13 @@ def evaluate(
             "source). WPT en-fr links are (English, French): src-tgt for en->fr models."
         ),
     ] = "src-tgt",
+    align_method: Annotated[
+        str,
+        typer.Option(
+            help="How a target word's attention row is read: attention (the step that predicts "
+            "the word) or shift-att (the step whose input it is; Chen et al. 2020)."
+        ),
+    ] = "attention",
 ) -> None:
     """Evaluate a checkpoint: loss, perplexity, BLEU, chrF, exact match; optionally save the
     attention of the outputs and score it against gold word alignments. Decodes with the
@@ -95,7 +102,7 @@ def evaluate(
     attnseq eval best.pt --save-attention      # also .../test.greedy/attention.npz
     attnseq eval best.pt --alignments wpt03_enfr/test.sure.pharaoh \\
         --align-possible wpt03_enfr/test.possible.pharaoh \\
-        --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr
+        --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr [--align-method shift-att]
     """
     from attnseq.evaluation.run import evaluate_checkpoint
     from attnseq.io.output_paths import check_output_folder
@@ -109,6 +116,10 @@ def evaluate(
         gold = _gold_alignments(
             alignments, align_src, align_tgt, align_possible, align_format, align_order
         )
+        if gold is not None:
+            gold.method = align_method
+        elif align_method != "attention":
+            raise UserError("--align-method goes with --alignments")
         metrics = evaluate_checkpoint(
             checkpoint,  # path, split, max_tokens
             split,

@@ -51,7 +51,8 @@ def evaluate_checkpoint(
     metrics.json.
     `alignments`: also score the attention against a gold word-alignment set, as
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
-    (``align/aer/layer2/head3``, ``align/aer/layer2/mean``).
+    (``align/aer/layer2/head3``, ``align/aer/layer2/mean``), read with `alignments.method`
+    (the result folder names the method when it is not the plain attention).
     """
     overrides = list(overrides or [])
     trained = load_trained_model(path, overrides)
@@ -76,7 +77,7 @@ def evaluate_checkpoint(
     print(f"{name}: decoded {evaluator.decode_rate.summary()}", file=sys.stderr)
     results = {f"{name}/{key}": value for key, value in metrics.items()}
     if alignment_set is not None:
-        scores = alignment_set.score(model, device)
+        scores = alignment_set.score(model, device, method=alignments.method)
         results.update({f"align/{key}": value for key, value in scores.items()})
     folder = eval_results.result_folder(
         out_dir or eval_results.default_root(path),
@@ -85,7 +86,7 @@ def evaluate_checkpoint(
         name,
         evaluator.decoding,
         overrides,
-        [f"align-{alignments.gold.name}"] if alignments is not None else [],
+        _alignment_tags(alignments),
     )
     if save_attention:
         _save_eval_attention(folder / "attention.npz", cfg, model, evaluator, decoded, data, name)
@@ -95,6 +96,14 @@ def evaluate_checkpoint(
     )
     result = eval_results.write_result(folder, results, hypotheses, evaluator.references, about)
     return EvalMetrics(results, result)
+
+
+def _alignment_tags(alignments: GoldAlignmentFiles | None) -> list[str]:
+    """What the result folder's name says about the gold set and how it was read."""
+    if alignments is None:
+        return []
+    method = "" if alignments.method == "attention" else f"-{alignments.method}"
+    return [f"align-{alignments.gold.name}{method}"]
 
 
 def _check_attention_wanted(
