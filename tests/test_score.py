@@ -89,7 +89,13 @@ def test_scores_are_the_models_token_log_probabilities(scorer: Scorer) -> None:
         assert pair_score.tokens == len(tgt) + 1
         assert pair_score.log_prob == pytest.approx(float(expected.sum()), abs=1e-4)
     assert scores[1].tokens == 1 and scores[1].log_prob < 0
-    assert scorer.score(pairs, max_tokens=10**6) == pytest.approx(scores)  # batching aside
+    # another batching: the same scores up to float summation order
+    rebatched = scorer.score(pairs, max_tokens=10**6)
+    assert [s.tokens for s in rebatched] == [s.tokens for s in scores]
+    assert [s.log_prob for s in rebatched] == pytest.approx([s.log_prob for s in scores], abs=1e-4)
+    # a stream in chunks of one pair: the same scores, in order
+    streamed = list(scorer.score_stream(iter(pairs), chunk=1))
+    assert [s.log_prob for s in streamed] == pytest.approx([s.log_prob for s in scores], abs=1e-4)
 
 
 def test_empty_source_is_left_unscored(scorer: Scorer, tmp_path: Path) -> None:
@@ -135,3 +141,30 @@ def test_user_mistakes_exit_2(
     result = score_cli(str(tmp_path / "no.pt"), "--src", str(src), "--tgt", str(tgt))
     assert result.exit_code == 2
     assert message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_streamed_in_chunks_with_errors_naming_the_global_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of two pairs: the same lines as one chunk; a bad line in a later chunk is named
+    by its line in the file, and --out keeps the earlier file."""
+    import attnseq.evaluation.scoring as scoring
+
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt")
+    pairs = [("May 5, 2001", "2001-05-05"), ("", ""), ("2 Jan 1990", "1990"), ("June 1", "0601")]
+    src, tgt = write_pairs(tmp_path, pairs)
+    args = [str(checkpoint), "--src", str(src), "--tgt", str(tgt)]
+    whole = score_cli(*args)
+    monkeypatch.setattr(scoring, "STREAM_CHUNK", 2)
+    chunked = score_cli(*args)
+    assert whole.exit_code == chunked.exit_code == 0, chunked.output
+    assert chunked.stdout.splitlines()[1] == "nan\tnan\t0"
+    assert [line.split("\t")[2] for line in chunked.stdout.splitlines()] == [
+        line.split("\t")[2] for line in whole.stdout.splitlines()
+    ]
+    out = tmp_path / "scores.tsv"
+    out.write_text("old\n")
+    tgt.write_bytes(tgt.read_bytes().replace(b"0601", b"\xff601"))
+    result = score_cli(*args, "--out", str(out))
+    assert result.exit_code == 2 and "line 4 is not UTF-8" in result.stderr
+    assert out.read_text() == "old\n"

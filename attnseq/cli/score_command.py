@@ -8,10 +8,17 @@ Output: one line per pair, in input order, three TAB-separated columns
 the total log-probability of the target and its </s> (natural log), its mean per token, and the
 number of tokens (target pieces + 1); a pair with an empty source reads `nan<TAB>nan<TAB>0`. A
 summary goes to stderr: pairs, tokens, mean NLL per token and perplexity.
+
+The files are streamed: a first pass counts their lines (so different counts or empty files end
+the command before the model loads), then pairs are scored in chunks (`Scorer.score_stream`)
+and each chunk's lines are written as soon as it is scored. `--out` is written atomically: a
+line that is not UTF-8, found mid-way, leaves any earlier file in place; on standard output the
+lines before it have been written.
 """
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated
 
 import typer
 
@@ -48,41 +55,67 @@ def score(
     attnseq score best.pt --src test.de --tgt test.en > test.scores
     attnseq score best.pt --src test.de --tgt test.en --out test.scores --batch-size 32
     """
-    from attnseq.evaluation.scoring import Scorer, summarize
+    from attnseq.evaluation.scoring import RunningSummary, Scorer
 
     with user_errors():
-        pairs = read_pairs(src, tgt)
+        check_pairs(src, tgt)
         if out is not None:
             from attnseq.io.output_paths import check_output_file
 
             check_output_file(out, "--out")
         scorer = Scorer.from_checkpoint(checkpoint, device)
-        scores = scorer.score(pairs, max_tokens, batch_size)
-        lines = [pair_score.line() for pair_score in scores]
+        running = RunningSummary()
+
+        def write(handle: IO[bytes]) -> None:
+            scores = scorer.score_stream(read_pairs(src, tgt), max_tokens, batch_size)
+            for pair_score in scores:
+                running.add(pair_score)
+                handle.write((pair_score.line() + "\n").encode("utf-8"))
+
         if out is None:
-            typer.echo("\n".join(lines))
+            write(stdout_bytes())
         else:
-            from attnseq.io.atomic import atomic_write_lines
+            from attnseq.io.atomic import atomic_write
 
-            atomic_write_lines(out, lines)
-        typer.echo(summarize(scores).describe(), err=True)
+            atomic_write(out, write)
+        typer.echo(running.summary().describe(), err=True)
 
 
-def read_pairs(src: Path, tgt: Path) -> list[tuple[str, str]]:
-    """The (source, target) lines of two files; UserError for a missing file, files of
-    different line counts, or no lines at all."""
-    sides = []
+def stdout_bytes() -> IO[bytes]:
+    """Standard output as bytes (typer's testing runner replaces sys.stdout, so look it up)."""
+    import sys
+
+    return sys.stdout.buffer
+
+
+def count_lines(path: Path) -> int:
+    """Lines of a file as `decoded_lines` splits it (a last line without "\n" counts)."""
+    lines, last = 0, b"\n"
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return lines + (last != b"\n")
+
+
+def check_pairs(src: Path, tgt: Path) -> None:
+    """UserError for a missing file, files of different line counts, or no lines at all."""
+    counts = []
     for option, path in (("--src", src), ("--tgt", tgt)):
         if not path.is_file():
             raise UserError(f"{option}: file not found: {path}")
-        with path.open("rb") as handle:
-            sides.append(list(decoded_lines(handle, str(path))))
-    sources, targets = sides
-    if len(sources) != len(targets):
+        counts.append(count_lines(path))
+    if counts[0] != counts[1]:
         raise UserError(
-            f"--src has {len(sources)} lines but --tgt has {len(targets)}: "
+            f"--src has {counts[0]} lines but --tgt has {counts[1]}: "
             "need one target line per source line"
         )
-    if not sources:
+    if not counts[0]:
         raise UserError(f"no input: {src} and {tgt} have no lines to score")
-    return list(zip(sources, targets, strict=True))
+
+
+def read_pairs(src: Path, tgt: Path) -> Iterator[tuple[str, str]]:
+    """The (source, target) lines of two files checked by `check_pairs`, read lazily."""
+    with src.open("rb") as sources, tgt.open("rb") as targets:
+        src_lines = decoded_lines(sources, str(src))
+        yield from zip(src_lines, decoded_lines(targets, str(tgt)), strict=True)

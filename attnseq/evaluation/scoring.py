@@ -31,12 +31,15 @@ Copy models (pointer-generators) are scored over their extended vocabulary
 in the source gets its copy id as label, exactly as evaluation scores it.
 
 Batches are cut by a budget of padded tokens from length-sorted pairs (`TokenBatchSampler`,
-as the evaluator does), and optionally by a number of pairs.
+as the evaluator does), and optionally by a number of pairs. `Scorer.score_stream` reads pairs
+from an iterator in chunks of `STREAM_CHUNK` pairs and yields their scores in order, so a file of
+any length is scored in the memory of one chunk; pairs are length-sorted within a chunk only.
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import torch
@@ -50,6 +53,8 @@ from attnseq.evaluation.metrics import perplexity
 from attnseq.models.loss import sequence_loss
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
+
+STREAM_CHUNK = 10_000  # pairs encoded and length-sorted together by `Scorer.score_stream`
 
 
 @dataclass(frozen=True)
@@ -97,12 +102,33 @@ class ScoreSummary:
         )
 
 
-def summarize(scores: Sequence[PairScore]) -> ScoreSummary:
-    """Totals of `scores` (`ScoreSummary`); the NLL is token-weighted, as eval's loss."""
-    scored = [score for score in scores if score.tokens]
-    tokens = sum(score.tokens for score in scored)
-    nll = -sum(score.log_prob for score in scored) / tokens if tokens else math.nan
-    return ScoreSummary(len(scores), len(scores) - len(scored), tokens, nll)
+class RunningSummary:
+    """`ScoreSummary` totals gathered one `PairScore` at a time (for a stream of scores)."""
+
+    def __init__(self) -> None:
+        self.pairs = self.skipped_empty = self.tokens = 0
+        self.log_prob = 0.0
+
+    def add(self, score: PairScore) -> None:
+        self.pairs += 1
+        if score.tokens:
+            self.tokens += score.tokens
+            self.log_prob += score.log_prob
+        else:
+            self.skipped_empty += 1
+
+    def summary(self) -> ScoreSummary:
+        """The totals so far; the NLL is token-weighted, as eval's loss."""
+        nll = -self.log_prob / self.tokens if self.tokens else math.nan
+        return ScoreSummary(self.pairs, self.skipped_empty, self.tokens, nll)
+
+
+def summarize(scores: Iterable[PairScore]) -> ScoreSummary:
+    """Totals of `scores` (`ScoreSummary`)."""
+    running = RunningSummary()
+    for score in scores:
+        running.add(score)
+    return running.summary()
 
 
 @torch.no_grad()
@@ -196,13 +222,14 @@ class Scorer:
         )
 
     def encode(
-        self, pairs: Sequence[tuple[str, str]]
+        self, pairs: Sequence[tuple[str, str]], first_line: int = 1
     ) -> tuple[list[Example], list[ExtendedExample] | None]:
         """The encoded pairs (sources truncated, targets whole) and, for a copy model, their
-        extended view. UserError for a target longer than the model's positions."""
+        extended view. UserError for a target longer than the model's positions, naming its
+        line (the first pair is line `first_line`)."""
         limit = position_limit(self.model)
         examples = []
-        for number, (src, tgt) in enumerate(pairs, 1):
+        for number, (src, tgt) in enumerate(pairs, first_line):
             tgt_ids = self.tokenizers.tgt.encode(tgt)
             if limit is not None and len(tgt_ids) + 1 > limit:
                 raise UserError(
@@ -222,11 +249,35 @@ class Scorer:
     ) -> list[PairScore]:
         """The `PairScore` of every (source text, target text) pair, in order (module
         docstring); `max_tokens` defaults to the checkpoint's data.eval_max_tokens."""
+        return list(self.score_stream(pairs, max_tokens, max_sentences, chunk=max(1, len(pairs))))
+
+    def score_stream(
+        self,
+        pairs: Iterable[tuple[str, str]],
+        max_tokens: int | None = None,
+        max_sentences: int | None = None,
+        chunk: int | None = None,
+    ) -> Iterator[PairScore]:
+        """`score` of pairs read lazily, `chunk` pairs (default `STREAM_CHUNK`) at a time: the
+        scores come in input order, each chunk's as soon as it is scored."""
         if (max_tokens is not None and max_tokens < 1) or (
             max_sentences is not None and max_sentences < 1
         ):
             raise UserError("the batch budget and batch size must be >= 1")
-        examples, extended = self.encode(pairs)
+        pairs = iter(pairs)
+        first_line = 1
+        while block := list(islice(pairs, chunk or STREAM_CHUNK)):
+            yield from self._score_block(block, first_line, max_tokens, max_sentences)
+            first_line += len(block)
+
+    def _score_block(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        first_line: int,
+        max_tokens: int | None,
+        max_sentences: int | None,
+    ) -> list[PairScore]:
+        examples, extended = self.encode(pairs, first_line)
         return score_examples(
             self.model,
             examples,
