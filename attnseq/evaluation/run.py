@@ -57,11 +57,11 @@ def evaluate_checkpoint(
     The attention diagnostics of the split (``SPLIT/attention/...``,
     attnseq/analysis/attention_diagnostics.py) come with the metrics, as in training's
     metrics.json.
+    `sampling`: decode by sampling (one sample per example) instead of the checkpoint's search.
+    `ensemble`: more checkpoints that decode with this one as an ensemble.
     `alignments`: also score the attention against a gold word-alignment set, as
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
     (``align/aer/layer2/head3``, ``align/aer/layer2/mean``).
-    `sampling`: decode by sampling (one sample per example) instead of the checkpoint's search.
-    `ensemble`: more checkpoints that decode with this one as an ensemble.
     """
     overrides = list(overrides or [])
     trained = load_ensemble([path, *ensemble], overrides)
@@ -96,9 +96,10 @@ def evaluate_checkpoint(
         name,
         evaluator.decoding,
         overrides,
-        [f"ensemble{len(ensemble) + 1}"] * bool(ensemble)
-        + ([f"align-{alignments.gold.name}"] if alignments is not None else []),
+        [f"align-{alignments.gold.name}"] if alignments is not None else [],
     )
+    if ensemble:  # beside the first member's own results
+        folder = folder.with_name(f"{folder.name}+ensemble{len(ensemble) + 1}")
     if save_attention:
         _save_eval_attention(folder / "attention.npz", cfg, model, evaluator, decoded, data, name)
     hypotheses = evaluator.texts(decoded)
