@@ -142,6 +142,14 @@ def test_load_ensemble_of_one_checkpoint_is_that_checkpoint(checkpoints) -> None
     assert pair.payload["ensemble"] == [str(checkpoints[k].resolve()) for k in ("a", "b")]
 
 
+def test_sources_are_cut_for_the_member_with_the_shortest_limit(checkpoints, tmp_path) -> None:
+    payload = load_checkpoint(checkpoints["b"])
+    payload["config"]["data"]["max_src_len"] = 7
+    save_checkpoint(tmp_path / "short.pt", payload)
+    assert load_ensemble([checkpoints["a"]]).cfg.data.max_src_len > 7
+    assert load_ensemble([checkpoints["a"], tmp_path / "short.pt"]).cfg.data.max_src_len == 7
+
+
 def test_members_of_another_task_or_copy_setting_are_refused(checkpoints) -> None:
     first, second = (load_trained_model(checkpoints[k]) for k in ("a", "b"))
     second.cfg.data.task = TaskType.summarization

@@ -26,8 +26,8 @@ those of the ensemble.
 
 `load_ensemble` loads the members from their checkpoints and refuses (UserError, exit 2) a
 member whose tokenizers (hence vocabularies and special ids), task or copy setting differ from
-the first's; the first checkpoint's config (decoding settings, data, source length limit)
-serves the ensemble.
+the first's; the first checkpoint's config (decoding settings, data) serves the ensemble, with
+the smallest `data.max_src_len` of the members (sources are cut to it).
 
 Shapes: B batch, S source length, T target length, V target vocabulary (V + n_oov for copy
 models), M members.
@@ -149,6 +149,8 @@ def load_ensemble(paths: Sequence[Path], overrides: list[str] | None = None) -> 
         return first
     for path, member in zip(paths[1:], members[1:], strict=True):
         _check_joinable(paths[0], first, path, member)
+    # every member must read the source: the shortest source any of them was trained with
+    first.cfg.data.max_src_len = min(member.cfg.data.max_src_len for member in members)
     model = EnsembleModel([member.model for member in members]).eval()
     payload = {**first.payload, "ensemble": [str(Path(path).resolve()) for path in paths]}
     return TrainedModel(model, first.cfg, first.tokenizers, payload)
