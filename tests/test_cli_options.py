@@ -5,7 +5,12 @@ import inspect
 
 import pytest
 
-from attnseq.cli.decoding_options import CHECKPOINT_SETTINGS, DecodingFlags, with_decoding_flags
+from attnseq.cli.decoding_options import (
+    CHECKPOINT_SETTINGS,
+    DecodingFlags,
+    split_checkpoints,
+    with_decoding_flags,
+)
 from attnseq.cli.torchrun import torchrun_world
 from attnseq.errors import UserError
 
@@ -45,8 +50,15 @@ def test_with_decoding_flags_puts_the_options_where_decoding_stands() -> None:
         "min_length",
         "no_repeat_ngram",
         "coverage_penalty",
+        "sample",
+        "temperature",
+        "top_k",
+        "top_p",
+        "num_samples",
+        "seed",
         "device",
     ]
+    assert inspect.signature(command).parameters["sample"].default is False
     command(
         checkpoint="a.pt",
         beam=4,
@@ -54,9 +66,38 @@ def test_with_decoding_flags_puts_the_options_where_decoding_stands() -> None:
         min_length=None,
         no_repeat_ngram=3,
         coverage_penalty=None,
+        sample=False,
+        temperature=None,
+        top_k=None,
+        top_p=None,
+        num_samples=None,
+        seed=None,
         device="cpu",
     )
     assert received == [("a.pt", DecodingFlags(beam=4, no_repeat_ngram=3), "cpu")]
+
+
+def test_sampling_flags_are_no_trainer_overrides() -> None:
+    flags = DecodingFlags(sample=True, temperature=0.5, top_p=0.9, seed=3)
+    assert flags.overrides(None) == []
+    sampling = flags.sampling()
+    assert sampling is not None
+    assert (sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed) == (
+        0.5,
+        0,
+        0.9,
+        3,
+    )
+    assert DecodingFlags(beam=1, sample=True).sampling() is not None  # --beam 1 is no search
+    assert CHECKPOINT_SETTINGS.sampling() is None
+
+
+def test_arguments_ending_in_pt_are_more_checkpoints() -> None:
+    more, overrides = split_checkpoints(["b.pt", "trainer.beam=2", "runs/c.pt", "~data.x"])
+    assert [str(path) for path in more] == ["b.pt", "runs/c.pt"]
+    assert overrides == ["trainer.beam=2", "~data.x"]
+    assert split_checkpoints(None) == ([], [])
+    assert split_checkpoints(["input.txt"]) == ([], ["input.txt"])  # refused as an override
 
 
 def test_no_torchrun_world_without_rank(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,23 +8,33 @@ over both. An option left out (None) keeps the checkpoint's value.
 The options are declared once: `with_decoding_flags` puts them into a command's signature in
 place of its `decoding: DecodingFlags` parameter, and hands the command the values as one
 `DecodingFlags`.
+
+Sampling (--sample with --temperature, --top-k, --top-p, --num-samples, --seed) is no setting
+of the checkpoint: `DecodingFlags.sampling` turns those flags into the `SamplingSettings`
+decoding uses (attnseq/decoding/sampling.py). Further checkpoints among the arguments (ending in
+.pt) make an ensemble (`split_checkpoints`, attnseq/models/ensemble.py).
 """
 
 import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from attnseq.errors import UserError
 
+if TYPE_CHECKING:
+    from attnseq.decoding.settings import SamplingSettings
+
 OverridesArgument = Annotated[
     list[str] | None,
     typer.Argument(
         help="Overrides of the checkpoint's config, key=value (e.g. trainer.beam=3); the "
-        "decoding options (--beam, --length-penalty, ...) win over them."
+        "decoding options (--beam, --length-penalty, ...) win over them. More checkpoints "
+        "(B.pt C.pt ...) decode with the first as an ensemble."
     ),
 ]
 BeamOption = Annotated[
@@ -56,6 +66,40 @@ CoveragePenaltyOption = Annotated[
     ),
 ]
 
+SampleOption = Annotated[
+    bool,
+    typer.Option(
+        "--sample",
+        help="Draw every output token at random from the model's distribution (shaped by "
+        "--temperature, --top-k, --top-p) instead of searching; not with --beam > 1.",
+    ),
+]
+TemperatureOption = Annotated[
+    float | None,
+    typer.Option(help="Sampling temperature T > 0: softmax(logits / T) (default 1)."),
+]
+TopKOption = Annotated[
+    int | None,
+    typer.Option(help="Sample among the k most probable tokens only, 0 = all (default 0)."),
+]
+TopPOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Nucleus sampling: among the fewest most probable tokens whose probability "
+        "reaches p, in (0, 1] (Holtzman et al. 2020; default 1 = all)."
+    ),
+]
+NumSamplesOption = Annotated[
+    int | None, typer.Option(help="Samples drawn per input (translate; default 1).")
+]
+SeedOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Seed of the sampling draws: the same seed, input and device give the "
+        "same samples (default 0)."
+    ),
+]
+
 
 @dataclass(frozen=True)
 class DecodingFlags:
@@ -67,6 +111,12 @@ class DecodingFlags:
     min_length: int | None = None
     no_repeat_ngram: int | None = None
     coverage_penalty: float | None = None
+    sample: bool = False
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    num_samples: int | None = None
+    seed: int | None = None
 
     def overrides(self, overrides: list[str] | None) -> list[str]:
         """`overrides` followed by the options given, as `trainer.*` overrides, so that the
@@ -77,9 +127,33 @@ class DecodingFlags:
         given = [
             f"trainer.{_TRAINER_KEYS.get(field.name, field.name)}={getattr(self, field.name)}"
             for field in fields(self)
-            if getattr(self, field.name) is not None
+            if field.name not in _SAMPLING_FLAGS and getattr(self, field.name) is not None
         ]
         return [*(overrides or []), *given]
+
+    def sampling(self) -> "SamplingSettings | None":
+        """The sampling settings of --sample and its options; None without --sample.
+        UserError for a sampling option without --sample, --sample with --beam > 1, or a
+        value out of range."""
+        from attnseq.decoding.settings import SamplingSettings
+
+        given = {name: getattr(self, name) for name in _SAMPLING_FLAGS[1:]}
+        given = {name: value for name, value in given.items() if value is not None}
+        if not self.sample:
+            if given:
+                flags = ", ".join(f"--{name.replace('_', '-')}" for name in given)
+                raise UserError(f"{flags}: sampling options, they go with --sample")
+            return None
+        if self.beam is not None and self.beam != 1:
+            raise UserError(
+                f"--sample draws the outputs and --beam {self.beam} searches for them: "
+                "give one of them (--num-samples N draws N outputs per input)"
+            )
+        settings = SamplingSettings(**given)
+        problems = settings.problems()
+        if problems:
+            raise UserError(f"invalid sampling options: {'; '.join(problems)}")
+        return settings
 
 
 # the command line's default: every decoding setting as the checkpoint has it
@@ -92,13 +166,22 @@ _OPTIONS = {
     "min_length": MinLengthOption,
     "no_repeat_ngram": NoRepeatNgramOption,
     "coverage_penalty": CoveragePenaltyOption,
+    "sample": SampleOption,
+    "temperature": TemperatureOption,
+    "top_k": TopKOption,
+    "top_p": TopPOption,
+    "num_samples": NumSamplesOption,
+    "seed": SeedOption,
 }
+# the fields of DecodingFlags that are sampling options, not trainer.* keys
+_SAMPLING_FLAGS = ("sample", "temperature", "top_k", "top_p", "num_samples", "seed")
 
 
 def with_decoding_flags(command: Callable[..., None]) -> Callable[..., None]:
     """`command` with the decoding options (--beam, --length-penalty, --min-length,
-    --no-repeat-ngram, --coverage-penalty) in its signature where its `decoding` parameter
-    stands; Typer reads that signature, and `command` gets the values as `decoding`."""
+    --no-repeat-ngram, --coverage-penalty, and --sample with its options) in its signature
+    where its `decoding` parameter stands; Typer reads that signature, and `command` gets the
+    values as `decoding`."""
     signature = inspect.signature(command)
     parameters: list[inspect.Parameter] = []
     for parameter in signature.parameters.values():
@@ -106,7 +189,9 @@ def with_decoding_flags(command: Callable[..., None]) -> Callable[..., None]:
             parameters.append(parameter)
             continue
         parameters += [
-            inspect.Parameter(name, parameter.kind, default=None, annotation=option)
+            inspect.Parameter(
+                name, parameter.kind, default=False if name == "sample" else None, annotation=option
+            )
             for name, option in _OPTIONS.items()
         ]
 
@@ -137,3 +222,13 @@ def _check_override(override: str) -> None:
             f"{override}: model.* cannot change for a trained checkpoint (its weights are "
             "those of the model it was trained as)"
         )
+
+
+def split_checkpoints(arguments: list[str] | None) -> tuple[list[Path], list[str]]:
+    """(more checkpoints, overrides) of the arguments after the first checkpoint: an argument
+    without "=" that ends in .pt is a checkpoint (an ensemble member), the rest overrides."""
+    more, overrides = [], []
+    for argument in arguments or []:
+        is_checkpoint = "=" not in argument and argument.endswith(".pt")
+        (more if is_checkpoint else overrides).append(Path(argument) if is_checkpoint else argument)
+    return more, overrides  # type: ignore[return-value]

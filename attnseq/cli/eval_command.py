@@ -100,6 +100,8 @@ def evaluate(
     attnseq eval best.pt trainer.beam=5 --out elsewhere/
     attnseq eval best.pt --beam 4 --min-length 10 --no-repeat-ngram 3   # summarization
     attnseq eval best.pt --save-attention      # also .../test.greedy/attention.npz
+    attnseq eval best.pt --sample --temperature 0.7 --seed 1   # .../test.sample-t0.7-...
+    attnseq eval A.pt B.pt --beam 5            # an ensemble: .../test.beam5-lp1+ensemble2
     attnseq eval best.pt --alignments wpt03_enfr/test.sure.pharaoh \\
         --align-possible wpt03_enfr/test.possible.pharaoh \\
         --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr [--align-method shift-att]
@@ -112,6 +114,13 @@ def evaluate(
             raise UserError(f"--batch-size must be at least 1 (padded tokens), got {batch_size}")
         if out is not None:
             check_output_folder(out, "--out")
+        sampling = decoding.sampling()
+        if sampling is not None and sampling.num_samples != 1:
+            raise UserError(
+                "--num-samples: eval scores one output per input; draw several samples with "
+                "translate --num-samples, or evaluate with several --seed values"
+            )
+        ensemble, overrides = decoding_options.split_checkpoints(overrides)
         overrides = decoding.overrides(overrides)
         gold = _gold_alignments(
             alignments, align_src, align_tgt, align_possible, align_format, align_order
@@ -129,6 +138,8 @@ def evaluate(
             device_name=device,
             save_attention=save_attention,
             alignments=gold,
+            sampling=sampling,
+            ensemble=ensemble,
         )
     _print_metrics(metrics, gold)
 

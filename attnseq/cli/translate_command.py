@@ -54,14 +54,22 @@ def translate(
     attnseq translate best.pt trainer.beam=3 < input.txt
     attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 --length-penalty 0.6
     attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
+    attnseq translate best.pt -i test.de --sample --top-p 0.9 --num-samples 5 --seed 1
+    attnseq translate A.pt B.pt -i test.de --beam 5      # an ensemble of two checkpoints
     """
     from attnseq.decoding.translate import Translator
     from attnseq.io.progress import counting
 
     with user_errors():
         _check_files(input_file, output_file)
-        translator = Translator.from_checkpoint(checkpoint, device, decoding.overrides(overrides))
-        settings = translator.settings(nbest=nbest)
+        sampling = decoding.sampling()
+        if sampling is not None and nbest != 1:
+            raise UserError("--nbest ranks beam search outputs; with --sample use --num-samples")
+        ensemble, overrides = decoding_options.split_checkpoints(overrides)
+        translator = Translator.from_checkpoint(
+            checkpoint, device, decoding.overrides(overrides), ensemble
+        )
+        settings = translator.settings(nbest=nbest).with_sampling(sampling)
         # a pipe or FIFO (`-i <(...)`) can be read once only: no count for the progress bar
         regular = input_file is not None and input_file.is_file()
         total = _count_lines(input_file) if regular and input_file is not None else None

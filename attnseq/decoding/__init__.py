@@ -1,5 +1,5 @@
-"""Search for the output sequence: greedy decoding and batched beam search over the `Seq2Seq`
-step interface, for both model families.
+"""Search for the output sequence: greedy decoding, batched beam search and sampling over the
+`Seq2Seq` step interface, for both model families (and ensembles of them, models/ensemble.py).
 
     settings.py      DecodingSettings (how to decode), Hypothesis (one output), output limits,
                      the GNMT length penalty, and the step helpers both searches share
@@ -7,8 +7,9 @@ step interface, for both model families.
     beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty
     beam_hypotheses.py  the candidates and finished hypotheses of a beam search, and the
                      attention of each hypothesis along its back-pointers
+    sampling.py      sample_decode: temperature, top-k and nucleus (top-p) sampling
     this file        decode: the search a `DecodingSettings` asks for (plain greedy decoding
-                     for beam 1: beam_search.py says why)
+                     for beam 1: beam_search.py says why; sampling when settings.sampling)
 
 Both families decode incrementally (`start_decoding` once, then `decode_step` per token: the RNN
 carries its hidden state, the transformer its key/value cache). Rows that are done are dropped
@@ -25,13 +26,16 @@ Shapes: B batch, S source length, V target vocabulary.
 
 from typing import Unpack
 
+import torch
 from torch import Tensor
 
 from attnseq.decoding.beam_search import beam_search
 from attnseq.decoding.greedy import greedy_decode
+from attnseq.decoding.sampling import sample_decode, sampling_generator
 from attnseq.decoding.settings import (
     DecodingSettings,
     Hypothesis,
+    SamplingSettings,
     gnmt_length_penalty,
     max_output_lengths,
 )
@@ -40,11 +44,14 @@ from attnseq.models.seq2seq import CopyInputs, Seq2Seq
 __all__ = [
     "DecodingSettings",
     "Hypothesis",
+    "SamplingSettings",
     "beam_search",
     "decode",
     "gnmt_length_penalty",
     "greedy_decode",
     "max_output_lengths",
+    "sample_decode",
+    "sampling_generator",
 ]
 
 
@@ -54,31 +61,56 @@ def decode(
     src_lengths: Tensor,
     settings: DecodingSettings,
     need_weights: bool = False,
+    generator: torch.Generator | None = None,
     **copy_inputs: Unpack[CopyInputs],
 ) -> list[list[Hypothesis]]:
-    """Decode a batch as `settings` ask: greedy for beam 1 without n-best or constraints (the
-    same output, a little faster), beam search otherwise.
+    """Decode a batch as `settings` ask: sampling when `settings.sampling` is set, greedy for
+    beam 1 without n-best or constraints (the same output, a little faster), beam search
+    otherwise.
 
     Args:
         src: (B, S) source ids, right-padded; src_lengths: (B,) real lengths.
         **copy_inputs: copy models: src_ext and n_oov, the source in the extended vocabulary
             (`Batch.copy_inputs()`).
+        generator: sampling draws from it (`sampling_generator`); one seeded with
+            settings.sampling.seed when None. A caller decoding many batches passes one.
 
     Returns:
         per input sentence, its n-best list (one hypothesis unless settings.nbest > 1), best
-        first, each with `normalized_score` set.
+        first, or its samples in the order drawn; each with `normalized_score` set.
     """
     settings.check()
     limits = max_output_lengths(
         src_lengths, settings.max_output_ratio, settings.max_output_extra
     )  # (B,)
+    if settings.sampling is not None:
+        samples = sample_decode(
+            model,
+            src,
+            src_lengths,
+            limits,
+            settings.sampling,
+            generator,
+            need_weights,
+            settings.min_length,
+            settings.no_repeat_ngram,
+            **copy_inputs,
+        )
+        for drawn, limit in zip(samples, limits.tolist(), strict=True):
+            _normalize(drawn, limit, settings.length_penalty)
+        return samples
     if not settings.is_greedy:
         return beam_search(model, src, src_lengths, limits, settings, need_weights, **copy_inputs)
     hypotheses = greedy_decode(model, src, src_lengths, limits, need_weights, **copy_inputs)
     for hypothesis, limit in zip(hypotheses, limits.tolist(), strict=True):
-        # greedy stops at EOS (then it scored len + 1 positions) or at the limit
+        _normalize([hypothesis], limit, settings.length_penalty)
+    return [[hypothesis] for hypothesis in hypotheses]
+
+
+def _normalize(hypotheses: list[Hypothesis], limit: int, alpha: float) -> None:
+    """Set `normalized_score` = score / lp of hypotheses that stopped at EOS (then they scored
+    len + 1 positions) or at the output limit, as greedy decoding and sampling do."""
+    for hypothesis in hypotheses:
         n_tokens = len(hypothesis.tokens)
         scored = n_tokens + 1 if n_tokens < limit else max(limit, 1)
-        penalty = gnmt_length_penalty(scored, settings.length_penalty)
-        hypothesis.normalized_score = hypothesis.score / penalty
-    return [[hypothesis] for hypothesis in hypotheses]
+        hypothesis.normalized_score = hypothesis.score / gnmt_length_penalty(scored, alpha)

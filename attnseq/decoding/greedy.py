@@ -61,10 +61,10 @@ def greedy_decode(
                 break
             state = model.reorder_state(state, keep_index)
         prev = best
-    return _collect(out, scores, step_weights, src_lengths, max_lengths, model.eos_id)
+    return collect_hypotheses(out, scores, step_weights, src_lengths, max_lengths, model.eos_id)
 
 
-def _collect(
+def collect_hypotheses(
     out: Tensor,
     scores: Tensor,
     step_weights: list[tuple[Tensor, Tensor]],

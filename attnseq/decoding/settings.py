@@ -1,16 +1,17 @@
 """What decoding is asked for and what it returns, and the pieces both searches share.
 
 `DecodingSettings` says how to decode (beam size, output limits, length penalty, n-best,
-constraints); `Hypothesis` is one decoded output. `gnmt_length_penalty` is the lp(Y) of the
-GNMT length-normalised score s(Y, X) = log P(Y | X) / lp(Y) (Wu et al. 2016, eq. 14) that
-outputs are ranked by (beam_search.py).
+constraints, or sampling: `SamplingSettings`); `Hypothesis` is one decoded output.
+`gnmt_length_penalty` is the lp(Y) of the GNMT length-normalised score
+s(Y, X) = log P(Y | X) / lp(Y) (Wu et al. 2016, eq. 14) that outputs are ranked by
+(beam_search.py).
 
 Both searches give PAD and BOS probability zero (`never_pad_or_bos`): neither is ever a target.
 
 Shapes: B batch, R rows of the live batch, V target vocabulary.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, overload
 
 from torch import Tensor
@@ -34,6 +35,44 @@ _TRAINER_KEYS = (
 )
 
 
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How to sample (decoding/sampling.py gives the formulas).
+
+    temperature: T > 0; 1 leaves the distribution as the model gives it.
+    top_k: keep the k most probable tokens, 0 = all.
+    top_p: nucleus mass p in (0, 1]; 1 = all.
+    num_samples: outputs per input.
+    seed: seeds the generator the draws come from.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    num_samples: int = 1
+    seed: int = 0
+
+    def problems(self) -> list[str]:
+        """What is out of range, one phrase each (empty when all is valid)."""
+        found = []
+        if not self.temperature > 0:
+            found.append(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            found.append(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            found.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.num_samples < 1:
+            found.append(f"num_samples must be >= 1, got {self.num_samples}")
+        return found
+
+    def name(self) -> str:
+        """'sample-t0.7-k10-p0.9-n1-seed0': every setting, for result folder names."""
+        return (
+            f"sample-t{self.temperature:g}-k{self.top_k}-p{self.top_p:g}"
+            f"-n{self.num_samples}-seed{self.seed}"
+        )
+
+
 @dataclass
 class DecodingSettings:
     """How to decode (validation, test, `attnseq eval`, `attnseq translate`).
@@ -45,6 +84,9 @@ class DecodingSettings:
     min_length: EOS is blocked until this many tokens were produced.
     no_repeat_ngram: forbid any n-gram of this size to occur twice in an output (0 = off).
     coverage_penalty: GNMT beta of the coverage penalty (Wu et al. 2016, eq. 14; 0 = off).
+    sampling: draw the outputs at random (sampling.py) instead of searching; then beam and
+        nbest are 1, `sampling.num_samples` outputs come per input, min_length and
+        no_repeat_ngram still apply and the coverage penalty plays no part (it ranks beams).
     """
 
     beam: int = 1
@@ -55,6 +97,7 @@ class DecodingSettings:
     min_length: int = 0
     no_repeat_ngram: int = 0
     coverage_penalty: float = 0.0
+    sampling: SamplingSettings | None = None
 
     @classmethod
     def from_trainer(cls, trainer: "TrainerConfig") -> "DecodingSettings":
@@ -78,14 +121,31 @@ class DecodingSettings:
             problems.append("max_output_ratio and max_output_extra must be >= 0")
         if self.coverage_penalty < 0:
             problems.append(f"coverage_penalty must be >= 0, got {self.coverage_penalty}")
+        if self.sampling is not None:
+            problems += self.sampling.problems()
+            if self.beam != 1 or self.nbest != 1:
+                problems.append("sampling draws its outputs: it takes beam 1 and nbest 1")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def with_sampling(self, sampling: SamplingSettings | None) -> "DecodingSettings":
+        """These settings drawing their outputs as `sampling` says (beam and nbest 1); None
+        leaves them as they are."""
+        if sampling is None:
+            return self
+        return replace(self, beam=1, nbest=1, sampling=sampling)
+
+    @property
+    def outputs_per_input(self) -> int:
+        """How many outputs `decode` returns per input: nbest, or the number of samples."""
+        return self.nbest if self.sampling is None else self.sampling.num_samples
 
     @property
     def is_greedy(self) -> bool:
         """Greedy decoding gives exactly what these settings ask for."""
         return (
-            self.beam == 1
+            self.sampling is None
+            and self.beam == 1
             and self.nbest == 1
             and self.min_length == 0
             and not self.no_repeat_ngram

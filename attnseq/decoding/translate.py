@@ -10,7 +10,10 @@ Moses n-best format
 
 with LINE the 0-based number of the input line and SCORE the length-normalised model score that
 ranks the list (`Hypothesis.normalized_score`; with length_penalty=0 the sum of log-probs),
-best first; an empty input line gives the single entry `LINE |||  ||| 0.0000`.
+best first; an empty input line gives the single entry `LINE |||  ||| 0.0000`. Sampling with
+num_samples > 1 writes its samples in the same format, n lines per input in the order drawn
+(as OpenNMT-py's `-n_best` with random sampling and fairseq's `--nbest` with `--sampling`
+list them), SCORE the length-normalised model score of the sample (decoding/sampling.py).
 
 Streaming. Lines are read `chunk_size` at a time (1000 by default). Each chunk is sorted by
 source length and cut into batches of `batch_size` sentences, so sentences of similar length
@@ -27,7 +30,7 @@ them.
 """
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -37,7 +40,7 @@ import torch
 from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extend_text
 from attnseq.data.prepare import TokenizerPair
-from attnseq.decoding import DecodingSettings, Hypothesis, decode
+from attnseq.decoding import DecodingSettings, Hypothesis, decode, sampling_generator
 from attnseq.errors import UserError
 from attnseq.models.device import resolve_device
 from attnseq.models.seq2seq import Seq2Seq
@@ -71,14 +74,19 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: Path, device: str = "auto", overrides: list[str] | None = None
+        cls,
+        path: Path,
+        device: str = "auto",
+        overrides: list[str] | None = None,
+        ensemble: Sequence[Path] = (),
     ) -> "Translator":
         """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint);
         `overrides` (key=value) change its config, e.g. its decoding settings trainer.beam=3
-        (UserError if one is invalid)."""
-        from attnseq.models.loading import load_trained_model
+        (UserError if one is invalid). `ensemble`: more checkpoints that decode with it as an
+        ensemble (UserError if their tokenizers or task differ from its)."""
+        from attnseq.models.ensemble import load_ensemble
 
-        trained = load_trained_model(path, overrides)
+        trained = load_ensemble([path, *ensemble], overrides)
         return cls(trained.model, trained.tokenizers, trained.cfg, resolve_device(device))
 
     def settings(self, **changes: object) -> DecodingSettings:
@@ -105,7 +113,7 @@ class Translator:
         for number, (hypotheses, oovs) in enumerate(
             self._decoded(lines, settings, batch_size, chunk_size, counter)
         ):
-            yield self._format(number, hypotheses, settings.nbest, oovs)
+            yield self._format(number, hypotheses, settings.outputs_per_input, oovs)
 
     def hypotheses(
         self,
@@ -138,8 +146,11 @@ class Translator:
         if batch_size < 1:
             raise UserError(f"batch size must be >= 1, got {batch_size}")
         iterator = iter(lines)
+        generator = None
+        if settings.sampling is not None:  # one stream of draws for the whole input
+            generator = sampling_generator(settings.sampling.seed, self.device)
         while chunk := list(itertools.islice(iterator, chunk_size)):
-            yield from self._decode_chunk(chunk, settings, batch_size, counter)
+            yield from self._decode_chunk(chunk, settings, batch_size, counter, generator)
 
     def _decode_chunk(
         self,
@@ -147,6 +158,7 @@ class Translator:
         settings: DecodingSettings,
         batch_size: int,
         counter: Counter | None = None,
+        generator: torch.Generator | None = None,
     ) -> list[tuple[list[Hypothesis] | None, list[str]]]:
         texts = [line.rstrip("\r\n") for line in chunk]
         limit = self.cfg.data.max_src_len
@@ -173,7 +185,9 @@ class Translator:
                 src_ext, _ = self._pad([extended[number][0] for number in numbers])
                 n_oov = max(len(extended[number][1]) for number in numbers)
                 copy_inputs = {"src_ext": src_ext, "n_oov": n_oov}
-            nbest_lists = decode(self.model, src, src_lengths, settings, **copy_inputs)
+            nbest_lists = decode(
+                self.model, src, src_lengths, settings, generator=generator, **copy_inputs
+            )
             for number, nbest in zip(numbers, nbest_lists, strict=True):
                 results[number] = (nbest, extended[number][1] if extended else [])
             if counter is not None:

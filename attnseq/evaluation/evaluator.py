@@ -27,7 +27,12 @@ from attnseq.data.batching import Batch, collate
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.data.tokenizers import Tokenizer
-from attnseq.decoding import DecodingSettings, Hypothesis, decode  # settings re-exported here
+from attnseq.decoding import (  # settings re-exported here
+    DecodingSettings,
+    Hypothesis,
+    decode,
+    sampling_generator,
+)
 from attnseq.evaluation.metrics import perplexity, task_metrics
 from attnseq.io.progress import Rate, counting
 from attnseq.models.loss import sequence_loss
@@ -160,9 +165,12 @@ class Evaluator:
 
     @torch.no_grad()
     def decode(self, model: Seq2Seq, need_weights: bool = False) -> list[Hypothesis]:
-        """The best hypothesis for every example, in the split's original order (greedy or
-        beam search, as `self.decoding` says)."""
+        """The best hypothesis for every example, in the split's original order (greedy, beam
+        search or the first sample, as `self.decoding` says; samples are drawn from one
+        generator seeded once per call)."""
         model.eval()
+        sampling = self.decoding.sampling
+        generator = None if sampling is None else sampling_generator(sampling.seed, self.device)
         # An empty source has nothing to condition on: no output, as beam search reports it.
         results: list[Hypothesis | None] = [
             None if src else Hypothesis([], float("-inf")) for src, _ in self.examples
@@ -177,6 +185,7 @@ class Evaluator:
                     batch.src_lengths,
                     self.decoding,
                     need_weights=need_weights,
+                    generator=generator,
                     **batch.copy_inputs(),
                 )
                 for index, nbest in zip(indices, nbest_lists, strict=True):

@@ -17,8 +17,9 @@ OUT is RUN/eval by default for a checkpoint in RUN/checkpoints/, else an eval/ f
 the checkpoint (`default_root`). CHECKPOINT is the
 file name without ".pt", with the training step when the checkpoint has one (best-step1400;
 an average has none: averaged). DECODING names every decoding setting, whatever the
-checkpoint's defaults are, so names compare across checkpoints: "greedy" or "beam5-lp0.6",
-then "min8", "norepeat3", "cov0.2" for the summarization constraints that are on and
+checkpoint's defaults are, so names compare across checkpoints: "greedy", "beam5-lp0.6" or
+"sample-t0.7-k0-p0.9-n1-seed0" (temperature, top-k, top-p, samples, seed), then "min8",
+"norepeat3", "cov0.2" (not for sampling) for the summarization constraints that are on and
 "maxlen2x+5" for an output length limit other than the default. Config overrides that are not
 decoding settings and may change the result (data.test_size=50) are appended after a "+", and
 so is the gold alignment file of an alignment evaluation (+align-test.sure.pharaoh).
@@ -74,15 +75,20 @@ def default_root(checkpoint: Path) -> Path:
 
 
 def decoding_name(settings: DecodingSettings) -> str:
-    """'greedy', 'beam5-lp0.6', 'beam4-lp1-min8-norepeat3-cov0.2', ... (module docstring)."""
-    parts = ["greedy"] if settings.is_greedy else [f"beam{settings.beam}"]
-    if not settings.is_greedy:  # greedy decoding ranks nothing: alpha plays no part
+    """'greedy', 'beam5-lp0.6', 'beam4-lp1-min8-norepeat3-cov0.2',
+    'sample-t0.7-k0-p0.9-n1-seed0', ... (module docstring)."""
+    searches = not settings.is_greedy and settings.sampling is None
+    if settings.sampling is not None:
+        parts = [settings.sampling.name()]
+    else:
+        parts = [f"beam{settings.beam}"] if searches else ["greedy"]
+    if searches:  # greedy decoding and sampling rank nothing: alpha plays no part
         parts.append(f"lp{settings.length_penalty:g}")
     if settings.min_length:
         parts.append(f"min{settings.min_length}")
     if settings.no_repeat_ngram:
         parts.append(f"norepeat{settings.no_repeat_ngram}")
-    if settings.coverage_penalty:
+    if settings.coverage_penalty and settings.sampling is None:
         parts.append(f"cov{settings.coverage_penalty:g}")
     default = DecodingSettings()
     limit = (settings.max_output_ratio, settings.max_output_extra)

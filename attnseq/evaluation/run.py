@@ -5,9 +5,14 @@ The split is a split name of the checkpoint's dataset (test, valid) or a path: a
 prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file. The data locations the
 checkpoint's config names (data.root, data.splits, source=hub) must stay under this machine's
 data root unless the user's overrides set them (attnseq/data/checkpoint_paths.py).
+
+An ensemble (more checkpoints, attnseq/models/ensemble.py) is evaluated with the first
+checkpoint's config and data; its result folder is the first checkpoint's, named
+"+ensembleN", and metrics.json lists the members under "ensemble".
 """
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from attnseq.analysis.gold_sets import GoldAlignmentFiles, load_alignment_set
@@ -17,13 +22,14 @@ from attnseq.config.schema import TrainConfig
 from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
+from attnseq.decoding.settings import SamplingSettings
 from attnseq.errors import UserError
 from attnseq.evaluation import results as eval_results
 from attnseq.evaluation.evaluator import Evaluator, Hypothesis
 from attnseq.evaluation.results import EvalMetrics
 from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
 from attnseq.models.device import resolve_device
-from attnseq.models.loading import load_trained_model
+from attnseq.models.ensemble import load_ensemble
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -39,6 +45,8 @@ def evaluate_checkpoint(
     device_name: str = "auto",
     save_attention: bool = False,
     alignments: GoldAlignmentFiles | None = None,
+    sampling: SamplingSettings | None = None,
+    ensemble: Sequence[Path] = (),
 ) -> EvalMetrics:
     """Metrics of a checkpoint on one split; the result goes to a folder under `out_dir`
     (default RUN/eval) named after the checkpoint, its step, the split and every decoding
@@ -49,13 +57,15 @@ def evaluate_checkpoint(
     The attention diagnostics of the split (``SPLIT/attention/...``,
     attnseq/analysis/attention_diagnostics.py) come with the metrics, as in training's
     metrics.json.
+    `sampling`: decode by sampling (one sample per example) instead of the checkpoint's search.
+    `ensemble`: more checkpoints that decode with this one as an ensemble.
     `alignments`: also score the attention against a gold word-alignment set, as
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
     (``align/aer/layer2/head3``, ``align/aer/layer2/mean``), read with `alignments.method`
     (the result folder names the method when it is not the plain attention).
     """
     overrides = list(overrides or [])
-    trained = load_trained_model(path, overrides)
+    trained = load_ensemble([path, *ensemble], overrides)
     cfg, tokenizers = trained.cfg, trained.tokenizers
     dataset_split = split in NAMED_SPLITS or split in cfg.data.splits
     check_checkpoint_data(cfg.data, overridden_keys(overrides), reads_dataset=dataset_split)
@@ -72,6 +82,7 @@ def evaluate_checkpoint(
     name, data = _prepare_split(cfg, split, dataset_split, tokenizers)
     gold = split_gold(cfg, name, tokenizers) if dataset_split else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
+    evaluator.decoding = evaluator.decoding.with_sampling(sampling)
     metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
     metrics.update(evaluator.attention_diagnostics(model))  # as training's test metrics
     print(f"{name}: decoded {evaluator.decode_rate.summary()}", file=sys.stderr)
@@ -88,12 +99,16 @@ def evaluate_checkpoint(
         overrides,
         _alignment_tags(alignments),
     )
+    if ensemble:  # beside the first member's own results
+        folder = folder.with_name(f"{folder.name}+ensemble{len(ensemble) + 1}")
     if save_attention:
         _save_eval_attention(folder / "attention.npz", cfg, model, evaluator, decoded, data, name)
     hypotheses = evaluator.texts(decoded)
     about = eval_results.describe(
         path, trained.payload, name, len(hypotheses), evaluator.decoding, overrides, alignments
     )
+    if ensemble:
+        about["ensemble"] = trained.payload["ensemble"]
     result = eval_results.write_result(folder, results, hypotheses, evaluator.references, about)
     return EvalMetrics(results, result)
 
