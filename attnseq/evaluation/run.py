@@ -23,6 +23,7 @@ from attnseq.evaluation.evaluator import Evaluator, Hypothesis
 from attnseq.evaluation.results import EvalMetrics
 from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
 from attnseq.models.device import resolve_device
+from attnseq.models.head_mask import pruned_heads_summary
 from attnseq.models.loading import load_trained_model
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
@@ -93,6 +94,8 @@ def evaluate_checkpoint(
     about = eval_results.describe(
         path, trained.payload, name, len(hypotheses), evaluator.decoding, overrides, alignments
     )
+    if pruned := pruned_heads_summary(model):  # a checkpoint of `attnseq heads --prune`
+        about["pruned_heads"] = pruned
     result = eval_results.write_result(folder, results, hypotheses, evaluator.references, about)
     return EvalMetrics(results, result)
 
