@@ -101,9 +101,10 @@ class MultiHeadAttention(nn.Module):
         return x.view(batch, length, self.heads, self.d_k).transpose(1, 2)
 
     def _merge_heads(self, x: Tensor) -> Tensor:
-        """(B, H, T, d_k) -> (B, T, d_model): the Concat(head_1..head_h) of section 3.2.2."""
+        """(B, H, T, d_k) -> (B, T, H d_k): the Concat(head_1..head_h) of section 3.2.2 (H d_k is
+        d_model unless heads were removed, models/head_compaction.py)."""
         batch, _, length, _ = x.shape
-        return x.transpose(1, 2).reshape(batch, length, self.d_model)
+        return x.transpose(1, 2).reshape(batch, length, self.heads * self.d_k)
 
     def _mask_heads(self, context: Tensor) -> Tensor:
         """xi_h head_h: (B, H, T, d_k) scaled per head by the head mask (H,)."""

@@ -14,6 +14,7 @@ from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.decoding import DecodingSettings, beam_search, greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
+from attnseq.models.head_compaction import compact_heads
 from attnseq.models.head_mask import (
     attention_sites,
     get_head_masks,
@@ -237,3 +238,24 @@ def test_rnn_models_have_no_heads():
     with pytest.raises(UserError, match="heads needs a transformer"):
         attention_sites(model)
     assert masked_heads(model) == [] and pruned_heads_summary(model) is None
+
+
+def test_compacted_heads_compute_what_the_mask_computes():
+    model = pruned_model()
+    src, lengths, tgt_in = batch(seed=6)
+    limits = max_output_lengths(lengths, 1.0, 2)
+    settings = DecodingSettings(beam=3, nbest=2)
+    with torch.no_grad():
+        masked = model(src, lengths, tgt_in).logits
+        masked_beam = beam_search(model, src, lengths, limits, settings)
+        parameters = sum(p.numel() for p in model.parameters())
+        assert compact_heads(model) == 3
+        compact = model(src, lengths, tgt_in).logits  # weights no longer stack across layers
+        compact_beam = beam_search(model, src, lengths, limits, settings)
+    # 3 heads of d_k = 8: 3 x 8 rows of W^Q, W^K, W^V (+ biases) and 3 x 8 columns of W^O
+    assert parameters - sum(p.numel() for p in model.parameters()) == 3 * (4 * 8 * 32 + 3 * 8)
+    assert [site.attention.heads for site in attention_sites(model)] == [3, 4, 4, 3, 3, 4]
+    torch.testing.assert_close(compact, masked, atol=1e-5, rtol=1e-5)
+    for got, expected in zip(compact_beam, masked_beam, strict=True):
+        assert [h.tokens for h in got] == [h.tokens for h in expected]
+    assert compact_heads(model) == 0  # nothing masked is left
