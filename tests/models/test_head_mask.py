@@ -259,3 +259,28 @@ def test_compacted_heads_compute_what_the_mask_computes():
     for got, expected in zip(compact_beam, masked_beam, strict=True):
         assert [h.tokens for h in got] == [h.tokens for h in expected]
     assert compact_heads(model) == 0  # nothing masked is left
+
+
+def test_a_copy_model_averages_its_copy_attention_over_the_kept_heads(monkeypatch):
+    from attnseq.models.transformer import TransformerSeq2Seq
+    from attnseq.models.transformer_pointer import PointerGeneratorTransformer
+
+    model = make_transformer("model.copy=true", "model.coverage=true", "model.copy_layer=-1")
+    assert isinstance(model, PointerGeneratorTransformer)
+    src, lengths, tgt_in = batch()
+    copy_inputs = {"src_ext": src, "n_oov": 0}
+    with torch.no_grad():
+        before = model(src, lengths, tgt_in, **copy_inputs)
+        monkeypatch.setattr(  # the plain head average
+            PointerGeneratorTransformer,
+            "_copy_attention",
+            lambda self, decoder: decoder.layers[self.copy_layer].cross_weights.mean(dim=1),
+        )
+        plain = model(src, lengths, tgt_in, **copy_inputs)
+        monkeypatch.undo()
+        assert torch.equal(before.logits, plain.logits)  # all ones: bit for bit the plain mean
+        model.decoder_layers[-1].cross_attn.head_mask[1] = 0.0
+        _, decoder, _ = TransformerSeq2Seq.teacher_forced(model, src, lengths, tgt_in, True)
+    weights = decoder.layers[-1].cross_weights  # (B, H, T, S) of the copy layer
+    expected = weights[:, [0, 2, 3]].mean(dim=1)  # the kept heads' mean, (B, T, S)
+    torch.testing.assert_close(model._copy_attention(decoder), expected)
