@@ -17,10 +17,23 @@ the queries are the *last* T positions (bottom-right aligned causal mask), which
 decoding step needs. `empty_cache` and `attend_cached` wrap the mechanism's decoding state for a
 decoder layer's self-attention.
 
+Head mask (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", NeurIPS; section 2):
+each head's output is multiplied by its gate xi_h before the output projection,
+
+    MultiHead(Q, K, V) = Concat(xi_1 head_1, ..., xi_h head_h) W^O,
+
+with xi = `head_mask`, a (H,) buffer of ones (every head kept) that pruning sets to 0 for the
+heads it removes (attnseq/models/head_mask.py). Every path applies it: fused and explicit full
+attention, the efficient mechanisms and the cached decoding steps. It is saved with the weights;
+a state dict without it (older checkpoints) loads with every head kept.
+
 Shapes: B batch, T query positions, S key positions, N new positions, H heads,
 d_k = d_model / H.
 """
 
+from typing import Any
+
+import torch
 from torch import Tensor, nn
 
 from attnseq.attention.full import FullAttention
@@ -67,6 +80,7 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.mechanism = FullAttention() if mechanism is None else mechanism
+        self.register_buffer("head_mask", torch.ones(heads))  # xi_h, 1 = head kept
         self.reset_parameters()
 
     @property
@@ -87,9 +101,22 @@ class MultiHeadAttention(nn.Module):
         return x.view(batch, length, self.heads, self.d_k).transpose(1, 2)
 
     def _merge_heads(self, x: Tensor) -> Tensor:
-        """(B, H, T, d_k) -> (B, T, d_model): the Concat(head_1..head_h) of section 3.2.2."""
+        """(B, H, T, d_k) -> (B, T, H d_k): the Concat(head_1..head_h) of section 3.2.2 (H d_k is
+        d_model unless heads were removed, models/head_compaction.py)."""
         batch, _, length, _ = x.shape
-        return x.transpose(1, 2).reshape(batch, length, self.d_model)
+        return x.transpose(1, 2).reshape(batch, length, self.heads * self.d_k)
+
+    def _mask_heads(self, context: Tensor) -> Tensor:
+        """xi_h head_h: (B, H, T, d_k) scaled per head by the head mask (H,)."""
+        return context * self.head_mask.to(context.dtype).view(1, self.heads, 1, 1)
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Tensor], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        # a state dict from before the head mask keeps every head (load_state_dict copies the
+        # dict, so the caller's is left as it was)
+        state_dict.setdefault(prefix + "head_mask", torch.ones_like(self.head_mask))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _dropout(self) -> float:
         return self.dropout if self.training else 0.0
@@ -137,6 +164,7 @@ class MultiHeadAttention(nn.Module):
         k, v = self.project_kv(x, x)  # (B, H, N, d_k) each
         new = Heads(q, k, v, dropout=self._dropout())
         context, weights, new_cache = self.mechanism.step(new, cache, need_weights)
+        context = self._mask_heads(context)  # (B, H, N, d_k)
         return self.out_proj(self._merge_heads(context)), weights, new_cache
 
     def forward(
@@ -198,4 +226,5 @@ class MultiHeadAttention(nn.Module):
             need_weights=need_weights,
             dropout=self._dropout(),
         )  # (B, H, T, d_k)
+        context = self._mask_heads(context)
         return self.out_proj(self._merge_heads(context)), weights

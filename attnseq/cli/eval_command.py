@@ -176,6 +176,8 @@ def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") ->
     typer.echo(f"{'checkpoint':>24} {record['checkpoint']} (step {record['checkpoint_step']})")
     decoding = " ".join(f"{key}={value}" for key, value in record["decoding"].items())
     typer.echo(f"{'decoding':>24} {decoding}")
+    if "pruned_heads" in record:
+        typer.echo(f"{'pruned heads':>24} {record['pruned_heads']}")
     for key, value in sorted(metrics.items()):
         if not key.startswith("align/") and "/attention/layer" not in key:
             typer.echo(f"{key:>24} {value:.4f}")

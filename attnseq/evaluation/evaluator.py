@@ -138,6 +138,10 @@ class Evaluator:
         results.update({name: value / max(tokens, 1) for name, value in extras.items()})
         return results
 
+    def scored_batches(self, model: Seq2Seq) -> list[Batch]:
+        """The batches the loss is taken over, on the device (head importance reads them)."""
+        return list(self._scored_batches(model))
+
     def _scored_batches(self, model: Seq2Seq) -> Iterator[Batch]:
         """The batches of the scored examples (non-empty source and target), on the device."""
         for batch_indices in self.batches:

@@ -30,6 +30,7 @@ from attnseq.evaluation.results import EvalMetrics
 from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
 from attnseq.models.device import resolve_device
 from attnseq.models.ensemble import load_ensemble
+from attnseq.models.head_mask import pruned_heads_summary
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -109,6 +110,8 @@ def evaluate_checkpoint(
     )
     if ensemble:
         about["ensemble"] = trained.payload["ensemble"]
+    if pruned := pruned_heads_summary(model):  # a checkpoint of `attnseq heads --prune`
+        about["pruned_heads"] = pruned
     result = eval_results.write_result(folder, results, hypotheses, evaluator.references, about)
     return EvalMetrics(results, result)
 

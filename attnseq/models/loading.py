@@ -20,6 +20,7 @@ from attnseq.data.prepare import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
+from attnseq.models.head_mask import optional_entry
 from attnseq.models.seq2seq import Seq2Seq, Vocabularies
 
 # entry -> the type a checkpoint must hold there
@@ -97,7 +98,7 @@ def load_trained_model(path: Path, overrides: list[str] | None = None) -> Traine
 def _load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> None:
     """`model.load_state_dict(state)`, or a UserError naming the tensors that do not fit."""
     expected = model.state_dict()
-    missing = [name for name in expected if name not in state]
+    missing = [name for name in expected if name not in state and not optional_entry(name)]
     unexpected = [name for name in state if name not in expected]
     wrong = [
         f"{name} {tuple(state[name].shape)} (the config needs {tuple(tensor.shape)})"

@@ -6,6 +6,9 @@ head average of one chosen layer's cross-attention (`copy_layer`, Python indexin
 
     a^t = (1/H) sum_h a^{t,h}_{copy_layer}                                    (B, T, S)
 
+(with pruned heads, models/head_mask.py, the average over the kept ones:
+sum_h xi_h a^{t,h} / sum_h xi_h, so that a pruned head leaves the copy distribution too)
+
 and the pieces of p_gen = sigmoid(w_c^T c_t + w_s^T s_t + w_x^T x_t + b) (models/copy.py) are
     c_t = sum_i a_i^t m_i     the encoder output (memory) averaged with that same attention,
     s_t                       the decoder's final output (after the final LayerNorm),
@@ -68,10 +71,14 @@ class PointerGeneratorTransformer(PointerGenerator, TransformerSeq2Seq):
             self.generation = GenerationProbability(self.d_model, self.d_model, self.d_model)
 
     def _copy_attention(self, decoder: DecoderPass) -> Tensor:
-        """a^t: the copy layer's cross-attention averaged over heads, (B, H, T, S) -> (B, T, S)."""
+        """a^t: the copy layer's cross-attention averaged over its kept heads (head mask xi),
+        (B, H, T, S) -> (B, T, S)."""
         weights = decoder.layers[self.copy_layer].cross_weights
         assert weights is not None  # run_decoder was asked for them (weights_of)
-        return weights.mean(dim=1)
+        xi = self.decoder_layers[self.copy_layer].cross_attn.head_mask.to(weights.dtype)  # (H,)
+        # mean * H / sum(xi): exactly the plain mean when every xi is 1
+        kept = (weights * xi.view(1, -1, 1, 1)).mean(dim=1)
+        return kept * (xi.numel() / xi.sum().clamp_min(1e-6))
 
     def _p_gen_logit(self, attention: Tensor, memory: Tensor, decoder: DecoderPass) -> Tensor:
         """z of p_gen, (B, T), from the copy attention (B, T, S), the memory (B, S, d_model) and

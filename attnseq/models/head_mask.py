@@ -1,0 +1,194 @@
+"""The head mask of a transformer: which heads of which attention sublayer are kept (Michel et
+al. 2019, "Are Sixteen Heads Really Better than One?", NeurIPS; section 2, the gates xi_h).
+
+Every attention sublayer of a `TransformerSeq2Seq` holds a (H,) `head_mask` buffer
+(attnseq/attention/multihead.py): 1 keeps a head, 0 removes its output before W^O. A *site* is
+one such sublayer, named by its kind and layer index:
+
+    encoder_self    the self-attention of encoder layer l
+    decoder_self    the causal self-attention of decoder layer l
+    decoder_cross   the cross-attention of decoder layer l over the encoder output
+
+Masks are handled per kind as (L, H) tensors, L the layers of that stack.
+
+Pruning (`prune_masks`) masks the K heads with the lowest importance over the whole model, as
+Michel et al. do (section 4.1, global ranking), with one rule of ours: every site keeps at least
+one head. A site with all heads masked would pass on only the bias of W^O, the same vector for
+every position: the sublayer would be gone rather than thinned, and the question is which heads
+matter, not which sublayers. So at most (total heads - sites) heads can be pruned.
+"""
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from attnseq.attention.multihead import MultiHeadAttention
+from attnseq.errors import UserError
+
+KINDS = ("encoder_self", "decoder_self", "decoder_cross")
+KIND_TITLES = {
+    "encoder_self": "encoder self-attention",
+    "decoder_self": "decoder self-attention",
+    "decoder_cross": "decoder cross-attention",
+}
+BUFFER = "head_mask"
+
+
+class HeadSite(NamedTuple):
+    """One attention sublayer: its kind (one of KINDS), layer index and module."""
+
+    kind: str
+    layer: int
+    attention: MultiHeadAttention
+
+
+def has_heads(model: nn.Module) -> bool:
+    """Whether the model is a transformer with head masks."""
+    from attnseq.models.transformer import TransformerSeq2Seq
+
+    return isinstance(model, TransformerSeq2Seq)
+
+
+def attention_sites(model: nn.Module) -> list[HeadSite]:
+    """Every attention sublayer of a transformer, in KINDS order, then by layer.
+
+    Raises:
+        UserError: the model is not a transformer (RNN models have no heads).
+    """
+    if not has_heads(model):
+        raise UserError(
+            f"heads needs a transformer (model.family=transformer); this is a "
+            f"{type(model).__name__}"
+        )
+    sites = [
+        HeadSite("encoder_self", index, layer.self_attn)
+        for index, layer in enumerate(model.encoder.layers)  # type: ignore[union-attr]
+    ]
+    for kind, name in (("decoder_self", "self_attn"), ("decoder_cross", "cross_attn")):
+        sites += [
+            HeadSite(kind, index, getattr(layer, name))
+            for index, layer in enumerate(model.decoder_layers)  # type: ignore[arg-type]
+        ]
+    return sites
+
+
+def get_head_masks(model: nn.Module) -> dict[str, Tensor]:
+    """kind -> (L, H) copy of the masks (CPU, float32)."""
+    masks: dict[str, list[Tensor]] = {kind: [] for kind in KINDS}
+    for site in attention_sites(model):
+        masks[site.kind].append(site.attention.head_mask.detach().float().cpu())
+    return {kind: torch.stack(rows) for kind, rows in masks.items()}
+
+
+def set_head_masks(model: nn.Module, masks: dict[str, Tensor]) -> None:
+    """Copy kind -> (L, H) masks into the model's buffers (shapes must match)."""
+    with torch.no_grad():
+        for site in attention_sites(model):
+            site.attention.head_mask.copy_(masks[site.kind][site.layer])
+
+
+def masked_heads(model: nn.Module) -> list[tuple[str, int, int]]:
+    """(kind, layer, head) of every head whose mask is 0; empty for models without heads."""
+    if not has_heads(model):
+        return []
+    return [
+        (kind, layer, head)
+        for kind, mask in get_head_masks(model).items()
+        for layer, head in (mask == 0).nonzero().tolist()
+    ]
+
+
+def pruned_heads_summary(model: nn.Module) -> str | None:
+    """e.g. '3 of 24 (encoder_self L0: 1 3; decoder_cross L1: 0)': the masked heads, or None
+    when every head is kept (or the model has none)."""
+    pruned = masked_heads(model)
+    if not pruned:
+        return None
+    total = sum(site.attention.heads for site in attention_sites(model))
+    groups: dict[tuple[str, int], list[str]] = {}
+    for kind, layer, head in pruned:
+        groups.setdefault((kind, layer), []).append(str(head))
+    parts = [f"{kind} L{layer}: {' '.join(heads)}" for (kind, layer), heads in groups.items()]
+    return f"{len(pruned)} of {total} ({'; '.join(parts)})"
+
+
+def optional_entry(name: str) -> bool:
+    """State-dict entries a checkpoint may lack (older checkpoints have no head masks; they load
+    with every head kept)."""
+    return name == BUFFER or name.endswith("." + BUFFER)
+
+
+def prune_count(spec: str, total: int, sites: int) -> int:
+    """The number of heads `--prune K|FRACTION` asks for: an integer K, or a fraction in (0, 1)
+    of all `total` heads (rounded to the nearest integer).
+
+    Raises:
+        UserError: not a number, a fraction outside (0, 1), K >= total, or more heads than can
+            go while every one of the `sites` sublayers keeps one.
+    """
+    try:
+        value = float(spec)
+    except ValueError:
+        message = f"--prune takes a head count K or a fraction in (0, 1), got {spec!r}"
+        raise UserError(message) from None
+    if spec.strip().lstrip("+").isdigit():
+        count = int(value)
+        if count >= total:
+            raise UserError(f"--prune {count}: the model has {total} heads; K must be below that")
+    elif 0 < value < 1:
+        count = round(value * total)
+    else:
+        raise UserError(f"--prune fraction must be in (0, 1), got {spec}")
+    if count > total - sites:
+        raise UserError(
+            f"--prune {spec}: at most {total - sites} of {total} heads can be pruned "
+            f"(every one of the {sites} attention sublayers keeps at least one head)"
+        )
+    return count
+
+
+def prune_masks(
+    scores: dict[str, Tensor], count: int, current: dict[str, Tensor]
+) -> dict[str, Tensor]:
+    """Masks with the `count` lowest-scoring heads set to 0, every site keeping one head.
+
+    Args:
+        scores: kind -> (L, H) importance, higher = more important.
+        count: heads to mask in all; heads `current` already masks stay masked and count.
+        current: kind -> (L, H) masks to start from.
+
+    Returns:
+        kind -> (L, H) new masks. Ties go to the earlier kind, layer and head.
+    """
+    masks = {kind: mask.clone() for kind, mask in current.items()}
+    pruned = sum(int((mask == 0).sum()) for mask in masks.values())
+    candidates = sorted(
+        (float(scores[kind][layer, head]), KINDS.index(kind), layer, head)
+        for kind, mask in masks.items()
+        for layer, head in (mask != 0).nonzero().tolist()
+    )
+    for _, kind_index, layer, head in candidates:
+        if pruned >= count:
+            break
+        row = masks[KINDS[kind_index]][layer]
+        if int((row != 0).sum()) > 1:  # the last head of a site stays
+            row[head] = 0.0
+            pruned += 1
+    return masks
+
+
+def random_scores(masks: dict[str, Tensor], seed: int) -> dict[str, Tensor]:
+    """Uniform random importance, kind -> (L, H), the baseline of Michel et al.'s figures."""
+    generator = torch.Generator().manual_seed(seed)
+    return {kind: torch.rand(mask.shape, generator=generator) for kind, mask in masks.items()}
+
+
+def head_mask_state(model: nn.Module) -> dict[str, Tensor]:
+    """The state-dict entries of the head masks, name -> (H,) on the CPU: what a pruned
+    checkpoint changes in its source's weights."""
+    return {
+        name: buffer.detach().cpu().clone()
+        for name, buffer in model.named_buffers()
+        if optional_entry(name)
+    }
