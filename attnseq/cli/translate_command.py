@@ -12,11 +12,12 @@ import io
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, Annotated, Any
 
 import typer
 
 from attnseq.cli import decoding_options
+from attnseq.cli.export_command import Engine
 from attnseq.cli.shared import CheckpointArgument, DeviceOption, decoded_lines, user_errors
 from attnseq.errors import UserError
 
@@ -42,6 +43,13 @@ def translate(
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per batch.")] = 64,
     device: DeviceOption = "auto",
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            help="attnseq: CHECKPOINT is a checkpoint; ctranslate2: CHECKPOINT is a folder "
+            "written by `attnseq export --to ctranslate2`."
+        ),
+    ] = Engine.attnseq,
 ) -> None:
     """Translate (or summarize) text with a checkpoint: one output line per input line, in
     order; empty input lines give empty output lines. Reads stdin and writes stdout by default,
@@ -54,13 +62,22 @@ def translate(
     attnseq translate best.pt trainer.beam=3 < input.txt
     attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 --length-penalty 0.6
     attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
+    attnseq translate --engine ctranslate2 best-ct2/ -i test.de --beam 5
     """
     from attnseq.decoding.translate import Translator
     from attnseq.io.progress import counting
 
     with user_errors():
         _check_files(input_file, output_file)
-        translator = Translator.from_checkpoint(checkpoint, device, decoding.overrides(overrides))
+        if engine is Engine.ctranslate2:
+            from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
+
+            changes = decoding.overrides(overrides)
+            translator: Any = CTranslate2Translator(checkpoint, device, overrides=changes)
+        else:
+            translator = Translator.from_checkpoint(
+                checkpoint, device, decoding.overrides(overrides)
+            )
         settings = translator.settings(nbest=nbest)
         # a pipe or FIFO (`-i <(...)`) can be read once only: no count for the progress bar
         regular = input_file is not None and input_file.is_file()
