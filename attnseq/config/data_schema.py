@@ -68,7 +68,7 @@ class DataConfig:
     spm_sampling_alpha: float = option(
         0.0,
         "unigram models: subword regularization, training split resegmented every epoch "
-        "(smoothing alpha of the sampled segmentations; 0: off, 0.1 to 0.5 typical)",
+        "(smoothing alpha over all segmentations; 0: off, 0.2 to 0.5 typical)",
         ge=0.0,
         le=1.0,
     )

@@ -19,11 +19,14 @@ the caller:
   possible merge is dropped with probability p, and the remaining merge of the highest
   priority (the merged piece's score) is applied; segmentation ends when none remains.
 
-Pieces never span a word boundary ("▁" starts every word of the normalized text), so both work
-word by word for BPE and over the whole text for the unigram lattice. A character outside the
+Pieces never span a word boundary ("▁" starts every word of the normalized text, and no piece
+holds it inside), so every segmentation cuts the text before each "▁": the lattice factorizes
+into one lattice per word, and both samplers work word by word (a unigram word's lattice and
+forward probabilities are computed once and cached). A character outside the
 vocabulary becomes <unk>, scored as sentencepiece scores it (the lowest piece score - 10).
 """
 
+import functools
 import math
 import random
 from collections.abc import Callable
@@ -32,6 +35,7 @@ import sentencepiece as spm
 
 UNK_PENALTY = 10.0  # sentencepiece's kUnkPenalty: unknown pieces score min_score - 10
 WORD_START = "\u2581"
+LATTICE_CACHE = 1 << 17  # distinct words whose lattices are kept
 
 
 class PieceTable:
@@ -49,32 +53,61 @@ class PieceTable:
         self.unk_id = processor.unk_id()
         lowest = min((score for _, score in self.pieces.values()), default=0.0)
         self.unk_score = lowest - UNK_PENALTY
+        # a word's lattice and forward probabilities depend on (word, alpha) alone: computed
+        # once per distinct word (corpora repeat their words), then only sampled backward
+        self.lattice = functools.lru_cache(maxsize=LATTICE_CACHE)(self._lattice)
+
+    def _lattice(
+        self, word: str, alpha: float
+    ) -> tuple[list[list[tuple[int, int, float]]], list[float]]:
+        return _forward_filter(self, word, alpha)
 
 
 def sample_unigram(table: PieceTable, text: str, alpha: float, rng: random.Random) -> list[int]:
     """One segmentation of the normalized `text` drawn by forward filtering, backward sampling
-    (module docstring); ids in text order."""
-    n = len(text)
-    # arriving[j]: (start i, piece id, alpha * score) of every piece text[i:j]
+    (module docstring), word by word; ids in text order."""
+    ids: list[int] = []
+    for word in _words(text):
+        ids.extend(_backward_sample(table.lattice(word, alpha), rng))
+    return ids
+
+
+def _forward_filter(
+    table: "PieceTable", word: str, alpha: float
+) -> tuple[list[list[tuple[int, int, float]]], list[float]]:
+    """The lattice of `word`: for every end j, the pieces word[i:j] as (i, id, weight) with
+    their transition probabilities exp(A[i] + alpha * score - A[j]) as weight, and A."""
+    n = len(word)
     arriving: list[list[tuple[int, int, float]]] = [[] for _ in range(n + 1)]
     for start in range(n):
         for end in range(start + 1, min(n, start + table.longest) + 1):
-            found = table.pieces.get(text[start:end])
+            found = table.pieces.get(word[start:end])
             if found is not None:
                 arriving[end].append((start, found[0], alpha * found[1]))
-        if not any(i == start for i, _, _ in arriving[start + 1]):
+        if word[start] not in table.pieces:  # no single-character piece: <unk>
             arriving[start + 1].append((start, table.unk_id, alpha * table.unk_score))
     forward = [0.0] + [-math.inf] * n
     for end in range(1, n + 1):
         terms = [forward[start] + weight for start, _, weight in arriving[end]]
         top = max(terms)
         forward[end] = top + math.log(sum(math.exp(term - top) for term in terms))
+    for end in range(1, n + 1):
+        arriving[end] = [
+            (start, piece_id, math.exp(forward[start] + weight - forward[end]))
+            for start, piece_id, weight in arriving[end]
+        ]
+    return arriving, forward
+
+
+def _backward_sample(
+    lattice: tuple[list[list[tuple[int, int, float]]], list[float]], rng: random.Random
+) -> list[int]:
+    arriving, _ = lattice
     ids: list[int] = []
-    end = n
+    end = len(arriving) - 1
     while end > 0:
         edges = arriving[end]
-        weights = [math.exp(forward[start] + weight - forward[end]) for start, _, weight in edges]
-        start, piece_id, _ = edges[_choose(weights, rng)]
+        start, piece_id, _ = edges[_choose([p for _, _, p in edges], rng)]
         ids.append(piece_id)
         end = start
     ids.reverse()

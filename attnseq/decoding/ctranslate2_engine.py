@@ -52,6 +52,7 @@ class CTranslate2Translator:
         compute_type: the engine's weight/compute type ("default": as exported; "int8",
             "float32", "float16", "int8_float16", ...).
         overrides: key=value changes of the stored config (decoding settings).
+        threads: the engine's CPU threads per translation (0: its default).
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class CTranslate2Translator:
         device: str = "auto",
         compute_type: str = "default",
         overrides: list[str] | None = None,
+        threads: int = 0,
     ) -> None:
         stored = _read_export(folder)
         self.cfg = config_from_dict(stored["config"], overrides)
@@ -72,9 +74,10 @@ class CTranslate2Translator:
         ctranslate2 = import_ctranslate2()
         if device == "auto":
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        self.device, self.compute_type = device, compute_type
         try:
             self.engine = ctranslate2.Translator(
-                str(folder), device=device, compute_type=compute_type
+                str(folder), device=device, compute_type=compute_type, intra_threads=threads
             )
         except (RuntimeError, ValueError) as error:
             raise UserError(f"ctranslate2 cannot load {folder}: {error}") from None
