@@ -35,7 +35,7 @@ import sentencepiece as spm
 
 UNK_PENALTY = 10.0  # sentencepiece's kUnkPenalty: unknown pieces score min_score - 10
 WORD_START = "\u2581"
-LATTICE_CACHE = 1 << 17  # distinct words whose lattices are kept
+LATTICE_CACHE = 1 << 16  # distinct words whose lattices are kept
 
 
 class PieceTable:

@@ -89,6 +89,18 @@ def test_unigram_draws_follow_the_smoothed_segmentation_probabilities() -> None:
         assert counts[path] / draws == pytest.approx(expected, abs=0.025)
 
 
+def test_without_dropout_or_with_a_sharp_alpha_the_samplers_give_the_best_segmentation():
+    """BPE-dropout with p = 0 is sentencepiece's own BPE (same merges, same order); unigram
+    sampling with a large alpha concentrates on the Viterbi segmentation."""
+    texts = [*TEXTS[:100], "the quick zebra ü", "dog  over   the"]  # unknown characters, spaces
+    bpe = train_sentencepiece(TEXTS, vocab_size=60, model_type="bpe")
+    unigram = train_sentencepiece(TEXTS, vocab_size=60, model_type="unigram")
+    rng = random.Random(0)
+    assert [bpe.encode_sampled(text, 0.0, rng) for text in texts] == bpe.encode_batch(texts)
+    sharp = [unigram.encode_sampled(text, 50.0, rng) for text in texts[:100]]
+    assert sharp == unigram.encode_batch(texts[:100])
+
+
 def test_a_sampled_side_over_the_length_limit_falls_back_to_the_best_one() -> None:
     sampled = segmentation("unigram", 1.0)
     index = max(range(len(TEXTS)), key=lambda i: len(sampled.examples[i][0]))
