@@ -191,3 +191,14 @@ def test_a_resumed_sampled_run_ends_with_the_weights_of_a_straight_one(tmp_path:
     assert a["progress"]["epoch"] >= 1
     torch.testing.assert_close(a["model"], b["model"], rtol=1e-6, atol=1e-7)
     assert any(not torch.equal(a["model"][k], c["model"][k]) for k in a["model"])
+
+
+def test_attnseq_train_exits_2_before_any_work(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "attnseq", "train", "data.bpe_dropout=0.1"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert "data.bpe_dropout=0.1 resamples sentencepiece segmentations" in result.stderr
+    assert not (tmp_path / "outputs").exists()
