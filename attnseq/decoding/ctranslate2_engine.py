@@ -16,6 +16,8 @@ Documented differences from attnseq's own beam search:
 - length_penalty: the engine ranks finished hypotheses by log P / |Y|^alpha, attnseq by the GNMT
   log P / ((5 + |Y|) / 6)^alpha; with length_penalty=0 both rank by log P (and agree).
 - coverage_penalty: the engine's own formula.
+- scores: `Hypothesis.score` and `normalized_score` are both the engine's score, log P divided
+  by |Y|^length_penalty (the raw log P with length_penalty=0).
 - attention (`hypotheses(..., attention=True)`): the engine returns the cross-attention of one
   decoder layer averaged over its heads (the layer and heads chosen at export, model.alignment_*),
   shaped here (1, 1, T_out, S) in attnseq's (L, H, T_out, S) convention.

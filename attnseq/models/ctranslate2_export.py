@@ -88,6 +88,10 @@ def export_ctranslate2(
     uses a feature the engine lacks, or ctranslate2 is not installed)."""
     from attnseq.models.loading import load_trained_model
 
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise UserError(f"{out_dir} exists and is not empty; pass --force to overwrite it")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} is a file, not a folder")
     trained = load_trained_model(checkpoint)
     problems = unsupported_features(trained.cfg)
     if problems:
@@ -99,8 +103,6 @@ def export_ctranslate2(
         def _load(self):  # type: ignore[no-untyped-def]
             return spec
 
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
-        raise UserError(f"{out_dir} exists and is not empty; pass --force to overwrite it")
     _Converter().convert(str(out_dir), quantization=quantize, force=True)
     _write_attnseq_files(out_dir, trained.cfg, trained.tokenizers)
     return out_dir
