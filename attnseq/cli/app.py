@@ -18,6 +18,7 @@ from attnseq.cli.average_command import average
 from attnseq.cli.completion import install_bash_script
 from attnseq.cli.doctor import doctor
 from attnseq.cli.eval_command import evaluate
+from attnseq.cli.export_command import export
 from attnseq.cli.heads_command import heads
 from attnseq.cli.score_command import score
 from attnseq.cli.shared import print_version
@@ -77,6 +78,7 @@ app.command("eval")(evaluate)
 app.command()(translate)
 app.command()(score)
 app.command()(average)
+app.command()(export)
 app.command("visualize-alignment")(visualize_alignment)
 app.command()(align)
 app.command()(heads)

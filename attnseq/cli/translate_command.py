@@ -12,11 +12,12 @@ import io
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, Annotated, Any
 
 import typer
 
 from attnseq.cli import decoding_options
+from attnseq.cli.export_command import Engine
 from attnseq.cli.shared import CheckpointArgument, DeviceOption, decoded_lines, user_errors
 from attnseq.errors import UserError
 
@@ -42,6 +43,13 @@ def translate(
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per batch.")] = 64,
     device: DeviceOption = "auto",
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            help="attnseq: CHECKPOINT is a checkpoint; ctranslate2: CHECKPOINT is a folder "
+            "written by `attnseq export --to ctranslate2`."
+        ),
+    ] = Engine.attnseq,
 ) -> None:
     """Translate (or summarize) text with a checkpoint: one output line per input line, in
     order; empty input lines give empty output lines. Reads stdin and writes stdout by default,
@@ -56,6 +64,7 @@ def translate(
     attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
     attnseq translate best.pt -i test.de --sample --top-p 0.9 --num-samples 5 --seed 1
     attnseq translate A.pt B.pt -i test.de --beam 5      # an ensemble of two checkpoints
+    attnseq translate --engine ctranslate2 best-ct2/ -i test.de --beam 5
     """
     from attnseq.decoding.translate import Translator
     from attnseq.io.progress import counting
@@ -66,10 +75,22 @@ def translate(
         if sampling is not None and nbest != 1:
             raise UserError("--nbest ranks beam search outputs; with --sample use --num-samples")
         ensemble, overrides = decoding_options.split_checkpoints(overrides)
-        translator = Translator.from_checkpoint(
-            checkpoint, device, decoding.overrides(overrides), ensemble
-        )
-        settings = translator.settings(nbest=nbest).with_sampling(sampling)
+        if engine is Engine.ctranslate2:
+            if sampling is not None or ensemble:
+                raise UserError(
+                    "--engine ctranslate2 decodes one exported model with greedy or beam "
+                    "search: leave out --sample and extra checkpoints"
+                )
+            from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
+
+            changes = decoding.overrides(overrides)
+            translator: Any = CTranslate2Translator(checkpoint, device, overrides=changes)
+            settings = translator.settings(nbest=nbest)
+        else:
+            translator = Translator.from_checkpoint(
+                checkpoint, device, decoding.overrides(overrides), ensemble
+            )
+            settings = translator.settings(nbest=nbest).with_sampling(sampling)
         # a pipe or FIFO (`-i <(...)`) can be read once only: no count for the progress bar
         regular = input_file is not None and input_file.is_file()
         total = _count_lines(input_file) if regular and input_file is not None else None

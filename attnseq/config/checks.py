@@ -24,7 +24,9 @@ from attnseq.config.choices import (
     ModelFamily,
     Positions,
     Score,
+    SentencePieceModel,
     TaskType,
+    TokenizerKind,
 )
 from attnseq.config.model_checks import alignment_problems, copy_problems, self_attention_problems
 from attnseq.config.schema import ModelConfig, TrainConfig
@@ -168,7 +170,53 @@ def cross_field_problems(cfg: TrainConfig) -> list[str]:
                 "(RUN_DIR/checkpoints/last.pt) or resume=auto with hydra.run.dir=RUN_DIR"
             )
     problems += _data_problems(cfg)
+    problems += _subword_sampling_problems(cfg)
     problems += _decoding_problems(cfg)
+    return problems
+
+
+def _subword_sampling_problems(cfg: TrainConfig) -> list[str]:
+    """data.spm_sampling_alpha and data.bpe_dropout: a sentencepiece model of the matching type,
+    and no feature that fixes the training segmentation in advance."""
+    data = cfg.data
+    keys = [
+        (key, value, kind)
+        for key, value, kind in (
+            ("data.spm_sampling_alpha", data.spm_sampling_alpha, SentencePieceModel.unigram),
+            ("data.bpe_dropout", data.bpe_dropout, SentencePieceModel.bpe),
+        )
+        if value > 0
+    ]
+    problems: list[str] = []
+    for key, value, kind in keys:
+        setting = f"{key}={value}"
+        if data.tokenizer is not TokenizerKind.sentencepiece:
+            problems.append(
+                f"{setting} resamples sentencepiece segmentations; data.tokenizer="
+                f"{data.tokenizer.name} has only one segmentation (use data.tokenizer="
+                f"sentencepiece data.spm_model_type={kind.name}, or set {key}=0)"
+            )
+        elif data.spm_model_type is not kind:
+            other = (
+                "data.bpe_dropout"
+                if kind is SentencePieceModel.unigram
+                else ("data.spm_sampling_alpha")
+            )
+            problems.append(
+                f"{setting} needs data.spm_model_type={kind.name}, got "
+                f"{data.spm_model_type.name} (for a {data.spm_model_type.name} model use "
+                f"{other})"
+            )
+        if cfg.model.copy:
+            problems.append(
+                f"{setting} cannot be combined with model.copy=true: the copy model's "
+                "extended vocabulary is built from one fixed segmentation"
+            )
+        if cfg.optim.alignment_lambda > 0:
+            problems.append(
+                f"{setting} cannot be combined with optim.alignment_lambda: the gold word "
+                "links are mapped onto one fixed segmentation of the training pairs"
+            )
     return problems
 
 

@@ -65,6 +65,20 @@ class DataConfig:
         1.0, "share of characters the sentencepiece model covers (0.98 to 1)", ge=0.98, le=1.0
     )
     spm_joint: bool = option(True, "one model for source and target")
+    spm_sampling_alpha: float = option(
+        0.0,
+        "unigram models: subword regularization, training split resegmented every epoch "
+        "(smoothing alpha over all segmentations; 0: off, 0.2 to 0.5 typical)",
+        ge=0.0,
+        le=1.0,
+    )
+    bpe_dropout: float = option(
+        0.0,
+        "bpe models: BPE-dropout, the probability of dropping each merge when the training "
+        "split is resegmented every epoch (0: off, 0.1 typical)",
+        ge=0.0,
+        lt=1.0,
+    )
     # --- batching
     max_tokens: int = option(4096, "batch budget in padded tokens (length-bucketed batches)", ge=1)
     max_sentences: int | None = option(None, "optional cap on sentences per batch", ge=1)

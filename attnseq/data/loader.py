@@ -11,13 +11,14 @@ Shapes: as in batching.py.
 
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnseq.data.batching import Batch, Example, PieceLinks, collate
 from attnseq.data.extended_vocab import ExtendedExample
+from attnseq.data.subword_sampling import SampledSegmentation
 
 
 class TokenCounts(NamedTuple):
@@ -35,7 +36,8 @@ IndexedExample = tuple[int, Example, ExtendedExample | None, PieceLinks | None]
 class _IndexedExamples(Dataset):
     """Position i -> (i, example i, its extended view or None, its gold piece links or None):
     collate needs each example's dataset position, copy models its extended-vocabulary view,
-    guided alignment its links."""
+    guided alignment its links. With subword sampling the key is (epoch, i) and example i is
+    that epoch's sampled segmentation."""
 
     def __init__(
         self,
@@ -46,11 +48,17 @@ class _IndexedExamples(Dataset):
         self.examples = examples
         self.extended = extended
         self.alignments = alignments
+        self.sampling: SampledSegmentation | None = None
 
     def __len__(self) -> int:
         return len(self.examples)
 
-    def __getitem__(self, index: int) -> IndexedExample:
+    def __getitem__(self, key: int | tuple[int, int]) -> IndexedExample:
+        if isinstance(key, tuple):
+            epoch, index = key
+            assert self.sampling is not None
+            return index, self.sampling.example(epoch, index), None, None
+        index = key
         extended = None if self.extended is None else self.extended[index]
         links = None if self.alignments is None else self.alignments[index]
         return index, self.examples[index], extended, links
@@ -110,19 +118,34 @@ class BatchLoader:
         self.pin = pin_memory and device.type == "cuda"
         self._collate = partial(_collate_indexed, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
 
-    def __call__(self, batches: Sequence[list[int]]) -> Iterator[tuple[Batch, TokenCounts]]:
-        """The batches in the given order: each as a `Batch` on the device, with its token
-        counts read on the host (reading them from a GPU tensor would wait for the GPU)."""
+    def resample_each_epoch(self, segmentation: SampledSegmentation) -> None:
+        """Subword regularization (data/subword_sampling.py): every epoch's batches hold that
+        epoch's sampled segmentation of the examples instead of the fixed one."""
+        if len(segmentation) != len(self.dataset):
+            raise ValueError(f"{len(self.dataset)} examples but {len(segmentation)} sampled")
+        if self.dataset.extended is not None or self.dataset.alignments is not None:
+            raise ValueError("sampled segmentations have no extended views or piece links")
+        self.dataset.sampling = segmentation
+
+    def __call__(
+        self, batches: Sequence[list[int]], epoch: int = 0
+    ) -> Iterator[tuple[Batch, TokenCounts]]:
+        """The batches of `epoch` in the given order: each as a `Batch` on the device, with
+        its token counts read on the host (reading them from a GPU tensor would wait for the
+        GPU)."""
+        keys: Sequence[list[Any]] = batches
+        if self.dataset.sampling is not None:
+            keys = [[(epoch, index) for index in indices] for indices in batches]
         if self.num_workers == 0:
             host_batches: Iterable[Batch] = (
-                self._collate([self.dataset[i] for i in indices]) for indices in batches
+                self._collate([self.dataset[i] for i in indices]) for indices in keys
             )
-        elif not batches:
+        elif not keys:
             return
         else:
             host_batches = DataLoader(
                 self.dataset,
-                batch_sampler=list(batches),
+                batch_sampler=list(keys),
                 collate_fn=self._collate,
                 num_workers=self.num_workers,
                 pin_memory=self.pin,  # DataLoader's pin thread calls Batch.pin_memory

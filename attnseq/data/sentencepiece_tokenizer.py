@@ -23,13 +23,15 @@ import io
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+import random
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 import sentencepiece as spm
 
 from attnseq.data.locations import cache_root
+from attnseq.data.segment_sampling import segment_sampler
 from attnseq.data.tokenizers import (
     BOS,
     BOS_ID,
@@ -66,6 +68,7 @@ class SentencePieceTokenizer(Tokenizer):
     def __init__(self, model_proto: bytes) -> None:
         self._proto = bytes(model_proto)
         self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
+        self._sampler: Callable[[str, float, random.Random], list[int]] | None = None
         specials = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
         if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise ValueError(
@@ -89,6 +92,23 @@ class SentencePieceTokenizer(Tokenizer):
         # Control symbols (<s>, </s>, <pad>) are never produced from raw text, so a literal
         # "</s>" in the input cannot end decoding early.
         return self._sp.encode(text, out_type=int)
+
+    @property
+    def model_type(self) -> str:
+        """ "unigram" or "bpe" (what the model was trained as)."""
+        from sentencepiece import sentencepiece_model_pb2
+
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(self._proto)
+        return "bpe" if proto.trainer_spec.model_type == proto.trainer_spec.BPE else "unigram"
+
+    def encode_sampled(self, text: str, alpha: float, rng: random.Random) -> list[int]:
+        """One segmentation of `text` drawn with `rng`: unigram sampling over the whole lattice
+        with smoothing `alpha`, or BPE-dropout with merge-dropout probability `alpha`
+        (segment_sampling.py)."""
+        if self._sampler is None:
+            self._sampler = segment_sampler(self._sp, self.model_type)
+        return self._sampler(text, alpha, rng)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """`encode` of many texts in one call (the library's threads; much faster)."""
@@ -118,6 +138,13 @@ class SentencePieceTokenizer(Tokenizer):
     def pieces_to_text(self, pieces: list[str]) -> str:
         # unknown pieces are written as they are, "▁" becomes a space
         return self._sp.decode_pieces(pieces)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # DataLoader workers started by "spawn" receive the tokenizer pickled
+        return {"proto": self._proto}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["proto"])
 
     def state_dict(self) -> dict[str, Any]:
         return {

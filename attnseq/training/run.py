@@ -192,7 +192,7 @@ def _trainer(
         "config": config_to_dict(dataclasses.replace(cfg, resume=None)),
         "tokenizers": data.tokenizers.state(),
     }
-    return Trainer(
+    trainer = Trainer(
         model,
         optimizer,
         schedule,
@@ -208,6 +208,27 @@ def _trainer(
         extended_examples=extended_split(cfg, data, "train"),
         alignments=_guided_links(cfg, data),
     )
+    _sample_subwords(cfg, data, trainer)
+    return trainer
+
+
+def _sample_subwords(cfg: TrainConfig, data: PreparedData, trainer: Trainer) -> None:
+    """Subword regularization: the training split resegmented every epoch (when asked)."""
+    alpha = cfg.data.spm_sampling_alpha or cfg.data.bpe_dropout
+    if alpha == 0:
+        return
+    from attnseq.data.subword_sampling import sampled_segmentation
+
+    segmentation = sampled_segmentation(
+        (data.tokenizers.src, data.tokenizers.tgt),
+        data.pairs["train"],
+        data.examples["train"],
+        alpha=alpha,
+        seed=cfg.seed,
+        max_src_len=cfg.data.max_src_len,
+        max_tgt_len=cfg.data.max_tgt_len,
+    )
+    trainer.loader.resample_each_epoch(segmentation)
 
 
 def _guided_links(cfg: TrainConfig, data: PreparedData) -> list[PieceLinks] | None:

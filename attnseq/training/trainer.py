@@ -237,7 +237,7 @@ class Trainer:
             batches = self.sampler.batches(state.epoch)[state.batch_in_epoch :]
             if not batches:  # no training data: nothing to iterate over
                 return
-            yield from self.loader(batches)
+            yield from self.loader(batches, state.epoch)
 
     def update(self, batch: Batch, counts: TokenCounts) -> StepOutcome:
         """One optimizer update (train_step.py) and, when applied, the schedule's step to the

@@ -1,0 +1,202 @@
+"""Decoding with CTranslate2 (`attnseq translate --engine ctranslate2 FOLDER`): a folder written
+by `attnseq export CHECKPOINT --to ctranslate2 FOLDER` (models/ctranslate2_export.py), decoded
+by `ctranslate2.Translator`, with the same input/output rules as `Translator`
+(decoding/translate.py): one output per input line in order, blank lines give blank outputs
+without decoding, chunks sorted by length and cut into batches, sources cut to
+data.max_src_len, Moses n-best lines with nbest > 1.
+
+Settings map onto the engine's options: beam -> beam_size (1: greedy), nbest ->
+num_hypotheses, min_length -> min_decoding_length, no_repeat_ngram -> no_repeat_ngram_size,
+coverage_penalty -> coverage_penalty; PAD and BOS are suppressed as attnseq's searches never
+produce them. Output limits: the engine takes one maximum per batch, so it decodes up to the
+batch's largest ratio * S + extra and each output is cut to its own limit afterwards (for
+greedy decoding exactly attnseq's rule).
+
+Documented differences from attnseq's own beam search:
+- length_penalty: the engine ranks finished hypotheses by log P / |Y|^alpha, attnseq by the GNMT
+  log P / ((5 + |Y|) / 6)^alpha; with length_penalty=0 both rank by log P (and agree).
+- coverage_penalty: the engine's own formula.
+- scores: `Hypothesis.score` and `normalized_score` are both the engine's score, log P divided
+  by |Y|^length_penalty (the raw log P with length_penalty=0).
+- attention (`hypotheses(..., attention=True)`): the engine returns the cross-attention of one
+  decoder layer averaged over its heads (the layer and heads chosen at export, model.alignment_*),
+  shaped here (1, 1, T_out, S) in attnseq's (L, H, T_out, S) convention.
+"""
+
+import itertools
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnseq.config.conversion import config_from_dict
+from attnseq.data.prepare import TokenizerPair
+from attnseq.data.tokenizers import BOS_ID, PAD_ID
+from attnseq.decoding.settings import DecodingSettings, Hypothesis
+from attnseq.decoding.translate import CHUNK_SIZE, Counter
+from attnseq.errors import UserError
+from attnseq.models.ctranslate2_export import (
+    EXPORT_FILE,
+    import_ctranslate2,
+    vocabulary_tokens,
+)
+
+
+class CTranslate2Translator:
+    """An exported model folder, ready to decode text with CTranslate2.
+
+    Args:
+        folder: the export folder.
+        device: auto, cpu or cuda.
+        compute_type: the engine's weight/compute type ("default": as exported; "int8",
+            "float32", "float16", "int8_float16", ...).
+        overrides: key=value changes of the stored config (decoding settings).
+        threads: the engine's CPU threads per translation (0: its default).
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        device: str = "auto",
+        compute_type: str = "default",
+        overrides: list[str] | None = None,
+        threads: int = 0,
+    ) -> None:
+        stored = _read_export(folder)
+        self.cfg = config_from_dict(stored["config"], overrides)
+        self.tokenizers = TokenizerPair.from_state(stored["tokenizers"])
+        self.position_limit = int(stored["position_limit"])
+        self.src_tokens = vocabulary_tokens(self.tokenizers.src)
+        target = vocabulary_tokens(self.tokenizers.tgt)
+        self.tgt_ids = {token: index for index, token in enumerate(target)}
+        self.suppressed = [[target[PAD_ID]], [target[BOS_ID]]]
+        ctranslate2 = import_ctranslate2()
+        if device == "auto":
+            device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        self.device, self.compute_type = device, compute_type
+        try:
+            self.engine = ctranslate2.Translator(
+                str(folder), device=device, compute_type=compute_type, intra_threads=threads
+            )
+        except (RuntimeError, ValueError) as error:
+            raise UserError(f"ctranslate2 cannot load {folder}: {error}") from None
+
+    def settings(self, **changes: object) -> DecodingSettings:
+        """The stored decoding settings with `changes` applied (None keeps a value)."""
+        base = DecodingSettings.from_trainer(self.cfg.trainer)
+        return replace(base, **{key: value for key, value in changes.items() if value is not None})
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        settings: DecodingSettings,
+        batch_size: int = 64,
+        chunk_size: int = CHUNK_SIZE,
+        counter: Counter | None = None,
+    ) -> Iterator[str | list[str]]:
+        """Output text for `lines`, one per line, in order (as `Translator.translate`)."""
+        for number, hypotheses in enumerate(
+            self.hypotheses(lines, settings, batch_size, chunk_size, counter=counter)
+        ):
+            if settings.nbest == 1:
+                yield "" if hypotheses is None else self._text(hypotheses[0])
+            elif hypotheses is None:
+                yield [f"{number} |||  ||| {0.0:.4f}"]
+            else:
+                yield [
+                    f"{number} ||| {self._text(h)} ||| {h.normalized_score:.4f}" for h in hypotheses
+                ]
+
+    def hypotheses(
+        self,
+        lines: Iterable[str],
+        settings: DecodingSettings,
+        batch_size: int = 64,
+        chunk_size: int = CHUNK_SIZE,
+        attention: bool = False,
+        counter: Counter | None = None,
+    ) -> Iterator[list[Hypothesis] | None]:
+        """The n-best list of every line, in order; None for a blank line."""
+        try:
+            settings.check()
+        except ValueError as error:
+            raise UserError(f"invalid decoding settings: {error}") from None
+        if batch_size < 1:
+            raise UserError(f"batch size must be >= 1, got {batch_size}")
+        iterator = iter(lines)
+        while chunk := list(itertools.islice(iterator, chunk_size)):
+            texts = [line.rstrip("\r\n") for line in chunk]
+            limit = self.cfg.data.max_src_len
+            encoded = {
+                number: self.tokenizers.src.encode(text)[:limit]
+                for number, text in enumerate(texts)
+                if text.strip()
+            }
+            results: list[list[Hypothesis] | None] = [None] * len(texts)
+            order = sorted(encoded, key=lambda number: len(encoded[number]))
+            if counter is not None:
+                counter.advance(len(texts) - len(encoded))
+            for start in range(0, len(order), batch_size):
+                numbers = order[start : start + batch_size]
+                decoded = self._decode([encoded[n] for n in numbers], settings, attention)
+                for number, nbest in zip(numbers, decoded, strict=True):
+                    results[number] = nbest
+                if counter is not None:
+                    counter.advance(len(numbers))
+            yield from results
+
+    def _decode(
+        self, sources: list[list[int]], settings: DecodingSettings, attention: bool
+    ) -> list[list[Hypothesis]]:
+        """One batch through the engine: the n-best list of each source."""
+        limits = [
+            int(len(ids) * settings.max_output_ratio) + settings.max_output_extra for ids in sources
+        ]
+        # the target position table holds position_limit rows; BOS takes position 0
+        longest = min(max(limits), self.position_limit - 1)
+        results = self.engine.translate_batch(
+            [[self.src_tokens[i] for i in ids] for ids in sources],
+            beam_size=settings.beam,
+            num_hypotheses=settings.nbest,
+            length_penalty=settings.length_penalty,
+            coverage_penalty=settings.coverage_penalty,
+            no_repeat_ngram_size=settings.no_repeat_ngram,
+            min_decoding_length=settings.min_length,
+            max_decoding_length=max(longest, 1),
+            suppress_sequences=self.suppressed,
+            return_scores=True,
+            return_attention=attention,
+        )
+        return [
+            [self._hypothesis(result, k, limit, attention) for k in range(len(result.hypotheses))]
+            for result, limit in zip(results, limits, strict=True)
+        ]
+
+    def _hypothesis(self, result: Any, k: int, limit: int, attention: bool) -> Hypothesis:
+        tokens = [self.tgt_ids[token] for token in result.hypotheses[k]][:limit]
+        weights = None
+        if attention:
+            rows = torch.tensor(result.attention[k], dtype=torch.float32)  # (T_out, S)
+            weights = rows[: len(tokens) + 1][None, None]  # (1, 1, T_out, S)
+        score = float(result.scores[k])
+        return Hypothesis(tokens, score, weights, normalized_score=score)
+
+    def _text(self, hypothesis: Hypothesis) -> str:
+        return self.tokenizers.tgt.decode(hypothesis.tokens).replace("\n", " ")
+
+
+def _read_export(folder: Path) -> dict[str, Any]:
+    """attnseq_export.json of an export folder (UserError when it is none)."""
+    path = folder / EXPORT_FILE
+    if not folder.is_dir() or not path.is_file():
+        raise UserError(
+            f"{folder} is not a CTranslate2 export of attnseq (no {EXPORT_FILE}); write one "
+            "with `attnseq export CHECKPOINT --to ctranslate2 FOLDER`"
+        )
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path} cannot be read: {error}") from None

@@ -1,0 +1,236 @@
+"""Export of a trained transformer to CTranslate2 (OpenNMT's C++ inference engine for
+transformers): the weights mapped onto `ctranslate2.specs.TransformerSpec`, saved as a model
+folder that `ctranslate2.Translator` loads, with the checkpoint's tokenizers beside it.
+
+The mapping, attnseq -> CTranslate2 (both compute Vaswani et al. 2017's transformer):
+
+| attnseq                                   | TransformerSpec                                    |
+|-------------------------------------------|----------------------------------------------------|
+| sqrt(d_model) * E[x] + PE(pos)            | embeddings, scale_embeddings=True,                 |
+|                                           | position_encodings.encodings = the table PE(0..P-1)|
+| norm=pre: LayerNorm before each sublayer, | pre_norm=True; the sublayer's layer_norm; encoder/ |
+| final LayerNorm                           | decoder layer_norm                                 |
+| norm=post: LayerNorm after the residual   | pre_norm=False; the same layer_norm, applied after |
+| self-attention q_proj, k_proj, v_proj     | self_attention.linear[0]: [W^Q; W^K; W^V] fused    |
+| cross-attention q_proj; k_proj, v_proj    | attention.linear[0]; linear[1]: [W^K; W^V] fused   |
+| out_proj                                  | linear[-1]                                         |
+| FeedForward inner, ReLU, outer            | ffn.linear_0, activation RELU, ffn.linear_1        |
+| output_proj (no bias; maybe tied)         | decoder.projection                                 |
+| torch LayerNorm eps 1e-5                  | config.layer_norm_epsilon = 1e-5 (engine: 1e-6)    |
+| decoding starts from BOS <s>              | config.decoder_start_token = "<s>"                 |
+
+The positional encodings are written out as a table for both kinds: CTranslate2's built-in
+sinusoids put the sines in the first half of the channels and the cosines in the second, while
+attnseq interleaves them (sin at 2i, cos at 2i+1, positional.py), so the table is computed by
+attnseq's own module, for positions 0 .. model.max_positions - 1.
+
+What the engine lacks is a UserError naming the feature (`unsupported_features`): the RNN
+family, copy/coverage (pointer-generator), efficient self-attention kinds.
+
+The export folder holds CTranslate2's files (model.bin, config.json, the vocabularies) and
+attnseq's: attnseq_export.json (the run's config and the tokenizer states, what
+`attnseq translate --engine ctranslate2` reads) and, for sentencepiece tokenizers,
+source.model / target.model (or one joint.model) for tools outside attnseq.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnseq.config.choices import AttentionKind, ModelFamily, Norm
+from attnseq.config.schema import TrainConfig
+from attnseq.data.prepare import TokenizerPair
+from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from attnseq.data.tokenizers import BOS, EOS, UNK, Tokenizer
+from attnseq.errors import UserError
+
+EXPORT_FILE = "attnseq_export.json"
+EXPORT_VERSION = 1
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, what every attnseq LayerNorm uses
+
+
+def unsupported_features(cfg: TrainConfig) -> list[str]:
+    """The model features CTranslate2's TransformerSpec cannot express (empty: exportable)."""
+    model = cfg.model
+    if model.family is not ModelFamily.transformer:
+        return [f"model.family={model.family.name} (CTranslate2 exports transformers only)"]
+    problems = []
+    if model.copy or model.coverage:
+        problems.append("model.copy/model.coverage (the pointer-generator's copy distribution)")
+    if model.attention.kind is not AttentionKind.full:
+        problems.append(
+            f"model.attention.kind={model.attention.kind.name} (an efficient self-attention "
+            "kind; the engine has full attention only)"
+        )
+    return problems
+
+
+def vocabulary_tokens(tokenizer: Tokenizer) -> list[str]:
+    """One string per id: the tokenizer's piece, or "<id:N>" where the piece would not be a
+    usable vocabulary entry (empty, holding whitespace, or a duplicate)."""
+    pieces = tokenizer.ids_to_pieces(range(tokenizer.vocab_size))
+    seen: set[str] = set()
+    tokens = []
+    for index, piece in enumerate(pieces):
+        usable = piece and not any(char.isspace() for char in piece) and piece not in seen
+        tokens.append(piece if usable else f"<id:{index}>")
+        seen.add(tokens[-1])
+    return tokens
+
+
+def export_ctranslate2(
+    checkpoint: Path, out_dir: Path, quantize: str | None = None, force: bool = False
+) -> Path:
+    """Convert `checkpoint` into a CTranslate2 model folder `out_dir` (UserError when the model
+    uses a feature the engine lacks, or ctranslate2 is not installed)."""
+    from attnseq.models.loading import load_trained_model
+
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise UserError(f"{out_dir} exists and is not empty; pass --force to overwrite it")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} is a file, not a folder")
+    trained = load_trained_model(checkpoint)
+    problems = unsupported_features(trained.cfg)
+    if problems:
+        raise UserError("cannot export to CTranslate2: the model uses " + "; ".join(problems))
+    ctranslate2 = import_ctranslate2()
+    spec = transformer_spec(trained.model, trained.cfg, trained.tokenizers)
+
+    class _Converter(ctranslate2.converters.Converter):
+        def _load(self):  # type: ignore[no-untyped-def]
+            return spec
+
+    _Converter().convert(str(out_dir), quantization=quantize, force=True)
+    _write_attnseq_files(out_dir, trained.cfg, trained.tokenizers)
+    return out_dir
+
+
+def import_ctranslate2() -> Any:
+    """The ctranslate2 module (UserError naming the extra when it is not installed)."""
+    try:
+        import ctranslate2
+        import ctranslate2.converters
+    except ImportError:
+        raise UserError(
+            "ctranslate2 is not installed: pip install 'attnseq[ct2]' (or pip install ctranslate2)"
+        ) from None
+    return ctranslate2
+
+
+def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: TokenizerPair) -> Any:
+    """The `TransformerSpec` of a `TransformerSeq2Seq`, weights set (module docstring)."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    m = cfg.model
+    alignment_layer = m.alignment_layer % m.dec_layers
+    # the engine averages the first `alignment_heads` heads: all of them, or head 0 alone
+    alignment_heads = 1 if m.alignment_head == 0 else m.heads
+    spec = transformer_spec.TransformerSpec.from_config(
+        (m.enc_layers, m.dec_layers),
+        m.heads,
+        pre_norm=m.norm is Norm.pre,
+        activation=common_spec.Activation.RELU,
+        alignment_layer=alignment_layer,
+        alignment_heads=alignment_heads,
+    )
+    spec.config.decoder_start_token = BOS
+    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = BOS, EOS, UNK
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    weights = {name: _array(value) for name, value in model.state_dict().items()}
+    src_table = _position_table(model.src_positions, m.max_positions)
+    tgt_table = _position_table(model.tgt_positions, m.max_positions)
+    _set_input(spec.encoder, weights["src_embed.weight"], src_table)
+    _set_input(spec.decoder, weights["tgt_embed.weight"], tgt_table)
+    for index, layer in enumerate(spec.encoder.layer):
+        scope = f"encoder.layers.{index}"
+        _set_attention(layer.self_attention, weights, f"{scope}.self_attn", self_attention=True)
+        _set_norm(layer.self_attention.layer_norm, weights, f"{scope}.self_block.norm")
+        _set_ffn(layer.ffn, weights, scope)
+    for index, layer in enumerate(spec.decoder.layer):
+        scope = f"decoder_layers.{index}"
+        _set_attention(layer.self_attention, weights, f"{scope}.self_attn", self_attention=True)
+        _set_norm(layer.self_attention.layer_norm, weights, f"{scope}.self_block.norm")
+        _set_attention(layer.attention, weights, f"{scope}.cross_attn", self_attention=False)
+        _set_norm(layer.attention.layer_norm, weights, f"{scope}.cross_block.norm")
+        _set_ffn(layer.ffn, weights, scope)
+    if m.norm is Norm.pre:
+        _set_norm(spec.encoder.layer_norm, weights, "encoder.final_norm")
+        _set_norm(spec.decoder.layer_norm, weights, "decoder_norm")
+    spec.decoder.projection.weight = weights["output_proj.weight"]
+    spec.register_source_vocabulary(vocabulary_tokens(tokenizers.src))
+    spec.register_target_vocabulary(vocabulary_tokens(tokenizers.tgt))
+    return spec
+
+
+def _array(value: torch.Tensor) -> np.ndarray:
+    return value.detach().to("cpu", torch.float32).numpy()
+
+
+def _position_table(encoding: torch.nn.Module, length: int) -> np.ndarray:
+    """PE(0 .. length - 1) as the model's encoding module computes it, (length, d_model)."""
+    with torch.no_grad():
+        return _array(encoding(torch.arange(length)))
+
+
+def _set_input(spec: Any, embedding: np.ndarray, table: np.ndarray) -> None:
+    embeddings = spec.embeddings if isinstance(spec.embeddings, list) else [spec.embeddings]
+    embeddings[0].weight = embedding  # the encoder has a list (one per source feature)
+    spec.scale_embeddings = True  # sqrt(d_model) * E[x], section 3.4
+    spec.position_encodings.encodings = table
+
+
+def _set_norm(spec: Any, weights: dict[str, np.ndarray], scope: str) -> None:
+    spec.gamma = weights[f"{scope}.weight"]
+    spec.beta = weights[f"{scope}.bias"]
+
+
+def _set_linear(spec: Any, weights: dict[str, np.ndarray], *scopes: str) -> None:
+    """Linear layers stacked along the output dimension (one fused projection)."""
+    spec.weight = np.concatenate([weights[f"{scope}.weight"] for scope in scopes])
+    biases = [weights.get(f"{scope}.bias") for scope in scopes]
+    if all(bias is not None for bias in biases):
+        spec.bias = np.concatenate(biases)
+
+
+def _set_attention(
+    spec: Any, weights: dict[str, np.ndarray], scope: str, self_attention: bool
+) -> None:
+    q, k, v, out = (f"{scope}.{name}_proj" for name in ("q", "k", "v", "out"))
+    if self_attention:
+        _set_linear(spec.linear[0], weights, q, k, v)
+    else:
+        _set_linear(spec.linear[0], weights, q)
+        _set_linear(spec.linear[1], weights, k, v)
+    _set_linear(spec.linear[-1], weights, out)
+
+
+def _set_ffn(spec: Any, weights: dict[str, np.ndarray], scope: str) -> None:
+    _set_norm(spec.layer_norm, weights, f"{scope}.ff_block.norm")
+    _set_linear(spec.linear_0, weights, f"{scope}.ff.inner")
+    _set_linear(spec.linear_1, weights, f"{scope}.ff.outer")
+
+
+def _write_attnseq_files(out_dir: Path, cfg: TrainConfig, tokenizers: TokenizerPair) -> None:
+    from attnseq.config.conversion import config_to_dict
+
+    payload = {
+        "version": EXPORT_VERSION,
+        "config": config_to_dict(cfg),
+        "tokenizers": tokenizers.state(),
+        "position_limit": cfg.model.max_positions,
+    }
+    (out_dir / EXPORT_FILE).write_text(json.dumps(payload), encoding="utf-8")
+    sides = (
+        {"joint": tokenizers.src}
+        if tokenizers.joint
+        else {
+            "source": tokenizers.src,
+            "target": tokenizers.tgt,
+        }
+    )
+    for name, tokenizer in sides.items():
+        if isinstance(tokenizer, SentencePieceTokenizer):
+            (out_dir / f"{name}.model").write_bytes(tokenizer.model_proto)

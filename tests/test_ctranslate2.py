@@ -1,0 +1,138 @@
+"""Export to CTranslate2 and decoding with it: the engine computes the same log-probabilities
+as attnseq (pre- and post-norm, sinusoidal and learned positions, joint and separate
+vocabularies), gives the same greedy and beam outputs, and refuses what it cannot run."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnseq.cli.app import app
+from attnseq.data.tokenizers import BOS_ID, EOS_ID
+from attnseq.decoding.translate import Translator
+from attnseq.models.ctranslate2_export import EXPORT_FILE, export_ctranslate2
+from attnseq.training.run import run_training
+from tests.helpers import untrained_checkpoint
+
+runner = CliRunner()
+SPM = ["data.name=toy_translation", "data.tokenizer=sentencepiece", "data.spm_vocab_size=80"]
+TRANSFORMER = ["model.family=transformer", "model.enc_layers=2", "model.dec_layers=2"]
+SOURCES = ["the cat sees the dog", "a small house", "the dog", "red birds sing"]
+
+
+@pytest.fixture
+def ctranslate2():
+    return pytest.importorskip("ctranslate2", reason="ctranslate2 not installed (attnseq[ct2])")
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+
+
+def teacher_forced_log_probs(model, src: list[int], tgt: list[int]) -> list[float]:
+    """log P(y_t | y_<t, x) of every target token and EOS, by attnseq's forward pass."""
+    with torch.no_grad():
+        output = model(
+            torch.tensor([src]), torch.tensor([len(src)]), torch.tensor([[BOS_ID, *tgt]])
+        )
+    log_probs = torch.log_softmax(output.logits[0].float(), dim=-1)  # (T, V)
+    return [log_probs[t, token].item() for t, token in enumerate([*tgt, EOS_ID])]
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        ["model.norm=pre", "model.positions=sinusoidal"],
+        ["model.norm=post", "model.positions=learned", "model.max_positions=512"],
+        ["data.spm_joint=false", "model.tie_embeddings=false", "model.norm=post"],
+    ],
+)
+def test_the_engine_scores_targets_as_attnseq_does(ctranslate2, tmp_path: Path, variant) -> None:
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt", *TRANSFORMER, *SPM, *variant)
+    folder = export_ctranslate2(checkpoint, tmp_path / "ct2")
+    from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
+
+    engine = CTranslate2Translator(folder, "cpu")
+    ours = Translator.from_checkpoint(checkpoint, "cpu")
+    tgt_tokens = [engine.tgt_ids and token for token in engine.tgt_ids]  # id order
+    for text in SOURCES:
+        src = ours.tokenizers.src.encode(text)
+        tgt = ours.tokenizers.tgt.encode(text[::-1])[:7]
+        scored = engine.engine.score_batch(
+            [[engine.src_tokens[i] for i in src]], [[tgt_tokens[i] for i in tgt]]
+        )[0]
+        expected = teacher_forced_log_probs(ours.model, src, tgt)
+        assert scored.log_probs == pytest.approx(expected, abs=1e-4)
+
+
+def test_greedy_outputs_equal_attnseq_and_attention_comes_back(ctranslate2, tmp_path) -> None:
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt", *TRANSFORMER, *SPM)
+    folder = export_ctranslate2(checkpoint, tmp_path / "ct2")
+    from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
+
+    engine = CTranslate2Translator(folder, "cpu")
+    ours = Translator.from_checkpoint(checkpoint, "cpu")
+    settings = ours.settings(beam=1)
+    expected = list(ours.hypotheses(SOURCES, settings, batch_size=2))
+    got = list(engine.hypotheses(SOURCES, settings, batch_size=3, attention=True))
+    assert [h[0].tokens for h in got] == [h[0].tokens for h in expected]
+    for text, hypotheses in zip(SOURCES, got, strict=True):
+        weights = hypotheses[0].attention  # (1, 1, T_out, S)
+        assert weights.shape[-1] == len(ours.tokenizers.src.encode(text))
+        assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-4)
+
+
+def test_an_rnn_or_efficient_attention_checkpoint_is_refused(tmp_path: Path) -> None:
+    rnn = untrained_checkpoint(tmp_path / "rnn.pt")
+    result = runner.invoke(app, ["export", str(rnn), "--to", "ctranslate2", str(tmp_path / "a")])
+    assert result.exit_code == 2
+    assert "model.family=rnn" in result.output
+    local = untrained_checkpoint(
+        tmp_path / "local.pt", "model.family=transformer", "model.attention.kind=local"
+    )
+    result = runner.invoke(app, ["export", str(local), str(tmp_path / "b")])
+    assert result.exit_code == 2
+    assert "model.attention.kind=local" in result.output
+
+
+def test_translate_with_a_folder_that_is_no_export_exits_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["translate", "--engine", "ctranslate2", str(tmp_path)])
+    assert result.exit_code == 2
+    assert EXPORT_FILE in result.output
+
+
+@pytest.mark.slow
+def test_a_trained_model_decodes_the_same_through_the_cli(ctranslate2, tmp_path: Path) -> None:
+    """A toy translation transformer trained for ~30 s: `attnseq translate --engine
+    ctranslate2` writes what `attnseq translate` writes, greedy and beam 4 (length penalty 0,
+    where both searches rank by log P), and the int8 export stays close."""
+    from tests.helpers import tiny_config
+
+    cfg = tiny_config(
+        *TRANSFORMER,
+        *SPM,
+        "data.train_size=2000",
+        "model.d_model=64",
+        "model.ff_dim=128",
+        "model.dropout=0.0",
+        "trainer.max_steps=400",
+        "trainer.validate_every=400",
+        "trainer.num_heatmaps=0",
+    )
+    run_training(cfg, tmp_path / "run")
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    inputs = tmp_path / "test.txt"
+    inputs.write_text("\n".join(SOURCES * 3) + "\n", encoding="utf-8")
+    folder, int8 = tmp_path / "ct2", tmp_path / "ct2-int8"
+    assert runner.invoke(app, ["export", str(checkpoint), str(folder)]).exit_code == 0
+    quantized = runner.invoke(app, ["export", str(checkpoint), str(int8), "--quantize", "int8"])
+    assert quantized.exit_code == 0
+    assert (int8 / "model.bin").stat().st_size < (folder / "model.bin").stat().st_size
+    for beam in ("1", "4"):
+        flags = ["-i", str(inputs), "--beam", beam, "--length-penalty", "0", "--device", "cpu"]
+        ours = runner.invoke(app, ["translate", str(checkpoint), *flags])
+        theirs = runner.invoke(app, ["translate", "--engine", "ctranslate2", str(folder), *flags])
+        assert ours.exit_code == theirs.exit_code == 0
+        assert theirs.stdout == ours.stdout
