@@ -17,7 +17,7 @@ import torch
 
 from attnseq.data.extended_vocab import ExtendedExample
 
-LABEL_CHARS = 28  # characters of a segment's text in its label
+LABEL_CHARS = 16  # characters of a segment's text in its label (rotated tick labels)
 
 
 def is_hierarchical(model: Any) -> bool:
