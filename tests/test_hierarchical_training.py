@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from helpers import tiny_config
 from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
 from attnseq.analysis.saved_attention_reader import SavedAttention
@@ -84,6 +85,9 @@ def test_a_short_training_runs_and_learns(hierarchical_run) -> None:
     assert (run_dir / "checkpoints" / "best.pt").is_file()
     # "PERSON wants ITEM" needs the right turn and its item: copied from the source
     assert metrics["test/rouge_l"] >= 80.0, metrics
+    events = EventAccumulator(str(run_dir / "tb"), size_guidance={"images": 0})
+    images = events.Reload().Tags()["images"]
+    assert {"attention/example_0", "attention/example_0/segments"} <= set(images), images
 
 
 def test_saved_attention_and_figures_have_both_levels(hierarchical_run, tmp_path: Path) -> None:
