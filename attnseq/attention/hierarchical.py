@@ -17,6 +17,7 @@ A_s = sum_{k in s} alpha_k.
 Shapes: B batch, T decoder steps, S source length, N segments.
 """
 
+import torch
 from torch import Tensor
 
 from attnseq.data.segments import PADDING_SEGMENT
@@ -44,7 +45,7 @@ def combine_hierarchical(word_weights: Tensor, segment_weights: Tensor, segments
     """
     scaled = word_weights * segment_weights_per_word(segment_weights, segments)  # (B, T, S)
     total = scaled.sum(dim=-1, keepdim=True)  # (B, T, 1)
-    return scaled / total.clamp_min(1e-30)
+    return scaled / total.clamp_min(torch.finfo(scaled.dtype).tiny)
 
 
 def segment_mass(weights: Tensor, segments: Tensor, n_segments: int) -> Tensor:
