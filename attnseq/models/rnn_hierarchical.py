@@ -131,7 +131,8 @@ class HierarchicalAttention(RNNSeq2Seq):
         self, prev_tokens: Tensor, state: dict[str, Tensor]
     ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
         trace: dict[str, Tensor] = {}
-        pre_output, weights, new_state = super()._step(prev_tokens, {**state, _TRACE: trace})  # type: ignore[dict-item]
+        with_trace: Any = {**state, _TRACE: trace}  # read by `_attend` of this step only
+        pre_output, weights, new_state = super()._step(prev_tokens, with_trace)
         del new_state[_TRACE]
         new_state["segment_weights"] = trace["segment_weights"].squeeze(1)  # beta: (B, N)
         return pre_output, weights, new_state
