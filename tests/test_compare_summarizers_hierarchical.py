@@ -1,8 +1,10 @@
-"""scripts/compare_summarizers.py --hierarchical --seeds --figure on a generated DialogSum-shaped
+"""scripts/compare_summarizers.py --hierarchical --seeds --figure: its cost and table helpers, and
+a run on a generated DialogSum-shaped
 corpus (a stand-in ATTNSEQ_DATA, so no real data is needed) with tiny models and two updates:
 the flat, hierarchical and hierarchical pointer-generator rows over two seeds, their training
 cost relative to flat attention, and the segment attention figure (`-m slow`)."""
 
+import importlib.util
 import json
 import random
 import subprocess
@@ -12,6 +14,10 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_summarizers.py"
+spec = importlib.util.spec_from_file_location("compare_summarizers", SCRIPT)
+assert spec is not None and spec.loader is not None
+compare = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(compare)
 TINY = [
     "trainer.max_steps=2", "trainer.validate_every=2", "model.emb_dim=16", "model.hidden=16",
     "model.attention.attn_dim=16", "trainer.beam=1", "trainer.max_output_extra=2",
@@ -81,3 +87,32 @@ def test_hierarchical_rows_over_two_seeds_with_cost_and_figure(tmp_path: Path) -
     summary = (out / "summary.md").read_text()
     assert "| attention |" in summary and "| 1.00x |" in summary
     assert (out / "segment_attention_dialogsum.png").stat().st_size > 0
+
+
+def test_seconds_per_epoch_counts_the_partial_epoch(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "[x][attnseq][INFO] - training: 900 examples, 40 batches per epoch (padding 3%)\n"
+    )
+    progress = {"epoch": 2, "batch_in_epoch": 10, "train_seconds": 90.0}
+    assert compare.seconds_per_epoch(tmp_path, progress) == pytest.approx(90.0 / 2.25)
+    assert compare.seconds_per_epoch(tmp_path / "missing", progress) is None
+
+
+def test_hierarchical_rows_use_the_packaged_experiment_or_the_switch() -> None:
+    plain, with_pointer = compare.HIERARCHICAL_MODELS
+    assert compare.experiment_of(plain, "dialogsum") == ("dialogsum_hierarchical", [])
+    assert compare.experiment_of(plain, "aeslc") == ("aeslc_rnn_attention", [compare.HIERARCHY])
+    assert compare.experiment_of(with_pointer, "aeslc") == (
+        "aeslc_pointer_generator",
+        [compare.HIERARCHY],
+    )
+
+
+def test_the_table_gives_the_cost_relative_to_flat_attention() -> None:
+    scores = {"rouge1": 1.0, "rouge2": 1.0, "rouge_l": 1.0, "repeated_trigrams": 0.0}
+    rows = [
+        {"name": "attention", "command": "a", "seconds_per_epoch": 200.0, **scores},
+        {"name": "hierarchical", "command": "h", "seconds_per_epoch": 250.0, **scores},
+    ]
+    text = compare.table("dialogsum", rows)
+    assert "| 200.0 | 1.00x |" in text and "| 250.0 | 1.25x |" in text
