@@ -1,8 +1,8 @@
-"""scripts/compare_summarizers.py --hierarchical --seeds --figure: its cost and table helpers, and
-a run on a generated DialogSum-shaped
-corpus (a stand-in ATTNSEQ_DATA, so no real data is needed) with tiny models and two updates:
-the flat, hierarchical and hierarchical pointer-generator rows over two seeds, their training
-cost relative to flat attention, and the segment attention figure (`-m slow`)."""
+"""scripts/compare_summarizers.py --hierarchical --seeds --figure: its cost and table helpers,
+and a run on a generated DialogSum-shaped corpus (a stand-in ATTNSEQ_DATA, so no real data is
+needed) with tiny models and two updates: the flat, hierarchical and hierarchical
+pointer-generator rows over two seeds, their training cost relative to flat attention, and the
+segment attention figure (`-m slow`)."""
 
 import importlib.util
 import json
