@@ -17,6 +17,9 @@ Maps (RNN: one; transformer: one per layer and head):
     cross     rows = output tokens (+ </s>), columns = source tokens
     encoder   transformer encoder self-attention, source x source
     decoder   transformer decoder self-attention, rows = inputs (<s> + target), causal
+    segment   hierarchical models: the segment attention, rows = output tokens (+ </s>),
+              columns = source segments (their number and first words; analysis/segment_view.py);
+              their cross map is the combined word map
 
 Self-attention maps follow `model.attention.kind`: sparse kinds (local, strided, longformer)
 are zero outside their pattern; linformer shows its effective weights P F (they may be
@@ -32,12 +35,13 @@ import torch
 
 from attnseq.analysis.alignment import word_attention, word_ids
 from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
+from attnseq.analysis.segment_view import is_hierarchical, join_pieces, segment_labels
 from attnseq.data.extended_vocab import extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput
 
-KINDS = ("cross", "encoder", "decoder")
+KINDS = ("cross", "encoder", "decoder", "segment")
 
 
 @dataclass
@@ -118,6 +122,13 @@ class AlignmentViewer:
                 "source",
                 None if p_gen is None else p_gen[0].cpu().numpy(),
             )
+        if kind == "segment":
+            segments = output.extras["segments"][0].tolist()  # (S,)
+            source_pieces = run.labels["source"][0]
+            labels = segment_labels(source_pieces, segments, self.tokenizers.src.pieces_to_text)
+            weights = output.extras["segment_attention"][0, :, : len(labels)]  # (T, N)
+            run.labels["segment"] = (labels, "word")  # one label per segment
+            return run.map(weights, "output", "segment")
         extra = f"{kind}_self_attention"
         if extra not in output.extras:
             raise UserError(self._no_self_attention_weights(kind))
@@ -129,7 +140,11 @@ class AlignmentViewer:
             raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if not src.strip():
             raise UserError("empty source sentence: give --src TEXT or non-empty --input lines")
-        if kind != "cross" and self.cfg.model.family.value != "transformer":
+        if kind == "segment" and not is_hierarchical(self.model):
+            raise UserError(
+                "--kind segment needs a hierarchical model (model.attention.hierarchy=sentence)"
+            )
+        if kind in ("encoder", "decoder") and self.cfg.model.family.value != "transformer":
             raise UserError(
                 f"--kind {kind} needs a transformer; RNN models have cross-attention only"
             )
@@ -277,9 +292,10 @@ def draw(
     )
 
 
-def saved_attention_map(path: Path, index: int) -> tuple[AttentionMap, str]:
+def saved_attention_map(path: Path, index: int, kind: str = "cross") -> tuple[AttentionMap, str]:
     """Example `index` of a file of `attnseq eval --save-attention` as a cross-attention map
-    (rows: output tokens + </s>, columns: source tokens) and a title naming it.
+    (rows: output tokens + </s>, columns: source tokens) and a title naming it; kind="segment":
+    a hierarchical model's segment attention (columns: the segments).
 
     An RNN's (1, 1, T, S) weights come back as (T, S), a transformer's as (L, H, T, S).
 
@@ -299,12 +315,20 @@ def saved_attention_map(path: Path, index: int) -> tuple[AttentionMap, str]:
         raise UserError(f"example {index} of {path} has no attention to draw: its {empty} is empty")
     if family != "transformer" and weights.shape[:2] == (1, 1):
         weights = weights[0, 0]  # (T, S)
+    columns, column_kind = example.src_tokens, src_kind
+    if kind == "segment":
+        if example.segments is None or example.segment_weights is None:
+            raise UserError(f"{path} holds no segment attention (not a hierarchical model)")
+        weights, column_kind = example.segment_weights, "word"  # one label per segment
+        columns = segment_labels(
+            example.src_tokens, example.segments, lambda pieces: join_pieces(pieces, src_kind)
+        )
     attention = AttentionMap(
         weights,
         example.hyp_tokens,
-        example.src_tokens,
+        columns,
         tgt_kind,
-        src_kind,
+        column_kind,
         source=example.src_text,
         output=example.hyp_text,
     )

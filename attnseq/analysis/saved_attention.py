@@ -33,6 +33,13 @@ S_i source tokens and T_i hypothesis rows.
                                         distribution over the real source positions used to
                                         produce row t's token (rows sum to one)
 
+Hierarchical models (model.attention.hierarchy; attnseq/models/rnn_hierarchical.py) add two
+keys per example; the weights above are then the combined word map P:
+
+    segments_000017        (S_i,) int64         the segment of every source token
+    segment_weights_000017 (T_i, N_i) float32   the segment attention beta of every row over
+                                                the example's N_i segments
+
 The weights are those of the search that produced the output (greedy, or beam search following
 the back-pointers of the returned hypothesis), not of a second teacher-forced pass.
 
@@ -41,7 +48,7 @@ reads it back.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +93,16 @@ def weights_key(index: int) -> str:
     return f"weights_{index:06d}"
 
 
+def segments_key(index: int) -> str:
+    """The archive key of example `index`'s segment ids (hierarchical models)."""
+    return f"segments_{index:06d}"
+
+
+def segment_weights_key(index: int) -> str:
+    """The archive key of example `index`'s segment attention (hierarchical models)."""
+    return f"segment_weights_{index:06d}"
+
+
 @dataclass
 class AttentionRecord:
     """One decoded example, as `save_attention` stores it.
@@ -94,6 +111,8 @@ class AttentionRecord:
     src_tokens, src_ids: the S source pieces and ids.
     hyp_tokens, hyp_ids: the T pieces and ids of the rows (output tokens, then "</s>" and the
         EOS id when the hypothesis ended with EOS).
+    segments, segment_weights: hierarchical models: the (S,) segment ids and the (T, N)
+        segment attention; None otherwise.
     """
 
     weights: np.ndarray
@@ -105,6 +124,8 @@ class AttentionRecord:
     hyp_text: str
     ref_text: str
     score: float
+    segments: list[int] | None = field(default=None, kw_only=True)
+    segment_weights: np.ndarray | None = field(default=None, kw_only=True)
 
 
 def records_from_hypotheses(
@@ -115,13 +136,15 @@ def records_from_hypotheses(
     tgt_tokenizer: Any,
     eos_id: int,
     extended: Sequence[ExtendedExample] | None = None,
+    segment_maps: Sequence[tuple[list[int], np.ndarray]] | None = None,
 ) -> list[AttentionRecord]:
     """Records of decoded hypotheses (`attnseq.decoding.Hypothesis`, decoded with
     need_weights=True), with the source ids of `examples` and the texts of `pairs`.
 
     `extended`: copy models: each example's extended-vocabulary view
     (attnseq/data/extended_vocab.py); source pieces the vocabulary lacks and output ids >= V are
-    then saved as the source words they stand for.
+    then saved as the source words they stand for. `segment_maps`: hierarchical models: each
+    example's segment ids (S,) and segment attention (T, N) (analysis/segment_view.py).
 
     Raises:
         UserError: a hypothesis carries no attention (a model built without attention).
@@ -153,6 +176,9 @@ def records_from_hypotheses(
                 score=float(hypothesis.score),
             )
         )
+        if segment_maps is not None:
+            records[-1].segments = list(segment_maps[index][0])
+            records[-1].segment_weights = segment_maps[index][1].astype(np.float32, copy=False)
     return records
 
 
@@ -257,5 +283,10 @@ def save_attention(
         if len(record.hyp_ids) != expected[2]:
             raise ValueError(f"example {index}: {len(record.hyp_ids)} ids for {expected[2]} rows")
         arrays[weights_key(index)] = weights
+        if record.segments is not None and record.segment_weights is not None:
+            arrays[segments_key(index)] = np.asarray(record.segments, dtype=np.int64)
+            arrays[segment_weights_key(index)] = np.asarray(
+                record.segment_weights, dtype=np.float32
+            )
     atomic_write(path, lambda handle: np.savez_compressed(handle, **arrays))
     return path

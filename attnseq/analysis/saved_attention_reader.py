@@ -20,6 +20,8 @@ from attnseq.analysis.saved_attention import (
     SCALAR_KEYS,
     VERSION,
     AttentionRecord,
+    segment_weights_key,
+    segments_key,
     weights_key,
 )
 from attnseq.errors import UserError
@@ -211,6 +213,7 @@ class SavedAttention:
         if header[0] != expected or header[1].kind != "f":
             raise self._fail(f"{weights_key(index)} has shape {header[0]}, expected {expected}")
         weights = self._get(weights_key(index))
+        segments, segment_weights = self._segment_level(index, t1 - t0, s1 - s0)
         return SavedExample(
             index=index,
             weights=weights,
@@ -222,7 +225,24 @@ class SavedAttention:
             hyp_text=str(a["hyp_text"][index]),
             ref_text=str(a["ref_text"][index]),
             score=float(a["score"][index]),
+            segments=segments,
+            segment_weights=segment_weights,
         )
+
+    def _segment_level(
+        self, index: int, rows: int, n_src: int
+    ) -> tuple[list[int] | None, np.ndarray | None]:
+        """A hierarchical model's segment ids (S,) and segment attention (T, N) of example
+        `index`, checked against its headers first; (None, None) for other models."""
+        ids_key, weights_key_ = segments_key(index), segment_weights_key(index)
+        if ids_key not in self._headers or weights_key_ not in self._headers:
+            return None, None
+        (ids_shape, ids_dtype), (shape, dtype) = self._headers[ids_key], self._headers[weights_key_]
+        if ids_shape != (n_src,) or ids_dtype.kind not in "iu":
+            raise self._fail(f"{ids_key} has shape {ids_shape}, expected ({n_src},)")
+        if len(shape) != 2 or shape[0] != rows or shape[1] > max(n_src, 1) or dtype.kind != "f":
+            raise self._fail(f"{weights_key_} has shape {shape}, expected ({rows}, N <= {n_src})")
+        return self._get(ids_key).tolist(), self._get(weights_key_)
 
     def close(self) -> None:
         self._npz.close()

@@ -63,7 +63,10 @@ def visualize_alignment(
     all_heads: Annotated[bool, typer.Option(help="Grid of every layer x head.")] = False,
     words: Annotated[bool, typer.Option(help="Merge subword pieces into words.")] = False,
     kind: Annotated[
-        str, typer.Option(help="cross, encoder or decoder (self-attention).")
+        str,
+        typer.Option(
+            help="cross, encoder or decoder (self-attention), or segment (hierarchical models)."
+        ),
     ] = "cross",
     tensorboard: Annotated[
         Path | None, typer.Option(help="Also log the figures to this TensorBoard folder.")
@@ -114,11 +117,11 @@ def visualize_alignment(
         if from_saved is not None or index is not None:
             extra = {"--src": src, "--tgt": tgt, "--input": input_file}
             extra = {name: value for name, value in extra.items() if value is not None}
-            if kind != "cross":
+            if kind not in ("cross", "segment"):
                 extra["--kind"] = kind
             _check_saved_request(from_saved, index, checkpoint, list(extra))
             assert from_saved is not None and index is not None
-            _redraw_saved(from_saved, index, drawing, out, tensorboard)
+            _redraw_saved(from_saved, index, drawing, out, tensorboard, kind)
             return
         if checkpoint is None:
             raise UserError(
@@ -173,13 +176,18 @@ def _tensorboard_writer(folder: Path | None) -> Iterator[Any]:
 
 
 def _redraw_saved(
-    path: Path, index: int, drawing: _Drawing, out: Path | None, tensorboard: Path | None
+    path: Path,
+    index: int,
+    drawing: _Drawing,
+    out: Path | None,
+    tensorboard: Path | None,
+    kind: str = "cross",
 ) -> None:
     """Example `index` of a file of `attnseq eval --save-attention`, drawn without a model."""
     from attnseq.analysis.alignment_view import saved_attention_map
     from attnseq.analysis.figures import log_heatmap, save_figure
 
-    attention, title = saved_attention_map(path, index)
+    attention, title = saved_attention_map(path, index, kind)
     figure, attention = drawing.figure(attention, title)
     target = save_figure(figure, out or Path("alignment.png"))
     with _tensorboard_writer(tensorboard) as writer:

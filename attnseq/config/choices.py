@@ -57,6 +57,13 @@ class DecoderInit(Enum):
     zero = "zero"  # s_0 = 0: the decoder sees the source only through attention
 
 
+class Hierarchy(Enum):
+    """RNN hierarchical attention (attnseq/models/rnn_hierarchical.py)."""
+
+    none = "none"  # flat attention over the source words
+    sentence = "sentence"  # segments: speaker turns, or sentences (attnseq/data/segments.py)
+
+
 class Score(Enum):
     additive = "additive"
     dot = "dot"

@@ -3,6 +3,7 @@ coverage, and guided alignment. checks.py runs them as part of `validate`."""
 
 from attnseq.config.choices import (
     AttentionKind,
+    Hierarchy,
     ModelFamily,
     Score,
     SparsePattern,
@@ -121,4 +122,25 @@ def alignment_problems(cfg: TrainConfig) -> list[str]:
             f"model.alignment_head={head} is not a head: model.heads={model.heads} has "
             f"0..{model.heads - 1} (or null: the mean of the layer's heads)"
         )
+    return problems
+
+
+def hierarchy_problems(cfg: TrainConfig) -> list[str]:
+    """Rules of hierarchical attention: an RNN with a global content score to combine."""
+    model = cfg.model
+    if model.attention.hierarchy is Hierarchy.none:
+        return []
+    on = f"model.attention.hierarchy={model.attention.hierarchy.name}"
+    if model.family is not ModelFamily.rnn:
+        return [f"{on} is RNN-only: use model.family=rnn (e.g. model=rnn_bahdanau)"]
+    score, window = model.attention.score, model.attention.window.name
+    problems: list[str] = []
+    if score in (Score.none, Score.location):
+        # location scores positions, not annotations: it cannot score segments
+        problems.append(
+            f"{on} needs a content score for words and segments: model.attention.score="
+            f"{score.name}; use additive, dot, general, concat or scaled_dot"
+        )
+    if window != "global":
+        problems.append(f"{on} needs model.attention.window=global, got {window}")
     return problems

@@ -6,6 +6,7 @@ from attnseq.config.choices import (
     AttentionKind,
     DecoderInit,
     DecoderStyle,
+    Hierarchy,
     ModelFamily,
     Norm,
     Positions,
@@ -43,6 +44,14 @@ class AttentionConfig:
         ge=1,
     )
     attn_dim: int | None = option(None, "additive/concat hidden size; None = model.hidden", ge=1)
+    hierarchy: Hierarchy = option(
+        Hierarchy.none,
+        "RNN: sentence = segment attention x word attention (Nallapati et al. 2016); segments "
+        "are speaker turns (#Person1#: ...) or sentences",
+    )
+    max_segments: int = option(
+        64, "hierarchy: most segments per source; later text joins the last one", ge=1
+    )
     # --- transformer self-attention (cross-attention is always full)
     kind: AttentionKind = option(AttentionKind.full, "transformer self-attention mechanism")
     decoder_self: bool = option(False, "also decoder self-attention (causal kinds, see below)")

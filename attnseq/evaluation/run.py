@@ -18,6 +18,7 @@ from pathlib import Path
 from attnseq.analysis.gold_sets import GoldAlignmentFiles, load_alignment_set
 from attnseq.analysis.saved_attention import records_from_hypotheses
 from attnseq.analysis.saved_attention import save_attention as write_saved_attention
+from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchical
 from attnseq.config.schema import TrainConfig
 from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
@@ -159,8 +160,17 @@ def _save_eval_attention(
     data: PreparedData,
     split: str,
 ) -> None:
-    """`attnseq eval --save-attention`: the cross-attention of every hypothesis, to `path`."""
+    """`attnseq eval --save-attention`: the cross-attention of every hypothesis, to `path`
+    (hierarchical models: with the segment attention, analysis/segment_view.py)."""
     tokenizers = data.tokenizers
+    segment_maps = None
+    if is_hierarchical(model):
+        outputs = [
+            (list(h.tokens), 0 if h.attention is None else int(h.attention.shape[-2]))
+            for h in decoded
+        ]
+        sources = [src for src, _ in evaluator.examples]
+        segment_maps = hypothesis_segment_maps(model, sources, outputs, evaluator.extended)
     saved = write_saved_attention(
         path,
         records_from_hypotheses(
@@ -171,6 +181,7 @@ def _save_eval_attention(
             tokenizers.tgt,
             model.eos_id,
             extended=evaluator.extended,
+            segment_maps=segment_maps,
         ),
         split=split,
         family=cfg.model.family.value,

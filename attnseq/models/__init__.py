@@ -1,12 +1,15 @@
 """Model families behind one interface (seq2seq.py) and the factory that builds them: one builder
 per family, each reading its part of `ModelConfig`."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnseq.config.checks import encoder_output_size
-from attnseq.config.choices import ModelFamily, Score
+from attnseq.config.choices import Hierarchy, ModelFamily, Score
 from attnseq.config.schema import ModelConfig
 from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput, Vocabularies
+
+if TYPE_CHECKING:
+    from attnseq.data.segments import SourceSegmenter
 
 # keyword arguments of both families' models that ModelConfig holds under the same name
 _SHARED_OPTIONS = ("dropout", "tie_embeddings")
@@ -22,7 +25,9 @@ _TRANSFORMER_OPTIONS = (
 _RNN_OPTIONS = ("emb_dim", "hidden", "input_feeding")
 
 
-def build_model(cfg: ModelConfig, vocab: Vocabularies) -> Seq2Seq:
+def build_model(
+    cfg: ModelConfig, vocab: Vocabularies, segmenter: "SourceSegmenter | None" = None
+) -> Seq2Seq:
     """Construct the model a config describes (weights freshly initialised).
 
     With a joint vocabulary (`vocab.joint`: source and target share one tokenizer, e.g. a joint
@@ -33,12 +38,16 @@ def build_model(cfg: ModelConfig, vocab: Vocabularies) -> Seq2Seq:
     With `cfg.copy` or `cfg.coverage` the model is the pointer-generator subclass of its family
     (models/rnn_pointer.py, models/transformer_pointer.py); it feeds `vocab.unk_id` back after
     emitting a copied source word.
+
+    With `cfg.attention.hierarchy` the RNN is the hierarchical model of
+    models/rnn_hierarchical.py; `segmenter` (the source tokenizer's, data/segments.py) cuts its
+    sources into segments.
     """
     options: dict[str, Any] = {name: getattr(cfg, name) for name in _SHARED_OPTIONS}
     options["share_src_tgt_embeddings"] = cfg.tie_embeddings and vocab.joint
     if cfg.family is ModelFamily.transformer:
         return _build_transformer(cfg, vocab, options)
-    return _build_rnn(cfg, vocab, options)
+    return _build_rnn(cfg, vocab, options, segmenter)
 
 
 def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str, Any]) -> Seq2Seq:
@@ -75,7 +84,12 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
     )
 
 
-def _build_rnn(cfg: ModelConfig, vocab: Vocabularies, options: dict[str, Any]) -> Seq2Seq:
+def _build_rnn(
+    cfg: ModelConfig,
+    vocab: Vocabularies,
+    options: dict[str, Any],
+    segmenter: "SourceSegmenter | None" = None,
+) -> Seq2Seq:
     """An `RNNSeq2Seq` (its pointer-generator with copy or coverage) with the decoder style
     and score of `cfg`."""
     from attnseq.attention import build_attention
@@ -103,6 +117,10 @@ def _build_rnn(cfg: ModelConfig, vocab: Vocabularies, options: dict[str, Any]) -
         cell=cfg.rnn.cell.value,
         init_hidden=cfg.rnn.init_hidden.value,
     )
+    if cfg.attention.hierarchy is not Hierarchy.none:
+        from attnseq.models.rnn_hierarchical import build_hierarchical_rnn
+
+        return build_hierarchical_rnn(cfg, vocab, options, segmenter)
     if not (cfg.copy or cfg.coverage):
         return RNNSeq2Seq(vocab, **options)
     from attnseq.models.rnn_pointer import PointerGeneratorRNN

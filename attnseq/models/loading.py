@@ -14,9 +14,11 @@ from typing import Any
 
 import torch
 
+from attnseq.config.choices import Hierarchy
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.prepare import TokenizerPair
+from attnseq.data.segments import SourceSegmenter
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
@@ -50,7 +52,12 @@ def model_for(cfg: TrainConfig, tokenizers: TokenizerPair) -> Seq2Seq:
         unk_id=tgt.unk_id,
         joint=tokenizers.joint,
     )
-    return build_model(cfg.model, vocab)
+    segmenter = None
+    if cfg.model.attention.hierarchy is not Hierarchy.none:  # segments from the source's ids
+        segmenter = SourceSegmenter.from_tokenizer(
+            tokenizers.src, cfg.model.attention.max_segments
+        )
+    return build_model(cfg.model, vocab, segmenter)
 
 
 def check_structure(path: Path, payload: dict[str, Any]) -> None:

@@ -198,8 +198,16 @@ class RNNSeq2Seq(Seq2Seq):
         return self.attention is not None
 
     # ------------------------------------------------------------------ encoder side
-    def _encode(self, src: Tensor, src_lengths: Tensor) -> dict[str, Tensor]:
+    def _encoder_outputs(
+        self, src: Tensor, src_lengths: Tensor
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """Annotations (B, S, E), the summary (B, E), and entries a subclass adds to the
+        decoder state (none here; models/rnn_hierarchical.py adds its segment level)."""
         annotations, summary = self.encoder(src, src_lengths)
+        return annotations, summary, {}
+
+    def _encode(self, src: Tensor, src_lengths: Tensor) -> dict[str, Tensor]:
+        annotations, summary, extra_state = self._encoder_outputs(src, src_lengths)
         mask = padding_mask(src_lengths, src.size(1))  # (B, S)
         if self.bridge is not None:
             hidden0 = torch.tanh(self.bridge(summary))  # (B, layers*H)
@@ -212,6 +220,7 @@ class RNNSeq2Seq(Seq2Seq):
             "summary": summary,  # (B, E)
             "hidden": hidden0,  # batch-first so reorder_state can index it
             "step": torch.zeros(src.size(0), dtype=torch.long, device=src.device),
+            **extra_state,
         }
         if self.cell == "lstm":
             state["cell"] = torch.zeros_like(hidden0)

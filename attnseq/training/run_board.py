@@ -1,7 +1,8 @@
-"""What a training run shows in TensorBoard beyond its scalars: attention heatmaps, the
-attention diagnostics of the validation split (``valid/attention/...``: end-of-source mass and
-entropy per head, attnseq/analysis/attention_diagnostics.py) and a few validation examples as
-text at each validation, and the hyperparameters that set the run apart.
+"""What a training run shows in TensorBoard beyond its scalars: attention heatmaps (and the
+segment attention of hierarchical models), the attention diagnostics of the validation split
+(``valid/attention/...``: end-of-source mass and entropy per head,
+attnseq/analysis/attention_diagnostics.py) and a few validation examples as text at each
+validation, and the hyperparameters that set the run apart.
 
 `validation_logger` is the trainer's `on_validation` callback (rank 0 only); `run_hparams` is
 what the final test evaluation logs to the HParams tab.
@@ -13,6 +14,7 @@ from typing import Any
 
 from attnseq.analysis.alignment import attention_statistics
 from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
+from attnseq.analysis.segment_view import is_hierarchical, log_segment_heatmaps
 from attnseq.config.conversion import config_to_dict, flat_config
 from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extended_pieces
@@ -129,6 +131,11 @@ def heatmap_logger(
                 tag = f"attention/example_{number}"
             figure = alignment_figure(weights, src_tokens, tgt_tokens, title, p_gen=p_gen)
             log_heatmap(writer, tag, figure, step)
+        if is_hierarchical(model):  # and the segment level, output step x segment
+            sources_ids = [src_ids for src_ids, _ in subset.examples]
+            log_segment_heatmaps(
+                writer, model, sources_ids, hypotheses, tokenizers, step, subset.extended
+            )
 
     return draw
 

@@ -1,0 +1,201 @@
+"""The RNN encoder-decoder with hierarchical attention (Nallapati, Zhou, dos Santos, Gulcehre &
+Xiang 2016, "Abstractive Text Summarization using Sequence-to-sequence RNNs and Beyond", CoNLL,
+section 2.4): model.attention.hierarchy=sentence.
+
+The source is cut into segments (speaker turns or sentences; attnseq/data/segments.py, from
+the token ids by the source tokenizer's `SourceSegmenter`). The encoder has two levels
+(models/hierarchical_encoder.py): the word encoder per segment, a segment RNN over the segment
+vectors. At every decoder step the word attention (the model's score, e.g. additive) gives
+alpha over the words, a segment attention of the same score gives beta over the segment
+annotations from the same query, and the two combine into
+
+    P(j) = alpha_j beta_{s(j)} / sum_k alpha_k beta_{s(k)}     (attention/hierarchical.py)
+
+P is the step's attention: the context c = sum_j P(j) h_j, the returned map, the copy
+distribution and what coverage accumulates (with model.copy / model.coverage the model is the
+pointer-generator of models/rnn_pointer.py with this attention; coverage enters alpha's
+score, See et al. 2017 eq. 11).
+
+Decoder state: the base model's, plus "segments" (B, S) (-1 at padding), "segment_annotations"
+(B, N, E), "segment_mask" (B, N), "segment_keys" (the segment score's prepared keys) and
+"segment_weights" (B, N), beta of the last step. `forward(need_weights=True)` also returns
+extras "segment_attention" (B, T, N), beta at every step, and "segments" (B, S).
+
+The base model's parameters are created first, from the same random stream, so a hierarchical
+model starts from the weights of its flat counterpart plus the segment RNN and the segment
+score.
+
+Shapes: B batch, S source length, T target length, N segments, E encoder output size.
+"""
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnseq.attention import build_attention
+from attnseq.attention.base import Attention
+from attnseq.attention.hierarchical import combine_hierarchical
+from attnseq.config.checks import encoder_output_size
+from attnseq.config.schema import ModelConfig
+from attnseq.data.segments import SourceSegmenter
+from attnseq.models.hierarchical_encoder import HierarchicalEncoder
+from attnseq.models.rnn import RNNSeq2Seq
+from attnseq.models.rnn_pointer import PointerGeneratorRNN
+from attnseq.models.seq2seq import AlignmentHead, Seq2Seq, Seq2SeqOutput, Vocabularies
+
+# the key of a per-step scratch dict through which `_attend` hands beta to `_step`
+_TRACE = "segment_trace"
+
+
+class HierarchicalAttention(RNNSeq2Seq):
+    """Goes first among the bases, before `RNNSeq2Seq` or `PointerGeneratorRNN`.
+
+    Args:
+        vocab: as for `RNNSeq2Seq`.
+        segment_attention: the score of beta over the segment annotations (its key size is
+            the encoder's output size, its query the decoder state, as the word attention).
+        segmenter: token ids -> segment ids for the source vocabulary; needed to encode
+            (`models.loading.model_for` gives it from the checkpoint's source tokenizer).
+        **options: every keyword argument of the next base (attention, sizes, copy, ...).
+
+    Raises:
+        ValueError: without word attention (model.attention.score=none).
+    """
+
+    def __init__(
+        self,
+        vocab: Vocabularies,
+        *,
+        segment_attention: Attention,
+        segmenter: SourceSegmenter | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(vocab, **options)
+        if self.attention is None:
+            raise ValueError("hierarchical attention needs a word attention, the model has none")
+        self.segmenter = segmenter
+        self.segment_encoder = HierarchicalEncoder(
+            self.encoder.output_size,
+            layers=self.layers,
+            bidirectional=self.encoder.rnn.bidirectional,
+            cell=self.cell,
+        )
+        self.segment_attention = segment_attention
+
+    def source_segments(self, src: Tensor, src_lengths: Tensor) -> Tensor:
+        """(B, S) segment ids of src (B, S), -1 at padding."""
+        if self.segmenter is None:
+            raise ValueError(
+                "a hierarchical model needs the source segmenter of its tokenizer "
+                "(attnseq.data.segments.SourceSegmenter.from_tokenizer)"
+            )
+        return self.segmenter.batch_segment_ids(src, src_lengths)
+
+    def _encoder_outputs(
+        self, src: Tensor, src_lengths: Tensor
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        segments = self.source_segments(src, src_lengths)  # (B, S)
+        encoding = self.segment_encoder(self.encoder, src, segments)
+        segment_annotations = encoding.segment_annotations  # (B, N, E)
+        extra_state = {
+            "segments": segments,
+            "segment_annotations": segment_annotations,
+            "segment_mask": encoding.segment_mask,  # (B, N)
+            "segment_keys": self.segment_attention.prepare_keys(segment_annotations),
+            "segment_weights": segment_annotations.new_zeros(segment_annotations.shape[:2]),
+        }
+        return encoding.annotations, encoding.summary, extra_state
+
+    def _attend(
+        self, query: Tensor, state: dict[str, Tensor], positions: Tensor
+    ) -> tuple[Tensor, Tensor | None]:
+        """Context (B, T, E) and P (B, T, S) for queries (B, T, H) (module docstring)."""
+        _, word_weights = super()._attend(query, state, positions)  # alpha: (B, T, S)
+        assert word_weights is not None
+        segment_annotations = state["segment_annotations"]
+        _, segment_weights = self.segment_attention(  # beta: (B, T, N)
+            query,
+            segment_annotations,
+            segment_annotations,
+            state["segment_mask"],
+            prepared_keys=state["segment_keys"],
+        )
+        weights = combine_hierarchical(word_weights, segment_weights, state["segments"])
+        trace: Any = state.get(_TRACE)
+        if trace is not None:
+            trace["segment_weights"] = segment_weights
+        return torch.bmm(weights, state["annotations"]), weights  # c = sum_j P(j) h_j
+
+    def _step(
+        self, prev_tokens: Tensor, state: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
+        trace: dict[str, Tensor] = {}
+        with_trace: Any = {**state, _TRACE: trace}  # read by `_attend` of this step only
+        pre_output, weights, new_state = super()._step(prev_tokens, with_trace)
+        del new_state[_TRACE]
+        new_state["segment_weights"] = trace["segment_weights"].squeeze(1)  # beta: (B, N)
+        return pre_output, weights, new_state
+
+    def forward(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        need_weights: bool = False,
+        alignment: AlignmentHead | None = None,
+        **copy_inputs: Any,
+    ) -> Seq2SeqOutput:
+        """The base model's forward; with need_weights, also extras "segment_attention"
+        (B, T, N) and "segments" (B, S) (`segment_attention_map`)."""
+        output = super().forward(src, src_lengths, tgt_in, need_weights, alignment, **copy_inputs)
+        if need_weights:
+            segment_map, segments = self.segment_attention_map(
+                src, src_lengths, tgt_in, **copy_inputs
+            )
+            output.extras["segment_attention"] = segment_map
+            output.extras["segments"] = segments
+        return output
+
+    @torch.no_grad()
+    def segment_attention_map(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, **copy_inputs: Any
+    ) -> tuple[Tensor, Tensor]:
+        """beta of every teacher-forced step (B, T, N), and the segments (B, S): the cached
+        decoder run over tgt_in (B, T), which computes what forward computes."""
+        state = self.start_decoding(src, src_lengths, **copy_inputs)
+        steps = []
+        for t in range(tgt_in.size(1)):
+            _, _, state = self.decode_step(tgt_in[:, t], state)
+            steps.append(state["segment_weights"])
+        return torch.stack(steps, dim=1), state["segments"]
+
+
+class HierarchicalRNNSeq2Seq(HierarchicalAttention, RNNSeq2Seq):
+    """`RNNSeq2Seq` with hierarchical attention."""
+
+
+class HierarchicalPointerRNN(HierarchicalAttention, PointerGeneratorRNN):
+    """The pointer-generator (copy and/or coverage) with hierarchical attention: P is the copy
+    distribution, coverage sums P and enters alpha's score."""
+
+
+def build_hierarchical_rnn(
+    cfg: ModelConfig,
+    vocab: Vocabularies,
+    options: dict[str, Any],
+    segmenter: SourceSegmenter | None,
+) -> Seq2Seq:
+    """The hierarchical model of `cfg` (the pointer-generator one with copy or coverage);
+    `options` are the keyword arguments of `RNNSeq2Seq` (models/__init__.py), word attention
+    included. The segment score is the word score's kind, built after the base model."""
+    segment_attention = build_attention(
+        cfg.attention.score.value,
+        cfg.hidden,
+        encoder_output_size(cfg),
+        attn_dim=cfg.attention.attn_dim or cfg.hidden,
+    )
+    options.update(segment_attention=segment_attention, segmenter=segmenter)
+    if not (cfg.copy or cfg.coverage):
+        return HierarchicalRNNSeq2Seq(vocab, **options)
+    return HierarchicalPointerRNN(vocab, copy=cfg.copy, coverage=cfg.coverage, **options)
