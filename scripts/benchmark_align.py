@@ -61,7 +61,12 @@ def time_method(
     """One timed `align_sentences` run over all pairs, after a warm-up on the first few."""
     if warmup:
         align_sentences(
-            trained, sources[:warmup], targets[:warmup], method, device=device, batch_size=batch_size
+            trained,
+            sources[:warmup],
+            targets[:warmup],
+            method,
+            device=device,
+            batch_size=batch_size,
         )
     start = time.perf_counter()
     result = align_sentences(
