@@ -52,6 +52,7 @@ from attnseq.attention.masks import padding_mask
 from attnseq.attention.mechanism import KeyValue
 from attnseq.models.positional import build_positional_encoding, make_positions
 from attnseq.models.seq2seq import AlignmentHead, DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
+from attnseq.models.transformer_checks import check_options
 from attnseq.models.transformer_layers import (
     DecoderLayer,
     DecoderPass,
@@ -59,8 +60,6 @@ from attnseq.models.transformer_layers import (
     TransformerEncoder,
     final_norm,
 )
-
-NORMS = ("pre", "post")
 
 
 class TransformerSeq2Seq(Seq2Seq):
@@ -107,7 +106,7 @@ class TransformerSeq2Seq(Seq2Seq):
         decoder_self_attention: bool = False,
     ) -> None:
         super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
-        _check_options(d_model, heads, (enc_layers, dec_layers), norm)
+        check_options(d_model, heads, (enc_layers, dec_layers), norm)
         if share_src_tgt_embeddings:
             vocab.check_shareable()
         self.d_model = d_model
@@ -375,23 +374,3 @@ class TransformerSeq2Seq(Seq2Seq):
         decoder, attention, new_state = self.incremental_step(prev_tokens, state, need_weights)
         logits = self.output_proj(decoder.decoded).squeeze(1)  # (B, 1, V) -> (B, V)
         return logits, attention, new_state
-
-
-def _check_options(d_model: int, heads: int, layers: tuple[int, int], norm: str) -> None:
-    """Reject inconsistent hyperparameters with a message that says what would be valid.
-
-    `layers` is (enc_layers, dec_layers); the other arguments are the constructor's.
-    """
-    if heads <= 0 or d_model % heads != 0:
-        raise ValueError(
-            f"d_model ({d_model}) must be divisible by heads ({heads}); "
-            f"e.g. heads in {[h for h in range(1, d_model + 1) if d_model % h == 0][:8]}"
-        )
-    if min(layers) < 1:
-        # weights are stacked per layer, and a decoder needs cross-attention to see the source
-        enc_layers, dec_layers = layers
-        raise ValueError(
-            f"enc_layers and dec_layers must be at least 1, got {enc_layers} and {dec_layers}"
-        )
-    if norm not in NORMS:
-        raise ValueError(f"unknown norm {norm!r}; choose one of {', '.join(NORMS)}")
