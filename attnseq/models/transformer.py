@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from attnseq.attention.efficient import SelfAttentionOptions
+from attnseq.attention.efficient import SelfAttentionOptions, for_layer
 from attnseq.attention.masks import padding_mask
 from attnseq.attention.mechanism import KeyValue
 from attnseq.models.positional import build_positional_encoding, make_positions
@@ -80,6 +80,7 @@ class TransformerSeq2Seq(Seq2Seq):
         share_src_tgt_embeddings: one embedding for source and target (equal vocab sizes).
         self_attention: encoder self-attention mechanism (attention/efficient.py); None = full.
         decoder_self_attention: use it for decoder self-attention too (causal kinds only).
+        memory_slots, memory_in_cross, conv_kernel: see `LayerOptions`.
 
     Raises:
         ValueError: for inconsistent sizes or options, e.g. a decoder use of a kind that
@@ -104,6 +105,9 @@ class TransformerSeq2Seq(Seq2Seq):
         share_src_tgt_embeddings: bool = False,
         self_attention: SelfAttentionOptions | None = None,
         decoder_self_attention: bool = False,
+        memory_slots: int = 0,
+        memory_in_cross: bool = False,
+        conv_kernel: int = 0,
     ) -> None:
         super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         check_options(d_model, heads, (enc_layers, dec_layers), norm)
@@ -115,11 +119,15 @@ class TransformerSeq2Seq(Seq2Seq):
         self.positions = positions
         self._build_embeddings(vocab, share_src_tgt_embeddings, dropout)
 
-        options = LayerOptions(d_model, heads, ff_dim, dropout, attention_dropout, norm == "pre")
+        options = LayerOptions(
+            d_model, heads, ff_dim, dropout, attention_dropout, norm == "pre", memory_slots,
+            memory_in_cross, conv_kernel,
+        )  # fmt: skip
         self.encoder = TransformerEncoder(enc_layers, options, self_attention)
         decoder_self = self_attention if decoder_self_attention else None
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(options, decoder_self) for _ in range(dec_layers)
+            DecoderLayer(options, for_layer(decoder_self, enc_layers + index))
+            for index in range(dec_layers)
         )
         self.decoder_norm = final_norm(options)
 
