@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_config_checks import assert_refused, train_in_process
 
 from attnseq.attention.bigbird import BigBirdSelfAttention
 from attnseq.config.conversion import config_from_dict
 from attnseq.models import Vocabularies, build_model
-from tests.test_config_checks import assert_refused, train_in_process
 
 
 @pytest.mark.parametrize(
@@ -82,3 +82,26 @@ def test_the_keys_reach_the_model() -> None:
         rebuilt.encoder.layers[0].self_attn.memory.keys,
         state["encoder.layers.0.self_attn.memory.keys"],
     )
+
+
+def test_self_attention_maps_label_the_memory_columns(tmp_path: Path) -> None:
+    from helpers import untrained_checkpoint
+
+    from attnseq.analysis.alignment_view import AlignmentViewer, merge_words
+
+    checkpoint = untrained_checkpoint(
+        tmp_path / "memory.pt",
+        "model.family=transformer",
+        "model.attention.memory_slots=2",
+        "model.attention.memory_in_cross=true",
+    )
+    viewer = AlignmentViewer(checkpoint)
+    encoder = viewer.attention("4 May 2001", "2001", kind="encoder")
+    assert encoder.columns[-2:] == ["<m1>", "<m2>"] and len(encoder.rows) + 2 == len(
+        encoder.columns
+    )
+    assert encoder.weights.shape[-1] == len(encoder.columns)
+    words = merge_words(encoder)  # memory slots stay columns of their own
+    assert words.columns[-2:] == ["<m1>", "<m2>"]
+    cross = viewer.attention("4 May 2001", "2001", kind="cross")
+    assert "<m1>" not in cross.columns and cross.weights.shape[-1] == len(cross.columns)
