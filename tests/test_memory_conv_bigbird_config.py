@@ -105,3 +105,35 @@ def test_self_attention_maps_label_the_memory_columns(tmp_path: Path) -> None:
     assert words.columns[-2:] == ["<m1>", "<m2>"]
     cross = viewer.attention("4 May 2001", "2001", kind="cross")
     assert "<m1>" not in cross.columns and cross.weights.shape[-1] == len(cross.columns)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model",
+    [
+        ["model.attention.memory_slots=2", "model.attention.memory_in_cross=true"],
+        ["model.conv_kernel=3"],
+        [
+            "model.attention.kind=bigbird",
+            "model.attention.decoder_self=true",
+            "model.attention.block_size=2",
+        ],
+    ],  # fmt: skip
+)
+def test_an_exact_resume_ends_with_the_same_weights(tmp_path: Path, model: list[str]) -> None:
+    """5 updates, then resume to 8, against 8 in one go (dropout on: the RNG state matters)."""
+    from helpers import tiny_config
+
+    from attnseq.io.checkpoint import load_checkpoint
+    from attnseq.training.run import run_training
+
+    settings = ["model.family=transformer", "model.dropout=0.3", "trainer.validate_every=4"]
+    settings += ["trainer.num_heatmaps=0", *model]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    run_training(tiny_config(*settings, "trainer.max_steps=8"), straight)
+    run_training(tiny_config(*settings, "trainer.max_steps=5"), split)
+    run_training(tiny_config(*settings, "trainer.max_steps=8", "resume=auto"), split)
+    a = load_checkpoint(straight / "checkpoints" / "last.pt")["model"]
+    b = load_checkpoint(split / "checkpoints" / "last.pt")["model"]
+    assert any("memory" in name or "conv" in name for name in a) or "bigbird" in model[0]
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
