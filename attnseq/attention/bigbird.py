@@ -174,7 +174,12 @@ class BigBirdSelfAttention(AttentionMechanism):
         return patterns.to(device)
 
     def mask(
-        self, query_len: int, key_len: int, causal: bool, key_mask: Tensor | None, device
+        self,
+        query_len: int,
+        key_len: int,
+        causal: bool,
+        key_mask: Tensor | None,
+        device: torch.device,
     ) -> Tensor:
         """The token mask (B|1, 1, T, S); the T queries are the last T of the S positions."""
         positions = torch.arange(key_len, device=device)  # (S,)

@@ -6,9 +6,10 @@ Token embeddings are multiplied by sqrt(d_model) and summed with positional enco
 (section 3.4, "tie_embeddings"), and source and target may share one embedding.
 
 Self-attention may use an efficient mechanism instead of full attention (`self_attention`,
-attnseq/attention/efficient.py: local, strided, longformer, linformer, linear, performer): in the
-encoder always, in the decoder with `decoder_self_attention` (causal kinds only). Cross-attention
-is always full.
+attnseq/attention/efficient.py: local, strided, longformer, linformer, linear, performer,
+bigbird): in the encoder always, in the decoder with `decoder_self_attention` (causal kinds
+only). Cross-attention is always full. Persistent memory slots (`memory_slots`) and the
+encoder's convolution sublayer (`conv_kernel`) are options of the layers (transformer_layers.py).
 
 Attention weights come back as (B, L, H, T, S) for cross-attention (seq2seq.py's convention) and in
 `extras` as "decoder_self_attention" (B, L, H, T, T) and "encoder_self_attention" (B, L, H, S, S);
