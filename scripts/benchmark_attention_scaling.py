@@ -41,17 +41,11 @@ import time
 from datetime import date
 from pathlib import Path
 
-KINDS = (
-    "full",
-    "full_explicit",
-    "local",
-    "strided",
-    "longformer",
-    "linformer",
-    "linear",
-    "performer",
-)
-LINEAR_CLAIM = ("local", "linformer", "linear", "performer")  # memory should grow like n
+from attnseq.config.choices import AttentionKind
+
+# every `model.attention.kind` (new kinds join automatically), and full's explicit path
+KINDS = ("full", "full_explicit", *(kind.value for kind in AttentionKind if kind.value != "full"))
+LINEAR_CLAIM = ("local", "linformer", "linear", "performer", "bigbird")  # memory should grow like n
 SIZES = tuple(256 * 2**i for i in range(7))  # 256 .. 16384
 
 
@@ -66,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stride", type=int, default=64, help="strided l")
     parser.add_argument("--proj-dim", type=int, default=256, help="linformer k")
     parser.add_argument("--features", type=int, default=256, help="performer m")
+    # bigbird: the paper's ITC setting (Zaheer et al. 2020, appendix E): b = 64, a 3-block
+    # window, 2 global blocks, 3 random blocks
+    parser.add_argument("--block-size", type=int, default=64, help="bigbird b")
+    parser.add_argument("--window-blocks", type=int, default=1, help="bigbird w (each side)")
+    parser.add_argument("--global-blocks", type=int, default=2, help="bigbird g")
+    parser.add_argument("--random-blocks", type=int, default=3, help="bigbird r")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes per size")
     parser.add_argument("--max-gb", type=float, default=12.0, help="memory budget per run")
@@ -109,6 +109,10 @@ def run_worker(kind: str, length: int, args: argparse.Namespace) -> dict:
             proj_dim=args.proj_dim,
             max_length=length,  # a linformer is built for the length it serves
             features=args.features,
+            block_size=args.block_size,
+            window_blocks=args.window_blocks,
+            global_blocks=args.global_blocks,
+            random_blocks=args.random_blocks,
         )
         layer = build_self_attention(options, args.d_model, args.heads)
 
@@ -137,10 +141,13 @@ def run_worker(kind: str, length: int, args: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------------------------------ driver
+SHAPE_OPTIONS = ("d_model", "heads", "window", "global_tokens", "stride", "proj_dim")
+
+
 def measure(kind: str, length: int, args: argparse.Namespace) -> dict:
     """Run one worker subprocess; a failure (e.g. out of memory) is reported, not raised."""
     command = [sys.executable, __file__, "--worker", kind, str(length)]
-    for name in ("d_model", "heads", "window", "global_tokens", "stride", "proj_dim"):
+    for name in (*SHAPE_OPTIONS, "block_size", "window_blocks", "global_blocks", "random_blocks"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     command += ["--features", str(args.features), "--threads", str(args.threads)]
     command += ["--repeats", str(args.repeats), "--max-gb", str(args.max_gb)]
@@ -224,7 +231,9 @@ def markdown(results: list[dict], info: dict, stats: dict) -> str:
         f"{info['date']}. One forward + backward of encoder self-attention: d_model "
         f"{info['d_model']}, {info['heads']} heads, batch 1; local/longformer w = "
         f"{info['window']}, longformer g = {info['global_tokens']}, strided l = {info['stride']}, "
-        f"linformer k = {info['proj_dim']}, performer m = {info['features']}. Load average "
+        f"linformer k = {info['proj_dim']}, performer m = {info['features']}, bigbird b = "
+        f"{info['block_size']}, w = {info['window_blocks']}, g = {info['global_blocks']}, "
+        f"r = {info['random_blocks']}. Load average "
         f"{info['load_average_1min']['start']:.1f} at the start, "
         f"{info['load_average_1min']['end']:.1f} at the end.",
         "",
@@ -324,6 +333,10 @@ def machine_info(args: argparse.Namespace, load_before: float) -> dict:
                 "stride",
                 "proj_dim",
                 "features",
+                "block_size",
+                "window_blocks",
+                "global_blocks",
+                "random_blocks",
             )
         },
     }

@@ -13,8 +13,10 @@ Per-kind defaults for DialogSum (sources up to data.max_src_len = 400 pieces):
     longformer  model.attention.D=32 model.attention.global_tokens=4
     linformer   model.attention.proj_dim=64          (n = model.max_positions = 1024)
     performer   model.attention.features=128
-With --decoder-self, the causal kinds (local, strided, linear, performer) are also used for
-decoder self-attention.
+    bigbird     model.attention.block_size=16 model.attention.global_blocks=2
+                model.attention.random_blocks=3     (3-block window: 7 blocks of 16 per row)
+With --decoder-self, the causal kinds (local, strided, linear, performer, bigbird) are also used
+for decoder self-attention.
 
 Columns: test ROUGE-L/1/2 (of best.pt, from metrics.json), the best validation ROUGE-L, updates
 and epochs done, seconds per epoch = training-loop seconds x batches per epoch / updates (the
@@ -30,7 +32,7 @@ parameters.
         trainer.max_steps=700 trainer.validate_every=700 trainer.max_minutes=null \\
         trainer.early_stopping_patience=0 trainer.threads=1 &
     python scripts/compare_attention_kinds.py --out outputs/attention_kinds \\
-        --kinds linformer,linear,performer -- (the same overrides)
+        --kinds linformer,linear,performer,bigbird -- (the same overrides)
     # a smoke test: a few steps on 500 dialogues, short decodes (minutes)
     python scripts/compare_attention_kinds.py --out /tmp/kinds -- trainer.max_steps=20 \\
         data.max_examples=500 trainer.validate_every=20 trainer.max_output_ratio=0.05 \\
@@ -45,14 +47,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-KINDS = ("full", "local", "strided", "longformer", "linformer", "linear", "performer")
-CAUSAL = ("local", "strided", "linear", "performer")
+from attnseq.config.choices import AttentionKind
+
+# every `model.attention.kind`: new kinds join automatically
+KINDS = tuple(kind.value for kind in AttentionKind)
+CAUSAL = tuple(kind.value for kind in AttentionKind if kind.causal and kind.value != "full")
 DEFAULTS = {
     "local": ["model.attention.D=32"],
     "strided": ["model.attention.stride=20"],
     "longformer": ["model.attention.D=32", "model.attention.global_tokens=4"],
     "linformer": ["model.attention.proj_dim=64"],
     "performer": ["model.attention.features=128"],
+    "bigbird": [
+        "model.attention.block_size=16",
+        "model.attention.global_blocks=2",
+        "model.attention.random_blocks=3",
+    ],
 }
 
 

@@ -58,3 +58,18 @@ def test_user_overrides_replace_the_kind_defaults(tmp_path):
     assert "model.attention.D=4" in line and "model.attention.D=32" not in line
     assert "model.attention.decoder_self=true" in line
     assert not (tmp_path / "local").exists()
+
+
+def test_every_config_kind_is_compared_with_its_defaults(tmp_path):
+    """The kinds come from AttentionKind; bigbird's block parameters are its defaults, and it is
+    causal, so --decoder-self puts it in the decoder too."""
+    result = _run("--decoder-self", "--dry-run", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    kinds = [line.split("model.attention.kind=")[1].split()[0] for line in lines]
+    assert kinds == [
+        "full", "local", "strided", "longformer", "linformer", "linear", "performer", "bigbird",
+    ]  # fmt: skip
+    bigbird = lines[-1]
+    for key in ("block_size=16", "global_blocks=2", "random_blocks=3", "decoder_self=true"):
+        assert f"model.attention.{key}" in bigbird

@@ -149,7 +149,7 @@ def test_attention_kind_validation(overrides: list[str], expected: str) -> None:
         compose_train(overrides)
 
 
-@pytest.mark.parametrize("kind", ["local", "strided", "linear", "performer"])
+@pytest.mark.parametrize("kind", ["local", "strided", "linear", "performer", "bigbird"])
 def test_causal_attention_kinds_may_serve_the_decoder(kind: str) -> None:
     cfg = compose_train(
         ["model=transformer", f"model.attention.kind={kind}", "model.attention.decoder_self=true"]

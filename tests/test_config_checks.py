@@ -141,6 +141,8 @@ def test_checkpoint_configs_are_checked_by_the_same_rules() -> None:
         {"family": "transformer"},
         {"family": "transformer", "positions": "learned", "tie_embeddings": False},
         {"family": "transformer", "attention": {"kind": "linformer"}, "max_positions": 256},
+        {"family": "transformer", "attention": {"memory_slots": 8, "memory_in_cross": True}},
+        {"family": "transformer", "conv_kernel": 31, "d_model": 64},
     ],
 )
 def test_parameter_estimate_matches_the_built_model(overrides: dict) -> None:

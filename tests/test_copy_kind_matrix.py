@@ -18,7 +18,7 @@ from attnseq.training.run import run_training
 
 runner = CliRunner()
 
-CAUSAL = ["full", "local", "strided", "linear", "performer"]
+CAUSAL = ["full", "local", "strided", "linear", "performer", "bigbird"]
 ENCODER_ONLY = ["longformer", "linformer"]
 
 

@@ -21,8 +21,10 @@ Maps (RNN: one; transformer: one per layer and head):
               columns = source segments (their number and first words; analysis/segment_view.py);
               their cross map is the combined word map
 
-Self-attention maps follow `model.attention.kind`: sparse kinds (local, strided, longformer)
-are zero outside their pattern; linformer shows its effective weights P F (they may be
+Self-attention maps follow `model.attention.kind`: sparse kinds (local, strided, longformer,
+bigbird) are zero outside their pattern; with `model.attention.memory_slots=N` they end in N
+more columns labelled <m1>..<mN>, the weight of each persistent memory slot (cross-attention maps
+show the source columns only); linformer shows its effective weights P F (they may be
 negative); linear and performer have no weights, and asking for their map is a UserError that
 says so (their cross-attention, always full, can still be drawn).
 """
@@ -83,6 +85,8 @@ class _Pass:
         """The map of `weights` (..., rows, columns) with the axes labelled by `labels`."""
         row_pieces, row_kind = self.labels[rows]
         column_pieces, column_kind = self.labels[columns]
+        slots = weights.size(-1) - len(column_pieces)  # persistent memory columns come last
+        column_pieces = [*column_pieces, *(memory_label(slot) for slot in range(1, slots + 1))]
         return AttentionMap(
             weights.cpu().numpy(),
             row_pieces,
@@ -229,11 +233,23 @@ def merge_words(attention: AttentionMap) -> AttentionMap:
 SPECIAL_PIECES = {"<s>", "</s>", "<pad>"}
 
 
+def memory_label(slot: int) -> str:
+    """The column label of persistent memory slot `slot` (1-based): "<m1>", "<m2>", ..."""
+    return f"<m{slot}>"
+
+
+def _is_special(piece: str) -> bool:
+    """<s>, </s>, <pad> and memory slots: words of their own, never glued to a neighbour."""
+    return piece in SPECIAL_PIECES or (
+        piece.startswith("<m") and piece.endswith(">") and piece[2:-1].isdigit()
+    )
+
+
 def _word_ids(pieces: list[str], kind: str) -> list[int]:
     """word_ids, with <s> and </s> kept as words of their own (not glued to a neighbour)."""
-    plain_ids = iter(word_ids([p for p in pieces if p not in SPECIAL_PIECES], kind))
+    plain_ids = iter(word_ids([p for p in pieces if not _is_special(p)], kind))
     keys = [
-        ("special", i) if p in SPECIAL_PIECES else ("word", next(plain_ids))
+        ("special", i) if _is_special(p) else ("word", next(plain_ids))
         for i, p in enumerate(pieces)
     ]
     numbering: dict[tuple[str, int], int] = {}

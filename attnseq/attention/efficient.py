@@ -9,9 +9,13 @@ replaces softmax(Q K^T / sqrt(d_k)) V inside multi-head self-attention.
     linformer   E K, F V to k rows, Wang et al. 2020             O(n k)   no      effective P F
     linear      elu(x)+1 features, Katharopoulos et al. 2020     O(n d)   yes     no
     performer   FAVOR+ random features, Choromanski et al. 2021  O(n m)   yes     no
+    bigbird     window + global + random blocks, Zaheer et al.   O(n K b) yes (**) yes
+                2020 (bigbird.py)
 
 (*) the fused kernel's memory is O(n) on CPU and with flash/memory-efficient kernels on GPU; the
 explicit path (weights) is O(n^2). strided realises its pattern as an n x n mask.
+(**) bigbird's causal form (decoder) uses its pattern as an n x n mask, O(n^2); K key blocks of
+b positions per query block.
 
 The W^Q, W^K, W^V, W^O projections and the head split stay those of `MultiHeadAttention`; only
 its mechanism changes, so every kind has the same parameters apart from the mechanism's own.
@@ -21,8 +25,9 @@ self-attention when asked (`model.attention.decoder_self`), which needs a causal
 cross-attention stays full.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from attnseq.attention.bigbird import BigBirdSelfAttention
 from attnseq.attention.full import FullAttention
 from attnseq.attention.linear import LinearSelfAttention
 from attnseq.attention.linformer import LinformerSelfAttention
@@ -46,6 +51,8 @@ class SelfAttentionOptions:
     global_tokens: g, longformer's global positions (the first g).
     proj_dim: k, linformer's projected length; max_length: n, its longest sequence.
     features: m, performer's random features.
+    block_size, window_blocks, global_blocks, random_blocks: bigbird's b, w, g and r;
+        seed: seeds its random blocks (`for_layer` gives each layer its own).
     """
 
     kind: str = "full"
@@ -57,6 +64,17 @@ class SelfAttentionOptions:
     proj_dim: int = 64
     max_length: int = 1024
     features: int = 128
+    block_size: int = 16
+    window_blocks: int = 1
+    global_blocks: int = 1
+    random_blocks: int = 2
+    seed: int = 0
+
+
+def for_layer(options: SelfAttentionOptions | None, index: int) -> SelfAttentionOptions | None:
+    """The options of layer `index`: seed + index, so that every layer draws its own fixed
+    random pattern (bigbird) from the one configured seed."""
+    return None if options is None else replace(options, seed=options.seed + index)
 
 
 def build_mechanism(options: SelfAttentionOptions, d_k: int) -> AttentionMechanism:
@@ -80,6 +98,14 @@ def build_mechanism(options: SelfAttentionOptions, d_k: int) -> AttentionMechani
         return LinearSelfAttention()
     if kind == AttentionKind.performer.value:
         return PerformerSelfAttention(d_k, options.features)
+    if kind == AttentionKind.bigbird.value:
+        return BigBirdSelfAttention(
+            options.block_size,
+            options.window_blocks,
+            options.global_blocks,
+            options.random_blocks,
+            options.seed,
+        )
     valid = ", ".join(member.value for member in AttentionKind)
     raise ValueError(f"unknown self-attention kind {kind!r}; valid: {valid}")
 
@@ -90,11 +116,13 @@ def build_self_attention(
     heads: int,
     dropout: float = 0.0,
     causal: bool = False,
+    memory_slots: int = 0,
 ) -> MultiHeadAttention:
     """Multi-head self-attention of the given kind (None: full attention).
 
     Args:
         causal: the module will be used for decoder self-attention.
+        memory_slots: N persistent memory vectors per head (full attention only).
 
     Raises:
         ValueError: for an unknown kind, bad parameters, or a causal use of an encoder-only
@@ -109,4 +137,6 @@ def build_self_attention(
             f"attention kind={options.kind} cannot be used for decoder self-attention (it is not "
             f"causal); causal kinds: {causal_kinds}"
         )
-    return MultiHeadAttention(d_model, heads, dropout, mechanism=mechanism)
+    return MultiHeadAttention(
+        d_model, heads, dropout, mechanism=mechanism, memory_slots=memory_slots
+    )

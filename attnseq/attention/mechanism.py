@@ -5,8 +5,8 @@ them into heads, and hands the per-head q, k, v to a mechanism, which returns th
 context that the caller merges and projects with W^O. Full attention, softmax(Q K^T / sqrt(d_k))
 V over every pair (Vaswani et al. 2017, eq. 1), is one mechanism (full.py); the efficient ones
 replace it in self-attention (`model.attention.kind`, efficient.py), one per file:
-sliding_window.py (kind=local), strided.py, longformer.py, linformer.py, linear.py and
-performer.py.
+sliding_window.py (kind=local), strided.py, longformer.py, linformer.py, linear.py,
+performer.py and bigbird.py.
 
 A mechanism fills one hook, `attend(inputs, need_weights)`; `forward` checks the call once for
 every mechanism. The efficient mechanisms are self-attention: query position t and key position

@@ -27,6 +27,9 @@ heads it removes (attnseq/models/head_mask.py). Every path applies it: fused and
 attention, the efficient mechanisms and the cached decoding steps. It is saved with the weights;
 a state dict without it (older checkpoints) loads with every head kept.
 
+Persistent memory (`memory_slots` N > 0, persistent_memory.py): N learned key/value vectors per
+head are put in front of the keys and values of every call, outside every mask.
+
 Shapes: B batch, T query positions, S key positions, N new positions, H heads,
 d_k = d_model / H.
 """
@@ -44,6 +47,7 @@ from attnseq.attention.mechanism import (
     SelfCache,
     append_positions,
 )
+from attnseq.attention.persistent_memory import PersistentMemory
 
 
 class MultiHeadAttention(nn.Module):
@@ -55,6 +59,8 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights (only in training mode).
         bias: whether the four projections have biases.
         mechanism: the attention function over the per-head q, k, v; None = full attention.
+        memory_slots: N persistent memory vectors per head (0 = none); full attention only.
+        memory_in_weights: return the memory columns with the weights (see PersistentMemory).
     """
 
     def __init__(
@@ -64,6 +70,8 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         mechanism: AttentionMechanism | None = None,
+        memory_slots: int = 0,
+        memory_in_weights: bool = True,
     ) -> None:
         super().__init__()
         if heads <= 0 or d_model % heads != 0:
@@ -81,6 +89,14 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.mechanism = FullAttention() if mechanism is None else mechanism
         self.register_buffer("head_mask", torch.ones(heads))  # xi_h, 1 = head kept
+        self.memory: PersistentMemory | None = None
+        if memory_slots > 0:
+            if self.mechanism.self_attention_only:
+                raise ValueError(
+                    f"persistent memory needs full attention, not kind={self.mechanism.kind} "
+                    "(its pattern covers the sequence's positions only)"
+                )
+            self.memory = PersistentMemory(heads, memory_slots, self.d_k, memory_in_weights)
         self.reset_parameters()
 
     @property
@@ -160,6 +176,14 @@ class MultiHeadAttention(nn.Module):
             output (B, N, d_model), weights (B, H, N, P + N) or None (mechanisms that keep
             only part of the past return none), and the new cache.
         """
+        if self.memory is not None:  # full attention over [memory ; every position so far]
+            keys, values = append_positions(
+                (cache["self_k"], cache["self_v"]), *self.project_kv(x, x)
+            )
+            output, weights = self.attend(
+                x, keys, values, is_causal=True, need_weights=need_weights
+            )
+            return output, weights, {"self_k": keys, "self_v": values}
         q = self._split_heads(self.q_proj(x))  # (B, H, N, d_k)
         k, v = self.project_kv(x, x)  # (B, H, N, d_k) each
         new = Heads(q, k, v, dropout=self._dropout())
@@ -214,9 +238,13 @@ class MultiHeadAttention(nn.Module):
             query, mask, is_causal, need_weights: as in `forward`.
 
         Returns:
-            output (B, T, d_model) and weights (B, H, T, S) or None.
+            output (B, T, d_model) and weights (B, H, T, S) or None; (B, H, T, S + N) with
+            memory slots shown in the weights.
         """
         q = self._split_heads(self.q_proj(query))  # (B, H, T, d_k)
+        if self.memory is not None:  # (B, H, N + S, d_k); the slots precede the causal mask
+            keys, values = self.memory.prepend(keys, values)
+            mask = self.memory.extend_mask(mask)
         context, weights = self.mechanism(
             q,
             keys,
@@ -227,4 +255,6 @@ class MultiHeadAttention(nn.Module):
             dropout=self._dropout(),
         )  # (B, H, T, d_k)
         context = self._mask_heads(context)
+        if self.memory is not None:
+            weights = self.memory.arrange_weights(weights)  # (B, H, T, S [+ N])
         return self.out_proj(self._merge_heads(context)), weights

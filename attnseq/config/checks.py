@@ -32,6 +32,7 @@ from attnseq.config.model_checks import (
     alignment_problems,
     copy_problems,
     hierarchy_problems,
+    memory_and_convolution_problems,
     self_attention_problems,
 )
 from attnseq.config.schema import ModelConfig, TrainConfig
@@ -166,6 +167,7 @@ def cross_field_problems(cfg: TrainConfig) -> list[str]:
     problems += copy_problems(cfg)
     problems += alignment_problems(cfg)
     problems += hierarchy_problems(cfg)
+    problems += memory_and_convolution_problems(cfg)
     if cfg.resume is not None and cfg.resume != "auto":
         # Checked here so that `attnseq train` stops before Hydra creates a run directory;
         # whether the file really is a resumable checkpoint is checked when it is loaded.

@@ -88,6 +88,7 @@ class AttentionKind(Enum):
     linformer = "linformer"  # E K, F V: proj_dim rows, Wang et al. 2020; encoder only
     linear = "linear"  # elu(x)+1 feature map, Katharopoulos et al. 2020
     performer = "performer"  # FAVOR+ random features, Choromanski et al. 2021
+    bigbird = "bigbird"  # window + global + random blocks, Zaheer et al. 2020 (bigbird.py)
 
     @property
     def causal(self) -> bool:

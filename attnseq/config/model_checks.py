@@ -144,3 +144,54 @@ def hierarchy_problems(cfg: TrainConfig) -> list[str]:
     if window != "global":
         problems.append(f"{on} needs model.attention.window=global, got {window}")
     return problems
+
+
+def memory_and_convolution_problems(cfg: TrainConfig) -> list[str]:
+    """Rules of persistent memory (model.attention.memory_slots, memory_in_cross) and of the
+    encoder's convolution sublayer (model.conv_kernel): transformer only, full attention under
+    the memory, an odd kernel, and cross-attention weights that stay a distribution over the
+    source where copy, coverage or guided alignment need one."""
+    model, attention = cfg.model, cfg.model.attention
+    slots, kernel = attention.memory_slots, model.conv_kernel
+    problems: list[str] = []
+    if model.family is ModelFamily.rnn:
+        for key, value in (("attention.memory_slots", slots), ("conv_kernel", kernel)):
+            if value:
+                problems.append(
+                    f"model.{key}={value} is a transformer option; RNN models have no "
+                    f"self-attention or encoder layers to add it to (use model=transformer, or "
+                    f"model.{key}=0)"
+                )
+        return problems
+    if kernel and kernel % 2 == 0:
+        problems.append(
+            f"model.conv_kernel={kernel} must be odd (k // 2 positions on each side keep the "
+            f"length): use e.g. {kernel - 1} or {kernel + 1}, or 0 for no convolution"
+        )
+    if attention.memory_in_cross and not slots:
+        problems.append(
+            "model.attention.memory_in_cross=true needs memory slots: set "
+            "model.attention.memory_slots=N (N >= 1)"
+        )
+    if slots and attention.kind is not AttentionKind.full:
+        problems.append(
+            f"model.attention.memory_slots={slots} needs model.attention.kind=full, got "
+            f"{attention.kind.name}: the efficient kinds' patterns cover sequence positions "
+            "only"
+        )
+    needs_distribution = [
+        key
+        for key, on in (
+            ("model.copy", model.copy),
+            ("model.coverage", model.coverage),
+            (f"optim.alignment_lambda={cfg.optim.alignment_lambda}", cfg.optim.alignment_lambda),
+        )
+        if on
+    ]
+    if slots and attention.memory_in_cross and needs_distribution:
+        problems.append(
+            f"model.attention.memory_in_cross=true cannot be combined with "
+            f"{', '.join(needs_distribution)}: the memory slots take part of the "
+            "cross-attention, which then is no distribution over the source"
+        )
+    return problems

@@ -65,6 +65,22 @@ class AttentionConfig:
         64, "linformer: k, rows the keys/values are projected to (n = max_positions)", ge=1
     )
     features: int = option(128, "performer: m, random features per head", ge=1)
+    block_size: int = option(16, "bigbird: b, positions per block", ge=1)
+    window_blocks: int = option(
+        1, "bigbird: w, neighbour blocks on each side of a query's block (3-block window: 1)", ge=0
+    )
+    global_blocks: int = option(
+        1, "bigbird: g, the first g blocks attend to and are attended by every position", ge=0
+    )
+    random_blocks: int = option(2, "bigbird: r, random key blocks per query block", ge=0)
+    pattern_seed: int = option(
+        0, "bigbird: seed of the random blocks (layer l uses seed + l): one fixed pattern", ge=0
+    )
+    # --- persistent memory (Sukhbaatar et al. 2019), any transformer attention
+    memory_slots: int = option(
+        0, "N learned key/value vectors per head appended to every self-attention (0 = off)", ge=0
+    )
+    memory_in_cross: bool = option(False, "memory_slots also in cross-attention")
 
 
 @dataclass
@@ -96,6 +112,12 @@ class ModelConfig:
         0.0, "dropout on attention weights, in [0, 1)", ge=0.0, lt=1.0
     )
     max_positions: int = option(1024, "learned positions; linformer's sequence length n", ge=1)
+    conv_kernel: int = option(
+        0,
+        "odd k: a depthwise-separable convolution sublayer (Conformer) after each encoder"
+        " layer's self-attention (0 = off)",
+        ge=0,
+    )
     # --- both
     dropout: float = option(0.1, "dropout probability, in [0, 1)", ge=0.0, lt=1.0)
     tie_embeddings: bool = option(True, "output projection shares the target embedding")

@@ -113,7 +113,13 @@ def transformer_parameters(model: ModelConfig, vocab: int) -> int:
         encoder += model.enc_layers * 2 * model.max_positions * model.attention.proj_dim
     elif kind == "performer":
         encoder += model.enc_layers * model.attention.features * (d // model.heads)
-    return encoder + decoder + embeddings + positions
+    # persistent memory: N keys and values of d_k per head in every attention it is in
+    memories = model.enc_layers + model.dec_layers * (2 if model.attention.memory_in_cross else 1)
+    memory = memories * 2 * model.attention.memory_slots * d
+    # the convolution sublayer: pointwise d -> 2d and d -> d, depthwise k d, norms
+    k = model.conv_kernel
+    conv = model.enc_layers * (3 * d * d + (k + 8) * d) if k else 0
+    return encoder + decoder + embeddings + positions + memory + conv
 
 
 def batch_tokens(cfg: TrainConfig) -> int:

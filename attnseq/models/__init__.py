@@ -67,6 +67,11 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
         proj_dim=attention.proj_dim,
         max_length=cfg.max_positions,  # linformer's n
         features=attention.features,
+        block_size=attention.block_size,
+        window_blocks=attention.window_blocks,
+        global_blocks=attention.global_blocks,
+        random_blocks=attention.random_blocks,
+        seed=attention.pattern_seed,
     )
     options.update({name: getattr(cfg, name) for name in _TRANSFORMER_OPTIONS})
     options.update(
@@ -74,6 +79,9 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
         positions=cfg.positions.value,
         self_attention=self_attention,
         decoder_self_attention=attention.decoder_self,
+        memory_slots=attention.memory_slots,
+        memory_in_cross=attention.memory_in_cross,
+        conv_kernel=cfg.conv_kernel,
     )
     if not (cfg.copy or cfg.coverage):
         return TransformerSeq2Seq(vocab, **options)

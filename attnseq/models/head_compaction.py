@@ -56,6 +56,10 @@ def _keep_heads(attention: MultiHeadAttention, keep: Tensor) -> None:
         if out.bias is not None:
             compact.bias.copy_(out.bias)
         attention.out_proj = compact
+        if attention.memory is not None:  # persistent memory holds one key/value set per head
+            memory = attention.memory
+            memory.keys = nn.Parameter(memory.keys[keep].clone())
+            memory.values = nn.Parameter(memory.values[keep].clone())
     attention.heads = len(keep)
     attention.head_mask = torch.ones_like(attention.head_mask[keep])
 

@@ -54,9 +54,7 @@ def model_for(cfg: TrainConfig, tokenizers: TokenizerPair) -> Seq2Seq:
     )
     segmenter = None
     if cfg.model.attention.hierarchy is not Hierarchy.none:  # segments from the source's ids
-        segmenter = SourceSegmenter.from_tokenizer(
-            tokenizers.src, cfg.model.attention.max_segments
-        )
+        segmenter = SourceSegmenter.from_tokenizer(tokenizers.src, cfg.model.attention.max_segments)
     return build_model(cfg.model, vocab, segmenter)
 
 

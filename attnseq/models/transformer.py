@@ -6,9 +6,10 @@ Token embeddings are multiplied by sqrt(d_model) and summed with positional enco
 (section 3.4, "tie_embeddings"), and source and target may share one embedding.
 
 Self-attention may use an efficient mechanism instead of full attention (`self_attention`,
-attnseq/attention/efficient.py: local, strided, longformer, linformer, linear, performer): in the
-encoder always, in the decoder with `decoder_self_attention` (causal kinds only). Cross-attention
-is always full.
+attnseq/attention/efficient.py: local, strided, longformer, linformer, linear, performer,
+bigbird): in the encoder always, in the decoder with `decoder_self_attention` (causal kinds
+only). Cross-attention is always full. Persistent memory slots (`memory_slots`) and the
+encoder's convolution sublayer (`conv_kernel`) are options of the layers (transformer_layers.py).
 
 Attention weights come back as (B, L, H, T, S) for cross-attention (seq2seq.py's convention) and in
 `extras` as "decoder_self_attention" (B, L, H, T, T) and "encoder_self_attention" (B, L, H, S, S);
@@ -47,11 +48,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from attnseq.attention.efficient import SelfAttentionOptions
+from attnseq.attention.efficient import SelfAttentionOptions, for_layer
 from attnseq.attention.masks import padding_mask
 from attnseq.attention.mechanism import KeyValue
 from attnseq.models.positional import build_positional_encoding, make_positions
 from attnseq.models.seq2seq import AlignmentHead, DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
+from attnseq.models.transformer_checks import check_options
 from attnseq.models.transformer_layers import (
     DecoderLayer,
     DecoderPass,
@@ -59,8 +61,6 @@ from attnseq.models.transformer_layers import (
     TransformerEncoder,
     final_norm,
 )
-
-NORMS = ("pre", "post")
 
 
 class TransformerSeq2Seq(Seq2Seq):
@@ -81,6 +81,7 @@ class TransformerSeq2Seq(Seq2Seq):
         share_src_tgt_embeddings: one embedding for source and target (equal vocab sizes).
         self_attention: encoder self-attention mechanism (attention/efficient.py); None = full.
         decoder_self_attention: use it for decoder self-attention too (causal kinds only).
+        memory_slots, memory_in_cross, conv_kernel: see `LayerOptions`.
 
     Raises:
         ValueError: for inconsistent sizes or options, e.g. a decoder use of a kind that
@@ -105,9 +106,12 @@ class TransformerSeq2Seq(Seq2Seq):
         share_src_tgt_embeddings: bool = False,
         self_attention: SelfAttentionOptions | None = None,
         decoder_self_attention: bool = False,
+        memory_slots: int = 0,
+        memory_in_cross: bool = False,
+        conv_kernel: int = 0,
     ) -> None:
         super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
-        _check_options(d_model, heads, (enc_layers, dec_layers), norm)
+        check_options(d_model, heads, (enc_layers, dec_layers), norm)
         if share_src_tgt_embeddings:
             vocab.check_shareable()
         self.d_model = d_model
@@ -116,11 +120,15 @@ class TransformerSeq2Seq(Seq2Seq):
         self.positions = positions
         self._build_embeddings(vocab, share_src_tgt_embeddings, dropout)
 
-        options = LayerOptions(d_model, heads, ff_dim, dropout, attention_dropout, norm == "pre")
+        options = LayerOptions(
+            d_model, heads, ff_dim, dropout, attention_dropout, norm == "pre", memory_slots,
+            memory_in_cross, conv_kernel,
+        )  # fmt: skip
         self.encoder = TransformerEncoder(enc_layers, options, self_attention)
         decoder_self = self_attention if decoder_self_attention else None
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(options, decoder_self) for _ in range(dec_layers)
+            DecoderLayer(options, for_layer(decoder_self, enc_layers + index))
+            for index in range(dec_layers)
         )
         self.decoder_norm = final_norm(options)
 
@@ -375,23 +383,3 @@ class TransformerSeq2Seq(Seq2Seq):
         decoder, attention, new_state = self.incremental_step(prev_tokens, state, need_weights)
         logits = self.output_proj(decoder.decoded).squeeze(1)  # (B, 1, V) -> (B, V)
         return logits, attention, new_state
-
-
-def _check_options(d_model: int, heads: int, layers: tuple[int, int], norm: str) -> None:
-    """Reject inconsistent hyperparameters with a message that says what would be valid.
-
-    `layers` is (enc_layers, dec_layers); the other arguments are the constructor's.
-    """
-    if heads <= 0 or d_model % heads != 0:
-        raise ValueError(
-            f"d_model ({d_model}) must be divisible by heads ({heads}); "
-            f"e.g. heads in {[h for h in range(1, d_model + 1) if d_model % h == 0][:8]}"
-        )
-    if min(layers) < 1:
-        # weights are stacked per layer, and a decoder needs cross-attention to see the source
-        enc_layers, dec_layers = layers
-        raise ValueError(
-            f"enc_layers and dec_layers must be at least 1, got {enc_layers} and {dec_layers}"
-        )
-    if norm not in NORMS:
-        raise ValueError(f"unknown norm {norm!r}; choose one of {', '.join(NORMS)}")

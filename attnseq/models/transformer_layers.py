@@ -16,7 +16,9 @@ LayerNorm (section 5.4):
     FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                                   (section 3.3, eq. 2)
 
 Self-attention may use an efficient mechanism instead of full attention (`self_attention`,
-attnseq/attention/efficient.py); cross-attention is always full.
+attnseq/attention/efficient.py); cross-attention is always full. Every attention may read
+persistent memory slots (attention/persistent_memory.py), and the encoder layer may have a
+convolution sublayer between self-attention and the feed-forward network (convolution.py).
 
 Shapes: B batch, S source length, T target length (new positions), t positions seen so far,
 N any sequence length, H heads, d_k = d_model / H.
@@ -28,9 +30,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from attnseq.attention.efficient import SelfAttentionOptions, build_self_attention
+from attnseq.attention.efficient import SelfAttentionOptions, build_self_attention, for_layer
 from attnseq.attention.mechanism import KeyValue, SelfCache
 from attnseq.attention.multihead import MultiHeadAttention
+from attnseq.models.convolution import convolution_or_none
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class LayerOptions:
     dropout: residual and feed-forward dropout P_drop; attention_dropout: dropout on attention
         weights.
     pre_norm: pre-norm (True) or post-norm (False) residual blocks.
+    memory_slots: N persistent memory vectors per head in self-attention (0 = none), and in
+        cross-attention too with memory_in_cross (attention/persistent_memory.py).
+    conv_kernel: k of the encoder's convolution sublayer (0 = none; convolution.py).
     """
 
     d_model: int
@@ -50,6 +56,9 @@ class LayerOptions:
     dropout: float
     attention_dropout: float
     pre_norm: bool
+    memory_slots: int = 0
+    memory_in_cross: bool = False
+    conv_kernel: int = 0
 
 
 class FeedForward(nn.Module):
@@ -117,9 +126,16 @@ class EncoderLayer(nn.Module):
         super().__init__()
         d_model, dropout, pre_norm = options.d_model, options.dropout, options.pre_norm
         self.self_attn = build_self_attention(
-            self_attention, d_model, options.heads, options.attention_dropout
+            self_attention,
+            d_model,
+            options.heads,
+            options.attention_dropout,
+            memory_slots=options.memory_slots,
         )
         self.self_block = Residual(d_model, dropout, pre_norm)
+        # the convolution sublayer (Conformer): after self-attention, before the feed-forward
+        self.conv = convolution_or_none(d_model, options.conv_kernel, dropout)
+        self.conv_block = Residual(d_model, dropout, pre_norm) if self.conv else None
         self.ff = FeedForward(d_model, options.ff_dim, dropout)
         self.ff_block = Residual(d_model, dropout, pre_norm)
 
@@ -141,6 +157,8 @@ class EncoderLayer(nn.Module):
         need_weights = need_weights and self.self_attn.has_weights
         attended, weights = self.self_attn(h, h, h, src_mask, need_weights=need_weights)
         x = self.self_block.combine(x, attended)
+        if self.conv is not None and self.conv_block is not None:
+            x = self.conv_block.combine(x, self.conv(self.conv_block.sublayer_input(x), src_mask))
         x = self.ff_block.combine(x, self.ff(self.ff_block.sublayer_input(x)))
         return x, weights
 
@@ -160,7 +178,9 @@ class TransformerEncoder(nn.Module):
         self_attention: SelfAttentionOptions | None = None,
     ) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(options, self_attention) for _ in range(layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(options, for_layer(self_attention, index)) for index in range(layers)
+        )
         # pre-norm leaves the residual stream unnormalised: normalise once at the end
         self.final_norm = final_norm(options)
 
@@ -226,11 +246,18 @@ class DecoderLayer(nn.Module):
         super().__init__()
         d_model, dropout, pre_norm = options.d_model, options.dropout, options.pre_norm
         heads, attention_dropout = options.heads, options.attention_dropout
+        memory_slots = options.memory_slots
         self.self_attn = build_self_attention(
-            self_attention, d_model, heads, attention_dropout, causal=True
+            self_attention, d_model, heads, attention_dropout, True, memory_slots
         )
         self.self_block = Residual(d_model, dropout, pre_norm)
-        self.cross_attn = MultiHeadAttention(d_model, heads, attention_dropout)
+        self.cross_attn = MultiHeadAttention(
+            d_model,
+            heads,
+            attention_dropout,
+            memory_slots=memory_slots if options.memory_in_cross else 0,
+            memory_in_weights=False,  # cross-attention weights stay over the source
+        )
         self.cross_block = Residual(d_model, dropout, pre_norm)
         self.ff = FeedForward(d_model, options.ff_dim, dropout)
         self.ff_block = Residual(d_model, dropout, pre_norm)

@@ -40,6 +40,9 @@ OPTIONS = {  # small parameters so that every pattern is really sparse at length
     "linformer": SelfAttentionOptions(kind="linformer", proj_dim=6, max_length=64),
     "linear": SelfAttentionOptions(kind="linear"),
     "performer": SelfAttentionOptions(kind="performer", features=32),
+    "bigbird": SelfAttentionOptions(
+        kind="bigbird", block_size=4, window_blocks=1, global_blocks=1, random_blocks=2
+    ),
 }
 
 
@@ -301,7 +304,7 @@ def test_padding_does_not_change_real_rows_and_empty_rows_are_zero(name: str) ->
     assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("name", ["local", "strided", "fixed", "linear", "performer"])
+@pytest.mark.parametrize("name", ["local", "strided", "fixed", "linear", "performer", "bigbird"])
 def test_decoding_steps_equal_the_causal_forward(name: str) -> None:
     """One step at a time, then steps of 3 positions, against the whole causal pass."""
     module = make(name)
@@ -321,7 +324,9 @@ def test_decoding_steps_equal_the_causal_forward(name: str) -> None:
         assert set(cache) >= {"self_kv", "self_k_sum"}
 
 
-@pytest.mark.parametrize("name", ["local", "strided", "fixed", "longformer", "linformer"])
+@pytest.mark.parametrize(
+    "name", ["local", "strided", "fixed", "longformer", "linformer", "bigbird"]
+)
 def test_fast_and_explicit_paths_agree(name: str) -> None:
     module = make(name)
     x = torch.randn(2, 40, D_MODEL)

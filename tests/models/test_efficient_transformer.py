@@ -27,8 +27,9 @@ OPTIONS = {
     "linformer": SelfAttentionOptions(kind="linformer", proj_dim=4, max_length=80),
     "linear": SelfAttentionOptions(kind="linear"),
     "performer": SelfAttentionOptions(kind="performer", features=32),
+    "bigbird": SelfAttentionOptions(kind="bigbird", block_size=2, random_blocks=1),
 }
-DECODER_KINDS = ["local", "strided", "linear", "performer"]
+DECODER_KINDS = ["local", "strided", "linear", "performer", "bigbird"]
 
 
 @pytest.fixture(autouse=True, scope="module")

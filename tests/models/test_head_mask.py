@@ -284,3 +284,19 @@ def test_a_copy_model_averages_its_copy_attention_over_the_kept_heads(monkeypatc
     weights = decoder.layers[-1].cross_weights  # (B, H, T, S) of the copy layer
     expected = weights[:, [0, 2, 3]].mean(dim=1)  # the kept heads' mean, (B, T, S)
     torch.testing.assert_close(model._copy_attention(decoder), expected)
+
+
+def test_compaction_keeps_each_heads_persistent_memory():
+    """With memory slots (one key/value set per head), the kept heads keep their own slots."""
+    model = make_transformer(
+        "model.attention.memory_slots=2", "model.attention.memory_in_cross=true", seed=4
+    )
+    masks = get_head_masks(model)
+    masks["encoder_self"][1, 2] = masks["decoder_cross"][1, 0] = 0
+    set_head_masks(model, masks)
+    src, lengths, tgt_in = batch(seed=7)
+    with torch.no_grad():
+        masked = model(src, lengths, tgt_in).logits
+        assert compact_heads(model) == 2
+        compact = model(src, lengths, tgt_in).logits
+    torch.testing.assert_close(compact, masked, atol=1e-5, rtol=1e-5)
