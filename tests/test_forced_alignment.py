@@ -146,3 +146,39 @@ def test_library_errors_name_the_problem(dates_checkpoint: Path) -> None:
         align_sentences(trained, ["a", "b"], ["c", " "])
     with pytest.raises(UserError, match="--method must be one of attention, shift-att"):
         align_sentences(trained, ["a"], ["b"], AlignmentMethod("best"))
+
+
+def test_transformer_cross_attention_is_the_forward_s(tmp_path: Path) -> None:
+    """The lean pass that alignment runs (no logits, fused encoder) returns the cross-attention
+    of the model's forward with need_weights, and one layer's pooling reads that layer."""
+    from attnseq.analysis.forced_alignment import _transformer_cross_attention
+    from attnseq.data.batching import collate
+
+    checkpoint = untrained_checkpoint(
+        tmp_path / "t.pt", "model.family=transformer", "model.dec_layers=2", "model.heads=2"
+    )
+    trained = load_trained_model(checkpoint)
+    model = trained.model.eval()
+    src = ["7th of November, 1990", "03 Nov 25"]
+    tgt = ["1990-11-07", "2025-11-03"]
+    examples = [
+        (trained.tokenizers.src.encode(s), trained.tokenizers.tgt.encode(t))
+        for s, t in zip(src, tgt, strict=True)
+    ]
+    batch = collate(examples, [0, 1], pad_id=model.pad_id, bos_id=model.bos_id, eos_id=model.eos_id)
+    with torch.no_grad():
+        lean = _transformer_cross_attention(model, batch.src, batch.src_lengths, batch.tgt_in)
+        full = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True).attention
+    torch.testing.assert_close(lean, full, atol=1e-5, rtol=1e-4)
+    for layer in (1, 2):
+        for head in (None, 2):
+            method = AlignmentMethod("attention", layer, head)
+            one = align_sentences(trained, src, tgt, method).soft
+            words = [
+                (word_ids(trained.tokenizers.src.pieces(s), "char"),
+                 word_ids(trained.tokenizers.tgt.pieces(t), "char"))
+                for s, t in zip(src, tgt, strict=True)
+            ]  # fmt: skip
+            pooled = dict(forced_word_attention(model, examples, words))  # every layer
+            for i in range(2):
+                assert np.allclose(one[i], select_map(pooled[i], method).numpy(), atol=1e-6)

@@ -57,8 +57,9 @@ from attnseq.analysis.alignment_gold import Alignment
 from attnseq.data.batching import Example, collate
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.errors import UserError
-from attnseq.models.positional import position_limit
+from attnseq.models.positional import make_positions, position_limit
 from attnseq.models.seq2seq import Seq2Seq
+from attnseq.models.transformer import TransformerSeq2Seq
 
 if TYPE_CHECKING:
     from attnseq.models.loading import TrainedModel
@@ -148,6 +149,7 @@ def forced_word_attention(
     shift: bool = False,
     device: torch.device | str = "cpu",
     batch_size: int = 32,
+    layer: int | None = None,
 ) -> Iterator[tuple[int, Tensor]]:
     """(example index, word attention) of every example, batch by batch in length order.
 
@@ -158,9 +160,12 @@ def forced_word_attention(
         shift: read piece t from the row of step t + 1 (Shift-Att) instead of step t.
         device: where the model runs.
         batch_size: pairs per forward pass.
+        layer: a transformer's decoder layer (1-based) to pool alone, when only it is read
+            (pooling the other layers' maps would be wasted); None pools every layer.
 
     Yields:
-        (i, W): W (Tw, Sw) for an RNN, (L, H, Tw, Sw) for a transformer, float32 on the CPU.
+        (i, W): W (Tw, Sw) for an RNN, (L, H, Tw, Sw) for a transformer (L = 1 with `layer`),
+        float32 on the CPU.
 
     Raises:
         ValueError: a model that returns no attention.
@@ -177,6 +182,8 @@ def forced_word_attention(
             weights = _batch_attention(model, [examples[i] for i in chunk], chunk, device)
             if shift:
                 weights = weights[..., 1:, :]  # row t <- step t + 1: the step whose input is y_t
+            if layer is not None and weights.dim() == 5:  # (B, L, H, T, S)
+                weights = weights[:, layer - 1 : layer]
             for b, i in enumerate(chunk):
                 # rows past the target's pieces (</s>, padding) and padded columns are dropped
                 yield i, word_attention(weights[b], *words[i])
@@ -193,14 +200,31 @@ def _batch_attention(
     ).to(device)
     # Copy models need the source in the extended vocabulary; it only places the copy mass on
     # output ids, never the attention, so the in-vocabulary ids serve.
-    copy_inputs = {"src_ext": batch.src, "n_oov": 0} if getattr(model, "copy", False) else {}
-    output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy_inputs)
-    if output.attention is None:
-        raise ValueError(f"{type(model).__name__} returns no attention weights")
-    weights = output.attention.float().cpu()
+    if isinstance(model, TransformerSeq2Seq):
+        weights = _transformer_cross_attention(model, batch.src, batch.src_lengths, batch.tgt_in)
+    else:
+        copy = {"src_ext": batch.src, "n_oov": 0} if getattr(model, "copy", False) else {}
+        output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy)
+        if output.attention is None:
+            raise ValueError(f"{type(model).__name__} returns no attention weights")
+        weights = output.attention
+    weights = weights.float().cpu()
     if weights.dim() not in (3, 5):
         raise ValueError(f"unexpected attention shape {tuple(weights.shape)}")
     return weights
+
+
+def _transformer_cross_attention(
+    model: TransformerSeq2Seq, src: Tensor, src_lengths: Tensor, tgt_in: Tensor
+) -> Tensor:
+    """Every decoder layer's cross-attention, (B, L, H, T, S), teacher-forced: what the
+    model's forward returns with need_weights, less the work alignment does not read (the
+    encoder's self-attention weights, which the fused path skips, and the output projection)."""
+    memory, src_mask, _ = model.encode(src, src_lengths, need_weights=False)
+    positions = make_positions(tgt_in.size(1), device=tgt_in.device)  # (T,)
+    memory_kvs = [layer.memory_kv(memory) for layer in model.decoder_layers]
+    decoder = model.run_decoder(tgt_in, positions, memory_kvs, src_mask, None, True, None)
+    return torch.stack(decoder.cross_weights(), dim=1)
 
 
 def select_map(pooled: Tensor, method: AlignmentMethod) -> Tensor:
@@ -282,10 +306,13 @@ def align_sentences(
     examples, words = _encode_pairs(trained, src_lines, tgt_lines, position_limit(model))
     soft: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(examples)
     layers = trained.cfg.model.dec_layers if trained.cfg.model.family.value == "transformer" else 0
+    layer = (method.layer or layers) if layers else None
+    read = AlignmentMethod(method.name, 1, method.head) if layers else method  # of (1, H, ..)
     for i, pooled in forced_word_attention(
-        model, examples, words, shift=method.shift, device=device, batch_size=batch_size
-    ):
-        soft[i] = select_map(pooled, method).numpy().copy()  # not a view of all maps
+        model, examples, words, shift=method.shift, device=device, batch_size=batch_size,
+        layer=layer,
+    ):  # fmt: skip
+        soft[i] = select_map(pooled, read).numpy().copy()  # not a view of all maps
     links = [argmax_alignment(matrix) for matrix in soft]
     return ForcedAlignments(links, soft, method, method.describe(layers))
 
