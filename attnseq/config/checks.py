@@ -26,7 +26,12 @@ from attnseq.config.choices import (
     Score,
     TaskType,
 )
-from attnseq.config.model_checks import alignment_problems, copy_problems, self_attention_problems
+from attnseq.config.model_checks import (
+    alignment_problems,
+    copy_problems,
+    hard_attention_problems,
+    self_attention_problems,
+)
 from attnseq.config.schema import ModelConfig, TrainConfig
 from attnseq.errors import UserError
 
@@ -158,6 +163,7 @@ def cross_field_problems(cfg: TrainConfig) -> list[str]:
         problems += self_attention_problems(cfg)
     problems += copy_problems(cfg)
     problems += alignment_problems(cfg)
+    problems += hard_attention_problems(cfg)
     if cfg.resume is not None and cfg.resume != "auto":
         # Checked here so that `attnseq train` stops before Hydra creates a run directory;
         # whether the file really is a resumable checkpoint is checked when it is loaded.

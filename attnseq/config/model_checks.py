@@ -1,8 +1,9 @@
 """Cross-field rules of the model's options: the transformer's self-attention kinds, copy and
-coverage, and guided alignment. checks.py runs them as part of `validate`."""
+coverage, guided alignment, and hard attention. checks.py runs them as part of `validate`."""
 
 from attnseq.config.choices import (
     AttentionKind,
+    HardMode,
     ModelFamily,
     Score,
     SparsePattern,
@@ -120,5 +121,41 @@ def alignment_problems(cfg: TrainConfig) -> list[str]:
         problems.append(
             f"model.alignment_head={head} is not a head: model.heads={model.heads} has "
             f"0..{model.heads - 1} (or null: the mean of the layer's heads)"
+        )
+    return problems
+
+
+def hard_attention_problems(cfg: TrainConfig) -> list[str]:
+    """Rules of hard attention (attention/hard.py): it replaces a global softmax over the
+    source, so it needs one, and what reads that softmax as a distribution cannot use it."""
+    model, hard = cfg.model, cfg.model.attention.hard
+    if hard is HardMode.none:
+        if model.attention.hard_k != 1:
+            return [
+                f"model.attention.hard_k={model.attention.hard_k} chooses positions for hard "
+                "attention: set model.attention.hard=gumbel or reinforce (or leave hard_k=1)"
+            ]
+        return []
+    on = f"model.attention.hard={hard.name}"
+    problems: list[str] = []
+    if model.family is ModelFamily.rnn:
+        score, window = model.attention.score, model.attention.window.name
+        if score is Score.none:
+            problems.append(f"{on} needs attention: model.attention.score=none has none")
+        if window != "global":
+            problems.append(
+                f"{on} chooses from the global softmax over the source: needs "
+                f"model.attention.window=global, got {window} (local windows are not supported)"
+            )
+    for key, value in (("model.copy", model.copy), ("model.coverage", model.coverage)):
+        if value:
+            # both read the attention as a distribution over the source (the copy distribution,
+            # the coverage vector); hard attention's k-hot weights are not one
+            problems.append(f"{on} is not supported with {key}=true: set one of them off")
+    if cfg.optim.alignment_lambda > 0:
+        problems.append(
+            f"{on} is not supported with guided alignment (optim.alignment_lambda="
+            f"{cfg.optim.alignment_lambda}): its k-hot weights have no log-probability to "
+            "supervise; set optim.alignment_lambda=0"
         )
     return problems

@@ -4,7 +4,7 @@ per family, each reading its part of `ModelConfig`."""
 from typing import Any
 
 from attnseq.config.checks import encoder_output_size
-from attnseq.config.choices import ModelFamily, Score
+from attnseq.config.choices import HardMode, ModelFamily, Score
 from attnseq.config.schema import ModelConfig
 from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput, Vocabularies
 
@@ -32,7 +32,8 @@ def build_model(cfg: ModelConfig, vocab: Vocabularies) -> Seq2Seq:
 
     With `cfg.copy` or `cfg.coverage` the model is the pointer-generator subclass of its family
     (models/rnn_pointer.py, models/transformer_pointer.py); it feeds `vocab.unk_id` back after
-    emitting a copied source word.
+    emitting a copied source word. With `cfg.attention.hard` the model is the hard-attention
+    subclass of its family (models/rnn_hard.py, models/transformer_hard.py).
     """
     options: dict[str, Any] = {name: getattr(cfg, name) for name in _SHARED_OPTIONS}
     options["share_src_tgt_embeddings"] = cfg.tie_embeddings and vocab.joint
@@ -66,6 +67,11 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
         self_attention=self_attention,
         decoder_self_attention=attention.decoder_self,
     )
+    if cfg.attention.hard is not HardMode.none:
+        from attnseq.models.transformer_hard import HardAttentionTransformer
+
+        hard = {"hard": cfg.attention.hard.value, "hard_k": cfg.attention.hard_k}
+        return HardAttentionTransformer(vocab, **hard, **options)
     if not (cfg.copy or cfg.coverage):
         return TransformerSeq2Seq(vocab, **options)
     from attnseq.models.transformer_pointer import PointerGeneratorTransformer
@@ -103,6 +109,11 @@ def _build_rnn(cfg: ModelConfig, vocab: Vocabularies, options: dict[str, Any]) -
         cell=cfg.rnn.cell.value,
         init_hidden=cfg.rnn.init_hidden.value,
     )
+    if cfg.attention.hard is not HardMode.none:
+        from attnseq.models.rnn_hard import HardAttentionRNN
+
+        hard = {"hard": cfg.attention.hard.value, "hard_k": cfg.attention.hard_k}
+        return HardAttentionRNN(vocab, **hard, **options)
     if not (cfg.copy or cfg.coverage):
         return RNNSeq2Seq(vocab, **options)
     from attnseq.models.rnn_pointer import PointerGeneratorRNN
