@@ -74,6 +74,14 @@ class Score(Enum):
     none = "none"  # no attention: the fixed-vector encoder-decoder baseline
 
 
+class HardMode(Enum):
+    """Hard attention (attnseq/attention/hard.py): how the one chosen position is trained."""
+
+    none = "none"  # soft attention: the softmax-weighted average of every position
+    gumbel = "gumbel"  # straight-through Gumbel-softmax (Jang et al. 2017)
+    reinforce = "reinforce"  # REINFORCE with a baseline (Xu et al. 2015, section 4.1)
+
+
 # "global" is a Python keyword, so this Enum uses the functional API.
 Window = Enum("Window", {"global": "global", "local_m": "local_m", "local_p": "local_p"})
 

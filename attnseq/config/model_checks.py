@@ -1,8 +1,9 @@
 """Cross-field rules of the model's options: the transformer's self-attention kinds, copy and
-coverage, and guided alignment. checks.py runs them as part of `validate`."""
+coverage, guided alignment, and hard attention. checks.py runs them as part of `validate`."""
 
 from attnseq.config.choices import (
     AttentionKind,
+    HardMode,
     Hierarchy,
     ModelFamily,
     Score,
@@ -193,5 +194,51 @@ def memory_and_convolution_problems(cfg: TrainConfig) -> list[str]:
             f"model.attention.memory_in_cross=true cannot be combined with "
             f"{', '.join(needs_distribution)}: the memory slots take part of the "
             "cross-attention, which then is no distribution over the source"
+        )
+    return problems
+
+
+def hard_attention_problems(cfg: TrainConfig) -> list[str]:
+    """Rules of hard attention (attention/hard.py): it replaces a global softmax over the
+    source, so it needs one, and what reads that softmax as a distribution cannot use it."""
+    model, hard = cfg.model, cfg.model.attention.hard
+    if hard is HardMode.none:
+        if model.attention.hard_k != 1:
+            return [
+                f"model.attention.hard_k={model.attention.hard_k} chooses positions for hard "
+                "attention: set model.attention.hard=gumbel or reinforce (or leave hard_k=1)"
+            ]
+        return []
+    on = f"model.attention.hard={hard.name}"
+    problems: list[str] = []
+    if model.family is ModelFamily.rnn:
+        score, window = model.attention.score, model.attention.window.name
+        if score is Score.none:
+            problems.append(f"{on} needs attention: model.attention.score=none has none")
+        if window != "global":
+            problems.append(
+                f"{on} chooses from the global softmax over the source: needs "
+                f"model.attention.window=global, got {window} (local windows are not supported)"
+            )
+    for key, value in (("model.copy", model.copy), ("model.coverage", model.coverage)):
+        if value:
+            # both read the attention as a distribution over the source (the copy distribution,
+            # the coverage vector); hard attention's k-hot weights are not one
+            problems.append(f"{on} is not supported with {key}=true: set one of them off")
+    if cfg.optim.alignment_lambda > 0:
+        problems.append(
+            f"{on} is not supported with guided alignment (optim.alignment_lambda="
+            f"{cfg.optim.alignment_lambda}): its k-hot weights have no log-probability to "
+            "supervise; set optim.alignment_lambda=0"
+        )
+    if model.attention.hierarchy is not Hierarchy.none:
+        problems.append(
+            f"{on} is not supported with model.attention.hierarchy="
+            f"{model.attention.hierarchy.name}: choose one of them"
+        )
+    if model.attention.memory_in_cross:
+        problems.append(
+            f"{on} chooses source positions; model.attention.memory_in_cross=true adds memory "
+            "slots to the cross-attention: set it false"
         )
     return problems

@@ -6,6 +6,7 @@ from attnseq.config.choices import (
     AttentionKind,
     DecoderInit,
     DecoderStyle,
+    HardMode,
     Hierarchy,
     ModelFamily,
     Norm,
@@ -52,6 +53,12 @@ class AttentionConfig:
     max_segments: int = option(
         64, "hierarchy: most segments per source; later text joins the last one", ge=1
     )
+    hard: HardMode = option(
+        HardMode.none,
+        "hard attention (RNN attention, transformer cross-attention): gumbel or reinforce"
+        " training, argmax at evaluation; none = soft",
+    )
+    hard_k: int = option(1, "hard attention: source positions chosen per step (top-k)", ge=1)
     # --- transformer self-attention (cross-attention is always full)
     kind: AttentionKind = option(AttentionKind.full, "transformer self-attention mechanism")
     decoder_self: bool = option(False, "also decoder self-attention (causal kinds, see below)")

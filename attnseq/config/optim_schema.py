@@ -45,3 +45,28 @@ class OptimConfig:
         " data.alignments and model.alignment_layer/alignment_head's attention; 0 = off",
         ge=0.0,
     )
+    gumbel_tau_start: float = option(
+        1.0, "model.attention.hard=gumbel: Gumbel-softmax temperature at update 0", gt=0.0
+    )
+    gumbel_tau_end: float = option(
+        0.5, "model.attention.hard=gumbel: the temperature after the anneal", gt=0.0
+    )
+    gumbel_anneal_steps: int = option(
+        2000,
+        "model.attention.hard=gumbel: updates of the exponential anneal from tau_start to"
+        " tau_end (0 = tau_end from the start)",
+        ge=0,
+    )
+    reinforce_lambda: float = option(
+        1.0, "model.attention.hard=reinforce: weight lambda_r of the REINFORCE term", ge=0.0
+    )
+    reinforce_entropy: float = option(
+        0.01, "model.attention.hard=reinforce: entropy bonus weight lambda_e", ge=0.0
+    )
+    reinforce_baseline_decay: float = option(
+        0.9,
+        "model.attention.hard=reinforce: the moving-average baseline keeps this share of its"
+        " value per update (Xu et al. 2015: 0.9)",
+        ge=0.0,
+        lt=1.0,
+    )

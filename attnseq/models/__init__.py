@@ -4,7 +4,7 @@ per family, each reading its part of `ModelConfig`."""
 from typing import TYPE_CHECKING, Any
 
 from attnseq.config.checks import encoder_output_size
-from attnseq.config.choices import Hierarchy, ModelFamily, Score
+from attnseq.config.choices import HardMode, Hierarchy, ModelFamily, Score
 from attnseq.config.schema import ModelConfig
 from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput, Vocabularies
 
@@ -42,6 +42,8 @@ def build_model(
     With `cfg.attention.hierarchy` the RNN is the hierarchical model of
     models/rnn_hierarchical.py; `segmenter` (the source tokenizer's, data/segments.py) cuts its
     sources into segments.
+    With `cfg.attention.hard` the model is the hard-attention subclass of its family
+    (models/rnn_hard.py, models/transformer_hard.py).
     """
     options: dict[str, Any] = {name: getattr(cfg, name) for name in _SHARED_OPTIONS}
     options["share_src_tgt_embeddings"] = cfg.tie_embeddings and vocab.joint
@@ -83,6 +85,11 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
         memory_in_cross=attention.memory_in_cross,
         conv_kernel=cfg.conv_kernel,
     )
+    if cfg.attention.hard is not HardMode.none:
+        from attnseq.models.transformer_hard import HardAttentionTransformer
+
+        hard = {"hard": cfg.attention.hard.value, "hard_k": cfg.attention.hard_k}
+        return HardAttentionTransformer(vocab, **hard, **options)
     if not (cfg.copy or cfg.coverage):
         return TransformerSeq2Seq(vocab, **options)
     from attnseq.models.transformer_pointer import PointerGeneratorTransformer
@@ -129,6 +136,11 @@ def _build_rnn(
         from attnseq.models.rnn_hierarchical import build_hierarchical_rnn
 
         return build_hierarchical_rnn(cfg, vocab, options, segmenter)
+    if cfg.attention.hard is not HardMode.none:
+        from attnseq.models.rnn_hard import HardAttentionRNN
+
+        hard = {"hard": cfg.attention.hard.value, "hard_k": cfg.attention.hard_k}
+        return HardAttentionRNN(vocab, **hard, **options)
     if not (cfg.copy or cfg.coverage):
         return RNNSeq2Seq(vocab, **options)
     from attnseq.models.rnn_pointer import PointerGeneratorRNN

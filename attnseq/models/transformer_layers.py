@@ -25,7 +25,7 @@ N any sequence length, H heads, d_k = d_model / H.
 """
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -220,12 +220,15 @@ class DecoderLayerOutput(NamedTuple):
         decoding), None for teacher forcing.
     self_weights: (B, H, T, t) or None.
     cross_weights: (B, H, T, S) or None.
+    cross_sample: hard cross-attention (models/transformer_hard.py) in training: the
+        `HardSample` of its choice; None otherwise.
     """
 
     output: Tensor
     self_cache: SelfCache | None
     self_weights: Tensor | None
     cross_weights: Tensor | None
+    cross_sample: Any = None
 
 
 class DecoderLayer(nn.Module):
@@ -305,13 +308,23 @@ class DecoderLayer(nn.Module):
         x = self.self_block.combine(x, attended)
 
         h = self.cross_block.sublayer_input(x)
-        attended, cross_weights = self.cross_attn.attend(
-            h, *memory_kv, memory_mask, need_weights=need_weights
+        attended, cross_weights, sample = self.cross_attention(
+            h, memory_kv, memory_mask, need_weights
         )
         x = self.cross_block.combine(x, attended)
 
         x = self.ff_block.combine(x, self.ff(self.ff_block.sublayer_input(x)))
-        return DecoderLayerOutput(x, self_cache, self_weights, cross_weights)
+        return DecoderLayerOutput(x, self_cache, self_weights, cross_weights, sample)
+
+    def cross_attention(
+        self, h: Tensor, memory_kv: KeyValue, memory_mask: Tensor, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None, Any]:
+        """Attention from h (B, T, d_model) over the memory: output (B, T, d_model), weights
+        (B, H, T, S) or None, and what a subclass reports of its choice (None here)."""
+        attended, weights = self.cross_attn.attend(
+            h, *memory_kv, memory_mask, need_weights=need_weights
+        )
+        return attended, weights, None
 
 
 class DecoderPass(NamedTuple):

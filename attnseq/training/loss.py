@@ -2,13 +2,18 @@
 (See et al. 2017, eq. 13) on the schedule the config sets (`optim.coverage_lambda` from update
 `optim.coverage_start_step` on), plus the guided alignment term (Garg et al. 2019, section 4.2:
 `optim.alignment_lambda` times the cross entropy between the batch's gold alignment and the
-supervised attention). Summed over the real target tokens; train_step.py divides.
+supervised attention), plus the REINFORCE term of sampled hard attention (Xu et al. 2015,
+section 4.1, eq. 12; models/reinforce.py), which also moves the model's baseline. Summed over
+the real target tokens; train_step.py divides. `gumbel_temperature` is the Gumbel-softmax
+temperature schedule that train_step.py hands the model before each update.
 """
+
+import math
 
 from torch import Tensor
 
 from attnseq.config.schema import OptimConfig, TrainConfig
-from attnseq.models import loss
+from attnseq.models import loss, reinforce
 from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead, Seq2SeqOutput
 
 
@@ -40,7 +45,44 @@ def training_loss(
     if gold_alignment is not None and attention is not None:
         term = loss.alignment_term(attention, gold_alignment, optim.alignment_lambda)
         loss_sum = loss_sum + term
+    if reinforce.HARD_LOG_PROB in output.extras:
+        loss_sum = loss_sum + reinforce_loss(output, targets, pad_id, optim)
     return loss_sum
+
+
+def reinforce_loss(
+    output: Seq2SeqOutput, targets: Tensor, pad_id: int, optim: OptimConfig
+) -> Tensor:
+    """The REINFORCE term of a sampling pass (`extras["hard_log_prob"]`, "hard_entropy" (B, T))
+    with the rewards of this batch; then the baseline `extras["reinforce_baseline"]` moves
+    towards them (b <- decay b + (1 - decay) mean r)."""
+    extras = output.extras
+    rewards = reinforce.example_rewards(output.logits, targets, pad_id)  # (B,)
+    baseline = extras[reinforce.REINFORCE_BASELINE]
+    term = reinforce.reinforce_term(
+        extras[reinforce.HARD_LOG_PROB],
+        extras[reinforce.HARD_ENTROPY],
+        rewards,
+        baseline,
+        targets != pad_id,
+        (optim.reinforce_lambda, optim.reinforce_entropy),
+    )
+    reinforce.update_baseline(baseline, rewards, optim.reinforce_baseline_decay)
+    return term
+
+
+def gumbel_temperature(optim: OptimConfig, step: int) -> float:
+    """tau at update `step`: the exponential anneal of Jang et al. 2017 (section 4.1, tau
+    annealed towards a floor) from `optim.gumbel_tau_start` to `optim.gumbel_tau_end` over
+    `optim.gumbel_anneal_steps` updates, then constant:
+
+        tau(step) = tau_start (tau_end / tau_start) ^ min(1, step / anneal_steps)
+    """
+    start, end, steps = optim.gumbel_tau_start, optim.gumbel_tau_end, optim.gumbel_anneal_steps
+    if steps == 0:
+        return end
+    progress = min(1.0, step / steps)
+    return math.exp(math.log(start) + progress * (math.log(end) - math.log(start)))
 
 
 def coverage_weight(optim: OptimConfig, step: int) -> float:

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnseq.attention.hard import set_temperature
 from attnseq.config.schema import OptimConfig
 from attnseq.data.batching import Batch
 from attnseq.data.loader import TokenCounts
 from attnseq.models.seq2seq import AlignmentHead, Seq2Seq
 from attnseq.training.distributed import WorldInfo, all_reduce_sum
-from attnseq.training.loss import training_loss
+from attnseq.training.loss import gumbel_temperature, training_loss
 from attnseq.training.precision import MixedPrecision
 
 
@@ -82,6 +83,7 @@ def train_step(parts: UpdateParts, batch: Batch, counts: TokenCounts, step: int)
     """One update on `batch` at update number `step` (0-based, for the coverage schedule)."""
     tokens = global_tokens(counts, parts.world)
     parts.module.train()  # DDP's wrapper and the model inside
+    set_temperature(parts.model, gumbel_temperature(parts.optim, step))  # hard attention's tau
     guided = parts.alignment is not None and batch.alignment is not None
     inputs = {**batch.copy_inputs(), **({"alignment": parts.alignment} if guided else {})}
     with parts.precision.autocast():
