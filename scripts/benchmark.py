@@ -180,7 +180,8 @@ def _memory(device: torch.device) -> dict[str, float]:
 
 def training_batches(trainer: Any) -> Iterator[tuple[Any, Any]]:
     """(batch, counts) in the order Trainer.fit takes them, epoch after epoch, without end,
-    so a benchmark of any length runs on a training split of any size."""
+    so a benchmark of any length runs on a training split of any size. Each is timed as an
+    update of its own (optim.accumulate is left out: it groups the same batches)."""
     epoch = 0
     while True:
         yield from trainer.loader(trainer.sampler.batches(epoch))
@@ -190,7 +191,7 @@ def training_batches(trainer: Any) -> Iterator[tuple[Any, Any]]:
 def _update(trainer: Any, batch: Any, counts: Any) -> float | None:
     """One real update (`Trainer.update`: train_step and the schedule's step); its loss, or None
     when it was skipped."""
-    outcome = trainer.update(batch, counts)
+    outcome = trainer.update([(batch, counts)])
     return outcome.loss if outcome.applied else None
 
 

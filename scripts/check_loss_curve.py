@@ -81,7 +81,7 @@ def loss_curve(cfg, steps: int, every: int, path: str, dropout_seed: int | None)
     for step in range(1, steps + 1):
         batch, counts = next(stream)
         trainer.state.step = step - 1
-        trainer.update(batch, counts)
+        trainer.update([(batch, counts)])
         if step % every == 0 or step == steps:
             curve.append({"step": step, "valid_loss": valid.loss(model)})
             print(

@@ -80,12 +80,12 @@ def profile_setup(overrides: list[str], steps: int, warmup: int, threads: int, t
     model = trainer.model
     stream = training_batches(trainer)
     for _ in range(warmup):
-        trainer.update(*next(stream))
+        trainer.update([next(stream)])
     batches = [next(stream) for _ in range(steps)]  # collated before, outside the profile
     start = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         for batch, counts in batches:
-            trainer.update(batch, counts)
+            trainer.update([(batch, counts)])
     wall_us = 1e6 * (time.perf_counter() - start)
     target_tokens = sum(counts.tgt for _, counts in batches)
     return {

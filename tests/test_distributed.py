@@ -63,9 +63,10 @@ torch.set_num_threads(1)
 updates = []
 update = trainer.Trainer.update
 
-def recorded(self, batch, counts):
-    outcome = update(self, batch, counts)
-    updates.append([batch.indices.tolist(), outcome.loss if outcome.applied else None])
+def recorded(self, micro_batches):
+    outcome = update(self, micro_batches)
+    indices = [i for batch, _ in micro_batches for i in batch.indices.tolist()]
+    updates.append([indices, outcome.loss if outcome.applied else None])
     return outcome
 
 trainer.Trainer.update = recorded
@@ -222,8 +223,8 @@ def test_shards_are_disjoint_and_losses_match_one_process(tmp_path: Path, monkey
     single = []
     update = trainer.Trainer.update
 
-    def recorded(self, batch, counts):
-        outcome = update(self, batch, counts)
+    def recorded(self, micro_batches):
+        outcome = update(self, micro_batches)
         single.append(outcome.loss if outcome.applied else None)
         return outcome
 

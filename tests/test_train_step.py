@@ -183,7 +183,7 @@ def test_train_step_returns_the_per_token_loss_and_updates_the_weights() -> None
         expected = sequence_loss(out.logits, batch.tgt_out, PAD)[0].item() / counts.tgt
     before = [p.detach().clone() for p in model.parameters()]
     torch.manual_seed(0)
-    outcome = train_step(parts_for(model, OptimConfig(lr=1e-2)), batch, counts, step=0)
+    outcome = train_step(parts_for(model, OptimConfig(lr=1e-2)), [(batch, counts)], step=0)
     assert outcome.applied and outcome.problem == ""
     assert outcome.loss == pytest.approx(expected, rel=1e-4)
     assert outcome.tokens == (5.0, 7.0, float(counts.padded))
@@ -196,7 +196,7 @@ def test_a_non_finite_loss_skips_the_update_without_touching_the_weights() -> No
     with torch.no_grad():
         model.output_proj.weight[0, 0] = math.nan  # every position's logits see it
     before = [p.detach().clone() for p in model.parameters()]
-    outcome = train_step(parts_for(model, OptimConfig(lr=1e-2)), batch, counts, step=0)
+    outcome = train_step(parts_for(model, OptimConfig(lr=1e-2)), [(batch, counts)], step=0)
     assert not outcome.applied and outcome.problem.startswith("loss nan")
     for a, b in zip(before, model.parameters(), strict=True):
         torch.testing.assert_close(a, b, equal_nan=True)

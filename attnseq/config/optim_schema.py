@@ -20,6 +20,19 @@ class OptimConfig:
         lt=1.0,
         length=2,
     )
+    accumulate: int = option(
+        1,
+        "micro-batches per update: gradients of N batches summed and normalised by their"
+        " target tokens together, the update of one batch N times as large",
+        ge=1,
+    )
+    ema_decay: float = option(
+        0.0,
+        "exponential moving average of the weights (decay in [0, 1); 0 = off): validation,"
+        " best.pt and the saved model use the average; about 1 / (1 - decay) updates averaged",
+        ge=0.0,
+        lt=1.0,
+    )
     weight_decay: float = option(0.0, "weight decay (decoupled for adamw)", ge=0.0)
     clip_norm: float = option(1.0, "max global gradient norm; 0 disables clipping", ge=0.0)
     scheduler: Scheduler = option(Scheduler.constant, "learning-rate schedule after the warm-up")

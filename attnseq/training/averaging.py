@@ -31,7 +31,16 @@ from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models.loading import check_structure
 
 # what describes one moment of a training run rather than the model itself
-RUN_STATE_KEYS = ("optimizer", "scheduler", "progress", "rng")
+RUN_STATE_KEYS = (
+    "optimizer",
+    "scheduler",
+    "progress",
+    "rng",
+    "rng_ranks",
+    "grad_scaler",
+    "training_model",
+    "ema",
+)
 # the checkpoint file's own header, added again by save_checkpoint
 HEADER_KEYS = ("format", "version")
 

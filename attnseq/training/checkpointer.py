@@ -3,6 +3,10 @@
 A checkpoint holds everything the next step depends on: weights, optimizer, learning-rate
 schedule, fp16 loss scale, `TrainingState` and the RNG states (every rank's, data-parallel).
 Reading these states draws no random numbers, so saving leaves the training stream untouched.
+
+With a moving average of the weights (ema.py) the checkpoint's `model` is the average, the
+model `eval`, `translate` and the final test use; the training weights are `training_model` and
+the average's update count `ema`, which only resuming reads.
 The file format and the step_N retention are those of attnseq/io/checkpoint.py.
 """
 
@@ -17,6 +21,7 @@ from attnseq.io.atomic import remove_stale_temporaries
 from attnseq.io.checkpoint import keep_step_checkpoint, save_checkpoint
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import WorldInfo, all_gather_object
+from attnseq.training.ema import WeightEMA
 from attnseq.training.optim import regroup_state
 from attnseq.training.precision import MixedPrecision
 from attnseq.training.rng import rng_state
@@ -47,6 +52,7 @@ class Checkpointer:
         optimizer: torch.optim.Optimizer,
         schedule: LearningRateSchedule,
         precision: MixedPrecision,
+        ema: WeightEMA | None = None,
     ) -> None:
         self.folder = folder
         self.static_payload = static_payload
@@ -56,6 +62,7 @@ class Checkpointer:
         self.optimizer = optimizer
         self.schedule = schedule
         self.precision = precision
+        self.ema = ema
         self.last_saved_step: int | None = None  # step of the newest last.pt written here
         self.last_save = time.monotonic()
         if world.is_main:
@@ -76,6 +83,10 @@ class Checkpointer:
             "rng": rng_state(),
             "grad_scaler": self.precision.state_dict(),
         }
+        if self.ema is not None:
+            payload["training_model"] = payload["model"]
+            payload["model"] = self.ema.average
+            payload["ema"] = {"decay": self.ema.decay, "updates": self.ema.updates}
         if self.world.distributed:
             payload["rng_ranks"] = all_gather_object(payload["rng"])
         return payload
@@ -87,7 +98,8 @@ class Checkpointer:
         Data-parallel: called by every rank at the same step (the weights are the same on all,
         so all take the same decision); only rank 0 writes.
         """
-        if not _all_finite(self.model.parameters()):
+        averaged = self.ema.average.values() if self.ema is not None else []
+        if not _all_finite([*self.model.parameters(), *averaged]):
             raise TrainingDiverged(
                 f"the weights became non-finite after step {state.step}; {name} was not "
                 f"written (last.pt is from step {self.last_saved_step}). Lower optim.lr or use "
@@ -108,7 +120,9 @@ class Checkpointer:
         """Load weights, optimizer, schedule and loss scale from `payload`; returns the saved
         training state and this rank's RNG state (applied by the trainer right before its first
         step, so that whatever is built in between cannot shift it)."""
-        self.model.load_state_dict(payload["model"])
+        self.model.load_state_dict(payload.get("training_model", payload["model"]))
+        if self.ema is not None:
+            self.ema.load_state_dict({**payload["ema"], "average": payload["model"]})
         self.optimizer.load_state_dict(regroup_state(payload["optimizer"], self.model))
         self.schedule.load_state_dict(payload["scheduler"])
         self.precision.load_state_dict(payload.get("grad_scaler", {}))
@@ -140,5 +154,5 @@ class Checkpointer:
 
 
 def _all_finite(tensors: Any) -> bool:
-    flags = [torch.isfinite(t).all() for t in tensors]
+    flags = [torch.isfinite(t).all() for t in tensors if t.is_floating_point()]
     return bool(torch.stack(flags).all()) if flags else True

@@ -131,17 +131,20 @@ def announce(
     sampler: TokenBatchSampler,
     total_steps: int,
     world: WorldInfo,
+    accumulate: int = 1,
 ) -> None:
     """The opening lines of a training session: data, batches, budget; where a resumed run
     picks up."""
     batches = len(sampler)
     processes = f" on each of {world.world_size} processes" if world.distributed else ""
+    grouping = f", {accumulate} per update" if accumulate > 1 else ""
     log.info(
-        "training: %d examples, %d batches per epoch%s (padding %.1f%% of positions), "
+        "training: %d examples, %d batches per epoch%s%s (padding %.1f%% of positions), "
         "up to %d steps",
         examples,
         batches,
         processes,
+        grouping,
         100 * sampler.padding_share(0),
         total_steps,
     )

@@ -2,9 +2,19 @@
 
 The loss is normalised by the number of real (non-padding) target tokens of the batch.
 
+Gradient accumulation (`optim.accumulate=N`): an update runs over N micro-batches. Each one's
+summed loss is divided by the target tokens of all N together before its backward pass, so the
+summed gradients are those of one batch holding the N (padding never enters the loss):
+
+    grad = d/dtheta [ sum_i loss_sum_i / sum_i n_tgt_i ] = sum_i d/dtheta [ loss_sum_i / n_tgt ]
+
+Only the micro-batches' activations of one at a time are alive, which is the point: a batch N
+times as large in the memory of one.
+
 Data parallel (torchrun): the target token count is summed over the R ranks first and each
 rank's summed loss is scaled by R / N_global. DDP averages the gradients over the ranks, so the
-R cancels and the update equals a single-process update on the union of the R batches. The
+R cancels and the update equals a single-process update on the union of the R batches. With
+accumulation DDP's gradient all-reduce runs on the last micro-batch only (`no_sync` before it). The
 losses and any rank's non-finite value are summed in one small all-reduce, so every rank takes
 the same decision about the update.
 
@@ -13,7 +23,9 @@ fp16 loss scaling, finite losses with non-finite gradients are an overflow: the 
 and the loss scale lowered (expected behaviour, not divergence).
 """
 
+import contextlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -79,29 +91,31 @@ class StepOutcome:
         )
 
 
-def train_step(parts: UpdateParts, batch: Batch, counts: TokenCounts, step: int) -> StepOutcome:
-    """One update on `batch` at update number `step` (0-based, for the coverage schedule)."""
+def train_step(
+    parts: UpdateParts, micro_batches: Sequence[tuple[Batch, TokenCounts]], step: int
+) -> StepOutcome:
+    """One update over `micro_batches` (one batch, or `optim.accumulate` of them) at update
+    number `step` (0-based, for the coverage and temperature schedules)."""
+    counts = TokenCounts(*(sum(c[field] for _, c in micro_batches) for field in range(3)))
     tokens = global_tokens(counts, parts.world)
     parts.module.train()  # DDP's wrapper and the model inside
     set_temperature(parts.model, gumbel_temperature(parts.optim, step))  # hard attention's tau
-    guided = parts.alignment is not None and batch.alignment is not None
-    inputs = {**batch.copy_inputs(), **({"alignment": parts.alignment} if guided else {})}
-    with parts.precision.autocast():
-        output = parts.module(batch.src, batch.src_lengths, batch.tgt_in, **inputs)
-        loss_sum = training_loss(
-            output, batch.tgt_out, parts.model.pad_id, parts.optim, step, batch.alignment
-        )
     n_tgt = max(tokens[1], 1.0)
-    if parts.world.distributed:  # DDP's average over the R ranks turns R * sum_r / N into sum / N
-        loss = loss_sum * (parts.world.world_size / n_tgt)
-    else:
-        loss = loss_sum / n_tgt
+    # DDP's average over the R ranks turns R * sum_r / N into sum / N
+    scale = (parts.world.world_size if parts.world.distributed else 1.0) / n_tgt
     parts.optimizer.zero_grad(set_to_none=True)
-    parts.precision.backward(loss)
+    micro_losses = []
+    for index, (batch, _) in enumerate(micro_batches):
+        last = index == len(micro_batches) - 1
+        with contextlib.nullcontext() if last else _without_gradient_sync(parts.module):
+            micro_loss = _summed_loss(parts, batch, step)
+            parts.precision.backward(micro_loss * scale)
+        micro_losses.append(micro_loss.detach().float())
+    loss_sum = torch.stack(micro_losses).sum()
     parts.precision.unscale(parts.optimizer)  # fp16: clip and check the true gradients
     norm = _clip_gradients(parts.model, parts.optim.clip_norm)
     # Both numbers in one host-device synchronisation, before the optimizer step they decide.
-    loss_value, norm_value = torch.stack([loss.detach().float(), norm.float()]).tolist()
+    loss_value, norm_value = torch.stack([loss_sum / n_tgt, norm.float()]).tolist()
     if parts.world.distributed:
         loss_value, norm_value = _agreed(loss_sum, norm_value, n_tgt)
     finite_loss, finite_norm = math.isfinite(loss_value), math.isfinite(norm_value)
@@ -114,6 +128,25 @@ def train_step(parts: UpdateParts, batch: Batch, counts: TokenCounts, step: int)
         return StepOutcome(loss_value, norm_value, tokens, False)
     parts.precision.step(parts.optimizer)
     return StepOutcome(loss_value, norm_value, tokens, True)
+
+
+def _summed_loss(parts: UpdateParts, batch: Batch, step: int) -> Tensor:
+    """The training loss of one (micro-)batch, summed over its target tokens."""
+    guided = parts.alignment is not None and batch.alignment is not None
+    inputs = {**batch.copy_inputs(), **({"alignment": parts.alignment} if guided else {})}
+    with parts.precision.autocast():
+        output = parts.module(batch.src, batch.src_lengths, batch.tgt_in, **inputs)
+        return training_loss(
+            output, batch.tgt_out, parts.model.pad_id, parts.optim, step, batch.alignment
+        )
+
+
+def _without_gradient_sync(module: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """DDP: no gradient all-reduce in this block (a micro-batch before the last); a plain
+    module, or torch.compile's wrapper around one: nothing to skip."""
+    inner = getattr(module, "_orig_mod", module)  # torch.compile keeps the module it wraps
+    no_sync = getattr(inner, "no_sync", None)
+    return no_sync() if no_sync is not None else contextlib.nullcontext()
 
 
 def global_tokens(counts: TokenCounts, world: WorldInfo) -> tuple[float, float, float]:

@@ -11,11 +11,16 @@ Reliability (what a run that dies can count on):
   (epoch, batch_in_epoch) is the whole data-order state. Nothing between two steps draws random
   numbers except what is saved (validation runs under `preserved_rng`), so on CPU a run resumed
   from any checkpoint ends with the same weights as a run that never stopped.
+- `optim.accumulate=N` groups each epoch's batches N at a time from its first (the last group
+  may be shorter): checkpoints sit at group boundaries and resume keeps the grouping.
 - SIGINT/SIGTERM (`StopSignals`) let the current step finish, write last.pt and raise
   `TrainingInterrupted`; a second SIGINT stops at once (atomic writes leave no half file).
 - A non-finite loss or gradient skips its update (counted in train/skipped_steps);
   `trainer.max_nonfinite_steps` of them in a row raise `TrainingDiverged` without writing any
   checkpoint, so last.pt and best.pt keep the last good state.
+
+The weights' moving average (`optim.ema_decay`, ema.py) follows every applied update; validation
+and the checkpoints' `model` use it, the training weights travel beside it (checkpointer.py).
 
 Speed (GPU mostly): `trainer.precision` (precision.py), `trainer.compile` (torch.compile of the
 training forward pass; validation and decoding stay eager), `trainer.num_workers` and
@@ -29,7 +34,9 @@ every rank takes the same decisions and stops at the same step. Only rank 0 writ
 """
 
 import contextlib
+import itertools
 import logging
+import math
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -47,8 +54,8 @@ from attnseq.evaluation.evaluator import Evaluator
 from attnseq.io.progress import TrainingProgress
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.checkpointer import Checkpointer
-from attnseq.training.compile import compile_for_training
 from attnseq.training.distributed import all_reduce_sum, broadcast_object, world
+from attnseq.training.ema import WeightEMA
 from attnseq.training.loss import supervised_attention
 from attnseq.training.precision import MixedPrecision
 from attnseq.training.rng import preserved_rng, set_rng_state
@@ -58,6 +65,7 @@ from attnseq.training.state import TrainingState
 from attnseq.training.stopping import StoppingPolicy
 from attnseq.training.train_log import NullWriter, TrainLog, announce
 from attnseq.training.train_step import StepOutcome, UpdateParts, train_step
+from attnseq.training.training_module import training_module
 
 log = logging.getLogger("attnseq")
 
@@ -109,7 +117,8 @@ class Trainer:
         self.writer = writer if self.world.is_main else NullWriter()  # only rank 0 writes
         self.policy = StoppingPolicy(cfg.trainer, stop)
         self.sampler = self._sampler()
-        self.schedule.budget.steps_per_epoch = len(self.sampler)
+        self.accumulate = cfg.optim.accumulate
+        self.schedule.budget.steps_per_epoch = self.updates_per_epoch
         self.precision = MixedPrecision(cfg.trainer.precision.name, device)
         self.loader = BatchLoader(
             train_examples,
@@ -122,9 +131,10 @@ class Trainer:
             extended=extended_examples,
             alignments=alignments,
         )
-        module = self._training_module(device)
+        module = training_module(model, self.world, device, cfg.trainer.compile, self.sampler)
         parts = (module, model, optimizer, self.precision, cfg.optim, self.world)
         self.parts = UpdateParts(*parts, supervised_attention(cfg))
+        self.ema = WeightEMA(model, cfg.optim.ema_decay) if cfg.optim.ema_decay else None
         self.checkpointer = Checkpointer(
             run_dir / "checkpoints",
             static_payload,
@@ -134,6 +144,7 @@ class Trainer:
             optimizer,
             schedule,
             self.precision,
+            self.ema,
         )
         self._resume_rng: dict[str, Any] | None = None
         self._clock_start = time.monotonic()
@@ -151,27 +162,10 @@ class Trainer:
             rank=self.world.rank,
         )
 
-    def _training_module(self, device: torch.device) -> torch.nn.Module:
-        """The module the updates run through: DDP averages gradients across ranks, and
-        torch.compile wraps either. Everything else (validation, decoding, state_dict, pad ids)
-        uses the bare model, so checkpoints hold plain parameter names."""
-        module: torch.nn.Module = self.model
-        if self.world.distributed:
-            if self.examples and len(self.sampler) == 0:
-                from attnseq.errors import UserError
-
-                raise UserError(
-                    f"the training data makes {self.sampler.global_len} batches, fewer than the "
-                    f"{self.world.world_size} processes; lower data.max_tokens or use fewer "
-                    "processes"
-                )
-            from torch.nn.parallel import DistributedDataParallel
-
-            device_ids = [device.index] if device.type == "cuda" else None
-            module = DistributedDataParallel(module, device_ids=device_ids)
-        if self.cfg.trainer.compile:
-            module = compile_for_training(module)
-        return module
+    @property
+    def updates_per_epoch(self) -> int:
+        """Optimizer updates in one epoch: its batches, `optim.accumulate` at a time."""
+        return math.ceil(len(self.sampler) / self.accumulate)
 
     @property
     def last_saved_step(self) -> int | None:
@@ -192,11 +186,13 @@ class Trainer:
             TrainingDiverged: `trainer.max_nonfinite_steps` non-finite losses in a row.
         """
         trainer_cfg, state = self.cfg.trainer, self.state
-        total_steps = trainer_cfg.max_epochs * len(self.sampler)
+        total_steps = trainer_cfg.max_epochs * self.updates_per_epoch
         if trainer_cfg.max_steps:
             total_steps = min(total_steps, trainer_cfg.max_steps)
         if self.world.is_main:
-            announce(state, len(self.examples), self.sampler, total_steps, self.world)
+            announce(
+                state, len(self.examples), self.sampler, total_steps, self.world, self.accumulate
+            )
         if self._resume_rng is not None:  # the stream continues where the checkpoint left it
             set_rng_state(self._resume_rng)
         self._clock_start = self.checkpointer.last_save = time.monotonic()
@@ -212,14 +208,15 @@ class Trainer:
         graceful = signals.graceful() if signals is not None else contextlib.nullcontext()
         show_bar = trainer_cfg.progress and self.world.is_main
         with graceful, TrainingProgress(total_steps, state.step, show_bar) as bar:
-            batches = self._batches()
+            updates = self._updates()
             while stop_reason is None:
-                batch = next(batches, None)
-                if batch is None:
+                micro_batches = next(updates, None)
+                if micro_batches is None:
                     stop_reason = "no training batches"
                     break
-                outcome = self.update(*batch)
-                state.end_batch(len(self.sampler))
+                outcome = self.update(micro_batches)
+                for _ in micro_batches:
+                    state.end_batch(len(self.sampler))
                 validated = self._after_update(outcome, report, bar)
                 stop_reason = self._after_step(outcome.applied, validated)
             if state.validated_step != state.step:
@@ -229,21 +226,26 @@ class Trainer:
         self._log(logging.INFO, "training stopped after %d steps: %s", state.step, stop_reason)
         return state
 
-    def _batches(self) -> Iterator[tuple[Batch, TokenCounts]]:
-        """The batches from the current position on, epoch after epoch (as tensors); the
-        state's epoch moves on as each epoch's last batch is counted (`end_batch`)."""
+    def _updates(self) -> Iterator[list[tuple[Batch, TokenCounts]]]:
+        """The micro-batches of each update from the current position on, epoch after epoch
+        (as tensors): `optim.accumulate` consecutive batches of one epoch each. The state's
+        epoch moves on as each epoch's last batch is counted (`end_batch`)."""
         while True:
             state = self.state
             batches = self.sampler.batches(state.epoch)[state.batch_in_epoch :]
             if not batches:  # no training data: nothing to iterate over
                 return
-            yield from self.loader(batches, state.epoch)
+            tensors = self.loader(batches, state.epoch)
+            while group := list(itertools.islice(tensors, self.accumulate)):
+                yield group
 
-    def update(self, batch: Batch, counts: TokenCounts) -> StepOutcome:
-        """One optimizer update (train_step.py) and, when applied, the schedule's step to the
-        lr of the next update."""
-        outcome = train_step(self.parts, batch, counts, self.state.step)
+    def update(self, micro_batches: list[tuple[Batch, TokenCounts]]) -> StepOutcome:
+        """One optimizer update (train_step.py) and, when applied, the moving average's and
+        the schedule's step to the lr of the next update."""
+        outcome = train_step(self.parts, micro_batches, self.state.step)
         if outcome.applied:
+            if self.ema is not None:
+                self.ema.update(self.model)
             # Seconds are those of the previous step's end (the value all ranks share).
             self.schedule.after_update(self.state.step + 1, self.state.train_seconds)
         return outcome
@@ -382,7 +384,8 @@ class Trainer:
         if self.evaluator is None:
             raise ValueError("the main process needs an evaluator to validate")
         step = self.state.step
-        with preserved_rng():
+        averaged = self.ema.swapped_in(self.model) if self.ema else contextlib.nullcontext()
+        with preserved_rng(), averaged:
             metrics, _ = self.evaluator.evaluate(self.model)
             for name, value in metrics.items():
                 self.writer.add_scalar(f"valid/{name}", value, step)
