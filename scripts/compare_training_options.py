@@ -21,19 +21,33 @@ each, take about twice as long per run and give the same models):
 
 Without --run the script only tabulates the runs already in OUT.
 
-Columns: test BLEU/chrF of best.pt (metrics.json, greedy unless the config sets a beam), the
-best validation value of the early-stopping metric and its update, updates done, the training loop's minutes (validations
-included) and target tokens per second from train.log's last progress line.
+Columns: the --metrics of best.pt on the test split (metrics.json; default BLEU and chrF, greedy
+unless the config sets a beam), the best validation value of the early-stopping metric and its
+update, updates done, the training loop's minutes and seconds per epoch (validations included)
+and target tokens per second, from train.log's last progress line.
+
+Soft against hard attention on the generated tasks (each variant names its own experiment;
+`--metrics exact_match aer`):
+
+    .venv/bin/python scripts/compare_training_options.py --out runs/hard_reverse --run \
+        --metrics exact_match aer --variant soft=config=reverse_rnn_bahdanau \
+        --variant gumbel=config=reverse_rnn_hard \
+        --variant "reinforce=config=reverse_rnn_hard model.attention.hard=reinforce" \
+        -- trainer.threads=1
 """
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+BATCHES = re.compile(
+    r"(\d+) batches per epoch(?: on each of \d+ processes)?(?:, (\d+) per update)?"
+)
 PROGRESS = re.compile(r"step (\d+)(?:/\d+)? .*?([\d,]+) tgt tok/s .*?elapsed (\d+):(\d\d):(\d\d)")
 
 
@@ -75,43 +89,50 @@ def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
     return [(event.step, event.value) for event in events.Scalars(tag)]
 
 
-def collect(run_dir: Path) -> dict[str, Any]:
+def collect(run_dir: Path, metrics: list[str]) -> dict[str, Any]:
     """One row of the table from a finished run's files."""
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    results = json.loads((run_dir / "metrics.json").read_text())
     row: dict[str, Any] = {
         "run": run_dir.name,
-        "test_bleu": metrics.get("test/bleu"),
-        "test_chrf": metrics.get("test/chrf"),
+        "test": {name: results.get(f"test/{name}") for name in metrics},
         # the early-stopping metric's best validation value (valid/best_bleu, ...)
-        "best_valid": next((v for k, v in metrics.items() if k.startswith("valid/best_")), None),
-        "best_step": metrics.get("best_step"),
+        "best_valid": next((v for k, v in results.items() if k.startswith("valid/best_")), None),
+        "best_step": results.get("best_step"),
     }
     log = (run_dir / "train.log").read_text() if (run_dir / "train.log").is_file() else ""
     progress = PROGRESS.findall(log)
+    batches = BATCHES.search(log)
     if progress:
         step, tokens, hours, minutes, seconds = progress[-1]
+        elapsed = int(hours) * 3600 + int(minutes) * 60 + int(seconds)
         row["updates"] = int(step)
         row["tgt_tok_per_s"] = int(tokens.replace(",", ""))
-        row["minutes"] = round((int(hours) * 3600 + int(minutes) * 60 + int(seconds)) / 60, 1)
-    row["valid_loss"] = scalars(run_dir, "valid/loss")
-    row["valid_bleu"] = scalars(run_dir, "valid/bleu")
+        row["minutes"] = round(elapsed / 60, 1)
+        if batches:
+            per_update = int(batches.group(2) or 1)
+            updates_per_epoch = math.ceil(int(batches.group(1)) / per_update)
+            row["seconds_per_epoch"] = round(elapsed * updates_per_epoch / int(step), 1)
+    row["curves"] = {tag: scalars(run_dir, f"valid/{tag}") for tag in ("loss", metrics[0])}
     return row
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    columns = ["run", "test BLEU", "test chrF", "best valid (update)", "updates"]
-    columns += ["minutes", "tgt tok/s"]
+def table(rows: list[dict[str, Any]], metrics: list[str]) -> str:
+    columns = ["run", *(f"test {name}" for name in metrics), "best valid (update)", "updates"]
+    columns += ["minutes", "s/epoch", "tgt tok/s"]
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for row in rows:
-        cells = [row["run"], number(row["test_bleu"]), number(row["test_chrf"])]
+        cells = [row["run"], *(number(row["test"][name]) for name in metrics)]
         cells.append(f"{number(row['best_valid'])} ({row['best_step']})")
-        cells += [str(row.get(key, "?")) for key in ("updates", "minutes", "tgt_tok_per_s")]
+        keys = ("updates", "minutes", "seconds_per_epoch", "tgt_tok_per_s")
+        cells += [str(row.get(key, "?")) for key in keys]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if abs(value) >= 1 or value == 0 else f"{value:.3f}"
 
 
 def figure(rows: list[dict[str, Any]], path: Path) -> None:
@@ -120,15 +141,15 @@ def figure(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (loss_axis, bleu_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    tags = list(rows[0]["curves"])
+    fig, axes = plt.subplots(1, len(tags), figsize=(5.5 * len(tags), 4))
     for row in rows:
-        for axis, key in ((loss_axis, "valid_loss"), (bleu_axis, "valid_bleu")):
-            if row[key]:
-                steps, values = zip(*row[key], strict=True)
+        for axis, tag in zip(axes, tags, strict=True):
+            if row["curves"].get(tag):
+                steps, values = zip(*row["curves"][tag], strict=True)
                 axis.plot(steps, values, marker="o", label=row["run"])
-    loss_axis.set(xlabel="update", ylabel="validation loss (nats per token)")
-    bleu_axis.set(xlabel="update", ylabel="validation BLEU (greedy)")
-    for axis in (loss_axis, bleu_axis):
+    for axis, tag in zip(axes, tags, strict=True):
+        axis.set(xlabel="update", ylabel=f"validation {tag}")
         axis.grid(alpha=0.3)
         axis.legend()
     fig.tight_layout()
@@ -146,6 +167,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--variant", action="append", default=[], help="NAME or NAME=OVERRIDES")
     parser.add_argument("--run", action="store_true", help="train the variants missing in OUT")
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        default=["bleu", "chrf"],
+        help="test metrics of metrics.json to tabulate; the first one's validation curve is drawn",
+    )
     parser.add_argument("--figure", type=Path, help="write the validation curves here (PNG)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = parser.parse_args(argv)
@@ -155,10 +182,10 @@ def main(argv: list[str]) -> None:
             train(args.out, name, overrides, common)
     names = [name for name, _ in variants] or sorted(p.name for p in args.out.iterdir())
     done = [name for name in names if (args.out / name / "metrics.json").is_file()]
-    rows = [collect(args.out / name) for name in done]
+    rows = [collect(args.out / name, args.metrics) for name in done]
     if not rows:
         raise SystemExit(f"no finished run in {args.out}")
-    print(table(rows))
+    print(table(rows, args.metrics))
     if args.figure:
         figure(rows, args.figure)
     if args.json:
