@@ -122,7 +122,7 @@ class Checkpointer:
         step, so that whatever is built in between cannot shift it)."""
         self.model.load_state_dict(payload.get("training_model", payload["model"]))
         if self.ema is not None:
-            self.ema.load_state_dict({**payload["ema"], "average": payload["model"]})
+            self.ema.restore(payload["model"], int(payload["ema"]["updates"]))
         self.optimizer.load_state_dict(regroup_state(payload["optimizer"], self.model))
         self.schedule.load_state_dict(payload["scheduler"])
         self.precision.load_state_dict(payload.get("grad_scaler", {}))

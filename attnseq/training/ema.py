@@ -69,15 +69,9 @@ class WeightEMA:
         finally:
             model.load_state_dict(training)
 
-    def state_dict(self) -> dict[str, object]:
-        return {"decay": self.decay, "updates": self.updates, "average": self.average}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        """Continue a saved average (exact resume); the decay stays the configured one."""
-        average = state["average"]
-        assert isinstance(average, dict)
+    def restore(self, average: dict[str, Tensor], updates: int) -> None:
+        """Continue a saved average after `updates` updates (exact resume); the decay stays the
+        configured one."""
         for name, value in average.items():
             self.average[name].copy_(value)
-        updates = state["updates"]
-        assert isinstance(updates, int)
         self.updates = updates
