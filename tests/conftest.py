@@ -15,6 +15,15 @@ SHARED_DATA = Path(
 )
 
 
+# Parallel test workers (pytest-xdist's `-n auto`): one per core, at most this many. Every
+# worker imports torch and trains tiny models; beyond a few they mostly wait on each other.
+MAX_TEST_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return max(1, min(MAX_TEST_WORKERS, os.cpu_count() or 1))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return

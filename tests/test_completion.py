@@ -15,6 +15,11 @@ RUN_AS_ATTNSEQ = "import sys; sys.argv[0] = 'attnseq'; from attnseq.cli.app impo
 
 
 def attnseq(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess. `--show-completion SHELL` takes the shell named: Typer's own
+    switch for tests, since without it the shell is guessed from the parent processes, which a
+    detached test run (no shell among them) does not have."""
+    if "--show-completion" in args:
+        env = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1", **env}
     return subprocess.run(
         [sys.executable, "-c", RUN_AS_ATTNSEQ, *args],
         capture_output=True,
