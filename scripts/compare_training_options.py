@@ -96,7 +96,14 @@ def collect(run_dir: Path, metrics: list[str]) -> dict[str, Any]:
         "run": run_dir.name,
         "test": {name: results.get(f"test/{name}") for name in metrics},
         # the early-stopping metric's best validation value (valid/best_bleu, ...)
-        "best_valid": next((v for k, v in results.items() if k.startswith("valid/best_")), None),
+        "best_valid": next(
+            (
+                (k.removeprefix("valid/best_"), v)
+                for k, v in results.items()
+                if k.startswith("valid/best_")
+            ),
+            None,
+        ),
         "best_step": results.get("best_step"),
     }
     log = (run_dir / "train.log").read_text() if (run_dir / "train.log").is_file() else ""
@@ -122,7 +129,8 @@ def table(rows: list[dict[str, Any]], metrics: list[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for row in rows:
         cells = [row["run"], *(number(row["test"][name]) for name in metrics)]
-        cells.append(f"{number(row['best_valid'])} ({row['best_step']})")
+        best = row["best_valid"]
+        cells.append("-" if best is None else f"{best[0]} {number(best[1])} ({row['best_step']})")
         keys = ("updates", "minutes", "seconds_per_epoch", "tgt_tok_per_s")
         cells += [str(row.get(key, "?")) for key in keys]
         lines.append("| " + " | ".join(cells) + " |")
@@ -132,7 +140,9 @@ def table(rows: list[dict[str, Any]], metrics: list[str]) -> str:
 def number(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.2f}" if abs(value) >= 1 or value == 0 else f"{value:.3f}"
+    if value == 0 or abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}" if abs(value) >= 1e-3 else f"{value:.1e}"
 
 
 def figure(rows: list[dict[str, Any]], path: Path) -> None:
