@@ -95,7 +95,7 @@ def collect(run_dir: Path, metrics: list[str]) -> dict[str, Any]:
     row: dict[str, Any] = {
         "run": run_dir.name,
         "test": {name: results.get(f"test/{name}") for name in metrics},
-        # the early-stopping metric's best validation value (valid/best_bleu, ...)
+        # (early-stopping metric, its best validation value), from valid/best_bleu, ...
         "best_valid": next(
             (
                 (k.removeprefix("valid/best_"), v)
