@@ -30,6 +30,7 @@ from attnseq.config.choices import (
 )
 from attnseq.config.model_checks import (
     alignment_problems,
+    attention_values_problems,
     copy_problems,
     hard_attention_problems,
     hierarchy_problems,
@@ -170,6 +171,7 @@ def cross_field_problems(cfg: TrainConfig) -> list[str]:
     problems += hierarchy_problems(cfg)
     problems += memory_and_convolution_problems(cfg)
     problems += hard_attention_problems(cfg)
+    problems += attention_values_problems(cfg)
     if cfg.resume is not None and cfg.resume != "auto":
         # Checked here so that `attnseq train` stops before Hydra creates a run directory;
         # whether the file really is a resumable checkpoint is checked when it is loaded.

@@ -74,6 +74,13 @@ class Score(Enum):
     none = "none"  # no attention: the fixed-vector encoder-decoder baseline
 
 
+class AttentionValues(Enum):
+    """What an RNN attention's context averages (or, hard, reads): models/rnn.py."""
+
+    annotations = "annotations"  # the encoder annotations h_j, also the keys
+    embeddings = "embeddings"  # W_v x_j of the source word embeddings; keys stay h_j
+
+
 class HardMode(Enum):
     """Hard attention (attnseq/attention/hard.py): how the one chosen position is trained."""
 

@@ -1,8 +1,10 @@
 """Cross-field rules of the model's options: the transformer's self-attention kinds, copy and
-coverage, guided alignment, and hard attention. checks.py runs them as part of `validate`."""
+coverage, guided alignment, hard attention and the RNN attention's values. checks.py runs them
+as part of `validate`."""
 
 from attnseq.config.choices import (
     AttentionKind,
+    AttentionValues,
     HardMode,
     Hierarchy,
     ModelFamily,
@@ -241,4 +243,29 @@ def hard_attention_problems(cfg: TrainConfig) -> list[str]:
             f"{on} chooses source positions; model.attention.memory_in_cross=true adds memory "
             "slots to the cross-attention: set it false"
         )
+    return problems
+
+
+def attention_values_problems(cfg: TrainConfig) -> list[str]:
+    """Rules of `model.attention.values=embeddings` (models/rnn.py): the values of a flat RNN
+    attention, soft or hard; the models that read the annotations themselves cannot take it."""
+    model = cfg.model
+    if model.attention.values is AttentionValues.annotations:
+        return []
+    on = "model.attention.values=embeddings"
+    if model.family is not ModelFamily.rnn:
+        return [f"{on} is RNN-only: use model.family=rnn (e.g. model=rnn_bahdanau)"]
+    problems: list[str] = []
+    if model.attention.score is Score.none:
+        problems.append(f"{on} is what attention reads: model.attention.score=none has none")
+    for key, on_value in (
+        ("model.copy", model.copy),
+        ("model.coverage", model.coverage),
+        (
+            f"model.attention.hierarchy={model.attention.hierarchy.name}",
+            model.attention.hierarchy is not Hierarchy.none,
+        ),
+    ):
+        if on_value:
+            problems.append(f"{on} is not supported with {key}: it reads the annotations")
     return problems

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from attnseq.config.choices import (
     AttentionKind,
+    AttentionValues,
     DecoderInit,
     DecoderStyle,
     HardMode,
@@ -59,6 +60,11 @@ class AttentionConfig:
         " training, argmax at evaluation; none = soft",
     )
     hard_k: int = option(1, "hard attention: source positions chosen per step (top-k)", ge=1)
+    values: AttentionValues = option(
+        AttentionValues.annotations,
+        "RNN: what the context reads: annotations (h_j) or embeddings (W_v x_j, the source "
+        "words alone; keys stay h_j), so a hard choice reads exactly the word it points at",
+    )
     # --- transformer self-attention (cross-attention is always full)
     kind: AttentionKind = option(AttentionKind.full, "transformer self-attention mechanism")
     decoder_self: bool = option(False, "also decoder self-attention (causal kinds, see below)")

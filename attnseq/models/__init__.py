@@ -131,6 +131,7 @@ def _build_rnn(
         bidirectional=cfg.rnn.bidirectional,
         cell=cfg.rnn.cell.value,
         init_hidden=cfg.rnn.init_hidden.value,
+        values=cfg.attention.values.value,
     )
     if cfg.attention.hierarchy is not Hierarchy.none:
         from attnseq.models.rnn_hierarchical import build_hierarchical_rnn

@@ -20,6 +20,14 @@ top-layer state, attentional hidden state, optional input feeding:
 Without input feeding the RNN does not depend on attention, so training runs it over the whole
 target in one call and attends for all T positions at once.
 
+Values (`values`): the context averages the annotations, c_i = sum_j a_ij h_j, or, with
+values="embeddings", the source words alone, c_i = sum_j a_ij W_v x_j (W_v: emb -> E), while
+the scores still read the annotations h_j (which know each word's context and position). A
+bidirectional annotation h_j also encodes its neighbours, so a model that reads h_j can find
+word j at position j-1 or j+1; reading W_v x_j it finds word j only at j. For soft attention
+this is a choice of model; for hard attention (models/rnn_hard.py), which reads one position
+per step, it makes the chosen position the word the step reads.
+
 No attention (score=none): the RNN Encoder-Decoder of Cho et al. (2014) that Bahdanau et al.
 compare against: the decoder sees the source only through one fixed summary vector (the
 encoder's final state), given as c_i at every step; its output reads s_i (Cho et al. 2014,
@@ -117,6 +125,8 @@ class RNNSeq2Seq(Seq2Seq):
             "zero" = 0. A zero start gives the decoder no summary of the source, so everything
             it knows about the source arrives through attention: on generated tasks that a
             summary vector already solves (reverse), this is what makes the alignments sharp.
+        values: what the context averages: "annotations" (h_j) or "embeddings" (W_v x_j;
+            module docstring).
     """
 
     def __init__(
@@ -136,10 +146,15 @@ class RNNSeq2Seq(Seq2Seq):
         tie_embeddings: bool = True,
         share_src_tgt_embeddings: bool = False,
         init_hidden: str = "bridge",
+        values: str = "annotations",
     ) -> None:
         super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         if init_hidden not in ("bridge", "zero"):
             raise ValueError(f"init_hidden must be 'bridge' or 'zero', got {init_hidden!r}")
+        if values not in ("annotations", "embeddings"):
+            raise ValueError(f"values must be 'annotations' or 'embeddings', got {values!r}")
+        if values == "embeddings" and attention is None:
+            raise ValueError("values='embeddings' are what attention reads; the model has none")
         if share_src_tgt_embeddings:
             vocab.check_shareable()
         if style not in ("bahdanau", "luong"):
@@ -166,6 +181,10 @@ class RNNSeq2Seq(Seq2Seq):
         self.dropout = nn.Dropout(dropout)
         # bridge: initial decoder state of every layer from the encoder summary (Bahdanau A.2.2)
         enc_size = self.encoder.output_size
+        # W_v: the source embedding to the context size E, so the decoder is the same either way
+        self.value_projection = (
+            nn.Linear(emb_dim, enc_size, bias=False) if values == "embeddings" else None
+        )
         self.bridge = nn.Linear(enc_size, layers * hidden) if init_hidden == "bridge" else None
         out_dim = emb_dim if tie_embeddings else hidden
         self._build_decoder(emb_dim, out_dim, dropout)
@@ -224,6 +243,9 @@ class RNNSeq2Seq(Seq2Seq):
         }
         if self.cell == "lstm":
             state["cell"] = torch.zeros_like(hidden0)
+        if self.value_projection is not None:
+            source_words = self.dropout(self.encoder.embedding(src))  # (B, S, emb)
+            state["values"] = self.value_projection(source_words)  # W_v x_j: (B, S, E)
         if self.attention is not None:
             state["keys"] = self.attention.prepare_keys(annotations)  # once per batch
         if self.input_feeding:
@@ -237,6 +259,11 @@ class RNNSeq2Seq(Seq2Seq):
             return hidden, state["cell"].transpose(0, 1).contiguous()
         return hidden
 
+    @staticmethod
+    def _values(state: dict[str, Tensor]) -> Tensor:
+        """What the context averages (B, S, E): W_v x_j if the state has them, else h_j."""
+        return state.get("values", state["annotations"])
+
     def _attend(
         self, query: Tensor, state: dict[str, Tensor], positions: Tensor
     ) -> tuple[Tensor, Tensor | None]:
@@ -247,7 +274,7 @@ class RNNSeq2Seq(Seq2Seq):
         return self.attention(
             query,
             state["annotations"],
-            state["annotations"],
+            self._values(state),
             state["mask"],
             prepared_keys=state["keys"],
             query_positions=positions,

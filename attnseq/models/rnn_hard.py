@@ -2,8 +2,9 @@
 the selection and its estimators are attnseq/attention/hard.py).
 
 `HardAttentionRNN` is `RNNSeq2Seq` (models/rnn.py, Bahdanau or Luong decoder) whose attention is
-a `HardAttention` around the configured score: the context of every step is the encoder
-annotation of the chosen source position (the mean of k with top-k), and the weights it
+a `HardAttention` around the configured score: the context of every step is the value of the
+chosen source position (the mean of k with top-k): its encoder annotation, or with
+`model.attention.values=embeddings` its word alone (models/rnn.py), and the weights it
 returns are one-hot (k-hot) by construction. In training, gumbel passes the straight-through
 gradient to the scores through the weights themselves; reinforce samples, and `forward` also
 returns, for the loss (models/reinforce.py), extras "hard_log_prob" and "hard_entropy" (B, T)
@@ -72,7 +73,7 @@ class HardAttentionRNN(RNNSeq2Seq):
         mask = state["mask"].unsqueeze(1)  # (B, 1, S)
         sample = self.attention.sample(AlignInputs(query, state["keys"], mask))
         state[HARD_LOG_PROB], state[HARD_ENTROPY] = sample.log_prob, sample.entropy  # (B, T)
-        context = torch.bmm(sample.weights, state["annotations"])  # (B, T, E)
+        context = torch.bmm(sample.weights, self._values(state))  # (B, T, E)
         return context, sample.weights
 
     def _step(

@@ -72,6 +72,10 @@ class HierarchicalAttention(RNNSeq2Seq):
         **options: Any,
     ) -> None:
         super().__init__(vocab, **options)
+        if self.value_projection is not None:
+            raise ValueError(
+                "hierarchical attention reads the annotations: values='embeddings' is not supported"
+            )
         if self.attention is None:
             raise ValueError("hierarchical attention needs a word attention, the model has none")
         self.segmenter = segmenter

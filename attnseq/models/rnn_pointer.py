@@ -54,6 +54,10 @@ class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
 
     def __init__(self, vocab: Vocabularies, **options: Any) -> None:
         super().__init__(vocab, **options)
+        if self.value_projection is not None:
+            raise ValueError(
+                "copy and coverage read the annotations: values='embeddings' is not supported"
+            )
         if self.attention is None:
             raise ValueError("copy and coverage need attention, the model has none")
         if self.coverage:
