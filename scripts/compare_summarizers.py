@@ -45,7 +45,8 @@ Usage (from the repository root, ATTNSEQ_DATA pointing at the corpora):
 
 Options: --datasets dialogsum aeslc (default both), --reuse (keep runs whose metrics.json
 exists, e.g. after an interruption), --lead-only (no training), --hierarchical, --seeds,
---figure.
+--figure, --models (a subset of the rows by their run names without the dataset:
+rnn_attention pointer_generator hierarchical hierarchical_pointer_generator).
 """
 
 import argparse
@@ -262,6 +263,24 @@ def table(dataset: str, rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def row_key(model: Model) -> str:
+    """The name --models knows a row by: its run folder's name without the dataset."""
+    return model.run.removeprefix("{dataset}_")
+
+
+def chosen_models(args: argparse.Namespace) -> tuple[Model, ...]:
+    """The rows to train: the flat ones, the hierarchical ones with --hierarchical, and of
+    those only the --models given."""
+    models = MODELS + (HIERARCHICAL_MODELS if args.hierarchical else ())
+    if args.models is None:
+        return models
+    known = {row_key(model) for model in models}
+    unknown = sorted(set(args.models) - known)
+    if unknown:
+        raise SystemExit(f"--models: unknown {unknown}; these runs know {sorted(known)}")
+    return tuple(model for model in models if row_key(model) in args.models)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("compare_summarizers"))
@@ -275,6 +294,12 @@ def main() -> None:
     parser.add_argument(
         "--figure", action="store_true", help="segment attention figure (with --hierarchical)"
     )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        help="only these rows: rnn_attention pointer_generator hierarchical "
+        "hierarchical_pointer_generator (default: all that the other options give)",
+    )
     parser.add_argument("overrides", nargs="*", help="attnseq train overrides (after --)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -282,8 +307,7 @@ def main() -> None:
     report = []
     for dataset in args.datasets:
         rows = [lead_baseline(dataset)]
-        models = MODELS + (HIERARCHICAL_MODELS if args.hierarchical else ())
-        for model in () if args.lead_only else models:
+        for model in () if args.lead_only else chosen_models(args):
             row, folders = train_model(model, dataset, args)
             rows.append(row)
             if args.figure and model is HIERARCHICAL_MODELS[0]:

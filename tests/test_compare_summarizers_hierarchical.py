@@ -116,3 +116,23 @@ def test_the_table_gives_the_cost_relative_to_flat_attention() -> None:
     ]
     text = compare.table("dialogsum", rows)
     assert "| 200.0 | 1.00x |" in text and "| 250.0 | 1.25x |" in text
+
+
+def test_models_chooses_rows_by_their_run_names() -> None:
+    parse = __import__("argparse").Namespace
+    every = compare.chosen_models(parse(hierarchical=True, models=None))
+    assert [compare.row_key(model) for model in every] == [
+        "rnn_attention",
+        "pointer_generator",
+        "hierarchical",
+        "hierarchical_pointer_generator",
+    ]
+    chosen = compare.chosen_models(
+        parse(hierarchical=True, models=["hierarchical_pointer_generator", "rnn_attention"])
+    )
+    assert [model.name for model in chosen] == [
+        "attention",
+        "hierarchical + pointer-generator + coverage",
+    ]
+    with pytest.raises(SystemExit, match="unknown \\['hierarchical'\\]"):
+        compare.chosen_models(parse(hierarchical=False, models=["hierarchical"]))
