@@ -1,5 +1,6 @@
 """What an RNN attention reads (`model.attention.values`, models/rnn.py): the annotations h_j,
-or the source words alone W_v x_j while the scores still read h_j."""
+or each source word with its position, v_j = W_v [x_j ; PE(j) ; PE(n-1-j)]
+(models/word_values.py), while the scores still read h_j."""
 
 from pathlib import Path
 
@@ -8,9 +9,11 @@ import torch
 
 from attnseq.attention import build_attention
 from attnseq.errors import UserError
+from attnseq.models.positional import SinusoidalPositionalEncoding
 from attnseq.models.rnn import RNNSeq2Seq
 from attnseq.models.rnn_hard import HardAttentionRNN
 from attnseq.models.seq2seq import Vocabularies
+from attnseq.models.word_values import POSITION_SIZE, WordValues
 
 VOCAB = Vocabularies(src_size=12, tgt_size=12, pad_id=0, bos_id=2, eos_id=3)
 
@@ -35,10 +38,31 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return src, torch.tensor([5, 3]), torch.tensor([[2, 7, 6, 5], [2, 9, 8, 0]])
 
 
-def _word_values(model: RNNSeq2Seq, src: torch.Tensor) -> torch.Tensor:
-    """W_v x_j (B, S, E), computed from the parameters without the model's code path."""
-    assert model.value_projection is not None
-    return model.encoder.embedding(src) @ model.value_projection.weight.T
+def _word_values(model: RNNSeq2Seq, src: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """v_j (B, S, E), computed from the formula without the model's code path."""
+    assert model.word_values is not None
+    positions = SinusoidalPositionalEncoding(POSITION_SIZE)
+    rows = []
+    for row, length in zip(src, lengths.tolist(), strict=True):
+        j = torch.arange(src.size(1))
+        where = torch.cat([positions(j), positions((length - 1 - j).clamp_min(0))], dim=-1)
+        rows.append(torch.cat([model.encoder.embedding(row), where], dim=-1))
+    return torch.stack(rows) @ model.word_values.projection.weight.T
+
+
+def test_a_value_holds_its_word_and_both_distances_only() -> None:
+    """Changing a neighbour's word leaves v_j as it is; the same word elsewhere differs."""
+    torch.manual_seed(0)
+    values = WordValues(4, 6)
+    embedded = torch.randn(1, 5, 4)
+    changed = embedded.clone()
+    changed[0, 3] = torch.randn(4)
+    lengths = torch.tensor([5])
+    before, after = values(embedded, lengths), values(changed, lengths)
+    torch.testing.assert_close(before[0, [0, 1, 2, 4]], after[0, [0, 1, 2, 4]])
+    repeated = embedded[:, [1, 1]]
+    first, second = values(repeated, torch.tensor([2]))[0]
+    assert not torch.allclose(first, second)
 
 
 @pytest.mark.parametrize("hard", [None, "gumbel"])
@@ -51,21 +75,22 @@ def test_the_context_averages_the_source_words(hard: str | None) -> None:
     positions = state["step"].unsqueeze(1)
     with torch.no_grad():
         context, weights = model._attend(query, state, positions)
-        expected = torch.bmm(weights, _word_values(model, src))
+        expected = torch.bmm(weights, _word_values(model, src, lengths))
     torch.testing.assert_close(context, expected)
     if hard is not None:
         chosen = weights.argmax(-1)  # (B, 1)
-        picked = _word_values(model, src).gather(1, chosen[..., None].expand(-1, -1, 16))
+        words = _word_values(model, src, lengths)
+        picked = words.gather(1, chosen[..., None].expand(-1, -1, 16))
         torch.testing.assert_close(context, picked.detach())
 
 
 def test_the_scores_still_read_the_annotations() -> None:
-    """Changing W_v changes the context but not the weights: the keys are h_j, not W_v x_j."""
+    """Changing W_v changes the context but not the weights: the keys are h_j, not v_j."""
     model = _model("embeddings").eval()
     src, lengths, tgt_in = _batch()
     with torch.no_grad():
         before = model(src, lengths, tgt_in[:, :1], need_weights=True).attention
-        model.value_projection.weight.mul_(3.0)
+        model.word_values.projection.weight.mul_(3.0)
         after = model(src, lengths, tgt_in[:, :1], need_weights=True).attention
     torch.testing.assert_close(before, after)
 
@@ -89,14 +114,14 @@ def test_the_words_train_through_the_context() -> None:
     model = _model("embeddings", "gumbel").train()
     src, lengths, tgt_in = _batch()
     model(src, lengths, tgt_in).logits.sum().backward()
-    assert model.value_projection.weight.grad.abs().sum() > 0
+    assert model.word_values.projection.weight.grad.abs().sum() > 0
 
 
 def test_annotations_add_no_parameters() -> None:
     """The default keeps the state dict of every model saved before the option existed."""
     annotations, embeddings = _model("annotations"), _model("embeddings")
     extra = set(embeddings.state_dict()) - set(annotations.state_dict())
-    assert extra == {"value_projection.weight"}
+    assert extra == {"word_values.projection.weight"}
 
 
 def test_a_bad_value_or_no_attention_is_refused() -> None:
@@ -133,4 +158,4 @@ def test_a_checkpoint_keeps_the_word_values(tmp_path: Path) -> None:
         tmp_path / "words.pt", "model.attention.hard=gumbel", "model.attention.values=embeddings"
     )
     model = load_trained_model(path).model
-    assert isinstance(model, HardAttentionRNN) and model.value_projection is not None
+    assert isinstance(model, HardAttentionRNN) and model.word_values is not None

@@ -62,8 +62,8 @@ class AttentionConfig:
     hard_k: int = option(1, "hard attention: source positions chosen per step (top-k)", ge=1)
     values: AttentionValues = option(
         AttentionValues.annotations,
-        "RNN: what the context reads: annotations (h_j) or embeddings (W_v x_j, the source "
-        "words alone; keys stay h_j), so a hard choice reads exactly the word it points at",
+        "RNN: what the context reads: annotations (h_j) or embeddings (each source word and "
+        "its position alone; the keys stay h_j), so a hard choice reads the word it points at",
     )
     # --- transformer self-attention (cross-attention is always full)
     kind: AttentionKind = option(AttentionKind.full, "transformer self-attention mechanism")

@@ -21,12 +21,13 @@ Without input feeding the RNN does not depend on attention, so training runs it 
 target in one call and attends for all T positions at once.
 
 Values (`values`): the context averages the annotations, c_i = sum_j a_ij h_j, or, with
-values="embeddings", the source words alone, c_i = sum_j a_ij W_v x_j (W_v: emb -> E), while
-the scores still read the annotations h_j (which know each word's context and position). A
-bidirectional annotation h_j also encodes its neighbours, so a model that reads h_j can find
-word j at position j-1 or j+1; reading W_v x_j it finds word j only at j. For soft attention
-this is a choice of model; for hard attention (models/rnn_hard.py), which reads one position
-per step, it makes the chosen position the word the step reads.
+values="embeddings", the source words alone, c_i = sum_j a_ij v_j with v_j = W_v [x_j ; PE(j) ;
+PE(n-1-j)], the word and its distances to the two ends (models/word_values.py), while the scores
+still read the annotations h_j. A bidirectional annotation h_j also encodes its neighbours, so a
+model that reads h_{j-1} can produce word j; from v_j it gets word j only at j. With a zero
+initial state (`init_hidden="zero"`) the decoder sees the source only through what it reads, so
+for hard attention (models/rnn_hard.py), which reads one position per step, the chosen position
+is the word the step reads: its one-hot map is a word alignment.
 
 No attention (score=none): the RNN Encoder-Decoder of Cho et al. (2014) that Bahdanau et al.
 compare against: the decoder sees the source only through one fixed summary vector (the
@@ -50,6 +51,7 @@ from attnseq.models.seq2seq import (
     Seq2SeqOutput,
     Vocabularies,
 )
+from attnseq.models.word_values import WordValues
 
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -125,8 +127,8 @@ class RNNSeq2Seq(Seq2Seq):
             "zero" = 0. A zero start gives the decoder no summary of the source, so everything
             it knows about the source arrives through attention: on generated tasks that a
             summary vector already solves (reverse), this is what makes the alignments sharp.
-        values: what the context averages: "annotations" (h_j) or "embeddings" (W_v x_j;
-            module docstring).
+        values: what the context averages: "annotations" (h_j) or "embeddings" (v_j, the
+            word and its position; module docstring).
     """
 
     def __init__(
@@ -181,10 +183,8 @@ class RNNSeq2Seq(Seq2Seq):
         self.dropout = nn.Dropout(dropout)
         # bridge: initial decoder state of every layer from the encoder summary (Bahdanau A.2.2)
         enc_size = self.encoder.output_size
-        # W_v: the source embedding to the context size E, so the decoder is the same either way
-        self.value_projection = (
-            nn.Linear(emb_dim, enc_size, bias=False) if values == "embeddings" else None
-        )
+        # the word values are E wide, so the decoder is the same either way
+        self.word_values = WordValues(emb_dim, enc_size) if values == "embeddings" else None
         self.bridge = nn.Linear(enc_size, layers * hidden) if init_hidden == "bridge" else None
         out_dim = emb_dim if tie_embeddings else hidden
         self._build_decoder(emb_dim, out_dim, dropout)
@@ -243,9 +243,9 @@ class RNNSeq2Seq(Seq2Seq):
         }
         if self.cell == "lstm":
             state["cell"] = torch.zeros_like(hidden0)
-        if self.value_projection is not None:
+        if self.word_values is not None:
             source_words = self.dropout(self.encoder.embedding(src))  # (B, S, emb)
-            state["values"] = self.value_projection(source_words)  # W_v x_j: (B, S, E)
+            state["values"] = self.word_values(source_words, src_lengths)  # v_j: (B, S, E)
         if self.attention is not None:
             state["keys"] = self.attention.prepare_keys(annotations)  # once per batch
         if self.input_feeding:
@@ -261,7 +261,8 @@ class RNNSeq2Seq(Seq2Seq):
 
     @staticmethod
     def _values(state: dict[str, Tensor]) -> Tensor:
-        """What the context averages (B, S, E): W_v x_j if the state has them, else h_j."""
+        """What the context averages (B, S, E): the word values v_j if the state has them,
+        else the annotations h_j."""
         return state.get("values", state["annotations"])
 
     def _attend(

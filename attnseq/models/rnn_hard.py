@@ -4,13 +4,13 @@ the selection and its estimators are attnseq/attention/hard.py).
 `HardAttentionRNN` is `RNNSeq2Seq` (models/rnn.py, Bahdanau or Luong decoder) whose attention is
 a `HardAttention` around the configured score: the context of every step is the value of the
 chosen source position (the mean of k with top-k): its encoder annotation, or with
-`model.attention.values=embeddings` its word alone (models/rnn.py), and the weights it
-returns are one-hot (k-hot) by construction. In training, gumbel passes the straight-through
-gradient to the scores through the weights themselves; reinforce samples, and `forward` also
-returns, for the loss (models/reinforce.py), extras "hard_log_prob" and "hard_entropy" (B, T)
-and the moving-average baseline "reinforce_baseline" (a buffer of the model, so checkpoints
-carry it). In evaluation mode every step takes the argmax: decoding is deterministic, and a
-step-by-step pass equals the teacher-forced one.
+`model.attention.values=embeddings` its word and position alone (models/word_values.py), and
+the weights it returns are one-hot (k-hot) by construction. In training, gumbel passes the
+straight-through gradient to the scores through the weights themselves; reinforce samples, and
+`forward` also returns, for the loss (models/reinforce.py), extras "hard_log_prob" and
+"hard_entropy" (B, T) and the moving-average baseline "reinforce_baseline" (a buffer of the
+model, so checkpoints carry it). In evaluation mode every step takes the argmax: decoding is
+deterministic, and a step-by-step pass equals the teacher-forced one.
 
 Shapes: B batch, S source length, T target length, E encoder output size, H decoder hidden size.
 """

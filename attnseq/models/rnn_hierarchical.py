@@ -72,7 +72,7 @@ class HierarchicalAttention(RNNSeq2Seq):
         **options: Any,
     ) -> None:
         super().__init__(vocab, **options)
-        if self.value_projection is not None:
+        if self.word_values is not None:
             raise ValueError(
                 "hierarchical attention reads the annotations: values='embeddings' is not supported"
             )

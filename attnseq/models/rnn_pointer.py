@@ -54,7 +54,7 @@ class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
 
     def __init__(self, vocab: Vocabularies, **options: Any) -> None:
         super().__init__(vocab, **options)
-        if self.value_projection is not None:
+        if self.word_values is not None:
             raise ValueError(
                 "copy and coverage read the annotations: values='embeddings' is not supported"
             )
