@@ -1,6 +1,6 @@
 """What an RNN attention reads (`model.attention.values`, models/rnn.py): the annotations h_j,
-or each source word with its position, v_j = W_v [x_j ; PE(j) ; PE(n-1-j)]
-(models/word_values.py), while the scores still read h_j."""
+or each source word with its position, v_j = W_v [x_j ; p_j], p_j = [PE(j) ; PE(n-1-j)], while
+the scores read k_j = h_j + W_p p_j (models/word_values.py)."""
 
 from pathlib import Path
 
@@ -38,31 +38,44 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return src, torch.tensor([5, 3]), torch.tensor([[2, 7, 6, 5], [2, 9, 8, 0]])
 
 
+def _where(src: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """p_j (B, S, P) from the formula, row by row."""
+    positions = SinusoidalPositionalEncoding(POSITION_SIZE)
+    j = torch.arange(src.size(1))
+    return torch.stack(
+        [
+            torch.cat([positions(j), positions((length - 1 - j).clamp_min(0))], dim=-1)
+            for length in lengths.tolist()
+        ]
+    )
+
+
 def _word_values(model: RNNSeq2Seq, src: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """v_j (B, S, E), computed from the formula without the model's code path."""
     assert model.word_values is not None
-    positions = SinusoidalPositionalEncoding(POSITION_SIZE)
-    rows = []
-    for row, length in zip(src, lengths.tolist(), strict=True):
-        j = torch.arange(src.size(1))
-        where = torch.cat([positions(j), positions((length - 1 - j).clamp_min(0))], dim=-1)
-        rows.append(torch.cat([model.encoder.embedding(row), where], dim=-1))
-    return torch.stack(rows) @ model.word_values.projection.weight.T
+    words = torch.cat([model.encoder.embedding(src), _where(src, lengths)], dim=-1)
+    return words @ model.word_values.projection.weight.T
 
 
 def test_a_value_holds_its_word_and_both_distances_only() -> None:
-    """Changing a neighbour's word leaves v_j as it is; the same word elsewhere differs."""
+    """Changing a neighbour's word leaves v_j as it is; the same word elsewhere differs; the
+    keys are the annotations moved by the positions alone."""
     torch.manual_seed(0)
     values = WordValues(4, 6)
-    embedded = torch.randn(1, 5, 4)
+    embedded, annotations = torch.randn(1, 5, 4), torch.randn(1, 5, 6)
     changed = embedded.clone()
     changed[0, 3] = torch.randn(4)
     lengths = torch.tensor([5])
-    before, after = values(embedded, lengths), values(changed, lengths)
+    (before, keys), (after, _) = (
+        values(embedded, annotations, lengths),
+        values(changed, annotations, lengths),
+    )
     torch.testing.assert_close(before[0, [0, 1, 2, 4]], after[0, [0, 1, 2, 4]])
+    moved = _where(embedded, lengths) @ values.key_positions.weight.T
+    torch.testing.assert_close(keys, annotations + moved)
     repeated = embedded[:, [1, 1]]
-    first, second = values(repeated, torch.tensor([2]))[0]
-    assert not torch.allclose(first, second)
+    twice, _ = values(repeated, annotations[:, :2], torch.tensor([2]))  # (1, 2, 6)
+    assert not torch.allclose(twice[0, 0], twice[0, 1])
 
 
 @pytest.mark.parametrize("hard", [None, "gumbel"])
@@ -84,8 +97,8 @@ def test_the_context_averages_the_source_words(hard: str | None) -> None:
         torch.testing.assert_close(context, picked.detach())
 
 
-def test_the_scores_still_read_the_annotations() -> None:
-    """Changing W_v changes the context but not the weights: the keys are h_j, not v_j."""
+def test_the_scores_do_not_read_the_values() -> None:
+    """Changing W_v changes the context but not the weights: the keys are not v_j."""
     model = _model("embeddings").eval()
     src, lengths, tgt_in = _batch()
     with torch.no_grad():
@@ -121,7 +134,7 @@ def test_annotations_add_no_parameters() -> None:
     """The default keeps the state dict of every model saved before the option existed."""
     annotations, embeddings = _model("annotations"), _model("embeddings")
     extra = set(embeddings.state_dict()) - set(annotations.state_dict())
-    assert extra == {"word_values.projection.weight"}
+    assert extra == {"word_values.projection.weight", "word_values.key_positions.weight"}
 
 
 def test_a_bad_value_or_no_attention_is_refused() -> None:

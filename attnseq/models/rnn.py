@@ -21,13 +21,13 @@ Without input feeding the RNN does not depend on attention, so training runs it 
 target in one call and attends for all T positions at once.
 
 Values (`values`): the context averages the annotations, c_i = sum_j a_ij h_j, or, with
-values="embeddings", the source words alone, c_i = sum_j a_ij v_j with v_j = W_v [x_j ; PE(j) ;
-PE(n-1-j)], the word and its distances to the two ends (models/word_values.py), while the scores
-still read the annotations h_j. A bidirectional annotation h_j also encodes its neighbours, so a
-model that reads h_{j-1} can produce word j; from v_j it gets word j only at j. With a zero
-initial state (`init_hidden="zero"`) the decoder sees the source only through what it reads, so
-for hard attention (models/rnn_hard.py), which reads one position per step, the chosen position
-is the word the step reads: its one-hot map is a word alignment.
+values="embeddings", the source words alone, c_i = sum_j a_ij v_j with v_j = W_v [x_j ; p_j],
+the word and its distances p_j to the two ends of the source, while the scores read
+k_j = h_j + W_p p_j (models/word_values.py). A bidirectional annotation h_j also encodes its
+neighbours, so a model that reads h_{j-1} can produce word j; from v_j it gets word j only at
+j. With a zero initial state (`init_hidden="zero"`) the decoder sees the source only through
+what it reads, so for hard attention (models/rnn_hard.py), which reads one position per step,
+the chosen position is the word the step reads: its one-hot map is a word alignment.
 
 No attention (score=none): the RNN Encoder-Decoder of Cho et al. (2014) that Bahdanau et al.
 compare against: the decoder sees the source only through one fixed summary vector (the
@@ -243,11 +243,13 @@ class RNNSeq2Seq(Seq2Seq):
         }
         if self.cell == "lstm":
             state["cell"] = torch.zeros_like(hidden0)
+        keys = annotations
         if self.word_values is not None:
             source_words = self.dropout(self.encoder.embedding(src))  # (B, S, emb)
-            state["values"] = self.word_values(source_words, src_lengths)  # v_j: (B, S, E)
+            # v_j and k_j: (B, S, E) each
+            state["values"], keys = self.word_values(source_words, annotations, src_lengths)
         if self.attention is not None:
-            state["keys"] = self.attention.prepare_keys(annotations)  # once per batch
+            state["keys"] = self.attention.prepare_keys(keys)  # once per batch
         if self.input_feeding:
             state["feed"] = annotations.new_zeros(src.size(0), self.hidden)  # h~_0 = 0
         return state
