@@ -141,3 +141,40 @@ def test_the_training_message_says_how_to_continue(tmp_path: Path) -> None:
     last = done.stderr.strip().splitlines()[-1]
     assert "No space left on device; fix that, then continue with:" in last
     assert "resume=auto" in last and f"hydra.run.dir={tmp_path / 'run'}" in last
+
+
+def test_an_output_over_an_input_is_refused_by_any_path(tmp_path: Path):
+    from attnseq.errors import UserError
+    from attnseq.io.output_paths import refuse_output_over_inputs
+
+    source = tmp_path / "s.txt"
+    source.write_text("a b\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.txt").symlink_to(source)
+    os.link(source, tmp_path / "hard.txt")
+    for spelling in [
+        source,
+        tmp_path / "sub" / ".." / "s.txt",
+        tmp_path / "link.txt",
+        tmp_path / "hard.txt",
+    ]:
+        with pytest.raises(UserError, match="is the input --src"):
+            refuse_output_over_inputs(spelling, "--out", [("--src", source), ("--gold", None)])
+    refuse_output_over_inputs(tmp_path / "new.txt", "--out", [("--src", source)])
+    assert source.read_text() == "a b\n"
+
+
+def test_a_folder_holding_an_input_is_refused(tmp_path: Path):
+    from attnseq.errors import UserError
+    from attnseq.io.output_paths import refuse_folder_holding_inputs
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    checkpoint = run / "checkpoints" / "best.pt"
+    checkpoint.write_bytes(b"x")
+    for folder in [run, run / "checkpoints", tmp_path]:
+        with pytest.raises(UserError, match="holds the input CHECKPOINT"):
+            refuse_folder_holding_inputs(folder, "OUT", [("CHECKPOINT", checkpoint)])
+    refuse_folder_holding_inputs(tmp_path / "export", "OUT", [("CHECKPOINT", checkpoint)])
+    (tmp_path / "other").mkdir()
+    refuse_folder_holding_inputs(tmp_path / "other", "OUT", [("CHECKPOINT", checkpoint)])

@@ -4,6 +4,11 @@ A command that decodes for a minute and then cannot write its result (the path i
 suffix names no image format, the folder is read-only) wastes the minute; these checks run
 first. A write that fails later for a reason the user can fix (disk full, read-only file
 system, permission, quota) becomes one `OutputError` naming the file.
+
+An output never replaces one of the command's own inputs: `refuse_output_over_inputs` compares
+the output with every input as the file system sees them (device and inode, so a symlink, a hard
+link or a `../` spelling of the same file is caught), and `refuse_folder_holding_inputs` keeps a
+folder that a command may clear from holding an input.
 """
 
 import errno
@@ -47,6 +52,50 @@ def check_output_folder(path: Path, option: str) -> None:
     if path.exists() and not path.is_dir():
         raise UserError(f"{option} {path} is a file; give a folder")
     _writable_parent(path / "x", option)
+
+
+InputPaths = Iterable[tuple[str, Path | None]]
+"""(option, path) pairs naming a command's inputs; a None path is an option not given."""
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    """True when both paths exist and are one file (same device and inode, symlinks followed)."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (yet), or cannot be looked at
+        return False
+
+
+def refuse_output_over_inputs(output: Path, option: str, inputs: InputPaths) -> None:
+    """UserError when writing `output` would replace one of `inputs`: the same file by any
+    path (symlink, hard link, `..`), or a dangling symlink that points at an input's path."""
+    for input_option, input_path in inputs:
+        if input_path is None:
+            continue
+        if _same_file(output, input_path) or (
+            output.is_symlink() and output.resolve() == input_path.resolve()
+        ):
+            raise UserError(
+                f"{option} {output} is the input {input_option} {input_path}: writing it would "
+                "destroy the input; choose another output path"
+            )
+
+
+def refuse_folder_holding_inputs(folder: Path, option: str, inputs: InputPaths) -> None:
+    """UserError when `folder` is, or holds (at any depth), one of `inputs`: a command that
+    replaces the folder's contents must not reach its own input."""
+    if not folder.exists():
+        return
+    root = folder.resolve()
+    for input_option, input_path in inputs:
+        if input_path is None or not input_path.exists():
+            continue
+        resolved = input_path.resolve()
+        if resolved == root or root in resolved.parents:
+            raise UserError(
+                f"{option} {folder} holds the input {input_option} {input_path}: "
+                "choose an output folder that does not contain it"
+            )
 
 
 def image_suffixes() -> list[str]:
