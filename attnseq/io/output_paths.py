@@ -22,15 +22,18 @@ from attnseq.errors import OutputError, UserError
 FIXABLE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
 
 
-def _writable_parent(path: Path, option: str) -> None:
-    """UserError unless the nearest existing ancestor of `path` is a folder we can write to."""
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UserError(f"{option} {path}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{option} {path}: cannot write into {parent} (read-only or no permission)")
+def _writable_folder(path: Path, named: Path, option: str) -> None:
+    """UserError unless the nearest existing folder at or above `path` can be written to;
+    messages name the user's `named` path."""
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"{option} {named}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(
+            f"{option} {named}: cannot write into {folder} (read-only or no permission)"
+        )
 
 
 def check_output_file(path: Path, option: str, suffixes: Iterable[str] | None = None) -> None:
@@ -44,14 +47,14 @@ def check_output_file(path: Path, option: str, suffixes: Iterable[str] | None = 
                 f"{option} {path}: unknown format {path.suffix or '(no suffix)'!r}; "
                 f"use one of {', '.join('.' + s for s in allowed)}"
             )
-    _writable_parent(path, option)
+    _writable_folder(path.parent, path, option)
 
 
 def check_output_folder(path: Path, option: str) -> None:
     """UserError unless `path` is (or can be created as) a folder we can write to."""
     if path.exists() and not path.is_dir():
         raise UserError(f"{option} {path} is a file; give a folder")
-    _writable_parent(path / "x", option)
+    _writable_folder(path, path, option)
 
 
 InputPaths = Iterable[tuple[str, Path | None]]
