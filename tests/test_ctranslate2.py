@@ -136,3 +136,84 @@ def test_a_trained_model_decodes_the_same_through_the_cli(ctranslate2, tmp_path:
         theirs = runner.invoke(app, ["translate", "--engine", "ctranslate2", str(folder), *flags])
         assert ours.exit_code == theirs.exit_code == 0
         assert theirs.stdout == ours.stdout
+
+
+def digest(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (symlinks not followed), relative name -> bytes."""
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not path.is_symlink()
+    }
+
+
+def one_line_exit_2(result, *expected: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert all(words in lines[0] for words in expected), lines[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def run_folder(tmp_path: Path) -> Path:
+    """A run folder: a transformer checkpoint and the run's metrics.json."""
+    run = tmp_path / "run"
+    untrained_checkpoint(run / "model.pt", *TRANSFORMER)
+    (run / "metrics.json").write_text('{"test/bleu": 12.5}\n', encoding="utf-8")
+    return run
+
+
+def test_force_never_replaces_a_folder_holding_the_checkpoint(run_folder: Path) -> None:
+    before = digest(run_folder)
+    (run_folder.parent / "link").symlink_to(run_folder)
+    spellings = [run_folder, run_folder / ".." / "run", run_folder.parent / "link"]
+    for out in spellings:
+        for force in ([], ["--force"]):
+            result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(out), *force])
+            one_line_exit_2(result, "holds the input CHECKPOINT")
+    assert digest(run_folder) == before
+    assert sorted(path.name for path in run_folder.parent.iterdir()) == ["link", "run"]
+
+
+def test_the_checkpoint_itself_is_refused_as_out_dir(run_folder: Path) -> None:
+    checkpoint = run_folder / "model.pt"
+    before = checkpoint.read_bytes()
+    (run_folder / "alias.pt").symlink_to(checkpoint)
+    for out in (checkpoint, run_folder / "alias.pt"):
+        result = runner.invoke(app, ["export", str(checkpoint), str(out), "--force"])
+        one_line_exit_2(result, "is the input CHECKPOINT")
+    assert checkpoint.read_bytes() == before and (run_folder / "alias.pt").is_symlink()
+
+
+def test_force_over_an_earlier_export_replaces_its_files_only(
+    ctranslate2, run_folder: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "ct2"
+    assert runner.invoke(app, ["export", str(run_folder / "model.pt"), str(out)]).exit_code == 0
+    (out / "notes.txt").write_text("my notes\n", encoding="utf-8")
+    (out / "source.model").write_bytes(b"a tokenizer an earlier export wrote")
+    earlier = digest(out)
+    other = untrained_checkpoint(tmp_path / "other.pt", *TRANSFORMER, "seed=7")
+    one_line_exit_2(
+        runner.invoke(app, ["export", str(other), str(out)]), "earlier export", "--force"
+    )
+    assert digest(out) == earlier
+    assert runner.invoke(app, ["export", str(other), str(out), "--force"]).exit_code == 0
+    fresh = export_ctranslate2(other, tmp_path / "fresh")
+    replaced = digest(out)
+    assert replaced.pop("notes.txt") == b"my notes\n"  # not the export's: it stays
+    assert replaced == digest(fresh)  # the other checkpoint's export, the stale tokenizer gone
+    assert replaced["model.bin"] != earlier["model.bin"]
+
+
+def test_a_folder_of_other_files_is_refused_even_with_force(run_folder, tmp_path) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "hyp.txt").write_text("a hypothesis\n", encoding="utf-8")
+    (folder / "model.bin").write_bytes(b"not an attnseq export")
+    before = digest(folder)
+    for force in ([], ["--force"]):
+        result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(folder), *force])
+        one_line_exit_2(result, "not an attnseq export", "hyp.txt")
+    assert digest(folder) == before
