@@ -1,7 +1,12 @@
 """Export to CTranslate2 and decoding with it: the engine computes the same log-probabilities
 as attnseq (pre- and post-norm, sinusoidal and learned positions, joint and separate
-vocabularies), gives the same greedy and beam outputs, and refuses what it cannot run."""
+vocabularies), gives the same greedy and beam outputs, and refuses what it cannot run. The export
+folder never reaches the checkpoint or files that are not an export's, and a write that fails
+(read-only, full disk) leaves the old folder or nothing, with one line and exit status 2."""
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -217,3 +222,114 @@ def test_a_folder_of_other_files_is_refused_even_with_force(run_folder, tmp_path
         result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(folder), *force])
         one_line_exit_2(result, "not an attnseq export", "hyp.txt")
     assert digest(folder) == before
+
+
+def honest_access(monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.access that honours the owner's write bit for root too (root's access(2) ignores
+    mode bits), so a chmod 555 folder reads as read-only as it does for any other user."""
+    real = os.access
+
+    def access(path, mode, *args, **kwargs) -> bool:
+        if mode & os.W_OK and not os.stat(path).st_mode & stat.S_IWUSR:
+            return False
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+def test_a_read_only_folder_is_refused_before_the_work(
+    run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    honest_access(monkeypatch)
+    empty, parent = tmp_path / "empty", tmp_path / "locked"
+    empty.mkdir()
+    parent.mkdir()
+    for folder in (empty, parent):
+        folder.chmod(0o555)
+    try:
+        for out in (empty, parent / "ct2"):
+            result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(out)])
+            one_line_exit_2(result, "cannot write into", "read-only")
+    finally:
+        for folder in (empty, parent):
+            folder.chmod(0o755)
+    assert list(empty.iterdir()) == list(parent.iterdir()) == []
+
+
+def fail_writing_model_bin(code: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CTranslate2's writer of model.bin writes half a file, then fails with OSError(code)."""
+    from ctranslate2.specs.model_spec import ModelSpec
+
+    def serialize(self, path: str) -> None:
+        with open(path, "wb") as handle:
+            handle.write(b"\0" * 4096)
+        raise OSError(code, os.strerror(code), path)
+
+    monkeypatch.setattr(ModelSpec, "_serialize", serialize)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_failed_write_leaves_nothing_partial(
+    ctranslate2, run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """A full disk or a file system turned read-only while model.bin is written: one line,
+    no new folder and no staging folder; an earlier export stays byte for byte."""
+    earlier = tmp_path / "exports" / "earlier"
+    export_ctranslate2(run_folder / "model.pt", earlier)
+    (earlier / "notes.txt").write_text("my notes\n", encoding="utf-8")
+    before = digest(earlier)
+    fail_writing_model_bin(code, monkeypatch)
+    checkpoint = str(run_folder / "model.pt")
+    new = tmp_path / "exports" / "new"
+    one_line_exit_2(runner.invoke(app, ["export", checkpoint, str(new)]), os.strerror(code))
+    result = runner.invoke(app, ["export", checkpoint, str(earlier), "--force"])
+    one_line_exit_2(result, f"cannot write {earlier}", os.strerror(code))
+    assert sorted(path.name for path in earlier.parent.iterdir()) == ["earlier"]
+    assert sorted(path.name for path in earlier.iterdir()) == sorted(before)
+    assert digest(earlier) == before
+
+
+def test_a_failed_move_into_place_keeps_the_earlier_export(
+    ctranslate2, run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import attnseq.io.staged_folder
+
+    earlier = tmp_path / "earlier"
+    export_ctranslate2(run_folder / "model.pt", earlier)
+    before = digest(earlier)
+
+    def replace(source, target) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(target))
+
+    monkeypatch.setattr(attnseq.io.staged_folder.os, "replace", replace)
+    result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(earlier), "--force"])
+    monkeypatch.undo()
+    one_line_exit_2(result, "Read-only file system")
+    assert sorted(path.name for path in earlier.iterdir()) == sorted(before)
+    assert digest(earlier) == before
+
+
+def test_an_export_through_a_symlinked_folder(
+    ctranslate2, run_folder: Path, tmp_path: Path
+) -> None:
+    """OUT_DIR a symlink to an empty folder or to an earlier export: the files land in the
+    folder it points to and the link stays a link; a link to nothing is one line."""
+    checkpoint = str(run_folder / "model.pt")
+    fresh = digest(export_ctranslate2(run_folder / "model.pt", tmp_path / "fresh"))
+    for name in ("empty", "earlier"):
+        target = tmp_path / "targets" / name
+        target.mkdir(parents=True)
+        if name == "earlier":
+            export_ctranslate2(run_folder / "model.pt", target)
+            (target / "target.model").write_bytes(b"a stale tokenizer")
+        link = tmp_path / f"link-{name}"
+        link.symlink_to(target, target_is_directory=True)
+        result = runner.invoke(app, ["export", checkpoint, str(link), "--force"])
+        assert result.exit_code == 0, result.output
+        assert link.is_symlink() and digest(target) == fresh
+    assert sorted(path.name for path in (tmp_path / "targets").iterdir()) == ["earlier", "empty"]
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "missing")
+    result = runner.invoke(app, ["export", checkpoint, str(dangling)])
+    one_line_exit_2(result, "symlink to a missing folder")
+    assert dangling.is_symlink() and not (tmp_path / "missing").exists()
