@@ -333,3 +333,46 @@ def test_an_export_through_a_symlinked_folder(
     result = runner.invoke(app, ["export", checkpoint, str(dangling)])
     one_line_exit_2(result, "symlink to a missing folder")
     assert dangling.is_symlink() and not (tmp_path / "missing").exists()
+
+
+def test_a_pruned_checkpoint_exports_what_it_computes(ctranslate2, tmp_path: Path) -> None:
+    """`attnseq heads --prune` masks heads; the export folds the mask into W^O, so the engine
+    scores targets as the pruned model does and `translate --engine ctranslate2` writes what
+    `attnseq translate` writes."""
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt", *TRANSFORMER, *SPM)
+    pruned = tmp_path / "pruned.pt"
+    result = runner.invoke(
+        app,
+        ["heads", str(checkpoint), "--prune", "4", "--by", "random", "--max-batches", "1",
+         "--device", "cpu", "--report-dir", str(tmp_path / "heads"), "--out", str(pruned)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "ct2"
+    assert runner.invoke(app, ["export", str(pruned), str(folder)]).exit_code == 0
+    from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
+    from attnseq.models.head_mask import masked_heads
+
+    engine = CTranslate2Translator(folder, "cpu")
+    ours = Translator.from_checkpoint(pruned, "cpu")
+    assert len(masked_heads(ours.model)) == 4
+    unpruned = Translator.from_checkpoint(checkpoint, "cpu")
+    tgt_tokens = list(engine.tgt_ids)  # id order
+    for text in SOURCES:
+        src = ours.tokenizers.src.encode(text)
+        tgt = ours.tokenizers.tgt.encode(text[::-1])[:7]
+        scored = engine.engine.score_batch(
+            [[engine.src_tokens[i] for i in src]], [[tgt_tokens[i] for i in tgt]]
+        )[0]
+        expected = teacher_forced_log_probs(ours.model, src, tgt)
+        assert scored.log_probs == pytest.approx(expected, abs=1e-4)
+        # the mask matters: the unpruned model scores the same target differently
+        assert teacher_forced_log_probs(unpruned.model, src, tgt) != pytest.approx(
+            expected, abs=1e-3
+        )
+    inputs = tmp_path / "test.txt"
+    inputs.write_text("\n".join(SOURCES * 2) + "\n", encoding="utf-8")
+    flags = ["-i", str(inputs), "--beam", "1", "--device", "cpu"]
+    theirs = runner.invoke(app, ["translate", "--engine", "ctranslate2", str(folder), *flags])
+    mine = runner.invoke(app, ["translate", str(pruned), *flags])
+    assert mine.exit_code == theirs.exit_code == 0, theirs.output
+    assert theirs.stdout == mine.stdout and len(mine.stdout.splitlines()) == 2 * len(SOURCES)
