@@ -376,3 +376,15 @@ def test_a_pruned_checkpoint_exports_what_it_computes(ctranslate2, tmp_path: Pat
     mine = runner.invoke(app, ["translate", str(pruned), *flags])
     assert mine.exit_code == theirs.exit_code == 0, theirs.output
     assert theirs.stdout == mine.stdout and len(mine.stdout.splitlines()) == 2 * len(SOURCES)
+
+
+@pytest.mark.parametrize(
+    "feature", ["model.attention.memory_slots=2", "model.conv_kernel=3"], ids=["memory", "conv"]
+)
+def test_features_the_engine_would_drop_are_refused(feature: str) -> None:
+    from attnseq.models.ctranslate2_export import unsupported_features
+    from tests.helpers import tiny_config
+
+    problems = unsupported_features(tiny_config(*TRANSFORMER, feature))
+    assert len(problems) == 1 and problems[0].startswith(feature)
+    assert unsupported_features(tiny_config(*TRANSFORMER)) == []
