@@ -1,7 +1,9 @@
 """One trainer per run directory: a second training into a directory another process trains
 in stops with exit status 2 and one line naming the holder, before writing anything; a lock
-left by a killed process does not block."""
+left by a killed process does not block; a run directory the lock cannot be written in
+(read-only file system, full disk, no permission) stops the same way."""
 
+import errno
 import hashlib
 import json
 import os
@@ -105,6 +107,78 @@ def test_cli_train_into_a_busy_directory_exits_2_writing_nothing(tmp_path: Path)
     assert f"pid {process.pid}" in lines[0] and "Traceback" not in result.stderr
     # Hydra never ran: no .hydra/, no train.log, no checkpoints
     assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_NAME]
+
+
+def erofs(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+
+@pytest.mark.parametrize("where", ["mkdir", "open", "write"])
+def test_a_read_only_run_directory_is_one_user_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """EROFS wherever the lock meets it (creating the directory, opening or writing the lock
+    file) is a one-line UserError naming the directory; the lock is not held."""
+    run_dir = tmp_path / "runs" / "run"
+    if where == "mkdir":
+        monkeypatch.setattr(run_lock.Path, "mkdir", erofs)
+    elif where == "open":
+        monkeypatch.setattr(run_lock.os, "open", erofs)
+    else:
+        monkeypatch.setattr(run_lock.os, "pwrite", erofs)
+    with pytest.raises(UserError) as error:
+        run_lock.acquire(run_dir)
+    monkeypatch.undo()
+    message = str(error.value)
+    assert f"run directory {run_dir}" in message and "Read-only file system" in message
+    assert "\n" not in message
+    assert run_dir.resolve() not in run_lock._held
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_run_directory_without_write_permission_is_one_user_error(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run_dir.chmod(0o555)
+    try:
+        with pytest.raises(UserError, match=f"cannot write into run directory {run_dir}"):
+            run_lock.acquire(run_dir)
+    finally:
+        run_dir.chmod(0o755)
+    assert list(run_dir.iterdir()) == []
+
+
+READ_ONLY_TRAIN = (
+    "import errno, os, sys\n"
+    "real = os.open\n"
+    "def read_only(path, *args, **kwargs):\n"
+    "    if str(path).startswith(sys.argv[-1].split('=', 1)[1]):\n"
+    "        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))\n"
+    "    return real(path, *args, **kwargs)\n"
+    "os.open = read_only\n"
+    "from attnseq.cli.app import main\n"
+    "main()\n"
+)
+
+
+def test_cli_train_into_a_read_only_run_directory_exits_2(tmp_path: Path) -> None:
+    """`attnseq train hydra.run.dir=RUN` on a read-only file system (every open under RUN
+    fails with EROFS): one line, exit 2, nothing written."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-c", READ_ONLY_TRAIN, "train", *TINY, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: cannot write into run directory {run_dir}")
+    assert "Read-only file system" in lines[0] and "Traceback" not in result.stderr
+    assert list(run_dir.iterdir()) == []
 
 
 def digest(folder: Path) -> dict[str, str]:

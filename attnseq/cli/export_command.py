@@ -31,7 +31,9 @@ class Quantization(Enum):
 
 def export(
     checkpoint: CheckpointArgument,
-    out_dir: Annotated[Path, typer.Argument(help="The folder to write (new or empty).")],
+    out_dir: Annotated[
+        Path, typer.Argument(help="The folder to write (new, empty, or an earlier export).")
+    ],
     to: Annotated[ExportTarget, typer.Option(help="The engine to export for.")] = (
         ExportTarget.ctranslate2
     ),
@@ -39,7 +41,12 @@ def export(
         Quantization | None,
         typer.Option(help="Store the weights quantized (default: float32)."),
     ] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite a non-empty OUT_DIR.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Replace the files of an earlier export in OUT_DIR (its other files stay)."
+        ),
+    ] = False,
 ) -> None:
     """Export a transformer checkpoint to CTranslate2: the engine's model files with the
     tokenizers beside them, for `attnseq translate --engine ctranslate2 OUT_DIR`.

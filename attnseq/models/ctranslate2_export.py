@@ -25,12 +25,22 @@ attnseq interleaves them (sin at 2i, cos at 2i+1, positional.py), so the table i
 attnseq's own module, for positions 0 .. model.max_positions - 1.
 
 What the engine lacks is a UserError naming the feature (`unsupported_features`): the RNN
-family, copy/coverage (pointer-generator), efficient self-attention kinds.
+family, copy/coverage (pointer-generator), efficient self-attention kinds, persistent
+memory slots, the encoder's convolution sublayer.
+
+A pruned checkpoint (head_mask.py) keeps its mask xi: each head's context is scaled by xi_h
+before W^O, which is the same as scaling the head's d_k input columns of W^O, so the exported
+out_proj weights are W^O diag(xi_h repeated d_k times) and the engine computes what the
+masked model computes.
 
 The export folder holds CTranslate2's files (model.bin, config.json, the vocabularies) and
 attnseq's: attnseq_export.json (the run's config and the tokenizer states, what
 `attnseq translate --engine ctranslate2` reads) and, for sentencepiece tokenizers,
-source.model / target.model (or one joint.model) for tools outside attnseq.
+source.model / target.model (or one joint.model) for tools outside attnseq. These names
+(`EXPORT_NAMES`) are the export's own files: the folder is written in full in a staging folder
+and moved into place (io/staged_folder.py), and an export into an earlier one (`force`)
+replaces these files only, so other files in the folder stay. The folder is never the
+checkpoint or a folder holding it, and a folder with files that are not an export is refused.
 """
 
 import json
@@ -46,8 +56,28 @@ from attnseq.data.prepare import TokenizerPair
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from attnseq.data.tokenizers import BOS, EOS, UNK, Tokenizer
 from attnseq.errors import UserError
+from attnseq.io.output_paths import (
+    check_output_folder,
+    refuse_folder_holding_inputs,
+    refuse_output_over_inputs,
+)
+from attnseq.io.staged_folder import STAGING_PREFIX, write_staged_folder
 
 EXPORT_FILE = "attnseq_export.json"
+EXPORT_NAMES = frozenset(
+    {
+        "model.bin",
+        "config.json",
+        "shared_vocabulary.json",
+        "source_vocabulary.json",
+        "target_vocabulary.json",
+        EXPORT_FILE,
+        "source.model",
+        "target.model",
+        "joint.model",
+    }
+)
+"""Every file an export writes (CTranslate2's and attnseq's): what `force` may replace."""
 EXPORT_VERSION = 1
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, what every attnseq LayerNorm uses
 
@@ -64,6 +94,16 @@ def unsupported_features(cfg: TrainConfig) -> list[str]:
         problems.append(
             f"model.attention.kind={model.attention.kind.name} (an efficient self-attention "
             "kind; the engine has full attention only)"
+        )
+    if model.attention.memory_slots > 0:
+        problems.append(
+            f"model.attention.memory_slots={model.attention.memory_slots} (persistent memory "
+            "keys and values; the engine attends over the sequence only)"
+        )
+    if model.conv_kernel > 0:
+        problems.append(
+            f"model.conv_kernel={model.conv_kernel} (the encoder's convolution sublayer; the "
+            "engine's encoder layers have none)"
         )
     return problems
 
@@ -84,14 +124,18 @@ def vocabulary_tokens(tokenizer: Tokenizer) -> list[str]:
 def export_ctranslate2(
     checkpoint: Path, out_dir: Path, quantize: str | None = None, force: bool = False
 ) -> Path:
-    """Convert `checkpoint` into a CTranslate2 model folder `out_dir` (UserError when the model
-    uses a feature the engine lacks, or ctranslate2 is not installed)."""
+    """Convert `checkpoint` into a CTranslate2 model folder `out_dir`: new, empty, or (with
+    `force`) an earlier export whose own files are replaced.
+
+    Raises:
+        UserError: `out_dir` is the checkpoint, holds it, is a file, holds files that are not an
+            export (or an export without `force`); the model uses a feature the engine lacks;
+            ctranslate2 is not installed.
+        OutputError: the folder cannot be written (full disk, read-only); it is left as it was.
+    """
     from attnseq.models.loading import load_trained_model
 
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        raise UserError(f"{out_dir} exists and is not empty; pass --force to overwrite it")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} is a file, not a folder")
+    check_export_folder(checkpoint, out_dir, force)
     trained = load_trained_model(checkpoint)
     problems = unsupported_features(trained.cfg)
     if problems:
@@ -103,9 +147,39 @@ def export_ctranslate2(
         def _load(self):  # type: ignore[no-untyped-def]
             return spec
 
-    _Converter().convert(str(out_dir), quantization=quantize, force=True)
-    _write_attnseq_files(out_dir, trained.cfg, trained.tokenizers)
+    def write(staging: Path) -> None:
+        # the staging folder is this export's own: convert may replace it
+        _Converter().convert(str(staging), quantization=quantize, force=True)
+        _write_attnseq_files(staging, trained.cfg, trained.tokenizers)
+
+    write_staged_folder(out_dir, write, replaced=EXPORT_NAMES, last=EXPORT_FILE)
     return out_dir
+
+
+def check_export_folder(checkpoint: Path, out_dir: Path, force: bool) -> None:
+    """UserError unless `out_dir` can take an export of `checkpoint` without losing anything:
+    not the checkpoint nor a folder holding it, a folder (or none yet) we can write into, and
+    either empty or an earlier export (with `force`)."""
+    inputs = [("CHECKPOINT", checkpoint)]
+    refuse_output_over_inputs(out_dir, "OUT_DIR", inputs)
+    refuse_folder_holding_inputs(out_dir, "OUT_DIR", inputs)
+    if out_dir.is_symlink() and not out_dir.exists():
+        raise UserError(f"OUT_DIR {out_dir} is a symlink to a missing folder")
+    check_output_folder(out_dir, "OUT_DIR")
+    if not out_dir.is_dir():
+        return
+    present = [path.name for path in out_dir.iterdir() if not path.name.startswith(STAGING_PREFIX)]
+    if EXPORT_FILE in present:
+        if not force:
+            raise UserError(
+                f"OUT_DIR {out_dir} holds an earlier export; pass --force to replace its files"
+            )
+    elif present:
+        shown = ", ".join(sorted(present)[:3]) + (", ..." if len(present) > 3 else "")
+        raise UserError(
+            f"OUT_DIR {out_dir} holds files that are not an attnseq export ({shown}); "
+            "give a new or empty folder"
+        )
 
 
 def import_ctranslate2() -> Any:
@@ -140,6 +214,7 @@ def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: Token
     spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = BOS, EOS, UNK
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
     weights = {name: _array(value) for name, value in model.state_dict().items()}
+    _apply_head_masks(model, weights)
     src_table = _position_table(model.src_positions, m.max_positions)
     tgt_table = _position_table(model.tgt_positions, m.max_positions)
     _set_input(spec.encoder, weights["src_embed.weight"], src_table)
@@ -167,6 +242,22 @@ def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: Token
 
 def _array(value: torch.Tensor) -> np.ndarray:
     return value.detach().to("cpu", torch.float32).numpy()
+
+
+def _apply_head_masks(model: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
+    """Fold every attention sublayer's head mask xi (H,) into its W^O: the mask scales head h's
+    context (B, H, T, d_k) before W^O (d_model, H d_k), which equals scaling W^O's input
+    columns h d_k .. (h + 1) d_k - 1 by xi_h. The engine has no head mask of its own."""
+    from attnseq.models.head_mask import attention_sites
+
+    names = {module: name for name, module in model.named_modules()}
+    for site in attention_sites(model):
+        attention = site.attention
+        mask = _array(attention.head_mask)  # (H,)
+        if (mask == 1).all():
+            continue
+        key = f"{names[attention]}.out_proj.weight"
+        weights[key] = weights[key] * np.repeat(mask, attention.d_k)[None, :]
 
 
 def _position_table(encoding: torch.nn.Module, length: int) -> np.ndarray:

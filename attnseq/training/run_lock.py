@@ -6,7 +6,8 @@ start time, written into the file by the holder) before it writes anything. The 
 the lock when the holder's file descriptor closes, which includes every kind of exit (SIGKILL
 too), so a lock file left behind by a dead process is simply taken again: stale locks need no
 detection and no cleanup. (On file systems without `flock` support the lock is skipped with a
-warning.)
+warning.) A directory the lock file cannot be written in (read-only file system, full disk, no
+permission) stops the training the same way, with a UserError naming it.
 
 The lock is reentrant within one process: `attnseq train` takes it for an explicit
 `hydra.run.dir` before Hydra writes the directory's .hydra/ files and opens train.log
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnseq.errors import UserError
+from attnseq.io.output_paths import FIXABLE_ERRNOS
 
 LOCK_NAME = ".train.lock"
 
@@ -53,9 +55,12 @@ def acquire(run_dir: Path) -> None:
     if key in _held:
         _held[key].depth += 1
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise unwritable(run_dir, error) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:
@@ -71,9 +76,25 @@ def acquire(run_dir: Path) -> None:
         "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "command": " ".join(sys.argv),
     }
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
+    except OSError as error:
+        os.close(fd)
+        raise unwritable(run_dir, error) from None
     _held[key] = _Held(fd, 1)
+
+
+def unwritable(run_dir: Path, error: OSError) -> OSError | UserError:
+    """What to raise when the lock file of `run_dir` cannot be created or written: a UserError
+    naming the directory for what the user can fix (read-only file system, full disk, no
+    permission), the error itself otherwise."""
+    if error.errno not in FIXABLE_ERRNOS:
+        return error
+    reason = error.strerror or os.strerror(error.errno or 0)
+    return UserError(
+        f"cannot write into run directory {run_dir}: {reason}; give a writable hydra.run.dir"
+    )
 
 
 def release(run_dir: Path) -> None:
