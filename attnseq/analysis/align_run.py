@@ -22,7 +22,13 @@ import numpy as np
 import torch
 
 from attnseq.analysis.alignment import alignment_error_rate
-from attnseq.analysis.alignment_gold import GOLD_FORMATS, Alignment, read_gold_file
+from attnseq.analysis.alignment_gold import (
+    GOLD_FORMATS,
+    Alignment,
+    LinkOutsideSentence,
+    read_gold_file,
+    word_counts,
+)
 from attnseq.analysis.forced_alignment import AlignmentMethod, ForcedAlignments, align_sentences
 from attnseq.analysis.gold_sets import ALIGNMENT_ORDERS, read_parallel_lines, read_text_lines
 from attnseq.analysis.symmetrize import SYMMETRIZATIONS, symmetrize, transpose
@@ -90,7 +96,7 @@ def run_align(request: AlignRequest) -> AlignResult:
 
     check_request(request)
     src_lines, tgt_lines = read_parallel_lines(("--src", request.src), ("--tgt", request.tgt))
-    gold = _read_gold(request, len(src_lines))
+    gold = _read_gold(request, src_lines, tgt_lines)
     trained = load_trained_model(request.checkpoint)
     device = resolve_device(
         trained.cfg.trainer.device.value if request.device == "auto" else request.device
@@ -129,21 +135,30 @@ def _reverse_alignments(
 
 
 def _read_gold(
-    request: AlignRequest, n_pairs: int
+    request: AlignRequest, src_lines: Sequence[str], tgt_lines: Sequence[str]
 ) -> tuple[list[Alignment], list[Alignment]] | None:
-    """The gold (sure, possible) links as (source word, target word), or None without --gold."""
+    """The gold (sure, possible) links as (source word, target word), or None without --gold;
+    UserError for a malformed link or one outside its sentence's words."""
     if request.gold is None:
         return None
     read_text_lines(request.gold, "--gold")  # exists, is UTF-8
     if request.gold_possible is not None:
         read_text_lines(request.gold_possible, "--gold-possible")
+    lengths, sides = word_counts(src_lines, tgt_lines, src_first=request.gold_order == "src-tgt")
     try:
         sure, possible = read_gold_file(
             request.gold,
             request.gold_possible,
             gold_format=request.gold_format,
-            n_sentences=n_pairs,
+            n_sentences=len(src_lines),
+            lengths=lengths,
+            sides=sides,
         )
+    except LinkOutsideSentence as error:
+        raise UserError(
+            f"--gold {request.gold}: {error}; with --gold-order {request.gold_order} a link is "
+            f"({', '.join(sides)}): is that the gold's order?"
+        ) from None
     except ValueError as error:
         raise UserError(f"--gold {request.gold}: {error}") from None
     if request.gold_order == "tgt-src":
