@@ -139,7 +139,7 @@ def test_mistakes_end_with_one_message_and_exit_2(setup, tmp_path) -> None:
     cases = {
         "--tgt file not found": [forward, "--src", files["src"], "--tgt", tmp_path / "nope"],
         "has 4 lines but --tgt": [forward, "--src", files["src"], "--tgt", short],
-        "holds no sentences": [forward, "--src", empty, "--tgt", empty],
+        "is empty": [forward, "--src", empty, "--tgt", empty],
         "--layer must be in 1..2": [forward, *both, "--layer", "3"],
         "--head must be in 1..2": [forward, *both, "--head", "0"],
         "--method must be one of": [forward, *both, "--method", "best"],

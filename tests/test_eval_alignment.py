@@ -159,7 +159,10 @@ def test_naacl_and_reversed_gold_give_the_same_numbers(setup, tmp_path) -> None:
         ({"gold": "missing.txt"}, "--alignments file not found"),
         ({"gold_text": "0-0 1:1\n"}, "cannot parse link '1:1'"),
         ({"gold_text": "0-0\n1-1\n"}, "2 lines of Pharaoh links for 4 sentences"),
-        ({"gold_text": "0-0\n\n\n9-0\n"}, "link 9-0 (0-based word indices) of sentence 4"),
+        (
+            {"gold_text": "0-0\n\n\n9-0\n"},
+            "line 4: link 9-0 (source word, target word) is outside sentence 4",
+        ),
         ({"gold_text": "1 1 1 X\n"}, "expected 'sentence_no i j [S|P]"),
         ({"src": "missing.src"}, "--align-src file not found"),
         ({"tgt_text": "le\n"}, "has 4 lines but --align-tgt"),

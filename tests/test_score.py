@@ -126,9 +126,9 @@ def test_out_file_and_summary(scorer: Scorer, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("src_lines", "tgt_lines", "message"),
     [
-        (None, "a\n", "--src: file not found"),
+        (None, "a\n", "--src file not found"),
         ("a\nb\n", "a\n", "--src has 2 lines but --tgt has 1"),
-        ("", "", "no input"),
+        ("", "", "is empty"),
     ],
 )
 def test_user_mistakes_exit_2(

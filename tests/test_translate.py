@@ -237,4 +237,5 @@ def test_cli_translate_reads_a_fifo(checkpoint: Path, tmp_path: Path) -> None:
 
 def test_cli_translate_refuses_a_folder_as_input(checkpoint: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["translate", str(checkpoint), "--input", str(tmp_path)])
-    assert result.exit_code == 2 and "--input is a folder" in result.stderr
+    assert result.exit_code == 2
+    assert f"--input file {tmp_path} is a folder, not a text file" in result.stderr

@@ -16,18 +16,29 @@ Outputs.
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from attnseq.analysis.alignment import alignment_error_rate
-from attnseq.analysis.alignment_gold import GOLD_FORMATS, Alignment, read_gold_file
+from attnseq.analysis.alignment_gold import (
+    GOLD_FORMATS,
+    Alignment,
+    LinkOutsideSentence,
+    read_gold_file,
+    word_counts,
+)
 from attnseq.analysis.forced_alignment import AlignmentMethod, ForcedAlignments, align_sentences
 from attnseq.analysis.gold_sets import ALIGNMENT_ORDERS, read_parallel_lines, read_text_lines
+from attnseq.analysis.reverse_model import check_reverse_direction
 from attnseq.analysis.symmetrize import SYMMETRIZATIONS, symmetrize, transpose
+from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from attnseq.models.loading import TrainedModel
 
 
 @dataclass
@@ -90,8 +101,15 @@ def run_align(request: AlignRequest) -> AlignResult:
 
     check_request(request)
     src_lines, tgt_lines = read_parallel_lines(("--src", request.src), ("--tgt", request.tgt))
-    gold = _read_gold(request, len(src_lines))
+    gold = _read_gold(request, src_lines, tgt_lines)
     trained = load_trained_model(request.checkpoint)
+    counts = _unknown_counts(trained, src_lines, tgt_lines, ("--src", "--tgt"), "the model's")
+    reverse_model = None
+    if request.reverse is not None:
+        reverse_model = load_trained_model(request.reverse)
+        check_reverse_direction(trained, reverse_model, request.reverse)
+        owner = "the --reverse model's"
+        counts += _unknown_counts(reverse_model, tgt_lines, src_lines, ("--tgt", "--src"), owner)
     device = resolve_device(
         trained.cfg.trainer.device.value if request.device == "auto" else request.device
     )
@@ -99,8 +117,8 @@ def run_align(request: AlignRequest) -> AlignResult:
         trained, src_lines, tgt_lines, request.method, device=device, batch_size=request.batch_size
     )
     links, reverse, label = forward.links, None, forward.label
-    if request.reverse is not None:
-        reverse = _reverse_alignments(request, src_lines, tgt_lines, device)
+    if reverse_model is not None:
+        reverse = _reverse_alignments(request, reverse_model, src_lines, tgt_lines, device)
         heuristic = request.symmetrization or "grow-diag-final-and"
         links = [
             symmetrize(f, transpose(r), heuristic)
@@ -108,17 +126,37 @@ def run_align(request: AlignRequest) -> AlignResult:
         ]
         label = f"{heuristic} of ({forward.label}) and reverse ({reverse.label})"
     scores = None if gold is None else alignment_error_rate(links, *gold)
+    warn_unknown(counts)  # once the alignment has worked: a failed run ends with its error only
     return AlignResult(links, forward, reverse, scores, label)
 
 
+def _unknown_counts(
+    trained: "TrainedModel",
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    names: tuple[str, str],
+    owner: str,
+) -> list[UnknownCount]:
+    """The unknown tokens of the lines a model reads as its source and as its target; `names`
+    are the options that gave them, `owner` whose vocabularies they are ("the model's")."""
+    counts = []
+    for lines, tokenizer, name, side in (
+        (src_lines, trained.tokenizers.src, names[0], "source"),
+        (tgt_lines, trained.tokenizers.tgt, names[1], "target"),
+    ):
+        count = UnknownCount(name, f"{owner} {side} vocabulary", tokenizer.unk_id)
+        counts.append(count.add_all(tokenizer.encode(line) for line in lines))
+    return counts
+
+
 def _reverse_alignments(
-    request: AlignRequest, src_lines: Sequence[str], tgt_lines: Sequence[str], device: torch.device
+    request: AlignRequest,
+    reverse: "TrainedModel",
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    device: torch.device,
 ) -> ForcedAlignments:
     """The reverse model's alignments of the swapped pairs: links (target word, source word)."""
-    from attnseq.models.loading import load_trained_model
-
-    assert request.reverse is not None
-    reverse = load_trained_model(request.reverse)
     try:
         return align_sentences(
             reverse, tgt_lines, src_lines, request.method, device=device,
@@ -129,21 +167,30 @@ def _reverse_alignments(
 
 
 def _read_gold(
-    request: AlignRequest, n_pairs: int
+    request: AlignRequest, src_lines: Sequence[str], tgt_lines: Sequence[str]
 ) -> tuple[list[Alignment], list[Alignment]] | None:
-    """The gold (sure, possible) links as (source word, target word), or None without --gold."""
+    """The gold (sure, possible) links as (source word, target word), or None without --gold;
+    UserError for a malformed link or one outside its sentence's words."""
     if request.gold is None:
         return None
     read_text_lines(request.gold, "--gold")  # exists, is UTF-8
     if request.gold_possible is not None:
         read_text_lines(request.gold_possible, "--gold-possible")
+    lengths, sides = word_counts(src_lines, tgt_lines, src_first=request.gold_order == "src-tgt")
     try:
         sure, possible = read_gold_file(
             request.gold,
             request.gold_possible,
             gold_format=request.gold_format,
-            n_sentences=n_pairs,
+            n_sentences=len(src_lines),
+            lengths=lengths,
+            sides=sides,
         )
+    except LinkOutsideSentence as error:
+        raise UserError(
+            f"--gold {request.gold}: {error}; with --gold-order {request.gold_order} a link is "
+            f"({', '.join(sides)}): is that the gold's order?"
+        ) from None
     except ValueError as error:
         raise UserError(f"--gold {request.gold}: {error}") from None
     if request.gold_order == "tgt-src":

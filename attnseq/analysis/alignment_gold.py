@@ -26,10 +26,39 @@ from attnseq.io.atomic import atomic_write_lines
 
 Link = tuple[int, int]
 Alignment = set[Link]
+# per sentence: the number of words on the side a link's first index counts, and on its second
+Lengths = Sequence[tuple[int, int]]
 
 GOLD_FORMATS: tuple[str, ...] = ("auto", "pharaoh", "naacl")
 
 _PHARAOH_LINK = re.compile(r"(\d+)([-?])(\d+)")
+
+
+class LinkOutsideSentence(ValueError):
+    """A gold link whose word index is beyond its sentence's words."""
+
+
+def _check_inside(
+    number: int,
+    token: str,
+    sentence: int,
+    link: Link,
+    lengths: Lengths | None,
+    sides: tuple[str, str] | None,
+) -> None:
+    """LinkOutsideSentence unless both indices of `link` (0-based) fall inside sentence
+    `sentence` (1-based) of `lengths`; `token` is the link as the file writes it, found on
+    line `number`. Sentences beyond `lengths` are left to the sentence-count check."""
+    if lengths is None or sentence > len(lengths):
+        return
+    n_first, n_second = lengths[sentence - 1]
+    if link[0] < n_first and link[1] < n_second:
+        return
+    first, second = sides or ("first", "second")
+    raise LinkOutsideSentence(
+        f"line {number}: link {token} ({first} word, {second} word) is outside sentence "
+        f"{sentence}, which has {n_first} {first} and {n_second} {second} words"
+    )
 
 
 def _lines(path_or_lines: str | os.PathLike[str] | Iterable[str]) -> list[str]:
@@ -41,19 +70,24 @@ def _lines(path_or_lines: str | os.PathLike[str] | Iterable[str]) -> list[str]:
 
 def read_pharaoh(
     path_or_lines: str | os.PathLike[str] | Iterable[str],
+    lengths: Lengths | None = None,
+    sides: tuple[str, str] | None = None,
 ) -> tuple[list[Alignment], list[Alignment]]:
     """Read Pharaoh alignments: one line per sentence, links ``i-j`` (sure) and ``i?j`` (possible).
 
     Args:
         path_or_lines: a file name (str or path), or the lines themselves (e.g.
             ``text.splitlines()``). An empty line is a sentence without links.
+        lengths: the word counts of each sentence (`Lengths`), to refuse a link beyond them;
+            `sides` names the two sides in the message (e.g. ("source", "target")).
 
     Returns:
         (sure, possible): one set of (i, j) per sentence each; possible holds the sure links too
         (S ⊆ P, as AER requires), so a file of ``i-j`` links only gives possible == sure.
 
     Raises:
-        ValueError: a token that is neither ``i-j`` nor ``i?j`` (the message gives the line).
+        ValueError: a token that is neither ``i-j`` nor ``i?j`` (the message gives the line);
+            LinkOutsideSentence for a link beyond `lengths`.
     """
     sure: list[Alignment] = []
     possible: list[Alignment] = []
@@ -68,12 +102,25 @@ def read_pharaoh(
                     "i?j (possible) with 0-indexed integers"
                 )
             link = (int(match[1]), int(match[3]))
+            _check_inside(number, token, number, link, lengths, sides)
             line_possible.add(link)
             if match[2] == "-":
                 line_sure.add(link)
         sure.append(line_sure)
         possible.append(line_possible)
     return sure, possible
+
+
+def word_counts(
+    src_lines: Sequence[str], tgt_lines: Sequence[str], src_first: bool = True
+) -> tuple[list[tuple[int, int]], tuple[str, str]]:
+    """(lengths, sides) for the readers' link check: the whitespace-separated words of each
+    sentence pair, in the order a gold link gives them ((source, target) when `src_first`,
+    else (target, source)), and the names of the two sides in that order."""
+    counts = [(len(s.split()), len(t.split())) for s, t in zip(src_lines, tgt_lines, strict=True)]
+    if src_first:
+        return counts, ("source", "target")
+    return [(t, s) for s, t in counts], ("target", "source")
 
 
 def format_pharaoh(links: Iterable[Link], possible: Iterable[Link] = ()) -> str:
@@ -93,6 +140,8 @@ def write_pharaoh(path: str | os.PathLike[str], alignments: Sequence[Iterable[Li
 def read_gold(
     sure_path: str | os.PathLike[str] | Iterable[str],
     possible_path: str | os.PathLike[str] | Iterable[str] | None = None,
+    lengths: Lengths | None = None,
+    sides: tuple[str, str] | None = None,
 ) -> tuple[list[Alignment], list[Alignment]]:
     """Sure and possible gold links from a sure file and an optional sure+possible file.
 
@@ -100,7 +149,7 @@ def read_gold(
     possible links, all written ``i-j``): every link of the second file is possible, every ``i-j``
     link of the first is sure. Possible is the union of all links (so S ⊆ P always holds, even
     for a possible file that lacks some sure link). Without `possible_path`, possible = sure plus
-    any ``i?j`` links of the sure file.
+    any ``i?j`` links of the sure file. `lengths`, `sides`: as `read_pharaoh`, for both files.
 
     Returns:
         (sure, possible), one set of (i, j) per sentence each.
@@ -108,10 +157,14 @@ def read_gold(
     Raises:
         ValueError: the files have different numbers of lines, or a malformed link.
     """
-    sure, possible = read_pharaoh(sure_path)
+    sure, possible = read_pharaoh(sure_path, lengths, sides)
     if possible_path is None:
         return sure, possible
-    _, more = read_pharaoh(possible_path)
+    try:
+        _, more = read_pharaoh(possible_path, lengths, sides)
+    except ValueError as error:
+        where = possible_path if isinstance(possible_path, str | os.PathLike) else "possible"
+        raise type(error)(f"{where}: {error}") from None
     if len(more) != len(sure):
         raise ValueError(
             f"the sure file has {len(sure)} sentences but the possible file has {len(more)}"
@@ -120,13 +173,17 @@ def read_gold(
 
 
 def read_naacl(
-    path_or_lines: str | os.PathLike[str] | Iterable[str], n_sentences: int | None = None
+    path_or_lines: str | os.PathLike[str] | Iterable[str],
+    n_sentences: int | None = None,
+    lengths: Lengths | None = None,
+    sides: tuple[str, str] | None = None,
 ) -> tuple[list[Alignment], list[Alignment]]:
     """Read the NAACL 2003 format: ``sentence_no i j [S|P] [confidence]`` per line, 1-indexed.
 
     Links are converted to 0-indexed (i, j); links to NULL (index 0) are skipped; a missing
     S|P field means sure. Sentences are numbered from 1; `n_sentences` gives the length of the
     result (sentences without links have no line in the file), by default the largest number.
+    `lengths`, `sides`: as `read_pharaoh` (the 0-indexed links are checked).
 
     Returns:
         (sure, possible) as `read_pharaoh` returns them (possible ⊇ sure).
@@ -148,6 +205,7 @@ def read_naacl(
             raise ValueError(f"line {number}: sentence numbers start at 1, indices at 0: {line!r}")
         if i == 0 or j == 0:
             continue  # NULL link: not a word pair
+        _check_inside(number, repr(line.strip()), sentence, (i - 1, j - 1), lengths, sides)
         records.append((sentence, (i - 1, j - 1), len(fields) == 3 or fields[3] == "S"))
     last = max((sentence for sentence, _, _ in records), default=0)
     count = last if n_sentences is None else n_sentences
@@ -185,6 +243,8 @@ def read_gold_file(
     *,
     gold_format: str = "auto",
     n_sentences: int | None = None,
+    lengths: Lengths | None = None,
+    sides: tuple[str, str] | None = None,
 ) -> tuple[list[Alignment], list[Alignment]]:
     """Sure and possible links of a gold file in either format (`read_gold`, `read_naacl`).
 
@@ -195,10 +255,13 @@ def read_gold_file(
         gold_format: "pharaoh", "naacl" or "auto" (`detect_gold_format`).
         n_sentences: the number of sentences: a NAACL file has no line for a sentence
             without links; a Pharaoh file must have exactly this many lines.
+        lengths, sides: the words of each sentence, to refuse links beyond them
+            (`read_pharaoh`).
 
     Raises:
         ValueError: a malformed line, an unknown format, a possible file with NAACL, or a
-            sentence count that differs from `n_sentences`.
+            sentence count that differs from `n_sentences`; LinkOutsideSentence for a link
+            beyond `lengths`.
     """
     if gold_format not in GOLD_FORMATS:
         raise ValueError(f"unknown gold format {gold_format!r}; valid: {', '.join(GOLD_FORMATS)}")
@@ -211,8 +274,8 @@ def read_gold_file(
                 "a NAACL gold file marks sure (S) and possible (P) links itself; a separate "
                 "possible file goes with Pharaoh gold only"
             )
-        return read_naacl(lines, n_sentences)
-    sure, possible = read_gold(lines, possible_path)
+        return read_naacl(lines, n_sentences, lengths, sides)
+    sure, possible = read_gold(lines, possible_path, lengths, sides)
     if n_sentences is not None and len(sure) != n_sentences:
         raise ValueError(f"{len(sure)} lines of Pharaoh links for {n_sentences} sentences")
     return sure, possible

@@ -15,11 +15,17 @@ from pathlib import Path
 import torch
 
 from attnseq.analysis.alignment import ALIGNMENT_SCORES
-from attnseq.analysis.alignment_gold import Alignment, read_gold_file
+from attnseq.analysis.alignment_gold import (
+    Alignment,
+    LinkOutsideSentence,
+    read_gold_file,
+    word_counts,
+)
 from attnseq.analysis.forced_alignment import ALIGNMENT_METHODS, encode_sentence
 from attnseq.analysis.model_alignment import AlignmentCorpus, corpus_alignment_metrics
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.errors import UserError
+from attnseq.io.input_files import check_input_file
 from attnseq.models.seq2seq import Seq2Seq
 
 ALIGNMENT_ORDERS = ("src-tgt", "tgt-src")
@@ -98,22 +104,15 @@ def load_alignment_set(
             f"--align-order must be one of {', '.join(ALIGNMENT_ORDERS)}, got {files.order!r}"
         )
     src_lines, tgt_lines = _read_sentences(files)
-    try:
-        sure, possible = read_gold_file(
-            files.gold, files.possible, gold_format=files.gold_format, n_sentences=len(src_lines)
-        )
-    except ValueError as error:
-        raise UserError(f"gold alignments {files.gold}: {error}") from None
     examples, src_pieces, tgt_pieces = [], [], []
     for number, (src_text, tgt_text) in enumerate(zip(src_lines, tgt_lines, strict=True)):
         where = f"line {number + 1}"
         src = encode_sentence(src_tokenizer, src_text, f"{files.src} {where}", max_length)
         tgt = encode_sentence(tgt_tokenizer, tgt_text, f"{files.tgt} {where}", max_length)
-        links = {"sure": sure[number], "possible": possible[number]}
-        _check_links(files, number, links, src.n_words, tgt.n_words)
         examples.append((src.ids, tgt.ids))
         src_pieces.append(src.pieces)
         tgt_pieces.append(tgt.pieces)
+    sure, possible = _read_links(files, src_lines, tgt_lines)
     return LoadedAlignmentSet(
         examples,
         src_pieces,
@@ -137,26 +136,29 @@ def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
     return src_lines, tgt_lines
 
 
-def _check_links(
-    files: GoldAlignmentFiles,
-    number: int,
-    links: dict[str, Alignment],
-    n_src: int,
-    n_tgt: int,
-) -> None:
-    """Every sure and possible link of sentence `number` falls inside its words."""
-    src_first = files.order == "src-tgt"
-    for name, alignment in links.items():
-        for link in alignment:
-            s, t = link if src_first else link[::-1]
-            if not (s < n_src and t < n_tgt):
-                raise UserError(
-                    f"gold alignments {files.gold}: {name} link {link[0]}-{link[1]} (0-based "
-                    f"word indices) of sentence {number + 1} is outside its {n_src} source and "
-                    f"{n_tgt} target words; with --align-order {files.order} a link is "
-                    f"({files.order.replace('-', ', ')}): is that the gold's order, and are "
-                    "--align-src/--align-tgt the right files?"
-                )
+def _read_links(
+    files: GoldAlignmentFiles, src_lines: list[str], tgt_lines: list[str]
+) -> tuple[list[Alignment], list[Alignment]]:
+    """The sure and possible links of the set; UserError naming the file and line of a
+    malformed link or of one outside its sentence's words."""
+    lengths, sides = word_counts(src_lines, tgt_lines, src_first=files.order == "src-tgt")
+    try:
+        return read_gold_file(
+            files.gold,
+            files.possible,
+            gold_format=files.gold_format,
+            n_sentences=len(src_lines),
+            lengths=lengths,
+            sides=sides,
+        )
+    except LinkOutsideSentence as error:
+        raise UserError(
+            f"gold alignments {files.gold}: {error}; with --align-order {files.order} a link is "
+            f"({', '.join(sides)}): is that the gold's order, and are --align-src/--align-tgt "
+            "the right files?"
+        ) from None
+    except ValueError as error:
+        raise UserError(f"gold alignments {files.gold}: {error}") from None
 
 
 def read_parallel_lines(
@@ -178,9 +180,9 @@ def read_parallel_lines(
 
 
 def read_text_lines(path: Path, option: str) -> list[str]:
-    """The lines of a UTF-8 text file; UserError naming `option` if it is missing or not UTF-8."""
-    if not path.is_file():
-        raise UserError(f"{option} file not found: {path}")
+    """The lines of a UTF-8 text file; UserError naming `option` if it is not a regular file
+    with something in it (`check_input_file`) or not UTF-8."""
+    check_input_file(path, f"{option} file")
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as error:

@@ -73,6 +73,9 @@ def _nearest(word: str, options: list[str], prefix: str = "") -> str:
 def describe_composition_error(error: Exception, overrides: list[str]) -> str:
     """One readable message for a failed composition, with the nearest valid name."""
     text = str(error)
+    not_mapping = re.match(r"In '([^']+)': ConfigTypeError.*\n.*with ListConfig", text)
+    if not_mapping:
+        return _describe_list_file(not_mapping.group(1), overrides)
     cause = error.__cause__ or error.__context__
     cause_text = str(cause) if cause else ""
     missing_group = re.search(r"Could not find '([\w/]+)/([^']+)'", text)
@@ -90,6 +93,24 @@ def describe_composition_error(error: Exception, overrides: list[str]) -> str:
     if key:
         return f"invalid value for '{key}': {detail}"
     return f"invalid configuration ({' '.join(overrides)}): {text.splitlines()[0]}"
+
+
+def _describe_list_file(config: str, overrides: list[str]) -> str:
+    """A config file whose top level is a YAML list: it must map keys to values. `config` is
+    Hydra's name for it (group/name); a user's experiment file is named by its own path, which
+    the `config_file=` override records."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from attnseq.cli.hydra_entry import USER_EXPERIMENT_PREFIX
+
+    path = str(CONFIG_DIR / f"{config}.yaml")
+    given = [arg for arg in overrides if arg.startswith("config_file=")]
+    if config.startswith(f"experiment/{USER_EXPERIMENT_PREFIX}") and given:
+        path = str(OverridesParser.create().parse_override(given[-1]).value())
+    return (
+        f"config file {path}: its top level is a list, but it must be a mapping of keys to "
+        "values (e.g. `model: {family: transformer}`)"
+    )
 
 
 def _describe_missing_choice(group: str, choice: str, text: str) -> str:

@@ -99,19 +99,19 @@ def count_lines(path: Path) -> int:
 
 
 def check_pairs(src: Path, tgt: Path) -> None:
-    """UserError for a missing file, files of different line counts, or no lines at all."""
+    """UserError for a file that is missing, not regular or empty, or files of different
+    line counts."""
+    from attnseq.io.input_files import check_input_file
+
     counts = []
     for option, path in (("--src", src), ("--tgt", tgt)):
-        if not path.is_file():
-            raise UserError(f"{option}: file not found: {path}")
+        check_input_file(path, f"{option} file")
         counts.append(count_lines(path))
     if counts[0] != counts[1]:
         raise UserError(
             f"--src has {counts[0]} lines but --tgt has {counts[1]}: "
             "need one target line per source line"
         )
-    if not counts[0]:
-        raise UserError(f"no input: {src} and {tgt} have no lines to score")
 
 
 def read_pairs(src: Path, tgt: Path) -> Iterator[tuple[str, str]]:

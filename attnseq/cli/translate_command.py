@@ -106,10 +106,10 @@ def _check_files(input_file: Path | None, output_file: Path | None) -> None:
         from attnseq.io.output_paths import check_output_file
 
         check_output_file(output_file, "--output")
-    if input_file is not None and not input_file.exists():
-        raise UserError(f"input file not found: {input_file}")
-    if input_file is not None and input_file.is_dir():
-        raise UserError(f"--input is a folder, not a file: {input_file}")
+    if input_file is not None:
+        from attnseq.io.input_files import check_input_file
+
+        check_input_file(input_file, "--input file", pipes=True)
 
 
 def _count_lines(path: Path) -> int:

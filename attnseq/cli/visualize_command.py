@@ -206,8 +206,9 @@ def _figures_to_draw(
         raise UserError("give exactly one of --src TEXT or --input FILE")
     if input_file is None:
         return [(0, src or "", out or Path("alignment.png"))]
-    if not input_file.is_file():
-        raise UserError(f"input file not found: {input_file}")
+    from attnseq.io.input_files import check_input_file
+
+    check_input_file(input_file, "--input file")
     try:
         sources = input_file.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as error:

@@ -24,6 +24,7 @@ from typing import Any
 from attnseq.data.json_fields import not_text_error, raw_field, text_column
 from attnseq.data.locations import cache_root
 from attnseq.errors import UserError
+from attnseq.io.input_files import check_input_file
 
 Pairs = list[tuple[str, str]]
 
@@ -175,8 +176,7 @@ def _load_local(builder: str, path: Path, fields: dict[str, str] | None = None) 
     """
     import datasets
 
-    if not path.is_file():
-        raise UserError(f"data file not found: {path}")
+    check_input_file(path, "data file")
     try:
         with quiet_datasets():
             return datasets.load_dataset(

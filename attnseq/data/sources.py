@@ -49,6 +49,7 @@ from attnseq.data.file_readers import Pairs, read_hub, read_jsonl, read_parallel
 from attnseq.data.generated import TASKS, make_splits
 from attnseq.data.locations import data_root, resolve_data_path, with_suffix
 from attnseq.errors import UserError
+from attnseq.io.input_files import check_input_file
 
 EVAL_SPLITS = ("valid", "test")  # the splits `hold_out` can derive from train
 HOLDOUT_FRACTION = 0.01  # of the distinct source sentences, per held-out split
@@ -138,6 +139,7 @@ def load_pairs_from_path(path: str | Path, cfg: DataConfig) -> Pairs:
     """
     given = Path(path).expanduser()
     candidates = [given] if given.is_absolute() else [given, data_root(cfg) / given]
+    other = None  # the first candidate that exists but is no regular file
     for where in candidates:
         src_file, tgt_file = with_suffix(where, cfg.src_lang), with_suffix(where, cfg.tgt_lang)
         if src_file.is_file() and tgt_file.is_file():
@@ -149,6 +151,10 @@ def load_pairs_from_path(path: str | Path, cfg: DataConfig) -> Pairs:
             if suffix == ".tsv" or cfg.format is not FileFormat.jsonl:
                 return read_tsv(where, cfg.src_field, cfg.tgt_field)
             return read_jsonl(where, cfg.src_field, cfg.tgt_field)
+        if where.exists():
+            other = other or where
+    if other is not None:  # a folder, a device, a pipe: named as what it is
+        check_input_file(other, "data file")
     looked = ", ".join(
         f"{where} or {with_suffix(where, cfg.src_lang).name}+"
         f"{with_suffix(where, cfg.tgt_lang).name}"

@@ -20,9 +20,11 @@ from attnseq.analysis.saved_attention import records_from_hypotheses
 from attnseq.analysis.saved_attention import save_attention as write_saved_attention
 from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchical
 from attnseq.config.schema import TrainConfig
+from attnseq.data.batching import Example
 from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
 from attnseq.data.sources import load_pairs_from_path
+from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.decoding.settings import SamplingSettings
 from attnseq.errors import UserError
 from attnseq.evaluation import results as eval_results
@@ -82,6 +84,9 @@ def evaluate_checkpoint(
             alignments, tokenizers.src, tokenizers.tgt, position_limit(model)
         )
     name, data = _prepare_split(cfg, split, dataset_split, tokenizers)
+    texts = {} if dataset_split else {(f"{split} source", f"{split} target"): data.examples[name]}
+    if alignment_set is not None:
+        texts[("--align-src", "--align-tgt")] = alignment_set.examples
     gold = split_gold(cfg, name, tokenizers) if dataset_split else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
     evaluator.decoding = evaluator.decoding.with_sampling(sampling)
@@ -114,7 +119,22 @@ def evaluate_checkpoint(
     if pruned := pruned_heads_summary(model):  # a checkpoint of `attnseq heads --prune`
         about["pruned_heads"] = pruned
     result = eval_results.write_result(folder, results, hypotheses, evaluator.references, about)
+    warn_unknown(_unknown_counts(tokenizers, texts))  # after the work: an error ends alone
     return EvalMetrics(results, result)
+
+
+def _unknown_counts(
+    tokenizers: TokenizerPair, texts: dict[tuple[str, str], Sequence[Example]]
+) -> list[UnknownCount]:
+    """The unknown tokens of each text the user gave: (source name, target name) -> its
+    encoded pairs (a split read from a file, the sentences of a gold alignment set)."""
+    counts = []
+    for names, examples in texts.items():
+        for index, tokenizer in enumerate((tokenizers.src, tokenizers.tgt)):
+            side = ("source", "target")[index]
+            count = UnknownCount(names[index], f"the model's {side} vocabulary", tokenizer.unk_id)
+            counts.append(count.add_all(example[index] for example in examples))
+    return counts
 
 
 def _alignment_tags(alignments: GoldAlignmentFiles | None) -> list[str]:

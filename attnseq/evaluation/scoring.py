@@ -48,6 +48,7 @@ from attnseq.data.batching import Example, collate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.data.prepare import TokenizerPair
 from attnseq.data.token_sampler import TokenBatchSampler
+from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError
 from attnseq.evaluation.metrics import perplexity
 from attnseq.models.loss import sequence_loss
@@ -259,25 +260,37 @@ class Scorer:
         chunk: int | None = None,
     ) -> Iterator[PairScore]:
         """`score` of pairs read lazily, `chunk` pairs (default `STREAM_CHUNK`) at a time: the
-        scores come in input order, each chunk's as soon as it is scored."""
+        scores come in input order, each chunk's as soon as it is scored. After the last, one
+        warning line on stderr if most source or target tokens were unknown to the model
+        (attnseq/data/unknown_tokens.py)."""
         if (max_tokens is not None and max_tokens < 1) or (
             max_sentences is not None and max_sentences < 1
         ):
             raise UserError("the batch budget and batch size must be >= 1")
         pairs = iter(pairs)
         first_line = 1
+        unknown = [
+            UnknownCount(side, f"the model's {side} vocabulary", tokenizer.unk_id)
+            for side, tokenizer in (
+                ("source", self.tokenizers.src),
+                ("target", self.tokenizers.tgt),
+            )
+        ]
         while block := list(islice(pairs, chunk or STREAM_CHUNK)):
-            yield from self._score_block(block, first_line, max_tokens, max_sentences)
+            examples, extended = self.encode(block, first_line)
+            unknown[0].add_all(src for src, _ in examples)
+            unknown[1].add_all(tgt for _, tgt in examples)
+            yield from self._score_block(examples, extended, max_tokens, max_sentences)
             first_line += len(block)
+        warn_unknown(unknown)
 
     def _score_block(
         self,
-        pairs: Sequence[tuple[str, str]],
-        first_line: int,
+        examples: list[Example],
+        extended: list[ExtendedExample] | None,
         max_tokens: int | None,
         max_sentences: int | None,
     ) -> list[PairScore]:
-        examples, extended = self.encode(pairs, first_line)
         return score_examples(
             self.model,
             examples,

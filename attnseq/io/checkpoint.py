@@ -34,6 +34,9 @@ from attnseq.io.atomic import atomic_write
 CHECKPOINT_FORMAT = "attnseq-checkpoint"
 CHECKPOINT_VERSION = 1
 STEP_CHECKPOINT = re.compile(r"step_(\d+)\.pt")
+# How a torch checkpoint starts: a zip archive, or (older torch) a pickle's PROTO opcode
+_TORCH_STARTS = (b"PK\x03\x04", b"\x80")
+_SNIFF_BYTES = 512
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -47,6 +50,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
+    foreign = _foreign_content(path)
+    if foreign is not None:
+        raise UserError(f"{path} is not an attnseq checkpoint ({foreign})")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -68,6 +74,32 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"version {CHECKPOINT_VERSION}"
         )
     return payload
+
+
+def _foreign_content(path: Path) -> str | None:
+    """What the file is instead, when its first bytes show it is no torch checkpoint; None for
+    a file that may be one.
+
+    `torch.save` writes a zip archive (``PK\\x03\\x04``); older torch versions wrote a pickle,
+    which starts with the PROTO opcode (``\\x80``). Anything else is some other file, and is
+    named here rather than handed to the unpickler, whose complaint about it would not say so.
+    """
+    with path.open("rb") as handle:
+        head = handle.read(_SNIFF_BYTES)
+    if head.startswith(_TORCH_STARTS):
+        return None
+    if not head:
+        return "the file is empty"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 3:  # not merely a character cut at the end of `head`
+            return f"a binary file starting with bytes {head[:8].hex(' ')}"
+        text = head[: error.start].decode("utf-8")
+    if not text.strip():
+        return "a text file of blank space"
+    first = text.strip().splitlines()[0][:40]
+    return f"a text file, starting {first!r}; checkpoints are what attnseq train writes"
 
 
 def keep_step_checkpoint(source: Path, step: int, keep: int) -> Path:
