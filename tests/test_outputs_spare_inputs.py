@@ -1,6 +1,7 @@
 """No command writes over one of its own inputs: every output option of every command that
-writes, pointed at each of the command's inputs (by its path, a `../` spelling, a symbolic link
-or a hard link), ends in one line on stderr and exit status 2, with the input byte-identical.
+writes, pointed at each of the command's inputs (by its path, a `../` spelling, a `../`
+spelling through a folder that does not exist yet, a symbolic link or a hard link), ends in one
+line on stderr and exit status 2, with the input byte-identical.
 
 The (command line, inputs) table `CASES` lists each command and output option once; a new
 command or output option is one more row."""
@@ -122,6 +123,12 @@ def by_parent_folder(world: Path, name: str, tmp_path: Path) -> Path:
     return world / "sub" / ".." / name
 
 
+def by_new_folder_and_parent(world: Path, name: str, tmp_path: Path) -> Path:
+    """Through a folder that does not exist (one per test): writing would create it, then land
+    on `name`."""
+    return world / f"absent-{tmp_path.name}" / ".." / name
+
+
 def by_symlink(world: Path, name: str, tmp_path: Path) -> Path:
     link = tmp_path / Path(name).name
     link.symlink_to(world / name)
@@ -137,14 +144,15 @@ def by_hard_link(world: Path, name: str, tmp_path: Path) -> Path:
 SPELLINGS: list[Callable[[Path, str, Path], Path]] = [
     by_path,
     by_parent_folder,
+    by_new_folder_and_parent,
     by_symlink,
     by_hard_link,
 ]
 
 
-def contents(world: Path) -> dict[Path, bytes]:
-    """The bytes of every file under `world`."""
-    return {path: path.read_bytes() for path in sorted(world.rglob("*")) if path.is_file()}
+def contents(world: Path) -> dict[Path, bytes | None]:
+    """The bytes of every file under `world`, and its folders (None)."""
+    return {path: path.read_bytes() if path.is_file() else None for path in world.rglob("*")}
 
 
 def command_line(case: Case, world: Path, out: Path) -> list[str]:
@@ -246,3 +254,20 @@ def test_an_eval_result_file_linked_to_an_input_is_refused_before_decoding(
     one_line_exit_2(result, "eval result", "hyps.txt", "is the input --alignments")
     assert contents(world) == before
     assert sorted(path.name for path in folder.iterdir()) == ["hyps.txt"]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS, ids=lambda spelling: spelling.__name__)
+def test_translate_output_over_a_file_of_the_exported_model_is_refused(
+    world: Path, tmp_path: Path, spelling: Callable[[Path, str, Path], Path]
+) -> None:
+    pytest.importorskip("ctranslate2")
+    from attnseq.models.ctranslate2_export import export_ctranslate2
+
+    folder = export_ctranslate2(world / "tr.pt", tmp_path / "ct2")
+    model_file = folder / "model.bin"
+    before = model_file.read_bytes()
+    out = spelling(folder, "model.bin", tmp_path)
+    args = ["translate", "--engine", "ctranslate2", str(folder), "-o", str(out)]
+    result = runner.invoke(app, [*args, "--device", "cpu"], input="3 March 1998\n")
+    one_line_exit_2(result, str(out), "is the input CHECKPOINT", "model.bin")
+    assert model_file.read_bytes() == before
