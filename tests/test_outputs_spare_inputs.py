@@ -271,3 +271,18 @@ def test_translate_output_over_a_file_of_the_exported_model_is_refused(
     result = runner.invoke(app, [*args, "--device", "cpu"], input="3 March 1998\n")
     one_line_exit_2(result, str(out), "is the input CHECKPOINT", "model.bin")
     assert model_file.read_bytes() == before
+
+
+def test_an_output_folder_beside_or_around_the_inputs_is_no_input(
+    world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """eval writes into a folder of its own under --out: an --out folder that holds the
+    checkpoint, or is named like the split, replaces nothing and is taken."""
+    shutil.copyfile(world / "ck.pt", tmp_path / "ck.pt")
+    (tmp_path / "test").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for out in ("test", "."):
+        result = runner.invoke(app, ["eval", "ck.pt", "--split", "test", "--out", out])
+        assert result.exit_code == 0, result.output
+        assert len(list(Path(out).glob("ck/test.*/metrics.json"))) == 1
+    assert (tmp_path / "ck.pt").read_bytes() == (world / "ck.pt").read_bytes()

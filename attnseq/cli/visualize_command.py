@@ -139,7 +139,7 @@ def visualize_alignment(
                 "--index N"
             )
         figures = _figures_to_draw(src, input_file, out)
-        for _, _, figure_file in figures:  # the files of an --out folder, known from --input
+        for _, _, figure_file in figures:  # an --out folder's files are known from --input
             refuse_output_over_inputs(figure_file, "--out", inputs)
         _draw_model_attention(checkpoint, device, figures, tgt, kind, drawing, tensorboard)
 

@@ -128,8 +128,10 @@ def eval_inputs(
     alignments: GoldAlignmentFiles | None = None,
 ) -> list[tuple[str, Path | None]]:
     """(option, path) of every file an evaluation reads that a result must not replace: the
-    checkpoints, the split when it is a file, and the gold word-alignment files."""
-    inputs: list[tuple[str, Path | None]] = [("CHECKPOINT", path), ("--split", Path(split))]
+    checkpoints, the split when it is a file (not a split name that happens to name a folder),
+    and the gold word-alignment files."""
+    split_file = Path(split) if Path(split).is_file() else None
+    inputs: list[tuple[str, Path | None]] = [("CHECKPOINT", path), ("--split", split_file)]
     inputs += [(f"ensemble member {number}", member) for number, member in enumerate(ensemble, 2)]
     if alignments is not None:
         inputs += [
