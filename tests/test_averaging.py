@@ -1,6 +1,9 @@
 """Checkpoint averaging: copies average to the same model, two models to their mean, models that
-do not match are refused; `attnseq average` writes a checkpoint that loads."""
+do not match (or head masks that differ) are refused, and so is one file given twice;
+`attnseq average` writes a checkpoint that loads."""
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,8 @@ def write_checkpoint(path: Path, seed: int, *overrides: str) -> dict[str, Any]:
 
 def test_average_of_copies_is_the_same_model(tmp_path: Path) -> None:
     original = write_checkpoint(tmp_path / "a.pt", seed=1)
-    averaged = average_checkpoints([tmp_path / "a.pt", tmp_path / "a.pt"])
+    shutil.copyfile(tmp_path / "a.pt", tmp_path / "copy.pt")
+    averaged = average_checkpoints([tmp_path / "a.pt", tmp_path / "copy.pt"])
     assert averaged["model"].keys() == original["model"].keys()
     for name, tensor in original["model"].items():
         assert torch.equal(averaged["model"][name], tensor), name
@@ -103,3 +107,72 @@ def test_cli_average(tmp_path: Path) -> None:
     )
     assert missing.exit_code == 2
     assert "checkpoint not found" in missing.stderr
+
+
+def one_line_exit_2(result, *expected: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and all(word in lines[0] for word in expected), result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_one_file_given_twice_is_refused_by_any_path(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path / "a.pt", 1)
+    write_checkpoint(tmp_path / "b.pt", 2)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.pt").symlink_to(tmp_path / "a.pt")
+    os.link(tmp_path / "a.pt", tmp_path / "hard.pt")
+    out = tmp_path / "avg.pt"
+    for again in ["a.pt", "sub/../a.pt", "link.pt", "hard.pt"]:
+        args = [str(tmp_path / name) for name in ("a.pt", again, "b.pt")]
+        result = CliRunner().invoke(app, ["average", *args, "--out", str(out)])
+        one_line_exit_2(result, f"{args[0]} and {args[1]} are the same checkpoint file")
+        assert not out.exists()
+    with pytest.raises(UserError, match="same checkpoint file"):
+        average_checkpoints([tmp_path / "b.pt", tmp_path / "a.pt", tmp_path / "link.pt"])
+
+
+def masked(path: Path, name: str, mask: list[float]) -> None:
+    """Set the head mask `name` of the checkpoint at `path` to `mask`, as pruning does."""
+    payload = load_checkpoint(path)
+    payload["model"][name] = torch.tensor(mask)
+    save_checkpoint(path, {k: v for k, v in payload.items() if k not in ("format", "version")})
+
+
+MASK = "decoder_layers.0.cross_attn.head_mask"
+
+
+def test_checkpoints_with_different_head_masks_are_refused(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path / "a.pt", 1, "model.family=transformer")
+    write_checkpoint(tmp_path / "b.pt", 2, "model.family=transformer")
+    masked(tmp_path / "b.pt", MASK, [1.0, 0.0])
+    out = tmp_path / "avg.pt"
+    args = ["average", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    one_line_exit_2(result, "different head masks", MASK, "[1 0] there and [1 1] here")
+    assert not out.exists()
+
+
+def test_checkpoints_pruned_alike_average_with_their_mask(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path / "a.pt", 1, "model.family=transformer")
+    write_checkpoint(tmp_path / "b.pt", 2, "model.family=transformer")
+    for name in ("a.pt", "b.pt"):
+        masked(tmp_path / name, MASK, [0.0, 1.0])
+    averaged = average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+    assert averaged["model"][MASK].tolist() == [0.0, 1.0]
+
+
+def test_a_checkpoint_without_head_masks_keeps_every_head(tmp_path: Path) -> None:
+    """A missing head mask counts as all ones: equal to an unpruned one, not to a pruned one."""
+    write_checkpoint(tmp_path / "a.pt", 1, "model.family=transformer")
+    write_checkpoint(tmp_path / "b.pt", 2, "model.family=transformer")
+    payload = load_checkpoint(tmp_path / "b.pt")
+    payload["model"] = {k: v for k, v in payload["model"].items() if not k.endswith("head_mask")}
+    save_checkpoint(
+        tmp_path / "b.pt", {k: v for k, v in payload.items() if k not in ("format", "version")}
+    )
+    averaged = average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+    assert averaged["model"][MASK].tolist() == [1.0, 1.0]
+    masked(tmp_path / "a.pt", MASK, [1.0, 0.0])
+    with pytest.raises(UserError, match="different head masks"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])

@@ -88,19 +88,29 @@ def run_heads(request: HeadsRequest) -> HeadsResult:
     batches, model = _split_batches(trained, request)
     importance = head_importance(model, batches, request.split)
     importance.extra["checkpoint"] = str(request.checkpoint)
-    report_dir = request.report_dir or request.checkpoint.parent / "heads"
-    stem = f"{request.checkpoint.stem}.{request.split}"
-    json_path = report_dir / f"{stem}.json"
+    json_path, figure_path = report_paths(request)
     atomic_write_json(json_path, importance.to_json())
     from attnseq.analysis.head_report import write_figure
 
     title = f"head importance of {request.checkpoint.name} on {request.split}"
-    figure_path = write_figure(importance, report_dir / f"{stem}.png", title)
+    figure_path = write_figure(importance, figure_path, title)
     result = HeadsResult(importance, json_path, figure_path)
     if count is not None and request.out is not None:
         result.pruned = prune_checkpoint(trained, importance, count, request)
         result.pruned_path = request.out
     return result
+
+
+def report_folder(request: HeadsRequest) -> Path:
+    """The folder of the report: --report-dir, else heads/ beside the checkpoint."""
+    return request.report_dir or request.checkpoint.parent / "heads"
+
+
+def report_paths(request: HeadsRequest) -> tuple[Path, Path]:
+    """The JSON file and the figure of the report: FOLDER/CHECKPOINT.SPLIT.json and .png."""
+    stem = f"{request.checkpoint.stem}.{request.split}"
+    folder = report_folder(request)
+    return folder / f"{stem}.json", folder / f"{stem}.png"
 
 
 def _split_batches(trained: TrainedModel, request: HeadsRequest) -> tuple[list, object]:

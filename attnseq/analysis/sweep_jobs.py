@@ -103,6 +103,18 @@ def find_jobs(root: Path) -> list[Job]:
     return sorted(jobs, key=job_order)
 
 
+def sweep_files(root: Path) -> list[Path]:
+    """The files a report of the sweep under `root` reads: its multirun.yaml and
+    optimization_results.yaml, and each job's .hydra/ files and metrics.json (those that
+    exist)."""
+    files = [root / "multirun.yaml", root / "optimization_results.yaml"]
+    for job in find_jobs(root):
+        hydra = job.folder / ".hydra"
+        files += sorted(hydra.iterdir()) if hydra.is_dir() else []
+        files.append(job.folder / "metrics.json")
+    return [path for path in files if path.is_file()]
+
+
 def job_wall_seconds(folder: Path) -> float | None:
     """Seconds from the job's start to the end of its training: Hydra writes .hydra/ when a
     job starts and training writes metrics.json last, so the modification times of the two

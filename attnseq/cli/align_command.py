@@ -87,7 +87,7 @@ def align(
     from attnseq.analysis.align_run import AlignRequest, check_request, run_align, write_soft
     from attnseq.analysis.alignment_gold import format_pharaoh, write_pharaoh
     from attnseq.analysis.forced_alignment import AlignmentMethod
-    from attnseq.io.output_paths import check_output_file
+    from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
 
     with user_errors():
         if src is None or tgt is None:
@@ -97,8 +97,13 @@ def align(
             gold, gold_possible, gold_format, gold_order, device, batch_size,
         )  # fmt: skip
         check_request(request)
+        inputs = [
+            ("CHECKPOINT", checkpoint), ("--src", src), ("--tgt", tgt), ("--reverse", reverse),
+            ("--gold", gold), ("--gold-possible", gold_possible),
+        ]  # fmt: skip
         for option, path, suffixes in (("--out", out, None), ("--soft", soft, ["npz"])):
             if path is not None:
+                refuse_output_over_inputs(path, option, inputs)
                 check_output_file(path, option, suffixes)
         result = run_align(request)
         if soft is not None:

@@ -24,10 +24,11 @@ def average(
     attnseq average best.pt last.pt -o averaged.pt
     """
     from attnseq.io.checkpoint import save_checkpoint
-    from attnseq.io.output_paths import check_output_file
+    from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
     from attnseq.training.averaging import average_checkpoints
 
     with user_errors():
+        refuse_output_over_inputs(out, "--out", [("CHECKPOINT", path) for path in checkpoints])
         check_output_file(out, "--out")
         payload = average_checkpoints(checkpoints)
         save_checkpoint(out, payload)

@@ -17,6 +17,7 @@ decoding uses (attnseq/decoding/sampling.py). Further checkpoints among the argu
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -121,7 +122,8 @@ class DecodingFlags:
     def overrides(self, overrides: list[str] | None) -> list[str]:
         """`overrides` followed by the options given, as `trainer.*` overrides, so that the
         flags win. UserError for an argument that is no key=value or would change the
-        trained model."""
+        trained model, or a number option that is not finite."""
+        self.check_finite()
         for override in overrides or []:
             _check_override(override)
         given = [
@@ -131,12 +133,23 @@ class DecodingFlags:
         ]
         return [*(overrides or []), *given]
 
+    def check_finite(self) -> None:
+        """UserError for a number option given as inf or nan (the command line reads "inf",
+        "nan" and "1e999" as floats): such a value slips past a range check such as T > 0 and
+        decodes nonsense, e.g. --temperature inf makes every output empty."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                option = "--" + field.name.replace("_", "-")
+                raise UserError(f"{option} must be a finite number, got {value}")
+
     def sampling(self) -> "SamplingSettings | None":
         """The sampling settings of --sample and its options; None without --sample.
         UserError for a sampling option without --sample, --sample with --beam > 1, or a
         value out of range."""
         from attnseq.decoding.settings import SamplingSettings
 
+        self.check_finite()
         given = {name: getattr(self, name) for name in _SAMPLING_FLAGS[1:]}
         given = {name: value for name, value in given.items() if value is not None}
         if not self.sample:

@@ -106,14 +106,12 @@ def evaluate(
         --align-possible wpt03_enfr/test.possible.pharaoh \\
         --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr [--align-method shift-att]
     """
-    from attnseq.evaluation.run import evaluate_checkpoint
-    from attnseq.io.output_paths import check_output_folder
+    from attnseq.evaluation.run import eval_inputs, evaluate_checkpoint
+    from attnseq.io.output_paths import check_output_folder, refuse_output_over_inputs
 
     with user_errors():
         if batch_size is not None and batch_size < 1:
             raise UserError(f"--batch-size must be at least 1 (padded tokens), got {batch_size}")
-        if out is not None:
-            check_output_folder(out, "--out")
         sampling = decoding.sampling()
         if sampling is not None and sampling.num_samples != 1:
             raise UserError(
@@ -129,6 +127,9 @@ def evaluate(
             gold.method = align_method
         elif align_method != "attention":
             raise UserError("--align-method goes with --alignments")
+        if out is not None:  # the files inside it are checked once their names are known
+            refuse_output_over_inputs(out, "--out", eval_inputs(checkpoint, split, ensemble, gold))
+            check_output_folder(out, "--out")
         metrics = evaluate_checkpoint(
             checkpoint,  # path, split, max_tokens
             split,

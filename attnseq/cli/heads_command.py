@@ -7,12 +7,15 @@ and prints the result; torch is imported inside the function, so `attnseq --help
 """
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
 from attnseq.errors import UserError
+
+if TYPE_CHECKING:
+    from attnseq.analysis.heads_run import HeadsRequest
 
 _PRUNE_BY = ("gradient", "ablation", "random")
 
@@ -81,6 +84,7 @@ def heads(
             out,
             list(overrides or []),
         )
+        _check_outputs(request)
         result = run_heads(request)
     _print_result(result)
 
@@ -89,8 +93,6 @@ def _check_options(
     max_batches: int | None, batch_size: int | None, prune: str | None, by: str, out: Path | None
 ) -> None:
     """The option errors that need no checkpoint."""
-    from attnseq.io.output_paths import check_output_file
-
     if max_batches is not None and max_batches < 1:
         raise UserError(f"--max-batches must be at least 1, got {max_batches}")
     if batch_size is not None and batch_size < 1:
@@ -99,8 +101,27 @@ def _check_options(
         raise UserError(f"--by must be one of {', '.join(_PRUNE_BY)}, got {by!r}")
     if (prune is None) != (out is None):
         raise UserError("--prune and --out go together: --prune K|FRACTION --out PRUNED.pt")
-    if out is not None:
-        check_output_file(out, "--out")
+
+
+def _check_outputs(request: "HeadsRequest") -> None:
+    """UserError for an output that cannot be written or would replace the checkpoint: the
+    pruned checkpoint (--out), the report's folder and its JSON file and figure."""
+    from attnseq.analysis.heads_run import report_folder, report_paths
+    from attnseq.io.output_paths import (
+        check_output_file,
+        check_output_folder,
+        refuse_output_over_inputs,
+    )
+
+    inputs = [("CHECKPOINT", request.checkpoint)]
+    folder = report_folder(request)
+    refuse_output_over_inputs(folder, "--report-dir", inputs)
+    check_output_folder(folder, "--report-dir")
+    for path in report_paths(request):
+        refuse_output_over_inputs(path, "--report-dir", inputs)
+    if request.out is not None:
+        refuse_output_over_inputs(request.out, "--out", inputs)
+        check_output_file(request.out, "--out")
 
 
 def _print_result(result) -> None:  # type: ignore[no-untyped-def]

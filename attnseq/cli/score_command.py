@@ -60,8 +60,10 @@ def score(
     with user_errors():
         check_pairs(src, tgt)
         if out is not None:
-            from attnseq.io.output_paths import check_output_file
+            from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
 
+            inputs = [("CHECKPOINT", checkpoint), ("--src", src), ("--tgt", tgt)]
+            refuse_output_over_inputs(out, "--out", inputs)
             check_output_file(out, "--out")
         scorer = Scorer.from_checkpoint(checkpoint, device)
         running = RunningSummary()

@@ -60,15 +60,23 @@ def sweep_report(
     attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown > table.md
     attnseq sweep-report SWEEP --format latex > table.tex
     """
+    from attnseq.analysis.sweep_jobs import sweep_files
     from attnseq.analysis.sweep_report import load_report, print_report, write_csv, write_plot
     from attnseq.analysis.sweep_table import FORMATS, metric_columns, render, report_rows
-    from attnseq.io.output_paths import check_output_file, image_suffixes
+    from attnseq.io.output_paths import (
+        check_output_file,
+        image_suffixes,
+        refuse_output_over_inputs,
+    )
 
     csv_path = csv_file or multirun_dir / "report.csv"
     plot_path = plot or multirun_dir / "report.png"
     with user_errors():
         if output_format not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+        inputs = [("sweep file", path) for path in sweep_files(multirun_dir)]
+        for option, path in (("--csv", csv_path), ("--plot", plot_path)):
+            refuse_output_over_inputs(path, option, inputs)
         check_output_file(csv_path, "--csv")
         check_output_file(plot_path, "--plot", image_suffixes())
         report = load_report(multirun_dir, metric)

@@ -70,11 +70,11 @@ def translate(
     from attnseq.io.progress import counting
 
     with user_errors():
-        _check_files(input_file, output_file)
+        ensemble, overrides = decoding_options.split_checkpoints(overrides)
+        _check_files(input_file, output_file, [checkpoint, *ensemble])
         sampling = decoding.sampling()
         if sampling is not None and nbest != 1:
             raise UserError("--nbest ranks beam search outputs; with --sample use --num-samples")
-        ensemble, overrides = decoding_options.split_checkpoints(overrides)
         if engine is Engine.ctranslate2:
             if sampling is not None or ensemble:
                 raise UserError(
@@ -100,11 +100,20 @@ def translate(
         typer.echo(f"translated {counter.rate.summary()}", err=True)
 
 
-def _check_files(input_file: Path | None, output_file: Path | None) -> None:
-    """UserError for an output that cannot be written or an input that is no file."""
+def _check_files(
+    input_file: Path | None, output_file: Path | None, checkpoints: list[Path]
+) -> None:
+    """UserError for an output that cannot be written or would replace an input (the input
+    text, a checkpoint, or a file of an exported model's folder), or an input that is no file."""
     if output_file is not None:
-        from attnseq.io.output_paths import check_output_file
+        from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
 
+        inputs = [("--input", input_file)]
+        for number, path in enumerate(checkpoints):
+            option = "CHECKPOINT" if number == 0 else f"ensemble member {number + 1}"
+            files = sorted(path.iterdir()) if path.is_dir() else [path]
+            inputs += [(option, file) for file in files]
+        refuse_output_over_inputs(output_file, "--output", inputs)
         check_output_file(output_file, "--output")
     if input_file is not None:
         from attnseq.io.input_files import check_input_file

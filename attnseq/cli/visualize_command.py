@@ -16,6 +16,13 @@ import typer
 
 from attnseq.cli.shared import user_errors
 from attnseq.errors import UserError
+from attnseq.io.output_paths import (
+    InputPaths,
+    check_output_file,
+    check_output_folder,
+    image_suffixes,
+    refuse_output_over_inputs,
+)
 
 if TYPE_CHECKING:
     from attnseq.analysis.alignment_view import AttentionMap
@@ -113,7 +120,10 @@ def visualize_alignment(
     with user_errors():
         style = style_from_options(figsize, fontsize, cmap)
         drawing = _Drawing(words, dict(layer=layer, head=head, all_heads=all_heads, style=style))
-        _check_out(out, input_file)
+        inputs = [
+            ("CHECKPOINT", checkpoint), ("--input", input_file), ("--from-saved", from_saved),
+        ]  # fmt: skip
+        _check_out(out, input_file, tensorboard, inputs)
         if from_saved is not None or index is not None:
             extra = {"--src": src, "--tgt": tgt, "--input": input_file}
             extra = {name: value for name, value in extra.items() if value is not None}
@@ -129,13 +139,21 @@ def visualize_alignment(
                 "--index N"
             )
         figures = _figures_to_draw(src, input_file, out)
+        for _, _, figure_file in figures:  # an --out folder's files are known from --input
+            refuse_output_over_inputs(figure_file, "--out", inputs)
         _draw_model_attention(checkpoint, device, figures, tgt, kind, drawing, tensorboard)
 
 
-def _check_out(out: Path | None, input_file: Path | None) -> None:
-    """UserError unless --out can be written: a folder with --input, else an image file."""
-    from attnseq.io.output_paths import check_output_file, check_output_folder, image_suffixes
-
+def _check_out(
+    out: Path | None, input_file: Path | None, tensorboard: Path | None, inputs: InputPaths
+) -> None:
+    """UserError unless --out can be written (a folder with --input, else an image file) and
+    neither it nor --tensorboard is one of the command's `inputs`."""
+    for option, output in (("--out", out), ("--tensorboard", tensorboard)):
+        if output is not None:
+            refuse_output_over_inputs(output, option, inputs)
+    if tensorboard is not None:
+        check_output_folder(tensorboard, "--tensorboard")
     if out is not None and input_file is not None:
         check_output_folder(out, "--out")
     elif out is not None:

@@ -11,6 +11,7 @@ Both searches give PAD and BOS probability zero (`never_pad_or_bos`): neither is
 Shapes: B batch, R rows of the live batch, V target vocabulary.
 """
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, overload
 
@@ -39,7 +40,7 @@ _TRAINER_KEYS = (
 class SamplingSettings:
     """How to sample (decoding/sampling.py gives the formulas).
 
-    temperature: T > 0; 1 leaves the distribution as the model gives it.
+    temperature: T > 0, finite; 1 leaves the distribution as the model gives it.
     top_k: keep the k most probable tokens, 0 = all.
     top_p: nucleus mass p in (0, 1]; 1 = all.
     num_samples: outputs per input.
@@ -55,8 +56,8 @@ class SamplingSettings:
     def problems(self) -> list[str]:
         """What is out of range, one phrase each (empty when all is valid)."""
         found = []
-        if not self.temperature > 0:
-            found.append(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.temperature < math.inf:
+            found.append(f"temperature must be > 0 and finite, got {self.temperature}")
         if self.top_k < 0:
             found.append(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.top_p <= 1:

@@ -50,6 +50,8 @@ DECODING_KEYS = {
 }
 NEUTRAL_KEYS = {"trainer.device", "trainer.threads", "trainer.progress", "data.eval_max_tokens"}
 LONGEST_OVERRIDES_NAME = 60  # longer override lists are named by a hash (all are recorded)
+# the files a result folder may hold (module docstring)
+RESULT_FILES = ("metrics.json", "hyps.txt", "refs.txt", "attention.npz")
 
 
 @dataclass

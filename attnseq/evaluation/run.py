@@ -31,6 +31,7 @@ from attnseq.evaluation import results as eval_results
 from attnseq.evaluation.evaluator import Evaluator, Hypothesis
 from attnseq.evaluation.results import EvalMetrics
 from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
+from attnseq.io.output_paths import refuse_output_over_inputs
 from attnseq.models.device import resolve_device
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import pruned_heads_summary
@@ -90,13 +91,6 @@ def evaluate_checkpoint(
     gold = split_gold(cfg, name, tokenizers) if dataset_split else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
     evaluator.decoding = evaluator.decoding.with_sampling(sampling)
-    metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
-    metrics.update(evaluator.attention_diagnostics(model))  # as training's test metrics
-    print(f"{name}: decoded {evaluator.decode_rate.summary()}", file=sys.stderr)
-    results = {f"{name}/{key}": value for key, value in metrics.items()}
-    if alignment_set is not None:
-        scores = alignment_set.score(model, device, method=alignments.method)
-        results.update({f"align/{key}": value for key, value in scores.items()})
     folder = eval_results.result_folder(
         out_dir or eval_results.default_root(path),
         path,
@@ -108,6 +102,16 @@ def evaluate_checkpoint(
     )
     if ensemble:  # beside the first member's own results
         folder = folder.with_name(f"{folder.name}+ensemble{len(ensemble) + 1}")
+    inputs = eval_inputs(path, split, ensemble, alignments)
+    for result_file in eval_results.RESULT_FILES:  # before the slow decoding
+        refuse_output_over_inputs(folder / result_file, "eval result", inputs)
+    metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
+    metrics.update(evaluator.attention_diagnostics(model))  # as training's test metrics
+    print(f"{name}: decoded {evaluator.decode_rate.summary()}", file=sys.stderr)
+    results = {f"{name}/{key}": value for key, value in metrics.items()}
+    if alignment_set is not None:
+        scores = alignment_set.score(model, device, method=alignments.method)
+        results.update({f"align/{key}": value for key, value in scores.items()})
     if save_attention:
         _save_eval_attention(folder / "attention.npz", cfg, model, evaluator, decoded, data, name)
     hypotheses = evaluator.texts(decoded)
@@ -135,6 +139,28 @@ def _unknown_counts(
             count = UnknownCount(names[index], f"the model's {side} vocabulary", tokenizer.unk_id)
             counts.append(count.add_all(example[index] for example in examples))
     return counts
+
+
+def eval_inputs(
+    path: Path,
+    split: str,
+    ensemble: Sequence[Path] = (),
+    alignments: GoldAlignmentFiles | None = None,
+) -> list[tuple[str, Path | None]]:
+    """(option, path) of every file an evaluation reads that a result must not replace: the
+    checkpoints, the split when it is a file (not a split name that happens to name a folder),
+    and the gold word-alignment files."""
+    split_file = Path(split) if Path(split).is_file() else None
+    inputs: list[tuple[str, Path | None]] = [("CHECKPOINT", path), ("--split", split_file)]
+    inputs += [(f"ensemble member {number}", member) for number, member in enumerate(ensemble, 2)]
+    if alignments is not None:
+        inputs += [
+            ("--alignments", alignments.gold),
+            ("--align-src", alignments.src),
+            ("--align-tgt", alignments.tgt),
+            ("--align-possible", alignments.possible),
+        ]
+    return inputs
 
 
 def _alignment_tags(alignments: GoldAlignmentFiles | None) -> list[str]:

@@ -71,13 +71,13 @@ def _same_file(first: Path, second: Path) -> bool:
 
 def refuse_output_over_inputs(output: Path, option: str, inputs: InputPaths) -> None:
     """UserError when writing `output` would replace one of `inputs`: the same file by any
-    path (symlink, hard link, `..`), or a dangling symlink that points at an input's path."""
+    path (symlink, hard link, `..`), also one that passes through a folder the write would
+    create (`new/../input`: the kernel cannot follow it until `new` exists, so only the resolved
+    path names the input), or a dangling symlink that points at an input's path."""
     for input_option, input_path in inputs:
         if input_path is None:
             continue
-        if _same_file(output, input_path) or (
-            output.is_symlink() and output.resolve() == input_path.resolve()
-        ):
+        if _same_file(output, input_path) or output.resolve() == input_path.resolve():
             raise UserError(
                 f"{option} {output} is the input {input_option} {input_path}: writing it would "
                 "destroy the input; choose another output path"

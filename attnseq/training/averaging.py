@@ -8,14 +8,18 @@ ship the same tool (`scripts/average_checkpoints.py`). It smooths the noise of t
 much like Polyak averaging, and usually gains a little BLEU at no training cost.
 
 Only checkpoints of one model can be averaged: the same model configuration, the same
-tokenizers (the same ids), the same parameter names and shapes. The result keeps the first
-checkpoint's config and tokenizers and drops what belongs to one point of a training run
-(optimizer, scheduler, progress, RNG state): it is for `eval`, `translate` and
-`visualize-alignment`, not for resuming training. Save it with
-`attnseq.io.checkpoint.save_checkpoint`.
+tokenizers (the same ids), the same parameter names and shapes, and the same head masks (a
+transformer pruned by `attnseq heads --prune` and one not pruned would average to heads at half
+strength, a model neither of them is; a checkpoint without head masks keeps every head). Each
+file is averaged once: the same file given twice (by two paths, a symbolic or a hard link)
+would weigh double, so it is refused. The result keeps the first checkpoint's config and
+tokenizers and drops what belongs to one point of a training run (optimizer, scheduler,
+progress, RNG state): it is for `eval`, `translate` and `visualize-alignment`, not for resuming
+training. Save it with `attnseq.io.checkpoint.save_checkpoint`.
 
 Floating-point tensors are summed in float64 and cast back to their dtype; other tensors (integer
-buffers such as counters) cannot be averaged meaningfully and are taken from the first checkpoint.
+buffers such as counters) cannot be averaged meaningfully and are taken from the first checkpoint,
+and so are the head masks, equal in all.
 Checkpoints are loaded one at a time, so memory holds the running sum and one checkpoint.
 """
 
@@ -28,6 +32,7 @@ from torch import Tensor
 
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
+from attnseq.models.head_mask import optional_entry
 from attnseq.models.loading import check_structure
 
 # what describes one moment of a training run rather than the model itself
@@ -56,19 +61,21 @@ def average_checkpoints(paths: Sequence[Path]) -> dict[str, Any]:
         "model" state dict, and "averaged_from" (the paths as strings).
 
     Raises:
-        UserError: no paths, an unreadable checkpoint, or checkpoints of different models
-            (configuration, tokenizers, parameter names or shapes).
+        UserError: no paths, one file given twice, an unreadable checkpoint, or checkpoints
+            of different models (configuration, tokenizers, parameter names or shapes, head
+            masks).
     """
     if not paths:
         raise UserError("average needs at least one checkpoint")
+    _refuse_duplicates(paths)
     first_path = Path(paths[0])
     first = load_checkpoint(first_path)
     check_structure(first_path, first)
     reference: dict[str, Tensor] = first["model"]
-    sums = {
+    sums = {  # head masks are equal in all (checked) and copied from the first
         name: tensor.to(torch.float64)
         for name, tensor in reference.items()
-        if tensor.is_floating_point()
+        if tensor.is_floating_point() and not optional_entry(name)
     }
     for path in paths[1:]:
         payload = load_checkpoint(path)
@@ -92,13 +99,32 @@ def average_checkpoints(paths: Sequence[Path]) -> dict[str, Any]:
     return result
 
 
+def _refuse_duplicates(paths: Sequence[Path]) -> None:
+    """UserError naming two of `paths` that are one file (same device and inode: the same
+    path, a `..` spelling, a symbolic or a hard link). Paths that do not exist are left to
+    `load_checkpoint` to report."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in map(Path, paths):
+        try:
+            status = path.stat()
+        except OSError:
+            continue
+        key = (status.st_dev, status.st_ino)
+        if key in seen:
+            raise UserError(
+                f"{seen[key]} and {path} are the same checkpoint file: averaging it twice "
+                "would weigh it double; give each checkpoint once"
+            )
+        seen[key] = path
+
+
 def _check_same_model(
     first_path: Path, first: dict[str, Any], path: Path, payload: dict[str, Any]
 ) -> None:
     """UserError naming the first difference that makes averaging meaningless."""
     first_model, model = first["model"], payload["model"]
-    missing = sorted(set(first_model) - set(model))
-    extra = sorted(set(model) - set(first_model))
+    missing = sorted(name for name in set(first_model) - set(model) if not optional_entry(name))
+    extra = sorted(name for name in set(model) - set(first_model) if not optional_entry(name))
     if missing or extra:
         details = []
         if missing:
@@ -110,11 +136,12 @@ def _check_same_model(
             f"({'; '.join(details)}); only checkpoints of one model can be averaged"
         )
     for name, tensor in first_model.items():
-        if model[name].shape != tensor.shape:
+        if name in model and model[name].shape != tensor.shape:
             raise UserError(
                 f"cannot average {path} with {first_path}: parameter {name} has shape "
                 f"{tuple(model[name].shape)} there and {tuple(tensor.shape)} here"
             )
+    _check_same_head_masks(first_path, first_model, path, model)
     first_model_cfg = first.get("config", {}).get("model")
     model_cfg = payload.get("config", {}).get("model")
     if first_model_cfg != model_cfg:
@@ -128,6 +155,30 @@ def _check_same_model(
             f"cannot average {path} with {first_path}: different tokenizers (vocabularies), "
             "so the same id means different tokens"
         )
+
+
+def _check_same_head_masks(
+    first_path: Path, first_model: dict[str, Tensor], path: Path, model: dict[str, Tensor]
+) -> None:
+    """UserError naming the first head mask, an (H,) buffer, that differs between the two
+    state dicts (a missing one keeps every head: all ones)."""
+    for name in sorted(name for name in first_model.keys() | model.keys() if optional_entry(name)):
+        here, there = first_model.get(name), model.get(name)
+        present = here if here is not None else there
+        assert present is not None  # the name comes from one of the two
+        here = torch.ones_like(present) if here is None else here
+        there = torch.ones_like(present) if there is None else there
+        if not torch.equal(here.float(), there.float()):
+            raise UserError(
+                f"cannot average {path} with {first_path}: different head masks ({name} is "
+                f"{_mask_text(there)} there and {_mask_text(here)} here; 0 = pruned head); "
+                "average checkpoints pruned alike"
+            )
+
+
+def _mask_text(mask: Tensor) -> str:
+    """An (H,) head mask as '[1 0 1 1]'."""
+    return "[" + " ".join(f"{value:g}" for value in mask.tolist()) + "]"
 
 
 def _differing_keys(left: dict[str, Any], right: dict[str, Any], prefix: str) -> list[str]:
