@@ -100,8 +100,9 @@ def _basic_sweep_jobs(overrides: list[str], hydra_settings: "DictConfig") -> lis
     parser = OverridesParser.create()
     parsed = parser.parse_overrides(overrides)
     own = [override.input_line for override in parsed if override.is_hydra_override()]
-    params = [f"{key}={value}" for key, value in (hydra_settings.sweeper.get("params") or {}).items()]
-    task = params + [override.input_line for override in parsed if not override.is_hydra_override()]
+    swept = hydra_settings.sweeper.get("params") or {}  # a sweep that a config file defines
+    task = [f"{key}={value}" for key, value in swept.items()]
+    task += [override.input_line for override in parsed if not override.is_hydra_override()]
     try:
         batches = BasicSweeper.split_arguments(parser.parse_overrides(task), None)
     except HydraException:

@@ -49,7 +49,8 @@ log = logging.getLogger("attnseq")
 
 def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     """Train (or resume: `cfg.resume`), keep the best checkpoint, evaluate it on the test
-    split, write metrics.json.
+    split, write metrics.json. With `cfg.trainer.overwrite`, the outputs of a run already in
+    `run_dir` are deleted once the data and the model are built (run_directory.py).
 
     Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group
     (distributed.py) and trains data-parallel. Rank 0 checks the resume checkpoint, prepares the
