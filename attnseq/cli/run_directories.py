@@ -56,7 +56,8 @@ def settle_run_directories(args: list[str]) -> list[str]:
         return _settle_sweep(args, overrides, hydra_settings, cfg)
     run_dir, timestamped = _directory(hydra_settings.run)
     if timestamped:
-        _check_resume(cfg, run_dir)
+        if cfg.resume != "auto":  # resume=auto in a fresh folder starts fresh: nothing to check
+            _check_resume(cfg, run_dir)
         return [*args, f"hydra.run.dir={quoted_value(str(_claim_fresh(run_dir)))}"]
     _check_job_directory(run_dir, cfg, "hydra.run.dir=DIR")
     return args
