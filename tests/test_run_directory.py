@@ -189,6 +189,39 @@ def test_a_refused_resume_in_a_sweep_changes_nothing(old_run: Path, tmp_path: Pa
     assert tree(sweep) == before
 
 
+def test_under_a_sweeper_choosing_its_jobs_every_job_folder_is_checked(
+    old_run: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    old_run.rename(sweep / "3")
+    before = tree(sweep)
+    args = ["-m", "hparams_search=reverse_optuna", f"hydra.sweep.dir={sweep}"]
+    line = refusal(attnseq("train", *TINY, *args, cwd=tmp_path))
+    assert f"run directory {sweep / '3'} already holds a run" in line
+    assert tree(sweep) == before
+
+
+def test_the_resume_command_of_an_overwriting_run_leaves_overwrite_out(tmp_path: Path) -> None:
+    """The printed command continues the run: with overwrite it would be refused."""
+    code = (
+        "import sys, attnseq.cli.train_task as t, attnseq.errors as e\n"
+        "def fail(cfg, run_dir): raise e.OutputError('cannot write x: No space left on device')\n"
+        "t.run_training = fail\n"
+        "from attnseq.cli.app import main\n"
+        "sys.argv = ['attnseq', 'train', 'trainer.overwrite=true',\n"
+        "            'hydra.run.dir=' + sys.argv[1]]\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True
+    )
+    command = refusal(done).split("continue with: ", 1)[1]
+    assert command.startswith("attnseq train resume=auto hydra.run.dir=")
+    assert "overwrite" not in command
+
+
 @pytest.mark.slow
 def test_a_taken_time_stamped_folder_gives_the_new_run_its_own(
     old_run: Path, tmp_path: Path
