@@ -79,7 +79,7 @@ def _check_package_header(path: Path) -> None:
     )
 
 
-def _quoted(value: str) -> str:
+def quoted_value(value: str) -> str:
     """`value` as a quoted Hydra override value: any path survives the override grammar."""
     escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${")
     return f"'{escaped}'"
@@ -107,8 +107,8 @@ def rewrite_config_selector(args: list[str]) -> list[str]:
             name, root = user_experiment_dir(Path(value))
             out += [
                 f"experiment={name}",
-                f"hydra.searchpath=[{_quoted('file://' + str(root))}]",
-                f"config_file={_quoted(str(Path(value).expanduser().absolute()))}",
+                f"hydra.searchpath=[{quoted_value('file://' + str(root))}]",
+                f"config_file={quoted_value(str(Path(value).expanduser().absolute()))}",
             ]
         else:
             out.append(f"experiment={value}")

@@ -16,6 +16,8 @@ from attnseq.config import CONFIG_DIR
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
     from attnseq.config.schema import TrainConfig
 
 # Hydra command-line flags that take a value (the next argument, or after `=`)
@@ -47,6 +49,10 @@ _INFORMATIONAL = {
     "-sc",
 }
 _PRIMARY_CONFIG_FLAGS = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
+
+# Flags under which Hydra runs no `attnseq train` job of the packaged config: it prints
+# something, replays a run, or composes a primary config the user chose.
+_NO_CHECKED_JOB = _INFORMATIONAL | _PRIMARY_CONFIG_FLAGS | {"-c", "--cfg", "--experimental-rerun"}
 
 # Flags that choose what Hydra does; at most one may be given.
 _MODE_FLAGS = {
@@ -80,6 +86,11 @@ def split_flags(args: list[str]) -> tuple[list[str], list[str]]:
         else:
             overrides.append(arg)
     return flags, overrides
+
+
+def runs_no_checked_job(flags: list[str]) -> bool:
+    """Whether Hydra, given `flags`, runs no job whose run directory attnseq checks."""
+    return any(flag.split("=", 1)[0] in _NO_CHECKED_JOB for flag in flags)
 
 
 def sweep_variants(overrides: list[str]) -> list[list[str]]:
@@ -131,7 +142,7 @@ def preflight(args: list[str]) -> None:
     register_configs()
     remote = any(arg.startswith(_REMOTE_LAUNCHERS) for arg in overrides)
     for variant in variants:
-        cfg = _compose(variant)
+        _, cfg = compose_job(variant)
         validate(cfg)
         if not remote:
             check_resources(cfg)
@@ -154,23 +165,30 @@ def _check_flags(flags: list[str]) -> None:
         )
 
 
-def _compose(overrides: list[str]) -> "TrainConfig":
-    """The typed config that `overrides` compose to; UserError naming what is wrong."""
+def compose_job(overrides: list[str]) -> tuple["DictConfig", "TrainConfig"]:
+    """Hydra's own settings (the `hydra` node: run and sweep directories, sweeper) and the
+    typed config that `overrides` compose to; UserError naming what is wrong."""
+    import copy
+
     import yaml
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
     from attnseq.config.schema import TrainConfig
 
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = OmegaConf.to_object(compose("train", overrides=overrides))
+            composed = compose("train", overrides=overrides, return_hydra_config=True)
+        task = copy.deepcopy(composed)  # `composed` keeps the hydra node's interpolations
+        with open_dict(task):
+            del task["hydra"]
+        cfg = OmegaConf.to_object(task)
     except (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError) as error:
         malformed = yaml_error(error)
         if malformed is not None:
             raise UserError(describe_yaml_error(malformed)) from None
         raise UserError(describe_composition_error(error, overrides)) from None
     assert isinstance(cfg, TrainConfig)
-    return cfg
+    return composed.hydra, cfg

@@ -59,6 +59,7 @@ def _prepare_run(args: list[str]) -> list[str] | None:
     command is done already (its `--help` printed). UserError on any problem."""
     from attnseq.cli import hydra_entry
     from attnseq.cli.preflight import preflight
+    from attnseq.cli.run_directories import settle_run_directories
     from attnseq.cli.train_help import train_help
     from attnseq.training import run_lock
 
@@ -68,6 +69,7 @@ def _prepare_run(args: list[str]) -> list[str] | None:
         typer.echo(help_text)
         return None
     preflight(args)
+    args = settle_run_directories(args)  # checked (or made) before Hydra writes into them
     run_lock.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
     return args
 

@@ -16,6 +16,7 @@ from attnseq.errors import OutputError, UserError
 from attnseq.training.distributed import env_world, is_main_process
 from attnseq.training.resume import interruption_message
 from attnseq.training.run import run_training
+from attnseq.training.run_directory import check_run_directory
 from attnseq.training.signals import TrainingInterrupted
 from attnseq.training.stopping import TrainingDiverged
 
@@ -31,6 +32,8 @@ def train_from_hydra(composed: Any) -> float | None:
     # Under torchrun every rank gets here and exits with the same status; rank 0 speaks.
     main = is_main_process()
     try:
+        if main:  # `attnseq train` checked it before Hydra wrote; a sweeper's jobs get here
+            check_run_directory(run_dir, cfg.resume, cfg.trainer.overwrite, _elsewhere())
         metrics = run_training(cfg, run_dir)
     except OutputError as error:  # a full disk or read-only folder: nothing written is lost
         _fail(main, f"error: {error}; fix that, then continue with: {_resume(run_dir)}", 2)
@@ -47,6 +50,15 @@ def train_from_hydra(composed: Any) -> float | None:
             main, f"error: optimized_metric={key!r} is not in metrics.json: {', '.join(metrics)}", 2
         )
     return metrics[key]
+
+
+def _elsewhere() -> str:
+    """The override that puts this Hydra job's run directory elsewhere."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    return "hydra.sweep.dir=DIR" if multirun else "hydra.run.dir=DIR"
 
 
 def _fail(speaks: bool, message: str, status: int) -> NoReturn:
@@ -82,8 +94,8 @@ def resume_command(run_dir: Path) -> str:
     searchpath = [o for o in hydra_cfg.overrides.hydra if o.startswith("hydra.searchpath=")]
     task = []
     for override in hydra_cfg.overrides.task:
-        if override.lstrip("+").startswith("resume="):
-            continue
+        if override.lstrip("+").startswith(("resume=", "trainer.overwrite=")):
+            continue  # resume=auto is added; overwrite would replace what it continues
         if override.startswith("experiment=") and not searchpath:
             override = "config=" + override.split("=", 1)[1]  # the CLI's name for it
         task.append(override)

@@ -172,6 +172,11 @@ def cross_field_problems(cfg: TrainConfig) -> list[str]:
     problems += memory_and_convolution_problems(cfg)
     problems += hard_attention_problems(cfg)
     problems += attention_values_problems(cfg)
+    if cfg.resume is not None and cfg.trainer.overwrite:
+        problems.append(
+            f"resume={cfg.resume} continues a run and trainer.overwrite=true replaces one: "
+            "give only one of them"
+        )
     if cfg.resume is not None and cfg.resume != "auto":
         # Checked here so that `attnseq train` stops before Hydra creates a run directory;
         # whether the file really is a resumable checkpoint is checked when it is loaded.

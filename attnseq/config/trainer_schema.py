@@ -71,6 +71,12 @@ class TrainerConfig:
         " 0 = off: each one holds the optimizer state too, so N of a large model take real disk",
         ge=0,
     )
+    overwrite: bool = option(
+        False,
+        "Replace the run in the run directory: a fresh run there is refused while it holds one"
+        " (checkpoints, metrics.json, hyps, tb, eval). With true, those of the old run are deleted"
+        " once the new run has its data and model, so none of them mixes with the new run's.",
+    )
     max_nonfinite_steps: int = option(
         10,
         "Non-finite losses (or gradients) skip their update; this many in a row stop the run with"

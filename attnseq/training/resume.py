@@ -45,21 +45,43 @@ def find_resume_point(cfg: TrainConfig, run_dir: Path) -> ResumePoint | None:
     resume=auto takes RUN_DIR/checkpoints/last.pt and starts fresh, saying so, when there is
     none (the first attempt of a job that is simply re-submitted). A file that is missing, not
     an attnseq checkpoint, holds no training state, or was trained with different
-    model/data/optim settings is a UserError naming the problem.
+    model/data/optim settings is a UserError naming the problem (`check_resume`).
     """
+    path = resume_path(cfg, run_dir)
+    if path is None:
+        if cfg.resume == "auto":
+            log.warning(
+                "resume=auto: no checkpoint at %s; starting a fresh run (resume=auto continues "
+                "the run in hydra.run.dir=RUN_DIR)",
+                run_dir / "checkpoints" / "last.pt",
+            )
+        return None
+    point = ResumePoint(path, _checked_payload(cfg, path))
+    log.info("resuming from %s (step %d)", path, point.step)
+    return point
+
+
+def check_resume(cfg: TrainConfig, run_dir: Path) -> None:
+    """Raise the UserError that `find_resume_point` would, without logging or keeping the
+    checkpoint: `attnseq train` calls it before anything is written to the run directory."""
+    path = resume_path(cfg, run_dir)
+    if path is not None:
+        _checked_payload(cfg, path)
+
+
+def resume_path(cfg: TrainConfig, run_dir: Path) -> Path | None:
+    """The checkpoint file a run with `cfg` in `run_dir` continues from; None for a fresh run
+    (no `resume`, or resume=auto and no RUN_DIR/checkpoints/last.pt yet)."""
     if cfg.resume is None:
         return None
     if cfg.resume == "auto":
         path = run_dir / "checkpoints" / "last.pt"
-        if not path.is_file():
-            log.warning(
-                "resume=auto: no checkpoint at %s; starting a fresh run (resume=auto continues "
-                "the run in hydra.run.dir=RUN_DIR)",
-                path,
-            )
-            return None
-    else:
-        path = Path(cfg.resume).expanduser()
+        return path if path.is_file() else None
+    return Path(cfg.resume).expanduser()
+
+
+def _checked_payload(cfg: TrainConfig, path: Path) -> dict[str, Any]:
+    """The checkpoint at `path`, loaded and checked against `cfg`; UserError in one line."""
     payload = load_checkpoint(path)
     missing = [key for key in CHECKPOINT_KEYS if key not in payload]
     if missing:
@@ -75,14 +97,12 @@ def find_resume_point(cfg: TrainConfig, run_dir: Path) -> ResumePoint | None:
     if conflicts:
         raise UserError(
             f"cannot resume from {path}: these settings differ from the checkpoint's, and they "
-            "decide the model, its vocabulary, the data order or the optimizer state:\n  - "
-            + "\n  - ".join(conflicts)
-            + "\nDrop those overrides (or set them to the checkpoint's values), or start a new "
+            "decide the model, its vocabulary, the data order or the optimizer state: "
+            + "; ".join(conflicts)
+            + ". Drop those overrides (or set them to the checkpoint's values), or start a new "
             "run without resume="
         )
-    point = ResumePoint(path, payload)
-    log.info("resuming from %s (step %d)", path, point.step)
-    return point
+    return payload
 
 
 def carry_best_checkpoint(point: ResumePoint, run_dir: Path) -> None:

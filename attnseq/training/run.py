@@ -36,6 +36,7 @@ from attnseq.training.distributed import (
 from attnseq.training.optim import build_optimizer
 from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_resume_point
 from attnseq.training.run_board import run_hparams, validation_logger
+from attnseq.training.run_directory import clear_previous_run
 from attnseq.training.run_lock import run_directory_lock
 from attnseq.training.schedules import LearningRateSchedule, TrainingBudget
 from attnseq.training.signals import StopSignals, TrainingInterrupted
@@ -48,7 +49,8 @@ log = logging.getLogger("attnseq")
 
 def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     """Train (or resume: `cfg.resume`), keep the best checkpoint, evaluate it on the test
-    split, write metrics.json.
+    split, write metrics.json. With `cfg.trainer.overwrite`, the outputs of a run already in
+    `run_dir` are deleted once the data and the model are built (run_directory.py).
 
     Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group
     (distributed.py) and trains data-parallel. Rank 0 checks the resume checkpoint, prepares the
@@ -90,6 +92,8 @@ def train(
     metric = cfg.trainer.early_stopping_metric
     budget = TrainingBudget.for_run(cfg.trainer)
     schedule = LearningRateSchedule(optimizer, cfg.optim, budget, metric.higher_is_better)
+    if cfg.trainer.overwrite and world.is_main:
+        clear_previous_run(run_dir)  # data and model are ready: the new run really starts
     writer = _writer(run_dir, point, world)
     trainer = _trainer(cfg, data, model, optimizer, schedule, writer, device, run_dir, stop, world)
     if point is not None:

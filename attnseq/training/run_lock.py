@@ -175,3 +175,19 @@ def _explicit_run_dir(args: Sequence[str]) -> Path | None:
     if not isinstance(value, str) or "${" in value or not value:
         return None
     return Path(value).expanduser()
+
+
+def check_free(run_dir: Path) -> None:
+    """UserError naming the holder when a training holds the lock of `run_dir`. Only reads: a
+    start refused before it takes the lock leaves the lock file as it was."""
+    try:
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return  # no lock file (or none readable): `acquire` decides
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise UserError(busy_message(run_dir, _read_holder(fd))) from None
+    finally:
+        os.close(fd)
