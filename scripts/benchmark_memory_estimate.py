@@ -48,7 +48,20 @@ KINDS: dict[str, list[str]] = {
     "linformer": [*TRANSFORMER, "model.attention.kind=linformer", "model.attention.proj_dim=16"],
     "linear": [*TRANSFORMER, "model.attention.kind=linear"],
     "performer": [*TRANSFORMER, "model.attention.kind=performer", "model.attention.features=32"],
+    "performer_causal": [
+        *TRANSFORMER,
+        "model.attention.kind=performer",
+        "model.attention.features=32",
+        "model.attention.decoder_self=true",
+    ],
     "bigbird": [*TRANSFORMER, "model.attention.kind=bigbird", "model.attention.block_size=8"],
+    # no global blocks and blocks of 48: sources of 24, 64 and 128 are padded to 48, 96 and 144
+    "bigbird_padded": [
+        *TRANSFORMER,
+        "model.attention.kind=bigbird",
+        "model.attention.block_size=48",
+        "model.attention.global_blocks=0",
+    ],
     "bigbird_causal": [
         *TRANSFORMER,
         "model.attention.kind=bigbird",

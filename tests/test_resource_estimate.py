@@ -82,18 +82,18 @@ def test_a_bigbird_block_longer_than_the_longest_source_is_refused(
 
 
 def test_blocks_padded_past_short_sources_are_counted() -> None:
-    """Dates are at most 32 characters; without global blocks a block of 2048 still pads each
+    """Dates have at most 40 characters; without global blocks a block of 2048 still pads each
     one to 2048 x 2048 scores per head: tens of GiB, refused on a 24 GiB machine."""
     keys = [*BIGBIRD_KEYS, "model.attention.global_blocks=0", "data.max_src_len=4096"]
     cfg = config_from_dict({}, [*keys, "model.attention.block_size=2048"])
     shape = batch_shape(cfg)
-    assert shape.source == 32 and shape.sentences == cfg.data.max_tokens // 32
+    assert shape.source == 40 and shape.sentences == cfg.data.max_tokens // 40
     need = estimate(cfg)
     heads_blocks = shape.sentences * cfg.model.heads * 2048 * 2048 * 4  # one float matrix
     assert need.activation_bytes > cfg.model.enc_layers * heads_blocks
     problems = resource_problems(cfg, ram=24 * GIB, gpu=None, cores=2)
     assert len(problems) == 1 and "the model does not fit" in problems[0]
-    assert "block_size=2048" in problems[0] and "sentences of 32 source" in problems[0]
+    assert "block_size=2048" in problems[0] and "sentences of 40 source" in problems[0]
     # a block that fits the sources, or global blocks over the whole sequence, fit
     small = config_from_dict({}, [*keys, "model.attention.block_size=8"])
     assert resource_problems(small, ram=24 * GIB, gpu=None, cores=2) == []

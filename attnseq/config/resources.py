@@ -241,7 +241,7 @@ def attention_text(model: ModelConfig) -> str:
         "bigbird": f"block_size={attention.block_size}, global_blocks="
         f"{attention.global_blocks}, random_blocks={attention.random_blocks}",
     }.get(kind, f"memory_slots={attention.memory_slots}" if attention.memory_slots else "")
-    return f"attention.kind={kind}" + (f" ({keys})" if keys else "")
+    return f"model.attention.kind={kind}" + (f" ({keys})" if keys else "")
 
 
 def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -> list[str]:

@@ -11,29 +11,32 @@ builders in attnseq/models/):
     full                the fused SDPA kernel: O(S d_k), no S x S matrix; persistent memory
                         adds its N slots to the keys
     local               blocks of b = min(S, max(w, 32)) queries against b + 2w keys
-    strided             an S x S mask, the fused kernel
+    strided             a (B, S, S) bool mask of the pattern, the fused kernel
     longformer          the band of `local` plus g global columns, g global rows over S keys
     linformer           S x k scores against the projected keys and values
     linear, performer   S x d_k (linear) or S x m (performer) feature maps of queries and keys
     bigbird             nb = ceil(S / b) blocks of b queries against K b keys, K = 2w + 1 + g +
                         r blocks (at most nb), padded to whole blocks; the g b global rows
-                        over S keys; with every block global (g b >= S) the fused kernel
+                        through the fused kernel, which is all there is when g b >= S
     decoder self        the kind's causal form where model.attention.decoder_self is set
-                        (bigbird and strided: a T x T mask), else the fused kernel
+                        (bigbird and strided: a T x T mask; linear and performer: prefix
+                        sums of F x d_k per block of 64 positions), else the fused kernel
     cross-attention     the fused kernel; copy/coverage take the copy layer's T x S weights
 
     RNN (per decoder step t, teacher forced, every step kept for backward)
     additive, concat    tanh(W q + U h) over the source: S x attn_dim per sentence and step
     dot, general, ...   S scores and weights per sentence and step
     local_m, local_p    the content score's, plus the window's S-wide Gaussian and mask
-    hierarchy           the word attention, the segment attention over max_segments
-                        segments with its own score, and their S-wide combination
+    hierarchy           the word attention, the segment attention with its own score over
+                        one segment per 16 source tokens (at most max_segments), and their
+                        S-wide combination
     copy, coverage      the copy mass scattered into an extended vocabulary (B, T, V) in log
-                        space, and the coverage vector's S per step
+                        space, the coverage vector's S per step, and with an additive score
+                        its projection w_c c: S x attn_dim per step
 
 Each count is multiplied by the copies of it that are alive at once (the value, its saved
-inputs, its gradient): constants measured with scripts/benchmark_memory_estimate.py, which
-compares the estimate with the measured peak of one training step (see resources.py).
+inputs, its gradient): constants measured on the CPU with scripts/benchmark_memory_estimate.py,
+which compares the estimate with the measured peak of one training step (see resources.py).
 """
 
 import math
@@ -51,20 +54,24 @@ from attnseq.config.choices import (
 from attnseq.config.schema import ModelConfig, TrainConfig
 
 # generated tasks whose lengths the config does not state: about their longest example
-DATE_SOURCE_LENGTH = 32  # characters of the longest date formats ("Wednesday, the 31st of ...")
+DATE_SOURCE_LENGTH = 40  # characters of the longest dates ("Wednesday, September 27th, ...")
 DATE_TARGET_LENGTH = 10  # YYYY-MM-DD
-TOY_LENGTH = 16  # words of the toy translation's longest sentences
+TOY_SOURCE_LENGTH, TOY_TARGET_LENGTH = 16, 20  # words of the toy translation's longest pairs
+# tokens of a typical segment (a sentence, a speaker turn) of a hierarchical model's source
+SEGMENT_LENGTH = 16
 # sliding-window attention's smallest query block (attention/sliding_window.py MIN_BLOCK)
 MIN_WINDOW_BLOCK = 32
+# causal linear and performer attention's prefix-sum block (attention/linear.py CAUSAL_BLOCK)
+CAUSAL_BLOCK = 64
 
 # Copies alive at the peak of the backward pass, per element counted below (measured).
 RESIDUAL_COPIES = 14  # per transformer layer and token: x d_model
 FEED_FORWARD_COPIES = 3  # per transformer layer and token: x ff_dim
 SCORE_COPIES = 4  # an attention matrix: scores, weights, dropout, gradient
 LOGIT_COPIES = 4  # logits, log-softmax, their gradients
-RNN_STATE_COPIES = 6  # per RNN layer, direction and token: x gates x hidden
-RNN_STEP_COPIES = 8  # per decoder step: the step's hidden, context, pre-output, ...
-ADDITIVE_COPIES = 3  # the additive/concat score's (B, S, A) sum, tanh, gradient
+RNN_STATE_COPIES = 4  # per RNN layer, direction and token: x gates x hidden
+RNN_STEP_COPIES = 6  # per decoder step: the step's hidden, context, pre-output, ...
+ADDITIVE_COPIES = 2  # the additive/concat score's (B, S, A) tanh and its gradient
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ def longest_lengths(cfg: TrainConfig) -> tuple[int, int]:
     if data.name == "dates":
         made = (DATE_SOURCE_LENGTH, DATE_TARGET_LENGTH + 1)
     elif data.name == "toy_translation":
-        made = (TOY_LENGTH, TOY_LENGTH + 1)
+        made = (TOY_SOURCE_LENGTH, TOY_TARGET_LENGTH + 1)
     else:  # reverse, copy, sort: the target has the source's length
         made = (data.max_len, data.max_len + 1)
     return min(made[0], source), min(made[1], target)
@@ -147,12 +154,13 @@ def encoder_attention_elements(model: ModelConfig, shape: BatchShape) -> int:
     b = attention.block_size
     if global_blocks * b >= n:  # every row is global: one fused attention
         return rows * n * d_k
-    return rows * blocks * b * width * b + rows * global_blocks * b * n
+    # the blocks (padded to whole blocks), and the global rows' fused attention over all keys
+    return rows * blocks * b * width * b + rows * min(global_blocks * b, n) * d_k
 
 
 def decoder_attention_elements(model: ModelConfig, shape: BatchShape) -> int:
     """Float elements of one decoder layer's self- and cross-attention matrices."""
-    batch, s, t, heads = shape.sentences, shape.source, shape.target, model.heads
+    batch, t, heads = shape.sentences, shape.target, model.heads
     d_k = max(model.d_model // heads, 1)
     rows = batch * heads
     kind = model.attention.kind if model.attention.decoder_self else AttentionKind.full
@@ -160,6 +168,11 @@ def decoder_attention_elements(model: ModelConfig, shape: BatchShape) -> int:
         own = batch * t * t // 4 + rows * t * d_k  # the causal pattern as a T x T mask
     elif kind is AttentionKind.full:
         own = rows * (t + model.attention.memory_slots) * d_k
+    elif kind in (AttentionKind.linear, AttentionKind.performer):
+        # blocked prefix sums: each block of C keeps its (F, d_k) sum and a C x C product
+        features = d_k if kind is AttentionKind.linear else model.attention.features
+        blocks = math.ceil(t / CAUSAL_BLOCK)
+        own = rows * (blocks * features * d_k + t * CAUSAL_BLOCK + 2 * t * features)
     else:
         target = BatchShape(batch, t, t)
         own = encoder_attention_elements(model, target)
@@ -218,12 +231,15 @@ def rnn_activations(model: ModelConfig, shape: BatchShape, vocab: int) -> int:
     step += RNN_STEP_COPIES * (model.hidden + enc_out + model.emb_dim)
     per_step = rnn_score_elements(model, shape.source)
     if model.attention.hierarchy is not Hierarchy.none:
-        segments = min(model.attention.max_segments, shape.source)
+        segments = min(model.attention.max_segments, math.ceil(shape.source / SEGMENT_LENGTH))
         per_step += rnn_score_elements(model, segments) + SCORE_COPIES * shape.source
     copies = LOGIT_COPIES
     if model.copy or model.coverage:
         per_step += SCORE_COPIES * shape.source  # the copy mass, the coverage vector
         copies += LOGIT_COPIES
+    if model.coverage and model.attention.score in (Score.additive, Score.concat):
+        # w_c c_i joins the score's sum: another (B, S, A) per step (attention/coverage.py)
+        per_step += ADDITIVE_COPIES * shape.source * (model.attention.attn_dim or model.hidden)
     if model.decoder is DecoderStyle.luong:
         step += RNN_STEP_COPIES * model.hidden  # the attentional state h~
     decoder = target_tokens * (step + per_step)

@@ -38,6 +38,8 @@ CLEAR_REFS = Path("/proc/self/clear_refs")
 # the special ids of every attnseq tokenizer
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 FIRST_WORD = 4
+# words that end a sentence in the segmenter of hierarchical models
+SENTENCE_ENDS = 4
 
 
 class PeakMemoryError(RuntimeError):
@@ -110,11 +112,13 @@ def symbol_batch(cfg: TrainConfig, vocab: int, sentences: int, source: int, targ
 
 
 def segmenter(vocab: int, max_segments: int) -> Any:
-    """A source segmenter whose word 4 ends a sentence, for hierarchical models."""
+    """A source segmenter for hierarchical models whose first `SENTENCE_ENDS` words end a
+    sentence, so that random sources have sentences of about (vocab - 4) / 4 words."""
     from attnseq.data.segments import SourceSegmenter
 
-    surfaces = [""] * FIRST_WORD + ["end. "] + [f"w{i} " for i in range(FIRST_WORD + 1, vocab)]
-    return SourceSegmenter(surfaces, max_segments)
+    words = range(FIRST_WORD, vocab)
+    surfaces = [f"w{i}. " if i < FIRST_WORD + SENTENCE_ENDS else f"w{i} " for i in words]
+    return SourceSegmenter([""] * FIRST_WORD + surfaces, max_segments)
 
 
 def one_step(cfg: TrainConfig, vocab: int, shape: tuple[int, int, int]) -> None:
