@@ -171,7 +171,9 @@ def markdown(rows: list[Row]) -> str:
         "`attnseq/training/peak_memory.py`).",
         "",
         f"The estimate is within a factor {FACTOR:g} of the measurement for every attention "
-        "kind at every size (tests/test_resource_estimate.py holds it there).",
+        "kind at every size (tests/test_resource_estimate.py holds it there); in this table "
+        f"measured / estimated runs from {min(r.ratio for r in rows):.2f} to "
+        f"{max(r.ratio for r in rows):.2f}.",
         "",
         "Sizes (generated `reverse` task, vocabulary 64, 2 + 2 layers, 4 heads):",
         "",
@@ -180,6 +182,17 @@ def markdown(rows: list[Row]) -> str:
     ]
     for name, size in SIZES.items():
         lines.append(f"| {name} | {size.length} | {size.max_tokens} | {size.width} |")
+    lines += [
+        "",
+        "Kinds (the keys each one sets; transformer kinds on `model.family=transformer`, "
+        "`rnn_*` on a bidirectional GRU encoder):",
+        "",
+        "| kind | keys |",
+        "|---|---|",
+    ]
+    for kind, keys in KINDS.items():
+        own = [key for key in keys if key not in TRANSFORMER and key not in RNN]
+        lines.append(f"| {kind} | {', '.join(f'`{key}`' for key in own) or '(defaults)'} |")
     lines += [
         "",
         "| kind | size | estimated MiB | measured MiB | measured / estimated |",
@@ -191,6 +204,11 @@ def markdown(rows: list[Row]) -> str:
             f"{row.measured / MIB:.1f} | {row.ratio:.2f} |"
         )
     lines += [
+        "",
+        "The terms of the estimate, per attention kind, are listed in "
+        "`attnseq/config/working_set.py`. A BigBird block longer than the longest source "
+        "(`model.attention.block_size` > `data.max_src_len`) is refused by the config check "
+        "itself: every sequence would be one padded block, which is full attention.",
         "",
         f"Measured on {date.today().isoformat()}, {platform.machine()}, Python "
         f"{platform.python_version()}, one CPU thread, with "
