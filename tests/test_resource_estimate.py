@@ -112,7 +112,7 @@ def test_a_bigbird_config_that_cannot_fit_exits_2_before_the_run(
         *BIGBIRD,
         "model.attention.global_blocks=0",
         f"data.max_src_len={block}",
-        "data.max_tokens=65536",
+        "data.max_tokens=262144",
         f"model.attention.block_size={block}",
     )
     assert_refused(tmp_path, code, output, "the model does not fit: transformer")
