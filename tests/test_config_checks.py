@@ -112,7 +112,7 @@ def test_bad_values_exit_2_in_one_line_before_the_run_dir(
 def test_a_model_too_large_names_its_sizes(tmp_path: Path) -> None:
     code, output = train_in_process(tmp_path, "model.hidden=2000000", "trainer.device=cpu")
     assert_refused(tmp_path, code, output, "parameters")
-    for words in ("TiB with gradients and Adam state", "batch tokens", "of RAM here"):
+    for words in ("TiB with gradients and Adam state", "sentences of", "of available RAM here"):
         assert words in output
 
 

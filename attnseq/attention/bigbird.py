@@ -209,8 +209,12 @@ class BigBirdSelfAttention(AttentionMechanism):
         q, k, v, key_mask = inputs.q, inputs.k, inputs.v, inputs.mask
         batch, heads, length, d_k = q.shape
         b = self.block_size
+        blocks = -(-length // b)
+        if min(self.global_blocks, blocks) * b >= length:
+            # every row is a global row, which attends to every key: nothing is block-sparse,
+            # and b x b blocks padded past a short sequence would only waste memory
+            return fused_attention(q, k, v, as_attention_mask(key_mask), inputs.dropout)
         patterns = self.batch_pattern(key_mask, length, q.device)  # (B|1, nb, nb)
-        blocks = patterns.size(1)
         pad = blocks * b - length
         if key_mask is None:
             key_mask = torch.ones(batch, length, dtype=torch.bool, device=q.device)

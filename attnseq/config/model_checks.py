@@ -36,6 +36,8 @@ def self_attention_problems(cfg: TrainConfig) -> list[str]:
             f"model.attention.summary must be in 1..model.attention.stride="
             f"{attention.stride}, got {attention.summary}"
         )
+    if kind is AttentionKind.bigbird and attention.block_size > cfg.data.max_src_len:
+        problems.append(bigbird_block_problem(cfg))
     if kind is AttentionKind.linformer and cfg.data.max_src_len > cfg.model.max_positions:
         problems.append(
             f"model.attention.kind=linformer projects sequences of a fixed length "
@@ -44,6 +46,25 @@ def self_attention_problems(cfg: TrainConfig) -> list[str]:
             "lower data.max_src_len"
         )
     return problems
+
+
+def bigbird_block_problem(cfg: TrainConfig) -> str:
+    """Why a BigBird block longer than the longest source is refused, not clamped.
+
+    No source is longer than data.max_src_len (longer ones are truncated or dropped), so with
+    b > max_src_len every sequence is one block: the window, global and random blocks that
+    make BigBird are gone, and what trains is full attention computed on b x b blocks padded
+    far past the sequence. Clamping b to max_src_len would keep the run's memory sane but
+    still train full attention under the name bigbird, with a block size in the checkpoint
+    that the model never used; a user who set b meant a block pattern, so the config is
+    refused with the range that gives one (or kind=full, which is what b >= the length is)."""
+    attention, longest = cfg.model.attention, cfg.data.max_src_len
+    return (
+        f"model.attention.block_size={attention.block_size} is longer than the longest "
+        f"source (data.max_src_len={longest}): every sequence would be one block, which is "
+        f"full attention on padded blocks; use a block_size in 1..{longest} (a few blocks "
+        "per sequence), or model.attention.kind=full"
+    )
 
 
 def copy_problems(cfg: TrainConfig) -> list[str]:

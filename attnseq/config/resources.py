@@ -6,10 +6,19 @@ memory that will hold it ends with one message naming the sizes, instead of an a
 attempt of terabytes minutes later. It depends on the machine (memory, CPU cores), so it is not
 part of `validate`, which also checks configs read back from checkpoints made elsewhere.
 
-The estimates are lower bounds: parameters from the architecture's formulae with vocabularies
-counted only where the config fixes them (symbol tasks, sentencepiece), weights + gradients +
-Adam's two moments at 4 bytes each, activations from the tokens of one batch times the model
-width and depth. A config refused here cannot fit; one accepted may still not fit.
+The training estimate is what one training step holds at its peak: parameters from the
+architecture's formulae with vocabularies counted only where the config fixes them (symbol
+tasks, sentencepiece), weights + gradients + Adam's two moments at 4 bytes each, and the
+activations of the largest batch the token budget allows at the longest lengths, for the model
+family and attention kind configured (working_set.py: the saved tensors of every layer and the
+matrices each attention kind builds, block padding included). It is tested against the
+measured peak of one real training step of every attention kind at three sizes
+(tests/test_resource_estimate.py, scripts/benchmark_memory_estimate.py,
+docs/results/memory_estimate.md): the measured peak is within a factor `FACTOR` = 2 of the
+estimate either way. A config is refused when the estimate exceeds the memory available to it;
+as the estimate may be up to that factor high, a config refused near the limit could have just
+fitted, and one accepted near it may still not fit. The validation-decoding and generated-data
+sizes are lower bounds.
 """
 
 import math
@@ -26,9 +35,12 @@ from attnseq.config.choices import (
     TokenizerKind,
 )
 from attnseq.config.schema import ModelConfig, TrainConfig
+from attnseq.config.working_set import activation_elements, batch_shape
 from attnseq.errors import UserError
 
 BYTES_PER_FLOAT = 4
+# measured peak / estimate stays within [1 / FACTOR, FACTOR] (module docstring)
+FACTOR = 2.0
 # weights, gradients and Adam's first and second moments
 TRAINING_COPIES = 4
 # generated symbol tasks: the smallest vocabulary a tokenizer adds (pad, unk, bos, eos)
@@ -43,7 +55,7 @@ DATE_LENGTH = 20
 
 @dataclass(frozen=True)
 class Estimate:
-    """Bytes a training run needs at least, by what needs them."""
+    """Bytes a training run needs, by what needs them."""
 
     parameters: int  # number of parameters
     training_bytes: int  # weights, gradients, optimizer state
@@ -122,16 +134,6 @@ def transformer_parameters(model: ModelConfig, vocab: int) -> int:
     return encoder + decoder + embeddings + positions + memory + conv
 
 
-def batch_tokens(cfg: TrainConfig) -> int:
-    """Tokens (source + target) of one training batch: the budget, or the whole generated
-    training set when that is smaller."""
-    data = cfg.data
-    if data.source is DataSource.generated:
-        longest = data.max_len if data.name != "dates" else DATE_LENGTH
-        return min(data.max_tokens, data.train_size * 2 * (longest + 2))
-    return data.max_tokens
-
-
 def source_length(cfg: TrainConfig) -> int:
     """Tokens of a typical source: known for generated tasks, else 1 (a lower bound)."""
     data = cfg.data
@@ -161,19 +163,14 @@ def decoding_bytes(cfg: TrainConfig, vocab: int) -> int:
 
 
 def estimate(cfg: TrainConfig) -> Estimate:
-    """Lower bounds of the memory a training run of `cfg` needs."""
+    """The memory a training run of `cfg` needs (module docstring: within `FACTOR`)."""
     model, data = cfg.model, cfg.data
     vocab = vocabulary_lower_bound(cfg)
-    tokens = batch_tokens(cfg)
     if model.family is ModelFamily.transformer:
         parameters = transformer_parameters(model, vocab)
-        # per layer: the residual stream, q/k/v/output and the feed-forward inner activations
-        per_token = (model.enc_layers + model.dec_layers) * (6 * model.d_model + model.ff_dim)
     else:
         parameters = rnn_parameters(model, vocab)
-        gates = 4 if model.rnn.cell is RNNCell.lstm else 3
-        per_token = model.rnn.layers * (gates + 1) * 2 * model.hidden + model.emb_dim
-    activations = tokens * (per_token + vocab) * BYTES_PER_FLOAT
+    activations = activation_elements(model, batch_shape(cfg), vocab) * BYTES_PER_FLOAT
     data_bytes = 0
     if data.source is DataSource.generated:
         examples = data.train_size + data.valid_size + data.test_size
@@ -191,6 +188,19 @@ def estimate(cfg: TrainConfig) -> Estimate:
 def total_ram() -> int:
     """Physical memory of this machine in bytes."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def available_ram() -> int:
+    """Memory a new run can take without pushing other processes out: Linux's MemAvailable
+    (free memory plus caches it can drop), else the physical memory."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return total_ram()
 
 
 def cuda_memory(cfg: TrainConfig) -> int | None:
@@ -219,19 +229,34 @@ def _size(n: float) -> str:
     return f"{scaled:.1f} {units[power]}" if scaled < 10_000 else f"{scaled:.3g} {units[power]}"
 
 
+def attention_text(model: ModelConfig) -> str:
+    """The transformer's self-attention kind and the keys that size its matrices."""
+    attention, kind = model.attention, model.attention.kind.name
+    keys = {
+        "local": f"D={attention.D}",
+        "longformer": f"D={attention.D}, global_tokens={attention.global_tokens}",
+        "strided": f"stride={attention.stride}",
+        "linformer": f"proj_dim={attention.proj_dim}",
+        "performer": f"features={attention.features}",
+        "bigbird": f"block_size={attention.block_size}, global_blocks="
+        f"{attention.global_blocks}, random_blocks={attention.random_blocks}",
+    }.get(kind, f"memory_slots={attention.memory_slots}" if attention.memory_slots else "")
+    return f"model.attention.kind={kind}" + (f" ({keys})" if keys else "")
+
+
 def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -> list[str]:
     """What of `cfg` cannot fit a machine with `ram` bytes, a GPU of `gpu` bytes (None: train
     on the CPU) and `cores` CPU cores."""
     problems: list[str] = []
     need = estimate(cfg)
-    model = cfg.model
+    model, batch = cfg.model, batch_shape(cfg)
     shape = (
         f"d_model={model.d_model}, ff_dim={model.ff_dim}, "
-        f"layers={model.enc_layers}+{model.dec_layers}"
+        f"layers={model.enc_layers}+{model.dec_layers}, {attention_text(model)}"
         if model.family is ModelFamily.transformer
         else f"hidden={model.hidden}, emb_dim={model.emb_dim}, rnn.layers={model.rnn.layers}"
     )
-    memory, where = (gpu, "GPU memory") if gpu is not None else (ram, "RAM")
+    memory, where = (gpu, "GPU memory") if gpu is not None else (ram, "available RAM")
     data_fits = need.data_bytes <= ram
     if gpu is None and data_fits:
         memory -= need.data_bytes  # the generated data shares the RAM with the model
@@ -250,9 +275,11 @@ def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -
         problems.append(
             f"the model does not fit: {model.family.name} ({shape}) has at least "
             f"{need.parameters:,} parameters, {_size(need.training_bytes)} with gradients and "
-            f"Adam state, plus at least {_size(need.activation_bytes)} of activations for "
-            f"{batch_tokens(cfg):,} batch tokens (data.max_tokens={cfg.data.max_tokens}): "
-            f"more than the {_size(memory)} of {where} here; make the model or "
+            f"Adam state, plus about {_size(need.activation_bytes)} of activations for its "
+            f"largest batch ({batch.sentences:,} sentences of {batch.source} source and "
+            f"{batch.target} target positions under data.max_tokens={cfg.data.max_tokens}): "
+            f"more than the {_size(memory)} of {where} here; make the model, the attention's "
+            "blocks or windows, the lengths or "
             "data.max_tokens smaller"
         )
     if not data_fits:
@@ -261,7 +288,7 @@ def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -
             f"the generated data does not fit: data.train_size={data.train_size}, "
             f"valid_size={data.valid_size}, test_size={data.test_size} with lengths up to "
             f"data.max_len={data.max_len} take at least {_size(need.data_bytes)}, more than "
-            f"the {_size(ram)} of RAM here"
+            f"the {_size(ram)} of available RAM here"
         )
     threads = cfg.trainer.threads
     if threads is not None and threads > cores:
@@ -279,8 +306,10 @@ def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -
 
 
 def check_resources(cfg: TrainConfig) -> None:
-    """Raise UserError when `cfg` cannot fit this machine (see `resource_problems`)."""
-    problems = resource_problems(cfg, total_ram(), cuda_memory(cfg), cpu_cores())
+    """Raise UserError when `cfg` cannot fit this machine (see `resource_problems`): the RAM
+    available now, since what other processes hold is not there for the run (the kernel would
+    end it without a word), or the GPU's memory."""
+    problems = resource_problems(cfg, available_ram(), cuda_memory(cfg), cpu_cores())
     if len(problems) == 1:
         raise UserError(problems[0])
     if problems:

@@ -129,6 +129,22 @@ def test_without_random_blocks_and_a_window_over_everything_it_is_full_attention
     torch.testing.assert_close(context * real, expected * real, atol=ATOL, rtol=0)
 
 
+def test_global_blocks_covering_the_sequence_are_full_attention_with_no_block_matrix() -> None:
+    """g b >= N: every row is global; the context is full attention's, and no (b, b) block
+    is built (a block of 4096 over 24 positions would need 2 * 2 * 4096^2 floats)."""
+    q, k, v = qkv(24)
+    mask = padding_mask(torch.tensor([24, 17]), 24)
+    expected, _ = explicit_attention(q, k, v, mask[:, None, None, :])
+    real = mask[:, None, :, None]
+    for block, global_blocks in ((4096, 1), (8, 3)):
+        mechanism = BigBirdSelfAttention(block, global_blocks=global_blocks, random_blocks=1)
+        with torch.autograd.profiler.profile(profile_memory=True) as profile:
+            context = mechanism(q, k, v, mask)[0]
+        largest = max(event.cpu_memory_usage for event in profile.function_events)
+        assert largest < 24 * 24 * HEADS * 2 * 4 * 4  # a few (B, H, N, N) floats at most
+        torch.testing.assert_close(context * real, expected * real, atol=ATOL, rtol=0)
+
+
 def test_each_layer_gets_its_own_seed() -> None:
     options = SelfAttentionOptions(kind="bigbird", block_size=2, seed=5)
     seeds = []
