@@ -286,3 +286,11 @@ def test_overwrite_and_resume_together_are_a_config_error() -> None:
 
     with pytest.raises(UserError, match="give only one of them"):
         validate(tiny_config("resume=auto", "trainer.overwrite=true"))
+
+
+def test_a_run_directory_that_is_a_file_is_refused_leaving_the_file(tmp_path: Path) -> None:
+    taken = tmp_path / "notes.txt"
+    taken.write_text("my notes\n")
+    result = attnseq("train", f"hydra.run.dir={taken}", *TINY, cwd=tmp_path)
+    assert "is a file; give a folder" in refusal(result)
+    assert taken.read_text() == "my notes\n"

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from attnseq.errors import UserError
+from attnseq.io.output_paths import check_output_folder
 
 log = logging.getLogger("attnseq")
 
@@ -54,8 +55,10 @@ def check_run_directory(
     `elsewhere` is the override that chooses another directory (in a sweep, hydra.sweep.dir).
 
     Raises:
-        UserError: one line naming the run's outputs and the three ways on.
+        UserError: `run_dir` is a file or cannot be written into; or one line naming the
+            run's outputs and the three ways on.
     """
+    check_output_folder(run_dir, elsewhere.split("=")[0])
     found = run_outputs(run_dir)
     if not found or overwrite or continues_run(resume, run_dir):
         return
