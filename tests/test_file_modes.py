@@ -69,12 +69,13 @@ def test_everything_a_run_eval_report_and_translate_write_has_the_umask_mode(
     run_dir, outputs = tmp_path / "run", tmp_path / "outputs"
     run_training(tiny_config("trainer.max_steps=4", "trainer.keep_last=2"), run_dir)
     best = str(run_dir / "checkpoints" / "best.pt")
+    last = str(run_dir / "checkpoints" / "last.pt")
     runner = CliRunner()
     commands = [
         ["eval", best, "--save-attention"],
         ["eval", best, "--split", "valid", "--out", str(outputs / "eval")],
         ["translate", best, "--beam", "1", "-o", str(outputs / "translated.txt")],
-        ["average", best, best, "--out", str(outputs / "averaged.pt")],
+        ["average", best, last, "--out", str(outputs / "averaged.pt")],
         ["visualize-alignment", best, "--src", "a b c", "--out", str(outputs / "a.png")],
         ["sweep-report", str(tmp_path / "sweep")],
     ]
