@@ -12,8 +12,12 @@ import torch
 from helpers import eval_result, untrained_checkpoint
 from typer.testing import CliRunner
 
-from attnseq.analysis.saved_attention import AttentionRecord, save_attention, weights_key
-from attnseq.analysis.saved_attention_reader import SavedAttention
+from attnseq.analysis.saved_attention import (
+    AttentionRecord,
+    SavedAttention,
+    save_attention,
+    weights_key,
+)
 from attnseq.cli.app import app
 from attnseq.config.conversion import config_from_dict
 from attnseq.data.prepare import TokenizerPair, prepare_data
