@@ -22,7 +22,7 @@ from attnseq.cli.app import app
 from attnseq.config.conversion import config_from_dict
 from attnseq.data.prepare import TokenizerPair, prepare_data
 from attnseq.errors import UserError
-from attnseq.evaluation.split_evaluators import make_evaluator
+from attnseq.evaluation.evaluator import make_evaluator
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.loading import model_for
 

@@ -17,7 +17,7 @@ from attnseq.analysis.head_importance import MEASURES, HeadImportance, head_impo
 from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
-from attnseq.evaluation.split_evaluators import make_evaluator
+from attnseq.evaluation.evaluator import make_evaluator
 from attnseq.io.atomic import atomic_write_json
 from attnseq.io.checkpoint import save_checkpoint
 from attnseq.models.device import resolve_device

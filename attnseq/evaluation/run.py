@@ -28,9 +28,8 @@ from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.decoding.settings import SamplingSettings
 from attnseq.errors import UserError
 from attnseq.evaluation import results as eval_results
-from attnseq.evaluation.evaluator import Evaluator, Hypothesis
+from attnseq.evaluation.evaluator import Evaluator, Hypothesis, make_evaluator, split_gold
 from attnseq.evaluation.results import EvalMetrics
-from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
 from attnseq.io.output_paths import refuse_output_over_inputs
 from attnseq.models.device import resolve_device
 from attnseq.models.ensemble import load_ensemble
