@@ -37,6 +37,13 @@ from torch import Tensor
 from attnseq.analysis.alignment import row_entropy
 
 
+def is_per_layer_key(key: str) -> bool:
+    """Is `key` (``SPLIT/attention/layer{L}/...``) a per-layer or per-head diagnostic?
+    metrics.json keeps them; the HParams table and the printed summaries, which they would
+    crowd, leave them out."""
+    return "/attention/layer" in key
+
+
 class AttentionDiagnostics:
     """Accumulates the diagnostics of the module docstring over batches.
 

@@ -173,6 +173,8 @@ def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") ->
     """The checkpoint, the decoding settings, every metric (but the per-layer attention
     diagnostics, which metrics.json keeps) and where the result went; the word-alignment scores
     as a table of their own."""
+    from attnseq.analysis.attention_diagnostics import is_per_layer_key
+
     record = metrics.result.record
     typer.echo(f"{'checkpoint':>24} {record['checkpoint']} (step {record['checkpoint_step']})")
     decoding = " ".join(f"{key}={value}" for key, value in record["decoding"].items())
@@ -180,7 +182,7 @@ def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") ->
     if "pruned_heads" in record:
         typer.echo(f"{'pruned heads':>24} {record['pruned_heads']}")
     for key, value in sorted(metrics.items()):
-        if not key.startswith("align/") and "/attention/layer" not in key:
+        if not key.startswith("align/") and not is_per_layer_key(key):
             typer.echo(f"{key:>24} {value:.4f}")
     if "bleu_signature" in record:
         typer.echo(f"{'BLEU signature':>24} {record['bleu_signature']}")
