@@ -14,11 +14,13 @@ from attnseq.analysis.alignment import (
     alignment_error_rate,
     argmax_alignment,
     attention_statistics,
+    read_gold,
+    read_naacl,
+    read_pharaoh,
     threshold_alignment,
     word_attention,
     word_ids,
 )
-from attnseq.analysis.alignment_gold import read_gold, read_naacl, read_pharaoh
 from attnseq.analysis.model_alignment import (
     AlignmentCorpus,
     corpus_alignment_metrics,

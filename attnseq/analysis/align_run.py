@@ -1,10 +1,10 @@
 """What `attnseq align` runs: word alignments of the sentence pairs in two files by forced
 decoding (forced_alignment.py), optionally combined with a reverse model's
-(symmetrize.py), saved as soft matrices, and scored against gold links.
+(alignment.symmetrize), saved as soft matrices, and scored against gold links.
 
 Outputs.
 
-- Pharaoh lines (`alignment_gold.format_pharaoh`): one line per pair, links ``i-j``, 0-based,
+- Pharaoh lines (`alignment.format_pharaoh`): one line per pair, links ``i-j``, 0-based,
   i the source word and j the target word, sorted.
 - Soft matrices (`write_soft`): one .npz file (numpy.load) with, for pair n (0-based),
   ``forward_n``: float32 (target words, source words), row j how target word j's attention
@@ -21,18 +21,20 @@ from typing import IO, TYPE_CHECKING
 import numpy as np
 import torch
 
-from attnseq.analysis.alignment import alignment_error_rate
-from attnseq.analysis.alignment_gold import (
+from attnseq.analysis.alignment import (
     GOLD_FORMATS,
+    SYMMETRIZATIONS,
     Alignment,
     LinkOutsideSentence,
+    alignment_error_rate,
     read_gold_file,
+    symmetrize,
+    transpose,
     word_counts,
 )
 from attnseq.analysis.forced_alignment import AlignmentMethod, ForcedAlignments, align_sentences
 from attnseq.analysis.gold_sets import ALIGNMENT_ORDERS, read_parallel_lines, read_text_lines
 from attnseq.analysis.reverse_model import check_reverse_direction
-from attnseq.analysis.symmetrize import SYMMETRIZATIONS, symmetrize, transpose
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write

@@ -52,8 +52,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnseq.analysis.alignment import argmax_alignment, word_attention, word_ids
-from attnseq.analysis.alignment_gold import Alignment
+from attnseq.analysis.alignment import Alignment, argmax_alignment, word_attention, word_ids
 from attnseq.data.batching import Example, collate
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.errors import UserError

@@ -3,7 +3,7 @@
 (`load_alignment_set`), and scored with the model's attention (`LoadedAlignmentSet.score`).
 
 A set is two sentence files (one sentence per line, words separated by whitespace) and its
-links in the Pharaoh or NAACL 2003 format (alignment_gold.py), e.g. the WPT 2003
+links in the Pharaoh or NAACL 2003 format (alignment.py), e.g. the WPT 2003
 English-French set. The gold indices count whitespace-separated words, so every sentence must
 tokenize into pieces that form exactly those words (`alignment.word_ids`). Every problem is a
 UserError naming the file and line.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from attnseq.analysis.alignment import ALIGNMENT_SCORES
-from attnseq.analysis.alignment_gold import (
+from attnseq.analysis.alignment import (
+    ALIGNMENT_SCORES,
     Alignment,
     LinkOutsideSentence,
     read_gold_file,

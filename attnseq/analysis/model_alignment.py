@@ -27,11 +27,12 @@ from torch import Tensor
 
 from attnseq.analysis.alignment import (
     ALIGNMENT_SCORES,
+    Alignment,
+    Link,
     alignment_error_rate,
     argmax_alignment,
     word_ids,
 )
-from attnseq.analysis.alignment_gold import Alignment, Link
 from attnseq.analysis.forced_alignment import (
     AlignmentMethod,
     WordIds,

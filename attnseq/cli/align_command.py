@@ -85,7 +85,7 @@ def align(
         --gold-possible test.possible.pharaoh
     """
     from attnseq.analysis.align_run import AlignRequest, check_request, run_align, write_soft
-    from attnseq.analysis.alignment_gold import format_pharaoh, write_pharaoh
+    from attnseq.analysis.alignment import format_pharaoh, write_pharaoh
     from attnseq.analysis.forced_alignment import AlignmentMethod
     from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
 
