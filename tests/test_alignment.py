@@ -21,7 +21,7 @@ from attnseq.analysis.alignment import (
     word_attention,
     word_ids,
 )
-from attnseq.analysis.model_alignment import (
+from attnseq.analysis.forced_alignment import (
     AlignmentCorpus,
     corpus_alignment_metrics,
     model_alignment_metrics,

@@ -16,7 +16,7 @@ from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
-    from attnseq.analysis.gold_sets import GoldAlignmentFiles
+    from attnseq.analysis.forced_alignment import GoldAlignmentFiles
     from attnseq.evaluation.results import EvalMetrics
 
 
@@ -155,7 +155,7 @@ def _gold_alignments(
 ) -> "GoldAlignmentFiles | None":
     """The gold word-alignment set of --alignments and its companions, or None without it;
     UserError when a companion is missing or given alone."""
-    from attnseq.analysis.gold_sets import GoldAlignmentFiles
+    from attnseq.analysis.forced_alignment import GoldAlignmentFiles
 
     if gold is None:
         if src or tgt or possible:
@@ -187,7 +187,7 @@ def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") ->
     if "bleu_signature" in record:
         typer.echo(f"{'BLEU signature':>24} {record['bleu_signature']}")
     if gold is not None:
-        from attnseq.analysis.model_alignment import alignment_table
+        from attnseq.analysis.forced_alignment import alignment_table
 
         scores = {k[len("align/") :]: v for k, v in metrics.items() if k.startswith("align/")}
         typer.echo(f"\nword alignment vs {gold.gold} (metrics.json: align/...):")

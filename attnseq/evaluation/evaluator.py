@@ -1,9 +1,8 @@
 """Evaluate a model on one split: teacher-forced loss and perplexity, then decoding and the
 task's metrics (translation: BLEU, chrF, exact match; summarization: ROUGE-1/2/L), and, when
 the split carries gold word alignments, the AER of the model's attention
-(analysis/model_alignment.py).
-A separate gold set (sentence files plus Pharaoh or NAACL links) is read and scored the same way
-by attnseq/analysis/gold_sets.py.
+(attnseq/analysis/forced_alignment.py, which reads and scores a separate gold set, sentence
+files plus Pharaoh or NAACL links, the same way).
 
 Used by validation during training, by the final test evaluation and by `attnseq eval`, so all
 three report the same numbers for the same model: `make_evaluator` builds the evaluator of one
@@ -275,7 +274,7 @@ class Evaluator:
 
     def alignment_metrics(self, model: Seq2Seq) -> dict[str, float]:
         """AER / precision / recall of argmax word alignments from the attention."""
-        from attnseq.analysis.model_alignment import model_alignment_metrics
+        from attnseq.analysis.forced_alignment import model_alignment_metrics
 
         gold = self.gold
         assert gold is not None

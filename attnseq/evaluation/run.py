@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnseq.analysis.gold_sets import GoldAlignmentFiles, load_alignment_set
+from attnseq.analysis.forced_alignment import GoldAlignmentFiles, load_alignment_set
 from attnseq.analysis.saved_attention import records_from_hypotheses
 from attnseq.analysis.saved_attention import save_attention as write_saved_attention
 from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchical
