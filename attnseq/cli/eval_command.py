@@ -17,7 +17,7 @@ from attnseq.errors import UserError
 
 if TYPE_CHECKING:
     from attnseq.analysis.forced_alignment import GoldAlignmentFiles
-    from attnseq.evaluation.results import EvalMetrics
+    from attnseq.evaluation.run import EvalMetrics
 
 
 @decoding_options.with_decoding_flags
