@@ -745,26 +745,54 @@ def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
 def _read_links(
     files: GoldAlignmentFiles, src_lines: list[str], tgt_lines: list[str]
 ) -> tuple[list[Alignment], list[Alignment]]:
-    """The sure and possible links of the set; UserError naming the file and line of a
-    malformed link or of one outside its sentence's words."""
-    lengths, sides = word_counts(src_lines, tgt_lines, src_first=files.order == "src-tgt")
+    """The sure and possible links of the set (`read_gold_links`)."""
+    return read_gold_links(
+        files.gold,
+        files.possible,
+        files.gold_format,
+        files.order,
+        src_lines,
+        tgt_lines,
+        what=f"gold alignments {files.gold}",
+        order_option="--align-order",
+        files_hint=", and are --align-src/--align-tgt the right files",
+    )
+
+
+def read_gold_links(
+    gold: Path,
+    possible: Path | None,
+    gold_format: str,
+    order: str,
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    *,
+    what: str,
+    order_option: str,
+    files_hint: str = "",
+) -> tuple[list[Alignment], list[Alignment]]:
+    """The sure and possible links of a gold file (and its possible-links file) for the given
+    sentence pairs, in the gold's own `order` ("src-tgt" or "tgt-src"), as eval and align read
+    them; UserError starting with `what` (the option or set and the file) for a malformed link
+    or one outside its sentence's words, naming `order_option` and, for the latter,
+    `files_hint`."""
+    lengths, sides = word_counts(src_lines, tgt_lines, src_first=order == "src-tgt")
     try:
         return read_gold_file(
-            files.gold,
-            files.possible,
-            gold_format=files.gold_format,
+            gold,
+            possible,
+            gold_format=gold_format,
             n_sentences=len(src_lines),
             lengths=lengths,
             sides=sides,
         )
     except LinkOutsideSentence as error:
         raise UserError(
-            f"gold alignments {files.gold}: {error}; with --align-order {files.order} a link is "
-            f"({', '.join(sides)}): is that the gold's order, and are --align-src/--align-tgt "
-            "the right files?"
+            f"{what}: {error}; with {order_option} {order} a link is ({', '.join(sides)}): is "
+            f"that the gold's order{files_hint}?"
         ) from None
     except ValueError as error:
-        raise UserError(f"gold alignments {files.gold}: {error}") from None
+        raise UserError(f"{what}: {error}") from None
 
 
 def read_parallel_lines(
@@ -931,23 +959,16 @@ def _read_gold(
     read_text_lines(request.gold, "--gold")  # exists, is UTF-8
     if request.gold_possible is not None:
         read_text_lines(request.gold_possible, "--gold-possible")
-    lengths, sides = word_counts(src_lines, tgt_lines, src_first=request.gold_order == "src-tgt")
-    try:
-        sure, possible = read_gold_file(
-            request.gold,
-            request.gold_possible,
-            gold_format=request.gold_format,
-            n_sentences=len(src_lines),
-            lengths=lengths,
-            sides=sides,
-        )
-    except LinkOutsideSentence as error:
-        raise UserError(
-            f"--gold {request.gold}: {error}; with --gold-order {request.gold_order} a link is "
-            f"({', '.join(sides)}): is that the gold's order?"
-        ) from None
-    except ValueError as error:
-        raise UserError(f"--gold {request.gold}: {error}") from None
+    sure, possible = read_gold_links(
+        request.gold,
+        request.gold_possible,
+        request.gold_format,
+        request.gold_order,
+        src_lines,
+        tgt_lines,
+        what=f"--gold {request.gold}",
+        order_option="--gold-order",
+    )
     if request.gold_order == "tgt-src":
         sure, possible = [transpose(s) for s in sure], [transpose(p) for p in possible]
     return sure, possible
