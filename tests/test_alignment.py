@@ -13,7 +13,6 @@ from torch import Tensor
 from attnseq.analysis.alignment import (
     alignment_error_rate,
     argmax_alignment,
-    attention_statistics,
     read_gold,
     read_naacl,
     read_pharaoh,
@@ -21,6 +20,7 @@ from attnseq.analysis.alignment import (
     word_attention,
     word_ids,
 )
+from attnseq.analysis.attention_diagnostics import attention_statistics
 from attnseq.analysis.forced_alignment import (
     AlignmentCorpus,
     corpus_alignment_metrics,

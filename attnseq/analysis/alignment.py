@@ -1,8 +1,7 @@
 """Word alignments: links and their gold files (Pharaoh and NAACL 2003), links from attention
-(piece -> word pooling, argmax or threshold), the alignment error rate, attention statistics
-and the symmetrization of two directions. The AER of a model's own attention is
-forced_alignment.py's, its split-wide diagnostics (end-of-source mass, entropy per head)
-attention_diagnostics.py's.
+(piece -> word pooling, argmax or threshold), the alignment error rate and the symmetrization
+of two directions. The AER of a model's own attention is forced_alignment.py's; how sharp its
+attention is (entropy, end-of-source mass) attention_diagnostics.py's.
 
 Link convention. An alignment of one sentence pair is a set of (i, j) word index pairs,
 0-indexed, split into sure links S and possible links P (S ⊆ P) as the alignment error rate
@@ -548,49 +547,6 @@ def alignment_error_rate(
 
 
 # -------------------------------------------------------------------------- statistics
-def row_entropy(weights: Tensor) -> Tensor:
-    """H(w_t) = -sum_s w[..., t, s] ln w[..., t, s] of every row, in nats: (..., T, S) ->
-    (..., T); 0 for a one-hot row, ln S for a uniform one (xlogy(0, 0) = 0: zero weights,
-    e.g. at padding, add nothing)."""
-    return -torch.special.xlogy(weights, weights).sum(dim=-1)
-
-
-def attention_statistics(weights: Tensor, mask: Tensor | None = None) -> dict[str, float]:
-    """Sharpness of attention rows, for TensorBoard.
-
-    entropy: mean over real rows of H(w_t) = -sum_s w[t, s] ln w[t, s] (nats; 0 for a one-hot
-        row, ln S for a uniform row over S positions).
-    argmax_weight: mean over real rows of max_s w[t, s] (1 for one-hot, 1/S for uniform).
-
-    Args:
-        weights: (..., T, S) attention, e.g. (B, T, S) or (B, L, H, T, S); pass
-            weights[:, layer, head] for one head's numbers.
-        mask: bool, True at real (target row, source column) positions, broadcastable to
-            `weights`, e.g. ``batch.tgt_mask[:, :, None] & batch.src_mask[:, None, :]`` (B, T, S),
-            which is also accepted for (B, L, H, T, S) weights. Masked positions are ignored and a
-            row with no real position is left out of the means. None: every position is real.
-
-    Returns:
-        {"entropy", "argmax_weight"}; both 0.0 when there is no real row.
-    """
-    w = weights.detach().double()
-    if mask is None:
-        mask = torch.ones_like(w, dtype=torch.bool)
-    else:
-        mask = mask.to(device=w.device, dtype=torch.bool)
-        if mask.dim() == 3 and w.dim() == 5:
-            mask = mask[:, None, None]  # (B, T, S) -> (B, 1, 1, T, S)
-        mask = mask.broadcast_to(w.shape)
-    w = w.masked_fill(~mask, 0.0)
-    real_rows = mask.any(dim=-1)  # (..., T)
-    if not real_rows.any():
-        return {"entropy": 0.0, "argmax_weight": 0.0}
-    entropy = row_entropy(w)  # (..., T)
-    top = w.max(dim=-1).values  # (..., T)
-    return {
-        "entropy": float(entropy[real_rows].mean()),
-        "argmax_weight": float(top[real_rows].mean()),
-    }
 
 
 # ----------------------------------------------------------------------------- symmetrization
