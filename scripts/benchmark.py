@@ -200,7 +200,7 @@ def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | No
     checkpoints, no TensorBoard); the scheduler's budget is `max_steps` or the config's.
     Returns (trainer, data, prepare_seconds); the validation evaluator only if `validate`."""
     from attnseq.data.prepare import prepare_data
-    from attnseq.evaluation.split_evaluators import make_evaluator
+    from attnseq.evaluation.evaluator import make_evaluator
     from attnseq.models.loading import model_for
     from attnseq.training.optim import build_optimizer
     from attnseq.training.schedules import LearningRateSchedule, TrainingBudget

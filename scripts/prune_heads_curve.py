@@ -42,9 +42,8 @@ import torch
 from attnseq.analysis.head_importance import HeadImportance, head_importance
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
-from attnseq.evaluation.evaluator import Evaluator
+from attnseq.evaluation.evaluator import Evaluator, make_evaluator
 from attnseq.evaluation.metrics import task_metrics
-from attnseq.evaluation.split_evaluators import make_evaluator
 from attnseq.io.atomic import atomic_write_json, atomic_write_text
 from attnseq.models.device import resolve_device
 from attnseq.models.head_compaction import compact_heads

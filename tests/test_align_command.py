@@ -10,10 +10,13 @@ from helpers import eval_result, untrained_checkpoint
 from test_eval_alignment import SRC, TGT, run_eval, write_set
 from typer.testing import CliRunner
 
-from attnseq.analysis.align_run import AlignRequest, run_align
-from attnseq.analysis.alignment_gold import read_pharaoh
-from attnseq.analysis.forced_alignment import AlignmentMethod, align_sentences
-from attnseq.analysis.symmetrize import symmetrize, transpose
+from attnseq.analysis.alignment import read_pharaoh, symmetrize, transpose
+from attnseq.analysis.forced_alignment import (
+    AlignmentMethod,
+    AlignRequest,
+    align_sentences,
+    run_align,
+)
 from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
 from attnseq.models.loading import load_trained_model

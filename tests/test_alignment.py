@@ -13,13 +13,15 @@ from torch import Tensor
 from attnseq.analysis.alignment import (
     alignment_error_rate,
     argmax_alignment,
-    attention_statistics,
+    read_gold,
+    read_naacl,
+    read_pharaoh,
     threshold_alignment,
     word_attention,
     word_ids,
 )
-from attnseq.analysis.alignment_gold import read_gold, read_naacl, read_pharaoh
-from attnseq.analysis.model_alignment import (
+from attnseq.analysis.attention_diagnostics import attention_statistics
+from attnseq.analysis.forced_alignment import (
     AlignmentCorpus,
     corpus_alignment_metrics,
     model_alignment_metrics,

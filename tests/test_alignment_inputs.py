@@ -11,7 +11,7 @@ from test_align_command import transformer
 from test_eval_alignment import SRC, run_eval, write_set
 from typer.testing import CliRunner
 
-from attnseq.analysis.alignment_gold import LinkOutsideSentence, read_gold_file, word_counts
+from attnseq.analysis.alignment import LinkOutsideSentence, read_gold_file, word_counts
 from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
 from attnseq.data.unknown_tokens import UnknownCount, unknown_warning

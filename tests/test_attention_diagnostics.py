@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq.analysis.attention_diagnostics import AttentionDiagnostics
+from attnseq.analysis.attention_diagnostics import AttentionDiagnostics, is_per_layer_key
 from attnseq.decoding import DecodingSettings
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.models import Vocabularies, build_model
@@ -86,3 +86,10 @@ def test_evaluator_diagnostics_of_real_models(overrides: tuple[str, ...], keys: 
         assert 0.0 < results["attention/last_source_mass"] < 1.0
         # at most ln of the longest source (5), more than 0 for untrained attention
         assert 0.0 < results["attention/entropy"] < math.log(5)
+
+
+def test_per_layer_keys_are_told_from_the_overall_ones() -> None:
+    assert is_per_layer_key("test/attention/layer2/last_source_mass")
+    assert is_per_layer_key("valid/attention/layer1/head3/entropy")
+    assert not is_per_layer_key("test/attention/entropy")
+    assert not is_per_layer_key("test/align/aer/layer2/mean") and not is_per_layer_key("best_step")

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from attnseq.analysis.alignment import (
     alignment_error_rate,
     argmax_alignment,
+    read_gold,
     word_attention,
     word_ids,
 )
-from attnseq.analysis.alignment_gold import read_gold
 from attnseq.cli.app import app
 from attnseq.config.conversion import config_from_dict
 from attnseq.data.file_readers import read_parallel

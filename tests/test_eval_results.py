@@ -14,7 +14,7 @@ from attnseq.cli.app import app
 from attnseq.data.prepare import TokenizerPair, prepare_data
 from attnseq.decoding.settings import DecodingSettings
 from attnseq.evaluation.metrics import bleu_signature
-from attnseq.evaluation.results import decoding_name, default_root, result_folder
+from attnseq.evaluation.run import decoding_name, default_root, result_folder
 from attnseq.training.run import run_training
 
 runner = CliRunner()

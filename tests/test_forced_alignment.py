@@ -11,8 +11,13 @@ import torch
 from helpers import untrained_checkpoint
 from torch import nn
 
-from attnseq.analysis.alignment import argmax_alignment, word_ids
-from attnseq.analysis.alignment_gold import format_pharaoh, read_pharaoh, write_pharaoh
+from attnseq.analysis.alignment import (
+    argmax_alignment,
+    format_pharaoh,
+    read_pharaoh,
+    word_ids,
+    write_pharaoh,
+)
 from attnseq.analysis.forced_alignment import (
     AlignmentMethod,
     align_sentences,

@@ -12,17 +12,18 @@ from helpers import eval_result, tiny_config, untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.analysis.head_importance import (
+    HeadsRequest,
     ablation_importance,
     gradient_importance,
     head_importance,
     mean_loss,
     normalize_per_layer,
+    run_heads,
 )
-from attnseq.analysis.heads_run import HeadsRequest, run_heads
 from attnseq.cli.app import app
 from attnseq.data.batching import collate
 from attnseq.data.prepare import prepare_data
-from attnseq.evaluation.split_evaluators import make_evaluator
+from attnseq.evaluation.evaluator import make_evaluator
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.head_mask import (
     attention_sites,

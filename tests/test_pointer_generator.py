@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from attnseq.analysis.saved_attention_reader import SavedAttention
+from attnseq.analysis.saved_attention import SavedAttention
 from attnseq.cli.app import app
 from attnseq.cli.hydra_entry import CONFIG_DIR
 from attnseq.config.conversion import config_to_dict

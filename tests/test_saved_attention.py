@@ -12,13 +12,17 @@ import torch
 from helpers import eval_result, untrained_checkpoint
 from typer.testing import CliRunner
 
-from attnseq.analysis.saved_attention import AttentionRecord, save_attention, weights_key
-from attnseq.analysis.saved_attention_reader import SavedAttention
+from attnseq.analysis.saved_attention import (
+    AttentionRecord,
+    SavedAttention,
+    save_attention,
+    weights_key,
+)
 from attnseq.cli.app import app
 from attnseq.config.conversion import config_from_dict
 from attnseq.data.prepare import TokenizerPair, prepare_data
 from attnseq.errors import UserError
-from attnseq.evaluation.split_evaluators import make_evaluator
+from attnseq.evaluation.evaluator import make_evaluator
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.loading import model_for
 

@@ -13,8 +13,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from attnseq.analysis.sweep_report import load_report
-from attnseq.analysis.sweep_table import latex_escape, metric_columns, render, report_rows
+from attnseq.analysis.sweep_report import (
+    latex_escape,
+    load_report,
+    metric_columns,
+    render,
+    report_rows,
+)
 from attnseq.cli.app import app
 
 runner = CliRunner()
@@ -85,8 +90,17 @@ def test_table_format(seeded_sweep: Path) -> None:
         assert text in table, text
     assert table.index("32 ± 2.8") < table.index("22 ± 2")
     assert f"wrote {seeded_sweep / 'report.csv'}" in result.stdout
-    per_job = list(csv.DictReader((seeded_sweep / "report.csv").open()))
-    assert len(per_job) == 6 and per_job[0]["job"] == "4" and per_job[0]["wall_seconds"] == "360.0"
+    rows = list(csv.DictReader((seeded_sweep / "report.csv").open()))
+    assert [row["jobs"] for row in rows] == ["3,4,5", "0,1,2"]  # a row per setting
+    assert rows[0]["n"] == "2" and float(rows[0]["wall_seconds"]) == pytest.approx(5.5 * 60)
+
+
+def test_the_csv_file_is_the_csv_format(seeded_sweep: Path) -> None:
+    for metrics in ([], ["--metrics", "test/chrf,best_step"]):
+        args = ["sweep-report", str(seeded_sweep), "--format", "csv", *metrics]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert (seeded_sweep / "report.csv").read_text() == result.stdout
 
 
 def test_csv_format(seeded_sweep: Path) -> None:

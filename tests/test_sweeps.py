@@ -16,10 +16,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from typer.testing import CliRunner
 
-from attnseq.analysis.sweep_jobs import short_value
-from attnseq.analysis.sweep_report import higher_is_better, load_report
+from attnseq.analysis.sweep_report import load_report, short_value
 from attnseq.cli.app import app
 from attnseq.cli.hydra_entry import CONFIG_DIR
+from attnseq.config.choices import higher_is_better
 from attnseq.config.schema import TrainConfig, register_configs
 
 TINY = [
@@ -74,7 +74,7 @@ def test_report_of_a_basic_multirun(basic_sweep: Path) -> None:
     # no optimized_metric: the value the task function returned, test/<early_stopping_metric>
     assert "sorted by test/exact_match (higher is better)" in result.stdout
     rows = read_csv(basic_sweep / "report.csv")
-    assert [row["status"] for row in rows] == ["ok", "ok"]
+    assert [row["n"] for row in rows] == ["1", "1"]
     assert sorted(row["optim.lr"] for row in rows) == ["0.001", "0.05"]
     values = [float(row["test/exact_match"]) for row in rows]
     assert values == sorted(values, reverse=True)
@@ -156,9 +156,9 @@ def test_report_of_a_hand_made_multirun(fake_sweep: Path) -> None:
     assert table.index("40.5") < table.index("30.25") < table.index("20 ")
     rows = read_csv(fake_sweep / "report.csv")
     assert [row["job"] for row in rows] == ["1", "2", "0", "3"]
-    assert [row["status"] for row in rows] == ["ok", "ok", "ok", "failed/unfinished"]
-    assert list(rows[0])[:4] == ["job", "status", "model", "optim.lr"]  # varied keys only
-    assert rows[3]["test/bleu"] == "" and rows[1]["best_step"] == "100"
+    assert [row["n"] for row in rows] == ["1", "1", "1", "0"]  # job 3 did not finish
+    assert list(rows[0])[:4] == ["job", "model", "optim.lr", "n"]  # varied keys only
+    assert rows[3]["test/bleu"] == "" and rows[1]["test/loss"] == "1.1"
     assert (fake_sweep / "report.png").is_file()
 
 

@@ -4,7 +4,7 @@ source -> target attention model gives, `reverse` one per source word."""
 
 import pytest
 
-from attnseq.analysis.symmetrize import SYMMETRIZATIONS, symmetrize, transpose
+from attnseq.analysis.alignment import SYMMETRIZATIONS, symmetrize, transpose
 
 
 def test_transpose_swaps_each_link() -> None:

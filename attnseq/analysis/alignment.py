@@ -1,15 +1,15 @@
-"""Word alignments from attention: piece -> word pooling, hard links, AER and attention
-statistics. The gold links are read by alignment_gold.py (Pharaoh and NAACL files); the AER of a
-model's own attention is model_alignment.py's, its split-wide diagnostics (end-of-source mass,
-entropy per head) attention_diagnostics.py's.
+"""Word alignments: links and their gold files (Pharaoh and NAACL 2003), links from attention
+(piece -> word pooling, argmax or threshold), the alignment error rate and the symmetrization
+of two directions. The AER of a model's own attention is forced_alignment.py's; how sharp its
+attention is (entropy, end-of-source mass) attention_diagnostics.py's.
 
-Link convention. An alignment of one sentence pair is a set of (i, j) index pairs, 0-indexed.
-Gold files fix their own order: in the WPT 2003 English-French set i is the English word and j
-the French word, whichever side a model translates from. Everything built from a model here
-produces **(source word, target word)** pairs by default (`src_first=True`); pass
-`src_first=False` to get (target, source) instead, e.g. to score a French -> English model
-against the WPT files. The toy tasks of attnseq/data/generated.py give
-(source, target) links.
+Link convention. An alignment of one sentence pair is a set of (i, j) word index pairs,
+0-indexed, split into sure links S and possible links P (S ⊆ P) as the alignment error rate
+needs them. Gold files fix their own order: in the WPT 2003 English-French set i is the
+English word and j the French word, whichever side a model translates from. Everything built
+from a model here produces **(source word, target word)** pairs by default (`src_first=True`);
+pass `src_first=False` to get (target, source) instead, e.g. to score a French -> English model
+against the WPT files. The toy tasks of attnseq/data/generated.py give (source, target) links.
 
 From attention to words. A model attends over pieces (characters, words, sentencepiece pieces),
 the gold links words. `word_ids` maps each piece to its word, and `word_attention` pools the
@@ -32,17 +32,318 @@ P the possible gold links (S ⊆ P), each summed over the whole corpus:
     precision = |A ∩ P| / |A|,   recall = |A ∩ S| / |S|,
     AER = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
 
+Gold files.
+
+- Pharaoh (Koehn's format, used by the Pharaoh/Moses toolkits and `fast_align`): one line per
+  sentence, whitespace-separated links ``i-j`` (sure) or ``i?j`` (possible), 0-indexed. The WPT
+  set ships a sure-only file and a sure+possible file (`read_gold` combines them).
+- NAACL 2003 (Mihalcea & Pedersen 2003, "An Evaluation Exercise for Word Alignment"): one link per
+  line, ``sentence_no i j [S|P] [confidence]``, 1-indexed, index 0 = NULL (`read_naacl`).
+
+`read_gold_file` reads either (`detect_gold_format` tells which from the first line with content);
+`format_pharaoh` and `write_pharaoh` write Pharaoh lines (what `attnseq align` prints).
+
+Symmetrization (`symmetrize`) of two word alignments of the same sentence pairs, one from each
+direction: intersection, union and the grow-diag family of Koehn, Och & Marcu (2003),
+"Statistical Phrase-Based Translation", NAACL, section 3.3, as the Moses toolkit's `symal`
+implements them (moses-smt/mosesdecoder, symal/symal.cpp, `printgrow`).
+
+Both alignments are sets of (source word, target word) links, 0-based. `forward` comes from the
+source -> target direction (an attention model gives one link per target word), `reverse` from
+the target -> source direction with its links already transposed to (source, target)
+(`transpose`).
+
+    intersect   A = F ∩ R                      high precision
+    union       A = F ∪ R                      high recall
+    grow-diag   start from F ∩ R; repeatedly add a link of F ∪ R that neighbours a link of A
+                (horizontally, vertically or diagonally) and covers a word A leaves
+                unaligned, until nothing changes
+    grow-diag-final      grow-diag, then add each link of F ∪ R that covers a word A leaves
+                unaligned (either word)
+    grow-diag-final-and  grow-diag, then add each link of F ∪ R whose source word AND target word
+                are both still unaligned
+
+Order matters, since every added link covers its words for the links after it; symal's order is
+kept. Links are visited sorted by (target word, source word) (symal's std::set of
+(target, source) points), the neighbours of a link in symal's order: (-1, 0), (0, -1), (1, 0),
+(0, 1), then the diagonals (-1, -1), (-1, 1), (1, -1), (1, 1), each as (target, source) offset.
+A link that the growing pass adds after the one being scanned is scanned in the same pass (an
+insertion into an ordered set behind the iterator). The final step first visits the links found
+only by `forward` (symal's "inverse" alignment, one link per target word), then those found only
+by `reverse`.
+
 Shapes: T target pieces (rows: the row t predicts target piece t, the last row EOS), S source
 pieces (columns; the source has no BOS/EOS), L layers, H heads, B batch.
 """
 
+import bisect
+import os
+import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnseq.analysis.alignment_gold import Alignment, Link
+from attnseq.io.atomic import atomic_write_lines
+
+Link = tuple[int, int]
+Alignment = set[Link]
+# per sentence: the number of words on the side a link's first index counts, and on its second
+Lengths = Sequence[tuple[int, int]]
+
+GOLD_FORMATS: tuple[str, ...] = ("auto", "pharaoh", "naacl")
+
+_PHARAOH_LINK = re.compile(r"(\d+)([-?])(\d+)")
+
+
+class LinkOutsideSentence(ValueError):
+    """A gold link whose word index is beyond its sentence's words."""
+
+
+def _check_inside(
+    number: int,
+    token: str,
+    sentence: int,
+    link: Link,
+    lengths: Lengths | None,
+    sides: tuple[str, str] | None,
+) -> None:
+    """LinkOutsideSentence unless both indices of `link` (0-based) fall inside sentence
+    `sentence` (1-based) of `lengths`; `token` is the link as the file writes it, found on
+    line `number`. Sentences beyond `lengths` are left to the sentence-count check."""
+    if lengths is None or sentence > len(lengths):
+        return
+    n_first, n_second = lengths[sentence - 1]
+    if link[0] < n_first and link[1] < n_second:
+        return
+    first, second = sides or ("first", "second")
+    raise LinkOutsideSentence(
+        f"line {number}: link {token} ({first} word, {second} word) is outside sentence "
+        f"{sentence}, which has {n_first} {first} and {n_second} {second} words"
+    )
+
+
+def _lines(path_or_lines: str | os.PathLike[str] | Iterable[str]) -> list[str]:
+    """A str or path is a file name; any other iterable yields the lines themselves."""
+    if isinstance(path_or_lines, (str, os.PathLike)):
+        return Path(path_or_lines).read_text(encoding="utf-8").splitlines()
+    return [line.rstrip("\r\n") for line in path_or_lines]
+
+
+def read_pharaoh(
+    path_or_lines: str | os.PathLike[str] | Iterable[str],
+    lengths: Lengths | None = None,
+    sides: tuple[str, str] | None = None,
+) -> tuple[list[Alignment], list[Alignment]]:
+    """Read Pharaoh alignments: one line per sentence, links ``i-j`` (sure) and ``i?j`` (possible).
+
+    Args:
+        path_or_lines: a file name (str or path), or the lines themselves (e.g.
+            ``text.splitlines()``). An empty line is a sentence without links.
+        lengths: the word counts of each sentence (`Lengths`), to refuse a link beyond them;
+            `sides` names the two sides in the message (e.g. ("source", "target")).
+
+    Returns:
+        (sure, possible): one set of (i, j) per sentence each; possible holds the sure links too
+        (S ⊆ P, as AER requires), so a file of ``i-j`` links only gives possible == sure.
+
+    Raises:
+        ValueError: a token that is neither ``i-j`` nor ``i?j`` (the message gives the line);
+            LinkOutsideSentence for a link beyond `lengths`.
+    """
+    sure: list[Alignment] = []
+    possible: list[Alignment] = []
+    for number, line in enumerate(_lines(path_or_lines), start=1):
+        line_sure: Alignment = set()
+        line_possible: Alignment = set()
+        for token in line.split():
+            match = _PHARAOH_LINK.fullmatch(token)
+            if match is None:
+                raise ValueError(
+                    f"line {number}: cannot parse link {token!r}; expected i-j (sure) or "
+                    "i?j (possible) with 0-indexed integers"
+                )
+            link = (int(match[1]), int(match[3]))
+            _check_inside(number, token, number, link, lengths, sides)
+            line_possible.add(link)
+            if match[2] == "-":
+                line_sure.add(link)
+        sure.append(line_sure)
+        possible.append(line_possible)
+    return sure, possible
+
+
+def word_counts(
+    src_lines: Sequence[str], tgt_lines: Sequence[str], src_first: bool = True
+) -> tuple[list[tuple[int, int]], tuple[str, str]]:
+    """(lengths, sides) for the readers' link check: the whitespace-separated words of each
+    sentence pair, in the order a gold link gives them ((source, target) when `src_first`,
+    else (target, source)), and the names of the two sides in that order."""
+    counts = [(len(s.split()), len(t.split())) for s, t in zip(src_lines, tgt_lines, strict=True)]
+    if src_first:
+        return counts, ("source", "target")
+    return [(t, s) for s, t in counts], ("target", "source")
+
+
+def format_pharaoh(links: Iterable[Link], possible: Iterable[Link] = ()) -> str:
+    """One Pharaoh line: ``i-j`` for each link, ``i?j`` for each possible link that is not also
+    in `links`, sorted by (i, j), separated by single spaces ("" for no link)."""
+    sure = set(links)
+    marked = [(link, "-") for link in sure] + [(link, "?") for link in set(possible) - sure]
+    return " ".join(f"{i}{mark}{j}" for (i, j), mark in sorted(marked))
+
+
+def write_pharaoh(path: str | os.PathLike[str], alignments: Sequence[Iterable[Link]]) -> None:
+    """Write one `format_pharaoh` line per sentence to `path`, atomically; `read_pharaoh` reads
+    the file back into the same sets."""
+    atomic_write_lines(Path(path), [format_pharaoh(links) for links in alignments])
+
+
+def read_gold(
+    sure_path: str | os.PathLike[str] | Iterable[str],
+    possible_path: str | os.PathLike[str] | Iterable[str] | None = None,
+    lengths: Lengths | None = None,
+    sides: tuple[str, str] | None = None,
+) -> tuple[list[Alignment], list[Alignment]]:
+    """Sure and possible gold links from a sure file and an optional sure+possible file.
+
+    The WPT set ships ``test.sure.pharaoh`` (sure links) and ``test.possible.pharaoh`` (sure and
+    possible links, all written ``i-j``): every link of the second file is possible, every ``i-j``
+    link of the first is sure. Possible is the union of all links (so S ⊆ P always holds, even
+    for a possible file that lacks some sure link). Without `possible_path`, possible = sure plus
+    any ``i?j`` links of the sure file. `lengths`, `sides`: as `read_pharaoh`, for both files.
+
+    Returns:
+        (sure, possible), one set of (i, j) per sentence each.
+
+    Raises:
+        ValueError: the files have different numbers of lines, or a malformed link.
+    """
+    sure, possible = read_pharaoh(sure_path, lengths, sides)
+    if possible_path is None:
+        return sure, possible
+    try:
+        _, more = read_pharaoh(possible_path, lengths, sides)
+    except ValueError as error:
+        where = possible_path if isinstance(possible_path, str | os.PathLike) else "possible"
+        raise type(error)(f"{where}: {error}") from None
+    if len(more) != len(sure):
+        raise ValueError(
+            f"the sure file has {len(sure)} sentences but the possible file has {len(more)}"
+        )
+    return sure, [a | b for a, b in zip(possible, more, strict=True)]
+
+
+def read_naacl(
+    path_or_lines: str | os.PathLike[str] | Iterable[str],
+    n_sentences: int | None = None,
+    lengths: Lengths | None = None,
+    sides: tuple[str, str] | None = None,
+) -> tuple[list[Alignment], list[Alignment]]:
+    """Read the NAACL 2003 format: ``sentence_no i j [S|P] [confidence]`` per line, 1-indexed.
+
+    Links are converted to 0-indexed (i, j); links to NULL (index 0) are skipped; a missing
+    S|P field means sure. Sentences are numbered from 1; `n_sentences` gives the length of the
+    result (sentences without links have no line in the file), by default the largest number.
+    `lengths`, `sides`: as `read_pharaoh` (the 0-indexed links are checked).
+
+    Returns:
+        (sure, possible) as `read_pharaoh` returns them (possible ⊇ sure).
+    """
+    records: list[tuple[int, Link, bool]] = []
+    for number, line in enumerate(_lines(path_or_lines), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < 3 or (len(fields) > 3 and fields[3] not in ("S", "P")):
+            raise ValueError(
+                f"line {number}: expected 'sentence_no i j [S|P] [confidence]', got {line!r}"
+            )
+        try:
+            sentence, i, j = (int(field) for field in fields[:3])
+        except ValueError:
+            raise ValueError(f"line {number}: non-integer index in {line!r}") from None
+        if sentence < 1 or i < 0 or j < 0:
+            raise ValueError(f"line {number}: sentence numbers start at 1, indices at 0: {line!r}")
+        if i == 0 or j == 0:
+            continue  # NULL link: not a word pair
+        _check_inside(number, repr(line.strip()), sentence, (i - 1, j - 1), lengths, sides)
+        records.append((sentence, (i - 1, j - 1), len(fields) == 3 or fields[3] == "S"))
+    last = max((sentence for sentence, _, _ in records), default=0)
+    count = last if n_sentences is None else n_sentences
+    if last > count:
+        raise ValueError(f"sentence number {last} is beyond n_sentences={count}")
+    sure: list[Alignment] = [set() for _ in range(count)]
+    possible: list[Alignment] = [set() for _ in range(count)]
+    for sentence, link, is_sure in records:
+        possible[sentence - 1].add(link)
+        if is_sure:
+            sure[sentence - 1].add(link)
+    return sure, possible
+
+
+def detect_gold_format(lines: Sequence[str]) -> str:
+    """The format of gold lines, "naacl" or "pharaoh", from the first line with content.
+
+    A NAACL line starts with three integers (``sentence_no i j``); a Pharaoh line is made of
+    ``i-j``/``i?j`` links. A file without any link (all lines empty) is Pharaoh: one empty
+    sentence per line.
+    """
+    for line in lines:
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) >= 3 and all(field.isdigit() for field in fields[:3]):
+            return "naacl"
+        return "pharaoh"
+    return "pharaoh"
+
+
+def read_gold_file(
+    path: str | os.PathLike[str],
+    possible_path: str | os.PathLike[str] | None = None,
+    *,
+    gold_format: str = "auto",
+    n_sentences: int | None = None,
+    lengths: Lengths | None = None,
+    sides: tuple[str, str] | None = None,
+) -> tuple[list[Alignment], list[Alignment]]:
+    """Sure and possible links of a gold file in either format (`read_gold`, `read_naacl`).
+
+    Args:
+        path: Pharaoh links (one line per sentence) or a NAACL file (one link per line).
+        possible_path: Pharaoh only: a second file whose links are all possible (WPT's
+            ``*.possible.pharaoh``); a NAACL file marks S and P itself.
+        gold_format: "pharaoh", "naacl" or "auto" (`detect_gold_format`).
+        n_sentences: the number of sentences: a NAACL file has no line for a sentence
+            without links; a Pharaoh file must have exactly this many lines.
+        lengths, sides: the words of each sentence, to refuse links beyond them
+            (`read_pharaoh`).
+
+    Raises:
+        ValueError: a malformed line, an unknown format, a possible file with NAACL, or a
+            sentence count that differs from `n_sentences`; LinkOutsideSentence for a link
+            beyond `lengths`.
+    """
+    if gold_format not in GOLD_FORMATS:
+        raise ValueError(f"unknown gold format {gold_format!r}; valid: {', '.join(GOLD_FORMATS)}")
+    lines = _lines(path)
+    if gold_format == "auto":
+        gold_format = detect_gold_format(lines)
+    if gold_format == "naacl":
+        if possible_path is not None:
+            raise ValueError(
+                "a NAACL gold file marks sure (S) and possible (P) links itself; a separate "
+                "possible file goes with Pharaoh gold only"
+            )
+        return read_naacl(lines, n_sentences, lengths, sides)
+    sure, possible = read_gold(lines, possible_path, lengths, sides)
+    if n_sentences is not None and len(sure) != n_sentences:
+        raise ValueError(f"{len(sure)} lines of Pharaoh links for {n_sentences} sentences")
+    return sure, possible
+
 
 WeightsLike = Tensor | np.ndarray
 
@@ -246,46 +547,105 @@ def alignment_error_rate(
 
 
 # -------------------------------------------------------------------------- statistics
-def row_entropy(weights: Tensor) -> Tensor:
-    """H(w_t) = -sum_s w[..., t, s] ln w[..., t, s] of every row, in nats: (..., T, S) ->
-    (..., T); 0 for a one-hot row, ln S for a uniform one (xlogy(0, 0) = 0: zero weights,
-    e.g. at padding, add nothing)."""
-    return -torch.special.xlogy(weights, weights).sum(dim=-1)
 
 
-def attention_statistics(weights: Tensor, mask: Tensor | None = None) -> dict[str, float]:
-    """Sharpness of attention rows, for TensorBoard.
+# ----------------------------------------------------------------------------- symmetrization
+SYMMETRIZATIONS: tuple[str, ...] = (
+    "intersect",
+    "union",
+    "grow-diag",
+    "grow-diag-final",
+    "grow-diag-final-and",
+)
 
-    entropy: mean over real rows of H(w_t) = -sum_s w[t, s] ln w[t, s] (nats; 0 for a one-hot
-        row, ln S for a uniform row over S positions).
-    argmax_weight: mean over real rows of max_s w[t, s] (1 for one-hot, 1/S for uniform).
+# (target offset, source offset) of a link's neighbours, in symal's order: the four
+# horizontal/vertical ones, then the four diagonal ones
+_NEIGHBOURS: tuple[Link, ...] = ((-1, 0), (0, -1), (1, 0), (0, 1))
+_DIAGONALS: tuple[Link, ...] = ((-1, -1), (-1, 1), (1, -1), (1, 1))
+
+
+def transpose(links: Iterable[Link]) -> Alignment:
+    """(i, j) -> (j, i): a reverse model's (its source = our target, its target = our source)
+    links as (source, target)."""
+    return {(j, i) for i, j in links}
+
+
+def symmetrize(forward: Iterable[Link], reverse: Iterable[Link], heuristic: str) -> Alignment:
+    """Combine the two directions' (source word, target word) links of one sentence pair.
 
     Args:
-        weights: (..., T, S) attention, e.g. (B, T, S) or (B, L, H, T, S); pass
-            weights[:, layer, head] for one head's numbers.
-        mask: bool, True at real (target row, source column) positions, broadcastable to
-            `weights`, e.g. ``batch.tgt_mask[:, :, None] & batch.src_mask[:, None, :]`` (B, T, S),
-            which is also accepted for (B, L, H, T, S) weights. Masked positions are ignored and a
-            row with no real position is left out of the means. None: every position is real.
+        forward: links of the source -> target model.
+        reverse: links of the target -> source model, transposed to (source, target).
+        heuristic: one of `SYMMETRIZATIONS` (the module docstring defines each).
 
     Returns:
-        {"entropy", "argmax_weight"}; both 0.0 when there is no real row.
+        The symmetrized links as (source word, target word).
+
+    Raises:
+        ValueError: an unknown heuristic.
     """
-    w = weights.detach().double()
-    if mask is None:
-        mask = torch.ones_like(w, dtype=torch.bool)
-    else:
-        mask = mask.to(device=w.device, dtype=torch.bool)
-        if mask.dim() == 3 and w.dim() == 5:
-            mask = mask[:, None, None]  # (B, T, S) -> (B, 1, 1, T, S)
-        mask = mask.broadcast_to(w.shape)
-    w = w.masked_fill(~mask, 0.0)
-    real_rows = mask.any(dim=-1)  # (..., T)
-    if not real_rows.any():
-        return {"entropy": 0.0, "argmax_weight": 0.0}
-    entropy = row_entropy(w)  # (..., T)
-    top = w.max(dim=-1).values  # (..., T)
-    return {
-        "entropy": float(entropy[real_rows].mean()),
-        "argmax_weight": float(top[real_rows].mean()),
-    }
+    forward, reverse = set(forward), set(reverse)
+    if heuristic == "intersect":
+        return forward & reverse
+    if heuristic == "union":
+        return forward | reverse
+    if heuristic not in SYMMETRIZATIONS:
+        raise ValueError(
+            f"unknown symmetrization {heuristic!r}; valid: {', '.join(SYMMETRIZATIONS)}"
+        )
+    # internally every link is (target, source), the order symal sorts and offsets its points in
+    fwd, rev = transpose(forward), transpose(reverse)
+    grown = _Grown(fwd & rev)
+    grown.grow(fwd | rev, diagonal=True)
+    if heuristic != "grow-diag":
+        both = heuristic == "grow-diag-final-and"
+        grown.final(sorted(fwd - rev), both_uncovered=both)
+        grown.final(sorted(rev - fwd), both_uncovered=both)
+    return transpose(grown.points)
+
+
+class _Grown:
+    """The growing alignment of symal's `printgrow`: its (target, source) points, kept sorted,
+    and the target and source words they cover."""
+
+    def __init__(self, start: Alignment) -> None:
+        self.points: Alignment = set(start)
+        self.order: list[Link] = sorted(start)
+        self.covered_tgt = {t for t, _ in start}
+        self.covered_src = {s for _, s in start}
+
+    def add(self, point: Link) -> None:
+        self.points.add(point)
+        bisect.insort(self.order, point)
+        self.covered_tgt.add(point[0])
+        self.covered_src.add(point[1])
+
+    def leaves_uncovered(self, point: Link) -> bool:
+        """True if at least one of the point's two words is not aligned yet."""
+        return point[0] not in self.covered_tgt or point[1] not in self.covered_src
+
+    def grow(self, union: Alignment, *, diagonal: bool) -> None:
+        """Add neighbours from `union` that cover an unaligned word until none is left."""
+        offsets = _NEIGHBOURS + _DIAGONALS if diagonal else _NEIGHBOURS
+        added = True
+        while added:
+            added = False
+            position = 0
+            while position < len(self.order):
+                t, s = point = self.order[position]
+                for dt, ds in offsets:
+                    neighbour = (t + dt, s + ds)
+                    if neighbour in union and self.leaves_uncovered(neighbour):
+                        self.add(neighbour)
+                        added = True
+                # the next point after this one, including points just inserted behind it
+                position = bisect.bisect_right(self.order, point)
+
+    def final(self, candidates: list[Link], *, both_uncovered: bool) -> None:
+        """symal's final step over `candidates` (sorted (target, source) points)."""
+        for point in candidates:
+            if point in self.points:
+                continue
+            t_free, s_free = point[0] not in self.covered_tgt, point[1] not in self.covered_src
+            if (t_free and s_free) if both_uncovered else (t_free or s_free):
+                self.add(point)

@@ -318,7 +318,7 @@ def saved_attention_map(path: Path, index: int, kind: str = "cross") -> tuple[At
     Raises:
         UserError: a missing or malformed file, or an index out of range.
     """
-    from attnseq.analysis.saved_attention_reader import SavedAttention
+    from attnseq.analysis.saved_attention import SavedAttention
 
     with SavedAttention(path) as saved:
         example = saved.example(index)

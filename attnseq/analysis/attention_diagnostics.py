@@ -15,7 +15,7 @@ therefore measured on the **last real source position**, the one that plays the 
 with S_b the source length of the example. A uniform row gives 1 / S_b; a head that parks its
 mass at the end gives values near 1.
 
-Entropy of a row, in nats (`row_entropy` of alignment.py): H(w_t) = -sum_s w[t, s] ln w[t, s];
+Entropy of a row, in nats (`row_entropy`): H(w_t) = -sum_s w[t, s] ln w[t, s];
 0 for a one-hot row, ln S_b for a uniform one. A head's number is its mean over target rows.
 
 Rows are the real target positions, the EOS-predicting row included (T_b = target + 1), of the
@@ -28,13 +28,66 @@ layer's head mean) and ``attention/layer{L}/head{H}/entropy``, and its overall n
 means over all layers and heads. A model that returns no cross-attention (an RNN with
 model.attention.score=none) gives none.
 
+Per batch, for TensorBoard, `attention_statistics` gives the mean entropy and the mean
+largest weight of the rows of any attention tensor.
+
 Shapes: B batch, T target positions, S source positions, L layers, H heads.
 """
 
 import torch
 from torch import Tensor
 
-from attnseq.analysis.alignment import row_entropy
+
+def is_per_layer_key(key: str) -> bool:
+    """Is `key` (``SPLIT/attention/layer{L}/...``) a per-layer or per-head diagnostic?
+    metrics.json keeps them; the HParams table and the printed summaries, which they would
+    crowd, leave them out."""
+    return "/attention/layer" in key
+
+
+def row_entropy(weights: Tensor) -> Tensor:
+    """H(w_t) = -sum_s w[..., t, s] ln w[..., t, s] of every row, in nats: (..., T, S) ->
+    (..., T); 0 for a one-hot row, ln S for a uniform one (xlogy(0, 0) = 0: zero weights,
+    e.g. at padding, add nothing)."""
+    return -torch.special.xlogy(weights, weights).sum(dim=-1)
+
+
+def attention_statistics(weights: Tensor, mask: Tensor | None = None) -> dict[str, float]:
+    """Sharpness of attention rows, for TensorBoard.
+
+    entropy: mean over real rows of H(w_t) = -sum_s w[t, s] ln w[t, s] (nats; 0 for a one-hot
+        row, ln S for a uniform row over S positions).
+    argmax_weight: mean over real rows of max_s w[t, s] (1 for one-hot, 1/S for uniform).
+
+    Args:
+        weights: (..., T, S) attention, e.g. (B, T, S) or (B, L, H, T, S); pass
+            weights[:, layer, head] for one head's numbers.
+        mask: bool, True at real (target row, source column) positions, broadcastable to
+            `weights`, e.g. ``batch.tgt_mask[:, :, None] & batch.src_mask[:, None, :]`` (B, T, S),
+            which is also accepted for (B, L, H, T, S) weights. Masked positions are ignored and a
+            row with no real position is left out of the means. None: every position is real.
+
+    Returns:
+        {"entropy", "argmax_weight"}; both 0.0 when there is no real row.
+    """
+    w = weights.detach().double()
+    if mask is None:
+        mask = torch.ones_like(w, dtype=torch.bool)
+    else:
+        mask = mask.to(device=w.device, dtype=torch.bool)
+        if mask.dim() == 3 and w.dim() == 5:
+            mask = mask[:, None, None]  # (B, T, S) -> (B, 1, 1, T, S)
+        mask = mask.broadcast_to(w.shape)
+    w = w.masked_fill(~mask, 0.0)
+    real_rows = mask.any(dim=-1)  # (..., T)
+    if not real_rows.any():
+        return {"entropy": 0.0, "argmax_weight": 0.0}
+    entropy = row_entropy(w)  # (..., T)
+    top = w.max(dim=-1).values  # (..., T)
+    return {
+        "entropy": float(entropy[real_rows].mean()),
+        "argmax_weight": float(top[real_rows].mean()),
+    }
 
 
 class AttentionDiagnostics:

@@ -1,8 +1,9 @@
 """Word alignments of given sentence pairs by forced decoding: the target is teacher-forced
 through a trained model and its cross-attention is read, pooled to words and turned into one
 link per target word. The one path from attention to word links: `attnseq align`
-(`align_sentences`) and the AER of `attnseq eval --alignments` and of validation
-(model_alignment.py) both run `forced_word_attention`, `select_map` and `argmax_alignment`.
+(`align_sentences`, `run_align`) and the AER of `attnseq eval --alignments` and of validation
+(`corpus_alignment_metrics`) both run `forced_word_attention`, `select_map` and
+`argmax_alignment`.
 
 Steps. Each sentence is encoded whole and split into its pieces (`encode_sentence`); the pairs
 are sorted by length and padded into batches of `batch_size` pairs; one forward pass per batch
@@ -40,23 +41,93 @@ its pieces, a target word's row is the mean of its pieces' rows, so it stays a d
 Every line must tokenize into exactly its whitespace words (else `encode_sentence` says which
 line does not), so link (i, j) names the i-th source and the j-th target word of the line.
 
+The AER of a model's own cross-attention (`model_alignment_metrics`,
+`corpus_alignment_metrics`): the AER that validation reports for generated tasks with gold
+links and that `attnseq eval --alignments` reports for a gold set (`load_alignment_set`).
+Check the corpus (`AlignmentCorpus`) and map every piece to its word; run the model over
+length-sorted batches, pool each attention map to words and take one argmax link per target
+word (the "attention" method, or Shift-Att); score every map against the gold with the
+corpus-level AER of Och & Ney (2003).
+
+Maps. An RNN returns one (T, S) map per example. A transformer returns (L, H, T, S): every head
+is scored (``aer/layer{L}/head{H}``, 1-based) and so is the average of each layer's heads
+(``aer/layer{L}/mean``). The overall ``aer``/``precision``/``recall`` are those of the **last
+layer's head average**: a choice fixed in advance, because picking the best layer or head by its
+AER would tune on the gold links being reported (the per-layer numbers are there to look at;
+Garg et al. 2019 find the penultimate layer aligns best in their 6-layer models).
+
+Gold sets of `attnseq eval --alignments` (`GoldAlignmentFiles`; read, checked and encoded
+for one model's tokenizers by `load_alignment_set`; scored by `LoadedAlignmentSet.score`). A
+set is two sentence files (one sentence per line, words separated by whitespace) and its links
+in the Pharaoh or NAACL 2003 format (alignment.py), e.g. the WPT 2003 English-French set. The
+gold indices count whitespace-separated words, so every sentence must tokenize into pieces that
+form exactly those words (`alignment.word_ids`). Every problem is a UserError naming the file
+and line.
+
+`attnseq align` (`run_align`): word alignments of the sentence pairs in two files,
+optionally combined with a reverse model's (alignment.symmetrize), saved as soft matrices, and
+scored against gold links. Its outputs:
+
+- Pharaoh lines (`alignment.format_pharaoh`): one line per pair, links ``i-j``, 0-based,
+  i the source word and j the target word, sorted.
+- Soft matrices (`write_soft`): one .npz file (numpy.load) with, for pair n (0-based),
+  ``forward_n``: float32 (target words, source words), row j how target word j's attention
+  spreads over the source words (each row sums to at most 1); with a reverse model also
+  ``reverse_n``: float32 (source words, target words), the reverse model's rows (its target
+  words are our source words); and ``method``: a string naming the method and map.
+
+Reverse model (`check_reverse_direction`): whether a `--reverse` checkpoint of `attnseq align`
+translates the other way (target -> source), from what the two checkpoints record; a model of
+the same direction fed the swapped pairs would read every word as <unk> and its links would
+describe no word.
+
+Two records can show it, and only these; where neither does, nothing is assumed (the
+unknown-token warning of align still reports a model that cannot read the text):
+
+- the names of the two sides in the data config: the file suffixes of parallel files
+  (`data.src_lang`/`data.tgt_lang`, e.g. de/en) or the fields of JSON lines and hub datasets
+  (`data.src_field`/`data.tgt_field`, e.g. translation.de). The default names "src"/"tgt"
+  name a side of the files only, so they count when both checkpoints read the same files;
+- the tokenizers: a reverse model whose source and target vocabularies are the forward model's
+  source and target vocabularies, in that order, reads the same language as its source.
+
 Shapes: B batch, T target pieces (+1: the </s> row), S source pieces, L layers, H heads, Tw/Sw
 target/source words.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnseq.analysis.alignment import argmax_alignment, word_attention, word_ids
-from attnseq.analysis.alignment_gold import Alignment
+from attnseq.analysis.alignment import (
+    ALIGNMENT_SCORES,
+    GOLD_FORMATS,
+    SYMMETRIZATIONS,
+    Alignment,
+    Link,
+    LinkOutsideSentence,
+    alignment_error_rate,
+    argmax_alignment,
+    read_gold_file,
+    symmetrize,
+    transpose,
+    word_attention,
+    word_counts,
+    word_ids,
+)
+from attnseq.config.choices import DataSource, FileFormat
+from attnseq.config.data_schema import DataConfig
 from attnseq.data.batching import Example, collate
 from attnseq.data.tokenizers import Tokenizer
+from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError
+from attnseq.io.atomic import atomic_write
+from attnseq.io.input_files import check_input_file
 from attnseq.models.positional import make_positions, position_limit
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.models.transformer import TransformerSeq2Seq
@@ -333,3 +404,633 @@ def _encode_pairs(
         examples.append((src.ids, tgt.ids))
         words.append((word_ids(src.pieces, src_tok.kind), word_ids(tgt.pieces, tgt_tok.kind)))
     return examples, words
+
+
+# -------------------------------------------------------------- the AER of a model's attention
+@dataclass
+class AlignmentCorpus:
+    """Sentence pairs encoded for one model, with their gold links.
+
+    examples: (source ids, target ids) without BOS/EOS (`attnseq.data.batching.encode_pairs`).
+    src_pieces, tgt_pieces: the pieces of each text (`Tokenizer.pieces`), one per id.
+    sure, possible: gold links of each example (possible None: every link sure).
+    src_kind, tgt_kind: piece kinds for `word_ids` ("word", "char", "sentencepiece").
+    src_first: the gold links are (source word, target word) if True, else (target, source);
+        the hypothesis links are produced in the same order.
+    """
+
+    examples: Sequence[Example]
+    src_pieces: Sequence[Sequence[str]]
+    tgt_pieces: Sequence[Sequence[str]]
+    sure: Sequence[set[Link]]
+    possible: Sequence[set[Link]] | None
+    src_kind: str
+    tgt_kind: str
+    src_first: bool = True
+
+
+@torch.no_grad()
+def model_alignment_metrics(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    src_pieces: Sequence[Sequence[str]],
+    tgt_pieces: Sequence[Sequence[str]],
+    gold_sure: Sequence[Iterable[Link]],
+    gold_possible: Sequence[Iterable[Link]] | None = None,
+    *,
+    src_kind: str,
+    tgt_kind: str,
+    device: torch.device | str = "cpu",
+    batch_size: int = 32,
+    src_first: bool = True,
+    per_map_scores: Sequence[str] = ("aer",),
+) -> dict[str, float]:
+    """`corpus_alignment_metrics` of the corpus these arguments form (`AlignmentCorpus` says
+    what each is); the gold links are read into sets once, since they are checked and scored."""
+    sure = [set(links) for links in gold_sure]
+    possible = None if gold_possible is None else [set(links) for links in gold_possible]
+    corpus = AlignmentCorpus(
+        examples, src_pieces, tgt_pieces, sure, possible, src_kind, tgt_kind, src_first
+    )
+    return corpus_alignment_metrics(
+        model, corpus, device=device, batch_size=batch_size, per_map_scores=per_map_scores
+    )
+
+
+@torch.no_grad()
+def corpus_alignment_metrics(
+    model: Seq2Seq,
+    corpus: AlignmentCorpus,
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 32,
+    per_map_scores: Sequence[str] = ("aer",),
+    shift: bool = False,
+) -> dict[str, float]:
+    """AER of a model's cross-attention, teacher-forced on the corpus's (source, reference
+    target) pairs (the module docstring says which map gives the overall numbers).
+
+    Args:
+        model: any `Seq2Seq`; put in eval mode for the pass (its mode is restored after).
+        corpus: the encoded pairs and their gold links.
+        device: where to run the model.
+        batch_size: examples per forward pass.
+        per_map_scores: which of "aer", "precision", "recall" to report per layer/head
+            (``{score}/layer{L}/head{H}`` and ``{score}/layer{L}/mean``).
+        shift: read each target word from the step whose input it is (Shift-Att,
+            the module docstring) instead of the step that predicts it.
+
+    Returns:
+        {"aer", "precision", "recall"} and, for transformers, the per-layer/head scores: all
+        of the first score, then of the next (by default the AERs only).
+
+    Raises:
+        ValueError: mismatched lengths, a model without attention, or gold links outside the
+            words the pieces make up.
+    """
+    _check_arguments(corpus, batch_size, per_map_scores)
+    words = _example_words(corpus)
+    hyps, last_layer = _hypothesis_links(model, corpus, words, device, batch_size, shift)
+    return _scores(hyps, corpus, last_layer, per_map_scores)
+
+
+# ------------------------------------------------------------------------------- checks
+def _check_arguments(
+    corpus: AlignmentCorpus, batch_size: int, per_map_scores: Sequence[str]
+) -> None:
+    n = len(corpus.examples)
+    lists: dict[str, Sequence[object]] = {
+        "src_pieces": corpus.src_pieces,
+        "tgt_pieces": corpus.tgt_pieces,
+        "gold_sure": corpus.sure,
+    }
+    if corpus.possible is not None:
+        lists["gold_possible"] = corpus.possible
+    for name, values in lists.items():
+        if len(values) != n:
+            raise ValueError(f"{n} examples but {len(values)} {name}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    unknown = [name for name in per_map_scores if name not in ALIGNMENT_SCORES]
+    if unknown:
+        raise ValueError(f"unknown scores {unknown}; valid: {', '.join(ALIGNMENT_SCORES)}")
+
+
+def _example_words(corpus: AlignmentCorpus) -> list[WordIds]:
+    """The word ids of every example's pieces, once its pieces match its ids and its gold
+    links fall inside its words."""
+    words: list[WordIds] = []
+    for i, ((src_ids, tgt_ids), src_p, tgt_p) in enumerate(
+        zip(corpus.examples, corpus.src_pieces, corpus.tgt_pieces, strict=True)
+    ):
+        if len(src_p) != len(src_ids) or len(tgt_p) != len(tgt_ids):
+            raise ValueError(
+                f"example {i}: {len(src_ids)}/{len(tgt_ids)} source/target ids but "
+                f"{len(src_p)}/{len(tgt_p)} pieces"
+            )
+        src_words, tgt_words = word_ids(src_p, corpus.src_kind), word_ids(tgt_p, corpus.tgt_kind)
+        n_src, n_tgt = max(src_words, default=-1) + 1, max(tgt_words, default=-1) + 1
+        _check_gold(corpus.sure[i], n_src, n_tgt, i, corpus.src_first, "sure")
+        if corpus.possible is not None:
+            _check_gold(corpus.possible[i], n_src, n_tgt, i, corpus.src_first, "possible")
+        words.append((src_words, tgt_words))
+    return words
+
+
+def _check_gold(
+    links: Iterable[Link], n_src: int, n_tgt: int, index: int, src_first: bool, name: str
+) -> None:
+    for link in links:
+        s, t = link if src_first else link[::-1]
+        if not (0 <= s < n_src and 0 <= t < n_tgt):
+            raise ValueError(
+                f"{name} link {link} of example {index} is outside its {n_src} source x "
+                f"{n_tgt} target words: do the pieces split into the gold's words, and is "
+                f"src_first={src_first} the gold's order?"
+            )
+
+
+# --------------------------------------------------------------------------- the model pass
+def _hypothesis_links(
+    model: Seq2Seq,
+    corpus: AlignmentCorpus,
+    words: Sequence[WordIds],
+    device: torch.device | str,
+    batch_size: int,
+    shift: bool,
+) -> tuple[dict[str, list[Alignment]], int]:
+    """Argmax links of every example for every attention map ("" for an RNN's single map), in
+    example order, and the transformer's number of layers (0 for an RNN)."""
+    n = len(corpus.examples)
+    hyps: dict[str, list[Alignment]] = {}
+    last_layer = 0
+    for i, pooled in forced_word_attention(
+        model, corpus.examples, words, shift=shift, device=device, batch_size=batch_size
+    ):
+        if pooled.dim() == 4:  # (L, H, Tw, Sw)
+            last_layer = pooled.shape[0]
+        for key, method in _maps(pooled):
+            links = argmax_alignment(select_map(pooled, method), src_first=corpus.src_first)
+            hyps.setdefault(key, [set() for _ in range(n)])[i] = links
+    return hyps, last_layer
+
+
+def _maps(pooled: Tensor) -> list[tuple[str, AlignmentMethod]]:
+    """(map name, method) of every map of one example's word attention: "" for an RNN's
+    (Tw, Sw); for a transformer's (L, H, Tw, Sw) every head, then its layer's head mean."""
+    if pooled.dim() == 2:
+        return [("", AlignmentMethod())]
+    L, H = pooled.shape[:2]
+    maps: list[tuple[str, AlignmentMethod]] = []
+    for layer in range(1, L + 1):
+        for head in range(1, H + 1):
+            maps.append((f"layer{layer}/head{head}", AlignmentMethod(layer=layer, head=head)))
+        maps.append((f"layer{layer}/mean", AlignmentMethod(layer=layer)))
+    return maps
+
+
+# -------------------------------------------------------------------------------- scores
+def _scores(
+    hyps: dict[str, list[Alignment]],
+    corpus: AlignmentCorpus,
+    last_layer: int,
+    per_map_scores: Sequence[str],
+) -> dict[str, float]:
+    """The overall scores first, then per layer/head in layer order (TensorBoard lists by
+    name)."""
+    if not hyps:  # no examples: nothing hypothesised, nothing to find
+        hyps = {"": []}
+    metrics: dict[str, float] = {}
+    per_map: dict[str, dict[str, float]] = {name: {} for name in per_map_scores}
+    for key, links in hyps.items():
+        scores = alignment_error_rate(links, corpus.sure, corpus.possible)
+        if key:
+            for name in per_map_scores:
+                per_map[name][f"{name}/{key}"] = scores[name]
+        if key == "" or key == f"layer{last_layer}/mean":
+            metrics.update({name: scores[name] for name in ALIGNMENT_SCORES})
+    for values in per_map.values():
+        metrics.update(values)
+    return metrics
+
+
+def alignment_table(metrics: Mapping[str, float]) -> str:
+    """A text table of `model_alignment_metrics(..., per_map_scores=ALIGNMENT_SCORES)`: one
+    line per layer/head (and each layer's head average), then the overall scores."""
+    header = f"{'attention':<22}{'AER':>8}{'precision':>11}{'recall':>8}"
+    lines = [header, "-" * len(header)]
+    maps = [key[len("aer/") :] for key in metrics if key.startswith("aer/")]
+    for key in maps:
+        layer, head = key.split("/")
+        label = f"{layer[:5]} {layer[5:]}, " + (
+            "head mean" if head == "mean" else f"head {head[4:]}"
+        )
+        values = [metrics.get(f"{name}/{key}", float("nan")) for name in ALIGNMENT_SCORES]
+        lines.append(f"{label:<22}{values[0]:>8.4f}{values[1]:>11.4f}{values[2]:>8.4f}")
+    overall = "overall" if not maps else f"overall (layer {maps[-1].split('/')[0][5:]} mean)"
+    values = [metrics[name] for name in ALIGNMENT_SCORES]
+    lines.append(f"{overall:<22}{values[0]:>8.4f}{values[1]:>11.4f}{values[2]:>8.4f}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- gold sets of attnseq eval
+ALIGNMENT_ORDERS = ("src-tgt", "tgt-src")
+
+
+@dataclass
+class GoldAlignmentFiles:
+    """A word-alignment test set given on the command line (`attnseq eval --alignments`).
+
+    gold: links, Pharaoh (``i-j`` sure, ``i?j`` possible, 0-based, one line per sentence) or
+        NAACL 2003 (``sentence_no i j [S|P]``, 1-based, one link per line).
+    src, tgt: the sentence pairs, one per line, words separated by whitespace (the words the
+        gold indices count).
+    possible: Pharaoh only, a second file whose links are all possible (WPT's
+        ``test.possible.pharaoh`` next to ``test.sure.pharaoh``).
+    gold_format: "auto" (from the content), "pharaoh" or "naacl".
+    method: how a target word's row is read, "attention" (the step that predicts the word) or
+        "shift-att" (the step whose input it is; the module docstring).
+    order: "src-tgt" if a link is (source word, target word), "tgt-src" if (target, source):
+        WPT's links are (English, French), so "src-tgt" for an en->fr model, "tgt-src" for fr->en.
+    """
+
+    gold: Path
+    src: Path
+    tgt: Path
+    possible: Path | None = None
+    gold_format: str = "auto"
+    order: str = "src-tgt"
+    method: str = "attention"
+
+
+@dataclass
+class LoadedAlignmentSet(AlignmentCorpus):
+    """`GoldAlignmentFiles` read and encoded for one model's tokenizers."""
+
+    def score(
+        self,
+        model: Seq2Seq,
+        device: torch.device | str = "cpu",
+        batch_size: int = 32,
+        method: str = "attention",
+    ) -> dict[str, float]:
+        """AER, precision and recall of the model's teacher-forced attention, overall (the
+        last layer's head average for transformers) and per layer/head
+        (`corpus_alignment_metrics`); `method` as `GoldAlignmentFiles`."""
+        try:
+            return corpus_alignment_metrics(
+                model,
+                self,
+                device=device,
+                batch_size=batch_size,
+                per_map_scores=ALIGNMENT_SCORES,
+                shift=method == "shift-att",
+            )
+        except ValueError as error:  # e.g. a model without attention (score=none)
+            raise UserError(f"cannot score the gold alignments: {error}") from None
+
+
+def load_alignment_set(
+    files: GoldAlignmentFiles,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    max_length: int | None = None,
+) -> LoadedAlignmentSet:
+    """Read, check and encode a gold alignment set.
+
+    Each sentence is encoded whole (no truncation). `max_length`: the longest sequence the model
+    can take (learned positions).
+    """
+    if files.method not in ALIGNMENT_METHODS:
+        raise UserError(
+            f"--align-method must be one of {', '.join(ALIGNMENT_METHODS)}, got {files.method!r}"
+        )
+    if files.order not in ALIGNMENT_ORDERS:
+        raise UserError(
+            f"--align-order must be one of {', '.join(ALIGNMENT_ORDERS)}, got {files.order!r}"
+        )
+    src_lines, tgt_lines = _read_sentences(files)
+    examples, src_pieces, tgt_pieces = [], [], []
+    for number, (src_text, tgt_text) in enumerate(zip(src_lines, tgt_lines, strict=True)):
+        where = f"line {number + 1}"
+        src = encode_sentence(src_tokenizer, src_text, f"{files.src} {where}", max_length)
+        tgt = encode_sentence(tgt_tokenizer, tgt_text, f"{files.tgt} {where}", max_length)
+        examples.append((src.ids, tgt.ids))
+        src_pieces.append(src.pieces)
+        tgt_pieces.append(tgt.pieces)
+    sure, possible = _read_links(files, src_lines, tgt_lines)
+    return LoadedAlignmentSet(
+        examples,
+        src_pieces,
+        tgt_pieces,
+        sure,
+        possible,
+        src_kind=type(src_tokenizer).kind,
+        tgt_kind=type(tgt_tokenizer).kind,
+        src_first=files.order == "src-tgt",
+    )
+
+
+def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
+    """The parallel sentence lines, after checking that every given file exists and is UTF-8."""
+    src_lines, tgt_lines = read_parallel_lines(
+        ("--align-src", files.src), ("--align-tgt", files.tgt)
+    )
+    for option, path in (("--alignments", files.gold), ("--align-possible", files.possible)):
+        if path is not None:
+            read_text_lines(path, option)  # exists, is UTF-8
+    return src_lines, tgt_lines
+
+
+def _read_links(
+    files: GoldAlignmentFiles, src_lines: list[str], tgt_lines: list[str]
+) -> tuple[list[Alignment], list[Alignment]]:
+    """The sure and possible links of the set (`read_gold_links`)."""
+    return read_gold_links(
+        files.gold,
+        files.possible,
+        files.gold_format,
+        files.order,
+        src_lines,
+        tgt_lines,
+        what=f"gold alignments {files.gold}",
+        order_option="--align-order",
+        files_hint=", and are --align-src/--align-tgt the right files",
+    )
+
+
+def read_gold_links(
+    gold: Path,
+    possible: Path | None,
+    gold_format: str,
+    order: str,
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    *,
+    what: str,
+    order_option: str,
+    files_hint: str = "",
+) -> tuple[list[Alignment], list[Alignment]]:
+    """The sure and possible links of a gold file (and its possible-links file) for the given
+    sentence pairs, in the gold's own `order` ("src-tgt" or "tgt-src"), as eval and align read
+    them; UserError starting with `what` (the option or set and the file) for a malformed link
+    or one outside its sentence's words, naming `order_option` and, for the latter,
+    `files_hint`."""
+    lengths, sides = word_counts(src_lines, tgt_lines, src_first=order == "src-tgt")
+    try:
+        return read_gold_file(
+            gold,
+            possible,
+            gold_format=gold_format,
+            n_sentences=len(src_lines),
+            lengths=lengths,
+            sides=sides,
+        )
+    except LinkOutsideSentence as error:
+        raise UserError(
+            f"{what}: {error}; with {order_option} {order} a link is ({', '.join(sides)}): is "
+            f"that the gold's order{files_hint}?"
+        ) from None
+    except ValueError as error:
+        raise UserError(f"{what}: {error}") from None
+
+
+def read_parallel_lines(
+    src: tuple[str, Path], tgt: tuple[str, Path]
+) -> tuple[list[str], list[str]]:
+    """The lines of a source and a target file, each given as (option, path); UserError unless
+    both are UTF-8 text with the same number of lines, at least one."""
+    (src_option, src_path), (tgt_option, tgt_path) = src, tgt
+    src_lines = read_text_lines(src_path, src_option)
+    tgt_lines = read_text_lines(tgt_path, tgt_option)
+    if len(src_lines) != len(tgt_lines):
+        raise UserError(
+            f"{src_option} {src_path} has {len(src_lines)} lines but {tgt_option} {tgt_path} "
+            f"has {len(tgt_lines)}: they must be parallel, one sentence pair per line"
+        )
+    if not src_lines:
+        raise UserError(f"{src_option} {src_path} holds no sentences")
+    return src_lines, tgt_lines
+
+
+def read_text_lines(path: Path, option: str) -> list[str]:
+    """The lines of a UTF-8 text file; UserError naming `option` if it is not a regular file
+    with something in it (`check_input_file`) or not UTF-8."""
+    check_input_file(path, f"{option} file")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise UserError(f"{option} {path} is not UTF-8 text ({error.reason})") from None
+
+
+# ------------------------------------------------------------------------------- attnseq align
+@dataclass
+class AlignRequest:
+    """The files and settings of one `attnseq align` run (the command's options)."""
+
+    checkpoint: Path
+    src: Path
+    tgt: Path
+    method: AlignmentMethod = AlignmentMethod()
+    reverse: Path | None = None
+    symmetrization: str | None = None  # with `reverse`; default grow-diag-final-and
+    gold: Path | None = None
+    gold_possible: Path | None = None
+    gold_format: str = "auto"
+    gold_order: str = "src-tgt"
+    device: str = "auto"
+    batch_size: int = 64
+
+
+@dataclass
+class AlignResult:
+    """links: (source word, target word) links per pair, after symmetrization if asked;
+    forward/reverse: each direction's own result; scores: AER, precision, recall and the corpus
+    counts against the gold (alignment.alignment_error_rate), None without gold; label: what
+    produced the links."""
+
+    links: list[Alignment]
+    forward: ForcedAlignments
+    reverse: ForcedAlignments | None
+    scores: dict[str, float] | None
+    label: str
+
+
+def check_request(request: AlignRequest) -> None:
+    """UserError for option values that cannot work, before any file is read."""
+    if request.symmetrization is not None and request.reverse is None:
+        raise UserError("--symmetrize needs --reverse CHECKPOINT (a target -> source model)")
+    if request.symmetrization not in (None, *SYMMETRIZATIONS):
+        raise UserError(
+            f"--symmetrize must be one of {', '.join(SYMMETRIZATIONS)}, "
+            f"got {request.symmetrization!r}"
+        )
+    if request.gold is None and request.gold_possible is not None:
+        raise UserError("--gold-possible goes with --gold FILE")
+    if request.gold_format not in GOLD_FORMATS:
+        raise UserError(f"--gold-format must be one of {', '.join(GOLD_FORMATS)}")
+    if request.gold_order not in ALIGNMENT_ORDERS:
+        raise UserError(f"--gold-order must be one of {', '.join(ALIGNMENT_ORDERS)}")
+    if request.batch_size < 1:
+        raise UserError(
+            f"--batch-size must be at least 1 (sentence pairs), got {request.batch_size}"
+        )
+
+
+def run_align(request: AlignRequest) -> AlignResult:
+    """Align the pairs of `request.src`/`request.tgt` (see the module docstring)."""
+    from attnseq.models.device import resolve_device
+    from attnseq.models.loading import load_trained_model
+
+    check_request(request)
+    src_lines, tgt_lines = read_parallel_lines(("--src", request.src), ("--tgt", request.tgt))
+    gold = _read_gold(request, src_lines, tgt_lines)
+    trained = load_trained_model(request.checkpoint)
+    counts = _unknown_counts(trained, src_lines, tgt_lines, ("--src", "--tgt"), "the model's")
+    reverse_model = None
+    if request.reverse is not None:
+        reverse_model = load_trained_model(request.reverse)
+        check_reverse_direction(trained, reverse_model, request.reverse)
+        owner = "the --reverse model's"
+        counts += _unknown_counts(reverse_model, tgt_lines, src_lines, ("--tgt", "--src"), owner)
+    device = resolve_device(
+        trained.cfg.trainer.device.value if request.device == "auto" else request.device
+    )
+    forward = align_sentences(
+        trained, src_lines, tgt_lines, request.method, device=device, batch_size=request.batch_size
+    )
+    links, reverse, label = forward.links, None, forward.label
+    if reverse_model is not None:
+        reverse = _reverse_alignments(request, reverse_model, src_lines, tgt_lines, device)
+        heuristic = request.symmetrization or "grow-diag-final-and"
+        links = [
+            symmetrize(f, transpose(r), heuristic)
+            for f, r in zip(forward.links, reverse.links, strict=True)
+        ]
+        label = f"{heuristic} of ({forward.label}) and reverse ({reverse.label})"
+    scores = None if gold is None else alignment_error_rate(links, *gold)
+    warn_unknown(counts)  # once the alignment has worked: a failed run ends with its error only
+    return AlignResult(links, forward, reverse, scores, label)
+
+
+def _unknown_counts(
+    trained: "TrainedModel",
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    names: tuple[str, str],
+    owner: str,
+) -> list[UnknownCount]:
+    """The unknown tokens of the lines a model reads as its source and as its target; `names`
+    are the options that gave them, `owner` whose vocabularies they are ("the model's")."""
+    counts = []
+    for lines, tokenizer, name, side in (
+        (src_lines, trained.tokenizers.src, names[0], "source"),
+        (tgt_lines, trained.tokenizers.tgt, names[1], "target"),
+    ):
+        count = UnknownCount(name, f"{owner} {side} vocabulary", tokenizer.unk_id)
+        counts.append(count.add_all(tokenizer.encode(line) for line in lines))
+    return counts
+
+
+def _reverse_alignments(
+    request: AlignRequest,
+    reverse: "TrainedModel",
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    device: torch.device,
+) -> ForcedAlignments:
+    """The reverse model's alignments of the swapped pairs: links (target word, source word)."""
+    try:
+        return align_sentences(
+            reverse, tgt_lines, src_lines, request.method, device=device,
+            batch_size=request.batch_size,
+        )  # fmt: skip
+    except UserError as error:
+        raise UserError(f"--reverse {request.reverse} (fed --tgt as its source): {error}") from None
+
+
+def _read_gold(
+    request: AlignRequest, src_lines: Sequence[str], tgt_lines: Sequence[str]
+) -> tuple[list[Alignment], list[Alignment]] | None:
+    """The gold (sure, possible) links as (source word, target word), or None without --gold;
+    UserError for a malformed link or one outside its sentence's words."""
+    if request.gold is None:
+        return None
+    read_text_lines(request.gold, "--gold")  # exists, is UTF-8
+    if request.gold_possible is not None:
+        read_text_lines(request.gold_possible, "--gold-possible")
+    sure, possible = read_gold_links(
+        request.gold,
+        request.gold_possible,
+        request.gold_format,
+        request.gold_order,
+        src_lines,
+        tgt_lines,
+        what=f"--gold {request.gold}",
+        order_option="--gold-order",
+    )
+    if request.gold_order == "tgt-src":
+        sure, possible = [transpose(s) for s in sure], [transpose(p) for p in possible]
+    return sure, possible
+
+
+def write_soft(path: Path, result: AlignResult) -> None:
+    """The word-level matrices of `result` to an .npz file, atomically (module docstring)."""
+    arrays: dict[str, np.ndarray] = {"method": np.array(result.label)}
+    arrays.update({f"forward_{n}": matrix for n, matrix in enumerate(result.forward.soft)})
+    if result.reverse is not None:
+        arrays.update({f"reverse_{n}": matrix for n, matrix in enumerate(result.reverse.soft)})
+
+    def write(handle: IO[bytes]) -> None:
+        np.savez_compressed(handle, **arrays)  # type: ignore[arg-type]
+
+    atomic_write(path, write)
+
+
+# ---------------------------------------------------------- the reverse model of attnseq align
+# The side names a data config has when nobody named the languages.
+_PLACEHOLDERS = frozenset(
+    (DataConfig.src_lang, DataConfig.tgt_lang, DataConfig.src_field, DataConfig.tgt_field)
+)
+
+
+def check_reverse_direction(forward: "TrainedModel", reverse: "TrainedModel", path: Path) -> None:
+    """UserError when the checkpoints record that `reverse` (loaded from `path`) translates
+    in the same direction as `forward` (module docstring)."""
+    evidence = _same_direction(forward, reverse)
+    if evidence is not None:
+        raise UserError(
+            f"--reverse {path} translates in the same direction as the checkpoint ({evidence}); "
+            "--reverse takes a target -> source model, trained on the swapped pairs"
+        )
+
+
+def _same_direction(forward: "TrainedModel", reverse: "TrainedModel") -> str | None:
+    """What shows that both models translate the same way, or None when nothing does."""
+    sides, reverse_sides = side_names(forward.cfg.data), side_names(reverse.cfg.data)
+    if sides is not None and sides == reverse_sides and sides[0] != sides[1]:
+        same_files = _dataset(forward.cfg.data) == _dataset(reverse.cfg.data)
+        if same_files or not _PLACEHOLDERS & set(sides):
+            return f"both read {sides[0]} and write {sides[1]}, by their data configs"
+    tokenizers, reverse_tokenizers = forward.payload["tokenizers"], reverse.payload["tokenizers"]
+    if tokenizers["src"] != tokenizers["tgt"] and tokenizers == reverse_tokenizers:
+        return "both have the same source and the same target vocabulary"
+    return None
+
+
+def side_names(data: DataConfig) -> tuple[str, str] | None:
+    """(source, target) as the data config names them, or None where it names no side:
+    generated data, and the columns of TSV files (positions, not languages)."""
+    if data.source is DataSource.generated:
+        return None
+    if data.source is DataSource.local and data.format is FileFormat.parallel:
+        return data.src_lang, data.tgt_lang
+    if data.source is DataSource.hub or data.format is FileFormat.jsonl:
+        return data.src_field, data.tgt_field
+    return None
+
+
+def _dataset(data: DataConfig) -> tuple[object, ...]:
+    """What identifies the files a data config reads (its sides aside)."""
+    splits = tuple(sorted(data.splits.items()))
+    return (data.source, data.format, data.root, data.name, splits, data.hub_name, data.hub_config)

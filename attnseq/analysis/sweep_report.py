@@ -1,51 +1,207 @@
 """`attnseq sweep-report`: one table (and a plot) of a Hydra multirun sweep's results.
 
-The jobs are found and read by sweep_jobs.py, the figure is drawn by sweep_figure.py; this
-module chooses the metric, ranks the jobs and prints and writes the report. The basic sweeper
-writes `multirun.yaml` at the root; the Optuna sweeper writes
-`optimization_results.yaml` there (best parameters and value) instead.
+Jobs. A sweep folder (`multirun/DATE/TIME/`, or whatever `hydra.sweep.dir` named) holds one
+folder per job, each with `.hydra/overrides.yaml` (the job's command-line overrides, which is
+what differs between jobs) and, once training has finished, `metrics.json` (written last by
+training). A job without metrics.json has failed or is still running. The basic sweeper writes
+`multirun.yaml` at the root; the Optuna sweeper writes `optimization_results.yaml` there (best
+parameters and value) instead. Files are read with PyYAML: this is a reporting tool and needs
+no Hydra. Override values stay the strings the command line gave; `as_number` and
+`short_value` read them as numbers where they are.
 
-The report sorts jobs by one metric, shows as columns only the parameters whose values differ
-across jobs and several metrics, groups jobs that differ only in their seed into one row (mean
-± sd, attnseq/analysis/sweep_table.py), shows each job's wall time, lists jobs without
-metrics.json as failed or unfinished, and writes a CSV file (one row per job) and a PNG
-figure.
+Rows. The report sorts by one metric (its direction from attnseq.config.choices) and shows as
+columns only the parameters whose values differ across jobs, and several metrics. Jobs whose
+overrides differ only in `seed` are repeats of one setting: they share a `Row`, which shows n
+(the finished jobs), the seeds, and every metric as mean ± sample standard deviation over them
+(a single job shows its value). A sweep without a seed axis has one row per job. Rows are
+ranked by the mean of the report's metric. Every form of the report shows these rows: the rich
+table, Markdown, LaTeX and CSV; the CSV (`--format csv` on stdout and the `--csv` file, the
+same text) holds the raw numbers, mean and sd in columns of their own.
+
+Wall time. A job's wall time runs from the start of the job, when Hydra writes .hydra/, to the
+end of training, when metrics.json is written last (the two modification times). For a job
+resumed in its own folder (resume=auto) it is the time of the last session.
+
+The figure is drawn on a `matplotlib.figure.Figure` without pyplot, as attnseq.analysis.figures
+does, so that reports can be written from any thread and without a display.
 """
 
 import csv
 import functools
 import io
+import json
 import math
+import re
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from attnseq.analysis.sweep_jobs import (
-    Job,
-    as_number,
-    find_jobs,
-    job_order,
-    metric_keys,
-    read_yaml,
-    varied_keys,
-)
+import yaml
+
+from attnseq.config.choices import higher_is_better
 from attnseq.errors import UserError
+from attnseq.io.atomic import atomic_write_text
 
-# metric name endings where smaller is better; every other metric is maximised
-_LOWER_IS_BETTER = ("loss", "ppl", "aer")
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+FINISHED = "ok"
+UNFINISHED = "failed/unfinished"
 
 
+@dataclass
+class Job:
+    """One job of a sweep.
+
+    name: the job folder relative to the sweep folder ("0", "1", ... by default).
+    params: the job's overrides, key -> value as written on the command line.
+    metrics: the contents of metrics.json; None when the job has none (failed or still running).
+    wall_seconds: from the job's start to its metrics.json (`job_wall_seconds`); None while
+        it has none.
+    """
+
+    name: str
+    folder: Path
+    params: dict[str, str]
+    metrics: dict[str, Any] | None
+    wall_seconds: float | None = None
+
+    @property
+    def status(self) -> str:
+        return FINISHED if self.metrics is not None else UNFINISHED
+
+    def value(self, metric: str) -> float | None:
+        """The job's value of `metric`, None when missing or not a number."""
+        if self.metrics is None:
+            return None
+        value = self.metrics.get(metric)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value)
+
+
+def read_yaml(path: Path) -> Any:
+    """YAML contents, or None when the file is missing or unreadable (a job being written)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+
+
+def _read_metrics(path: Path) -> dict[str, Any] | None:
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return metrics if isinstance(metrics, dict) else None
+
+
+def parse_override(override: str) -> tuple[str, str]:
+    """`key=value` (also `+key=value`, `++key=value`, `~key`) -> (key, value)."""
+    key, _, value = override.partition("=")
+    if key.startswith("~"):
+        return key[1:], "<deleted>"
+    return key.lstrip("+"), value
+
+
+def job_order(job: Job) -> tuple:
+    """Natural order of job names: job 10 after job 9 (Hydra numbers jobs 0, 1, ...)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", job.name))
+
+
+def find_jobs(root: Path) -> list[Job]:
+    """Every job folder under `root`: a folder (below the root) holding .hydra/overrides.yaml.
+
+    Hydra puts jobs at `${hydra.sweep.subdir}`, by default the job number, but a user may
+    choose a nested subdir (e.g. `${hydra.job.override_dirname}`), so the search is recursive.
+    """
+    jobs = []
+    for overrides_file in root.rglob(".hydra/overrides.yaml"):
+        folder = overrides_file.parent.parent
+        if folder == root:
+            continue
+        overrides = read_yaml(overrides_file)
+        if not isinstance(overrides, list):
+            overrides = []
+        params = dict(parse_override(str(item)) for item in overrides)
+        name = folder.relative_to(root).as_posix()
+        metrics = _read_metrics(folder / "metrics.json")
+        wall = job_wall_seconds(folder) if metrics is not None else None
+        jobs.append(Job(name, folder, params, metrics, wall))
+    return sorted(jobs, key=job_order)
+
+
+def sweep_files(root: Path) -> list[Path]:
+    """The files a report of the sweep under `root` reads: its multirun.yaml and
+    optimization_results.yaml, and each job's .hydra/ files and metrics.json (those that
+    exist)."""
+    files = [root / "multirun.yaml", root / "optimization_results.yaml"]
+    for job in find_jobs(root):
+        hydra = job.folder / ".hydra"
+        files += sorted(hydra.iterdir()) if hydra.is_dir() else []
+        files.append(job.folder / "metrics.json")
+    return [path for path in files if path.is_file()]
+
+
+def job_wall_seconds(folder: Path) -> float | None:
+    """Seconds from the job's start to the end of its training: Hydra writes .hydra/ when a
+    job starts and training writes metrics.json last, so the modification times of the two
+    bound the job (a job resumed in its own folder: its last session)."""
+    try:
+        started = min(path.stat().st_mtime for path in (folder / ".hydra").iterdir())
+        ended = (folder / "metrics.json").stat().st_mtime
+    except (OSError, ValueError):  # ValueError: an empty .hydra/
+        return None
+    return max(ended - started, 0.0)
+
+
+def varied_keys(jobs: Sequence[Job]) -> list[str]:
+    """Override keys whose values differ across jobs (missing counts as a value), in the
+    order they first appear."""
+    order: dict[str, None] = {}
+    for job in jobs:
+        order.update(dict.fromkeys(job.params))
+    return [key for key in order if len({job.params.get(key) for job in jobs}) > 1]
+
+
+def metric_keys(jobs: Sequence[Job]) -> list[str]:
+    """Numeric metric names over all finished jobs, sorted."""
+    keys: set[str] = set()
+    for job in jobs:
+        keys.update(key for key in job.metrics or {} if job.value(key) is not None)
+    return sorted(keys)
+
+
+def as_number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def short_value(text: str) -> str:
+    """A parameter value for display: floats to 4 significant digits (Optuna samples
+    0.0006824078427098838), everything else as written."""
+    number = as_number(text)
+    if number is None or text.lstrip("+-").isdigit():
+        return text
+    return f"{number:.4g}"
+
+
+# -------------------------------------------------------------------------------------- report
 @dataclass
 class SweepReport:
     """What `attnseq sweep-report` shows.
 
     jobs: every job, finished ones sorted best first by `metric`, then the unfinished ones.
     varied: override keys whose value differs across jobs (the table's parameter columns).
-    metric: the metric jobs are sorted by; higher_is_better: its direction.
+    metric: the metric jobs are sorted by; higher_is_better: its direction
+        (attnseq.config.choices.higher_is_better).
     optuna_best: the Optuna sweeper's optimization_results.yaml, when present.
-    metric_keys: every numeric metrics.json key of the finished jobs (the CSV's columns).
+    metric_keys: every numeric metrics.json key of the finished jobs (what --metrics may name).
     """
 
     root: Path
@@ -63,11 +219,6 @@ class SweepReport:
     @property
     def unfinished(self) -> list[Job]:
         return [job for job in self.jobs if job.metrics is None]
-
-
-def higher_is_better(metric: str) -> bool:
-    """Loss, perplexity and alignment error rate are minimised; every other metric maximised."""
-    return not metric.lower().endswith(_LOWER_IS_BETTER)
 
 
 def _recorded_metric(root: Path, jobs: Sequence[Job]) -> str | None:
@@ -154,17 +305,194 @@ def load_report(root: Path, metric: str | None = None) -> SweepReport:
     )
 
 
-# ----------------------------------------------------------------------------------- writing
+# ---------------------------------------------------------------------------------------- rows
+SEED_KEY = "seed"
+FORMATS = ("table", "csv", "markdown", "latex")
+
+
+@dataclass
+class Row:
+    """One setting: a job, or the jobs that differ only in their seed."""
+
+    jobs: list[Job]
+    params: dict[str, str]  # the varied parameters other than the seed
+
+    @property
+    def finished(self) -> list[Job]:
+        return [job for job in self.jobs if job.metrics is not None]
+
+    @property
+    def name(self) -> str:
+        return ",".join(job.name for job in self.jobs)
+
+    @property
+    def seeds(self) -> str:
+        return ",".join(job.params.get(SEED_KEY, "") for job in self.jobs)
+
+    def values(self, metric: str) -> list[float]:
+        found = [job.value(metric) for job in self.finished]
+        return [value for value in found if value is not None and not math.isnan(value)]
+
+    def mean(self, metric: str) -> float | None:
+        values = self.values(metric)
+        return statistics.fmean(values) if values else None
+
+    def sd(self, metric: str) -> float | None:
+        """Sample standard deviation; None below two values."""
+        values = self.values(metric)
+        return statistics.stdev(values) if len(values) > 1 else None
+
+    def wall_seconds(self) -> float | None:
+        """Mean wall time of the finished jobs."""
+        times = [job.wall_seconds for job in self.finished if job.wall_seconds is not None]
+        return statistics.fmean(times) if times else None
+
+
+def grouped(report: SweepReport) -> bool:
+    return SEED_KEY in report.varied
+
+
+def report_rows(report: SweepReport) -> list[Row]:
+    """The rows, best first by the mean of `report.metric`; rows with no finished job last."""
+    keys = [key for key in report.varied if key != SEED_KEY]
+    if not grouped(report):
+        return [Row([job], {key: job.params.get(key, "") for key in keys}) for job in report.jobs]
+    rows: dict[tuple, Row] = {}
+    for job in sorted(report.jobs, key=job_order):  # a row lists its jobs in job order
+        params = {key: job.params.get(key, "") for key in keys}
+        rows.setdefault(tuple(params.values()), Row([], params)).jobs.append(job)
+    direction = -1.0 if report.higher_is_better else 1.0
+
+    def rank(row: Row) -> tuple:
+        mean = row.mean(report.metric)
+        return (not row.finished, mean is None, 0.0 if mean is None else direction * mean)
+
+    return sorted(rows.values(), key=rank)  # stable: equal rows stay in job order
+
+
+def metric_columns(report: SweepReport, requested: Sequence[str] | None = None) -> list[str]:
+    """The metric columns: `requested` (each must exist), else every test/* key (every key
+    when there is none); the sort metric first."""
+    available = report.metric_keys
+    if requested:
+        unknown = [name for name in requested if available and name not in available]
+        if unknown:
+            raise UserError(
+                f"--metrics: {', '.join(unknown)} in no metrics.json of {report.root}. "
+                f"Available: {', '.join(available)}"
+            )
+        chosen = list(dict.fromkeys(requested))
+    else:
+        chosen = [key for key in available if key.startswith("test/")] or list(available)
+    return [report.metric, *(key for key in chosen if key != report.metric)]
+
+
+def number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def mean_sd(row: Row, metric: str, plus_minus: str = "±") -> str:
+    mean, sd = row.mean(metric), row.sd(metric)
+    if mean is None or sd is None:
+        return number(mean)
+    return f"{mean:.4g} {plus_minus} {sd:.2g}"
+
+
+def minutes(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.1f}"
+
+
+def text_table(
+    report: SweepReport, rows: list[Row], metrics: list[str], plus_minus: str = "±"
+) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Header, cells and which columns are numbers (right-aligned), as every text form shows
+    them."""
+    seeds = grouped(report)
+    params = [key for key in report.varied if key != SEED_KEY]
+    header = ["rank", "jobs" if seeds else "job", *params]
+    header += ["seeds", "n"] if seeds else []
+    header += [*metrics, "wall min", "status"]
+    cells = []
+    for rank, row in enumerate(rows, start=1):
+        status = f"{len(row.finished)}/{len(row.jobs)} ok" if seeds else row.jobs[0].status
+        line = [str(rank) if row.finished else "", row.name]
+        line += [short_value(row.params[key]) for key in params]
+        line += [row.seeds, str(len(row.finished))] if seeds else []
+        line += [mean_sd(row, metric, plus_minus) for metric in metrics]
+        cells.append([*line, minutes(row.wall_seconds()), status])
+    numeric = {"rank", "n", "wall min", *metrics}
+    return header, cells, [name in numeric for name in header]
+
+
+def render(report: SweepReport, rows: list[Row], metrics: list[str], fmt: str) -> str:
+    """The report as CSV (raw numbers, mean and sd in columns of their own), Markdown or
+    LaTeX (booktabs) text."""
+    if fmt == "csv":
+        return csv_text(report, rows, metrics)
+    if fmt == "markdown":
+        header, cells, right = text_table(report, rows, metrics)
+        lines = [header, ["---:" if numeric else "---" for numeric in right], *cells]
+        return "".join(
+            "| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |\n" for line in lines
+        )
+    if fmt == "latex":
+        header, cells, right = text_table(report, rows, metrics, plus_minus="$\\pm$")
+        spec = "".join("r" if numeric else "l" for numeric in right)
+        body = [" & ".join(latex_escape(cell) for cell in line) + r" \\" for line in cells]
+        title = " & ".join(latex_escape(cell) for cell in header) + r" \\"
+        lines = [f"\\begin{{tabular}}{{{spec}}}", r"\toprule", title, r"\midrule", *body]
+        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n"
+    raise UserError(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def csv_text(report: SweepReport, rows: list[Row], metrics: list[str]) -> str:
+    params = [key for key in report.varied if key != SEED_KEY]
+    seeds = grouped(report)
+    header = ["jobs" if seeds else "job", *params] + (["seeds"] if seeds else []) + ["n"]
+    for metric in metrics:
+        header += [metric, f"{metric}_sd"]
+    header += ["wall_seconds", "finished", "jobs_total"]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        line: list[object] = [row.name, *(row.params[key] for key in params)]
+        line += [row.seeds] if seeds else []
+        line.append(len(row.finished))
+        for metric in metrics:
+            line += [_raw(row.mean(metric)), _raw(row.sd(metric))]
+        line += [_raw(row.wall_seconds()), len(row.finished), len(row.jobs)]
+        writer.writerow(line)
+    return buffer.getvalue()
+
+
+def _raw(value: float | None) -> object:
+    return "" if value is None else value
+
+
+_LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "\\": r"\textbackslash{}",
+}
+
+
+def latex_escape(text: str) -> str:
+    """Text for a LaTeX table cell; `$\\pm$` (made by `mean_sd`) is kept as math."""
+    parts = text.split("$\\pm$")
+    escaped = ["".join(_LATEX_SPECIAL.get(c, c) for c in part) for part in parts]
+    return "$\\pm$".join(escaped)
+
+
+# ------------------------------------------------------------------------------------- writing
 def print_report(
     report: SweepReport, console: Any = None, metrics: Sequence[str] | None = None
 ) -> None:
     """The table, best row first, then unfinished jobs and the Optuna result, with rich.
-    `metrics`: the metric columns (default: every test/* key; sweep_table.metric_columns)."""
+    `metrics`: the metric columns (default: every test/* key; `metric_columns`)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
-
-    from attnseq.analysis.sweep_table import metric_columns, report_rows, text_table
 
     # a pipe or a file gets room for wide tables; a terminal keeps its own width
     console = console or Console(width=None if sys.stdout.isatty() else 160)
@@ -222,39 +550,69 @@ def optuna_best_job(report: SweepReport) -> Job | None:
     return None
 
 
-def report_rows(report: SweepReport) -> tuple[list[str], list[list[Any]]]:
-    """CSV header and rows: job, status, every varied parameter, every numeric metric, wall
-    time in seconds."""
-    header = ["job", "status", *report.varied, *report.metric_keys, "wall_seconds"]
-    rows = []
-    for job in report.jobs:
-        metrics = job.metrics or {}
-        rows.append(
-            [
-                job.name,
-                job.status,
-                *(job.params.get(key, "") for key in report.varied),
-                *(metrics.get(key, "") for key in report.metric_keys),  # as metrics.json has it
-                "" if job.wall_seconds is None else round(job.wall_seconds, 1),
-            ]
-        )
-    return header, rows
-
-
-def write_csv(report: SweepReport, path: Path) -> Path:
-    from attnseq.io.atomic import atomic_write_text
-
-    header, rows = report_rows(report)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    atomic_write_text(path, buffer.getvalue())
+def write_csv(report: SweepReport, path: Path, metrics: Sequence[str] | None = None) -> Path:
+    """The report's rows as CSV (`csv_text`, what `--format csv` prints) in `path`.
+    `metrics`: the metric columns (default: `metric_columns`)."""
+    atomic_write_text(path, csv_text(report, report_rows(report), metric_columns(report, metrics)))
     return path
+
+
+def report_figure(report: SweepReport) -> "Figure":
+    """When every varied parameter is numeric: one scatter panel per parameter, the metric
+    against its values (a log axis when they span two decades, as learning rates do). Else
+    one bar per finished job, best on top, labelled with its parameters.
+    """
+    from matplotlib.figure import Figure
+
+    jobs = [job for job in report.finished if job.value(report.metric) is not None]
+    values = [float(job.value(report.metric) or 0.0) for job in jobs]
+    columns = {key: [as_number(job.params.get(key, "")) for job in jobs] for key in report.varied}
+    numeric = bool(jobs) and all(x is not None for xs in columns.values() for x in xs)
+    if numeric and 0 < len(columns) <= 6:
+        figure = Figure(figsize=(3.2 * len(columns) + 0.8, 3.4), layout="constrained")
+        axes = figure.subplots(1, len(columns), sharey=True, squeeze=False)[0]
+        for ax, (key, xs) in zip(axes, columns.items(), strict=True):
+            ax.scatter(xs, values, color="tab:blue")
+            for x, y, job in zip(xs, values, jobs, strict=True):
+                ax.annotate(job.name, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+            if min(xs) > 0 and max(xs) / min(xs) >= 100:
+                ax.set_xscale("log")
+            ax.set_xlabel(key)
+        axes[0].set_ylabel(report.metric)
+    else:
+        labels = [
+            f"job {job.name}: "
+            + ", ".join(f"{key}={short_value(job.params.get(key, ''))}" for key in report.varied)
+            for job in jobs
+        ]
+        longest = max((len(label) for label in labels), default=0)
+        figure = Figure(
+            figsize=(min(5.0 + 0.07 * longest, 20.0), min(1.5 + 0.35 * len(jobs), 40.0)),
+            layout="constrained",
+        )
+        ax = figure.add_subplot()
+        positions = list(range(len(jobs)))[::-1]  # best job on top
+        ax.barh(positions, values, color="tab:blue")
+        ax.set_yticks(positions, labels, fontsize=8)
+        for position, value in zip(positions, values, strict=True):
+            ax.annotate(
+                f"{value:.4g}",
+                (value, position),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8,
+            )
+        ax.set_xlabel(report.metric)
+        if not jobs:
+            ax.text(0.5, 0.5, "no finished job", ha="center", va="center", transform=ax.transAxes)
+    arrow = "higher is better" if report.higher_is_better else "lower is better"
+    where = "/".join(report.root.resolve().parts[-2:])  # multirun/DATE/TIME -> DATE/TIME
+    figure.suptitle(f"{where}: {report.metric} ({arrow})", fontsize=10)
+    return figure
 
 
 def write_plot(report: SweepReport, path: Path) -> Path:
     from attnseq.analysis.figures import save_figure
-    from attnseq.analysis.sweep_figure import report_figure
 
     return save_figure(report_figure(report), path)

@@ -46,11 +46,3 @@ def combine_hierarchical(word_weights: Tensor, segment_weights: Tensor, segments
     scaled = word_weights * segment_weights_per_word(segment_weights, segments)  # (B, T, S)
     total = scaled.sum(dim=-1, keepdim=True)  # (B, T, 1)
     return scaled / total.clamp_min(torch.finfo(scaled.dtype).tiny)
-
-
-def segment_mass(weights: Tensor, segments: Tensor, n_segments: int) -> Tensor:
-    """The weight each segment receives, sum_{j in s} P(j): (B, T, S) -> (B, T, N)."""
-    index = segments.clamp_min(0).unsqueeze(1).expand(-1, weights.size(1), -1)
-    real = (segments != PADDING_SEGMENT).unsqueeze(1)
-    mass = weights.new_zeros(weights.size(0), weights.size(1), n_segments)
-    return mass.scatter_add(2, index, weights * real)

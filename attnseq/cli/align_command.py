@@ -2,7 +2,7 @@
 format, optionally symmetrized with a reverse model and scored against gold links.
 
 The command turns its options into an `AlignRequest` and hands it to
-`attnseq.analysis.align_run.run_align`; torch and the model code are imported inside the
+`attnseq.analysis.forced_alignment.run_align`; torch and the model code are imported inside the
 function, so `attnseq --help` stays light.
 """
 
@@ -15,7 +15,7 @@ from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
-    from attnseq.analysis.align_run import AlignResult
+    from attnseq.analysis.forced_alignment import AlignResult
 
 
 def align(
@@ -84,9 +84,14 @@ def align(
     attnseq align best.pt --src test.en --tgt test.fr --gold test.sure.pharaoh \\
         --gold-possible test.possible.pharaoh
     """
-    from attnseq.analysis.align_run import AlignRequest, check_request, run_align, write_soft
-    from attnseq.analysis.alignment_gold import format_pharaoh, write_pharaoh
-    from attnseq.analysis.forced_alignment import AlignmentMethod
+    from attnseq.analysis.alignment import format_pharaoh, write_pharaoh
+    from attnseq.analysis.forced_alignment import (
+        AlignmentMethod,
+        AlignRequest,
+        check_request,
+        run_align,
+        write_soft,
+    )
     from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
 
     with user_errors():

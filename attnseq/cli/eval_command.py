@@ -16,8 +16,8 @@ from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
-    from attnseq.analysis.gold_sets import GoldAlignmentFiles
-    from attnseq.evaluation.results import EvalMetrics
+    from attnseq.analysis.forced_alignment import GoldAlignmentFiles
+    from attnseq.evaluation.run import EvalMetrics
 
 
 @decoding_options.with_decoding_flags
@@ -155,7 +155,7 @@ def _gold_alignments(
 ) -> "GoldAlignmentFiles | None":
     """The gold word-alignment set of --alignments and its companions, or None without it;
     UserError when a companion is missing or given alone."""
-    from attnseq.analysis.gold_sets import GoldAlignmentFiles
+    from attnseq.analysis.forced_alignment import GoldAlignmentFiles
 
     if gold is None:
         if src or tgt or possible:
@@ -173,6 +173,8 @@ def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") ->
     """The checkpoint, the decoding settings, every metric (but the per-layer attention
     diagnostics, which metrics.json keeps) and where the result went; the word-alignment scores
     as a table of their own."""
+    from attnseq.analysis.attention_diagnostics import is_per_layer_key
+
     record = metrics.result.record
     typer.echo(f"{'checkpoint':>24} {record['checkpoint']} (step {record['checkpoint_step']})")
     decoding = " ".join(f"{key}={value}" for key, value in record["decoding"].items())
@@ -180,12 +182,12 @@ def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") ->
     if "pruned_heads" in record:
         typer.echo(f"{'pruned heads':>24} {record['pruned_heads']}")
     for key, value in sorted(metrics.items()):
-        if not key.startswith("align/") and "/attention/layer" not in key:
+        if not key.startswith("align/") and not is_per_layer_key(key):
             typer.echo(f"{key:>24} {value:.4f}")
     if "bleu_signature" in record:
         typer.echo(f"{'BLEU signature':>24} {record['bleu_signature']}")
     if gold is not None:
-        from attnseq.analysis.model_alignment import alignment_table
+        from attnseq.analysis.forced_alignment import alignment_table
 
         scores = {k[len("align/") :]: v for k, v in metrics.items() if k.startswith("align/")}
         typer.echo(f"\nword alignment vs {gold.gold} (metrics.json: align/...):")

@@ -2,8 +2,9 @@
 al. 2019), as tables, a JSON file and a figure; with --prune, a checkpoint with the least
 important heads masked.
 
-The command checks its options, hands the work to `run_heads` (attnseq/analysis/heads_run.py)
-and prints the result; torch is imported inside the function, so `attnseq --help` stays light.
+The command checks its options, hands the work to `run_heads`
+(attnseq/analysis/head_importance.py) and prints the result; torch is imported inside the
+function, so `attnseq --help` stays light.
 """
 
 from pathlib import Path
@@ -15,7 +16,7 @@ from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
-    from attnseq.analysis.heads_run import HeadsRequest
+    from attnseq.analysis.head_importance import HeadsRequest
 
 _PRUNE_BY = ("gradient", "ablation", "random")
 
@@ -67,7 +68,7 @@ def heads(
     attnseq heads best.pt --prune 0.3 --by ablation --out pruned.pt
     attnseq eval pruned.pt                                   # as usual; says which heads are off
     """
-    from attnseq.analysis.heads_run import HeadsRequest, run_heads
+    from attnseq.analysis.head_importance import HeadsRequest, run_heads
 
     with user_errors():
         _check_options(max_batches, batch_size, prune, by, out)
@@ -106,7 +107,7 @@ def _check_options(
 def _check_outputs(request: "HeadsRequest") -> None:
     """UserError for an output that cannot be written or would replace the checkpoint: the
     pruned checkpoint (--out), the report's folder and its JSON file and figure."""
-    from attnseq.analysis.heads_run import report_folder, report_paths
+    from attnseq.analysis.head_importance import report_folder, report_paths
     from attnseq.io.output_paths import (
         check_output_file,
         check_output_folder,
@@ -128,7 +129,7 @@ def _print_result(result) -> None:  # type: ignore[no-untyped-def]
     """The tables, the files and the pruned heads."""
     from rich.console import Console
 
-    from attnseq.analysis.head_report import importance_tables
+    from attnseq.analysis.head_importance import importance_tables
 
     console = Console()
     importance = result.importance

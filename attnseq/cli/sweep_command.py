@@ -1,8 +1,8 @@
 """`attnseq sweep-report`: the table of a Hydra multirun sweep, best first, on stdout, and
 its CSV file and plot beside it.
 
-The analysis lives in attnseq.analysis (sweep_report, sweep_table); this module checks the
-options and chooses the output. Pandas and matplotlib load only when the command runs.
+The analysis lives in attnseq.analysis.sweep_report; this module checks the options and
+chooses the output. Pandas and matplotlib load only when the command runs.
 """
 
 from pathlib import Path
@@ -50,9 +50,9 @@ def sweep_report(
 ) -> None:
     """Table of a sweep, best first: the parameters that differ between jobs, several metrics
     and each job's wall time; jobs that differ only in their seed share a row with mean ± sd
-    and n. Jobs without metrics.json are listed as failed or unfinished. Also writes a CSV
-    file (one row per job) and a plot, and prints the Optuna sweeper's best trial when there
-    is one.
+    and n. Jobs without metrics.json are listed as failed or unfinished. Also writes the
+    rows as a CSV file (what --format csv prints) and a plot, and prints the Optuna sweeper's
+    best trial when there is one.
 
     \b
     attnseq sweep-report multirun/2026-11-22/10-00-00
@@ -60,9 +60,17 @@ def sweep_report(
     attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown > table.md
     attnseq sweep-report SWEEP --format latex > table.tex
     """
-    from attnseq.analysis.sweep_jobs import sweep_files
-    from attnseq.analysis.sweep_report import load_report, print_report, write_csv, write_plot
-    from attnseq.analysis.sweep_table import FORMATS, metric_columns, render, report_rows
+    from attnseq.analysis.sweep_report import (
+        FORMATS,
+        load_report,
+        metric_columns,
+        print_report,
+        render,
+        report_rows,
+        sweep_files,
+        write_csv,
+        write_plot,
+    )
     from attnseq.io.output_paths import (
         check_output_file,
         image_suffixes,
@@ -87,7 +95,7 @@ def sweep_report(
     else:
         typer.echo(render(report, report_rows(report), columns, output_format), nl=False)
     with user_errors():
-        csv_path = write_csv(report, csv_path)
+        csv_path = write_csv(report, csv_path, columns)
         plot_path = write_plot(report, plot_path)
     # a table for a file or another program keeps stdout to itself
     typer.echo(f"wrote {csv_path} and {plot_path}", err=output_format != "table")

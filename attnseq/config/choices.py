@@ -156,6 +156,16 @@ class Precision(Enum):
     fp16 = "fp16"  # autocast to float16 with dynamic loss scaling
 
 
+# metric name endings where smaller is better: loss, perplexity, alignment error rate
+LOWER_IS_BETTER = ("loss", "ppl", "aer")
+
+
+def higher_is_better(metric: str) -> bool:
+    """The direction of a metric by its name (`loss`, `test/bleu`, `valid/aer`): loss,
+    perplexity and alignment error rate are minimised; every other metric is maximised."""
+    return not metric.lower().endswith(LOWER_IS_BETTER)
+
+
 class Metric(Enum):
     """Validation metrics usable for early stopping and model selection."""
 
@@ -170,7 +180,7 @@ class Metric(Enum):
 
     @property
     def higher_is_better(self) -> bool:
-        return self not in (Metric.loss, Metric.ppl)
+        return higher_is_better(self.value)
 
     @property
     def best_possible(self) -> float:

@@ -3,7 +3,7 @@ Translate with Transformer Models", EMNLP): word links of the training pairs, re
 Pharaoh file and mapped onto the tokenizers' pieces. `collate` (batching.py) turns them into
 each batch's gold distribution; training/loss.py compares the model's attention with it.
 
-The file. `data.alignments.train` names a Pharaoh file (read by analysis/alignment_gold.py): one
+The file. `data.alignments.train` names a Pharaoh file (read by analysis/alignment.py): one
 line per pair of the train split as attnseq loads it (after held-out valid/test pairs are taken
 out, before the length rules drop any), links ``i-j`` with i a source word and j a target word,
 0-based over the whitespace-separated words; ``i?j`` (possible) links count like sure ones. With
@@ -22,8 +22,7 @@ Shapes: piece links are (source piece, target piece) pairs, 0-based, no BOS/EOS.
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnseq.analysis.alignment import word_ids
-from attnseq.analysis.alignment_gold import Alignment, read_pharaoh
+from attnseq.analysis.alignment import Alignment, read_pharaoh, word_ids
 from attnseq.config.schema import DataConfig
 from attnseq.data.batching import PieceLinks
 from attnseq.data.length_rules import TRAIN

@@ -1,12 +1,14 @@
 """Evaluate a model on one split: teacher-forced loss and perplexity, then decoding and the
 task's metrics (translation: BLEU, chrF, exact match; summarization: ROUGE-1/2/L), and, when
 the split carries gold word alignments, the AER of the model's attention
-(analysis/model_alignment.py).
-A separate gold set (sentence files plus Pharaoh or NAACL links) is read and scored the same way
-by attnseq/analysis/gold_sets.py.
+(attnseq/analysis/forced_alignment.py, which reads and scores a separate gold set, sentence
+files plus Pharaoh or NAACL links, the same way).
 
 Used by validation during training, by the final test evaluation and by `attnseq eval`, so all
-three report the same numbers for the same model.
+three report the same numbers for the same model: `make_evaluator` builds the evaluator of one
+split of a config's data as they all do (the decoding settings of the config, the gold word
+alignments of a generated task, `split_gold`, the extended vocabulary of a copy model,
+`extended_split`).
 
 Copy models (pointer-generators) are given each example's extended-vocabulary view
 (attnseq/data/extended_vocab.py): batches carry the extended source, the loss is taken over the
@@ -23,8 +25,12 @@ import numpy as np
 import torch
 
 from attnseq.analysis.attention_diagnostics import AttentionDiagnostics
+from attnseq.config.choices import DataSource
+from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Batch, collate
-from attnseq.data.extended_vocab import ExtendedExample
+from attnseq.data.extended_vocab import ExtendedExample, extend_examples
+from attnseq.data.generated import gold_alignments
+from attnseq.data.prepare import PreparedData, TokenizerPair
 from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.decoding import (  # settings re-exported here
@@ -268,7 +274,7 @@ class Evaluator:
 
     def alignment_metrics(self, model: Seq2Seq) -> dict[str, float]:
         """AER / precision / recall of argmax word alignments from the attention."""
-        from attnseq.analysis.model_alignment import model_alignment_metrics
+        from attnseq.analysis.forced_alignment import model_alignment_metrics
 
         gold = self.gold
         assert gold is not None
@@ -284,3 +290,63 @@ class Evaluator:
             tgt_kind=gold.tgt_kind,
             device=self.device,
         )
+
+
+# --------------------------------------------------------------------- the splits of a config
+
+
+def make_evaluator(
+    cfg: TrainConfig,
+    data: PreparedData,
+    split: str,
+    device: torch.device,
+    gold: AlignmentGold | None = None,
+) -> Evaluator:
+    """The evaluator of one prepared split (`gold`: score the attention against it too)."""
+    return Evaluator(
+        data.examples[split],
+        [tgt for _, tgt in data.pairs[split]],
+        data.tokenizers.tgt,
+        device,
+        max_tokens=cfg.data.eval_max_tokens,
+        decoding=DecodingSettings.from_trainer(cfg.trainer),
+        task=cfg.data.task.value,
+        gold=gold,
+        extended=extended_split(cfg, data, split),
+        label=split,
+    )
+
+
+def extended_split(
+    cfg: TrainConfig, data: PreparedData, split: str
+) -> list[ExtendedExample] | None:
+    """A copy model's extended-vocabulary view of a split's examples (None without copy)."""
+    if not cfg.model.copy:
+        return None
+    tokenizers = data.tokenizers
+    return extend_examples(data.pairs[split], data.examples[split], tokenizers.src, tokenizers.tgt)
+
+
+def split_gold(cfg: TrainConfig, split: str, tokenizers: TokenizerPair) -> AlignmentGold | None:
+    """Gold word alignments of a generated split, when the task has them."""
+    if cfg.data.source is not DataSource.generated:
+        return None
+    sizes = {"train": cfg.data.train_size, "valid": cfg.data.valid_size, "test": cfg.data.test_size}
+    gold = gold_alignments(
+        cfg.data.name,
+        sizes,
+        cfg.seed,
+        min_len=cfg.data.min_len,
+        max_len=cfg.data.max_len,
+        vocab_size=cfg.data.vocab_size,
+    )
+    if gold is None or split not in gold:
+        return None
+    links = gold[split]
+    return AlignmentGold(
+        sure=links,
+        possible=links,
+        src_tokenizer=tokenizers.src,
+        src_kind=type(tokenizers.src).kind,
+        tgt_kind=type(tokenizers.tgt).kind,
+    )

@@ -16,12 +16,13 @@ from typing import Any
 
 import torch
 
+from attnseq.analysis.attention_diagnostics import is_per_layer_key
 from attnseq.config.checks import validate
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import PieceLinks
 from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
-from attnseq.evaluation.split_evaluators import extended_split, make_evaluator, split_gold
+from attnseq.evaluation.evaluator import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models.device import resolve_device
@@ -276,24 +277,18 @@ def _test_best(
     # At the last training step, so the test numbers sit at the end of the valid/* curves.
     writer.add_hparams(
         run_hparams(cfg, sum(p.numel() for p in model.parameters())),
-        {k: v for k, v in results.items() if "/" in k and not _per_layer_attention(k)},
+        {k: v for k, v in results.items() if "/" in k and not is_per_layer_key(k)},
         run_name=".",
         global_step=state.step,
     )
     return results
 
 
-def _per_layer_attention(key: str) -> bool:
-    """A per-layer or per-head attention diagnostic: metrics.json keeps them; the HParams
-    table and the printed summary, which they would crowd, leave them out."""
-    return key.startswith("test/attention/layer")
-
-
 def _print_summary(run_dir: Path, metrics: dict[str, float]) -> None:
     lines = [
         f"{key:>24} {value:.4f}"
         for key, value in sorted(metrics.items())
-        if isinstance(value, float) and not _per_layer_attention(key)
+        if isinstance(value, float) and not is_per_layer_key(key)
     ]
     if any(key.endswith("/bleu") for key in metrics):
         from attnseq.evaluation.metrics import bleu_signature

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from attnseq.analysis.alignment import attention_statistics
+from attnseq.analysis.attention_diagnostics import attention_statistics
 from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
 from attnseq.analysis.segment_view import is_hierarchical, log_segment_heatmaps
 from attnseq.config.conversion import config_to_dict, flat_config
