@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rouge_score import rouge_scorer
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_summarizers.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_summarizers.py"
 TINY = [
     "trainer.max_steps=2", "trainer.validate_every=2", "data.max_examples=64",
     "model.emb_dim=16", "model.hidden=16", "model.attention.attn_dim=16", "trainer.beam=1",

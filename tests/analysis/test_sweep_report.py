@@ -307,7 +307,7 @@ def test_missing_plugin_hint_names_an_extra_that_exists() -> None:
 
     from attnseq.cli.config_errors import PLUGIN_EXTRAS
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]
     for choice, extra in PLUGIN_EXTRAS.items():
         assert extra in extras, choice

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config, untrained_checkpoint
+from helpers import (
+    SOURCE_ONLY,
+    WORD_PAIRS,
+    copy_only_checkpoint,
+    tiny_config,
+    untrained_checkpoint,
+)
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
@@ -22,40 +28,10 @@ from attnseq.config.conversion import config_to_dict
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation.run import evaluate_checkpoint
-from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training.run import run_training
 
 runner = CliRunner()
-WORD_PAIRS = [("alpha beta gamma", "alpha beta"), ("beta gamma", "gamma")]
-SOURCE_ONLY = "Zürich"  # in no training text: outside both vocabularies
-
-
-def copy_only_checkpoint(path: Path, *overrides: str) -> Path:
-    """A word-level copy model whose p_gen is fixed near 0 (it can only copy) and whose
-    vocabulary distribution puts everything on EOS."""
-    untrained_checkpoint(
-        path,
-        "data.tokenizer=word",
-        "model.copy=true",
-        "model.dropout=0.0",
-        *overrides,
-        pairs=WORD_PAIRS,
-    )
-    payload = load_checkpoint(path)
-    weights = payload["model"]
-    for name in list(weights):
-        if name.startswith("generation.linear."):
-            weights[name] = torch.zeros_like(weights[name])
-    weights["generation.linear.bias"] = torch.tensor([-2.0])  # p_gen = 0.12: copy or EOS
-    output_bias = "output.bias" if "output.bias" in weights else None
-    if output_bias is not None:
-        bias = torch.full_like(weights[output_bias], -30.0)
-        bias[3] = 30.0  # P_vocab(EOS) = 1
-        weights[output_bias] = bias
-        weights["output.weight"] = torch.zeros_like(weights["output.weight"])
-        weights["embedding.weight"] = torch.zeros_like(weights["embedding.weight"])
-    save_checkpoint(path, payload)
-    return path
 
 
 def test_a_source_only_word_is_produced_and_written_as_the_source_has_it(tmp_path: Path) -> None:

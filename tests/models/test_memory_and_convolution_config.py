@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_config_checks import assert_refused, train_in_process
+from helpers import assert_refused, train_in_process
 
 from attnseq.attention.bigbird import BigBirdSelfAttention
 from attnseq.config.conversion import config_from_dict

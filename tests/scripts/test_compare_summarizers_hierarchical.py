@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_summarizers.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_summarizers.py"
 spec = importlib.util.spec_from_file_location("compare_summarizers", SCRIPT)
 assert spec is not None and spec.loader is not None
 compare = importlib.util.module_from_spec(spec)

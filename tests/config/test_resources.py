@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_config_checks import GIB, assert_refused, train_in_process
+from helpers import GIB, assert_refused, train_in_process
 
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.resources import FACTOR, estimate, resource_problems
 from attnseq.config.working_set import batch_shape
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_memory_estimate.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_memory_estimate.py"
 
 
 def load_script():

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import untrained_checkpoint
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_ct2.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_ct2.py"
 
 
 def load_script():

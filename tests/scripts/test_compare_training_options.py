@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_training_options.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_training_options.py"
 TINY = [
     "config=reverse_transformer", "data.train_size=60", "data.valid_size=8",
     "data.test_size=8", "data.max_tokens=60", "model.d_model=16", "model.heads=2",

@@ -3,14 +3,11 @@ directory exists: out-of-range values, cross-field conflicts, configs that canno
 machine, malformed YAML; and `config=PATH` loads exactly the user's file."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from helpers import GIB, assert_refused, attnseq, train_in_process
 
-from attnseq.cli.app import app
 from attnseq.config.checks import validate
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.resources import (
@@ -23,24 +20,6 @@ from attnseq.config.resources import (
 from attnseq.config.schema import TrainConfig
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
-
-GIB = 1024**3
-
-
-def train_in_process(tmp_path: Path, *overrides: str) -> tuple[int, str]:
-    """`attnseq train OVERRIDES` through the CLI (in this process); exit code and output."""
-    run_dir = tmp_path / "run"
-    result = CliRunner().invoke(app, ["train", *overrides, f"hydra.run.dir={run_dir}"])
-    return result.exit_code, result.output
-
-
-def assert_refused(tmp_path: Path, code: int, output: str, expected: str) -> None:
-    assert code == 2, output
-    assert "Traceback" not in output
-    lines = output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), output
-    assert expected in lines[0], output
-    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(
@@ -175,25 +154,16 @@ def test_the_default_config_is_estimated_small() -> None:
 
 
 # ---------------------------------------------------------------------------- config=PATH
-def attnseq(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(cwd)}  # the linked experiment files stay in tmp
-    return subprocess.run(
-        [sys.executable, "-m", "attnseq", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-
-
 def test_a_users_file_wins_over_a_packaged_one_of_the_same_name(tmp_path: Path) -> None:
     folder = tmp_path / "tmp"
     folder.mkdir()
     mine = folder / "dates_transformer.yaml"  # the name of a packaged experiment
     mine.write_text("# @package _global_\nseed: 777\n")
     for given in ("tmp/dates_transformer.yaml", str(mine)):
-        result = attnseq("train", f"config={given}", "--cfg", "job", cwd=tmp_path)
+        home = {**os.environ, "HOME": str(tmp_path)}  # the linked experiment files stay in tmp
+        result = attnseq(
+            "train", f"config={given}", "--cfg", "job", cwd=tmp_path, env=home, timeout=120
+        )
         assert result.returncode == 0, result.stderr
         assert "\nseed: 777\n" in "\n" + result.stdout
         assert f"config_file: {mine}" in result.stdout

@@ -6,8 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import eval_result, untrained_checkpoint
-from test_eval_alignment import SRC, TGT, run_eval, write_set
+from helpers import (
+    SRC,
+    TGT,
+    eval_result,
+    run_eval,
+    toy_transformer,
+    untrained_checkpoint,
+    write_set,
+)
 from typer.testing import CliRunner
 
 from attnseq.analysis.align_run import AlignRequest, run_align
@@ -18,27 +25,17 @@ from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
 from attnseq.models.loading import load_trained_model
 
-WORDS = ("data.source=local", "data.name=toy", "data.format=parallel", "data.tokenizer=word")
-
-
-def transformer(path: Path, root: Path, src: str, tgt: str, pairs, seed: int) -> Path:
-    return untrained_checkpoint(
-        path, "model.family=transformer", "model.dec_layers=2", "model.heads=2", *WORDS,
-        f"data.root={root}", "data.splits.test=set", f"data.src_lang={src}",
-        f"data.tgt_lang={tgt}", f"seed={seed}", pairs=pairs,
-    )  # fmt: skip
-
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> tuple[Path, Path, dict[str, Path]]:
     folder = tmp_path_factory.mktemp("align_cli")
     files = write_set(folder / "data")
     pairs = read_parallel(files["src"], files["tgt"])
-    forward = transformer(
+    forward = toy_transformer(
         folder / "run" / "checkpoints" / "best.pt", folder / "data", "src", "tgt", pairs, 1
     )
     swapped = [(tgt, src) for src, tgt in pairs]
-    reverse = transformer(folder / "reverse.pt", folder / "data", "tgt", "src", swapped, 2)
+    reverse = toy_transformer(folder / "reverse.pt", folder / "data", "tgt", "src", swapped, 2)
     return forward, reverse, files
 
 

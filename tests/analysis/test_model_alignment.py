@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import eval_result, untrained_checkpoint
-from typer.testing import CliRunner
+from helpers import SRC, TGT, eval_result, run_eval, untrained_checkpoint, write_set
 
 from attnseq.analysis.alignment import (
     alignment_error_rate,
@@ -17,39 +16,11 @@ from attnseq.analysis.alignment import (
     word_ids,
 )
 from attnseq.analysis.alignment_gold import read_gold
-from attnseq.cli.app import app
 from attnseq.config.conversion import config_from_dict
 from attnseq.data.file_readers import read_parallel
 from attnseq.data.prepare import TokenizerPair
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models.loading import model_for
-
-# a toy parallel text with word tokens; every sentence pair gets a few sure/possible links
-SRC = ["the small dog runs", "a cat sleeps here now", "dogs run", "the cat sees a small dog"]
-TGT = ["le petit chien court", "un chat dort ici", "les chiens courent", "le chat voit un chien"]
-PHARAOH = ["0-0 1-1 2-2 3-3", "0-0 1-1 2?2 3-3 4?3", "0-1 1-2 0?0", "0-0 1-1 2-2 3?3 5-4 4?4"]
-
-
-def write_set(folder: Path) -> dict[str, Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {"src": folder / "set.src", "tgt": folder / "set.tgt", "gold": folder / "gold.txt"}
-    for key, lines in (("src", SRC), ("tgt", TGT), ("gold", PHARAOH)):
-        files[key].write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    # the same links in NAACL format (1-based), and reversed (target word, source word)
-    naacl, reversed_lines = [], []
-    for number, line in enumerate(PHARAOH, start=1):
-        reversed_links = []
-        for link in line.split():
-            i, j = link.replace("?", "-").split("-")
-            sure = "-" in link
-            naacl.append(f"{number} {int(i) + 1} {int(j) + 1} {'S' if sure else 'P'}")
-            reversed_links.append(f"{j}{'-' if sure else '?'}{i}")
-        reversed_lines.append(" ".join(reversed_links))
-    files["naacl"] = folder / "gold.naacl"
-    files["naacl"].write_text("\n".join(naacl) + "\n", encoding="utf-8")
-    files["reversed"] = folder / "gold.reversed"
-    files["reversed"].write_text("\n".join(reversed_lines) + "\n", encoding="utf-8")
-    return files
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +36,6 @@ def setup(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
         pairs=read_parallel(files["src"], files["tgt"]),
     )  # fmt: skip
     return checkpoint, files
-
-
-def run_eval(checkpoint: Path, out: Path, *args: str):
-    # the checkpoint's data.root, given on the command line: eval reads files there
-    root = load_checkpoint(checkpoint)["config"]["data"]["root"]
-    command = ["eval", str(checkpoint), f"data.root={root}", "--out", str(out), *args]
-    return CliRunner().invoke(app, command)
 
 
 def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:

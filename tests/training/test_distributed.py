@@ -29,7 +29,7 @@ from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training import trainer
 from attnseq.training.run import run_training
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 
 # 200 examples, 100 tokens a batch: 18 batches an epoch, 9 per rank; 24 steps cross epochs.

@@ -12,7 +12,7 @@ import pytest
 from attnseq.evaluation.run import evaluate_checkpoint
 from tests.helpers import untrained_checkpoint
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "prune_heads_curve.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prune_heads_curve.py"
 spec = importlib.util.spec_from_file_location("prune_heads_curve", SCRIPT)
 assert spec is not None and spec.loader is not None
 prune_heads_curve = importlib.util.module_from_spec(spec)

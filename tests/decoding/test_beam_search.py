@@ -10,7 +10,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import (
+    BOS,
+    EOS,
+    FAMILIES,
+    PAD,
+    UNK,
+    VOCAB,
+    TableModel,
+    make_model,
+    random_batch,
+    table_model,
+    tiny_config,
+)
 from torch import Tensor
 
 from attnseq.data.sources import load_splits
@@ -25,68 +37,7 @@ from attnseq.decoding import (
 )
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
-
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
-VOCAB = 14
-FAMILIES = {
-    "bahdanau": ("model.family=rnn", "model.decoder=bahdanau"),
-    "luong": ("model.family=rnn", "model.decoder=luong", "model.attention.score=general"),
-    "transformer": ("model.family=transformer",),
-}
-
-
-def make_model(family: str, seed: int = 0) -> Seq2Seq:
-    """An untrained tiny model of one family, in eval mode (deterministic)."""
-    torch.manual_seed(seed)
-    cfg = tiny_config(*FAMILIES[family], "model.dropout=0.0")
-    return build_model(cfg.model, Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)).eval()
-
-
-def random_batch(batch: int, length: int = 7, seed: int = 1) -> tuple[Tensor, Tensor]:
-    """(B, S) right-padded sources of lengths 1..S and their (B,) lengths."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
-    lengths[0] = length
-    src = torch.randint(4, VOCAB, (batch, length), generator=generator)
-    src[torch.arange(length).unsqueeze(0) >= lengths.unsqueeze(1)] = PAD
-    return src, lengths
-
-
-class TableModel(Seq2Seq):
-    """A stub with hand-set scores: logits of step t after token y are table[t, y].
-
-    Args:
-        table: (T, V, V) logits per step and previous token (the last step repeats beyond T).
-    """
-
-    def __init__(self, table: Tensor) -> None:
-        super().__init__(PAD, BOS, EOS)
-        self.table = table
-
-    def forward(
-        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
-    ) -> Seq2SeqOutput:
-        steps = torch.arange(tgt_in.size(1)).clamp(max=self.table.size(0) - 1)  # (T,)
-        return Seq2SeqOutput(self.table[steps.unsqueeze(0), tgt_in])  # (B, T, V)
-
-    def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
-        return {"step": torch.zeros(src.size(0), dtype=torch.long)}
-
-    def decode_step(
-        self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
-    ) -> tuple[Tensor, Tensor | None, DecoderState]:
-        step = state["step"].clamp(max=self.table.size(0) - 1)  # (B,)
-        return self.table[step, prev_tokens], None, {"step": state["step"] + 1}
-
-
-def table_model(rows: list[dict[int, float]], vocab: int = 6) -> TableModel:
-    """Prefix-independent stub: step t gives log-probability rows[t][token] (others ~0)."""
-    table = torch.full((len(rows), vocab, vocab), -30.0)
-    for step, row in enumerate(rows):
-        for token, log_prob in row.items():
-            table[step, :, token] = log_prob
-    return TableModel(table)
+from attnseq.models.seq2seq import DecoderState, Seq2Seq
 
 
 def lp(length: int, alpha: float) -> float:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import untrained_checkpoint
-from test_decoding import EOS, FAMILIES, make_model, random_batch, table_model
+from helpers import EOS, FAMILIES, make_model, random_batch, table_model, untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app

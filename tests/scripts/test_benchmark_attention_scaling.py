@@ -11,7 +11,7 @@ import pytest
 
 from attnseq.config.choices import AttentionKind
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_attention_scaling.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_attention_scaling.py"
 
 
 def test_the_kinds_are_those_of_the_config(tmp_path):

@@ -7,8 +7,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from helpers import untrained_checkpoint
-from test_cli import attnseq
+from helpers import attnseq, untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app

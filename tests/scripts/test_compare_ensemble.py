@@ -12,7 +12,7 @@ from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.loading import load_trained_model, model_for
 from tests.helpers import untrained_checkpoint
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_ensemble.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_ensemble.py"
 
 
 def load_script():

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_attention_kinds.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_attention_kinds.py"
 TINY = [
     "data.train_size=40", "data.valid_size=8", "data.test_size=8", "model.d_model=16",
     "model.heads=2", "model.ff_dim=32", "model.enc_layers=1", "model.dec_layers=1",

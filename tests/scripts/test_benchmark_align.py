@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.helpers import untrained_checkpoint
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_align.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_align.py"
 
 
 def run(*arguments: str) -> subprocess.CompletedProcess:

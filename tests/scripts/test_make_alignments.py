@@ -11,7 +11,7 @@ from attnseq.analysis.alignment_gold import read_pharaoh
 from attnseq.data.guided_alignment import read_alignment_file
 from attnseq.data.sources import load_splits
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_alignments.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_alignments.py"
 spec = importlib.util.spec_from_file_location("make_alignments", SCRIPT)
 assert spec is not None and spec.loader is not None
 make_alignments = importlib.util.module_from_spec(spec)

@@ -5,7 +5,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "loss_trajectory.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "loss_trajectory.py"
 
 
 def _script():

@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import untrained_checkpoint
-from test_decoding import BOS, EOS, FAMILIES, PAD, make_model, random_batch
+from helpers import (
+    BOS,
+    EOS,
+    FAMILIES,
+    PAD,
+    SOURCE_ONLY,
+    copy_only_checkpoint,
+    make_model,
+    random_batch,
+    untrained_checkpoint,
+)
 from torch import Tensor
 from typer.testing import CliRunner
 
@@ -199,7 +208,6 @@ def test_cli_eval_names_and_records_the_ensemble(checkpoints, tmp_path: Path) ->
 
 
 def test_copy_models_sample_and_ensemble_like_greedy(tmp_path: Path) -> None:
-    from test_pointer_generator import SOURCE_ONLY, copy_only_checkpoint
 
     checkpoint = str(copy_only_checkpoint(tmp_path / "copy.pt", "trainer.max_output_extra=2"))
     expected = f"{SOURCE_ONLY} " * 2 + SOURCE_ONLY + "\n"  # the source-only word, copied

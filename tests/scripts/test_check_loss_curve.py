@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_loss_curve.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_loss_curve.py"
 TINY = [
     "data.train_size=200",
     "data.valid_size=30",

@@ -6,9 +6,7 @@ that is mostly <unk> for a model gives one warning line with its unknown-token r
 from pathlib import Path
 
 import pytest
-from helpers import untrained_checkpoint
-from test_align_command import transformer
-from test_eval_alignment import SRC, run_eval, write_set
+from helpers import SRC, run_eval, toy_transformer, untrained_checkpoint, write_set
 from typer.testing import CliRunner
 
 from attnseq.analysis.alignment_gold import LinkOutsideSentence, read_gold_file, word_counts
@@ -24,12 +22,14 @@ def setup(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("alignment_inputs")
     files = write_set(folder / "data")
     pairs = read_parallel(files["src"], files["tgt"])
-    files["forward"] = transformer(folder / "fwd.pt", folder / "data", "src", "tgt", pairs, 1)
+    files["forward"] = toy_transformer(folder / "fwd.pt", folder / "data", "src", "tgt", pairs, 1)
     swapped = [(tgt, src) for src, tgt in pairs]
-    files["reverse"] = transformer(folder / "rev.pt", folder / "data", "tgt", "src", swapped, 2)
-    files["same"] = transformer(folder / "same.pt", folder / "data", "src", "tgt", pairs, 3)
+    files["reverse"] = toy_transformer(folder / "rev.pt", folder / "data", "tgt", "src", swapped, 2)
+    files["same"] = toy_transformer(folder / "same.pt", folder / "data", "src", "tgt", pairs, 3)
     other = [(a, b) for a, b in zip(UNKNOWN, reversed(UNKNOWN), strict=True)]
-    files["other"] = transformer(folder / "other.pt", folder / "elsewhere", "xx", "yy", other, 4)
+    files["other"] = toy_transformer(
+        folder / "other.pt", folder / "elsewhere", "xx", "yy", other, 4
+    )
     files["unknown"] = folder / "unknown.txt"
     files["unknown"].write_text("".join(line + "\n" for line in UNKNOWN), encoding="utf-8")
     return files
