@@ -1,5 +1,5 @@
-"""What several test files share: the CLI in a subprocess or in this process, tiny configs,
-models and checkpoints, and a toy word-aligned parallel set."""
+"""What several test files share: the tiny training overrides, the CLI in a subprocess or in
+this process, tiny configs, models and checkpoints, and a toy word-aligned parallel set."""
 
 import subprocess
 import sys
@@ -14,6 +14,46 @@ from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 
 # ------------------------------------------------------------------------------ the CLI
+# Command-line overrides that make `attnseq train` (the default GRU + Bahdanau on dates) a
+# seconds-long run on the CPU; a test adds its step budget and whatever it varies.
+TINY = [
+    "data.train_size=200",
+    "data.valid_size=10",
+    "data.test_size=10",
+    "model.hidden=16",
+    "model.emb_dim=8",
+    "trainer.device=cpu",
+    "trainer.threads=1",
+]
+
+# A tiny transformer for the scripts that train one run per variant and tabulate them.
+TINY_TRANSFORMER = [
+    "data.valid_size=8",
+    "data.test_size=8",
+    "model.d_model=16",
+    "model.heads=2",
+    "model.ff_dim=32",
+    "model.enc_layers=1",
+    "model.dec_layers=1",
+    "trainer.validate_every=2",
+    "trainer.max_minutes=null",
+    "trainer.log_every=1",
+    "trainer.progress=false",
+    "trainer.threads=1",
+]
+
+# Two updates of tiny summarizers for scripts/compare_summarizers.py.
+TINY_SUMMARIZER = [
+    "trainer.max_steps=2",
+    "trainer.validate_every=2",
+    "model.emb_dim=16",
+    "model.hidden=16",
+    "model.attention.attn_dim=16",
+    "trainer.beam=1",
+    "trainer.max_output_extra=2",
+    "trainer.threads=1",
+]
+
 GIB = 1024**3  # bytes in a GiB, for memory budgets
 
 

@@ -6,12 +6,12 @@ Hydra's global state stays isolated."""
 import csv
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import helpers
 import pytest
 import yaml
+from helpers import attnseq
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from typer.testing import CliRunner
@@ -22,30 +22,10 @@ from attnseq.cli.app import app
 from attnseq.cli.hydra_entry import CONFIG_DIR
 from attnseq.config.schema import TrainConfig, register_configs
 
-TINY = [
-    "data.train_size=200",
-    "data.valid_size=10",
-    "data.test_size=10",
-    "model.hidden=16",
-    "model.emb_dim=8",
-    "trainer.max_steps=4",
-    "trainer.validate_every=2",
-    "trainer.device=cpu",
-    "trainer.threads=1",
-]
+TINY = [*helpers.TINY, "trainer.max_steps=4", "trainer.validate_every=2"]
 HAS_OPTUNA = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None
 HAS_SUBMITIT = importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
 HAS_JOBLIB = importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is not None
-
-
-def attnseq(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "attnseq", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

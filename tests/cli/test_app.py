@@ -3,37 +3,17 @@
 (in subprocesses, as lightning-hydra-template does, so Hydra's global state stays isolated)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import helpers
 import pytest
+from helpers import attnseq
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.evaluation.metrics import bleu_signature
 
-TINY = [
-    "data.train_size=200",
-    "data.valid_size=10",
-    "data.test_size=10",
-    "model.hidden=16",
-    "model.emb_dim=8",
-    "trainer.max_steps=4",
-    "trainer.validate_every=2",
-    "trainer.device=cpu",
-    "trainer.threads=1",
-]
-
-
-def attnseq(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "attnseq", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+TINY = [*helpers.TINY, "trainer.max_steps=4", "trainer.validate_every=2"]
 
 
 def test_help_lists_commands_with_examples() -> None:

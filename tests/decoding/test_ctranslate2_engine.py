@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -18,7 +19,6 @@ from attnseq.data.tokenizers import BOS_ID, EOS_ID
 from attnseq.decoding.translate import Translator
 from attnseq.models.ctranslate2_export import EXPORT_FILE, export_ctranslate2
 from attnseq.training.run import run_training
-from tests.helpers import untrained_checkpoint
 
 runner = CliRunner()
 SPM = ["data.name=toy_translation", "data.tokenizer=sentencepiece", "data.spm_vocab_size=80"]
@@ -113,7 +113,7 @@ def test_a_trained_model_decodes_the_same_through_the_cli(ctranslate2, tmp_path:
     """A toy translation transformer trained for ~30 s: `attnseq translate --engine
     ctranslate2` writes what `attnseq translate` writes, greedy and beam 4 (length penalty 0,
     where both searches rank by log P), and the int8 export stays close."""
-    from tests.helpers import tiny_config
+    from helpers import tiny_config
 
     cfg = tiny_config(
         *TRANSFORMER,
@@ -382,8 +382,9 @@ def test_a_pruned_checkpoint_exports_what_it_computes(ctranslate2, tmp_path: Pat
     "feature", ["model.attention.memory_slots=2", "model.conv_kernel=3"], ids=["memory", "conv"]
 )
 def test_features_the_engine_would_drop_are_refused(feature: str) -> None:
+    from helpers import tiny_config
+
     from attnseq.models.ctranslate2_export import unsupported_features
-    from tests.helpers import tiny_config
 
     problems = unsupported_features(tiny_config(*TRANSFORMER, feature))
     assert len(problems) == 1 and problems[0].startswith(feature)

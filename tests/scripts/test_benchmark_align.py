@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import untrained_checkpoint
+from helpers import untrained_checkpoint
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_align.py"
 

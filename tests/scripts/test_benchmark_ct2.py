@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests.helpers import untrained_checkpoint
+from helpers import untrained_checkpoint
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_ct2.py"
 

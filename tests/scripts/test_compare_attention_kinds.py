@@ -6,13 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import TINY_TRANSFORMER
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_attention_kinds.py"
-TINY = [
-    "data.train_size=40", "data.valid_size=8", "data.test_size=8", "model.d_model=16",
-    "model.heads=2", "model.ff_dim=32", "model.enc_layers=1", "model.dec_layers=1",
-    "trainer.max_steps=2", "trainer.validate_every=2", "trainer.max_minutes=null",
-    "trainer.log_every=1", "trainer.progress=false", "trainer.threads=1",
-]  # fmt: skip
+TINY = [*TINY_TRANSFORMER, "data.train_size=40", "trainer.max_steps=2"]
 
 
 def _run(*arguments: str) -> subprocess.CompletedProcess:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import untrained_checkpoint
 
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.loading import load_trained_model, model_for
-from tests.helpers import untrained_checkpoint
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_ensemble.py"
 

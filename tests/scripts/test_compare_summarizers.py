@@ -9,14 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TINY_SUMMARIZER
 from rouge_score import rouge_scorer
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_summarizers.py"
-TINY = [
-    "trainer.max_steps=2", "trainer.validate_every=2", "data.max_examples=64",
-    "model.emb_dim=16", "model.hidden=16", "model.attention.attn_dim=16", "trainer.beam=1",
-    "trainer.max_output_extra=2", "trainer.threads=1",
-]  # fmt: skip
+TINY = [*TINY_SUMMARIZER, "data.max_examples=64"]
 
 
 def _run(out: Path, *arguments: str) -> subprocess.CompletedProcess:

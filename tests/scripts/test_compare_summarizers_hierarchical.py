@@ -12,17 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TINY_SUMMARIZER
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_summarizers.py"
 spec = importlib.util.spec_from_file_location("compare_summarizers", SCRIPT)
 assert spec is not None and spec.loader is not None
 compare = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(compare)
-TINY = [
-    "trainer.max_steps=2", "trainer.validate_every=2", "model.emb_dim=16", "model.hidden=16",
-    "model.attention.attn_dim=16", "trainer.beam=1", "trainer.max_output_extra=2",
-    "trainer.threads=1", "data.spm_vocab_size=120", "optim.coverage_start_step=1",
-]  # fmt: skip
+TINY = [*TINY_SUMMARIZER, "data.spm_vocab_size=120", "optim.coverage_start_step=1"]
 
 
 def fake_dialogsum(root: Path) -> None:

@@ -7,14 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import TINY_TRANSFORMER
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_training_options.py"
 TINY = [
-    "config=reverse_transformer", "data.train_size=60", "data.valid_size=8",
-    "data.test_size=8", "data.max_tokens=60", "model.d_model=16", "model.heads=2",
-    "model.ff_dim=32", "model.enc_layers=1", "model.dec_layers=1", "trainer.max_steps=4",
-    "trainer.validate_every=2", "trainer.max_minutes=null", "trainer.log_every=1",
-    "trainer.progress=false", "trainer.threads=1",
-]  # fmt: skip
+    "config=reverse_transformer",
+    *TINY_TRANSFORMER,
+    "data.train_size=60",
+    "data.max_tokens=60",
+    "trainer.max_steps=4",
+]
 
 
 def _run(out: Path, *arguments: str) -> subprocess.CompletedProcess:

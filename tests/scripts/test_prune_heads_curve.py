@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import untrained_checkpoint
 
 from attnseq.evaluation.run import evaluate_checkpoint
-from tests.helpers import untrained_checkpoint
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prune_heads_curve.py"
 spec = importlib.util.spec_from_file_location("prune_heads_curve", SCRIPT)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import attnseq, tiny_config
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
@@ -76,12 +76,6 @@ QUICK = [
 
 def attnseq_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "attnseq", *args]
-
-
-def attnseq(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        attnseq_command(*args), cwd=cwd, capture_output=True, text=True, timeout=300
-    )
 
 
 def checkpoint_step(path: Path) -> int | None:

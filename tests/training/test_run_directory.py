@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import helpers
 import pytest
-from helpers import tiny_config
+from helpers import attnseq, tiny_config
 
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
@@ -23,30 +24,11 @@ from attnseq.training.run_directory import (
     run_outputs,
 )
 
-TINY = [
-    "data.train_size=200",
-    "data.valid_size=10",
-    "data.test_size=10",
-    "model.hidden=16",
-    "model.emb_dim=8",
-    "trainer.validate_every=2",
-    "trainer.device=cpu",
-    "trainer.threads=1",
-]
+TINY = [*helpers.TINY, "trainer.validate_every=2"]
 HOLD = (
     "import sys, time; from pathlib import Path; from attnseq.training import run_lock; "
     "run_lock.acquire(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)"
 )
-
-
-def attnseq(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "attnseq", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def tree(folder: Path) -> dict[str, str]:

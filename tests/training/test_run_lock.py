@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import tiny_config
+from helpers import TINY, attnseq, tiny_config
 
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
@@ -25,15 +25,6 @@ HOLD = (
     "import sys, time; from pathlib import Path; from attnseq.training import run_lock; "
     "run_lock.acquire(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)"
 )
-TINY = [
-    "data.train_size=200",
-    "data.valid_size=10",
-    "data.test_size=10",
-    "model.hidden=16",
-    "model.emb_dim=8",
-    "trainer.device=cpu",
-    "trainer.threads=1",
-]
 
 
 def holder(run_dir: Path) -> subprocess.Popen:
@@ -43,16 +34,6 @@ def holder(run_dir: Path) -> subprocess.Popen:
     )
     assert process.stdout is not None and process.stdout.readline().strip() == "locked"
     return process
-
-
-def attnseq(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "attnseq", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_a_held_directory_refuses_a_second_holder(tmp_path: Path) -> None:

@@ -9,22 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import helpers
 from rich.console import Console
 
 from attnseq.io.progress import ON_BAR, Rate, counting, logging_above
 
 TINY = [
     "data=reverse",
-    "data.train_size=200",
-    "data.valid_size=10",
-    "data.test_size=10",
-    "model.hidden=16",
-    "model.emb_dim=8",
+    *helpers.TINY,
     "trainer.max_steps=6",
     "trainer.log_every=2",
     "trainer.validate_every=3",
-    "trainer.device=cpu",
-    "trainer.threads=1",
 ]
 
 INTERVAL = re.compile(
