@@ -1,6 +1,6 @@
 """Sweeps: `attnseq sweep-report` on real and hand-made multirun folders, the joblib launcher,
 the Optuna sweeper (hparams_search/), the SLURM launcher's composition, and the messages for a
-plugin that is not installed. Real sweeps run in subprocesses, as in tests/test_cli.py, so
+plugin that is not installed. Real sweeps run in subprocesses, as in tests/cli/test_app.py, so
 Hydra's global state stays isolated."""
 
 import csv

@@ -161,7 +161,7 @@ def test_an_input_that_is_no_readable_text_file_is_named_so(
     odd, what = _odd_input(kind, tmp_path)
     for command, (args, name) in _commands(checkpoint, odd, tmp_path).items():
         if command == "translate" and kind == "fifo":
-            continue  # translate streams a named pipe (test_translate.py)
+            continue  # translate streams a named pipe (decoding/test_translate.py)
         result = run(*args)
         assert result.exit_code == 2, (command, result.output)
         line = one_error(result.stderr, f"{name} {what}")

@@ -1,7 +1,7 @@
-"""The transformer with each efficient self-attention kind (issue 12): weights where the kind has
-them, incremental decoding equal to the forward pass (also after reorder_state), no NaN for an
-empty source, a tiny model of every kind overfits a batch, and encoder-only kinds stay out of
-the decoder."""
+"""The transformer with each efficient self-attention kind: weights where the kind has them,
+incremental decoding equal to the forward pass (also after reorder_state), no NaN for an empty
+source, a tiny model of every kind overfits a batch, and encoder-only kinds stay out of the
+decoder."""
 
 import time
 

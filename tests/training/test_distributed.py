@@ -1,4 +1,4 @@
-"""Data-parallel training (issue 9): two gloo processes on CPU, on the generated reverse task.
+"""Data-parallel training: two gloo processes on CPU, on the generated reverse task.
 
 - Each rank trains on its own shard: disjoint examples, the same number of steps; the loss
   goes down; with the same global batch (the union of the ranks' batches) the losses match a

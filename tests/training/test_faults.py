@@ -1,4 +1,4 @@
-"""What attnseq guarantees when a run dies or is fed bad input (issue 8).
+"""What attnseq guarantees when a run dies or is fed bad input.
 
 - A run killed with SIGKILL at any moment and resumed with resume=auto ends with the same
   weights as a run that never stopped (CPU, one thread).
@@ -9,7 +9,7 @@
 - Every bad input ends with exit status 2, one message naming the problem and no traceback.
 
 `attnseq train` goes through hydra.main, so its checks run in subprocesses (as in
-test_cli.py); eval/translate use Typer's CliRunner.
+cli/test_app.py); eval/translate use Typer's CliRunner.
 """
 
 import os

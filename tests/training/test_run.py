@@ -1,6 +1,6 @@
-"""End to end through the composition root: train a tiny model, then check every artefact the
-issue names (checkpoints, metrics.json, TensorBoard scalars and heatmaps) and that `eval` of the
-best checkpoint reproduces the test metrics."""
+"""End to end through the composition root: train a tiny model, then check every artefact a run
+writes (checkpoints, metrics.json, TensorBoard scalars and heatmaps) and that `eval` of the best
+checkpoint reproduces the test metrics."""
 
 import json
 from pathlib import Path
@@ -131,8 +131,8 @@ def test_a_short_toy_translation_run_learns_to_align(tmp_path: Path) -> None:
 
 def test_a_model_without_attention_trains_on_a_task_with_gold_alignments(tmp_path: Path) -> None:
     """model=rnn_none on reverse (which has gold links): the fixed-vector baseline has no
-    attention to score, so the run ends with its other metrics and no AER (it used to crash in
-    the final test evaluation)."""
+    attention to score, so the run, its final test evaluation included, ends with its other
+    metrics and no AER."""
     cfg = tiny_config("data.name=reverse", "data.tokenizer=word", "model.attention.score=none")
     metrics = run_training(cfg, tmp_path)
     assert "test/exact_match" in metrics and "test/aer" not in metrics
