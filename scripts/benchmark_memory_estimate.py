@@ -171,7 +171,7 @@ def markdown(rows: list[Row]) -> str:
         "`attnseq/training/peak_memory.py`).",
         "",
         f"The estimate is within a factor {FACTOR:g} of the measurement for every attention "
-        "kind at every size (tests/test_resource_estimate.py holds it there); in this table "
+        "kind at every size (tests/config/test_resources.py holds it there); in this table "
         f"measured / estimated runs from {min(r.ratio for r in rows):.2f} to "
         f"{max(r.ratio for r in rows):.2f}.",
         "",

@@ -2,6 +2,7 @@
 location of the shared real corpora."""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,15 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real corpora not found at {SHARED_DATA} (set ATTNSEQ_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def one_intra_op_thread() -> Iterator[None]:
+    """One intra-op thread for a module of tiny-tensor tests (`pytestmark =
+    pytest.mark.usefixtures("one_intra_op_thread")`), restored afterwards: tiny tensors gain
+    nothing from intra-op threads, and OpenMP spin-waiting makes them orders of magnitude slower
+    when another process competes for the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -1,7 +1,99 @@
-"""Small builders shared by tests: a tiny config and tiny models."""
+"""What several test files share: the tiny training overrides, the CLI in a subprocess or in
+this process, tiny configs, models and checkpoints, and a toy word-aligned parallel set."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from torch import Tensor
 
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
+from attnseq.models import Vocabularies, build_model
+from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
+
+# ------------------------------------------------------------------------------ the CLI
+# Command-line overrides that make `attnseq train` (the default GRU + Bahdanau on dates) a
+# seconds-long run on the CPU; a test adds its step budget and whatever it varies.
+TINY = [
+    "data.train_size=200",
+    "data.valid_size=10",
+    "data.test_size=10",
+    "model.hidden=16",
+    "model.emb_dim=8",
+    "trainer.device=cpu",
+    "trainer.threads=1",
+]
+
+# A tiny transformer for the scripts that train one run per variant and tabulate them.
+TINY_TRANSFORMER = [
+    "data.valid_size=8",
+    "data.test_size=8",
+    "model.d_model=16",
+    "model.heads=2",
+    "model.ff_dim=32",
+    "model.enc_layers=1",
+    "model.dec_layers=1",
+    "trainer.validate_every=2",
+    "trainer.max_minutes=null",
+    "trainer.log_every=1",
+    "trainer.progress=false",
+    "trainer.threads=1",
+]
+
+# Two updates of tiny summarizers for scripts/compare_summarizers.py.
+TINY_SUMMARIZER = [
+    "trainer.max_steps=2",
+    "trainer.validate_every=2",
+    "model.emb_dim=16",
+    "model.hidden=16",
+    "model.attention.attn_dim=16",
+    "trainer.beam=1",
+    "trainer.max_output_extra=2",
+    "trainer.threads=1",
+]
+
+GIB = 1024**3  # bytes in a GiB, for memory budgets
+
+
+def attnseq(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """`attnseq ARGS` in a fresh interpreter (Hydra's global state stays out of the test
+    process, as lightning-hydra-template's tests do); `env` replaces the environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "attnseq", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def train_in_process(tmp_path: Path, *overrides: str) -> tuple[int, str]:
+    """`attnseq train OVERRIDES` through the CLI (in this process); exit code and output."""
+    from typer.testing import CliRunner
+
+    from attnseq.cli.app import app
+
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", *overrides, f"hydra.run.dir={run_dir}"])
+    return result.exit_code, result.output
+
+
+def assert_refused(tmp_path: Path, code: int, output: str, expected: str) -> None:
+    """The refusal of a config: exit 2, one `error:` line naming `expected`, no run directory."""
+    assert code == 2, output
+    assert "Traceback" not in output
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), output
+    assert expected in lines[0], output
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------- configs
 
 
 def tiny_config(*overrides: str) -> TrainConfig:
@@ -32,8 +124,6 @@ def untrained_checkpoint(path, *overrides: str, pairs=None):
     """Save an untrained model of `tiny_config(*overrides)` as a checkpoint at `path` (config,
     tokenizers, weights: what eval, translate and visualize-alignment read). Tokenizers are
     trained on `pairs` when given, else on the config's training split. Returns the path."""
-    import torch
-
     from attnseq.data.prepare import prepare_data, train_tokenizers
     from attnseq.io.checkpoint import save_checkpoint
     from attnseq.models.loading import model_for
@@ -57,8 +147,158 @@ def untrained_checkpoint(path, *overrides: str, pairs=None):
 def eval_result(out):
     """The one result folder `attnseq eval --out OUT` wrote under OUT (the folder holding
     metrics.json: OUT/CHECKPOINT/SPLIT.DECODING/)."""
-    from pathlib import Path
-
     folders = [path.parent for path in Path(out).rglob("metrics.json")]
     assert len(folders) == 1, folders
     return folders[0]
+
+
+# --------------------------------------------------------------------- tiny models by hand
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+VOCAB = 14
+FAMILIES = {
+    "bahdanau": ("model.family=rnn", "model.decoder=bahdanau"),
+    "luong": ("model.family=rnn", "model.decoder=luong", "model.attention.score=general"),
+    "transformer": ("model.family=transformer",),
+}
+
+
+def make_model(family: str, seed: int = 0) -> Seq2Seq:
+    """An untrained tiny model of one family, in eval mode (deterministic)."""
+    torch.manual_seed(seed)
+    cfg = tiny_config(*FAMILIES[family], "model.dropout=0.0")
+    return build_model(cfg.model, Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)).eval()
+
+
+def random_batch(batch: int, length: int = 7, seed: int = 1) -> tuple[Tensor, Tensor]:
+    """(B, S) right-padded sources of lengths 1..S and their (B,) lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    lengths[0] = length
+    src = torch.randint(4, VOCAB, (batch, length), generator=generator)
+    src[torch.arange(length).unsqueeze(0) >= lengths.unsqueeze(1)] = PAD
+    return src, lengths
+
+
+class TableModel(Seq2Seq):
+    """A stub with hand-set scores: logits of step t after token y are table[t, y].
+
+    Args:
+        table: (T, V, V) logits per step and previous token (the last step repeats beyond T).
+    """
+
+    def __init__(self, table: Tensor) -> None:
+        super().__init__(PAD, BOS, EOS)
+        self.table = table
+
+    def forward(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
+    ) -> Seq2SeqOutput:
+        steps = torch.arange(tgt_in.size(1)).clamp(max=self.table.size(0) - 1)  # (T,)
+        return Seq2SeqOutput(self.table[steps.unsqueeze(0), tgt_in])  # (B, T, V)
+
+    def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
+        return {"step": torch.zeros(src.size(0), dtype=torch.long)}
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None, DecoderState]:
+        step = state["step"].clamp(max=self.table.size(0) - 1)  # (B,)
+        return self.table[step, prev_tokens], None, {"step": state["step"] + 1}
+
+
+def table_model(rows: list[dict[int, float]], vocab: int = 6) -> TableModel:
+    """Prefix-independent stub: step t gives log-probability rows[t][token] (others ~0)."""
+    table = torch.full((len(rows), vocab, vocab), -30.0)
+    for step, row in enumerate(rows):
+        for token, log_prob in row.items():
+            table[step, :, token] = log_prob
+    return TableModel(table)
+
+
+# ------------------------------------------------------------------------ a copy-only model
+WORD_PAIRS = [("alpha beta gamma", "alpha beta"), ("beta gamma", "gamma")]
+SOURCE_ONLY = "Zürich"  # in no training text: outside both vocabularies
+
+
+def copy_only_checkpoint(path: Path, *overrides: str) -> Path:
+    """A word-level copy model whose p_gen is fixed near 0 (it can only copy) and whose
+    vocabulary distribution puts everything on EOS."""
+    from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+
+    untrained_checkpoint(
+        path,
+        "data.tokenizer=word",
+        "model.copy=true",
+        "model.dropout=0.0",
+        *overrides,
+        pairs=WORD_PAIRS,
+    )
+    payload = load_checkpoint(path)
+    weights = payload["model"]
+    for name in list(weights):
+        if name.startswith("generation.linear."):
+            weights[name] = torch.zeros_like(weights[name])
+    weights["generation.linear.bias"] = torch.tensor([-2.0])  # p_gen = 0.12: copy or EOS
+    output_bias = "output.bias" if "output.bias" in weights else None
+    if output_bias is not None:
+        bias = torch.full_like(weights[output_bias], -30.0)
+        bias[3] = 30.0  # P_vocab(EOS) = 1
+        weights[output_bias] = bias
+        weights["output.weight"] = torch.zeros_like(weights["output.weight"])
+        weights["embedding.weight"] = torch.zeros_like(weights["embedding.weight"])
+    save_checkpoint(path, payload)
+    return path
+
+
+# ------------------------------------------------------------- a toy word-aligned parallel set
+# a toy parallel text with word tokens; every sentence pair gets a few sure/possible links
+SRC = ["the small dog runs", "a cat sleeps here now", "dogs run", "the cat sees a small dog"]
+TGT = ["le petit chien court", "un chat dort ici", "les chiens courent", "le chat voit un chien"]
+PHARAOH = ["0-0 1-1 2-2 3-3", "0-0 1-1 2?2 3-3 4?3", "0-1 1-2 0?0", "0-0 1-1 2-2 3?3 5-4 4?4"]
+WORDS = ("data.source=local", "data.name=toy", "data.format=parallel", "data.tokenizer=word")
+
+
+def write_set(folder: Path) -> dict[str, Path]:
+    """SRC, TGT and their gold links in `folder`: Pharaoh, NAACL (1-based) and reversed
+    (target word, source word) gold files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"src": folder / "set.src", "tgt": folder / "set.tgt", "gold": folder / "gold.txt"}
+    for key, lines in (("src", SRC), ("tgt", TGT), ("gold", PHARAOH)):
+        files[key].write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    # the same links in NAACL format (1-based), and reversed (target word, source word)
+    naacl, reversed_lines = [], []
+    for number, line in enumerate(PHARAOH, start=1):
+        reversed_links = []
+        for link in line.split():
+            i, j = link.replace("?", "-").split("-")
+            sure = "-" in link
+            naacl.append(f"{number} {int(i) + 1} {int(j) + 1} {'S' if sure else 'P'}")
+            reversed_links.append(f"{j}{'-' if sure else '?'}{i}")
+        reversed_lines.append(" ".join(reversed_links))
+    files["naacl"] = folder / "gold.naacl"
+    files["naacl"].write_text("\n".join(naacl) + "\n", encoding="utf-8")
+    files["reversed"] = folder / "gold.reversed"
+    files["reversed"].write_text("\n".join(reversed_lines) + "\n", encoding="utf-8")
+    return files
+
+
+def toy_transformer(path: Path, root: Path, src: str, tgt: str, pairs, seed: int) -> Path:
+    """An untrained word-level transformer checkpoint for the toy set in `root`."""
+    return untrained_checkpoint(
+        path, "model.family=transformer", "model.dec_layers=2", "model.heads=2", *WORDS,
+        f"data.root={root}", "data.splits.test=set", f"data.src_lang={src}",
+        f"data.tgt_lang={tgt}", f"seed={seed}", pairs=pairs,
+    )  # fmt: skip
+
+
+def run_eval(checkpoint: Path, out: Path, *args: str):
+    """`attnseq eval CHECKPOINT` in this process, reading the data files from the checkpoint's
+    data.root (given on the command line: eval reads files there)."""
+    from typer.testing import CliRunner
+
+    from attnseq.cli.app import app
+    from attnseq.io.checkpoint import load_checkpoint
+
+    root = load_checkpoint(checkpoint)["config"]["data"]["root"]
+    command = ["eval", str(checkpoint), f"data.root={root}", "--out", str(out), *args]
+    return CliRunner().invoke(app, command)

@@ -2,8 +2,6 @@
 outside it, the block-sparse path against the masked softmax, one fixed pattern per seed and
 layer, and a causal form whose rows do not depend on the sequence's length."""
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -17,12 +15,7 @@ HEADS, D_K, D_MODEL = 2, 8, 16
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def qkv(length: int, batch: int = 2, seed: int = 0) -> list[torch.Tensor]:

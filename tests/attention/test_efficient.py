@@ -3,7 +3,6 @@ patterns with exact zeros, causal forms against quadratic ones, decoding steps a
 causal forward pass, padding, no NaN, and Performer's error shrinking with more features."""
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -46,13 +45,7 @@ OPTIONS = {  # small parameters so that every pattern is really sparse at length
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from intra-op threads (see test_multihead.py)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def qkv(length: int = 40, batch: int = 2, seed: int = 0, scale: float = 1.0) -> list[torch.Tensor]:

@@ -2,7 +2,6 @@
 against the formula, for every mask shape, causal alignments, and fully masked rows."""
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -14,13 +13,7 @@ B, H, T, S, D_K = 3, 2, 4, 6, 8
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from intra-op threads (see test_multihead.py)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def qkv(tgt_len: int = T, src_len: int = S) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

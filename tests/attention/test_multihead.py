@@ -2,7 +2,6 @@
 KV caching."""
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -20,14 +19,7 @@ D_MODEL, HEADS = 32, 4
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from intra-op threads, and OpenMP spin-waiting makes them
-    orders of magnitude slower when another process competes for the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def make_attention(seed: int = 0, bias: bool = True) -> MultiHeadAttention:

@@ -3,7 +3,6 @@ hand, fast and explicit paths equal, memory columns outside the padding and caus
 cached decoding equal to the causal forward pass, and cross-attention weights over the source."""
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -17,12 +16,7 @@ D_K = D_MODEL // HEADS
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def make(**options: object) -> MultiHeadAttention:

@@ -102,7 +102,7 @@ def reference_attention(module, score, query, keys, values, lengths):
 
 
 def test_golden_scaled_dot_product_example() -> None:
-    """The issue's example: one query, three keys, two-dimensional values."""
+    """A worked example by hand: one query, three keys, two-dimensional values."""
     module = build_attention("scaled_dot", 3, 3, attn_dim=1)
     query = torch.tensor([[[1.0, 0.0, 1.0]]])  # (B=1, T=1, 3)
     keys = torch.tensor([[[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [1.0, 0.0, 1.0]]])  # (1, S=3, 3)

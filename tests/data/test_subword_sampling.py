@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_config
 
 from attnseq.config.checks import validate
 from attnseq.data.loader import BatchLoader
@@ -18,7 +19,6 @@ from attnseq.data.subword_sampling import SampledSegmentation
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training.run import run_training
-from tests.helpers import tiny_config
 
 WORDS = [
     "the",

@@ -1,10 +1,9 @@
-"""The transformer with each efficient self-attention kind (issue 12): weights where the kind has
-them, incremental decoding equal to the forward pass (also after reorder_state), no NaN for an
-empty source, a tiny model of every kind overfits a batch, and encoder-only kinds stay out of
-the decoder."""
+"""The transformer with each efficient self-attention kind: weights where the kind has them,
+incremental decoding equal to the forward pass (also after reorder_state), no NaN for an empty
+source, a tiny model of every kind overfits a batch, and encoder-only kinds stay out of the
+decoder."""
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -32,13 +31,7 @@ OPTIONS = {
 DECODER_KINDS = ["local", "strided", "linear", "performer", "bigbird"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from intra-op threads (see test_transformer.py)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def tiny_model(kind: str, seed: int = 0, **overrides: object) -> TransformerSeq2Seq:

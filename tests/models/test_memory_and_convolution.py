@@ -2,8 +2,6 @@
 model (same parameters, same outputs), nothing leaks between the examples of a batch or from
 padding, incremental decoding equals the forward pass, and the weights show the memory."""
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -17,12 +15,7 @@ LAYERS, HEADS, SLOTS = 2, 2, 3
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def tiny_model(seed: int = 0, **options: object) -> TransformerSeq2Seq:

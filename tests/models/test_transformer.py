@@ -3,7 +3,6 @@ forcing (also after reorder_state), a tiny model overfits a batch, every option 
 
 import math
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -25,14 +24,7 @@ ATOL = 1e-5
 LAYERS, HEADS = 2, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from intra-op threads, and OpenMP spin-waiting makes them
-    orders of magnitude slower when another process competes for the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def tiny_model(seed: int = 0, **overrides: object) -> TransformerSeq2Seq:

@@ -1,0 +1,120 @@
+"""The command line as a user meets it: help texts, clear errors with exit status 2, a real
+`attnseq train` through hydra.main, `attnseq eval` of its checkpoint, and a multirun sweep
+(in subprocesses, as lightning-hydra-template does, so Hydra's global state stays isolated)."""
+
+import json
+from pathlib import Path
+
+import helpers
+import pytest
+from helpers import attnseq
+from typer.testing import CliRunner
+
+from attnseq.cli.app import app
+from attnseq.evaluation.metrics import bleu_signature
+
+TINY = [*helpers.TINY, "trainer.max_steps=4", "trainer.validate_every=2"]
+
+
+def test_help_lists_commands_with_examples() -> None:
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for word in ["train", "eval", "Examples"]:
+        assert word in result.output
+    result = CliRunner().invoke(app, ["eval", "--help"])
+    assert result.exit_code == 0 and "--split" in result.output
+
+
+def test_eval_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["eval", str(tmp_path / "missing.pt")])
+    assert result.exit_code == 2
+    assert "checkpoint not found" in result.output
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("model.hiden=3", "Did you mean 'model.hidden'"),
+        ("data=nope", "unknown choice data=nope"),
+        ("model.rnn.cell=foo", "expected one of"),
+        ("model.d_model=30", None),
+    ],
+)
+def test_train_typos_exit_2_without_traceback(
+    argument: str, message: str | None, tmp_path: Path
+) -> None:
+    extra = ["model=transformer"] if argument.startswith("model.d_model") else []
+    result = attnseq("train", argument, *extra, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error:")
+    if message:
+        assert message in result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_attention_kind_errors_exit_2(tmp_path: Path) -> None:
+    result = attnseq(
+        "train",
+        "model=transformer",
+        "model.attention.kind=linformer",
+        "model.attention.decoder_self=true",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "model.attention.kind=linformer cannot be causal" in result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_train_then_eval_reproduces_metrics(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = attnseq("train", *TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "run directory" in result.stdout
+    assert f"BLEU signature {bleu_signature()}" in result.stdout
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert (run_dir / "train.log").is_file() and (run_dir / ".hydra" / "config.yaml").is_file()
+    result = attnseq(
+        "eval",
+        str(run_dir / "checkpoints" / "best.pt"),
+        "--out",
+        str(tmp_path / "eval"),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert ["BLEU", "signature", bleu_signature()] in [line.split() for line in lines]
+    folder = tmp_path / "eval" / f"best-step{metrics['best_step']}" / "test.greedy"
+    assert lines[-1] == f"wrote {folder}/ (hyps.txt, metrics.json, refs.txt)"
+    printed = {
+        line.split()[0]: float(line.split()[1]) for line in lines if line.split()[0] in metrics
+    }
+    assert "test/bleu" in printed
+    for key, value in printed.items():
+        assert value == pytest.approx(metrics[key], abs=1e-4), key
+
+
+def test_multirun_sweep_runs_each_job(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    result = attnseq(
+        "train", "-m", "data=reverse,copy", *TINY, f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    for job in ["0", "1"]:
+        assert (sweep_dir / job / "metrics.json").is_file()
+    overrides = (sweep_dir / "1" / ".hydra" / "overrides.yaml").read_text()
+    assert "data=copy" in overrides
+
+
+def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:
+    result = attnseq("train", "--cfg", "job", "model=rnn_luong", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "decoder: luong" in result.stdout
+
+
+def test_conflicting_hydra_modes_exit_2_without_a_traceback(tmp_path: Path) -> None:
+    result = attnseq("train", "-m", "--cfg", "job", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error:") and "cannot be combined" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,221 @@
+"""A user's bad config value ends `attnseq train` with one line and exit status 2, before any run
+directory exists: out-of-range values, cross-field conflicts, configs that cannot fit the
+machine, malformed YAML; and `config=PATH` loads exactly the user's file."""
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers import GIB, assert_refused, attnseq, train_in_process
+
+from attnseq.config.checks import validate
+from attnseq.config.conversion import config_from_dict
+from attnseq.config.resources import (
+    Estimate,
+    estimate,
+    resource_problems,
+    rnn_parameters,
+    transformer_parameters,
+)
+from attnseq.config.schema import TrainConfig
+from attnseq.errors import UserError
+from attnseq.models import Vocabularies, build_model
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["model.heads=0"], "model.heads must be >= 1, got 0"),
+        (["model=transformer", "model.heads=0"], "model.heads must be >= 1, got 0"),
+        (["model.hidden=0"], "model.hidden must be >= 1"),
+        (["model.hidden=-8"], "model.hidden must be >= 1"),
+        (["model.emb_dim=0"], "model.emb_dim must be >= 1"),
+        (["model=transformer", "model.enc_layers=0"], "model.enc_layers must be >= 1"),
+        (["model=transformer", "model.max_positions=-1"], "model.max_positions must be >= 1"),
+        (["optim.lr=nan"], "optim.lr must be a finite number > 0, got nan"),
+        (["optim.lr=inf"], "optim.lr must be a finite number > 0"),
+        (["optim.betas=[0.9]"], "optim.betas must have 2 values"),
+        (["optim.betas=[0.9,1.5]"], "optim.betas must hold numbers >= 0 and < 1"),
+        (["seed=-1"], "seed must be >= 0 and <= 4294967295, got -1"),
+        (["data.max_sentences=0"], "data.max_sentences must be >= 1"),
+        (["data.eval_max_tokens=0"], "data.eval_max_tokens must be >= 1"),
+        (["trainer.log_every=0"], "trainer.log_every must be >= 1"),
+        (["trainer.max_output_ratio=-1"], "trainer.max_output_ratio must be >= 0"),
+        (
+            ["data=toy_translation", "trainer.early_stopping_metric=rouge1"],
+            "trainer.early_stopping_metric=rouge1 is not computed for data.task=translation",
+        ),
+        (
+            ["data.task=summarization", "trainer.early_stopping_metric=bleu"],
+            "not computed for data.task=summarization",
+        ),
+        (["data.max_examples=-900"], "data.max_examples must be >= 1, got -900"),
+        (["optim.plateau_factor=-1"], "optim.plateau_factor must be > 0 and < 1"),
+        (["optim.plateau_factor=1.5"], "optim.plateau_factor must be > 0 and < 1"),
+        (["model.attention.attn_dim=0"], "model.attention.attn_dim must be >= 1"),
+        (["optim.warmup_steps=-10"], "optim.warmup_steps must be >= 0"),
+        (["trainer.num_heatmaps=-1"], "trainer.num_heatmaps must be >= 0"),
+        (["trainer.threads=0"], "trainer.threads must be >= 1"),
+        (["trainer.max_minutes=-1"], "trainer.max_minutes must be > 0"),
+        (["trainer.max_minutes=nan"], "trainer.max_minutes must be a finite number"),
+        (["trainer.early_stopping_target=nan"], "early_stopping_target must be a finite number"),
+        (
+            ["trainer.max_output_ratio=0.5", "trainer.max_output_extra=0"],
+            "leaves a one-token source no output token",
+        ),
+        (
+            ["model=transformer", "model.positions=learned", "model.max_positions=100"],
+            "model.positions=learned has model.max_positions=100 positions",
+        ),
+        (
+            ["data=reverse", "data.vocab_size=2", "data.min_len=1", "data.max_len=3"],
+            "has only 14",
+        ),
+        (["model.hidden=2000000"], "the model does not fit: rnn (hidden=2000000"),
+        (["model=transformer", "model.d_model=1048576"], "the model does not fit: transformer"),
+        (["data.train_size=1000000000000"], "the generated data does not fit"),
+        (["trainer.threads=100000"], "trainer.threads=100000 is more than the"),
+        (["trainer.beam=1000000"], "validation decoding does not fit: trainer.beam=1000000"),
+        (["trainer.max_output_extra=10000000000000"], "validation decoding does not fit"),
+        (["model.attention.D=" + "1" * 30], "model.attention.D must fit in a 64-bit integer"),
+        (["trainer.num_workers=100000"], "trainer.num_workers=100000 is more than the"),
+    ],
+)
+def test_bad_values_exit_2_in_one_line_before_the_run_dir(
+    overrides: list[str], expected: str, tmp_path: Path
+) -> None:
+    code, output = train_in_process(tmp_path, *overrides)
+    assert_refused(tmp_path, code, output, expected)
+
+
+def test_a_model_too_large_names_its_sizes(tmp_path: Path) -> None:
+    code, output = train_in_process(tmp_path, "model.hidden=2000000", "trainer.device=cpu")
+    assert_refused(tmp_path, code, output, "parameters")
+    for words in ("TiB with gradients and Adam state", "sentences of", "of available RAM here"):
+        assert words in output
+
+
+def test_several_problems_are_listed_together() -> None:
+    with pytest.raises(UserError) as error:
+        config_from_dict({}, ["model.hidden=0", "optim.lr=-1", "trainer.beam=0"])
+    message = str(error.value)
+    for key in ("model.hidden", "optim.lr", "trainer.beam"):
+        assert key in message
+
+
+def test_checkpoint_configs_are_checked_by_the_same_rules() -> None:
+    with pytest.raises(UserError, match="trainer.log_every must be >= 1"):
+        config_from_dict({}, ["trainer.log_every=0"])
+    validate(TrainConfig())  # the defaults pass
+
+
+# ---------------------------------------------------------------------------- memory estimates
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"rnn": {"cell": "lstm", "layers": 2}, "decoder": "luong", "tie_embeddings": False},
+        {"rnn": {"bidirectional": False}, "attention": {"score": "general"}, "enc_hidden": 96},
+        {"attention": {"score": "location"}, "max_positions": 50},
+        {"family": "transformer"},
+        {"family": "transformer", "positions": "learned", "tie_embeddings": False},
+        {"family": "transformer", "attention": {"kind": "linformer"}, "max_positions": 256},
+        {"family": "transformer", "attention": {"memory_slots": 8, "memory_in_cross": True}},
+        {"family": "transformer", "conv_kernel": 31, "d_model": 64},
+    ],
+)
+def test_parameter_estimate_matches_the_built_model(overrides: dict) -> None:
+    model_cfg = config_from_dict({"model": overrides, "data": {"max_src_len": 50}}).model
+    vocab = 37
+    model = build_model(model_cfg, Vocabularies(vocab, vocab, 0, 2, 3))
+    actual = sum(p.numel() for p in model.parameters())
+    family = transformer_parameters if model_cfg.family.name == "transformer" else rnn_parameters
+    estimated = family(model_cfg, vocab)
+    # a lower bound (what cannot fit is refused), and close: it counts every weight matrix
+    assert 0.9 * actual <= estimated <= actual
+
+
+def test_resource_problems_depend_on_the_machine() -> None:
+    cfg = config_from_dict({}, ["model.hidden=4096", "trainer.threads=4"])
+    need = estimate(cfg)
+    assert isinstance(need, Estimate) and need.parameters > 50_000_000
+    big_machine = resource_problems(cfg, ram=1024 * GIB, gpu=None, cores=8)
+    assert big_machine == []
+    small = resource_problems(cfg, ram=need.device_bytes // 2, gpu=None, cores=2)
+    assert len(small) == 2
+    assert "the model does not fit" in small[0] and "trainer.threads=4" in small[1]
+    on_gpu = resource_problems(cfg, ram=1024 * GIB, gpu=need.device_bytes // 2, cores=8)
+    assert len(on_gpu) == 1 and "of GPU memory here" in on_gpu[0]
+
+
+def test_the_default_config_is_estimated_small() -> None:
+    need = estimate(config_from_dict({}))
+    assert 0 < need.device_bytes < 1 * GIB
+
+
+# ---------------------------------------------------------------------------- config=PATH
+def test_a_users_file_wins_over_a_packaged_one_of_the_same_name(tmp_path: Path) -> None:
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    mine = folder / "dates_transformer.yaml"  # the name of a packaged experiment
+    mine.write_text("# @package _global_\nseed: 777\n")
+    for given in ("tmp/dates_transformer.yaml", str(mine)):
+        home = {**os.environ, "HOME": str(tmp_path)}  # the linked experiment files stay in tmp
+        result = attnseq(
+            "train", f"config={given}", "--cfg", "job", cwd=tmp_path, env=home, timeout=120
+        )
+        assert result.returncode == 0, result.stderr
+        assert "\nseed: 777\n" in "\n" + result.stdout
+        assert f"config_file: {mine}" in result.stdout
+        # the packaged file's keys are not there: it was not loaded
+        assert "name: dates_transformer" not in result.stdout
+
+
+def test_config_file_is_recorded_in_the_composed_config(tmp_path: Path, monkeypatch) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from attnseq.cli.hydra_entry import rewrite_config_selector
+    from attnseq.config import CONFIG_DIR
+    from attnseq.config.schema import register_configs
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    mine = tmp_path / "my exp's ${x}.yaml"  # survives the override grammar
+    mine.write_text("# @package _global_\nseed: 9\n")
+    args = rewrite_config_selector([f"config={mine}"])
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        composed = compose("train", overrides=args)
+    assert composed.seed == 9 and composed.config_file == str(mine)
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "expected"),
+    [
+        (None, "missing.yaml", "config file not found"),
+        ("seed: 5\n", "nohead.yaml", "has no '# @package _global_' line"),
+        ("# @package _global_\nseed: [1\n", "syntax.yaml", "line 3"),
+        ("# @package _global_\nseed: 1\nseed: 2\n", "dup.yaml", "line 3"),
+        ("# @package _global_\nseed: !!python/object:os.system {}\n", "tag.yaml", "line 2"),
+    ],
+)
+def test_bad_user_files_exit_2_naming_the_file(
+    content: str | None, name: str, expected: str, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    code, output = train_in_process(tmp_path, f"config={path}")
+    assert_refused(tmp_path, code, output, expected)
+    assert str(path) in output
+
+
+def test_a_broken_group_file_on_the_search_path_exits_2(tmp_path: Path) -> None:
+    group = tmp_path / "mine" / "model"
+    group.mkdir(parents=True)
+    (group / "broken.yaml").write_text("family: transformer\nheads: 4\nheads: 8\n")
+    code, output = train_in_process(
+        tmp_path, f"hydra.searchpath=[file://{tmp_path / 'mine'}]", "model=broken"
+    )
+    assert_refused(tmp_path, code, output, "found duplicate key heads")
+    assert f"{group / 'broken.yaml'}, line 3" in output

@@ -1,0 +1,144 @@
+"""Training records for batch jobs and progress for long work: the periodic training lines in
+train.log and a redirected stdout, validation and test lines with sentences/s, and log records
+kept off a live progress bar."""
+
+import io
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import helpers
+from rich.console import Console
+
+from attnseq.io.progress import ON_BAR, Rate, counting, logging_above
+
+TINY = [
+    "data=reverse",
+    *helpers.TINY,
+    "trainer.max_steps=6",
+    "trainer.log_every=2",
+    "trainer.validate_every=3",
+]
+
+INTERVAL = re.compile(
+    r"step (\d+)/(\d+)  epoch [\d.]+  loss [\d.]+  ppl [\d.]+  lr [\d.e+-]+  [\d,]+ tgt tok/s  "
+    r"grad norm [\d.e+-]+  elapsed \d+:\d\d:\d\d  ETA (\d+:\d\d:\d\d|-)"
+)
+
+
+def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    with (tmp_path / "log.txt").open("w") as stdout:  # `attnseq train ... > log.txt`
+        result = subprocess.run(
+            [sys.executable, "-m", "attnseq", "train", *TINY, f"hydra.run.dir={run_dir}"],
+            cwd=tmp_path,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    assert result.returncode == 0, result.stderr
+    assert "\x1b[" not in result.stderr  # no bar, no terminal codes where there is no terminal
+    for text in [(tmp_path / "log.txt").read_text(), (run_dir / "train.log").read_text()]:
+        matches = INTERVAL.findall(text)
+        assert [int(step) for step, _, _ in matches] == [2, 4, 6]
+        assert {total for _, total, _ in matches} == {"6"}
+        assert matches[-1][2] == "0:00:00"  # the budget is spent at the last step
+        assert len(re.findall(r"step [36]: valid/bleu=.* valid/exact_match=", text)) == 2
+        assert len(re.findall(r"valid: decoded 10 sentences in [\d.]+ s \([\d.,]+ sen", text)) == 2
+        assert re.search(r"test: decoded 10 sentences in [\d.]+ s \([\d.,]+ sentences/s\)", text)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_logging_above_routes_terminal_records_through_the_console_without_bar_lines() -> None:
+    terminal, file_stream, printed = _Terminal(), io.StringIO(), io.StringIO()
+    logger = logging.getLogger("attnseq")
+    on_terminal = logging.StreamHandler(terminal)
+    to_file = logging.StreamHandler(file_stream)  # not a terminal: like a redirected stdout
+    logger.addHandler(on_terminal)
+    logger.addHandler(to_file)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with logging_above(Console(file=printed, width=200)):
+            logger.info("valid line")
+            logger.info("interval line", extra={ON_BAR: True})
+        logger.info("after the bar")
+    finally:
+        logger.removeHandler(on_terminal)
+        logger.removeHandler(to_file)
+        logger.setLevel(old_level)
+    assert printed.getvalue().splitlines() == ["valid line"]
+    assert terminal.getvalue().splitlines() == ["after the bar"]  # its own stream again
+    assert file_stream.getvalue().splitlines() == ["valid line", "interval line", "after the bar"]
+    assert not on_terminal.filters
+
+
+def test_counting_reports_the_rate_and_draws_nothing_without_a_terminal(capsys) -> None:
+    with counting("decode", 5) as counter:
+        counter.advance(2)
+        counter.advance(3)
+    assert counter.rate.count == 5 and counter.rate.seconds > 0
+    assert capsys.readouterr().err == ""
+    summary = Rate(count=1200, seconds=2.0).summary()
+    assert summary == "1,200 sentences in 2.00 s (600.0 sentences/s)"
+
+
+def test_translate_and_eval_end_with_sentences_per_second_on_stderr(tmp_path: Path) -> None:
+    from helpers import untrained_checkpoint
+    from typer.testing import CliRunner
+
+    from attnseq.cli.app import app
+
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt")
+    source = tmp_path / "in.txt"
+    source.write_text("March 3, 1998\n\n12/05/2001\n", encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["translate", str(checkpoint), "-i", str(source), "--beam", "2", "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 3  # the outputs alone on stdout
+    assert re.fullmatch(
+        r"translated 3 sentences in [\d.]+ s \([\d.,]+ sentences/s\)\n", result.stderr
+    )
+    result = runner.invoke(
+        app, ["eval", str(checkpoint), "--out", str(tmp_path / "eval"), "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(
+        r"test: decoded 20 sentences in [\d.]+ s \([\d.,]+ sentences/s\)", result.stderr
+    )
+
+
+def test_training_bar_shows_tokens_per_second_and_lr_with_log_lines_above(monkeypatch) -> None:
+    import attnseq.io.progress as progress
+
+    screen = io.StringIO()
+    monkeypatch.setattr(progress, "_CONSOLE", Console(file=screen, force_terminal=True, width=200))
+    monkeypatch.setattr(progress, "bars_enabled", lambda: True)
+    monkeypatch.setattr(progress.TrainingProgress, "RATE_WINDOW", 0.0)
+    terminal = _Terminal()
+    handler = logging.StreamHandler(terminal)  # like Hydra's console handler on a terminal
+    logging.getLogger("attnseq").addHandler(handler)
+    logger = logging.getLogger("attnseq.test_bar")
+    logger.setLevel(logging.INFO)
+    try:
+        with progress.TrainingProgress(4) as bar:
+            bar.advance(2.0, 0, tgt_tokens=500.0, lr=1e-3)
+            logger.info("a validation line")
+            logger.info("an interval line", extra={ON_BAR: True})
+            bar.advance(1.5, 0, tgt_tokens=500.0, lr=5e-4)
+    finally:
+        logging.getLogger("attnseq").removeHandler(handler)
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    assert "a validation line" in shown and "an interval line" not in shown
+    assert terminal.getvalue() == ""  # nothing written past the console, onto the bar
+    final = shown.splitlines()[-1]
+    assert re.search(r"2/4 loss [\d.]+  [\d,]+ tok/s  lr 5.00e-04  epoch 1", final), final
