@@ -329,7 +329,7 @@ def test_beam_attention_equals_teacher_forced_attention(family: str) -> None:
 @pytest.fixture(scope="module")
 def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     """A tiny GRU + Bahdanau model trained ~7 s on data=reverse (about half exact match)."""
-    from attnseq.data.prepare import TokenizerPair
+    from attnseq.data.tokenizers import TokenizerPair
     from attnseq.models.loading import model_for
     from attnseq.training.run import run_training
 

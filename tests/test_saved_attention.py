@@ -16,7 +16,8 @@ from attnseq.analysis.saved_attention import AttentionRecord, save_attention, we
 from attnseq.analysis.saved_attention_reader import SavedAttention
 from attnseq.cli.app import app
 from attnseq.config.conversion import config_from_dict
-from attnseq.data.prepare import TokenizerPair, prepare_data
+from attnseq.data.prepare import prepare_data
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.evaluation.split_evaluators import make_evaluator
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint

@@ -13,8 +13,7 @@ from torch import Tensor
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-from attnseq.data.prepare import TokenizerPair
-from attnseq.data.tokenizers import train_tokenizer
+from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.decoding import DecodingSettings
 from attnseq.decoding.translate import Translator, translate_lines
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput

@@ -33,8 +33,7 @@ from typing import Any
 import torch
 
 from attnseq.config.conversion import config_from_dict
-from attnseq.data.prepare import TokenizerPair
-from attnseq.data.tokenizers import BOS_ID, PAD_ID
+from attnseq.data.tokenizers import BOS_ID, PAD_ID, TokenizerPair
 from attnseq.decoding.settings import DecodingSettings, Hypothesis
 from attnseq.decoding.translate import CHUNK_SIZE, Counter
 from attnseq.errors import UserError

@@ -39,7 +39,7 @@ import torch
 
 from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extend_text
-from attnseq.data.prepare import TokenizerPair
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding import DecodingSettings, Hypothesis, decode, sampling_generator
 from attnseq.errors import UserError
 from attnseq.models.device import resolve_device

@@ -22,8 +22,9 @@ from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchic
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Example
 from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
-from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
+from attnseq.data.prepare import PreparedData, prepare_data
 from attnseq.data.sources import load_pairs_from_path
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.decoding.settings import SamplingSettings
 from attnseq.errors import UserError

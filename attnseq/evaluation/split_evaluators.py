@@ -8,7 +8,8 @@ from attnseq.config.choices import DataSource
 from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.data.generated import gold_alignments
-from attnseq.data.prepare import PreparedData, TokenizerPair
+from attnseq.data.prepare import PreparedData
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding import DecodingSettings
 from attnseq.evaluation.evaluator import AlignmentGold, Evaluator
 

@@ -17,8 +17,8 @@ import torch
 from attnseq.config.choices import Hierarchy
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.schema import TrainConfig
-from attnseq.data.prepare import TokenizerPair
 from attnseq.data.segments import SourceSegmenter
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model

@@ -20,7 +20,8 @@ from attnseq.config.checks import validate
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import PieceLinks
-from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
+from attnseq.data.prepare import PreparedData, prepare_data
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.split_evaluators import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
