@@ -45,8 +45,7 @@ from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.decoding import DecodingSettings
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
-from attnseq.models.device import resolve_device
-from attnseq.models.loading import model_for
+from attnseq.models.loading import model_for, resolve_device
 
 # the tiny sizes of tests/helpers.py:tiny_config, on the reverse task
 TINY = [

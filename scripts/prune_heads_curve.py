@@ -46,7 +46,6 @@ from attnseq.evaluation.evaluator import Evaluator
 from attnseq.evaluation.metrics import task_metrics
 from attnseq.evaluation.split_evaluators import make_evaluator
 from attnseq.io.atomic import atomic_write_json, atomic_write_text
-from attnseq.models.device import resolve_device
 from attnseq.models.head_compaction import compact_heads
 from attnseq.models.head_mask import (
     attention_sites,
@@ -55,7 +54,7 @@ from attnseq.models.head_mask import (
     random_scores,
     set_head_masks,
 )
-from attnseq.models.loading import load_trained_model
+from attnseq.models.loading import load_trained_model, resolve_device
 
 MEASURES = ("gradient", "ablation")
 

@@ -20,7 +20,6 @@ from attnseq.errors import UserError
 from attnseq.evaluation.split_evaluators import make_evaluator
 from attnseq.io.atomic import atomic_write_json
 from attnseq.io.checkpoint import save_checkpoint
-from attnseq.models.device import resolve_device
 from attnseq.models.head_mask import (
     attention_sites,
     head_mask_state,
@@ -30,7 +29,7 @@ from attnseq.models.head_mask import (
     random_scores,
     set_head_masks,
 )
-from attnseq.models.loading import TrainedModel, load_trained_model
+from attnseq.models.loading import TrainedModel, load_trained_model, resolve_device
 
 PRUNE_BY = (*MEASURES, "random")
 NAMED_SPLITS = ("train", "valid", "test")

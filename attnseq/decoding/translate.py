@@ -42,7 +42,7 @@ from attnseq.data.extended_vocab import extend_text
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding import DecodingSettings, Hypothesis, decode, sampling_generator
 from attnseq.errors import UserError
-from attnseq.models.device import resolve_device
+from attnseq.models.loading import resolve_device
 from attnseq.models.seq2seq import Seq2Seq
 
 CHUNK_SIZE = 1000

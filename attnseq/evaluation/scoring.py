@@ -208,8 +208,7 @@ class Scorer:
     @classmethod
     def from_checkpoint(cls, path: Path, device: str = "auto") -> "Scorer":
         """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint)."""
-        from attnseq.models.device import resolve_device
-        from attnseq.models.loading import load_trained_model
+        from attnseq.models.loading import load_trained_model, resolve_device
 
         trained = load_trained_model(path)
         cfg = trained.cfg

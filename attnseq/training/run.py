@@ -25,8 +25,7 @@ from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.split_evaluators import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models.device import resolve_device
-from attnseq.models.loading import model_for
+from attnseq.models.loading import model_for, resolve_device
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import (
     WorldInfo,
