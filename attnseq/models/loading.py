@@ -99,11 +99,11 @@ def load_trained_model(path: Path, overrides: list[str] | None = None) -> Traine
             f"{path}: its tokenizer state is broken ({type(error).__name__}: {error})"
         ) from None
     model = model_for(cfg, tokenizers)
-    _load_weights(path, model, payload["model"])
+    load_weights(path, model, payload["model"])
     return TrainedModel(model.eval(), cfg, tokenizers, payload)
 
 
-def _load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> None:
+def load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> None:
     """`model.load_state_dict(state)`, or a UserError naming the tensors that do not fit."""
     expected = model.state_dict()
     missing = [name for name in expected if name not in state and not optional_entry(name)]
