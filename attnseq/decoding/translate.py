@@ -287,26 +287,3 @@ class Translator(TextTranslator):
         src = torch.tensor([ids + [pad] * (width - len(ids)) for ids in sources])  # (B, S)
         lengths = torch.tensor([len(ids) for ids in sources])  # (B,)
         return src.to(self.device), lengths.to(self.device)
-
-
-def translate_lines(
-    checkpoint: Path,
-    lines: Iterable[str],
-    settings: DecodingSettings | None = None,
-    batch_size: int = 64,
-    device: str = "auto",
-) -> Iterator[str | list[str]]:
-    """Load `checkpoint` and decode `lines`: one output per line, in input order.
-
-    Args:
-        checkpoint: a checkpoint written by `attnseq train` or `attnseq average`.
-        lines: input text, one source per item (a trailing newline is ignored); read lazily.
-        settings: how to decode; None = the checkpoint's own (trainer.beam, output limits).
-        batch_size: sentences per batch.
-        device: auto, cpu or cuda.
-
-    Yields:
-        a string per line (nbest = 1) or a list of n-best lines in Moses format (nbest > 1).
-    """
-    translator = Translator.from_checkpoint(checkpoint, device)
-    yield from translator.translate(lines, settings or translator.settings(), batch_size)
