@@ -4,9 +4,9 @@
     settings.py      DecodingSettings (how to decode), Hypothesis (one output), output limits,
                      the GNMT length penalty, and the step helpers both searches share
     greedy.py        greedy_decode
-    beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty
-    beam_hypotheses.py  the candidates and finished hypotheses of a beam search, and the
-                     attention of each hypothesis along its back-pointers
+    beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty, the
+                     candidates and finished hypotheses, and the attention of each
+                     hypothesis along its back-pointers
     sampling.py      sample_decode: temperature, top-k and nucleus (top-p) sampling
     this file        decode: the search a `DecodingSettings` asks for (plain greedy decoding
                      for beam 1: beam_search.py says why; sampling when settings.sampling)
