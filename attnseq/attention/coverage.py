@@ -10,7 +10,7 @@ received so far. Feeding it to the score lets the model see what it already atte
 with the coverage loss of attnseq/models/copy.py, learn not to attend there again).
 
 The content score is an additive (Bahdanau) or concat (Luong) score: both are
-v^T tanh(W_q s + W_k h) (attnseq/attention/additive.py, multiplicative.py), so the coverage term
+v^T tanh(W_q s + W_k h) (attnseq/attention/additive.py, luong.py), so the coverage term
 w_c c_i enters the same tanh. Our additive score has no b_attn (nor does Bahdanau's eq. 6); the
 coverage term adds none either. The module stays pure: the caller carries c^t in its decoder
 state and passes it in.
@@ -23,8 +23,8 @@ from torch import Tensor, nn
 
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.attention.base import AlignInputs, ScoreWrapper
+from attnseq.attention.luong import ConcatAttention
 from attnseq.attention.masks import masked_softmax
-from attnseq.attention.multiplicative import ConcatAttention
 
 
 class CoverageAttention(ScoreWrapper):

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.attention.coverage import CoverageAttention
-from attnseq.attention.multiplicative import ConcatAttention
+from attnseq.attention.luong import ConcatAttention
 from attnseq.models.copy import GenerationProbability, coverage_loss, extended_log_probs
 from attnseq.models.pointer import PointerGenerator, PointerParts
 from attnseq.models.rnn import RNNSeq2Seq

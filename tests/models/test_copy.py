@@ -8,7 +8,7 @@ import torch
 
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.attention.coverage import CoverageAttention
-from attnseq.attention.multiplicative import ConcatAttention, GeneralAttention
+from attnseq.attention.luong import ConcatAttention, GeneralAttention
 from attnseq.models.copy import (
     GenerationProbability,
     coverage_loss,
