@@ -2,7 +2,7 @@
 The Point: Summarization with Pointer-Generator Networks", ACL; sections 2.2-2.3).
 
 `PointerGeneratorRNN` is `RNNSeq2Seq` (models/rnn.py, Bahdanau or Luong decoder, unchanged) with
-two optional additions; the formulas are in models/copy.py and attention/coverage.py, what both
+two optional additions; the formulas are in models/copy.py and attention/additive.py, what both
 families' pointer models share in models/pointer.py:
 
 - copy: at every step p_gen = sigmoid(w_c^T c_t + w_s^T s_t + w_x^T x_t + b) from the context
@@ -31,8 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnseq.attention.additive import AdditiveAttention
-from attnseq.attention.coverage import CoverageAttention
+from attnseq.attention.additive import AdditiveAttention, CoverageAttention
 from attnseq.attention.luong import ConcatAttention
 from attnseq.models.copy import GenerationProbability, coverage_loss, extended_log_probs
 from attnseq.models.pointer import PointerGenerator, PointerParts

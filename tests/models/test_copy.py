@@ -6,8 +6,7 @@ import math
 import pytest
 import torch
 
-from attnseq.attention.additive import AdditiveAttention
-from attnseq.attention.coverage import CoverageAttention
+from attnseq.attention.additive import AdditiveAttention, CoverageAttention
 from attnseq.attention.luong import ConcatAttention, GeneralAttention
 from attnseq.models.copy import (
     GenerationProbability,
