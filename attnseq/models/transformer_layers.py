@@ -17,7 +17,7 @@ LayerNorm (section 5.4):
 
 Self-attention may use an efficient mechanism instead of full attention (`self_attention`,
 attnseq/attention/efficient.py); cross-attention is always full. Every attention may read
-persistent memory slots (attention/persistent_memory.py), and the encoder layer may have a
+persistent memory slots (attention/multihead.py), and the encoder layer may have a
 convolution sublayer between self-attention and the feed-forward network (convolution.py).
 
 Shapes: B batch, S source length, T target length (new positions), t positions seen so far,
@@ -46,7 +46,7 @@ class LayerOptions:
         weights.
     pre_norm: pre-norm (True) or post-norm (False) residual blocks.
     memory_slots: N persistent memory vectors per head in self-attention (0 = none), and in
-        cross-attention too with memory_in_cross (attention/persistent_memory.py).
+        cross-attention too with memory_in_cross (attention/multihead.py).
     conv_kernel: k of the encoder's convolution sublayer (0 = none; convolution.py).
     """
 
