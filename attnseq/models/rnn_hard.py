@@ -4,7 +4,7 @@ the selection and its estimators are attnseq/attention/hard.py).
 `HardAttentionRNN` is `RNNSeq2Seq` (models/rnn.py, Bahdanau or Luong decoder) whose attention is
 a `HardAttention` around the configured score: the context of every step is the value of the
 chosen source position (the mean of k with top-k): its encoder annotation, or with
-`model.attention.values=embeddings` its word and position alone (models/word_values.py), and
+`model.attention.values=embeddings` its word and position alone (`WordValues`, models/rnn.py), and
 the weights it returns are one-hot (k-hot) by construction. In training, gumbel passes the
 straight-through gradient to the scores through the weights themselves; reinforce samples, and
 `forward` also returns, for the loss (models/reinforce.py), extras "hard_log_prob" and
