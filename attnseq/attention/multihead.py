@@ -183,7 +183,7 @@ class MultiHeadAttention(nn.Module):
 
     def _merge_heads(self, x: Tensor) -> Tensor:
         """(B, H, T, d_k) -> (B, T, H d_k): the Concat(head_1..head_h) of section 3.2.2 (H d_k is
-        d_model unless heads were removed, models/head_compaction.py)."""
+        d_model unless heads were removed, `compact_heads` of models/head_mask.py)."""
         batch, _, length, _ = x.shape
         return x.transpose(1, 2).reshape(batch, length, self.heads * self.d_k)
 

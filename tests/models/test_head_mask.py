@@ -14,9 +14,9 @@ from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.decoding import DecodingSettings, beam_search, greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.head_compaction import compact_heads
 from attnseq.models.head_mask import (
     attention_sites,
+    compact_heads,
     get_head_masks,
     masked_heads,
     prune_count,
