@@ -9,9 +9,9 @@ import torch
 
 from attnseq.attention import build_attention
 from attnseq.errors import UserError
+from attnseq.models.hard_attention import HardAttentionRNN
 from attnseq.models.positional import SinusoidalPositionalEncoding
 from attnseq.models.rnn import POSITION_SIZE, RNNSeq2Seq, WordValues
-from attnseq.models.rnn_hard import HardAttentionRNN
 from attnseq.models.seq2seq import Vocabularies
 
 VOCAB = Vocabularies(src_size=12, tgt_size=12, pad_id=0, bos_id=2, eos_id=3)

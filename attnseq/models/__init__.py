@@ -43,7 +43,7 @@ def build_model(
     models/rnn_hierarchical.py; `segmenter` (the source tokenizer's, data/segments.py) cuts its
     sources into segments.
     With `cfg.attention.hard` the model is the hard-attention subclass of its family
-    (models/rnn_hard.py, models/transformer_hard.py).
+    (models/hard_attention.py).
     """
     options: dict[str, Any] = {name: getattr(cfg, name) for name in _SHARED_OPTIONS}
     options["share_src_tgt_embeddings"] = cfg.tie_embeddings and vocab.joint
@@ -86,7 +86,7 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
         conv_kernel=cfg.conv_kernel,
     )
     if cfg.attention.hard is not HardMode.none:
-        from attnseq.models.transformer_hard import HardAttentionTransformer
+        from attnseq.models.hard_attention import HardAttentionTransformer
 
         hard = {"hard": cfg.attention.hard.value, "hard_k": cfg.attention.hard_k}
         return HardAttentionTransformer(vocab, **hard, **options)
@@ -138,7 +138,7 @@ def _build_rnn(
 
         return build_hierarchical_rnn(cfg, vocab, options, segmenter)
     if cfg.attention.hard is not HardMode.none:
-        from attnseq.models.rnn_hard import HardAttentionRNN
+        from attnseq.models.hard_attention import HardAttentionRNN
 
         hard = {"hard": cfg.attention.hard.value, "hard_k": cfg.attention.hard_k}
         return HardAttentionRNN(vocab, **hard, **options)

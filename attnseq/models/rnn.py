@@ -38,7 +38,7 @@ end (the last word of a monotone transduction is position n - 1); in the keys th
 first query, which knows nothing of the source yet, find an end of it.
 
 With a zero initial state (`init_hidden="zero"`) the decoder sees the source only through
-what it reads, so for hard attention (models/rnn_hard.py), which reads one position per step,
+what it reads, so for hard attention (models/hard_attention.py), which reads one position per step,
 the chosen position is the word the step reads: its one-hot map is a word alignment.
 
 No attention (score=none): the RNN Encoder-Decoder of Cho et al. (2014) that Bahdanau et al.

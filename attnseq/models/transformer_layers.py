@@ -302,7 +302,7 @@ class DecoderLayerOutput(NamedTuple):
         decoding), None for teacher forcing.
     self_weights: (B, H, T, t) or None.
     cross_weights: (B, H, T, S) or None.
-    cross_sample: hard cross-attention (models/transformer_hard.py) in training: the
+    cross_sample: hard cross-attention (models/hard_attention.py) in training: the
         `HardSample` of its choice; None otherwise.
     """
 
