@@ -15,7 +15,7 @@ Coverage for Neural Machine Translation"):
 
 c^t = sum_{t' < t} a^{t'} is the coverage vector: how much attention source position i has
 received so far. Feeding it to the score lets the model see what it already attended to (and,
-with the coverage loss of attnseq/models/copy.py, learn not to attend there again).
+with the coverage loss of attnseq/models/pointer_generator.py, learn not to attend there again).
 
 The content score is an additive (Bahdanau) or concat (Luong) score: both are
 v^T tanh(W_q s + W_k h) (`AdditiveAttention` here, `ConcatAttention` in luong.py), so the

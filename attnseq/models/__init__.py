@@ -36,7 +36,7 @@ def build_model(
     3.4), as in the peer toolkits' joint-BPE setups.
 
     With `cfg.copy` or `cfg.coverage` the model is the pointer-generator subclass of its family
-    (models/rnn_pointer.py, models/transformer_pointer.py); it feeds `vocab.unk_id` back after
+    (models/pointer_generator.py); it feeds `vocab.unk_id` back after
     emitting a copied source word.
 
     With `cfg.attention.hierarchy` the RNN is the hierarchical model of
@@ -92,7 +92,7 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
         return HardAttentionTransformer(vocab, **hard, **options)
     if not (cfg.copy or cfg.coverage):
         return TransformerSeq2Seq(vocab, **options)
-    from attnseq.models.transformer_pointer import PointerGeneratorTransformer
+    from attnseq.models.pointer_generator import PointerGeneratorTransformer
 
     return PointerGeneratorTransformer(
         vocab, copy=cfg.copy, coverage=cfg.coverage, copy_layer=cfg.copy_layer, **options
@@ -144,7 +144,7 @@ def _build_rnn(
         return HardAttentionRNN(vocab, **hard, **options)
     if not (cfg.copy or cfg.coverage):
         return RNNSeq2Seq(vocab, **options)
-    from attnseq.models.rnn_pointer import PointerGeneratorRNN
+    from attnseq.models.pointer_generator import PointerGeneratorRNN
 
     return PointerGeneratorRNN(vocab, copy=cfg.copy, coverage=cfg.coverage, **options)
 

@@ -13,7 +13,7 @@ annotations from the same query, and the two combine into
 
 P is the step's attention: the context c = sum_j P(j) h_j, the returned map, the copy
 distribution and what coverage accumulates (with model.copy / model.coverage the model is the
-pointer-generator of models/rnn_pointer.py with this attention; coverage enters alpha's
+pointer-generator of models/pointer_generator.py with this attention; coverage enters alpha's
 score, See et al. 2017 eq. 11).
 
 Decoder state: the base model's, plus "segments" (B, S) (-1 at padding), "segment_annotations"
@@ -51,8 +51,8 @@ from attnseq.attention.hierarchical import combine_hierarchical
 from attnseq.config.checks import encoder_output_size
 from attnseq.config.schema import ModelConfig
 from attnseq.data.segments import PADDING_SEGMENT, SourceSegmenter
+from attnseq.models.pointer_generator import PointerGeneratorRNN
 from attnseq.models.rnn import RNN_CLASSES, RNNEncoder, RNNSeq2Seq
-from attnseq.models.rnn_pointer import PointerGeneratorRNN
 from attnseq.models.seq2seq import AlignmentHead, Seq2Seq, Seq2SeqOutput, Vocabularies
 
 

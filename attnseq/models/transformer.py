@@ -17,7 +17,7 @@ an extra is absent when its self-attention kind has no weights (linear, performe
 
 Teacher forcing (`teacher_forced`) and incremental decoding (`incremental_step`) both run the
 decoder stack through `run_decoder`, which returns the decoder's input embeddings, its final
-output and every layer's result: subclasses (transformer_pointer.py) build on those instead of
+output and every layer's result: subclasses (pointer_generator.py) build on those instead of
 running the stack themselves.
 
 Incremental decoding state (tensors batch-first, so `Seq2Seq.reorder_state` can select rows):

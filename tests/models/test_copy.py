@@ -8,13 +8,13 @@ import torch
 
 from attnseq.attention.additive import AdditiveAttention, CoverageAttention
 from attnseq.attention.luong import ConcatAttention, GeneralAttention
-from attnseq.models.copy import (
+from attnseq.models.loss import coverage_term
+from attnseq.models.pointer_generator import (
     GenerationProbability,
     coverage_loss,
     extended_log_probs,
     teacher_forced_coverage,
 )
-from attnseq.models.loss import coverage_term
 
 
 def test_final_distribution_on_hand_numbers() -> None:

@@ -262,8 +262,8 @@ def test_compacted_heads_compute_what_the_mask_computes():
 
 
 def test_a_copy_model_averages_its_copy_attention_over_the_kept_heads(monkeypatch):
+    from attnseq.models.pointer_generator import PointerGeneratorTransformer
     from attnseq.models.transformer import TransformerSeq2Seq
-    from attnseq.models.transformer_pointer import PointerGeneratorTransformer
 
     model = make_transformer("model.copy=true", "model.coverage=true", "model.copy_layer=-1")
     assert isinstance(model, PointerGeneratorTransformer)
