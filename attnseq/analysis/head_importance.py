@@ -28,7 +28,7 @@ from torch import Tensor
 
 from attnseq.data.batching import Batch
 from attnseq.models.head_mask import KINDS, attention_sites, get_head_masks
-from attnseq.models.loss import sequence_loss
+from attnseq.models.loss_terms import sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
 
 MEASURES = ("gradient", "ablation")

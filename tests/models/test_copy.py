@@ -8,7 +8,7 @@ import torch
 
 from attnseq.attention.additive import AdditiveAttention, CoverageAttention
 from attnseq.attention.luong import ConcatAttention, GeneralAttention
-from attnseq.models.loss import coverage_term
+from attnseq.models.loss_terms import coverage_term
 from attnseq.models.pointer_generator import (
     GenerationProbability,
     coverage_loss,

@@ -12,7 +12,7 @@ from helpers import tiny_config
 from attnseq.config.schema import ModelConfig
 from attnseq.decoding import DecodingSettings, beam_search, greedy_decode
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.loss import coverage_term, sequence_loss
+from attnseq.models.loss_terms import coverage_term, sequence_loss
 from attnseq.models.pointer_generator import (
     PointerGeneratorRNN,
     PointerGeneratorTransformer,
