@@ -40,14 +40,12 @@ import torch
 
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
-from attnseq.data.prepare import TokenizerPair
 from attnseq.data.sources import load_splits
-from attnseq.data.tokenizers import train_tokenizer
+from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.decoding import DecodingSettings
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
-from attnseq.models.device import resolve_device
-from attnseq.models.loading import model_for
+from attnseq.models.loading import model_for, resolve_device
 
 # the tiny sizes of tests/helpers.py:tiny_config, on the reverse task
 TINY = [

@@ -20,7 +20,7 @@ and range.
 
 Time per sentence: `masked` decodes with the head mask (masked heads are still computed, so
 the time hardly moves); `compacted` removes the masked heads from the weights
-(attnseq/models/head_compaction.py) and decodes the same sentences again, which is what
+(`compact_heads`, attnseq/models/head_mask.py) and decodes the same sentences again, which is what
 pruning buys in speed; `compact_same_outputs` is the fraction of identical outputs of the two
 (1.0 up to rounding ties). Each model is warmed up before it is timed.
 
@@ -45,16 +45,15 @@ from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import Evaluator, make_evaluator
 from attnseq.evaluation.metrics import task_metrics
 from attnseq.io.atomic import atomic_write_json, atomic_write_text
-from attnseq.models.device import resolve_device
-from attnseq.models.head_compaction import compact_heads
 from attnseq.models.head_mask import (
     attention_sites,
+    compact_heads,
     prune_count,
     prune_masks,
     random_scores,
     set_head_masks,
 )
-from attnseq.models.loading import load_trained_model
+from attnseq.models.loading import load_trained_model, resolve_device
 
 MEASURES = ("gradient", "ablation")
 

@@ -879,8 +879,7 @@ def check_request(request: AlignRequest) -> None:
 
 def run_align(request: AlignRequest) -> AlignResult:
     """Align the pairs of `request.src`/`request.tgt` (see the module docstring)."""
-    from attnseq.models.device import resolve_device
-    from attnseq.models.loading import load_trained_model
+    from attnseq.models.loading import load_trained_model, resolve_device
 
     check_request(request)
     src_lines, tgt_lines = read_parallel_lines(("--src", request.src), ("--tgt", request.tgt))

@@ -48,7 +48,6 @@ from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import make_evaluator
 from attnseq.io.atomic import atomic_write_json
 from attnseq.io.checkpoint import save_checkpoint
-from attnseq.models.device import resolve_device
 from attnseq.models.head_mask import (
     KIND_TITLES,
     KINDS,
@@ -61,8 +60,8 @@ from attnseq.models.head_mask import (
     random_scores,
     set_head_masks,
 )
-from attnseq.models.loading import TrainedModel, load_trained_model
-from attnseq.models.loss import sequence_loss
+from attnseq.models.loading import TrainedModel, load_trained_model, resolve_device
+from attnseq.models.loss_terms import sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
 
 if TYPE_CHECKING:

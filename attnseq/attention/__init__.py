@@ -1,5 +1,6 @@
-"""Attention mechanisms for RNN encoder-decoders, one per file, and a registry to build them by
-name (the names used in configs: `model.attention.score`, `model.attention.window`).
+"""Attention mechanisms for RNN encoder-decoders, one family per file (Bahdanau's additive.py,
+Luong's luong.py, hard.py), and a registry to build them by name (the names used in configs:
+`model.attention.score`, `model.attention.window`).
 
     score       paper                                       class
     additive    Bahdanau et al. 2015, eq. 6                 AdditiveAttention
@@ -23,11 +24,15 @@ linformer.py, linear.py, performer.py.
 
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.attention.base import Attention
-from attnseq.attention.local import LocalAttention
-from attnseq.attention.location import LocationAttention
+from attnseq.attention.luong import (
+    ConcatAttention,
+    DotAttention,
+    GeneralAttention,
+    LocalAttention,
+    LocationAttention,
+    ScaledDotAttention,
+)
 from attnseq.attention.masks import causal_mask, masked_softmax, padding_mask
-from attnseq.attention.multiplicative import ConcatAttention, DotAttention, GeneralAttention
-from attnseq.attention.scaled_dot import ScaledDotAttention
 from attnseq.config.choices import Score, Window
 
 SCORES = tuple(score.value for score in Score if score is not Score.none)  # none: no attention

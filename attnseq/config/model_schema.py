@@ -134,7 +134,7 @@ class ModelConfig:
     # --- both
     dropout: float = option(0.1, "dropout probability, in [0, 1)", ge=0.0, lt=1.0)
     tie_embeddings: bool = option(True, "output projection shares the target embedding")
-    # --- pointer-generator and coverage (See et al. 2017; attnseq/models/copy.py)
+    # --- pointer-generator and coverage (See et al. 2017; attnseq/models/pointer_generator.py)
     copy: bool = option(False, "mix a copy distribution over the source into the output (p_gen)")
     coverage: bool = option(
         False, "coverage vector: RNN: fed to the attention score; both: its loss"

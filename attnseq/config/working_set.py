@@ -238,7 +238,7 @@ def rnn_activations(model: ModelConfig, shape: BatchShape, vocab: int) -> int:
         per_step += SCORE_COPIES * shape.source  # the copy mass, the coverage vector
         copies += LOGIT_COPIES
     if model.coverage and model.attention.score in (Score.additive, Score.concat):
-        # w_c c_i joins the score's sum: another (B, S, A) per step (attention/coverage.py)
+        # w_c c_i joins the score's sum: another (B, S, A) per step (attention/additive.py)
         per_step += ADDITIVE_COPIES * shape.source * (model.attention.attn_dim or model.hidden)
     if model.decoder is DecoderStyle.luong:
         step += RNN_STEP_COPIES * model.hidden  # the attentional state h~

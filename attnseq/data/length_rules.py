@@ -31,7 +31,7 @@ from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from attnseq.data.tokenizers import Tokenizer
 
 if TYPE_CHECKING:
-    from attnseq.data.prepare import TokenizerPair
+    from attnseq.data.tokenizers import TokenizerPair
 
 log = logging.getLogger("attnseq")
 

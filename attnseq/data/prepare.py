@@ -44,7 +44,7 @@ from attnseq.data.sources import (
     load_splits,
     split_files,
 )
-from attnseq.data.tokenizers import Tokenizer, tokenizer_from_state, train_tokenizer
+from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.errors import UserError
 from attnseq.io.atomic import current_umask
 
@@ -74,37 +74,6 @@ _KEY_FIELDS = (
     "spm_character_coverage",
     "spm_joint",
 )
-
-
-@dataclass
-class TokenizerPair:
-    """The source and the target tokenizer: the same object when one vocabulary serves both
-    (a joint sentencepiece model, or two tokenizers that came out identical, as for the symbol
-    tasks), so that `joint` is the same whether the pair was trained or loaded from a
-    checkpoint."""
-
-    src: Tokenizer
-    tgt: Tokenizer
-
-    def __post_init__(self) -> None:
-        if self.src is not self.tgt and self.src.state_dict() == self.tgt.state_dict():
-            self.tgt = self.src
-
-    @property
-    def joint(self) -> bool:
-        """One vocabulary for both sides: the model may share their embeddings."""
-        return self.src is self.tgt
-
-    def state(self) -> dict[str, Any]:
-        """{"src": state, "tgt": state}: plain values, safe for torch.load(weights_only=True)."""
-        return {"src": self.src.state_dict(), "tgt": self.tgt.state_dict()}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "TokenizerPair":
-        src = tokenizer_from_state(state["src"])
-        # A joint model stored twice comes back as one object, as it was trained.
-        tgt = src if state["tgt"] == state["src"] else tokenizer_from_state(state["tgt"])
-        return cls(src, tgt)
 
 
 @dataclass

@@ -15,6 +15,7 @@ import abc
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -370,3 +371,34 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not a saved tokenizer (invalid JSON: {err})") from err
     return tokenizer_from_state(state)
+
+
+@dataclass
+class TokenizerPair:
+    """The source and the target tokenizer: the same object when one vocabulary serves both
+    (a joint sentencepiece model, or two tokenizers that came out identical, as for the symbol
+    tasks), so that `joint` is the same whether the pair was trained or loaded from a
+    checkpoint."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+
+    def __post_init__(self) -> None:
+        if self.src is not self.tgt and self.src.state_dict() == self.tgt.state_dict():
+            self.tgt = self.src
+
+    @property
+    def joint(self) -> bool:
+        """One vocabulary for both sides: the model may share their embeddings."""
+        return self.src is self.tgt
+
+    def state(self) -> dict[str, Any]:
+        """{"src": state, "tgt": state}: plain values, safe for torch.load(weights_only=True)."""
+        return {"src": self.src.state_dict(), "tgt": self.tgt.state_dict()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "TokenizerPair":
+        src = tokenizer_from_state(state["src"])
+        # A joint model stored twice comes back as one object, as it was trained.
+        tgt = src if state["tgt"] == state["src"] else tokenizer_from_state(state["tgt"])
+        return cls(src, tgt)

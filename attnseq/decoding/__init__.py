@@ -4,9 +4,9 @@
     settings.py      DecodingSettings (how to decode), Hypothesis (one output), output limits,
                      the GNMT length penalty, and the step helpers both searches share
     greedy.py        greedy_decode
-    beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty
-    beam_hypotheses.py  the candidates and finished hypotheses of a beam search, and the
-                     attention of each hypothesis along its back-pointers
+    beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty, the
+                     candidates and finished hypotheses, and the attention of each
+                     hypothesis along its back-pointers
     sampling.py      sample_decode: temperature, top-k and nucleus (top-p) sampling
     this file        decode: the search a `DecodingSettings` asks for (plain greedy decoding
                      for beam 1: beam_search.py says why; sampling when settings.sampling)
@@ -15,10 +15,10 @@ Both families decode incrementally (`start_decoding` once, then `decode_step` pe
 carries its hidden state, the transformer its key/value cache). Rows that are done are dropped
 from the batch, so a long run-away hypothesis does not keep the whole batch busy.
 
-Copy models (pointer-generators, models/copy.py) score an extended vocabulary of V + n_oov ids:
-`decode_step` returns log-probabilities over it, the searches treat it as any vocabulary, and the
-model itself reads an emitted id >= V back as <unk>. Its `CopyInputs`, `src_ext` and `n_oov` (the
-source in the extended vocabulary), go to the model's `start_decoding`; plain models never see
+Copy models (pointer-generators, models/pointer_generator.py) score an extended vocabulary of V +
+n_oov ids: `decode_step` returns log-probabilities over it, the searches treat it as any vocabulary,
+and the model itself reads an emitted id >= V back as <unk>. Its `CopyInputs`, `src_ext` and `n_oov`
+(the source in the extended vocabulary), go to the model's `start_decoding`; plain models never see
 them.
 
 Shapes: B batch, S source length, V target vocabulary.

@@ -1,9 +1,10 @@
 """Decoding with CTranslate2 (`attnseq translate --engine ctranslate2 FOLDER`): a folder written
 by `attnseq export CHECKPOINT --to ctranslate2 FOLDER` (models/ctranslate2_export.py), decoded
-by `ctranslate2.Translator`, with the same input/output rules as `Translator`
-(decoding/translate.py): one output per input line in order, blank lines give blank outputs
-without decoding, chunks sorted by length and cut into batches, sources cut to
-data.max_src_len, Moses n-best lines with nbest > 1.
+by `ctranslate2.Translator`. It is a backend of decoding/translate.py's `TextTranslator`, so
+the input/output rules are the same loop's: one output per input line in order, blank lines
+give blank outputs without decoding, chunks sorted by length and cut into batches, sources cut
+to data.max_src_len, Moses n-best lines with nbest > 1. It searches, never samples: settings
+with `sampling` are refused.
 
 Settings map onto the engine's options: beam -> beam_size (1: greedy), nbest ->
 num_hypotheses, min_length -> min_decoding_length, no_repeat_ngram -> no_repeat_ngram_size,
@@ -23,20 +24,16 @@ Documented differences from attnseq's own beam search:
   shaped here (1, 1, T_out, S) in attnseq's (L, H, T_out, S) convention.
 """
 
-import itertools
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from attnseq.config.conversion import config_from_dict
-from attnseq.data.prepare import TokenizerPair
-from attnseq.data.tokenizers import BOS_ID, PAD_ID
+from attnseq.data.tokenizers import BOS_ID, PAD_ID, TokenizerPair
 from attnseq.decoding.settings import DecodingSettings, Hypothesis
-from attnseq.decoding.translate import CHUNK_SIZE, Counter
+from attnseq.decoding.translate import TextTranslator
 from attnseq.errors import UserError
 from attnseq.models.ctranslate2_export import (
     EXPORT_FILE,
@@ -45,7 +42,7 @@ from attnseq.models.ctranslate2_export import (
 )
 
 
-class CTranslate2Translator:
+class CTranslate2Translator(TextTranslator):
     """An exported model folder, ready to decode text with CTranslate2.
 
     Args:
@@ -76,7 +73,7 @@ class CTranslate2Translator:
         ctranslate2 = import_ctranslate2()
         if device == "auto":
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-        self.device, self.compute_type = device, compute_type
+        self.device, self.compute_type = torch.device(device), compute_type
         try:
             self.engine = ctranslate2.Translator(
                 str(folder), device=device, compute_type=compute_type, intra_threads=threads
@@ -84,74 +81,25 @@ class CTranslate2Translator:
         except (RuntimeError, ValueError) as error:
             raise UserError(f"ctranslate2 cannot load {folder}: {error}") from None
 
-    def settings(self, **changes: object) -> DecodingSettings:
-        """The stored decoding settings with `changes` applied (None keeps a value)."""
-        base = DecodingSettings.from_trainer(self.cfg.trainer)
-        return replace(base, **{key: value for key, value in changes.items() if value is not None})
+    def check(self, settings: DecodingSettings, batch_size: int) -> None:
+        """UserError for settings out of range, a batch size below 1, or sampling (the engine
+        searches: greedy or beam search)."""
+        super().check(settings, batch_size)
+        if settings.sampling is not None:
+            raise UserError(
+                "the CTranslate2 engine decodes with greedy or beam search: it does not sample"
+            )
 
-    def translate(
+    def _decode_batch(
         self,
-        lines: Iterable[str],
+        sources: list[list[int]],
+        extended: list[tuple[list[int], list[str]]],
         settings: DecodingSettings,
-        batch_size: int = 64,
-        chunk_size: int = CHUNK_SIZE,
-        counter: Counter | None = None,
-    ) -> Iterator[str | list[str]]:
-        """Output text for `lines`, one per line, in order (as `Translator.translate`)."""
-        for number, hypotheses in enumerate(
-            self.hypotheses(lines, settings, batch_size, chunk_size, counter=counter)
-        ):
-            if settings.nbest == 1:
-                yield "" if hypotheses is None else self._text(hypotheses[0])
-            elif hypotheses is None:
-                yield [f"{number} |||  ||| {0.0:.4f}"]
-            else:
-                yield [
-                    f"{number} ||| {self._text(h)} ||| {h.normalized_score:.4f}" for h in hypotheses
-                ]
-
-    def hypotheses(
-        self,
-        lines: Iterable[str],
-        settings: DecodingSettings,
-        batch_size: int = 64,
-        chunk_size: int = CHUNK_SIZE,
-        attention: bool = False,
-        counter: Counter | None = None,
-    ) -> Iterator[list[Hypothesis] | None]:
-        """The n-best list of every line, in order; None for a blank line."""
-        try:
-            settings.check()
-        except ValueError as error:
-            raise UserError(f"invalid decoding settings: {error}") from None
-        if batch_size < 1:
-            raise UserError(f"batch size must be >= 1, got {batch_size}")
-        iterator = iter(lines)
-        while chunk := list(itertools.islice(iterator, chunk_size)):
-            texts = [line.rstrip("\r\n") for line in chunk]
-            limit = self.cfg.data.max_src_len
-            encoded = {
-                number: self.tokenizers.src.encode(text)[:limit]
-                for number, text in enumerate(texts)
-                if text.strip()
-            }
-            results: list[list[Hypothesis] | None] = [None] * len(texts)
-            order = sorted(encoded, key=lambda number: len(encoded[number]))
-            if counter is not None:
-                counter.advance(len(texts) - len(encoded))
-            for start in range(0, len(order), batch_size):
-                numbers = order[start : start + batch_size]
-                decoded = self._decode([encoded[n] for n in numbers], settings, attention)
-                for number, nbest in zip(numbers, decoded, strict=True):
-                    results[number] = nbest
-                if counter is not None:
-                    counter.advance(len(numbers))
-            yield from results
-
-    def _decode(
-        self, sources: list[list[int]], settings: DecodingSettings, attention: bool
+        attention: bool,
+        generator: torch.Generator | None,
     ) -> list[list[Hypothesis]]:
-        """One batch through the engine: the n-best list of each source."""
+        """One batch through the engine: the n-best list of each source. `extended` is empty
+        and `generator` None: exports hold no copy models, and the engine never samples."""
         limits = [
             int(len(ids) * settings.max_output_ratio) + settings.max_output_extra for ids in sources
         ]
@@ -183,9 +131,6 @@ class CTranslate2Translator:
             weights = rows[: len(tokens) + 1][None, None]  # (1, 1, T_out, S)
         score = float(result.scores[k])
         return Hypothesis(tokens, score, weights, normalized_score=score)
-
-    def _text(self, hypothesis: Hypothesis) -> str:
-        return self.tokenizers.tgt.decode(hypothesis.tokens).replace("\n", " ")
 
 
 def _read_export(folder: Path) -> dict[str, Any]:

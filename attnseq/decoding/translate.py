@@ -1,6 +1,11 @@
 """Decode raw text with a checkpoint: what `attnseq translate` runs (translation, summarization,
 any seq2seq checkpoint). Needs nothing but the checkpoint: config, tokenizers and weights.
 
+One loop, two backends. `TextTranslator` reads, encodes, sorts, batches and formats text;
+a backend decodes one batch of encoded sources: `Translator` with attnseq's own searches over a
+loaded checkpoint (decoding/__init__.py's `decode`), `CTranslate2Translator` with the CTranslate2
+engine over an exported folder (decoding/ctranslate2_engine.py). The rules below hold for both.
+
 Input and output. One output per input line, in input order. A line that is empty or only
 whitespace gives an empty output without being sent to the model (a model given an empty source
 would still produce something). With nbest > 1 the output of a line is a list of n lines in the
@@ -29,6 +34,7 @@ vocabulary lacks, attnseq/data/extended_vocab.py), and copied words are written 
 them.
 """
 
+import abc
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -39,10 +45,10 @@ import torch
 
 from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extend_text
-from attnseq.data.prepare import TokenizerPair
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding import DecodingSettings, Hypothesis, decode, sampling_generator
 from attnseq.errors import UserError
-from attnseq.models.device import resolve_device
+from attnseq.models.loading import resolve_device
 from attnseq.models.seq2seq import Seq2Seq
 
 CHUNK_SIZE = 1000
@@ -54,8 +60,175 @@ class Counter(Protocol):
     def advance(self, count: int) -> None: ...
 
 
-class Translator:
-    """A loaded checkpoint, ready to decode text.
+class TextTranslator(abc.ABC):
+    """Text in, text out: the loop every backend shares (see the module docstring).
+
+    A backend sets `tokenizers` (a `TokenizerPair`), `cfg` (the model's `TrainConfig`:
+    data.max_src_len, model.copy and the trainer's decoding settings) and `device` (where it
+    decodes, where sampling's generator lives), and implements `_decode_batch`; it refuses
+    settings it cannot honour in `check`.
+    """
+
+    tokenizers: TokenizerPair
+    cfg: TrainConfig
+    device: torch.device
+
+    def settings(self, **changes: object) -> DecodingSettings:
+        """The model's decoding settings (beam, length penalty, output length limits, n-gram
+        blocking, coverage penalty) with `changes` applied; changes that are None keep the
+        model's value."""
+        base = DecodingSettings.from_trainer(self.cfg.trainer)
+        return replace(base, **{key: value for key, value in changes.items() if value is not None})
+
+    def check(self, settings: DecodingSettings, batch_size: int) -> None:
+        """UserError for settings out of range or a batch size below 1."""
+        try:
+            settings.check()
+        except ValueError as error:
+            raise UserError(f"invalid decoding settings: {error}") from None
+        if batch_size < 1:
+            raise UserError(f"batch size must be >= 1, got {batch_size}")
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        settings: DecodingSettings,
+        batch_size: int = 64,
+        chunk_size: int = CHUNK_SIZE,
+        counter: Counter | None = None,
+    ) -> Iterator[str | list[str]]:
+        """Output text for `lines`, one per line, in order (see the module docstring).
+        `counter` is advanced as lines are decoded (batch by batch, blank lines included).
+
+        Raises:
+            UserError: invalid settings or batch size.
+        """
+        for number, (hypotheses, oovs) in enumerate(
+            self._decoded(lines, settings, batch_size, chunk_size, False, counter)
+        ):
+            yield self._format(number, hypotheses, settings.outputs_per_input, oovs)
+
+    def hypotheses(
+        self,
+        lines: Iterable[str],
+        settings: DecodingSettings,
+        batch_size: int = 64,
+        chunk_size: int = CHUNK_SIZE,
+        attention: bool = False,
+        counter: Counter | None = None,
+    ) -> Iterator[list[Hypothesis] | None]:
+        """The n-best list of every line, in order; None for a blank line (not decoded).
+        `attention`: each hypothesis carries its cross-attention (`Hypothesis.attention`).
+
+        Raises:
+            UserError: invalid settings or batch size.
+        """
+        for hypotheses, _ in self._decoded(
+            lines, settings, batch_size, chunk_size, attention, counter
+        ):
+            yield hypotheses
+
+    @abc.abstractmethod
+    def _decode_batch(
+        self,
+        sources: list[list[int]],
+        extended: list[tuple[list[int], list[str]]],
+        settings: DecodingSettings,
+        attention: bool,
+        generator: torch.Generator | None,
+    ) -> list[list[Hypothesis]]:
+        """The n-best list (or samples) of each source of one batch.
+
+        Args:
+            sources: the batch's source ids, shortest first, cut to data.max_src_len.
+            extended: copy models: each source in the extended vocabulary and its
+                out-of-vocabulary words (data/extended_vocab.py); empty otherwise.
+            attention: return each hypothesis's cross-attention.
+            generator: sampling draws from it (one stream for the whole input).
+        """
+
+    def _decoded(
+        self,
+        lines: Iterable[str],
+        settings: DecodingSettings,
+        batch_size: int,
+        chunk_size: int,
+        attention: bool = False,
+        counter: Counter | None = None,
+    ) -> Iterator[tuple[list[Hypothesis] | None, list[str]]]:
+        """`hypotheses`, each with the line's out-of-vocabulary source words (copy models)."""
+        self.check(settings, batch_size)
+        iterator = iter(lines)
+        generator = None
+        if settings.sampling is not None:  # one stream of draws for the whole input
+            generator = sampling_generator(settings.sampling.seed, self.device)
+        while chunk := list(itertools.islice(iterator, chunk_size)):
+            yield from self._decode_chunk(
+                chunk, settings, batch_size, attention, counter, generator
+            )
+
+    def _decode_chunk(
+        self,
+        chunk: list[str],
+        settings: DecodingSettings,
+        batch_size: int,
+        attention: bool,
+        counter: Counter | None = None,
+        generator: torch.Generator | None = None,
+    ) -> list[tuple[list[Hypothesis] | None, list[str]]]:
+        texts = [line.rstrip("\r\n") for line in chunk]
+        limit = self.cfg.data.max_src_len
+        encoded = {
+            number: self.tokenizers.src.encode(text)[:limit]
+            for number, text in enumerate(texts)
+            if text.strip()
+        }
+        extended = {}  # copy models: line -> (src_ext, oovs)
+        if self.cfg.model.copy:
+            extended = {
+                number: extend_text(texts[number], ids, self.tokenizers.src, self.tokenizers.tgt)
+                for number, ids in encoded.items()
+            }
+        results: list[tuple[list[Hypothesis] | None, list[str]]] = [(None, [])] * len(texts)
+        order = sorted(encoded, key=lambda number: len(encoded[number]))  # by source length
+        if counter is not None:
+            counter.advance(len(texts) - len(encoded))  # blank lines: nothing to decode
+        for start in range(0, len(order), batch_size):
+            numbers = order[start : start + batch_size]
+            nbest_lists = self._decode_batch(
+                [encoded[number] for number in numbers],
+                [extended[number] for number in numbers] if extended else [],
+                settings,
+                attention,
+                generator,
+            )
+            for number, nbest in zip(numbers, nbest_lists, strict=True):
+                results[number] = (nbest, extended[number][1] if extended else [])
+            if counter is not None:
+                counter.advance(len(numbers))
+        return results
+
+    def _format(
+        self, line_number: int, hypotheses: list[Hypothesis] | None, nbest: int, oovs: list[str]
+    ) -> str | list[str]:
+        if nbest == 1:
+            return "" if hypotheses is None else self._text(hypotheses[0], oovs)
+        if hypotheses is None:
+            return [f"{line_number} |||  ||| {0.0:.4f}"]
+        return [
+            f"{line_number} ||| {self._text(hypothesis, oovs)} ||| "
+            f"{hypothesis.normalized_score:.4f}"
+            for hypothesis in hypotheses
+        ]
+
+    def _text(self, hypothesis: Hypothesis, oovs: list[str]) -> str:
+        # one output line per input line: a newline inside a hypothesis would break that
+        text = self.tokenizers.tgt.decode_extended(hypothesis.tokens, oovs)
+        return text.replace("\n", " ")
+
+
+class Translator(TextTranslator):
+    """A loaded checkpoint, ready to decode text with attnseq's searches.
 
     Args:
         model: the model (moved to `device`, put in eval mode here).
@@ -89,110 +262,23 @@ class Translator:
         trained = load_ensemble([path, *ensemble], overrides)
         return cls(trained.model, trained.tokenizers, trained.cfg, resolve_device(device))
 
-    def settings(self, **changes: object) -> DecodingSettings:
-        """The checkpoint's decoding settings (beam, length penalty, output length limits,
-        n-gram blocking, coverage penalty) with `changes` applied; changes that are None keep
-        the checkpoint's value."""
-        base = DecodingSettings.from_trainer(self.cfg.trainer)
-        return replace(base, **{key: value for key, value in changes.items() if value is not None})
-
-    def translate(
+    def _decode_batch(
         self,
-        lines: Iterable[str],
+        sources: list[list[int]],
+        extended: list[tuple[list[int], list[str]]],
         settings: DecodingSettings,
-        batch_size: int = 64,
-        chunk_size: int = CHUNK_SIZE,
-        counter: Counter | None = None,
-    ) -> Iterator[str | list[str]]:
-        """Output text for `lines`, one per line, in order (see the module docstring).
-        `counter` is advanced as lines are decoded (batch by batch, blank lines included).
-
-        Raises:
-            UserError: invalid settings or batch size.
-        """
-        for number, (hypotheses, oovs) in enumerate(
-            self._decoded(lines, settings, batch_size, chunk_size, counter)
-        ):
-            yield self._format(number, hypotheses, settings.outputs_per_input, oovs)
-
-    def hypotheses(
-        self,
-        lines: Iterable[str],
-        settings: DecodingSettings,
-        batch_size: int = 64,
-        chunk_size: int = CHUNK_SIZE,
-    ) -> Iterator[list[Hypothesis] | None]:
-        """The n-best list of every line, in order; None for a blank line (not decoded).
-
-        Raises:
-            UserError: invalid settings or batch size.
-        """
-        for hypotheses, _ in self._decoded(lines, settings, batch_size, chunk_size):
-            yield hypotheses
-
-    def _decoded(
-        self,
-        lines: Iterable[str],
-        settings: DecodingSettings,
-        batch_size: int,
-        chunk_size: int,
-        counter: Counter | None = None,
-    ) -> Iterator[tuple[list[Hypothesis] | None, list[str]]]:
-        """`hypotheses`, each with the line's out-of-vocabulary source words (copy models)."""
-        try:
-            settings.check()
-        except ValueError as error:
-            raise UserError(f"invalid decoding settings: {error}") from None
-        if batch_size < 1:
-            raise UserError(f"batch size must be >= 1, got {batch_size}")
-        iterator = iter(lines)
-        generator = None
-        if settings.sampling is not None:  # one stream of draws for the whole input
-            generator = sampling_generator(settings.sampling.seed, self.device)
-        while chunk := list(itertools.islice(iterator, chunk_size)):
-            yield from self._decode_chunk(chunk, settings, batch_size, counter, generator)
-
-    def _decode_chunk(
-        self,
-        chunk: list[str],
-        settings: DecodingSettings,
-        batch_size: int,
-        counter: Counter | None = None,
-        generator: torch.Generator | None = None,
-    ) -> list[tuple[list[Hypothesis] | None, list[str]]]:
-        texts = [line.rstrip("\r\n") for line in chunk]
-        limit = self.cfg.data.max_src_len
-        encoded = {
-            number: self.tokenizers.src.encode(text)[:limit]
-            for number, text in enumerate(texts)
-            if text.strip()
-        }
-        extended = {}  # copy models: line -> (src_ext, oovs)
-        if self.cfg.model.copy:
-            extended = {
-                number: extend_text(texts[number], ids, self.tokenizers.src, self.tokenizers.tgt)
-                for number, ids in encoded.items()
-            }
-        results: list[tuple[list[Hypothesis] | None, list[str]]] = [(None, [])] * len(texts)
-        order = sorted(encoded, key=lambda number: len(encoded[number]))  # by source length
-        if counter is not None:
-            counter.advance(len(texts) - len(encoded))  # blank lines: nothing to decode
-        for start in range(0, len(order), batch_size):
-            numbers = order[start : start + batch_size]
-            src, src_lengths = self._pad([encoded[number] for number in numbers])
-            copy_inputs = {}
-            if extended:
-                src_ext, _ = self._pad([extended[number][0] for number in numbers])
-                n_oov = max(len(extended[number][1]) for number in numbers)
-                copy_inputs = {"src_ext": src_ext, "n_oov": n_oov}
-            nbest_lists = decode(
-                self.model, src, src_lengths, settings, generator=generator, **copy_inputs
-            )
-            for number, nbest in zip(numbers, nbest_lists, strict=True):
-                results[number] = (nbest, extended[number][1] if extended else [])
-            if counter is not None:
-                counter.advance(len(numbers))
-        return results
+        attention: bool,
+        generator: torch.Generator | None,
+    ) -> list[list[Hypothesis]]:
+        src, src_lengths = self._pad(sources)
+        copy_inputs = {}
+        if extended:
+            src_ext, _ = self._pad([ids for ids, _ in extended])
+            n_oov = max(len(oovs) for _, oovs in extended)
+            copy_inputs = {"src_ext": src_ext, "n_oov": n_oov}
+        return decode(
+            self.model, src, src_lengths, settings, attention, generator=generator, **copy_inputs
+        )
 
     def _pad(self, sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded (B, S) ids and (B,) lengths on the device (S >= 1)."""
@@ -201,44 +287,3 @@ class Translator:
         src = torch.tensor([ids + [pad] * (width - len(ids)) for ids in sources])  # (B, S)
         lengths = torch.tensor([len(ids) for ids in sources])  # (B,)
         return src.to(self.device), lengths.to(self.device)
-
-    def _format(
-        self, line_number: int, hypotheses: list[Hypothesis] | None, nbest: int, oovs: list[str]
-    ) -> str | list[str]:
-        if nbest == 1:
-            return "" if hypotheses is None else self._text(hypotheses[0], oovs)
-        if hypotheses is None:
-            return [f"{line_number} |||  ||| {0.0:.4f}"]
-        return [
-            f"{line_number} ||| {self._text(hypothesis, oovs)} ||| "
-            f"{hypothesis.normalized_score:.4f}"
-            for hypothesis in hypotheses
-        ]
-
-    def _text(self, hypothesis: Hypothesis, oovs: list[str]) -> str:
-        # one output line per input line: a newline inside a hypothesis would break that
-        text = self.tokenizers.tgt.decode_extended(hypothesis.tokens, oovs)
-        return text.replace("\n", " ")
-
-
-def translate_lines(
-    checkpoint: Path,
-    lines: Iterable[str],
-    settings: DecodingSettings | None = None,
-    batch_size: int = 64,
-    device: str = "auto",
-) -> Iterator[str | list[str]]:
-    """Load `checkpoint` and decode `lines`: one output per line, in input order.
-
-    Args:
-        checkpoint: a checkpoint written by `attnseq train` or `attnseq average`.
-        lines: input text, one source per item (a trailing newline is ignored); read lazily.
-        settings: how to decode; None = the checkpoint's own (trainer.beam, output limits).
-        batch_size: sentences per batch.
-        device: auto, cpu or cuda.
-
-    Yields:
-        a string per line (nbest = 1) or a list of n-best lines in Moses format (nbest > 1).
-    """
-    translator = Translator.from_checkpoint(checkpoint, device)
-    yield from translator.translate(lines, settings or translator.settings(), batch_size)

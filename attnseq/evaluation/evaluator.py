@@ -30,9 +30,9 @@ from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Batch, collate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.data.generated import gold_alignments
-from attnseq.data.prepare import PreparedData, TokenizerPair
+from attnseq.data.prepare import PreparedData
 from attnseq.data.token_sampler import TokenBatchSampler
-from attnseq.data.tokenizers import Tokenizer
+from attnseq.data.tokenizers import Tokenizer, TokenizerPair
 from attnseq.decoding import (  # settings re-exported here
     DecodingSettings,
     Hypothesis,
@@ -41,7 +41,7 @@ from attnseq.decoding import (  # settings re-exported here
 )
 from attnseq.evaluation.metrics import perplexity, task_metrics
 from attnseq.io.progress import Rate, counting
-from attnseq.models.loss import sequence_loss
+from attnseq.models.loss_terms import sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
 
 

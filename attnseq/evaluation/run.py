@@ -55,17 +55,18 @@ from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchic
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Example
 from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
-from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
+from attnseq.data.prepare import PreparedData, prepare_data
 from attnseq.data.sources import load_pairs_from_path
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.decoding.settings import DecodingSettings, SamplingSettings
 from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import Evaluator, Hypothesis, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.output_paths import refuse_output_over_inputs
-from attnseq.models.device import resolve_device
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import pruned_heads_summary
+from attnseq.models.loading import resolve_device
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 

@@ -7,8 +7,8 @@ For a target of n pieces y_1 .. y_n and y_{n+1} = </s>:
     log P(y | x) = sum_{t=1}^{n+1} log p(y_t | y_<t, x)        (natural log, <= 0)
 
 and the per-token mean divides it by n + 1: EOS counts as a token, as validation counts it. The
-token terms are `sequence_loss` (attnseq/models/loss.py) without label smoothing, the cross
-entropy of validation and `attnseq eval`, so over the same pairs
+token terms are `sequence_loss` (attnseq/models/loss_terms.py) without label smoothing, the
+cross entropy of validation and `attnseq eval`, so over the same pairs
 
     sum of -log P(y | x) / sum of (n + 1) = eval's SPLIT/loss
 
@@ -46,12 +46,12 @@ import torch
 
 from attnseq.data.batching import Example, collate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
-from attnseq.data.prepare import TokenizerPair
 from attnseq.data.token_sampler import TokenBatchSampler
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError
 from attnseq.evaluation.metrics import perplexity
-from attnseq.models.loss import sequence_loss
+from attnseq.models.loss_terms import sequence_loss
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -208,8 +208,7 @@ class Scorer:
     @classmethod
     def from_checkpoint(cls, path: Path, device: str = "auto") -> "Scorer":
         """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint)."""
-        from attnseq.models.device import resolve_device
-        from attnseq.models.loading import load_trained_model
+        from attnseq.models.loading import load_trained_model, resolve_device
 
         trained = load_trained_model(path)
         cfg = trained.cfg

@@ -36,14 +36,14 @@ def build_model(
     3.4), as in the peer toolkits' joint-BPE setups.
 
     With `cfg.copy` or `cfg.coverage` the model is the pointer-generator subclass of its family
-    (models/rnn_pointer.py, models/transformer_pointer.py); it feeds `vocab.unk_id` back after
+    (models/pointer_generator.py); it feeds `vocab.unk_id` back after
     emitting a copied source word.
 
     With `cfg.attention.hierarchy` the RNN is the hierarchical model of
     models/rnn_hierarchical.py; `segmenter` (the source tokenizer's, data/segments.py) cuts its
     sources into segments.
     With `cfg.attention.hard` the model is the hard-attention subclass of its family
-    (models/rnn_hard.py, models/transformer_hard.py).
+    (models/hard_attention.py).
     """
     options: dict[str, Any] = {name: getattr(cfg, name) for name in _SHARED_OPTIONS}
     options["share_src_tgt_embeddings"] = cfg.tie_embeddings and vocab.joint
@@ -86,13 +86,13 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
         conv_kernel=cfg.conv_kernel,
     )
     if cfg.attention.hard is not HardMode.none:
-        from attnseq.models.transformer_hard import HardAttentionTransformer
+        from attnseq.models.hard_attention import HardAttentionTransformer
 
         hard = {"hard": cfg.attention.hard.value, "hard_k": cfg.attention.hard_k}
         return HardAttentionTransformer(vocab, **hard, **options)
     if not (cfg.copy or cfg.coverage):
         return TransformerSeq2Seq(vocab, **options)
-    from attnseq.models.transformer_pointer import PointerGeneratorTransformer
+    from attnseq.models.pointer_generator import PointerGeneratorTransformer
 
     return PointerGeneratorTransformer(
         vocab, copy=cfg.copy, coverage=cfg.coverage, copy_layer=cfg.copy_layer, **options
@@ -138,13 +138,13 @@ def _build_rnn(
 
         return build_hierarchical_rnn(cfg, vocab, options, segmenter)
     if cfg.attention.hard is not HardMode.none:
-        from attnseq.models.rnn_hard import HardAttentionRNN
+        from attnseq.models.hard_attention import HardAttentionRNN
 
         hard = {"hard": cfg.attention.hard.value, "hard_k": cfg.attention.hard_k}
         return HardAttentionRNN(vocab, **hard, **options)
     if not (cfg.copy or cfg.coverage):
         return RNNSeq2Seq(vocab, **options)
-    from attnseq.models.rnn_pointer import PointerGeneratorRNN
+    from attnseq.models.pointer_generator import PointerGeneratorRNN
 
     return PointerGeneratorRNN(vocab, copy=cfg.copy, coverage=cfg.coverage, **options)
 

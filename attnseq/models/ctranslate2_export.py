@@ -52,9 +52,8 @@ import torch
 
 from attnseq.config.choices import AttentionKind, ModelFamily, Norm
 from attnseq.config.schema import TrainConfig
-from attnseq.data.prepare import TokenizerPair
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
-from attnseq.data.tokenizers import BOS, EOS, UNK, Tokenizer
+from attnseq.data.tokenizers import BOS, EOS, UNK, Tokenizer, TokenizerPair
 from attnseq.errors import UserError
 from attnseq.io.output_paths import (
     check_output_folder,

@@ -16,6 +16,24 @@ Michel et al. do (section 4.1, global ranking), with one rule of ours: every sit
 one head. A site with all heads masked would pass on only the bias of W^O, the same vector for
 every position: the sublayer would be gone rather than thinned, and the question is which heads
 matter, not which sublayers. So at most (total heads - sites) heads can be pruned.
+
+Compaction (`compact_heads`; Michel et al. 2019, section 4.3, where pruning speeds up
+inference): a head mask zeroes a head's output but still computes it, so a pruned model computes
+less only once the masked heads leave the weights. `compact_heads` drops the masked heads of
+each full-attention sublayer: with kept heads K (as row blocks of d_k),
+
+    W^Q, W^K, W^V: (d_model, d_model) -> (K d_k, d_model)   the kept heads' output rows
+    W^O:           (d_model, d_model) -> (d_model, K d_k)   the kept heads' input columns,
+                                                            each scaled by its xi_h
+
+so the sublayer computes sum over kept h of xi_h head_h W^O_h, which is what the masked model
+computes (the masked heads contribute 0 there). Efficient self-attention kinds keep their masks
+(their mechanisms may hold per-head state). The result is for decoding and scoring without
+attention weights only: its state dict no longer fits the checkpoint's config (it is never
+saved), and the weights of layers with different head counts no longer stack into one
+(B, L, H, T, S) tensor.
+
+Shapes: L layers of a stack, H heads (before compaction), K kept heads, d_k head size.
 """
 
 from typing import NamedTuple
@@ -23,6 +41,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from attnseq.attention.full import FullAttention
 from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.errors import UserError
 
@@ -192,3 +211,50 @@ def head_mask_state(model: nn.Module) -> dict[str, Tensor]:
         for name, buffer in model.named_buffers()
         if optional_entry(name)
     }
+
+
+def compact_heads(model: nn.Module) -> int:
+    """Remove the masked heads of every full-attention sublayer in place; returns how many
+    heads were removed. The model computes the same outputs afterwards (up to rounding)."""
+    removed = 0
+    for site in attention_sites(model):
+        attention = site.attention
+        keep = (attention.head_mask != 0).nonzero().flatten()  # (K,)
+        if len(keep) == attention.heads or not isinstance(attention.mechanism, FullAttention):
+            continue
+        removed += attention.heads - len(keep)
+        _keep_heads(attention, keep)
+    return removed
+
+
+def _keep_heads(attention: MultiHeadAttention, keep: Tensor) -> None:
+    """Slice the projections of `attention` down to the heads `keep` (K,)."""
+    d_k = attention.d_k
+    rows = (keep.unsqueeze(1) * d_k + torch.arange(d_k, device=keep.device)).flatten()  # (K d_k,)
+    scale = attention.head_mask[keep].repeat_interleave(d_k)  # xi_h per kept column, (K d_k,)
+    with torch.no_grad():
+        for name in ("q_proj", "k_proj", "v_proj"):
+            setattr(attention, name, _rows(getattr(attention, name), rows))
+        out = attention.out_proj
+        compact = nn.Linear(len(rows), out.out_features, bias=out.bias is not None)
+        compact.to(out.weight)
+        compact.weight.copy_(out.weight[:, rows] * scale.to(out.weight.dtype))
+        if out.bias is not None:
+            compact.bias.copy_(out.bias)
+        attention.out_proj = compact
+        if attention.memory is not None:  # persistent memory holds one key/value set per head
+            memory = attention.memory
+            memory.keys = nn.Parameter(memory.keys[keep].clone())
+            memory.values = nn.Parameter(memory.values[keep].clone())
+    attention.heads = len(keep)
+    attention.head_mask = torch.ones_like(attention.head_mask[keep])
+
+
+def _rows(linear: nn.Linear, rows: Tensor) -> nn.Linear:
+    """A linear layer computing only the output features `rows` of `linear`."""
+    sliced = nn.Linear(linear.in_features, len(rows), bias=linear.bias is not None)
+    sliced.to(linear.weight)
+    sliced.weight.copy_(linear.weight[rows])
+    if linear.bias is not None:
+        sliced.bias.copy_(linear.bias[rows])
+    return sliced

@@ -6,6 +6,9 @@ and each problem is one UserError naming the checkpoint and what is wrong with i
 missing or of the wrong type, a config that is not a valid attnseq config, a tokenizer state
 that does not rebuild, or weights that do not fit the model the config describes (missing,
 unexpected or wrongly shaped tensors).
+
+`resolve_device` gives the torch device a command runs on, from the `trainer.device` setting
+(auto, cpu, cuda): where a loaded model goes.
 """
 
 from dataclasses import dataclass
@@ -17,8 +20,8 @@ import torch
 from attnseq.config.choices import Hierarchy
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.schema import TrainConfig
-from attnseq.data.prepare import TokenizerPair
 from attnseq.data.segments import SourceSegmenter
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
@@ -96,11 +99,11 @@ def load_trained_model(path: Path, overrides: list[str] | None = None) -> Traine
             f"{path}: its tokenizer state is broken ({type(error).__name__}: {error})"
         ) from None
     model = model_for(cfg, tokenizers)
-    _load_weights(path, model, payload["model"])
+    load_weights(path, model, payload["model"])
     return TrainedModel(model.eval(), cfg, tokenizers, payload)
 
 
-def _load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> None:
+def load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> None:
     """`model.load_state_dict(state)`, or a UserError naming the tensors that do not fit."""
     expected = model.state_dict()
     missing = [name for name in expected if name not in state and not optional_entry(name)]
@@ -124,3 +127,12 @@ def _load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) ->
             f"{path}: its weights do not fit the model its config describes ({'; '.join(problems)})"
         )
     model.load_state_dict(state)
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto -> cuda when available, else cpu; asking for cuda without one is a user error."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("trainer.device=cuda but no CUDA device is available; use auto or cpu")
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")

@@ -23,10 +23,22 @@ target in one call and attends for all T positions at once.
 Values (`values`): the context averages the annotations, c_i = sum_j a_ij h_j, or, with
 values="embeddings", the source words alone, c_i = sum_j a_ij v_j with v_j = W_v [x_j ; p_j],
 the word and its distances p_j to the two ends of the source, while the scores read
-k_j = h_j + W_p p_j (models/word_values.py). A bidirectional annotation h_j also encodes its
+k_j = h_j + W_p p_j (`WordValues`). A bidirectional annotation h_j also encodes its
 neighbours, so a model that reads h_{j-1} can produce word j; from v_j it gets word j only at
-j. With a zero initial state (`init_hidden="zero"`) the decoder sees the source only through
-what it reads, so for hard attention (models/rnn_hard.py), which reads one position per step,
+j. In full:
+
+    p_j = [PE(j) ; PE(n - 1 - j)]        v_j = W_v [x_j ; p_j]        k_j = h_j + W_p p_j
+
+x_j the source word embedding, h_j its annotation, n the source length, PE the sinusoidal
+encoding of Vaswani et al. (2017, section 3.5) at POSITION_SIZE channels, W_v and W_p learned
+projections to the annotation size E, so the decoder and the scores are the same sizes as with
+annotation values. The two distances tell a decoder that sees the source only through what it
+reads where it read, from the start (the last word of a reversal is position 0) and from the
+end (the last word of a monotone transduction is position n - 1); in the keys they let the
+first query, which knows nothing of the source yet, find an end of it.
+
+With a zero initial state (`init_hidden="zero"`) the decoder sees the source only through
+what it reads, so for hard attention (models/hard_attention.py), which reads one position per step,
 the chosen position is the word the step reads: its one-hot map is a word alignment.
 
 No attention (score=none): the RNN Encoder-Decoder of Cho et al. (2014) that Bahdanau et al.
@@ -34,7 +46,8 @@ compare against: the decoder sees the source only through one fixed summary vect
 encoder's final state), given as c_i at every step; its output reads s_i (Cho et al. 2014,
 section 2.2).
 
-Shapes: B batch, S source length, T target length, E encoder output size, H decoder hidden size.
+Shapes: B batch, S source length, T target length, E encoder output size, H decoder hidden size,
+emb the source embedding size, P = 2 * POSITION_SIZE.
 """
 
 import torch
@@ -43,6 +56,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnseq.attention.base import Attention
 from attnseq.attention.masks import padding_mask
+from attnseq.models.positional import SinusoidalPositionalEncoding
 from attnseq.models.seq2seq import (
     ALIGNMENT_ATTENTION,
     AlignmentHead,
@@ -51,7 +65,43 @@ from attnseq.models.seq2seq import (
     Seq2SeqOutput,
     Vocabularies,
 )
-from attnseq.models.word_values import WordValues
+
+# channels per distance: sinusoids of wavelengths 2*pi .. 2*pi*10000^(14/16), distinct far
+# beyond any source length the models take
+POSITION_SIZE = 16
+
+
+class WordValues(nn.Module):
+    """p_j, v_j and k_j of the module docstring.
+
+    Args:
+        emb_dim: source embedding size.
+        size: E, the value and key size.
+    """
+
+    def __init__(self, emb_dim: int, size: int) -> None:
+        super().__init__()
+        self.positions = SinusoidalPositionalEncoding(POSITION_SIZE)
+        self.projection = nn.Linear(emb_dim + 2 * POSITION_SIZE, size, bias=False)  # W_v
+        self.key_positions = nn.Linear(2 * POSITION_SIZE, size, bias=False)  # W_p
+
+    def where(self, lengths: Tensor, width: int) -> Tensor:
+        """p_j (B, S=width, P) for sources of `lengths` (B,); past a row's length the distance
+        to the end is 0 (those positions are masked wherever they are read)."""
+        from_start = torch.arange(width, device=lengths.device)  # (S,)
+        from_end = (lengths.unsqueeze(1) - 1 - from_start).clamp_min(0)  # (B, S)
+        start = self.positions(from_start).expand(lengths.size(0), -1, -1)  # (B, S, P/2)
+        return torch.cat([start, self.positions(from_end)], dim=-1)
+
+    def forward(
+        self, embedded: Tensor, annotations: Tensor, lengths: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Source embeddings (B, S, emb), annotations (B, S, E) and lengths (B,) -> the values
+        v (B, S, E) and the keys k (B, S, E)."""
+        where = self.where(lengths.to(embedded.device), embedded.size(1)).to(embedded.dtype)
+        values = self.projection(torch.cat([embedded, where], dim=-1))
+        return values, annotations + self.key_positions(where)
+
 
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 

@@ -11,11 +11,10 @@ Incremental decoding state is a (possibly nested) dict/list/tuple of tensors who
 dimension is the batch (or batch x beam); `reorder_state` selects rows of every tensor in it,
 which is all beam search needs.
 
-Copy models (pointer-generators: models/copy.py, pointer.py, rnn_pointer.py,
-transformer_pointer.py) also take the keyword arguments `CopyInputs` (`src_ext` (B, S) and
-`n_oov`, the source in their extended vocabulary of V + n_oov ids) in `forward` and
-`start_decoding`, and return log-probabilities over that vocabulary in place of logits; `extras`
-then holds "p_gen" (B, T) and, with coverage, "coverage_loss" (B, T).
+Copy models (pointer-generators: models/pointer_generator.py) also take the keyword arguments
+`CopyInputs` (`src_ext` (B, S) and `n_oov`, the source in their extended vocabulary of V + n_oov
+ids) in `forward` and `start_decoding`, and return log-probabilities over that vocabulary in place
+of logits; `extras` then holds "p_gen" (B, T) and, with coverage, "coverage_loss" (B, T).
 
 Guided alignment (Garg et al. 2019) supervises one cross-attention map: `forward` with
 `alignment=AlignmentHead(layer, head)` also returns it in `extras["alignment_attention"]`

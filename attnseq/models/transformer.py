@@ -17,7 +17,7 @@ an extra is absent when its self-attention kind has no weights (linear, performe
 
 Teacher forcing (`teacher_forced`) and incremental decoding (`incremental_step`) both run the
 decoder stack through `run_decoder`, which returns the decoder's input embeddings, its final
-output and every layer's result: subclasses (transformer_pointer.py) build on those instead of
+output and every layer's result: subclasses (pointer_generator.py) build on those instead of
 running the stack themselves.
 
 Incremental decoding state (tensors batch-first, so `Seq2Seq.reorder_state` can select rows):
@@ -51,9 +51,9 @@ from torch import Tensor, nn
 from attnseq.attention.efficient import SelfAttentionOptions, for_layer
 from attnseq.attention.masks import padding_mask
 from attnseq.attention.mechanism import KeyValue
+from attnseq.config.choices import Norm
 from attnseq.models.positional import build_positional_encoding, make_positions
 from attnseq.models.seq2seq import AlignmentHead, DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
-from attnseq.models.transformer_checks import check_options
 from attnseq.models.transformer_layers import (
     DecoderLayer,
     DecoderPass,
@@ -69,7 +69,7 @@ class TransformerSeq2Seq(Seq2Seq):
     Args:
         vocab: vocabulary sizes and special ids.
         d_model: model width (paper base: 512).
-        heads: attention heads H; must divide d_model.
+        heads: attention heads H; must divide d_model (attention/multihead.py checks it).
         enc_layers, dec_layers: layers in the encoder and decoder stacks.
         ff_dim: feed-forward inner size d_ff.
         dropout: residual, embedding and feed-forward dropout P_drop.
@@ -111,7 +111,7 @@ class TransformerSeq2Seq(Seq2Seq):
         conv_kernel: int = 0,
     ) -> None:
         super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
-        check_options(d_model, heads, (enc_layers, dec_layers), norm)
+        _check_options((enc_layers, dec_layers), norm)
         if share_src_tgt_embeddings:
             vocab.check_shareable()
         self.d_model = d_model
@@ -383,3 +383,18 @@ class TransformerSeq2Seq(Seq2Seq):
         decoder, attention, new_state = self.incremental_step(prev_tokens, state, need_weights)
         logits = self.output_proj(decoder.decoded).squeeze(1)  # (B, 1, V) -> (B, V)
         return logits, attention, new_state
+
+
+def _check_options(layers: tuple[int, int], norm: str) -> None:
+    """Reject a stack without layers or an unknown norm placement with a message that says what
+    would be valid. `layers` is (enc_layers, dec_layers); `norm` is a `Norm` value."""
+    if min(layers) < 1:
+        # weights are stacked per layer, and a decoder needs cross-attention to see the source
+        enc_layers, dec_layers = layers
+        raise ValueError(
+            f"enc_layers and dec_layers must be at least 1, got {enc_layers} and {dec_layers}"
+        )
+    if norm not in {choice.value for choice in Norm}:
+        raise ValueError(
+            f"unknown norm {norm!r}; choose one of {', '.join(choice.value for choice in Norm)}"
+        )

@@ -3,7 +3,7 @@
 `optim.coverage_start_step` on), plus the guided alignment term (Garg et al. 2019, section 4.2:
 `optim.alignment_lambda` times the cross entropy between the batch's gold alignment and the
 supervised attention), plus the REINFORCE term of sampled hard attention (Xu et al. 2015,
-section 4.1, eq. 12; models/reinforce.py), which also moves the model's baseline. Summed over
+section 4.1, eq. 12; models/hard_attention.py), which also moves the model's baseline. Summed over
 the real target tokens; train_step.py divides. `gumbel_temperature` is the Gumbel-softmax
 temperature schedule that train_step.py hands the model before each update.
 """
@@ -13,7 +13,7 @@ import math
 from torch import Tensor
 
 from attnseq.config.schema import OptimConfig, TrainConfig
-from attnseq.models import loss, reinforce
+from attnseq.models import hard_attention, loss_terms
 from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead, Seq2SeqOutput
 
 
@@ -35,17 +35,17 @@ def training_loss(
         targets: (B, T) next tokens, pad_id where there is no token.
         gold_alignment: (B, T, S) the batch's gold distribution (`Batch.alignment`) or None.
     """
-    loss_sum, _ = loss.sequence_loss(output.logits, targets, pad_id, optim.label_smoothing)
+    loss_sum, _ = loss_terms.sequence_loss(output.logits, targets, pad_id, optim.label_smoothing)
     if "coverage_loss" in output.extras:  # See et al. 2017, eq. 13: + lambda * covloss_t
         weight = coverage_weight(optim, step)
-        loss_sum = loss_sum + loss.coverage_term(
+        loss_sum = loss_sum + loss_terms.coverage_term(
             output.extras["coverage_loss"], targets, pad_id, weight
         )
     attention = output.extras.get(ALIGNMENT_ATTENTION)
     if gold_alignment is not None and attention is not None:
-        term = loss.alignment_term(attention, gold_alignment, optim.alignment_lambda)
+        term = loss_terms.alignment_term(attention, gold_alignment, optim.alignment_lambda)
         loss_sum = loss_sum + term
-    if reinforce.HARD_LOG_PROB in output.extras:
+    if hard_attention.HARD_LOG_PROB in output.extras:
         loss_sum = loss_sum + reinforce_loss(output, targets, pad_id, optim)
     return loss_sum
 
@@ -57,17 +57,17 @@ def reinforce_loss(
     with the rewards of this batch; then the baseline `extras["reinforce_baseline"]` moves
     towards them (b <- decay b + (1 - decay) mean r)."""
     extras = output.extras
-    rewards = reinforce.example_rewards(output.logits, targets, pad_id)  # (B,)
-    baseline = extras[reinforce.REINFORCE_BASELINE]
-    term = reinforce.reinforce_term(
-        extras[reinforce.HARD_LOG_PROB],
-        extras[reinforce.HARD_ENTROPY],
+    rewards = hard_attention.example_rewards(output.logits, targets, pad_id)  # (B,)
+    baseline = extras[hard_attention.REINFORCE_BASELINE]
+    term = hard_attention.reinforce_term(
+        extras[hard_attention.HARD_LOG_PROB],
+        extras[hard_attention.HARD_ENTROPY],
         rewards,
         baseline,
         targets != pad_id,
         (optim.reinforce_lambda, optim.reinforce_entropy),
     )
-    reinforce.update_baseline(baseline, rewards, optim.reinforce_baseline_decay)
+    hard_attention.update_baseline(baseline, rewards, optim.reinforce_baseline_decay)
     return term
 
 

@@ -21,12 +21,12 @@ from attnseq.config.checks import validate
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import PieceLinks
-from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
+from attnseq.data.prepare import PreparedData, prepare_data
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.evaluator import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models.device import resolve_device
-from attnseq.models.loading import model_for
+from attnseq.models.loading import load_weights, model_for, resolve_device
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import (
     WorldInfo,
@@ -263,7 +263,7 @@ def _test_best(
     if not best_path.is_file():  # resumed from a lone checkpoint without its best.pt
         log.warning("no best.pt in %s: evaluating last.pt", best_path.parent)
         best_path = best_path.with_name("last.pt")
-    model.load_state_dict(load_checkpoint(best_path)["model"])
+    load_weights(best_path, model, load_checkpoint(best_path)["model"])
     test = make_evaluator(cfg, data, "test", device, split_gold(cfg, "test", data.tokenizers))
     metrics, hypotheses = test.evaluate(model)
     log.info("test: decoded %s", test.decode_rate.summary())

@@ -18,7 +18,7 @@ from attnseq.analysis.segment_view import is_hierarchical, log_segment_heatmaps
 from attnseq.config.conversion import config_to_dict, flat_config
 from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extended_pieces
-from attnseq.data.prepare import TokenizerPair
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.models.seq2seq import Seq2Seq
 

@@ -18,7 +18,7 @@ from attnseq.analysis.alignment import (
 )
 from attnseq.config.conversion import config_from_dict
 from attnseq.data.file_readers import read_parallel
-from attnseq.data.prepare import TokenizerPair
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models.loading import model_for
 

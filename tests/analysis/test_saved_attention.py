@@ -20,7 +20,8 @@ from attnseq.analysis.saved_attention import (
 )
 from attnseq.cli.app import app
 from attnseq.config.conversion import config_from_dict
-from attnseq.data.prepare import TokenizerPair, prepare_data
+from attnseq.data.prepare import prepare_data
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import make_evaluator
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint

@@ -246,8 +246,8 @@ def test_concat_split_equals_concatenated_matrix() -> None:
 
 def test_forward_is_written_once_and_mechanisms_fill_the_hooks() -> None:
     """Only the base class defines `forward`; coverage and local attention fill `align`."""
+    from attnseq.attention.additive import CoverageAttention
     from attnseq.attention.base import AlignInputs
-    from attnseq.attention.coverage import CoverageAttention
 
     for cls in (*CLASSES.values(), LocalAttention, CoverageAttention):
         assert "forward" not in vars(cls), cls.__name__

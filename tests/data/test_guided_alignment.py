@@ -20,7 +20,7 @@ from attnseq.data.guided_alignment import piece_links, read_alignment_file, spli
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.loss import alignment_term
+from attnseq.models.loss_terms import alignment_term
 from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead
 from attnseq.training.loss import training_loss
 from attnseq.training.run import run_training

@@ -13,10 +13,10 @@ import attnseq.data.prepare as prepare_module
 from attnseq.config.choices import DataSource, FileFormat, TaskType, TokenizerKind
 from attnseq.config.schema import DataConfig
 from attnseq.data.batching import example_lengths
-from attnseq.data.prepare import PreparedData, TokenizerPair, prepare_data
+from attnseq.data.prepare import PreparedData, prepare_data
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from attnseq.data.token_sampler import TokenBatchSampler
-from attnseq.data.tokenizers import WordTokenizer
+from attnseq.data.tokenizers import TokenizerPair, WordTokenizer
 from attnseq.errors import UserError
 
 N_LINES = 200

@@ -280,7 +280,7 @@ def test_beam_attention_equals_teacher_forced_attention(family: str) -> None:
 @pytest.fixture(scope="module")
 def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     """A tiny GRU + Bahdanau model trained ~7 s on data=reverse (about half exact match)."""
-    from attnseq.data.prepare import TokenizerPair
+    from attnseq.data.tokenizers import TokenizerPair
     from attnseq.models.loading import model_for
     from attnseq.training.run import run_training
 
@@ -329,7 +329,7 @@ def test_beam_beats_greedy_on_trained_reverse_model(reverse_model) -> None:
 
 # ------------------------------------------------------------------------ coverage penalty
 def test_gnmt_coverage_penalty_on_hand_numbers() -> None:
-    from attnseq.decoding.coverage_penalty import gnmt_coverage_penalty
+    from attnseq.decoding.beam_search import gnmt_coverage_penalty
 
     coverage = torch.tensor([[0.5, 1.7, 0.25, 0.0]])  # the last position is padding
     mask = torch.tensor([[True, True, True, False]])
@@ -342,7 +342,7 @@ def test_gnmt_coverage_penalty_on_hand_numbers() -> None:
 def test_coverage_penalty_ranks_by_the_hypothesis_own_attention(family: str) -> None:
     """normalized_score = raw / lp + beta sum_i log min(sum_j p_ij, 1) with the attention that
     produced the hypothesis, gathered along its beam: the state bookkeeping is right."""
-    from attnseq.decoding.coverage_penalty import source_attention
+    from attnseq.decoding.beam_search import source_attention
 
     model = make_model(family)
     src, lengths = random_batch(4)

@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.data.tokenizers import BOS_ID, EOS_ID
+from attnseq.decoding import SamplingSettings
 from attnseq.decoding.translate import Translator
+from attnseq.errors import UserError
 from attnseq.models.ctranslate2_export import EXPORT_FILE, export_ctranslate2
 from attnseq.training.run import run_training
 
@@ -87,6 +89,20 @@ def test_greedy_outputs_equal_attnseq_and_attention_comes_back(ctranslate2, tmp_
         weights = hypotheses[0].attention  # (1, 1, T_out, S)
         assert weights.shape[-1] == len(ours.tokenizers.src.encode(text))
         assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-4)
+
+
+def test_the_engine_writes_nbest_lists_and_refuses_sampling(ctranslate2, tmp_path) -> None:
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt", *TRANSFORMER, *SPM)
+    folder = export_ctranslate2(checkpoint, tmp_path / "ct2")
+    from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
+
+    engine = CTranslate2Translator(folder, "cpu")
+    outputs = list(engine.translate(["a small house", ""], engine.settings(beam=3, nbest=2)))
+    assert [len(output) for output in outputs] == [2, 1]
+    assert outputs[1] == ["1 |||  ||| 0.0000"]
+    sampling = engine.settings(beam=1).with_sampling(SamplingSettings(num_samples=2))
+    with pytest.raises(UserError, match="does not sample"):
+        list(engine.translate(SOURCES, sampling))
 
 
 def test_an_rnn_or_efficient_attention_checkpoint_is_refused(tmp_path: Path) -> None:

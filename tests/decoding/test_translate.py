@@ -1,4 +1,4 @@
-"""`attnseq translate` and `translate_lines`: line order and count (blank lines included),
+"""`attnseq translate` and `Translator`: line order and count (blank lines included),
 n-best format, streaming, output files, user errors; and `attnseq eval --beam`."""
 
 import logging
@@ -13,10 +13,9 @@ from torch import Tensor
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-from attnseq.data.prepare import TokenizerPair
-from attnseq.data.tokenizers import train_tokenizer
+from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.decoding import DecodingSettings
-from attnseq.decoding.translate import Translator, translate_lines
+from attnseq.decoding.translate import Translator
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 from attnseq.training.run import run_training
 
@@ -70,7 +69,7 @@ def copy_translator() -> Translator:
     return Translator(model, TokenizerPair(char, char), cfg, torch.device("cpu"))
 
 
-# ------------------------------------------------------------------------- translate_lines
+# ------------------------------------------------------------------------------ Translator
 def test_outputs_keep_input_order_across_chunks_and_batches() -> None:
     translator = copy_translator()
     lines = ["abc\n", "a\n", "", "zyxw vut\n", "  \n", "q\r\n", "hello world", "ab\n", "x"]
@@ -109,10 +108,11 @@ def test_streaming_reads_one_chunk_before_the_first_output() -> None:
     assert consumed == 50
 
 
-def test_translate_lines_loads_a_checkpoint(checkpoint: Path) -> None:
+def test_a_translator_loads_a_checkpoint(checkpoint: Path) -> None:
     lines = ["March 3, 1998", "", "12/05/2001"]
     settings = DecodingSettings(beam=2, max_output_extra=12)
-    outputs = list(translate_lines(checkpoint, lines, settings, batch_size=2, device="cpu"))
+    translator = Translator.from_checkpoint(checkpoint, "cpu")
+    outputs = list(translator.translate(lines, settings, batch_size=2))
     assert len(outputs) == 3 and outputs[1] == ""
     assert all(isinstance(output, str) for output in outputs)
 

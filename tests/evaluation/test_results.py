@@ -11,7 +11,8 @@ from helpers import tiny_config
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-from attnseq.data.prepare import TokenizerPair, prepare_data
+from attnseq.data.prepare import prepare_data
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding.settings import DecodingSettings
 from attnseq.evaluation.metrics import bleu_signature
 from attnseq.evaluation.run import decoding_name, default_root, result_folder

@@ -11,7 +11,8 @@ from helpers import tiny_config, untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-from attnseq.data.prepare import TokenizerPair, prepare_data
+from attnseq.data.prepare import prepare_data
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.run import evaluate_checkpoint
 from attnseq.evaluation.scoring import PairScore, Scorer, summarize
 from attnseq.io.checkpoint import load_checkpoint

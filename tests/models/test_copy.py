@@ -6,16 +6,15 @@ import math
 import pytest
 import torch
 
-from attnseq.attention.additive import AdditiveAttention
-from attnseq.attention.coverage import CoverageAttention
-from attnseq.attention.multiplicative import ConcatAttention, GeneralAttention
-from attnseq.models.copy import (
+from attnseq.attention.additive import AdditiveAttention, CoverageAttention
+from attnseq.attention.luong import ConcatAttention, GeneralAttention
+from attnseq.models.loss_terms import coverage_term
+from attnseq.models.pointer_generator import (
     GenerationProbability,
     coverage_loss,
     extended_log_probs,
     teacher_forced_coverage,
 )
-from attnseq.models.loss import coverage_term
 
 
 def test_final_distribution_on_hand_numbers() -> None:

@@ -1,4 +1,4 @@
-"""Hard attention (attention/hard.py, models/rnn_hard.py, transformer_hard.py, reinforce.py)."""
+"""Hard attention (attention/hard.py, models/hard_attention.py)."""
 
 from pathlib import Path
 
@@ -8,10 +8,13 @@ import torch
 from attnseq.attention import build_attention
 from attnseq.attention.hard import HardSelector, reinforce_sample, straight_through_gumbel
 from attnseq.errors import UserError
-from attnseq.models.reinforce import reinforce_term, update_baseline
-from attnseq.models.rnn_hard import HardAttentionRNN
+from attnseq.models.hard_attention import (
+    HardAttentionRNN,
+    HardAttentionTransformer,
+    reinforce_term,
+    update_baseline,
+)
 from attnseq.models.seq2seq import Vocabularies
-from attnseq.models.transformer_hard import HardAttentionTransformer
 
 VOCAB = Vocabularies(src_size=12, tgt_size=12, pad_id=0, bos_id=2, eos_id=3)
 

@@ -14,9 +14,9 @@ from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.decoding import DecodingSettings, beam_search, greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.head_compaction import compact_heads
 from attnseq.models.head_mask import (
     attention_sites,
+    compact_heads,
     get_head_masks,
     masked_heads,
     prune_count,
@@ -262,8 +262,8 @@ def test_compacted_heads_compute_what_the_mask_computes():
 
 
 def test_a_copy_model_averages_its_copy_attention_over_the_kept_heads(monkeypatch):
+    from attnseq.models.pointer_generator import PointerGeneratorTransformer
     from attnseq.models.transformer import TransformerSeq2Seq
-    from attnseq.models.transformer_pointer import PointerGeneratorTransformer
 
     model = make_transformer("model.copy=true", "model.coverage=true", "model.copy_layer=-1")
     assert isinstance(model, PointerGeneratorTransformer)

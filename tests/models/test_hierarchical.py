@@ -12,9 +12,12 @@ from attnseq.data.prepare import train_tokenizers
 from attnseq.decoding import greedy_decode
 from attnseq.decoding.beam_search import beam_search
 from attnseq.decoding.settings import DecodingSettings
-from attnseq.models.hierarchical_encoder import segment_layout
 from attnseq.models.loading import load_trained_model, model_for
-from attnseq.models.rnn_hierarchical import HierarchicalPointerRNN, HierarchicalRNNSeq2Seq
+from attnseq.models.rnn_hierarchical import (
+    HierarchicalPointerRNN,
+    HierarchicalRNNSeq2Seq,
+    segment_layout,
+)
 
 PAIRS = [
     ("#Person1#: hello there . how are you ? #Person2#: fine thanks . #Person1#: good", "hi"),

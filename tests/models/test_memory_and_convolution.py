@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from attnseq.attention.masks import padding_mask
-from attnseq.models.convolution import ConvolutionModule
 from attnseq.models.seq2seq import Vocabularies
 from attnseq.models.transformer import TransformerSeq2Seq
+from attnseq.models.transformer_layers import ConvolutionModule
 
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
 LAYERS, HEADS, SLOTS = 2, 2, 3

@@ -12,12 +12,15 @@ from helpers import tiny_config
 from attnseq.config.schema import ModelConfig
 from attnseq.decoding import DecodingSettings, beam_search, greedy_decode
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.copy import coverage_loss, teacher_forced_coverage
-from attnseq.models.loss import coverage_term, sequence_loss
+from attnseq.models.loss_terms import coverage_term, sequence_loss
+from attnseq.models.pointer_generator import (
+    PointerGeneratorRNN,
+    PointerGeneratorTransformer,
+    coverage_loss,
+    teacher_forced_coverage,
+)
 from attnseq.models.rnn import RNNSeq2Seq
-from attnseq.models.rnn_pointer import PointerGeneratorRNN
 from attnseq.models.transformer import TransformerSeq2Seq
-from attnseq.models.transformer_pointer import PointerGeneratorTransformer
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 VOCAB = 12

@@ -1,6 +1,6 @@
 """What an RNN attention reads (`model.attention.values`, models/rnn.py): the annotations h_j,
 or each source word with its position, v_j = W_v [x_j ; p_j], p_j = [PE(j) ; PE(n-1-j)], while
-the scores read k_j = h_j + W_p p_j (models/word_values.py)."""
+the scores read k_j = h_j + W_p p_j (`WordValues`, models/rnn.py)."""
 
 from pathlib import Path
 
@@ -9,11 +9,10 @@ import torch
 
 from attnseq.attention import build_attention
 from attnseq.errors import UserError
+from attnseq.models.hard_attention import HardAttentionRNN
 from attnseq.models.positional import SinusoidalPositionalEncoding
-from attnseq.models.rnn import RNNSeq2Seq
-from attnseq.models.rnn_hard import HardAttentionRNN
+from attnseq.models.rnn import POSITION_SIZE, RNNSeq2Seq, WordValues
 from attnseq.models.seq2seq import Vocabularies
-from attnseq.models.word_values import POSITION_SIZE, WordValues
 
 VOCAB = Vocabularies(src_size=12, tgt_size=12, pad_id=0, bos_id=2, eos_id=3)
 

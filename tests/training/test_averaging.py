@@ -14,8 +14,7 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.config.conversion import config_to_dict
-from attnseq.data.prepare import TokenizerPair
-from attnseq.data.tokenizers import train_tokenizer
+from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.loading import model_for

@@ -37,7 +37,7 @@ from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write, remove_stale_temporaries
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.models import loss as loss_module
+from attnseq.models import loss_terms as loss_module
 from attnseq.training.resume import find_resume_point
 from attnseq.training.run import run_training
 from attnseq.training.signals import StopSignals, TrainingInterrupted
@@ -396,7 +396,7 @@ def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
 
 DIVERGING_CLI = """
 import sys
-import attnseq.models.loss as loss_module
+import attnseq.models.loss_terms as loss_module
 real = loss_module.sequence_loss
 calls = [0]
 def loss(*args, **kwargs):
