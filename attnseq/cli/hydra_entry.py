@@ -75,7 +75,7 @@ def _check_package_header(path: Path) -> None:
     raise UserError(
         f"config file {path} has no '# @package _global_' line before its first key: an "
         "experiment file sets keys of the whole config, so it starts with that line "
-        "(see the packaged attnseq/config/experiment/*.yaml)"
+        "(see the packaged configs/experiment/*.yaml)"
     )
 
 
