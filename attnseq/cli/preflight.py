@@ -11,7 +11,7 @@ output, and a primary config the user chooses, are left to Hydra.
 from typing import TYPE_CHECKING
 
 from attnseq.cli.config_errors import describe_composition_error, describe_yaml_error, yaml_error
-from attnseq.cli.torchrun import torchrun_world
+from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.config import CONFIG_DIR
 from attnseq.errors import UserError
 
