@@ -73,8 +73,7 @@ def _prepare_run(args: list[str]) -> list[str] | None:
     """The arguments for `hydra.main` once checked, with `config=` resolved; None when the
     command is done already (its `--help` printed). UserError on any problem."""
     from attnseq.cli import hydra_entry
-    from attnseq.cli.preflight import preflight
-    from attnseq.cli.run_directories import settle_run_directories
+    from attnseq.cli.preflight import preflight, settle_run_directories
     from attnseq.training import run_lock
 
     args = hydra_entry.rewrite_config_selector(args)
@@ -82,8 +81,8 @@ def _prepare_run(args: list[str]) -> list[str] | None:
     if help_text is not None:
         typer.echo(help_text)
         return None
-    preflight(args)
-    args = settle_run_directories(args)  # checked (or made) before Hydra writes into them
+    first = preflight(args)
+    args = settle_run_directories(args, first)  # checked (or made) before Hydra writes there
     run_lock.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
     return args
 
