@@ -14,11 +14,10 @@ from typing import Annotated
 import typer
 
 from attnseq.cli.align_command import align
-from attnseq.cli.average_command import average
+from attnseq.cli.checkpoint_commands import average, export
 from attnseq.cli.completion import install_bash_script
 from attnseq.cli.doctor import doctor
 from attnseq.cli.eval_command import evaluate
-from attnseq.cli.export_command import export
 from attnseq.cli.heads_command import heads
 from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.cli.score_command import score
