@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from attnseq.analysis.sweep_jobs import short_value
 from attnseq.analysis.sweep_report import higher_is_better, load_report
 from attnseq.cli.app import app
-from attnseq.cli.hydra_entry import CONFIG_DIR
+from attnseq.config import CONFIG_DIR
 from attnseq.config.schema import TrainConfig, register_configs
 
 TINY = [
