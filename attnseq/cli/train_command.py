@@ -45,7 +45,7 @@ def train(ctx: typer.Context) -> None:
 
     \b
     attnseq train                                   # the embedded default, offline
-    attnseq train config=reverse_rnn_luong          # packaged experiment/reverse_rnn_luong.yaml
+    attnseq train config=reverse_rnn_luong          # packaged configs/experiment/NAME.yaml
     attnseq train config=path/to/my.yaml            # your own experiment file
     attnseq train model.hidden=256 optim.lr=3e-4    # any override
     attnseq train -m data=reverse,copy trainer.max_steps=50   # multirun sweep
