@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The package as a user gets it: the wheel built from this checkout, installed (not editable)
 # with torch into a fresh virtualenv, then a short `attnseq train` and an `attnseq eval` of its
-# best checkpoint from an empty folder, so nothing in the checkout (configs, source tree) can
-# stand in for what the wheel ships. Runs alone (`.ci/wheel_smoke.sh`) or from .ci/run.
+# best checkpoint from an empty folder, so nothing in the checkout (configs/, source tree) can
+# stand in for what the wheel ships: the packaged configs are read from the installed package.
+# Runs alone (`.ci/wheel_smoke.sh`) or from .ci/run.
 # PYTHON picks the interpreter that builds the wheel and the virtualenv (default: python3).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,6 +23,17 @@ export ATTNSEQ_CACHE="$work/cache"
 attnseq="$work/venv/bin/attnseq"
 "$attnseq" --version
 "$attnseq" doctor
+# The config groups come from the wheel (attnseq/configs/, mapped from the checkout's configs/)
+config_dir="$("$work/venv/bin/python" -c 'from attnseq.config import CONFIG_DIR; print(CONFIG_DIR)')"
+case "$config_dir" in
+  */site-packages/attnseq/configs) ;;
+  *) echo "wheel smoke test: configs read from $config_dir, not the wheel" >&2; exit 1 ;;
+esac
+composed="$("$attnseq" train config=reverse_rnn_luong --cfg job)"
+grep -q "name: reverse" <<<"$composed" || {
+  echo "wheel smoke test: config=reverse_rnn_luong did not compose from the wheel" >&2
+  exit 1
+}
 "$attnseq" train trainer.max_steps=30 trainer.validate_every=15 data.train_size=200 \
   data.valid_size=50 data.test_size=50 model.hidden=32 model.emb_dim=16 hydra.run.dir=run
 for file in run/checkpoints/best.pt run/metrics.json run/train.log; do

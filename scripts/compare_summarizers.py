@@ -61,7 +61,7 @@ from typing import Any, NamedTuple
 
 from omegaconf import OmegaConf
 
-from attnseq.cli.hydra_entry import CONFIG_DIR
+from attnseq.config import CONFIG_DIR
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.sources import load_splits

@@ -223,7 +223,7 @@ class SweepReport:
 
 def _recorded_metric(root: Path, jobs: Sequence[Job]) -> str | None:
     """The metric the sweep optimised, from the run's own config: `optimized_metric`, else
-    test/<trainer.early_stopping_metric> (what attnseq/cli/train_task.py returns to a sweeper).
+    test/<trainer.early_stopping_metric> (what attnseq/cli/hydra_entry.py returns to a sweeper).
 
     The basic sweeper saves the config as multirun.yaml; the Optuna sweeper does not, but every
     job has its composed config in .hydra/config.yaml.

@@ -14,16 +14,15 @@ from typing import Annotated
 import typer
 
 from attnseq.cli.align_command import align
-from attnseq.cli.average_command import average
+from attnseq.cli.checkpoint_commands import average, export
 from attnseq.cli.completion import install_bash_script
 from attnseq.cli.doctor import doctor
 from attnseq.cli.eval_command import evaluate
-from attnseq.cli.export_command import export
 from attnseq.cli.heads_command import heads
+from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.cli.score_command import score
 from attnseq.cli.shared import print_version
 from attnseq.cli.sweep_command import sweep_report
-from attnseq.cli.torchrun import torchrun_world
 from attnseq.cli.train_command import TrainCommand, train
 from attnseq.cli.translate_command import translate
 from attnseq.cli.visualize_command import visualize_alignment

@@ -1,31 +1,43 @@
-"""How `attnseq train` reaches Hydra: the `config=` selector, then a real `hydra.main` entry.
+"""How `attnseq train` reaches Hydra and what its job returns: the `config=` selector, a real
+`hydra.main` entry, the task function with its exit statuses, and torchrun's ranks.
 
 `hydra.main` owns everything Hydra does (multirun, launchers, sweepers, run directories,
 `--cfg`, `--help`), so `attnseq train ARGS` rewrites `sys.argv` and calls it, after the
-pre-flight check (preflight.py) has composed and validated the arguments once.
+pre-flight check (preflight.py) has composed and validated the arguments and settled the run
+directories.
 
-`config=NAME` selects the packaged experiment/NAME.yaml; `config=PATH` (a path ending in .yaml
-or .yml, or containing a `/`) loads the user's own experiment file, always: it is linked into a
-private search-path folder under a name no packaged experiment can have (`user_file__...`), so
-it can use the packaged config groups in its defaults list like any packaged experiment, and
-its absolute path is recorded in the composed config as `config_file`.
+`config=NAME` selects the packaged configs/experiment/NAME.yaml; `config=PATH` (a path ending in
+.yaml or .yml, or containing a `/`) loads the user's own experiment file, always: it is linked
+into a private search-path folder under a name no packaged experiment can have
+(`user_file__...`), so it can use the packaged config groups in its defaults list like any
+packaged experiment, and its absolute path is recorded in the composed config as `config_file`.
+
+The task function turns a composed config into an exit status. Hydra would turn every exception
+into status 1 with a traceback; here a user error is one message and status 2, SIGINT/SIGTERM
+are 130/143 with the command that resumes the run, and a diverged run is status 1 with what was
+kept. It imports the training code (torch) only when Hydra runs a job, so `--help`, `--cfg` and
+shell completion answer without it.
 
 Under torchrun (`torchrun --nproc_per_node=N -m attnseq train ...`) every process runs this;
 the ones other than rank 0 get Hydra overrides that keep Hydra from writing anything (no run
 directory, no .hydra/, no train.log; their log goes to stdout), since only rank 0 writes.
+Torchrun always sets RANK in its workers' environment, so without it the world needs no torch.
 Multirun is refused there (by the pre-flight check): one torchrun job trains one model.
 """
 
 import hashlib
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from attnseq.cli.torchrun import quiet_rank_overrides, torchrun_world
 from attnseq.config import CONFIG_DIR
-from attnseq.errors import UserError
+from attnseq.errors import OutputError, UserError
+
+if TYPE_CHECKING:
+    from attnseq.training.distributed import WorldInfo
 
 # Prefix of the experiment names that user files are linked under; no packaged experiment
 # name starts with it, so a user's file can never be shadowed by (or shadow) a packaged one.
@@ -75,7 +87,7 @@ def _check_package_header(path: Path) -> None:
     raise UserError(
         f"config file {path} has no '# @package _global_' line before its first key: an "
         "experiment file sets keys of the whole config, so it starts with that line "
-        "(see the packaged attnseq/config/experiment/*.yaml)"
+        "(see the packaged configs/experiment/*.yaml)"
     )
 
 
@@ -115,6 +127,26 @@ def rewrite_config_selector(args: list[str]) -> list[str]:
     return out
 
 
+def torchrun_world() -> "WorldInfo | None":
+    """The world torchrun describes, or None in a process torchrun did not start."""
+    if "RANK" not in os.environ:
+        return None
+    from attnseq.training.distributed import env_world
+
+    return env_world()
+
+
+# What ranks other than 0 must not take from the user: where Hydra writes, and its log file.
+_WRITING_OVERRIDES = ("hydra.run.dir=", "hydra.output_subdir=", "hydra/job_logging=")
+
+
+def quiet_rank_overrides(args: list[str]) -> list[str]:
+    """`args` for a torchrun rank other than 0: Hydra creates and writes nothing (run dir `.`,
+    no .hydra/, log to stdout); rank 0 tells the others what they need (distributed.py)."""
+    kept = [arg for arg in args if not arg.lstrip("+~").startswith(_WRITING_OVERRIDES)]
+    return [*kept, "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
+
+
 def run_hydra(args: list[str]) -> None:
     """Hand `args` to the real `hydra.main` entry (multirun, launchers, sweepers included)."""
     import hydra
@@ -127,14 +159,99 @@ def run_hydra(args: list[str]) -> None:
         args = quiet_rank_overrides(args)
     sys.argv = ["attnseq", *args]
     main = hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")(
-        _train_task
+        train_from_hydra
     )
     main()
 
 
-def _train_task(composed: Any) -> float | None:
-    """The task function: imports the training code (torch) only when Hydra runs a job, so
-    `--help`, `--cfg` and shell completion answer without it."""
-    from attnseq.cli.train_task import train_from_hydra
+def train_from_hydra(composed: Any) -> float | None:
+    """The task function: DictConfig -> TrainConfig -> run_training; returns the optimized
+    metric for sweepers."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
 
-    return train_from_hydra(composed)
+    from attnseq.config.schema import TrainConfig
+    from attnseq.training.distributed import is_main_process
+    from attnseq.training.resume import interruption_message
+    from attnseq.training.run import run_training
+    from attnseq.training.run_directory import check_run_directory
+    from attnseq.training.signals import TrainingInterrupted
+    from attnseq.training.stopping import TrainingDiverged
+
+    cfg = OmegaConf.to_object(composed)
+    assert isinstance(cfg, TrainConfig)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    # Under torchrun every rank gets here and exits with the same status; rank 0 speaks.
+    main = is_main_process()
+    try:
+        if main:  # `attnseq train` checked it before Hydra wrote; a sweeper's jobs get here
+            check_run_directory(run_dir, cfg.resume, cfg.trainer.overwrite, _elsewhere())
+        metrics = run_training(cfg, run_dir)
+    except OutputError as error:  # a full disk or read-only folder: nothing written is lost
+        _fail(main, f"error: {error}; fix that, then continue with: {_resume(run_dir)}", 2)
+    except UserError as error:
+        _fail(main, f"error: {error}", 2)
+    except TrainingInterrupted as interruption:
+        message = interruption_message(interruption, run_dir, _resume(run_dir))
+        _fail(main, message, interruption.exit_status)
+    except TrainingDiverged as error:
+        _fail(main, f"error: {error}", 1)
+    key = cfg.optimized_metric or f"test/{cfg.trainer.early_stopping_metric.value}"
+    if key not in metrics:
+        _fail(
+            main, f"error: optimized_metric={key!r} is not in metrics.json: {', '.join(metrics)}", 2
+        )
+    return metrics[key]
+
+
+def _elsewhere() -> str:
+    """The override that puts this Hydra job's run directory elsewhere."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    return "hydra.sweep.dir=DIR" if multirun else "hydra.run.dir=DIR"
+
+
+def _fail(speaks: bool, message: str, status: int) -> NoReturn:
+    if speaks:
+        print(message, file=sys.stderr)
+    sys.exit(status)
+
+
+def _resume(run_dir: Path) -> str:
+    return _torchrun_prefix() + resume_command(run_dir)
+
+
+def _torchrun_prefix() -> str:
+    """What goes before `attnseq train ...` to resume a run torchrun started ("" otherwise)."""
+    from attnseq.training.distributed import env_world
+
+    if not env_world().distributed:
+        return ""
+    per_node = os.environ.get("LOCAL_WORLD_SIZE", "N")
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    if nodes <= 1:
+        return f"torchrun --nproc_per_node={per_node} -m "
+    return (
+        f"torchrun --nnodes={nodes} --nproc_per_node={per_node} "
+        "--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT -m "  # on every node
+    )
+
+
+def resume_command(run_dir: Path) -> str:
+    """`attnseq train resume=auto hydra.run.dir=RUN_DIR OVERRIDES`: the command that continues
+    this Hydra job (in a sweep: this one job), quoted for a POSIX shell."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    searchpath = [o for o in hydra_cfg.overrides.hydra if o.startswith("hydra.searchpath=")]
+    task = []
+    for override in hydra_cfg.overrides.task:
+        if override.lstrip("+").startswith(("resume=", "trainer.overwrite=")):
+            continue  # resume=auto is added; overwrite would replace what it continues
+        if override.startswith("experiment=") and not searchpath:
+            override = "config=" + override.split("=", 1)[1]  # the CLI's name for it
+        task.append(override)
+    args = ["resume=auto", f"hydra.run.dir={run_dir}", *searchpath, *task]
+    return "attnseq train " + " ".join(shlex.quote(arg) for arg in args)

@@ -11,15 +11,22 @@ import contextlib
 import io
 import sys
 from collections.abc import Iterable, Iterator
+from enum import Enum
 from pathlib import Path
 from typing import IO, Annotated, Any
 
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.export_command import Engine
 from attnseq.cli.shared import CheckpointArgument, DeviceOption, decoded_lines, user_errors
 from attnseq.errors import UserError
+
+
+class Engine(Enum):
+    """What `attnseq translate` decodes with."""
+
+    attnseq = "attnseq"
+    ctranslate2 = "ctranslate2"
 
 
 @decoding_options.with_decoding_flags

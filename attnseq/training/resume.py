@@ -3,7 +3,7 @@ run's best.pt along, and telling the user how to continue after a signal.
 
 What a checkpoint must agree on with the resumed run's config is `resume_conflicts`
 (attnseq/config/conversion.py); the `attnseq train ...` command that resumes a Hydra job is built
-by `resume_command` in attnseq/cli/train_task.py (it reads Hydra's state, which library code
+by `resume_command` in attnseq/cli/hydra_entry.py (it reads Hydra's state, which library code
 does not import).
 """
 

@@ -4,7 +4,7 @@ It turns a validated `TrainConfig` into data, tokenizers, model, optimizer, lear
 schedule, TensorBoard writer and evaluators, hands them to the `Trainer`, then evaluates the
 best checkpoint on the test split. What each validation adds to TensorBoard (heatmaps,
 examples) is a callback (run_board.py). Library code below it takes plain objects; Hydra stops
-at the caller (attnseq/cli/train_task.py).
+at the caller (attnseq/cli/hydra_entry.py).
 """
 
 import dataclasses

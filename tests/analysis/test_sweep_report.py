@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from attnseq.analysis.sweep_report import load_report, short_value
 from attnseq.cli.app import app
-from attnseq.cli.hydra_entry import CONFIG_DIR
+from attnseq.config import CONFIG_DIR
 from attnseq.config.choices import higher_is_better
 from attnseq.config.schema import TrainConfig, register_configs
 

@@ -16,7 +16,7 @@ from attnseq.cli.decoding_options import (
     split_checkpoints,
     with_decoding_flags,
 )
-from attnseq.cli.torchrun import torchrun_world
+from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.decoding.settings import SamplingSettings
 from attnseq.errors import UserError
 

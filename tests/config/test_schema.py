@@ -195,3 +195,18 @@ def test_the_default_run_stops_when_validation_cannot_improve() -> None:
     cfg = compose_train([])
     assert cfg.trainer.early_stopping_metric.value == "exact_match"
     assert cfg.trainer.early_stopping_metric.best_possible == 1.0
+
+
+def test_the_wheel_lists_every_layer_and_maps_configs() -> None:
+    """pyproject.toml names the packages one by one (configs/ is mapped to `attnseq.configs`,
+    which discovery cannot find): every layer of attnseq/ is named, and the mapped folder is the
+    `CONFIG_DIR` a checkout composes from."""
+    import tomllib
+
+    root = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    package = root / "attnseq"
+    layers = {f"attnseq.{p.name}" for p in package.iterdir() if (p / "__init__.py").is_file()}
+    assert set(setuptools["packages"]) == {"attnseq", "attnseq.configs", *layers}
+    assert root / setuptools["package-dir"]["attnseq.configs"] == CONFIG_DIR
+    assert (CONFIG_DIR / "train.yaml").is_file()

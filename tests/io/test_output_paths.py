@@ -127,7 +127,7 @@ def test_the_training_message_says_how_to_continue(tmp_path: Path) -> None:
     import sys
 
     code = (
-        "import sys, attnseq.cli.train_task as t, attnseq.errors as e\n"
+        "import sys, attnseq.training.run as t, attnseq.errors as e\n"
         "def fail(cfg, run_dir): raise e.OutputError('cannot write x: No space left on device')\n"
         "t.run_training = fail\n"
         "from attnseq.cli.app import main\n"

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from attnseq.analysis.saved_attention import SavedAttention
 from attnseq.cli.app import app
-from attnseq.cli.hydra_entry import CONFIG_DIR
+from attnseq.config import CONFIG_DIR
 from attnseq.training.run import run_training
 
 runner = CliRunner()

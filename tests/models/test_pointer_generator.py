@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from attnseq.analysis.saved_attention import SavedAttention
 from attnseq.cli.app import app
-from attnseq.cli.hydra_entry import CONFIG_DIR
+from attnseq.config import CONFIG_DIR
 from attnseq.config.conversion import config_to_dict
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError

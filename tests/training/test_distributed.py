@@ -96,8 +96,8 @@ def test_sampler_shards_partition_each_epoch_into_equal_interleaved_shares() -> 
 
 
 def test_other_ranks_keep_hydra_from_writing_and_multirun_is_refused(monkeypatch) -> None:
+    from attnseq.cli.hydra_entry import quiet_rank_overrides
     from attnseq.cli.preflight import preflight
-    from attnseq.cli.torchrun import quiet_rank_overrides
     from attnseq.errors import UserError
 
     args = quiet_rank_overrides(["data=reverse", "hydra.run.dir=runs/x", "hydra/job_logging=none"])

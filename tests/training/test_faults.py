@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-from attnseq.cli.hydra_entry import CONFIG_DIR
+from attnseq.config import CONFIG_DIR
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.errors import UserError

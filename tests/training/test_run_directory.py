@@ -188,7 +188,7 @@ def test_under_a_sweeper_choosing_its_jobs_every_job_folder_is_checked(
 def test_the_resume_command_of_an_overwriting_run_leaves_overwrite_out(tmp_path: Path) -> None:
     """The printed command continues the run: with overwrite it would be refused."""
     code = (
-        "import sys, attnseq.cli.train_task as t, attnseq.errors as e\n"
+        "import sys, attnseq.training.run as t, attnseq.errors as e\n"
         "def fail(cfg, run_dir): raise e.OutputError('cannot write x: No space left on device')\n"
         "t.run_training = fail\n"
         "from attnseq.cli.app import main\n"
