@@ -1,5 +1,5 @@
-"""The shape of the package: short modules and functions, one layer per folder, and a README map
-that names every module where it lives."""
+"""The shape of the package: short functions, one layer per folder, and a README map that names
+every module where it lives. A module is one concept, as long as that concept needs."""
 
 import ast
 import re
@@ -9,7 +9,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "attnseq"
-MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60  # the body; a command's option declarations sit in its signature
 LAYERS = ("cli", "config", "data", "attention", "models", "decoding", "training", "evaluation")
 LAYERS += ("analysis", "io")
@@ -35,10 +34,8 @@ def body_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 @pytest.mark.parametrize("path", MODULES, ids=relative)
-def test_modules_and_functions_are_short(path: Path) -> None:
-    text = path.read_text()
-    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{relative(path)}: split it by concept"
-    tree = ast.parse(text)
+def test_functions_are_short(path: Path) -> None:
+    tree = ast.parse(path.read_text())
     long = [
         f"{node.name} ({body_lines(node)} lines)"
         for node in ast.walk(tree)
