@@ -25,7 +25,7 @@ from attnseq.analysis.forced_alignment import ALIGNMENT_METHODS, encode_sentence
 from attnseq.analysis.model_alignment import AlignmentCorpus, corpus_alignment_metrics
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.errors import UserError
-from attnseq.io.input_files import check_input_file
+from attnseq.io.user_paths import check_input_file
 from attnseq.models.seq2seq import Seq2Seq
 
 ALIGNMENT_ORDERS = ("src-tgt", "tgt-src")

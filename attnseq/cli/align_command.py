@@ -87,7 +87,7 @@ def align(
     from attnseq.analysis.align_run import AlignRequest, check_request, run_align, write_soft
     from attnseq.analysis.alignment_gold import format_pharaoh, write_pharaoh
     from attnseq.analysis.forced_alignment import AlignmentMethod
-    from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
+    from attnseq.io.user_paths import check_output_file, refuse_output_over_inputs
 
     with user_errors():
         if src is None or tgt is None:

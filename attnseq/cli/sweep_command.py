@@ -63,7 +63,7 @@ def sweep_report(
     from attnseq.analysis.sweep_jobs import sweep_files
     from attnseq.analysis.sweep_report import load_report, print_report, write_csv, write_plot
     from attnseq.analysis.sweep_table import FORMATS, metric_columns, render, report_rows
-    from attnseq.io.output_paths import (
+    from attnseq.io.user_paths import (
         check_output_file,
         image_suffixes,
         refuse_output_over_inputs,

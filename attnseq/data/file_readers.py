@@ -24,7 +24,7 @@ from typing import Any
 from attnseq.data.json_fields import not_text_error, raw_field, text_column
 from attnseq.data.locations import cache_root
 from attnseq.errors import UserError
-from attnseq.io.input_files import check_input_file
+from attnseq.io.user_paths import check_input_file
 
 Pairs = list[tuple[str, str]]
 

@@ -31,7 +31,7 @@ from attnseq.evaluation import results as eval_results
 from attnseq.evaluation.evaluator import Evaluator, Hypothesis
 from attnseq.evaluation.results import EvalMetrics
 from attnseq.evaluation.split_evaluators import make_evaluator, split_gold
-from attnseq.io.output_paths import refuse_output_over_inputs
+from attnseq.io.user_paths import refuse_output_over_inputs
 from attnseq.models.device import resolve_device
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import pruned_heads_summary

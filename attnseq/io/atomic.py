@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import IO, Any
 
-from attnseq.io.output_paths import FIXABLE_ERRNOS, fixable_write_error, output_error
+from attnseq.io.user_paths import FIXABLE_ERRNOS, fixable_write_error, output_error
 
 
 def current_umask() -> int:

@@ -57,7 +57,7 @@ from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from attnseq.data.tokenizers import BOS, EOS, UNK, Tokenizer
 from attnseq.errors import UserError
 from attnseq.io.atomic import STAGING_PREFIX, write_staged_folder
-from attnseq.io.output_paths import (
+from attnseq.io.user_paths import (
     check_output_folder,
     refuse_folder_holding_inputs,
     refuse_output_over_inputs,

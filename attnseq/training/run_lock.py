@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnseq.errors import UserError
-from attnseq.io.output_paths import FIXABLE_ERRNOS
+from attnseq.io.user_paths import FIXABLE_ERRNOS
 
 LOCK_NAME = ".train.lock"
 
