@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnseq.config.choices import DataSource, FileFormat
-from attnseq.config.data_schema import DataConfig
+from attnseq.config.schema import DataConfig
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
