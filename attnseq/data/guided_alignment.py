@@ -26,9 +26,8 @@ from attnseq.analysis.alignment import word_ids
 from attnseq.analysis.alignment_gold import Alignment, read_pharaoh
 from attnseq.config.schema import DataConfig
 from attnseq.data.batching import PieceLinks
-from attnseq.data.length_rules import TRAIN
 from attnseq.data.locations import resolve_data_path
-from attnseq.data.prepare import PreparedData
+from attnseq.data.prepare import TRAIN, PreparedData
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.errors import UserError
