@@ -23,7 +23,7 @@ sizes are lower bounds.
 The activations of one training step, from the config alone: the batch the token sampler
 makes at its worst, and what the model of each family and attention kind holds for it.
 
-`batch_shape` is the batch of the longest examples (data/token_sampler.py: B * max(S, T) <=
+`batch_shape` is the batch of the longest examples (data/batching.py: B * max(S, T) <=
 data.max_tokens). `activation_elements` counts the float elements one forward + backward pass
 over it keeps alive at its peak: the tensors saved for the backward pass, layer by layer, plus
 the matrices each attention kind materialises (read from attnseq/attention/ and the model
@@ -127,7 +127,7 @@ def longest_lengths(cfg: TrainConfig) -> tuple[int, int]:
 
 
 def batch_shape(cfg: TrainConfig) -> BatchShape:
-    """The batch of the longest examples under the token budget (data/token_sampler.py)."""
+    """The batch of the longest examples under the token budget (data/batching.py)."""
     data = cfg.data
     source, target = longest_lengths(cfg)
     sentences = max(1, data.max_tokens // max(source, target))

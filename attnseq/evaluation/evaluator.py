@@ -23,9 +23,8 @@ import numpy as np
 import torch
 
 from attnseq.analysis.attention_diagnostics import AttentionDiagnostics
-from attnseq.data.batching import Batch, collate
+from attnseq.data.batching import Batch, TokenBatchSampler, collate
 from attnseq.data.extended_vocab import ExtendedExample
-from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.decoding import (  # settings re-exported here
     DecodingSettings,

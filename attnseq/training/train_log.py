@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any
 
-from attnseq.data.token_sampler import TokenBatchSampler
+from attnseq.data.batching import TokenBatchSampler
 from attnseq.evaluation.metrics import perplexity
 from attnseq.io.progress import ON_BAR
 from attnseq.training.distributed import WorldInfo

@@ -46,10 +46,9 @@ from typing import Any
 import torch
 
 from attnseq.config.schema import TrainConfig
-from attnseq.data.batching import Batch, PieceLinks
+from attnseq.data.batching import Batch, PieceLinks, TokenBatchSampler
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.loader import BatchLoader, TokenCounts
-from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.io.progress import TrainingProgress
 from attnseq.models.seq2seq import Seq2Seq

@@ -4,7 +4,7 @@ use the bare model, so checkpoints hold plain parameter names and decoding stays
 
 import torch
 
-from attnseq.data.token_sampler import TokenBatchSampler
+from attnseq.data.batching import TokenBatchSampler
 from attnseq.errors import UserError
 from attnseq.training.distributed import WorldInfo
 
