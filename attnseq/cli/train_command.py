@@ -61,7 +61,7 @@ def _prepare_run(args: list[str]) -> list[str] | None:
     from attnseq.cli.preflight import preflight
     from attnseq.cli.run_directories import settle_run_directories
     from attnseq.cli.train_help import train_help
-    from attnseq.training import run_lock
+    from attnseq.training import run_directory
 
     args = hydra_entry.rewrite_config_selector(args)
     help_text = train_help(args)
@@ -70,7 +70,7 @@ def _prepare_run(args: list[str]) -> list[str] | None:
         return None
     preflight(args)
     args = settle_run_directories(args)  # checked (or made) before Hydra writes into them
-    run_lock.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
+    run_directory.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
     return args
 
 
