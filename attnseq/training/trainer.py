@@ -57,10 +57,9 @@ from attnseq.training.distributed import all_reduce_sum, broadcast_object, world
 from attnseq.training.ema import WeightEMA
 from attnseq.training.loss import supervised_attention
 from attnseq.training.precision import MixedPrecision
-from attnseq.training.rng import preserved_rng, set_rng_state
 from attnseq.training.schedules import LearningRateSchedule
 from attnseq.training.signals import StopSignals, TrainingInterrupted
-from attnseq.training.state import TrainingState
+from attnseq.training.state import TrainingState, preserved_rng, set_rng_state
 from attnseq.training.stopping import StoppingPolicy
 from attnseq.training.train_log import NullWriter, TrainLog, announce
 from attnseq.training.train_step import StepOutcome, UpdateParts, train_step
