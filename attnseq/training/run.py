@@ -33,11 +33,10 @@ from attnseq.training.distributed import (
     distributed_session,
     env_world,
 )
-from attnseq.training.optim import build_optimizer
+from attnseq.training.optim import LearningRateSchedule, TrainingBudget, build_optimizer
 from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_resume_point
 from attnseq.training.run_board import run_hparams, validation_logger
 from attnseq.training.run_directory import clear_previous_run, run_directory_lock
-from attnseq.training.schedules import LearningRateSchedule, TrainingBudget
 from attnseq.training.signals import StopSignals, TrainingInterrupted
 from attnseq.training.state import TrainingState
 from attnseq.training.train_log import NullWriter

@@ -62,8 +62,8 @@ from attnseq.training.checkpointer import Checkpointer
 from attnseq.training.distributed import WorldInfo, all_reduce_sum, broadcast_object, world
 from attnseq.training.ema import WeightEMA
 from attnseq.training.loss import supervised_attention
+from attnseq.training.optim import LearningRateSchedule
 from attnseq.training.precision import MixedPrecision
-from attnseq.training.schedules import LearningRateSchedule
 from attnseq.training.signals import StopSignals, TrainingInterrupted
 from attnseq.training.state import TrainingState, preserved_rng, set_rng_state
 from attnseq.training.stopping import StoppingPolicy
