@@ -61,14 +61,13 @@ from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.checkpointer import Checkpointer
 from attnseq.training.distributed import WorldInfo, all_reduce_sum, broadcast_object, world
 from attnseq.training.ema import WeightEMA
-from attnseq.training.loss import supervised_attention
 from attnseq.training.optim import LearningRateSchedule
 from attnseq.training.precision import MixedPrecision
 from attnseq.training.signals import StopSignals, TrainingInterrupted
 from attnseq.training.state import TrainingState, preserved_rng, set_rng_state
 from attnseq.training.stopping import StoppingPolicy
 from attnseq.training.train_log import NullWriter, TrainLog, announce
-from attnseq.training.train_step import StepOutcome, UpdateParts, train_step
+from attnseq.training.train_step import StepOutcome, UpdateParts, supervised_attention, train_step
 
 log = logging.getLogger("attnseq")
 
