@@ -17,8 +17,7 @@ from attnseq.training.distributed import env_world, is_main_process
 from attnseq.training.resume import interruption_message
 from attnseq.training.run import run_training
 from attnseq.training.run_directory import check_run_directory
-from attnseq.training.signals import TrainingInterrupted
-from attnseq.training.stopping import TrainingDiverged
+from attnseq.training.stopping import TrainingDiverged, TrainingInterrupted
 
 
 def train_from_hydra(composed: Any) -> float | None:

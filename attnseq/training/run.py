@@ -37,8 +37,8 @@ from attnseq.training.optim import LearningRateSchedule, TrainingBudget, build_o
 from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_resume_point
 from attnseq.training.run_board import run_hparams, validation_logger
 from attnseq.training.run_directory import clear_previous_run, run_directory_lock
-from attnseq.training.signals import StopSignals, TrainingInterrupted
 from attnseq.training.state import TrainingState
+from attnseq.training.stopping import StopSignals, TrainingInterrupted
 from attnseq.training.train_log import NullWriter
 from attnseq.training.trainer import Trainer
 

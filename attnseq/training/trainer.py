@@ -63,9 +63,8 @@ from attnseq.training.distributed import WorldInfo, all_reduce_sum, broadcast_ob
 from attnseq.training.ema import WeightEMA
 from attnseq.training.optim import LearningRateSchedule
 from attnseq.training.precision import MixedPrecision
-from attnseq.training.signals import StopSignals, TrainingInterrupted
 from attnseq.training.state import TrainingState, preserved_rng, set_rng_state
-from attnseq.training.stopping import StoppingPolicy
+from attnseq.training.stopping import StoppingPolicy, StopSignals, TrainingInterrupted
 from attnseq.training.train_log import NullWriter, TrainLog, announce
 from attnseq.training.train_step import StepOutcome, UpdateParts, supervised_attention, train_step
 
