@@ -3,7 +3,7 @@
 It turns a validated `TrainConfig` into data, tokenizers, model, optimizer, learning-rate
 schedule, TensorBoard writer and evaluators, hands them to the `Trainer`, then evaluates the
 best checkpoint on the test split. What each validation adds to TensorBoard (heatmaps,
-examples) is a callback (run_board.py). Library code below it takes plain objects; Hydra stops
+examples) is a callback (train_log.py). Library code below it takes plain objects; Hydra stops
 at the caller (attnseq/cli/train_task.py).
 """
 
@@ -35,11 +35,10 @@ from attnseq.training.distributed import (
 )
 from attnseq.training.optim import LearningRateSchedule, TrainingBudget, build_optimizer
 from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_resume_point
-from attnseq.training.run_board import run_hparams, validation_logger
 from attnseq.training.run_directory import clear_previous_run, run_directory_lock
 from attnseq.training.state import TrainingState
 from attnseq.training.stopping import StopSignals, TrainingInterrupted
-from attnseq.training.train_log import NullWriter
+from attnseq.training.train_log import NullWriter, run_hparams, validation_logger
 from attnseq.training.trainer import Trainer
 
 log = logging.getLogger("attnseq")
