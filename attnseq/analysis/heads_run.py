@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnseq.analysis.head_importance import MEASURES, HeadImportance, head_importance
-from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
+from attnseq.data.locations import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
 from attnseq.evaluation.split_evaluators import make_evaluator
