@@ -202,8 +202,7 @@ def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | No
     from attnseq.data.prepare import prepare_data
     from attnseq.evaluation.evaluator import make_evaluator
     from attnseq.models.loading import model_for
-    from attnseq.training.optim import build_optimizer
-    from attnseq.training.schedules import LearningRateSchedule, TrainingBudget
+    from attnseq.training.optim import LearningRateSchedule, TrainingBudget, build_optimizer
     from attnseq.training.trainer import Trainer
 
     random.seed(cfg.seed)

@@ -206,7 +206,7 @@ def markdown(rows: list[Row]) -> str:
     lines += [
         "",
         "The terms of the estimate, per attention kind, are listed in "
-        "`attnseq/config/working_set.py`. A BigBird block longer than the longest source "
+        "`attnseq/config/resources.py`. A BigBird block longer than the longest source "
         "(`model.attention.block_size` > `data.max_src_len`) is refused by the config check "
         "itself: every sequence would be one padded block, which is full attention.",
         "",

@@ -121,13 +121,13 @@ from attnseq.analysis.alignment import (
     word_ids,
 )
 from attnseq.config.choices import DataSource, FileFormat
-from attnseq.config.data_schema import DataConfig
+from attnseq.config.schema import DataConfig
 from attnseq.data.batching import Example, collate
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write
-from attnseq.io.input_files import check_input_file
+from attnseq.io.user_paths import check_input_file
 from attnseq.models.positional import make_positions, position_limit
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.models.transformer import TransformerSeq2Seq

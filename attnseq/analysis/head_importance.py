@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from attnseq.data.batching import Batch
-from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
+from attnseq.data.locations import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import make_evaluator

@@ -159,7 +159,7 @@ class HardSelector(nn.Module):
     """The hard choice of one attention: sample (training) or argmax (evaluation).
 
     The Gumbel temperature is a non-persistent buffer: the training step sets it before each
-    forward pass (`set_temperature`, from the schedule of training/loss.py); it is not part of
+    forward pass (`set_temperature`, from the schedule of training/train_step.py); it is not part of
     the checkpoint, and evaluation never reads it.
 
     Args:

@@ -92,7 +92,7 @@ def align(
         run_align,
         write_soft,
     )
-    from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
+    from attnseq.io.user_paths import check_output_file, refuse_output_over_inputs
 
     with user_errors():
         if src is None or tgt is None:

@@ -43,7 +43,7 @@ def average(
     attnseq average best.pt last.pt -o averaged.pt
     """
     from attnseq.io.checkpoint import save_checkpoint
-    from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
+    from attnseq.io.user_paths import check_output_file, refuse_output_over_inputs
     from attnseq.training.averaging import average_checkpoints
 
     with user_errors():

@@ -107,7 +107,7 @@ def evaluate(
         --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr [--align-method shift-att]
     """
     from attnseq.evaluation.run import eval_inputs, evaluate_checkpoint
-    from attnseq.io.output_paths import check_output_folder, refuse_output_over_inputs
+    from attnseq.io.user_paths import check_output_folder, refuse_output_over_inputs
 
     with user_errors():
         if batch_size is not None and batch_size < 1:

@@ -108,7 +108,7 @@ def _check_outputs(request: "HeadsRequest") -> None:
     """UserError for an output that cannot be written or would replace the checkpoint: the
     pruned checkpoint (--out), the report's folder and its JSON file and figure."""
     from attnseq.analysis.head_importance import report_folder, report_paths
-    from attnseq.io.output_paths import (
+    from attnseq.io.user_paths import (
         check_output_file,
         check_output_folder,
         refuse_output_over_inputs,

@@ -175,8 +175,7 @@ def train_from_hydra(composed: Any) -> float | None:
     from attnseq.training.resume import interruption_message
     from attnseq.training.run import run_training
     from attnseq.training.run_directory import check_run_directory
-    from attnseq.training.signals import TrainingInterrupted
-    from attnseq.training.stopping import TrainingDiverged
+    from attnseq.training.stopping import TrainingDiverged, TrainingInterrupted
 
     cfg = OmegaConf.to_object(composed)
     assert isinstance(cfg, TrainConfig)

@@ -17,7 +17,7 @@ a refused start leaves every file of the run directory as it was.
   outputs/DATE/TIME and multirun/DATE/TIME do) belongs to one run: it is created here, and
   when a run started in the same second already has it, the first free of DIR_2, DIR_3, ... is
   taken instead; the chosen path is passed on to Hydra as `hydra.run.dir` (`hydra.sweep.dir`).
-* Any other directory is checked: a running training there (run_lock.py), a run it holds that
+* Any other directory is checked: a running training there (run_directory.py), a run it holds that
   the new one neither resumes nor replaces (attnseq/training/run_directory.py), and the resume
   checkpoint's agreement with the config (attnseq/training/resume.py).
 * In a multirun into an existing sweep folder, each job's folder is checked the same way, with
@@ -318,8 +318,7 @@ def _check_job_directory(
     run_dir: Path, cfg: "TrainConfig", elsewhere: str, resume_checked: bool = True
 ) -> None:
     """The checks of a job writing into `run_dir`, the ones that read nothing slow first."""
-    from attnseq.training.run_directory import check_run_directory
-    from attnseq.training.run_lock import check_free
+    from attnseq.training.run_directory import check_free, check_run_directory
 
     check_free(run_dir)
     check_run_directory(run_dir, cfg.resume, cfg.trainer.overwrite, elsewhere)

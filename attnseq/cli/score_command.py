@@ -60,7 +60,7 @@ def score(
     with user_errors():
         check_pairs(src, tgt)
         if out is not None:
-            from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
+            from attnseq.io.user_paths import check_output_file, refuse_output_over_inputs
 
             inputs = [("CHECKPOINT", checkpoint), ("--src", src), ("--tgt", tgt)]
             refuse_output_over_inputs(out, "--out", inputs)
@@ -103,7 +103,7 @@ def count_lines(path: Path) -> int:
 def check_pairs(src: Path, tgt: Path) -> None:
     """UserError for a file that is missing, not regular or empty, or files of different
     line counts."""
-    from attnseq.io.input_files import check_input_file
+    from attnseq.io.user_paths import check_input_file
 
     counts = []
     for option, path in (("--src", src), ("--tgt", tgt)):

@@ -71,7 +71,7 @@ def sweep_report(
         write_csv,
         write_plot,
     )
-    from attnseq.io.output_paths import (
+    from attnseq.io.user_paths import (
         check_output_file,
         image_suffixes,
         refuse_output_over_inputs,

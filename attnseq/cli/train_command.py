@@ -74,7 +74,7 @@ def _prepare_run(args: list[str]) -> list[str] | None:
     command is done already (its `--help` printed). UserError on any problem."""
     from attnseq.cli import hydra_entry
     from attnseq.cli.preflight import preflight, settle_run_directories
-    from attnseq.training import run_lock
+    from attnseq.training import run_directory
 
     args = hydra_entry.rewrite_config_selector(args)
     help_text = train_help(args)
@@ -83,7 +83,7 @@ def _prepare_run(args: list[str]) -> list[str] | None:
         return None
     first = preflight(args)
     args = settle_run_directories(args, first)  # checked (or made) before Hydra writes there
-    run_lock.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
+    run_directory.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
     return args
 
 

@@ -113,7 +113,7 @@ def _check_files(
     """UserError for an output that cannot be written or would replace an input (the input
     text, a checkpoint, or a file of an exported model's folder), or an input that is no file."""
     if output_file is not None:
-        from attnseq.io.output_paths import check_output_file, refuse_output_over_inputs
+        from attnseq.io.user_paths import check_output_file, refuse_output_over_inputs
 
         inputs = [("--input", input_file)]
         for number, path in enumerate(checkpoints):
@@ -123,7 +123,7 @@ def _check_files(
         refuse_output_over_inputs(output_file, "--output", inputs)
         check_output_file(output_file, "--output")
     if input_file is not None:
-        from attnseq.io.input_files import check_input_file
+        from attnseq.io.user_paths import check_input_file
 
         check_input_file(input_file, "--input file", pipes=True)
 

@@ -16,7 +16,7 @@ import typer
 
 from attnseq.cli.shared import user_errors
 from attnseq.errors import UserError
-from attnseq.io.output_paths import (
+from attnseq.io.user_paths import (
     InputPaths,
     check_output_file,
     check_output_folder,
@@ -224,7 +224,7 @@ def _figures_to_draw(
         raise UserError("give exactly one of --src TEXT or --input FILE")
     if input_file is None:
         return [(0, src or "", out or Path("alignment.png"))]
-    from attnseq.io.input_files import check_input_file
+    from attnseq.io.user_paths import check_input_file
 
     check_input_file(input_file, "--input file")
     try:

@@ -12,29 +12,437 @@ checks.py enforces for every field generically.
 
 Library code receives these dataclasses (via `OmegaConf.to_object`), never a DictConfig.
 
-The groups live one per module: data_schema.py (`data.*`), model_schema.py (`model.*`),
-optim_schema.py (`optim.*`), trainer_schema.py (`trainer.*`); fields.py declares `option`.
+The file reads top down: `option`, then one dataclass per group: `data.*` (what to train on:
+the dataset, its files and fields, tokenization and lengths), `model.*` (the model family, its
+sizes and its attention: `model.attention.*`, `model.rnn.*`), `optim.*` (the optimizer, the
+learning-rate schedule and the loss terms), `trainer.*` (the training loop, validation,
+checkpoints, budgets and decoding during training), and the root `TrainConfig`.
 """
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field
+from typing import Any
 
-from attnseq.config.data_schema import DataConfig
-from attnseq.config.fields import option
-from attnseq.config.model_schema import AttentionConfig, ModelConfig, RNNConfig
-from attnseq.config.optim_schema import OptimConfig
-from attnseq.config.trainer_schema import TrainerConfig
+from attnseq.config.choices import (
+    AttentionKind,
+    AttentionValues,
+    DataSource,
+    DecoderInit,
+    DecoderStyle,
+    Device,
+    FileFormat,
+    HardMode,
+    Hierarchy,
+    Metric,
+    ModelFamily,
+    Norm,
+    OptimizerName,
+    Positions,
+    Precision,
+    RNNCell,
+    Scheduler,
+    Score,
+    SentencePieceModel,
+    SparsePattern,
+    TaskType,
+    TokenizerKind,
+    Window,
+)
 
-__all__ = [
-    "AttentionConfig",
-    "DataConfig",
-    "ModelConfig",
-    "OptimConfig",
-    "RNNConfig",
-    "TrainConfig",
-    "TrainerConfig",
-    "option",
-    "register_configs",
-]
+
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    default_factory: Callable[[], Any] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    length: int | None = None,
+) -> Any:
+    """A schema field: its default, its help text and the bounds checks.py enforces.
+
+    ge/gt/le/lt bound a number (or every item of a list) as >=, >, <=, <; `length` is the number
+    of items a list must have. A float field is always checked to be finite as well; None (for
+    an optional field) is always allowed.
+    """
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt, "length": length}
+    metadata = {"help": help, **{key: value for key, value in bounds.items() if value is not None}}
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# data.*: what to train on
+
+
+@dataclass
+class DataConfig:
+    """What to train on (the data/ group)."""
+
+    name: str = option("dates", "generated: dates|reverse|copy|sort|toy_translation; else a label")
+    source: DataSource = option(
+        DataSource.generated, "where the data comes from: generated, local files or the hub"
+    )
+    task: TaskType = option(
+        TaskType.translation, "translation (BLEU, chrF) or summarization (ROUGE)"
+    )
+    tokenizer: TokenizerKind = option(TokenizerKind.char, "char, word or sentencepiece")
+    # --- generated tasks
+    train_size: int = option(20000, "examples per split", ge=1)
+    valid_size: int = option(500, "validation examples (generated tasks)", ge=1)
+    test_size: int = option(500, "test examples (generated tasks)", ge=1)
+    min_len: int = option(3, "symbol tasks: sequence length range", ge=1)
+    max_len: int = option(12, "symbol tasks: longest sequence", ge=1)
+    vocab_size: int = option(20, "symbol tasks: alphabet size", ge=1)
+    # --- real corpora (source=local or hub)
+    root: str | None = option(
+        None, "local files resolve against this; None = $ATTNSEQ_DATA or ./data"
+    )
+    format: FileFormat = option(FileFormat.parallel, "local files: parallel, tsv or jsonl")
+    splits: dict[str, str] = option(
+        help="split -> path prefix / file / hub split", default_factory=dict
+    )
+    alignments: dict[str, str] = option(
+        help="guided alignment: split -> Pharaoh file of word links (i-j, 0-based, source word"
+        " first), one line per pair of the split as loaded (after held-out valid/test and"
+        " max_examples); relative paths resolve like data.splits; needs at least train",
+        default_factory=dict,
+    )
+    src_lang: str = option("src", "parallel files: suffix of the source file (train.de)")
+    tgt_lang: str = option("tgt", "parallel files: suffix of the target file (train.en)")
+    src_field: str = option("src", "jsonl/hub: field names (dotted for nested: translation.de)")
+    tgt_field: str = option("tgt", "jsonl/hub: the target field")
+    hub_name: str | None = option(None, "e.g. bentrevett/multi30k")
+    hub_config: str | None = option(None, "the hub dataset's configuration name, if it has several")
+    max_src_len: int = option(
+        256, "tokens; longer sources: truncated (summarization) or dropped", ge=1
+    )
+    max_tgt_len: int = option(256, "tokens; longer targets are dropped", ge=1)
+    max_examples: int | None = option(None, "use only the first N training examples", ge=1)
+    # --- sentencepiece (tokenizer=sentencepiece)
+    spm_vocab_size: int = option(8000, "sentencepiece vocabulary size", ge=8)
+    spm_model_type: SentencePieceModel = option(
+        SentencePieceModel.bpe, "sentencepiece model: bpe or unigram"
+    )
+    spm_character_coverage: float = option(
+        1.0, "share of characters the sentencepiece model covers (0.98 to 1)", ge=0.98, le=1.0
+    )
+    spm_joint: bool = option(True, "one model for source and target")
+    spm_sampling_alpha: float = option(
+        0.0,
+        "unigram models: subword regularization, training split resegmented every epoch "
+        "(smoothing alpha over all segmentations; 0: off, 0.2 to 0.5 typical)",
+        ge=0.0,
+        le=1.0,
+    )
+    bpe_dropout: float = option(
+        0.0,
+        "bpe models: BPE-dropout, the probability of dropping each merge when the training "
+        "split is resegmented every epoch (0: off, 0.1 typical)",
+        ge=0.0,
+        lt=1.0,
+    )
+    # --- batching
+    max_tokens: int = option(4096, "batch budget in padded tokens (length-bucketed batches)", ge=1)
+    max_sentences: int | None = option(None, "optional cap on sentences per batch", ge=1)
+    eval_max_tokens: int = option(8192, "batch budget for validation/test decoding", ge=1)
+
+
+# model.*: the model family, its sizes and its attention
+
+
+@dataclass
+class RNNConfig:
+    cell: RNNCell = option(RNNCell.gru, "gru or lstm")
+    layers: int = option(1, "stacked RNN layers in the encoder and the decoder", ge=1)
+    bidirectional: bool = option(True, "bidirectional encoder")
+    init_hidden: DecoderInit = option(
+        DecoderInit.bridge, "decoder initial state: bridge (from the encoder) or zero"
+    )
+
+
+@dataclass
+class AttentionConfig:
+    """RNN attention (score, window, D, attn_dim) and the transformer's self-attention
+    mechanism (kind and the keys after it); keys of the other family are ignored."""
+
+    score: Score = option(Score.additive, "RNN attention score (none = no attention)")
+    window: Window = option(  # type: ignore[valid-type]
+        Window["global"], "RNN attention window: global, local_m or local_p (Luong)"
+    )
+    D: int = option(
+        5,
+        "Local half-width: Luong local attention's window = 2D+1 source positions (RNN); the "
+        "sliding window of transformer self-attention, kind=local and longformer: |i-j| <= D",
+        ge=1,
+    )
+    attn_dim: int | None = option(None, "additive/concat hidden size; None = model.hidden", ge=1)
+    hierarchy: Hierarchy = option(
+        Hierarchy.none,
+        "RNN: sentence = segment attention x word attention (Nallapati et al. 2016); segments "
+        "are speaker turns (#Person1#: ...) or sentences",
+    )
+    max_segments: int = option(
+        64, "hierarchy: most segments per source; later text joins the last one", ge=1
+    )
+    hard: HardMode = option(
+        HardMode.none,
+        "hard attention (RNN attention, transformer cross-attention): gumbel or reinforce"
+        " training, argmax at evaluation; none = soft",
+    )
+    hard_k: int = option(1, "hard attention: source positions chosen per step (top-k)", ge=1)
+    values: AttentionValues = option(
+        AttentionValues.annotations,
+        "RNN: what the context reads: annotations (h_j) or embeddings (each source word and "
+        "its position alone; the keys stay h_j), so a hard choice reads the word it points at",
+    )
+    # --- transformer self-attention (cross-attention is always full)
+    kind: AttentionKind = option(AttentionKind.full, "transformer self-attention mechanism")
+    decoder_self: bool = option(False, "also decoder self-attention (causal kinds, see below)")
+    stride: int = option(8, "strided: the stride l of Child et al.'s patterns", ge=1)
+    pattern: SparsePattern = option(SparsePattern.strided, "strided: which of the two patterns")
+    summary: int = option(1, "strided, pattern=fixed: summary cells c per block (1..stride)", ge=1)
+    global_tokens: int = option(
+        1, "longformer: the first N source positions attend and are attended", ge=0
+    )
+    proj_dim: int = option(
+        64, "linformer: k, rows the keys/values are projected to (n = max_positions)", ge=1
+    )
+    features: int = option(128, "performer: m, random features per head", ge=1)
+    block_size: int = option(16, "bigbird: b, positions per block", ge=1)
+    window_blocks: int = option(
+        1, "bigbird: w, neighbour blocks on each side of a query's block (3-block window: 1)", ge=0
+    )
+    global_blocks: int = option(
+        1, "bigbird: g, the first g blocks attend to and are attended by every position", ge=0
+    )
+    random_blocks: int = option(2, "bigbird: r, random key blocks per query block", ge=0)
+    pattern_seed: int = option(
+        0, "bigbird: seed of the random blocks (layer l uses seed + l): one fixed pattern", ge=0
+    )
+    # --- persistent memory (Sukhbaatar et al. 2019), any transformer attention
+    memory_slots: int = option(
+        0, "N learned key/value vectors per head appended to every self-attention (0 = off)", ge=0
+    )
+    memory_in_cross: bool = option(False, "memory_slots also in cross-attention")
+
+
+@dataclass
+class ModelConfig:
+    """Both families share one schema; keys of the other family are ignored (the model/ group)."""
+
+    family: ModelFamily = option(ModelFamily.rnn, "rnn or transformer")
+    # --- RNN encoder-decoder
+    decoder: DecoderStyle = option(DecoderStyle.bahdanau, "RNN decoder: bahdanau or luong")
+    emb_dim: int = option(64, "RNN token embedding size", ge=1)
+    hidden: int = option(128, "decoder hidden size", ge=1)
+    enc_hidden: int | None = option(
+        None, "per direction; None = hidden / directions (outputs = hidden)", ge=1
+    )
+    input_feeding: bool = option(True, "Luong: feed h~_{t-1} into the next step")
+    rnn: RNNConfig = option(help="RNN cell, layers and direction", default_factory=RNNConfig)
+    attention: AttentionConfig = option(help="attention mechanism", default_factory=AttentionConfig)
+    # --- transformer
+    d_model: int = option(256, "transformer model width", ge=1)
+    heads: int = option(4, "attention heads; must divide d_model", ge=1)
+    enc_layers: int = option(3, "transformer encoder layers", ge=1)
+    dec_layers: int = option(3, "transformer decoder layers", ge=1)
+    ff_dim: int = option(1024, "transformer feed-forward inner size", ge=1)
+    norm: Norm = option(Norm.pre, "pre or post layer normalisation")
+    positions: Positions = option(
+        Positions.sinusoidal, "sinusoidal or learned positional encodings"
+    )
+    attention_dropout: float = option(
+        0.0, "dropout on attention weights, in [0, 1)", ge=0.0, lt=1.0
+    )
+    max_positions: int = option(1024, "learned positions; linformer's sequence length n", ge=1)
+    conv_kernel: int = option(
+        0,
+        "odd k: a depthwise-separable convolution sublayer (Conformer) after each encoder"
+        " layer's self-attention (0 = off)",
+        ge=0,
+    )
+    # --- both
+    dropout: float = option(0.1, "dropout probability, in [0, 1)", ge=0.0, lt=1.0)
+    tie_embeddings: bool = option(True, "output projection shares the target embedding")
+    # --- pointer-generator and coverage (See et al. 2017; attnseq/models/pointer_generator.py)
+    copy: bool = option(False, "mix a copy distribution over the source into the output (p_gen)")
+    coverage: bool = option(
+        False, "coverage vector: RNN: fed to the attention score; both: its loss"
+    )
+    copy_layer: int = option(
+        -1, "transformer: decoder layer whose head-averaged cross-attention copies"
+    )
+    # --- guided alignment (Garg et al. 2019; optim.alignment_lambda)
+    alignment_layer: int = option(
+        -1,
+        "transformer: decoder layer whose cross-attention guided alignment supervises (-1 ="
+        " the last; Garg et al. 2019 supervise the penultimate, -2)",
+    )
+    alignment_head: int | None = option(
+        None,
+        "transformer: the supervised head of that layer, 0-based; None = the mean of its heads",
+        ge=0,
+    )
+
+
+# optim.*: the optimizer, the learning-rate schedule and the loss terms
+
+
+@dataclass
+class OptimConfig:
+    name: OptimizerName = option(OptimizerName.adam, "adam or adamw")
+    lr: float = option(1e-3, "peak learning rate", gt=0.0)
+    betas: list[float] = option(
+        help="Adam's beta1 and beta2, each in [0, 1)",
+        default_factory=lambda: [0.9, 0.999],
+        ge=0.0,
+        lt=1.0,
+        length=2,
+    )
+    accumulate: int = option(
+        1,
+        "micro-batches per update: gradients of N batches summed and normalised by their"
+        " target tokens together, the update of one batch N times as large",
+        ge=1,
+    )
+    ema_decay: float = option(
+        0.0,
+        "exponential moving average of the weights (decay in [0, 1); 0 = off): validation,"
+        " best.pt and the saved model use the average; about 1 / (1 - decay) updates averaged",
+        ge=0.0,
+        lt=1.0,
+    )
+    weight_decay: float = option(0.0, "weight decay (decoupled for adamw)", ge=0.0)
+    clip_norm: float = option(1.0, "max global gradient norm; 0 disables clipping", ge=0.0)
+    scheduler: Scheduler = option(Scheduler.constant, "learning-rate schedule after the warm-up")
+    warmup_steps: int = option(0, "updates of linear learning-rate warm-up (0 = none)", ge=0)
+    label_smoothing: float = option(0.0, "label smoothing epsilon, in [0, 1)", ge=0.0, lt=1.0)
+    plateau_factor: float = option(
+        0.5, "scheduler=plateau: lr multiplier when the metric stalls, in (0, 1)", gt=0.0, lt=1.0
+    )
+    plateau_patience: int = option(2, "validations without improvement before the lr drops", ge=1)
+    coverage_lambda: float = option(
+        0.0,
+        "coverage loss weight lambda (See et al. 2017, eq. 13); needs model.coverage=true",
+        ge=0.0,
+    )
+    coverage_start_step: int = option(
+        0,
+        "the coverage loss counts from this update on (See et al. add it for the last phase only)",
+        ge=0,
+    )
+    alignment_lambda: float = option(
+        0.0,
+        "guided alignment loss weight (Garg et al. 2019): cross entropy between the gold links of"
+        " data.alignments and model.alignment_layer/alignment_head's attention; 0 = off",
+        ge=0.0,
+    )
+    gumbel_tau_start: float = option(
+        1.0, "model.attention.hard=gumbel: Gumbel-softmax temperature at update 0", gt=0.0
+    )
+    gumbel_tau_end: float = option(
+        0.5, "model.attention.hard=gumbel: the temperature after the anneal", gt=0.0
+    )
+    gumbel_anneal_steps: int = option(
+        2000,
+        "model.attention.hard=gumbel: updates of the exponential anneal from tau_start to"
+        " tau_end (0 = tau_end from the start)",
+        ge=0,
+    )
+    reinforce_lambda: float = option(
+        1.0, "model.attention.hard=reinforce: weight lambda_r of the REINFORCE term", ge=0.0
+    )
+    reinforce_entropy: float = option(
+        0.01, "model.attention.hard=reinforce: entropy bonus weight lambda_e", ge=0.0
+    )
+    reinforce_baseline_decay: float = option(
+        0.9,
+        "model.attention.hard=reinforce: the moving-average baseline keeps this share of its"
+        " value per update (Xu et al. 2015: 0.9)",
+        ge=0.0,
+        lt=1.0,
+    )
+
+
+# trainer.*: the training loop, validation, checkpoints, budgets and decoding
+
+
+@dataclass
+class TrainerConfig:
+    max_epochs: int = option(20, "stop after this many passes over the training data", ge=1)
+    max_steps: int | None = option(
+        None, "stop after this many updates (or max_epochs, if sooner)", ge=1
+    )
+    max_minutes: float | None = option(None, "wall-clock budget for the training loop", gt=0.0)
+    device: Device = option(Device.auto, "auto, cpu or cuda")
+    threads: int | None = option(None, "torch intra-op threads; None = torch's default", ge=1)
+    precision: Precision = option(
+        Precision.fp32, "32 | bf16 | fp16 (autocast; fp16 scales the loss)"
+    )
+    compile: bool = option(False, "torch.compile the model for training (validation stays eager)")
+    num_workers: int = option(
+        0, "DataLoader processes collating batches; 0 = in the training process", ge=0
+    )
+    pin_memory: bool = option(True, "on CUDA: page-locked batches, copied without blocking")
+    validate_every: int = option(
+        250, "steps between validations (and at the end of training)", ge=1
+    )
+    log_every: int = option(100, "updates between train/* scalars and training log lines", ge=1)
+    early_stopping_metric: Metric = option(
+        Metric.exact_match, "validation metric for early stopping and best.pt"
+    )
+    early_stopping_patience: int = option(5, "validations without improvement; 0 disables", ge=0)
+    early_stopping_target: float | None = option(
+        None, "stop as soon as the metric reaches this value"
+    )
+    num_heatmaps: int = option(3, "fixed validation examples drawn to TensorBoard", ge=0)
+    beam: int = option(1, "beam size for validation and the final test evaluation", ge=1)
+    length_penalty: float = option(
+        1.0, "GNMT alpha for beam search (0 = raw log-probability)", ge=0.0
+    )
+    max_output_ratio: float = option(
+        1.5, "decode at most ratio * source length + max_output_extra", ge=0.0
+    )
+    max_output_extra: int = option(
+        10, "tokens added to the decoding length limit (see max_output_ratio)", ge=0
+    )
+    min_output_length: int = option(0, "no EOS before this many output tokens", ge=0)
+    no_repeat_ngram: int = option(
+        0, "forbid any n-gram of this size twice in an output (0 = off)", ge=0
+    )
+    coverage_penalty: float = option(
+        0.0,
+        "beta of the GNMT coverage penalty at beam search (Wu et al. 2016, eq. 14; 0 = off)",
+        ge=0.0,
+    )
+    progress: bool = option(True, "progress bar on a terminal")
+    # --- resume points: last.pt is also written at every validation and when training stops
+    save_every_steps: int | None = option(None, "write last.pt every N updates; None = off", ge=1)
+    save_every_minutes: float | None = option(
+        10.0, "write last.pt when this long since the last save", gt=0.0
+    )
+    keep_last: int = option(
+        0,
+        "also keep each of the last N saves of last.pt as checkpoints/step_STEP.pt (full"
+        " checkpoints, hard links where possible) for `attnseq average`; older ones are deleted."
+        " 0 = off: each one holds the optimizer state too, so N of a large model take real disk",
+        ge=0,
+    )
+    overwrite: bool = option(
+        False,
+        "Replace the run in the run directory: a fresh run there is refused while it holds one"
+        " (checkpoints, metrics.json, hyps, tb, eval). With true, those of the old run are deleted"
+        " once the new run has its data and model, so none of them mixes with the new run's.",
+    )
+    max_nonfinite_steps: int = option(
+        10,
+        "Non-finite losses (or gradients) skip their update; this many in a row stop the run with"
+        " exit status 1, leaving the checkpoints at the last good state.",
+        ge=1,
+    )
 
 
 @dataclass

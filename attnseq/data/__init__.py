@@ -3,21 +3,21 @@
 - `generated`: seeded toy tasks (dates, reverse, copy, sort) that need no download.
 - `tokenizers`: char and word tokenizers (and the interface others implement) with fixed
   special ids <pad>=0, <unk>=1, <s>=2, </s>=3.
-- `batching`: `Batch` and `collate`; `token_sampler`: `TokenBatchSampler` (length buckets under
-  a token budget).
+- `batching`: `TokenBatchSampler` (length buckets under a token budget), `Batch` and
+  `collate`.
 """
 
 from attnseq.data import sentencepiece_tokenizer  # noqa: F401  (registers "sentencepiece")
 from attnseq.data.batching import (
     Batch,
     Example,
+    TokenBatchSampler,
     collate,
     encode_pairs,
     example_lengths,
     iterate_batches,
 )
 from attnseq.data.generated import TASKS, make_splits, tokenizer_kind
-from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.data.tokenizers import (
     BOS_ID,
     EOS_ID,

@@ -157,13 +157,6 @@ def render_date(d: datetime.date, fmt: str, case: Case = "title") -> str:
     raise ValueError(f"unknown case {case!r}; valid: {', '.join(DATE_CASES)}")
 
 
-def expand_two_digit_year(yy: int) -> int:
-    """The century convention of the dates task: yy >= 50 -> 19yy, yy < 50 -> 20yy."""
-    if not 0 <= yy <= 99:
-        raise ValueError(f"two-digit year must be in 0..99, got {yy}")
-    return 1900 + yy if yy >= 50 else 2000 + yy
-
-
 def _date_example(rng: random.Random) -> Pair:
     d = datetime.date.fromordinal(rng.randint(FIRST_DATE.toordinal(), LAST_DATE.toordinal()))
     fmt = rng.choice(DATE_FORMATS)

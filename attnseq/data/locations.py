@@ -1,13 +1,35 @@
-"""Where attnseq finds data files and keeps its caches on disk.
+"""Where attnseq finds data files and keeps its caches on disk, and which data locations a
+checkpoint's config may name.
 
 The data root is `data.root`, else `$ATTNSEQ_DATA`, else `./data`; relative data paths resolve
 against it. The cache folder is `$ATTNSEQ_CACHE`, else ~/.cache/attnseq.
+
+What data a checkpoint's config may make `attnseq eval` read (`check_checkpoint_data`).
+
+A checkpoint carries the data settings of its run, and eval reads the dataset they name; a
+checkpoint from somewhere else must not choose which local files are read (and copied into
+eval/refs/ and saved attention) or what is downloaded. So the data locations eval takes from a
+checkpoint are confined to the user's own data root:
+
+- `data.root` is the data root of this machine (`$ATTNSEQ_DATA`, else ./data); a checkpoint
+  naming another folder is refused.
+- `data.splits` values are relative paths that stay inside the data root: no absolute or `~`
+  path, no `..` leading out of it. `data.src_lang`/`tgt_lang` (file suffixes) hold no path
+  separator.
+- `data.source=hub` is refused: nothing is downloaded because a checkpoint says so.
+
+A value the user gives on the command line (an eval override such as `data.source=hub`,
+`data.root=/corpora` or `data.splits.test=/abs/test`) is the user's choice and is used as
+given; each refusal says which override allows it.
 """
 
 import os
-from pathlib import Path
+from collections.abc import Collection
+from pathlib import Path, PurePath
 
+from attnseq.config.choices import DataSource, FileFormat
 from attnseq.config.schema import DataConfig
+from attnseq.errors import UserError
 
 
 def data_root(cfg: DataConfig) -> Path:
@@ -35,3 +57,72 @@ def resolve_data_path(path: str | Path, cfg: DataConfig) -> Path:
 def with_suffix(prefix: Path, lang: str) -> Path:
     # Not Path.with_suffix: "multi30k/test_2016_flickr" + "de", and prefixes may contain dots.
     return prefix.with_name(f"{prefix.name}.{lang}")
+
+
+def overridden_keys(overrides: Collection[str] | None) -> set[str]:
+    """The dotted keys that `key=value` overrides set (`+key=value` and `~key` included)."""
+    return {item.lstrip("+~").split("=", 1)[0].strip() for item in overrides or ()}
+
+
+def check_checkpoint_data(
+    cfg: DataConfig, given: Collection[str], reads_dataset: bool = True
+) -> None:
+    """Raise UserError for a data location in `cfg` (a checkpoint's data config after the
+    overrides) that does not come from the user (`given`: the keys set on the command line;
+    a key covers the keys under it) and leaves the user's data root.
+
+    `reads_dataset`: the dataset's own splits are read (eval of a split name); False when eval
+    reads a file the user named (only `data.root` matters then).
+    """
+
+    def from_user(key: str) -> bool:
+        parts = key.split(".")
+        return any(".".join(parts[:n]) in given for n in range(1, len(parts) + 1))
+
+    if cfg.root and not from_user("data.root"):
+        own = Path(os.environ.get("ATTNSEQ_DATA") or "data").expanduser().resolve()
+        if Path(cfg.root).expanduser().resolve() != own:
+            raise UserError(
+                f"the checkpoint sets data.root={cfg.root!r}, not this machine's data root "
+                f"{own} ($ATTNSEQ_DATA, else ./data); a checkpoint does not choose where eval "
+                f"reads files: pass data.root={cfg.root} on the command line to allow it"
+            )
+    if not reads_dataset:
+        return
+    if cfg.source is DataSource.hub and not from_user("data.source"):
+        raise UserError(
+            f"the checkpoint's data comes from the Hugging Face Hub (data.hub_name="
+            f"{cfg.hub_name!r}); a checkpoint does not choose what eval downloads: pass "
+            "data.source=hub on the command line to allow it, or evaluate a local file "
+            "with --split PATH"
+        )
+    if cfg.source is not DataSource.local:
+        return
+    for split, value in cfg.splits.items():
+        key = f"data.splits.{split}"
+        if not from_user(key) and not _stays_inside(value):
+            raise UserError(
+                f"the checkpoint's {key}={value!r} is not a path inside the data root; a "
+                "checkpoint's data paths must be relative to it (no absolute path, ~ or "
+                f"'..' leading out): pass {key}={value} on the command line to allow it"
+            )
+    if cfg.format is FileFormat.parallel:
+        for lang in ("src_lang", "tgt_lang"):
+            value = getattr(cfg, lang)
+            if not from_user(f"data.{lang}") and not _plain_suffix(value):
+                raise UserError(
+                    f"the checkpoint's data.{lang}={value!r} is not a plain file suffix; "
+                    f"pass data.{lang}=... on the command line to allow it"
+                )
+
+
+def _stays_inside(value: str) -> bool:
+    """A relative path that normalises to somewhere under its base folder."""
+    if not value or value.startswith("~") or PurePath(value).is_absolute():
+        return False
+    normal = os.path.normpath(value)
+    return normal != ".." and not normal.startswith(".." + os.sep) and not os.path.isabs(normal)
+
+
+def _plain_suffix(value: str) -> bool:
+    return bool(value) and value not in (".", "..") and "/" not in value and os.sep not in value

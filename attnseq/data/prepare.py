@@ -6,7 +6,7 @@ Steps, in order:
 2. Tokenizers: the given ones, or trained on the training split (char/word through
    `train_tokenizer`; sentencepiece through `train_sentencepiece`, one joint model for both
    sides when `data.spm_joint`, otherwise one per side).
-3. Encoding and the length rules (length_rules.py): what each split does with empty
+3. Encoding and the length rules (below): what each split does with empty
    examples and with examples over data.max_src_len/max_tgt_len, and the counts it reports
    (`PreparedData.stats`).
 4. A cache: for local and hub data the result (tokenizers included) is saved as Arrow
@@ -16,6 +16,27 @@ Steps, in order:
    the given tokenizers' state. A second run with the same key memory-maps it instead of
    reading, training and encoding again. Generated tasks are rebuilt from the seed in well under
    a second and are not cached.
+
+Encoding a split and its length rules (lengths in tokens, without BOS/EOS):
+
+| split       | empty source or target | source > max_src_len        | target > max_tgt_len |
+|-------------|------------------------|-----------------------------|----------------------|
+| train       | dropped                | translation: dropped;       | dropped              |
+|             |                        | summarization: truncated    |                      |
+| valid, test | kept, not scored       | truncated                   | ids truncated (loss) |
+
+Empty examples (no source or no target tokens) follow one rule in every split: the model
+never learns from them and they never count in a score. Training drops them (counted as
+`dropped_empty`); evaluation splits keep their line, so hypothesis files stay line-aligned
+with the input (an empty source gets the empty hypothesis, a non-empty source is still
+translated), but leave them out of the loss and the metrics (counted as `skipped_empty`,
+which evaluation reports as `SPLIT/skipped_empty` in its metrics). A split with no example
+left to train on or to score is a UserError.
+
+Evaluation splits keep every example and its full reference *text* (what metrics compare
+with), so scores are over the whole official split but its empty examples; only the ids are
+cut, which keeps sequences within the model's positions. Every split's counts are logged
+(logger "attnseq") and returned in `PreparedData.stats`.
 """
 
 import hashlib
@@ -30,13 +51,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from attnseq.config.choices import DataSource, TokenizerKind
+from attnseq.config.choices import DataSource, TaskType, TokenizerKind
 from attnseq.config.schema import DataConfig
 from attnseq.data.batching import Example
 from attnseq.data.file_readers import Pairs, quiet_datasets
-from attnseq.data.length_rules import TRAIN, encode_split, log_stats, log_stats_cached
 from attnseq.data.locations import cache_root
-from attnseq.data.sentencepiece_tokenizer import train_sentencepiece
+from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 from attnseq.data.sources import (
     EVAL_SPLITS,
     HOLDOUT_FRACTION,
@@ -44,11 +64,14 @@ from attnseq.data.sources import (
     load_splits,
     split_files,
 )
-from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
+from attnseq.data.tokenizers import Tokenizer, TokenizerPair, train_tokenizer
 from attnseq.errors import UserError
 from attnseq.io.atomic import current_umask
 
 log = logging.getLogger("attnseq")
+
+TRAIN = "train"
+STAT_KEYS = ("total", "kept", "dropped_empty", "skipped_empty", "dropped_too_long", "truncated")
 
 PREPARED_VERSION = 3  # bump when the cached layout or the rules above change
 
@@ -310,3 +333,89 @@ def _load_cached(folder: Path) -> PreparedData | None:
     for name, stats in data.stats.items():
         log_stats_cached(name, stats)
     return data
+
+
+def encode_split(
+    name: str, pairs: Pairs, tokenizers: "TokenizerPair", cfg: DataConfig
+) -> tuple[Pairs, list[Example], dict[str, int], list[int]]:
+    """Encode one split and apply the length rules of the module docstring.
+
+    Returns (kept text pairs, their encoded examples, counts, the position of each kept pair
+    in `pairs`).
+    """
+    src_ids = _encode_all(tokenizers.src, [src for src, _ in pairs])
+    tgt_ids = _encode_all(tokenizers.tgt, [tgt for _, tgt in pairs])
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    stats["total"] = len(pairs)
+    training = name == TRAIN
+    summarization = cfg.task is TaskType.summarization
+    kept: Pairs = []
+    examples: list[Example] = []
+    positions: list[int] = []
+    for position, (pair, src, tgt) in enumerate(zip(pairs, src_ids, tgt_ids, strict=True)):
+        cut = False
+        if training:
+            if not src or not tgt:
+                stats["dropped_empty"] += 1
+                continue
+            src_too_long = len(src) > cfg.max_src_len
+            if len(tgt) > cfg.max_tgt_len or (src_too_long and not summarization):
+                stats["dropped_too_long"] += 1
+                continue
+            if src_too_long:  # summarization: the lead of a document carries most of it
+                src, cut = src[: cfg.max_src_len], True
+        else:
+            stats["skipped_empty"] += not src or not tgt
+            if len(src) > cfg.max_src_len:
+                src, cut = src[: cfg.max_src_len], True
+            if len(tgt) > cfg.max_tgt_len:
+                tgt, cut = tgt[: cfg.max_tgt_len], True  # the reference text stays whole
+        stats["truncated"] += cut
+        kept.append(pair)
+        examples.append((src, tgt))
+        positions.append(position)
+    stats["kept"] = len(kept)
+    return kept, examples, stats, positions
+
+
+def _encode_all(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+    if isinstance(tokenizer, SentencePieceTokenizer):
+        return tokenizer.encode_batch(texts)  # one call into the library, threaded
+    return [tokenizer.encode(text) for text in texts]
+
+
+def log_stats(cfg: DataConfig, name: str, stats: dict[str, int]) -> None:
+    dropped = stats["dropped_empty"] + stats["dropped_too_long"]
+    message = (
+        f"data {cfg.name}/{name}: {stats['total']} pairs, {stats['kept']} kept; dropped "
+        f"{stats['dropped_empty']} empty and {stats['dropped_too_long']} over "
+        f"max_src_len={cfg.max_src_len}/max_tgt_len={cfg.max_tgt_len}; "
+        f"{stats['truncated']} truncated" + _skipped_note(stats)
+    )
+    # A tenth of a split lost, cut or unscored is worth a look at the data and the limits.
+    lost = dropped + stats["truncated"] + stats["skipped_empty"]
+    worrying = stats["total"] and lost * 10 > stats["total"]
+    log.log(logging.WARNING if worrying else logging.INFO, message)
+
+
+def log_stats_cached(name: str, stats: dict[str, int]) -> None:
+    log.info(
+        "data %s (cached): %d pairs, %d kept, %d empty and %d too long dropped, %d truncated%s",
+        name,
+        stats["total"],
+        stats["kept"],
+        stats["dropped_empty"],
+        stats["dropped_too_long"],
+        stats["truncated"],
+        _skipped_note(stats),
+    )
+
+
+def _skipped_note(stats: dict[str, int]) -> str:
+    skipped = stats["skipped_empty"]
+    if not skipped:
+        return ""
+    return (
+        f"; {skipped} with an empty source or target kept as lines but left out of the "
+        "loss and metrics"
+    )

@@ -49,7 +49,7 @@ from attnseq.data.file_readers import Pairs, read_hub, read_jsonl, read_parallel
 from attnseq.data.generated import TASKS, make_splits
 from attnseq.data.locations import data_root, resolve_data_path, with_suffix
 from attnseq.errors import UserError
-from attnseq.io.input_files import check_input_file
+from attnseq.io.user_paths import check_input_file
 
 EVAL_SPLITS = ("valid", "test")  # the splits `hold_out` can derive from train
 HOLDOUT_FRACTION = 0.01  # of the distinct source sentences, per held-out split

@@ -20,7 +20,7 @@ How it fits the rest:
   deterministic ids (which already obey the length rules), so the kept examples and the
   model's positions are those of the prepared split.
 
-Cost: one draw per side per example per epoch, in Python (segment_sampling.py), on the
+Cost: one draw per side per example per epoch, in Python (sentencepiece_tokenizer.py), on the
 loader's path: measured on Multi30k pairs, 0.4 to 0.5 ms per pair for unigram sampling once the
 words' lattices are cached, 0.9 ms for BPE-dropout, on one core; logged at the start
 (`length_growth`); trainer.num_workers > 0 moves it off the training process.

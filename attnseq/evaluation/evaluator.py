@@ -27,11 +27,10 @@ import torch
 from attnseq.analysis.attention_diagnostics import AttentionDiagnostics
 from attnseq.config.choices import DataSource
 from attnseq.config.schema import TrainConfig
-from attnseq.data.batching import Batch, collate
+from attnseq.data.batching import Batch, TokenBatchSampler, collate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData
-from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.data.tokenizers import Tokenizer, TokenizerPair
 from attnseq.decoding import (  # settings re-exported here
     DecodingSettings,

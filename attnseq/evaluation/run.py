@@ -4,7 +4,7 @@
 The split is a split name of the checkpoint's dataset (test, valid) or a path: a parallel file
 prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file. The data locations the
 checkpoint's config names (data.root, data.splits, source=hub) must stay under this machine's
-data root unless the user's overrides set them (attnseq/data/checkpoint_paths.py).
+data root unless the user's overrides set them (attnseq/data/locations.py).
 
 An ensemble (more checkpoints, attnseq/models/ensemble.py) is evaluated with the first
 checkpoint's config and data; its result folder is the first checkpoint's, named
@@ -54,7 +54,7 @@ from attnseq.analysis.saved_attention import save_attention as write_saved_atten
 from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchical
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Example
-from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
+from attnseq.data.locations import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import PreparedData, prepare_data
 from attnseq.data.sources import load_pairs_from_path
 from attnseq.data.tokenizers import TokenizerPair
@@ -63,7 +63,7 @@ from attnseq.decoding.settings import DecodingSettings, SamplingSettings
 from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import Evaluator, Hypothesis, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
-from attnseq.io.output_paths import refuse_output_over_inputs
+from attnseq.io.user_paths import refuse_output_over_inputs
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import pruned_heads_summary
 from attnseq.models.loading import resolve_device

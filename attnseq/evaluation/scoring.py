@@ -44,9 +44,8 @@ from pathlib import Path
 
 import torch
 
-from attnseq.data.batching import Example, collate
+from attnseq.data.batching import Example, TokenBatchSampler, collate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
-from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError

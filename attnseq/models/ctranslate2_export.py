@@ -38,7 +38,7 @@ attnseq's: attnseq_export.json (the run's config and the tokenizer states, what
 `attnseq translate --engine ctranslate2` reads) and, for sentencepiece tokenizers,
 source.model / target.model (or one joint.model) for tools outside attnseq. These names
 (`EXPORT_NAMES`) are the export's own files: the folder is written in full in a staging folder
-and moved into place (io/staged_folder.py), and an export into an earlier one (`force`)
+and moved into place (io/atomic.py), and an export into an earlier one (`force`)
 replaces these files only, so other files in the folder stay. The folder is never the
 checkpoint or a folder holding it, and a folder with files that are not an export is refused.
 """
@@ -55,12 +55,12 @@ from attnseq.config.schema import TrainConfig
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from attnseq.data.tokenizers import BOS, EOS, UNK, Tokenizer, TokenizerPair
 from attnseq.errors import UserError
-from attnseq.io.output_paths import (
+from attnseq.io.atomic import STAGING_PREFIX, write_staged_folder
+from attnseq.io.user_paths import (
     check_output_folder,
     refuse_folder_holding_inputs,
     refuse_output_over_inputs,
 )
-from attnseq.io.staged_folder import STAGING_PREFIX, write_staged_folder
 
 EXPORT_FILE = "attnseq_export.json"
 EXPORT_NAMES = frozenset(

@@ -1,7 +1,7 @@
 """The terms of a seq2seq model's objective: token-level cross entropy with optional label
 smoothing (Szegedy et al. 2016, section 7), the coverage loss term of a pointer-generator
 (See et al. 2017, eq. 13) and the guided alignment term (Garg et al. 2019, section 4.2).
-Training combines them (attnseq/training/loss.py); validation reports the cross entropy.
+Training combines them (attnseq/training/train_step.py); validation reports the cross entropy.
 
 Summed over non-padding target tokens; callers divide by the token count they need
 ("normalised by tokens" in training, mean NLL for validation perplexity).

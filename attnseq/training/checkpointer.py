@@ -22,11 +22,9 @@ from attnseq.io.checkpoint import keep_step_checkpoint, save_checkpoint
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import WorldInfo, all_gather_object
 from attnseq.training.ema import WeightEMA
-from attnseq.training.optim import regroup_state
+from attnseq.training.optim import LearningRateSchedule, regroup_state
 from attnseq.training.precision import MixedPrecision
-from attnseq.training.rng import rng_state
-from attnseq.training.schedules import LearningRateSchedule
-from attnseq.training.state import TrainingState
+from attnseq.training.state import TrainingState, rng_state
 from attnseq.training.stopping import TrainingDiverged
 
 log = logging.getLogger("attnseq")

@@ -158,7 +158,7 @@ def _main() -> None:
     """The child: read {"config", "vocab"} from stdin, print the measured bytes."""
     import torch
 
-    from attnseq.config.working_set import batch_shape
+    from attnseq.config.resources import batch_shape
 
     spec = json.loads(sys.stdin.read())
     cfg = config_from_dict(spec["config"])

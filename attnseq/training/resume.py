@@ -19,7 +19,7 @@ from attnseq.config.schema import TrainConfig
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.training.signals import TrainingInterrupted
+from attnseq.training.stopping import TrainingInterrupted
 
 log = logging.getLogger("attnseq")
 

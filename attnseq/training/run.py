@@ -3,7 +3,7 @@
 It turns a validated `TrainConfig` into data, tokenizers, model, optimizer, learning-rate
 schedule, TensorBoard writer and evaluators, hands them to the `Trainer`, then evaluates the
 best checkpoint on the test split. What each validation adds to TensorBoard (heatmaps,
-examples) is a callback (run_board.py). Library code below it takes plain objects; Hydra stops
+examples) is a callback (train_log.py). Library code below it takes plain objects; Hydra stops
 at the caller (attnseq/cli/hydra_entry.py).
 """
 
@@ -34,15 +34,12 @@ from attnseq.training.distributed import (
     distributed_session,
     env_world,
 )
-from attnseq.training.optim import build_optimizer
+from attnseq.training.optim import LearningRateSchedule, TrainingBudget, build_optimizer
 from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_resume_point
-from attnseq.training.run_board import run_hparams, validation_logger
-from attnseq.training.run_directory import clear_previous_run
-from attnseq.training.run_lock import run_directory_lock
-from attnseq.training.schedules import LearningRateSchedule, TrainingBudget
-from attnseq.training.signals import StopSignals, TrainingInterrupted
+from attnseq.training.run_directory import clear_previous_run, run_directory_lock
 from attnseq.training.state import TrainingState
-from attnseq.training.train_log import NullWriter
+from attnseq.training.stopping import StopSignals, TrainingInterrupted
+from attnseq.training.train_log import NullWriter, run_hparams, validation_logger
 from attnseq.training.trainer import Trainer
 
 log = logging.getLogger("attnseq")
@@ -61,12 +58,12 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
 
     Raises:
         UserError: a problem with the config, the data or the resume checkpoint, or another
-            training holds `run_dir` (run_lock.py; rank 0 holds the lock for the whole run).
+            training holds `run_dir` (run_directory.py; rank 0 holds the lock for the whole run).
         TrainingInterrupted: SIGINT/SIGTERM; last.pt holds the last finished step.
         TrainingDiverged: too many non-finite losses in a row; checkpoints were kept.
     """
     validate(cfg)
-    # One trainer per run directory (run_lock.py), taken before anything is read or written.
+    # One trainer per run directory (run_directory.py), taken before anything is read or written.
     with run_directory_lock(run_dir, enabled=env_world().is_main):
         device = resolve_device(cfg.trainer.device.value)
         with StopSignals() as stop, distributed_session(device.type) as world:

@@ -26,6 +26,11 @@ Speed (GPU mostly): `trainer.precision` (precision.py), `trainer.compile` (torch
 training forward pass; validation and decoding stay eager), `trainer.num_workers` and
 `trainer.pin_memory` (data/loader.py).
 
+The module the updates run through (`training_module`) is the model, wrapped in
+DistributedDataParallel under torchrun and in torch.compile when asked. Validation, decoding,
+`state_dict` and pad ids use the bare model, so checkpoints hold plain parameter names and
+decoding stays eager.
+
 Data parallelism (torchrun, distributed.py): the model is wrapped in DistributedDataParallel and
 every rank takes its own share of each epoch's batches (train_step.py says how the update equals
 a single-process one). The stop requests and rank 0's clock (max_minutes, periodic saves) are
@@ -46,26 +51,22 @@ from typing import Any
 import torch
 
 from attnseq.config.schema import TrainConfig
-from attnseq.data.batching import Batch, PieceLinks
+from attnseq.data.batching import Batch, PieceLinks, TokenBatchSampler
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.loader import BatchLoader, TokenCounts
-from attnseq.data.token_sampler import TokenBatchSampler
+from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.io.progress import TrainingProgress
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.checkpointer import Checkpointer
-from attnseq.training.distributed import all_reduce_sum, broadcast_object, world
+from attnseq.training.distributed import WorldInfo, all_reduce_sum, broadcast_object, world
 from attnseq.training.ema import WeightEMA
-from attnseq.training.loss import supervised_attention
+from attnseq.training.optim import LearningRateSchedule
 from attnseq.training.precision import MixedPrecision
-from attnseq.training.rng import preserved_rng, set_rng_state
-from attnseq.training.schedules import LearningRateSchedule
-from attnseq.training.signals import StopSignals, TrainingInterrupted
-from attnseq.training.state import TrainingState
-from attnseq.training.stopping import StoppingPolicy
+from attnseq.training.state import TrainingState, preserved_rng, set_rng_state
+from attnseq.training.stopping import StoppingPolicy, StopSignals, TrainingInterrupted
 from attnseq.training.train_log import NullWriter, TrainLog, announce
-from attnseq.training.train_step import StepOutcome, UpdateParts, train_step
-from attnseq.training.training_module import training_module
+from attnseq.training.train_step import StepOutcome, UpdateParts, supervised_attention, train_step
 
 log = logging.getLogger("attnseq")
 
@@ -398,3 +399,47 @@ class Trainer:
         """Log on rank 0 only (every rank takes the same decisions; one report is enough)."""
         if self.world.is_main:
             log.log(level, message, *args)
+
+
+def training_module(
+    model: torch.nn.Module,
+    world: WorldInfo,
+    device: torch.device,
+    compile_model: bool,
+    sampler: TokenBatchSampler,
+) -> torch.nn.Module:
+    """DDP averages gradients across ranks, and torch.compile wraps either.
+
+    Raises:
+        UserError: data-parallel, with fewer training batches than processes.
+    """
+    module = model
+    if world.distributed:
+        if sampler.global_len and len(sampler) == 0:
+            raise UserError(
+                f"the training data makes {sampler.global_len} batches, fewer than the "
+                f"{world.world_size} processes; lower data.max_tokens or use fewer processes"
+            )
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [device.index] if device.type == "cuda" else None
+        module = DistributedDataParallel(module, device_ids=device_ids)
+    if compile_model:
+        module = compile_for_training(module)
+    return module
+
+
+def compile_for_training(module: torch.nn.Module) -> torch.nn.Module:
+    """`torch.compile` for the training forward pass (Ansel et al. 2024, "PyTorch 2: Faster
+    Machine Learning Through Dynamic Python Bytecode Transformation and Graph Compilation").
+
+    dynamic=True: every batch has other lengths (S, T), and compiling shape-generic kernels
+    from the start avoids one recompilation per new shape. A graph that fails to compile runs
+    eagerly (`suppress_errors`), so a machine without a working C++/Triton tool chain trains as
+    without compile, after a warning. Decoders that loop over target positions in Python (RNNs
+    with attention feeding) gain little: each loop length is traced separately.
+    """
+    import torch._dynamo
+
+    torch._dynamo.config.suppress_errors = True
+    return torch.compile(module, dynamic=True)

@@ -12,8 +12,7 @@ import pytest
 from helpers import GIB, assert_refused, train_in_process
 
 from attnseq.config.conversion import config_from_dict
-from attnseq.config.resources import FACTOR, estimate, resource_problems
-from attnseq.config.working_set import batch_shape
+from attnseq.config.resources import FACTOR, batch_shape, estimate, resource_problems
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_memory_estimate.py"
 

@@ -5,9 +5,15 @@ import random
 import pytest
 import torch
 
-from attnseq.data.batching import Batch, collate, encode_pairs, example_lengths, iterate_batches
+from attnseq.data.batching import (
+    Batch,
+    TokenBatchSampler,
+    collate,
+    encode_pairs,
+    example_lengths,
+    iterate_batches,
+)
 from attnseq.data.generated import make_splits
-from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 SPECIALS = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}

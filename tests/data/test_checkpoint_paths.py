@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from attnseq.cli.app import app
 from attnseq.config.choices import DataSource, FileFormat
 from attnseq.config.schema import DataConfig
-from attnseq.data.checkpoint_paths import check_checkpoint_data, overridden_keys
+from attnseq.data.locations import check_checkpoint_data, overridden_keys
 from attnseq.errors import UserError
 
 PAIRS = [("a b", "b a"), ("c d e", "e d c"), ("a c", "c a")]

@@ -22,8 +22,8 @@ from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.loss_terms import alignment_term
 from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead
-from attnseq.training.loss import training_loss
 from attnseq.training.run import run_training
+from attnseq.training.train_step import training_loss
 
 REVERSE = ("data.name=reverse", "data.train_size=60", "data.valid_size=10", "data.test_size=10")
 

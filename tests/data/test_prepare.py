@@ -12,10 +12,9 @@ import torch
 import attnseq.data.prepare as prepare_module
 from attnseq.config.choices import DataSource, FileFormat, TaskType, TokenizerKind
 from attnseq.config.schema import DataConfig
-from attnseq.data.batching import example_lengths
+from attnseq.data.batching import TokenBatchSampler, example_lengths
 from attnseq.data.prepare import PreparedData, prepare_data
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
-from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.data.tokenizers import TokenizerPair, WordTokenizer
 from attnseq.errors import UserError
 

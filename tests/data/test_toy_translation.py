@@ -13,17 +13,15 @@ from attnseq.data.generated import (
     source_space_size,
     tokenizer_kind,
 )
-from attnseq.data.toy_lexicon import (
+from attnseq.data.toy_translation import (
     ADJECTIVES,
     ADVERBS,
     NOUNS,
     PLURAL_DETERMINERS,
+    PLURAL_PARTICLE,
     PREPOSITIONS,
     SINGULAR_DETERMINERS,
     VERBS,
-)
-from attnseq.data.toy_translation import (
-    PLURAL_PARTICLE,
     make_toy_translation,
     parse_source,
     render_source,

@@ -308,7 +308,7 @@ def test_a_failed_write_leaves_nothing_partial(
 def test_a_failed_move_into_place_keeps_the_earlier_export(
     ctranslate2, run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attnseq.io.staged_folder
+    import attnseq.io.atomic
 
     earlier = tmp_path / "earlier"
     export_ctranslate2(run_folder / "model.pt", earlier)
@@ -317,7 +317,7 @@ def test_a_failed_move_into_place_keeps_the_earlier_export(
     def replace(source, target) -> None:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(target))
 
-    monkeypatch.setattr(attnseq.io.staged_folder.os, "replace", replace)
+    monkeypatch.setattr(attnseq.io.atomic.os, "replace", replace)
     result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(earlier), "--force"])
     monkeypatch.undo()
     one_line_exit_2(result, "Read-only file system")

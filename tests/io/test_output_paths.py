@@ -145,7 +145,7 @@ def test_the_training_message_says_how_to_continue(tmp_path: Path) -> None:
 
 def test_an_output_over_an_input_is_refused_by_any_path(tmp_path: Path):
     from attnseq.errors import UserError
-    from attnseq.io.output_paths import refuse_output_over_inputs
+    from attnseq.io.user_paths import refuse_output_over_inputs
 
     source = tmp_path / "s.txt"
     source.write_text("a b\n")
@@ -166,7 +166,7 @@ def test_an_output_over_an_input_is_refused_by_any_path(tmp_path: Path):
 
 def test_a_folder_holding_an_input_is_refused(tmp_path: Path):
     from attnseq.errors import UserError
-    from attnseq.io.output_paths import refuse_folder_holding_inputs
+    from attnseq.io.user_paths import refuse_folder_holding_inputs
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)

@@ -14,10 +14,9 @@ import torch
 from helpers import tiny_config
 
 from attnseq.config.schema import OptimConfig
-from attnseq.data.batching import collate, example_lengths
+from attnseq.data.batching import TokenBatchSampler, collate, example_lengths
 from attnseq.data.loader import TokenCounts
 from attnseq.data.prepare import prepare_data
-from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model

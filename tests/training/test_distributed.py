@@ -22,9 +22,8 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq.data.batching import example_lengths
+from attnseq.data.batching import TokenBatchSampler, example_lengths
 from attnseq.data.prepare import prepare_data
-from attnseq.data.token_sampler import TokenBatchSampler
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training import trainer
 from attnseq.training.run import run_training

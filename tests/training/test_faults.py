@@ -40,8 +40,7 @@ from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models import loss_terms as loss_module
 from attnseq.training.resume import find_resume_point
 from attnseq.training.run import run_training
-from attnseq.training.signals import StopSignals, TrainingInterrupted
-from attnseq.training.stopping import TrainingDiverged
+from attnseq.training.stopping import StopSignals, TrainingDiverged, TrainingInterrupted
 
 # A run of 40 short steps that saves a resume point after every one, with dropout so that a
 # wrongly restored RNG changes the weights. 2 batches per epoch: several epoch boundaries.

@@ -17,7 +17,7 @@ from attnseq.analysis.figures import DPI, alignment_figure, readable_token
 from attnseq.cli.app import app
 from attnseq.config.schema import TrainConfig
 from attnseq.training.run import run_training
-from attnseq.training.run_board import run_hparams
+from attnseq.training.train_log import run_hparams
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from helpers import attnseq, tiny_config
 
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.training import run_lock
+from attnseq.training import run_directory
 from attnseq.training.run_directory import (
     check_run_directory,
     clear_previous_run,
@@ -26,8 +26,8 @@ from attnseq.training.run_directory import (
 
 TINY = [*helpers.TINY, "trainer.validate_every=2"]
 HOLD = (
-    "import sys, time; from pathlib import Path; from attnseq.training import run_lock; "
-    "run_lock.acquire(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)"
+    "import sys, time; from pathlib import Path; from attnseq.training import run_directory; "
+    "run_directory.acquire(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)"
 )
 
 
@@ -226,7 +226,7 @@ def test_what_counts_as_a_run(tmp_path: Path) -> None:
     (tmp_path / ".hydra").mkdir()
     (tmp_path / "train.log").write_text("failed start\n")
     (tmp_path / "checkpoints").mkdir()
-    (tmp_path / run_lock.LOCK_NAME).write_text("")
+    (tmp_path / run_directory.LOCK_NAME).write_text("")
     assert run_outputs(tmp_path) == []  # a start that failed before training: none
     (tmp_path / "checkpoints" / "last.pt").write_bytes(b"x")
     (tmp_path / "metrics.json").write_text("{}")

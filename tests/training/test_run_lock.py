@@ -18,12 +18,12 @@ from helpers import TINY, attnseq, tiny_config
 
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.training import run_lock
+from attnseq.training import run_directory
 from attnseq.training.run import run_training
 
 HOLD = (
-    "import sys, time; from pathlib import Path; from attnseq.training import run_lock; "
-    "run_lock.acquire(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)"
+    "import sys, time; from pathlib import Path; from attnseq.training import run_directory; "
+    "run_directory.acquire(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)"
 )
 
 
@@ -41,14 +41,14 @@ def test_a_held_directory_refuses_a_second_holder(tmp_path: Path) -> None:
     process = holder(run_dir)
     try:
         with pytest.raises(UserError) as error:
-            run_lock.acquire(run_dir)
+            run_directory.acquire(run_dir)
         message = str(error.value)
         assert f"pid {process.pid} on " in message and "in use" in message
         assert "\n" not in message
         # the library entry point too: nothing read or written, no checkpoint folder
         with pytest.raises(UserError, match=f"pid {process.pid}"):
             run_training(tiny_config(), run_dir)
-        assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_NAME]
+        assert sorted(p.name for p in run_dir.iterdir()) == [run_directory.LOCK_NAME]
     finally:
         process.kill()
         process.wait()
@@ -59,15 +59,15 @@ def test_a_lock_left_by_a_killed_process_is_free(tmp_path: Path) -> None:
     process = holder(run_dir)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    left = json.loads((run_dir / run_lock.LOCK_NAME).read_text())
+    left = json.loads((run_dir / run_directory.LOCK_NAME).read_text())
     assert left["pid"] == process.pid  # the file stays; the kernel released the lock
-    with run_lock.run_directory_lock(run_dir):
-        mine = json.loads((run_dir / run_lock.LOCK_NAME).read_text())
+    with run_directory.run_directory_lock(run_dir):
+        mine = json.loads((run_dir / run_directory.LOCK_NAME).read_text())
         assert mine["pid"] == os.getpid()
-        with run_lock.run_directory_lock(run_dir):  # reentrant within one process
+        with run_directory.run_directory_lock(run_dir):  # reentrant within one process
             pass
-        assert run_dir.resolve() in run_lock._held  # still held after the inner exit
-    assert run_dir.resolve() not in run_lock._held
+        assert run_dir.resolve() in run_directory._held  # still held after the inner exit
+    assert run_dir.resolve() not in run_directory._held
     # given back: another process can take it now
     other = holder(run_dir)
     other.kill()
@@ -87,7 +87,7 @@ def test_cli_train_into_a_busy_directory_exits_2_writing_nothing(tmp_path: Path)
     assert len(lines) == 1 and lines[0].startswith("error: run directory")
     assert f"pid {process.pid}" in lines[0] and "Traceback" not in result.stderr
     # Hydra never ran: no .hydra/, no train.log, no checkpoints
-    assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_NAME]
+    assert sorted(p.name for p in run_dir.iterdir()) == [run_directory.LOCK_NAME]
 
 
 def erofs(*args: object, **kwargs: object) -> None:
@@ -102,18 +102,18 @@ def test_a_read_only_run_directory_is_one_user_error(
     file) is a one-line UserError naming the directory; the lock is not held."""
     run_dir = tmp_path / "runs" / "run"
     if where == "mkdir":
-        monkeypatch.setattr(run_lock.Path, "mkdir", erofs)
+        monkeypatch.setattr(run_directory.Path, "mkdir", erofs)
     elif where == "open":
-        monkeypatch.setattr(run_lock.os, "open", erofs)
+        monkeypatch.setattr(run_directory.os, "open", erofs)
     else:
-        monkeypatch.setattr(run_lock.os, "pwrite", erofs)
+        monkeypatch.setattr(run_directory.os, "pwrite", erofs)
     with pytest.raises(UserError) as error:
-        run_lock.acquire(run_dir)
+        run_directory.acquire(run_dir)
     monkeypatch.undo()
     message = str(error.value)
     assert f"run directory {run_dir}" in message and "Read-only file system" in message
     assert "\n" not in message
-    assert run_dir.resolve() not in run_lock._held
+    assert run_dir.resolve() not in run_directory._held
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -123,7 +123,7 @@ def test_a_run_directory_without_write_permission_is_one_user_error(tmp_path: Pa
     run_dir.chmod(0o555)
     try:
         with pytest.raises(UserError, match=f"cannot write into run directory {run_dir}"):
-            run_lock.acquire(run_dir)
+            run_directory.acquire(run_dir)
     finally:
         run_dir.chmod(0o755)
     assert list(run_dir.iterdir()) == []

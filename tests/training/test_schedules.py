@@ -11,8 +11,8 @@ from helpers import tiny_config
 from attnseq.config.choices import Scheduler
 from attnseq.config.schema import OptimConfig
 from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training.optim import LearningRateSchedule, TrainingBudget, lr_multiplier
 from attnseq.training.run import run_training
-from attnseq.training.schedules import LearningRateSchedule, TrainingBudget, lr_multiplier
 
 
 def multipliers(scheduler: str, warmup: int, budget: TrainingBudget, steps: int) -> list[float]:

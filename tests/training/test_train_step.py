@@ -16,9 +16,14 @@ from attnseq.models import build_model
 from attnseq.models.loss_terms import sequence_loss
 from attnseq.models.seq2seq import Vocabularies
 from attnseq.training.distributed import WorldInfo
-from attnseq.training.optim import build_optimizer, parameter_groups, regroup_state
+from attnseq.training.optim import (
+    LearningRateSchedule,
+    TrainingBudget,
+    build_optimizer,
+    parameter_groups,
+    regroup_state,
+)
 from attnseq.training.precision import MixedPrecision
-from attnseq.training.schedules import LearningRateSchedule, TrainingBudget
 from attnseq.training.state import TrainingState
 from attnseq.training.stopping import StoppingPolicy
 from attnseq.training.train_step import UpdateParts, train_step
