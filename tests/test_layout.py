@@ -73,6 +73,50 @@ def test_library_layers_import_neither_training_nor_hydra(layer: str) -> None:
     assert not offending
 
 
+def module_name(path: Path) -> str:
+    """attnseq/data/prepare.py -> attnseq.data.prepare (a package's __init__ -> the package)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the attnseq modules it imports anywhere}: at module level, inside functions and
+    under TYPE_CHECKING alike, since a circle hidden by a local import is still a circle.
+    `from attnseq.x import y` counts as importing attnseq.x.y when that is a module."""
+    known = {module_name(path) for path in MODULES}
+    graph = {}
+    for path in MODULES:
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module)
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+        name = module_name(path)
+        graph[name] = {other for other in imported & known if other != name}
+    return graph
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import circle between modules; a package's __init__ (which only names its layer's
+    parts) is left out, as importing attnseq.x.y runs attnseq.x first anyway."""
+    graph = import_graph()
+    packages = {name for name in graph if (ROOT / name.replace(".", "/") / "__init__.py").exists()}
+    circles = []
+    for start in sorted(set(graph) - packages):
+        stack, seen = [(start, (start,))], set()
+        while stack:  # depth-first search for a way from `start` back to itself
+            module, way = stack.pop()
+            for imported in sorted(graph[module] - packages):
+                if imported == start:
+                    circles.append(" -> ".join((*way, start)))
+                elif imported not in seen:
+                    seen.add(imported)
+                    stack.append((imported, (*way, imported)))
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
 def readme_map() -> dict[str, set[str]]:
     """{folder: module file names} from the README's "Where things are" block."""
     text = (ROOT / "README.md").read_text()
