@@ -1,7 +1,7 @@
 """Word alignments of given sentence pairs by forced decoding: the target is teacher-forced
 through a trained model and its cross-attention is read, pooled to words and turned into one
 link per target word. The one path from attention to word links: `attnseq align`
-(`align_sentences`, `run_align`) and the AER of `attnseq eval --alignments` and of validation
+(`align_sentences`, `run_align`) and the AER of `attnseq eval --gold` and of validation
 (`corpus_alignment_metrics`) both run `forced_word_attention`, `select_map` and
 `argmax_alignment`.
 
@@ -43,7 +43,7 @@ line does not), so link (i, j) names the i-th source and the j-th target word of
 
 The AER of a model's own cross-attention (`model_alignment_metrics`,
 `corpus_alignment_metrics`): the AER that validation reports for generated tasks with gold
-links and that `attnseq eval --alignments` reports for a gold set (`load_alignment_set`).
+links and that `attnseq eval --gold` reports for a gold set (`load_alignment_set`).
 Check the corpus (`AlignmentCorpus`) and map every piece to its word; run the model over
 length-sorted batches, pool each attention map to words and take one argmax link per target
 word (the "attention" method, or Shift-Att); score every map against the gold with the
@@ -56,7 +56,7 @@ layer's head average**: a choice fixed in advance, because picking the best laye
 AER would tune on the gold links being reported (the per-layer numbers are there to look at;
 Garg et al. 2019 find the penultimate layer aligns best in their 6-layer models).
 
-Gold sets of `attnseq eval --alignments` (`GoldAlignmentFiles`; read, checked and encoded
+Gold sets of `attnseq eval --gold` (`GoldAlignmentFiles`; read, checked and encoded
 for one model's tokenizers by `load_alignment_set`; scored by `LoadedAlignmentSet.score`). A
 set is two sentence files (one sentence per line, words separated by whitespace) and its links
 in the Pharaoh or NAACL 2003 format (alignment.py), e.g. the WPT 2003 English-French set. The
@@ -639,7 +639,7 @@ ALIGNMENT_ORDERS = ("src-tgt", "tgt-src")
 
 @dataclass
 class GoldAlignmentFiles:
-    """A word-alignment test set given on the command line (`attnseq eval --alignments`).
+    """A word-alignment test set given on the command line (`attnseq eval --gold`).
 
     gold: links, Pharaoh (``i-j`` sure, ``i?j`` possible, 0-based, one line per sentence) or
         NAACL 2003 (``sentence_no i j [S|P]``, 1-based, one link per line).
@@ -703,11 +703,11 @@ def load_alignment_set(
     """
     if files.method not in ALIGNMENT_METHODS:
         raise UserError(
-            f"--align-method must be one of {', '.join(ALIGNMENT_METHODS)}, got {files.method!r}"
+            f"--method must be one of {', '.join(ALIGNMENT_METHODS)}, got {files.method!r}"
         )
     if files.order not in ALIGNMENT_ORDERS:
         raise UserError(
-            f"--align-order must be one of {', '.join(ALIGNMENT_ORDERS)}, got {files.order!r}"
+            f"--gold-order must be one of {', '.join(ALIGNMENT_ORDERS)}, got {files.order!r}"
         )
     src_lines, tgt_lines = _read_sentences(files)
     examples, src_pieces, tgt_pieces = [], [], []
@@ -734,9 +734,9 @@ def load_alignment_set(
 def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
     """The parallel sentence lines, after checking that every given file exists and is UTF-8."""
     src_lines, tgt_lines = read_parallel_lines(
-        ("--align-src", files.src), ("--align-tgt", files.tgt)
+        ("--gold-src", files.src), ("--gold-tgt", files.tgt)
     )
-    for option, path in (("--alignments", files.gold), ("--align-possible", files.possible)):
+    for option, path in (("--gold", files.gold), ("--gold-possible", files.possible)):
         if path is not None:
             read_text_lines(path, option)  # exists, is UTF-8
     return src_lines, tgt_lines
@@ -754,8 +754,8 @@ def _read_links(
         src_lines,
         tgt_lines,
         what=f"gold alignments {files.gold}",
-        order_option="--align-order",
-        files_hint=", and are --align-src/--align-tgt the right files",
+        order_option="--gold-order",
+        files_hint=", and are --gold-src/--gold-tgt the right files",
     )
 
 

@@ -15,6 +15,9 @@ from attnseq.cli import decoding_options
 from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
 from attnseq.errors import UserError
 
+OldGoldPath = Annotated[Path | None, typer.Option(hidden=True)]
+OldGoldText = Annotated[str | None, typer.Option(hidden=True)]
+
 if TYPE_CHECKING:
     from attnseq.analysis.forced_alignment import GoldAlignmentFiles
     from attnseq.evaluation.run import EvalMetrics
@@ -46,47 +49,55 @@ def evaluate(
             "`visualize-alignment --from-saved`."
         ),
     ] = False,
-    alignments: Annotated[
+    gold: Annotated[
         Path | None,
         typer.Option(
             help="Gold word alignments to score the attention with (AER, precision, recall): "
             "Pharaoh (i-j sure, i?j possible, 0-based) or NAACL (sent i j S|P, 1-based); "
-            "needs --align-src and --align-tgt."
+            "needs --gold-src and --gold-tgt."
         ),
     ] = None,
-    align_src: Annotated[
+    gold_src: Annotated[
         Path | None,
         typer.Option(
             help="Source sentences of the gold alignments, one per line, words separated by spaces."
         ),
     ] = None,
-    align_tgt: Annotated[
+    gold_tgt: Annotated[
         Path | None, typer.Option(help="Target sentences of the gold alignments.")
     ] = None,
-    align_possible: Annotated[
+    gold_possible: Annotated[
         Path | None,
         typer.Option(
-            help="Pharaoh file of possible links to add to --alignments (e.g. WPT's "
+            help="Pharaoh file of possible links to add to --gold (e.g. WPT's "
             "test.possible.pharaoh next to test.sure.pharaoh)."
         ),
     ] = None,
-    align_format: Annotated[
-        str, typer.Option(help="Format of --alignments: auto (from the content), pharaoh, naacl.")
+    gold_format: Annotated[
+        str, typer.Option(help="Format of --gold: auto (from the content), pharaoh, naacl.")
     ] = "auto",
-    align_order: Annotated[
+    gold_order: Annotated[
         str,
         typer.Option(
             help="src-tgt if a gold link is (source word, target word), tgt-src if (target, "
             "source). WPT en-fr links are (English, French): src-tgt for en->fr models."
         ),
     ] = "src-tgt",
-    align_method: Annotated[
+    method: Annotated[
         str,
         typer.Option(
             help="How a target word's attention row is read: attention (the step that predicts "
             "the word) or shift-att (the step whose input it is; Chen et al. 2020)."
         ),
     ] = "attention",
+    # the spellings eval had before it shared align's; hidden, for scripts that use them
+    alignments: OldGoldPath = None,
+    align_src: OldGoldPath = None,
+    align_tgt: OldGoldPath = None,
+    align_possible: OldGoldPath = None,
+    align_format: OldGoldText = None,
+    align_order: OldGoldText = None,
+    align_method: OldGoldText = None,
 ) -> None:
     """Evaluate a checkpoint: loss, perplexity, BLEU, chrF, exact match; optionally save the
     attention of the outputs and score it against gold word alignments. Decodes with the
@@ -102,9 +113,9 @@ def evaluate(
     attnseq eval best.pt --save-attention      # also .../test.greedy/attention.npz
     attnseq eval best.pt --sample --temperature 0.7 --seed 1   # .../test.sample-t0.7-...
     attnseq eval A.pt B.pt --beam 5            # an ensemble: .../test.beam5-lp1+ensemble2
-    attnseq eval best.pt --alignments wpt03_enfr/test.sure.pharaoh \\
-        --align-possible wpt03_enfr/test.possible.pharaoh \\
-        --align-src wpt03_enfr/test.en --align-tgt wpt03_enfr/test.fr [--align-method shift-att]
+    attnseq eval best.pt --gold wpt03_enfr/test.sure.pharaoh \\
+        --gold-possible wpt03_enfr/test.possible.pharaoh \\
+        --gold-src wpt03_enfr/test.en --gold-tgt wpt03_enfr/test.fr [--method shift-att]
     """
     from attnseq.evaluation.run import eval_inputs, evaluate_checkpoint
     from attnseq.io.user_paths import check_output_folder, refuse_output_over_inputs
@@ -120,15 +131,22 @@ def evaluate(
             )
         ensemble, overrides = decoding_options.split_checkpoints(overrides)
         overrides = decoding.overrides(overrides)
-        gold = _gold_alignments(
-            alignments, align_src, align_tgt, align_possible, align_format, align_order
+        gold_set = _gold_alignments(
+            gold or alignments,
+            gold_src or align_src,
+            gold_tgt or align_tgt,
+            gold_possible or align_possible,
+            align_format or gold_format,
+            align_order or gold_order,
         )
-        if gold is not None:
-            gold.method = align_method
-        elif align_method != "attention":
-            raise UserError("--align-method goes with --alignments")
+        method = align_method or method
+        if gold_set is not None:
+            gold_set.method = method
+        elif method != "attention":
+            raise UserError("--method goes with --gold")
         if out is not None:  # the files inside it are checked once their names are known
-            refuse_output_over_inputs(out, "--out", eval_inputs(checkpoint, split, ensemble, gold))
+            inputs = eval_inputs(checkpoint, split, ensemble, gold_set)
+            refuse_output_over_inputs(out, "--out", inputs)
             check_output_folder(out, "--out")
         metrics = evaluate_checkpoint(
             checkpoint,  # path, split, max_tokens
@@ -138,11 +156,11 @@ def evaluate(
             overrides=overrides,
             device_name=device,
             save_attention=save_attention,
-            alignments=gold,
+            alignments=gold_set,
             sampling=sampling,
             ensemble=ensemble,
         )
-    _print_metrics(metrics, gold)
+    _print_metrics(metrics, gold_set)
 
 
 def _gold_alignments(
@@ -153,18 +171,18 @@ def _gold_alignments(
     gold_format: str,
     order: str,
 ) -> "GoldAlignmentFiles | None":
-    """The gold word-alignment set of --alignments and its companions, or None without it;
+    """The gold word-alignment set of --gold and its companions, or None without it;
     UserError when a companion is missing or given alone."""
     from attnseq.analysis.forced_alignment import GoldAlignmentFiles
 
     if gold is None:
         if src or tgt or possible:
-            raise UserError("--align-src, --align-tgt and --align-possible go with --alignments")
+            raise UserError("--gold-src, --gold-tgt and --gold-possible go with --gold")
         return None
-    given = {"--align-src": src, "--align-tgt": tgt}
+    given = {"--gold-src": src, "--gold-tgt": tgt}
     missing = [name for name, value in given.items() if value is None]
     if missing:
-        raise UserError(f"--alignments needs {' and '.join(missing)} (the sentences)")
+        raise UserError(f"--gold needs {' and '.join(missing)} (the sentences)")
     assert src is not None and tgt is not None
     return GoldAlignmentFiles(gold, src, tgt, possible, gold_format, order)
 

@@ -272,7 +272,7 @@ def evaluate_checkpoint(
     name, data = _prepare_split(cfg, split, dataset_split, tokenizers)
     texts = {} if dataset_split else {(f"{split} source", f"{split} target"): data.examples[name]}
     if alignment_set is not None:
-        texts[("--align-src", "--align-tgt")] = alignment_set.examples
+        texts[("--gold-src", "--gold-tgt")] = alignment_set.examples
     gold = split_gold(cfg, name, tokenizers) if dataset_split else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
     evaluator.decoding = evaluator.decoding.with_sampling(sampling)
@@ -340,10 +340,10 @@ def eval_inputs(
     inputs += [(f"ensemble member {number}", member) for number, member in enumerate(ensemble, 2)]
     if alignments is not None:
         inputs += [
-            ("--alignments", alignments.gold),
-            ("--align-src", alignments.src),
-            ("--align-tgt", alignments.tgt),
-            ("--align-possible", alignments.possible),
+            ("--gold", alignments.gold),
+            ("--gold-src", alignments.src),
+            ("--gold-tgt", alignments.tgt),
+            ("--gold-possible", alignments.possible),
         ]
     return inputs
 
@@ -359,10 +359,10 @@ def _alignment_tags(alignments: GoldAlignmentFiles | None) -> list[str]:
 def _check_attention_wanted(
     cfg: TrainConfig, save_attention: bool, alignments: GoldAlignmentFiles | None
 ) -> None:
-    """--save-attention and --alignments need a model with attention."""
+    """--save-attention and --gold need a model with attention."""
     no_attention = cfg.model.family.value == "rnn" and cfg.model.attention.score.value == "none"
     if no_attention and (save_attention or alignments is not None):
-        option = "--save-attention" if save_attention else "--alignments"
+        option = "--save-attention" if save_attention else "--gold"
         raise UserError(f"{option}: this model has no attention (model.attention.score=none)")
 
 

@@ -1,4 +1,4 @@
-"""The inputs of `attnseq align`, `score` and `eval --alignments` are checked before they are
+"""The inputs of `attnseq align`, `score` and `eval --gold` are checked before they are
 used: gold links outside their sentence are refused (file, line, link, word counts), a
 `--reverse` model that the checkpoints show to translate the same way is refused, and a text
 that is mostly <unk> for a model gives one warning line with its unknown-token rate."""
@@ -108,8 +108,8 @@ def test_eval_refuses_naacl_gold_links_outside_their_sentence(setup, tmp_path) -
     gold = tmp_path / "gold.naacl"
     gold.write_text("1 1 1 S\n2 2 9 P\n", encoding="utf-8")
     result = run_eval(
-        setup["forward"], tmp_path / "eval", "--alignments", str(gold),
-        "--align-src", str(setup["src"]), "--align-tgt", str(setup["tgt"]),
+        setup["forward"], tmp_path / "eval", "--gold", str(gold),
+        "--gold-src", str(setup["src"]), "--gold-tgt", str(setup["tgt"]),
     )  # fmt: skip
     one_error(result, str(gold), "line 2", "'2 2 9 P'", "5 source and 4 target words")
     assert not (tmp_path / "eval").exists()
@@ -208,12 +208,12 @@ def test_eval_warns_about_alignment_sentences_the_model_cannot_read(setup, tmp_p
     gold = tmp_path / "gold.txt"
     gold.write_text("0-0\n0-0\n0-0\n0-0\n", encoding="utf-8")
     result = run_eval(
-        setup["forward"], tmp_path / "eval", "--alignments", str(gold),
-        "--align-src", str(setup["src"]), "--align-tgt", str(setup["unknown"]),
+        setup["forward"], tmp_path / "eval", "--gold", str(gold),
+        "--gold-src", str(setup["src"]), "--gold-tgt", str(setup["unknown"]),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert len(warning_lines(result)) == 1
-    assert "100.0% of the --align-tgt tokens (12 of 12)" in warning_lines(result)[0]
+    assert "100.0% of the --gold-tgt tokens (12 of 12)" in warning_lines(result)[0]
 
 
 def test_unknown_warning_is_for_rates_above_the_threshold() -> None:

@@ -1,4 +1,4 @@
-"""`attnseq eval --alignments GOLD --align-src FILE --align-tgt FILE`: AER, precision and recall
+"""`attnseq eval --gold GOLD --gold-src FILE --gold-tgt FILE`: AER, precision and recall
 of a model's teacher-forced attention against gold word links, per layer and head, in
 metrics.json; Pharaoh and NAACL gold files; clear errors for bad files."""
 
@@ -81,8 +81,8 @@ def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:
 def test_metrics_json_holds_aer_precision_recall_per_head(setup, tmp_path) -> None:
     checkpoint, files = setup
     result = run_eval(
-        checkpoint, tmp_path / "eval", "--alignments", str(files["gold"]),
-        "--align-src", str(files["src"]), "--align-tgt", str(files["tgt"]),
+        checkpoint, tmp_path / "eval", "--gold", str(files["gold"]),
+        "--gold-src", str(files["src"]), "--gold-tgt", str(files["tgt"]),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "layer 2, head mean" in result.output and "overall (layer 2 mean)" in result.output
@@ -101,12 +101,12 @@ def test_metrics_json_holds_aer_precision_recall_per_head(setup, tmp_path) -> No
 
 def test_naacl_and_reversed_gold_give_the_same_numbers(setup, tmp_path) -> None:
     checkpoint, files = setup
-    sentences = ["--align-src", str(files["src"]), "--align-tgt", str(files["tgt"])]
+    sentences = ["--gold-src", str(files["src"]), "--gold-tgt", str(files["tgt"])]
     runs = {
-        "pharaoh": ["--alignments", str(files["gold"])],
-        "naacl": ["--alignments", str(files["naacl"])],  # detected from the content
-        "naacl_named": ["--alignments", str(files["naacl"]), "--align-format", "naacl"],
-        "reversed": ["--alignments", str(files["reversed"]), "--align-order", "tgt-src"],
+        "pharaoh": ["--gold", str(files["gold"])],
+        "naacl": ["--gold", str(files["naacl"])],  # detected from the content
+        "naacl_named": ["--gold", str(files["naacl"]), "--gold-format", "naacl"],
+        "reversed": ["--gold", str(files["reversed"]), "--gold-order", "tgt-src"],
     }
     results = {}
     for name, args in runs.items():
@@ -117,10 +117,38 @@ def test_naacl_and_reversed_gold_give_the_same_numbers(setup, tmp_path) -> None:
     assert results["pharaoh"] == results["naacl"] == results["naacl_named"] == results["reversed"]
 
 
+def test_eval_spells_the_gold_options_as_align_does_and_keeps_its_old_names_hidden(
+    setup, tmp_path
+) -> None:
+    from typer.testing import CliRunner
+
+    from attnseq.cli.app import app
+
+    checkpoint, files = setup
+    old = [
+        "--alignments", str(files["gold"]), "--align-src", str(files["src"]),
+        "--align-tgt", str(files["tgt"]), "--align-method", "shift-att",
+    ]  # fmt: skip
+    new = [
+        "--gold", str(files["gold"]), "--gold-src", str(files["src"]),
+        "--gold-tgt", str(files["tgt"]), "--method", "shift-att",
+    ]  # fmt: skip
+    results = {}
+    for name, args in (("old", old), ("new", new)):
+        result = run_eval(checkpoint, tmp_path / name, *args)
+        assert result.exit_code == 0, (name, result.output)
+        metrics = json.loads((eval_result(tmp_path / name) / "metrics.json").read_text())
+        results[name] = {k: v for k, v in metrics.items() if k.startswith("align/")}
+    assert results["old"] == results["new"] and results["new"]
+    shown = CliRunner().invoke(app, ["eval", "--help"], env={"COLUMNS": "200"}).output
+    assert "--gold-src" in shown and "--method" in shown
+    assert "--alignments" not in shown and "--align-src" not in shown
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"gold": "missing.txt"}, "--alignments file not found"),
+        ({"gold": "missing.txt"}, "--gold file not found"),
         ({"gold_text": "0-0 1:1\n"}, "cannot parse link '1:1'"),
         ({"gold_text": "0-0\n1-1\n"}, "2 lines of Pharaoh links for 4 sentences"),
         (
@@ -128,13 +156,13 @@ def test_naacl_and_reversed_gold_give_the_same_numbers(setup, tmp_path) -> None:
             "line 4: link 9-0 (source word, target word) is outside sentence 4",
         ),
         ({"gold_text": "1 1 1 X\n"}, "expected 'sentence_no i j [S|P]"),
-        ({"src": "missing.src"}, "--align-src file not found"),
-        ({"tgt_text": "le\n"}, "has 4 lines but --align-tgt"),
-        ({"drop": "--align-tgt"}, "--alignments needs --align-tgt"),
+        ({"src": "missing.src"}, "--gold-src file not found"),
+        ({"tgt_text": "le\n"}, "has 4 lines but --gold-tgt"),
+        ({"drop": "--gold-tgt"}, "--gold needs --gold-tgt"),
         ({"format": "xml"}, "unknown gold format 'xml'"),
-        ({"order": "left-right"}, "--align-order must be one of src-tgt, tgt-src"),
-        ({"method": "viterbi"}, "--align-method must be one of attention, shift-att"),
-        ({"method": "shift-att", "drop_gold": True}, "--align-method goes with --alignments"),
+        ({"order": "left-right"}, "--gold-order must be one of src-tgt, tgt-src"),
+        ({"method": "viterbi"}, "--method must be one of attention, shift-att"),
+        ({"method": "shift-att", "drop_gold": True}, "--method goes with --gold"),
     ],
 )
 def test_bad_gold_sets_exit_2(setup, tmp_path, change, message) -> None:
@@ -150,16 +178,16 @@ def test_bad_gold_sets_exit_2(setup, tmp_path, change, message) -> None:
     if "tgt_text" in change:
         tgt = tmp_path / "tgt"
         tgt.write_text(change["tgt_text"], encoding="utf-8")
-    args = {"--alignments": str(gold), "--align-src": str(src), "--align-tgt": str(tgt)}
+    args = {"--gold": str(gold), "--gold-src": str(src), "--gold-tgt": str(tgt)}
     if "format" in change:
-        args["--align-format"] = change["format"]
+        args["--gold-format"] = change["format"]
     if "order" in change:
-        args["--align-order"] = change["order"]
+        args["--gold-order"] = change["order"]
     if "method" in change:
-        args["--align-method"] = change["method"]
+        args["--method"] = change["method"]
     args.pop(change.get("drop", ""), None)
     if change.get("drop_gold"):
-        args = {"--align-method": change["method"]}
+        args = {"--method": change["method"]}
     result = run_eval(checkpoint, tmp_path / "eval", *[x for kv in args.items() for x in kv])
     assert result.exit_code == 2, result.output
     assert message in result.output
@@ -172,8 +200,8 @@ def test_empty_sentence_is_an_error(setup, tmp_path) -> None:
     tgt = tmp_path / "tgt"
     tgt.write_text("".join(line + "\n" for line in [TGT[0], "", *TGT[2:]]), encoding="utf-8")
     result = run_eval(
-        checkpoint, tmp_path / "eval", "--alignments", str(files["gold"]),
-        "--align-src", str(files["src"]), "--align-tgt", str(tgt),
+        checkpoint, tmp_path / "eval", "--gold", str(files["gold"]),
+        "--gold-src", str(files["src"]), "--gold-tgt", str(tgt),
     )  # fmt: skip
     assert result.exit_code == 2 and "line 2 is empty" in result.output
 
@@ -192,10 +220,10 @@ def test_wpt03_trial_set_with_a_sentencepiece_model(shared_data, tmp_path, monke
         "data.tgt_lang=fr", "trainer.max_output_extra=2", "trainer.max_output_ratio=0.2",
         pairs=read_parallel(folder / "trial.en", folder / "trial.fr"),
     )  # fmt: skip
-    sentences = ["--align-src", str(folder / "trial.en"), "--align-tgt", str(folder / "trial.fr")]
-    pharaoh = ["--alignments", str(folder / "trial.sure.pharaoh")]
-    pharaoh += ["--align-possible", str(folder / "trial.possible.pharaoh")]
-    naacl = ["--alignments", str(folder / "trial.wa.nonullalign")]
+    sentences = ["--gold-src", str(folder / "trial.en"), "--gold-tgt", str(folder / "trial.fr")]
+    pharaoh = ["--gold", str(folder / "trial.sure.pharaoh")]
+    pharaoh += ["--gold-possible", str(folder / "trial.possible.pharaoh")]
+    naacl = ["--gold", str(folder / "trial.wa.nonullalign")]
     results = []
     for name, args in (("pharaoh", pharaoh), ("naacl", naacl)):
         result = run_eval(checkpoint, tmp_path / name, *args, *sentences)
@@ -207,7 +235,7 @@ def test_wpt03_trial_set_with_a_sentencepiece_model(shared_data, tmp_path, monke
         results[0]
     )
     assert all(0.0 <= value <= 1.0 for value in results[0].values())
-    # an fr->en reading of the same gold (English first) needs --align-order tgt-src
-    swapped = ["--align-src", str(folder / "trial.fr"), "--align-tgt", str(folder / "trial.en")]
+    # an fr->en reading of the same gold (English first) needs --gold-order tgt-src
+    swapped = ["--gold-src", str(folder / "trial.fr"), "--gold-tgt", str(folder / "trial.en")]
     result = run_eval(checkpoint, tmp_path / "swapped", *naacl, *swapped)
-    assert result.exit_code == 2 and "--align-order src-tgt" in result.output
+    assert result.exit_code == 2 and "--gold-order src-tgt" in result.output

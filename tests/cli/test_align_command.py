@@ -1,5 +1,5 @@
 """`attnseq align`: Pharaoh output, soft matrices, symmetrization with a reverse model, gold
-scores equal to `attnseq eval --alignments`' for the same map, and one-line errors (exit 2)."""
+scores equal to `attnseq eval --gold`' for the same map, and one-line errors (exit 2)."""
 
 import json
 from pathlib import Path
@@ -103,8 +103,8 @@ def test_reverse_model_symmetrized(setup, tmp_path) -> None:
 )
 def test_aer_equals_eval_alignments(setup, tmp_path, method, layer, head, key) -> None:
     forward, _, files = setup
-    gold = ["--alignments", files["gold"], "--align-src", files["src"], "--align-tgt", files["tgt"]]
-    gold += ["--align-method", method]
+    gold = ["--gold", files["gold"], "--gold-src", files["src"], "--gold-tgt", files["tgt"]]
+    gold += ["--method", method]
     assert run_eval(forward, tmp_path / "eval", *map(str, gold)).exit_code == 0
     folder = eval_result(tmp_path / "eval")
     assert folder.name.endswith("-shift-att") == (method == "shift-att"), folder.name

@@ -138,14 +138,14 @@ def _commands(checkpoint: Path, odd: Path, folder: Path) -> dict[str, tuple[list
                 checkpoint,
                 "--out",
                 folder / "eval",
-                "--alignments",
+                "--gold",
                 gold,
-                "--align-src",
+                "--gold-src",
                 odd,
-                "--align-tgt",
+                "--gold-tgt",
                 good,
             ],
-            f"--align-src file {odd}",
+            f"--gold-src file {odd}",
         ),  # fmt: skip
         "eval split": (
             ["eval", checkpoint, "--out", folder / "eval", "--split", odd],

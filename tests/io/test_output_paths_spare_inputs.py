@@ -61,8 +61,8 @@ class Case:
 SWEEP_FILES = ("sweep/multirun.yaml", "sweep/0/.hydra/overrides.yaml", "sweep/0/metrics.json")
 EVAL = (
     "eval", "{ck.pt}", "{ck2.pt}", "--split", "{pairs.tsv}", "--device", "cpu",
-    "--alignments", "{gold.pharaoh}", "--align-possible", "{possible.pharaoh}",
-    "--align-src", "{src.txt}", "--align-tgt", "{tgt.txt}", "--out", OUT,
+    "--gold", "{gold.pharaoh}", "--gold-possible", "{possible.pharaoh}",
+    "--gold-src", "{src.txt}", "--gold-tgt", "{tgt.txt}", "--out", OUT,
 )  # fmt: skip
 ALIGN = (
     "align", "{ck.pt}", "--src", "{src.txt}", "--tgt", "{tgt.txt}", "--reverse", "{ck2.pt}",
@@ -247,11 +247,11 @@ def test_an_eval_result_file_linked_to_an_input_is_refused_before_decoding(
     before = contents(world)
     args = [
         "eval", str(world / "ck.pt"), "--split", str(world / "pairs.tsv"), "--device", "cpu",
-        "--alignments", str(world / "gold.pharaoh"), "--align-src", str(world / "src.txt"),
-        "--align-tgt", str(world / "tgt.txt"), "--out", str(tmp_path / "eval"),
+        "--gold", str(world / "gold.pharaoh"), "--gold-src", str(world / "src.txt"),
+        "--gold-tgt", str(world / "tgt.txt"), "--out", str(tmp_path / "eval"),
     ]  # fmt: skip
     result = runner.invoke(app, args)
-    one_line_exit_2(result, "eval result", "hyps.txt", "is the input --alignments")
+    one_line_exit_2(result, "eval result", "hyps.txt", "is the input --gold")
     assert contents(world) == before
     assert sorted(path.name for path in folder.iterdir()) == ["hyps.txt"]
 
