@@ -13,8 +13,8 @@ sizes (1 = greedy; default 1 5); --out the folder of the eval results (default: 
 checkpoint's RUN/eval); --device cpu|cuda|auto; --json FILE also write the figures there.
 
 The evaluations are those of `attnseq eval A.pt` and `attnseq eval A.pt B.pt ...`
-(attnseq/evaluation/run.py and attnseq/models/ensemble.py): the checkpoints' own decoding
-settings but the beam size, the first checkpoint's config for the ensemble.
+(attnseq/evaluation/checkpoint_eval.py and attnseq/models/ensemble.py): the checkpoints' own
+decoding settings but the beam size, the first checkpoint's config for the ensemble.
 """
 
 import argparse
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnseq.evaluation.run import evaluate_checkpoint
+from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 
 
 def compare(

@@ -733,9 +733,7 @@ def load_alignment_set(
 
 def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
     """The parallel sentence lines, after checking that every given file exists and is UTF-8."""
-    src_lines, tgt_lines = read_parallel_lines(
-        ("--gold-src", files.src), ("--gold-tgt", files.tgt)
-    )
+    src_lines, tgt_lines = read_parallel_lines(("--gold-src", files.src), ("--gold-tgt", files.tgt))
     for option, path in (("--gold", files.gold), ("--gold-possible", files.possible)):
         if path is not None:
             read_text_lines(path, option)  # exists, is UTF-8

@@ -2,8 +2,8 @@
 saved and scored against gold word alignments.
 
 The command checks its options, hands the work to `evaluate_checkpoint`
-(attnseq/evaluation/run.py) and prints the result; torch and the evaluation code are imported
-inside the functions, so `attnseq --help` stays light.
+(attnseq/evaluation/checkpoint_eval.py) and prints the result; torch and the evaluation code
+are imported inside the functions, so `attnseq --help` stays light.
 """
 
 from pathlib import Path
@@ -20,7 +20,7 @@ OldGoldText = Annotated[str | None, typer.Option(hidden=True)]
 
 if TYPE_CHECKING:
     from attnseq.analysis.forced_alignment import GoldAlignmentFiles
-    from attnseq.evaluation.run import EvalMetrics
+    from attnseq.evaluation.checkpoint_eval import EvalMetrics
 
 
 @decoding_options.with_decoding_flags
@@ -117,7 +117,7 @@ def evaluate(
         --gold-possible wpt03_enfr/test.possible.pharaoh \\
         --gold-src wpt03_enfr/test.en --gold-tgt wpt03_enfr/test.fr [--method shift-att]
     """
-    from attnseq.evaluation.run import eval_inputs, evaluate_checkpoint
+    from attnseq.evaluation.checkpoint_eval import eval_inputs, evaluate_checkpoint
     from attnseq.io.user_paths import check_output_folder, refuse_output_over_inputs
 
     with user_errors():

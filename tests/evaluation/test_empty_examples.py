@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import tiny_config
 
-from attnseq.evaluation.run import evaluate_checkpoint
+from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 from attnseq.training.run import run_training
 
 WORDS = ["a", "b", "c", "d", "e", "f", "g", "h"]

@@ -14,8 +14,8 @@ from attnseq.cli.app import app
 from attnseq.data.prepare import prepare_data
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding.settings import DecodingSettings
+from attnseq.evaluation.checkpoint_eval import decoding_name, default_root, result_folder
 from attnseq.evaluation.metrics import bleu_signature
-from attnseq.evaluation.run import decoding_name, default_root, result_folder
 from attnseq.training.run import run_training
 
 runner = CliRunner()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from attnseq.cli.app import app
 from attnseq.data.prepare import prepare_data
 from attnseq.data.tokenizers import TokenizerPair
-from attnseq.evaluation.run import evaluate_checkpoint
+from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 from attnseq.evaluation.scoring import PairScore, Scorer, summarize
 from attnseq.io.checkpoint import load_checkpoint
 

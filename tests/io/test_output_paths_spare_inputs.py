@@ -231,7 +231,7 @@ def test_an_eval_result_file_linked_to_an_input_is_refused_before_decoding(
     """The result folder's names are known once the checkpoint is loaded; a hyps.txt there that
     links to the gold alignments is refused before the split is decoded."""
     from attnseq.decoding.settings import DecodingSettings
-    from attnseq.evaluation.run import result_folder
+    from attnseq.evaluation.checkpoint_eval import result_folder
 
     trainer = tiny_config().trainer
     folder = result_folder(

@@ -27,7 +27,7 @@ from attnseq.config import CONFIG_DIR
 from attnseq.config.conversion import config_to_dict
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
-from attnseq.evaluation.run import evaluate_checkpoint
+from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training.run import run_training
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import untrained_checkpoint
 
-from attnseq.evaluation.run import evaluate_checkpoint
+from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prune_heads_curve.py"
 spec = importlib.util.spec_from_file_location("prune_heads_curve", SCRIPT)

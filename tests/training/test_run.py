@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
-from attnseq.evaluation.run import evaluate_checkpoint
+from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training.run import run_training
 
