@@ -96,6 +96,34 @@ def assert_refused(tmp_path: Path, code: int, output: str, expected: str) -> Non
 # ---------------------------------------------------------------------------- configs
 
 
+def check_train_args(args: list[str]) -> TrainConfig:
+    """The checks `attnseq train ARGS` runs before Hydra makes a run directory (flags, then
+    every sweep value composed and checked), with Hydra's compose API in place of the running
+    Hydra; returns the first variant's config. Raises UserError as the command would exit 2."""
+    from hydra import compose, initialize_config_dir
+
+    from attnseq.cli.config_errors import COMPOSITION_ERRORS, composition_error
+    from attnseq.cli.hydra_entry import split_flags
+    from attnseq.cli.preflight import check_flags, check_sweep_values
+    from attnseq.config import CONFIG_DIR
+    from attnseq.config.schema import register_configs
+
+    flags, overrides = split_flags(args)
+    check_flags(flags)
+    register_configs()
+    task = [arg for arg in overrides if not arg.lstrip("+~").startswith("hydra")]
+    own = [arg for arg in overrides if arg.lstrip("+~").startswith("hydra")]
+
+    def composed(variant: list[str]):
+        try:
+            return compose("train", overrides=[*own, *variant], return_hydra_config=True)
+        except COMPOSITION_ERRORS as error:
+            raise composition_error(error, variant) from None
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return check_sweep_values(task, composed)
+
+
 def tiny_config(*overrides: str) -> TrainConfig:
     """A config that trains in seconds: small splits, small model, few steps."""
     base = config_to_dict(TrainConfig())

@@ -2,9 +2,9 @@
 column, problem), an unknown config group choice or key (with the valid ones and the nearest
 match), a missing Hydra plugin (with the extra that installs it), or a bad value.
 
-The pre-flight check of `attnseq train`, `attnseq train --help` and the benchmark script turn
-Hydra's and OmegaConf's exceptions into these messages, which end the command with exit
-status 2 instead of a traceback.
+The entry of `attnseq train` (and the checks of each sweep value), `attnseq train --help` and
+the benchmark script turn Hydra's and OmegaConf's exceptions into these messages, which end the
+command with exit status 2 instead of a traceback.
 """
 
 import difflib
@@ -12,7 +12,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
+from hydra.errors import HydraException, OverrideParseException
+from omegaconf.errors import OmegaConfBaseException
+
 from attnseq.config import CONFIG_DIR
+from attnseq.errors import UserError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -26,10 +31,23 @@ PLUGIN_EXTRAS = {
 }
 
 
+# What composing a config (or converting it to the schema's dataclasses) raises for a bad one.
+COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError)
+
+
+def composition_error(error: BaseException, overrides: list[str]) -> UserError:
+    """The UserError for a config that does not compose from `overrides`: a malformed YAML file,
+    overrides that do not parse, or what `describe_composition_error` makes of the rest."""
+    malformed = yaml_error(error)
+    if malformed is not None:
+        return UserError(describe_yaml_error(malformed))
+    if isinstance(error, OverrideParseException):
+        return UserError(f"cannot parse the overrides: {str(error).splitlines()[0]}")
+    return UserError(describe_composition_error(error, overrides))
+
+
 def yaml_error(error: BaseException) -> Exception | None:
     """The PyYAML error behind a failed composition (Hydra may wrap it), or None."""
-    import yaml
-
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, yaml.YAMLError):
@@ -58,9 +76,13 @@ def describe_yaml_error(error: Exception) -> str:
 
 
 def _base_config() -> "DictConfig":
-    """The default composed config, whose keys an unknown key is compared with."""
+    """The default composed config, whose keys an unknown key is compared with (composed by the
+    running Hydra inside `hydra.main`, by a Hydra of its own elsewhere)."""
     from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
+    if GlobalHydra.instance().is_initialized():
+        return compose("train")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose("train")
 
@@ -70,7 +92,7 @@ def _nearest(word: str, options: list[str], prefix: str = "") -> str:
     return f" Did you mean '{prefix}{close[0]}'?" if close else ""
 
 
-def describe_composition_error(error: Exception, overrides: list[str]) -> str:
+def describe_composition_error(error: BaseException, overrides: list[str]) -> str:
     """One readable message for a failed composition, with the nearest valid name."""
     text = str(error)
     not_mapping = re.match(r"In '([^']+)': ConfigTypeError.*\n.*with ListConfig", text)
@@ -101,12 +123,10 @@ def _describe_list_file(config: str, overrides: list[str]) -> str:
     the `config_file=` override records."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from attnseq.cli.hydra_entry import USER_EXPERIMENT_PREFIX
-
-    path = str(CONFIG_DIR / f"{config}.yaml")
+    path = CONFIG_DIR / f"{config}.yaml"
     given = [arg for arg in overrides if arg.startswith("config_file=")]
-    if config.startswith(f"experiment/{USER_EXPERIMENT_PREFIX}") and given:
-        path = str(OverridesParser.create().parse_override(given[-1]).value())
+    if config.startswith("experiment/") and not path.is_file() and given:
+        path = Path(str(OverridesParser.create().parse_override(given[-1]).value()))
     return (
         f"config file {path}: its top level is a list, but it must be a mapping of keys to "
         "values (e.g. `model: {family: transformer}`)"

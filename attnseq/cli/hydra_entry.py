@@ -1,10 +1,13 @@
 """How `attnseq train` reaches Hydra and what its job returns: the `config=` selector, a real
 `hydra.main` entry, the task function with its exit statuses, and torchrun's ranks.
 
-`hydra.main` owns everything Hydra does (multirun, launchers, sweepers, run directories,
-`--cfg`, `--help`), so `attnseq train ARGS` rewrites `sys.argv` and calls it, after the
-pre-flight check (preflight.py) has composed and validated the arguments and settled the run
-directories.
+`hydra.main` owns everything Hydra does (composition, multirun, launchers, sweepers, run
+directories, `--cfg`, `--help`), so `attnseq train ARGS` rewrites `sys.argv` and calls it; the
+checks that must pass before a run directory exists run in a Hydra callback between composition
+and the run (preflight.py). A config that does not compose is one message and exit status 2:
+while Hydra composes, HYDRA_FULL_ERROR is set so that Hydra's error report (status 1, its own
+wording) lets the exception through to `run_hydra`, and the callback restores the variable
+once composition is over, so that a job's own failures are reported as Hydra reports them.
 
 `config=NAME` selects the packaged configs/experiment/NAME.yaml; `config=PATH` (a path ending in
 .yaml or .yml, or containing a `/`) loads the user's own experiment file, always: it is linked
@@ -22,7 +25,7 @@ Under torchrun (`torchrun --nproc_per_node=N -m attnseq train ...`) every proces
 the ones other than rank 0 get Hydra overrides that keep Hydra from writing anything (no run
 directory, no .hydra/, no train.log; their log goes to stdout), since only rank 0 writes.
 Torchrun always sets RANK in its workers' environment, so without it the world needs no torch.
-Multirun is refused there (by the pre-flight check): one torchrun job trains one model.
+Multirun is refused there (by `check_flags`, preflight.py): one torchrun job trains one model.
 """
 
 import hashlib
@@ -127,6 +130,42 @@ def rewrite_config_selector(args: list[str]) -> list[str]:
     return out
 
 
+# Hydra command-line flags that take a value (the next argument, or after `=`)
+_FLAGS_WITH_VALUE = {
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+    "--shell-completion",
+    "-sc",
+    "--info",
+    "-i",
+}
+
+
+def split_flags(args: list[str]) -> tuple[list[str], list[str]]:
+    """Separate Hydra's flags (and their values) from config overrides."""
+    flags, overrides = [], []
+    items = iter(args)
+    for arg in items:
+        if arg.startswith("-"):
+            flags.append(arg)
+            if arg in _FLAGS_WITH_VALUE and "=" not in arg:
+                value = next(items, None)
+                if value is not None:
+                    flags.append(value)
+        else:
+            overrides.append(arg)
+    return flags, overrides
+
+
 def torchrun_world() -> "WorldInfo | None":
     """The world torchrun describes, or None in a process torchrun did not start."""
     if "RANK" not in os.environ:
@@ -147,21 +186,58 @@ def quiet_rank_overrides(args: list[str]) -> list[str]:
     return [*kept, "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+_FULL_ERROR = "HYDRA_FULL_ERROR"
+# The user's own HYDRA_FULL_ERROR while `run_hydra` composes (None: unset), or _NOT_COMPOSING.
+_NOT_COMPOSING = object()
+_users_full_error: object = _NOT_COMPOSING
+
+
 def run_hydra(args: list[str]) -> None:
-    """Hand `args` to the real `hydra.main` entry (multirun, launchers, sweepers included)."""
+    """Hand `args` to the real `hydra.main` entry (multirun, launchers, sweepers included).
+
+    Raises:
+        UserError: the config does not compose (an unknown key or choice, a bad value, a
+            malformed YAML file, overrides that do not parse).
+    """
+    global _users_full_error
     import hydra
 
+    from attnseq.cli.config_errors import COMPOSITION_ERRORS, composition_error
     from attnseq.config.schema import register_configs
 
     register_configs()
     world = torchrun_world()
     if world is not None and not world.is_main:
         args = quiet_rank_overrides(args)
-    sys.argv = ["attnseq", *args]
+    # Hydra's argument parser takes the overrides as one run of positionals: flags first.
+    flags, overrides = split_flags(args)
+    sys.argv = ["attnseq", *flags, *overrides]
     main = hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")(
         train_from_hydra
     )
-    main()
+    _users_full_error = os.environ.get(_FULL_ERROR)
+    os.environ[_FULL_ERROR] = "1"
+    try:
+        main()
+    except COMPOSITION_ERRORS as error:
+        if _users_full_error is _NOT_COMPOSING:
+            raise  # the job's own, let through by the user's HYDRA_FULL_ERROR
+        raise composition_error(error, overrides) from None
+    finally:
+        composition_finished()
+
+
+def composition_finished() -> None:
+    """Restore the user's HYDRA_FULL_ERROR once Hydra has composed the config (Hydra's
+    callbacks call this before any job runs)."""
+    global _users_full_error
+    if _users_full_error is _NOT_COMPOSING:
+        return
+    if _users_full_error is None:
+        os.environ.pop(_FULL_ERROR, None)
+    else:
+        os.environ[_FULL_ERROR] = str(_users_full_error)
+    _users_full_error = _NOT_COMPOSING
 
 
 def train_from_hydra(composed: Any) -> float | None:

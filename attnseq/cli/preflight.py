@@ -1,37 +1,45 @@
-"""Everything `attnseq train` checks before `hydra.main` writes anything: the composed config
-and every run directory the command writes into.
+"""Everything `attnseq train` checks before Hydra writes anything: the flags, the composed
+config and every run directory the command writes into.
 
-The arguments are composed with Hydra's compose API before the real `hydra.main` runs, so that
-a mistake ends with one message and exit status 2 instead of Hydra's exit status 1 (or a
-traceback) from inside the run. Every value of a sweep is tried (one variant per value, the
-other sweeps at their first), each composed config goes through the cross-field checks and, for
-jobs that run on this machine, the resource checks. Hydra's own flags are checked for
-combinations Hydra refuses; help and info output, and a primary config the user chooses, are
-left to Hydra.
+Hydra composes the config once, as for any `hydra.main` application; `StartChecks`, a Hydra
+callback registered in the packaged train.yaml, runs the checks between composition and the
+moment Hydra makes the run directory, writes its record (.hydra/config.yaml, overrides.yaml,
+hydra.yaml) and opens train.log. A mistake ends the command with one message and exit status 2
+(Hydra's own report would be exit status 1, or a traceback), and a refused start leaves every
+file of every run directory as it was. A config that does not compose is reported the same
+way by the entry (hydra_entry.py).
 
-Hydra writes a job's record (.hydra/config.yaml, overrides.yaml, hydra.yaml) and opens its
-train.log before it calls the task function, so every check that can refuse a start runs here;
-a refused start leaves every file of the run directory as it was.
-
+* A single run: the cross-field checks, the resource checks (memory estimate), the data files
+  found and readable; then its run directory (rank 0 only under torchrun).
+* A multirun: every value of every sweep is tried (one variant per value, the other sweeps at
+  their first), each composed by the running Hydra's config loader as its launcher composes a
+  job; resources are checked for jobs that run on this machine (not under a cluster launcher).
 * A time-stamped directory (one whose setting uses `${now:...}`, as the default
   outputs/DATE/TIME and multirun/DATE/TIME do) belongs to one run: it is created here, and
   when a run started in the same second already has it, the first free of DIR_2, DIR_3, ... is
-  taken instead; the chosen path is passed on to Hydra as `hydra.run.dir` (`hydra.sweep.dir`).
-* Any other directory is checked: a running training there (run_directory.py), a run it holds that
-  the new one neither resumes nor replaces (attnseq/training/run_directory.py), and the resume
-  checkpoint's agreement with the config (attnseq/training/resume.py).
+  taken instead; the composed config is pointed at the chosen path before Hydra reads it.
+* Any other directory is checked: a running training there, a run it holds that the new one
+  neither resumes nor replaces (attnseq/training/run_directory.py), and the resume
+  checkpoint's agreement with the config (attnseq/training/resume.py); a single run's
+  directory is then locked, before Hydra writes into it.
 * In a multirun into an existing sweep folder, each job's folder is checked the same way, with
   the job's own config; under a sweeper other than Hydra's basic one the jobs are not known in
   advance, so every folder in the sweep folder is checked for a run (and the resume checkpoint
   of each job when it starts).
+
+Hydra's flags are checked for combinations Hydra refuses before Hydra starts; help and info
+output, and a primary config the user chooses (which has no such callback), are left to Hydra.
 """
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from attnseq.cli.config_errors import describe_composition_error, describe_yaml_error, yaml_error
-from attnseq.cli.hydra_entry import quoted_value, torchrun_world
-from attnseq.config import CONFIG_DIR
+from hydra.experimental.callback import Callback
+
+from attnseq.cli.config_errors import COMPOSITION_ERRORS, composition_error
+from attnseq.cli.hydra_entry import composition_finished, quoted_value, torchrun_world
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -39,42 +47,8 @@ if TYPE_CHECKING:
 
     from attnseq.config.schema import TrainConfig
 
-# Hydra's settings (the `hydra` node) and the typed config of one composed job
-Job = tuple["DictConfig", "TrainConfig"]
-
-# Hydra command-line flags that take a value (the next argument, or after `=`)
-_FLAGS_WITH_VALUE = {
-    "--cfg",
-    "-c",
-    "--package",
-    "-p",
-    "--config-path",
-    "-cp",
-    "--config-name",
-    "-cn",
-    "--config-dir",
-    "-cd",
-    "--experimental-rerun",
-    "--shell-completion",
-    "-sc",
-    "--info",
-    "-i",
-}
-_INFORMATIONAL = {
-    "--help",
-    "-h",
-    "--hydra-help",
-    "--version",
-    "--info",
-    "-i",
-    "--shell-completion",
-    "-sc",
-}
-_PRIMARY_CONFIG_FLAGS = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
-
-# Flags under which Hydra runs no `attnseq train` job of the packaged config: it prints
-# something, replays a run, or composes a primary config the user chose.
-_NO_CHECKED_JOB = _INFORMATIONAL | _PRIMARY_CONFIG_FLAGS | {"-c", "--cfg", "--experimental-rerun"}
+# Composes one sweep job's task overrides into its whole config (the `hydra` node included).
+Compose = Callable[[list[str]], "DictConfig"]
 
 # Flags that choose what Hydra does; at most one may be given.
 _MODE_FLAGS = {
@@ -90,29 +64,9 @@ _MODE_FLAGS = {
     "--shell-completion": "--shell-completion",
 }
 
-# Jobs a cluster launcher runs elsewhere fit (or not) the machines they run on, not this one.
-_REMOTE_LAUNCHERS = ("hydra/launcher=submitit_slurm",)
-
-
-def split_flags(args: list[str]) -> tuple[list[str], list[str]]:
-    """Separate Hydra's flags (and their values) from config overrides."""
-    flags, overrides = [], []
-    items = iter(args)
-    for arg in items:
-        if arg.startswith("-"):
-            flags.append(arg)
-            if arg in _FLAGS_WITH_VALUE and "=" not in arg:
-                value = next(items, None)
-                if value is not None:
-                    flags.append(value)
-        else:
-            overrides.append(arg)
-    return flags, overrides
-
-
-def runs_no_checked_job(flags: list[str]) -> bool:
-    """Whether Hydra, given `flags`, runs no job whose run directory attnseq checks."""
-    return any(flag.split("=", 1)[0] in _NO_CHECKED_JOB for flag in flags)
+# Jobs a cluster launcher runs elsewhere fit (or not) the machines they run on, not this one
+# (the ends of the launchers' `_target_`).
+_REMOTE_LAUNCHERS = ("SlurmLauncher",)
 
 
 def sweep_variants(overrides: list[str]) -> list[list[str]]:
@@ -145,40 +99,7 @@ def sweep_variants(overrides: list[str]) -> list[list[str]]:
     return variants
 
 
-def preflight(args: list[str]) -> Job | None:
-    """Compose the config the way the run will and validate it; UserError on any problem.
-
-    Returns the first variant's composed job (what `settle_run_directories` reads the run
-    directory from), or None when Hydra is left to answer (help, info, a user's primary config).
-    """
-    from hydra.errors import OverrideParseException
-
-    from attnseq.config.checks import validate
-    from attnseq.config.resources import check_resources
-    from attnseq.config.schema import register_configs
-
-    flags, overrides = split_flags(args)
-    _check_flags(flags)
-    if any(flag in _INFORMATIONAL or flag in _PRIMARY_CONFIG_FLAGS for flag in flags):
-        return None  # help/info output, or a user-chosen primary config: leave it to Hydra
-    try:
-        variants = sweep_variants(overrides)
-    except OverrideParseException as error:
-        raise UserError(f"cannot parse the overrides: {str(error).splitlines()[0]}") from None
-    register_configs()
-    remote = any(arg.startswith(_REMOTE_LAUNCHERS) for arg in overrides)
-    first: Job | None = None
-    for variant in variants:
-        job = compose_job(variant)
-        _, cfg = job
-        validate(cfg)
-        if not remote:
-            check_resources(cfg)
-        first = job if first is None else first
-    return first
-
-
-def _check_flags(flags: list[str]) -> None:
+def check_flags(flags: list[str]) -> None:
     """UserError for Hydra flags that cannot go together, or multirun under torchrun."""
     world = torchrun_world()
     if world is not None and world.distributed and any(f in {"-m", "--multirun"} for f in flags):
@@ -195,97 +116,177 @@ def _check_flags(flags: list[str]) -> None:
         )
 
 
-def compose_job(overrides: list[str]) -> Job:
-    """Hydra's own settings (the `hydra` node: run and sweep directories, sweeper) and the
-    typed config that `overrides` compose to; UserError naming what is wrong."""
+class StartChecks(Callback):
+    """Runs the checks of `attnseq train` on the config Hydra composed for the command.
+
+    Hydra composes the config, calls `on_run_start` (`on_multirun_start`), and only then makes
+    the run directory, writes .hydra/ and opens train.log; a check that fails here ends the
+    command with one message and exit status 2 and leaves every directory as it was. Registered
+    under `hydra.callbacks` in the packaged train.yaml.
+    """
+
+    def on_run_start(self, config: "DictConfig", **kwargs: Any) -> None:
+        composition_finished()
+        _exit_on_user_error(check_run, config)
+
+    def on_multirun_start(self, config: "DictConfig", **kwargs: Any) -> None:
+        composition_finished()
+        _exit_on_user_error(check_sweep, config, _loader_composition(config))
+
+
+def _exit_on_user_error(check: Callable[..., None], *args: Any) -> None:
+    """Run `check`; a UserError is one message and exit status 2. SystemExit passes through
+    Hydra's error report, which would print any other exception with exit status 1."""
+    try:
+        check(*args)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _loader_composition(config: "DictConfig") -> Compose:
+    """Composition of one sweep job's overrides by the config loader of the running Hydra, the
+    way its launcher composes the job (the primary config's Hydra overrides included)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+
+    def compose(overrides: list[str]) -> "DictConfig":
+        try:
+            return loader.load_sweep_config(config, overrides)
+        except COMPOSITION_ERRORS as error:
+            raise composition_error(error, overrides) from None
+
+    return compose
+
+
+def check_job(config: "DictConfig", on_this_machine: bool = True) -> "TrainConfig":
+    """The typed config of a composed job once it passed the cross-field checks, the resource
+    checks (for a job that runs on this machine) and the data files' presence; UserError
+    naming the first problem."""
+    from attnseq.config.checks import validate
+    from attnseq.config.resources import check_resources
+
+    cfg = typed_config(config)
+    validate(cfg)
+    if on_this_machine:
+        check_resources(cfg)
+    _check_data_files(cfg)
+    return cfg
+
+
+def typed_config(config: "DictConfig") -> "TrainConfig":
+    """The TrainConfig of a composed config (its `hydra` node left out); UserError for a value
+    the schema refuses."""
     import copy
 
-    import yaml
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
     from omegaconf import OmegaConf, open_dict
-    from omegaconf.errors import OmegaConfBaseException
 
     from attnseq.config.schema import TrainConfig
 
+    task = copy.deepcopy(config)  # `config` keeps the hydra node that Hydra goes on to use
+    with open_dict(task):
+        task.pop("hydra", None)
     try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            composed = compose("train", overrides=overrides, return_hydra_config=True)
-        task = copy.deepcopy(composed)  # `composed` keeps the hydra node's interpolations
-        with open_dict(task):
-            del task["hydra"]
         cfg = OmegaConf.to_object(task)
-    except (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError) as error:
-        malformed = yaml_error(error)
-        if malformed is not None:
-            raise UserError(describe_yaml_error(malformed)) from None
-        raise UserError(describe_composition_error(error, overrides)) from None
+    except COMPOSITION_ERRORS as error:
+        overrides = list(config.hydra.overrides.task) if "hydra" in config else []
+        raise composition_error(error, overrides) from None
     assert isinstance(cfg, TrainConfig)
-    return composed.hydra, cfg
+    return cfg
+
+
+def _check_data_files(cfg: "TrainConfig") -> None:
+    """Every local data file exists and can be opened, before a run directory is made."""
+    from attnseq.config.choices import DataSource
+    from attnseq.data.sources import split_files
+
+    if cfg.data.source is not DataSource.local or not cfg.data.splits:
+        return
+    for paths in split_files(cfg.data).values():
+        for path in paths:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as error:
+                raise UserError(f"cannot read data file {path}: {error.strerror}") from None
+
+
+def check_run(config: "DictConfig") -> None:
+    """The checks of a single run. Rank 0 then claims a fresh time-stamped run directory (and
+    points `hydra.run.dir` at it), or checks and locks the directory the user named."""
+    from attnseq.training.distributed import env_world
+    from attnseq.training.run_directory import acquire
+
+    cfg = check_job(config)
+    if not env_world().is_main:
+        return  # torchrun's other ranks write no run directory
+    run_dir, timestamped = _directory(config.hydra.run)
+    if timestamped:
+        if cfg.resume != "auto":  # resume=auto in a fresh folder starts fresh: nothing to check
+            _check_resume(cfg, run_dir)
+        config.hydra.run.dir = str(_claim_fresh(run_dir))
+        return
+    _check_job_directory(run_dir, cfg, "hydra.run.dir=DIR")
+    acquire(run_dir)  # held for the whole process; training takes it again (locks nest)
+
+
+def check_sweep(config: "DictConfig", compose: Compose) -> None:
+    """The checks of a multirun: every value of every sweep (each with the others at their
+    first), then its sweep folder: a fresh time-stamped one is claimed, an existing one has
+    each job's folder checked."""
+    task = [str(override) for override in config.hydra.overrides.task]
+    remote = str(config.hydra.launcher.get("_target_", "")).endswith(_REMOTE_LAUNCHERS)
+    first = check_sweep_values(task, compose, on_this_machine=not remote)
+    sweep_dir, timestamped = _directory(config.hydra.sweep)
+    if timestamped:
+        fresh = str(_claim_fresh(sweep_dir))
+        config.hydra.sweep.dir = fresh
+        # The launcher composes each job from the primary config's Hydra overrides.
+        config.hydra.overrides.hydra.append(f"hydra.sweep.dir={quoted_value(fresh)}")
+        return
+    if not sweep_dir.is_dir():
+        return
+    jobs = _basic_sweep_jobs(task, config.hydra)
+    if jobs is None:
+        for folder in sorted(path for path in sweep_dir.iterdir() if path.is_dir()):
+            _check_job_directory(folder, first, "hydra.sweep.dir=DIR", resume_checked=False)
+        return
+    from omegaconf import open_dict
+
+    for number, job in enumerate(jobs):
+        job_config = compose(job)
+        with open_dict(job_config):
+            job_config.hydra.job.num = number
+        _check_job_directory(
+            sweep_dir / str(job_config.hydra.sweep.subdir),
+            typed_config(job_config),
+            "hydra.sweep.dir=DIR",
+        )
+
+
+def check_sweep_values(
+    task: list[str], compose: Compose, on_this_machine: bool = True
+) -> "TrainConfig":
+    """`check_job` for every value of every sweep in the task overrides (each with the other
+    sweeps at their first value); returns the typed config of the first variant."""
+    try:
+        variants = sweep_variants(task)
+    except COMPOSITION_ERRORS as error:
+        raise composition_error(error, task) from None
+    first: TrainConfig | None = None
+    for variant in variants:
+        cfg = check_job(compose(variant), on_this_machine)
+        first = first or cfg
+    assert first is not None
+    return first
 
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
-def settle_run_directories(args: list[str], first: Job | None) -> list[str]:
-    """`args` for `hydra.main`, with a fresh time-stamped directory made and named in them,
-    once every run directory the command writes into has passed its checks. `first` is what
-    `preflight` returned: the composed job of a sweep's first value.
-
-    Raises:
-        UserError: a directory in use, holding a run the command would mix with, or a resume
-            checkpoint that does not fit.
-    """
-    from hydra.types import RunMode
-
-    from attnseq.training.distributed import env_world
-
-    flags, overrides = split_flags(args)
-    if not env_world().is_main or runs_no_checked_job(flags):
-        return args  # no job runs, or one that writes no run directory (torchrun's other ranks)
-    assert first is not None  # the pre-flight check composed every job that gets here
-    hydra_settings, cfg = first
-    if any(flag in ("-m", "--multirun") for flag in flags) or (
-        hydra_settings.mode == RunMode.MULTIRUN
-    ):
-        return _settle_sweep(args, overrides, hydra_settings, cfg)
-    run_dir, timestamped = _directory(hydra_settings.run)
-    if timestamped:
-        if cfg.resume != "auto":  # resume=auto in a fresh folder starts fresh: nothing to check
-            _check_resume(cfg, run_dir)
-        return [*args, f"hydra.run.dir={quoted_value(str(_claim_fresh(run_dir)))}"]
-    _check_job_directory(run_dir, cfg, "hydra.run.dir=DIR")
-    return args
-
-
-def _settle_sweep(
-    args: list[str], overrides: list[str], hydra_settings: "DictConfig", cfg: "TrainConfig"
-) -> list[str]:
-    """A multirun: a fresh time-stamped sweep folder, or each job's folder checked."""
-    sweep_dir, timestamped = _directory(hydra_settings.sweep)
-    if timestamped:
-        return [*args, f"hydra.sweep.dir={quoted_value(str(_claim_fresh(sweep_dir)))}"]
-    if not sweep_dir.is_dir():
-        return args
-    jobs = _basic_sweep_jobs(overrides, hydra_settings)
-    if jobs is None:
-        for folder in sorted(path for path in sweep_dir.iterdir() if path.is_dir()):
-            _check_job_directory(folder, cfg, "hydra.sweep.dir=DIR", resume_checked=False)
-        return args
-    from omegaconf import open_dict
-
-    for number, job in enumerate(jobs):
-        job_settings, job_cfg = compose_job(job)
-        with open_dict(job_settings):
-            job_settings.job.num = number
-        _check_job_directory(
-            sweep_dir / str(job_settings.sweep.subdir), job_cfg, "hydra.sweep.dir=DIR"
-        )
-    return args
-
-
-def _basic_sweep_jobs(overrides: list[str], hydra_settings: "DictConfig") -> list[list[str]] | None:
-    """The override list of every job, in Hydra's job order (job N is the N-th), when Hydra's
+def _basic_sweep_jobs(task: list[str], hydra_settings: "DictConfig") -> list[list[str]] | None:
+    """The task overrides of every job, in Hydra's job order (job N is the N-th), when Hydra's
     basic sweeper runs the sweep; None under another sweeper (its jobs are chosen as it goes)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -293,17 +294,13 @@ def _basic_sweep_jobs(overrides: list[str], hydra_settings: "DictConfig") -> lis
 
     if hydra_settings.sweeper.get("_target_") != _BASIC_SWEEPER:
         return None
-    parser = OverridesParser.create()
-    parsed = parser.parse_overrides(overrides)
-    own = [override.input_line for override in parsed if override.is_hydra_override()]
     swept = hydra_settings.sweeper.get("params") or {}  # a sweep that a config file defines
-    task = [f"{key}={value}" for key, value in swept.items()]
-    task += [override.input_line for override in parsed if not override.is_hydra_override()]
+    jobs = [*(f"{key}={value}" for key, value in swept.items()), *task]
     try:
-        batches = BasicSweeper.split_arguments(parser.parse_overrides(task), None)
+        batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(jobs), None)
     except HydraException:
         return None  # a sweep the basic sweeper refuses: Hydra says so when it starts
-    return [[*job, *own] for job in batches[0]]
+    return [list(job) for job in batches[0]]
 
 
 def _directory(node: "DictConfig") -> tuple[Path, bool]:

@@ -1,5 +1,6 @@
 """`attnseq train`: every argument is a Hydra override or flag, handed to the real
-`hydra.main` entry after a pre-flight check; `--help` is Hydra's application help.
+`hydra.main` entry (whose callback checks the composed config); `--help` is Hydra's
+application help.
 
 Typer parses nothing here (the app registers the command with `allow_extra_args`,
 `ignore_unknown_options` and no help option of its own): `--help` prints Hydra's application
@@ -62,29 +63,17 @@ def train(ctx: typer.Context) -> None:
             typer.echo(shell_completion(completion))
         return
     from attnseq.cli import hydra_entry
+    from attnseq.cli.hydra_entry import split_flags
+    from attnseq.cli.preflight import check_flags
 
     with user_errors():
-        args = _prepare_run(args)
-    if args is not None:
-        hydra_entry.run_hydra(args)
-
-
-def _prepare_run(args: list[str]) -> list[str] | None:
-    """The arguments for `hydra.main` once checked, with `config=` resolved; None when the
-    command is done already (its `--help` printed). UserError on any problem."""
-    from attnseq.cli import hydra_entry
-    from attnseq.cli.preflight import preflight, settle_run_directories
-    from attnseq.training import run_directory
-
-    args = hydra_entry.rewrite_config_selector(args)
-    help_text = train_help(args)
-    if help_text is not None:
-        typer.echo(help_text)
-        return None
-    first = preflight(args)
-    args = settle_run_directories(args, first)  # checked (or made) before Hydra writes there
-    run_directory.lock_explicit_run_dir(args)  # before Hydra writes .hydra/ and train.log
-    return args
+        args = hydra_entry.rewrite_config_selector(args)
+        help_text = train_help(args)
+        if help_text is not None:
+            typer.echo(help_text)
+            return
+        check_flags(split_flags(args)[0])
+        hydra_entry.run_hydra(args)  # the config is checked once composed (preflight.py)
 
 
 def _shell_completion_request(args: list[str]) -> str | None:

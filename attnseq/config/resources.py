@@ -1,7 +1,7 @@
 """Whether a configuration can fit the machine: sizes estimated from the config alone.
 
-`check_resources` runs in `attnseq train`'s pre-flight (hydra_entry.py), after `validate`, before
-Hydra creates a run directory: a config whose model, batch or generated data cannot fit the
+`check_resources` runs in `attnseq train`'s start checks (a Hydra callback), after `validate`,
+before Hydra creates a run directory: a config whose model, batch or generated data cannot fit the
 memory that will hold it ends with one message naming the sizes, instead of an allocation
 attempt of terabytes minutes later. It depends on the machine (memory, CPU cores), so it is not
 part of `validate`, which also checks configs read back from checkpoints made elsewhere.

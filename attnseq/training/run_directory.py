@@ -20,10 +20,10 @@ detection and no cleanup. (On file systems without `flock` support the lock is s
 warning.) A directory the lock file cannot be written in (read-only file system, full disk, no
 permission) stops the training the same way, with a UserError naming it.
 
-The lock is reentrant within one process: `attnseq train` takes it for an explicit
-`hydra.run.dir` before Hydra writes the directory's .hydra/ files and opens train.log
-(`lock_explicit_run_dir`), and `run_training` (run.py) takes it again around the training itself,
-which covers run directories Hydra chooses (the default time-stamped ones, multirun jobs).
+The lock is reentrant within one process: `attnseq train` takes it for a single run's
+directory named by the user before Hydra writes the directory's .hydra/ files and opens
+train.log, and `run_training` (run.py) takes it again around the training itself, which covers
+run directories Hydra chooses (the default time-stamped ones, multirun jobs).
 Under torchrun only rank 0 locks; the other ranks never write to the run directory.
 """
 
@@ -37,7 +37,7 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,39 +226,6 @@ def _read_holder(fd: int) -> dict[str, object] | None:
     except (OSError, ValueError):
         return None
     return holder if isinstance(holder, dict) else None
-
-
-def lock_explicit_run_dir(args: Sequence[str]) -> None:
-    """Lock the run directory of a single `attnseq train` run given as `hydra.run.dir=DIR`,
-    for the rest of this process, before Hydra writes into it. Does nothing for multirun,
-    informational flags (--cfg, --help, ...), a directory with interpolations (Hydra resolves
-    it) and torchrun ranks other than 0: `run_training` (run.py) locks those run directories.
-
-    Raises UserError when another training holds it.
-    """
-    from attnseq.training.distributed import env_world
-
-    if not env_world().is_main or any(arg.startswith("-") for arg in args):
-        return
-    run_dir = _explicit_run_dir(args)
-    if run_dir is not None:
-        acquire(run_dir)
-
-
-def _explicit_run_dir(args: Sequence[str]) -> Path | None:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    candidates = [arg for arg in args if arg.lstrip("+").startswith("hydra.run.dir=")]
-    if not candidates or any(arg.startswith("hydra.mode=") for arg in args):
-        return None
-    try:
-        override = OverridesParser.create().parse_overrides([candidates[-1].lstrip("+")])[0]
-        value = override.value()
-    except Exception:  # the override grammar's own errors: leave the message to Hydra
-        return None
-    if not isinstance(value, str) or "${" in value or not value:
-        return None
-    return Path(value).expanduser()
 
 
 def check_free(run_dir: Path) -> None:

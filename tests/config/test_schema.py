@@ -4,11 +4,11 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import check_train_args
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from attnseq.cli.config_errors import describe_composition_error
-from attnseq.cli.preflight import preflight
 from attnseq.config import CONFIG_DIR
 from attnseq.config.checks import validate
 from attnseq.config.conversion import config_from_dict, config_to_dict
@@ -67,15 +67,15 @@ def test_preflight_names_the_problem(overrides: list[str], expected: str | None)
     from attnseq.cli.hydra_entry import rewrite_config_selector
 
     with pytest.raises(UserError) as error:
-        preflight(rewrite_config_selector(overrides))
+        check_train_args(rewrite_config_selector(overrides))
     if expected:
         assert expected in str(error.value)
 
 
 def test_preflight_checks_every_sweep_value() -> None:
-    preflight(["-m", "data=reverse,copy"])
+    check_train_args(["-m", "data=reverse,copy"])
     with pytest.raises(UserError, match="data=nope"):
-        preflight(["-m", "data=reverse,nope"])
+        check_train_args(["-m", "data=reverse,nope"])
 
 
 def test_cross_field_validation() -> None:
@@ -171,7 +171,7 @@ def test_user_experiment_file(tmp_path: Path) -> None:
         "# @package _global_\ndefaults:\n  - override /data: reverse\n\noptim:\n  lr: 0.005\n"
     )
     args = rewrite_config_selector([f"config={mine}"])
-    preflight(args)
+    check_train_args(args)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", overrides=args)
     assert cfg.data.name == "reverse" and cfg.optim.lr == 0.005

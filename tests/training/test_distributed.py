@@ -95,8 +95,9 @@ def test_sampler_shards_partition_each_epoch_into_equal_interleaved_shares() -> 
 
 
 def test_other_ranks_keep_hydra_from_writing_and_multirun_is_refused(monkeypatch) -> None:
+    from helpers import check_train_args
+
     from attnseq.cli.hydra_entry import quiet_rank_overrides
-    from attnseq.cli.preflight import preflight
     from attnseq.errors import UserError
 
     args = quiet_rank_overrides(["data=reverse", "hydra.run.dir=runs/x", "hydra/job_logging=none"])
@@ -109,7 +110,7 @@ def test_other_ranks_keep_hydra_from_writing_and_multirun_is_refused(monkeypatch
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")  # torchrun sets both
     with pytest.raises(UserError, match="multirun"):
-        preflight(["-m", "seed=1,2"])
+        check_train_args(["-m", "seed=1,2"])
 
 
 def free_port() -> int:
