@@ -9,7 +9,7 @@ What a training run shows in TensorBoard beyond its scalars: attention heatmaps 
 segment attention of hierarchical models), the attention diagnostics of the validation split
 (``valid/attention/...``: end-of-source mass and entropy per head,
 attnseq/analysis/attention_diagnostics.py) and a few validation examples as text at each
-validation, and the hyperparameters that set the run apart.
+validation, and the run's hyperparameters (every config value).
 
 `validation_logger` is the trainer's `on_validation` callback (rank 0 only); `run_hparams` is
 what the final test evaluation logs to the HParams tab.
@@ -215,27 +215,23 @@ def validation_logger(
         heatmaps(model, step)
         for name, value in evaluator.attention_diagnostics(model).items():
             writer.add_scalar(f"valid/{name}", value, step)
-        log_examples(writer, evaluator, sources, step, cfg.trainer.validate_every)
+        log_examples(writer, evaluator, sources, step)
 
     return on_validation
 
 
-def log_examples(
-    writer: Any, evaluator: Evaluator, sources: list[str], step: int, validate_every: int
-) -> None:
-    """A few validation examples (source, hypothesis, reference) in TensorBoard's Text tab.
+def log_examples(writer: Any, evaluator: Evaluator, sources: list[str], step: int) -> None:
+    """The first `TEXT_EXAMPLES` validation examples (source, hypothesis, reference) in
+    TensorBoard's Text tab.
 
-    Each validation shows the next `TEXT_EXAMPLES` of the split (wrapping around), chosen from
-    the step alone, so a resumed run shows what an uninterrupted one would; a final validation
-    between two regular ones starts part way.
+    They are the same sentences at every validation, as Joey NMT's `log_valid_sents`: one
+    watches the hypotheses of fixed inputs improve (a resumed run shows the same ones too).
     """
     total = len(evaluator.last_texts)
     if total == 0:
         return
-    start = step * TEXT_EXAMPLES // max(validate_every, 1)  # validation k: from k * N
-    chosen = sorted({(start + offset) % total for offset in range(min(TEXT_EXAMPLES, total))})
     rows = ["| # | source | hypothesis | reference |", "|---|---|---|---|"]
-    for index in chosen:
+    for index in range(min(TEXT_EXAMPLES, total)):
         cells = [sources[index], evaluator.last_texts[index], evaluator.references[index]]
         rows.append(f"| {index} | " + " | ".join(_markdown_cell(c) for c in cells) + " |")
     writer.add_text("valid/examples", "\n".join(rows), step)
@@ -316,17 +312,19 @@ def heatmap_logger(
 
 
 def run_hparams(cfg: TrainConfig, n_params: int) -> dict[str, Any]:
-    """What sets this run apart, for TensorBoard's HParams tab: the config keys whose value
-    differs from the schema's default (None as "None"), plus the model family and its number
-    of parameters."""
-    default = _flat_config(config_to_dict(TrainConfig()))
+    """Every config value of the run, defaults included (None as "None"), plus its number of
+    parameters, for TensorBoard's HParams tab.
+
+    Every run logs the same keys, so each row of a sweep's table has a value in every column,
+    whatever the sweep varied; `resume` is left out: where a run continued from does not set it
+    apart from the uninterrupted run.
+    """
     flat = _flat_config(config_to_dict(replace(cfg, resume=None)))
-    changed = {key: value for key, value in flat.items() if default.get(key, value) != value}
-    changed.update({key: value for key, value in flat.items() if key not in default})
     hparams: dict[str, Any] = {
-        key: "None" if value is None else value for key, value in sorted(changed.items())
+        key: "None" if value is None else value
+        for key, value in sorted(flat.items())
+        if key != "resume"
     }
-    hparams["model.family"] = flat["model.family"]
     hparams["n_params"] = n_params
     return hparams
 

@@ -35,23 +35,29 @@ def test_test_metrics_sit_at_the_last_training_step(events) -> None:
     assert events.Scalars("valid/loss")[-1].step == 7  # the final validation, same step
 
 
-def test_hparams_are_the_keys_that_differ_from_the_defaults(events) -> None:
+def test_hparams_hold_every_config_value_defaults_included(events) -> None:
     content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
     keys = set(start.hparams)
     assert {"optim.lr", "trainer.max_steps", "model.hidden", "model.family", "n_params"} <= keys
     assert start.hparams["optim.lr"].number_value == pytest.approx(0.003)
     assert start.hparams["n_params"].number_value > 0
-    assert "trainer.max_nonfinite_steps" not in keys and "seed" not in keys  # defaults
-    assert len(keys) < 30
+    # defaults too: a sweep that varies them has a value in every row
+    assert start.hparams["seed"].number_value == 1
+    assert start.hparams["trainer.max_nonfinite_steps"].number_value == 10
+    assert start.hparams["model.attention.score"].string_value == "additive"
 
 
-def test_run_hparams_keeps_only_changes_plus_family_and_size() -> None:
-    hparams = run_hparams(TrainConfig(), 1234)
-    assert hparams == {"model.family": TrainConfig().model.family.value, "n_params": 1234}
+def test_run_hparams_are_the_same_keys_for_every_run() -> None:
+    default = run_hparams(TrainConfig(), 1234)
+    changed = run_hparams(tiny_config("optim.lr=0.01", "seed=3"), 99)
+    assert set(default) == set(changed)
+    assert default["n_params"] == 1234 and changed["seed"] == 3 and default["seed"] == 1
+    assert default["trainer.max_steps"] == "None"
+    assert "resume" not in default
 
 
-def test_text_tab_shows_other_validation_examples_each_time(events) -> None:
+def test_text_tab_shows_the_same_validation_examples_each_time(events) -> None:
     texts = events.Tensors("valid/examples/text_summary")
     assert [event.step for event in texts] == [3, 6, 7]
     tables = [event.tensor_proto.string_val[0].decode() for event in texts]
@@ -60,8 +66,9 @@ def test_text_tab_shows_other_validation_examples_each_time(events) -> None:
         assert table.startswith("| # | source | hypothesis | reference |")
         rows = table.splitlines()[2:]
         assert len(rows) == 4
-        shown.append([int(row.split("|")[1]) for row in rows])
-    assert shown == [[4, 5, 6, 7], [8, 9, 10, 11], [9, 10, 11, 12]]  # the split is 20 long
+        shown.append([(int(row.split("|")[1]), row.split("|")[2]) for row in rows])
+    assert [index for index, _ in shown[0]] == [0, 1, 2, 3]
+    assert shown[0] == shown[1] == shown[2]  # the same sources at every validation
 
 
 def test_heatmap_has_a_title_horizontal_short_ticks_and_readable_fonts() -> None:
