@@ -39,7 +39,12 @@ from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_res
 from attnseq.training.run_directory import clear_previous_run, run_directory_lock
 from attnseq.training.state import TrainingState
 from attnseq.training.stopping import StopSignals, TrainingInterrupted
-from attnseq.training.train_log import NullWriter, run_hparams, validation_logger
+from attnseq.training.train_log import (
+    NullWriter,
+    log_run_header,
+    run_hparams,
+    validation_logger,
+)
 from attnseq.training.trainer import Trainer
 
 log = logging.getLogger("attnseq")
@@ -78,6 +83,8 @@ def train(
     """Build the pieces, fit, test best.pt; rank 0's test metrics on every rank."""
     if not world.is_main:
         log.setLevel(logging.WARNING)  # rank 0 reports; the others only their own problems
+    else:
+        log_run_header(cfg)
     point = _resume_point(cfg, run_dir, world)  # before any slow work: a bad file fails fast
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)

@@ -12,13 +12,21 @@ attnseq/analysis/attention_diagnostics.py) and a few validation examples as text
 validation, and the run's hyperparameters (every config value).
 
 `validation_logger` is the trainer's `on_validation` callback (rank 0 only); `run_hparams` is
-what the final test evaluation logs to the HParams tab.
+what the final test evaluation logs to the HParams tab; `log_run_header` opens train.log with
+what a bug report needs (versions, command, git commit, the resolved config), as Joey NMT's
+log does.
 """
 
 import logging
+import os
+import platform
+import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from attnseq.analysis.attention_diagnostics import attention_statistics
@@ -37,6 +45,74 @@ from attnseq.training.distributed import WorldInfo
 from attnseq.training.state import TrainingState
 
 log = logging.getLogger("attnseq")
+
+
+def log_run_header(cfg: TrainConfig) -> None:
+    """The first lines of a run's log: attnseq, torch and Python versions, the command line,
+    the working directory and its git commit (with "dirty" when tracked files changed), then
+    the resolved config as YAML.
+
+    The short lines go to every handler; the config block (a hundred-odd lines) goes to the
+    log files only (train.log), so a terminal is not flooded with it.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    try:
+        attnseq_version = version("attnseq")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+        attnseq_version = "unknown (not installed)"
+    cwd = Path.cwd()
+    log.info(
+        "attnseq %s, torch %s, Python %s on %s",
+        attnseq_version,
+        torch.__version__,
+        platform.python_version(),
+        platform.platform(terse=True),
+    )
+    log.info("command: %s", shlex.join(getattr(sys, "orig_argv", sys.argv)))
+    log.info("working directory: %s (%s)", cwd, git_description(cwd))
+    import yaml
+
+    resolved = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True)
+    _to_log_files(logging.INFO, "resolved config:\n%s", resolved.rstrip())
+
+
+def git_description(folder: Path) -> str:
+    """ "git commit HASH" of the repository `folder` is in (", dirty" when tracked files differ
+    from it), or "no git commit" (not a repository, or one without commits)."""
+    try:
+        head = _git(folder, "rev-parse", "HEAD")
+        if head is None:
+            return "no git commit"
+        changed = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.TimeoutExpired):
+        return "git not available"
+    return f"git commit {head}" + (", dirty" if changed else "")
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    """The stripped output of `git ARGS` run in `folder` (None: git failed there)."""
+    environment = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # status must not take the lock
+    done = subprocess.run(
+        ["git", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env=environment,
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _to_log_files(level: int, message: str, *args: Any) -> None:
+    """Emit one record to the file handlers (train.log) of the attnseq and root loggers only."""
+    record = log.makeRecord(log.name, level, __file__, 0, message, args, None)
+    for logger in (log, logging.getLogger()):
+        for handler in logger.handlers:
+            if isinstance(handler, logging.FileHandler) and level >= handler.level:
+                handler.handle(record)
 
 
 class ThroughputWindow:

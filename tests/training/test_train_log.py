@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import helpers
+import torch
 from rich.console import Console
 
 from attnseq.io.progress import ON_BAR, Rate, counting, logging_above
@@ -28,8 +29,21 @@ INTERVAL = re.compile(
 )
 
 
+def _git_repository_with_a_change(folder: Path) -> str:
+    """A git repository in `folder` with one commit and a tracked file changed since; its
+    commit hash."""
+    identity = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+    (folder / "notes.txt").write_text("one\n")
+    for args in (["init", "-q"], ["add", "notes.txt"], [*identity, "commit", "-qm", "notes"]):
+        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+    (folder / "notes.txt").write_text("two\n")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True)
+    return head.stdout.strip()
+
+
 def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
+    commit = _git_repository_with_a_change(tmp_path)
     with (tmp_path / "log.txt").open("w") as stdout:  # `attnseq train ... > log.txt`
         result = subprocess.run(
             [sys.executable, "-m", "attnseq", "train", *TINY, f"hydra.run.dir={run_dir}"],
@@ -49,6 +63,26 @@ def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path
         assert len(re.findall(r"step [36]: valid/bleu=.* valid/exact_match=", text)) == 2
         assert len(re.findall(r"valid: decoded 10 sentences in [\d.]+ s \([\d.,]+ sen", text)) == 2
         assert re.search(r"test: decoded 10 sentences in [\d.]+ s \([\d.,]+ sentences/s\)", text)
+    # train.log opens with what a bug report needs, the resolved config included
+    header = (run_dir / "train.log").read_text().splitlines()
+    messages = [line.split(" - ", 1)[1] for line in header[:4]]
+    assert re.fullmatch(
+        rf"attnseq \S+, torch {re.escape(torch.__version__)}, Python .*", messages[0]
+    )
+    assert messages[1].startswith("command: ") and messages[1].endswith(
+        f"-m attnseq train {' '.join(TINY)} hydra.run.dir={run_dir}"
+    )
+    assert messages[2] == f"working directory: {tmp_path} (git commit {commit}, dirty)"
+    assert messages[3] == "resolved config:"
+    assert header[4:7] == ["seed: 1", "data:", "  name: reverse"]
+    assert "  max_steps: 6" in header
+    assert "resolved config:" not in (tmp_path / "log.txt").read_text()  # train.log only
+
+
+def test_git_description_outside_a_repository(tmp_path: Path) -> None:
+    from attnseq.training.train_log import git_description
+
+    assert git_description(tmp_path) == "no git commit"
 
 
 class _Terminal(io.StringIO):
