@@ -156,6 +156,7 @@ def preflight(args: list[str]) -> Job | None:
     from attnseq.config.checks import validate
     from attnseq.config.resources import check_resources
     from attnseq.config.schema import register_configs
+    from attnseq.training.trackers import check_trackers_installed
 
     flags, overrides = split_flags(args)
     _check_flags(flags)
@@ -174,6 +175,7 @@ def preflight(args: list[str]) -> Job | None:
         validate(cfg)
         if not remote:
             check_resources(cfg)
+            check_trackers_installed(cfg.logger)
         first = job if first is None else first
     return first
 

@@ -25,14 +25,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from attnseq.analysis.attention_diagnostics import attention_statistics
 from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
 from attnseq.analysis.segment_view import is_hierarchical, log_segment_heatmaps
-from attnseq.config.conversion import config_to_dict, flat_config
+from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import TokenBatchSampler
 from attnseq.data.extended_vocab import extended_pieces
@@ -43,6 +42,7 @@ from attnseq.io.progress import ON_BAR
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import WorldInfo
 from attnseq.training.state import TrainingState
+from attnseq.training.trackers import tracker_params
 
 log = logging.getLogger("attnseq")
 
@@ -263,7 +263,7 @@ class NullWriter:
     def flush(self) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, succeeded: bool = True) -> None:
         pass
 
 
@@ -392,23 +392,7 @@ def run_hparams(cfg: TrainConfig, n_params: int) -> dict[str, Any]:
     parameters, for TensorBoard's HParams tab.
 
     Every run logs the same keys, so each row of a sweep's table has a value in every column,
-    whatever the sweep varied; `resume` is left out: where a run continued from does not set it
-    apart from the uninterrupted run.
+    whatever the sweep varied (`tracker_params`: `resume` is left out, since where a run
+    continued from does not set it apart from the uninterrupted run).
     """
-    flat = _flat_config(config_to_dict(replace(cfg, resume=None)))
-    hparams: dict[str, Any] = {
-        key: "None" if value is None else value
-        for key, value in sorted(flat.items())
-        if key != "resume"
-    }
-    hparams["n_params"] = n_params
-    return hparams
-
-
-def _flat_config(tree: dict[str, Any]) -> dict[str, Any]:
-    """{"a.b": value} for every leaf; values TensorBoard cannot show (lists) as strings."""
-    scalar = (int, float, str, bool)
-    return {
-        key: value if value is None or isinstance(value, scalar) else str(value)
-        for key, value in flat_config(tree).items()
-    }
+    return {**tracker_params(cfg), "n_params": n_params}
