@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from attnseq.cli.shared import user_errors
+from attnseq.cli.shared import run_directory_checkpoint, user_errors
 from attnseq.errors import UserError
 from attnseq.io.user_paths import (
     InputPaths,
@@ -48,7 +48,11 @@ class _Drawing:
 def visualize_alignment(
     checkpoint: Annotated[
         Path | None,
-        typer.Argument(help="A checkpoint written by `attnseq train` (not with --from-saved)."),
+        typer.Argument(
+            help="A checkpoint written by `attnseq train`, or a run directory (its "
+            "checkpoints/best.pt); not with --from-saved.",
+            callback=run_directory_checkpoint,
+        ),
     ] = None,
     src: Annotated[str | None, typer.Option(help="Source sentence.")] = None,
     tgt: Annotated[
