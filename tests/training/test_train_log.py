@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import helpers
+import pytest
 import torch
 from rich.console import Console
 
@@ -176,3 +177,34 @@ def test_training_bar_shows_tokens_per_second_and_lr_with_log_lines_above(monkey
     assert terminal.getvalue() == ""  # nothing written past the console, onto the bar
     final = shown.splitlines()[-1]
     assert re.search(r"2/4 loss [\d.]+  [\d,]+ tok/s  lr 5.00e-04  epoch 1", final), final
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_bars_fit_the_terminal_whole(width, monkeypatch) -> None:
+    """The training bar and a counting bar at 80 columns (and wider): every number whole
+    (no "42/…" or "ETA 0:00:…"); the bar itself gives way."""
+    import attnseq.io.progress as progress
+
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=width, color_system=None)
+    monkeypatch.setattr(progress, "_CONSOLE", console)
+    monkeypatch.setattr(progress, "bars_enabled", lambda: True)
+    monkeypatch.setattr(progress.TrainingProgress, "RATE_WINDOW", 0.0)
+    with progress.TrainingProgress(100_000, 41_999) as bar:
+        bar.advance(3.14159, 12, tgt_tokens=123_456.0, lr=3e-4)
+        bar.progress.refresh()
+    with counting("valid", 1_500) as counter:
+        counter.advance(700)
+        counter.progress.refresh()
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    frames = [line for line in re.split(r"[\r\n]", shown) if line.strip()]
+    training = [line for line in frames if line.startswith("train")][-1]
+    counted = [line for line in frames if line.startswith("valid")][-1]
+    for line in (training, counted):
+        assert "…" not in line and len(line) <= width, line
+        assert re.search(r"ETA (\d+:\d\d:\d\d|-:--:--)$", line), line
+    assert re.search(
+        r"\s42000/100000 loss 3.142  [\d,]+ tok/s  (lr 3.00e-04  epoch|ep) 13", training
+    )
+    assert "700/1500 sentences" in counted
+    assert ("lr 3.00e-04" in training) == (width >= progress.WIDE_CONSOLE)
