@@ -63,7 +63,7 @@ def print_version(value: bool) -> None:
 RUN_DIRECTORY_MARKS = ("checkpoints", ".hydra", "train.log")
 
 
-def run_directory_checkpoint(path: Path | None) -> Path | None:
+def run_directory_checkpoint(ctx: typer.Context, path: Path | None) -> Path | None:
     """A run directory given where a checkpoint is expected stands for its
     checkpoints/best.pt (said on stderr); any other path is returned as it is.
 
@@ -71,8 +71,8 @@ def run_directory_checkpoint(path: Path | None) -> Path | None:
     ends the command with what to pass instead. A folder that is no run directory is left to
     the command (`translate --engine ctranslate2` takes an exported model's folder).
     """
-    if path is None or not path.is_dir():
-        return path
+    if ctx.resilient_parsing or path is None or not path.is_dir():
+        return path  # shell completion parses without acting
     if not any((path / mark).exists() for mark in RUN_DIRECTORY_MARKS):
         return path
     best = path / "checkpoints" / "best.pt"
