@@ -83,6 +83,19 @@ def test_the_readme_lists_every_option_of_every_group(group: str) -> None:
     assert not missing, f"README.md does not list {group} options {missing}"
 
 
+# The README is the front door (what attnseq is, set-up, a tour, the commands, where things
+# are); measured tables and long guides belong to the docs site.
+README_MAX_LINES = 220
+
+
+def test_the_readme_stays_a_front_door() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move guides to docs/"
+    headings = [line for line in lines if line.startswith("## ")]
+    for section in ["## Set-up", "## A five-minute tour", "## Commands", "## Where things are"]:
+        assert section in headings, f"README.md lacks {section}"
+
+
 def test_the_readme_lists_every_command() -> None:
     text = README.read_text(encoding="utf-8")
     missing = sorted(name for name in command_names() if f"attnseq {name}" not in text)

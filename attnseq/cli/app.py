@@ -1,6 +1,9 @@
 """The `attnseq` command line: the Typer app, its commands registered in the order `--help`
 lists them, and `main`, the console script's entry point.
 
+Help is Click's plain layout (`rich_markup_mode=None`): option help gets the width Rich's
+panels give to columns of option names, so it stays readable at 80 columns.
+
 Each command lives in a module of its own (train_command, doctor, eval_command, ...); it parses
 its options, imports the heavy libraries only when it runs, and hands the work to the library.
 A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2.
@@ -32,18 +35,19 @@ app = typer.Typer(
     help=(
         "Sequence-to-sequence experiments with attention: RNN encoder-decoders with "
         "Bahdanau/Luong attention and transformers, configured with Hydra.\n\n"
-        "Examples:\n\n"
-        "  attnseq train                                  # default: GRU + Bahdanau on dates\n\n"
-        "  attnseq train data=reverse trainer.max_steps=500\n\n"
-        "  attnseq train -m data=reverse,copy seed=1,2    # Hydra multirun sweep\n\n"
-        "  attnseq eval outputs/DATE/TIME/checkpoints/best.pt --split test --beam 5\n\n"
-        "  attnseq translate best.pt < input.txt > output.txt\n\n"
-        "  attnseq score best.pt --src test.de --tgt test.en > test.scores\n\n"
+        "\b\nExamples:\n"  # \b: Click keeps these lines as they are
+        "  attnseq train                          # default: GRU + Bahdanau on dates\n"
+        "  attnseq train data=reverse trainer.max_steps=500\n"
+        "  attnseq train -m data=reverse,copy seed=1,2   # Hydra multirun sweep\n"
+        "  attnseq eval outputs/DATE/TIME --beam 5        # its checkpoints/best.pt\n"
+        "  attnseq translate best.pt < input.txt > output.txt\n"
+        "  attnseq score best.pt --src test.de --tgt test.en > test.scores\n"
         "  attnseq average ckpt_a.pt ckpt_b.pt --out averaged.pt"
     ),
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 install_bash_script()
 
@@ -72,16 +76,20 @@ app.command(
     },
     add_help_option=False,
 )(train)
-app.command()(doctor)
-app.command("eval")(evaluate)
-app.command()(translate)
-app.command()(score)
-app.command()(average)
-app.command()(export)
-app.command("visualize-alignment")(visualize_alignment)
-app.command()(align)
-app.command()(heads)
-app.command("sweep-report")(sweep_report)
+# The one-line summaries `attnseq --help` lists, short enough for 80 columns (Click cuts a
+# longer first sentence of the docstring with "...").
+app.command(short_help="Versions, devices, data and cache: for bug reports.")(doctor)
+app.command("eval", short_help="Metrics of a checkpoint on a split or a file.")(evaluate)
+app.command(short_help="Translate or summarize text with a checkpoint.")(translate)
+app.command(short_help="Log-probabilities of given (source, target) pairs.")(score)
+app.command(short_help="Average the weights of checkpoints of one model.")(average)
+app.command(short_help="Export a transformer checkpoint to CTranslate2.")(export)
+app.command("visualize-alignment", short_help="Draw a model's attention heatmaps.")(
+    visualize_alignment
+)
+app.command(short_help="Word alignments of sentence pairs (and their AER).")(align)
+app.command(short_help="How much each attention head of a transformer matters.")(heads)
+app.command("sweep-report", short_help="Table of a sweep's results, best first.")(sweep_report)
 
 
 def _torchrun_worker() -> bool:

@@ -1,6 +1,6 @@
 """One readable line for a config that Hydra cannot compose: a malformed YAML file (file, line,
-column, problem), an unknown config group choice or key (with the valid ones and the nearest
-match), a missing Hydra plugin (with the extra that installs it), or a bad value.
+column, problem), an unknown config group choice, key or Enum value (with the valid ones and
+the nearest match), a missing Hydra plugin (with the extra that installs it), or a bad value.
 
 The entry of `attnseq train` (and the checks of each sweep value), `attnseq train --help` and
 the benchmark script turn Hydra's and OmegaConf's exceptions into these messages, which end the
@@ -112,6 +112,13 @@ def describe_composition_error(error: BaseException, overrides: list[str]) -> st
     if key and unknown_key:
         return _describe_unknown_key(key)
     detail = (cause_text or text).splitlines()[0]
+    choice = re.search(r"Invalid value '([^']*)', expected one of \[([^\]]*)\]", detail)
+    if choice:  # an Enum field (a list's item too): the nearest valid name
+        detail += _nearest(choice.group(1), choice.group(2).split(", "))
+    if key and "is not a ListConfig, list or tuple" in detail:
+        given = [arg.split("=", 1)[1] for arg in overrides if arg.startswith(f"{key}=")]
+        items = given[-1] if given else "A,B"
+        return f"invalid value for '{key}': it takes a list in brackets, e.g. {key}=[{items}]"
     if key:
         return f"invalid value for '{key}': {detail}"
     return f"invalid configuration ({' '.join(overrides)}): {text.splitlines()[0]}"

@@ -106,16 +106,18 @@ def evaluate(
     replaces another's result or the run's metrics.json).
 
     \b
-    attnseq eval RUN/checkpoints/best.pt       # RUN/eval/best-step1400/test.greedy/
-    attnseq eval best.pt --split valid --beam 5 --length-penalty 0.6   # .../valid.beam5-lp0.6/
+    attnseq eval RUN/checkpoints/best.pt   # RUN/eval/best-step1400/test.greedy/
+    attnseq eval RUN                       # the same: a run directory's best.pt
+    attnseq eval best.pt --split valid --beam 5 --length-penalty 0.6
     attnseq eval best.pt trainer.beam=5 --out elsewhere/
-    attnseq eval best.pt --beam 4 --min-length 10 --no-repeat-ngram 3   # summarization
-    attnseq eval best.pt --save-attention      # also .../test.greedy/attention.npz
-    attnseq eval best.pt --sample --temperature 0.7 --seed 1   # .../test.sample-t0.7-...
-    attnseq eval A.pt B.pt --beam 5            # an ensemble: .../test.beam5-lp1+ensemble2
+    attnseq eval best.pt --beam 4 --min-length 10 --no-repeat-ngram 3
+    attnseq eval best.pt --save-attention  # also .../test.greedy/attention.npz
+    attnseq eval best.pt --sample --temperature 0.7 --seed 1
+    attnseq eval A.pt B.pt --beam 5        # an ensemble of two checkpoints
     attnseq eval best.pt --gold wpt03_enfr/test.sure.pharaoh \\
         --gold-possible wpt03_enfr/test.possible.pharaoh \\
-        --gold-src wpt03_enfr/test.en --gold-tgt wpt03_enfr/test.fr [--method shift-att]
+        --gold-src wpt03_enfr/test.en --gold-tgt wpt03_enfr/test.fr \\
+        [--method shift-att]
     """
     from attnseq.evaluation.checkpoint_eval import eval_inputs, evaluate_checkpoint
     from attnseq.io.user_paths import check_output_folder, refuse_output_over_inputs

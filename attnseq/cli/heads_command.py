@@ -63,10 +63,10 @@ def heads(
     per layer of encoder self-, decoder self- and cross-attention.
 
     \b
-    attnseq heads RUN/checkpoints/best.pt                    # tables, heads/best.valid.{json,png}
+    attnseq heads RUN/checkpoints/best.pt  # tables, heads/best.valid.{json,png}
     attnseq heads best.pt --split test --max-batches 20
     attnseq heads best.pt --prune 0.3 --by ablation --out pruned.pt
-    attnseq eval pruned.pt                                   # as usual; says which heads are off
+    attnseq eval pruned.pt                 # as usual; says which heads are off
     """
     from attnseq.analysis.head_importance import HeadsRequest, run_heads
 

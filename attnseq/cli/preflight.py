@@ -162,15 +162,17 @@ def _loader_composition(config: "DictConfig") -> Compose:
 
 def check_job(config: "DictConfig", on_this_machine: bool = True) -> "TrainConfig":
     """The typed config of a composed job once it passed the cross-field checks, the resource
-    checks (for a job that runs on this machine) and the data files' presence; UserError
-    naming the first problem."""
+    checks and the trackers' libraries (for a job that runs on this machine) and the data
+    files' presence; UserError naming the first problem."""
     from attnseq.config.checks import validate
     from attnseq.config.resources import check_resources
+    from attnseq.training.trackers import check_trackers_installed
 
     cfg = typed_config(config)
     validate(cfg)
     if on_this_machine:
         check_resources(cfg)
+        check_trackers_installed(cfg.logger)
     _check_data_files(cfg)
     return cfg
 

@@ -53,7 +53,8 @@ def score(
 
     \b
     attnseq score best.pt --src test.de --tgt test.en > test.scores
-    attnseq score best.pt --src test.de --tgt test.en --out test.scores --batch-size 32
+    attnseq score best.pt --src test.de --tgt test.en --out test.scores \\
+        --batch-size 32
     """
     from attnseq.evaluation.scoring import RunningSummary, Scorer
 

@@ -1,6 +1,7 @@
 """What every command of the command line shares: the way a user's mistake ends a command,
 the version printout, the way input text is read (`decoded_lines`), and the argument and
-option types that several commands declare.
+option types that several commands declare: a CHECKPOINT argument also takes a run directory,
+which stands for its checkpoints/best.pt (`run_directory_checkpoint`).
 
 A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2,
 without a traceback. The types are `Annotated` aliases, so a command's signature reads
@@ -58,7 +59,50 @@ def print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+# what marks a folder as a run directory of `attnseq train`
+RUN_DIRECTORY_MARKS = ("checkpoints", ".hydra", "train.log")
+
+
+def run_directory_checkpoint(ctx: typer.Context, path: Path | None) -> Path | None:
+    """A run directory given where a checkpoint is expected stands for its
+    checkpoints/best.pt (said on stderr); any other path is returned as it is.
+
+    A run directory without best.pt (a run that has not validated yet, or a refused start)
+    ends the command with what to pass instead. A folder that is no run directory is left to
+    the command (`translate --engine ctranslate2` takes an exported model's folder).
+    """
+    if ctx.resilient_parsing or path is None or not path.is_dir():
+        return path  # shell completion parses without acting
+    if not any((path / mark).exists() for mark in RUN_DIRECTORY_MARKS):
+        return path
+    best = path / "checkpoints" / "best.pt"
+    if best.is_file():
+        typer.echo(f"using {best} (the best checkpoint of the run directory {path})", err=True)
+        return best
+    last = path / "checkpoints" / "last.pt"
+    if last.is_file():
+        fail(
+            UserError(
+                f"{path} is a run directory without checkpoints/best.pt (the run has not "
+                f"validated yet); pass a checkpoint file, e.g. {last}"
+            )
+        )
+    fail(
+        UserError(
+            f"{path} is a run directory that holds no checkpoint (its training has not "
+            "saved one: it failed to start or is just starting); pass a checkpoint file, "
+            "RUN/checkpoints/best.pt of a run that has validated"
+        )
+    )
+    return None  # not reached: fail() exits
+
+
 CheckpointArgument = Annotated[
-    Path, typer.Argument(help="A checkpoint written by `attnseq train` or `attnseq average`.")
+    Path,
+    typer.Argument(
+        help="A checkpoint written by `attnseq train` or `attnseq average`, or a run "
+        "directory (its checkpoints/best.pt).",
+        callback=run_directory_checkpoint,
+    ),
 ]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]

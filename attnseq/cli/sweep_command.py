@@ -56,8 +56,8 @@ def sweep_report(
 
     \b
     attnseq sweep-report multirun/2026-11-22/10-00-00
-    attnseq sweep-report multirun/2026-11-22/10-00-00 --metric test/loss --csv sweep.csv
-    attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown > table.md
+    attnseq sweep-report SWEEP --metric test/loss --csv sweep.csv
+    attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown
     attnseq sweep-report SWEEP --format latex > table.tex
     """
     from attnseq.analysis.sweep_report import (

@@ -16,7 +16,9 @@ fraction of the time. Anything it does not reproduce (other flags, a template th
 Hydra's own flags or groups, an extra search path) is left to Hydra.
 """
 
+import shutil
 import string
+import textwrap
 
 import typer
 from typer.core import TyperCommand
@@ -88,12 +90,18 @@ def _shell_completion_request(args: list[str]) -> str | None:
 
 
 def config_groups() -> str:
-    """`group: option, option` for every folder of YAML configs, as Hydra's help lists them."""
+    """`group: option, option` for every folder of YAML configs, as Hydra's help lists them,
+    wrapped to the terminal's width (at most 100 columns)."""
+    width = min(shutil.get_terminal_size().columns, 100)  # COLUMNS, as Click's help reads it
     lines = []
     for folder in sorted(path for path in CONFIG_DIR.rglob("*") if path.is_dir()):
         options = sorted(path.stem for path in folder.glob("*.yaml"))
         if options:
-            lines.append(f"{folder.relative_to(CONFIG_DIR).as_posix()}: {', '.join(options)}\n")
+            line = f"{folder.relative_to(CONFIG_DIR).as_posix()}: {', '.join(options)}"
+            wrapped = textwrap.fill(
+                line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+            )
+            lines.append(wrapped + "\n")
     return "".join(lines)
 
 

@@ -67,10 +67,11 @@ def translate(
     attnseq translate best.pt < input.txt > output.txt
     echo "the 3rd of March 1998" | attnseq translate best.pt --beam 1
     attnseq translate best.pt trainer.beam=3 < input.txt
-    attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 --length-penalty 0.6
+    attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 \\
+        --length-penalty 0.6
     attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
-    attnseq translate best.pt -i test.de --sample --top-p 0.9 --num-samples 5 --seed 1
-    attnseq translate A.pt B.pt -i test.de --beam 5      # an ensemble of two checkpoints
+    attnseq translate best.pt -i test.de --sample --top-p 0.9 --num-samples 5
+    attnseq translate A.pt B.pt -i test.de --beam 5   # an ensemble of two
     attnseq translate --engine ctranslate2 best-ct2/ -i test.de --beam 5
     """
     from attnseq.decoding.translate import Translator

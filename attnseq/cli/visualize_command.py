@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from attnseq.cli.shared import user_errors
+from attnseq.cli.shared import run_directory_checkpoint, user_errors
 from attnseq.errors import UserError
 from attnseq.io.user_paths import (
     InputPaths,
@@ -48,7 +48,11 @@ class _Drawing:
 def visualize_alignment(
     checkpoint: Annotated[
         Path | None,
-        typer.Argument(help="A checkpoint written by `attnseq train` (not with --from-saved)."),
+        typer.Argument(
+            help="A checkpoint written by `attnseq train`, or a run directory (its "
+            "checkpoints/best.pt); not with --from-saved.",
+            callback=run_directory_checkpoint,
+        ),
     ] = None,
     src: Annotated[str | None, typer.Option(help="Source sentence.")] = None,
     tgt: Annotated[
@@ -106,14 +110,17 @@ def visualize_alignment(
     each figure shows.
 
     \b
-    attnseq visualize-alignment RUN/checkpoints/best.pt --src "March 3rd, 1998" --out a.png
-    attnseq visualize-alignment best.pt --src "a b c" --tgt "c b a" --out forced.svg
-    attnseq visualize-alignment transformer.pt --src "..." --all-heads --out heads.png
-    attnseq visualize-alignment transformer.pt --src "..." --kind encoder --layer 1 --head 2
+    attnseq visualize-alignment RUN --src "March 3rd, 1998" --out a.png
+    attnseq visualize-alignment best.pt --src "a b c" --tgt "c b a" --out f.svg
+    attnseq visualize-alignment tf.pt --src "..." --all-heads --out heads.png
+    attnseq visualize-alignment tf.pt --src "..." --kind encoder \\
+        --layer 1 --head 2
     attnseq visualize-alignment best.pt --input sentences.txt --out figures/
-    attnseq visualize-alignment --from-saved RUN/eval/best-step900/test.greedy/attention.npz \\
+    attnseq visualize-alignment \\
+        --from-saved RUN/eval/best-step900/test.greedy/attention.npz \\
         --index 17 --out a.png
-    attnseq visualize-alignment best.pt --src "..." --figsize 8,5 --fontsize 13 --cmap Blues
+    attnseq visualize-alignment best.pt --src "..." --figsize 8,5 \\
+        --fontsize 13 --cmap Blues
     """
     from attnseq.analysis.figures import style_from_options
 

@@ -141,6 +141,15 @@ class Scheduler(Enum):
     linear = "linear"  # linear decay to 0 over the training budget
 
 
+class Tracker(Enum):
+    """Where a training run logs its params, metrics and figures (`logger=[...]`,
+    attnseq/training/trackers.py)."""
+
+    tensorboard = "tensorboard"  # RUN_DIR/tb: event files for `tensorboard --logdir`
+    mlflow = "mlflow"  # an MLflow run in a local file store (attnseq[mlflow])
+    wandb = "wandb"  # a Weights & Biases run in offline mode under RUN_DIR/wandb (attnseq[wandb])
+
+
 class Device(Enum):
     auto = "auto"  # cuda if available, else cpu
     cpu = "cpu"

@@ -16,7 +16,8 @@ The file reads top down: `option`, then one dataclass per group: `data.*` (what 
 the dataset, its files and fields, tokenization and lengths), `model.*` (the model family, its
 sizes and its attention: `model.attention.*`, `model.rnn.*`), `optim.*` (the optimizer, the
 learning-rate schedule and the loss terms), `trainer.*` (the training loop, validation,
-checkpoints, budgets and decoding during training), and the root `TrainConfig`.
+checkpoints, budgets and decoding during training), `tracker.*` (the MLflow and W&B trackers
+that `logger` selects), and the root `TrainConfig`.
 """
 
 from collections.abc import Callable
@@ -46,6 +47,7 @@ from attnseq.config.choices import (
     SparsePattern,
     TaskType,
     TokenizerKind,
+    Tracker,
     Window,
 )
 
@@ -445,6 +447,21 @@ class TrainerConfig:
     )
 
 
+# tracker.*: the experiment trackers besides TensorBoard (see `logger` in TrainConfig)
+
+
+@dataclass
+class TrackerConfig:
+    mlflow_tracking_uri: str | None = option(
+        None,
+        "MLflow tracking URI (e.g. file:///home/me/mlruns, shared by every run); None = the run"
+        " directory's own file store RUN_DIR/mlruns",
+    )
+    project: str = option(
+        "attnseq", "the MLflow experiment and the W&B project the run is logged under"
+    )
+
+
 @dataclass
 class TrainConfig:
     """The root of `attnseq train` (train.yaml)."""
@@ -459,6 +476,14 @@ class TrainConfig:
         help="training loop, validation and decoding", default_factory=TrainerConfig
     )
     name: str = option("default", "a label for the run, shown in logs and metrics.json")
+    logger: list[Tracker] = option(
+        help="where the run logs params, metrics and alignment figures: any of tensorboard,"
+        " mlflow (pip install 'attnseq[mlflow]'), wandb (offline; pip install 'attnseq[wandb]')",
+        default_factory=lambda: [Tracker.tensorboard],
+    )
+    tracker: TrackerConfig = option(
+        help="settings of the mlflow and wandb trackers", default_factory=TrackerConfig
+    )
     optimized_metric: str | None = option(
         None,
         "metrics.json key the task function returns to a sweeper (e.g. Optuna); None = the test "

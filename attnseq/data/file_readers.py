@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from attnseq.data.locations import cache_root
+from attnseq.data.locations import WHERE_TO_GET_DATA, cache_root
 from attnseq.errors import UserError
 from attnseq.io.user_paths import check_input_file
 
@@ -135,12 +135,12 @@ def _hub_failure(what: str, split: str, error: Exception) -> str:
         hint = (
             "this machine looks offline (or the Hub is unreachable), and the dataset is not in "
             "the local `datasets` cache; fetch it once with network access, or use local files "
-            "(data.source=local, see data/README.md)"
+            f"(data.source=local; {WHERE_TO_GET_DATA})"
         )
     else:
         hint = (
             "check data.hub_name, data.hub_config and data.splits, or use local files "
-            "(data.source=local, see data/README.md)"
+            f"(data.source=local; {WHERE_TO_GET_DATA})"
         )
     return f"could not fetch {what} split {split!r}: {reason}; {hint}"
 

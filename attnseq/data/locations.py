@@ -31,6 +31,13 @@ from attnseq.config.choices import DataSource, FileFormat
 from attnseq.config.schema import DataConfig
 from attnseq.errors import UserError
 
+# Where a user who installed the wheel (no checkout, so no data/README.md) finds out which data
+# files a config expects and where to get them: what every "data file not found" ends with.
+WHERE_TO_GET_DATA = (
+    "`attnseq doctor` lists the files each packaged data config expects under the data root, "
+    "and the Data page of the attnseq documentation says where to get each dataset"
+)
+
 
 def data_root(cfg: DataConfig) -> Path:
     """The folder relative data paths resolve against: data.root, $ATTNSEQ_DATA, or ./data."""

@@ -47,7 +47,7 @@ from attnseq.config.choices import DataSource, FileFormat
 from attnseq.config.schema import DataConfig
 from attnseq.data.file_readers import Pairs, read_hub, read_jsonl, read_parallel, read_tsv
 from attnseq.data.generated import TASKS, make_splits
-from attnseq.data.locations import data_root, resolve_data_path, with_suffix
+from attnseq.data.locations import WHERE_TO_GET_DATA, data_root, resolve_data_path, with_suffix
 from attnseq.errors import UserError
 from attnseq.io.user_paths import check_input_file
 
@@ -78,7 +78,8 @@ def split_files(cfg: DataConfig) -> dict[str, list[Path]]:
             if not path.is_file():
                 raise UserError(
                     f"data file not found: {path}; expected {expected} under the data root "
-                    f"{data_root(cfg)} (set data.root or $ATTNSEQ_DATA; see data/README.md)"
+                    f"{data_root(cfg)}; set data.root=DIR (or $ATTNSEQ_DATA) to the folder "
+                    f"that holds it ({WHERE_TO_GET_DATA})"
                 )
         files[split] = paths
     return files
@@ -130,6 +131,11 @@ def load_splits(
     return {name: loaded[name] for name in wanted}
 
 
+class NoDataAtPath(UserError):
+    """`load_pairs_from_path` found nothing at all at the path (no file, no parallel prefix):
+    a caller that also takes split names can say which names it knows instead."""
+
+
 def load_pairs_from_path(path: str | Path, cfg: DataConfig) -> Pairs:
     """Pairs of an arbitrary file to evaluate on, with `cfg`'s languages and field names.
 
@@ -160,7 +166,7 @@ def load_pairs_from_path(path: str | Path, cfg: DataConfig) -> Pairs:
         f"{with_suffix(where, cfg.tgt_lang).name}"
         for where in candidates
     )
-    raise UserError(
+    raise NoDataAtPath(
         f"no data at {path}: looked for a .jsonl/.tsv file or a parallel prefix ({looked})"
     )
 

@@ -41,6 +41,7 @@ folder.
 
 import datetime
 import hashlib
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -56,7 +57,7 @@ from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Example
 from attnseq.data.locations import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import PreparedData, prepare_data
-from attnseq.data.sources import load_pairs_from_path
+from attnseq.data.sources import NoDataAtPath, load_pairs_from_path
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.decoding.settings import DecodingSettings, SamplingSettings
@@ -375,7 +376,18 @@ def _prepare_split(
         name, pairs = split, None
     else:
         name = Path(split).name.replace(".", "_") or "file"
-        pairs = {name: load_pairs_from_path(split, cfg.data)}
+        try:
+            pairs = {name: load_pairs_from_path(split, cfg.data)}
+        except NoDataAtPath:
+            if "/" in split or os.sep in split:
+                raise
+            # a bare name that names no file either: most likely a split name mistyped
+            names = ", ".join(dict.fromkeys([*NAMED_SPLITS, *cfg.data.splits]))
+            raise UserError(
+                f"unknown split {split!r}: the checkpoint's data ({cfg.data.name}) has the "
+                f"splits {names}; --split also takes a data file (.jsonl, .tsv or a parallel "
+                f"prefix), and there is none at {split} or under the data root"
+            ) from None
     data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=[name], pairs=pairs)
     if name not in data.examples:
         raise UserError(f"unknown split {split!r}; this dataset has: {', '.join(data.examples)}")

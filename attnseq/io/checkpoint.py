@@ -23,6 +23,7 @@ import os
 import pickle
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +49,23 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint onto the CPU; any problem with the file is a UserError."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(
+            f"{path} is a folder, not a checkpoint file; pass a checkpoint such as "
+            "RUN/checkpoints/best.pt (or the run directory RUN itself)"
+        )
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
     foreign = _foreign_content(path)
     if foreign is not None:
         raise UserError(f"{path} is not an attnseq checkpoint ({foreign})")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns of pickle protocols it did not write
+            warnings.simplefilter("ignore", UserWarning)
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         raise UserError(
-            f"refusing to load {path}: it is not a plain attnseq checkpoint (it contains "
-            f"objects that could run code when unpickled; nothing was run). Detail: "
-            f"{str(error).splitlines()[0]}"
+            f"{path} is not an attnseq checkpoint ({_pickled_objects(error)})"
         ) from None
     except Exception as error:  # truncated/corrupt files fail in many ways inside torch.load
         raise UserError(
@@ -74,6 +80,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"version {CHECKPOINT_VERSION}"
         )
     return payload
+
+
+def _pickled_objects(error: pickle.UnpicklingError) -> str:
+    """What a file that torch's weights-only unpickler refused holds, in a few words: the
+    class it would have to import when torch names it (a whole model saved with
+    `torch.save(model)`, say), without torch's paragraph about `weights_only`."""
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(error))
+    what = f"refers to {found.group(1)}" if found else "holds more than tensors and plain data"
+    return (
+        f"a pickle that {what}, which attnseq does not unpickle since that could run code; "
+        "nothing was run; checkpoints are what attnseq train writes"
+    )
 
 
 def _foreign_content(path: Path) -> str | None:

@@ -4,9 +4,10 @@ On a terminal a bar redraws in place; elsewhere (CI, `> log`, SLURM) nothing is 
 are not flooded: the log lines (train.log, stdout) carry the numbers instead.
 
 - `TrainingProgress`: the training bar: steps, smoothed loss, target tokens/s, learning rate,
-  epoch, elapsed time and ETA. While it is live, log records bound for a terminal print above
-  it (`logging_above`) and the periodic training lines, which say what the bar shows, stay off
-  the terminal (they still reach train.log and a redirected stdout).
+  epoch, elapsed time and ETA (below `WIDE_CONSOLE` columns without the learning rate and the
+  elapsed time, so that it fits 80 columns whole). While it is live, log records bound for a
+  terminal print above it (`logging_above`) and the periodic training lines, which say what the
+  bar shows, stay off the terminal (they still reach train.log and a redirected stdout).
 - `counting`: a bar for a known amount of work (sentences decoded); it gives back the rate at
   the end, for the caller's "N sentences in S s (R sentences/s)" line. Inside a live training
   bar it is a second row under it.
@@ -29,12 +30,18 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Column
 
 # A log record with this attribute set is a periodic training line: the live bar shows the same
 # numbers, so a terminal does not get it while the bar is up.
 ON_BAR = "attnseq_on_bar"
 
 _CONSOLE: Console | None = None
+
+# Consoles at least this wide show every number on a bar (elapsed time and, in training, the
+# learning rate too); narrower ones, down to 80 columns, leave those to the log lines, so that
+# no number is cut short ("42/…", "ETA 0:00:…"): the bar itself shrinks first.
+WIDE_CONSOLE = 110
 
 
 def stderr_console() -> Console:
@@ -106,6 +113,12 @@ def logging_above(console: Console) -> Iterator[None]:
             handler.setStream(stream)
 
 
+def _flexible_bar() -> BarColumn:
+    """A bar that takes the width the text columns leave (a ratio column): on a narrow
+    terminal it shrinks, and the numbers beside it stay whole."""
+    return BarColumn(bar_width=None, table_column=Column(ratio=1))
+
+
 # ----------------------------------------------------------------------- training bar
 class TrainingProgress:
     """`with TrainingProgress(total, start, enabled) as bar: bar.advance(loss, epoch, ...)`."""
@@ -126,18 +139,21 @@ class TrainingProgress:
 
     def __enter__(self) -> "TrainingProgress":
         if self.enabled:
+            console = stderr_console()
+            wide = console.width >= WIDE_CONSOLE
+            numbers = "loss {task.fields[loss]}  {task.fields[speed]} tok/s"
+            numbers += "  lr {task.fields[lr]}  epoch {task.fields[epoch]}" if wide else ""
+            numbers += "" if wide else "  ep {task.fields[epoch]}"
             self.progress = Progress(
                 TextColumn("[bold]train[/]"),
-                BarColumn(),
+                _flexible_bar(),
                 MofNCompleteColumn(),
-                TextColumn(
-                    "loss {task.fields[loss]}  {task.fields[speed]} tok/s  lr {task.fields[lr]}"
-                    "  epoch {task.fields[epoch]}"
-                ),
-                TimeElapsedColumn(),
+                TextColumn(numbers),
+                *([TimeElapsedColumn()] if wide else []),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
-                console=stderr_console(),
+                console=console,
+                expand=True,
                 transient=False,
                 redirect_stdout=sys.stdout.isatty(),  # a redirected stdout stays where it is
                 redirect_stderr=True,
@@ -232,15 +248,17 @@ def counting(
     progress = None
     task = None
     if enabled and bars_enabled():
+        console = stderr_console()
         progress = Progress(
             TextColumn(f"[bold]{label}[/]"),
-            BarColumn(),
+            _flexible_bar(),
             MofNCompleteColumn(),
             TextColumn(unit),
-            TimeElapsedColumn(),
+            *([TimeElapsedColumn()] if console.width >= WIDE_CONSOLE else []),
             TextColumn("ETA"),
             TimeRemainingColumn(),
-            console=stderr_console(),
+            console=console,
+            expand=True,
             transient=True,
             redirect_stdout=sys.stdout.isatty(),  # output text on the same screen goes above it
             redirect_stderr=False,

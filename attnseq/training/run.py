@@ -1,10 +1,10 @@
 """The composition root of `attnseq train`: build the pieces from a config, fit, test.
 
 It turns a validated `TrainConfig` into data, tokenizers, model, optimizer, learning-rate
-schedule, TensorBoard writer and evaluators, hands them to the `Trainer`, then evaluates the
-best checkpoint on the test split. What each validation adds to TensorBoard (heatmaps,
-examples) is a callback (train_log.py). Library code below it takes plain objects; Hydra stops
-at the caller (attnseq/cli/hydra_entry.py).
+schedule, trackers (TensorBoard, MLflow, W&B: trackers.py) and evaluators, hands them to the
+`Trainer`, then evaluates the best checkpoint on the test split. What each validation adds
+to TensorBoard (heatmaps, examples) is a callback (train_log.py). Library code below it takes
+plain objects; Hydra stops at the caller (attnseq/cli/hydra_entry.py).
 """
 
 import dataclasses
@@ -18,6 +18,7 @@ import torch
 
 from attnseq.analysis.attention_diagnostics import is_per_layer_key
 from attnseq.config.checks import validate
+from attnseq.config.choices import Tracker
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import PieceLinks
@@ -39,7 +40,17 @@ from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_res
 from attnseq.training.run_directory import clear_previous_run, run_directory_lock
 from attnseq.training.state import TrainingState
 from attnseq.training.stopping import StopSignals, TrainingInterrupted
-from attnseq.training.train_log import NullWriter, run_hparams, validation_logger
+from attnseq.training.trackers import (
+    check_trackers_installed,
+    mlflow_tracking_uri,
+    open_trackers,
+)
+from attnseq.training.train_log import (
+    NullWriter,
+    log_run_header,
+    run_hparams,
+    validation_logger,
+)
 from attnseq.training.trainer import Trainer
 
 log = logging.getLogger("attnseq")
@@ -63,6 +74,7 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         TrainingDiverged: too many non-finite losses in a row; checkpoints were kept.
     """
     validate(cfg)
+    check_trackers_installed(cfg.logger)
     # One trainer per run directory (run_directory.py), taken before anything is read or written.
     with run_directory_lock(run_dir, enabled=env_world().is_main):
         device = resolve_device(cfg.trainer.device.value)
@@ -78,6 +90,8 @@ def train(
     """Build the pieces, fit, test best.pt; rank 0's test metrics on every rank."""
     if not world.is_main:
         log.setLevel(logging.WARNING)  # rank 0 reports; the others only their own problems
+    else:
+        log_run_header(cfg)
     point = _resume_point(cfg, run_dir, world)  # before any slow work: a bad file fails fast
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -92,25 +106,27 @@ def train(
     schedule = LearningRateSchedule(optimizer, cfg.optim, budget, metric.higher_is_better)
     if cfg.trainer.overwrite and world.is_main:
         clear_previous_run(run_dir)  # data and model are ready: the new run really starts
-    writer = _writer(run_dir, point, world)
+    writer = _writer(cfg, run_dir, point, world)
     trainer = _trainer(cfg, data, model, optimizer, schedule, writer, device, run_dir, stop, world)
     if point is not None:
         trainer.restore(point.payload)
         if world.is_main:
             carry_best_checkpoint(point, run_dir)
+    succeeded = False
     try:
         state = trainer.fit()
         # Rank 0 evaluates and writes; the others wait for its numbers.
         test = partial(_test_best, cfg, data, model, device, run_dir, writer, state)
         _, results = decided_on_main(world, test, lambda metrics: metrics)
+        succeeded = True
     except TrainingInterrupted as interruption:
         if interruption.step is None:
             interruption.step = trainer.last_saved_step
         raise
     finally:
-        writer.close()
+        writer.close(succeeded)
     if world.is_main:
-        _print_summary(run_dir, results)
+        _print_summary(cfg, run_dir, results)
     return results
 
 
@@ -160,14 +176,13 @@ def _describe(
     )
 
 
-def _writer(run_dir: Path, point: ResumePoint | None, world: WorldInfo) -> Any:
-    """TensorBoard on rank 0. Resuming, it hides events after the checkpoint's step that the
-    killed process logged, so the curves continue without a doubled stretch."""
+def _writer(cfg: TrainConfig, run_dir: Path, point: ResumePoint | None, world: WorldInfo) -> Any:
+    """The trackers `logger` selects (trackers.py), on rank 0. Resuming, TensorBoard hides
+    events after the checkpoint's step that the killed process logged, so the curves continue
+    without a doubled stretch."""
     if not world.is_main:
         return NullWriter()
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(str(run_dir / "tb"), purge_step=point.step + 1 if point else None)
+    return open_trackers(cfg, run_dir, point.step if point else None)
 
 
 def _trainer(
@@ -281,7 +296,7 @@ def _test_best(
     return results
 
 
-def _print_summary(run_dir: Path, metrics: dict[str, float]) -> None:
+def _print_summary(cfg: TrainConfig, run_dir: Path, metrics: dict[str, float]) -> None:
     lines = [
         f"{key:>24} {value:.4f}"
         for key, value in sorted(metrics.items())
@@ -296,4 +311,10 @@ def _print_summary(run_dir: Path, metrics: dict[str, float]) -> None:
     print(f"  checkpoints: {run_dir / 'checkpoints'}  (best.pt, last.pt)")
     print(f"  metrics:     {run_dir / 'metrics.json'}")
     print(f"  hypotheses:  {run_dir / 'hyps' / 'test.txt'}")
-    print(f"  tensorboard: tensorboard --logdir {run_dir / 'tb'}")
+    if Tracker.tensorboard in cfg.logger:
+        print(f"  tensorboard: tensorboard --logdir {run_dir / 'tb'}")
+    if Tracker.mlflow in cfg.logger:
+        uri = mlflow_tracking_uri(cfg, run_dir)
+        print(f"  mlflow:      mlflow ui --backend-store-uri {uri}")
+    if Tracker.wandb in cfg.logger:
+        print(f"  wandb:       wandb sync {run_dir / 'wandb'}/offline-run-*  (offline run)")

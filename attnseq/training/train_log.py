@@ -9,22 +9,29 @@ What a training run shows in TensorBoard beyond its scalars: attention heatmaps 
 segment attention of hierarchical models), the attention diagnostics of the validation split
 (``valid/attention/...``: end-of-source mass and entropy per head,
 attnseq/analysis/attention_diagnostics.py) and a few validation examples as text at each
-validation, and the hyperparameters that set the run apart.
+validation, and the run's hyperparameters (every config value).
 
 `validation_logger` is the trainer's `on_validation` callback (rank 0 only); `run_hparams` is
-what the final test evaluation logs to the HParams tab.
+what the final test evaluation logs to the HParams tab; `log_run_header` opens train.log with
+what a bug report needs (versions, command, git commit, the resolved config), as Joey NMT's
+log does.
 """
 
 import logging
+import os
+import platform
+import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from attnseq.analysis.attention_diagnostics import attention_statistics
 from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
 from attnseq.analysis.segment_view import is_hierarchical, log_segment_heatmaps
-from attnseq.config.conversion import config_to_dict, flat_config
+from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import TokenBatchSampler
 from attnseq.data.extended_vocab import extended_pieces
@@ -35,8 +42,77 @@ from attnseq.io.progress import ON_BAR
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import WorldInfo
 from attnseq.training.state import TrainingState
+from attnseq.training.trackers import tracker_params
 
 log = logging.getLogger("attnseq")
+
+
+def log_run_header(cfg: TrainConfig) -> None:
+    """The first lines of a run's log: attnseq, torch and Python versions, the command line,
+    the working directory and its git commit (with "dirty" when tracked files changed), then
+    the resolved config as YAML.
+
+    The short lines go to every handler; the config block (a hundred-odd lines) goes to the
+    log files only (train.log), so a terminal is not flooded with it.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    try:
+        attnseq_version = version("attnseq")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+        attnseq_version = "unknown (not installed)"
+    cwd = Path.cwd()
+    log.info(
+        "attnseq %s, torch %s, Python %s on %s",
+        attnseq_version,
+        torch.__version__,
+        platform.python_version(),
+        platform.platform(terse=True),
+    )
+    log.info("command: %s", shlex.join(getattr(sys, "orig_argv", sys.argv)))
+    log.info("working directory: %s (%s)", cwd, git_description(cwd))
+    import yaml
+
+    resolved = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True)
+    _to_log_files(logging.INFO, "resolved config:\n%s", resolved.rstrip())
+
+
+def git_description(folder: Path) -> str:
+    """ "git commit HASH" of the repository `folder` is in (", dirty" when tracked files differ
+    from it), or "no git commit" (not a repository, or one without commits)."""
+    try:
+        head = _git(folder, "rev-parse", "HEAD")
+        if head is None:
+            return "no git commit"
+        changed = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.TimeoutExpired):
+        return "git not available"
+    return f"git commit {head}" + (", dirty" if changed else "")
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    """The stripped output of `git ARGS` run in `folder` (None: git failed there)."""
+    environment = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # status must not take the lock
+    done = subprocess.run(
+        ["git", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env=environment,
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _to_log_files(level: int, message: str, *args: Any) -> None:
+    """Emit one record to the file handlers (train.log) of the attnseq and root loggers only."""
+    record = log.makeRecord(log.name, level, __file__, 0, message, args, None)
+    for logger in (log, logging.getLogger()):
+        for handler in logger.handlers:
+            if isinstance(handler, logging.FileHandler) and level >= handler.level:
+                handler.handle(record)
 
 
 class ThroughputWindow:
@@ -187,7 +263,7 @@ class NullWriter:
     def flush(self) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, succeeded: bool = True) -> None:
         pass
 
 
@@ -215,27 +291,23 @@ def validation_logger(
         heatmaps(model, step)
         for name, value in evaluator.attention_diagnostics(model).items():
             writer.add_scalar(f"valid/{name}", value, step)
-        log_examples(writer, evaluator, sources, step, cfg.trainer.validate_every)
+        log_examples(writer, evaluator, sources, step)
 
     return on_validation
 
 
-def log_examples(
-    writer: Any, evaluator: Evaluator, sources: list[str], step: int, validate_every: int
-) -> None:
-    """A few validation examples (source, hypothesis, reference) in TensorBoard's Text tab.
+def log_examples(writer: Any, evaluator: Evaluator, sources: list[str], step: int) -> None:
+    """The first `TEXT_EXAMPLES` validation examples (source, hypothesis, reference) in
+    TensorBoard's Text tab.
 
-    Each validation shows the next `TEXT_EXAMPLES` of the split (wrapping around), chosen from
-    the step alone, so a resumed run shows what an uninterrupted one would; a final validation
-    between two regular ones starts part way.
+    They are the same sentences at every validation, as Joey NMT's `log_valid_sents`: one
+    watches the hypotheses of fixed inputs improve (a resumed run shows the same ones too).
     """
     total = len(evaluator.last_texts)
     if total == 0:
         return
-    start = step * TEXT_EXAMPLES // max(validate_every, 1)  # validation k: from k * N
-    chosen = sorted({(start + offset) % total for offset in range(min(TEXT_EXAMPLES, total))})
     rows = ["| # | source | hypothesis | reference |", "|---|---|---|---|"]
-    for index in chosen:
+    for index in range(min(TEXT_EXAMPLES, total)):
         cells = [sources[index], evaluator.last_texts[index], evaluator.references[index]]
         rows.append(f"| {index} | " + " | ".join(_markdown_cell(c) for c in cells) + " |")
     writer.add_text("valid/examples", "\n".join(rows), step)
@@ -316,25 +388,11 @@ def heatmap_logger(
 
 
 def run_hparams(cfg: TrainConfig, n_params: int) -> dict[str, Any]:
-    """What sets this run apart, for TensorBoard's HParams tab: the config keys whose value
-    differs from the schema's default (None as "None"), plus the model family and its number
-    of parameters."""
-    default = _flat_config(config_to_dict(TrainConfig()))
-    flat = _flat_config(config_to_dict(replace(cfg, resume=None)))
-    changed = {key: value for key, value in flat.items() if default.get(key, value) != value}
-    changed.update({key: value for key, value in flat.items() if key not in default})
-    hparams: dict[str, Any] = {
-        key: "None" if value is None else value for key, value in sorted(changed.items())
-    }
-    hparams["model.family"] = flat["model.family"]
-    hparams["n_params"] = n_params
-    return hparams
+    """Every config value of the run, defaults included (None as "None"), plus its number of
+    parameters, for TensorBoard's HParams tab.
 
-
-def _flat_config(tree: dict[str, Any]) -> dict[str, Any]:
-    """{"a.b": value} for every leaf; values TensorBoard cannot show (lists) as strings."""
-    scalar = (int, float, str, bool)
-    return {
-        key: value if value is None or isinstance(value, scalar) else str(value)
-        for key, value in flat_config(tree).items()
-    }
+    Every run logs the same keys, so each row of a sweep's table has a value in every column,
+    whatever the sweep varied (`tracker_params`: `resume` is left out, since where a run
+    continued from does not set it apart from the uninterrupted run).
+    """
+    return {**tracker_params(cfg), "n_params": n_params}

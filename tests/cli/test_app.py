@@ -25,6 +25,31 @@ def test_help_lists_commands_with_examples() -> None:
     assert result.exit_code == 0 and "--split" in result.output
 
 
+COMMANDS = ["train", "doctor", "eval", "translate", "score", "average", "export"]
+COMMANDS += ["visualize-alignment", "align", "heads", "sweep-report"]
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help_is_whole_at_80_columns(command) -> None:
+    """`attnseq --help` and every command's `--help` at COLUMNS=80: no line is cut short
+    ("…", or Click's "..." after a command's summary) and none is wider than the terminal."""
+    from attnseq.cli.app import app as the_app
+
+    assert [c.name or c.callback.__name__ for c in the_app.registered_commands] == COMMANDS
+    args = [command, "--help"] if command else ["--help"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert len(lines) > 5
+    for line in lines:
+        assert "…" not in line and len(line) <= 80, line
+    if "Commands:" in lines:  # Click ends a summary it had to cut with "..."
+        summaries = lines[lines.index("Commands:") + 1 :]
+        assert not [line for line in summaries if line.endswith("...")], summaries
+    if command == "eval":  # option help has room: a default names its key whole
+        assert "(default: trainer.length_penalty)." in " ".join(result.output.split())
+
+
 def test_eval_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["eval", str(tmp_path / "missing.pt")])
     assert result.exit_code == 2

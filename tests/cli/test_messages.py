@@ -1,9 +1,11 @@
 """Messages that say what is really wrong: an experiment YAML whose top level is a list, a file
-that is no checkpoint at all, and an input text path that is a device, a named pipe, a folder
-or an empty file. Each ends with one `error:` line and exit status 2, without a traceback."""
+that is no checkpoint at all, a run directory given for a checkpoint, a split name that names
+nothing, and an input text path that is a device, a named pipe, a folder or an empty file. Each
+ends with one `error:` line and exit status 2, without a traceback."""
 
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import pytest
@@ -86,8 +88,22 @@ def test_a_crafted_pickle_is_still_refused_as_code(tmp_path: Path) -> None:
     evil.write_bytes(pickle.dumps(_Payload(marker)))
     result = run("eval", evil)
     assert result.exit_code == 2
-    one_error(result.stderr, "refusing to load", "could run code")
+    line = one_error(result.stderr, f"{evil} is not an attnseq checkpoint", "could run code")
+    assert "weights_only" not in line
     assert not marker.exists()
+
+
+def test_a_saved_module_is_not_a_checkpoint_in_one_line(tmp_path: Path) -> None:
+    """`torch.save(model)` pickles a whole module: refused in one line naming its class,
+    without torch's paragraph about weights_only."""
+    import torch
+
+    module = tmp_path / "model.pt"
+    torch.save(torch.nn.Linear(2, 2), module)
+    result = run("eval", module)
+    assert result.exit_code == 2
+    line = one_error(result.stderr, f"{module} is not an attnseq checkpoint (a pickle that refers")
+    assert "torch.nn.modules.linear.Linear" in line and "weights_only" not in line
 
 
 class _Payload:
@@ -167,3 +183,69 @@ def test_an_input_that_is_no_readable_text_file_is_named_so(
         line = one_error(result.stderr, f"{name} {what}")
         assert "not found" not in line, (command, line)
     assert not (tmp_path / "eval").exists() and not (tmp_path / "figures").exists()
+
+
+@pytest.fixture(scope="module")
+def run_dir(checkpoint, tmp_path_factory) -> Path:
+    """A run directory of `attnseq train`: .hydra/, train.log, checkpoints/best.pt."""
+    run_dir = tmp_path_factory.mktemp("run")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / "train.log").write_text("")
+    (run_dir / "checkpoints").mkdir()
+    shutil.copy(checkpoint, run_dir / "checkpoints" / "best.pt")
+    return run_dir
+
+
+def _texts(folder: Path) -> tuple[Path, Path]:
+    src, tgt = folder / "x.src", folder / "x.tgt"
+    src.write_text("March 3, 1998\n")
+    tgt.write_text("1998-03-03\n")
+    return src, tgt
+
+
+@pytest.mark.parametrize(
+    "command", ["eval", "translate", "score", "align", "heads", "visualize-alignment"]
+)
+def test_a_run_directory_stands_for_its_best_checkpoint(command, run_dir, tmp_path) -> None:
+    src, tgt = _texts(tmp_path)
+    arguments = {
+        "eval": ["--out", tmp_path / "eval"],
+        "translate": ["--input", src],
+        "score": ["--src", src, "--tgt", tgt],
+        "align": ["--src", src, "--tgt", tgt],
+        "heads": [],
+        "visualize-alignment": ["--src", "March 3, 1998", "--out", tmp_path / "a.png"],
+    }[command]
+    result = run(command, run_dir, *arguments)
+    best = run_dir / "checkpoints" / "best.pt"
+    assert result.stderr.startswith(f"using {best} (the best checkpoint of the run directory")
+    if command == "heads":  # read as the checkpoint: heads then says it needs a transformer
+        line = one_error(result.stderr.split("\n", 1)[1], "transformer")
+        assert str(run_dir) not in line
+    else:
+        assert result.exit_code == 0, result.output
+
+
+def test_a_run_directory_without_a_best_checkpoint_says_what_to_pass(checkpoint, tmp_path) -> None:
+    started = tmp_path / "started"
+    (started / ".hydra").mkdir(parents=True)
+    result = run("eval", started)
+    assert result.exit_code == 2
+    one_error(result.stderr, f"{started} is a run directory that holds no checkpoint", "pass a")
+    (started / "checkpoints").mkdir()
+    shutil.copy(checkpoint, started / "checkpoints" / "last.pt")
+    result = run("translate", started)
+    assert result.exit_code == 2
+    one_error(result.stderr, "without checkpoints/best.pt", f"e.g. {started}/checkpoints/last.pt")
+    folder = tmp_path / "some_folder"  # no run directory: named as a folder
+    folder.mkdir()
+    result = run("eval", folder)
+    one_error(result.stderr, f"{folder} is a folder, not a checkpoint file")
+
+
+def test_eval_of_an_unknown_split_lists_the_splits(checkpoint, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run("eval", checkpoint, "--split", "dev", "--out", tmp_path / "eval")
+    assert result.exit_code == 2
+    line = one_error(result.stderr, "unknown split 'dev'", "has the splits train, valid, test")
+    assert "--split also takes a data file" in line

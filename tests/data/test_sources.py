@@ -272,6 +272,10 @@ def test_missing_files_say_what_was_expected(tmp_path: Path) -> None:
     message = str(error.value)
     assert str(tmp_path / "nope" / "train.de") in message
     assert "parallel text files train.de and train.en" in message
+    # what a wheel user has (no data/README.md): the key to set, doctor, the docs' Data page
+    assert "set data.root=DIR (or $ATTNSEQ_DATA)" in message
+    assert "`attnseq doctor` lists the files" in message and "Data page" in message
+    assert "README" not in message
     cfg = local(tmp_path, FileFormat.jsonl, {"train": "x.jsonl"})
     with pytest.raises(UserError, match=r"x\.jsonl; expected a jsonl file"):
         load_splits(cfg, 1)

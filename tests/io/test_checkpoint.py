@@ -78,7 +78,7 @@ def test_malicious_pickle_is_refused_and_runs_nothing(tmp_path: Path) -> None:
     torch.save(
         {"format": "attnseq-checkpoint", "version": 1, "x": _Payload(marker)}, tmp_path / "evil.pt"
     )
-    with pytest.raises(UserError, match="refusing"):
+    with pytest.raises(UserError, match="not an attnseq checkpoint .* could run code"):
         load_checkpoint(tmp_path / "evil.pt")
     assert not marker.exists()
     (tmp_path / "evil_raw.pt").write_bytes(pickle.dumps(_Payload(marker)))

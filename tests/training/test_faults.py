@@ -553,7 +553,7 @@ def _bad_checkpoints(folder: Path, good: Path) -> dict[str, tuple[Path, str]]:
     return {
         "text": (text, str(text)),
         "truncated": (truncated, "truncated"),
-        "malicious": (evil, "refusing to load"),
+        "malicious": (evil, "could run code; nothing was run"),
         "raw pickle": (raw, str(raw)),
         "no training state": (weights_only, "holds no optimizer, scheduler, progress, rng"),
     }

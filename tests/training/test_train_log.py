@@ -13,6 +13,7 @@ import helpers
 import matplotlib.image
 import numpy as np
 import pytest
+import torch
 from helpers import tiny_config, untrained_checkpoint
 from rich.console import Console
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -40,8 +41,21 @@ INTERVAL = re.compile(
 )
 
 
+def _git_repository_with_a_change(folder: Path) -> str:
+    """A git repository in `folder` with one commit and a tracked file changed since; its
+    commit hash."""
+    identity = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+    (folder / "notes.txt").write_text("one\n")
+    for args in (["init", "-q"], ["add", "notes.txt"], [*identity, "commit", "-qm", "notes"]):
+        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+    (folder / "notes.txt").write_text("two\n")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True)
+    return head.stdout.strip()
+
+
 def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
+    commit = _git_repository_with_a_change(tmp_path)
     with (tmp_path / "log.txt").open("w") as stdout:  # `attnseq train ... > log.txt`
         result = subprocess.run(
             [sys.executable, "-m", "attnseq", "train", *TINY, f"hydra.run.dir={run_dir}"],
@@ -61,6 +75,26 @@ def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path
         assert len(re.findall(r"step [36]: valid/bleu=.* valid/exact_match=", text)) == 2
         assert len(re.findall(r"valid: decoded 10 sentences in [\d.]+ s \([\d.,]+ sen", text)) == 2
         assert re.search(r"test: decoded 10 sentences in [\d.]+ s \([\d.,]+ sentences/s\)", text)
+    # train.log opens with what a bug report needs, the resolved config included
+    header = (run_dir / "train.log").read_text().splitlines()
+    messages = [line.split(" - ", 1)[1] for line in header[:4]]
+    assert re.fullmatch(
+        rf"attnseq \S+, torch {re.escape(torch.__version__)}, Python .*", messages[0]
+    )
+    assert messages[1].startswith("command: ") and messages[1].endswith(
+        f"-m attnseq train {' '.join(TINY)} hydra.run.dir={run_dir}"
+    )
+    assert messages[2] == f"working directory: {tmp_path} (git commit {commit}, dirty)"
+    assert messages[3] == "resolved config:"
+    assert header[4:7] == ["seed: 1", "data:", "  name: reverse"]
+    assert "  max_steps: 6" in header
+    assert "resolved config:" not in (tmp_path / "log.txt").read_text()  # train.log only
+
+
+def test_git_description_outside_a_repository(tmp_path: Path) -> None:
+    from attnseq.training.train_log import git_description
+
+    assert git_description(tmp_path) == "no git commit"
 
 
 class _Terminal(io.StringIO):
@@ -156,6 +190,37 @@ def test_training_bar_shows_tokens_per_second_and_lr_with_log_lines_above(monkey
     assert re.search(r"2/4 loss [\d.]+  [\d,]+ tok/s  lr 5.00e-04  epoch 1", final), final
 
 
+@pytest.mark.parametrize("width", [80, 120])
+def test_bars_fit_the_terminal_whole(width, monkeypatch) -> None:
+    """The training bar and a counting bar at 80 columns (and wider): every number whole
+    (no "42/…" or "ETA 0:00:…"); the bar itself gives way."""
+    import attnseq.io.progress as progress
+
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=width, color_system=None)
+    monkeypatch.setattr(progress, "_CONSOLE", console)
+    monkeypatch.setattr(progress, "bars_enabled", lambda: True)
+    monkeypatch.setattr(progress.TrainingProgress, "RATE_WINDOW", 0.0)
+    with progress.TrainingProgress(100_000, 41_999) as bar:
+        bar.advance(3.14159, 12, tgt_tokens=123_456.0, lr=3e-4)
+        bar.progress.refresh()
+    with counting("valid", 1_500) as counter:
+        counter.advance(700)
+        counter.progress.refresh()
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    frames = [line for line in re.split(r"[\r\n]", shown) if line.strip()]
+    training = [line for line in frames if line.startswith("train")][-1]
+    counted = [line for line in frames if line.startswith("valid")][-1]
+    for line in (training, counted):
+        assert "…" not in line and len(line) <= width, line
+        assert re.search(r"ETA (\d+:\d\d:\d\d|-:--:--)$", line), line
+    assert re.search(
+        r"\s42000/100000 loss 3.142  [\d,]+ tok/s  (lr 3.00e-04  epoch|ep) 13", training
+    )
+    assert "700/1500 sentences" in counted
+    assert ("lr 3.00e-04" in training) == (width >= progress.WIDE_CONSOLE)
+
+
 # ------------------------------------------------------------
 # What a run leaves in TensorBoard besides its curves (test metrics at the last step, the
 # hparams that set it apart, validation examples as text), readable heatmaps, and the figure
@@ -177,23 +242,29 @@ def test_test_metrics_sit_at_the_last_training_step(events) -> None:
     assert events.Scalars("valid/loss")[-1].step == 7  # the final validation, same step
 
 
-def test_hparams_are_the_keys_that_differ_from_the_defaults(events) -> None:
+def test_hparams_hold_every_config_value_defaults_included(events) -> None:
     content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
     keys = set(start.hparams)
     assert {"optim.lr", "trainer.max_steps", "model.hidden", "model.family", "n_params"} <= keys
     assert start.hparams["optim.lr"].number_value == pytest.approx(0.003)
     assert start.hparams["n_params"].number_value > 0
-    assert "trainer.max_nonfinite_steps" not in keys and "seed" not in keys  # defaults
-    assert len(keys) < 30
+    # defaults too: a sweep that varies them has a value in every row
+    assert start.hparams["seed"].number_value == 1
+    assert start.hparams["trainer.max_nonfinite_steps"].number_value == 10
+    assert start.hparams["model.attention.score"].string_value == "additive"
 
 
-def test_run_hparams_keeps_only_changes_plus_family_and_size() -> None:
-    hparams = run_hparams(TrainConfig(), 1234)
-    assert hparams == {"model.family": TrainConfig().model.family.value, "n_params": 1234}
+def test_run_hparams_are_the_same_keys_for_every_run() -> None:
+    default = run_hparams(TrainConfig(), 1234)
+    changed = run_hparams(tiny_config("optim.lr=0.01", "seed=3"), 99)
+    assert set(default) == set(changed)
+    assert default["n_params"] == 1234 and changed["seed"] == 3 and default["seed"] == 1
+    assert default["trainer.max_steps"] == "None"
+    assert "resume" not in default
 
 
-def test_text_tab_shows_other_validation_examples_each_time(events) -> None:
+def test_text_tab_shows_the_same_validation_examples_each_time(events) -> None:
     texts = events.Tensors("valid/examples/text_summary")
     assert [event.step for event in texts] == [3, 6, 7]
     tables = [event.tensor_proto.string_val[0].decode() for event in texts]
@@ -202,8 +273,9 @@ def test_text_tab_shows_other_validation_examples_each_time(events) -> None:
         assert table.startswith("| # | source | hypothesis | reference |")
         rows = table.splitlines()[2:]
         assert len(rows) == 4
-        shown.append([int(row.split("|")[1]) for row in rows])
-    assert shown == [[4, 5, 6, 7], [8, 9, 10, 11], [9, 10, 11, 12]]  # the split is 20 long
+        shown.append([(int(row.split("|")[1]), row.split("|")[2]) for row in rows])
+    assert [index for index, _ in shown[0]] == [0, 1, 2, 3]
+    assert shown[0] == shown[1] == shown[2]  # the same sources at every validation
 
 
 def test_heatmap_has_a_title_horizontal_short_ticks_and_readable_fonts() -> None:

@@ -1,0 +1,167 @@
+"""Experiment trackers against the real libraries: an MLflow run read back with MlflowClient
+(params, step metrics, an alignment PNG), a W&B offline run folder holding the same metrics,
+and the one-line refusal when a selected tracker's library is missing."""
+
+import struct
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from helpers import TINY, assert_refused, tiny_config, train_in_process
+
+from attnseq.config.choices import Tracker
+from attnseq.errors import UserError
+from attnseq.training import trackers
+from attnseq.training.run import run_training
+from attnseq.training.trackers import MLflowTracker, check_trackers_installed
+
+pytest.importorskip("mlflow", reason="needs attnseq[mlflow]")
+pytest.importorskip("wandb", reason="needs attnseq[wandb]")
+
+STEPS = ["trainer.max_steps=4", "trainer.validate_every=2", "trainer.log_every=1"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A tiny run logged to MLflow and W&B (and not to TensorBoard)."""
+    run_dir = tmp_path_factory.mktemp("run")
+    cfg = tiny_config("logger=[mlflow,wandb]", "optim.lr=0.003", *STEPS)
+    run_training(cfg, run_dir)
+    return run_dir
+
+
+def test_only_the_selected_trackers_write(run_dir: Path) -> None:
+    assert (run_dir / "mlflow.db").is_file() and (run_dir / "wandb").is_dir()
+    assert not (run_dir / "tb").exists()
+
+
+def test_mlflow_client_reads_back_params_step_metrics_and_a_heatmap(run_dir, tmp_path) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("attnseq")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[trackers.RUN_DIR_TAG] == str(run_dir)
+    params = run.data.params
+    assert params["optim.lr"] == "0.003" and params["model.hidden"] == "32"
+    assert params["seed"] == "1" and params["trainer.max_steps"] == "4"  # defaults too
+    assert int(params["n_params"]) > 0
+    history = client.get_metric_history(run.info.run_id, "train/loss")
+    assert [metric.step for metric in history] == [1, 2, 3, 4]
+    assert all(metric.value > 0 for metric in history)
+    valid = client.get_metric_history(run.info.run_id, "valid/loss")
+    assert [metric.step for metric in valid] == [2, 4]
+    assert [metric.step for metric in client.get_metric_history(run.info.run_id, "test/bleu")] == [
+        4
+    ]
+    names = [item.path for item in client.list_artifacts(run.info.run_id, "attention/example_0")]
+    assert names == ["attention/example_0/step_0000002.png", "attention/example_0/step_0000004.png"]
+    png = client.download_artifacts(run.info.run_id, names[0], str(tmp_path))
+    height, width, _ = matplotlib.image.imread(png).shape
+    assert height > 100 and width > 100
+    examples = client.list_artifacts(run.info.run_id, "valid/examples")
+    assert [item.path.rsplit("/", 1)[1] for item in examples] == [
+        "step_0000002.md",
+        "step_0000004.md",
+    ]
+
+
+def _wandb_records(path: Path):
+    """The records of a W&B transaction log (`run-ID.wandb`): a 7-byte header (":W&B", magic,
+    version), then LevelDB's log format: 32 KiB blocks of chunks with a 7-byte header (CRC,
+    length, type: 1 full, 2 first, 3 middle, 4 last) holding protobuf `Record`s."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    block, position, parts = 32768, 7, []
+    while position + 7 <= len(data):
+        left = block - position % block
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if left < 7 or kind == 0:  # the block's zero padding
+            position += left
+            continue
+        parts.append(data[position + 7 : position + 7 + length])
+        position += 7 + length
+        if kind in (1, 4):
+            yield wandb_internal_pb2.Record.FromString(b"".join(parts))
+            parts = []
+        elif kind == 2:
+            parts = parts[-1:]
+
+
+def _history_items(record) -> dict[str, str]:
+    """A history record's values (JSON text) by metric name (W&B stores `a/b` as the nested
+    key [a, b])."""
+    items = record.history.item
+    return {item.key or "/".join(item.nested_key): item.value_json for item in items}
+
+
+def test_wandb_offline_run_folder_holds_the_metrics(run_dir: Path) -> None:
+    (folder,) = (run_dir / "wandb").glob("offline-run-*")
+    (log_file,) = folder.glob("run-*.wandb")
+    history, config = {}, {}
+    for record in _wandb_records(log_file):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            items = _history_items(record)
+            history[int(items["_step"])] = items
+        elif kind in ("run", "config"):  # the config at wandb.init, then its updates
+            updates = record.run.config.update if kind == "run" else record.config.update
+            config.update({item.key: item.value_json for item in updates})
+    assert sorted(history) == [1, 2, 3, 4]
+    assert all(float(history[step]["train/loss"]) > 0 for step in history)
+    assert "valid/loss" in history[2] and "valid/loss" in history[4]
+    assert config["optim.lr"] == "0.003" and config["seed"] == "1"
+    assert int(config["n_params"]) > 0
+    images = list((folder / "files" / "media" / "images" / "attention").glob("example_0_*.png"))
+    assert len(images) == 2
+
+
+def test_mlflow_and_wandb_see_the_same_losses(run_dir: Path) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("attnseq").experiment_id])
+    mlflow_losses = [m.value for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    (log_file,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    wandb_losses = [
+        float(items["train/loss"])
+        for items in map(_history_items, _wandb_records(log_file))
+        if "train/loss" in items
+    ]
+    assert wandb_losses == pytest.approx(mlflow_losses)
+
+
+def test_a_resumed_run_continues_its_mlflow_run(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = MLflowTracker(uri, "attnseq", tmp_path / "run", {"seed": 1}, resumed=False)
+    first.add_scalar("train/loss", 2.0, 1)
+    first.close(succeeded=False)
+    again = MLflowTracker(uri, "attnseq", tmp_path / "run", {"seed": 1, "n": 2}, resumed=True)
+    again.add_scalar("train/loss", 1.0, 2)
+    again.close()
+    assert again.run_id == first.run_id
+    history = again.client.get_metric_history(again.run_id, "train/loss")
+    assert [(m.step, m.value) for m in history] == [(1, 2.0), (2, 1.0)]
+    assert again.client.get_run(again.run_id).data.params == {"seed": "1", "n": "2"}
+    other = MLflowTracker(uri, "attnseq", tmp_path / "other", {}, resumed=True)
+    assert other.run_id != first.run_id  # nothing to continue: a new run
+
+
+def test_a_missing_tracker_library_names_its_extra(monkeypatch, tmp_path) -> None:
+    real = trackers.importlib.util.find_spec
+    monkeypatch.setattr(
+        trackers.importlib.util, "find_spec", lambda name: None if name == "mlflow" else real(name)
+    )
+    with pytest.raises(UserError, match=r"pip install 'attnseq\[mlflow\]'"):
+        check_trackers_installed([Tracker.tensorboard, Tracker.mlflow])
+    code, output = train_in_process(tmp_path, *TINY, "logger=[tensorboard,mlflow]")
+    assert_refused(tmp_path, code, output, "logger=mlflow needs the mlflow package")
+
+
+def test_a_misspelt_tracker_is_refused_with_the_nearest_name(tmp_path) -> None:
+    code, output = train_in_process(tmp_path, *TINY, "logger=[tensorboard,mlfow]")
+    assert_refused(tmp_path, code, output, "expected one of [tensorboard, mlflow, wandb]")
+    assert "Did you mean 'mlflow'?" in output
