@@ -22,7 +22,14 @@ from typing import IO, Annotated
 
 import typer
 
-from attnseq.cli.shared import CheckpointArgument, DeviceOption, decoded_lines, user_errors
+from attnseq.cli.shared import (
+    CheckpointArgument,
+    DeviceOption,
+    ThreadsOption,
+    apply_threads,
+    decoded_lines,
+    user_errors,
+)
 from attnseq.errors import UserError
 
 
@@ -45,6 +52,7 @@ def score(
         typer.Option(help="Batch budget in padded tokens (default: the checkpoint's)."),
     ] = None,
     device: DeviceOption = "auto",
+    threads: ThreadsOption = None,
 ) -> None:
     """Score given targets: per pair, the log-probability of the target (EOS included) under
     the model, like marian-scorer or fairseq's --score-reference. Output lines are
@@ -65,6 +73,7 @@ def score(
             inputs = [("CHECKPOINT", checkpoint), ("--src", src), ("--tgt", tgt)]
             refuse_output_over_inputs(out, "--out", inputs)
             check_output_file(out, "--out")
+        apply_threads(threads)
         scorer = Scorer.from_checkpoint(checkpoint, device)
         running = RunningSummary()
 

@@ -18,7 +18,14 @@ from typing import IO, Annotated, Any
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.shared import CheckpointArgument, DeviceOption, decoded_lines, user_errors
+from attnseq.cli.shared import (
+    CheckpointArgument,
+    DeviceOption,
+    ThreadsOption,
+    apply_threads,
+    decoded_lines,
+    user_errors,
+)
 from attnseq.errors import UserError
 
 
@@ -50,6 +57,7 @@ def translate(
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per batch.")] = 64,
     device: DeviceOption = "auto",
+    threads: ThreadsOption = None,
     engine: Annotated[
         Engine,
         typer.Option(
@@ -80,6 +88,7 @@ def translate(
         ensemble, overrides = decoding_options.split_checkpoints(overrides)
         _check_files(input_file, output_file, [checkpoint, *ensemble])
         sampling = decoding.sampling()
+        thread_count = apply_threads(threads, overrides)
         if sampling is not None and nbest != 1:
             raise UserError("--nbest ranks beam search outputs; with --sample use --num-samples")
         if engine is Engine.ctranslate2:
@@ -91,7 +100,9 @@ def translate(
             from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
 
             changes = decoding.overrides(overrides)
-            translator: Any = CTranslate2Translator(checkpoint, device, overrides=changes)
+            translator: Any = CTranslate2Translator(
+                checkpoint, device, overrides=changes, threads=thread_count
+            )
             settings = translator.settings(nbest=nbest)
         else:
             translator = Translator.from_checkpoint(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from attnseq.cli.shared import user_errors
+from attnseq.cli.shared import ThreadsOption, apply_threads, user_errors
 from attnseq.errors import UserError
 from attnseq.io.user_paths import (
     InputPaths,
@@ -79,6 +79,7 @@ def visualize_alignment(
         Path | None, typer.Option(help="Also log the figures to this TensorBoard folder.")
     ] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    threads: ThreadsOption = None,
     from_saved: Annotated[
         Path | None,
         typer.Option(
@@ -141,6 +142,7 @@ def visualize_alignment(
         figures = _figures_to_draw(src, input_file, out)
         for _, _, figure_file in figures:  # an --out folder's files are known from --input
             refuse_output_over_inputs(figure_file, "--out", inputs)
+        apply_threads(threads)
         _draw_model_attention(checkpoint, device, figures, tgt, kind, drawing, tensorboard)
 
 
