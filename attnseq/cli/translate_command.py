@@ -5,6 +5,12 @@ Input is read as bytes and split at "\\n" only, each line decoded as UTF-8, so a
 or a bad byte is named by its line number instead of shifting the output against the input.
 A file output is written atomically; stdout is flushed after every output, so a caller reading
 a pipe sees each line as soon as it is decoded.
+
+At a terminal (stdin is a TTY and no --input is given) the command is interactive, as
+fairseq-interactive and Joey NMT's translate mode are: each line is decoded as soon as it is
+typed and its answer printed at once (chunks of one line), with no progress bar drawing over
+what the user types; Ctrl-D ends. From a pipe or a file, lines are read and sorted in chunks of
+1,000 (attnseq/decoding/translate.py) behind a progress bar.
 """
 
 import contextlib
@@ -68,7 +74,8 @@ def translate(
 ) -> None:
     """Translate (or summarize) text with a checkpoint: one output line per input line, in
     order; empty input lines give empty output lines. Reads stdin and writes stdout by default,
-    streaming in chunks of 1000 lines. Decodes with the checkpoint's settings (as `attnseq
+    streaming in chunks of 1000 lines; typed at a terminal, each line is answered as soon as
+    it is entered (Ctrl-D ends). Decodes with the checkpoint's settings (as `attnseq
     eval` does) unless told otherwise.
 
     \b
@@ -81,7 +88,7 @@ def translate(
     attnseq translate A.pt B.pt -i test.de --beam 5      # an ensemble of two checkpoints
     attnseq translate --engine ctranslate2 best-ct2/ -i test.de --beam 5
     """
-    from attnseq.decoding.translate import Translator
+    from attnseq.decoding.translate import CHUNK_SIZE, Translator
     from attnseq.io.progress import counting
 
     with user_errors():
@@ -109,13 +116,19 @@ def translate(
                 checkpoint, device, decoding.overrides(overrides), ensemble
             )
             settings = translator.settings(nbest=nbest).with_sampling(sampling)
+        interactive = input_file is None and sys.stdin.isatty()
         # a pipe or FIFO (`-i <(...)`) can be read once only: no count for the progress bar
         regular = input_file is not None and input_file.is_file()
         total = _count_lines(input_file) if regular and input_file is not None else None
-        with _open_input(input_file) as lines, counting("translate", total) as counter:
-            outputs = translator.translate(lines, settings, batch_size, counter=counter)
+        chunk_size = 1 if interactive else CHUNK_SIZE
+        with (
+            _open_input(input_file) as lines,
+            counting("translate", total, enabled=not interactive) as counter,
+        ):
+            outputs = translator.translate(lines, settings, batch_size, chunk_size, counter)
             _write(outputs, output_file)
-        typer.echo(f"translated {counter.rate.summary()}", err=True)
+        if not interactive:
+            typer.echo(f"translated {counter.rate.summary()}", err=True)
 
 
 def _check_files(
