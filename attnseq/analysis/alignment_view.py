@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnseq.analysis.alignment import word_attention, word_ids
+from attnseq.analysis.alignment import check_layer_and_head, word_attention, word_ids
 from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
 from attnseq.analysis.segment_view import is_hierarchical, join_pieces, segment_labels
 from attnseq.data.extended_vocab import extend_text, extended_pieces
@@ -288,20 +288,18 @@ def draw(
     weights, p_gen = attention.weights, attention.p_gen
     title = title or attention.title()
     if weights.ndim == 2:
+        check_layer_and_head(layer, head, 1, 1, "its attention here is one map")
         return alignment_figure(weights, attention.columns, attention.rows, title, p_gen, style)
     layers, heads = weights.shape[:2]
+    check_layer_and_head(layer, head, layers, heads)
     if all_heads:
         return attention_grid_figure(weights, attention.columns, attention.rows, title, style)
     layer = layers if layer is None else layer
-    if not 1 <= layer <= layers:
-        raise UserError(f"--layer must be in 1..{layers}, got {layer}")
     chosen = weights[layer - 1]
     if head is None:
         label = f"layer {layer}, mean of {heads} heads"
         matrix = chosen.mean(axis=0)
     else:
-        if not 1 <= head <= heads:
-            raise UserError(f"--head must be in 1..{heads}, got {head}")
         label, matrix = f"layer {layer}, head {head}", chosen[head - 1]
     return alignment_figure(
         matrix, attention.columns, attention.rows, f"{title} ({label})", p_gen, style

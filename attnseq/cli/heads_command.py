@@ -149,5 +149,5 @@ def _print_result(result) -> None:  # type: ignore[no-untyped-def]
         console.print(table)
     typer.echo(f"wrote {result.json_path} and {result.figure_path}")
     if result.pruned_path is not None:
-        heads = ", ".join(f"{kind} L{layer} h{head}" for kind, layer, head in result.pruned)
+        heads = ", ".join(f"{kind} L{layer + 1} h{head + 1}" for kind, layer, head in result.pruned)
         typer.echo(f"pruned {len(result.pruned)} heads ({heads}): {result.pruned_path}")
