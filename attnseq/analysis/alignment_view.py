@@ -41,6 +41,7 @@ from attnseq.analysis.segment_view import is_hierarchical, join_pieces, segment_
 from attnseq.data.extended_vocab import extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
+from attnseq.models.loading import TrainedModel, load_trained_model
 from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput
 
 KINDS = ("cross", "encoder", "decoder", "segment")
@@ -100,12 +101,13 @@ class _Pass:
 
 
 class AlignmentViewer:
-    """A loaded checkpoint that turns sentences into attention maps and figures."""
+    """A loaded checkpoint (a path, or a model `load_trained_model` loaded) that turns
+    sentences into attention maps and figures."""
 
-    def __init__(self, checkpoint: Path, device: str = "cpu") -> None:
-        from attnseq.models.loading import load_trained_model
-
-        trained = load_trained_model(checkpoint)
+    def __init__(self, checkpoint: Path | TrainedModel, device: str | torch.device = "cpu") -> None:
+        trained = (
+            load_trained_model(checkpoint) if isinstance(checkpoint, str | Path) else checkpoint
+        )
         self.cfg, self.tokenizers = trained.cfg, trained.tokenizers
         self.model: Seq2Seq = trained.model.to(device)
         self.device = torch.device(device)

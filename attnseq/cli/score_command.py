@@ -63,7 +63,8 @@ def score(
     attnseq score best.pt --src test.de --tgt test.en > test.scores
     attnseq score best.pt --src test.de --tgt test.en --out test.scores --batch-size 32
     """
-    from attnseq.evaluation.scoring import RunningSummary, Scorer
+    from attnseq.evaluation.python_api import load
+    from attnseq.evaluation.scoring import RunningSummary
 
     with user_errors():
         check_pairs(src, tgt)
@@ -73,8 +74,7 @@ def score(
             inputs = [("CHECKPOINT", checkpoint), ("--src", src), ("--tgt", tgt)]
             refuse_output_over_inputs(out, "--out", inputs)
             check_output_file(out, "--out")
-        apply_threads(threads)
-        scorer = Scorer.from_checkpoint(checkpoint, device)
+        scorer = load(checkpoint, device, threads=apply_threads(threads)).scorer
         running = RunningSummary()
 
         def write(handle: IO[bytes]) -> None:

@@ -88,14 +88,15 @@ def translate(
     attnseq translate A.pt B.pt -i test.de --beam 5      # an ensemble of two checkpoints
     attnseq translate --engine ctranslate2 best-ct2/ -i test.de --beam 5
     """
-    from attnseq.decoding.translate import CHUNK_SIZE, Translator
+    from attnseq.decoding.translate import CHUNK_SIZE
+    from attnseq.evaluation.python_api import load
     from attnseq.io.progress import counting
 
     with user_errors():
         ensemble, overrides = decoding_options.split_checkpoints(overrides)
         _check_files(input_file, output_file, [checkpoint, *ensemble])
         sampling = decoding.sampling()
-        thread_count = apply_threads(threads, overrides)
+        count = apply_threads(threads, overrides)
         if sampling is not None and nbest != 1:
             raise UserError("--nbest ranks beam search outputs; with --sample use --num-samples")
         if engine is Engine.ctranslate2:
@@ -108,13 +109,13 @@ def translate(
 
             changes = decoding.overrides(overrides)
             translator: Any = CTranslate2Translator(
-                checkpoint, device, overrides=changes, threads=thread_count
+                checkpoint, device, overrides=changes, threads=count
             )
             settings = translator.settings(nbest=nbest)
         else:
-            translator = Translator.from_checkpoint(
-                checkpoint, device, decoding.overrides(overrides), ensemble
-            )
+            changes = decoding.overrides(overrides)
+            model = load(checkpoint, device, overrides=changes, ensemble=ensemble, threads=count)
+            translator = model.translator
             settings = translator.settings(nbest=nbest).with_sampling(sampling)
         interactive = input_file is None and sys.stdin.isatty()
         # a pipe or FIFO (`-i <(...)`) can be read once only: no count for the progress bar
