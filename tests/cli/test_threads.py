@@ -1,6 +1,7 @@
 """Every command that computes runs with the CPU threads asked for (`--threads N`, or the
 override trainer.threads=N), and without either with the cores no other process keeps busy."""
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,8 @@ def command(name: str, checkpoint: Path, folder: Path) -> list[str]:
         "score": ["score", str(checkpoint), "--src", text, "--tgt", text],
         "align": ["align", str(checkpoint), "--src", text, "--tgt", text],
         "heads": ["heads", str(checkpoint), "--max-batches", "1", "--report-dir", str(folder)],
+        "average": ["average", str(checkpoint), str(shutil.copy(checkpoint, folder / "b.pt")),
+                    "--out", str(folder / "a.pt")],
         "visualize-alignment": [
             "visualize-alignment", str(checkpoint), "--src", "3 4 5", "--out",
             str(folder / "a.png"),
@@ -45,7 +48,7 @@ def command(name: str, checkpoint: Path, folder: Path) -> list[str]:
     }[name]  # fmt: skip
 
 
-COMMANDS = ["eval", "translate", "score", "align", "heads", "visualize-alignment"]
+COMMANDS = ["eval", "translate", "score", "align", "heads", "visualize-alignment", "average"]
 
 
 @pytest.mark.usefixtures("restored_threads")
