@@ -77,6 +77,8 @@ class TranslatedHypothesis:
     (`Hypothesis.normalized_score`). log_prob: the sum of the token log-probabilities (</s>
     included when produced). output_pieces, source_pieces: the tokens of the output and of the
     source as the model saw them. attention: (T, S) or (L, H, T, S), or None when not asked for.
+    source: the input line. output_kind, source_kind: the tokenizer kinds (char, word,
+    sentencepiece) of the pieces, which tell `plot_alignment(words=True)` how to merge them.
     """
 
     text: str
@@ -131,12 +133,15 @@ def sampling_settings(sample: bool | SamplingSettings | Mapping[str, Any] | None
 
 
 class Model:
-    """A trained model loaded by `load`.
+    """A trained model loaded by `load`: translate, score, align, attention maps.
 
     Attributes:
-        cfg: the checkpoint's config (overrides applied). tokenizers: its tokenizers.
-        module: the torch model (eval mode, on `device`). path: the checkpoint file.
-        translator, scorer: what `attnseq translate` and `attnseq score` decode and score with.
+        cfg: the checkpoint's config (overrides applied).
+        tokenizers: its source and target tokenizers.
+        module: the torch model, in eval mode, on `device`.
+        device: where it runs.
+        path: the checkpoint file.
+        ensemble: True when further checkpoints decode with it (translate only).
     """
 
     def __init__(self, trained: TrainedModel, device: torch.device, path: Path) -> None:
