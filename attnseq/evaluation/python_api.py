@@ -26,6 +26,7 @@ Threads. `load` sets torch's CPU threads as every command does: `threads`, else 
 other process keeps busy (attnseq/models/loading.py, `default_threads`).
 """
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -335,12 +336,28 @@ def plot_alignment(
     mean of the last layer's heads, or `layer`/`head` (from 1), or every layer and head
     (`all_heads`); `words` merges subword pieces into words. The figure visualize-alignment
     saves; UserError for a layer or head out of the model's range."""
+    _show_figures_inline_in_ipython()
     if isinstance(attention, TranslatedHypothesis):
         attention = attention.attention_map()
     if words:
         attention = merge_words(attention)
     style = style_from_options(figsize, fontsize, cmap)
     return draw(attention, layer=layer, head=head, all_heads=all_heads, title=title, style=style)
+
+
+def _show_figures_inline_in_ipython() -> None:
+    """In IPython or Jupyter, display a matplotlib Figure as a PNG, as `%matplotlib inline`
+    arranges for pyplot's figures: attnseq draws on plain `Figure` objects (never pyplot), which
+    a kernel would otherwise show as their text repr. Does nothing outside IPython."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return
+    from IPython.core.pylabtools import print_figure
+    from matplotlib.figure import Figure
+
+    formatter = shell.display_formatter.formatters["image/png"]
+    formatter.for_type(Figure, lambda figure: print_figure(figure, "png"))
 
 
 __all__ = [
