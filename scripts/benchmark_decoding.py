@@ -21,23 +21,38 @@ Usage (from the repository root):
     # as well as sentences per second (`mean_output_tokens` says how much each produced).
     .venv/bin/python scripts/benchmark_decoding.py --threads 1
 
-Options: --threads N (torch intra-op threads), --device cpu|cuda|auto, --beam K,
---batch-sizes 1,64, --sentences N (inputs timed per setting; default 128), --length-penalty A.
+    # threads on a busy machine: attnseq's default against 1 and 2 threads, idle and beside
+    # a competing 2-thread job (started a minute before, as a job already running would be),
+    # the table written for the docs
+    .venv/bin/python scripts/benchmark_decoding.py RUN/checkpoints/best.pt \\
+        --threads default,1,2 --loaded --markdown threads.md
+
+Options: --threads LIST (thread settings compared: "default" is attnseq's default at the time
+the setting is timed, attnseq/models/loading.py; or a number), --loaded (time everything again
+beside a competing job of --load-threads threads, started --load-warmup seconds early),
+--markdown FILE (the table: idle and loaded sentences/s and their ratio), --device
+cpu|cuda|auto, --beam K, --batch-sizes 1,64, --sentences N (inputs timed per setting; default
+128), --length-penalty A.
 
 Every result row says whether the model was trained (`untrained: true` for the built-in tiny
 models). Each setting is warmed up on a few sentences before it is timed.
 """
 
 import argparse
+import contextlib
 import json
+import os
 import platform
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+import attnseq
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.sources import load_splits
@@ -45,7 +60,8 @@ from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.decoding import DecodingSettings
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
-from attnseq.models.loading import model_for, resolve_device
+from attnseq.io.atomic import atomic_write_text
+from attnseq.models.loading import model_for, resolve_device, usable_cores, use_threads
 
 # the tiny sizes of tests/helpers.py:tiny_config, on the reverse task
 TINY = [
@@ -94,7 +110,7 @@ def untrained_translators(device: torch.device) -> list[tuple[str, Translator, l
 def checkpoint_translator(
     path: Path, device: str, source: Path | None
 ) -> tuple[str, Translator, list[str]]:
-    translator = Translator.from_checkpoint(path, device)
+    translator = attnseq.load(path, device, threads=1).translator
     if source is not None:
         sources = [line.rstrip("\n") for line in source.open(encoding="utf-8")]
     else:
@@ -122,7 +138,99 @@ def time_setting(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+# A competing job: float32 matrix products on N threads, as another training would keep the
+# cores busy (the "loaded" condition). It runs until the benchmark stops it.
+COMPETITOR = """
+import sys, torch
+torch.set_num_threads(int(sys.argv[1]))
+a = torch.randn(384, 384)
+while True:
+    a = torch.tanh(a @ a)
+"""
+
+
+@contextlib.contextmanager
+def competing_job(threads: int, warmup: float) -> Iterator[None]:
+    """A second process keeping `threads` cores busy while the block runs; started `warmup`
+    seconds early, so that the 1-minute load average (which attnseq's default thread count
+    reads) has seen it, as it would have seen a job that was already running."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    command = [sys.executable, "-c", COMPETITOR, str(threads)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(warmup)
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+def thread_count(setting: str) -> int:
+    """Set torch's threads for `setting` ("default": attnseq's default now, or a number)."""
+    return use_threads(None if setting == "default" else int(setting))
+
+
+def time_models(
+    models: list[tuple[str, Translator, list[str]]], args: argparse.Namespace, condition: str
+) -> list[dict[str, Any]]:
+    """One row per model, thread setting, search and batch size."""
+    rows = []
+    for label, translator, sources in models:
+        sources = sources[: args.sentences]
+        base = translator.settings(length_penalty=args.length_penalty)
+        for setting in args.thread_settings.split(","):
+            threads = thread_count(setting)
+            for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
+                settings = DecodingSettings(**{**vars(base), "beam": beam})
+                for batch_size in [int(size) for size in args.batch_sizes.split(",")]:
+                    row = {
+                        "model": label,
+                        "untrained": not args.checkpoints,
+                        "family": translator.cfg.model.family.value,
+                        "parameters": sum(p.numel() for p in translator.model.parameters()),
+                        "condition": condition,
+                        "thread_setting": setting,
+                        "threads": threads,
+                        "search": name,
+                        "batch_size": batch_size,
+                    }
+                    row.update(time_setting(translator, sources, settings, batch_size))
+                    rows.append(row)
+                    print(
+                        f"{label} [{condition}, threads {setting}={threads}]: {name} batch "
+                        f"{batch_size}: {row['sentences_per_second']} sent/s",
+                        file=sys.stderr,
+                    )
+    return rows
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """Sentences/s per model, thread setting, search and batch: idle, loaded (when measured)
+    and their ratio."""
+    keys = ("model", "thread_setting", "search", "batch_size")
+    table: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        table.setdefault(tuple(row[key] for key in keys), {})[row["condition"]] = row
+    lines = [
+        "| model | threads | search | batch | idle sent/s | loaded sent/s | idle / loaded |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for (model, setting, search, batch), conditions in table.items():
+        idle, loaded = conditions.get("idle"), conditions.get("loaded")
+        threads = " / ".join(
+            str(row["threads"]) for row in (idle, loaded) if row is not None
+        )  # what the setting gave in each condition
+        cells = [f"{row['sentences_per_second']:,.0f}" if row else "" for row in (idle, loaded)]
+        ratio = ""
+        if idle and loaded:
+            ratio = f"{idle['sentences_per_second'] / loaded['sentences_per_second']:.2f}x"
+        label = f"{setting} ({threads})"
+        lines.append(f"| {Path(model).name} | {label} | {search} | {batch} | {cells[0]} | "
+                     f"{cells[1]} | {ratio} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -131,16 +239,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--source", type=Path, help="source sentences, one per line")
     parser.add_argument("--sentences", type=int, default=128, help="sentences timed per setting")
-    parser.add_argument("--threads", type=int, help="torch intra-op threads")
+    parser.add_argument("--threads", dest="thread_settings", default="default",
+                        help="comma-separated thread settings to compare: default (attnseq's "
+                        "default when the setting is timed) or a number")  # fmt: skip
+    parser.add_argument("--loaded", action="store_true",
+                        help="also time everything beside a competing job")  # fmt: skip
+    parser.add_argument("--load-threads", type=int, default=2, help="the competing job's threads")
+    parser.add_argument("--load-warmup", type=float, default=60.0,
+                        help="seconds the competing job runs before timing starts")  # fmt: skip
+    parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--beam", type=int, default=5, help="beam size compared with greedy")
     parser.add_argument("--length-penalty", type=float, default=1.0, help="GNMT alpha")
     parser.add_argument("--batch-sizes", default="1,64", help="comma-separated batch sizes")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
+    return parser.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
     try:
         if args.checkpoints:
             models = [
@@ -151,35 +267,22 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-
-    results = []
-    for label, translator, sources in models:
-        sources = sources[: args.sentences]
-        base = translator.settings(length_penalty=args.length_penalty)
-        for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
-            settings = DecodingSettings(**{**vars(base), "beam": beam})
-            for batch_size in batch_sizes:
-                row = {
-                    "model": label,
-                    "untrained": not args.checkpoints,
-                    "family": translator.cfg.model.family.value,
-                    "parameters": sum(p.numel() for p in translator.model.parameters()),
-                    "search": name,
-                    "batch_size": batch_size,
-                }
-                row.update(time_setting(translator, sources, settings, batch_size))
-                results.append(row)
-                print(
-                    f"{label}: {name} batch {batch_size}: {row['sentences_per_second']} sent/s",
-                    file=sys.stderr,
-                )
+    load_before = os.getloadavg()[0]
+    results = time_models(models, args, "idle")
+    if args.loaded:
+        with competing_job(args.load_threads, args.load_warmup):
+            results += time_models(models, args, "loaded")
     report = {
         "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
+        "cores": usable_cores(),
+        "load_average_before": round(load_before, 2),
+        "competing_job_threads": args.load_threads if args.loaded else None,
         "device": str(models[0][1].device) if models else args.device,
         "machine": platform.processor() or platform.machine(),
         "results": results,
     }
+    if args.markdown is not None:
+        atomic_write_text(args.markdown, markdown_table(results))
     print(json.dumps(report, indent=2))
     return 0
 

@@ -86,6 +86,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write_lines
 
 Link = tuple[int, int]
@@ -353,6 +354,19 @@ ALIGNMENT_SCORES: tuple[str, ...] = ("aer", "precision", "recall")
 
 
 # ----------------------------------------------------------------------- pieces -> words
+def check_layer_and_head(
+    layer: int | None, head: int | None, layers: int, heads: int, single: str = ""
+) -> None:
+    """UserError unless `layer` and `head` (the --layer/--head options, counted from 1; None:
+    not given) are within the model's 1..layers and 1..heads. A model whose attention is one
+    map (an RNN, a hierarchical model's segments) has layers = heads = 1, and `single` says
+    so in the message (e.g. "an RNN's attention is one map")."""
+    note = f" ({single})" if single else ""
+    for option, value, count in (("--layer", layer, layers), ("--head", head, heads)):
+        if value is not None and not 1 <= value <= count:
+            raise UserError(f"{option} must be in 1..{count} for this model{note}, got {value}")
+
+
 def word_ids(pieces: Sequence[str], kind: str) -> list[int]:
     """The word index of every piece (-1 for pieces that belong to no word).
 

@@ -35,12 +35,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnseq.analysis.alignment import word_attention, word_ids
+from attnseq.analysis.alignment import check_layer_and_head, word_attention, word_ids
 from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
 from attnseq.analysis.segment_view import is_hierarchical, join_pieces, segment_labels
 from attnseq.data.extended_vocab import extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
+from attnseq.models.loading import TrainedModel, load_trained_model
 from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput
 
 KINDS = ("cross", "encoder", "decoder", "segment")
@@ -100,12 +101,13 @@ class _Pass:
 
 
 class AlignmentViewer:
-    """A loaded checkpoint that turns sentences into attention maps and figures."""
+    """A loaded checkpoint (a path, or a model `load_trained_model` loaded) that turns
+    sentences into attention maps and figures."""
 
-    def __init__(self, checkpoint: Path, device: str = "cpu") -> None:
-        from attnseq.models.loading import load_trained_model
-
-        trained = load_trained_model(checkpoint)
+    def __init__(self, checkpoint: Path | TrainedModel, device: str | torch.device = "cpu") -> None:
+        trained = (
+            load_trained_model(checkpoint) if isinstance(checkpoint, str | Path) else checkpoint
+        )
         self.cfg, self.tokenizers = trained.cfg, trained.tokenizers
         self.model: Seq2Seq = trained.model.to(device)
         self.device = torch.device(device)
@@ -288,20 +290,18 @@ def draw(
     weights, p_gen = attention.weights, attention.p_gen
     title = title or attention.title()
     if weights.ndim == 2:
+        check_layer_and_head(layer, head, 1, 1, "its attention here is one map")
         return alignment_figure(weights, attention.columns, attention.rows, title, p_gen, style)
     layers, heads = weights.shape[:2]
+    check_layer_and_head(layer, head, layers, heads)
     if all_heads:
         return attention_grid_figure(weights, attention.columns, attention.rows, title, style)
     layer = layers if layer is None else layer
-    if not 1 <= layer <= layers:
-        raise UserError(f"--layer must be in 1..{layers}, got {layer}")
     chosen = weights[layer - 1]
     if head is None:
         label = f"layer {layer}, mean of {heads} heads"
         matrix = chosen.mean(axis=0)
     else:
-        if not 1 <= head <= heads:
-            raise UserError(f"--head must be in 1..{heads}, got {head}")
         label, matrix = f"layer {layer}, head {head}", chosen[head - 1]
     return alignment_figure(
         matrix, attention.columns, attention.rows, f"{title} ({label})", p_gen, style

@@ -113,6 +113,7 @@ from attnseq.analysis.alignment import (
     LinkOutsideSentence,
     alignment_error_rate,
     argmax_alignment,
+    check_layer_and_head,
     read_gold_file,
     symmetrize,
     transpose,
@@ -270,11 +271,14 @@ def _batch_attention(
         examples, indices, pad_id=model.pad_id, bos_id=model.bos_id, eos_id=model.eos_id
     ).to(device)
     # Copy models need the source in the extended vocabulary; it only places the copy mass on
-    # output ids, never the attention, so the in-vocabulary ids serve.
+    # output ids, never the attention, so any ids of the target vocabulary serve (the source's
+    # own ids may lie beyond it when the two vocabularies differ): id 0 everywhere.
     if isinstance(model, TransformerSeq2Seq):
         weights = _transformer_cross_attention(model, batch.src, batch.src_lengths, batch.tgt_in)
     else:
-        copy = {"src_ext": batch.src, "n_oov": 0} if getattr(model, "copy", False) else {}
+        copy = {}
+        if getattr(model, "copy", False):
+            copy = {"src_ext": torch.zeros_like(batch.src), "n_oov": 0}
         output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy)
         if output.attention is None:
             raise ValueError(f"{type(model).__name__} returns no attention weights")
@@ -331,16 +335,9 @@ def check_method(trained: "TrainedModel", method: AlignmentMethod) -> None:
     if model_cfg.family.value != "transformer":
         if model_cfg.attention.score.value == "none":
             raise UserError("this model has no attention (model.attention.score=none)")
-        if method.layer is not None or method.head is not None:
-            raise UserError("--layer and --head choose a transformer's map; an RNN has one")
+        check_layer_and_head(method.layer, method.head, 1, 1, "an RNN's attention is one map")
         return
-    limits = {
-        "--layer": (method.layer, model_cfg.dec_layers),
-        "--head": (method.head, model_cfg.heads),
-    }
-    for option, (value, count) in limits.items():
-        if value is not None and not 1 <= value <= count:
-            raise UserError(f"{option} must be in 1..{count} for this model, got {value}")
+    check_layer_and_head(method.layer, method.head, model_cfg.dec_layers, model_cfg.heads)
 
 
 def align_sentences(

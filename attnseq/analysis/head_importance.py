@@ -21,7 +21,9 @@ Shapes: every score is kind -> (L, H), L the layers of that stack, H heads.
 Report. A rich table per attention kind (rows = layers, one column per head, each cell
 "normalized gradient / loss increase") and a matplotlib figure, one heatmap per measure and kind
 (layers x heads, values written in the cells, pruned heads marked with an x), drawn on
-`matplotlib.figure.Figure` with the Agg canvas (figures.py), never pyplot.
+`matplotlib.figure.Figure` with the Agg canvas (figures.py), never pyplot. Layers and heads
+count from 1 in the tables, the figure, the messages and the pruned checkpoint's record, as
+the --layer/--head options of the other commands count them.
 
 `attnseq heads` (`run_heads`) measures a transformer checkpoint on one split, writes the
 measures as JSON and the figure, and optionally a pruned copy of the checkpoint with the least
@@ -96,7 +98,8 @@ class HeadImportance:
         return self.gradient_normalized if measure == "gradient" else self.ablation
 
     def to_json(self) -> dict[str, Any]:
-        """Plain lists, kind -> [layer][head]."""
+        """Plain lists, kind -> [layer][head]: list position p holds layer (head) p + 1, as
+        the tables, figures and options number them (the file says so in "numbering")."""
 
         def lists(scores: dict[str, Tensor]) -> dict[str, list[list[float]]]:
             return {kind: scores[kind].tolist() for kind in KINDS if scores[kind].numel()}
@@ -110,6 +113,7 @@ class HeadImportance:
             "gradient_normalized": lists(self.gradient_normalized),
             "ablation": lists(self.ablation),
             "masks": lists(self.masks),
+            "numbering": "lists are [layer][head]; position p is layer (head) p + 1",
             **self.extra,
         }
 
@@ -243,7 +247,7 @@ def importance_tables(importance: HeadImportance) -> list["Table"]:
         )
         table.add_column("layer", justify="right")
         for head in range(gradient.size(1)):
-            table.add_column(f"head {head}", justify="right")
+            table.add_column(f"head {head + 1}", justify="right")
         for layer in range(gradient.size(0)):
             cells = [
                 "pruned"
@@ -251,7 +255,7 @@ def importance_tables(importance: HeadImportance) -> list["Table"]:
                 else f"{gradient[layer, head]:.3f} / {ablation[layer, head]:+.4f}"
                 for head in range(gradient.size(1))
             ]
-            table.add_row(str(layer), *cells)
+            table.add_row(str(layer + 1), *cells)
         tables.append(table)
     return tables
 
@@ -281,8 +285,8 @@ def _heatmap(ax, values: np.ndarray, masks: np.ndarray, cmap: str) -> None:  # t
     """One (layers, heads) heatmap with the value in each cell; pruned heads show an x."""
     image = ax.imshow(values, cmap=cmap, aspect="auto")
     ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    ax.set_xticks(range(values.shape[1]))
-    ax.set_yticks(range(values.shape[0]))
+    ax.set_xticks(range(values.shape[1]), [str(head + 1) for head in range(values.shape[1])])
+    ax.set_yticks(range(values.shape[0]), [str(layer + 1) for layer in range(values.shape[0])])
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     span = float(values.max() - values.min()) or 1.0
@@ -425,7 +429,7 @@ def prune_checkpoint(
         "count": len(pruned),
         "split": request.split,
         "seed": request.seed if request.by == "random" else None,
-        "heads": [list(head) for head in pruned],
+        "heads": [[kind, layer + 1, head + 1] for kind, layer, head in pruned],  # from 1
     }
     save_checkpoint(request.out, payload)
     return pruned

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
+from attnseq.cli.shared import (
+    CheckpointArgument,
+    DeviceOption,
+    ThreadsOption,
+    apply_threads,
+    user_errors,
+)
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -71,6 +77,7 @@ def align(
     ] = "src-tgt",
     batch_size: Annotated[int, typer.Option(help="Sentence pairs per forward pass.")] = 64,
     device: DeviceOption = "auto",
+    threads: ThreadsOption = None,
 ) -> None:
     """Align words of given sentence pairs by forcing the target through the model and reading
     its cross-attention: one line of 0-based source-target links (i-j) per pair. Subword pieces
@@ -111,6 +118,7 @@ def align(
             if path is not None:
                 refuse_output_over_inputs(path, option, inputs)
                 check_output_file(path, option, suffixes)
+        apply_threads(threads)
         result = run_align(request)
         if soft is not None:
             write_soft(soft, result)

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from attnseq.cli.shared import CheckpointArgument, user_errors
+from attnseq.cli.shared import CheckpointArgument, ThreadsOption, apply_threads, user_errors
 
 
 class ExportTarget(Enum):
@@ -33,6 +33,7 @@ def average(
         list[Path], typer.Argument(help="Checkpoints of one model (same config and vocabulary).")
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the average.")],
+    threads: ThreadsOption = None,
 ) -> None:
     """Average the weights of checkpoints of one model (Vaswani et al. 2017: the last 5-20
     checkpoints); the result keeps the first one's config and tokenizers, without optimizer
@@ -49,6 +50,7 @@ def average(
     with user_errors():
         refuse_output_over_inputs(out, "--out", [("CHECKPOINT", path) for path in checkpoints])
         check_output_file(out, "--out")
+        apply_threads(threads)
         payload = average_checkpoints(checkpoints)
         save_checkpoint(out, payload)
     typer.echo(f"averaged {len(checkpoints)} checkpoints into {out}")

@@ -50,7 +50,11 @@ def _devices() -> Section:
             rows.append((f"cuda:{index}", torch.cuda.get_device_name(index)))
     mps = getattr(torch.backends, "mps", None)
     rows.append(("mps available", str(bool(mps and mps.is_available()))))
+    from attnseq.models.loading import default_threads, usable_cores
+
     rows.append(("torch threads", f"{torch.get_num_threads()} (of {os.cpu_count()} CPUs)"))
+    load = f"load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "no load"
+    rows.append(("default threads", f"{default_threads()} ({usable_cores()} usable cores, {load})"))
     return "devices", rows
 
 

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
+from attnseq.cli.shared import (
+    CheckpointArgument,
+    DeviceOption,
+    ThreadsOption,
+    apply_threads,
+    user_errors,
+)
 from attnseq.errors import UserError
 
 OldGoldPath = Annotated[Path | None, typer.Option(hidden=True)]
@@ -40,6 +46,7 @@ def evaluate(
         ),
     ] = None,
     device: DeviceOption = "auto",
+    threads: ThreadsOption = None,
     decoding: decoding_options.DecodingFlags = decoding_options.CHECKPOINT_SETTINGS,
     save_attention: Annotated[
         bool,
@@ -133,6 +140,7 @@ def evaluate(
             )
         ensemble, overrides = decoding_options.split_checkpoints(overrides)
         overrides = decoding.overrides(overrides)
+        overrides.append(f"trainer.threads={apply_threads(threads, overrides)}")  # metrics.json
         gold_set = _gold_alignments(
             gold or alignments,
             gold_src or align_src,

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.shared import CheckpointArgument, DeviceOption, user_errors
+from attnseq.cli.shared import (
+    CheckpointArgument,
+    DeviceOption,
+    ThreadsOption,
+    apply_threads,
+    user_errors,
+)
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -37,6 +43,7 @@ def heads(
         int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
     ] = None,
     device: DeviceOption = "auto",
+    threads: ThreadsOption = None,
     report_dir: Annotated[
         Path | None,
         typer.Option(
@@ -86,6 +93,7 @@ def heads(
             list(overrides or []),
         )
         _check_outputs(request)
+        apply_threads(threads, request.overrides)
         result = run_heads(request)
     _print_result(result)
 
@@ -141,5 +149,5 @@ def _print_result(result) -> None:  # type: ignore[no-untyped-def]
         console.print(table)
     typer.echo(f"wrote {result.json_path} and {result.figure_path}")
     if result.pruned_path is not None:
-        heads = ", ".join(f"{kind} L{layer} h{head}" for kind, layer, head in result.pruned)
+        heads = ", ".join(f"{kind} L{layer + 1} h{head + 1}" for kind, layer, head in result.pruned)
         typer.echo(f"pruned {len(result.pruned)} heads ({heads}): {result.pruned_path}")

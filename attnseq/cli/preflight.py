@@ -214,23 +214,27 @@ def _check_data_files(cfg: "TrainConfig") -> None:
                 raise UserError(f"cannot read data file {path}: {error.strerror}") from None
 
 
-def check_run(config: "DictConfig") -> None:
-    """The checks of a single run. Rank 0 then claims a fresh time-stamped run directory (and
-    points `hydra.run.dir` at it), or checks and locks the directory the user named."""
+def check_run(config: "DictConfig", lock: bool = True) -> "TrainConfig":
+    """The checks of a single run; returns its typed config. Rank 0 then claims a fresh
+    time-stamped run directory (and points `hydra.run.dir` at it), or checks the directory the
+    user named and, with `lock`, locks it for the rest of the process (before Hydra writes its
+    record there; training takes the lock again, locks nest)."""
     from attnseq.training.distributed import env_world
     from attnseq.training.run_directory import acquire
 
     cfg = check_job(config)
     if not env_world().is_main:
-        return  # torchrun's other ranks write no run directory
+        return cfg  # torchrun's other ranks write no run directory
     run_dir, timestamped = _directory(config.hydra.run)
     if timestamped:
         if cfg.resume != "auto":  # resume=auto in a fresh folder starts fresh: nothing to check
             _check_resume(cfg, run_dir)
         config.hydra.run.dir = str(_claim_fresh(run_dir))
-        return
+        return cfg
     _check_job_directory(run_dir, cfg, "hydra.run.dir=DIR")
-    acquire(run_dir)  # held for the whole process; training takes it again (locks nest)
+    if lock:
+        acquire(run_dir)
+    return cfg
 
 
 def check_sweep(config: "DictConfig", compose: Compose) -> None:

@@ -22,7 +22,14 @@ from typing import IO, Annotated
 
 import typer
 
-from attnseq.cli.shared import CheckpointArgument, DeviceOption, decoded_lines, user_errors
+from attnseq.cli.shared import (
+    CheckpointArgument,
+    DeviceOption,
+    ThreadsOption,
+    apply_threads,
+    decoded_lines,
+    user_errors,
+)
 from attnseq.errors import UserError
 
 
@@ -45,6 +52,7 @@ def score(
         typer.Option(help="Batch budget in padded tokens (default: the checkpoint's)."),
     ] = None,
     device: DeviceOption = "auto",
+    threads: ThreadsOption = None,
 ) -> None:
     """Score given targets: per pair, the log-probability of the target (EOS included) under
     the model, like marian-scorer or fairseq's --score-reference. Output lines are
@@ -56,7 +64,8 @@ def score(
     attnseq score best.pt --src test.de --tgt test.en --out test.scores \\
         --batch-size 32
     """
-    from attnseq.evaluation.scoring import RunningSummary, Scorer
+    from attnseq.evaluation.python_api import load
+    from attnseq.evaluation.scoring import RunningSummary
 
     with user_errors():
         check_pairs(src, tgt)
@@ -66,7 +75,7 @@ def score(
             inputs = [("CHECKPOINT", checkpoint), ("--src", src), ("--tgt", tgt)]
             refuse_output_over_inputs(out, "--out", inputs)
             check_output_file(out, "--out")
-        scorer = Scorer.from_checkpoint(checkpoint, device)
+        scorer = load(checkpoint, device, threads=apply_threads(threads)).scorer
         running = RunningSummary()
 
         def write(handle: IO[bytes]) -> None:

@@ -1,7 +1,8 @@
 """What every command of the command line shares: the way a user's mistake ends a command,
-the version printout, the way input text is read (`decoded_lines`), and the argument and
-option types that several commands declare: a CHECKPOINT argument also takes a run directory,
-which stands for its checkpoints/best.pt (`run_directory_checkpoint`).
+the version printout, the way input text is read (`decoded_lines`), the CPU threads a
+command computes with (`apply_threads`), and the argument and option types that several
+commands declare: a CHECKPOINT argument also takes a run directory, which stands for its
+checkpoints/best.pt (`run_directory_checkpoint`).
 
 A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2,
 without a traceback. The types are `Annotated` aliases, so a command's signature reads
@@ -106,3 +107,26 @@ CheckpointArgument = Annotated[
     ),
 ]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
+ThreadsOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="CPU threads of torch (intra-op). Default: trainer.threads=N if given, else the "
+        "cores no other process keeps busy (usable cores minus the 1-minute load average).",
+    ),
+]
+
+
+def apply_threads(threads: int | None, overrides: list[str] | None = None) -> int:
+    """Set torch's CPU threads for this command and return how many: `--threads`, else a
+    `trainer.threads=N` among the overrides, else `default_threads`
+    (attnseq/models/loading.py). A checkpoint's own trainer.threads describes the machine it
+    was trained on, not this one, so it is not used."""
+    from attnseq.models.loading import use_threads
+
+    if threads is None:
+        for override in overrides or []:
+            key, _, value = override.partition("=")
+            if key.strip() == "trainer.threads" and value.strip().isdigit():
+                threads = int(value)
+    return use_threads(threads)

@@ -5,6 +5,12 @@ Input is read as bytes and split at "\\n" only, each line decoded as UTF-8, so a
 or a bad byte is named by its line number instead of shifting the output against the input.
 A file output is written atomically; stdout is flushed after every output, so a caller reading
 a pipe sees each line as soon as it is decoded.
+
+At a terminal (stdin is a TTY and no --input is given) the command is interactive, as
+fairseq-interactive and Joey NMT's translate mode are: each line is decoded as soon as it is
+typed and its answer printed at once (chunks of one line), with no progress bar drawing over
+what the user types; Ctrl-D ends. From a pipe or a file, lines are read and sorted in chunks of
+1,000 (attnseq/decoding/translate.py) behind a progress bar.
 """
 
 import contextlib
@@ -18,7 +24,14 @@ from typing import IO, Annotated, Any
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.shared import CheckpointArgument, DeviceOption, decoded_lines, user_errors
+from attnseq.cli.shared import (
+    CheckpointArgument,
+    DeviceOption,
+    ThreadsOption,
+    apply_threads,
+    decoded_lines,
+    user_errors,
+)
 from attnseq.errors import UserError
 
 
@@ -50,6 +63,7 @@ def translate(
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per batch.")] = 64,
     device: DeviceOption = "auto",
+    threads: ThreadsOption = None,
     engine: Annotated[
         Engine,
         typer.Option(
@@ -60,7 +74,8 @@ def translate(
 ) -> None:
     """Translate (or summarize) text with a checkpoint: one output line per input line, in
     order; empty input lines give empty output lines. Reads stdin and writes stdout by default,
-    streaming in chunks of 1000 lines. Decodes with the checkpoint's settings (as `attnseq
+    streaming in chunks of 1000 lines; typed at a terminal, each line is answered as soon as
+    it is entered (Ctrl-D ends). Decodes with the checkpoint's settings (as `attnseq
     eval` does) unless told otherwise.
 
     \b
@@ -74,13 +89,15 @@ def translate(
     attnseq translate A.pt B.pt -i test.de --beam 5   # an ensemble of two
     attnseq translate --engine ctranslate2 best-ct2/ -i test.de --beam 5
     """
-    from attnseq.decoding.translate import Translator
+    from attnseq.decoding.translate import CHUNK_SIZE
+    from attnseq.evaluation.python_api import load
     from attnseq.io.progress import counting
 
     with user_errors():
         ensemble, overrides = decoding_options.split_checkpoints(overrides)
         _check_files(input_file, output_file, [checkpoint, *ensemble])
         sampling = decoding.sampling()
+        count = apply_threads(threads, overrides)
         if sampling is not None and nbest != 1:
             raise UserError("--nbest ranks beam search outputs; with --sample use --num-samples")
         if engine is Engine.ctranslate2:
@@ -92,20 +109,28 @@ def translate(
             from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
 
             changes = decoding.overrides(overrides)
-            translator: Any = CTranslate2Translator(checkpoint, device, overrides=changes)
+            translator: Any = CTranslate2Translator(
+                checkpoint, device, overrides=changes, threads=count
+            )
             settings = translator.settings(nbest=nbest)
         else:
-            translator = Translator.from_checkpoint(
-                checkpoint, device, decoding.overrides(overrides), ensemble
-            )
+            changes = decoding.overrides(overrides)
+            model = load(checkpoint, device, overrides=changes, ensemble=ensemble, threads=count)
+            translator = model.translator
             settings = translator.settings(nbest=nbest).with_sampling(sampling)
+        interactive = input_file is None and sys.stdin.isatty()
         # a pipe or FIFO (`-i <(...)`) can be read once only: no count for the progress bar
         regular = input_file is not None and input_file.is_file()
         total = _count_lines(input_file) if regular and input_file is not None else None
-        with _open_input(input_file) as lines, counting("translate", total) as counter:
-            outputs = translator.translate(lines, settings, batch_size, counter=counter)
+        chunk_size = 1 if interactive else CHUNK_SIZE
+        with (
+            _open_input(input_file) as lines,
+            counting("translate", total, enabled=not interactive) as counter,
+        ):
+            outputs = translator.translate(lines, settings, batch_size, chunk_size, counter)
             _write(outputs, output_file)
-        typer.echo(f"translated {counter.rate.summary()}", err=True)
+        if not interactive:
+            typer.echo(f"translated {counter.rate.summary()}", err=True)
 
 
 def _check_files(

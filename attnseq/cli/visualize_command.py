@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from attnseq.cli.shared import run_directory_checkpoint, user_errors
+from attnseq.cli.shared import ThreadsOption, apply_threads, run_directory_checkpoint, user_errors
 from attnseq.errors import UserError
 from attnseq.io.user_paths import (
     InputPaths,
@@ -26,23 +26,25 @@ from attnseq.io.user_paths import (
 
 if TYPE_CHECKING:
     from attnseq.analysis.alignment_view import AttentionMap
+    from attnseq.evaluation.python_api import Model
 
 
 @dataclass(frozen=True)
 class _Drawing:
     """How each attention map becomes a figure: subword pieces merged into words or not, and
-    `draw`'s keyword arguments (layer, head, all_heads, style)."""
+    `plot_alignment`'s keyword arguments (layer, head, all_heads, figsize, fontsize, cmap)."""
 
     words: bool
     options: dict[str, Any]
 
     def figure(self, attention: "AttentionMap", title: str | None = None) -> tuple[Any, Any]:
         """The figure of `attention` and the map it shows (merged into words if asked)."""
-        from attnseq.analysis.alignment_view import draw, merge_words
+        from attnseq.analysis.alignment_view import merge_words
+        from attnseq.evaluation.python_api import plot_alignment
 
         if self.words:
             attention = merge_words(attention)
-        return draw(attention, title=title, **self.options), attention
+        return plot_alignment(attention, title=title, **self.options), attention
 
 
 def visualize_alignment(
@@ -83,6 +85,7 @@ def visualize_alignment(
         Path | None, typer.Option(help="Also log the figures to this TensorBoard folder.")
     ] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    threads: ThreadsOption = None,
     from_saved: Annotated[
         Path | None,
         typer.Option(
@@ -123,10 +126,12 @@ def visualize_alignment(
         --fontsize 13 --cmap Blues
     """
     from attnseq.analysis.figures import style_from_options
+    from attnseq.evaluation.python_api import load
 
     with user_errors():
-        style = style_from_options(figsize, fontsize, cmap)
-        drawing = _Drawing(words, dict(layer=layer, head=head, all_heads=all_heads, style=style))
+        style_from_options(figsize, fontsize, cmap)  # a bad --figsize fails before any work
+        options = dict(figsize=figsize, fontsize=fontsize, cmap=cmap)
+        drawing = _Drawing(words, dict(layer=layer, head=head, all_heads=all_heads, **options))
         inputs = [
             ("CHECKPOINT", checkpoint), ("--input", input_file), ("--from-saved", from_saved),
         ]  # fmt: skip
@@ -148,7 +153,8 @@ def visualize_alignment(
         figures = _figures_to_draw(src, input_file, out)
         for _, _, figure_file in figures:  # an --out folder's files are known from --input
             refuse_output_over_inputs(figure_file, "--out", inputs)
-        _draw_model_attention(checkpoint, device, figures, tgt, kind, drawing, tensorboard)
+        model = load(checkpoint, device, threads=apply_threads(threads))
+        _draw_model_attention(model, figures, tgt, kind, drawing, tensorboard)
 
 
 def _check_out(
@@ -249,8 +255,7 @@ def _figures_to_draw(
 
 
 def _draw_model_attention(
-    checkpoint: Path,
-    device: str,
+    model: "Model",
     figures: list[tuple[int, str, Path]],
     tgt: str | None,
     kind: str,
@@ -259,14 +264,12 @@ def _draw_model_attention(
 ) -> None:
     """Each of `figures` (number, source, file): the model's attention on its own output or
     on the forced target `tgt`."""
-    from attnseq.analysis.alignment_view import AlignmentViewer
     from attnseq.analysis.figures import log_heatmap, save_figure
 
-    viewer = AlignmentViewer(checkpoint, device=device)
     shown = "hypothesis" if tgt is None else "forced target"
     with _tensorboard_writer(tensorboard) as writer:
         for number, source, target in figures:
-            figure, attention = drawing.figure(viewer.attention(source, tgt, kind))
+            figure, attention = drawing.figure(model.attention(source, tgt, kind))
             save_figure(figure, target)
             if writer is not None:
                 log_heatmap(writer, f"alignment/{number}", figure, 0)

@@ -380,7 +380,12 @@ class TrainerConfig:
     )
     max_minutes: float | None = option(None, "wall-clock budget for the training loop", gt=0.0)
     device: Device = option(Device.auto, "auto, cpu or cuda")
-    threads: int | None = option(None, "torch intra-op threads; None = torch's default", ge=1)
+    threads: int | None = option(
+        None,
+        "torch intra-op CPU threads; None = the cores no other process keeps busy (usable "
+        "cores minus the 1-minute load average, at least 1)",
+        ge=1,
+    )
     precision: Precision = option(
         Precision.fp32, "32 | bf16 | fp16 (autocast; fp16 scales the loss)"
     )

@@ -104,7 +104,7 @@ class TextTranslator(abc.ABC):
             UserError: invalid settings or batch size.
         """
         for number, (hypotheses, oovs) in enumerate(
-            self._decoded(lines, settings, batch_size, chunk_size, False, counter)
+            self.nbest_lists(lines, settings, batch_size, chunk_size, False, counter)
         ):
             yield self._format(number, hypotheses, settings.outputs_per_input, oovs)
 
@@ -123,7 +123,7 @@ class TextTranslator(abc.ABC):
         Raises:
             UserError: invalid settings or batch size.
         """
-        for hypotheses, _ in self._decoded(
+        for hypotheses, _ in self.nbest_lists(
             lines, settings, batch_size, chunk_size, attention, counter
         ):
             yield hypotheses
@@ -147,7 +147,7 @@ class TextTranslator(abc.ABC):
             generator: sampling draws from it (one stream for the whole input).
         """
 
-    def _decoded(
+    def nbest_lists(
         self,
         lines: Iterable[str],
         settings: DecodingSettings,
@@ -156,7 +156,8 @@ class TextTranslator(abc.ABC):
         attention: bool = False,
         counter: Counter | None = None,
     ) -> Iterator[tuple[list[Hypothesis] | None, list[str]]]:
-        """`hypotheses`, each with the line's out-of-vocabulary source words (copy models)."""
+        """`hypotheses`, each with the line's out-of-vocabulary source words (copy models;
+        empty otherwise), which `output_text` needs to write copied words out."""
         self.check(settings, batch_size)
         iterator = iter(lines)
         generator = None
@@ -212,17 +213,18 @@ class TextTranslator(abc.ABC):
         self, line_number: int, hypotheses: list[Hypothesis] | None, nbest: int, oovs: list[str]
     ) -> str | list[str]:
         if nbest == 1:
-            return "" if hypotheses is None else self._text(hypotheses[0], oovs)
+            return "" if hypotheses is None else self.output_text(hypotheses[0], oovs)
         if hypotheses is None:
             return [f"{line_number} |||  ||| {0.0:.4f}"]
         return [
-            f"{line_number} ||| {self._text(hypothesis, oovs)} ||| "
+            f"{line_number} ||| {self.output_text(hypothesis, oovs)} ||| "
             f"{hypothesis.normalized_score:.4f}"
             for hypothesis in hypotheses
         ]
 
-    def _text(self, hypothesis: Hypothesis, oovs: list[str]) -> str:
-        # one output line per input line: a newline inside a hypothesis would break that
+    def output_text(self, hypothesis: Hypothesis, oovs: list[str]) -> str:
+        """The text of `hypothesis`, copied words (`oovs`) written as the source has them, on
+        one line: a newline inside a hypothesis would break one output line per input line."""
         text = self.tokenizers.tgt.decode_extended(hypothesis.tokens, oovs)
         return text.replace("\n", " ")
 

@@ -50,6 +50,7 @@ from attnseq.data.tokenizers import TokenizerPair
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError
 from attnseq.evaluation.metrics import perplexity
+from attnseq.models.loading import TrainedModel
 from attnseq.models.loss_terms import sequence_loss
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
@@ -209,12 +210,16 @@ class Scorer:
         """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint)."""
         from attnseq.models.loading import load_trained_model, resolve_device
 
-        trained = load_trained_model(path)
+        return cls.from_trained(load_trained_model(path), resolve_device(device))
+
+    @classmethod
+    def from_trained(cls, trained: TrainedModel, device: torch.device) -> "Scorer":
+        """A scorer of a loaded checkpoint (`attnseq.models.loading.load_trained_model`)."""
         cfg = trained.cfg
         return cls(
             trained.model,
             trained.tokenizers,
-            resolve_device(device),
+            device,
             max_src_len=cfg.data.max_src_len,
             copy=cfg.model.copy,
             max_tokens=cfg.data.eval_max_tokens,

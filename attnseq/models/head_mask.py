@@ -119,15 +119,16 @@ def masked_heads(model: nn.Module) -> list[tuple[str, int, int]]:
 
 
 def pruned_heads_summary(model: nn.Module) -> str | None:
-    """e.g. '3 of 24 (encoder_self L0: 1 3; decoder_cross L1: 0)': the masked heads, or None
-    when every head is kept (or the model has none)."""
+    """e.g. '3 of 24 (encoder_self L1: 2 4; decoder_cross L2: 1)': the masked heads, layers
+    and heads counted from 1 as the command-line options count them, or None when every head
+    is kept (or the model has none)."""
     pruned = masked_heads(model)
     if not pruned:
         return None
     total = sum(site.attention.heads for site in attention_sites(model))
     groups: dict[tuple[str, int], list[str]] = {}
     for kind, layer, head in pruned:
-        groups.setdefault((kind, layer), []).append(str(head))
+        groups.setdefault((kind, layer + 1), []).append(str(head + 1))
     parts = [f"{kind} L{layer}: {' '.join(heads)}" for (kind, layer), heads in groups.items()]
     return f"{len(pruned)} of {total} ({'; '.join(parts)})"
 

@@ -8,9 +8,15 @@ that does not rebuild, or weights that do not fit the model the config describes
 unexpected or wrongly shaped tensors).
 
 `resolve_device` gives the torch device a command runs on, from the `trainer.device` setting
-(auto, cpu, cuda): where a loaded model goes.
+(auto, cpu, cuda): where a loaded model goes. `use_threads` sets torch's intra-op CPU threads
+for every command that computes (`trainer.threads`, or `--threads`): when none is asked for,
+`default_threads` takes the cores no other process is keeping busy, so that a command started
+beside another job does not oversubscribe the cores. OpenMP threads that outnumber the free
+cores spin-wait for each other, which makes small decoding batches several times to orders of
+magnitude slower than one thread would be.
 """
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,10 @@ from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
 from attnseq.models.head_mask import optional_entry
 from attnseq.models.seq2seq import Seq2Seq, Vocabularies
+
+# torch's own default (one thread per physical core, or OMP_NUM_THREADS), read before any
+# command changes it: the most threads `default_threads` gives
+TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 # entry -> the type a checkpoint must hold there
 _REQUIRED = {"config": dict, "tokenizers": dict, "model": dict}
@@ -127,6 +137,36 @@ def load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> 
             f"{path}: its weights do not fit the model its config describes ({'; '.join(problems)})"
         )
     model.load_state_dict(state)
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, e.g. under taskset or a
+    container's cpuset), else all of the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """Intra-op threads when none is asked for: the usable cores minus the ones other
+    processes keep busy, measured by the 1-minute load average (rounded), at least 1 and at
+    most torch's own default (one per physical core, or OMP_NUM_THREADS). On an idle machine
+    that is torch's default; beside a job that keeps c cores busy it is c fewer. The load
+    average follows a job that has run for a minute or so; one that starts later is not
+    seen."""
+    cores = usable_cores()
+    busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
+    return max(1, min(cores - busy, TORCH_DEFAULT_THREADS))
+
+
+def use_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads to `threads`, or to `default_threads()` when it is None;
+    returns the number set. Called once per command, before the model runs."""
+    count = default_threads() if threads is None else threads
+    if count < 1:
+        raise UserError(f"threads must be >= 1, got {count}")
+    torch.set_num_threads(count)
+    return count
 
 
 def resolve_device(name: str) -> torch.device:

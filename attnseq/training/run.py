@@ -27,7 +27,7 @@ from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.evaluator import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models.loading import load_weights, model_for, resolve_device
+from attnseq.models.loading import load_weights, model_for, resolve_device, use_threads
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import (
     WorldInfo,
@@ -95,8 +95,7 @@ def train(
     point = _resume_point(cfg, run_dir, world)  # before any slow work: a bad file fails fast
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    if cfg.trainer.threads:
-        torch.set_num_threads(cfg.trainer.threads)
+    use_threads(cfg.trainer.threads)
     data = _prepare_data(cfg, world, point)
     model = model_for(cfg, data.tokenizers).to(device)
     _describe(cfg, data, model, device, world)

@@ -151,8 +151,8 @@ def test_select_map_picks_a_layer_and_head_or_their_mean() -> None:
 
 def test_library_errors_name_the_problem(dates_checkpoint: Path) -> None:
     trained = load_trained_model(dates_checkpoint)
-    with pytest.raises(UserError, match="RNN has one"):
-        align_sentences(trained, ["a"], ["b"], AlignmentMethod(layer=1))
+    with pytest.raises(UserError, match=r"--layer must be in 1\.\.1 .*RNN's attention is one"):
+        align_sentences(trained, ["a"], ["b"], AlignmentMethod(layer=2))
     with pytest.raises(UserError, match="2 source lines but 1 target"):
         align_sentences(trained, ["a", "b"], ["c"])
     with pytest.raises(UserError, match="target line 2 is empty"):

@@ -16,6 +16,7 @@ from attnseq.analysis.head_importance import (
     ablation_importance,
     gradient_importance,
     head_importance,
+    importance_figure,
     mean_loss,
     normalize_per_layer,
     run_heads,
@@ -232,3 +233,30 @@ def test_heads_command_prints_tables_and_writes_files(checkpoint, tmp_path):
     assert "encoder self-attention" in result.output and "decoder cross-attention" in result.output
     assert (tmp_path / "model.valid.json").exists() and (tmp_path / "model.valid.png").exists()
     assert "pruned 1 heads" in result.output
+
+
+def test_tables_figure_message_and_record_count_layers_and_heads_from_1(checkpoint, tmp_path):
+    out = tmp_path / "pruned.pt"
+    result = CliRunner().invoke(
+        app,
+        ["heads", str(checkpoint), "--prune", "4", "--by", "ablation", "--out", str(out),
+         "--report-dir", str(tmp_path / "report"), "--device", "cpu"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "head 1" in result.output and "head 2" in result.output
+    assert "head 0" not in result.output
+    message = next(line for line in result.output.splitlines() if line.startswith("pruned 4"))
+    assert "L0" not in message and "h0" not in message and "encoder_self L2 h" in message
+    layers = [line.split("│")[1].strip() for line in result.output.splitlines() if "/" in line
+              and line.count("│") > 2]  # fmt: skip
+    assert "0" not in layers and {"1", "2"} <= set(layers)
+    heads = load_trained_model(out).payload["head_pruning"]["heads"]
+    assert min(min(layer, head) for _, layer, head in heads) == 1
+    assert {layer for kind, layer, _ in heads if kind == "encoder_self"} == {1, 2}
+
+    report = json.loads(next((tmp_path / "report").glob("*.json")).read_text())
+    assert "p + 1" in report["numbering"]
+    measured = run_heads(HeadsRequest(checkpoint, report_dir=tmp_path / "again", device="cpu"))
+    axis = importance_figure(measured.importance, "t").axes[0]  # encoder: 2 layers x 2 heads
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["1", "2"]
+    assert [label.get_text() for label in axis.get_yticklabels()] == ["1", "2"]

@@ -60,6 +60,7 @@ def test_cache_versions_devices_and_plugins(fake_data: Path) -> None:
     devices = rows("devices")
     assert devices["cuda available"] in ("True", "False")
     assert int(devices["torch threads"].split()[0]) >= 1
+    assert int(devices["default threads"].split()[0]) >= 1  # what a command takes now
     plugins = rows("hydra plugins")
     assert "basic" in plugins["hydra/launcher"].split(", ")
     assert "basic" in plugins["hydra/sweeper"].split(", ")

@@ -189,7 +189,7 @@ def test_old_state_dicts_load_with_every_head_kept():
         ("encoder_self", 0, 1), ("decoder_self", 1, 0), ("decoder_cross", 0, 3),
     ]  # fmt: skip
     assert pruned_heads_summary(fresh) == (
-        "3 of 24 (encoder_self L0: 1; decoder_self L1: 0; decoder_cross L0: 3)"
+        "3 of 24 (encoder_self L1: 2; decoder_self L2: 1; decoder_cross L1: 4)"
     )
     assert old.keys() == {n for n in state if not n.endswith("head_mask")}  # caller's dict kept
 
