@@ -30,11 +30,11 @@ def test_a_training_returns_its_run_directory_and_metrics(
 
 
 def test_the_same_overrides_compose_the_same_config_as_the_command(tmp_path: Path) -> None:
-    from attnseq.cli.preflight import compose_job
+    from helpers import check_train_args
 
     result = attnseq.train(overrides=STEPS, run_dir=tmp_path / "run")
     assert result.run_dir == (tmp_path / "run").absolute()
-    _, composed = compose_job(STEPS)
+    composed = check_train_args(list(STEPS))  # what `attnseq train STEPS` composes
     saved = attnseq.load(result.checkpoint, "cpu", threads=1).cfg
     assert config_to_dict(saved) == config_to_dict(composed)
     with pytest.raises(attnseq.UserError, match="holds"):
