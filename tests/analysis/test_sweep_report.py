@@ -188,6 +188,7 @@ def test_a_folder_that_is_not_a_multirun_exits_2(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------- launchers
 @pytest.mark.skipif(not HAS_JOBLIB, reason="hydra-joblib-launcher is not installed")
+@pytest.mark.slow  # parallel trainings in subprocesses
 def test_joblib_launcher_runs_jobs_in_parallel(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     result = attnseq(
@@ -269,6 +270,7 @@ def test_hparams_search_configs_compose(name: str) -> None:
 
 
 @pytest.mark.skipif(not HAS_OPTUNA, reason="hydra-optuna-sweeper is not installed")
+@pytest.mark.slow  # an Optuna sweep of trainings
 def test_optuna_sweep_reports_the_best_trial(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     result = attnseq(

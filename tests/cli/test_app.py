@@ -120,6 +120,7 @@ def test_train_then_eval_reproduces_metrics(tmp_path: Path) -> None:
         assert value == pytest.approx(metrics[key], abs=1e-4), key
 
 
+@pytest.mark.slow  # a multirun of trainings in subprocesses
 def test_multirun_sweep_runs_each_job(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     result = attnseq(

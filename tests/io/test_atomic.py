@@ -137,6 +137,7 @@ def test_the_data_cache_has_the_umask_modes(
     assert all(stat.S_IMODE(path.stat().st_mode) == 0o777 & ~umask for path in folders)
 
 
+@pytest.mark.slow  # a whole training in a subprocess
 def test_a_hydra_run_is_readable_under_umask_022(tmp_path: Path) -> None:
     """`attnseq train` from a shell with umask 022: Hydra's files, train.log, TensorBoard
     events and attnseq's own files are all 0644."""

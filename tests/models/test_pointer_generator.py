@@ -607,7 +607,12 @@ def matrix_overrides(kind: str, decoder_self: bool) -> list[str]:
     ]
 
 
-CASES = [(kind, False) for kind in CAUSAL + ENCODER_ONLY] + [
+CASES = [
+    pytest.param(
+        kind, False, marks=() if kind in ("full", "local", "longformer") else pytest.mark.slow
+    )
+    for kind in CAUSAL + ENCODER_ONLY
+] + [
     pytest.param(kind, True, marks=() if kind in ("full", "linear") else pytest.mark.slow)
     for kind in CAUSAL
 ]

@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import untrained_checkpoint
+
+pytestmark = pytest.mark.slow  # trainings and decodes of the benchmark
+
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark.py"
 TINY = "data.train_size=300 data.test_size=6 model.emb_dim=16 model.hidden=32 model.enc_hidden=16"

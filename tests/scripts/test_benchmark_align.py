@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import untrained_checkpoint
+
+pytestmark = pytest.mark.slow  # timed alignment of several methods
+
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_align.py"
 

@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import TINY_TRANSFORMER
+
+pytestmark = pytest.mark.slow  # one training per attention kind
+
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_attention_kinds.py"
 TINY = [*TINY_TRANSFORMER, "data.train_size=40", "trainer.max_steps=2"]

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import TINY_TRANSFORMER
+
+pytestmark = pytest.mark.slow  # one training per variant
+
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_training_options.py"
 TINY = [

@@ -5,6 +5,11 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # two 30-update runs of three experiments
+
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "loss_trajectory.py"
 
 

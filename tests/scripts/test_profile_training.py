@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a profiled training
+
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "profile_training.py"
 # 40 examples make one or two batches per epoch, so the profiled updates span several epochs
 TINY = "data.train_size=40 model.emb_dim=16 model.hidden=32 model.enc_hidden=16"

@@ -12,6 +12,8 @@ from helpers import untrained_checkpoint
 
 from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 
+pytestmark = pytest.mark.slow  # a pruning curve over trained heads
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prune_heads_curve.py"
 spec = importlib.util.spec_from_file_location("prune_heads_curve", SCRIPT)
 assert spec is not None and spec.loader is not None

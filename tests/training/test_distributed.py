@@ -294,6 +294,7 @@ def test_torchrun_cli_only_rank0_writes(torchrun_run) -> None:
     assert "on each of 2 processes" in (run / "train.log").read_text()
 
 
+@pytest.mark.slow  # two torchrun launches
 def test_torchrun_resume_auto_continues_on_every_rank(torchrun_run) -> None:
     tmp_path, run = torchrun_run
     # resume=auto: every rank continues from rank 0's last.pt, in the same run directory.

@@ -15,7 +15,7 @@ from attnseq.training.precision import MixedPrecision
 from attnseq.training.run import run_training
 
 
-@pytest.mark.parametrize("family", ["rnn", "transformer"])
+@pytest.mark.parametrize("family", ["rnn", pytest.param("transformer", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_reduced_precision_trains_on_the_cpu(tmp_path: Path, family: str, precision: str) -> None:
     cfg = tiny_config(f"model.family={family}", f"trainer.precision={precision}")

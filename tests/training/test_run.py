@@ -108,6 +108,7 @@ def test_tasks_with_gold_alignments_report_aer(tmp_path: Path) -> None:
     assert {"attention/entropy", "attention/argmax_weight"} <= set(events.Tags()["scalars"])
 
 
+@pytest.mark.slow  # a training long enough to learn alignments
 def test_a_short_toy_translation_run_learns_to_align(tmp_path: Path) -> None:
     """The alignment acceptance in small: 400 updates of the default GRU + Bahdanau model on
     the toy translation task already put most argmax links on the gold words (the full
