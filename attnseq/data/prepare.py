@@ -13,9 +13,10 @@ Steps, in order:
    (`datasets.DatasetDict.save_to_disk`) under `cache_root()/prepared/<key>/`, where the key
    hashes the data files' identity (resolved path, size, modification time; for the hub: name,
    config and split names), the data settings that change the result, the requested splits and
-   the given tokenizers' state. A second run with the same key memory-maps it instead of
-   reading, training and encoding again. Generated tasks are rebuilt from the seed in well under
-   a second and are not cached.
+   the given tokenizers' state. Training, validation and evaluation then read the splits from
+   the memory-mapped cache (data/mapped_split.py), on the first run as on every later one; a
+   second run with the same key maps it instead of reading, training and encoding again.
+   Generated tasks are rebuilt from the seed in well under a second and are not cached.
 
 Encoding a split and its length rules (lengths in tokens, without BOS/EOS):
 
@@ -56,6 +57,7 @@ from attnseq.config.schema import DataConfig
 from attnseq.data.batching import Example
 from attnseq.data.file_readers import Pairs, quiet_datasets
 from attnseq.data.locations import cache_root
+from attnseq.data.mapped_split import MappedSplit
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 from attnseq.data.sources import (
     EVAL_SPLITS,
@@ -110,13 +112,20 @@ class PreparedData:
         "truncated"}}.
     positions: {split: the position of each kept example among the split's loaded pairs}
         (what lines up per-pair files such as data.alignments with `examples`).
+    cache_folder: the Arrow cache entry the splits are read from, None when they are in memory
+        (generated tasks, given pairs).
+
+    Read from the cache, `pairs`, `examples` and `positions` are views of the memory-mapped
+    Arrow files (data/mapped_split.py): sequences that read a row when it is asked for;
+    otherwise they are lists.
     """
 
     tokenizers: TokenizerPair
-    pairs: dict[str, Pairs]
-    examples: dict[str, list[Example]]
+    pairs: dict[str, Sequence[tuple[str, str]]]
+    examples: dict[str, Sequence[Example]]
     stats: dict[str, dict[str, int]]
-    positions: dict[str, list[int]] = field(default_factory=dict)
+    positions: dict[str, Sequence[int]] = field(default_factory=dict)
+    cache_folder: Path | None = None
 
 
 def prepare_data(
@@ -158,9 +167,23 @@ def prepare_data(
     loaded = load_splits(cfg, seed, to_load)
     chosen = loaded if wanted is None else {name: loaded[name] for name in wanted}
     data = _build(cfg, chosen, tokenizers, loaded.get(TRAIN))
-    if key is not None:
-        _save_cached(cache_root() / "prepared" / key, data)
-    return data
+    if key is None:
+        return data
+    folder = cache_root() / "prepared" / key
+    _save_cached(folder, data)
+    # Train from the mapped cache on the first run too: the lists built here are let go.
+    mapped = load_prepared(folder)
+    if mapped is None:
+        return data
+    mapped.tokenizers = data.tokenizers  # the very objects given or trained
+    return mapped
+
+
+def load_prepared(folder: Path) -> PreparedData | None:
+    """The prepared data of a cache entry (`PreparedData.cache_folder`), its splits mapped;
+    None when the entry is missing or unreadable. What the other ranks of a data-parallel run
+    read, so that every rank on a machine maps the same files."""
+    return _load_cached(folder)
 
 
 def train_tokenizers(cfg: DataConfig, train_pairs: Pairs) -> TokenizerPair:
@@ -306,7 +329,8 @@ def _save_cached(folder: Path, data: PreparedData) -> None:
 
 
 def _load_cached(folder: Path) -> PreparedData | None:
-    """The cached entry, or None when there is none (or it cannot be read: rebuilt then)."""
+    """The cached entry, its splits memory-mapped (data/mapped_split.py), or None when there is
+    none (or it cannot be read: rebuilt then)."""
     meta_file = folder / "meta.json"
     if not meta_file.is_file():
         return None
@@ -317,14 +341,11 @@ def _load_cached(folder: Path) -> PreparedData | None:
         with quiet_datasets():
             stored = datasets.load_from_disk(str(folder / "splits"))
         data = PreparedData(TokenizerPair.from_state(meta["tokenizers"]), {}, {}, {})
+        data.cache_folder = folder
         for name in meta["splits"]:
-            table = stored[name].data
-            src, tgt = table.column("src").to_pylist(), table.column("tgt").to_pylist()
-            src_ids = table.column("src_ids").to_pylist()
-            tgt_ids = table.column("tgt_ids").to_pylist()
-            data.pairs[name] = list(zip(src, tgt, strict=True))
-            data.examples[name] = list(zip(src_ids, tgt_ids, strict=True))
-            data.positions[name] = table.column("position").to_pylist()
+            split = MappedSplit(stored[name].data)
+            data.pairs[name], data.examples[name] = split.pairs, split.examples
+            data.positions[name] = split.positions
             data.stats[name] = {key: int(value) for key, value in meta["stats"][name].items()}
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("data: ignoring unreadable cache entry %s (%s)", folder, error)
