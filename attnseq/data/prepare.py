@@ -41,12 +41,13 @@ cut, which keeps sequences within the model's positions. Every split's counts ar
 """
 
 import hashlib
+import itertools
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -98,6 +99,7 @@ _KEY_FIELDS = (
     "spm_model_type",
     "spm_character_coverage",
     "spm_joint",
+    "spm_input_sentence_size",
 )
 
 
@@ -186,19 +188,20 @@ def load_prepared(folder: Path) -> PreparedData | None:
     return _load_cached(folder)
 
 
-def train_tokenizers(cfg: DataConfig, train_pairs: Pairs) -> TokenizerPair:
-    """Tokenizers of kind `data.tokenizer` trained on the training pairs."""
-    src_texts = [src for src, _ in train_pairs]
-    tgt_texts = [tgt for _, tgt in train_pairs]
+def train_tokenizers(cfg: DataConfig, train_pairs: Sequence[tuple[str, str]]) -> TokenizerPair:
+    """Tokenizers of kind `data.tokenizer` trained on the training pairs (each side read as a
+    stream of texts: sentencepiece keeps only its sample of them)."""
+    src_texts, tgt_texts = _Side(train_pairs, 0), _Side(train_pairs, 1)
     try:
         if cfg.tokenizer is TokenizerKind.sentencepiece:
             options: dict[str, Any] = {
                 "vocab_size": cfg.spm_vocab_size,
                 "model_type": cfg.spm_model_type.value,
                 "character_coverage": cfg.spm_character_coverage,
+                "input_sentence_size": cfg.spm_input_sentence_size,
             }
             if cfg.spm_joint:
-                joint = train_sentencepiece(src_texts + tgt_texts, **options)
+                joint = train_sentencepiece(_Joined(src_texts, tgt_texts), **options)
                 return TokenizerPair(joint, joint)
             return TokenizerPair(
                 train_sentencepiece(src_texts, **options),
@@ -208,6 +211,26 @@ def train_tokenizers(cfg: DataConfig, train_pairs: Pairs) -> TokenizerPair:
         return TokenizerPair(train_tokenizer(kind, src_texts), train_tokenizer(kind, tgt_texts))
     except ValueError as error:
         raise UserError(f"cannot train data.tokenizer={cfg.tokenizer.value}: {error}") from None
+
+
+class _Side:
+    """The source (0) or target (1) texts of pairs, read anew on every iteration."""
+
+    def __init__(self, pairs: Sequence[tuple[str, str]], side: int) -> None:
+        self.pairs, self.side = pairs, side
+
+    def __iter__(self) -> Iterator[str]:
+        return (pair[self.side] for pair in self.pairs)
+
+
+class _Joined:
+    """Two text streams one after the other, read anew on every iteration."""
+
+    def __init__(self, first: Iterable[str], second: Iterable[str]) -> None:
+        self.first, self.second = first, second
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain(self.first, self.second)
 
 
 def _build(

@@ -12,6 +12,7 @@
 cli/test_app.py); eval/translate use Typer's CliRunner.
 """
 
+import gzip
 import os
 import pickle
 import re
@@ -503,13 +504,22 @@ def _local_data(root: Path, case: str) -> list[str]:
         (folder / "train.en").write_text("\n".join(lines[:-3]) + "\n")
     elif case == "utf8":
         (folder / "train.de").write_bytes(b"gut\nkaputt \xff\xfe\n" + b"x\n" * 28)
-    return ["data=multi30k", f"data.root={root}", "data.tokenizer=word"]
+    elif case == "truncated_gzip":
+        whole = gzip.compress((folder / "train.de").read_bytes() * 200)
+        (folder / "train.de").unlink()
+        (folder / "train.de.gz").write_bytes(whole[: len(whole) // 2])
+    overrides = ["data=multi30k", f"data.root={root}", "data.tokenizer=word"]
+    if case == "no_match":
+        overrides.append("data.splits.train=multi30k/shard-*")
+    return overrides
 
 
 DATA_PROBLEMS = {
     "missing": "val.en; expected parallel text files",
     "mismatched": "parallel files differ in length",
     "utf8": "line 2 is not valid UTF-8",
+    "no_match": "no data file matches",
+    "truncated_gzip": "train.de.gz after line",
 }
 
 
@@ -519,6 +529,8 @@ DATA_PROBLEMS = {
         "missing",
         pytest.param("mismatched", marks=pytest.mark.slow),  # in-process below
         pytest.param("utf8", marks=pytest.mark.slow),
+        "no_match",
+        pytest.param("truncated_gzip", marks=pytest.mark.slow),
     ],
 )
 def test_bad_data_files_exit_2(case: str, tmp_path: Path) -> None:
@@ -536,9 +548,10 @@ def test_bad_data_files_exit_2(case: str, tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error:") and message in result.stderr
     assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-@pytest.mark.parametrize("case", ["mismatched", "utf8"])
+@pytest.mark.parametrize("case", ["mismatched", "utf8", "no_match", "truncated_gzip"])
 def test_bad_data_files_are_user_errors(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
