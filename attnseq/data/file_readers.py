@@ -45,15 +45,7 @@ def read_parallel(src_files: Path | Sequence[Path], tgt_files: Path | Sequence[P
     """
     src_list = [src_files] if isinstance(src_files, Path) else list(src_files)
     tgt_list = [tgt_files] if isinstance(tgt_files, Path) else list(tgt_files)
-    if len(src_list) != len(tgt_list):
-        raise UserError(
-            f"{len(src_list)} source files but {len(tgt_list)} target files: "
-            f"{', '.join(map(str, src_list))} against {', '.join(map(str, tgt_list))}"
-        )
-    pairs: Pairs = []
-    for src_file, tgt_file in zip(src_list, tgt_list, strict=True):
-        pairs.extend(parallel_lines(src_file, tgt_file))
-    return pairs
+    return list(ParallelStream(src_list, tgt_list))
 
 
 def parallel_lines(src_file: Path, tgt_file: Path) -> Iterator[tuple[str, str]]:
@@ -69,6 +61,29 @@ def parallel_lines(src_file: Path, tgt_file: Path) -> Iterator[tuple[str, str]]:
                 f"{tgt_file} has {tgt_count}; line N of one must translate line N of the other"
             )
         yield src.strip(), tgt.strip()
+
+
+class ParallelStream:
+    """The pairs of a parallel split's shards, streamed from the files on every iteration
+    (`limit`: only the first pairs): what preparation reads a large corpus through, so that no
+    list of its lines is ever built. Each pass reads the files again."""
+
+    def __init__(
+        self, src_files: Sequence[Path], tgt_files: Sequence[Path], limit: int | None = None
+    ) -> None:
+        if len(src_files) != len(tgt_files):
+            raise UserError(
+                f"{len(src_files)} source files but {len(tgt_files)} target files: "
+                f"{', '.join(map(str, src_files))} against {', '.join(map(str, tgt_files))}"
+            )
+        self.src_files, self.tgt_files, self.limit = list(src_files), list(tgt_files), limit
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        pairs = itertools.chain.from_iterable(
+            parallel_lines(src, tgt)
+            for src, tgt in zip(self.src_files, self.tgt_files, strict=True)
+        )
+        return pairs if self.limit is None else itertools.islice(pairs, self.limit)
 
 
 COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}  # suffix -> opener of a compressed file

@@ -7,10 +7,10 @@ attnseq reads (`examples[i]` is `(source ids, target ids)`, `pairs[i]` is `(sour
 target text)`) without turning the columns into Python objects: a row is read when it is
 asked for, so a process holds, per example, nothing but what it touches.
 
-Why: `datasets.load_from_disk` maps the cache files (`mmap`, read-only, shared), so their
-pages belong to the page cache and not to the process: they count in RssFile, not in RssAnon,
-are shared by every process that maps the same files (the ranks of a data-parallel run on one
-machine) and can be dropped and read again under memory pressure. Python lists of the same
+Why: `datasets.table.MemoryMappedTable` maps the cache files (`mmap`, read-only, shared), so
+their pages belong to the page cache and not to the process: they count in RssFile, not in
+RssAnon, are shared by every process that maps the same files (the ranks of a data-parallel
+run on one machine) and can be dropped and read again under memory pressure. Python lists of the same
 data cost about 1.4 KB of private memory per pair (fairseq's `MMapIndexedDataset` is the same
 idea with its own binary format).
 
@@ -21,7 +21,7 @@ Reading:
 - `TokenIds.rows(indices)`: the rows of a batch as lists of ints, gathered when the batch is
   built (in DataLoader workers when there are any).
 
-An Arrow column is a list of chunks (record batches of `datasets`' writer); a row index is
+An Arrow column is a list of chunks (the record batches preparation wrote); a row index is
 found in its chunk by a binary search over the chunks' first rows.
 
 Pickling (DataLoader workers under the spawn or forkserver start methods) sends the `datasets`
@@ -229,8 +229,8 @@ class MappedSplit:
     """One split of the cache: its examples, texts and positions as views of `table`.
 
     Args:
-        table: the split's `datasets` table (a `datasets.table.MemoryMappedTable` when read
-            with `datasets.load_from_disk`), with the columns of the module docstring.
+        table: the split's table (a `datasets.table.MemoryMappedTable`, or any `datasets`
+            table or `pyarrow.Table`), with the columns of the module docstring.
     """
 
     def __init__(self, table: Any) -> None:

@@ -43,7 +43,7 @@ fields, an unreachable hub) raise `UserError` naming the file (and line) or the 
 
 import glob
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from attnseq.config.choices import DataSource, FileFormat
@@ -51,6 +51,7 @@ from attnseq.config.schema import DataConfig
 from attnseq.data.file_readers import (
     COMPRESSED,
     Pairs,
+    ParallelStream,
     read_hub,
     read_jsonl,
     read_parallel,
@@ -172,6 +173,32 @@ def load_splits(
         if name not in loaded:
             loaded[name] = _load_split(cfg, name)
     return {name: loaded[name] for name in wanted}
+
+
+def split_streams(
+    cfg: DataConfig, seed: int, splits: Sequence[str] | None = None
+) -> dict[str, Iterable[tuple[str, str]]]:
+    """`load_splits`, with local parallel splits as streams read from their files on every
+    pass (`ParallelStream`, `data.max_examples` applied) instead of lists: how preparation
+    reads a corpus of millions of pairs. Splits held out of train (which need all of train at
+    once), other formats and the hub come as `load_splits`' lists."""
+    wanted = (
+        list(splits) if splits is not None else list(dict.fromkeys([*cfg.splits, *EVAL_SPLITS]))
+    )
+    streamable = (
+        cfg.source is DataSource.local
+        and cfg.format is FileFormat.parallel
+        and all(name in cfg.splits for name in wanted)
+    )
+    if not streamable:
+        return dict(load_splits(cfg, seed, splits))
+    files = split_files(cfg)  # every missing file named before any reading starts
+    streams: dict[str, Iterable[tuple[str, str]]] = {}
+    for name in wanted:
+        half = len(files[name]) // 2
+        limit = cfg.max_examples if name == "train" else None
+        streams[name] = ParallelStream(files[name][:half], files[name][half:], limit)
+    return streams
 
 
 def load_pairs_from_path(path: str | Path, cfg: DataConfig) -> Pairs:

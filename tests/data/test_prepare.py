@@ -293,9 +293,23 @@ def write_generated_corpus(root: Path) -> DataConfig:
     )
 
 
-def test_batches_of_a_cached_local_corpus_are_unchanged(cache: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", [50_000, 7])
+def test_batches_of_a_cached_local_corpus_are_unchanged(
+    chunk: int, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also when preparation reads, encodes and writes 7 pairs at a time (hundreds of Arrow
+    record batches per split), from the files as streams, never through a list of the lines."""
     cfg = write_generated_corpus(tmp_path)
-    first = prepare_data(cfg, seed=1)
+    monkeypatch.setattr(prepare_module, "ENCODE_CHUNK", chunk)
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("parallel files are streamed, not loaded as lists")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(prepare_module, "load_splits", fail)
+        first = prepare_data(cfg, seed=1)
+    assert first.cache_folder is not None
+    assert len(first.examples["train"].src._offsets) == -(-3000 // chunk)  # one per chunk
     assert fingerprints(first, cfg, seed=4) == LOCAL_FINGERPRINTS
     cached = prepare_data(cfg, seed=1)
     assert fingerprints(cached, cfg, seed=4) == LOCAL_FINGERPRINTS
