@@ -141,7 +141,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """`encode` of many texts in one call (the library's threads; much faster)."""
-        return self._sp.encode(list(texts), out_type=int)
+        return self._sp.encode(list(texts), out_type=int, num_threads=os.cpu_count() or 1)
 
     def _clean(self, ids: Iterable[int]) -> list[int]:
         size = self.vocab_size
