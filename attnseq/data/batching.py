@@ -419,16 +419,20 @@ class TokenBatchSampler:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         if not self.shuffle:
             if self._fixed is None:
-                positions = np.arange(len(self._src))
-                # np.lexsort: the last key is the primary one.
-                order = np.lexsort((positions, self._tgt1, self._src, self._width))
+                # by (width, src_len, tgt_len + 1), ties in dataset order
+                keys = (self._width, self._src, self._tgt1)
+                order = _stable_order(keys, np.arange(len(self._src)))
                 self._fixed = self._cut(order, self._width)
             return list(self._fixed)
         rng = np.random.default_rng([self.seed, epoch])
         tie_break = rng.permutation(len(self._src))
         w = self.bucket_width
-        order = np.lexsort((tie_break, self._tgt1 // w, self._src // w, self._bucket))
+        # by (bucket, src_len // w, (tgt_len + 1) // w), ties in the order of `tie_break`'s
+        # ranks: the examples listed by ascending tie_break are tie_break's inverse permutation
+        by_tie_break = np.empty_like(tie_break)
+        by_tie_break[tie_break] = np.arange(len(tie_break))
         del tie_break
+        order = _stable_order((self._bucket, self._src // w, self._tgt1 // w), by_tie_break)
         batches = self._cut(order, self._bucket_max_width)
         return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
@@ -480,6 +484,23 @@ class TokenBatchSampler:
             real += int(src.sum(dtype=np.int64) + tgt1.sum(dtype=np.int64))
             padded += len(batch) * (max(1, int(src.max())) + int(tgt1.max()))
         return 1.0 - real / padded if padded else 0.0
+
+
+def _stable_order(keys: tuple[np.ndarray, ...], start: np.ndarray) -> np.ndarray:
+    """The example positions `start` (N,) reordered by `keys` (each (N,), the first the
+    primary one), examples with equal keys kept in their order in `start`: the same as
+    `np.lexsort((rank_in_start, *reversed(keys)))`, in one stable sort of one int64 key that
+    packs the keys (mixed radix) where they fit in 62 bits, else through np.lexsort."""
+    bases = [int(key.max()) + 1 if key.size else 1 for key in keys]
+    if math.prod(bases) >= 1 << 62:
+        ranks = np.empty_like(start)
+        ranks[start] = np.arange(len(start))
+        return np.lexsort((ranks, *reversed(keys)))
+    packed = np.zeros(len(start), dtype=np.int64)
+    for key, base in zip(keys, bases, strict=True):
+        packed *= base
+        packed += key[start]
+    return start[np.argsort(packed, kind="stable")]
 
 
 def _check_sampler_arguments(

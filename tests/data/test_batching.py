@@ -248,3 +248,16 @@ def test_bucket_widths_are_the_largest_width_of_each_bucket() -> None:
         max(v for v, b in zip(widths, buckets, strict=True) if b == bucket) for bucket in buckets
     ]
     assert sampler._bucket_max_width.tolist() == expected == [3, 3, 8, 8, 12, 12]
+
+
+@pytest.mark.parametrize("high", [50, 3_000_000])  # packed in one int64 key; too wide: lexsort
+def test_stable_order_is_lexsort(high: int) -> None:
+    from attnseq.data.batching import _stable_order
+
+    rng = np.random.default_rng(5)
+    keys = tuple(rng.integers(0, high, 5000) for _ in range(3))
+    start = rng.permutation(5000)
+    ranks = np.empty_like(start)
+    ranks[start] = np.arange(5000)
+    expected = np.lexsort((ranks, keys[2], keys[1], keys[0]))
+    assert _stable_order(keys, start).tolist() == expected.tolist()
