@@ -202,6 +202,44 @@ def measure_run(code: Path, data_root: Path, cache: Path, run_dir: Path, updates
     }
 
 
+PROBE = """
+import json, sys
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon"):
+            return int(line.split()[1]) * 1024
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from attnseq.config import CONFIG_DIR
+from attnseq.config.schema import register_configs
+from attnseq.data.batching import TokenBatchSampler, example_lengths
+from attnseq.data.prepare import prepare_data
+register_configs()
+with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+    cfg = OmegaConf.to_object(compose("train", overrides=["experiment=multi30k_transformer",
+                                                          "data.root=" + sys.argv[1]]))
+start = anon()
+data = prepare_data(cfg.data, cfg.seed)
+loaded = anon()
+sampler = TokenBatchSampler(example_lengths(data.examples["train"]), cfg.data.max_tokens,
+                            max_sentences=cfg.data.max_sentences, seed=cfg.seed)
+batches = getattr(sampler, "epoch_batches", sampler.batches)(0)  # what training iterates
+print(json.dumps({"load": loaded - start, "load_and_batches": anon() - start}))
+"""
+
+
+def data_memory(code: Path, corpus: Path, cache: Path) -> dict[str, float]:
+    """Private memory (RssAnon) that reading the cached splits and building an epoch's batches
+    add to a process that has imported everything: the data's own cost, free of the training
+    step's transient peak (which depends on which batches come first)."""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(corpus)],
+        env=environment(code, cache), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    values = json.loads(result.stdout.strip().splitlines()[-1])
+    return {f"{name}_rss_anon_mib": value / MIB for name, value in values.items()}
+
+
 def measure_size(code: Path, label: str, corpus: Path, size: int, work: Path, updates: int):
     cache = work / f"cache-{label}-{size}"
     if cache.exists():
@@ -217,6 +255,7 @@ def measure_size(code: Path, label: str, corpus: Path, size: int, work: Path, up
         "cache_mib": directory_size(prepared) / MIB,
         "first": first,
         "cached": again,
+        "data": data_memory(code, corpus, cache),
     }
     print(json.dumps(row), flush=True)
     return row
@@ -282,17 +321,21 @@ def table(rows: list[dict]) -> str:
     lines = [
         "| code | pairs | preparation (s) | pairs/s | cache (MiB) | peak RssAnon, first run"
         " (MiB) | peak RssAnon, cached run (MiB) | RssFile at that peak (MiB) | command to"
-        " first update, cached (s) | s/update |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " first update, cached (s) | s/update | RssAnon of the data: cached splits read +"
+        " one epoch's batches (MiB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         first, cached = row["first"], row["cached"]
+        data = row.get("data", {}).get("load_and_batches_rss_anon_mib")
         lines.append(
             f"| {row['code']} | {row['pairs']:,} | {row['preparation_s']:.1f} | "
             f"{row['pairs_per_s']:,.0f} | {row['cache_mib']:,.0f} | "
             f"{first['peak_rss_anon_mib']:,.0f} | {cached['peak_rss_anon_mib']:,.0f} | "
             f"{cached['rss_file_at_peak_mib']:,.0f} | {cached['first_update_s']:.1f} | "
-            f"{cached['seconds_per_update']:.2f} |"
+            f"{cached['seconds_per_update']:.2f} | "
+            + ("n/a" if data is None else f"{data:,.0f}")
+            + " |"
         )
     return "\n".join(lines) + "\n"
 

@@ -68,7 +68,8 @@ def test_report_files(tmp_path: Path) -> None:
             "cache_mib": 26.0,
             "first": run,
             "cached": run,
-        }  # fmt: skip
+            "data": {"load_and_batches_rss_anon_mib": 40.0},
+        }
         for code in ("before", "after")
         for pairs in (100_000, 1_000_000)
     ]
@@ -77,7 +78,9 @@ def test_report_files(tmp_path: Path) -> None:
            "private_plus_one_cache_mib": 2067.0}  # fmt: skip
     script.write_outputs(tmp_path, rows, ddp, "a note")
     table = (tmp_path / "data_scale_table.md").read_text(encoding="utf-8")
-    assert "| after | 1,000,000 | 10.0 | 100,000 | 26 | 900 | 900 | 300 | 9.5 | 1.25 |" in table
+    assert (
+        "| after | 1,000,000 | 10.0 | 100,000 | 26 | 900 | 900 | 300 | 9.5 | 1.25 | 40 |" in table
+    )
     assert "| 2 | 200 | 2,000 | 1,800 | 267 | 2,067 | 150 | 150, 150 |" in table
     assert (tmp_path / "data_scale.png").stat().st_size > 10_000
     assert "a note" in table and (tmp_path / "data_scale.json").is_file()
