@@ -150,6 +150,12 @@ def train_command(data_root: Path, run_dir: Path, updates: int, extra: list[str]
     ]  # fmt: skip
 
 
+# Every run starts in this folder, never in a checkout: `python -m` and `python -c` put the
+# working directory first on sys.path, ahead of PYTHONPATH, so a run started in the repository
+# would import the repository's attnseq whatever --before says.
+NEUTRAL = Path("/")
+
+
 def environment(code: Path, cache: Path) -> dict[str, str]:
     return {
         **os.environ,
@@ -167,6 +173,7 @@ def measure_run(code: Path, data_root: Path, cache: Path, run_dir: Path, updates
     process = subprocess.Popen(
         command,
         env=environment(code, cache),
+        cwd=NEUTRAL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -218,13 +225,15 @@ register_configs()
 with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
     cfg = OmegaConf.to_object(compose("train", overrides=["experiment=multi30k_transformer",
                                                           "data.root=" + sys.argv[1]]))
+import attnseq
 start = anon()
 data = prepare_data(cfg.data, cfg.seed)
 loaded = anon()
 sampler = TokenBatchSampler(example_lengths(data.examples["train"]), cfg.data.max_tokens,
                             max_sentences=cfg.data.max_sentences, seed=cfg.seed)
 batches = getattr(sampler, "epoch_batches", sampler.batches)(0)  # what training iterates
-print(json.dumps({"load": loaded - start, "load_and_batches": anon() - start}))
+print(json.dumps({"load": loaded - start, "load_and_batches": anon() - start,
+                  "code": attnseq.__file__}))
 """
 
 
@@ -234,9 +243,12 @@ def data_memory(code: Path, corpus: Path, cache: Path) -> dict[str, float]:
     step's transient peak (which depends on which batches come first)."""
     result = subprocess.run(
         [sys.executable, "-c", PROBE, str(corpus)],
-        env=environment(code, cache), capture_output=True, text=True, check=True,
+        env=environment(code, cache), cwd=NEUTRAL, capture_output=True, text=True, check=True,
     )  # fmt: skip
     values = json.loads(result.stdout.strip().splitlines()[-1])
+    imported = Path(values.pop("code")).parents[1]
+    if imported.resolve() != code.resolve():
+        raise RuntimeError(f"the probe imported attnseq from {imported}, not {code}")
     return {f"{name}_rss_anon_mib": value / MIB for name, value in values.items()}
 
 
@@ -270,7 +282,7 @@ def ddp_check(code: Path, corpus: Path, work: Path, updates: int = 200) -> dict:
     command = train_command(corpus, work / "run-ddp-prepare", 2, DDP_MODEL)
     subprocess.run(
         [sys.executable, "-m", "attnseq", "train", *command],
-        env=environment(code, cache), check=True, stdout=subprocess.DEVNULL,
+        env=environment(code, cache), cwd=NEUTRAL, check=True, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     torchrun = [
@@ -278,7 +290,7 @@ def ddp_check(code: Path, corpus: Path, work: Path, updates: int = 200) -> dict:
         "-m", "attnseq", "train", *train_command(corpus, run_dir, updates, DDP_MODEL),
     ]  # fmt: skip
     process = subprocess.Popen(
-        torchrun, env=environment(code, cache), stdout=subprocess.DEVNULL,
+        torchrun, env=environment(code, cache), cwd=NEUTRAL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     log = run_dir / "train.log"
@@ -406,6 +418,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/data_scale"))
     parser.add_argument("--before", type=Path, help="a checkout of the code to compare with")
     parser.add_argument("--ddp", action="store_true", help="the two-rank check on 1M pairs")
+    parser.add_argument(
+        "--codes", nargs="+", choices=["after", "before"], help="measure only these (default: all)"
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="a data_scale.json whose rows (and DDP check) this run keeps where it does not"
+        " measure them itself",
+    )
     parser.add_argument("--data", type=Path, default=Path(os.environ.get("ATTNSEQ_DATA", "data")))
     args = parser.parse_args(argv)
     if args.updates < 3:
@@ -413,12 +434,16 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.data / "multi30k/train.de").is_file():
         parser.error(f"no Multi30k under {args.data} (set ATTNSEQ_DATA or --data)")
     codes = [("after", ROOT)] + ([("before", args.before.resolve())] if args.before else [])
-    rows = []
+    if args.codes:
+        codes = [(label, code) for label, code in codes if label in args.codes]
+    kept = json.loads(args.keep.read_text(encoding="utf-8")) if args.keep else {}
+    measured = {(label, size) for label, _ in codes for size in args.sizes}
+    rows = [row for row in kept.get("rows", []) if (row["code"], row["pairs"]) not in measured]
     for size in args.sizes:
         corpus = make_corpus(args.data, args.work / f"corpus-{size}", size)
         for label, code in codes:
             rows.append(measure_size(code, label, corpus, size, args.work, args.updates))
-    ddp = None
+    ddp = kept.get("ddp")
     if args.ddp:
         corpus = make_corpus(args.data, args.work / "corpus-1000000", 1_000_000)
         ddp = ddp_check(ROOT, corpus, args.work)
@@ -429,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         f"contention; memory is not affected by it), one training thread, seed 1, "
         f"{args.updates} updates per run."
     )
+    rows.sort(key=lambda row: (row["pairs"], row["code"] != "before"))
     write_outputs(args.out, rows, ddp, note)
     return 0
 
