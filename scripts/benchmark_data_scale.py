@@ -167,6 +167,7 @@ def environment(code: Path, cache: Path) -> dict[str, str]:
 
 def measure_run(code: Path, data_root: Path, cache: Path, run_dir: Path, updates: int) -> dict:
     """One `attnseq train` until `updates` updates are logged: memory peaks and times."""
+    subprocess.run(["rm", "-rf", str(run_dir)], check=True)  # an old train.log would mislead
     command = [sys.executable, "-m", "attnseq", "train"]
     command += train_command(data_root, run_dir, updates, [])
     started = time.time()
