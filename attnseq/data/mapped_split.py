@@ -10,9 +10,9 @@ asked for, so a process holds, per example, nothing but what it touches.
 Why: `datasets.table.MemoryMappedTable` maps the cache files (`mmap`, read-only, shared), so
 their pages belong to the page cache and not to the process: they count in RssFile, not in
 RssAnon, are shared by every process that maps the same files (the ranks of a data-parallel
-run on one machine) and can be dropped and read again under memory pressure. Python lists of the same
-data cost about 1.4 KB of private memory per pair (fairseq's `MMapIndexedDataset` is the same
-idea with its own binary format).
+run on one machine) and can be dropped and read again under memory pressure. Python lists of
+the same data cost about 1.5 KB of private memory per pair (fairseq's `MMapIndexedDataset` is
+the same idea with its own binary format).
 
 Reading:
 
