@@ -330,3 +330,31 @@ def run_eval(checkpoint: Path, out: Path, *args: str):
     root = load_checkpoint(checkpoint)["config"]["data"]["root"]
     command = ["eval", str(checkpoint), f"data.root={root}", "--out", str(out), *args]
     return CliRunner().invoke(app, command)
+
+
+# ------------------------------------------------------------------ batch fingerprints
+def batch_fingerprint(
+    examples, *, max_tokens: int, max_sentences: int | None, seed: int, epochs: int = 3
+) -> str:
+    """sha256 of the batches training and validation see: every epoch's shuffled training
+    batches (as the trainer samples them, for `epochs` epochs) and the unshuffled batches, each
+    batch's dataset positions and padded tensors in order. Equal fingerprints: the same
+    examples, grouped the same way, in the same order, with the same ids."""
+    import hashlib
+
+    from attnseq.data.batching import TokenBatchSampler, example_lengths
+    from attnseq.data.loader import BatchLoader
+
+    loader = BatchLoader(examples, pad_id=PAD, bos_id=BOS, eos_id=EOS, device=torch.device("cpu"))
+    digest = hashlib.sha256()
+    lengths = example_lengths(examples)
+    for shuffle in (True, False):
+        sampler = TokenBatchSampler(
+            lengths, max_tokens, max_sentences=max_sentences, shuffle=shuffle, seed=seed
+        )
+        for epoch in range(epochs if shuffle else 1):
+            for batch, _ in loader(sampler.batches(epoch), epoch):
+                for tensor in (batch.indices, batch.src, batch.tgt_in, batch.tgt_out):
+                    digest.update(repr(tuple(tensor.shape)).encode())
+                    digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()

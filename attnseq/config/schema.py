@@ -132,6 +132,12 @@ class DataConfig:
         1.0, "share of characters the sentencepiece model covers (0.98 to 1)", ge=0.98, le=1.0
     )
     spm_joint: bool = option(True, "one model for source and target")
+    spm_input_sentence_size: int = option(
+        1_000_000,
+        "sentencepiece trains on a uniform sample of this many training texts, streamed to the"
+        " trainer (0: every text, else > 100); as Marian's and fairseq's --input_sentence_size",
+        ge=0,
+    )
     spm_sampling_alpha: float = option(
         0.0,
         "unigram models: subword regularization, training split resegmented every epoch "

@@ -9,6 +9,7 @@ examples' piece links); `encode_pairs` turns text pairs into the encoded example
 Shapes: B batch, S source length, T target length (target + 1, for BOS/EOS).
 """
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -233,9 +234,19 @@ def encode_pairs(
     return [(src_tokenizer.encode(src), tgt_tokenizer.encode(tgt)) for src, tgt in pairs]
 
 
-def example_lengths(examples: Sequence[Example]) -> list[tuple[int, int]]:
-    """(source length, target length) of every example: what `TokenBatchSampler` takes."""
-    return [(len(src), len(tgt)) for src, tgt in examples]
+def example_lengths(examples: Sequence[Example]) -> np.ndarray:
+    """(N, 2) int32: (source length, target length) of every example, what `TokenBatchSampler`
+    takes; read from the offsets of a memory-mapped split (data/mapped_split.py) without
+    reading its rows."""
+    lengths = getattr(examples, "lengths", None)
+    if lengths is not None:
+        return lengths()
+    table = np.fromiter(
+        (length for src, tgt in examples for length in (len(src), len(tgt))),
+        dtype=np.int32,
+        count=2 * len(examples),
+    )
+    return table.reshape(-1, 2)
 
 
 def iterate_batches(
@@ -325,9 +336,13 @@ class TokenBatchSampler:
         _check_sampler_arguments(
             max_tokens, max_sentences, seed, bucket_width, num_buckets, num_replicas, rank
         )
-        table = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (N, 2)
+        table = np.asarray(lengths).reshape(-1, 2)  # (N, 2)
         if (table < 0).any():
             raise ValueError("lengths must be >= 0")
+        if table.size and table.max() >= np.iinfo(np.int32).max:
+            raise ValueError("lengths must be < 2**31 - 1")
+        # int32: 20 bytes per example for the five arrays below, at millions of examples
+        table = table.astype(np.int32, copy=False)
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
         self.shuffle = shuffle
@@ -339,8 +354,8 @@ class TokenBatchSampler:
         self._tgt1 = table[:, 1] + 1  # (N,) target + BOS/EOS
         self._width = np.maximum(self._src, self._tgt1)  # (N,) >= 1
         self._assign_buckets(bucket_width, num_buckets)
-        self._fixed: list[list[int]] | None = None  # unshuffled batches, the same every epoch
-        self._global_len = len(self.global_batches(0))
+        self._fixed: list[np.ndarray] | None = None  # unshuffled batches, the same every epoch
+        self._global_len = len(self._global_arrays(0))
         self._len = self._global_len // num_replicas
 
     def _assign_buckets(self, bucket_width: int | None, num_buckets: int | None) -> None:
@@ -353,8 +368,12 @@ class TokenBatchSampler:
             bucket_width = math.ceil((max_width - min_width + 1) / num_buckets)
         self.bucket_width = bucket_width or 1
         self._bucket = (self._width - min_width) // self.bucket_width  # (N,)
-        bucket_max = np.zeros(int(self._bucket.max()) + 1 if n else 0, dtype=np.int64)
-        np.maximum.at(bucket_max, self._bucket, self._width)
+        # The widths present (few: one per length) and their buckets: each bucket's largest
+        # width from W values instead of N.
+        present = np.flatnonzero(np.bincount(self._width, minlength=1)).astype(np.int32)  # (W,)
+        present_bucket = (present - min_width) // self.bucket_width  # (W,)
+        bucket_max = np.zeros(int(self._bucket.max()) + 1 if n else 0, dtype=np.int32)
+        np.maximum.at(bucket_max, present_bucket, present)
         self._bucket_max_width = bucket_max[self._bucket]  # (N,)
 
     def __len__(self) -> int:
@@ -378,60 +397,110 @@ class TokenBatchSampler:
         """This replica's batches (lists of example positions) of `epoch`; with one replica
         every example exactly once.
 
-        A pure function of (constructor arguments, epoch).
+        A pure function of (constructor arguments, epoch). `epoch_batches` holds the same
+        batches as numpy arrays (8 bytes per example instead of a Python int's ~40).
         """
-        batches = self.global_batches(epoch)
+        return [batch.tolist() for batch in self.epoch_batches(epoch)]
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """This replica's batches of `epoch` as (B,) int64 arrays of example positions, views
+        of one array of the epoch's order: what training iterates over."""
+        batches = self._global_arrays(epoch)
         if self.num_replicas == 1:
             return batches
         return batches[self.rank :: self.num_replicas][: len(batches) // self.num_replicas]
 
     def global_batches(self, epoch: int) -> list[list[int]]:
         """All batches of `epoch`, before sharding; every example exactly once."""
+        return [batch.tolist() for batch in self._global_arrays(epoch)]
+
+    def _global_arrays(self, epoch: int) -> list[np.ndarray]:
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         if not self.shuffle:
             if self._fixed is None:
-                positions = np.arange(len(self._src))
-                # np.lexsort: the last key is the primary one.
-                order = np.lexsort((positions, self._tgt1, self._src, self._width))
+                # by (width, src_len, tgt_len + 1), ties in dataset order
+                keys = (self._width, self._src, self._tgt1)
+                order = _stable_order(keys, np.arange(len(self._src)))
                 self._fixed = self._cut(order, self._width)
-            return [list(batch) for batch in self._fixed]
+            return list(self._fixed)
         rng = np.random.default_rng([self.seed, epoch])
         tie_break = rng.permutation(len(self._src))
         w = self.bucket_width
-        order = np.lexsort((tie_break, self._tgt1 // w, self._src // w, self._bucket))
+        # by (bucket, src_len // w, (tgt_len + 1) // w), ties in the order of `tie_break`'s
+        # ranks: the examples listed by ascending tie_break are tie_break's inverse permutation
+        by_tie_break = np.empty_like(tie_break)
+        by_tie_break[tie_break] = np.arange(len(tie_break))
+        del tie_break
+        order = _stable_order((self._bucket, self._src // w, self._tgt1 // w), by_tie_break)
         batches = self._cut(order, self._bucket_max_width)
-        return [batches[i] for i in rng.permutation(len(batches))]
+        return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
-    def _cut(self, order: np.ndarray, width: np.ndarray) -> list[list[int]]:
-        """Greedy cut of `order` (N,) into batches with B * max(width) <= max_tokens."""
-        batches: list[list[int]] = []
-        current: list[int] = []
-        current_width = 0
-        for index, w in zip(order.tolist(), width[order].tolist(), strict=True):
-            new_width = max(current_width, w)
-            full = (len(current) + 1) * new_width > self.max_tokens or (
-                self.max_sentences is not None and len(current) >= self.max_sentences
-            )
-            if current and full:
-                batches.append(current)
-                current, new_width = [], w
-            current.append(index)
-            current_width = new_width
-        if current:
-            batches.append(current)
-        return batches
+    def _cut(self, order: np.ndarray, width: np.ndarray) -> list[np.ndarray]:
+        """Greedy cut of `order` (N,) into batches with B * max(width) <= max_tokens: walking
+        `order`, an example joins the current batch unless the batch, with it, would exceed the
+        budget or max_sentences; then it starts the next batch.
+
+        Both orders sort by width first (the bucket's largest width when shuffling, the
+        example's own otherwise), so the widths along `order` never decrease and a batch's
+        widest member is its last. The walk then only changes course where the width changes:
+        inside a run of equal width w a fresh batch takes k = max(1, min(max_tokens // w,
+        max_sentences)) examples, and the batch open when the run begins takes as many of the
+        run as keep it within k. So the cut is a loop over the distinct widths (a few hundred),
+        not over the examples.
+        """
+        widths = width[order]  # (N,) non-decreasing
+        n = len(order)
+        if n == 0:
+            return []
+        assert not (np.diff(widths) < 0).any(), "widths must not decrease along the order"
+        run_starts = np.flatnonzero(np.diff(widths)) + 1
+        bounds = np.concatenate([[0], run_starts, [n]]).tolist()
+        starts: list[np.ndarray] = []  # first position (in `order`) of every batch
+        open_size = 0  # members of the batch still open before the run
+        for begin, end in itertools.pairwise(bounds):
+            w = int(widths[begin])
+            fits = self.max_tokens // w
+            if self.max_sentences is not None:
+                fits = min(fits, self.max_sentences)
+            joined = min(max(fits - open_size, 0), end - begin) if open_size else 0
+            position = begin + joined
+            open_size += joined
+            if position == end:
+                continue
+            size = max(1, fits)
+            starts.append(np.arange(position, end, size))
+            open_size = end - (position + size * (len(starts[-1]) - 1))
+        cuts = np.concatenate(starts)[1:] if starts else np.zeros(0, dtype=np.int64)
+        return np.split(order, cuts)
 
     def padding_share(self, epoch: int) -> float:
         """Share of padded positions in the epoch's batches, counted as `collate` pads them
         (B*S + B*T positions per batch, S >= 1). 0.0 for an empty dataset."""
         real = padded = 0
-        for batch in self.batches(epoch):
+        for batch in self.epoch_batches(epoch):
             src = self._src[batch]
             tgt1 = self._tgt1[batch]
-            real += int(src.sum() + tgt1.sum())
+            real += int(src.sum(dtype=np.int64) + tgt1.sum(dtype=np.int64))
             padded += len(batch) * (max(1, int(src.max())) + int(tgt1.max()))
         return 1.0 - real / padded if padded else 0.0
+
+
+def _stable_order(keys: tuple[np.ndarray, ...], start: np.ndarray) -> np.ndarray:
+    """The example positions `start` (N,) reordered by `keys` (each (N,), the first the
+    primary one), examples with equal keys kept in their order in `start`: the same as
+    `np.lexsort((rank_in_start, *reversed(keys)))`, in one stable sort of one int64 key that
+    packs the keys (mixed radix) where they fit in 62 bits, else through np.lexsort."""
+    bases = [int(key.max()) + 1 if key.size else 1 for key in keys]
+    if math.prod(bases) >= 1 << 62:
+        ranks = np.empty_like(start)
+        ranks[start] = np.arange(len(start))
+        return np.lexsort((ranks, *reversed(keys)))
+    packed = np.zeros(len(start), dtype=np.int64)
+    for key, base in zip(keys, bases, strict=True):
+        packed *= base
+        packed += key[start]
+    return start[np.argsort(packed, kind="stable")]
 
 
 def _check_sampler_arguments(

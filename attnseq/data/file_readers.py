@@ -22,8 +22,11 @@ as the records hold them, and a non-string names the file's line, the field and 
 """
 
 import contextlib
+import gzip
+import itertools
 import json
-from collections.abc import Iterator
+import lzma
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +39,89 @@ Pairs = list[tuple[str, str]]
 _DEFAULT_TSV_FIELDS = {"src": 0, "tgt": 1}
 
 
-def read_parallel(src_file: Path, tgt_file: Path) -> Pairs:
-    """Line-aligned text files -> pairs; the two files must have the same number of lines."""
-    src_lines = _read_lines(src_file)
-    tgt_lines = _read_lines(tgt_file)
-    if len(src_lines) != len(tgt_lines):
-        raise UserError(
-            f"parallel files differ in length: {src_file} has {len(src_lines)} lines but "
-            f"{tgt_file} has {len(tgt_lines)}; line N of one must translate line N of the other"
+def read_parallel(src_files: Path | Sequence[Path], tgt_files: Path | Sequence[Path]) -> Pairs:
+    """Line-aligned text files -> pairs, the files of each side read one after the other (the
+    shards of a split). Shard k of one side must have as many lines as shard k of the other.
+    """
+    src_list = [src_files] if isinstance(src_files, Path) else list(src_files)
+    tgt_list = [tgt_files] if isinstance(tgt_files, Path) else list(tgt_files)
+    return list(ParallelStream(src_list, tgt_list))
+
+
+def parallel_lines(src_file: Path, tgt_file: Path) -> Iterator[tuple[str, str]]:
+    """The (source, target) lines of two line-aligned files, streamed, outer whitespace
+    stripped; a UserError with both files' line counts when one ends before the other."""
+    src_lines, tgt_lines = text_lines(src_file), text_lines(tgt_file)
+    for count, (src, tgt) in enumerate(itertools.zip_longest(src_lines, tgt_lines)):
+        if src is None or tgt is None:  # `count` lines of both were read
+            src_count = count + (src is not None) + sum(1 for _ in src_lines)
+            tgt_count = count + (tgt is not None) + sum(1 for _ in tgt_lines)
+            raise UserError(
+                f"parallel files differ in length: {src_file} has {src_count} lines but "
+                f"{tgt_file} has {tgt_count}; line N of one must translate line N of the other"
+            )
+        yield src.strip(), tgt.strip()
+
+
+class ParallelStream:
+    """The pairs of a parallel split's shards, streamed from the files on every iteration
+    (`limit`: only the first pairs): what preparation reads a large corpus through, so that no
+    list of its lines is ever built. Each pass reads the files again."""
+
+    def __init__(
+        self, src_files: Sequence[Path], tgt_files: Sequence[Path], limit: int | None = None
+    ) -> None:
+        if len(src_files) != len(tgt_files):
+            raise UserError(
+                f"{len(src_files)} source files but {len(tgt_files)} target files: "
+                f"{', '.join(map(str, src_files))} against {', '.join(map(str, tgt_files))}"
+            )
+        self.src_files, self.tgt_files, self.limit = list(src_files), list(tgt_files), limit
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        pairs = itertools.chain.from_iterable(
+            parallel_lines(src, tgt)
+            for src, tgt in zip(self.src_files, self.tgt_files, strict=True)
         )
-    return [(src.strip(), tgt.strip()) for src, tgt in zip(src_lines, tgt_lines, strict=True)]
+        return pairs if self.limit is None else itertools.islice(pairs, self.limit)
+
+
+COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}  # suffix -> opener of a compressed file
+
+
+def text_lines(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (gzip or xz when its name ends in .gz or .xz), streamed
+    without their line ends; universal newlines, as Python's text files read them.
+
+    A file that is not valid UTF-8, or a compressed file that is truncated or corrupt, is a
+    UserError naming the file (and the line).
+    """
+    check_input_file(path, "data file")
+    opener = COMPRESSED.get(path.suffix.lower(), open)
+    number = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):  # noqa: B007 (read in except)
+                yield line.rstrip("\n")
+    except UnicodeDecodeError:
+        # Text files decode a block at a time, ahead of the lines read: find the line.
+        with opener(path, "rb") as raw_lines:
+            for number, raw in enumerate(raw_lines, start=1):  # noqa: B007
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    raise UserError(
+                        f"{path}: line {number} is not valid UTF-8 ({bad.reason} at byte "
+                        f"{bad.start} of the line); data files must be UTF-8 text"
+                    ) from None
+        raise UserError(f"{path} is not valid UTF-8; data files must be UTF-8 text") from None
+    except (EOFError, OSError, lzma.LZMAError) as bad:
+        kind = path.suffix.lower().lstrip(".")
+        raise UserError(
+            f"cannot read {path} after line {number}: {bad} (a truncated or corrupt {kind} file?)"
+            if opener is not open
+            else f"cannot read {path} after line {number}: {bad}"
+        ) from None
 
 
 def read_tsv(path: Path, src_field: str, tgt_field: str) -> Pairs:

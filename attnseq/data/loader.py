@@ -37,7 +37,12 @@ class _IndexedExamples(Dataset):
     """Position i -> (i, example i, its extended view or None, its gold piece links or None):
     collate needs each example's dataset position, copy models its extended-vocabulary view,
     guided alignment its links. With subword sampling the key is (epoch, i) and example i is
-    that epoch's sampled segmentation."""
+    that epoch's sampled segmentation.
+
+    `__getitems__` (which DataLoader calls with a whole batch of keys) gathers a batch's
+    examples at once: from a memory-mapped split (data/mapped_split.py) that is one lookup
+    for all rows, in the worker that builds the batch.
+    """
 
     def __init__(
         self,
@@ -62,6 +67,21 @@ class _IndexedExamples(Dataset):
         extended = None if self.extended is None else self.extended[index]
         links = None if self.alignments is None else self.alignments[index]
         return index, self.examples[index], extended, links
+
+    def __getitems__(self, keys: Sequence[Any]) -> list[IndexedExample]:
+        take = getattr(self.examples, "take", None)
+        if self.sampling is not None or take is None or not len(keys):
+            return [self[key] for key in keys]
+        indices = [int(index) for index in keys]
+        return [
+            (
+                index,
+                example,
+                None if self.extended is None else self.extended[index],
+                None if self.alignments is None else self.alignments[index],
+            )
+            for index, example in zip(indices, take(indices), strict=True)
+        ]
 
 
 def _collate_indexed(items: list[IndexedExample], pad_id: int, bos_id: int, eos_id: int):
@@ -128,17 +148,17 @@ class BatchLoader:
         self.dataset.sampling = segmentation
 
     def __call__(
-        self, batches: Sequence[list[int]], epoch: int = 0
+        self, batches: Sequence[Sequence[int]], epoch: int = 0
     ) -> Iterator[tuple[Batch, TokenCounts]]:
         """The batches of `epoch` in the given order: each as a `Batch` on the device, with
         its token counts read on the host (reading them from a GPU tensor would wait for the
         GPU)."""
-        keys: Sequence[list[Any]] = batches
+        keys: Sequence[Sequence[Any]] = batches
         if self.dataset.sampling is not None:
-            keys = [[(epoch, index) for index in indices] for indices in batches]
+            keys = [[(epoch, int(index)) for index in indices] for indices in batches]
         if self.num_workers == 0:
             host_batches: Iterable[Batch] = (
-                self._collate([self.dataset[i] for i in indices]) for indices in keys
+                self._collate(self.dataset.__getitems__(indices)) for indices in keys
             )
         elif not keys:
             return

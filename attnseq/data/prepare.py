@@ -9,13 +9,19 @@ Steps, in order:
 3. Encoding and the length rules (below): what each split does with empty
    examples and with examples over data.max_src_len/max_tgt_len, and the counts it reports
    (`PreparedData.stats`).
-4. A cache: for local and hub data the result (tokenizers included) is saved as Arrow
-   (`datasets.DatasetDict.save_to_disk`) under `cache_root()/prepared/<key>/`, where the key
-   hashes the data files' identity (resolved path, size, modification time; for the hub: name,
-   config and split names), the data settings that change the result, the requested splits and
-   the given tokenizers' state. A second run with the same key memory-maps it instead of
-   reading, training and encoding again. Generated tasks are rebuilt from the seed in well under
-   a second and are not cached.
+4. A cache: for local and hub data the result (tokenizers included) is written as Arrow IPC
+   streams (`splits/NAME.arrow`, one per split, plus meta.json) under
+   `cache_root()/prepared/<key>/`, where the key hashes the data files' identity (resolved
+   path, size, modification time of every shard; for the hub: name, config and split names),
+   the data settings that change the result, the requested splits and the given tokenizers'
+   state. Preparation streams: local parallel files are read as streams
+   (`sources.split_streams`), the tokenizers train on the streamed training texts
+   (sentencepiece on its sample of `data.spm_input_sentence_size` of them) and each split is
+   read, encoded and written `ENCODE_CHUNK` pairs at a time, so no list of a corpus is ever
+   built. Training, validation and evaluation then read the splits from the memory-mapped
+   files (data/mapped_split.py), on the first run as on every later one; a second run with
+   the same key maps them instead of reading, training and encoding again. Generated tasks
+   are rebuilt from the seed in well under a second and are not cached.
 
 Encoding a split and its length rules (lengths in tokens, without BOS/EOS):
 
@@ -40,22 +46,26 @@ cut, which keeps sequences within the model's positions. Every split's counts ar
 """
 
 import hashlib
+import itertools
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from attnseq.config.choices import DataSource, TaskType, TokenizerKind
 from attnseq.config.schema import DataConfig
 from attnseq.data.batching import Example
-from attnseq.data.file_readers import Pairs, quiet_datasets
+from attnseq.data.file_readers import Pairs
 from attnseq.data.locations import cache_root
+from attnseq.data.mapped_split import MappedSplit
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 from attnseq.data.sources import (
     EVAL_SPLITS,
@@ -63,6 +73,7 @@ from attnseq.data.sources import (
     HOLDOUT_SALT,
     load_splits,
     split_files,
+    split_streams,
 )
 from attnseq.data.tokenizers import Tokenizer, TokenizerPair, train_tokenizer
 from attnseq.errors import UserError
@@ -73,7 +84,7 @@ log = logging.getLogger("attnseq")
 TRAIN = "train"
 STAT_KEYS = ("total", "kept", "dropped_empty", "skipped_empty", "dropped_too_long", "truncated")
 
-PREPARED_VERSION = 3  # bump when the cached layout or the rules above change
+PREPARED_VERSION = 4  # bump when the cached layout or the rules above change
 
 # DataConfig fields that change what prepare_data returns for file/hub data. Batching fields and
 # the generated-task fields are left out, so changing them reuses the cache.
@@ -96,6 +107,7 @@ _KEY_FIELDS = (
     "spm_model_type",
     "spm_character_coverage",
     "spm_joint",
+    "spm_input_sentence_size",
 )
 
 
@@ -110,13 +122,20 @@ class PreparedData:
         "truncated"}}.
     positions: {split: the position of each kept example among the split's loaded pairs}
         (what lines up per-pair files such as data.alignments with `examples`).
+    cache_folder: the Arrow cache entry the splits are read from, None when they are in memory
+        (generated tasks, given pairs).
+
+    Read from the cache, `pairs`, `examples` and `positions` are views of the memory-mapped
+    Arrow files (data/mapped_split.py): sequences that read a row when it is asked for;
+    otherwise they are lists.
     """
 
     tokenizers: TokenizerPair
-    pairs: dict[str, Pairs]
-    examples: dict[str, list[Example]]
+    pairs: dict[str, Sequence[tuple[str, str]]]
+    examples: dict[str, Sequence[Example]]
     stats: dict[str, dict[str, int]]
-    positions: dict[str, list[int]] = field(default_factory=dict)
+    positions: dict[str, Sequence[int]] = field(default_factory=dict)
+    cache_folder: Path | None = None
 
 
 def prepare_data(
@@ -155,27 +174,48 @@ def prepare_data(
     to_load = wanted
     if tokenizers is None and wanted is not None and TRAIN not in wanted:
         to_load = [*wanted, TRAIN]  # the tokenizers are trained on train
-    loaded = load_splits(cfg, seed, to_load)
-    chosen = loaded if wanted is None else {name: loaded[name] for name in wanted}
-    data = _build(cfg, chosen, tokenizers, loaded.get(TRAIN))
-    if key is not None:
-        _save_cached(cache_root() / "prepared" / key, data)
-    return data
+    if key is None:
+        loaded = load_splits(cfg, seed, to_load)
+        chosen = loaded if wanted is None else {name: loaded[name] for name in wanted}
+        return _build(cfg, chosen, tokenizers, loaded.get(TRAIN))
+    streams = split_streams(cfg, seed, to_load)
+    if tokenizers is None:
+        if next(iter(streams[TRAIN]), None) is None:
+            raise UserError(
+                "no training pairs to train the tokenizers on (the train split is empty)"
+            )
+        tokenizers = train_tokenizers(cfg, streams[TRAIN])
+    folder = cache_root() / "prepared" / key
+    chosen_streams = streams if wanted is None else {name: streams[name] for name in wanted}
+    _write_cached(folder, cfg, chosen_streams, tokenizers)
+    mapped = load_prepared(folder)
+    if mapped is None:
+        raise UserError(f"cannot read the prepared data just written to {folder}")
+    mapped.tokenizers = tokenizers  # the very objects given or trained
+    return mapped
 
 
-def train_tokenizers(cfg: DataConfig, train_pairs: Pairs) -> TokenizerPair:
-    """Tokenizers of kind `data.tokenizer` trained on the training pairs."""
-    src_texts = [src for src, _ in train_pairs]
-    tgt_texts = [tgt for _, tgt in train_pairs]
+def load_prepared(folder: Path) -> PreparedData | None:
+    """The prepared data of a cache entry (`PreparedData.cache_folder`), its splits mapped;
+    None when the entry is missing or unreadable. What the other ranks of a data-parallel run
+    read, so that every rank on a machine maps the same files."""
+    return _load_cached(folder)
+
+
+def train_tokenizers(cfg: DataConfig, train_pairs: Sequence[tuple[str, str]]) -> TokenizerPair:
+    """Tokenizers of kind `data.tokenizer` trained on the training pairs (each side read as a
+    stream of texts: sentencepiece keeps only its sample of them)."""
+    src_texts, tgt_texts = _Side(train_pairs, 0), _Side(train_pairs, 1)
     try:
         if cfg.tokenizer is TokenizerKind.sentencepiece:
             options: dict[str, Any] = {
                 "vocab_size": cfg.spm_vocab_size,
                 "model_type": cfg.spm_model_type.value,
                 "character_coverage": cfg.spm_character_coverage,
+                "input_sentence_size": cfg.spm_input_sentence_size,
             }
             if cfg.spm_joint:
-                joint = train_sentencepiece(src_texts + tgt_texts, **options)
+                joint = train_sentencepiece(_Joined(src_texts, tgt_texts), **options)
                 return TokenizerPair(joint, joint)
             return TokenizerPair(
                 train_sentencepiece(src_texts, **options),
@@ -185,6 +225,26 @@ def train_tokenizers(cfg: DataConfig, train_pairs: Pairs) -> TokenizerPair:
         return TokenizerPair(train_tokenizer(kind, src_texts), train_tokenizer(kind, tgt_texts))
     except ValueError as error:
         raise UserError(f"cannot train data.tokenizer={cfg.tokenizer.value}: {error}") from None
+
+
+class _Side:
+    """The source (0) or target (1) texts of pairs, read anew on every iteration."""
+
+    def __init__(self, pairs: Sequence[tuple[str, str]], side: int) -> None:
+        self.pairs, self.side = pairs, side
+
+    def __iter__(self) -> Iterator[str]:
+        return (pair[self.side] for pair in self.pairs)
+
+
+class _Joined:
+    """Two text streams one after the other, read anew on every iteration."""
+
+    def __init__(self, first: Iterable[str], second: Iterable[str]) -> None:
+        self.first, self.second = first, second
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain(self.first, self.second)
 
 
 def _build(
@@ -205,12 +265,18 @@ def _build(
         data.pairs[name], data.examples[name], data.stats[name] = kept, examples, stats
         data.positions[name] = positions
         log_stats(cfg, name, stats)
-    if TRAIN in data.stats and data.stats[TRAIN]["kept"] == 0:
+    _check_counts(cfg, data.stats)
+    return data
+
+
+def _check_counts(cfg: DataConfig, counts: dict[str, dict[str, int]]) -> None:
+    """A UserError when training has no example left or a split has nothing to score."""
+    if TRAIN in counts and counts[TRAIN]["kept"] == 0:
         raise UserError(
-            f"no training examples left: all {data.stats[TRAIN]['total']} were empty or longer "
+            f"no training examples left: all {counts[TRAIN]['total']} were empty or longer "
             f"than data.max_src_len={cfg.max_src_len} / data.max_tgt_len={cfg.max_tgt_len}"
         )
-    for name, stats in data.stats.items():
+    for name, stats in counts.items():
         if name != TRAIN and stats["kept"] == stats["skipped_empty"]:
             raise UserError(
                 f"nothing to evaluate in the {name} split: "
@@ -220,7 +286,6 @@ def _build(
                     else "it holds no examples"
                 )
             )
-    return data
 
 
 # ------------------------------------------------------------------------------ caching
@@ -254,43 +319,43 @@ def _cache_key(cfg: DataConfig, tokenizers: TokenizerPair | None, wanted: list[s
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _save_cached(folder: Path, data: PreparedData) -> None:
-    """Write the prepared splits as Arrow plus meta.json, atomically (build aside, rename)."""
-    import datasets
+ENCODE_CHUNK = 50_000  # pairs read, encoded and written at a time
+_SCHEMA = pa.schema(
+    [
+        ("src", pa.string()),
+        ("tgt", pa.string()),
+        ("src_ids", pa.list_(pa.int32())),
+        ("tgt_ids", pa.list_(pa.int32())),
+        ("position", pa.int64()),
+    ]
+)
 
+
+def _write_cached(
+    folder: Path,
+    cfg: DataConfig,
+    splits: dict[str, Iterable[tuple[str, str]]],
+    tokenizers: TokenizerPair,
+) -> None:
+    """Encode every split chunk by chunk into `folder` (splits/NAME.arrow, Arrow IPC streams,
+    plus meta.json), atomically (built aside, renamed): `ENCODE_CHUNK` pairs at a time are
+    read, encoded (sentencepiece: the library's threads, one per core) and written, so memory
+    holds one chunk, never a split. The count checks run before the entry is kept."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
     os.chmod(building, 0o777 & ~current_umask())  # mkdtemp's folder is private; the cache is not
-    features = datasets.Features(
-        {
-            "src": datasets.Value("string"),
-            "tgt": datasets.Value("string"),
-            "src_ids": datasets.List(datasets.Value("int32")),
-            "tgt_ids": datasets.List(datasets.Value("int32")),
-            "position": datasets.Value("int64"),
-        }
-    )
     try:
-        splits = {
-            name: datasets.Dataset.from_dict(
-                {
-                    "src": [src for src, _ in data.pairs[name]],
-                    "tgt": [tgt for _, tgt in data.pairs[name]],
-                    "src_ids": [src for src, _ in data.examples[name]],
-                    "tgt_ids": [tgt for _, tgt in data.examples[name]],
-                    "position": data.positions[name],
-                },
-                features=features,
-            )
-            for name in data.pairs
+        (building / "splits").mkdir()
+        counts = {
+            name: _write_split(building / "splits" / f"{name}.arrow", name, pairs, tokenizers, cfg)
+            for name, pairs in splits.items()
         }
-        with quiet_datasets():
-            datasets.DatasetDict(splits).save_to_disk(str(building / "splits"))
+        _check_counts(cfg, counts)
         meta = {
             "version": PREPARED_VERSION,
-            "splits": list(data.pairs),
-            "stats": data.stats,
-            "tokenizers": data.tokenizers.state(),
+            "splits": list(splits),
+            "stats": counts,
+            "tokenizers": tokenizers.state(),
         }
         (building / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         try:
@@ -305,26 +370,55 @@ def _save_cached(folder: Path, data: PreparedData) -> None:
         raise
 
 
+def _write_split(
+    path: Path,
+    name: str,
+    pairs: Iterable[tuple[str, str]],
+    tokenizers: TokenizerPair,
+    cfg: DataConfig,
+) -> dict[str, int]:
+    """One split, encoded a chunk at a time into the Arrow stream at `path`; its counts."""
+    counts = dict.fromkeys(STAT_KEYS, 0)
+    loaded = 0  # pairs of the split read so far: the position of the chunk's first pair
+    stream = iter(pairs)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, _SCHEMA) as writer:
+        while chunk := list(itertools.islice(stream, ENCODE_CHUNK)):
+            kept, examples, stats, positions = encode_split(name, chunk, tokenizers, cfg)
+            columns = [
+                pa.array([src for src, _ in kept], pa.string()),
+                pa.array([tgt for _, tgt in kept], pa.string()),
+                pa.array([src for src, _ in examples], pa.list_(pa.int32())),
+                pa.array([tgt for _, tgt in examples], pa.list_(pa.int32())),
+                pa.array([loaded + position for position in positions], pa.int64()),
+            ]
+            writer.write_batch(pa.record_batch(columns, schema=_SCHEMA))
+            for key in STAT_KEYS:
+                counts[key] += stats[key]
+            loaded += len(chunk)
+    log_stats(cfg, name, counts)
+    return counts
+
+
 def _load_cached(folder: Path) -> PreparedData | None:
-    """The cached entry, or None when there is none (or it cannot be read: rebuilt then)."""
+    """The cached entry, its splits memory-mapped (data/mapped_split.py), or None when there is
+    none (or it cannot be read: rebuilt then)."""
     meta_file = folder / "meta.json"
     if not meta_file.is_file():
         return None
-    import datasets
+    from datasets.table import MemoryMappedTable
 
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        with quiet_datasets():
-            stored = datasets.load_from_disk(str(folder / "splits"))
+        if meta.get("version") != PREPARED_VERSION:
+            raise ValueError(f"layout version {meta.get('version')}, not {PREPARED_VERSION}")
         data = PreparedData(TokenizerPair.from_state(meta["tokenizers"]), {}, {}, {})
+        data.cache_folder = folder
         for name in meta["splits"]:
-            table = stored[name].data
-            src, tgt = table.column("src").to_pylist(), table.column("tgt").to_pylist()
-            src_ids = table.column("src_ids").to_pylist()
-            tgt_ids = table.column("tgt_ids").to_pylist()
-            data.pairs[name] = list(zip(src, tgt, strict=True))
-            data.examples[name] = list(zip(src_ids, tgt_ids, strict=True))
-            data.positions[name] = table.column("position").to_pylist()
+            # The file is mapped (mmap), and the table pickles as its path.
+            table = MemoryMappedTable.from_file(str(folder / "splits" / f"{name}.arrow"))
+            split = MappedSplit(table)
+            data.pairs[name], data.examples[name] = split.pairs, split.examples
+            data.positions[name] = split.positions
             data.stats[name] = {key: int(value) for key, value in meta["stats"][name].items()}
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("data: ignoring unreadable cache entry %s (%s)", folder, error)

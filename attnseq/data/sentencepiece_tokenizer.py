@@ -53,7 +53,7 @@ import logging
 import math
 import os
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -80,7 +80,8 @@ log = logging.getLogger("attnseq")
 
 STATE_VERSION = 1
 MODEL_TYPES = ("bpe", "unigram")
-# SentencePiece's own recommendation: sample at most this many sentences for training.
+# SentencePiece's own recommendation: sample at most this many sentences for training
+# (data.spm_input_sentence_size; Marian's and fairseq's recipes pass the same option).
 INPUT_SENTENCE_SIZE = 1_000_000
 # Long inputs (summarization sources) are ordinary sentences to us; the library default (4192
 # bytes) would silently leave every longer one out of training.
@@ -140,7 +141,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """`encode` of many texts in one call (the library's threads; much faster)."""
-        return self._sp.encode(list(texts), out_type=int)
+        return self._sp.encode(list(texts), out_type=int, num_threads=os.cpu_count() or 1)
 
     def _clean(self, ids: Iterable[int]) -> list[int]:
         size = self.vocab_size
@@ -226,9 +227,15 @@ def train_sentencepiece(
     vocab_size: int = 8000,
     model_type: str = "bpe",
     character_coverage: float = 1.0,
+    input_sentence_size: int = INPUT_SENTENCE_SIZE,
     cache_dir: str | Path | None = None,
 ) -> SentencePieceTokenizer:
     """A SentencePiece tokenizer trained on `texts` (empty texts skipped), cached by content.
+
+    `texts` is streamed, twice: once to hash it, once into the trainer, which keeps a uniform
+    sample of `input_sentence_size` texts (reservoir sampling; 0: every text), so memory
+    holds the sample, never the corpus. An iterator (that can be read only once) is read into
+    a list first.
 
     The cache key is SHA-256 over the settings, the sentencepiece version and every text (in
     order); the model lives in `cache_dir/<key>.model` (default cache_root()/spm).
@@ -237,9 +244,13 @@ def train_sentencepiece(
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
     if vocab_size < 5:
         raise ValueError(f"vocab_size must be > 4 (the special tokens), got {vocab_size}")
-    corpus = [text for text in texts if text.strip()]
-    if not corpus:
-        raise ValueError("cannot train a sentencepiece model on no text")
+    if input_sentence_size < 0 or 0 < input_sentence_size <= 100:  # the trainer's own bound
+        raise ValueError(
+            f"data.spm_input_sentence_size must be 0 (every text) or > 100, got "
+            f"{input_sentence_size}"
+        )
+    if iter(texts) is texts:
+        texts = list(texts)
     settings = {
         "vocab_size": vocab_size,
         "model_type": model_type,
@@ -247,23 +258,31 @@ def train_sentencepiece(
         "sentencepiece": spm.__version__,
         "format": STATE_VERSION,
     }
+    if input_sentence_size != INPUT_SENTENCE_SIZE:  # models of the default keep their keys
+        settings["input_sentence_size"] = input_sentence_size
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for text in corpus:
+    count = 0
+    for text in _nonempty(texts):
         digest.update(text.encode("utf-8"))
         digest.update(b"\0")  # a separator, so ["ab"] and ["a", "b"] hash differently
+        count += 1
+    if not count:
+        raise ValueError("cannot train a sentencepiece model on no text")
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "spm"
     path = folder / f"{digest.hexdigest()[:32]}.model"
     if path.is_file():
         log.info("sentencepiece: reusing cached model %s", path)
         return SentencePieceTokenizer(path.read_bytes())
     log.info(
-        "sentencepiece: training %s, vocab %d, coverage %g on %d texts",
+        "sentencepiece: training %s, vocab %d, coverage %g on %d texts%s",
         model_type,
         vocab_size,
         character_coverage,
-        len(corpus),
+        count,
+        f" (a sample of {input_sentence_size:,})" if 0 < input_sentence_size < count else "",
     )
-    proto = _train_model_proto(corpus, settings)
+    settings["input_sentence_size"] = input_sentence_size
+    proto = _train_model_proto(_nonempty(texts), settings)
     tokenizer = SentencePieceTokenizer(proto)
     if tokenizer.vocab_size < vocab_size:
         log.info(
@@ -275,7 +294,11 @@ def train_sentencepiece(
     return tokenizer
 
 
-def _train_model_proto(corpus: list[str], settings: dict[str, Any]) -> bytes:
+def _nonempty(texts: Iterable[str]) -> Iterator[str]:
+    return (text for text in texts if text.strip())
+
+
+def _train_model_proto(corpus: Iterator[str], settings: dict[str, Any]) -> bytes:
     """Run the SentencePiece trainer in memory; returns the serialized model."""
     spm.set_random_generator_seed(1)  # sampling/shuffling: the same model for the same input
     model = io.BytesIO()
@@ -290,9 +313,9 @@ def _train_model_proto(corpus: list[str], settings: dict[str, Any]) -> bytes:
     return model.getvalue()
 
 
-def _run_trainer(corpus: list[str], settings: dict[str, Any], model: io.BytesIO) -> None:
+def _run_trainer(corpus: Iterator[str], settings: dict[str, Any], model: io.BytesIO) -> None:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus),
+        sentence_iterator=corpus,
         model_writer=model,
         vocab_size=settings["vocab_size"],
         model_type=settings["model_type"],
@@ -307,7 +330,7 @@ def _run_trainer(corpus: list[str], settings: dict[str, Any], model: io.BytesIO)
         eos_piece=EOS,
         unk_surface=UNK,  # decode writes an unknown piece as "<unk>", like the other kinds
         hard_vocab_limit=False,  # a tiny corpus gets a smaller vocabulary, not an error
-        input_sentence_size=INPUT_SENTENCE_SIZE,
+        input_sentence_size=settings["input_sentence_size"],
         shuffle_input_sentence=True,
         max_sentence_length=MAX_SENTENCE_LENGTH,
         num_threads=os.cpu_count() or 1,

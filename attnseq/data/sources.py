@@ -9,7 +9,9 @@ Three kinds of source (`data.source`):
   memory-map them afterwards) in one of three formats (`data.format`):
     * parallel: `data.splits[split]` is a path prefix; `PREFIX.SRC_LANG` and `PREFIX.TGT_LANG`
       hold one sentence per line, line N of one translating line N of the other (the line
-      counts must agree).
+      counts must agree). They are read as streams, not through `datasets`; either may be
+      gzip or xz compressed (`PREFIX.SRC_LANG.gz`, `.xz`), and the prefix may be a glob
+      pattern (`wmt/train-*`): a split of several shards, paired in sorted order.
     * tsv: one pair per line, columns separated by TAB, with *no quoting at all* (a `"` is an
       ordinary character: Tatoeba's sentences contain them). `data.src_field`/`tgt_field` are
       0-based column numbers; the defaults "src"/"tgt" mean columns 0 and 1; any other name
@@ -39,13 +41,22 @@ User mistakes (missing files, parallel files of different lengths, invalid UTF-8
 fields, an unreachable hub) raise `UserError` naming the file (and line) or the dataset.
 """
 
+import glob
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from attnseq.config.choices import DataSource, FileFormat
 from attnseq.config.schema import DataConfig
-from attnseq.data.file_readers import Pairs, read_hub, read_jsonl, read_parallel, read_tsv
+from attnseq.data.file_readers import (
+    COMPRESSED,
+    Pairs,
+    ParallelStream,
+    read_hub,
+    read_jsonl,
+    read_parallel,
+    read_tsv,
+)
 from attnseq.data.generated import TASKS, make_splits
 from attnseq.data.locations import WHERE_TO_GET_DATA, data_root, resolve_data_path, with_suffix
 from attnseq.errors import UserError
@@ -57,32 +68,66 @@ HOLDOUT_SALT = "attnseq-holdout-v1"  # changing it would change every derived te
 
 
 def split_files(cfg: DataConfig) -> dict[str, list[Path]]:
-    """The local files of every split in `data.splits` (parallel: source file, target file).
+    """The local files of every split in `data.splits`: for parallel data the source files,
+    then as many target files (shard k of one side pairs with shard k of the other).
 
-    Raises UserError for a file that does not exist, saying what was expected where.
+    A parallel prefix may hold glob patterns (`wmt/train-*`: every match of `PREFIX.SRC_LANG`,
+    in sorted order, one shard each) and each file may be gzip or xz compressed
+    (`PREFIX.SRC_LANG.gz`, `.xz`), read as a stream.
+
+    Raises UserError for a file that does not exist, a pattern that matches nothing, or sides
+    with different numbers of shards, saying what was expected where.
     """
     files: dict[str, list[Path]] = {}
     for split, value in cfg.splits.items():
         where = resolve_data_path(value, cfg)
         if cfg.format is FileFormat.parallel:
-            paths = [with_suffix(where, cfg.src_lang), with_suffix(where, cfg.tgt_lang)]
             expected = (
-                f"parallel text files {paths[0].name} and {paths[1].name} "
-                f"(data.splits.{split}={value!r} is a path prefix; the suffixes are "
-                f"data.src_lang={cfg.src_lang!r} and data.tgt_lang={cfg.tgt_lang!r})"
+                f"parallel text files {with_suffix(where, cfg.src_lang).name} and "
+                f"{with_suffix(where, cfg.tgt_lang).name} (optionally .gz or .xz; "
+                f"data.splits.{split}={value!r} is a path prefix, glob patterns allowed; the "
+                f"suffixes are data.src_lang={cfg.src_lang!r} and "
+                f"data.tgt_lang={cfg.tgt_lang!r})"
             )
-        else:
-            paths = [where]
-            expected = f"a {cfg.format.name} file (data.splits.{split}={value!r})"
-        for path in paths:
-            if not path.is_file():
+            src = _side_files(with_suffix(where, cfg.src_lang), expected, cfg)
+            tgt = _side_files(with_suffix(where, cfg.tgt_lang), expected, cfg)
+            if len(src) != len(tgt):
                 raise UserError(
-                    f"data file not found: {path}; expected {expected} under the data root "
-                    f"{data_root(cfg)}; set data.root=DIR (or $ATTNSEQ_DATA) to the folder "
-                    f"that holds it ({WHERE_TO_GET_DATA})"
+                    f"data.splits.{split}={value!r} matches {len(src)} {cfg.src_lang} files but "
+                    f"{len(tgt)} {cfg.tgt_lang} files; every shard needs both sides"
                 )
-        files[split] = paths
+            files[split] = [*src, *tgt]
+            continue
+        expected = f"a {cfg.format.name} file (data.splits.{split}={value!r})"
+        _check_exists(where, expected, cfg)
+        files[split] = [where]
     return files
+
+
+def _side_files(path: Path, expected: str, cfg: DataConfig) -> list[Path]:
+    """The files of one side of a parallel split: `path` (or `path`.gz/.xz), or every match
+    of the pattern, sorted."""
+    candidates = [path, *(path.with_name(path.name + suffix) for suffix in COMPRESSED)]
+    if not glob.has_magic(str(path)):
+        found = next((candidate for candidate in candidates if candidate.is_file()), None)
+        _check_exists(found or path, expected, cfg)
+        return [found or path]
+    matches = sorted({Path(match) for pattern in candidates for match in glob.glob(str(pattern))})
+    if not matches:
+        raise UserError(
+            f"no data file matches {path} (nor {path.name}.gz, .xz); expected {expected} "
+            f"under the data root {data_root(cfg)}"
+        )
+    return matches
+
+
+def _check_exists(path: Path, expected: str, cfg: DataConfig) -> None:
+    if not path.is_file():
+        raise UserError(
+            f"data file not found: {path}; expected {expected} under the data root "
+            f"{data_root(cfg)}; set data.root=DIR (or $ATTNSEQ_DATA) to the folder "
+            f"that holds it ({WHERE_TO_GET_DATA})"
+        )
 
 
 # ------------------------------------------------------------------------------ entry points
@@ -129,6 +174,32 @@ def load_splits(
         if name not in loaded:
             loaded[name] = _load_split(cfg, name)
     return {name: loaded[name] for name in wanted}
+
+
+def split_streams(
+    cfg: DataConfig, seed: int, splits: Sequence[str] | None = None
+) -> dict[str, Iterable[tuple[str, str]]]:
+    """`load_splits`, with local parallel splits as streams read from their files on every
+    pass (`ParallelStream`, `data.max_examples` applied) instead of lists: how preparation
+    reads a corpus of millions of pairs. Splits held out of train (which need all of train at
+    once), other formats and the hub come as `load_splits`' lists."""
+    wanted = (
+        list(splits) if splits is not None else list(dict.fromkeys([*cfg.splits, *EVAL_SPLITS]))
+    )
+    streamable = (
+        cfg.source is DataSource.local
+        and cfg.format is FileFormat.parallel
+        and all(name in cfg.splits for name in wanted)
+    )
+    if not streamable:
+        return dict(load_splits(cfg, seed, splits))
+    files = split_files(cfg)  # every missing file named before any reading starts
+    streams: dict[str, Iterable[tuple[str, str]]] = {}
+    for name in wanted:
+        half = len(files[name]) // 2
+        limit = cfg.max_examples if name == "train" else None
+        streams[name] = ParallelStream(files[name][:half], files[name][half:], limit)
+    return streams
 
 
 class NoDataAtPath(UserError):
@@ -205,7 +276,8 @@ def _load_split(cfg: DataConfig, split: str) -> Pairs:
         return read_hub(cfg.hub_name, cfg.hub_config, value, cfg.src_field, cfg.tgt_field)
     paths = split_files(cfg)[split]
     if cfg.format is FileFormat.parallel:
-        return read_parallel(paths[0], paths[1])
+        half = len(paths) // 2
+        return read_parallel(paths[:half], paths[half:])
     if cfg.format is FileFormat.tsv:
         return read_tsv(paths[0], cfg.src_field, cfg.tgt_field)
     return read_jsonl(paths[0], cfg.src_field, cfg.tgt_field)

@@ -22,7 +22,7 @@ from attnseq.config.choices import Tracker
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import PieceLinks
-from attnseq.data.prepare import PreparedData, prepare_data
+from attnseq.data.prepare import PreparedData, load_prepared, prepare_data
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.evaluator import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
@@ -143,16 +143,24 @@ def _resume_point(cfg: TrainConfig, run_dir: Path, world: WorldInfo) -> ResumePo
 
 
 def _prepare_data(cfg: TrainConfig, world: WorldInfo, point: ResumePoint | None) -> PreparedData:
-    """Rank 0 prepares every split (and trains the tokenizers); the others encode their
-    training split with exactly its tokenizers, so every rank has the same vocabulary. A
-    resumed run encodes its data with the checkpoint's tokenizers: the same ids, the same
-    embedding rows (a retrained sentencepiece model need not be identical)."""
+    """Rank 0 prepares every split (and trains the tokenizers). The other ranks map rank 0's
+    cache entry, so that every rank on a machine reads the same files and shares their pages
+    (one copy of the corpus per machine, not per rank); where there is no entry (generated
+    tasks) or it is not on this rank's machine, they encode their training split with exactly
+    rank 0's tokenizers, so every rank has the same vocabulary. A resumed run encodes its data
+    with the checkpoint's tokenizers: the same ids, the same embedding rows (a retrained
+    sentencepiece model need not be identical)."""
     saved = TokenizerPair.from_state(point.payload["tokenizers"]) if point else None
-    data, tokenizer_state = decided_on_main(
+    data, (tokenizer_state, folder) = decided_on_main(
         world,
         lambda: prepare_data(cfg.data, cfg.seed, tokenizers=saved),
-        lambda prepared: prepared.tokenizers.state(),
+        lambda prepared: (
+            prepared.tokenizers.state(),
+            None if prepared.cache_folder is None else str(prepared.cache_folder),
+        ),
     )
+    if data is None and folder is not None:
+        data = load_prepared(Path(folder))
     if data is None:
         tokenizers = TokenizerPair.from_state(tokenizer_state)
         data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=["train"])

@@ -44,14 +44,14 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from attnseq.config.schema import TrainConfig
-from attnseq.data.batching import Batch, PieceLinks, TokenBatchSampler
+from attnseq.data.batching import Batch, PieceLinks, TokenBatchSampler, example_lengths
 from attnseq.data.extended_vocab import ExtendedExample
 from attnseq.data.loader import BatchLoader, TokenCounts
 from attnseq.errors import UserError
@@ -97,7 +97,7 @@ class Trainer:
         optimizer: torch.optim.Optimizer,
         schedule: LearningRateSchedule,
         cfg: TrainConfig,
-        train_examples: list[tuple[list[int], list[int]]],
+        train_examples: Sequence[tuple[list[int], list[int]]],
         evaluator: Evaluator | None,
         run_dir: Path,
         writer: Any,
@@ -154,7 +154,7 @@ class Trainer:
     def _sampler(self) -> TokenBatchSampler:
         data = self.cfg.data
         return TokenBatchSampler(
-            [(len(src), len(tgt)) for src, tgt in self.examples],
+            example_lengths(self.examples),
             max_tokens=data.max_tokens,
             max_sentences=data.max_sentences,
             shuffle=True,
@@ -233,7 +233,7 @@ class Trainer:
         epoch moves on as each epoch's last batch is counted (`end_batch`)."""
         while True:
             state = self.state
-            batches = self.sampler.batches(state.epoch)[state.batch_in_epoch :]
+            batches = self.sampler.epoch_batches(state.epoch)[state.batch_in_epoch :]
             if not batches:  # no training data: nothing to iterate over
                 return
             tensors = self.loader(batches, state.epoch)

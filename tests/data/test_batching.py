@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -179,3 +180,84 @@ def test_sampler_argument_checks() -> None:
         TokenBatchSampler([(1, 1)], max_tokens=10, bucket_width=2, num_buckets=2)
     empty = TokenBatchSampler([], max_tokens=10)
     assert empty.batches(0) == [] and len(empty) == 0 and empty.padding_share(0) == 0.0
+
+
+def greedy_cut(order: list[int], width: list[int], max_tokens: int, max_sentences: int | None):
+    """The cut `TokenBatchSampler` makes, walked example by example: the definition its
+    vectorised cut must reproduce."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    current_width = 0
+    for index in order:
+        new_width = max(current_width, width[index])
+        full = (len(current) + 1) * new_width > max_tokens or (
+            max_sentences is not None and len(current) >= max_sentences
+        )
+        if current and full:
+            batches.append(current)
+            current, new_width = [], width[index]
+        current.append(index)
+        current_width = new_width
+    return batches + ([current] if current else [])
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "max_sentences", "bucket_width"),
+    [(64, None, None), (50, 3, None), (7, None, 2), (200, 16, 5), (9, 1, None)],
+)
+def test_vectorised_cut_equals_the_example_by_example_walk(
+    max_tokens: int, max_sentences: int | None, bucket_width: int | None
+) -> None:
+    """Over lengths with long and over-budget examples, shuffled and unshuffled, every epoch's
+    batches are the walk's batches of the same order (batch order shuffled the same way)."""
+    rng = np.random.default_rng(3)
+    lengths = np.stack([rng.integers(0, 40, 3000), rng.integers(0, 30, 3000)], axis=1)
+    lengths[:5] = [[0, 0], [60, 1], [1, 80], [39, 29], [0, 12]]
+    for shuffle in (True, False):
+        sampler = TokenBatchSampler(
+            lengths, max_tokens, max_sentences=max_sentences, shuffle=shuffle, seed=7,
+            bucket_width=bucket_width,
+        )  # fmt: skip
+        for epoch in (0, 1):
+            batches = sampler.batches(epoch)
+            if shuffle:  # the walk of the same sorted order, batches in the same shuffled order
+                generator = np.random.default_rng([7, epoch])
+                tie_break = generator.permutation(len(lengths))
+                w = sampler.bucket_width
+                src, tgt1 = sampler._src, sampler._tgt1
+                order = np.lexsort((tie_break, tgt1 // w, src // w, sampler._bucket))
+                walk = greedy_cut(
+                    order.tolist(), sampler._bucket_max_width.tolist(), max_tokens, max_sentences
+                )
+                walk = [walk[i] for i in generator.permutation(len(walk))]
+            else:
+                src, tgt1 = lengths[:, 0], lengths[:, 1] + 1
+                width = np.maximum(src, tgt1)
+                order = np.lexsort((np.arange(len(lengths)), tgt1, src, width))
+                walk = greedy_cut(order.tolist(), width.tolist(), max_tokens, max_sentences)
+            assert batches == walk
+            assert [b.tolist() for b in sampler.epoch_batches(epoch)] == walk
+
+
+def test_bucket_widths_are_the_largest_width_of_each_bucket() -> None:
+    lengths = [(1, 0), (2, 2), (5, 1), (7, 7), (3, 9), (12, 1)]
+    sampler = TokenBatchSampler(lengths, 100, bucket_width=4)
+    widths = [max(s, t + 1) for s, t in lengths]  # 1, 3, 5, 8, 10, 12
+    buckets = [(w - 1) // 4 for w in widths]
+    expected = [
+        max(v for v, b in zip(widths, buckets, strict=True) if b == bucket) for bucket in buckets
+    ]
+    assert sampler._bucket_max_width.tolist() == expected == [3, 3, 8, 8, 12, 12]
+
+
+@pytest.mark.parametrize("high", [50, 3_000_000])  # packed in one int64 key; too wide: lexsort
+def test_stable_order_is_lexsort(high: int) -> None:
+    from attnseq.data.batching import _stable_order
+
+    rng = np.random.default_rng(5)
+    keys = tuple(rng.integers(0, high, 5000) for _ in range(3))
+    start = rng.permutation(5000)
+    ranks = np.empty_like(start)
+    ranks[start] = np.arange(5000)
+    expected = np.lexsort((ranks, keys[2], keys[1], keys[0]))
+    assert _stable_order(keys, start).tolist() == expected.tolist()

@@ -8,9 +8,16 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import batch_fingerprint
 
 import attnseq.data.prepare as prepare_module
-from attnseq.config.choices import DataSource, FileFormat, TaskType, TokenizerKind
+from attnseq.config.choices import (
+    DataSource,
+    FileFormat,
+    SentencePieceModel,
+    TaskType,
+    TokenizerKind,
+)
 from attnseq.config.schema import DataConfig
 from attnseq.data.batching import TokenBatchSampler, example_lengths
 from attnseq.data.prepare import PreparedData, prepare_data
@@ -231,3 +238,112 @@ def test_generated_tasks_are_not_cached(cache: Path) -> None:
     assert data.tokenizers.tgt.decode(data.examples["valid"][0][1]) == tgt
     assert tgt.split() == src.split()[::-1]
     assert not (cache / "prepared").exists()
+
+
+# ----------------------------------------------------------------- batches stay the same
+# sha256 of every batch (positions and padded ids, tests/helpers.py `batch_fingerprint`) of
+# three shuffled epochs and the unshuffled order, computed when the examples were whole-split
+# Python lists: reading them from the memory-mapped Arrow cache must give the very same batches.
+LOCAL_FINGERPRINTS = {
+    "train": "ffa9b2512dde13c4cec73d1cbfab06e171f35798e9dfb1d1bbdaf6ab20049a5b",
+    "valid": "6f48fc3f8d30a0107d0e0288d964d6142cc9997797ef60d4483bf81998cd3200",
+    "test": "f9f2d7ab18797d83725e3c248688168e4d54e86f567614dd6bcf83e68772c573",
+}
+MULTI30K_FINGERPRINTS = {
+    "train": "78985631eb9a45b6efa045b296da33e112db27b57f1cb2cb2e69aad81d6bfa64",
+    "valid": "2cebc3d8c111900db25c3640bf193fca47b06bdaebc298255359d3284dfb177b",
+    "test": "82c110ffedd3b91ec5439071e59c531cf5388e6263886ab57467aad4d5593b87",
+}
+DATES_FINGERPRINTS = {
+    "train": "086cd57334e4144b32f90237a7f0e8d4306c88ec8590d2f66bad12ab754d7ff7",
+    "valid": "3f298e3e968f91772e84d4f70d8818fa60303e480145790c6e3048109725819d",
+    "test": "ddffbc636f601773ffa30b4d901dbf6de6a6ae6d9dffbd8fd64be380b2e14b8d",
+}
+
+
+def fingerprints(data: PreparedData, cfg: DataConfig, seed: int) -> dict[str, str]:
+    return {
+        split: batch_fingerprint(
+            examples, max_tokens=cfg.max_tokens, max_sentences=cfg.max_sentences, seed=seed
+        )
+        for split, examples in data.examples.items()
+    }
+
+
+def write_generated_corpus(root: Path) -> DataConfig:
+    """Generated dates as local parallel files (train 3,000, valid and test 200 pairs): a
+    corpus that goes through the Arrow cache without the shared data."""
+    from attnseq.data.generated import make_splits
+
+    splits = make_splits("dates", {"train": 3000, "valid": 200, "test": 200}, seed=5)
+    for name, pairs in splits.items():
+        for side, suffix in ((0, "src"), (1, "tgt")):
+            text = "".join(pair[side] + "\n" for pair in pairs)
+            (root / f"{name}.{suffix}").write_text(text, encoding="utf-8")
+    return DataConfig(
+        name="dates_files",
+        source=DataSource.local,
+        format=FileFormat.parallel,
+        root=str(root),
+        splits={"train": "train", "valid": "valid", "test": "test"},
+        src_lang="src",
+        tgt_lang="tgt",
+        tokenizer=TokenizerKind.char,
+        max_tokens=600,
+    )
+
+
+@pytest.mark.parametrize("chunk", [50_000, 7])
+def test_batches_of_a_cached_local_corpus_are_unchanged(
+    chunk: int, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also when preparation reads, encodes and writes 7 pairs at a time (hundreds of Arrow
+    record batches per split), from the files as streams, never through a list of the lines."""
+    cfg = write_generated_corpus(tmp_path)
+    monkeypatch.setattr(prepare_module, "ENCODE_CHUNK", chunk)
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("parallel files are streamed, not loaded as lists")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(prepare_module, "load_splits", fail)
+        first = prepare_data(cfg, seed=1)
+    assert first.cache_folder is not None
+    assert len(first.examples["train"].src._offsets) == -(-3000 // chunk)  # one per chunk
+    assert fingerprints(first, cfg, seed=4) == LOCAL_FINGERPRINTS
+    cached = prepare_data(cfg, seed=1)
+    assert fingerprints(cached, cfg, seed=4) == LOCAL_FINGERPRINTS
+
+
+def test_batches_of_a_generated_task_are_unchanged(cache: Path) -> None:
+    cfg = DataConfig()  # the default: dates, 20,000 training pairs
+    assert fingerprints(prepare_data(cfg, seed=1), cfg, seed=1) == DATES_FINGERPRINTS
+
+
+@pytest.mark.slow
+def test_batches_of_multi30k_are_unchanged(cache: Path, shared_data: Path) -> None:
+    """The whole of Multi30k with `config=multi30k_transformer`'s data settings (joint BPE
+    8,000, 2,048-token batches, seed 1), first prepared and then from the cache."""
+    cfg = DataConfig(
+        name="multi30k",
+        source=DataSource.local,
+        format=FileFormat.parallel,
+        root=str(shared_data),
+        splits={
+            "train": "multi30k/train",
+            "valid": "multi30k/val",
+            "test": "multi30k/test_2016_flickr",
+        },
+        src_lang="de",
+        tgt_lang="en",
+        tokenizer=TokenizerKind.sentencepiece,
+        spm_vocab_size=8000,
+        spm_model_type=SentencePieceModel.bpe,
+        spm_character_coverage=1.0,
+        spm_joint=True,
+        max_src_len=100,
+        max_tgt_len=100,
+        max_tokens=2048,
+    )
+    assert fingerprints(prepare_data(cfg, seed=1), cfg, seed=1) == MULTI30K_FINGERPRINTS
+    assert fingerprints(prepare_data(cfg, seed=1), cfg, seed=1) == MULTI30K_FINGERPRINTS

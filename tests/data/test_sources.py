@@ -376,3 +376,71 @@ def test_hub_offline_is_a_clear_user_error(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(datasets, "load_dataset", script)
     with pytest.raises(UserError, match="refs/convert/parquet"):
         load_splits(hub_config(), seed=1, splits=["train"])
+
+
+# ------------------------------------------------------------- shards and compressed files
+def test_parallel_shards_and_compressed_files(tmp_path: Path) -> None:
+    """A glob prefix reads every shard in sorted order; .gz and .xz files read like plain."""
+    import gzip
+    import lzma
+
+    write(tmp_path / "w/train-0.de", "a 0\nb 0\n")
+    write(tmp_path / "w/train-0.en", "x 0\ny 0\n")
+    (tmp_path / "w/train-1.de.gz").write_bytes(gzip.compress(b"a 1\r\nb 1\n"))
+    (tmp_path / "w/train-1.en.gz").write_bytes(gzip.compress(b" x 1\ny 1\n"))
+    (tmp_path / "w/train-2.de.xz").write_bytes(lzma.compress(b"a 2\n"))
+    write(tmp_path / "w/train-2.en", "x 2\n")
+    (tmp_path / "w/valid.de.gz").write_bytes(gzip.compress(b"v\n"))
+    (tmp_path / "w/valid.en.xz").write_bytes(lzma.compress(b"z\n"))
+    cfg = local(
+        tmp_path, FileFormat.parallel,
+        {"train": "w/train-*", "valid": "w/valid", "test": "w/valid"},
+        src_lang="de", tgt_lang="en",
+    )  # fmt: skip
+    loaded = load_splits(cfg, 1, ["train", "valid"])
+    assert loaded["train"] == [
+        ("a 0", "x 0"), ("b 0", "y 0"), ("a 1", "x 1"), ("b 1", "y 1"), ("a 2", "x 2"),
+    ]  # fmt: skip
+    assert loaded["valid"] == [("v", "z")]
+
+
+def test_a_pattern_that_matches_nothing(tmp_path: Path) -> None:
+    write(tmp_path / "w/train-0.de", "a\n")
+    write(tmp_path / "w/train-0.en", "x\n")
+    cfg = local(tmp_path, FileFormat.parallel, {"train": "w/dev-*"}, src_lang="de", tgt_lang="en")
+    with pytest.raises(UserError, match=r"no data file matches .*w/dev-\*\.de \(nor"):
+        load_splits(cfg, 1, ["train"])
+    write(tmp_path / "w/train-1.de", "b\n")  # a shard without its target side
+    cfg.splits = {"train": "w/train-*"}
+    with pytest.raises(UserError, match="matches 2 de files but 1 en files"):
+        load_splits(cfg, 1, ["train"])
+
+
+def test_a_truncated_gzip_file(tmp_path: Path) -> None:
+    import gzip
+
+    whole = gzip.compress("".join(f"line {i}\n" for i in range(5000)).encode())
+    (tmp_path / "train.de.gz").write_bytes(whole[: len(whole) // 2])
+    write(tmp_path / "train.en", "".join(f"x {i}\n" for i in range(5000)))
+    cfg = local(tmp_path, FileFormat.parallel, {"train": "train"}, src_lang="de", tgt_lang="en")
+    with pytest.raises(UserError) as error:
+        load_splits(cfg, 1, ["train"])
+    message = str(error.value)
+    assert f"cannot read {tmp_path / 'train.de.gz'} after line" in message
+    assert "truncated or corrupt gz file" in message and "\n" not in message
+
+
+def test_shard_line_counts_name_both_files(tmp_path: Path) -> None:
+    import gzip
+
+    write(tmp_path / "s/a.de", "1\n2\n")
+    write(tmp_path / "s/a.en", "1\n2\n")
+    (tmp_path / "s/b.de.gz").write_bytes(gzip.compress(b"1\n2\n3\n4\n"))
+    write(tmp_path / "s/b.en", "1\n2\n3\n")
+    cfg = local(tmp_path, FileFormat.parallel, {"train": "s/*"}, src_lang="de", tgt_lang="en")
+    with pytest.raises(UserError) as error:
+        load_splits(cfg, 1, ["train"])
+    assert str(error.value).startswith(
+        f"parallel files differ in length: {tmp_path / 's/b.de.gz'} has 4 lines but "
+        f"{tmp_path / 's/b.en'} has 3"
+    )

@@ -217,6 +217,9 @@ def test_shards_are_disjoint_and_losses_match_one_process(tmp_path: Path, monkey
         def batches(self, epoch: int) -> list[list[int]]:
             return merged if epoch == 0 else []
 
+        def epoch_batches(self, epoch: int) -> list[list[int]]:  # what the trainer iterates
+            return self.batches(epoch)
+
         def padding_share(self, epoch: int) -> float:
             return 0.0
 

@@ -12,6 +12,7 @@
 cli/test_app.py); eval/translate use Typer's CliRunner.
 """
 
+import gzip
 import os
 import pickle
 import re
@@ -127,13 +128,44 @@ def assert_same_weights(a: Path, b: Path) -> None:
     torch.testing.assert_close(first["optimizer"]["state"], second["optimizer"]["state"])
 
 
+def local_corpus(folder: Path) -> list[str]:
+    """Generated dates written as parallel files (200 training pairs, 10 valid, 10 test) and
+    the overrides that train on them: a corpus read from the memory-mapped Arrow cache."""
+    from attnseq.data.generated import make_splits
+
+    folder.mkdir()
+    splits = make_splits("dates", {"train": 200, "valid": 10, "test": 10}, seed=1)
+    for name, pairs in splits.items():
+        for side, lang in ((0, "src"), (1, "tgt")):
+            lines = "".join(pair[side] + "\n" for pair in pairs)
+            (folder / f"{name}.{lang}").write_text(lines, encoding="utf-8")
+    return [
+        "data.source=local",
+        "data.format=parallel",
+        "data.tokenizer=char",
+        f"data.root={folder}",
+        "data.src_lang=src",
+        "data.tgt_lang=tgt",
+        "+data.splits.train=train",
+        "+data.splits.valid=valid",
+        "+data.splits.test=test",
+    ]
+
+
 # ------------------------------------------------------------------------ kill and resume
-def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path: Path) -> None:
+@pytest.mark.parametrize("corpus", ["generated", "mapped"])
+def test_killed_and_resumed_run_ends_with_the_same_weights(
+    corpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGKILL at step >= 3, SIGTERM at >= 12 (its printed command resumes), SIGKILL at
-    >= 24, then resume=auto to the end: the final weights equal an uninterrupted run's."""
+    >= 24, then resume=auto to the end: the final weights equal an uninterrupted run's. Both
+    for a generated task (examples in memory) and for local files, whose examples every run
+    reads from the memory-mapped Arrow cache."""
     run_dir = tmp_path / "run"
     last = run_dir / "checkpoints" / "last.pt"
-    args = [*TRAIN, f"hydra.run.dir={run_dir}"]
+    data = local_corpus(tmp_path / "data") if corpus == "mapped" else []
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+    args = [*TRAIN, *data, f"hydra.run.dir={run_dir}"]
 
     process = start(["train", *args], tmp_path)
     killed_at = wait_for_step(process, last, 3)
@@ -166,6 +198,8 @@ def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path: Path) -> No
     assert not list(last.parent.glob(".*.tmp"))  # a killed write's leftovers are cleaned up
     train_log = (run_dir / "train.log").read_text()
     assert train_log.count("resuming from") == 3
+    if corpus == "mapped":
+        assert "loaded from cache" in train_log
 
     # The uninterrupted run, with the config the subprocesses composed (from the checkpoint).
     cfg = config_from_dict(load_checkpoint(last)["config"])
@@ -470,13 +504,22 @@ def _local_data(root: Path, case: str) -> list[str]:
         (folder / "train.en").write_text("\n".join(lines[:-3]) + "\n")
     elif case == "utf8":
         (folder / "train.de").write_bytes(b"gut\nkaputt \xff\xfe\n" + b"x\n" * 28)
-    return ["data=multi30k", f"data.root={root}", "data.tokenizer=word"]
+    elif case == "truncated_gzip":
+        whole = gzip.compress((folder / "train.de").read_bytes() * 200)
+        (folder / "train.de").unlink()
+        (folder / "train.de.gz").write_bytes(whole[: len(whole) // 2])
+    overrides = ["data=multi30k", f"data.root={root}", "data.tokenizer=word"]
+    if case == "no_match":
+        overrides.append("data.splits.train=multi30k/shard-*")
+    return overrides
 
 
 DATA_PROBLEMS = {
     "missing": "val.en; expected parallel text files",
     "mismatched": "parallel files differ in length",
     "utf8": "line 2 is not valid UTF-8",
+    "no_match": "no data file matches",
+    "truncated_gzip": "train.de.gz after line",
 }
 
 
@@ -486,6 +529,8 @@ DATA_PROBLEMS = {
         "missing",
         pytest.param("mismatched", marks=pytest.mark.slow),  # in-process below
         pytest.param("utf8", marks=pytest.mark.slow),
+        "no_match",
+        pytest.param("truncated_gzip", marks=pytest.mark.slow),
     ],
 )
 def test_bad_data_files_exit_2(case: str, tmp_path: Path) -> None:
@@ -503,9 +548,10 @@ def test_bad_data_files_exit_2(case: str, tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error:") and message in result.stderr
     assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-@pytest.mark.parametrize("case", ["mismatched", "utf8"])
+@pytest.mark.parametrize("case", ["mismatched", "utf8", "no_match", "truncated_gzip"])
 def test_bad_data_files_are_user_errors(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
