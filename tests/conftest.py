@@ -16,6 +16,21 @@ SHARED_DATA = Path(
 )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def absl_writes_to_the_process_stderr() -> None:
+    """absl's logging handler (absl comes with tensorboard) closes the stream it writes to when
+    logging is configured again (Hydra does, in every in-process `attnseq train`), unless that
+    stream is sys.stderr at that moment. Under typer's CliRunner sys.stderr is another object,
+    so the handler would close pytest's capture of stderr: it gets the process's own stderr."""
+    import sys
+
+    try:
+        from absl import logging as absl_logging
+    except ImportError:
+        return
+    absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
 # Parallel test workers (pytest-xdist's `-n auto`): one per core, at most this many. Every
 # worker imports torch and trains tiny models; beyond a few they mostly wait on each other.
 MAX_TEST_WORKERS = 4
