@@ -31,6 +31,20 @@ def absl_writes_to_the_process_stderr() -> None:
     absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 
+@pytest.fixture(autouse=True)
+def no_handlers_on_closed_streams() -> Iterator[None]:
+    """An in-process `attnseq train` lets Hydra configure logging: console handlers on the
+    root logger that write to typer's CliRunner streams, which are closed once the command
+    returns. A later test's records would reach them: they go after each test."""
+    import logging
+
+    yield
+    for logger in (logging.getLogger(), logging.getLogger("attnseq")):
+        for handler in list(logger.handlers):
+            if getattr(getattr(handler, "stream", None), "closed", False):
+                logger.removeHandler(handler)
+
+
 # Parallel test workers (pytest-xdist's `-n auto`): one per core, at most this many. Every
 # worker imports torch and trains tiny models; beyond a few they mostly wait on each other.
 MAX_TEST_WORKERS = 4

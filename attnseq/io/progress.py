@@ -90,6 +90,8 @@ def _terminal_handlers() -> list[logging.StreamHandler]:
                 continue  # FileHandler and others write to files
             stream = getattr(handler, "stream", None)
             isatty = getattr(stream, "isatty", None)
+            if getattr(stream, "closed", False):
+                continue  # a stream closed under the handler (e.g. a test runner's capture)
             if isatty is not None and isatty() and handler not in found:
                 found.append(handler)
     return found
