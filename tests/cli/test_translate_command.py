@@ -64,6 +64,7 @@ def test_a_terminal_gets_an_answer_per_line_before_stdin_closes(checkpoint: Path
     assert b"\x1b[" not in err
 
 
+@pytest.mark.slow  # a subprocess; piped translate is covered in process
 def test_a_pipe_gets_the_batched_outputs_and_a_summary(checkpoint: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "attnseq", "translate", str(checkpoint), "--threads", "1"],

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # decodes idle and beside a competing process
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_decoding.py"
 
 

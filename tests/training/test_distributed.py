@@ -280,6 +280,7 @@ def torchrun_run(tmp_path_factory) -> tuple[Path, Path]:
     return tmp_path, run
 
 
+@pytest.mark.slow  # a torchrun launch of two ranks
 def test_torchrun_cli_only_rank0_writes(torchrun_run) -> None:
     tmp_path, run = torchrun_run
     assert list((tmp_path / "cwd1").iterdir()) == []  # no outputs/, no .hydra, no train.log

@@ -153,7 +153,7 @@ def local_corpus(folder: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------------ kill and resume
-@pytest.mark.parametrize("corpus", ["generated", "mapped"])
+@pytest.mark.parametrize("corpus", [pytest.param("generated", marks=pytest.mark.slow), "mapped"])
 def test_killed_and_resumed_run_ends_with_the_same_weights(
     corpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
