@@ -23,9 +23,12 @@ import functools
 import math
 from collections.abc import Sequence
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import sacrebleu
-from rouge_score import rouge_scorer, tokenize
+
+if TYPE_CHECKING:
+    from rouge_score.rouge_scorer import RougeScorer
 
 ROUGE_KEYS = {"rouge1": "rouge1", "rouge2": "rouge2", "rougeL": "rouge_l"}  # package -> ours
 
@@ -75,8 +78,12 @@ def translation_metrics(hypotheses: Sequence[str], references: Sequence[str]) ->
 
 
 @functools.cache
-def _rouge_scorer() -> rouge_scorer.RougeScorer:
-    # Building the scorer loads the stemmer; one instance serves every call.
+def _rouge_scorer() -> "RougeScorer":
+    # Building the scorer loads the stemmer; one instance serves every call. rouge-score
+    # imports nltk, scipy and scikit-learn (about 2 s), which only summarization needs: the
+    # import waits for the first ROUGE score.
+    from rouge_score import rouge_scorer
+
     return rouge_scorer.RougeScorer(list(ROUGE_KEYS), use_stemmer=True)
 
 
@@ -98,6 +105,8 @@ def rouge(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, flo
 def repeated_trigrams(hypotheses: Sequence[str]) -> float:
     """Share (x100) of the outputs' word trigrams that repeat an earlier one of the same output
     (module docstring)."""
+    from rouge_score import tokenize  # on first use, as in _rouge_scorer
+
     total = repeated = 0
     for hypothesis in hypotheses:
         words = tokenize.tokenize(hypothesis, None)  # rouge-score's words, no stemming
