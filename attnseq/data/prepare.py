@@ -58,6 +58,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from attnseq.config.choices import DataSource, TaskType, TokenizerKind
@@ -66,7 +67,7 @@ from attnseq.data.batching import Example
 from attnseq.data.file_readers import Pairs
 from attnseq.data.locations import cache_root
 from attnseq.data.mapped_split import MappedSplit
-from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
+from attnseq.data.sentencepiece_tokenizer import train_sentencepiece
 from attnseq.data.sources import (
     EVAL_SPLITS,
     HOLDOUT_FRACTION,
@@ -75,7 +76,7 @@ from attnseq.data.sources import (
     split_files,
     split_streams,
 )
-from attnseq.data.tokenizers import Tokenizer, TokenizerPair, train_tokenizer
+from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.errors import UserError
 from attnseq.io.atomic import current_umask
 
@@ -383,20 +384,29 @@ def _write_split(
     stream = iter(pairs)
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, _SCHEMA) as writer:
         while chunk := list(itertools.islice(stream, ENCODE_CHUNK)):
-            kept, examples, stats, positions = encode_split(name, chunk, tokenizers, cfg)
+            encoded = encode_chunk(name, chunk, tokenizers, cfg)
+            kept = encoded.kept.tolist()
             columns = [
-                pa.array([src for src, _ in kept], pa.string()),
-                pa.array([tgt for _, tgt in kept], pa.string()),
-                pa.array([src for src, _ in examples], pa.list_(pa.int32())),
-                pa.array([tgt for _, tgt in examples], pa.list_(pa.int32())),
-                pa.array([loaded + position for position in positions], pa.int64()),
+                pa.array([chunk[position][0] for position in kept], pa.string()),
+                pa.array([chunk[position][1] for position in kept], pa.string()),
+                _list_column(encoded.src_ids, encoded.src_lengths),
+                _list_column(encoded.tgt_ids, encoded.tgt_lengths),
+                pa.array(loaded + encoded.kept, pa.int64()),
             ]
             writer.write_batch(pa.record_batch(columns, schema=_SCHEMA))
             for key in STAT_KEYS:
-                counts[key] += stats[key]
+                counts[key] += encoded.stats[key]
             loaded += len(chunk)
     log_stats(cfg, name, counts)
     return counts
+
+
+def _list_column(flat: np.ndarray, lengths: np.ndarray) -> pa.ListArray:
+    """An Arrow list<int32> column from every row's values one after the other and the rows'
+    lengths (no Python list of ids)."""
+    offsets = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))
 
 
 def _load_cached(folder: Path) -> PreparedData | None:
@@ -429,53 +439,92 @@ def _load_cached(folder: Path) -> PreparedData | None:
     return data
 
 
+@dataclass
+class EncodedChunk:
+    """Pairs after encoding and the length rules of the module docstring.
+
+    kept: (K,) int64, the position in the chunk of each kept pair, in order.
+    src_ids, tgt_ids: the kept pairs' ids (cut where a rule cuts), one pair after the other
+        (int32); src_lengths, tgt_lengths: (K,) int64, how many ids each pair has.
+    stats: the counts of STAT_KEYS.
+    """
+
+    kept: np.ndarray
+    src_ids: np.ndarray
+    src_lengths: np.ndarray
+    tgt_ids: np.ndarray
+    tgt_lengths: np.ndarray
+    stats: dict[str, int]
+
+
+def encode_chunk(
+    name: str, pairs: Pairs, tokenizers: "TokenizerPair", cfg: DataConfig
+) -> EncodedChunk:
+    """Encode pairs of split `name` and apply the length rules (module docstring) to the
+    arrays of lengths, for every pair at once."""
+    src_flat, src_lengths = tokenizers.src.encode_flat([src for src, _ in pairs])
+    tgt_flat, tgt_lengths = tokenizers.tgt.encode_flat([tgt for _, tgt in pairs])
+    empty = (src_lengths == 0) | (tgt_lengths == 0)
+    src_long, tgt_long = src_lengths > cfg.max_src_len, tgt_lengths > cfg.max_tgt_len
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    stats["total"] = len(pairs)
+    if name == TRAIN:
+        summarization = cfg.task is TaskType.summarization
+        too_long = ~empty & (tgt_long | (src_long & (not summarization)))
+        keep = ~empty & ~too_long
+        src_cut = keep & src_long  # summarization: the lead of a document carries most of it
+        tgt_cut = np.zeros_like(keep)
+        stats["dropped_empty"] = int(empty.sum())
+        stats["dropped_too_long"] = int(too_long.sum())
+    else:
+        keep = np.ones(len(pairs), bool)
+        src_cut, tgt_cut = src_long, tgt_long  # the reference text stays whole
+        stats["skipped_empty"] = int(empty.sum())
+    stats["truncated"] = int((src_cut | tgt_cut).sum())
+    kept = np.flatnonzero(keep)
+    stats["kept"] = len(kept)
+    src_ids, src_kept = _take(src_flat, src_lengths, kept, cfg.max_src_len)
+    tgt_ids, tgt_kept = _take(tgt_flat, tgt_lengths, kept, cfg.max_tgt_len)
+    return EncodedChunk(kept, src_ids, src_kept, tgt_ids, tgt_kept, stats)
+
+
+def _take(
+    flat: np.ndarray, lengths: np.ndarray, rows: np.ndarray, limit: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first `limit` ids of each of `rows` (of `flat` cut into `lengths`): the ids one row
+    after the other and the rows' lengths.
+
+        out[e_{k-1} + j] = flat[start(rows_k) + j] for j < n_k = min(lengths[rows_k], limit),
+        e_k = n_1 + ... + n_k
+    """
+    starts = (np.cumsum(lengths) - lengths)[rows]
+    taken = np.minimum(lengths[rows], limit)
+    ends = np.cumsum(taken)
+    total = int(ends[-1]) if len(ends) else 0
+    gather = np.repeat(starts - (ends - taken), taken) + np.arange(total)
+    return flat[gather], taken
+
+
 def encode_split(
     name: str, pairs: Pairs, tokenizers: "TokenizerPair", cfg: DataConfig
 ) -> tuple[Pairs, list[Example], dict[str, int], list[int]]:
-    """Encode one split and apply the length rules of the module docstring.
-
-    Returns (kept text pairs, their encoded examples, counts, the position of each kept pair
-    in `pairs`).
-    """
-    src_ids = _encode_all(tokenizers.src, [src for src, _ in pairs])
-    tgt_ids = _encode_all(tokenizers.tgt, [tgt for _, tgt in pairs])
-    stats = dict.fromkeys(STAT_KEYS, 0)
-    stats["total"] = len(pairs)
-    training = name == TRAIN
-    summarization = cfg.task is TaskType.summarization
-    kept: Pairs = []
-    examples: list[Example] = []
-    positions: list[int] = []
-    for position, (pair, src, tgt) in enumerate(zip(pairs, src_ids, tgt_ids, strict=True)):
-        cut = False
-        if training:
-            if not src or not tgt:
-                stats["dropped_empty"] += 1
-                continue
-            src_too_long = len(src) > cfg.max_src_len
-            if len(tgt) > cfg.max_tgt_len or (src_too_long and not summarization):
-                stats["dropped_too_long"] += 1
-                continue
-            if src_too_long:  # summarization: the lead of a document carries most of it
-                src, cut = src[: cfg.max_src_len], True
-        else:
-            stats["skipped_empty"] += not src or not tgt
-            if len(src) > cfg.max_src_len:
-                src, cut = src[: cfg.max_src_len], True
-            if len(tgt) > cfg.max_tgt_len:
-                tgt, cut = tgt[: cfg.max_tgt_len], True  # the reference text stays whole
-        stats["truncated"] += cut
-        kept.append(pair)
-        examples.append((src, tgt))
-        positions.append(position)
-    stats["kept"] = len(kept)
-    return kept, examples, stats, positions
-
-
-def _encode_all(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
-    if isinstance(tokenizer, SentencePieceTokenizer):
-        return tokenizer.encode_batch(texts)  # one call into the library, threaded
-    return [tokenizer.encode(text) for text in texts]
+    """`encode_chunk` as lists: (kept text pairs, their encoded examples, counts, the position
+    of each kept pair in `pairs`), for splits held in memory."""
+    encoded = encode_chunk(name, pairs, tokenizers, cfg)
+    kept = encoded.kept.tolist()
+    src_ids, tgt_ids = encoded.src_ids.tolist(), encoded.tgt_ids.tolist()
+    src_ends, tgt_ends = np.cumsum(encoded.src_lengths), np.cumsum(encoded.tgt_lengths)
+    examples = [
+        (src_ids[src_end - src_length : src_end], tgt_ids[tgt_end - tgt_length : tgt_end])
+        for src_end, src_length, tgt_end, tgt_length in zip(
+            src_ends.tolist(),
+            encoded.src_lengths.tolist(),
+            tgt_ends.tolist(),
+            encoded.tgt_lengths.tolist(),
+            strict=True,
+        )
+    ]
+    return [pairs[position] for position in kept], examples, encoded.stats, kept
 
 
 def log_stats(cfg: DataConfig, name: str, stats: dict[str, int]) -> None:

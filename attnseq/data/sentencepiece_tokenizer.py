@@ -18,6 +18,15 @@ JSON-compatible state (`Tokenizer.save` writes JSON).
 
 `encode_sampled` draws one segmentation of a text from the model, reproducibly.
 
+`encode_batch` (what data preparation encodes corpora with) encodes each distinct
+space-separated word once and joins the words' ids. That is exact, not an approximation, for
+models that split by whitespace (the default, and how `train` trains): no piece holds "▁" except
+at its start, so neither a BPE merge nor a unigram segment crosses a word boundary, and with
+`add_dummy_prefix` and `remove_extra_whitespaces` the normalized text is "▁" + word for each
+word. A corpus repeats its words (Zipf), so most words of a chunk are already known and the
+library runs on the few new ones; numpy joins the words' ids, so no Python list of ids is
+made.
+
 sentencepiece's own sampling (`encode(..., enable_sampling=True)`) draws from a generator that
 `set_random_generator_seed` does not pin down across processes (the draws of one seed differ
 from one process to the next), which would break exact resume and DataLoader workers. So the
@@ -48,6 +57,7 @@ import base64
 import functools
 import hashlib
 import io
+import itertools
 import json
 import logging
 import math
@@ -57,6 +67,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+import numpy as np
 import sentencepiece as spm
 
 from attnseq.data.locations import cache_root
@@ -86,6 +97,9 @@ INPUT_SENTENCE_SIZE = 1_000_000
 # Long inputs (summarization sources) are ordinary sentences to us; the library default (4192
 # bytes) would silently leave every longer one out of training.
 MAX_SENTENCE_LENGTH = 1 << 16
+# Words whose ids `encode_batch` keeps; past this many it starts again (memory stays bounded on
+# corpora with millions of distinct words).
+WORD_CACHE_SIZE = 1 << 20
 
 
 @register_tokenizer
@@ -98,6 +112,8 @@ class SentencePieceTokenizer(Tokenizer):
         self._proto = bytes(model_proto)
         self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
         self._sampler: Callable[[str, float, random.Random], list[int]] | None = None
+        self._words = _WordTable()  # encode_flat's known words
+        self._words_independent = _words_encode_independently(self._proto)
         specials = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
         if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise ValueError(
@@ -139,9 +155,45 @@ class SentencePieceTokenizer(Tokenizer):
             self._sampler = segment_sampler(self._sp, self.model_type)
         return self._sampler(text, alpha, rng)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """`encode` of many texts in one call (the library's threads; much faster)."""
-        return self._sp.encode(list(texts), out_type=int, num_threads=os.cpu_count() or 1)
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """`encode` of many texts as (every text's ids one after the other, int32; the number
+        of ids of each text, int64), the same ids: each distinct word is encoded once (module
+        docstring), the new ones in one call into the library (its threads, one per core).
+
+        The texts are joined with a sentinel word between them and split once; each word
+        becomes the row of its ids in `_words` and numpy gathers the rows' ids:
+
+            rows r_1..r_W of the W words, n_i = |ids(r_i)|, e_i = n_1 + ... + n_i
+            flat[e_{i-1} + j] = table[start(r_i) + j]   for j < n_i
+
+        and a text's length is the e_i at the sentinel after it minus the one before it.
+        """
+        threads = os.cpu_count() or 1
+        count = len(texts)
+        if not count:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        joined = _SENTINEL_GAP.join(texts)
+        if not self._words_independent or joined.count(_SENTINEL) != count - 1:
+            ids = self._sp.encode(list(texts), out_type=int, num_threads=threads)
+            lengths = np.fromiter(map(len, ids), np.int64, count=count)
+            flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, lengths.sum())
+            return flat, lengths
+        words = joined.split(" ")
+        table = self._words
+        new = set(words).difference(table.rows)
+        if len(table.rows) + len(new) > WORD_CACHE_SIZE:
+            table.clear()
+            new = set(words).difference(table.rows)
+        if new:
+            ordered = list(new)
+            table.add(ordered, self._sp.encode(ordered, out_type=int, num_threads=threads))
+        rows = np.fromiter(map(table.rows.__getitem__, words), np.int64, count=len(words))
+        word_lengths = table.lengths[rows]
+        ends = np.cumsum(word_lengths)
+        gather = np.repeat(table.starts[rows] - (ends - word_lengths), word_lengths)
+        flat = table.ids[gather + np.arange(len(gather))]
+        text_ends = np.append(ends[rows == _SENTINEL_ROW], ends[-1] if len(ends) else 0)
+        return flat, np.diff(text_ends, prepend=0)
 
     def _clean(self, ids: Iterable[int]) -> list[int]:
         size = self.vocab_size
@@ -292,6 +344,53 @@ def train_sentencepiece(
         )
     _write_atomically(path, proto)
     return tokenizer
+
+
+_SENTINEL = "\x00"  # a word no text holds (checked): the boundary between two texts
+_SENTINEL_GAP = f" {_SENTINEL} "
+_SENTINEL_ROW = 1
+
+
+class _WordTable:
+    """Words and their ids, for `encode_flat`: `rows` maps a word to its row, row r's ids are
+    `ids[starts[r]:starts[r] + lengths[r]]`. Row 0 is the empty word (what runs of spaces
+    split into), row 1 the sentinel between texts; both have no ids."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.rows: dict[str, int] = {"": 0, _SENTINEL: _SENTINEL_ROW}
+        self.ids = np.zeros(0, np.int32)
+        self.starts = np.zeros(2, np.int64)
+        self.lengths = np.zeros(2, np.int64)
+
+    def add(self, words: list[str], ids: list[list[int]]) -> None:
+        lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+        starts = len(self.ids) + np.cumsum(lengths) - lengths
+        first = len(self.rows)
+        self.rows.update(zip(words, range(first, first + len(words)), strict=True))
+        new_ids = np.fromiter(itertools.chain.from_iterable(ids), np.int32, lengths.sum())
+        self.ids = np.concatenate([self.ids, new_ids])
+        self.starts = np.concatenate([self.starts, starts])
+        self.lengths = np.concatenate([self.lengths, lengths])
+
+
+def _words_encode_independently(proto: bytes) -> bool:
+    """Whether the model encodes a text as the concatenation of its space-separated words'
+    encodings (module docstring): pieces split by whitespace, "▁" a prefix, a dummy prefix
+    added and runs of spaces removed."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    trainer, normalizer = model.trainer_spec, model.normalizer_spec
+    return (
+        trainer.split_by_whitespace
+        and not trainer.treat_whitespace_as_suffix
+        and normalizer.add_dummy_prefix
+        and normalizer.remove_extra_whitespaces
+    )
 
 
 def _nonempty(texts: Iterable[str]) -> Iterator[str]:

@@ -12,12 +12,15 @@ a checkpoint loaded with `torch.load(weights_only=True)`; `tokenizer_from_state`
 """
 
 import abc
+import itertools
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
+
+import numpy as np
 
 PAD_ID = 0
 UNK_ID = 1
@@ -116,6 +119,21 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without BOS/EOS (batching adds them)."""
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """`encode` of many texts as two arrays: every text's ids one after the other (int32)
+        and the number of ids of each text (int64), what an Arrow list column is made of.
+        Kinds with a faster batched encoder override it."""
+        ids = [self.encode(text) for text in texts]
+        lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
+        return flat, lengths
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode` of many texts, as lists (`encode_flat`'s speed)."""
+        flat, lengths = self.encode_flat(texts)
+        ids, ends = flat.tolist(), np.cumsum(lengths).tolist()
+        return [ids[end - length : end] for end, length in zip(ends, lengths.tolist(), strict=True)]
 
     @abc.abstractmethod
     def decode(self, ids: Iterable[int]) -> str:

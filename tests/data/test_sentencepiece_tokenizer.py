@@ -55,6 +55,38 @@ def test_round_trip_on_real_text(
     assert tok.encode_batch(texts[:5]) == [tok.encode(text) for text in texts[:5]]
 
 
+# Texts whose spacing, normalization or characters could make a word's ids depend on its
+# neighbours: runs of spaces, other whitespace, characters NFKC turns into spaces or removes,
+# combining marks after a space, the meta symbol itself, full-width forms, control characters.
+AWKWARD_TEXTS = [
+    "a  b", "  lead", "trail  ", "a\tb", "tab\t\tx", "a\u00a0b", "a \u00a0 b", "\u00a0",
+    "x \u200b y", "\u200b", "a \u0301 b", "é e\u0301", "ｱ ﾞ", "a▁b", "▁", "a\u3000b",
+    "Ａ Ｂ", "①２", "x\u2028y", " ", "", "a\x01b", "ﬁ ﬂ", "Å Å", "\ufeffa b", "a \ufe0f b",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_encode_flat_gives_the_library_ids_word_by_word(
+    cache: Path,
+    multi30k_lines: dict[str, list[str]],
+    model_type: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = multi30k_lines["de"] + multi30k_lines["en"]
+    tok = train_sentencepiece(texts, vocab_size=300, model_type=model_type)
+    probe = AWKWARD_TEXTS + texts + [text.upper() for text in texts] + AWKWARD_TEXTS
+    expected = [tok.encode(text) for text in probe]  # the library, one text at a time
+    assert tok.encode_batch(probe) == expected
+    assert tok.encode_batch(probe) == expected  # every word known now
+    flat, lengths = tok.encode_flat(probe)
+    assert flat.dtype == "int32" and lengths.tolist() == [len(ids) for ids in expected]
+    assert tok.encode_batch([]) == [] and tok.encode_batch([""]) == [[]]
+    assert tok.encode_batch(["a\x00b", "c d"]) == [tok.encode("a\x00b"), tok.encode("c d")]
+    monkeypatch.setattr(spm_module, "WORD_CACHE_SIZE", 50)  # the known words start again
+    fresh = SentencePieceTokenizer(tok.model_proto)
+    assert fresh.encode_batch(probe[:40]) + fresh.encode_batch(probe[40:]) == expected
+
+
 def test_special_ids_match_the_other_tokenizers(cache: Path) -> None:
     tok = train_sentencepiece(["a small corpus", "of two lines"], vocab_size=40)
     assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
