@@ -355,6 +355,9 @@ class TokenBatchSampler:
         self._width = np.maximum(self._src, self._tgt1)  # (N,) >= 1
         self._assign_buckets(bucket_width, num_buckets)
         self._fixed: list[np.ndarray] | None = None  # unshuffled batches, the same every epoch
+        # The last shuffled epoch's batches: the length, the padding log line and the first
+        # epoch's updates all ask for epoch 0, which takes seconds at millions of examples.
+        self._last_epoch: tuple[int, list[np.ndarray]] | None = None
         self._global_len = len(self._global_arrays(0))
         self._len = self._global_len // num_replicas
 
@@ -424,6 +427,8 @@ class TokenBatchSampler:
                 order = _stable_order(keys, np.arange(len(self._src)))
                 self._fixed = self._cut(order, self._width)
             return list(self._fixed)
+        if self._last_epoch is not None and self._last_epoch[0] == epoch:
+            return list(self._last_epoch[1])
         rng = np.random.default_rng([self.seed, epoch])
         tie_break = rng.permutation(len(self._src))
         w = self.bucket_width
@@ -434,7 +439,9 @@ class TokenBatchSampler:
         del tie_break
         order = _stable_order((self._bucket, self._src // w, self._tgt1 // w), by_tie_break)
         batches = self._cut(order, self._bucket_max_width)
-        return [batches[i] for i in rng.permutation(len(batches)).tolist()]
+        shuffled = [batches[i] for i in rng.permutation(len(batches)).tolist()]
+        self._last_epoch = (epoch, shuffled)
+        return list(shuffled)
 
     def _cut(self, order: np.ndarray, width: np.ndarray) -> list[np.ndarray]:
         """Greedy cut of `order` (N,) into batches with B * max(width) <= max_tokens: walking
@@ -477,12 +484,16 @@ class TokenBatchSampler:
     def padding_share(self, epoch: int) -> float:
         """Share of padded positions in the epoch's batches, counted as `collate` pads them
         (B*S + B*T positions per batch, S >= 1). 0.0 for an empty dataset."""
-        real = padded = 0
-        for batch in self.epoch_batches(epoch):
-            src = self._src[batch]
-            tgt1 = self._tgt1[batch]
-            real += int(src.sum(dtype=np.int64) + tgt1.sum(dtype=np.int64))
-            padded += len(batch) * (max(1, int(src.max())) + int(tgt1.max()))
+        batches = self.epoch_batches(epoch)
+        if not batches:
+            return 0.0
+        members = np.concatenate(batches)  # (M,) the epoch's examples, batch after batch
+        sizes = np.fromiter(map(len, batches), np.int64, count=len(batches))  # (B,)
+        starts = np.cumsum(sizes) - sizes
+        src, tgt1 = self._src[members], self._tgt1[members]
+        real = int(src.sum(dtype=np.int64) + tgt1.sum(dtype=np.int64))
+        widths = np.maximum(np.maximum.reduceat(src, starts), 1) + np.maximum.reduceat(tgt1, starts)
+        padded = int((sizes * widths).sum())
         return 1.0 - real / padded if padded else 0.0
 
 

@@ -120,6 +120,20 @@ def test_max_sentences_and_oversized_example() -> None:
     assert sorted(len(b) for b in batches) == [1, 4, 4, 4, 4, 4]
 
 
+def test_padding_share_counts_each_batch_as_collate_pads_it() -> None:
+    lengths = _lengths() + [(0, 4)]  # an empty source still takes one padded position
+    for shuffle in (True, False):
+        sampler = TokenBatchSampler(lengths, max_tokens=400, shuffle=shuffle, seed=2)
+        real = padded = 0
+        for batch in sampler.batches(3):
+            real += sum(lengths[i][0] + lengths[i][1] + 1 for i in batch)
+            longest_src = max(1, max(lengths[i][0] for i in batch))
+            padded += len(batch) * (longest_src + max(lengths[i][1] + 1 for i in batch))
+        assert sampler.padding_share(3) == pytest.approx(1 - real / padded)
+        assert sampler.batches(3) == sampler.batches(3)  # asking again: the same epoch
+    assert TokenBatchSampler([], max_tokens=400).padding_share(0) == 0.0
+
+
 def test_same_seed_and_epoch_same_batches_other_epoch_other_order() -> None:
     lengths = _lengths()
     a = TokenBatchSampler(lengths, max_tokens=400, seed=3)
