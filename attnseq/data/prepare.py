@@ -169,6 +169,8 @@ def prepare_data(
     key = None if cfg.source is DataSource.generated else _cache_key(cfg, tokenizers, wanted)
     if key is not None:
         cached = _load_cached(cache_root() / "prepared" / key)
+        if cached is None and tokenizers is not None:
+            cached = _load_trained_entry(cfg, tokenizers, wanted)
         if cached is not None:
             return cached
 
@@ -194,6 +196,35 @@ def prepare_data(
         raise UserError(f"cannot read the prepared data just written to {folder}")
     mapped.tokenizers = tokenizers  # the very objects given or trained
     return mapped
+
+
+def _load_trained_entry(
+    cfg: DataConfig, tokenizers: TokenizerPair, wanted: list[str] | None
+) -> PreparedData | None:
+    """The entry of the run that trained `tokenizers` on these files (a resumed run, a
+    checkpoint evaluated on its own data): the same settings and files, tokenizers trained
+    rather than given, the very same tokenizers, every wanted split. Encoding millions of
+    pairs again would take minutes and a second copy of the cache."""
+    state = json.loads(json.dumps(tokenizers.state()))  # as meta.json holds it
+    for splits in (None, wanted) if wanted is not None else (None,):
+        folder = cache_root() / "prepared" / _cache_key(cfg, None, splits)
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if meta.get("tokenizers") != state or not set(wanted or meta["splits"]) <= set(
+            meta["splits"]
+        ):
+            continue
+        data = _load_cached(folder)
+        if data is None:
+            continue
+        for name in set(data.examples) - set(wanted or data.examples):
+            for table in (data.pairs, data.examples, data.positions, data.stats):
+                table.pop(name, None)
+        data.tokenizers = tokenizers
+        return data
+    return None
 
 
 def load_prepared(folder: Path) -> PreparedData | None:

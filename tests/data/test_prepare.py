@@ -1,5 +1,6 @@
 """prepare_data: tokenizers, length rules and their counts, token batches, and the Arrow cache."""
 
+import dataclasses
 import io
 import logging
 import os
@@ -112,9 +113,15 @@ def test_arrow_cache_is_reused(
         raise AssertionError("a cache hit must not load, train or encode")
 
     with monkeypatch.context() as patched:
-        for name in ("load_splits", "train_tokenizers", "encode_split"):
+        for name in ("load_splits", "train_tokenizers", "encode_chunk"):
             patched.setattr(prepare_module, name, fail)
         second = prepare_data(multi30k, seed=2)  # real data does not depend on the seed
+        # A resumed run or an evaluated checkpoint gives the tokenizers this entry trained:
+        # the same entry, not a second encoding of the corpus.
+        resumed = prepare_data(multi30k, seed=1, tokenizers=first.tokenizers)
+        test_only = prepare_data(multi30k, seed=1, tokenizers=first.tokenizers, splits=["test"])
+    assert resumed.examples == first.examples and resumed.cache_folder == first.cache_folder
+    assert list(test_only.examples) == ["test"] and test_only.pairs["test"] == first.pairs["test"]
     assert second.examples == first.examples
     assert second.pairs == first.pairs and second.stats == first.stats
     assert second.tokenizers.src == first.tokenizers.src
@@ -140,6 +147,10 @@ def test_given_tokenizers_and_splits(cache: Path, multi30k: DataConfig) -> None:
     assert list(test_only.examples) == ["test"]
     assert test_only.tokenizers is tokenizers
     assert test_only.examples["test"] == trained.examples["test"]
+    # Other tokenizers than the entry's: encoded anew, never the entry's ids.
+    smaller = prepare_data(dataclasses.replace(multi30k, spm_vocab_size=300), seed=1)
+    other = prepare_data(multi30k, seed=1, tokenizers=smaller.tokenizers, splits=["test"])
+    assert other.examples["test"] == smaller.examples["test"] != trained.examples["test"]
 
 
 def test_separate_models_when_not_joint(cache: Path, multi30k: DataConfig) -> None:
