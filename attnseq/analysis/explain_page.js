@@ -184,8 +184,8 @@
     tokenDetail.textContent = text;
   }
 
-  function bars(labels, values) {
-    const list = el("div", { className: "bars" });
+  function bars(labels, values, side) {
+    const list = el("div", { className: "bars " + side });
     const top = values.indexOf(Math.max(...values));
     labels.forEach((label, i) => {
       const mark = i === top ? " top" : "";
@@ -200,6 +200,8 @@
     return list;
   }
 
+  const openPrefixes = new Set();  // the methods whose target prefix list is open
+
   function drawMethods() {
     const item = output();
     methods.textContent = "";
@@ -207,14 +209,22 @@
       const attribution = item.attributions[name];
       const card = el("div", { className: "method", "data-method": name }, [
         el("h3", { text: name }),
-        bars(data.source_pieces, attribution.source[state.step]),
+        bars(data.source_pieces, attribution.source[state.step], "source"),
       ]);
       if (attribution.prefix) {
         const inputs = ["<s>", ...item.pieces];
-        card.append(
-          el("p", { className: "prefix-title", text: "target prefix (the decoder's inputs)" }),
-          bars(inputs.slice(0, state.step + 1), attribution.prefix[state.step].slice(0, state.step + 1)),
-        );
+        const share = attribution.source_share
+          ? " (the source holds " + weight(attribution.source_share[state.step]) + " of the step's attribution)"
+          : "";
+        const details = el("details", { className: "prefix" }, [
+          el("summary", { className: "prefix-title", text: "target prefix" + share }),
+          bars(inputs.slice(0, state.step + 1), attribution.prefix[state.step].slice(0, state.step + 1), "prefix"),
+        ]);
+        details.open = openPrefixes.has(name);
+        details.addEventListener("toggle", () => {
+          if (details.open) openPrefixes.add(name); else openPrefixes.delete(name);
+        });
+        card.append(details);
       }
       methods.append(card);
     }

@@ -22,7 +22,8 @@ each weight an integer in thousandths:
         {text, score, log_prob, pieces (T), rows (T + 1: the pieces and </s>),
          token_log_probs (T + 1, 3 decimals), p_gen (T + 1 thousandths, or null),
          cross: maps over (rows, source), decoder: maps over (inputs, inputs) or null,
-         attributions: {method: {source: (T + 1) x S, prefix: (T + 1) x (T + 1) or null}}}
+         attributions: {method: {source: (T + 1) x S, prefix: (T + 1) x (T + 1) or null,
+                                 source_share: (T + 1) or null}}}
     maps:    {rows, columns, layers L, heads H, weights: L x H x rows x columns}
 """
 
@@ -64,6 +65,9 @@ def _output(output: ExplainedOutput) -> dict[str, Any]:
         name: {
             "source": thousandths(weights.source),
             "prefix": None if weights.prefix is None else thousandths(weights.prefix),
+            "source_share": None
+            if weights.source_share is None
+            else thousandths(weights.source_share),
         }
         for name, weights in output.methods.items()
     }

@@ -34,7 +34,16 @@ import numpy as np
 import torch
 
 import attnseq
+from attnseq.analysis.alignment import check_layer_and_head
 from attnseq.analysis.alignment_view import AlignmentViewer, AttentionMap
+from attnseq.analysis.attribution import (
+    ATTENTION_METHODS,
+    ATTRIBUTION_METHODS,
+    PairAttribution,
+    attribute,
+    canonical_method,
+    check_method_fits,
+)
 from attnseq.decoding.settings import DecodingSettings, max_output_lengths
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
@@ -66,10 +75,23 @@ class LayeredMaps:
 @dataclass(frozen=True)
 class MethodWeights:
     """One method's attribution of one output: source (T + 1, S); prefix (T + 1, T + 1) over
-    the decoder inputs <s>, y_0 .. y_{T-1}, or None where the method does not attribute to it."""
+    the decoder inputs <s>, y_0 .. y_{T-1}, or None where the method does not attribute to it;
+    source_share (T + 1,): the gradient methods' share of each step's attribution that falls
+    on the source (the rest on the prefix), else None."""
 
     source: np.ndarray
     prefix: np.ndarray | None = None
+    source_share: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, attribution: PairAttribution) -> "MethodWeights":
+        """`attribute`'s result for one pair, as numpy arrays."""
+        prefix, share = attribution.target_prefix, attribution.source_share
+        return cls(
+            attribution.source.numpy(),
+            None if prefix is None else prefix.numpy(),
+            None if share is None else share.numpy(),
+        )
 
 
 @dataclass(frozen=True)
@@ -151,7 +173,7 @@ def explain(
         UserError: an empty source or target, a target longer than the model's positions, an
             unknown method or one the model lacks, invalid decoding settings.
     """
-    chosen = check_request(trained, src, tgt, methods)
+    chosen = check_request(trained, src, tgt, methods, layer, head)
     device = torch.device(device)
     translator = Translator(trained.model, trained.tokenizers, trained.cfg, device)
     settings = translator.settings(beam=beam, nbest=beam)
@@ -181,37 +203,69 @@ def explain(
 
 
 def available_methods(trained: TrainedModel) -> list[str]:
-    """The attribution methods this model has, in the order the page shows them."""
-    from attnseq.analysis.forced_alignment import ALIGNMENT_METHODS
-
-    return list(ALIGNMENT_METHODS)
+    """The attribution methods this model can be explained by, in the order of
+    `ATTRIBUTION_METHODS` (rollout needs a transformer, the gradient methods captum)."""
+    have = []
+    for name in ATTRIBUTION_METHODS:
+        try:
+            check_method_fits(trained, name)
+        except UserError:
+            continue
+        have.append(name)
+    return have
 
 
 def check_request(
-    trained: TrainedModel, src: str, tgt: str | None, methods: Sequence[str] | None
+    trained: TrainedModel,
+    src: str,
+    tgt: str | None,
+    methods: Sequence[str] | None,
+    layer: int | None = None,
+    head: int | None = None,
 ) -> list[str]:
-    """The methods to run (`methods`, or every method the model has), once the request is
-    known to be answerable: UserError for an empty source, an empty target or one longer than
-    the model's positions, an unknown method or one the model lacks."""
+    """The methods to run (`methods`, aliases resolved, or every method the model can be
+    explained by), once the request is known to be answerable: UserError for an empty source
+    or one longer than the model reads, an empty target or one longer than its positions, an
+    unknown method or one the model cannot be explained by, a `layer`/`head` outside the
+    model's maps. The messages name the options of `attnseq explain`."""
     if not src.strip():
         raise UserError("empty source: give --src a sentence")
     model_cfg = trained.cfg.model
     if model_cfg.family.value != "transformer" and model_cfg.attention.score.value == "none":
         raise UserError("this model has no attention (model.attention.score=none)")
+    _check_source(trained, src)
     if tgt is not None:
         _check_target(trained, tgt)
-    have = available_methods(trained)
+    _check_map(trained, layer, head)
     if methods is None:
-        return have
-    chosen = list(dict.fromkeys(methods))
+        return available_methods(trained)
+    chosen = list(dict.fromkeys(canonical_method(name, "--methods") for name in methods))
     if not chosen:
-        raise UserError(f"no method given: choose from {', '.join(have)}")
+        raise UserError(f"no method given: choose from {', '.join(ATTRIBUTION_METHODS)}")
     for name in chosen:
-        if name not in have:
-            raise UserError(
-                f"unknown method {name!r} for this model: choose from {', '.join(have)}"
-            )
+        check_method_fits(trained, name, names=("--methods", "--layer", "--head"))
     return chosen
+
+
+def _check_map(trained: TrainedModel, layer: int | None, head: int | None) -> None:
+    """UserError unless `layer` and `head` name a map of the model (an RNN has one)."""
+    model_cfg = trained.cfg.model
+    if model_cfg.family.value == "transformer":
+        check_layer_and_head(layer, head, model_cfg.dec_layers, model_cfg.heads)
+    else:
+        check_layer_and_head(layer, head, 1, 1, "an RNN's attention is one map")
+
+
+def _check_source(trained: TrainedModel, src: str) -> None:
+    """UserError for a source longer than the model reads (data.max_src_len): the methods
+    attribute to every piece of it, the model would see a cut one."""
+    pieces = len(trained.tokenizers.src.encode(src))
+    limit = trained.cfg.data.max_src_len
+    if pieces > limit:
+        raise UserError(
+            f"the source has {pieces} pieces; this model reads at most {limit} "
+            "(data.max_src_len): shorten it"
+        )
 
 
 def _check_target(trained: TrainedModel, tgt: str) -> None:
@@ -250,25 +304,21 @@ def method_weights(
     src: str,
     texts: Sequence[str],
     methods: Sequence[str],
-    layer: int | None,
-    head: int | None,
+    layer: int | None = None,
+    head: int | None = None,
 ) -> list[dict[str, MethodWeights]]:
-    """Each method's weights for each output text, by method name."""
-    from attnseq.analysis.forced_alignment import AlignmentMethod, check_method
-
-    viewer = AlignmentViewer(trained, next(trained.model.parameters()).device)
-    result: list[dict[str, MethodWeights]] = []
-    for text in texts:
-        weights = LayeredMaps.of(viewer.attention(src, text, "cross")).weights
-        by_method = {}
-        for name in methods:
-            check_method(trained, AlignmentMethod(name, layer, head))
-            chosen = weights[-1 if layer is None else layer - 1]  # (H, T + 1, S)
-            matrix = chosen.mean(axis=0) if head is None else chosen[head - 1]
-            if name == "shift-att":  # row t <- the step whose input is y_t; </s> keeps its own
-                matrix = np.concatenate([matrix[1:], matrix[-1:]], axis=0)
-            by_method[name] = MethodWeights(matrix)
-        result.append(by_method)
+    """Each method's weights for each output text, by method name: one `attribute` call per
+    method over all (src, text) pairs; `layer`/`head` go to the attention-based methods."""
+    pairs = [(src, text) for text in texts]
+    result: list[dict[str, MethodWeights]] = [{} for _ in texts]
+    for name in methods:
+        reads_a_map = name in ATTENTION_METHODS
+        attributions = attribute(
+            trained, pairs, name, layer=layer if reads_a_map else None,
+            head=head if reads_a_map else None,
+        )  # fmt: skip
+        for by_method, attribution in zip(result, attributions, strict=True):
+            by_method[name] = MethodWeights.of(attribution)
     return result
 
 
@@ -280,6 +330,12 @@ def _explained_output(
     methods: dict[str, MethodWeights],
 ) -> ExplainedOutput:
     cross = maps["cross"]
+    for name, weights in methods.items():  # the same pieces, tokenized the same way
+        if weights.source.shape != cross.weights.shape[-2:]:
+            raise ValueError(
+                f"{name} attributes {weights.source.shape} (steps, source pieces) but the "
+                f"attention maps have {cross.weights.shape[-2:]}"
+            )
     log_prob = float(token_log_probs.sum())
     score = log_prob / len(token_log_probs) if beam_score is None else beam_score
     decoder = maps.get("decoder")

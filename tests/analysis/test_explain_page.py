@@ -103,7 +103,9 @@ def test_a_40_piece_pair_of_a_6_layer_8_head_transformer_stays_under_2_mb(tmp_pa
         "model.ff_dim=64", "model.dropout=0.0", pairs=pairs,
     )  # fmt: skip
     trained = load_trained_model(path)
-    page = explanation_html(explain(trained, *pairs[0]))
+    # integrated gradients and SmoothGrad add arrays of the same shapes as gradient x input
+    methods = ["attention", "rollout", "gradient-x-input"]
+    page = explanation_html(explain(trained, *pairs[0], methods=methods))
     data = embedded(page)
     assert _shape(data["outputs"][0]["cross"]["weights"]) == (6, 8, 41, 40)
     assert _shape(data["encoder"]["weights"]) == (6, 8, 40, 40)
@@ -121,6 +123,20 @@ def test_text_cannot_end_the_data_element_early(transformer) -> None:
 
 
 # ------------------------------------------------------------------------- in a browser
+@pytest.fixture(scope="module")
+def shown_page(beam_page, tmp_path_factory) -> Path:
+    """The page the browser tests open: `beam_page`, or with ATTNSEQ_EXPLAIN_CHECKPOINT (and
+    ATTNSEQ_EXPLAIN_SRC) set, the 3-beam page of that checkpoint and source (the screenshots
+    of docs/guides/explain.md show a trained model)."""
+    checkpoint = os.environ.get("ATTNSEQ_EXPLAIN_CHECKPOINT")
+    if not checkpoint:
+        return beam_page
+    path = tmp_path_factory.mktemp("shown") / "explain.html"
+    source = os.environ.get("ATTNSEQ_EXPLAIN_SRC", SOURCE)
+    attnseq.load(checkpoint, "cpu").explain(source, beam=3, path=path)
+    return path
+
+
 def _chromium() -> tuple[str, str]:
     """The chromium binary and its driver, or skip the test saying what is missing."""
     pytest.importorskip("selenium", reason="selenium is not installed (pip install selenium)")
@@ -154,16 +170,18 @@ def browser():
     driver.quit()
 
 
-def _screenshot(driver, tmp_path: Path, name: str) -> Path:
-    """A full-page screenshot in tmp_path (and in $ATTNSEQ_SCREENSHOTS when set)."""
+def _screenshot(driver, tmp_path: Path, name: str, full: bool = True) -> Path:
+    """A screenshot of the top of the page, the whole page when `full`, in tmp_path (and in
+    $ATTNSEQ_SCREENSHOTS when set)."""
     path = tmp_path / f"{name}.png"
     driver.execute_script("window.scrollTo(0, 0)")
-    width = driver.execute_script("return document.documentElement.clientWidth")
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 700},
-    )
+    if full:
+        width = driver.execute_script("return document.documentElement.clientWidth")
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 700},
+        )
     assert driver.save_screenshot(str(path))
     if folder := os.environ.get("ATTNSEQ_SCREENSHOTS"):
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -193,23 +211,24 @@ def _errors(driver) -> list[dict]:
 def _method_values(driver) -> list[str]:
     from selenium.webdriver.common.by import By
 
-    return [element.text for element in driver.find_elements(By.CSS_SELECTOR, "#methods .value")]
+    values = driver.find_elements(By.CSS_SELECTOR, "#methods .bars.source .value")
+    return [element.text for element in values]
 
 
 def test_the_page_answers_clicks_and_keys_without_console_errors(
-    browser, beam_page, tmp_path
+    browser, shown_page, tmp_path
 ) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    _open(browser, beam_page, 1366, 768)
+    _open(browser, shown_page, 1366, 768)
     tokens = browser.find_elements(By.CSS_SELECTOR, "#output-tokens .token")
-    data = embedded(beam_page.read_text(encoding="utf-8"))
+    data = embedded(shown_page.read_text(encoding="utf-8"))
     assert [t.text for t in tokens] == _shown(data["outputs"][0]["rows"])
     assert tokens[0].get_attribute("aria-selected") == "true"
     first = _method_values(browser)
-    assert len(first) == len(data["methods"]) * len(SOURCE)
+    assert len(first) == len(data["methods"]) * len(data["source_pieces"])
     # a click on another output piece shows that piece's weights
     target = max(range(len(tokens)), key=lambda t: _row_difference(data, t))
     tokens[target].click()
@@ -219,16 +238,27 @@ def test_the_page_answers_clicks_and_keys_without_console_errors(
         )
         == "true"
     )
+    _screenshot(browser, tmp_path, "explain-1366", full=False)
     clicked = _method_values(browser)
     assert clicked != first
-    assert clicked[: len(SOURCE)] == _expected_values(data, 0, target)
+    assert clicked[: len(data["source_pieces"])] == _expected_values(data, 0, target)
     # the keyboard: the arrow keys move the selection, the focus stays visible on it
     ActionChains(browser).send_keys(Keys.ARROW_LEFT).perform()
     step = target - 1 if target > 0 else 0
     selected = browser.find_element(By.CSS_SELECTOR, '#output-tokens [aria-selected="true"]')
     assert selected.get_attribute("data-step") == str(step)
     assert browser.switch_to.active_element == selected
-    assert _method_values(browser)[: len(SOURCE)] == _expected_values(data, 0, step)
+    assert _method_values(browser)[: len(data["source_pieces"])] == _expected_values(data, 0, step)
+    # Tab goes from the chosen output to the chosen piece, Enter on a map enlarges it
+    browser.find_element(By.CSS_SELECTOR, '#outputs [aria-checked="true"]').click()
+    ActionChains(browser).send_keys(Keys.TAB).perform()
+    assert browser.switch_to.active_element == browser.find_element(
+        By.CSS_SELECTOR, '#output-tokens [aria-selected="true"]'
+    )
+    browser.find_element(By.CSS_SELECTOR, "#grid canvas").send_keys(Keys.ENTER)
+    assert browser.find_element(By.ID, "enlarged").is_displayed()
+    ActionChains(browser).send_keys(Keys.ESCAPE).perform()
+    assert not browser.find_element(By.ID, "enlarged").is_displayed()
     # hovering a map shows a cell's token pair and weight; a click enlarges the map
     canvas = browser.find_element(By.CSS_SELECTOR, "#grid canvas")
     ActionChains(browser).move_to_element_with_offset(canvas, 1, 1).perform()
@@ -236,7 +266,7 @@ def test_the_page_answers_clicks_and_keys_without_console_errors(
     assert "layer" in detail and "head" in detail and "=" in detail
     canvas.click()
     assert browser.find_element(By.ID, "enlarged").is_displayed()
-    _screenshot(browser, tmp_path, "explain-1366")
+    _screenshot(browser, tmp_path, "explain-1366-full")
     assert _errors(browser) == []
 
 
@@ -252,23 +282,23 @@ def _expected_values(data: dict, output: int, step: int) -> list[str]:
     return [f"{value / SCALE:.3f}" for value in row]
 
 
-def test_each_hypothesis_shows_its_own_output(browser, beam_page) -> None:
+def test_each_hypothesis_shows_its_own_output(browser, shown_page) -> None:
     from selenium.webdriver.common.by import By
 
-    data = embedded(beam_page.read_text(encoding="utf-8"))
+    data = embedded(shown_page.read_text(encoding="utf-8"))
     if len(data["outputs"]) < 2:
         pytest.skip("the beam found a single output")
-    _open(browser, beam_page, 1366, 768)
+    _open(browser, shown_page, 1366, 768)
     browser.find_elements(By.CSS_SELECTOR, "#outputs .hypothesis")[1].click()
     tokens = browser.find_elements(By.CSS_SELECTOR, "#output-tokens .token")
     assert [t.text for t in tokens] == _shown(data["outputs"][1]["rows"])
     assert _errors(browser) == []
 
 
-def test_a_phone_width_has_no_horizontal_page_scroll(browser, beam_page, tmp_path) -> None:
+def test_a_phone_width_has_no_horizontal_page_scroll(browser, shown_page, tmp_path) -> None:
     from selenium.webdriver.common.by import By
 
-    _open(browser, beam_page, 390, 844)
+    _open(browser, shown_page, 390, 844)
     width = browser.execute_script("return window.innerWidth")
     assert width == 390
     scroll = browser.execute_script(

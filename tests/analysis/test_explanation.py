@@ -10,6 +10,7 @@ import torch
 from helpers import DATE_PAIRS, SHORT_POSITIONS, untrained_checkpoint
 
 import attnseq
+from attnseq.analysis.attribution import ATTRIBUTION_METHODS, attribute
 from attnseq.analysis.explanation import explain
 from attnseq.errors import UserError
 from attnseq.models.loading import load_trained_model
@@ -51,9 +52,25 @@ def test_forced_target_of_a_transformer_has_every_map(checkpoints) -> None:
     assert np.abs(np.triu(output.decoder.weights, k=1)).max() == 0
     for maps in (output.cross, explanation.encoder, output.decoder):
         np.testing.assert_allclose(maps.weights.sum(-1), 1.0, atol=1e-5)
+    assert list(output.methods) == list(ATTRIBUTION_METHODS)  # a transformer has them all
     for name, weights in output.methods.items():
         assert weights.source.shape == (T + 1, S), name
         np.testing.assert_allclose(weights.source.sum(-1), 1.0, atol=1e-5)
+        if weights.prefix is not None:
+            assert weights.prefix.shape == (T + 1, T + 1), name
+            assert np.abs(np.triu(weights.prefix, k=1)).max() == 0, name
+
+
+def test_the_methods_are_attributes_for_each_output(checkpoints) -> None:
+    trained = load_trained_model(checkpoints["rnn"])
+    explanation = explain(trained, SOURCE, beam=2, methods=["saliency", "attention"])
+    assert explanation.methods == ["smoothgrad", "attention"]  # the alias resolved
+    assert "rollout" not in explain(trained, SOURCE, TARGET).methods  # an RNN has none
+    pairs = [(SOURCE, output.text) for output in explanation.outputs]
+    for name in explanation.methods:  # SmoothGrad's noise depends on the pair's index
+        expected = attribute(trained, pairs, name)
+        for output, attribution in zip(explanation.outputs, expected, strict=True):
+            np.testing.assert_allclose(output.methods[name].source, attribution.source.numpy())
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -86,10 +103,14 @@ def test_each_beam_hypothesis_is_explained_with_its_score(checkpoints, family) -
 def test_the_attention_method_reads_the_chosen_map(checkpoints) -> None:
     trained = load_trained_model(checkpoints["transformer"])
     output = explain(trained, SOURCE, TARGET, layer=1, head=2).outputs[0]
-    np.testing.assert_allclose(output.methods["attention"].source, output.cross.weights[0, 1])
-    mean = explain(trained, SOURCE, TARGET).outputs[0]
     np.testing.assert_allclose(
-        mean.methods["attention"].source, mean.cross.weights[-1].mean(0), atol=1e-6
+        output.methods["attention"].source, output.cross.weights[0, 1], atol=1e-5
+    )
+    mean = explain(trained, SOURCE, TARGET, methods=["attention", "gradient-x-input"])
+    np.testing.assert_allclose(
+        mean.outputs[0].methods["attention"].source,
+        mean.outputs[0].cross.weights[-1].mean(0),
+        atol=1e-5,
     )
 
 
@@ -114,14 +135,18 @@ def test_header_names_the_model_and_the_decoding(checkpoints) -> None:
     [
         ("  ", None, None, "empty source"),
         (SOURCE, " ", None, "empty target"),
-        (SOURCE, None, ["attention", "magic"], "unknown method 'magic'"),
+        (SOURCE, None, ["attention", "magic"], "--methods must be one of .* got 'magic'"),
         (SOURCE, None, [], "no method given"),
+        (SOURCE, None, ["rollout"], "--methods rollout needs a transformer"),
+        ("4 May 2001 " * 30, None, None, "this model reads at most 256"),
     ],
 )
 def test_refusals(checkpoints, src, tgt, methods, message) -> None:
     trained = load_trained_model(checkpoints["rnn"])
     with pytest.raises(UserError, match=message):
         explain(trained, src, tgt, methods=methods)
+    with pytest.raises(UserError, match="--layer must be in 1..1 for this model"):
+        explain(trained, SOURCE, layer=2)
 
 
 def test_a_target_longer_than_the_positions_is_refused(tmp_path) -> None:

@@ -49,9 +49,10 @@ def test_writes_the_page_from_a_run_directory(run_directory, tmp_path) -> None:
         ([], "give --src TEXT"),
         (["--src", "4 May", "--tgt", ""], "empty --tgt"),
         (["--src", "4 May", "--tgt", "2001-05-04"], "at most 9"),
-        (["--src", "4 May", "--methods", "attention,magic"], "unknown method 'magic'"),
+        (["--src", "4 May", "--methods", "attention,magic"], "got 'magic'"),
         (["--src", "4 May", "--methods", " , "], "--methods names no method"),
-        (["--src", "4 May", "--layer", "3"], "layer"),
+        (["--src", "4 May", "--layer", "3"], "--layer must be in 1..1 for this model, got 3"),
+        (["--src", "4 May", "--head", "9"], "--head must be in 1..2 for this model, got 9"),
     ],
 )
 def test_refusals_are_one_line(run_directory, tmp_path, args, message) -> None:
@@ -61,6 +62,18 @@ def test_refusals_are_one_line(run_directory, tmp_path, args, message) -> None:
     lines = result.output.strip().splitlines()
     assert lines[-1].startswith("error: ") and message in lines[-1], result.output
     assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_rollout_of_an_rnn_is_refused(tmp_path) -> None:
+    rnn = untrained_checkpoint(tmp_path / "rnn.pt", pairs=DATE_PAIRS)
+    out = tmp_path / "never.html"
+    result = explain(rnn, "--src", "4 May", "--methods", "attention,rollout", "--out", out)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: --methods rollout needs a transformer's self-attention; this checkpoint is an "
+        "RNN (use attention or a gradient method)"
+    ]
     assert not out.exists()
 
 
