@@ -38,7 +38,7 @@ import torch
 from attnseq.analysis.alignment import check_layer_and_head, word_attention, word_ids
 from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
 from attnseq.analysis.segment_view import is_hierarchical, join_pieces, segment_labels
-from attnseq.data.extended_vocab import extend_text, extended_pieces
+from attnseq.data.extended_vocab import extend_target, extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models.loading import TrainedModel, load_trained_model
@@ -208,8 +208,11 @@ class AlignmentViewer:
         if copy_inputs:  # as the model sees it: unknown pieces are their source text
             src_pieces = extended_pieces(tgt_tok, copy_inputs["src_ext"][0].tolist(), oovs)
         tgt_pieces = extended_pieces(tgt_tok, tgt_ids, oovs)
+        target_ids = list(tgt_ids)
         if tgt is not None and self.cfg.model.copy:
             tgt_pieces = tgt_tok.pieces(tgt)  # a forced target's words as written
+            # what each step is scored on: a copied source word's extended id, not <unk>
+            target_ids = extend_target(tgt_ids, tgt_pieces, oovs, tgt_tok.vocab_size)
         src_kind, tgt_kind = type(src_tok).kind, type(tgt_tok).kind
         return _Pass(
             output=output,
@@ -220,7 +223,7 @@ class AlignmentViewer:
             },
             source=src,
             text=tgt_tok.decode_extended(tgt_ids, oovs) if tgt is None else tgt,
-            target_ids=[*tgt_ids, self.model.eos_id],
+            target_ids=[*target_ids, self.model.eos_id],
         )
 
     def _no_self_attention_weights(self, kind: str) -> str:

@@ -163,3 +163,22 @@ def test_explaining_leaves_the_model_in_eval_mode_without_gradients(checkpoints)
     assert not trained.model.training
     assert all(p.grad is None for p in trained.model.parameters())
     assert torch.is_grad_enabled()
+
+
+def test_a_pointer_generator_shows_p_gen_and_its_copied_words(tmp_path) -> None:
+    from helpers import SOURCE_ONLY, copy_only_checkpoint
+
+    model = attnseq.load(copy_only_checkpoint(tmp_path / "copy.pt"), "cpu")
+    trained = model.trained
+    source, target = f"alpha {SOURCE_ONLY} gamma", f"{SOURCE_ONLY} alpha"
+    explanation = explain(trained, source, target)
+    assert explanation.source_pieces == ["alpha", SOURCE_ONLY, "gamma"]
+    output = explanation.outputs[0]
+    assert output.pieces == [SOURCE_ONLY, "alpha"]
+    assert output.p_gen is not None and output.p_gen.shape == (3,)
+    np.testing.assert_allclose(output.p_gen, 1 / (1 + np.exp(2.0)), atol=1e-4)  # fixed bias -2
+    for weights in output.methods.values():
+        assert weights.source.shape == (3, 3)
+    # the copied word is scored as a copy, as `attnseq score` scores it, not as <unk>
+    assert output.log_prob == pytest.approx(model.score(source, target).log_prob, abs=1e-4)
+    assert output.token_log_probs[0] > -5
