@@ -275,8 +275,18 @@ def test_a_batch_of_eight_gives_the_maps_of_one_at_a_time(checkpoints, family) -
         ("model.copy=true",),
         ("model.family=transformer", "model.copy=true"),
         ("model.attention.score=none",),
+        ("model.attention.score=concat", "model.attention.window=local_p"),
+        ("model.family=transformer", "model.attention.hard=gumbel"),
     ],
-    ids=["luong-input-feeding", "hard", "pointer-rnn", "pointer-transformer", "no-attention"],
+    ids=[
+        "luong-input-feeding",
+        "hard",
+        "pointer-rnn",
+        "pointer-transformer",
+        "no-attention",
+        "concat-local-p",
+        "hard-transformer",
+    ],
 )
 def test_gradient_methods_explain_every_family(tmp_path, overrides) -> None:
     trained = load_trained_model(untrained_checkpoint(tmp_path / "m.pt", *overrides))
@@ -319,6 +329,10 @@ def test_bad_input_is_one_user_error(checkpoints, tmp_path) -> None:
         (transformer, pair, "integrated-gradients", {"ig_steps": 0}, "ig_steps must be"),
         (transformer, [], "attention", {}, "no sentence pairs"),
     ]
+    hierarchical = load_trained_model(
+        untrained_checkpoint(tmp_path / "h.pt", "model.attention.hierarchy=sentence")
+    )
+    cases.append((hierarchical, pair, "smoothgrad", {}, "cannot follow the source positions"))
     for trained, pairs, method, options, message in cases:
         with pytest.raises(UserError, match=message):
             attribute(trained, pairs, method, **options)
