@@ -694,8 +694,10 @@ class _Rows:
 def _step_scores(model: Seq2Seq, n_oov: int) -> Callable[..., Tensor]:
     """f(src_x, tgt_x, src, src_lengths, tgt_in, step, labels, src_ext) -> (R,): row r's
     log p(labels[r]) at decoder step step[r], with the token embeddings replaced by the given
-    src_x (R, S, E) and tgt_x (R, T + 1, E): the function captum differentiates."""
+    src_x (R, S, E) and tgt_x (R, T + 1, E): the function captum differentiates. The output
+    projection reads each row's own step only (`only_the_step`)."""
     src_embedding, tgt_embedding = embedding_modules(model)
+    projection = None if getattr(model, "copy", False) else output_projection(model)
 
     def scores(
         src_x: Tensor, tgt_x: Tensor, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
@@ -703,13 +705,43 @@ def _step_scores(model: Seq2Seq, n_oov: int) -> Callable[..., Tensor]:
     ) -> Tensor:  # fmt: skip
         copy = {} if src_ext is None else {"src_ext": src_ext, "n_oov": n_oov}
         replaced = [(src_embedding, src, src_x), (tgt_embedding, tgt_in, tgt_x)]
-        with embeddings_replaced(replaced):
+        with embeddings_replaced(replaced), only_the_step(projection, step):
             output = model(src, src_lengths, tgt_in, **copy)
-        log_probs = output.logits.float().log_softmax(dim=-1)  # (R, T + 1, V)
+        log_probs = output.logits.float().log_softmax(dim=-1)  # (R, T + 1 or 1, V)
         rows = torch.arange(log_probs.size(0), device=log_probs.device)
-        return log_probs[rows, step, labels]
+        return log_probs[rows, step if log_probs.size(1) == tgt_in.size(1) else 0, labels]
 
     return scores
+
+
+def output_projection(model: Seq2Seq) -> nn.Linear | None:
+    """The layer that turns decoder states into logits over the vocabulary, or None."""
+    layer = getattr(model, "output_proj", None) or getattr(model, "output", None)
+    return layer if isinstance(layer, nn.Linear) else None
+
+
+@contextmanager
+def only_the_step(projection: nn.Linear | None, step: Tensor) -> Iterator[None]:
+    """Within the block, the output projection reads row r's decoder state at step[r] only,
+    (R, T + 1, d) -> (R, 1, d): the logits of the other steps, which the row does not explain,
+    are most of a pass's work with a large vocabulary. Nothing with None (a copy model mixes
+    every step's logits with its attention)."""
+    if projection is None:
+        yield
+        return
+
+    def select(_module: nn.Module, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        (states,) = inputs
+        if states.dim() != 3 or states.size(0) != step.size(0):
+            return inputs
+        rows = torch.arange(states.size(0), device=states.device)
+        return (states[rows, step].unsqueeze(1),)
+
+    handle = projection.register_forward_pre_hook(select)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 @contextmanager
