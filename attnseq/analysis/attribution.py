@@ -108,6 +108,7 @@ from attnseq.analysis.alignment import check_layer_and_head
 from attnseq.data.batching import Batch, Example, collate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.errors import UserError
+from attnseq.io.progress import counting
 from attnseq.models.positional import make_positions, position_limit
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.models.transformer import TransformerSeq2Seq
@@ -606,7 +607,8 @@ def raw_attributions(
     extended: Sequence[ExtendedExample] | None = None,
 ) -> list[RawAttribution]:
     """The signed scores of a gradient method (`GRADIENT_METHODS`) for every encoded example,
-    in order, on the CPU (module docstring); `extended` a copy model's view (`copy_view`)."""
+    in order, on the CPU (module docstring); `extended` a copy model's view (`copy_view`).
+    Several pairs show a progress bar on a terminal: the methods take seconds a pair."""
     check_captum()
     device = _device_of(model) if device is None else device
     results: list[RawAttribution] = [None] * len(examples)  # type: ignore[list-item]
@@ -614,13 +616,18 @@ def raw_attributions(
     model.eval()
     try:
         # cuDNN's RNN backward runs in training mode only: the native kernels do it in eval
-        with torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
+        with (
+            torch.enable_grad(),
+            torch.backends.cudnn.flags(enabled=False),
+            counting(method, len(examples), unit="pairs", enabled=len(examples) > 1) as counter,
+        ):
             batches = length_sorted_batches(model, examples, batch_size, device, extended)
             for chunk, batch in batches:
                 sizes = [(len(examples[i][0]), len(examples[i][1]) + 1) for i in chunk]
                 rows = _Rows.of(model, batch, sizes, chunk)
                 for b, raw in enumerate(_gradient_batch(model, rows, method, settings)):
                     results[chunk[b]] = raw
+                counter.advance(len(chunk))
     finally:
         model.train(was_training)
     return results
