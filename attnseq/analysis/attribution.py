@@ -127,8 +127,9 @@ ATTRIBUTION_METHODS: tuple[str, ...] = (
 METHOD_ALIASES = {"saliency": "smoothgrad"}
 ATTENTION_METHODS = ("attention", "shift-att", "rollout")  # read attention: layer/head apply
 GRADIENT_METHODS = ("gradient-x-input", "integrated-gradients", "smoothgrad")
-# rows (pair, step) x integration points per forward pass of integrated gradients
-_IG_ROWS_PER_PASS = 1024
+# rows (pair, step) of one pass of a gradient method, integration points included: each row
+# keeps a whole teacher-forced pass's activations for the backward pass, so this bounds memory
+_ROWS_PER_PASS = 512
 
 
 @dataclass(frozen=True)
@@ -469,12 +470,24 @@ def length_sorted_batches(
     batch_size: int,
     device: torch.device | str,
     extended: Sequence[ExtendedExample] | None = None,
+    max_steps: int | None = None,
 ) -> Iterator[tuple[list[int], Batch]]:
     """(example indices, collated batch on `device`) in length order: sorted batches pad less;
-    with `extended` a copy batch (extended labels, the source in the extended vocabulary)."""
+    with `extended` a copy batch (extended labels, the source in the extended vocabulary).
+    A batch holds at most `batch_size` pairs and, with `max_steps`, at most that many decoder
+    steps in all (one pair at least): the gradient methods make a row of each step."""
     order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), len(examples[i][1])))
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+    chunks: list[list[int]] = [[]]
+    steps = 0
+    for i in order:
+        more = len(examples[i][1]) + 1
+        full = len(chunks[-1]) == batch_size or (max_steps is not None and steps + more > max_steps)
+        if chunks[-1] and full:
+            chunks.append([])
+            steps = 0
+        chunks[-1].append(i)
+        steps += more
+    for chunk in chunks if order else []:
         batch = collate(
             [examples[i] for i in chunk], chunk, pad_id=model.pad_id, bos_id=model.bos_id,
             eos_id=model.eos_id,
@@ -621,7 +634,9 @@ def raw_attributions(
             torch.backends.cudnn.flags(enabled=False),
             counting(method, len(examples), unit="pairs", enabled=len(examples) > 1) as counter,
         ):
-            batches = length_sorted_batches(model, examples, batch_size, device, extended)
+            batches = length_sorted_batches(
+                model, examples, batch_size, device, extended, _ROWS_PER_PASS
+            )
             for chunk, batch in batches:
                 sizes = [(len(examples[i][0]), len(examples[i][1]) + 1) for i in chunk]
                 rows = _Rows.of(model, batch, sizes, chunk)
@@ -828,7 +843,7 @@ def _gradient_batch(
         n_rows = rows.src_x.size(0)
         src_a, tgt_a = IntegratedGradients(scores).attribute(
             inputs, baselines=zeros, additional_forward_args=arguments, n_steps=settings.ig_steps,
-            internal_batch_size=n_rows * max(1, _IG_ROWS_PER_PASS // n_rows),
+            internal_batch_size=n_rows * max(1, _ROWS_PER_PASS // n_rows),
         )  # fmt: skip
         with torch.no_grad():
             baseline_scores = scores(*zeros, *arguments).detach()
