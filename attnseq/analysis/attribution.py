@@ -108,6 +108,7 @@ from attnseq.analysis.alignment import check_layer_and_head
 from attnseq.data.batching import Batch, Example, collate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.errors import UserError
+from attnseq.io.progress import counting
 from attnseq.models.positional import make_positions, position_limit
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.models.transformer import TransformerSeq2Seq
@@ -126,8 +127,9 @@ ATTRIBUTION_METHODS: tuple[str, ...] = (
 METHOD_ALIASES = {"saliency": "smoothgrad"}
 ATTENTION_METHODS = ("attention", "shift-att", "rollout")  # read attention: layer/head apply
 GRADIENT_METHODS = ("gradient-x-input", "integrated-gradients", "smoothgrad")
-# rows (pair, step) x integration points per forward pass of integrated gradients
-_IG_ROWS_PER_PASS = 1024
+# rows (pair, step) of one pass of a gradient method, integration points included: each row
+# keeps a whole teacher-forced pass's activations for the backward pass, so this bounds memory
+_ROWS_PER_PASS = 512
 
 
 @dataclass(frozen=True)
@@ -468,12 +470,24 @@ def length_sorted_batches(
     batch_size: int,
     device: torch.device | str,
     extended: Sequence[ExtendedExample] | None = None,
+    max_steps: int | None = None,
 ) -> Iterator[tuple[list[int], Batch]]:
     """(example indices, collated batch on `device`) in length order: sorted batches pad less;
-    with `extended` a copy batch (extended labels, the source in the extended vocabulary)."""
+    with `extended` a copy batch (extended labels, the source in the extended vocabulary).
+    A batch holds at most `batch_size` pairs and, with `max_steps`, at most that many decoder
+    steps in all (one pair at least): the gradient methods make a row of each step."""
     order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), len(examples[i][1])))
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+    chunks: list[list[int]] = [[]]
+    steps = 0
+    for i in order:
+        more = len(examples[i][1]) + 1
+        full = len(chunks[-1]) == batch_size or (max_steps is not None and steps + more > max_steps)
+        if chunks[-1] and full:
+            chunks.append([])
+            steps = 0
+        chunks[-1].append(i)
+        steps += more
+    for chunk in chunks if order else []:
         batch = collate(
             [examples[i] for i in chunk], chunk, pad_id=model.pad_id, bos_id=model.bos_id,
             eos_id=model.eos_id,
@@ -606,7 +620,8 @@ def raw_attributions(
     extended: Sequence[ExtendedExample] | None = None,
 ) -> list[RawAttribution]:
     """The signed scores of a gradient method (`GRADIENT_METHODS`) for every encoded example,
-    in order, on the CPU (module docstring); `extended` a copy model's view (`copy_view`)."""
+    in order, on the CPU (module docstring); `extended` a copy model's view (`copy_view`).
+    Several pairs show a progress bar on a terminal: the methods take seconds a pair."""
     check_captum()
     device = _device_of(model) if device is None else device
     results: list[RawAttribution] = [None] * len(examples)  # type: ignore[list-item]
@@ -614,13 +629,20 @@ def raw_attributions(
     model.eval()
     try:
         # cuDNN's RNN backward runs in training mode only: the native kernels do it in eval
-        with torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
-            batches = length_sorted_batches(model, examples, batch_size, device, extended)
+        with (
+            torch.enable_grad(),
+            torch.backends.cudnn.flags(enabled=False),
+            counting(method, len(examples), unit="pairs", enabled=len(examples) > 1) as counter,
+        ):
+            batches = length_sorted_batches(
+                model, examples, batch_size, device, extended, _ROWS_PER_PASS
+            )
             for chunk, batch in batches:
                 sizes = [(len(examples[i][0]), len(examples[i][1]) + 1) for i in chunk]
                 rows = _Rows.of(model, batch, sizes, chunk)
                 for b, raw in enumerate(_gradient_batch(model, rows, method, settings)):
                     results[chunk[b]] = raw
+                counter.advance(len(chunk))
     finally:
         model.train(was_training)
     return results
@@ -694,8 +716,10 @@ class _Rows:
 def _step_scores(model: Seq2Seq, n_oov: int) -> Callable[..., Tensor]:
     """f(src_x, tgt_x, src, src_lengths, tgt_in, step, labels, src_ext) -> (R,): row r's
     log p(labels[r]) at decoder step step[r], with the token embeddings replaced by the given
-    src_x (R, S, E) and tgt_x (R, T + 1, E): the function captum differentiates."""
+    src_x (R, S, E) and tgt_x (R, T + 1, E): the function captum differentiates. The output
+    projection reads each row's own step only (`only_the_step`)."""
     src_embedding, tgt_embedding = embedding_modules(model)
+    projection = None if getattr(model, "copy", False) else output_projection(model)
 
     def scores(
         src_x: Tensor, tgt_x: Tensor, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
@@ -703,13 +727,43 @@ def _step_scores(model: Seq2Seq, n_oov: int) -> Callable[..., Tensor]:
     ) -> Tensor:  # fmt: skip
         copy = {} if src_ext is None else {"src_ext": src_ext, "n_oov": n_oov}
         replaced = [(src_embedding, src, src_x), (tgt_embedding, tgt_in, tgt_x)]
-        with embeddings_replaced(replaced):
+        with embeddings_replaced(replaced), only_the_step(projection, step):
             output = model(src, src_lengths, tgt_in, **copy)
-        log_probs = output.logits.float().log_softmax(dim=-1)  # (R, T + 1, V)
+        log_probs = output.logits.float().log_softmax(dim=-1)  # (R, T + 1 or 1, V)
         rows = torch.arange(log_probs.size(0), device=log_probs.device)
-        return log_probs[rows, step, labels]
+        return log_probs[rows, step if log_probs.size(1) == tgt_in.size(1) else 0, labels]
 
     return scores
+
+
+def output_projection(model: Seq2Seq) -> nn.Linear | None:
+    """The layer that turns decoder states into logits over the vocabulary, or None."""
+    layer = getattr(model, "output_proj", None) or getattr(model, "output", None)
+    return layer if isinstance(layer, nn.Linear) else None
+
+
+@contextmanager
+def only_the_step(projection: nn.Linear | None, step: Tensor) -> Iterator[None]:
+    """Within the block, the output projection reads row r's decoder state at step[r] only,
+    (R, T + 1, d) -> (R, 1, d): the logits of the other steps, which the row does not explain,
+    are most of a pass's work with a large vocabulary. Nothing with None (a copy model mixes
+    every step's logits with its attention)."""
+    if projection is None:
+        yield
+        return
+
+    def select(_module: nn.Module, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        (states,) = inputs
+        if states.dim() != 3 or states.size(0) != step.size(0):
+            return inputs
+        rows = torch.arange(states.size(0), device=states.device)
+        return (states[rows, step].unsqueeze(1),)
+
+    handle = projection.register_forward_pre_hook(select)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 @contextmanager
@@ -789,7 +843,7 @@ def _gradient_batch(
         n_rows = rows.src_x.size(0)
         src_a, tgt_a = IntegratedGradients(scores).attribute(
             inputs, baselines=zeros, additional_forward_args=arguments, n_steps=settings.ig_steps,
-            internal_batch_size=n_rows * max(1, _IG_ROWS_PER_PASS // n_rows),
+            internal_batch_size=n_rows * max(1, _ROWS_PER_PASS // n_rows),
         )  # fmt: skip
         with torch.no_grad():
             baseline_scores = scores(*zeros, *arguments).detach()

@@ -275,8 +275,18 @@ def test_a_batch_of_eight_gives_the_maps_of_one_at_a_time(checkpoints, family) -
         ("model.copy=true",),
         ("model.family=transformer", "model.copy=true"),
         ("model.attention.score=none",),
+        ("model.attention.score=concat", "model.attention.window=local_p"),
+        ("model.family=transformer", "model.attention.hard=gumbel"),
     ],
-    ids=["luong-input-feeding", "hard", "pointer-rnn", "pointer-transformer", "no-attention"],
+    ids=[
+        "luong-input-feeding",
+        "hard",
+        "pointer-rnn",
+        "pointer-transformer",
+        "no-attention",
+        "concat-local-p",
+        "hard-transformer",
+    ],
 )
 def test_gradient_methods_explain_every_family(tmp_path, overrides) -> None:
     trained = load_trained_model(untrained_checkpoint(tmp_path / "m.pt", *overrides))
@@ -319,6 +329,10 @@ def test_bad_input_is_one_user_error(checkpoints, tmp_path) -> None:
         (transformer, pair, "integrated-gradients", {"ig_steps": 0}, "ig_steps must be"),
         (transformer, [], "attention", {}, "no sentence pairs"),
     ]
+    hierarchical = load_trained_model(
+        untrained_checkpoint(tmp_path / "h.pt", "model.attention.hierarchy=sentence")
+    )
+    cases.append((hierarchical, pair, "smoothgrad", {}, "cannot follow the source positions"))
     for trained, pairs, method, options, message in cases:
         with pytest.raises(UserError, match=message):
             attribute(trained, pairs, method, **options)
@@ -346,3 +360,16 @@ def test_without_captum_the_gradient_methods_name_the_extra(checkpoints, monkeyp
         attribute(trained, DATES[:1], "gradient-x-input")
     (attention,) = attribute(trained, DATES[:1], "attention")  # attention needs no captum
     assert attention.target_prefix is None
+
+
+def test_batches_hold_at_most_the_pairs_and_the_steps_asked_for() -> None:
+    from attnseq.analysis.attribution import length_sorted_batches
+
+    examples = [([4] * n, [5] * n) for n in (3, 9, 1, 5, 2, 7)]  # n + 1 steps each
+    batches = list(length_sorted_batches(transformer_reading_next(), examples, 3, "cpu", None, 10))
+    chunks = [chunk for chunk, _ in batches]
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(6))
+    for chunk in chunks:
+        steps = sum(len(examples[i][1]) + 1 for i in chunk)
+        assert len(chunk) <= 3 and (steps <= 10 or len(chunk) == 1)
+    assert chunks == [[2, 4, 0], [3], [5], [1]]  # 2 + 3 + 4 steps; 6; 8; 10
