@@ -156,7 +156,8 @@ def explain(
     device: torch.device | str = "cpu",
 ) -> Explanation:
     """Explain `src` with the model's beam-search outputs (n-best = `beam`, default the
-    checkpoint's trainer.beam), or with the forced target `tgt`.
+    checkpoint's trainer.beam), or with the forced target `tgt`. An empty output (</s> at
+    once) has no piece to explain and is left out.
 
     Args:
         trained: a loaded checkpoint (attnseq/models/loading.py).
@@ -170,8 +171,9 @@ def explain(
         device: where the model runs.
 
     Raises:
-        UserError: an empty source or target, a target longer than the model's positions, an
-            unknown method or one the model lacks, invalid decoding settings.
+        UserError: an empty source or one longer than the model reads, an empty target or one
+            longer than the model's positions, an unknown method or one the model lacks, a
+            layer or head outside the model's, invalid decoding settings, only empty outputs.
     """
     chosen = check_request(trained, src, tgt, methods, layer, head)
     device = torch.device(device)
