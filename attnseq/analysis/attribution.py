@@ -46,7 +46,10 @@ Methods (`ATTRIBUTION_METHODS`; "saliency" is accepted for "smoothgrad"):
   map would then say "what the whole prefix has read" instead of "what this step reads";
   keeping the step's own cross-attention is also what makes rollout comparable with attention
   row by row (same layer, same head choice). Persistent memory slots hold no token: their
-  columns are dropped. Cost: one forward pass.
+  columns are dropped. Efficient self-attention kinds roll out the weights they return
+  (linformer's are its effective mixing weights, which may be negative: a negative result is
+  clipped to 0 by the normalisation); a kind that returns none (linear, performer) is refused.
+  Cost: one forward pass.
 - ``gradient-x-input`` (Shrikumar et al. 2016; Denil et al. 2014): the gradient of f_t with
   respect to each input token embedding e_s, times that embedding, summed over the embedding
   dimension: a_t(s) = ∇_{e_s} f_t · e_s. Cost: one forward and backward pass per step.
@@ -81,15 +84,18 @@ positions cannot be followed: a UserError says so.
 
 Reduction. The signed per-position score (the dot product above) is made non-negative by its
 absolute value (a piece that lowers the probability explains the prediction as much as one
-that raises it; Ding et al. rank by magnitude too) and each row is normalised to sum to 1,
+that raises it) and each row is normalised to sum to 1,
 source and prefix each on its own; `source_share` keeps the share of the source in their sum.
 A row that is zero everywhere (nothing reaches the output) becomes uniform. Attention rows are
 renormalised too (memory slots, local windows may leave less than 1 on the source).
 
 Batching. The gradient methods run every (pair, step) as one row of a batch: a batch of B
 pairs with T_b + 1 steps each becomes sum_b (T_b + 1) rows, each the whole teacher-forced pass
-with the output of its own step selected, so a single backward pass gives every step's
-gradient; captum's `internal_batch_size` splits integrated gradients' rows × steps.
+with the output of its own step selected (the output projection reads that step's state only),
+so a single backward pass gives every step's gradient. A batch closes at `batch_size` pairs or
+512 rows, whichever comes first, and captum's `internal_batch_size` keeps integrated
+gradients' rows × points at 512 a pass: each row holds a whole pass's activations for the
+backward pass.
 
 Shapes: B pairs, S source pieces, T target pieces (T + 1 steps: the </s> row), L layers, H heads,
 E the embedding size, R rows (pair, step).

@@ -333,6 +333,12 @@ def test_bad_input_is_one_user_error(checkpoints, tmp_path) -> None:
         untrained_checkpoint(tmp_path / "h.pt", "model.attention.hierarchy=sentence")
     )
     cases.append((hierarchical, pair, "smoothgrad", {}, "cannot follow the source positions"))
+    performer = load_trained_model(
+        untrained_checkpoint(
+            tmp_path / "p.pt", "model.family=transformer", "model.attention.kind=performer"
+        )
+    )
+    cases.append((performer, pair, "rollout", {}, "self-attention kind returns none"))
     for trained, pairs, method, options, message in cases:
         with pytest.raises(UserError, match=message):
             attribute(trained, pairs, method, **options)
