@@ -182,3 +182,14 @@ def test_a_pointer_generator_shows_p_gen_and_its_copied_words(tmp_path) -> None:
     # the copied word is scored as a copy, as `attnseq score` scores it, not as <unk>
     assert output.log_prob == pytest.approx(model.score(source, target).log_prob, abs=1e-4)
     assert output.token_log_probs[0] > -5
+
+
+def test_kernel_self_attention_in_the_encoder_leaves_no_encoder_map(tmp_path) -> None:
+    path = untrained_checkpoint(
+        tmp_path / "linear.pt", "model.family=transformer", "model.attention.kind=linear"
+    )
+    explanation = explain(load_trained_model(path), SOURCE, TARGET, methods=["attention"])
+    output = explanation.outputs[0]
+    assert explanation.encoder is None  # phi(Q) (phi(K)^T V) forms no weights
+    assert output.decoder is not None  # the decoder's self-attention stays full
+    assert output.cross.weights.shape == (1, 2, len(TARGET) + 1, len(SOURCE))
