@@ -11,7 +11,7 @@ from helpers import DATE_PAIRS, SHORT_POSITIONS, untrained_checkpoint
 
 import attnseq
 from attnseq.analysis.attribution import ATTRIBUTION_METHODS, attribute
-from attnseq.analysis.explanation import explain
+from attnseq.analysis.explanation import check_request, explain
 from attnseq.errors import UserError
 from attnseq.models.loading import load_trained_model
 
@@ -63,11 +63,13 @@ def test_forced_target_of_a_transformer_has_every_map(checkpoints) -> None:
 
 def test_the_methods_are_attributes_for_each_output(checkpoints) -> None:
     trained = load_trained_model(checkpoints["rnn"])
-    explanation = explain(trained, SOURCE, beam=2, methods=["saliency", "attention"])
-    assert explanation.methods == ["smoothgrad", "attention"]  # the alias resolved
+    chosen = check_request(trained, SOURCE, None, ["saliency", "attention", "smoothgrad"])
+    assert chosen == ["smoothgrad", "attention"]  # the alias resolved, each method once
+    explanation = explain(trained, SOURCE, beam=2, methods=["gradient-x-input", "attention"])
+    assert explanation.methods == ["gradient-x-input", "attention"]
     assert "rollout" not in explain(trained, SOURCE, TARGET).methods  # an RNN has none
     pairs = [(SOURCE, output.text) for output in explanation.outputs]
-    for name in explanation.methods:  # SmoothGrad's noise depends on the pair's index
+    for name in explanation.methods:  # all outputs in one call, as SmoothGrad needs
         expected = attribute(trained, pairs, name)
         for output, attribution in zip(explanation.outputs, expected, strict=True):
             np.testing.assert_allclose(output.methods[name].source, attribution.source.numpy())
@@ -76,7 +78,7 @@ def test_the_methods_are_attributes_for_each_output(checkpoints) -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_log_probabilities_are_those_of_scoring(checkpoints, family) -> None:
     model = attnseq.load(checkpoints[family], "cpu")
-    explanation = explain(model.trained, SOURCE, TARGET)
+    explanation = explain(model.trained, SOURCE, TARGET, methods=["attention"])
     output = explanation.outputs[0]
     assert output.token_log_probs.shape == (len(TARGET) + 1,)
     expected = model.score(SOURCE, TARGET).log_prob
@@ -87,7 +89,7 @@ def test_log_probabilities_are_those_of_scoring(checkpoints, family) -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_beam_hypothesis_is_explained_with_its_score(checkpoints, family) -> None:
     model = attnseq.load(checkpoints[family], "cpu")
-    explanation = explain(model.trained, SOURCE, beam=3)
+    explanation = explain(model.trained, SOURCE, beam=3, methods=["attention"])
     translation = model.translate(SOURCE, beam=3, n_best=3)
     decoded = [h for h in translation.hypotheses if h.text.strip()]
     assert [o.text for o in explanation.outputs] == [h.text for h in decoded]
@@ -116,7 +118,7 @@ def test_the_attention_method_reads_the_chosen_map(checkpoints) -> None:
 
 def test_header_names_the_model_and_the_decoding(checkpoints) -> None:
     trained = load_trained_model(checkpoints["transformer"])
-    explanation = explain(trained, SOURCE, beam=2, checkpoint="tf.pt")
+    explanation = explain(trained, SOURCE, beam=2, checkpoint="tf.pt", methods=["attention"])
     assert explanation.checkpoint == "tf.pt"
     assert explanation.model["family"] == "transformer"
     assert explanation.model["heads"] == "2"
