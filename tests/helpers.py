@@ -243,6 +243,19 @@ def table_model(rows: list[dict[int, float]], vocab: int = 6) -> TableModel:
     return TableModel(table)
 
 
+# A transformer of 10 learned positions: sources and targets of at most 9 pieces.
+SHORT_POSITIONS = (
+    "model.family=transformer",
+    "model.positions=learned",
+    "model.max_positions=10",
+    "data.max_src_len=9",
+    "data.max_tgt_len=9",
+    "trainer.max_output_ratio=0",
+    "trainer.max_output_extra=9",
+)
+DATE_PAIRS = [("4 May 2001", "2001-05-04"), ("June 5, 2001", "2001-06-05")]
+
+
 # ------------------------------------------------------------------------ a copy-only model
 WORD_PAIRS = [("alpha beta gamma", "alpha beta"), ("beta gamma", "gamma")]
 SOURCE_ONLY = "Zürich"  # in no training text: outside both vocabularies

@@ -38,7 +38,7 @@ import torch
 from attnseq.analysis.alignment import check_layer_and_head, word_attention, word_ids
 from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
 from attnseq.analysis.segment_view import is_hierarchical, join_pieces, segment_labels
-from attnseq.data.extended_vocab import extend_text, extended_pieces
+from attnseq.data.extended_vocab import extend_target, extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models.loading import TrainedModel, load_trained_model
@@ -79,6 +79,7 @@ class _Pass:
     labels: dict[str, tuple[list[str], str]]
     source: str  # the source text
     text: str  # the output text: the model's own, or the forced target
+    target_ids: list[int]  # what each cross-attention row predicts: the output ids and EOS
 
     def map(
         self, weights: torch.Tensor, rows: str, columns: str, p_gen: np.ndarray | None = None
@@ -116,7 +117,28 @@ class AlignmentViewer:
         """The `kind` map (one of `KINDS`) of `src` with the model's own greedy output, or with
         `tgt` forced when it is given."""
         self._check_request(src, kind)
+        return self._kind_map(self._forward(src, tgt), kind)
+
+    def maps(self, src: str, tgt: str | None = None) -> tuple[dict[str, AttentionMap], np.ndarray]:
+        """Every map one forward pass gives (cross; for transformers also encoder and decoder,
+        unless a kernel self-attention forms no weights) and the log-probability of each output
+        piece and </s>, (T + 1,): log p(y_t | y_<t, x) under teacher forcing."""
+        self._check_request(src, "cross")
         run = self._forward(src, tgt)
+        kinds = ["cross"]
+        if self.cfg.model.family.value == "transformer":
+            kinds += [
+                kind
+                for kind in ("encoder", "decoder")
+                if f"{kind}_self_attention" in run.output.extras
+            ]
+        log_probs = torch.log_softmax(run.output.logits[0].float(), dim=-1)  # (T + 1, V)
+        targets = torch.tensor(run.target_ids, device=log_probs.device)  # (T + 1,)
+        token_log_probs = log_probs.gather(1, targets.unsqueeze(1))[:, 0].cpu().numpy()
+        return {kind: self._kind_map(run, kind) for kind in kinds}, token_log_probs
+
+    def _kind_map(self, run: "_Pass", kind: str) -> AttentionMap:
+        """The `kind` map of one forward pass."""
         output = run.output
         if kind == "cross":
             if output.attention is None:
@@ -186,8 +208,11 @@ class AlignmentViewer:
         if copy_inputs:  # as the model sees it: unknown pieces are their source text
             src_pieces = extended_pieces(tgt_tok, copy_inputs["src_ext"][0].tolist(), oovs)
         tgt_pieces = extended_pieces(tgt_tok, tgt_ids, oovs)
+        target_ids = list(tgt_ids)
         if tgt is not None and self.cfg.model.copy:
             tgt_pieces = tgt_tok.pieces(tgt)  # a forced target's words as written
+            # what each step is scored on: a copied source word's extended id, not <unk>
+            target_ids = extend_target(tgt_ids, tgt_pieces, oovs, tgt_tok.vocab_size)
         src_kind, tgt_kind = type(src_tok).kind, type(tgt_tok).kind
         return _Pass(
             output=output,
@@ -198,6 +223,7 @@ class AlignmentViewer:
             },
             source=src,
             text=tgt_tok.decode_extended(tgt_ids, oovs) if tgt is None else tgt,
+            target_ids=[*target_ids, self.model.eos_id],
         )
 
     def _no_self_attention_weights(self, kind: str) -> str:

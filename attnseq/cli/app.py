@@ -21,6 +21,7 @@ from attnseq.cli.checkpoint_commands import average, export
 from attnseq.cli.completion import install_bash_script
 from attnseq.cli.doctor import doctor
 from attnseq.cli.eval_command import evaluate
+from attnseq.cli.explain_command import explain
 from attnseq.cli.heads_command import heads
 from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.cli.score_command import score
@@ -88,6 +89,7 @@ app.command("visualize-alignment", short_help="Draw a model's attention heatmaps
     visualize_alignment
 )
 app.command(short_help="Word alignments of sentence pairs (and their AER).")(align)
+app.command(short_help="One HTML page: attention and attributions of an output.")(explain)
 app.command(short_help="How much each attention head of a transformer matters.")(heads)
 app.command("sweep-report", short_help="Table of a sweep's results, best first.")(sweep_report)
 

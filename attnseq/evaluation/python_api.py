@@ -2,7 +2,8 @@
 scores and aligns sentences and shows its attention, from a notebook or a script. The commands
 `translate`, `score` and `visualize-alignment` load their checkpoint through `load` and run the
 same objects (`Model.translator`, `Model.scorer`, `Model.attention`, `plot_alignment`); `align`
-and `Model.align` both read links with `analysis.forced_alignment.align_sentences`.
+and `Model.align` both read links with `analysis.forced_alignment.align_sentences`; `explain`
+writes the page of `Model.explain`.
 
     import attnseq
     model = attnseq.load("outputs/DATE/TIME")          # a run directory: its checkpoints/best.pt
@@ -11,6 +12,7 @@ and `Model.align` both read links with `analysis.forced_alignment.align_sentence
     attnseq.plot_alignment(result.hypotheses[0])       # a matplotlib Figure, inline in Jupyter
     model.score("June 5, 2001", "2001-06-05").log_prob
     model.align(["a b"], ["x y"], method="shift-att").links
+    html = model.explain("June 5, 2001", beam=3, path="explain.html")   # attnseq explain's page
 
 A single string in gives a single result out; a list of strings gives a list, in order.
 
@@ -37,6 +39,8 @@ import torch
 from torch import Tensor
 
 from attnseq.analysis.alignment_view import AlignmentViewer, AttentionMap, draw, merge_words
+from attnseq.analysis.explain_page import explanation_html, write_page
+from attnseq.analysis.explanation import explain
 from attnseq.analysis.figures import style_from_options
 from attnseq.analysis.forced_alignment import AlignmentMethod, ForcedAlignments, align_sentences
 from attnseq.config.schema import TrainConfig
@@ -46,6 +50,7 @@ from attnseq.decoding import DecodingSettings, Hypothesis, SamplingSettings
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation.scoring import PairScore, Scorer
+from attnseq.io.user_paths import check_output_file
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.loading import TrainedModel, resolve_device, use_threads
 
@@ -267,8 +272,9 @@ class Model:
     ) -> ForcedAlignments:
         """Word alignments of sentence pairs by forced decoding, as `attnseq align` reads
         them: `links[i]` holds pair i's (source word, target word) links, 0-based, and
-        `soft[i]` the (target words, source words) matrix they come from. `method`:
-        "attention" or "shift-att"; `layer`/`head` (from 1) pick a transformer's map."""
+        `soft[i]` the (target words, source words) matrix they come from. `method`: one of
+        `attnseq.analysis.attribution.ATTRIBUTION_METHODS` ("attention", "shift-att",
+        "rollout", the gradient methods); `layer`/`head` (from 1) pick a transformer's map."""
         self._single("align")
         sources = [src] if isinstance(src, str) else list(src)
         targets = [tgt] if isinstance(tgt, str) else list(tgt)
@@ -282,6 +288,36 @@ class Model:
         model's greedy output, or with `tgt` forced, as visualize-alignment draws it."""
         self._single("attention")
         return self._viewer.attention(src, tgt, kind)
+
+    def explain(
+        self,
+        src: str,
+        tgt: str | None = None,
+        *,
+        beam: int | None = None,
+        methods: Sequence[str] | None = None,
+        layer: int | None = None,
+        head: int | None = None,
+        path: str | Path | None = None,
+    ) -> str:
+        """The self-contained HTML page of `attnseq explain` (analysis/explain_page.py) for
+        `src`: every hypothesis of a beam search of size `beam` (default: the checkpoint's
+        trainer.beam), or the forced target `tgt`; for each output piece the source weights
+        of every method in `methods` (default: all the model has), and every attention map.
+        `layer`/`head` (from 1) pick the map of the attention-based methods. Returns the page
+        and, with `path`, also writes it there (atomically). UserError for an empty source, an
+        empty or too long target, an unknown method, or a `path` that cannot be written."""
+        self._single("explain")
+        if path is not None:
+            check_output_file(Path(path), "path", ["html", "htm"])
+        explanation = explain(
+            self.trained, src, tgt, checkpoint=str(self.path), beam=beam, methods=methods,
+            layer=layer, head=head, device=self.device,
+        )  # fmt: skip
+        page = explanation_html(explanation)
+        if path is not None:
+            write_page(path, page)
+        return page
 
     @cached_property
     def _viewer(self) -> AlignmentViewer:

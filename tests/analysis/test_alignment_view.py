@@ -146,3 +146,16 @@ def test_sparse_and_low_rank_self_attention_maps(tmp_path, kind) -> None:
     out = tmp_path / "encoder.png"
     result = invoke(str(checkpoint), "--src", "4 May 2001", "--kind", "encoder", "--out", str(out))
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_maps_of_one_pass_equal_each_kind_drawn_alone(checkpoints, family) -> None:
+    viewer = AlignmentViewer(checkpoints[family])
+    maps, log_probs = viewer.maps("4 May 2001", "2001-05-04")
+    kinds = ["cross", "encoder", "decoder"] if family == "transformer" else ["cross"]
+    assert list(maps) == kinds
+    for kind in kinds:
+        alone = viewer.attention("4 May 2001", "2001-05-04", kind)
+        np.testing.assert_array_equal(maps[kind].weights, alone.weights)
+        assert (maps[kind].rows, maps[kind].columns) == (alone.rows, alone.columns)
+    assert log_probs.shape == (len("2001-05-04") + 1,) and (log_probs < 0).all()

@@ -147,3 +147,18 @@ def test_the_translate_command_uses_the_api(checkpoints: dict[str, Path], tmp_pa
     model = attnseq.load(checkpoints["transformer"], "cpu", threads=1)
     expected = [translation.text for translation in model.translate(SOURCES, beam=2)]
     assert result.stdout.splitlines() == expected
+
+
+def test_explain_returns_the_page_it_writes(checkpoints: dict[str, Path], tmp_path: Path):
+    from attnseq.analysis.explain_page import explanation_html
+    from attnseq.analysis.explanation import explain
+
+    model = attnseq.load(checkpoints["transformer"], "cpu")
+    path = tmp_path / "page.html"
+    page = model.explain(SOURCES[0], "2001-06-05", path=path)
+    assert path.read_text(encoding="utf-8") == page
+    expected = explain(model.trained, SOURCES[0], "2001-06-05", checkpoint=str(model.path))
+    assert page == explanation_html(expected)
+    assert model.explain(SOURCES[0], beam=2).startswith("<!DOCTYPE html>")
+    with pytest.raises(attnseq.UserError, match="unknown format '.png'"):
+        model.explain(SOURCES[0], path=tmp_path / "page.png")

@@ -1,0 +1,152 @@
+"""The HTML page of `attnseq explain`: one self-contained file that shows an `Explanation`
+(explanation.py) in any browser, from file:// and with networking off.
+
+Self-contained. The page's script (explain_page.js) and style sheet (explain_page.css), which
+ship beside this module, are inlined into the file; the data is embedded as JSON in a
+`<script type="application/json" id="explain-data">` element that the script reads. There is
+no external resource: no CDN, no web font, no image.
+
+Size. Weights are stored as integers in thousandths (`SCALE`): 0.1234 -> 123, three decimals,
+which is what the page shows; a 40-piece pair of a 6-layer, 8-head transformer with its
+cross, encoder and decoder maps stays well under 2 MB.
+
+The embedded JSON (`page_data`), with S source pieces, T output pieces, L layers, H heads, and
+each weight an integer in thousandths:
+
+    header:  {checkpoint, version, model: {name: value}, decoding: {name: value}}
+    forced:  true when the output was given (--tgt)
+    source, source_pieces: the source text and its S pieces
+    methods: the method names, in the order their columns appear
+    encoder: maps over (source, source), or null (RNNs, kernel self-attention)
+    outputs: one per hypothesis, best first:
+        {text, score, log_prob, pieces (T), rows (T + 1: the pieces and </s>),
+         token_log_probs (T + 1, 3 decimals), p_gen (T + 1 thousandths, or null),
+         cross: maps over (rows, source), decoder: maps over (inputs, inputs) or null,
+         attributions: {method: {source: (T + 1) x S, prefix: (T + 1) x (T + 1) or null,
+                                 source_share: (T + 1) or null}}}
+    maps:    {rows, columns, layers L, heads H, weights: L x H x rows x columns}
+"""
+
+import html
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnseq.analysis.explanation import ExplainedOutput, Explanation, LayeredMaps
+from attnseq.io.atomic import atomic_write_text
+
+SCALE = 1000  # weights are stored in thousandths
+
+
+def thousandths(weights: np.ndarray) -> list:
+    """`weights` rounded to three decimals and stored as integers (0.1234 -> 123), as nested
+    lists of the same shape."""
+    return np.rint(np.asarray(weights, dtype=np.float64) * SCALE).astype(np.int64).tolist()
+
+
+def _maps(maps: LayeredMaps | None) -> dict[str, Any] | None:
+    if maps is None:
+        return None
+    layers, heads = maps.weights.shape[:2]
+    return {
+        "rows": maps.rows,
+        "columns": maps.columns,
+        "layers": int(layers),
+        "heads": int(heads),
+        "weights": thousandths(maps.weights),
+    }
+
+
+def _output(output: ExplainedOutput) -> dict[str, Any]:
+    attributions = {
+        name: {
+            "source": thousandths(weights.source),
+            "prefix": None if weights.prefix is None else thousandths(weights.prefix),
+            "source_share": None
+            if weights.source_share is None
+            else thousandths(weights.source_share),
+        }
+        for name, weights in output.methods.items()
+    }
+    return {
+        "text": output.text,
+        "score": round(output.score, 4),
+        "log_prob": round(output.log_prob, 4),
+        "pieces": output.pieces,
+        "rows": [*output.pieces, "</s>"],
+        "token_log_probs": [round(float(value), 3) for value in output.token_log_probs],
+        "p_gen": None if output.p_gen is None else thousandths(output.p_gen),
+        "cross": _maps(output.cross),
+        "decoder": _maps(output.decoder),
+        "attributions": attributions,
+    }
+
+
+def page_data(explanation: Explanation) -> dict[str, Any]:
+    """The JSON the page embeds (the module docstring lists its fields)."""
+    return {
+        "header": {
+            "checkpoint": explanation.checkpoint,
+            "version": explanation.version,
+            "model": explanation.model,
+            "decoding": explanation.decoding,
+        },
+        "forced": explanation.forced,
+        "source": explanation.source,
+        "source_pieces": explanation.source_pieces,
+        "methods": explanation.methods,
+        "encoder": _maps(explanation.encoder),
+        "outputs": [_output(output) for output in explanation.outputs],
+    }
+
+
+def _asset(name: str) -> str:
+    return resources.files("attnseq.analysis").joinpath(name).read_text(encoding="utf-8")
+
+
+def _embedded_json(data: dict[str, Any]) -> str:
+    """JSON that is safe inside a <script> element: "<" is escaped, so no "</script>" or
+    "<!--" in a sentence can end the element early."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def _header(explanation: Explanation) -> str:
+    """The header as static HTML: readable before the script runs."""
+    rows = [("checkpoint", explanation.checkpoint or "(in memory)")]
+    rows += [
+        (f"model {key}" if key == "family" else key, v) for key, v in explanation.model.items()
+    ]
+    rows += list(explanation.decoding.items())
+    rows.append(("attnseq", explanation.version))
+    items = "".join(
+        f"<div><dt>{html.escape(key)}</dt><dd>{html.escape(str(value))}</dd></div>"
+        for key, value in rows
+    )
+    return (
+        f'<header><h1>attnseq explain</h1><p class="source-line">{html.escape(explanation.source)}'
+        f'</p><dl class="settings">{items}</dl></header>'
+    )
+
+
+def explanation_html(explanation: Explanation) -> str:
+    """The whole page as one string: header, the embedded data, the inline script and style."""
+    title = html.escape(f"attnseq explain: {explanation.source}"[:120])
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'
+        f"<title>{title}</title><style>{_asset('explain_page.css')}</style></head><body>"
+        f"{_header(explanation)}"
+        '<main id="app"><noscript>This page draws its content with JavaScript.</noscript></main>'
+        f'<script type="application/json" id="explain-data">'
+        f"{_embedded_json(page_data(explanation))}</script><script>{_asset('explain_page.js')}</script></body></html>\n"
+    )
+
+
+def write_page(path: str | Path, page: str) -> None:
+    """Write the page atomically (attnseq/io/atomic.py): the whole file or none."""
+    atomic_write_text(path, page)
