@@ -66,12 +66,17 @@ Methods (`ATTRIBUTION_METHODS`; "saliency" is accepted for "smoothgrad"):
   gradient × input as Ding et al. 2019): gradient × input over `smoothgrad_samples` copies of
   the embeddings with Gaussian noise, its magnitude averaged,
   a_t(s) = mean_k |∇_{e_s} f_t(e + ε_k) · (e_s + ε_k,s)|, ε_k ~ N(0, σ²), σ = `smoothgrad_noise`
-  · (max − min) of the embedding matrix (Smilkov et al.'s noise level: a share of the input
-  range). The magnitude is taken per copy, before the average: a word whose product changes
-  sign under the noise still drives the output, and signed products would cancel to ~0 (Smilkov
-  et al. average absolute gradients for the same reason). The noise of a pair is drawn from its
-  own generator, seeded with (`seed`, the pair's index), so a pair's map does not depend on the
-  pairs batched with it. Cost: `smoothgrad_samples` forward and backward passes per step.
+  · the standard deviation of the embedding matrix's entries. Smilkov et al. scale the noise
+  to the input's range (max − min), which for pixels is their spread; an embedding matrix's
+  range is set by its few extreme entries (7.3 for a trained RNN's matrix of standard
+  deviation 1.0), and 10% of it drowns the words: on 100 reverse-task pairs that RNN's
+  (reverse_rnn_bahdanau after 500 updates) SmoothGrad AER was 0.39 with σ = 0.1 · range and
+  0.11 with σ = 0.1 · standard deviation, gradient × input's 0.11. The magnitude is taken
+  per copy, before the average: a word whose product changes sign under the noise still drives
+  the output, and signed products would cancel to ~0 (Smilkov et al. average absolute
+  gradients for the same reason). The noise of a pair is drawn from its own generator, seeded
+  with (`seed`, the pair's index), so a pair's map does not depend on the pairs batched with
+  it. Cost: `smoothgrad_samples` forward and backward passes per step.
 
 Gradient methods attribute to the token embeddings only: positional encodings are added after
 the embedding and stay as they are (they say where a word is, not which word), and the
@@ -281,7 +286,7 @@ def attribute(
         batch_size: pairs per pass.
         ig_steps: integration points of integrated gradients.
         smoothgrad_samples, smoothgrad_noise: SmoothGrad's noisy copies and their standard
-            deviation as a share of the embedding matrix's value range.
+            deviation as a share of the embedding matrix's standard deviation.
         seed: SmoothGrad's noise.
         device: where the model runs (None: where it is).
 
@@ -876,8 +881,8 @@ def _smoothgrad(
     from captum.attr import InputXGradient
 
     with torch.no_grad():
-        ranges = [float(e.weight.max() - e.weight.min()) for e in embeddings]
-    sigmas = [settings.smoothgrad_noise * spread for spread in ranges]
+        spreads = [float(e.weight.std()) for e in embeddings]
+    sigmas = [settings.smoothgrad_noise * spread for spread in spreads]
     src_noise, tgt_noise = _noise(rows, settings, sigmas)  # (K, R, S, E), (K, R, T + 1, E)
     explainer = InputXGradient(scores)
     src_total = rows.src_x.new_zeros(rows.src_x.shape[:2])  # (R, S)
