@@ -23,9 +23,13 @@ import functools
 import math
 from collections.abc import Sequence
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import sacrebleu
-from rouge_score import rouge_scorer, tokenize
+from rouge_score import tokenize
+
+if TYPE_CHECKING:
+    from rouge_score.rouge_scorer import RougeScorer
 
 ROUGE_KEYS = {"rouge1": "rouge1", "rouge2": "rouge2", "rougeL": "rouge_l"}  # package -> ours
 
@@ -75,8 +79,12 @@ def translation_metrics(hypotheses: Sequence[str], references: Sequence[str]) ->
 
 
 @functools.cache
-def _rouge_scorer() -> rouge_scorer.RougeScorer:
-    # Building the scorer loads the stemmer; one instance serves every call.
+def _rouge_scorer() -> "RougeScorer":
+    # Building the scorer loads the stemmer; one instance serves every call. rouge_scorer is
+    # imported here, on the first ROUGE score: it loads NLTK (and NLTK loads SciPy), seconds
+    # of imports that translation runs, and every command that never scores ROUGE, go without.
+    from rouge_score import rouge_scorer
+
     return rouge_scorer.RougeScorer(list(ROUGE_KEYS), use_stemmer=True)
 
 
