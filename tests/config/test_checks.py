@@ -278,16 +278,25 @@ def numeric_keys(node: type = TrainConfig, prefix: str = "") -> list[tuple[str, 
     return keys
 
 
-def cases() -> list[tuple[str, str, str]]:
+def cases() -> list:
     """A fixed random sample of (model family, key, value): the same every run, so a failure
-    repeats. model.* keys are tried with both families (each ignores the other's keys)."""
+    repeats. model.* keys are tried with both families (each ignores the other's keys).
+
+    The transformer's cases run with `-m slow`: every key goes through the command line with
+    the RNN family by default, and `test_every_typed_value_is_accepted_or_refused_by_the_checks`
+    gives every key's values to the checks of both families (a Hydra composition per case
+    costs about a second; the checks, microseconds)."""
     rng = random.Random(2024)
     sample = []
     for key, values in numeric_keys():
         for family in (
             ("rnn_bahdanau", "transformer") if key.startswith("model.") else ("rnn_bahdanau",)
         ):
-            sample += [(family, key, value) for value in rng.sample(values, CASES_PER_KEY)]
+            marks = [pytest.mark.slow] if family == "transformer" else []
+            sample += [
+                pytest.param(family, key, value, marks=marks)
+                for value in rng.sample(values, CASES_PER_KEY)
+            ]
     return sample
 
 
