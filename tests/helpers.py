@@ -1,6 +1,7 @@
 """What several test files share: the tiny training overrides, the CLI in a subprocess or in
 this process, tiny configs, models and checkpoints, and a toy word-aligned parallel set."""
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,31 @@ def attnseq(
         text=True,
         timeout=timeout,
         env=env,
+    )
+
+
+def attnseq_in_process(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, input: str | None = None
+) -> subprocess.CompletedProcess:
+    """`attnseq ARGS` run from `cwd` by typer's CliRunner in this process: the exit status,
+    stdout and stderr `attnseq` gives, without a fresh interpreter's seconds of imports (torch,
+    Hydra). `env` adds to the environment for the call. An exception other than the command's
+    own exit is a bug: it is raised here with its traceback. Each command keeps at least one
+    test through `attnseq` (the console entry point) in a subprocess."""
+    from typer.testing import CliRunner
+
+    from attnseq.cli.app import app
+
+    argv = sys.argv
+    try:
+        with contextlib.chdir(cwd):
+            result = CliRunner().invoke(app, list(args), env=env, input=input)
+    finally:
+        sys.argv = argv  # `attnseq train` hands its arguments to Hydra through sys.argv
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(
+        ["attnseq", *args], result.exit_code, result.stdout, result.stderr
     )
 
 

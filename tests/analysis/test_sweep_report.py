@@ -1,7 +1,8 @@
 """Sweeps: `attnseq sweep-report` on real and hand-made multirun folders, the joblib launcher,
 the Optuna sweeper (hparams_search/), the SLURM launcher's composition, and the messages for a
-plugin that is not installed. Real sweeps run in subprocesses, as in tests/cli/test_app.py, so
-Hydra's global state stays isolated."""
+plugin that is not installed. The basic multirun and the refusals run `attnseq train` in this
+process (helpers.attnseq_in_process); the joblib and Optuna sweeps, and one sweep-report, run
+`attnseq` in subprocesses through the console entry point."""
 
 import csv
 import importlib.util
@@ -14,7 +15,7 @@ from pathlib import Path
 import helpers
 import pytest
 import yaml
-from helpers import attnseq
+from helpers import attnseq, attnseq_in_process
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from typer.testing import CliRunner
@@ -49,7 +50,7 @@ def basic_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two tiny jobs of the basic launcher that differ in optim.lr."""
     root = tmp_path_factory.mktemp("basic")
     sweep_dir = root / "sweep"
-    result = attnseq(
+    result = attnseq_in_process(
         "train", "-m", "optim.lr=0.001,0.05", *TINY, f"hydra.sweep.dir={sweep_dir}", cwd=root
     )
     assert result.returncode == 0, result.stderr
@@ -225,7 +226,7 @@ def test_joblib_launcher_runs_jobs_in_parallel(tmp_path: Path) -> None:
 def test_a_missing_plugin_exits_2_with_a_clear_message(
     override: str, message: str, tmp_path: Path
 ) -> None:
-    result = attnseq("train", "-m", override, cwd=tmp_path)
+    result = attnseq_in_process("train", "-m", override, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error:") and message in result.stderr
     assert "Traceback" not in result.stderr
@@ -236,7 +237,7 @@ def test_a_missing_plugin_exits_2_with_a_clear_message(
     reason="hydra-submitit-launcher is not installed (pip install 'attnseq[slurm]')",
 )
 def test_slurm_launcher_composes(tmp_path: Path) -> None:
-    result = attnseq(
+    result = attnseq_in_process(
         "train",
         "hydra/launcher=submitit_slurm",
         "hydra.launcher.partition=gpu",

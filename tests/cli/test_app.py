@@ -1,13 +1,14 @@
 """The command line as a user meets it: help texts, clear errors with exit status 2, a real
-`attnseq train` through hydra.main, `attnseq eval` of its checkpoint, and a multirun sweep
-(in subprocesses, as lightning-hydra-template does, so Hydra's global state stays isolated)."""
+`attnseq train` through hydra.main, `attnseq eval` of its checkpoint, and a multirun sweep.
+The trainings run in subprocesses through the console entry point (as lightning-hydra-template
+does, so Hydra's global state stays isolated); the refusals and `--cfg` run in this process."""
 
 import json
 from pathlib import Path
 
 import helpers
 import pytest
-from helpers import attnseq
+from helpers import attnseq, attnseq_in_process
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -69,7 +70,7 @@ def test_train_typos_exit_2_without_traceback(
     argument: str, message: str | None, tmp_path: Path
 ) -> None:
     extra = ["model=transformer"] if argument.startswith("model.d_model") else []
-    result = attnseq("train", argument, *extra, cwd=tmp_path)
+    result = attnseq_in_process("train", argument, *extra, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("error:")
@@ -79,7 +80,7 @@ def test_train_typos_exit_2_without_traceback(
 
 
 def test_attention_kind_errors_exit_2(tmp_path: Path) -> None:
-    result = attnseq(
+    result = attnseq_in_process(
         "train",
         "model=transformer",
         "model.attention.kind=linformer",
@@ -134,13 +135,13 @@ def test_multirun_sweep_runs_each_job(tmp_path: Path) -> None:
 
 
 def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:
-    result = attnseq("train", "--cfg", "job", "model=rnn_luong", cwd=tmp_path)
+    result = attnseq_in_process("train", "--cfg", "job", "model=rnn_luong", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "decoder: luong" in result.stdout
 
 
 def test_conflicting_hydra_modes_exit_2_without_a_traceback(tmp_path: Path) -> None:
-    result = attnseq("train", "-m", "--cfg", "job", cwd=tmp_path)
+    result = attnseq_in_process("train", "-m", "--cfg", "job", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith("error:") and "cannot be combined" in result.stderr
     assert "Traceback" not in result.stderr

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import attnseq, untrained_checkpoint
+from helpers import attnseq_in_process, untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -37,7 +37,7 @@ def test_experiment_yaml_whose_top_level_is_a_list(tmp_path: Path) -> None:
     config = tmp_path / "my.yaml"
     config.write_text("# @package _global_\n- model:\n    hidden: 8\n- seed: 3\n")
     before = config.read_bytes()
-    result = attnseq("train", f"config={config}", "trainer.threads=1", cwd=tmp_path)
+    result = attnseq_in_process("train", f"config={config}", "trainer.threads=1", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     line = one_error(result.stderr, f"config file {config}", "top level is a list", "mapping")
     assert "ConfigTypeError" not in line and "user_file__" not in line

@@ -5,14 +5,13 @@ machine, malformed YAML; and `config=PATH` loads exactly the user's file."""
 import copy
 import dataclasses
 import math
-import os
 import random
 import types
 import typing
 from pathlib import Path
 
 import pytest
-from helpers import GIB, assert_refused, attnseq, train_in_process
+from helpers import GIB, assert_refused, attnseq_in_process, train_in_process
 from typer.testing import CliRunner
 
 from attnseq.cli import hydra_entry
@@ -172,9 +171,9 @@ def test_a_users_file_wins_over_a_packaged_one_of_the_same_name(tmp_path: Path) 
     mine = folder / "dates_transformer.yaml"  # the name of a packaged experiment
     mine.write_text("# @package _global_\nseed: 777\n")
     for given in ("tmp/dates_transformer.yaml", str(mine)):
-        home = {**os.environ, "HOME": str(tmp_path)}  # the linked experiment files stay in tmp
-        result = attnseq(
-            "train", f"config={given}", "--cfg", "job", cwd=tmp_path, env=home, timeout=120
+        home = {"HOME": str(tmp_path)}  # the linked experiment files stay in tmp
+        result = attnseq_in_process(
+            "train", f"config={given}", "--cfg", "job", cwd=tmp_path, env=home
         )
         assert result.returncode == 0, result.stderr
         assert "\nseed: 777\n" in "\n" + result.stdout
@@ -279,16 +278,25 @@ def numeric_keys(node: type = TrainConfig, prefix: str = "") -> list[tuple[str, 
     return keys
 
 
-def cases() -> list[tuple[str, str, str]]:
+def cases() -> list:
     """A fixed random sample of (model family, key, value): the same every run, so a failure
-    repeats. model.* keys are tried with both families (each ignores the other's keys)."""
+    repeats. model.* keys are tried with both families (each ignores the other's keys).
+
+    The transformer's cases run with `-m slow`: every key goes through the command line with
+    the RNN family by default, and `test_every_typed_value_is_accepted_or_refused_by_the_checks`
+    gives every key's values to the checks of both families (a Hydra composition per case
+    costs about a second; the checks, microseconds)."""
     rng = random.Random(2024)
     sample = []
     for key, values in numeric_keys():
         for family in (
             ("rnn_bahdanau", "transformer") if key.startswith("model.") else ("rnn_bahdanau",)
         ):
-            sample += [(family, key, value) for value in rng.sample(values, CASES_PER_KEY)]
+            marks = [pytest.mark.slow] if family == "transformer" else []
+            sample += [
+                pytest.param(family, key, value, marks=marks)
+                for value in rng.sample(values, CASES_PER_KEY)
+            ]
     return sample
 
 

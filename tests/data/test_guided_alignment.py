@@ -3,13 +3,11 @@ distribution; the supervised attention and its loss term; the config and file er
 status 2); one short training run with the term on."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import attnseq_in_process, tiny_config
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -135,8 +133,7 @@ def test_cli_errors_exit_with_status_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "needs word alignments" in result.output, result.output
     short = tmp_path / "short.align"
     short.write_text("0-0\n", encoding="utf-8")
-    command = [sys.executable, "-m", "attnseq", *args, f"+data.alignments.train={short}"]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = attnseq_in_process(*args, f"+data.alignments.train={short}", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "has 1 lines, but the train split has 60 pairs" in done.stderr
     assert "Traceback" not in done.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import tiny_config, untrained_checkpoint
+from helpers import attnseq_in_process, tiny_config, untrained_checkpoint
 from typer.testing import CliRunner
 
 import attnseq.io.atomic
@@ -118,22 +118,16 @@ def test_a_full_disk_during_training_keeps_the_last_checkpoint(
     assert not list((tmp_path / "checkpoints").glob(".*.tmp"))
 
 
-def test_the_training_message_says_how_to_continue(tmp_path: Path) -> None:
+def test_the_training_message_says_how_to_continue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """attnseq train turns an OutputError into one line with the resume=auto command."""
-    import subprocess
-    import sys
 
-    code = (
-        "import sys, attnseq.training.run as t, attnseq.errors as e\n"
-        "def fail(cfg, run_dir): raise e.OutputError('cannot write x: No space left on device')\n"
-        "t.run_training = fail\n"
-        "from attnseq.cli.app import main\n"
-        "sys.argv = ['attnseq', 'train', 'hydra.run.dir=' + sys.argv[1]]\n"
-        "main()\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True
-    )
+    def fail(cfg, run_dir):
+        raise OutputError("cannot write x: No space left on device")
+
+    monkeypatch.setattr("attnseq.training.run.run_training", fail)
+    done = attnseq_in_process("train", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "No space left on device; fix that, then continue with:" in last

@@ -8,8 +8,9 @@
   without overwriting the last good checkpoint.
 - Every bad input ends with exit status 2, one message naming the problem and no traceback.
 
-`attnseq train` goes through hydra.main, so its checks run in subprocesses (as in
-cli/test_app.py); eval/translate use Typer's CliRunner.
+Kills and signals need a process of their own: those runs are `attnseq train` subprocesses.
+The refusals run `attnseq train` in this process (helpers.attnseq_in_process), eval/translate
+through Typer's CliRunner.
 """
 
 import gzip
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import attnseq, tiny_config
+from helpers import attnseq, attnseq_in_process, tiny_config
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
@@ -427,39 +428,17 @@ def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
     assert not (tmp_path / "metrics.json").exists()
 
 
-DIVERGING_CLI = """
-import sys
-import attnseq.models.loss_terms as loss_module
-real = loss_module.sequence_loss
-calls = [0]
-def loss(*args, **kwargs):
-    calls[0] += 1
-    total, tokens = real(*args, **kwargs)
-    return (total * float("nan") if calls[0] > 3 else total), tokens
-loss_module.sequence_loss = loss
-from attnseq.cli.app import main
-sys.argv = ["attnseq", "train", *sys.argv[1:]]
-main()
-"""
-
-
-def test_a_diverged_run_exits_1_with_a_message(tmp_path: Path) -> None:
+def test_a_diverged_run_exits_1_with_a_message(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(loss_module, "sequence_loss", nan_from_call(4))
     run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            DIVERGING_CLI,
-            *QUICK,
-            "trainer.max_steps=30",
-            "trainer.save_every_steps=1",
-            "trainer.max_nonfinite_steps=4",
-            f"hydra.run.dir={run_dir}",
-        ],
+    result = attnseq_in_process(
+        "train",
+        *QUICK,
+        "trainer.max_steps=30",
+        "trainer.save_every_steps=1",
+        "trainer.max_nonfinite_steps=4",
+        f"hydra.run.dir={run_dir}",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith("error: training diverged: 4 non-finite")
@@ -482,7 +461,7 @@ def test_a_diverged_run_exits_1_with_a_message(tmp_path: Path) -> None:
 def test_bad_train_arguments_exit_2_before_a_run_directory_exists(
     argument: str, message: str, tmp_path: Path
 ) -> None:
-    result = attnseq("train", argument, cwd=tmp_path)
+    result = attnseq_in_process("train", argument, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error:") and message in result.stderr
     assert "Traceback" not in result.stderr
@@ -536,14 +515,13 @@ DATA_PROBLEMS = {
 def test_bad_data_files_exit_2(case: str, tmp_path: Path) -> None:
     message = DATA_PROBLEMS[case]
     overrides = _local_data(tmp_path / "data", case)
-    env_cache = tmp_path / "cache"
-    result = subprocess.run(
-        attnseq_command("train", *overrides, *QUICK, f"hydra.run.dir={tmp_path / 'run'}"),
+    result = attnseq_in_process(
+        "train",
+        *overrides,
+        *QUICK,
+        f"hydra.run.dir={tmp_path / 'run'}",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "ATTNSEQ_CACHE": str(env_cache)},
+        env={"ATTNSEQ_CACHE": str(tmp_path / "cache")},
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error:") and message in result.stderr
@@ -611,7 +589,7 @@ def test_resume_from_a_file_that_is_no_checkpoint_exits_2(
     """Through the CLI for one kind of bad file (a missing one fails in the pre-flight check,
     see above); the other kinds take the same path, and are checked in-process below."""
     path, message = _bad_checkpoints(tmp_path, cli_checkpoint)["text"]
-    result = attnseq(
+    result = attnseq_in_process(
         "train", *QUICK, f"resume={path}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path
     )
     assert result.returncode == 2, result.stderr
@@ -622,7 +600,7 @@ def test_resume_from_a_file_that_is_no_checkpoint_exits_2(
 def test_resume_with_different_model_settings_names_the_keys(
     cli_checkpoint: Path, tmp_path: Path
 ) -> None:
-    result = attnseq(
+    result = attnseq_in_process(
         "train",
         *QUICK,
         "model.hidden=64",

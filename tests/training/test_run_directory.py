@@ -1,7 +1,9 @@
 """One run per run directory: `attnseq train` into a directory that holds a run continues it
 (resume=auto), replaces it (trainer.overwrite=true) or is refused with one line and exit status 2
 before anything in the directory changes, a refused resume leaves the run's record as it was,
-and a time-stamped directory that already exists gives the new run a folder of its own."""
+and a time-stamped directory that already exists gives the new run a folder of its own.
+`attnseq train` runs in this process (typer's CliRunner); tests/cli/test_app.py starts it through
+the console entry point in a subprocess."""
 
 import errno
 import hashlib
@@ -16,10 +18,11 @@ from pathlib import Path
 
 import helpers
 import pytest
-from helpers import attnseq, tiny_config
+from helpers import attnseq, attnseq_in_process, tiny_config
 
-from attnseq.errors import UserError
+from attnseq.errors import OutputError, UserError
 from attnseq.io.checkpoint import load_checkpoint
+from attnseq.training import run as training_run
 from attnseq.training import run_directory
 from attnseq.training.run import run_training
 from attnseq.training.run_directory import (
@@ -60,7 +63,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("finished")
     run_dir = root / "run"
     args = ["trainer.max_steps=4", "trainer.keep_last=2", f"hydra.run.dir={run_dir}"]
-    result = attnseq("train", *TINY, *args, cwd=root)
+    result = attnseq_in_process("train", *TINY, *args, cwd=root)
     assert result.returncode == 0, result.stderr
     assert (run_dir / "checkpoints" / "step_2.pt").is_file()
     return run_dir
@@ -78,7 +81,7 @@ def test_a_plain_train_into_a_finished_run_is_refused_changing_nothing(
     old_run: Path, tmp_path: Path
 ) -> None:
     before = tree(old_run)
-    result = attnseq(
+    result = attnseq_in_process(
         "train", *TINY, "trainer.max_steps=4", f"hydra.run.dir={old_run}", cwd=tmp_path
     )
     line = refusal(result)
@@ -89,7 +92,7 @@ def test_a_plain_train_into_a_finished_run_is_refused_changing_nothing(
 
 def test_resume_auto_continues_the_run_in_the_directory(old_run: Path, tmp_path: Path) -> None:
     args = ["trainer.max_steps=6", "trainer.keep_last=2", "resume=auto", f"hydra.run.dir={old_run}"]
-    result = attnseq("train", *TINY, *args, cwd=tmp_path)
+    result = attnseq_in_process("train", *TINY, *args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert load_checkpoint(old_run / "checkpoints" / "last.pt")["progress"]["step"] == 6
     steps = sorted(path.name for path in (old_run / "checkpoints").glob("step_*.pt"))
@@ -105,7 +108,7 @@ def test_overwrite_replaces_the_run_leaving_none_of_its_files(
     (old_run / "hyps" / "valid.txt").write_text("old hypotheses\n")
     (old_run / "metrics.json").write_text('{"from_the_old_run": 1}\n')
     args = ["trainer.max_steps=3", "trainer.keep_last=1", "trainer.overwrite=true"]
-    result = attnseq("train", *TINY, *args, f"hydra.run.dir={old_run}", cwd=tmp_path)
+    result = attnseq_in_process("train", *TINY, *args, f"hydra.run.dir={old_run}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     checkpoints = sorted(path.name for path in (old_run / "checkpoints").iterdir())
     assert checkpoints == ["best.pt", "last.pt", "step_3.pt"]
@@ -122,7 +125,9 @@ def test_a_refused_resume_leaves_the_run_record_byte_identical(
 ) -> None:
     before = tree(old_run)
     conflicting = ["model=transformer", "model.d_model=16", "model.heads=2", "resume=auto"]
-    result = attnseq("train", *TINY, *conflicting, f"hydra.run.dir={old_run}", cwd=tmp_path)
+    result = attnseq_in_process(
+        "train", *TINY, *conflicting, f"hydra.run.dir={old_run}", cwd=tmp_path
+    )
     line = refusal(result)
     assert "cannot resume from" in line
     assert "model.family: checkpoint 'rnn', now 'transformer'" in line
@@ -131,7 +136,9 @@ def test_a_refused_resume_leaves_the_run_record_byte_identical(
 
 def test_a_config_error_exits_2_before_the_run_directory_exists(tmp_path: Path) -> None:
     run_dir = tmp_path / "new"
-    result = attnseq("train", *TINY, "model.hiden=3", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    result = attnseq_in_process(
+        "train", *TINY, "model.hiden=3", f"hydra.run.dir={run_dir}", cwd=tmp_path
+    )
     assert "model.hidden" in refusal(result)
     assert not run_dir.exists()
 
@@ -143,7 +150,7 @@ def test_a_training_in_progress_is_named_rather_than_the_run(old_run: Path, tmp_
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == "locked"
         before = tree(old_run)
-        result = attnseq("train", *TINY, f"hydra.run.dir={old_run}", cwd=tmp_path)
+        result = attnseq_in_process("train", *TINY, f"hydra.run.dir={old_run}", cwd=tmp_path)
     finally:
         process.kill()
         process.wait()
@@ -158,7 +165,7 @@ def test_a_rerun_into_a_sweep_folder_is_refused_per_job(old_run: Path, tmp_path:
     old_run.rename(sweep / "1")  # job 1 of the sweep below (seed=2)
     before = tree(sweep)
     args = ["-m", "seed=1,2", f"hydra.sweep.dir={sweep}"]
-    line = refusal(attnseq("train", *TINY, *args, cwd=tmp_path))
+    line = refusal(attnseq_in_process("train", *TINY, *args, cwd=tmp_path))
     assert f"run directory {sweep / '1'} already holds a run" in line
     assert "resume=auto" in line and "hydra.sweep.dir" in line
     assert tree(sweep) == before  # no multirun.yaml, no job 0
@@ -170,7 +177,9 @@ def test_a_refused_resume_in_a_sweep_changes_nothing(old_run: Path, tmp_path: Pa
     old_run.rename(sweep / "0")
     before = tree(sweep)
     args = ["-m", "model.hidden=32,16", "resume=auto", f"hydra.sweep.dir={sweep}"]
-    line = refusal(attnseq("train", *[a for a in TINY if "hidden" not in a], *args, cwd=tmp_path))
+    line = refusal(
+        attnseq_in_process("train", *[a for a in TINY if "hidden" not in a], *args, cwd=tmp_path)
+    )
     assert f"cannot resume from {sweep / '0'}" in line  # job 0 (model.hidden=32)
     assert "model.hidden: checkpoint 16, now 32" in line
     assert tree(sweep) == before
@@ -185,26 +194,23 @@ def test_under_a_sweeper_choosing_its_jobs_every_job_folder_is_checked(
     old_run.rename(sweep / "3")
     before = tree(sweep)
     args = ["-m", "hparams_search=reverse_optuna", f"hydra.sweep.dir={sweep}"]
-    line = refusal(attnseq("train", *TINY, *args, cwd=tmp_path))
+    line = refusal(attnseq_in_process("train", *TINY, *args, cwd=tmp_path))
     assert f"run directory {sweep / '3'} already holds a run" in line
     assert tree(sweep) == before
 
 
-def test_the_resume_command_of_an_overwriting_run_leaves_overwrite_out(tmp_path: Path) -> None:
+def test_the_resume_command_of_an_overwriting_run_leaves_overwrite_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The printed command continues the run: with overwrite it would be refused."""
-    code = (
-        "import sys, attnseq.training.run as t, attnseq.errors as e\n"
-        "def fail(cfg, run_dir): raise e.OutputError('cannot write x: No space left on device')\n"
-        "t.run_training = fail\n"
-        "from attnseq.cli.app import main\n"
-        "sys.argv = ['attnseq', 'train', 'trainer.overwrite=true',\n"
-        "            'hydra.run.dir=' + sys.argv[1]]\n"
-        "main()\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True
-    )
-    command = refusal(done).split("continue with: ", 1)[1]
+
+    def fail(cfg, run_dir):
+        raise OutputError("cannot write x: No space left on device")
+
+    monkeypatch.setattr(training_run, "run_training", fail)
+    args = ["trainer.overwrite=true", f"hydra.run.dir={tmp_path / 'run'}"]
+    command = refusal(attnseq_in_process("train", *args, cwd=tmp_path))
+    command = command.split("continue with: ", 1)[1]
     assert command.startswith("attnseq train resume=auto hydra.run.dir=")
     assert "overwrite" not in command
 
@@ -220,7 +226,7 @@ def test_a_taken_time_stamped_folder_gives_the_new_run_its_own(
     old_run.rename(taken)
     before = tree(taken)
     args = ["trainer.max_steps=2", "hydra.run.dir=out/${now:%Y}"]
-    result = attnseq("train", *TINY, *args, cwd=tmp_path)
+    result = attnseq_in_process("train", *TINY, *args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert tree(taken) == before
     assert (tmp_path / "out" / f"{year}_2" / "metrics.json").is_file()
@@ -278,7 +284,7 @@ def test_overwrite_and_resume_together_are_a_config_error() -> None:
 def test_a_run_directory_that_is_a_file_is_refused_leaving_the_file(tmp_path: Path) -> None:
     taken = tmp_path / "notes.txt"
     taken.write_text("my notes\n")
-    result = attnseq("train", f"hydra.run.dir={taken}", *TINY, cwd=tmp_path)
+    result = attnseq_in_process("train", f"hydra.run.dir={taken}", *TINY, cwd=tmp_path)
     assert "is a file; give a folder" in refusal(result)
     assert taken.read_text() == "my notes\n"
 
@@ -341,7 +347,9 @@ def test_cli_train_into_a_busy_directory_exits_2_writing_nothing(tmp_path: Path)
     run_dir = tmp_path / "run"
     process = holder(run_dir)
     try:
-        result = attnseq("train", *helpers.TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        result = attnseq_in_process(
+            "train", *helpers.TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path
+        )
     finally:
         process.kill()
         process.wait()
@@ -392,31 +400,23 @@ def test_a_run_directory_without_write_permission_is_one_user_error(tmp_path: Pa
     assert list(run_dir.iterdir()) == []
 
 
-READ_ONLY_TRAIN = (
-    "import errno, os, sys\n"
-    "real = os.open\n"
-    "def read_only(path, *args, **kwargs):\n"
-    "    if str(path).startswith(sys.argv[-1].split('=', 1)[1]):\n"
-    "        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))\n"
-    "    return real(path, *args, **kwargs)\n"
-    "os.open = read_only\n"
-    "from attnseq.cli.app import main\n"
-    "main()\n"
-)
-
-
-def test_cli_train_into_a_read_only_run_directory_exits_2(tmp_path: Path) -> None:
+def test_cli_train_into_a_read_only_run_directory_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`attnseq train hydra.run.dir=RUN` on a read-only file system (every open under RUN
     fails with EROFS): one line, exit 2, nothing written."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    result = subprocess.run(
-        [sys.executable, "-c", READ_ONLY_TRAIN, "train", *helpers.TINY, f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    real_open = os.open
+
+    def read_only(path, *args, **kwargs):
+        if str(path).startswith(str(run_dir)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    result = attnseq_in_process("train", *helpers.TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    monkeypatch.undo()
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -487,7 +487,9 @@ def test_two_trainings_into_one_directory(tmp_path: Path) -> None:
 def test_missing_or_unreadable_data_leaves_no_run_directory(tmp_path: Path) -> None:
     """Data files are found and opened before Hydra makes a run directory: nothing is left
     under outputs/ for a run that cannot start."""
-    missing = attnseq("train", "data=multi30k", f"data.root={tmp_path / 'nowhere'}", cwd=tmp_path)
+    missing = attnseq_in_process(
+        "train", "data=multi30k", f"data.root={tmp_path / 'nowhere'}", cwd=tmp_path
+    )
     assert missing.returncode == 2, missing.stderr
     assert missing.stderr.startswith("error: data file not found:"), missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
@@ -499,6 +501,6 @@ def test_missing_or_unreadable_data_leaves_no_run_directory(tmp_path: Path) -> N
     (root / "multi30k" / "val.en").chmod(0)
     if os.access(root / "multi30k" / "val.en", os.R_OK):
         pytest.skip("running as a user who reads any file (root): no unreadable file to try")
-    unreadable = attnseq("train", "data=multi30k", f"data.root={root}", cwd=tmp_path)
+    unreadable = attnseq_in_process("train", "data=multi30k", f"data.root={root}", cwd=tmp_path)
     assert unreadable.returncode == 2 and "cannot read data file" in unreadable.stderr
     assert not (tmp_path / "outputs").exists()
