@@ -1,6 +1,7 @@
 """Word alignments of given sentence pairs by forced decoding: the target is teacher-forced
-through a trained model and its cross-attention is read, pooled to words and turned into one
-link per target word. The one path from attention to word links: `attnseq align`
+through a trained model and its cross-attention (or another attribution of each output step
+to the source, attribution.py) is read, pooled to words and turned into one link per target
+word. The one path from attention to word links: `attnseq align`
 (`align_sentences`, `run_align`) and the AER of `attnseq eval --gold` and of validation
 (`corpus_alignment_metrics`) both run `forced_word_attention`, `select_map` and
 `argmax_alignment`.
@@ -25,6 +26,12 @@ Methods (`AlignmentMethod`):
   aligns y_t much better than the row that predicts it. The first row (input <s>) is dropped;
   the last piece's row is the step that predicts </s> (its input is the last piece), so every
   piece, the last included, has a row.
+- ``rollout``, ``gradient-x-input``, ``integrated-gradients``, ``smoothgrad`` (alias
+  ``saliency``): the (n + 1, S) maps of `attribution.attribute_examples`, row t the step that
+  predicts piece t (attribution.py gives each formula and its cost); they are pooled to words
+  and linked exactly as attention is. `attnseq align` takes them all; the AER of
+  `eval --gold` and of validation reads attention or Shift-Att only (`GOLD_METHODS`): it runs
+  on every validation and stays one forward pass.
 
 Which map (transformers): `layer` (1-based, default the last) and `head` (1-based, default the
 mean of the layer's heads); an RNN has one map.
@@ -113,7 +120,6 @@ from attnseq.analysis.alignment import (
     LinkOutsideSentence,
     alignment_error_rate,
     argmax_alignment,
-    check_layer_and_head,
     read_gold_file,
     symmetrize,
     transpose,
@@ -121,33 +127,51 @@ from attnseq.analysis.alignment import (
     word_counts,
     word_ids,
 )
+from attnseq.analysis.attribution import (
+    ATTRIBUTION_METHODS,
+    GRADIENT_METHODS,
+    GradientSettings,
+    attribute_examples,
+    canonical_method,
+    check_captum,
+    check_method_fits,
+    choose_map,
+    copy_view,
+    length_sorted_batches,
+    teacher_forced_attention,
+)
 from attnseq.config.choices import DataSource, FileFormat
 from attnseq.config.schema import DataConfig
-from attnseq.data.batching import Example, collate
+from attnseq.data.batching import Example
 from attnseq.data.tokenizers import Tokenizer
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write
 from attnseq.io.user_paths import check_input_file
-from attnseq.models.positional import make_positions, position_limit
+from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
-from attnseq.models.transformer import TransformerSeq2Seq
 
 if TYPE_CHECKING:
     from attnseq.models.loading import TrainedModel
 
-ALIGNMENT_METHODS: tuple[str, ...] = ("attention", "shift-att")
+# every attribution method aligns (attribution.py); "saliency" is SmoothGrad's alias
+ALIGNMENT_METHODS: tuple[str, ...] = ATTRIBUTION_METHODS
+# the AER of eval --gold and of validation reads the attention the forward pass returns
+GOLD_METHODS: tuple[str, ...] = ("attention", "shift-att")
 WordIds = tuple[list[int], list[int]]  # (source word of each source piece, same for target)
 
 
 @dataclass(frozen=True)
 class AlignmentMethod:
-    """How attention becomes word links: `name` one of `ALIGNMENT_METHODS`; for transformers
-    `layer` and `head` 1-based, None for the last layer and the mean of its heads."""
+    """How a model's pairs become word links: `name` one of `ALIGNMENT_METHODS` (attribution.py
+    says what each reads); for the attention methods of transformers `layer` and `head`
+    1-based, None for the last layer and the mean of its heads; `settings` those of the
+    gradient methods."""
 
     name: str = "attention"
     layer: int | None = None
     head: int | None = None
+    settings: GradientSettings = GradientSettings()
 
     @property
     def shift(self) -> bool:
@@ -156,7 +180,7 @@ class AlignmentMethod:
 
     def describe(self, layers: int = 0) -> str:
         """E.g. "shift-att, layer 3, head mean"; `layers`: the model's, 0 for an RNN."""
-        if not layers:
+        if not layers or self.name in (*GRADIENT_METHODS, "saliency"):
             return self.name
         layer = layers if self.layer is None else self.layer
         head = "head mean" if self.head is None else f"head {self.head}"
@@ -246,12 +270,8 @@ def forced_word_attention(
     model.eval()
     try:
         # length-sorted batches pad less; each result carries its example index
-        order = sorted(
-            range(len(examples)), key=lambda i: (len(examples[i][0]), len(examples[i][1]))
-        )
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            weights = _batch_attention(model, [examples[i] for i in chunk], chunk, device)
+        for chunk, batch in length_sorted_batches(model, examples, batch_size, device):
+            weights = teacher_forced_attention(model, batch)  # (B, [L, H,] T + 1, S)
             if shift:
                 weights = weights[..., 1:, :]  # row t <- step t + 1: the step whose input is y_t
             if layer is not None and weights.dim() == 5:  # (B, L, H, T, S)
@@ -263,45 +283,6 @@ def forced_word_attention(
         model.train(was_training)
 
 
-def _batch_attention(
-    model: Seq2Seq, examples: list[Example], indices: list[int], device: torch.device | str
-) -> Tensor:
-    """Teacher-forced cross-attention of one batch: (B, T, S) or (B, L, H, T, S), on the CPU."""
-    batch = collate(
-        examples, indices, pad_id=model.pad_id, bos_id=model.bos_id, eos_id=model.eos_id
-    ).to(device)
-    # Copy models need the source in the extended vocabulary; it only places the copy mass on
-    # output ids, never the attention, so any ids of the target vocabulary serve (the source's
-    # own ids may lie beyond it when the two vocabularies differ): id 0 everywhere.
-    if isinstance(model, TransformerSeq2Seq):
-        weights = _transformer_cross_attention(model, batch.src, batch.src_lengths, batch.tgt_in)
-    else:
-        copy = {}
-        if getattr(model, "copy", False):
-            copy = {"src_ext": torch.zeros_like(batch.src), "n_oov": 0}
-        output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy)
-        if output.attention is None:
-            raise ValueError(f"{type(model).__name__} returns no attention weights")
-        weights = output.attention
-    weights = weights.float().cpu()
-    if weights.dim() not in (3, 5):
-        raise ValueError(f"unexpected attention shape {tuple(weights.shape)}")
-    return weights
-
-
-def _transformer_cross_attention(
-    model: TransformerSeq2Seq, src: Tensor, src_lengths: Tensor, tgt_in: Tensor
-) -> Tensor:
-    """Every decoder layer's cross-attention, (B, L, H, T, S), teacher-forced: what the
-    model's forward returns with need_weights, less the work alignment does not read (the
-    encoder's self-attention weights, which the fused path skips, and the output projection)."""
-    memory, src_mask, _ = model.encode(src, src_lengths, need_weights=False)
-    positions = make_positions(tgt_in.size(1), device=tgt_in.device)  # (T,)
-    memory_kvs = [layer.memory_kv(memory) for layer in model.decoder_layers]
-    decoder = model.run_decoder(tgt_in, positions, memory_kvs, src_mask, None, True, None)
-    return torch.stack(decoder.cross_weights(), dim=1)
-
-
 def select_map(pooled: Tensor, method: AlignmentMethod) -> Tensor:
     """The (Tw, Sw) map of `method` from one example's word attention: an RNN's (Tw, Sw) as
     it is; from a transformer's (L, H, Tw, Sw) the method's layer, and its head or the mean of
@@ -310,34 +291,16 @@ def select_map(pooled: Tensor, method: AlignmentMethod) -> Tensor:
     Raises:
         ValueError: a layer or head outside the model's.
     """
-    if pooled.dim() == 2:
-        return pooled
-    layers, heads = pooled.shape[:2]
-    layer = layers if method.layer is None else method.layer
-    if not 1 <= layer <= layers:
-        raise ValueError(f"layer must be in 1..{layers}, got {layer}")
-    if method.head is None:
-        return pooled[layer - 1].mean(dim=0)  # (Tw, Sw); pooling is linear, so mean first or last
-    if not 1 <= method.head <= heads:
-        raise ValueError(f"head must be in 1..{heads}, got {method.head}")
-    return pooled[layer - 1, method.head - 1]
+    return choose_map(pooled, method.layer, method.head)
 
 
 # --------------------------------------------------------------------------- sentences in
 def check_method(trained: "TrainedModel", method: AlignmentMethod) -> None:
-    """UserError unless the method is known and the checkpoint's model has the attention map
-    it reads (`--layer`/`--head` within the transformer's, none for an RNN)."""
-    model_cfg = trained.cfg.model
-    if method.name not in ALIGNMENT_METHODS:
-        raise UserError(
-            f"--method must be one of {', '.join(ALIGNMENT_METHODS)}, got {method.name!r}"
-        )
-    if model_cfg.family.value != "transformer":
-        if model_cfg.attention.score.value == "none":
-            raise UserError("this model has no attention (model.attention.score=none)")
-        check_layer_and_head(method.layer, method.head, 1, 1, "an RNN's attention is one map")
-        return
-    check_layer_and_head(method.layer, method.head, model_cfg.dec_layers, model_cfg.heads)
+    """UserError unless the method is known and fits the checkpoint's model
+    (`attribution.check_method_fits`: `--layer`/`--head` within the transformer's and only for
+    attention methods, rollout only for transformers, attention only where there is some)."""
+    name = canonical_method(method.name, "--method")
+    check_method_fits(trained, name, method.layer, method.head, ("--method", "--layer", "--head"))
 
 
 def align_sentences(
@@ -372,8 +335,36 @@ def align_sentences(
         raise UserError("no sentence pairs to align")
     model = trained.model.to(device)
     examples, words = _encode_pairs(trained, src_lines, tgt_lines, position_limit(model))
-    soft: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(examples)
     layers = trained.cfg.model.dec_layers if trained.cfg.model.family.value == "transformer" else 0
+    if method.name in ("attention", "shift-att"):
+        soft = _attention_soft(model, examples, words, method, layers, device, batch_size)
+    else:  # rollout and the gradient methods: piece maps (T + 1, S), pooled the same way
+        pairs = list(zip(src_lines, tgt_lines, strict=True))
+        maps = attribute_examples(
+            model, examples, canonical_method(method.name), layer=method.layer,
+            head=method.head, batch_size=batch_size, settings=method.settings, device=device,
+            extended=copy_view(trained, pairs, examples),
+        )  # fmt: skip
+        soft = [
+            word_attention(source, *pair_words).numpy()
+            for (source, _, _), pair_words in zip(maps, words, strict=True)
+        ]
+    links = [argmax_alignment(matrix) for matrix in soft]
+    return ForcedAlignments(links, soft, method, method.describe(layers))
+
+
+def _attention_soft(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    words: Sequence[WordIds],
+    method: AlignmentMethod,
+    layers: int,
+    device: torch.device | str,
+    batch_size: int,
+) -> list[np.ndarray]:
+    """The (Tw, Sw) attention or Shift-Att word maps of the examples, reading only the
+    chosen layer of a transformer (`layers` > 0)."""
+    soft: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(examples)
     layer = (method.layer or layers) if layers else None
     read = AlignmentMethod(method.name, 1, method.head) if layers else method  # of (1, H, ..)
     for i, pooled in forced_word_attention(
@@ -381,8 +372,7 @@ def align_sentences(
         layer=layer,
     ):  # fmt: skip
         soft[i] = select_map(pooled, read).numpy().copy()  # not a view of all maps
-    links = [argmax_alignment(matrix) for matrix in soft]
-    return ForcedAlignments(links, soft, method, method.describe(layers))
+    return soft
 
 
 def _encode_pairs(
@@ -698,10 +688,8 @@ def load_alignment_set(
     Each sentence is encoded whole (no truncation). `max_length`: the longest sequence the model
     can take (learned positions).
     """
-    if files.method not in ALIGNMENT_METHODS:
-        raise UserError(
-            f"--method must be one of {', '.join(ALIGNMENT_METHODS)}, got {files.method!r}"
-        )
+    if files.method not in GOLD_METHODS:
+        raise UserError(f"--method must be one of {', '.join(GOLD_METHODS)}, got {files.method!r}")
     if files.order not in ALIGNMENT_ORDERS:
         raise UserError(
             f"--gold-order must be one of {', '.join(ALIGNMENT_ORDERS)}, got {files.order!r}"
@@ -853,6 +841,15 @@ class AlignResult:
 
 def check_request(request: AlignRequest) -> None:
     """UserError for option values that cannot work, before any file is read."""
+    if canonical_method(request.method.name, "--method") in GRADIENT_METHODS:
+        check_captum()
+    settings = request.method.settings
+    for option, value in (
+        ("--ig-steps", settings.ig_steps),
+        ("--smoothgrad-samples", settings.smoothgrad_samples),
+    ):
+        if value < 1:
+            raise UserError(f"{option} must be at least 1, got {value}")
     if request.symmetrization is not None and request.reverse is None:
         raise UserError("--symmetrize needs --reverse CHECKPOINT (a target -> source model)")
     if request.symmetrization not in (None, *SYMMETRIZATIONS):

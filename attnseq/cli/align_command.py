@@ -39,16 +39,29 @@ def align(
     method: Annotated[
         str,
         typer.Option(
-            help="attention (the row predicting each target word) or shift-att (the row whose "
-            "input is the word; Chen et al. 2020)."
+            help="attention (the row predicting each target word), shift-att (the row whose "
+            "input is the word; Chen et al. 2020), rollout (transformers: attention through the "
+            "encoder's layers), gradient-x-input, integrated-gradients or smoothgrad (alias "
+            "saliency; Ding et al. 2019): what each target word owes to each source word."
         ),
     ] = "attention",
     layer: Annotated[
-        int | None, typer.Option(help="Transformer decoder layer, 1-based (default: last).")
+        int | None,
+        typer.Option(
+            help="Transformer decoder layer of attention, shift-att or rollout, 1-based "
+            "(default: last)."
+        ),
     ] = None,
     head: Annotated[
         int | None, typer.Option(help="Head, 1-based (default: the mean of the layer's heads).")
     ] = None,
+    ig_steps: Annotated[
+        int, typer.Option(help="integrated-gradients: integration points per target word.")
+    ] = 32,
+    smoothgrad_samples: Annotated[
+        int, typer.Option(help="smoothgrad: noisy copies of the embeddings averaged.")
+    ] = 16,
+    seed: Annotated[int, typer.Option(help="smoothgrad: seed of the noise.")] = 0,
     reverse: Annotated[
         Path | None,
         typer.Option(help="A target -> source checkpoint whose links are combined with these."),
@@ -80,19 +93,22 @@ def align(
     threads: ThreadsOption = None,
 ) -> None:
     """Align words of given sentence pairs by forcing the target through the model and reading
-    its cross-attention: one line of 0-based source-target links (i-j) per pair. Subword pieces
-    are merged back into the whitespace-separated words of each line.
+    its cross-attention (or, with --method, another attribution of each target word to the
+    source): one line of 0-based source-target links (i-j) per pair. Subword pieces are merged
+    back into the whitespace-separated words of each line.
 
     \b
     attnseq align best.pt --src test.en --tgt test.fr > test.align
     attnseq align best.pt --src test.en --tgt test.fr --method shift-att \\
         --layer 2 --head 1
+    attnseq align best.pt --src test.en --tgt test.fr --method integrated-gradients
     attnseq align en-fr.pt --src test.en --tgt test.fr --reverse fr-en.pt \\
         --symmetrize grow-diag-final-and --out test.gdfa --soft test.npz
     attnseq align best.pt --src test.en --tgt test.fr --gold test.sure.pharaoh \\
         --gold-possible test.possible.pharaoh
     """
     from attnseq.analysis.alignment import format_pharaoh, write_pharaoh
+    from attnseq.analysis.attribution import GradientSettings
     from attnseq.analysis.forced_alignment import (
         AlignmentMethod,
         AlignRequest,
@@ -105,9 +121,10 @@ def align(
     with user_errors():
         if src is None or tgt is None:
             raise UserError("give --src FILE and --tgt FILE (parallel sentences, one per line)")
+        settings = GradientSettings(ig_steps, smoothgrad_samples, seed=seed)
         request = AlignRequest(
-            checkpoint, src, tgt, AlignmentMethod(method, layer, head), reverse, symmetrize,
-            gold, gold_possible, gold_format, gold_order, device, batch_size,
+            checkpoint, src, tgt, AlignmentMethod(method, layer, head, settings), reverse,
+            symmetrize, gold, gold_possible, gold_format, gold_order, device, batch_size,
         )  # fmt: skip
         check_request(request)
         inputs = [

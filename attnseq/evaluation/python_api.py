@@ -267,8 +267,9 @@ class Model:
     ) -> ForcedAlignments:
         """Word alignments of sentence pairs by forced decoding, as `attnseq align` reads
         them: `links[i]` holds pair i's (source word, target word) links, 0-based, and
-        `soft[i]` the (target words, source words) matrix they come from. `method`:
-        "attention" or "shift-att"; `layer`/`head` (from 1) pick a transformer's map."""
+        `soft[i]` the (target words, source words) matrix they come from. `method`: one of
+        `attnseq.analysis.attribution.ATTRIBUTION_METHODS` ("attention", "shift-att",
+        "rollout", the gradient methods); `layer`/`head` (from 1) pick a transformer's map."""
         self._single("align")
         sources = [src] if isinstance(src, str) else list(src)
         targets = [tgt] if isinstance(tgt, str) else list(tgt)

@@ -164,7 +164,7 @@ def test_library_errors_name_the_problem(dates_checkpoint: Path) -> None:
 def test_transformer_cross_attention_is_the_forward_s(tmp_path: Path) -> None:
     """The lean pass that alignment runs (no logits, fused encoder) returns the cross-attention
     of the model's forward with need_weights, and one layer's pooling reads that layer."""
-    from attnseq.analysis.forced_alignment import _transformer_cross_attention
+    from attnseq.analysis.attribution import transformer_cross_attention
     from attnseq.data.batching import collate
 
     checkpoint = untrained_checkpoint(
@@ -180,7 +180,7 @@ def test_transformer_cross_attention_is_the_forward_s(tmp_path: Path) -> None:
     ]
     batch = collate(examples, [0, 1], pad_id=model.pad_id, bos_id=model.bos_id, eos_id=model.eos_id)
     with torch.no_grad():
-        lean = _transformer_cross_attention(model, batch.src, batch.src_lengths, batch.tgt_in)
+        lean = transformer_cross_attention(model, batch.src, batch.src_lengths, batch.tgt_in)
         full = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True).attention
     torch.testing.assert_close(lean, full, atol=1e-5, rtol=1e-4)
     for layer in (1, 2):

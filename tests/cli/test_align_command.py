@@ -143,6 +143,22 @@ def test_mistakes_end_with_one_message_and_exit_2(setup, tmp_path) -> None:
         "--layer must be in 1..2": [forward, *both, "--layer", "3"],
         "--head must be in 1..2": [forward, *both, "--head", "0"],
         "--method must be one of": [forward, *both, "--method", "best"],
+        "Did you mean 'smoothgrad'?": [forward, *both, "--method", "smoothgrd"],
+        "--layer choose an attention map; --method smoothgrad reads none": [
+            forward,
+            *both,
+            "--method",
+            "saliency",
+            "--layer",
+            "1",
+        ],
+        "--method rollout needs a transformer's self-attention": [
+            rnn_none,
+            *both,
+            "--method",
+            "rollout",
+        ],
+        "--ig-steps must be at least 1": [forward, *both, "--ig-steps", "0"],
         "has no attention": [rnn_none, *both],
         "--symmetrize needs --reverse": [forward, *both, "--symmetrize", "union"],
         "give --src FILE and --tgt FILE": [forward, "--src", files["src"]],
@@ -154,3 +170,33 @@ def test_mistakes_end_with_one_message_and_exit_2(setup, tmp_path) -> None:
         assert result.stderr.startswith("error:") and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "soft.txt").exists()
+
+
+@pytest.mark.parametrize("method", ["rollout", "integrated-gradients", "saliency"])
+def test_every_attribution_method_aligns_through_the_same_path(setup, tmp_path, method) -> None:
+    """The links of --method M are the argmax of attribute()'s maps pooled to words, and the
+    gold is scored as for attention."""
+    from attnseq.analysis.alignment import argmax_alignment, word_attention, word_ids
+    from attnseq.analysis.attribution import attribute
+
+    forward, _, files = setup
+    out = tmp_path / "a.pharaoh"
+    options = ["--method", method, "--ig-steps", "8", "--smoothgrad-samples", "4"]
+    result = align(
+        forward, "--src", files["src"], "--tgt", files["tgt"], "--gold", files["gold"],
+        "--out", out, *options,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "AER" in result.stdout
+    trained = load_trained_model(forward)
+    maps = attribute(
+        trained, list(zip(SRC, TGT, strict=True)), method, ig_steps=8, smoothgrad_samples=4
+    )
+    expected = [
+        argmax_alignment(
+            word_attention(m.source, word_ids(m.source_pieces, "word"),
+                           word_ids(m.target_pieces, "word"))
+        )
+        for m in maps
+    ]  # fmt: skip
+    assert read_pharaoh(out)[0] == expected

@@ -1,0 +1,887 @@
+"""What each output step of a trained model owes to each source piece (and to the target
+prefix it has read): attention, attention rollout, and the gradient attributions
+gradient × input, integrated gradients and SmoothGrad, in one shape for every model family.
+
+The question (Jain & Wallace 2019, "Attention is not Explanation", NAACL; Wiegreffe & Pinter
+2019, "Attention is not not Explanation", EMNLP) is when attention explains what the model did
+and when another measure does better; Ding, Xu & Koehn (2019, "Saliency-driven Word Alignment
+Interpretation for Neural Machine Translation", WMT) find that gradient saliency aligns words
+better than a transformer's attention. `attribute` gives every method's map of the same
+teacher-forced pairs, so that they can be compared, scored against gold alignments
+(forced_alignment.py turns the maps into word links and AER) and shown side by side.
+
+The explained quantity. Pairs are teacher-forced: the decoder reads <s>, y_0 .. y_{T-1} and
+step t (0-based) predicts y_t, step T predicts </s>; the score of step t is
+
+    f_t(x, y) = log p(y_t | y_<t, x)
+
+(for a pointer-generator the log-probability of its final, mixed distribution over the
+extended vocabulary (See et al. 2017, eq. 9), so copying is part of what is explained).
+`PairAttribution.source` row t says how step t's prediction spreads over the S source pieces;
+`target_prefix` row t over the T + 1 decoder inputs (lower triangular: step t reads inputs
+0..t only).
+
+Methods (`ATTRIBUTION_METHODS`; "saliency" is accepted for "smoothgrad"):
+
+- ``attention``: the cross-attention of step t, α[t, s], read by forced decoding (the maps of
+  forced_alignment.py and of visualize-alignment; Bahdanau et al. 2015). A transformer's map is
+  one layer's (default the last) head `head` or head mean. Cost: one forward pass.
+- ``shift-att`` (Chen, Sun, Li & Liu 2020, EMNLP, section 3.1): the row of the step whose input
+  is y_t, α[t + 1, s]; the </s> row, which no step reads as input, repeats α[T].
+- ``rollout`` (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers", ACL,
+  section 3), transformers only: the encoder's self-attention, with the residual connection
+  as an identity half and the heads averaged, multiplied through the layers,
+
+      Â_l = 0.5 · mean_h A_l + 0.5 · I          R_enc = Â_L · ... · Â_1       (S, S)
+
+  tells how much each encoder output m_j holds of each source piece s; step t's
+  cross-attention C[t, j] of the chosen decoder layer reads the m_j, so
+
+      source = C · R_enc                                                       (T + 1, S)
+
+  The decoder side: the decoder's self-attention is rolled out the same way through the
+  layers up to the chosen one, R_dec = Â^dec_l ··· Â^dec_1 (T + 1, T + 1), and that is
+  `target_prefix`. The source row is *not* pushed through R_dec: that would add to step t what
+  the earlier steps read from the source through their own cross-attention, and the source
+  map would then say "what the whole prefix has read" instead of "what this step reads";
+  keeping the step's own cross-attention is also what makes rollout comparable with attention
+  row by row (same layer, same head choice). Persistent memory slots hold no token: their
+  columns are dropped. Cost: one forward pass.
+- ``gradient-x-input`` (Shrikumar et al. 2016; Denil et al. 2014): the gradient of f_t with
+  respect to each input token embedding e_s, times that embedding, summed over the embedding
+  dimension: a_t(s) = ∇_{e_s} f_t · e_s. Cost: one forward and backward pass per step.
+- ``integrated-gradients`` (Sundararajan, Taly & Yan 2017, "Axiomatic Attribution for Deep
+  Networks", ICML, eq. 1): a_t(s) = (e_s − e'_s) · ∫_0^1 ∇_{e_s} f_t(e' + α (e − e')) dα,
+  approximated by captum with `ig_steps` Gauss-Legendre points. Baseline e' = 0, the zero
+  embedding, for source and prefix alike: it is also every model's <pad> embedding (padding
+  rows are zero and never trained), the input the model knows as "nothing here", while a
+  sentence of <unk> or of the mean embedding would still be a sentence of words.
+  Completeness: summed over every source and prefix position, the attributions equal
+  f_t(e) − f_t(0) (`raw_attributions` gives the signed values to check it). Cost: `ig_steps`
+  forward and backward passes per step.
+- ``smoothgrad`` (Smilkov et al. 2017, "SmoothGrad: removing noise by adding noise"; of
+  gradient × input as Ding et al. 2019): gradient × input over `smoothgrad_samples` copies of
+  the embeddings with Gaussian noise, its magnitude averaged,
+  a_t(s) = mean_k |∇_{e_s} f_t(e + ε_k) · (e_s + ε_k,s)|, ε_k ~ N(0, σ²), σ = `smoothgrad_noise`
+  · (max − min) of the embedding matrix (Smilkov et al.'s noise level: a share of the input
+  range). The magnitude is taken per copy, before the average: a word whose product changes
+  sign under the noise still drives the output, and signed products would cancel to ~0 (Smilkov
+  et al. average absolute gradients for the same reason). The noise of a pair is drawn from its
+  own generator, seeded with (`seed`, the pair's index), so a pair's map does not depend on the
+  pairs batched with it. Cost: `smoothgrad_samples` forward and backward passes per step.
+
+Gradient methods attribute to the token embeddings only: positional encodings are added after
+the embedding and stay as they are (they say where a word is, not which word), and the
+transformer's √d_model scale comes after the attributed vector too. They work for every family
+whose embedding modules are called with the source and the decoder input ids (RNNs with any
+attention or none, hard attention, transformers, pointer-generators); a source embedding
+shared with the target (joint vocabulary) is one module whose calls are told apart by the ids
+they embed. The hierarchical model re-packs its source into segments before embedding, so its
+positions cannot be followed: a UserError says so.
+
+Reduction. The signed per-position score (the dot product above) is made non-negative by its
+absolute value (a piece that lowers the probability explains the prediction as much as one
+that raises it; Ding et al. rank by magnitude too) and each row is normalised to sum to 1,
+source and prefix each on its own; `source_share` keeps the share of the source in their sum.
+A row that is zero everywhere (nothing reaches the output) becomes uniform. Attention rows are
+renormalised too (memory slots, local windows may leave less than 1 on the source).
+
+Batching. The gradient methods run every (pair, step) as one row of a batch: a batch of B
+pairs with T_b + 1 steps each becomes sum_b (T_b + 1) rows, each the whole teacher-forced pass
+with the output of its own step selected, so a single backward pass gives every step's
+gradient; captum's `internal_batch_size` splits integrated gradients' rows × steps.
+
+Shapes: B pairs, S source pieces, T target pieces (T + 1 steps: the </s> row), L layers, H heads,
+E the embedding size, R rows (pair, step).
+"""
+
+import difflib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from attnseq.analysis.alignment import check_layer_and_head
+from attnseq.data.batching import Batch, Example, collate
+from attnseq.data.extended_vocab import ExtendedExample, extend_examples
+from attnseq.errors import UserError
+from attnseq.models.positional import make_positions, position_limit
+from attnseq.models.seq2seq import Seq2Seq
+from attnseq.models.transformer import TransformerSeq2Seq
+
+if TYPE_CHECKING:
+    from attnseq.models.loading import TrainedModel
+
+ATTRIBUTION_METHODS: tuple[str, ...] = (
+    "attention",
+    "shift-att",
+    "rollout",
+    "gradient-x-input",
+    "integrated-gradients",
+    "smoothgrad",
+)
+METHOD_ALIASES = {"saliency": "smoothgrad"}
+ATTENTION_METHODS = ("attention", "shift-att", "rollout")  # read attention: layer/head apply
+GRADIENT_METHODS = ("gradient-x-input", "integrated-gradients", "smoothgrad")
+# rows (pair, step) x integration points per forward pass of integrated gradients
+_IG_ROWS_PER_PASS = 1024
+
+
+@dataclass(frozen=True)
+class PairAttribution:
+    """One pair's attribution by one method (module docstring).
+
+    source_pieces: the S source pieces (the model's tokenizer).
+    target_pieces: the T target pieces.
+    source: (T + 1, S) float, row t = the step predicting target piece t (row T: </s>);
+        non-negative, each row sums to 1.
+    target_prefix: (T + 1, T + 1), row t over the decoder inputs <s>, y_0 .. y_{T-1}, lower
+        triangular, rows sum to 1; None where the method does not attribute to the prefix
+        (attention, shift-att).
+    method: the method's name in `ATTRIBUTION_METHODS`.
+    source_share: (T + 1,) gradient methods: the source's share of the step's attribution mass
+        (source and prefix together), None otherwise.
+    """
+
+    source_pieces: list[str]
+    target_pieces: list[str]
+    source: Tensor
+    target_prefix: Tensor | None
+    method: str
+    source_share: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class RawAttribution:
+    """A gradient method's scores of one pair, before absolute values and normalising: signed
+    for gradient × input and integrated gradients, SmoothGrad's averaged magnitudes for it.
+
+    source: (T + 1, S) a_t(s) summed over the embedding dimension.
+    target_prefix: (T + 1, T + 1) the same over the decoder inputs.
+    scores: (T + 1,) f_t at the input, log p(y_t | y_<t, x).
+    baseline_scores: (T + 1,) f_t at the zero baseline (integrated gradients), else None.
+    """
+
+    source: Tensor
+    target_prefix: Tensor
+    scores: Tensor
+    baseline_scores: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class GradientSettings:
+    """The knobs of the gradient methods (`attribute` documents them)."""
+
+    ig_steps: int = 32
+    smoothgrad_samples: int = 16
+    smoothgrad_noise: float = 0.1
+    seed: int = 0
+
+
+# --------------------------------------------------------------------------- checks
+def canonical_method(name: str, option: str = "method") -> str:
+    """The method `name` means (an alias resolved); UserError naming `option` for an unknown
+    one, with the closest valid name."""
+    name = METHOD_ALIASES.get(name, name)
+    if name in ATTRIBUTION_METHODS:
+        return name
+    valid = (*ATTRIBUTION_METHODS, *METHOD_ALIASES)
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f". Did you mean {close[0]!r}?" if close else ""
+    raise UserError(f"{option} must be one of {', '.join(valid)}, got {name!r}{hint}")
+
+
+def check_method_fits(
+    trained: "TrainedModel",
+    method: str,
+    layer: int | None = None,
+    head: int | None = None,
+    names: tuple[str, str, str] = ("method", "layer", "head"),
+) -> None:
+    """UserError unless the checkpoint's model can be explained by `method` (canonical):
+    rollout needs a transformer, attention methods a model with attention, gradient methods a
+    model whose embeddings they can follow; `layer`/`head` (1-based) only for the attention
+    methods and within the model's. `names`: what the method, layer and head are called in
+    the messages (the API's arguments or the command's options)."""
+    model_cfg = trained.cfg.model
+    transformer = model_cfg.family.value == "transformer"
+    what, layer_name, head_name = names
+    if method in GRADIENT_METHODS:
+        given = [n for n, v in ((layer_name, layer), (head_name, head)) if v is not None]
+        if given:
+            raise UserError(
+                f"{' and '.join(given)} choose an attention map; {what} {method} reads none"
+            )
+        check_captum()
+        if model_cfg.attention.hierarchy.value != "none":
+            raise UserError(
+                f"{what} {method} cannot follow the source positions of a hierarchical model "
+                "(its encoder re-packs the source into segments); use attention"
+            )
+        return
+    if method == "rollout" and not transformer:
+        raise UserError(
+            f"{what} rollout needs a transformer's self-attention; this checkpoint is an RNN "
+            "(use attention or a gradient method)"
+        )
+    if not transformer:
+        if model_cfg.attention.score.value == "none":
+            raise UserError("this model has no attention (model.attention.score=none)")
+        single = "an RNN's attention is one map"
+        check_layer_and_head(layer, head, 1, 1, single, (layer_name, head_name))
+        return
+    heads = model_cfg.heads
+    check_layer_and_head(layer, head, model_cfg.dec_layers, heads, "", (layer_name, head_name))
+
+
+def check_captum() -> None:
+    """UserError unless captum, which the gradient methods run on, is installed."""
+    try:
+        import captum.attr  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "the gradient attribution methods need captum: pip install 'attnseq[explain]'"
+        ) from None
+
+
+# --------------------------------------------------------------------------- the API
+def attribute(
+    trained: "TrainedModel",
+    pairs: Sequence[tuple[str, str]],
+    method: str,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    batch_size: int = 16,
+    ig_steps: int = 32,
+    smoothgrad_samples: int = 16,
+    smoothgrad_noise: float = 0.1,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+) -> list[PairAttribution]:
+    """Each pair's attribution by `method` (module docstring), in the order of `pairs`.
+
+    Args:
+        trained: a checkpoint loaded with `attnseq.models.loading.load_trained_model`.
+        pairs: (source line, target line), the target teacher-forced.
+        method: one of `ATTRIBUTION_METHODS` (or "saliency", SmoothGrad).
+        layer, head: the attention map of attention, shift-att and rollout (1-based; None:
+            the last decoder layer, the mean of its heads); nothing for the others.
+        batch_size: pairs per pass.
+        ig_steps: integration points of integrated gradients.
+        smoothgrad_samples, smoothgrad_noise: SmoothGrad's noisy copies and their standard
+            deviation as a share of the embedding matrix's value range.
+        seed: SmoothGrad's noise.
+        device: where the model runs (None: where it is).
+
+        trained = load_trained_model(Path("best.pt"))
+        (result,) = attribute(trained, [("a b c", "c b a")], "integrated-gradients")
+        result.source.argmax(dim=1)  # the source piece each step owes most to
+
+    Raises:
+        UserError: an unknown method, one the model cannot be explained by (rollout on an RNN),
+            layer/head outside the model's or given to a gradient method, an empty source or
+            target, one longer than the model's positions, bad settings, captum missing.
+    """
+    method = canonical_method(method)
+    check_method_fits(trained, method, layer, head)
+    settings = GradientSettings(ig_steps, smoothgrad_samples, smoothgrad_noise, seed)
+    _check_settings(batch_size, settings)
+    encoded = encode_pairs(trained, pairs)
+    extended = copy_view(trained, pairs, [e for e, _ in encoded])
+    if device is not None:
+        trained.model.to(device)
+    maps = attribute_examples(
+        trained.model, [e for e, _ in encoded], method, layer=layer, head=head,
+        batch_size=batch_size, settings=settings, device=device, extended=extended,
+    )  # fmt: skip
+    return [
+        PairAttribution(src_pieces, tgt_pieces, source, prefix, method, share)
+        for ((_, (src_pieces, tgt_pieces)), (source, prefix, share)) in zip(
+            encoded, maps, strict=True
+        )
+    ]
+
+
+def _check_settings(batch_size: int, settings: GradientSettings) -> None:
+    """UserError for a setting that cannot work."""
+    for name, value in (
+        ("batch_size", batch_size),
+        ("ig_steps", settings.ig_steps),
+        ("smoothgrad_samples", settings.smoothgrad_samples),
+    ):
+        if value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
+    if not settings.smoothgrad_noise >= 0:
+        raise UserError(f"smoothgrad_noise must be >= 0, got {settings.smoothgrad_noise}")
+
+
+def encode_pairs(
+    trained: "TrainedModel", pairs: Sequence[tuple[str, str]]
+) -> list[tuple[Example, tuple[list[str], list[str]]]]:
+    """(source ids, target ids) and (source pieces, target pieces) of every pair, whole;
+    UserError for no pairs, an empty side or one longer than the model's positions."""
+    if not pairs:
+        raise UserError("no sentence pairs to attribute")
+    limit = position_limit(trained.model)
+    encoded = []
+    for number, (src_text, tgt_text) in enumerate(pairs, 1):
+        sides = []
+        for side, text, tokenizer in (
+            ("source", src_text, trained.tokenizers.src),
+            ("target", tgt_text, trained.tokenizers.tgt),
+        ):
+            ids = tokenizer.encode(text) if text.strip() else []
+            if not ids:
+                raise UserError(f"the {side} of pair {number} is empty: it needs a sentence")
+            if limit is not None and len(ids) + 1 > limit:
+                raise UserError(
+                    f"the {side} of pair {number} has {len(ids)} tokens; this model takes at "
+                    f"most {limit - 1} (model.max_positions={limit}, one for BOS/EOS)"
+                )
+            pieces = tokenizer.pieces(text)
+            if len(pieces) != len(ids):
+                raise UserError(
+                    f"the {side} of pair {number}: {len(ids)} token ids but {len(pieces)} pieces"
+                )
+            sides.append((ids, pieces))
+        (src_ids, src_pieces), (tgt_ids, tgt_pieces) = sides
+        encoded.append(((src_ids, tgt_ids), (src_pieces, tgt_pieces)))
+    return encoded
+
+
+def copy_view(
+    trained: "TrainedModel", pairs: Sequence[tuple[str, str]], examples: Sequence[Example]
+) -> list[ExtendedExample] | None:
+    """A copy model's extended-vocabulary view of the pairs (the labels it is scored on, as
+    `attnseq score` scores them); None for other models."""
+    if not trained.cfg.model.copy:
+        return None
+    return extend_examples(pairs, examples, trained.tokenizers.src, trained.tokenizers.tgt)
+
+
+def attribute_examples(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    method: str,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    batch_size: int = 16,
+    settings: GradientSettings = GradientSettings(),
+    device: torch.device | str | None = None,
+    extended: Sequence[ExtendedExample] | None = None,
+) -> list[tuple[Tensor, Tensor | None, Tensor | None]]:
+    """(source (T + 1, S), target prefix (T + 1, T + 1) or None, source share (T + 1,) or
+    None) of every encoded example, normalised as the module docstring says, on the CPU.
+
+    `method` is canonical and fits the model (`check_method_fits`); `extended`: a copy
+    model's view of the examples (`copy_view`).
+    """
+    if method in GRADIENT_METHODS:
+        raws = raw_attributions(
+            model, examples, method, batch_size=batch_size, settings=settings, device=device,
+            extended=extended,
+        )  # fmt: skip
+        return [_normalised_gradients(raw) for raw in raws]
+    results: list[tuple[Tensor, Tensor | None, Tensor | None]] = [None] * len(examples)  # type: ignore[list-item]
+    for i, weights in _attention_maps(model, examples, method, layer, head, batch_size, device):
+        source, prefix = weights
+        results[i] = (source, prefix, None)
+    return results
+
+
+# --------------------------------------------------------------------------- attention
+def teacher_forced_attention(model: Seq2Seq, batch: Batch) -> Tensor:
+    """Teacher-forced cross-attention of one batch: (B, T + 1, S) or (B, L, H, T + 1, S),
+    float32 on the CPU.
+
+    Copy models need the source in the extended vocabulary; it only places the copy mass on
+    output ids, never the attention, so any ids of the target vocabulary serve (the source's
+    own ids may lie beyond it when the two vocabularies differ): id 0 everywhere.
+
+    Raises:
+        ValueError: a model that returns no attention.
+    """
+    if isinstance(model, TransformerSeq2Seq):
+        weights = transformer_cross_attention(model, batch.src, batch.src_lengths, batch.tgt_in)
+    else:
+        copy = _attention_copy_inputs(model, batch)
+        output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy)
+        if output.attention is None:
+            raise ValueError(f"{type(model).__name__} returns no attention weights")
+        weights = output.attention
+    weights = weights.float().cpu()
+    if weights.dim() not in (3, 5):
+        raise ValueError(f"unexpected attention shape {tuple(weights.shape)}")
+    return weights
+
+
+def _attention_copy_inputs(model: Seq2Seq, batch: Batch) -> dict[str, Any]:
+    """The copy inputs of a pass that reads attention only (`teacher_forced_attention`)."""
+    if not getattr(model, "copy", False):
+        return {}
+    return {"src_ext": torch.zeros_like(batch.src), "n_oov": 0}
+
+
+def transformer_cross_attention(
+    model: TransformerSeq2Seq, src: Tensor, src_lengths: Tensor, tgt_in: Tensor
+) -> Tensor:
+    """Every decoder layer's cross-attention, (B, L, H, T, S), teacher-forced: what the
+    model's forward returns with need_weights, less the work alignment does not read (the
+    encoder's self-attention weights, which the fused path skips, and the output projection)."""
+    memory, src_mask, _ = model.encode(src, src_lengths, need_weights=False)
+    positions = make_positions(tgt_in.size(1), device=tgt_in.device)  # (T,)
+    memory_kvs = [layer.memory_kv(memory) for layer in model.decoder_layers]
+    decoder = model.run_decoder(tgt_in, positions, memory_kvs, src_mask, None, True, None)
+    return torch.stack(decoder.cross_weights(), dim=1)
+
+
+def choose_map(weights: Tensor, layer: int | None, head: int | None) -> Tensor:
+    """The (..., T, S) map of one example's attention: an RNN's (T, S) as it is; from a
+    transformer's (L, H, T, S) layer `layer` (1-based, None: the last) and its head `head`
+    (1-based) or, with None, the mean of its heads (pooling is linear, so the mean may be
+    taken before or after pooling to words).
+
+    Raises:
+        ValueError: a layer or head outside the model's.
+    """
+    if weights.dim() == 2:
+        return weights
+    layers, heads = weights.shape[:2]
+    chosen = layers if layer is None else layer
+    if not 1 <= chosen <= layers:
+        raise ValueError(f"layer must be in 1..{layers}, got {chosen}")
+    if head is None:
+        return weights[chosen - 1].mean(dim=0)
+    if not 1 <= head <= heads:
+        raise ValueError(f"head must be in 1..{heads}, got {head}")
+    return weights[chosen - 1, head - 1]
+
+
+def length_sorted_batches(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    batch_size: int,
+    device: torch.device | str,
+    extended: Sequence[ExtendedExample] | None = None,
+) -> Iterator[tuple[list[int], Batch]]:
+    """(example indices, collated batch on `device`) in length order: sorted batches pad less;
+    with `extended` a copy batch (extended labels, the source in the extended vocabulary)."""
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), len(examples[i][1])))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        batch = collate(
+            [examples[i] for i in chunk], chunk, pad_id=model.pad_id, bos_id=model.bos_id,
+            eos_id=model.eos_id,
+            extended=None if extended is None else [extended[i] for i in chunk],
+        )  # fmt: skip
+        yield chunk, batch.to(device)
+
+
+def _attention_maps(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    method: str,
+    layer: int | None,
+    head: int | None,
+    batch_size: int,
+    device: torch.device | str | None,
+) -> Iterator[tuple[int, tuple[Tensor, Tensor | None]]]:
+    """(example index, (source (T + 1, S), prefix or None)) of attention, shift-att or rollout."""
+    device = _device_of(model) if device is None else device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for chunk, batch in length_sorted_batches(model, examples, batch_size, device):
+                sizes = [(len(examples[i][0]), len(examples[i][1]) + 1) for i in chunk]
+                if method == "rollout":
+                    assert isinstance(model, TransformerSeq2Seq)
+                    maps = _rollout_batch(model, batch, sizes, layer, head)
+                else:
+                    shift = method == "shift-att"
+                    maps = _attention_batch(model, batch, sizes, shift, layer, head)
+                for b, i in enumerate(chunk):
+                    yield i, maps[b]
+    finally:
+        model.train(was_training)
+
+
+def _attention_batch(
+    model: Seq2Seq,
+    batch: Batch,
+    sizes: Sequence[tuple[int, int]],
+    shift: bool,
+    layer: int | None,
+    head: int | None,
+) -> list[tuple[Tensor, None]]:
+    """Attention or Shift-Att maps of one batch, trimmed to each pair's (S, T + 1) `sizes`."""
+    weights = teacher_forced_attention(model, batch)  # (B, [L, H,] T + 1, S)
+    maps = []
+    for b, (S, steps) in enumerate(sizes):
+        chosen = choose_map(weights[b], layer, head)[:steps, :S]  # (T + 1, S)
+        if shift:  # row t <- step t + 1; the </s> row (no step reads </s>) repeats step T
+            chosen = torch.cat([chosen[1:], chosen[-1:]])
+        maps.append((_rows_to_one(chosen), None))
+    return maps
+
+
+def _rows_to_one(scores: Tensor, allowed: Tensor | None = None) -> Tensor:
+    """Non-negative `scores` (N, M) with each row divided by its sum; a row without mass
+    becomes uniform over its `allowed` (N, M) bool entries (default: all)."""
+    if allowed is None:
+        allowed = torch.ones_like(scores, dtype=torch.bool)
+    scores = scores.float().clamp_min(0) * allowed
+    totals = scores.sum(dim=-1, keepdim=True)  # (N, 1)
+    uniform = allowed.float() / allowed.sum(dim=-1, keepdim=True).clamp_min(1)
+    return torch.where(totals > 0, scores / totals.clamp_min(1e-30), uniform)
+
+
+# --------------------------------------------------------------------------- rollout
+def rollout(weights: Tensor) -> Tensor:
+    """Attention rollout through the layers (Abnar & Zuidema 2020, section 3).
+
+    Args:
+        weights: (L, H, N, N) self-attention of one sequence, layer 1 first (extra columns,
+            e.g. memory slots, already dropped).
+
+    Returns:
+        (N, N) R = Â_L ··· Â_1 with Â_l = 0.5 · mean_h A_l + 0.5 · I, rows renormalised;
+        R[i, j]: how much position i of the top layer holds of input position j.
+    """
+    n = weights.size(-1)
+    identity = torch.eye(n, dtype=weights.dtype, device=weights.device)
+    result = identity
+    for layer_weights in weights:  # (H, N, N), from the first layer up
+        mixed = 0.5 * layer_weights.mean(dim=0) + 0.5 * identity
+        mixed = mixed / mixed.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+        result = mixed @ result
+    return result
+
+
+def _rollout_batch(
+    model: TransformerSeq2Seq,
+    batch: Batch,
+    sizes: Sequence[tuple[int, int]],
+    layer: int | None,
+    head: int | None,
+) -> list[tuple[Tensor, Tensor]]:
+    """Rollout maps of one batch (module docstring): the chosen layer's cross-attention
+    through the encoder's rollout, and the decoder's self-attention rollout up to that layer."""
+    copy = _attention_copy_inputs(model, batch)
+    output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy)
+    encoder = output.extras.get("encoder_self_attention")  # (B, L_enc, H, S, S [+ slots])
+    decoder = output.extras.get("decoder_self_attention")  # (B, L, H, T, T [+ slots])
+    if encoder is None or decoder is None or encoder.size(1) != len(model.encoder.layers):
+        raise UserError(
+            "rollout needs the self-attention weights of every layer; this model's "
+            "self-attention kind returns none (model.attention.kind)"
+        )
+    assert output.attention is not None
+    cross, encoder, decoder = output.attention.float(), encoder.float(), decoder.float()
+    chosen_layer = cross.size(1) if layer is None else layer
+    maps = []
+    for b, (S, steps) in enumerate(sizes):
+        through_encoder = rollout(encoder[b, :, :, :S, :S])  # (S, S)
+        reads = choose_map(cross[b], layer, head)[:steps, :S]  # (T + 1, S)
+        source = reads @ through_encoder
+        prefix = rollout(decoder[b, :chosen_layer, :, :steps, :steps])  # (T + 1, T + 1)
+        maps.append((_rows_to_one(source).cpu(), _rows_to_one(prefix.tril()).cpu()))
+    return maps
+
+
+# --------------------------------------------------------------------------- gradients
+def raw_attributions(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    method: str,
+    *,
+    batch_size: int = 16,
+    settings: GradientSettings = GradientSettings(),
+    device: torch.device | str | None = None,
+    extended: Sequence[ExtendedExample] | None = None,
+) -> list[RawAttribution]:
+    """The signed scores of a gradient method (`GRADIENT_METHODS`) for every encoded example,
+    in order, on the CPU (module docstring); `extended` a copy model's view (`copy_view`)."""
+    check_captum()
+    device = _device_of(model) if device is None else device
+    results: list[RawAttribution] = [None] * len(examples)  # type: ignore[list-item]
+    was_training = model.training
+    model.eval()
+    try:
+        # cuDNN's RNN backward runs in training mode only: the native kernels do it in eval
+        with torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
+            batches = length_sorted_batches(model, examples, batch_size, device, extended)
+            for chunk, batch in batches:
+                sizes = [(len(examples[i][0]), len(examples[i][1]) + 1) for i in chunk]
+                rows = _Rows.of(model, batch, sizes, chunk)
+                for b, raw in enumerate(_gradient_batch(model, rows, method, settings)):
+                    results[chunk[b]] = raw
+    finally:
+        model.train(was_training)
+    return results
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    """Where the model's parameters are."""
+    return next(model.parameters()).device
+
+
+def embedding_modules(model: Seq2Seq) -> tuple[nn.Embedding, nn.Embedding]:
+    """(source embedding, target embedding) of a model: one module when they are shared."""
+    if isinstance(model, TransformerSeq2Seq):
+        return model.src_embed, model.tgt_embed
+    encoder = getattr(model, "encoder", None)
+    source, target = getattr(encoder, "embedding", None), getattr(model, "embedding", None)
+    if not isinstance(source, nn.Embedding) or not isinstance(target, nn.Embedding):
+        raise UserError(f"cannot find the token embeddings of {type(model).__name__}")
+    return source, target
+
+
+@dataclass
+class _Rows:
+    """One batch as (pair, step) rows: row r is pair `pair[r]` with the output of step
+    `step[r]` explained. src (R, S), src_lengths (R,), tgt_in (R, T + 1) and the embedded
+    inputs src_x (R, S, E), tgt_x (R, T + 1, E); labels (R,) the explained ids; copy: the copy
+    model's src_ext (R, S) and n_oov; sizes (S, T + 1) and indices of the batch's pairs."""
+
+    pair: Tensor
+    step: Tensor
+    src: Tensor
+    src_lengths: Tensor
+    tgt_in: Tensor
+    labels: Tensor
+    src_x: Tensor
+    tgt_x: Tensor
+    copy: dict[str, Any]
+    sizes: Sequence[tuple[int, int]]
+    indices: Sequence[int]
+
+    @classmethod
+    def of(
+        cls, model: Seq2Seq, batch: Batch, sizes: Sequence[tuple[int, int]], indices: list[int]
+    ) -> "_Rows":
+        """The rows of `batch`, whose pairs have (S, T + 1) `sizes`."""
+        pair = torch.tensor([b for b, (_, steps) in enumerate(sizes) for _ in range(steps)])
+        step = torch.tensor([t for _, steps in sizes for t in range(steps)])
+        pair, step = pair.to(batch.src.device), step.to(batch.src.device)
+        src_embedding, tgt_embedding = embedding_modules(model)
+        with torch.no_grad():
+            src_x = src_embedding(batch.src)[pair]  # (R, S, E)
+            tgt_x = tgt_embedding(batch.tgt_in)[pair]  # (R, T + 1, E)
+        src_x.requires_grad_()  # the inputs captum differentiates by
+        tgt_x.requires_grad_()
+        copy = {}
+        if getattr(model, "copy", False):
+            inputs = batch.copy_inputs()
+            copy = {"src_ext": inputs["src_ext"][pair], "n_oov": inputs["n_oov"]}
+        labels = batch.tgt_out[pair, step]  # (R,)
+        return cls(
+            pair, step, batch.src[pair], batch.src_lengths[pair], batch.tgt_in[pair], labels,
+            src_x, tgt_x, copy, sizes, indices,
+        )  # fmt: skip
+
+    def arguments(self) -> tuple[Any, ...]:
+        """The forward function's arguments after the two embedded inputs."""
+        return (self.src, self.src_lengths, self.tgt_in, self.step, self.labels,
+                self.copy.get("src_ext"))  # fmt: skip
+
+
+def _step_scores(model: Seq2Seq, n_oov: int) -> Callable[..., Tensor]:
+    """f(src_x, tgt_x, src, src_lengths, tgt_in, step, labels, src_ext) -> (R,): row r's
+    log p(labels[r]) at decoder step step[r], with the token embeddings replaced by the given
+    src_x (R, S, E) and tgt_x (R, T + 1, E): the function captum differentiates."""
+    src_embedding, tgt_embedding = embedding_modules(model)
+
+    def scores(
+        src_x: Tensor, tgt_x: Tensor, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
+        step: Tensor, labels: Tensor, src_ext: Tensor | None,
+    ) -> Tensor:  # fmt: skip
+        copy = {} if src_ext is None else {"src_ext": src_ext, "n_oov": n_oov}
+        replaced = [(src_embedding, src, src_x), (tgt_embedding, tgt_in, tgt_x)]
+        with embeddings_replaced(replaced):
+            output = model(src, src_lengths, tgt_in, **copy)
+        log_probs = output.logits.float().log_softmax(dim=-1)  # (R, T + 1, V)
+        rows = torch.arange(log_probs.size(0), device=log_probs.device)
+        return log_probs[rows, step, labels]
+
+    return scores
+
+
+@contextmanager
+def embeddings_replaced(replaced: Sequence[tuple[nn.Embedding, Tensor, Tensor]]) -> Iterator[None]:
+    """Within the block, an embedding module called with the ids `ids` (N, M), a view of them
+    (an RNN decoder's column ids[:, t]) or an equal copy (a pointer model's ids read into its
+    vocabulary) returns the rows of `vectors` (N, M, E) of those positions instead of looking
+    the ids up; `replaced` holds (module, ids, vectors). A call with other ids is an error: the
+    model embeds something whose positions cannot be followed."""
+    by_module: dict[int, list[tuple[Tensor, Tensor]]] = {}
+    for module, ids, vectors in replaced:
+        by_module.setdefault(id(module), []).append((ids, vectors))
+    handles = []
+
+    def hook(module: nn.Module, inputs: tuple[Tensor, ...], _output: Tensor) -> Tensor:
+        return _substitute(inputs[0], by_module[id(module)])
+
+    seen = set()
+    for module, _, _ in replaced:
+        if id(module) not in seen:
+            seen.add(id(module))
+            handles.append(module.register_forward_hook(hook))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _substitute(ids: Tensor, candidates: Sequence[tuple[Tensor, Tensor]]) -> Tensor:
+    """The vectors (ids.shape + (E,)) standing for `ids`: a registered ids tensor or a view of
+    it first, then an equal copy or a view of one (the last registered first: the decoder
+    input, which a pointer model copies); the positions of a view follow from its strides and
+    offset."""
+    for registered, vectors in candidates:
+        if registered.is_contiguous() and _storage(ids) == _storage(registered):
+            return _gather(vectors, ids, registered)
+    base = ids if ids._base is None else ids._base
+    for registered, vectors in reversed(candidates):
+        same = base.shape == registered.shape and _storage(base) == _storage(ids)
+        if same and base.is_contiguous() and torch.equal(base, registered):
+            return _gather(vectors, ids, base)
+    raise UserError(
+        "the gradient methods cannot follow this model's embedded positions (it embeds ids that "
+        "are neither the source nor the decoder input); use attention"
+    )
+
+
+def _storage(tensor: Tensor) -> int:
+    """The address of the memory a tensor views."""
+    return tensor.untyped_storage().data_ptr()
+
+
+def _gather(vectors: Tensor, ids: Tensor, base: Tensor) -> Tensor:
+    """The rows of `vectors` (N, M, E) at the positions `ids` takes in `base` (N, M), the
+    contiguous tensor it views: the same view of 0 .. N·M − 1 gives the flat positions."""
+    flat = torch.arange(base.numel(), device=ids.device)
+    positions = flat.as_strided(
+        ids.shape, ids.stride(), ids.storage_offset() - base.storage_offset()
+    )
+    return vectors.reshape(-1, vectors.size(-1))[positions]
+
+
+def _gradient_batch(
+    model: Seq2Seq, rows: _Rows, method: str, settings: GradientSettings
+) -> list[RawAttribution]:
+    """The signed scores of every pair of one batch (rows: `_Rows.of`)."""
+    from captum.attr import InputXGradient, IntegratedGradients
+
+    scores = _step_scores(model, rows.copy.get("n_oov", 0))
+    inputs, arguments = (rows.src_x, rows.tgt_x), rows.arguments()
+    baseline_scores = None
+    if method == "gradient-x-input":
+        src_a, tgt_a = InputXGradient(scores).attribute(inputs, additional_forward_args=arguments)
+    elif method == "integrated-gradients":
+        zeros = (torch.zeros_like(rows.src_x).detach(), torch.zeros_like(rows.tgt_x).detach())
+        n_rows = rows.src_x.size(0)
+        src_a, tgt_a = IntegratedGradients(scores).attribute(
+            inputs, baselines=zeros, additional_forward_args=arguments, n_steps=settings.ig_steps,
+            internal_batch_size=n_rows * max(1, _IG_ROWS_PER_PASS // n_rows),
+        )  # fmt: skip
+        with torch.no_grad():
+            baseline_scores = scores(*zeros, *arguments).detach()
+    if method == "smoothgrad":
+        src_raw, tgt_raw = _smoothgrad(scores, rows, settings, embedding_modules(model))
+    else:  # a_t(s) = sum over the embedding dimension: (R, S) and (R, T + 1)
+        src_raw, tgt_raw = src_a.detach().sum(dim=-1), tgt_a.detach().sum(dim=-1)
+    with torch.no_grad():
+        at_input = scores(*inputs, *arguments).detach()
+    return _per_pair(rows, src_raw, tgt_raw, at_input, baseline_scores)
+
+
+def _smoothgrad(
+    scores: Callable[..., Tensor],
+    rows: _Rows,
+    settings: GradientSettings,
+    embeddings: tuple[nn.Embedding, nn.Embedding],
+) -> tuple[Tensor, Tensor]:
+    """SmoothGrad of gradient × input (module docstring): the magnitude of each noisy copy's
+    per-position score, averaged over the copies, (R, S) and (R, T + 1). captum's
+    InputXGradient computes each copy's products; the noise is drawn here, per pair from its
+    own seeded generator (captum's NoiseTunnel draws from the global generator over the whole
+    batch, which would tie a pair's map to its neighbours)."""
+    from captum.attr import InputXGradient
+
+    with torch.no_grad():
+        ranges = [float(e.weight.max() - e.weight.min()) for e in embeddings]
+    sigmas = [settings.smoothgrad_noise * spread for spread in ranges]
+    src_noise, tgt_noise = _noise(rows, settings, sigmas)  # (K, R, S, E), (K, R, T + 1, E)
+    explainer = InputXGradient(scores)
+    src_total = rows.src_x.new_zeros(rows.src_x.shape[:2])  # (R, S)
+    tgt_total = rows.tgt_x.new_zeros(rows.tgt_x.shape[:2])  # (R, T + 1)
+    for k in range(settings.smoothgrad_samples):
+        noisy = (
+            (rows.src_x + src_noise[k]).detach().requires_grad_(),
+            (rows.tgt_x + tgt_noise[k]).detach().requires_grad_(),
+        )
+        src_a, tgt_a = explainer.attribute(noisy, additional_forward_args=rows.arguments())
+        src_total += src_a.detach().sum(dim=-1).abs()
+        tgt_total += tgt_a.detach().sum(dim=-1).abs()
+    return src_total / settings.smoothgrad_samples, tgt_total / settings.smoothgrad_samples
+
+
+def _noise(
+    rows: _Rows, settings: GradientSettings, sigmas: Sequence[float]
+) -> tuple[Tensor, Tensor]:
+    """SmoothGrad's noise ε (K, R, S, E) and (K, R, T + 1, E): N(0, σ²) on each pair's real
+    positions, drawn from a generator seeded with (seed, the pair's index) in a fixed order
+    (source, then prefix, step by step), zero on padding."""
+    K = settings.smoothgrad_samples
+    src_noise = rows.src_x.new_zeros(K, *rows.src_x.shape)
+    tgt_noise = rows.tgt_x.new_zeros(K, *rows.tgt_x.shape)
+    E_src, E_tgt = rows.src_x.size(-1), rows.tgt_x.size(-1)
+    start = 0
+    for (S, steps), index in zip(rows.sizes, rows.indices, strict=True):
+        generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + index)
+        src_part = torch.randn(K, steps, S, E_src, generator=generator) * sigmas[0]
+        tgt_part = torch.randn(K, steps, steps, E_tgt, generator=generator) * sigmas[1]
+        src_noise[:, start : start + steps, :S] = src_part.to(src_noise)
+        tgt_noise[:, start : start + steps, :steps] = tgt_part.to(tgt_noise)
+        start += steps
+    return src_noise, tgt_noise
+
+
+def _per_pair(
+    rows: _Rows,
+    src_raw: Tensor,
+    tgt_raw: Tensor,
+    at_input: Tensor,
+    baseline_scores: Tensor | None,
+) -> list[RawAttribution]:
+    """Row scores (R, S), (R, T + 1), (R,) cut into each pair's RawAttribution on the CPU."""
+    results, start = [], 0
+    for S, steps in rows.sizes:
+        part = slice(start, start + steps)
+        results.append(
+            RawAttribution(
+                src_raw[part, :S].cpu(),
+                tgt_raw[part, :steps].tril().cpu(),  # step t reads inputs 0..t only
+                at_input[part].cpu(),
+                None if baseline_scores is None else baseline_scores[part].cpu(),
+            )
+        )
+        start += steps
+    return results
+
+
+def _normalised_gradients(raw: RawAttribution) -> tuple[Tensor, Tensor, Tensor]:
+    """(source, prefix, source share) of a pair's signed scores (module docstring)."""
+    src_mass, tgt_mass = raw.source.abs(), raw.target_prefix.abs()
+    steps = tgt_mass.size(0)
+    causal = torch.ones(steps, steps, dtype=torch.bool).tril()
+    src_total, tgt_total = src_mass.sum(dim=1), tgt_mass.sum(dim=1)
+    share = src_total / (src_total + tgt_total).clamp_min(1e-30)
+    return _rows_to_one(src_mass), _rows_to_one(tgt_mass, causal), share
