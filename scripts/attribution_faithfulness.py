@@ -43,13 +43,15 @@ checkpoint cannot do (no gold links, no data) or a method the model lacks.
 """
 
 import argparse
+import contextlib
+import fcntl
 import json
 import math
 import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +83,7 @@ GRADIENT_METHODS = ("gradient-x-input", "integrated-gradients", "smoothgrad")
 # the table's order; "attention-best" is the oracle layer/head, "random" the deletion baseline
 METHOD_ORDER = (ATTENTION, "attention-best", "shift-att", "rollout", *GRADIENT_METHODS)
 LABELS = {
-    ATTENTION: "attention (last layer, chosen in advance)",
+    ATTENTION: "attention (chosen in advance)",
     "attention-best": "attention (best layer/head: oracle)",
     "shift-att": "Shift-Att",
     "rollout": "attention rollout",
@@ -551,12 +553,19 @@ def models_table(entries: dict[str, Any]) -> list[str]:
 
 
 def render_tables(entries: dict[str, Any]) -> str:
-    parts = ["**Models and pairs**", "", *models_table(entries)]
-    parts += ["**Alignment error rate against gold links**", "", *alignment_table(entries)]
-    parts += ["**Deletion curves**", "", *deletion_table(entries)]
-    parts += ["**Agreement with attention**", "", *agreement_table(entries)]
-    parts += ["**Cost**", "", *cost_table(entries)]
-    parts += ["**Attention by layer and head**", "", *layer_table(entries)]
+    """Every table that has rows, each under its bold title."""
+    sections = [
+        ("Models and pairs", models_table(entries)),
+        ("Alignment error rate against gold links", alignment_table(entries)),
+        ("Deletion curves", deletion_table(entries)),
+        ("Agreement with attention", agreement_table(entries)),
+        ("Cost", cost_table(entries)),
+        ("Attention by layer and head", layer_table(entries)),
+    ]
+    parts = []
+    for title, lines in sections:
+        if len(lines) > 3:  # a header, its rule and a blank line hold no row
+            parts += [f"**{title}**", "", *lines]
     return "\n".join(parts)
 
 
@@ -666,15 +675,31 @@ def write_report(path: Path, entries: dict[str, Any]) -> None:
     figure(entries, path.with_suffix(".png"))
 
 
+@contextlib.contextmanager
+def report_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on the report's folder while it is read and rewritten, so that
+    measurements of several checkpoints running at once each add their entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # releases the lock
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
-        entries = read_report(args.out)
-        if args.command == "measure":
-            entries[args.name] = measure(args)
-        elif not entries:
-            raise UserError(f"--out {args.out} holds no measurements yet: run `measure` first")
-        write_report(args.out, entries)
+        read_report(args.out)  # a broken report is an error before any work
+        entry = measure(args) if args.command == "measure" else None
+        with report_lock(args.out):
+            entries = read_report(args.out)
+            if entry is not None:
+                entries[args.name] = entry
+            elif not entries:
+                raise UserError(f"--out {args.out} holds no measurements yet: run `measure` first")
+            write_report(args.out, entries)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
