@@ -488,7 +488,10 @@ def deletion_table(entries: dict[str, Any]) -> list[str]:
 
     def value(name, method):
         found = entries[name]["deletion"]["curves"].get(method)
-        return cell(found["area"]) if found else "–"
+        text = cell(found["area"]) if found else "–"
+        if found and "map" in found:
+            text += f" ({found['map'].replace('layer', 'L').replace('/mean', ' mean')})"
+        return text
 
     rows = [(LABELS[m], [value(n, m) for n in names]) for m in methods]
     return table("deletion area, nats (higher is more faithful)", names, rows)
@@ -536,20 +539,17 @@ def layer_table(entries: dict[str, Any]) -> list[str]:
 
 
 def models_table(entries: dict[str, Any]) -> list[str]:
+    def settings(entry):
+        values = entry["settings"]
+        return f"{values['ig_steps']} / {values['smoothgrad_samples']}"
+
     rows = [
-        (
-            name,
-            [
-                e["model"],
-                e["experiment"],
-                str(e["step"]),
-                str(e["sentences"]),
-                f"{e['host']['load_average']:.1f}",
-            ],
-        )
+        (name, [e["model"], e["experiment"], str(e["step"]), str(e["sentences"]), settings(e),
+                f"{e['host']['load_average']:.1f}"])
         for name, e in sorted(entries.items())
-    ]
-    return table("entry", ["model", "experiment", "updates", "pairs", "load at start"], rows)
+    ]  # fmt: skip
+    columns = ["model", "experiment", "updates", "pairs", "IG steps / SmoothGrad samples"]
+    return table("entry", [*columns, "load at start"], rows)
 
 
 def render_tables(entries: dict[str, Any]) -> str:
@@ -656,7 +656,7 @@ def figure(entries: dict[str, Any], path: Path) -> None:
                 style,
                 marker="o",
                 markersize=3,
-                label=f"{LABELS[method]} ({curves[method]['area']:.2f})",
+                label=f"{LABELS[method]} ({curves[method]['area']:.3f})",
             )
         ax.set_xlabel("top-k source words masked")
         ax.set_ylabel("drop of log p(reference token), nats")
