@@ -399,6 +399,21 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return entry
 
 
+RUN_METRICS = ("test/exact_match", "test/bleu")
+
+
+def run_metrics(checkpoint: Path) -> dict[str, float]:
+    """The test scores training wrote beside the checkpoint (RUN/metrics.json for
+    RUN/checkpoints/best.pt), to say how well each measured model learned its task; {} when
+    there is no such file."""
+    path = Path(checkpoint).parent.parent / "metrics.json"
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {key: metrics[key] for key in RUN_METRICS if isinstance(metrics.get(key), float)}
+
+
 def describe(trained: TrainedModel, args: argparse.Namespace, sentences: int) -> dict[str, Any]:
     """What produced an entry: the checkpoint, its model and training step, the settings, the
     host."""
@@ -414,6 +429,7 @@ def describe(trained: TrainedModel, args: argparse.Namespace, sentences: int) ->
         "family": model.family.value,
         "experiment": trained.cfg.name,
         "step": (trained.payload.get("progress") or {}).get("step"),
+        "run_metrics": run_metrics(args.checkpoint),
         "sentences": sentences,
         "settings": {
             key: getattr(args, key)
@@ -543,12 +559,18 @@ def models_table(entries: dict[str, Any]) -> list[str]:
         values = entry["settings"]
         return f"{values['ig_steps']} / {values['smoothgrad_samples']}"
 
+    def learned(entry):
+        found = entry.get("run_metrics") or run_metrics(Path(entry["checkpoint"]))
+        entry["run_metrics"] = found  # kept in the JSON once read
+        return " / ".join(cell(found.get(key), 3 if "exact" in key else 1) for key in RUN_METRICS)
+
     rows = [
-        (name, [e["model"], e["experiment"], str(e["step"]), str(e["sentences"]), settings(e),
-                f"{e['host']['load_average']:.1f}"])
+        (name, [e["model"], e["experiment"], str(e["step"]), learned(e), str(e["sentences"]),
+                settings(e), f"{e['host']['load_average']:.1f}"])
         for name, e in sorted(entries.items())
     ]  # fmt: skip
-    columns = ["model", "experiment", "updates", "pairs", "IG steps / SmoothGrad samples"]
+    columns = ["model", "experiment", "updates", "test exact match / BLEU", "pairs"]
+    columns.append("IG steps / SmoothGrad samples")
     return table("entry", [*columns, "load at start"], rows)
 
 
@@ -669,8 +691,9 @@ def figure(entries: dict[str, Any], path: Path) -> None:
 
 def write_report(path: Path, entries: dict[str, Any]) -> None:
     """The JSON, and beside it the tables, the findings and the figure."""
+    tables = render_tables(entries)  # fills in run_metrics an older entry lacks
     atomic_write_json(path, entries)
-    atomic_write_text(path.with_name(path.stem + "_table.md"), render_tables(entries))
+    atomic_write_text(path.with_name(path.stem + "_table.md"), tables)
     atomic_write_text(path.with_name(path.stem + "_findings.md"), findings(entries))
     figure(entries, path.with_suffix(".png"))
 

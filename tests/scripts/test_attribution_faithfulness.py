@@ -119,3 +119,13 @@ def test_a_checkpoint_without_gold_needs_deletion_and_report_needs_entries(tmp_p
     assert "no gold links" in capsys.readouterr().err
     assert faithfulness_script.main(["report", "--out", out]) == 2
     assert "run `measure` first" in capsys.readouterr().err
+
+
+def test_run_metrics_come_from_the_training_run_of_the_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    metrics = {"test/exact_match": 0.5, "test/bleu": 40.25, "test/loss": 1.0}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    found = faithfulness_script.run_metrics(run_dir / "checkpoints" / "best.pt")
+    assert found == {"test/exact_match": 0.5, "test/bleu": 40.25}
+    assert faithfulness_script.run_metrics(tmp_path / "elsewhere.pt") == {}
