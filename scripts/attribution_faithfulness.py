@@ -648,7 +648,7 @@ def figure(entries: dict[str, Any], path: Path) -> None:
 
     aligned, deleted = ordered(entries, "alignment"), ordered(entries, "deletion")
     panels = 1 + len(deleted) if aligned else len(deleted)
-    fig, axes = plt.subplots(1, max(panels, 1), figsize=(5.2 * max(panels, 1), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, max(panels, 1), figsize=(6 * max(panels, 1), 5.6), squeeze=False)
     axes = list(axes[0])
     if aligned:
         ax = axes.pop(0)
@@ -667,7 +667,7 @@ def figure(entries: dict[str, Any], path: Path) -> None:
         )
         ax.set_ylabel("AER (lower is better)")
         ax.set_title("Alignment against gold links")
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     for ax, name in zip(axes, deleted, strict=True):
         curves = entries[name]["deletion"]["curves"]
         for method in [m for m in (*METHOD_ORDER, "random") if m in curves]:
@@ -683,7 +683,7 @@ def figure(entries: dict[str, Any], path: Path) -> None:
         ax.set_xlabel("top-k source words masked")
         ax.set_ylabel("drop of log p(reference token), nats")
         ax.set_title(f"Deletion: {name}")
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
