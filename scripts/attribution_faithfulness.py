@@ -637,6 +637,12 @@ def findings(entries: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def color(method: str) -> str:
+    """One colour per method in every panel (matplotlib's cycle, grey for random)."""
+    order = [*METHOD_ORDER, "random"]
+    return "0.45" if method == "random" else f"C{order.index(method)}"
+
+
 def figure(entries: dict[str, Any], path: Path) -> None:
     """AER per method and entry (bars), and each deletion entry's curves."""
     import matplotlib
@@ -660,8 +666,9 @@ def figure(entries: dict[str, Any], path: Path) -> None:
                 for n in aligned
             ]
             ax.bar(
-                [j + i * width for j in range(len(aligned))], values, width, label=LABELS[method]
-            )
+                [j + i * width for j in range(len(aligned))], values, width, label=LABELS[method],
+                color=color(method),
+            )  # fmt: skip
         ax.set_xticks(
             [j + 0.4 - width / 2 for j in range(len(aligned))], aligned, rotation=20, fontsize=8
         )
@@ -679,6 +686,7 @@ def figure(entries: dict[str, Any], path: Path) -> None:
                 marker="o",
                 markersize=3,
                 label=f"{LABELS[method]} ({curves[method]['area']:.3f})",
+                color=color(method),
             )
         ax.set_xlabel("top-k source words masked")
         ax.set_ylabel("drop of log p(reference token), nats")

@@ -65,9 +65,10 @@ def test_deletion_entry_of_a_transformer_and_the_report(tmp_path):
     checkpoint = untrained_checkpoint(
         tmp_path / "transformer.pt", *REVERSE, "model.family=transformer", "model.dec_layers=2"
     )
+    methods = "attention,rollout,gradient-x-input"
     entries = run(tmp_path, "measure", str(checkpoint), "--name", "reverse/transformer", *QUICK,
                   "--deletion", "--max-sentences", "4", "--ks", "0,1,2",
-                  "--random-seeds", "0,1", "--methods", "attention,rollout,gradient-x-input")  # fmt: skip
+                  "--random-seeds", "0,1", "--methods", methods)  # fmt: skip
     entry = entries["reverse/transformer"]
     maps = entry["alignment"]["attention_maps"]
     assert set(maps) == {f"layer{layer}/{head}" for layer in (1, 2)
