@@ -101,7 +101,8 @@ def align(
     attnseq align best.pt --src test.en --tgt test.fr > test.align
     attnseq align best.pt --src test.en --tgt test.fr --method shift-att \\
         --layer 2 --head 1
-    attnseq align best.pt --src test.en --tgt test.fr --method integrated-gradients
+    attnseq align best.pt --src test.en --tgt test.fr \\
+        --method integrated-gradients
     attnseq align en-fr.pt --src test.en --tgt test.fr --reverse fr-en.pt \\
         --symmetrize grow-diag-final-and --out test.gdfa --soft test.npz
     attnseq align best.pt --src test.en --tgt test.fr --gold test.sure.pharaoh \\

@@ -58,7 +58,8 @@ def explain(
 
     \b
     attnseq explain RUN --src "March 3rd, 1998" --out report.html
-    attnseq explain best.pt --src "a b c" --tgt "c b a" --methods attention,shift-att
+    attnseq explain best.pt --src "a b c" --tgt "c b a" \\
+        --methods attention,shift-att
     attnseq explain tf.pt --src "ein Hund läuft" --beam 4 --out dog.html
     """
     from attnseq.evaluation.python_api import load
