@@ -45,14 +45,17 @@ cut, which keeps sequences within the model's positions. Every split's counts ar
 (logger "attnseq") and returned in `PreparedData.stats`.
 """
 
+import collections
 import hashlib
 import itertools
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -414,8 +417,7 @@ def _write_split(
     loaded = 0  # pairs of the split read so far: the position of the chunk's first pair
     stream = iter(pairs)
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, _SCHEMA) as writer:
-        while chunk := list(itertools.islice(stream, ENCODE_CHUNK)):
-            encoded = encode_chunk(name, chunk, tokenizers, cfg)
+        for chunk, encoded in _encoded_chunks(name, stream, tokenizers, cfg):
             kept = encoded.kept.tolist()
             columns = [
                 pa.array([chunk[position][0] for position in kept], pa.string()),
@@ -430,6 +432,38 @@ def _write_split(
             loaded += len(chunk)
     log_stats(cfg, name, counts)
     return counts
+
+
+def _encoded_chunks(
+    name: str, stream: Iterator[tuple[str, str]], tokenizers: TokenizerPair, cfg: DataConfig
+) -> Iterator[tuple[Pairs, "EncodedChunk"]]:
+    """The split's chunks of `ENCODE_CHUNK` pairs, in order, each with its `encode_chunk`.
+
+    A split of one chunk (every validation and test set) is encoded here. A longer one is
+    encoded by one worker process per core while this process reads the next chunks and
+    writes the finished ones: the encoding is mostly Python (a dictionary lookup per word), so
+    threads would share one core. Workers are forked (the tokenizers and settings are already
+    in memory, nothing is imported again) and each keeps its own known words; a chunk's ids
+    do not depend on which worker encodes it, so the result is the same as in one process.
+    """
+    chunks = iter(lambda: list(itertools.islice(stream, ENCODE_CHUNK)), [])
+    workers = os.cpu_count() or 1
+    head = list(itertools.islice(chunks, 2))
+    if len(head) < 2 or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for chunk in itertools.chain(head, chunks):
+            yield chunk, encode_chunk(name, chunk, tokenizers, cfg)
+        return
+    fork = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=fork) as pool:
+        pending: collections.deque[tuple[Pairs, Future[EncodedChunk]]] = collections.deque()
+        for chunk in itertools.chain(head, chunks):
+            pending.append((chunk, pool.submit(encode_chunk, name, chunk, tokenizers, cfg)))
+            if len(pending) > workers:  # one chunk waiting per worker, the rest written
+                done, encoded = pending.popleft()
+                yield done, encoded.result()
+        while pending:
+            done, encoded = pending.popleft()
+            yield done, encoded.result()
 
 
 def _list_column(flat: np.ndarray, lengths: np.ndarray) -> pa.ListArray:

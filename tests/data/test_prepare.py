@@ -308,17 +308,30 @@ def write_generated_corpus(root: Path) -> DataConfig:
 def test_batches_of_a_cached_local_corpus_are_unchanged(
     chunk: int, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Also when preparation reads, encodes and writes 7 pairs at a time (hundreds of Arrow
-    record batches per split), from the files as streams, never through a list of the lines."""
+    """Also when preparation reads, encodes (in worker processes) and writes 7 pairs at a time
+    (hundreds of Arrow record batches per split), from the files as streams, never through a
+    list of the lines."""
     cfg = write_generated_corpus(tmp_path)
     monkeypatch.setattr(prepare_module, "ENCODE_CHUNK", chunk)
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("parallel files are streamed, not loaded as lists")
 
+    pools: list[object] = []
+
+    class CountedPool(prepare_module.ProcessPoolExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pools.append(self)
+            super().__init__(*args, **kwargs)
+
     with monkeypatch.context() as patched:
         patched.setattr(prepare_module, "load_splits", fail)
+        patched.setattr(prepare_module, "ProcessPoolExecutor", CountedPool)
+        patched.setattr(prepare_module.os, "cpu_count", lambda: 2)
         first = prepare_data(cfg, seed=1)
+    # A split of several chunks (here train, valid and test) is encoded by worker processes;
+    # one chunk, in this process.
+    assert len(pools) == (3 if chunk == 7 else 0)
     assert first.cache_folder is not None
     assert len(first.examples["train"].src._offsets) == -(-3000 // chunk)  # one per chunk
     assert fingerprints(first, cfg, seed=4) == LOCAL_FINGERPRINTS
