@@ -374,7 +374,7 @@ def _write_cached(
 ) -> None:
     """Encode every split chunk by chunk into `folder` (splits/NAME.arrow, Arrow IPC streams,
     plus meta.json), atomically (built aside, renamed): `ENCODE_CHUNK` pairs at a time are
-    read, encoded (sentencepiece: the library's threads, one per core) and written, so memory
+    read, encoded (`_encoded_chunks`: worker processes for long splits) and written, so memory
     holds one chunk, never a split. The count checks run before the entry is kept."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))

@@ -18,7 +18,7 @@ JSON-compatible state (`Tokenizer.save` writes JSON).
 
 `encode_sampled` draws one segmentation of a text from the model, reproducibly.
 
-`encode_batch` (what data preparation encodes corpora with) encodes each distinct
+`encode_flat` (what data preparation encodes corpora with) encodes each distinct
 space-separated word once and joins the words' ids. That is exact, not an approximation, for
 models that split by whitespace (the default, and how `train` trains): no piece holds "▁" except
 at its start, so neither a BPE merge nor a unigram segment crosses a word boundary, and with
@@ -57,7 +57,6 @@ import base64
 import functools
 import hashlib
 import io
-import itertools
 import json
 import logging
 import math
@@ -81,6 +80,7 @@ from attnseq.data.tokenizers import (
     UNK,
     UNK_ID,
     Tokenizer,
+    flatten_ids,
     output_ids,
     register_tokenizer,
 )
@@ -97,7 +97,7 @@ INPUT_SENTENCE_SIZE = 1_000_000
 # Long inputs (summarization sources) are ordinary sentences to us; the library default (4192
 # bytes) would silently leave every longer one out of training.
 MAX_SENTENCE_LENGTH = 1 << 16
-# Words whose ids `encode_batch` keeps; past this many it starts again (memory stays bounded on
+# Words whose ids `encode_flat` keeps; past this many it starts again (memory stays bounded on
 # corpora with millions of distinct words).
 WORD_CACHE_SIZE = 1 << 20
 
@@ -174,10 +174,7 @@ class SentencePieceTokenizer(Tokenizer):
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
         joined = _SENTINEL_GAP.join(texts)
         if not self._words_independent or joined.count(_SENTINEL) != count - 1:
-            ids = self._sp.encode(list(texts), out_type=int, num_threads=threads)
-            lengths = np.fromiter(map(len, ids), np.int64, count=count)
-            flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, lengths.sum())
-            return flat, lengths
+            return flatten_ids(self._sp.encode(list(texts), out_type=int, num_threads=threads))
         words = joined.split(" ")
         table = self._words
         new = set(words).difference(table.rows)
@@ -366,11 +363,10 @@ class _WordTable:
         self.lengths = np.zeros(2, np.int64)
 
     def add(self, words: list[str], ids: list[list[int]]) -> None:
-        lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+        new_ids, lengths = flatten_ids(ids)
         starts = len(self.ids) + np.cumsum(lengths) - lengths
         first = len(self.rows)
         self.rows.update(zip(words, range(first, first + len(words)), strict=True))
-        new_ids = np.fromiter(itertools.chain.from_iterable(ids), np.int32, lengths.sum())
         self.ids = np.concatenate([self.ids, new_ids])
         self.starts = np.concatenate([self.starts, starts])
         self.lengths = np.concatenate([self.lengths, lengths])

@@ -95,6 +95,14 @@ def output_ids(ids: Iterable[int]) -> Iterator[int]:
             yield token_id
 
 
+def flatten_ids(ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of ids -> (every list's ids one after the other, int32; each list's length,
+    int64)."""
+    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
+    return flat, lengths
+
+
 class Tokenizer(abc.ABC):
     """Text <-> ids. Subclasses set `kind` and are registered with `register_tokenizer`."""
 
@@ -124,10 +132,7 @@ class Tokenizer(abc.ABC):
         """`encode` of many texts as two arrays: every text's ids one after the other (int32)
         and the number of ids of each text (int64), what an Arrow list column is made of.
         Kinds with a faster batched encoder override it."""
-        ids = [self.encode(text) for text in texts]
-        lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
-        return flat, lengths
+        return flatten_ids([self.encode(text) for text in texts])
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """`encode` of many texts, as lists (`encode_flat`'s speed)."""
