@@ -48,19 +48,33 @@ def read_parallel(src_files: Path | Sequence[Path], tgt_files: Path | Sequence[P
     return list(ParallelStream(src_list, tgt_list))
 
 
-def parallel_lines(src_file: Path, tgt_file: Path) -> Iterator[tuple[str, str]]:
-    """The (source, target) lines of two line-aligned files, streamed, outer whitespace
-    stripped; a UserError with both files' line counts when one ends before the other."""
-    src_lines, tgt_lines = text_lines(src_file), text_lines(tgt_file)
-    for count, (src, tgt) in enumerate(itertools.zip_longest(src_lines, tgt_lines)):
-        if src is None or tgt is None:  # `count` lines of both were read
-            src_count = count + (src is not None) + sum(1 for _ in src_lines)
-            tgt_count = count + (tgt is not None) + sum(1 for _ in tgt_lines)
+BLOCK_LINES = 50_000  # lines read at a time: one C-level read per block, not per line
+
+
+def parallel_blocks(
+    src_file: Path, tgt_file: Path, size: int = BLOCK_LINES
+) -> Iterator[tuple[list[str], list[str]]]:
+    """The (source, target) lines of two line-aligned files, `size` of each at a time (fewer
+    in the last block), outer whitespace stripped; a UserError with both files' line counts
+    when one ends before the other."""
+    src_blocks, tgt_blocks = line_blocks(src_file, size), line_blocks(tgt_file, size)
+    count = 0  # lines of each file read so far
+    for src, tgt in itertools.zip_longest(src_blocks, tgt_blocks, fillvalue=[]):
+        if len(src) != len(tgt):  # every block but the last holds `size` lines
+            src_count = count + len(src) + sum(map(len, src_blocks))
+            tgt_count = count + len(tgt) + sum(map(len, tgt_blocks))
             raise UserError(
                 f"parallel files differ in length: {src_file} has {src_count} lines but "
                 f"{tgt_file} has {tgt_count}; line N of one must translate line N of the other"
             )
-        yield src.strip(), tgt.strip()
+        count += len(src)
+        yield list(map(str.strip, src)), list(map(str.strip, tgt))
+
+
+def parallel_lines(src_file: Path, tgt_file: Path) -> Iterator[tuple[str, str]]:
+    """`parallel_blocks` a pair at a time."""
+    for src, tgt in parallel_blocks(src_file, tgt_file):
+        yield from zip(src, tgt)
 
 
 class ParallelStream:
@@ -79,11 +93,39 @@ class ParallelStream:
         self.src_files, self.tgt_files, self.limit = list(src_files), list(tgt_files), limit
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        pairs = itertools.chain.from_iterable(
-            parallel_lines(src, tgt)
-            for src, tgt in zip(self.src_files, self.tgt_files, strict=True)
+        return itertools.chain.from_iterable(zip(src, tgt) for src, tgt in self.blocks())
+
+    def blocks(self, size: int = BLOCK_LINES) -> Iterator[tuple[list[str], list[str]]]:
+        """The pairs as (sources, targets) blocks of at most `size` lines (a shard's last block
+        and the block `limit` cuts hold fewer)."""
+        left = self.limit
+        for src_file, tgt_file in zip(self.src_files, self.tgt_files, strict=True):
+            for src, tgt in parallel_blocks(src_file, tgt_file, size):
+                if left is not None:
+                    if left <= len(src):
+                        yield src[:left], tgt[:left]
+                        return
+                    left -= len(src)
+                yield src, tgt
+
+    def side(self, side: int) -> "SideTexts":
+        """The stripped texts of one side (0: source, 1: target), reading only its files."""
+        return SideTexts(self.src_files if side == 0 else self.tgt_files, self.limit)
+
+
+class SideTexts:
+    """The lines of one side's shards, stripped, read anew on every iteration (`limit`: only
+    the first lines). The other side's files are not opened, so their line counts are checked
+    where the pairs are read, not here."""
+
+    def __init__(self, files: Sequence[Path], limit: int | None) -> None:
+        self.files, self.limit = list(files), limit
+
+    def __iter__(self) -> Iterator[str]:
+        lines = itertools.chain.from_iterable(
+            map(str.strip, block) for path in self.files for block in line_blocks(path)
         )
-        return pairs if self.limit is None else itertools.islice(pairs, self.limit)
+        return lines if self.limit is None else itertools.islice(lines, self.limit)
 
 
 COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}  # suffix -> opener of a compressed file
@@ -96,13 +138,23 @@ def text_lines(path: Path) -> Iterator[str]:
     A file that is not valid UTF-8, or a compressed file that is truncated or corrupt, is a
     UserError naming the file (and the line).
     """
+    for block in line_blocks(path):
+        for line in block:
+            yield line.rstrip("\n")
+
+
+def line_blocks(path: Path, size: int = BLOCK_LINES) -> Iterator[list[str]]:
+    """The lines of a UTF-8 text file (gzip or xz when its name ends in .gz or .xz), `size` at
+    a time (fewer in the last block), each with its line end; universal newlines, as Python's
+    text files read them. Errors as `text_lines`."""
     check_input_file(path, "data file")
     opener = COMPRESSED.get(path.suffix.lower(), open)
-    number = 0
+    number = 0  # lines read so far
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):  # noqa: B007 (read in except)
-                yield line.rstrip("\n")
+            while block := list(itertools.islice(handle, size)):
+                number += len(block)
+                yield block
     except UnicodeDecodeError:
         # Text files decode a block at a time, ahead of the lines read: find the line.
         with opener(path, "rb") as raw_lines:
@@ -117,11 +169,22 @@ def text_lines(path: Path) -> Iterator[str]:
         raise UserError(f"{path} is not valid UTF-8; data files must be UTF-8 text") from None
     except (EOFError, OSError, lzma.LZMAError) as bad:
         kind = path.suffix.lower().lstrip(".")
+        if opener is not open:  # the block that failed was read in part: count its lines
+            number = _lines_before_failure(opener, path)
         raise UserError(
             f"cannot read {path} after line {number}: {bad} (a truncated or corrupt {kind} file?)"
             if opener is not open
             else f"cannot read {path} after line {number}: {bad}"
         ) from None
+
+
+def _lines_before_failure(opener: Any, path: Path) -> int:
+    """How many lines of a truncated or corrupt compressed file can be read."""
+    count = 0
+    with contextlib.suppress(EOFError, OSError, lzma.LZMAError), opener(path, "rb") as raw:
+        for count, _ in enumerate(raw, start=1):  # noqa: B007 (the count is the result)
+            pass
+    return count
 
 
 def read_tsv(path: Path, src_field: str, tgt_field: str) -> Pairs:

@@ -67,7 +67,7 @@ import pyarrow as pa
 from attnseq.config.choices import DataSource, TaskType, TokenizerKind
 from attnseq.config.schema import DataConfig
 from attnseq.data.batching import Example
-from attnseq.data.file_readers import Pairs
+from attnseq.data.file_readers import Pairs, ParallelStream
 from attnseq.data.locations import cache_root
 from attnseq.data.mapped_split import MappedSplit
 from attnseq.data.sentencepiece_tokenizer import train_sentencepiece
@@ -237,10 +237,11 @@ def load_prepared(folder: Path) -> PreparedData | None:
     return _load_cached(folder)
 
 
-def train_tokenizers(cfg: DataConfig, train_pairs: Sequence[tuple[str, str]]) -> TokenizerPair:
+def train_tokenizers(cfg: DataConfig, train_pairs: Iterable[tuple[str, str]]) -> TokenizerPair:
     """Tokenizers of kind `data.tokenizer` trained on the training pairs (each side read as a
-    stream of texts: sentencepiece keeps only its sample of them)."""
-    src_texts, tgt_texts = _Side(train_pairs, 0), _Side(train_pairs, 1)
+    stream of texts: sentencepiece keeps only its sample of them; a streamed corpus reads only
+    that side's files)."""
+    src_texts, tgt_texts = _side(train_pairs, 0), _side(train_pairs, 1)
     try:
         if cfg.tokenizer is TokenizerKind.sentencepiece:
             options: dict[str, Any] = {
@@ -262,10 +263,14 @@ def train_tokenizers(cfg: DataConfig, train_pairs: Sequence[tuple[str, str]]) ->
         raise UserError(f"cannot train data.tokenizer={cfg.tokenizer.value}: {error}") from None
 
 
+def _side(pairs: Iterable[tuple[str, str]], side: int) -> Iterable[str]:
+    return pairs.side(side) if isinstance(pairs, ParallelStream) else _Side(pairs, side)
+
+
 class _Side:
     """The source (0) or target (1) texts of pairs, read anew on every iteration."""
 
-    def __init__(self, pairs: Sequence[tuple[str, str]], side: int) -> None:
+    def __init__(self, pairs: Iterable[tuple[str, str]], side: int) -> None:
         self.pairs, self.side = pairs, side
 
     def __iter__(self) -> Iterator[str]:
@@ -415,13 +420,12 @@ def _write_split(
     """One split, encoded a chunk at a time into the Arrow stream at `path`; its counts."""
     counts = dict.fromkeys(STAT_KEYS, 0)
     loaded = 0  # pairs of the split read so far: the position of the chunk's first pair
-    stream = iter(pairs)
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, _SCHEMA) as writer:
-        for chunk, encoded in _encoded_chunks(name, stream, tokenizers, cfg):
-            kept = encoded.kept.tolist()
+        for (sources, targets), encoded in _encoded_chunks(name, pairs, tokenizers, cfg):
+            kept = pa.array(encoded.kept)
             columns = [
-                pa.array([chunk[position][0] for position in kept], pa.string()),
-                pa.array([chunk[position][1] for position in kept], pa.string()),
+                pa.array(sources, pa.string()).take(kept),
+                pa.array(targets, pa.string()).take(kept),
                 _list_column(encoded.src_ids, encoded.src_lengths),
                 _list_column(encoded.tgt_ids, encoded.tgt_lengths),
                 pa.array(loaded + encoded.kept, pa.int64()),
@@ -429,15 +433,29 @@ def _write_split(
             writer.write_batch(pa.record_batch(columns, schema=_SCHEMA))
             for key in STAT_KEYS:
                 counts[key] += encoded.stats[key]
-            loaded += len(chunk)
+            loaded += len(sources)
     log_stats(cfg, name, counts)
     return counts
 
 
+Chunk = tuple[list[str], list[str]]  # the sources and the targets of consecutive pairs
+
+
+def _chunks(pairs: Iterable[tuple[str, str]]) -> Iterator[Chunk]:
+    """The pairs `ENCODE_CHUNK` at a time (a streamed corpus: read a block of lines at a
+    time, fewer at the end of a shard)."""
+    if isinstance(pairs, ParallelStream):
+        yield from pairs.blocks(ENCODE_CHUNK)
+        return
+    stream = iter(pairs)
+    while chunk := list(itertools.islice(stream, ENCODE_CHUNK)):
+        yield [src for src, _ in chunk], [tgt for _, tgt in chunk]
+
+
 def _encoded_chunks(
-    name: str, stream: Iterator[tuple[str, str]], tokenizers: TokenizerPair, cfg: DataConfig
-) -> Iterator[tuple[Pairs, "EncodedChunk"]]:
-    """The split's chunks of `ENCODE_CHUNK` pairs, in order, each with its `encode_chunk`.
+    name: str, pairs: Iterable[tuple[str, str]], tokenizers: TokenizerPair, cfg: DataConfig
+) -> Iterator[tuple[Chunk, "EncodedChunk"]]:
+    """The split's chunks (`_chunks`), in order, each with its `encode_chunk`.
 
     A split of one chunk (every validation and test set) is encoded here. A longer one is
     encoded by one worker process per core while this process reads the next chunks and
@@ -446,18 +464,18 @@ def _encoded_chunks(
     in memory, nothing is imported again) and each keeps its own known words; a chunk's ids
     do not depend on which worker encodes it, so the result is the same as in one process.
     """
-    chunks = iter(lambda: list(itertools.islice(stream, ENCODE_CHUNK)), [])
+    chunks = _chunks(pairs)
     workers = os.cpu_count() or 1
     head = list(itertools.islice(chunks, 2))
     if len(head) < 2 or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for chunk in itertools.chain(head, chunks):
-            yield chunk, encode_chunk(name, chunk, tokenizers, cfg)
+            yield chunk, encode_chunk(name, *chunk, tokenizers, cfg)
         return
     fork = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(workers, mp_context=fork) as pool:
-        pending: collections.deque[tuple[Pairs, Future[EncodedChunk]]] = collections.deque()
+        pending: collections.deque[tuple[Chunk, Future[EncodedChunk]]] = collections.deque()
         for chunk in itertools.chain(head, chunks):
-            pending.append((chunk, pool.submit(encode_chunk, name, chunk, tokenizers, cfg)))
+            pending.append((chunk, pool.submit(encode_chunk, name, *chunk, tokenizers, cfg)))
             if len(pending) > workers:  # one chunk waiting per worker, the rest written
                 done, encoded = pending.popleft()
                 yield done, encoded.result()
@@ -523,16 +541,20 @@ class EncodedChunk:
 
 
 def encode_chunk(
-    name: str, pairs: Pairs, tokenizers: "TokenizerPair", cfg: DataConfig
+    name: str,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    tokenizers: "TokenizerPair",
+    cfg: DataConfig,
 ) -> EncodedChunk:
-    """Encode pairs of split `name` and apply the length rules (module docstring) to the
-    arrays of lengths, for every pair at once."""
-    src_flat, src_lengths = tokenizers.src.encode_flat([src for src, _ in pairs])
-    tgt_flat, tgt_lengths = tokenizers.tgt.encode_flat([tgt for _, tgt in pairs])
+    """Encode the pairs (sources[i], targets[i]) of split `name` and apply the length rules
+    (module docstring) to the arrays of lengths, for every pair at once."""
+    src_flat, src_lengths = tokenizers.src.encode_flat(sources)
+    tgt_flat, tgt_lengths = tokenizers.tgt.encode_flat(targets)
     empty = (src_lengths == 0) | (tgt_lengths == 0)
     src_long, tgt_long = src_lengths > cfg.max_src_len, tgt_lengths > cfg.max_tgt_len
     stats = dict.fromkeys(STAT_KEYS, 0)
-    stats["total"] = len(pairs)
+    stats["total"] = len(sources)
     if name == TRAIN:
         summarization = cfg.task is TaskType.summarization
         too_long = ~empty & (tgt_long | (src_long & (not summarization)))
@@ -542,7 +564,7 @@ def encode_chunk(
         stats["dropped_empty"] = int(empty.sum())
         stats["dropped_too_long"] = int(too_long.sum())
     else:
-        keep = np.ones(len(pairs), bool)
+        keep = np.ones(len(sources), bool)
         src_cut, tgt_cut = src_long, tgt_long  # the reference text stays whole
         stats["skipped_empty"] = int(empty.sum())
     stats["truncated"] = int((src_cut | tgt_cut).sum())
@@ -575,7 +597,8 @@ def encode_split(
 ) -> tuple[Pairs, list[Example], dict[str, int], list[int]]:
     """`encode_chunk` as lists: (kept text pairs, their encoded examples, counts, the position
     of each kept pair in `pairs`), for splits held in memory."""
-    encoded = encode_chunk(name, pairs, tokenizers, cfg)
+    sources, targets = [src for src, _ in pairs], [tgt for _, tgt in pairs]
+    encoded = encode_chunk(name, sources, targets, tokenizers, cfg)
     kept = encoded.kept.tolist()
     src_ids, tgt_ids = encoded.src_ids.tolist(), encoded.tgt_ids.tolist()
     src_ends, tgt_ends = np.cumsum(encoded.src_lengths), np.cumsum(encoded.tgt_lengths)

@@ -57,6 +57,7 @@ import base64
 import functools
 import hashlib
 import io
+import itertools
 import json
 import logging
 import math
@@ -97,6 +98,7 @@ INPUT_SENTENCE_SIZE = 1_000_000
 # Long inputs (summarization sources) are ordinary sentences to us; the library default (4192
 # bytes) would silently leave every longer one out of training.
 MAX_SENTENCE_LENGTH = 1 << 16
+HASH_BLOCK = 65_536  # texts hashed in one update
 # Words whose ids `encode_flat` keeps; past this many it starts again (memory stays bounded on
 # corpora with millions of distinct words).
 WORD_CACHE_SIZE = 1 << 20
@@ -311,10 +313,14 @@ def train_sentencepiece(
         settings["input_sentence_size"] = input_sentence_size
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     count = 0
-    for text in _nonempty(texts):
-        digest.update(text.encode("utf-8"))
-        digest.update(b"\0")  # a separator, so ["ab"] and ["a", "b"] hash differently
-        count += 1
+    stream = iter(texts)
+    # Every text followed by a separator, so ["ab"] and ["a", "b"] hash differently; a block
+    # of texts is hashed in one update (the same bytes as one update per text).
+    while block := list(itertools.islice(stream, HASH_BLOCK)):
+        kept = list(_nonempty(block))
+        if kept:
+            digest.update(("\0".join(kept) + "\0").encode("utf-8"))
+            count += len(kept)
     if not count:
         raise ValueError("cannot train a sentencepiece model on no text")
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "spm"
@@ -390,7 +396,7 @@ def _words_encode_independently(proto: bytes) -> bool:
 
 
 def _nonempty(texts: Iterable[str]) -> Iterator[str]:
-    return (text for text in texts if text.strip())
+    return filter(str.strip, texts)  # a text of only whitespace strips to "", which is false
 
 
 def _train_model_proto(corpus: Iterator[str], settings: dict[str, Any]) -> bytes:

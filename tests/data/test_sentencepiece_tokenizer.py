@@ -181,7 +181,7 @@ class CountedTexts:
 def test_trains_on_a_streamed_sample(
     cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """data.spm_input_sentence_size: the trainer gets the texts as a stream (a generator, not a
+    """data.spm_input_sentence_size: the trainer gets the texts as a stream (an iterator, not a
     list) and keeps a sample of that many; the corpus is read twice (hash, then training)."""
     words = [f"w{i}" for i in range(60)]
     texts = CountedTexts([" ".join(words[i : i + 5]) for i in range(50)] * 8)
@@ -189,17 +189,18 @@ def test_trains_on_a_streamed_sample(
     real_run = spm_module._run_trainer
 
     def spying(corpus, settings, model) -> None:
-        received.append((type(corpus).__name__, settings["input_sentence_size"]))
+        stream = iter(corpus) is corpus and not isinstance(corpus, list)
+        received.append((stream, settings["input_sentence_size"]))
         real_run(corpus, settings, model)
 
     monkeypatch.setattr(spm_module, "_run_trainer", spying)
     with caplog.at_level("INFO", logger="attnseq"):
         sampled = train_sentencepiece(texts, vocab_size=40, input_sentence_size=150)
-    assert texts.passes == 2 and received == [("generator", 150)]
+    assert texts.passes == 2 and received == [(True, 150)]
     assert "on 400 texts (a sample of 150)" in caplog.text
     assert sampled.vocab_size <= 40
     whole = train_sentencepiece(texts, vocab_size=40, input_sentence_size=0)
-    assert received[1] == ("generator", 0)
+    assert received[1] == (True, 0)
     assert len(list(cache.glob("*.model"))) == 2  # the sample size is part of the cache key
     assert whole.encode("w1 w2 w3") and sampled.encode("w1 w2 w3")
     for wrong in (-1, 40):
