@@ -71,12 +71,6 @@ def parallel_blocks(
         yield list(map(str.strip, src)), list(map(str.strip, tgt))
 
 
-def parallel_lines(src_file: Path, tgt_file: Path) -> Iterator[tuple[str, str]]:
-    """`parallel_blocks` a pair at a time."""
-    for src, tgt in parallel_blocks(src_file, tgt_file):
-        yield from zip(src, tgt)
-
-
 class ParallelStream:
     """The pairs of a parallel split's shards, streamed from the files on every iteration
     (`limit`: only the first pairs): what preparation reads a large corpus through, so that no
@@ -93,7 +87,9 @@ class ParallelStream:
         self.src_files, self.tgt_files, self.limit = list(src_files), list(tgt_files), limit
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        return itertools.chain.from_iterable(zip(src, tgt) for src, tgt in self.blocks())
+        return itertools.chain.from_iterable(
+            zip(src, tgt, strict=True) for src, tgt in self.blocks()
+        )
 
     def blocks(self, size: int = BLOCK_LINES) -> Iterator[tuple[list[str], list[str]]]:
         """The pairs as (sources, targets) blocks of at most `size` lines (a shard's last block
