@@ -194,11 +194,9 @@ def test_a_resumed_sampled_run_ends_with_the_weights_of_a_straight_one(tmp_path:
 
 
 def test_attnseq_train_exits_2_before_any_work(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+    from helpers import attnseq_in_process
 
-    command = [sys.executable, "-m", "attnseq", "train", "data.bpe_dropout=0.1"]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    result = attnseq_in_process("train", "data.bpe_dropout=0.1", cwd=tmp_path)
     assert result.returncode == 2
     assert "data.bpe_dropout=0.1 resamples sentencepiece segmentations" in result.stderr
     assert not (tmp_path / "outputs").exists()

@@ -8,8 +8,6 @@ import json
 import logging
 import math
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ import torch
 from helpers import (
     SOURCE_ONLY,
     WORD_PAIRS,
+    attnseq_in_process,
     copy_only_checkpoint,
     tiny_config,
     untrained_checkpoint,
@@ -654,20 +653,12 @@ def test_copy_transformer_trains_decodes_and_draws(
 
 @pytest.mark.parametrize("kind", ENCODER_ONLY)
 def test_non_causal_kind_in_decoder_self_attention_exits_2(kind: str, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attnseq",
-            "train",
-            *matrix_overrides(kind, True),
-            "trainer.device=cpu",
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
+    result = attnseq_in_process(
+        "train",
+        *matrix_overrides(kind, True),
+        "trainer.device=cpu",
+        f"hydra.run.dir={tmp_path / 'run'}",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error:")
