@@ -2,11 +2,16 @@
 this process, tiny configs, models and checkpoints, and a toy word-aligned parallel set."""
 
 import contextlib
+import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import torch
+from filelock import FileLock
 from torch import Tensor
 
 from attnseq.config.conversion import config_from_dict, config_to_dict
@@ -96,6 +101,26 @@ def attnseq_in_process(
     return subprocess.CompletedProcess(
         ["attnseq", *args], result.exit_code, result.stdout, result.stderr
     )
+
+
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
+) -> Path:
+    """The folder `name`, filled by `build(folder)` once per test session, by whichever test
+    worker (pytest-xdist) asks first; the others wait for it and use it. For module fixtures
+    whose tests only read what was built: the workers share a module's tests when one steals
+    from the other, and each would otherwise build it again."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # every worker's base folder is in the session's folder
+    folder = base / f"built-once-{name}"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed part-way
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
 
 
 def train_in_process(tmp_path: Path, *overrides: str) -> tuple[int, str]:

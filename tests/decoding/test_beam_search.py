@@ -18,6 +18,7 @@ from helpers import (
     UNK,
     VOCAB,
     TableModel,
+    built_once,
     make_model,
     random_batch,
     table_model,
@@ -284,18 +285,21 @@ def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     from attnseq.models.loading import model_for
     from attnseq.training.run import run_training
 
-    logging.disable(logging.INFO)
     cfg = tiny_config(
         "data.name=reverse", "data.tokenizer=word", "data.max_len=8", "data.train_size=3000",
         "data.valid_size=20", "data.test_size=100", "model.dropout=0.0", "optim.lr=0.005",
         "trainer.max_steps=150", "trainer.max_epochs=1000", "trainer.validate_every=1000",
         "trainer.early_stopping_patience=0",
     )  # fmt: skip
-    run_dir: Path = tmp_path_factory.mktemp("reverse")
-    try:
-        run_training(cfg, run_dir)
-    finally:
-        logging.disable(logging.NOTSET)
+
+    def train(run_dir: Path) -> None:
+        logging.disable(logging.INFO)
+        try:
+            run_training(cfg, run_dir)
+        finally:
+            logging.disable(logging.NOTSET)
+
+    run_dir = built_once(tmp_path_factory, "reverse-model", train)
     payload = load_checkpoint(run_dir / "checkpoints" / "best.pt")
     tokenizers = TokenizerPair.from_state(payload["tokenizers"])
     model = model_for(cfg, tokenizers)

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from helpers import TINY, assert_refused, attnseq, check_train_args, train_in_process
+from helpers import (
+    TINY,
+    assert_refused,
+    attnseq,
+    built_once,
+    check_train_args,
+    train_in_process,
+)
 
 from attnseq.config.choices import Tracker
 from attnseq.errors import UserError
@@ -24,11 +31,13 @@ STEPS = ["trainer.max_steps=4", "trainer.validate_every=2", "trainer.log_every=1
 def run_dir(tmp_path_factory) -> Path:
     """A tiny run logged to MLflow and W&B (and not to TensorBoard), in a process of its own:
     W&B redirects the process's output streams, which the other tests here share."""
-    run_dir = tmp_path_factory.mktemp("run")
     overrides = ["logger=[mlflow,wandb]", "optim.lr=0.003", "trainer.progress=false", *STEPS]
-    result = attnseq("train", *TINY, *overrides, f"hydra.run.dir={run_dir}", cwd=run_dir)
-    assert result.returncode == 0, result.stderr
-    return run_dir
+
+    def train(run_dir: Path) -> None:
+        result = attnseq("train", *TINY, *overrides, f"hydra.run.dir={run_dir}", cwd=run_dir)
+        assert result.returncode == 0, result.stderr
+
+    return built_once(tmp_path_factory, "tracked-run", train)
 
 
 def test_only_the_selected_trackers_write(run_dir: Path) -> None:
