@@ -2,7 +2,6 @@
 
 import pytest
 import sacrebleu
-from rouge_score import rouge_scorer
 
 from attnseq.config.choices import TaskType
 from attnseq.evaluation.metrics import (
@@ -39,6 +38,8 @@ def test_bleu_and_chrf_match_sacrebleu() -> None:
 
 
 def test_rouge_matches_rouge_score() -> None:
+    from rouge_score import rouge_scorer  # its import (nltk) takes seconds: only where needed
+
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
     direct = [scorer.score(ref, hyp) for hyp, ref in zip(HYPOTHESES, REFERENCES, strict=True)]
     ours = rouge(HYPOTHESES, REFERENCES)

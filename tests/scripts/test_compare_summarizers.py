@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from helpers import TINY_SUMMARIZER
-from rouge_score import rouge_scorer
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_summarizers.py"
 TINY = [*TINY_SUMMARIZER, "data.max_examples=64"]
@@ -27,6 +26,8 @@ def _lead_rouge_l(data: Path) -> tuple[int, float]:
     def read(split: str) -> list[dict[str, str]]:
         lines = (data / "aeslc" / f"{split}.jsonl").read_text().splitlines()
         return [json.loads(line) for line in lines]
+
+    from rouge_score import rouge_scorer  # its import (nltk) takes seconds: only where needed
 
     n_words = round(statistics.fmean(len(row["tgt"].split()) for row in read("train")))
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)

@@ -2,6 +2,7 @@
 (params, step metrics, an alignment PNG), a W&B offline run folder holding the same metrics,
 and the one-line refusal when a selected tracker's library is missing."""
 
+import importlib.util
 import struct
 from pathlib import Path
 
@@ -21,8 +22,12 @@ from attnseq.errors import UserError
 from attnseq.training import trackers
 from attnseq.training.trackers import MLflowTracker, check_trackers_installed
 
-pytest.importorskip("mlflow", reason="needs attnseq[mlflow]")
-pytest.importorskip("wandb", reason="needs attnseq[wandb]")
+# find_spec, not importorskip: importing both libraries takes seconds, paid only by the worker
+# that runs these tests, not by every worker's collection.
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs attnseq[mlflow]"),
+    pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs attnseq[wandb]"),
+]
 
 STEPS = ["trainer.max_steps=4", "trainer.validate_every=2", "trainer.log_every=1"]
 
