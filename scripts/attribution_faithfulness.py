@@ -606,10 +606,10 @@ def findings(entries: dict[str, Any]) -> str:
         if gradients:
             top = min(gradients, key=gradients.get)
             delta = gradients[top] - fair[ATTENTION]
-            verdict = "beats" if delta < 0 else "does not beat"
+            verdict = "beats attention by" if delta < 0 else "trails attention by"
             line += (
                 f"; the best gradient method, {LABELS[top]} ({gradients[top]:.3f}), "
-                f"{verdict} attention by {abs(delta):.3f} AER"
+                f"{verdict} {abs(delta):.3f} AER"
             )
         lines.append(line + ".")
     for name in ordered(entries, "deletion"):
