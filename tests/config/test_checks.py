@@ -11,7 +11,13 @@ import typing
 from pathlib import Path
 
 import pytest
-from helpers import GIB, assert_refused, attnseq_in_process, train_in_process
+from helpers import (
+    GIB,
+    assert_refused,
+    attnseq_in_process,
+    check_train_args,
+    train_in_process,
+)
 from typer.testing import CliRunner
 
 from attnseq.cli import hydra_entry
@@ -32,69 +38,93 @@ from attnseq.config.schema import TrainConfig
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
 
+BAD_VALUES = [
+    (["model.heads=0"], "model.heads must be >= 1, got 0"),
+    (["model=transformer", "model.heads=0"], "model.heads must be >= 1, got 0"),
+    (["model.hidden=0"], "model.hidden must be >= 1"),
+    (["model.hidden=-8"], "model.hidden must be >= 1"),
+    (["model.emb_dim=0"], "model.emb_dim must be >= 1"),
+    (["model=transformer", "model.enc_layers=0"], "model.enc_layers must be >= 1"),
+    (["model=transformer", "model.max_positions=-1"], "model.max_positions must be >= 1"),
+    (["optim.lr=nan"], "optim.lr must be a finite number > 0, got nan"),
+    (["optim.lr=inf"], "optim.lr must be a finite number > 0"),
+    (["optim.betas=[0.9]"], "optim.betas must have 2 values"),
+    (["optim.betas=[0.9,1.5]"], "optim.betas must hold numbers >= 0 and < 1"),
+    (["seed=-1"], "seed must be >= 0 and <= 4294967295, got -1"),
+    (["data.max_sentences=0"], "data.max_sentences must be >= 1"),
+    (["data.eval_max_tokens=0"], "data.eval_max_tokens must be >= 1"),
+    (["trainer.log_every=0"], "trainer.log_every must be >= 1"),
+    (["trainer.max_output_ratio=-1"], "trainer.max_output_ratio must be >= 0"),
+    (
+        ["data=toy_translation", "trainer.early_stopping_metric=rouge1"],
+        "trainer.early_stopping_metric=rouge1 is not computed for data.task=translation",
+    ),
+    (
+        ["data.task=summarization", "trainer.early_stopping_metric=bleu"],
+        "not computed for data.task=summarization",
+    ),
+    (["data.max_examples=-900"], "data.max_examples must be >= 1, got -900"),
+    (["optim.plateau_factor=-1"], "optim.plateau_factor must be > 0 and < 1"),
+    (["optim.plateau_factor=1.5"], "optim.plateau_factor must be > 0 and < 1"),
+    (["model.attention.attn_dim=0"], "model.attention.attn_dim must be >= 1"),
+    (["optim.warmup_steps=-10"], "optim.warmup_steps must be >= 0"),
+    (["trainer.num_heatmaps=-1"], "trainer.num_heatmaps must be >= 0"),
+    (["trainer.threads=0"], "trainer.threads must be >= 1"),
+    (["trainer.max_minutes=-1"], "trainer.max_minutes must be > 0"),
+    (["trainer.max_minutes=nan"], "trainer.max_minutes must be a finite number"),
+    (["trainer.early_stopping_target=nan"], "early_stopping_target must be a finite number"),
+    (
+        ["trainer.max_output_ratio=0.5", "trainer.max_output_extra=0"],
+        "leaves a one-token source no output token",
+    ),
+    (
+        ["model=transformer", "model.positions=learned", "model.max_positions=100"],
+        "model.positions=learned has model.max_positions=100 positions",
+    ),
+    (
+        ["data=reverse", "data.vocab_size=2", "data.min_len=1", "data.max_len=3"],
+        "has only 14",
+    ),
+    (["model.hidden=2000000"], "the model does not fit: rnn (hidden=2000000"),
+    (["model=transformer", "model.d_model=1048576"], "the model does not fit: transformer"),
+    (["data.train_size=1000000000000"], "the generated data does not fit"),
+    (["trainer.threads=100000"], "trainer.threads=100000 is more than the"),
+    (["trainer.beam=1000000"], "validation decoding does not fit: trainer.beam=1000000"),
+    (["trainer.max_output_extra=10000000000000"], "validation decoding does not fit"),
+    (["model.attention.D=" + "1" * 30], "model.attention.D must fit in a 64-bit integer"),
+    (["trainer.num_workers=100000"], "trainer.num_workers=100000 is more than the"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), BAD_VALUES)
+def test_bad_values_are_refused_in_one_line_naming_the_problem(
+    overrides: list[str], expected: str
+) -> None:
+    """The checks `attnseq train` runs before its run directory exists (helpers'
+    check_train_args: Hydra composes, the checks run)."""
+    with pytest.raises(UserError) as error:
+        check_train_args(overrides)
+    message = str(error.value)
+    assert expected in message and "\n" not in message, message
+
+
+THROUGH_THE_COMMAND = {
+    "model.heads=0",
+    "optim.lr=nan",
+    "data.max_sentences=0",
+    "trainer.threads=100000",
+}
+
 
 @pytest.mark.parametrize(
     ("overrides", "expected"),
-    [
-        (["model.heads=0"], "model.heads must be >= 1, got 0"),
-        (["model=transformer", "model.heads=0"], "model.heads must be >= 1, got 0"),
-        (["model.hidden=0"], "model.hidden must be >= 1"),
-        (["model.hidden=-8"], "model.hidden must be >= 1"),
-        (["model.emb_dim=0"], "model.emb_dim must be >= 1"),
-        (["model=transformer", "model.enc_layers=0"], "model.enc_layers must be >= 1"),
-        (["model=transformer", "model.max_positions=-1"], "model.max_positions must be >= 1"),
-        (["optim.lr=nan"], "optim.lr must be a finite number > 0, got nan"),
-        (["optim.lr=inf"], "optim.lr must be a finite number > 0"),
-        (["optim.betas=[0.9]"], "optim.betas must have 2 values"),
-        (["optim.betas=[0.9,1.5]"], "optim.betas must hold numbers >= 0 and < 1"),
-        (["seed=-1"], "seed must be >= 0 and <= 4294967295, got -1"),
-        (["data.max_sentences=0"], "data.max_sentences must be >= 1"),
-        (["data.eval_max_tokens=0"], "data.eval_max_tokens must be >= 1"),
-        (["trainer.log_every=0"], "trainer.log_every must be >= 1"),
-        (["trainer.max_output_ratio=-1"], "trainer.max_output_ratio must be >= 0"),
-        (
-            ["data=toy_translation", "trainer.early_stopping_metric=rouge1"],
-            "trainer.early_stopping_metric=rouge1 is not computed for data.task=translation",
-        ),
-        (
-            ["data.task=summarization", "trainer.early_stopping_metric=bleu"],
-            "not computed for data.task=summarization",
-        ),
-        (["data.max_examples=-900"], "data.max_examples must be >= 1, got -900"),
-        (["optim.plateau_factor=-1"], "optim.plateau_factor must be > 0 and < 1"),
-        (["optim.plateau_factor=1.5"], "optim.plateau_factor must be > 0 and < 1"),
-        (["model.attention.attn_dim=0"], "model.attention.attn_dim must be >= 1"),
-        (["optim.warmup_steps=-10"], "optim.warmup_steps must be >= 0"),
-        (["trainer.num_heatmaps=-1"], "trainer.num_heatmaps must be >= 0"),
-        (["trainer.threads=0"], "trainer.threads must be >= 1"),
-        (["trainer.max_minutes=-1"], "trainer.max_minutes must be > 0"),
-        (["trainer.max_minutes=nan"], "trainer.max_minutes must be a finite number"),
-        (["trainer.early_stopping_target=nan"], "early_stopping_target must be a finite number"),
-        (
-            ["trainer.max_output_ratio=0.5", "trainer.max_output_extra=0"],
-            "leaves a one-token source no output token",
-        ),
-        (
-            ["model=transformer", "model.positions=learned", "model.max_positions=100"],
-            "model.positions=learned has model.max_positions=100 positions",
-        ),
-        (
-            ["data=reverse", "data.vocab_size=2", "data.min_len=1", "data.max_len=3"],
-            "has only 14",
-        ),
-        (["model.hidden=2000000"], "the model does not fit: rnn (hidden=2000000"),
-        (["model=transformer", "model.d_model=1048576"], "the model does not fit: transformer"),
-        (["data.train_size=1000000000000"], "the generated data does not fit"),
-        (["trainer.threads=100000"], "trainer.threads=100000 is more than the"),
-        (["trainer.beam=1000000"], "validation decoding does not fit: trainer.beam=1000000"),
-        (["trainer.max_output_extra=10000000000000"], "validation decoding does not fit"),
-        (["model.attention.D=" + "1" * 30], "model.attention.D must fit in a 64-bit integer"),
-        (["trainer.num_workers=100000"], "trainer.num_workers=100000 is more than the"),
-    ],
+    [case for case in BAD_VALUES if set(case[0]) & THROUGH_THE_COMMAND],
 )
 def test_bad_values_exit_2_in_one_line_before_the_run_dir(
     overrides: list[str], expected: str, tmp_path: Path
 ) -> None:
+    """Through the command: exit 2, one `error:` line, no run directory (a value of each of
+    the model, optim, data and trainer groups)."""
     code, output = train_in_process(tmp_path, *overrides)
     assert_refused(tmp_path, code, output, expected)
 
