@@ -42,8 +42,19 @@ def command(name: str, checkpoint: Path, folder: Path) -> list[str]:
     return ["visualize-alignment", str(checkpoint), "--src", SOURCE, "--out", str(folder / "a.png")]
 
 
+# The default run covers an RNN and a transformer, each plain and with a copy mechanism (whose
+# maps come from another module); `-m slow` every family.
+BY_DEFAULT = ("rnn bahdanau", "rnn pointer", "transformer", "transformer pointer")
+
+
 @pytest.mark.parametrize("name", ["visualize-alignment", "align"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(family, marks=() if family in BY_DEFAULT else pytest.mark.slow)
+        for family in FAMILIES
+    ],
+)
 def test_out_of_range_exits_2_with_the_valid_range(
     family: str, name: str, checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:

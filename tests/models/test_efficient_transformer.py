@@ -136,7 +136,18 @@ def test_encoder_only_kinds_cannot_be_decoder_self_attention(kind: str) -> None:
         tiny_model(kind, decoder_self_attention=True)
 
 
-@pytest.mark.parametrize("kind", list(OPTIONS))
+# The default run trains the dense kind, a windowed one and a kernel one; `-m slow` every
+# kind (each kind's attention has its own exact tests in tests/attention/).
+OVERFIT_BY_DEFAULT = ("full", "local", "linear")
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(kind, marks=() if kind in OVERFIT_BY_DEFAULT else pytest.mark.slow)
+        for kind in OPTIONS
+    ],
+)
 def test_tiny_model_of_every_kind_overfits_a_batch(kind: str) -> None:
     """8 sequences of length 12, target = reversed source (as test_transformer.py)."""
     start = time.perf_counter()
