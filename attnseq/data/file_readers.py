@@ -127,22 +127,14 @@ class SideTexts:
 COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}  # suffix -> opener of a compressed file
 
 
-def text_lines(path: Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (gzip or xz when its name ends in .gz or .xz), streamed
-    without their line ends; universal newlines, as Python's text files read them.
+def line_blocks(path: Path, size: int = BLOCK_LINES) -> Iterator[list[str]]:
+    """The lines of a UTF-8 text file (gzip or xz when its name ends in .gz or .xz), `size` at
+    a time (fewer in the last block), each with its line end; universal newlines, as Python's
+    text files read them.
 
     A file that is not valid UTF-8, or a compressed file that is truncated or corrupt, is a
     UserError naming the file (and the line).
     """
-    for block in line_blocks(path):
-        for line in block:
-            yield line.rstrip("\n")
-
-
-def line_blocks(path: Path, size: int = BLOCK_LINES) -> Iterator[list[str]]:
-    """The lines of a UTF-8 text file (gzip or xz when its name ends in .gz or .xz), `size` at
-    a time (fewer in the last block), each with its line end; universal newlines, as Python's
-    text files read them. Errors as `text_lines`."""
     check_input_file(path, "data file")
     opener = COMPRESSED.get(path.suffix.lower(), open)
     number = 0  # lines read so far
