@@ -484,33 +484,33 @@ def table(title: str, names: list[str], rows: list[tuple[str, list[str]]]) -> li
 
 
 def alignment_table(entries: dict[str, Any]) -> list[str]:
-    names = ordered(entries, "alignment")
-    methods = methods_in(entries, names, lambda e: e["alignment"]["methods"])
-
-    def value(name, method):
-        found = entries[name]["alignment"]["methods"].get(method)
-        text = cell(found["aer"]) if found else "–"
-        if found and "map" in found:
-            text += f" ({found['map'].replace('layer', 'L').replace('/head', ' H')})"
-        return text
-
-    rows = [(LABELS[m], [value(n, m) for n in names]) for m in methods]
-    return table("AER (lower is better)", names, rows)
+    return method_table(entries, ("alignment", "methods"), "aer", "AER (lower is better)")
 
 
 def deletion_table(entries: dict[str, Any]) -> list[str]:
-    names = ordered(entries, "deletion")
-    methods = methods_in(entries, names, lambda e: e["deletion"]["curves"])
+    title = "deletion area, nats (higher is more faithful)"
+    return method_table(entries, ("deletion", "curves"), "area", title)
+
+
+def method_table(
+    entries: dict[str, Any], where: tuple[str, str], number: str, title: str
+) -> list[str]:
+    """One row per method, one column per entry holding `where` (section, results): the
+    method's `number`, with the attention map it came from when the oracle chose one."""
+    section, results = where
+    names = ordered(entries, section)
+    methods = methods_in(entries, names, lambda e: e[section][results])
 
     def value(name, method):
-        found = entries[name]["deletion"]["curves"].get(method)
-        text = cell(found["area"]) if found else "–"
-        if found and "map" in found:
-            text += f" ({found['map'].replace('layer', 'L').replace('/mean', ' mean')})"
+        found = entries[name][section][results].get(method)
+        text = cell(found[number]) if found else "–"
+        if found and "map" in found:  # "layer2/head3" -> "L2 H3", "layer2/mean" -> "L2 mean"
+            short = found["map"].replace("layer", "L").replace("/head", " H")
+            text += f" ({short.replace('/mean', ' mean')})"
         return text
 
     rows = [(LABELS[m], [value(n, m) for n in names]) for m in methods]
-    return table("deletion area, nats (higher is more faithful)", names, rows)
+    return table(title, names, rows)
 
 
 def cost_table(entries: dict[str, Any]) -> list[str]:
