@@ -21,7 +21,8 @@ from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 
 # ------------------------------------------------------------------------------ the CLI
 # Command-line overrides that make `attnseq train` (the default GRU + Bahdanau on dates) a
-# seconds-long run on the CPU; a test adds its step budget and whatever it varies.
+# seconds-long run on the CPU without validation heatmaps (drawing them takes most of such a
+# run); a test adds its step budget and whatever it varies.
 TINY = [
     "data.train_size=200",
     "data.valid_size=10",
@@ -30,6 +31,7 @@ TINY = [
     "model.emb_dim=8",
     "trainer.device=cpu",
     "trainer.threads=1",
+    "trainer.num_heatmaps=0",
 ]
 
 # A tiny transformer for the scripts that train one run per variant and tabulate them.
@@ -176,7 +178,9 @@ def check_train_args(args: list[str]) -> TrainConfig:
 
 
 def tiny_config(*overrides: str) -> TrainConfig:
-    """A config that trains in seconds: small splits, small model, few steps."""
+    """A config that trains in seconds: small splits, small model, few steps, and no
+    validation heatmaps (drawing them takes most of a tiny run's time, so the tests of
+    heatmaps ask for them with `trainer.num_heatmaps`)."""
     base = config_to_dict(TrainConfig())
     defaults = [
         "data.train_size=300",
@@ -193,7 +197,7 @@ def tiny_config(*overrides: str) -> TrainConfig:
         "trainer.validate_every=3",
         "trainer.log_every=2",
         "trainer.progress=false",
-        "trainer.num_heatmaps=2",
+        "trainer.num_heatmaps=0",
         "trainer.device=cpu",
     ]
     return config_from_dict(base, defaults + list(overrides))

@@ -139,6 +139,7 @@ def trained_copy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
         "optim.coverage_start_step=100", "optim.lr=0.01", "model.dropout=0.0",
         "trainer.max_steps=180", "trainer.validate_every=90", "trainer.max_epochs=100",
         "trainer.early_stopping_metric=exact_match", "trainer.early_stopping_patience=0",
+        "trainer.num_heatmaps=1",
     )  # fmt: skip
     logging.disable(logging.INFO)
     try:

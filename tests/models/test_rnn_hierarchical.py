@@ -252,7 +252,7 @@ def hierarchical_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
         "data.max_tokens=600", "model.attention.hierarchy=sentence", "model.copy=true",
         "model.coverage=true", "optim.coverage_lambda=0.5", "optim.lr=0.01",
         "trainer.max_steps=40", "trainer.validate_every=20", "trainer.max_epochs=100",
-        "trainer.early_stopping_metric=rouge_l",
+        "trainer.early_stopping_metric=rouge_l", "trainer.num_heatmaps=1",
     )  # fmt: skip
     logging.disable(logging.INFO)
     try:

@@ -40,7 +40,7 @@ def trained_run(request, tmp_path_factory) -> tuple[Path, dict]:
         if request.param == "transformer"
         else []
     )
-    metrics = run_training(tiny_config(*overrides), run_dir)
+    metrics = run_training(tiny_config(*overrides, "trainer.num_heatmaps=2"), run_dir)
     return run_dir, metrics
 
 
@@ -101,7 +101,8 @@ def test_eval_reproduces_the_test_metrics(trained_run, tmp_path: Path) -> None:
 
 
 def test_tasks_with_gold_alignments_report_aer(tmp_path: Path) -> None:
-    metrics = run_training(tiny_config("data.name=reverse", "data.tokenizer=word"), tmp_path)
+    cfg = tiny_config("data.name=reverse", "data.tokenizer=word", "trainer.num_heatmaps=1")
+    metrics = run_training(cfg, tmp_path)
     for key in ["test/aer", "test/precision", "test/recall"]:
         assert 0.0 <= metrics[key] <= 1.0, key
     events = read_events(tmp_path)

@@ -37,6 +37,7 @@ def run_dir(tmp_path_factory) -> Path:
     """A tiny run logged to MLflow and W&B (and not to TensorBoard), in a process of its own:
     W&B redirects the process's output streams, which the other tests here share."""
     overrides = ["logger=[mlflow,wandb]", "optim.lr=0.003", "trainer.progress=false", *STEPS]
+    overrides += ["trainer.num_heatmaps=1"]  # the heatmap each tracker logs
 
     def train(run_dir: Path) -> None:
         result = attnseq("train", *TINY, *overrides, f"hydra.run.dir={run_dir}", cwd=run_dir)
