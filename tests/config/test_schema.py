@@ -1,5 +1,6 @@
 """Every config file composes into the schema and passes validation; bad values fail clearly."""
 
+import json
 import re
 from pathlib import Path
 
@@ -161,6 +162,15 @@ def test_config_dict_round_trip() -> None:
     cfg = compose_train(["model.rnn.cell=lstm", "optim.lr=0.01"])
     again = config_from_dict(config_to_dict(cfg))
     assert again == cfg
+
+
+def test_config_dict_is_omegaconfs_plain_container() -> None:
+    """config_to_dict walks the dataclasses itself: the same dict as OmegaConf's conversion,
+    key order and value types included."""
+    experiments = ["multi30k_transformer", "dialogsum_hierarchical"]
+    for cfg in [TrainConfig(), *(compose_train([f"experiment={name}"]) for name in experiments)]:
+        expected = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+        assert json.dumps(config_to_dict(cfg)) == json.dumps(expected)
 
 
 def test_user_experiment_file(tmp_path: Path) -> None:
