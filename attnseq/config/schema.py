@@ -465,8 +465,8 @@ class TrainerConfig:
 class TrackerConfig:
     mlflow_tracking_uri: str | None = option(
         None,
-        "MLflow tracking URI (e.g. file:///home/me/mlruns, shared by every run); None = the run"
-        " directory's own file store RUN_DIR/mlruns",
+        "MLflow tracking URI (e.g. sqlite:///home/me/mlflow.db, shared by every run); None ="
+        " the run directory's own SQLite store RUN_DIR/mlflow.db",
     )
     project: str = option(
         "attnseq", "the MLflow experiment and the W&B project the run is logged under"
