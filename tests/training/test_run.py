@@ -40,7 +40,7 @@ def trained_run(request, tmp_path_factory) -> tuple[Path, dict]:
         if request.param == "transformer"
         else []
     )
-    metrics = run_training(tiny_config(*overrides, "trainer.num_heatmaps=2"), run_dir)
+    metrics = run_training(tiny_config(*overrides, "trainer.num_heatmaps=1"), run_dir)
     return run_dir, metrics
 
 
