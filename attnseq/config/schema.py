@@ -465,7 +465,7 @@ class TrainerConfig:
 class TrackerConfig:
     mlflow_tracking_uri: str | None = option(
         None,
-        "MLflow tracking URI (e.g. sqlite:///home/me/mlflow.db, shared by every run); None ="
+        "MLflow tracking URI (e.g. sqlite:////home/me/mlflow.db, shared by every run); None ="
         " the run directory's own SQLite store RUN_DIR/mlflow.db",
     )
     project: str = option(
