@@ -360,7 +360,7 @@ def benchmark_decoding(
 # ---------------------------------------------------------------------------------- setups
 def run_setup(setup: str, args: argparse.Namespace, peak: float) -> dict[str, Any]:
     """Everything for one setup, in this process."""
-    from attnseq.models.loading import resolve_device
+    from attnseq.config.devices import resolve_device
 
     overrides = shlex.split(setup) + list(args.set or [])
     cfg = compose(overrides, args.threads)
@@ -390,8 +390,9 @@ def run_setup(setup: str, args: argparse.Namespace, peak: float) -> dict[str, An
 def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
     """Decoding figures of a trained checkpoint on its dataset's test split (no training),
     with the test BLEU of each setting's output."""
+    from attnseq.config.devices import resolve_device
     from attnseq.data.prepare import prepare_data
-    from attnseq.models.loading import load_trained_model, resolve_device
+    from attnseq.models.loading import load_trained_model
 
     trained = load_trained_model(Path(path))
     payload, cfg, tokenizers = trained.payload, trained.cfg, trained.tokenizers
@@ -418,7 +419,7 @@ def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def machine(device: str, threads: int) -> dict[str, Any]:
-    from attnseq.models.loading import resolve_device
+    from attnseq.config.devices import resolve_device
 
     info: dict[str, Any] = {
         "processor": platform.processor() or platform.machine(),
@@ -465,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     setups = args.setups or ([] if args.checkpoint else DEFAULT_SETUPS)
 
     try:
-        from attnseq.models.loading import resolve_device
+        from attnseq.config.devices import resolve_device
 
         device = resolve_device(args.device)
         if args.single:  # a child: one setup or checkpoint, JSON on stdout

@@ -31,9 +31,10 @@ from typing import Any
 import torch
 
 from attnseq.analysis.forced_alignment import ALIGNMENT_METHODS, AlignmentMethod, align_sentences
+from attnseq.config.devices import resolve_device
 from attnseq.data.sources import load_splits
 from attnseq.errors import UserError
-from attnseq.models.loading import TrainedModel, load_trained_model, resolve_device
+from attnseq.models.loading import TrainedModel, load_trained_model
 
 
 def read_pairs(trained: TrainedModel, src: Path | None, tgt: Path | None, n: int) -> tuple:

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from attnseq.analysis.head_importance import HeadImportance, head_importance
+from attnseq.config.devices import resolve_device
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import Evaluator, make_evaluator
@@ -53,7 +54,7 @@ from attnseq.models.head_mask import (
     random_scores,
     set_head_masks,
 )
-from attnseq.models.loading import load_trained_model, resolve_device
+from attnseq.models.loading import load_trained_model
 
 MEASURES = ("gradient", "ablation")
 
@@ -92,7 +93,7 @@ def split_evaluators(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     trained = load_trained_model(args.checkpoint, args.overrides)
     attention_sites(trained.model)  # UserError for a model without heads
     cfg = trained.cfg
-    device = resolve_device(cfg.trainer.device.value if args.device == "auto" else args.device)
+    device = resolve_device(cfg.trainer.device if args.device == "auto" else args.device)
     trained.model.to(device)
     splits = [args.importance_split, args.eval_split]
     data = prepare_data(cfg.data, cfg.seed, tokenizers=trained.tokenizers, splits=splits)

@@ -871,7 +871,8 @@ def check_request(request: AlignRequest) -> None:
 
 def run_align(request: AlignRequest) -> AlignResult:
     """Align the pairs of `request.src`/`request.tgt` (see the module docstring)."""
-    from attnseq.models.loading import load_trained_model, resolve_device
+    from attnseq.config.devices import resolve_device
+    from attnseq.models.loading import load_trained_model
 
     check_request(request)
     src_lines, tgt_lines = read_parallel_lines(("--src", request.src), ("--tgt", request.tgt))
@@ -885,7 +886,7 @@ def run_align(request: AlignRequest) -> AlignResult:
         owner = "the --reverse model's"
         counts += _unknown_counts(reverse_model, tgt_lines, src_lines, ("--tgt", "--src"), owner)
     device = resolve_device(
-        trained.cfg.trainer.device.value if request.device == "auto" else request.device
+        trained.cfg.trainer.device if request.device == "auto" else request.device
     )
     forward = align_sentences(
         trained, src_lines, tgt_lines, request.method, device=device, batch_size=request.batch_size

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnseq.config.devices import resolve_device
 from attnseq.data.batching import Batch
 from attnseq.data.locations import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import prepare_data
@@ -62,7 +63,7 @@ from attnseq.models.head_mask import (
     random_scores,
     set_head_masks,
 )
-from attnseq.models.loading import TrainedModel, load_trained_model, resolve_device
+from attnseq.models.loading import TrainedModel, load_trained_model
 from attnseq.models.loss_terms import sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -399,7 +400,7 @@ def _split_batches(trained: TrainedModel, request: HeadsRequest) -> tuple[list, 
     data = prepare_data(cfg.data, cfg.seed, tokenizers=trained.tokenizers, splits=[split])
     if split not in data.examples or not data.examples[split]:
         raise UserError(f"split {split!r} has no examples in this dataset")
-    device_name = cfg.trainer.device.value if request.device == "auto" else request.device
+    device_name = cfg.trainer.device if request.device == "auto" else request.device
     device = resolve_device(device_name)
     model = trained.model.to(device)
     evaluator = make_evaluator(cfg, data, split, device)

@@ -43,13 +43,15 @@ def _versions() -> Section:
 def _devices() -> Section:
     import torch
 
+    from attnseq.config.devices import DEVICE_FORMS, gpu_summaries
+
     rows = [("cuda available", str(torch.cuda.is_available()))]
     if torch.cuda.is_available():
         rows.append(("cuda version", str(torch.version.cuda)))
-        for index in range(torch.cuda.device_count()):
-            rows.append((f"cuda:{index}", torch.cuda.get_device_name(index)))
+        rows += gpu_summaries()
     mps = getattr(torch.backends, "mps", None)
     rows.append(("mps available", str(bool(mps and mps.is_available()))))
+    rows.append(("device names", DEVICE_FORMS))
     from attnseq.models.loading import default_threads, usable_cores
 
     rows.append(("torch threads", f"{torch.get_num_threads()} (of {os.cpu_count()} CPUs)"))
@@ -166,7 +168,7 @@ def doctor() -> None:
 
     \b
     versions   attnseq, torch, hydra-core, Python, the platform
-    devices    CUDA and MPS devices, torch's threads
+    devices    each GPU (memory, compute capability), MPS, the device names, threads
     data       ATTNSEQ_DATA and the packaged local corpora found or missing there
     plugins    the Hydra launchers and sweepers installed
     cache      the cache folder ($ATTNSEQ_CACHE) and its size

@@ -106,7 +106,29 @@ CheckpointArgument = Annotated[
         callback=run_directory_checkpoint,
     ),
 ]
-DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
+
+
+def device_option(ctx: typer.Context, name: str) -> str:
+    """`--device` as torch spells devices (attnseq/config/devices.py), checked against this
+    machine before the command loads anything."""
+    if ctx.resilient_parsing or name == "auto":
+        return name  # auto always resolves; completion parses without acting
+    from attnseq.config.devices import resolve_device
+
+    try:
+        resolve_device(name, "--device")
+    except UserError as error:
+        fail(error)
+    return name
+
+
+DeviceOption = Annotated[
+    str,
+    typer.Option(
+        help="auto (cuda when there is one, else cpu), cpu, cuda, cuda:N or mps.",
+        callback=device_option,
+    ),
+]
 ThreadsOption = Annotated[
     int | None,
     typer.Option(

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from attnseq.cli.shared import ThreadsOption, apply_threads, run_directory_checkpoint, user_errors
+from attnseq.cli.shared import (
+    DeviceOption,
+    ThreadsOption,
+    apply_threads,
+    run_directory_checkpoint,
+    user_errors,
+)
 from attnseq.errors import UserError
 from attnseq.io.user_paths import (
     InputPaths,
@@ -84,7 +90,7 @@ def visualize_alignment(
     tensorboard: Annotated[
         Path | None, typer.Option(help="Also log the figures to this TensorBoard folder.")
     ] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: DeviceOption = "cpu",
     threads: ThreadsOption = None,
     from_saved: Annotated[
         Path | None,

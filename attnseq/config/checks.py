@@ -37,6 +37,7 @@ from attnseq.config.choices import (
     TaskType,
     TokenizerKind,
 )
+from attnseq.config.devices import check_device_name
 from attnseq.config.schema import ModelConfig, TrainConfig
 from attnseq.errors import UserError
 
@@ -402,13 +403,23 @@ def validate(cfg: TrainConfig) -> None:
     """Every rule of the configuration's values; raises one UserError naming the keys involved
     (one line for one problem)."""
     # Per-field bounds first: the cross-field rules below assume them (e.g. heads >= 1).
-    problems = field_problems(cfg)
+    problems = field_problems(cfg) + device_problems(cfg)
     if not problems:
         problems = cross_field_problems(cfg)
     if len(problems) == 1:
         raise UserError(f"invalid configuration: {problems[0]}")
     if problems:
         raise UserError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def device_problems(cfg: TrainConfig) -> list[str]:
+    """`trainer.device` spelled as torch spells devices (config/devices.py); whether this
+    machine has it is checked where the run starts (`resolve_device`)."""
+    try:
+        check_device_name(cfg.trainer.device, "trainer.device")
+    except UserError as problem:
+        return [str(problem)]
+    return []
 
 
 def cross_field_problems(cfg: TrainConfig) -> list[str]:

@@ -150,12 +150,6 @@ class Tracker(Enum):
     wandb = "wandb"  # a Weights & Biases run in offline mode under RUN_DIR/wandb (attnseq[wandb])
 
 
-class Device(Enum):
-    auto = "auto"  # cuda if available, else cpu
-    cpu = "cpu"
-    cuda = "cuda"
-
-
 class Precision(Enum):
     """trainer.precision (attnseq/training/precision.py). `trainer.precision=32` selects fp32 by
     its value; bf16 and fp16 by name."""

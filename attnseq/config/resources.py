@@ -69,13 +69,13 @@ from attnseq.config.choices import (
     AttentionKind,
     DataSource,
     DecoderStyle,
-    Device,
     Hierarchy,
     ModelFamily,
     RNNCell,
     Score,
     TokenizerKind,
 )
+from attnseq.config.devices import resolve_device
 from attnseq.config.schema import ModelConfig, TrainConfig
 from attnseq.errors import UserError
 
@@ -445,14 +445,16 @@ def available_ram() -> int:
 
 
 def cuda_memory(cfg: TrainConfig) -> int | None:
-    """Memory of the CUDA device the run will train on, or None when it trains on the CPU."""
-    if cfg.trainer.device is Device.cpu:
+    """Free memory of the CUDA device the run will train on, or None when it trains on the CPU
+    (or another device). Free, not total: what other processes hold on the GPU is not there for
+    the run."""
+    device = resolve_device(cfg.trainer.device, "trainer.device")
+    if device.type != "cuda":
         return None
     import torch
 
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.get_device_properties(0).total_memory
+    free, _ = torch.cuda.mem_get_info(device)
+    return free
 
 
 def cpu_cores() -> int:
@@ -497,7 +499,7 @@ def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -
         if model.family is ModelFamily.transformer
         else f"hidden={model.hidden}, emb_dim={model.emb_dim}, rnn.layers={model.rnn.layers}"
     )
-    memory, where = (gpu, "GPU memory") if gpu is not None else (ram, "available RAM")
+    memory, where = (gpu, "free GPU memory") if gpu is not None else (ram, "available RAM")
     data_fits = need.data_bytes <= ram
     if gpu is None and data_fits:
         memory -= need.data_bytes  # the generated data shares the RAM with the model

@@ -30,7 +30,6 @@ from attnseq.config.choices import (
     DataSource,
     DecoderInit,
     DecoderStyle,
-    Device,
     FileFormat,
     HardMode,
     Hierarchy,
@@ -385,7 +384,10 @@ class TrainerConfig:
         None, "stop after this many updates (or max_epochs, if sooner)", ge=1
     )
     max_minutes: float | None = option(None, "wall-clock budget for the training loop", gt=0.0)
-    device: Device = option(Device.auto, "auto, cpu or cuda")
+    device: str = option(
+        "auto",
+        "auto (cuda when there is one, else cpu), cpu, cuda, cuda:N or mps: torch's spelling",
+    )
     threads: int | None = option(
         None,
         "torch intra-op CPU threads; None = the cores no other process keeps busy (usable "

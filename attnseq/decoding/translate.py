@@ -43,12 +43,12 @@ from typing import Protocol
 
 import torch
 
+from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extend_text
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding import DecodingSettings, Hypothesis, decode, sampling_generator
 from attnseq.errors import UserError
-from attnseq.models.loading import resolve_device
 from attnseq.models.seq2seq import Seq2Seq
 
 CHUNK_SIZE = 1000

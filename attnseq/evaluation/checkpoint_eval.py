@@ -53,6 +53,7 @@ from attnseq.analysis.forced_alignment import GoldAlignmentFiles, load_alignment
 from attnseq.analysis.saved_attention import records_from_hypotheses
 from attnseq.analysis.saved_attention import save_attention as write_saved_attention
 from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchical
+from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Example
 from attnseq.data.locations import check_checkpoint_data, overridden_keys
@@ -67,7 +68,6 @@ from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.user_paths import refuse_output_over_inputs
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import pruned_heads_summary
-from attnseq.models.loading import resolve_device
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -262,7 +262,7 @@ def evaluate_checkpoint(
     check_checkpoint_data(cfg.data, overridden_keys(overrides), reads_dataset=dataset_split)
     if max_tokens:
         cfg.data.eval_max_tokens = max_tokens
-    device = resolve_device(cfg.trainer.device.value if device_name == "auto" else device_name)
+    device = resolve_device(cfg.trainer.device if device_name == "auto" else device_name)
     model = trained.model.to(device)
     _check_attention_wanted(cfg, save_attention, alignments)
     alignment_set = None

@@ -43,6 +43,7 @@ from attnseq.analysis.explain_page import explanation_html, write_page
 from attnseq.analysis.explanation import explain
 from attnseq.analysis.figures import style_from_options
 from attnseq.analysis.forced_alignment import AlignmentMethod, ForcedAlignments, align_sentences
+from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
 from attnseq.data.extended_vocab import extended_pieces
 from attnseq.data.tokenizers import TokenizerPair
@@ -52,7 +53,7 @@ from attnseq.errors import UserError
 from attnseq.evaluation.scoring import PairScore, Scorer
 from attnseq.io.user_paths import check_output_file
 from attnseq.models.ensemble import load_ensemble
-from attnseq.models.loading import TrainedModel, resolve_device, use_threads
+from attnseq.models.loading import TrainedModel, use_threads
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -162,6 +163,21 @@ class Model:
     def __repr__(self) -> str:
         family = self.cfg.model.family.value
         return f"<attnseq.Model {family} from {self.path} on {self.device}>"
+
+    def to(self, device: str | torch.device) -> "Model":
+        """Move the model to `device` (cpu, cuda, cuda:N, mps or auto, or a torch.device) and
+        return it, as torch's `Module.to` does; `device` follows. What was built for the old
+        device (translator, scorer, attention viewer) is built again when next used.
+
+        Raises:
+            UserError: not a device, or one this machine lacks.
+            TypeError: `device` is neither a str nor a torch.device.
+        """
+        self.device = resolve_device(device)
+        self.module = self.module.to(self.device)
+        for built in ("translator", "scorer", "_viewer"):
+            self.__dict__.pop(built, None)
+        return self
 
     @cached_property
     def translator(self) -> Translator:
@@ -330,7 +346,7 @@ class Model:
 
 def load(
     path: str | Path,
-    device: str = "auto",
+    device: str | torch.device = "auto",
     *,
     overrides: Sequence[str] | None = None,
     ensemble: Sequence[str | Path] = (),
@@ -340,19 +356,22 @@ def load(
 
     Args:
         path: a checkpoint file, or a run directory (its checkpoints/best.pt).
-        device: auto (CUDA when there is one), cpu or cuda.
+        device: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:N or mps, or a
+            torch.device.
         overrides: key=value changes of the checkpoint's config, e.g. ["trainer.beam=3"].
         ensemble: more checkpoints that translate with the first as an ensemble.
         threads: torch's CPU threads (default: the cores no other process keeps busy).
 
     Raises:
-        UserError: a missing or broken checkpoint, a bad override, members that cannot join.
+        UserError: a missing or broken checkpoint, a bad override, members that cannot join,
+            a device that is not one or that this machine lacks.
     """
+    target = resolve_device(device)  # before the slow work: a typo fails fast
     use_threads(threads)
     checkpoint = checkpoint_file(path)
     members = [checkpoint, *(checkpoint_file(member) for member in ensemble)]
     trained = load_ensemble(members, list(overrides or []))
-    return Model(trained, resolve_device(device), checkpoint)
+    return Model(trained, target, checkpoint)
 
 
 def plot_alignment(

@@ -208,7 +208,8 @@ class Scorer:
     @classmethod
     def from_checkpoint(cls, path: Path, device: str = "auto") -> "Scorer":
         """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint)."""
-        from attnseq.models.loading import load_trained_model, resolve_device
+        from attnseq.config.devices import resolve_device
+        from attnseq.models.loading import load_trained_model
 
         return cls.from_trained(load_trained_model(path), resolve_device(device))
 

@@ -7,11 +7,10 @@ missing or of the wrong type, a config that is not a valid attnseq config, a tok
 that does not rebuild, or weights that do not fit the model the config describes (missing,
 unexpected or wrongly shaped tensors).
 
-`resolve_device` gives the torch device a command runs on, from the `trainer.device` setting
-(auto, cpu, cuda): where a loaded model goes. `use_threads` sets torch's intra-op CPU threads
-for every command that computes (`trainer.threads`, or `--threads`): when none is asked for,
-`default_threads` takes the cores no other process is keeping busy, so that a command started
-beside another job does not oversubscribe the cores. OpenMP threads that outnumber the free
+`use_threads` sets torch's intra-op CPU threads for every command that computes
+(`trainer.threads`, or `--threads`): when none is asked for, `default_threads` takes the cores no
+other process is keeping busy, so that a command started beside another job does not
+oversubscribe the cores. OpenMP threads that outnumber the free
 cores spin-wait for each other, which makes small decoding batches several times to orders of
 magnitude slower than one thread would be.
 """
@@ -169,10 +168,3 @@ def use_threads(threads: int | None) -> int:
     return count
 
 
-def resolve_device(name: str) -> torch.device:
-    """auto -> cuda when available, else cpu; asking for cuda without one is a user error."""
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("trainer.device=cuda but no CUDA device is available; use auto or cpu")
-    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")

@@ -20,6 +20,7 @@ from attnseq.analysis.attention_diagnostics import is_per_layer_key
 from attnseq.config.checks import validate
 from attnseq.config.choices import Tracker
 from attnseq.config.conversion import config_to_dict
+from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import PieceLinks
 from attnseq.data.prepare import PreparedData, load_prepared, prepare_data
@@ -27,7 +28,7 @@ from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.evaluator import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models.loading import load_weights, model_for, resolve_device, use_threads
+from attnseq.models.loading import load_weights, model_for, use_threads
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import (
     WorldInfo,
@@ -77,7 +78,7 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     check_trackers_installed(cfg.logger)
     # One trainer per run directory (run_directory.py), taken before anything is read or written.
     with run_directory_lock(run_dir, enabled=env_world().is_main):
-        device = resolve_device(cfg.trainer.device.value)
+        device = resolve_device(cfg.trainer.device, "trainer.device")
         with StopSignals() as stop, distributed_session(device.type) as world:
             if world.distributed and device.type == "cuda":
                 device = torch.device("cuda", world.local_rank)

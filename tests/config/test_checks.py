@@ -186,7 +186,7 @@ def test_resource_problems_depend_on_the_machine() -> None:
     assert len(small) == 2
     assert "the model does not fit" in small[0] and "trainer.threads=4" in small[1]
     on_gpu = resource_problems(cfg, ram=1024 * GIB, gpu=need.device_bytes // 2, cores=8)
-    assert len(on_gpu) == 1 and "of GPU memory here" in on_gpu[0]
+    assert len(on_gpu) == 1 and "of free GPU memory here" in on_gpu[0]
 
 
 def test_the_default_config_is_estimated_small() -> None:

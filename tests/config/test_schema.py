@@ -51,7 +51,7 @@ def test_default_is_bahdanau_on_dates() -> None:
 def test_overrides_reach_the_dataclasses() -> None:
     cfg = compose_train(["optim.lr=0.0003", "trainer.max_steps=7", "seed=5", "trainer.device=cpu"])
     assert cfg.optim.lr == pytest.approx(3e-4)
-    assert (cfg.trainer.max_steps, cfg.seed, cfg.trainer.device.value) == (7, 5, "cpu")
+    assert (cfg.trainer.max_steps, cfg.seed, cfg.trainer.device) == (7, 5, "cpu")
 
 
 @pytest.mark.parametrize(
