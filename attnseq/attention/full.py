@@ -24,8 +24,10 @@ Shapes: B batch, H heads, T query positions, S key positions, d_k head size.
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend
 
 from attnseq.attention.masks import as_attention_mask, bottom_right_causal_mask, masked_softmax
 from attnseq.attention.mechanism import AttentionMechanism, Heads
@@ -85,6 +87,20 @@ def fused_attention(
     if empty_rows is not None:
         context = context.masked_fill(empty_rows, 0.0)
     return context
+
+
+def fused_kernel(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float, is_causal: bool = False
+) -> str:
+    """The kernel `fused_attention` runs for these inputs on their device and dtype: flash
+    (FlashAttention-2, Dao 2023: no mask but the causal flag, fp16/bf16 on CUDA), efficient
+    (memory-efficient attention, Rabe & Staats 2021, with masks), cudnn, or math (the unfused
+    composition of matmul, softmax and dropout). It is torch's own choice
+    (`torch._fused_sdp_choice`, the dispatcher SDPA calls), asked without running the kernel."""
+    if mask is not None:
+        mask = mask | ~mask.any(dim=-1, keepdim=True)  # as fused_attention passes it
+    choice = torch._fused_sdp_choice(q, k, v, mask, dropout, is_causal)
+    return SDPBackend(choice).name.lower().removesuffix("_attention")
 
 
 class FullAttention(AttentionMechanism):

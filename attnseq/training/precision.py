@@ -16,6 +16,15 @@ float32 by itself; the weights and the optimizer state stay float32 ("master wei
 Both reduced precisions also run on a CPU (torch's CPU autocast), but there they are usually
 slower than float32 unless the processor has bfloat16/float16 matrix units (AMX, AVX512-FP16):
 `MixedPrecision` says so in the log and runs what was asked.
+
+TF32 (`trainer.tf32`, `use_tf32`): on NVIDIA GPUs from Ampere on (compute capability >= 8.0),
+float32 matrix products and convolutions may run on the tensor cores in TensorFloat-32, which
+keeps float32's 8-bit exponent but only 10 bits of mantissa (bfloat16 has 7, float32 23). Each
+product then carries a relative error of about 2^-11 ~ 5e-4 instead of 6e-8, accumulated in
+float32; for training this is noise well below the gradient noise, and the matmuls run up to
+~8x faster on an A100 (NVIDIA, "NVIDIA A100 Tensor Core GPU Architecture", 2020, p. 24). It is
+off by default so that `trainer.precision=32` means float32 arithmetic, as torch's own default
+for matmuls does; it changes nothing on the CPU.
 """
 
 import contextlib
@@ -26,6 +35,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnseq.attention.full import fused_kernel
+from attnseq.attention.masks import bottom_right_causal_mask, padding_mask
+from attnseq.config.schema import TrainConfig
+
 log = logging.getLogger("attnseq")
 
 PRECISIONS: dict[str, torch.dtype | None] = {
@@ -33,6 +46,51 @@ PRECISIONS: dict[str, torch.dtype | None] = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
+
+
+def attention_kernels(cfg: TrainConfig, device: torch.device) -> str:
+    """Which scaled-dot-product kernel a transformer's attention runs in training on `device`
+    at `trainer.precision`, for a batch with padding (encoder self- and cross-attention) and for
+    the decoder's causal self-attention with padding: e.g. "efficient (padded), efficient
+    (causal, padded); explicit softmax where weights are asked for (heatmaps, alignment)".
+    Asked of torch's dispatcher on small inputs of the model's head size (fused_kernel)."""
+    model = cfg.model
+    heads, size = model.heads, model.d_model // model.heads
+    dtype = PRECISIONS[cfg.trainer.precision.name] or torch.float32
+    q = torch.zeros(2, heads, 8, size, device=device, dtype=dtype)  # (B, H, T, d_k)
+    lengths = torch.tensor([8, 5], device=device)
+    padded = padding_mask(lengths)[:, None, None, :]  # (B, 1, 1, S): True = a real token
+    causal = padded & bottom_right_causal_mask(8, 8, device)  # (B, 1, T, S)
+    dropout = model.attention_dropout
+    kinds = [
+        f"{fused_kernel(q, q, q, padded, dropout)} (padded)",
+        f"{fused_kernel(q, q, q, causal, dropout)} (causal, padded)",
+    ]
+    return ", ".join(kinds) + "; explicit softmax where weights are asked for (heatmaps, AER)"
+
+
+def peak_gpu_memory(device: torch.device) -> dict[str, float]:
+    """{"peak_gpu_memory_mib": the most memory torch's allocator held for tensors on `device`
+    since the process started}, for metrics.json; empty off CUDA."""
+    if device.type != "cuda":
+        return {}
+    return {"peak_gpu_memory_mib": torch.cuda.max_memory_allocated(device) / 2**20}
+
+
+def use_tf32(enabled: bool, device: torch.device) -> None:
+    """TF32 for float32 matmuls and cuDNN convolutions on `device` (see the module docstring);
+    the setting is process-wide in torch, so it is set at the start of each run."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    if not enabled:
+        return
+    if device.type != "cuda":
+        log.warning(
+            "trainer.tf32=true has no effect on %s: TF32 is a CUDA tensor-core format", device
+        )
+    elif torch.cuda.get_device_capability(device)[0] < 8:
+        name = torch.cuda.get_device_name(device)
+        log.warning("trainer.tf32=true: %s predates Ampere and has no TF32 units", name)
 
 
 class MixedPrecision:

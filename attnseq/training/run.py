@@ -18,7 +18,7 @@ import torch
 
 from attnseq.analysis.attention_diagnostics import is_per_layer_key
 from attnseq.config.checks import validate
-from attnseq.config.choices import Tracker
+from attnseq.config.choices import ModelFamily, Tracker
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
@@ -37,6 +37,7 @@ from attnseq.training.distributed import (
     env_world,
 )
 from attnseq.training.optim import LearningRateSchedule, TrainingBudget, build_optimizer
+from attnseq.training.precision import attention_kernels, peak_gpu_memory, use_tf32
 from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_resume_point
 from attnseq.training.run_directory import clear_previous_run, run_directory_lock
 from attnseq.training.state import TrainingState
@@ -97,6 +98,7 @@ def train(
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     use_threads(cfg.trainer.threads)
+    use_tf32(cfg.trainer.tf32, device)
     data = _prepare_data(cfg, world, point)
     model = model_for(cfg, data.tokenizers).to(device)
     _describe(cfg, data, model, device, world)
@@ -182,6 +184,8 @@ def _describe(
         device,
         f" x {world.world_size} processes" if world.distributed else "",
     )
+    if cfg.model.family is ModelFamily.transformer:
+        log.info("attention kernel in training: %s", attention_kernels(cfg, device))
 
 
 def _writer(cfg: TrainConfig, run_dir: Path, point: ResumePoint | None, world: WorldInfo) -> Any:
@@ -292,6 +296,7 @@ def _test_best(
     results["best_step"] = state.best_step
     results[f"valid/best_{cfg.trainer.early_stopping_metric.value}"] = state.best_metric
     results["skipped_steps"] = state.skipped_steps
+    results.update(peak_gpu_memory(device))
     atomic_write_lines(run_dir / "hyps" / "test.txt", hypotheses)
     atomic_write_json(run_dir / "metrics.json", results)
     # At the last training step, so the test numbers sit at the end of the valid/* curves.

@@ -243,13 +243,33 @@ class Trainer:
     def update(self, micro_batches: list[tuple[Batch, TokenCounts]]) -> StepOutcome:
         """One optimizer update (train_step.py) and, when applied, the moving average's and
         the schedule's step to the lr of the next update."""
-        outcome = train_step(self.parts, micro_batches, self.state.step)
+        try:
+            outcome = train_step(self.parts, micro_batches, self.state.step)
+        except torch.OutOfMemoryError:
+            raise self._out_of_memory(micro_batches) from None
         if outcome.applied:
             if self.ema is not None:
                 self.ema.update(self.model)
             # Seconds are those of the previous step's end (the value all ranks share).
             self.schedule.after_update(self.state.step + 1, self.state.train_seconds)
         return outcome
+
+    def _out_of_memory(self, micro_batches: list[tuple[Batch, TokenCounts]]) -> UserError:
+        """The one line an out-of-memory error of the device becomes: the batch that failed,
+        what to lower, and the checkpoint that stays (nothing is written after the failure)."""
+        batch, counts = micro_batches[0]
+        saved, last = self.last_saved_step, self.checkpointer.folder / "last.pt"
+        kept = f"last.pt (step {saved}) is kept" if saved is not None else "no checkpoint yet"
+        if saved is None and last.is_file():
+            kept = "last.pt of the resumed checkpoint is kept"
+        data = self.cfg.data
+        return UserError(
+            f"out of {batch.src.device} memory in update {self.state.step + 1}, on a batch of "
+            f"{batch.src.size(0)} sentences ({int(counts.src)} source and {int(counts.tgt)} "
+            f"target tokens; longest source {batch.src.size(1)}, target {batch.tgt_in.size(1)}) "
+            f"under data.max_tokens={data.max_tokens}: lower data.max_tokens (optim.accumulate=N "
+            f"keeps the tokens per update) or data.max_sentences, or the model; {kept}"
+        )
 
     def _after_update(self, outcome: StepOutcome, report: TrainLog, bar: TrainingProgress) -> bool:
         """Count the update, report and validate when due; True when it validated (and so
