@@ -26,6 +26,14 @@ features. For feature maps defined through exp() they accept a per-key log scale
 rescaled when it grows, so exp() never overflows (the usual running-max trick of online
 softmax); the scale cancels in the ratio.
 
+Precision: the kernel computes in float32 whatever the inputs (autocast off, q, k, v cast up)
+and returns the context in the dtype of v. Its sums run over every key, its ratio divides by
+phi(Q_i)^T Z_i, which is small where a query sees few keys (the first positions of the causal
+form), and FAVOR+ features are exp() of a dot product: in float16 the gradients of the running
+sums overflow at the loss scale mixed-precision training starts from (2^16) while the gradients
+of q, k and v still fit, and in bfloat16 the sums keep 8 bits of mantissa. The decoding state
+(S, Z) is float32 for the same reason.
+
 No attention weights: phi(Q) phi(K)^T is never formed, so `need_weights` is an error (and
 visualize-alignment cannot draw this self-attention). Attention dropout does not apply, for
 the same reason. Padded keys get phi(K_j) = 0; a row without any real key gives 0, not NaN.
@@ -175,25 +183,40 @@ class KernelSelfAttention(AttentionMechanism):
         """F, the number of features for heads of size d_k."""
 
     def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """See `AttentionMechanism.attend`; there are never weights."""
-        phi_q, phi_k, log_scale = self.feature_maps(inputs.q, inputs.k, inputs.mask)
-        if not inputs.causal:
-            return kernel_attention(phi_q, phi_k, inputs.v, log_scale), None
-        batch, heads, _, d_k = inputs.q.shape
-        sums = self.empty_cache(batch, heads, d_k, inputs.q)
-        return causal_kernel_attention(phi_q, phi_k, inputs.v, sums, log_scale)[0], None
+        """See `AttentionMechanism.attend`; there are never weights. Computed in float32
+        (module docstring, "Precision"); the context has the dtype of v."""
+        with _float32(inputs.q):
+            q, k, v = inputs.q.float(), inputs.k.float(), inputs.v.float()
+            phi_q, phi_k, log_scale = self.feature_maps(q, k, inputs.mask)
+            if not inputs.causal:
+                context = kernel_attention(phi_q, phi_k, v, log_scale)
+            else:
+                batch, heads, _, d_k = q.shape
+                sums = self.empty_cache(batch, heads, d_k, q)
+                context = causal_kernel_attention(phi_q, phi_k, v, sums, log_scale)[0]
+        return context.to(inputs.v.dtype), None
 
     def empty_cache(self, batch: int, heads: int, d_k: int, like: Tensor) -> SelfCache:
-        """The running sums before any key (`empty_sums`)."""
+        """The running sums before any key (`empty_sums`), float32 on the device of `like`."""
+        like = like.new_empty(0, dtype=torch.float32)
         return empty_sums(batch, heads, self.feature_count(d_k), d_k, like, scaled=self.scaled)
 
     def step(
         self, new: Heads, cache: SelfCache, need_weights: bool = False
     ) -> tuple[Tensor, None, SelfCache]:
-        """Add the new positions to the running sums (S, Z): O(F d_k) per position."""
-        phi_q, phi_k, log_scale = self.feature_maps(new.q, new.k, None)
-        context, sums = causal_kernel_attention(phi_q, phi_k, new.v, cache, log_scale)
-        return context, None, sums
+        """Add the new positions to the running sums (S, Z): O(F d_k) per position; float32
+        like `attend`, the context in the dtype of v."""
+        with _float32(new.q):
+            q, k, v = new.q.float(), new.k.float(), new.v.float()
+            phi_q, phi_k, log_scale = self.feature_maps(q, k, None)
+            sums = {name: value.float() for name, value in cache.items()}
+            context, sums = causal_kernel_attention(phi_q, phi_k, v, sums, log_scale)
+        return context.to(new.v.dtype), None, sums
+
+
+def _float32(like: Tensor) -> torch.autocast:
+    """Autocast off on the device of `like`: the kernel's float32 operations stay float32."""
+    return torch.autocast(like.device.type, enabled=False)
 
 
 class LinearSelfAttention(KernelSelfAttention):

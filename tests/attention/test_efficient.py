@@ -279,6 +279,32 @@ def test_performer_is_stable_for_large_inputs() -> None:
         assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_kernel_kinds_compute_in_float32_under_float16_autocast(name: str, causal: bool) -> None:
+    """The context is the float32 one rounded once to float16 (not float16 sums), and at
+    GradScaler's first loss scale, 2^16, the inputs' gradients are the float32 ones rounded:
+    finite where those fit in float16, so no update is skipped for the kernel's own overflow
+    (float16 running sums give the causal performer NaN gradients)."""
+    mechanism = make(name).mechanism
+    half = [x.half().requires_grad_() for x in qkv()]
+    full = [x.detach().float().requires_grad_() for x in half]
+    mask = lengths_mask()
+    exact, _ = mechanism(*full, mask, causal=causal)
+    (exact.mean() * 2.0**16).backward()
+    with torch.autocast("cpu", dtype=torch.float16):
+        context, _ = mechanism(*half, mask, causal=causal)
+        (context.float().mean() * 2.0**16).backward()
+    assert context.dtype == torch.float16
+    torch.testing.assert_close(context, exact.half(), atol=0, rtol=0)
+    for low, high in zip(half, full, strict=True):
+        largest = high.grad.abs().max().item()
+        assert largest < torch.finfo(torch.float16).max  # each fits: an overflow is the kernel's
+        # float16's rounding of the upstream gradient and of the result: a few units in the
+        # last place of the largest entry (eps = 2^-10)
+        torch.testing.assert_close(low.grad.float(), high.grad, atol=3e-3 * largest, rtol=0)
+
+
 # --- every kind: masks, padding, decoding, errors ---------------------------------------------
 
 
