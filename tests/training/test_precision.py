@@ -15,8 +15,15 @@ from attnseq.training.precision import MixedPrecision
 from attnseq.training.run import run_training
 
 
-@pytest.mark.parametrize("family", ["rnn", pytest.param("transformer", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize(
+    ("family", "precision"),
+    [
+        ("rnn", "bf16"),
+        ("rnn", "fp16"),
+        ("transformer", "fp16"),  # every kind: test_precision_matrix.py, by train_step
+        pytest.param("transformer", "bf16", marks=pytest.mark.slow),
+    ],
+)
 def test_reduced_precision_trains_on_the_cpu(tmp_path: Path, family: str, precision: str) -> None:
     cfg = tiny_config(f"model.family={family}", f"trainer.precision={precision}")
     metrics = run_training(cfg, tmp_path)
