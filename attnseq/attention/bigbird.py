@@ -58,8 +58,10 @@ def block_pattern(
     blocks: int, window: int, global_blocks: int, random_blocks: int, seed: int, causal: bool
 ) -> Tensor:
     """Bool (nb, nb) block pattern, True where query block I may attend to key block J (see
-    the module docstring). Cached: callers must not modify it."""
-    allowed = torch.zeros(blocks, blocks, dtype=torch.bool)
+    the module docstring). On the host, where the Python loop below writes it (a few writes
+    per row, each a kernel launch on a GPU); callers move it. Cached: callers must not modify
+    it."""
+    allowed = torch.zeros(blocks, blocks, dtype=torch.bool, device="cpu")
     g = min(global_blocks, blocks)
     for row in range(blocks):
         low, high = max(row - window, 0), row if causal else min(row + window, blocks - 1)
@@ -166,7 +168,8 @@ class BigBirdSelfAttention(AttentionMechanism):
         if key_mask is None:
             return self.pattern(length, causal=False).to(device)[None]
         lengths = key_mask.sum(dim=1).tolist()  # real positions per example
-        patterns = torch.zeros(len(lengths), blocks, blocks, dtype=torch.bool)
+        # filled on the host from the host patterns of `pattern`, then moved in one copy
+        patterns = torch.zeros(len(lengths), blocks, blocks, dtype=torch.bool, device="cpu")
         for real in set(lengths):
             own = self.pattern(real, causal=False)  # (nb_i, nb_i)
             rows = [i for i, value in enumerate(lengths) if value == real]
