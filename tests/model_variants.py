@@ -160,13 +160,22 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def variant_config(name: str, *overrides: str) -> TrainConfig:
-    """The tiny config of variant `name` (plus `overrides`); skips the test with validation's
-    message when the combination is refused."""
+def variant_config(name: str) -> TrainConfig:
+    """The tiny config of variant `name`, built once per test process (callers must not modify
+    it); skips the test with validation's message when the combination is refused."""
+    config = _config_or_refusal(name)
+    if isinstance(config, str):
+        pytest.skip(f"the config refuses {name}: {config}")
+    return config
+
+
+@functools.cache
+def _config_or_refusal(name: str) -> TrainConfig | str:
+    """Composing and validating a config takes longer than training the variant: once each."""
     try:
-        return tiny_config(*SETTINGS, *VARIANTS[name], *overrides)
+        return tiny_config(*SETTINGS, *VARIANTS[name])
     except UserError as refusal:
-        pytest.skip(f"the config refuses {name}: {refusal}")
+        return str(refusal)
 
 
 @functools.cache

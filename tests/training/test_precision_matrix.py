@@ -65,14 +65,15 @@ class Trained:
 
 
 def three_updates(variant: str, precision: str) -> Trained:
-    """`UPDATES` updates of `variant` on the one batch under `trainer.precision=precision`."""
-    cfg = variant_config(variant, f"trainer.precision={precision}")
+    """`UPDATES` updates of `variant` on the one batch under `trainer.precision=precision`
+    ("bf16" or "fp16"), as the trainer runs them."""
+    cfg = variant_config(variant)
     lstm = cfg.model.family is ModelFamily.rnn and cfg.model.rnn.cell is RNNCell.lstm
     if precision == "fp16" and lstm and cpu_float16_lstm_problem():
         pytest.skip(f"torch has no float16 LSTM on this CPU: {cpu_float16_lstm_problem()}")
     model = variant_model(cfg)
     start = {name: weight.detach().clone() for name, weight in model.named_parameters()}
-    mixed = MixedPrecision(cfg.trainer.precision.name, CPU)
+    mixed = MixedPrecision(precision, CPU)
     optimizer = build_optimizer(model, cfg.optim)
     parts = UpdateParts(model, model, optimizer, mixed, cfg.optim, WorldInfo())
     batch = variant_batch(cfg)
