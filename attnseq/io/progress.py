@@ -17,7 +17,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -174,12 +174,13 @@ class TrainingProgress:
             )
         return self
 
-    def advance(self, loss: float, epoch: int, tgt_tokens: float = 0.0, lr: float = 0.0) -> None:
-        """One update: its loss, the epoch it is in (0-based), its target tokens, the lr."""
-        # exponential moving average: a readable loss, not one batch's noise
-        self.smoothed_loss = (
-            loss if self.smoothed_loss is None else 0.95 * self.smoothed_loss + 0.05 * loss
-        )
+    def advance(
+        self, loss: float | None, epoch: int, tgt_tokens: float = 0.0, lr: float = 0.0
+    ) -> None:
+        """One update: its loss (None: not read from the device yet, see `add_losses`), the
+        epoch it is in (0-based), its target tokens, the lr."""
+        if loss is not None:
+            self.add_losses([loss])
         self._window_tokens += tgt_tokens
         now = time.perf_counter()
         if now - self._window_start >= self.RATE_WINDOW:
@@ -190,11 +191,17 @@ class TrainingProgress:
             self.progress.update(
                 self.task,
                 advance=1,
-                loss=f"{self.smoothed_loss:.3f}",
+                loss="-" if self.smoothed_loss is None else f"{self.smoothed_loss:.3f}",
                 epoch=epoch + 1,
                 speed=speed,
                 lr=f"{lr:.2e}",
             )
+
+    def add_losses(self, losses: Sequence[float]) -> None:
+        """Losses of updates read since the last call, oldest first, into the bar's loss."""
+        for loss in losses:  # exponential moving average: a readable loss, not one batch's noise
+            previous = self.smoothed_loss
+            self.smoothed_loss = loss if previous is None else 0.95 * previous + 0.05 * loss
 
     def __exit__(
         self,

@@ -15,25 +15,40 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def sequence_loss(
+def token_loss_sum(
     logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float = 0.0
-) -> tuple[Tensor, int]:
-    """Summed cross entropy over non-pad targets.
+) -> Tensor:
+    """Summed cross entropy over non-pad targets, a 0-dim tensor on the logits' device (no
+    host-device synchronisation: training counts its tokens on the host).
 
     Args:
         logits: (B, T, V); targets: (B, T) with pad_id where there is no token.
+    """
+    return _cross_entropy_sum(logits, targets, pad_id, label_smoothing)
+
+
+def sequence_loss(
+    logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float = 0.0
+) -> tuple[Tensor, int]:
+    """`token_loss_sum` and the number of real target tokens (read from the device).
 
     Returns:
         (sum of token losses as a 0-dim tensor, number of real target tokens)
     """
-    loss = F.cross_entropy(
+    loss = _cross_entropy_sum(logits, targets, pad_id, label_smoothing)
+    return loss, int((targets != pad_id).sum())
+
+
+def _cross_entropy_sum(
+    logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float
+) -> Tensor:
+    return F.cross_entropy(
         logits.reshape(-1, logits.size(-1)).float(),  # (B*T, V)
         targets.reshape(-1),  # (B*T,)
         ignore_index=pad_id,
         reduction="sum",
         label_smoothing=label_smoothing,
     )
-    return loss, int((targets != pad_id).sum())
 
 
 def coverage_term(per_position: Tensor, targets: Tensor, pad_id: int, weight: float) -> Tensor:

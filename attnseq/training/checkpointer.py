@@ -22,7 +22,7 @@ from attnseq.io.checkpoint import keep_step_checkpoint, save_checkpoint
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import WorldInfo, all_gather_object
 from attnseq.training.ema import WeightEMA
-from attnseq.training.optim import LearningRateSchedule, regroup_state
+from attnseq.training.optim import LearningRateSchedule, load_optimizer_state
 from attnseq.training.precision import MixedPrecision
 from attnseq.training.state import TrainingState, rng_state
 from attnseq.training.stopping import TrainingDiverged
@@ -121,7 +121,7 @@ class Checkpointer:
         self.model.load_state_dict(payload.get("training_model", payload["model"]))
         if self.ema is not None:
             self.ema.restore(payload["model"], int(payload["ema"]["updates"]))
-        self.optimizer.load_state_dict(regroup_state(payload["optimizer"], self.model))
+        load_optimizer_state(self.optimizer, payload["optimizer"], self.model)
         self.schedule.load_state_dict(payload["scheduler"])
         self.precision.load_state_dict(payload.get("grad_scaler", {}))
         state = TrainingState.from_dict(payload["progress"])

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch import Tensor
 
 from attnseq.errors import UserError
 
@@ -150,6 +151,17 @@ def all_reduce_sum(values: Sequence[float]) -> list[float]:
     tensor = torch.tensor(list(values), dtype=torch.float64, device=_collective_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor.tolist()
+
+
+def all_reduce_tensor(tensor: Tensor) -> Tensor:
+    """Element-wise sum over all ranks of `tensor`, returned on its device; on NCCL the sum is
+    queued on the GPU's stream and the host does not wait for it. Unchanged in a single
+    process."""
+    if not is_distributed():
+        return tensor
+    summed = tensor.to(_collective_device())
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    return summed.to(tensor.device)
 
 
 def broadcast_object(obj: T, src: int = 0) -> T:

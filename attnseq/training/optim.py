@@ -52,9 +52,34 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """Adam or AdamW over `parameter_groups`, fused where torch has the fused kernel for the
+    parameters' device (CUDA, CPU, MPS): one kernel per step instead of one per tensor, and the
+    device-side skip the training step uses (`found_inf`, precision.py), so that deciding to
+    skip a non-finite update needs no host-device synchronisation. Build it after the model
+    has moved to its device."""
     cls = torch.optim.AdamW if cfg.name is OptimizerName.adamw else torch.optim.Adam
     groups = parameter_groups(model, cfg.weight_decay)
-    return cls(groups, lr=cfg.lr, betas=tuple(cfg.betas))
+    devices = {p.device.type for group in groups for p in group["params"]}
+    fused = devices <= FUSED_DEVICES
+    return cls(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused or None)
+
+
+# the device types torch's fused Adam/AdamW kernels run on
+FUSED_DEVICES = {"cuda", "cpu", "mps", "xpu"}
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, model: nn.Module) -> None:
+    """Load a checkpoint's optimizer state, keeping how this optimizer runs (fused or not):
+    `load_state_dict` takes every group option from the file, and a state saved by an unfused
+    optimizer would otherwise turn the fused kernel, and with it the device-side skip, off."""
+    modes = [{key: group.get(key) for key in RUN_MODES} for group in optimizer.param_groups]
+    optimizer.load_state_dict(regroup_state(state, model))
+    for group, mode in zip(optimizer.param_groups, modes, strict=True):
+        group.update(mode)
+
+
+# group options that say how the step runs, not what it computes
+RUN_MODES = ("fused", "foreach", "capturable")
 
 
 def regroup_state(state: dict, model: nn.Module) -> dict:

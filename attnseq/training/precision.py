@@ -102,8 +102,8 @@ class MixedPrecision:
             loss = loss_of(model(batch))
         precision.backward(loss)
         precision.unscale(optimizer)       # before clipping: the true gradients
-        ...clip, check the norm...
-        overflowed = precision.step(optimizer)
+        ...clip, compute whether the loss and the gradient norm are finite (`apply`)...
+        precision.step(optimizer, apply)   # skipped on the device where `apply` is False
 
     Args:
         precision: "fp32", "bf16" or "fp16" (the names of `config.Precision`).
@@ -144,17 +144,32 @@ class MixedPrecision:
         """Divide the gradients by the loss scale (fp16), so clipping sees the true ones."""
         self.scaler.unscale_(optimizer)
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
-        """The optimizer step and, for fp16, the scale update (a step whose gradients
-        overflowed is skipped by the scaler and halves the scale)."""
-        self.scaler.step(optimizer)
-        self.scaler.update()
+    def step(self, optimizer: torch.optim.Optimizer, apply: Tensor) -> None:
+        """The optimizer step, taken only where `apply` (a 0-d bool tensor on the model's
+        device: the loss and the gradient norm are finite) holds, decided on the device so that
+        the host does not wait for the update's numbers.
 
-    def skip_overflow(self) -> float:
-        """fp16: the gradients overflowed; skip this update and lower the scale. Returns the
-        new scale. (Call after `unscale`, instead of `step`.)"""
-        self.scaler.update()  # sees the inf recorded by unscale_ and halves the scale
-        return self.scaler.get_scale()
+        fp16: the scaler's own overflow check (non-finite scaled gradients) skips the step and
+        halves the scale (`GradScaler.update`). Otherwise a fused optimizer (optim.py) takes
+        `found_inf` and leaves parameters, moments and step count untouched where it is 1, as
+        it does for the scaler. An optimizer without that skip waits for `apply` instead.
+        """
+        if self.scaler.is_enabled():
+            self.scaler.step(optimizer)
+            self.scaler.update()
+        elif getattr(optimizer, "_step_supports_amp_scaling", False):
+            optimizer.grad_scale, optimizer.found_inf = None, (~apply).float()
+            try:
+                optimizer.step()
+            finally:
+                del optimizer.grad_scale, optimizer.found_inf
+        elif bool(apply):  # a host-device synchronisation; only unfused optimizers get here
+            optimizer.step()
+
+    def scale(self) -> Tensor | None:
+        """fp16: the loss scale as a 0-d tensor on the device (read later: no waiting now);
+        None otherwise."""
+        return self.scaler._get_scale_async() if self.scaler.is_enabled() else None
 
     @property
     def scales_loss(self) -> bool:

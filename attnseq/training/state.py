@@ -19,7 +19,7 @@ class TrainingState:
     Counters a resumed run must continue (not restart) live here, not on the Trainer.
     """
 
-    step: int = 0  # optimizer updates done (skipped non-finite batches are not updates)
+    step: int = 0  # updates done, those skipped for a non-finite loss or gradient included
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of `epoch` already consumed (updates and skips)
     best_metric: float | None = None

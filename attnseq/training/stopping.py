@@ -201,9 +201,10 @@ class StoppingPolicy:
         return bool(minutes) and time.monotonic() - last_save >= 60 * minutes
 
     def diverged(
-        self, state: TrainingState, folder: Path, last_saved_step: int | None
+        self, state: TrainingState, step: int, folder: Path, last_saved_step: int | None
     ) -> TrainingDiverged:
-        """The error that ends a diverged run; says what the checkpoint folder still holds."""
+        """The error that ends a diverged run whose streak of skipped updates ended at update
+        `step`; says what the checkpoint folder still holds."""
         kept = (
             f"{folder / 'last.pt'} is from step {last_saved_step}"
             if last_saved_step is not None
@@ -212,7 +213,7 @@ class StoppingPolicy:
         )
         return TrainingDiverged(
             f"training diverged: {state.nonfinite_in_a_row} non-finite losses or gradients "
-            f"in a row after step {state.step} "
+            f"in a row, up to step {step} "
             f"(trainer.max_nonfinite_steps={self.cfg.max_nonfinite_steps}); "
             f"those updates were skipped and no checkpoint was overwritten ({kept}). "
             "Lower optim.lr, use more optim.warmup_steps or gradient clipping "

@@ -28,7 +28,9 @@ the same decision about the update.
 
 A non-finite loss or gradient norm skips the update: weights and optimizer stay untouched. With
 fp16 loss scaling, finite losses with non-finite gradients are an overflow: the update is skipped
-and the loss scale lowered (expected behaviour, not divergence).
+and the loss scale lowered (expected behaviour, not divergence). The skip is decided on the
+device (`MixedPrecision.step`), so an update costs no host-device synchronisation: its loss and
+gradient norm come back as device tensors in a `StepOutcome`, read later.
 """
 
 import contextlib
@@ -45,7 +47,7 @@ from attnseq.data.batching import Batch
 from attnseq.data.loader import TokenCounts
 from attnseq.models import hard_attention, loss_terms
 from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead, Seq2Seq, Seq2SeqOutput
-from attnseq.training.distributed import WorldInfo, all_reduce_sum
+from attnseq.training.distributed import WorldInfo, all_reduce_sum, all_reduce_tensor
 from attnseq.training.precision import MixedPrecision
 
 
@@ -70,22 +72,70 @@ class UpdateParts:
     alignment: AlignmentHead | None = None
 
 
-@dataclass
 class StepOutcome:
-    """What an update did.
+    """What an update did. Its numbers stay on the model's device until they are read: the
+    first read of an outcome's numbers waits for the device to finish that update, so the
+    training loop reads them a batch of updates at a time (`read_all`, one wait for all).
 
     loss: per real target token of the (global) batch; nan when some rank's was not finite.
-    grad_norm: the global gradient norm before clipping; inf when not finite on some rank.
-    tokens: (source, target, padded positions) of the global batch.
-    applied: the optimizer stepped.
-    loss_scale: after an fp16 overflow, the lowered loss scale; else None.
+    grad_norm: the global gradient norm before clipping; inf or nan when not finite.
+    tokens: (source, target, padded positions) of the global batch (known on the host).
+    applied: the loss and the gradient norm were finite, so the optimizer stepped.
+    loss_scale: after an fp16 overflow (finite loss, non-finite scaled gradients), the lowered
+        loss scale; else None.
     """
 
-    loss: float
-    grad_norm: float
-    tokens: tuple[float, float, float]
-    applied: bool
-    loss_scale: float | None = None
+    def __init__(
+        self,
+        loss: Tensor,
+        grad_norm: Tensor,
+        tokens: tuple[float, float, float],
+        scale: Tensor | None = None,
+    ) -> None:
+        self.tokens = tokens
+        self._tensors = (loss, grad_norm, scale)
+        self._values: tuple[float, float, float | None] | None = None
+
+    @staticmethod
+    def read_all(outcomes: Sequence["StepOutcome"]) -> None:
+        """Read the numbers of every outcome not read yet, with one host-device
+        synchronisation for all of them."""
+        unread = [outcome for outcome in outcomes if outcome._values is None]
+        if not unread:
+            return
+        rows = []
+        for outcome in unread:
+            loss, norm, scale = outcome._tensors
+            scale = torch.full_like(loss, math.nan) if scale is None else scale
+            rows.append(torch.stack([loss.float(), norm.float(), scale.float()]))
+        for outcome, (loss, norm, scale) in zip(unread, torch.stack(rows).tolist(), strict=True):
+            has_scale = outcome._tensors[2] is not None
+            outcome._values = (loss, norm, scale if has_scale else None)
+
+    def _read(self) -> tuple[float, float, float | None]:
+        if self._values is None:
+            StepOutcome.read_all([self])
+        assert self._values is not None
+        return self._values
+
+    @property
+    def loss(self) -> float:
+        return self._read()[0]
+
+    @property
+    def grad_norm(self) -> float:
+        return self._read()[1]
+
+    @property
+    def applied(self) -> bool:
+        loss, norm, _ = self._read()
+        return math.isfinite(loss) and math.isfinite(norm)
+
+    @property
+    def loss_scale(self) -> float | None:
+        loss, norm, scale = self._read()
+        overflowed = scale is not None and math.isfinite(loss) and not math.isfinite(norm)
+        return scale if overflowed else None
 
     @property
     def problem(self) -> str:
@@ -97,6 +147,12 @@ class StepOutcome:
             if not math.isfinite(self.loss)
             else f"gradient norm {self.grad_norm}"
         )
+
+    def __repr__(self) -> str:
+        if self._values is None:
+            return f"StepOutcome(tokens={self.tokens}, not read yet)"
+        loss, norm, scale = self._values
+        return f"StepOutcome(loss={loss}, grad_norm={norm}, tokens={self.tokens}, scale={scale})"
 
 
 def train_step(
@@ -122,20 +178,11 @@ def train_step(
     loss_sum = torch.stack(micro_losses).sum()
     parts.precision.unscale(parts.optimizer)  # fp16: clip and check the true gradients
     norm = _clip_gradients(parts.model, parts.optim.clip_norm)
-    # Both numbers in one host-device synchronisation, before the optimizer step they decide.
-    loss_value, norm_value = torch.stack([loss_sum / n_tgt, norm.float()]).tolist()
-    if parts.world.distributed:
-        loss_value, norm_value = _agreed(loss_sum, norm_value, n_tgt)
-    finite_loss, finite_norm = math.isfinite(loss_value), math.isfinite(norm_value)
-    if finite_loss and not finite_norm and parts.precision.scales_loss:
-        loss_scale = parts.precision.skip_overflow()
-        parts.optimizer.zero_grad(set_to_none=True)
-        return StepOutcome(loss_value, norm_value, tokens, False, loss_scale)
-    if not (finite_loss and finite_norm):
-        parts.optimizer.zero_grad(set_to_none=True)
-        return StepOutcome(loss_value, norm_value, tokens, False)
-    parts.precision.step(parts.optimizer)
-    return StepOutcome(loss_value, norm_value, tokens, True)
+    loss = _global_loss(loss_sum, n_tgt) if parts.world.distributed else loss_sum / n_tgt
+    # Decided on the device: the host queues the next update without waiting for this one.
+    apply = torch.isfinite(loss) & torch.isfinite(norm)
+    parts.precision.step(parts.optimizer, apply)
+    return StepOutcome(loss.detach(), norm.detach(), tokens, parts.precision.scale())
 
 
 def _summed_loss(parts: UpdateParts, batch: Batch, step: int) -> Tensor:
@@ -172,19 +219,16 @@ def _clip_gradients(model: nn.Module, clip_norm: float) -> Tensor:
     return torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
 
 
-def _agreed(loss_sum: Tensor, norm: float, n_tgt: float) -> tuple[float, float]:
-    """The global loss per target token and the gradient norm, the same on every rank: the
-    gradients (so their norm) already agree; the losses and any rank's non-finite value are
-    summed."""
-    local = float(loss_sum.detach())
-    total, bad_loss, bad_norm = all_reduce_sum(
-        [
-            local if math.isfinite(local) else 0.0,
-            float(not math.isfinite(local)),
-            float(not math.isfinite(norm)),
-        ]
+def _global_loss(loss_sum: Tensor, n_tgt: float) -> Tensor:
+    """The global loss per target token, the same on every rank (0-d, on the device); nan when
+    some rank's loss was not finite. The gradients, and so their norm, already agree (DDP's
+    all-reduce spreads a rank's non-finite gradient to all)."""
+    local = loss_sum.detach().double()
+    finite = torch.isfinite(local)
+    total, bad = all_reduce_tensor(
+        torch.stack([torch.where(finite, local, 0.0), (~finite).double()])
     )
-    return (total / n_tgt if not bad_loss else math.nan), (norm if not bad_norm else math.inf)
+    return torch.where(bad > 0, math.nan, total / n_tgt)
 
 
 def training_loss(
@@ -205,7 +249,7 @@ def training_loss(
         targets: (B, T) next tokens, pad_id where there is no token.
         gold_alignment: (B, T, S) the batch's gold distribution (`Batch.alignment`) or None.
     """
-    loss_sum, _ = loss_terms.sequence_loss(output.logits, targets, pad_id, optim.label_smoothing)
+    loss_sum = loss_terms.token_loss_sum(output.logits, targets, pad_id, optim.label_smoothing)
     if "coverage_loss" in output.extras:  # See et al. 2017, eq. 13: + lambda * covloss_t
         weight = coverage_weight(optim, step)
         loss_sum = loss_sum + loss_terms.coverage_term(

@@ -15,16 +15,21 @@ Reliability (what a run that dies can count on):
   may be shorter): checkpoints sit at group boundaries and resume keeps the grouping.
 - SIGINT/SIGTERM (`StopSignals`) let the current step finish, write last.pt and raise
   `TrainingInterrupted`; a second SIGINT stops at once (atomic writes leave no half file).
-- A non-finite loss or gradient skips its update (counted in train/skipped_steps);
-  `trainer.max_nonfinite_steps` of them in a row raise `TrainingDiverged` without writing any
-  checkpoint, so last.pt and best.pt keep the last good state.
+- A non-finite loss or gradient skips its update on the device (counted in
+  train/skipped_steps; the update still counts as a step, so the schedule and the budget do not
+  depend on when the host learns of it); `trainer.max_nonfinite_steps` of them in a row raise
+  `TrainingDiverged` without writing any checkpoint, so last.pt and best.pt keep the last good
+  state.
 
 The weights' moving average (`optim.ema_decay`, ema.py) follows every applied update; validation
 and the checkpoints' `model` use it, the training weights travel beside it (checkpointer.py).
 
-Speed (GPU mostly): `trainer.precision` (precision.py), `trainer.compile` (torch.compile of the
-training forward pass; validation and decoding stay eager), `trainer.num_workers` and
-`trainer.pin_memory` (data/loader.py).
+Speed (GPU mostly): the host never waits for an update to finish (`StepOutcome`: its loss and
+gradient norm stay on the device and are read a batch of updates at a time, with the training
+log's lines and before validating or saving), so it queues the next batch's kernels while the
+GPU runs the current ones. `trainer.precision` (precision.py), `trainer.compile`
+(torch.compile of the training forward pass; validation and decoding stay eager),
+`trainer.num_workers` and `trainer.pin_memory` (data/loader.py).
 
 The module the updates run through (`training_module`) is the model, wrapped in
 DistributedDataParallel under torchrun and in torch.compile when asked. Validation, decoding,
@@ -147,6 +152,14 @@ class Trainer:
             self.precision,
             self.ema,
         )
+        # Updates whose numbers are still on the device (StepOutcome), read every `read_every`
+        # updates: on the CPU reading costs nothing, so at once; on a GPU reading makes the host
+        # wait for the device, so with the training log's lines, before validating or saving.
+        self._pending: list[tuple[int, StepOutcome]] = []
+        self._last_applied = True  # whether the newest update read so far was applied
+        self.read_every = 1 if device.type == "cpu" else cfg.trainer.log_every
+        self._report = TrainLog(NullWriter(), 0, None, False)
+        self._bar = TrainingProgress(0, enabled=False)
         self._resume_rng: dict[str, Any] | None = None
         self._clock_start = time.monotonic()
         self._seconds_before = 0.0
@@ -200,6 +213,7 @@ class Trainer:
         self._seconds_before = state.train_seconds
         report = TrainLog(self.writer, total_steps, trainer_cfg.max_minutes, self.world.is_main)
         report.start_session(state.step)
+        self._report = report
         if state.batch_in_epoch >= len(self.sampler):  # a checkpoint at an epoch's end
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
         stop_reason = self.policy.reason(state)
@@ -209,6 +223,7 @@ class Trainer:
         graceful = signals.graceful() if signals is not None else contextlib.nullcontext()
         show_bar = trainer_cfg.progress and self.world.is_main
         with graceful, TrainingProgress(total_steps, state.step, show_bar) as bar:
+            self._bar = bar
             updates = self._updates()
             while stop_reason is None:
                 micro_batches = next(updates, None)
@@ -219,7 +234,8 @@ class Trainer:
                 for _ in micro_batches:
                     state.end_batch(len(self.sampler))
                 validated = self._after_update(outcome, report, bar)
-                stop_reason = self._after_step(outcome.applied, validated)
+                stop_reason = self._after_step(validated)
+            self._read_outcomes()
             if state.validated_step != state.step:
                 self._validate()  # the final state is always validated and checkpointed
             if self._sync_decisions()[0]:
@@ -241,17 +257,17 @@ class Trainer:
                 yield group
 
     def update(self, micro_batches: list[tuple[Batch, TokenCounts]]) -> StepOutcome:
-        """One optimizer update (train_step.py) and, when applied, the moving average's and
-        the schedule's step to the lr of the next update."""
+        """One optimizer update (train_step.py; skipped on the device when its loss or
+        gradient norm is not finite), then the moving average's step and the schedule's step
+        to the lr of the next update."""
         try:
             outcome = train_step(self.parts, micro_batches, self.state.step)
         except torch.OutOfMemoryError:
             raise self._out_of_memory(micro_batches) from None
-        if outcome.applied:
-            if self.ema is not None:
-                self.ema.update(self.model)
-            # Seconds are those of the previous step's end (the value all ranks share).
-            self.schedule.after_update(self.state.step + 1, self.state.train_seconds)
+        if self.ema is not None:
+            self.ema.update(self.model)  # after a skipped update: towards the same weights
+        # Seconds are those of the previous step's end (the value all ranks share).
+        self.schedule.after_update(self.state.step + 1, self.state.train_seconds)
         return outcome
 
     def _out_of_memory(self, micro_batches: list[tuple[Batch, TokenCounts]]) -> UserError:
@@ -272,22 +288,16 @@ class Trainer:
         )
 
     def _after_update(self, outcome: StepOutcome, report: TrainLog, bar: TrainingProgress) -> bool:
-        """Count the update, report and validate when due; True when it validated (and so
-        wrote last.pt)."""
+        """Count the update, read the pending outcomes, report and validate when due; True
+        when it validated (and so wrote last.pt)."""
         state, trainer_cfg = self.state, self.cfg.trainer
-        if outcome.loss_scale is not None:  # an fp16 overflow: expected, not divergence
-            state.overflow_steps += 1
-            self.writer.add_scalar("train/overflow_steps", state.overflow_steps, state.step)
-            self.writer.add_scalar("train/loss_scale", outcome.loss_scale, state.step)
-            return False
-        if not outcome.applied:
-            self._skipped(outcome.problem)  # raises TrainingDiverged after too many
-            return False
-        state.nonfinite_in_a_row = 0
         state.step += 1
-        report.window.add(outcome.tokens, outcome.loss, outcome.grad_norm)
-        bar.advance(outcome.loss, state.epoch, outcome.tokens[1], self.schedule.lr)
+        self._pending.append((state.step, outcome))
+        bar.advance(None, state.epoch, outcome.tokens[1], self.schedule.lr)
+        if state.step % self.read_every == 0:
+            self._read_outcomes()
         if state.step % trainer_cfg.log_every == 0:
+            self._read_outcomes()
             epoch = state.epoch + state.batch_in_epoch / max(len(self.sampler), 1)
             report.report(state.step, epoch, self.schedule.lr, self._train_seconds())
         if state.step % trainer_cfg.validate_every == 0:
@@ -295,21 +305,52 @@ class Trainer:
             return True
         return False
 
-    def _after_step(self, applied: bool, validated: bool) -> str | None:
-        """After each batch: agree on signals and the clock, write a due resume point, stop on
-        a signal; returns why training stops (None: it goes on). A validation has written
+    def _read_outcomes(self) -> None:
+        """Read the updates' numbers not read yet (one host-device synchronisation) and count
+        them: losses into the report and the bar, fp16 overflows, skipped updates (raises
+        TrainingDiverged after `trainer.max_nonfinite_steps` in a row). Runs before anything
+        is written, so no checkpoint holds a state whose skips were not counted."""
+        pending, self._pending = self._pending, []
+        StepOutcome.read_all([outcome for _, outcome in pending])
+        state = self.state
+        for step, outcome in pending:
+            self._last_applied = outcome.applied
+            if outcome.applied:
+                state.nonfinite_in_a_row = 0
+                self._report.window.add(outcome.tokens, outcome.loss, outcome.grad_norm)
+                self._bar.add_losses([outcome.loss])
+            elif outcome.loss_scale is not None:  # an fp16 overflow: expected, not divergence
+                state.overflow_steps += 1
+                self.writer.add_scalar("train/overflow_steps", state.overflow_steps, step)
+                self.writer.add_scalar("train/loss_scale", outcome.loss_scale, step)
+            else:
+                self._skipped(outcome.problem, step)
+
+    def _after_step(self, validated: bool) -> str | None:
+        """After each update: agree on signals and the clock, write a due resume point, stop
+        on a signal; returns why training stops (None: it goes on). A validation has written
         last.pt already."""
         stop_requested, save_due = self._sync_decisions()
         stop_reason = self.policy.reason(self.state)
         saved = validated
-        if applied and not validated and stop_reason is None and save_due:
-            self.checkpointer.save("last.pt", self.state)
-            saved = True
+        if not validated and stop_reason is None and save_due:
+            saved = self._save_last(after_a_skip=False)
         if stop_requested:
             if not saved:
-                self.checkpointer.save("last.pt", self.state)
+                self._save_last(after_a_skip=True)
             self._interrupted()
         return stop_reason
+
+    def _save_last(self, after_a_skip: bool) -> bool:
+        """Write last.pt, unless the newest update was skipped and `after_a_skip` is False (a
+        periodic resume point waits for the next applied update, so that it never lands in a
+        streak of non-finite updates). A diverged run raises here, before anything is
+        written. True when written."""
+        self._read_outcomes()
+        if not (after_a_skip or self._last_applied):
+            return False
+        self.checkpointer.save("last.pt", self.state)
+        return True
 
     def _sync_decisions(self) -> tuple[bool, bool]:
         """(stop requested, periodic save due) after a step; updates `state.train_seconds`.
@@ -331,17 +372,18 @@ class Trainer:
         self.state.train_seconds = seconds
         return requests > 0, saves > 0
 
-    def _skipped(self, problem: str) -> None:
-        """Count a skipped update; stop the run after `max_nonfinite_steps` in a row."""
+    def _skipped(self, problem: str, step: int) -> None:
+        """Count the skipped update `step`; stop the run after `max_nonfinite_steps` in a
+        row."""
         state = self.state
-        self.writer.add_scalar("train/skipped_steps", state.skipped_steps + 1, state.step)
+        self.writer.add_scalar("train/skipped_steps", state.skipped_steps + 1, step)
         diverged = self.policy.record_skip(state)
         limit = self.cfg.trainer.max_nonfinite_steps
         self._log(
             logging.WARNING,
-            "after step %d: non-finite %s; update skipped (%d in a row, %d in total; "
+            "step %d: non-finite %s; update skipped (%d in a row, %d in total; "
             "the run stops at %d in a row)",
-            state.step,
+            step,
             problem,
             state.nonfinite_in_a_row,
             state.skipped_steps,
@@ -351,7 +393,7 @@ class Trainer:
             return
         self.writer.flush()
         # No checkpoint is written here: the files on disk are the last good state.
-        raise self.policy.diverged(state, self.checkpointer.folder, self.last_saved_step)
+        raise self.policy.diverged(state, step, self.checkpointer.folder, self.last_saved_step)
 
     def _interrupted(self) -> None:
         # Data-parallel: a signal to any rank stops all; one that got none reports SIGTERM.
@@ -378,6 +420,7 @@ class Trainer:
         Data-parallel: rank 0 validates while the others wait for its metrics; then every rank
         updates the same early-stopping and plateau state.
         """
+        self._read_outcomes()
         state = self.state
         metrics = broadcast_object(self._validation_metrics() if self.world.is_main else {})
         metric = self.policy.metric

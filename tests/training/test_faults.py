@@ -266,7 +266,7 @@ def test_resume_auto_without_a_checkpoint_starts_fresh_and_says_so(tmp_path: Pat
 # ------------------------------------------------------------------------ signals
 def test_sigint_finishes_the_step_and_writes_last_pt(tmp_path: Path, monkeypatch) -> None:
     """In-process: the signal arrives inside step 5's loss; the run saves step 5 and stops."""
-    real_loss = loss_module.sequence_loss
+    real_loss = loss_module.token_loss_sum
     calls = count(1)
 
     def loss_with_a_signal(*args, **kwargs):
@@ -274,7 +274,7 @@ def test_sigint_finishes_the_step_and_writes_last_pt(tmp_path: Path, monkeypatch
             os.kill(os.getpid(), signal.SIGINT)
         return real_loss(*args, **kwargs)
 
-    monkeypatch.setattr(loss_module, "sequence_loss", loss_with_a_signal)
+    monkeypatch.setattr(loss_module, "token_loss_sum", loss_with_a_signal)
     previous = signal.getsignal(signal.SIGINT)
     with pytest.raises(TrainingInterrupted) as caught:
         run_training(tiny_config("trainer.max_steps=20"), tmp_path)
@@ -348,16 +348,17 @@ def test_an_exception_during_a_write_keeps_the_old_file(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------ non-finite losses
 def nan_from_call(first_bad: int, last_bad: int | None = None):
-    """A sequence_loss that returns NaN for its calls first_bad..last_bad (1-based)."""
-    real_loss = loss_module.sequence_loss
+    """A training token_loss_sum that returns NaN for its calls first_bad..last_bad
+    (1-based)."""
+    real_loss = loss_module.token_loss_sum
     calls = count(1)
 
     def loss(*args, **kwargs):
-        loss_sum, n_tokens = real_loss(*args, **kwargs)
+        loss_sum = real_loss(*args, **kwargs)
         call = next(calls)
         if call >= first_bad and (last_bad is None or call <= last_bad):
             loss_sum = loss_sum * float("nan")
-        return loss_sum, n_tokens
+        return loss_sum
 
     return loss
 
@@ -377,23 +378,23 @@ class _NanGradient(torch.autograd.Function):
 def test_nonfinite_losses_and_gradients_are_skipped_and_counted(
     tmp_path: Path, monkeypatch, caplog
 ) -> None:
-    """Calls 3 and 4 give a NaN loss, call 6 a NaN gradient: 9 batches for 6 updates."""
+    """Calls 3 and 4 give a NaN loss, call 6 a NaN gradient: 6 updates, 3 of them skipped."""
     bad_loss = nan_from_call(3, 4)
     calls = count(1)
 
     def loss(*args, **kwargs):
         call = next(calls)
-        loss_sum, n_tokens = bad_loss(*args, **kwargs)
-        return (_NanGradient.apply(loss_sum) if call == 6 else loss_sum), n_tokens
+        loss_sum = bad_loss(*args, **kwargs)
+        return _NanGradient.apply(loss_sum) if call == 6 else loss_sum
 
-    monkeypatch.setattr(loss_module, "sequence_loss", loss)
+    monkeypatch.setattr(loss_module, "token_loss_sum", loss)
     run_training(tiny_config("trainer.max_steps=6", "trainer.validate_every=3"), tmp_path)
     payload = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     progress = payload["progress"]
     assert progress["step"] == 6
-    assert progress["skipped_steps"] == 3 and progress["nonfinite_in_a_row"] == 0
-    # Adam counted only the real updates
-    assert {float(state["step"]) for state in payload["optimizer"]["state"].values()} == {6.0}
+    assert progress["skipped_steps"] == 3 and progress["nonfinite_in_a_row"] == 1
+    # Adam counted only the applied updates: its skip happens on the device
+    assert {float(state["step"]) for state in payload["optimizer"]["state"].values()} == {3.0}
     assert "non-finite loss nan; update skipped (2 in a row" in caplog.text
     assert "non-finite gradient norm nan" in caplog.text
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -406,7 +407,7 @@ def test_nonfinite_losses_and_gradients_are_skipped_and_counted(
 def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
     tmp_path: Path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(loss_module, "sequence_loss", nan_from_call(5))
+    monkeypatch.setattr(loss_module, "token_loss_sum", nan_from_call(5))
     cfg = tiny_config(
         "trainer.max_steps=50",
         "trainer.validate_every=2",
@@ -416,14 +417,17 @@ def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
     with pytest.raises(TrainingDiverged, match=r"3 non-finite losses or gradients in a row"):
         run_training(cfg, tmp_path)
     last = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
-    assert last["progress"]["step"] == 4 and last["progress"]["skipped_steps"] == 0
+    # the validation at step 6 wrote last.pt within the streak: the weights of step 4, which
+    # the two skipped updates left as they were (Adam applied 4 updates)
+    assert last["progress"]["step"] == 6 and last["progress"]["skipped_steps"] == 2
+    assert {float(s["step"]) for s in last["optimizer"]["state"].values()} == {4.0}
     assert all(torch.isfinite(t).all() for t in last["model"].values())
-    assert load_checkpoint(tmp_path / "checkpoints" / "best.pt")["progress"]["step"] <= 4
+    assert load_checkpoint(tmp_path / "checkpoints" / "best.pt")["progress"]["step"] <= 6
     assert not (tmp_path / "metrics.json").exists()
 
 
 def test_a_diverged_run_exits_1_with_a_message(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(loss_module, "sequence_loss", nan_from_call(4))
+    monkeypatch.setattr(loss_module, "token_loss_sum", nan_from_call(4))
     run_dir = tmp_path / "run"
     result = attnseq_in_process(
         "train",
