@@ -38,6 +38,7 @@ from torch import Tensor
 from attnseq.attention.full import fused_kernel
 from attnseq.attention.masks import bottom_right_causal_mask, padding_mask
 from attnseq.config.schema import TrainConfig
+from attnseq.errors import UserError
 
 log = logging.getLogger("attnseq")
 
@@ -75,6 +76,31 @@ def peak_gpu_memory(device: torch.device) -> dict[str, float]:
     if device.type != "cuda":
         return {}
     return {"peak_gpu_memory_mib": torch.cuda.max_memory_allocated(device) / 2**20}
+
+
+def check_precision_supported(cfg: TrainConfig, device: torch.device) -> None:
+    """Refuse, before any work, a precision the device's kernels lack: CPU builds of torch run
+    an LSTM under float16 autocast only where oneDNN has float16 kernels for it (processors
+    with AVX512-FP16 or AMX-FP16); elsewhere the first forward pass would fail mid-run.
+    Probed with a one-step LSTM of the smallest size.
+
+    Raises:
+        UserError: the combination cannot run here.
+    """
+    model = cfg.model
+    if cfg.trainer.precision.name != "fp16" or device.type != "cpu":
+        return
+    if model.family.name != "rnn" or model.rnn.cell.name != "lstm":
+        return
+    probe = torch.nn.LSTM(1, 1)
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            probe(torch.zeros(1, 1, 1))
+    except RuntimeError:
+        raise UserError(
+            "trainer.precision=fp16 with model.rnn.cell=lstm: torch has no float16 LSTM for "
+            "this CPU; use trainer.precision=bf16 or 32, or model.rnn.cell=gru"
+        ) from None
 
 
 def use_tf32(enabled: bool, device: torch.device) -> None:

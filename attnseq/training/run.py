@@ -37,7 +37,12 @@ from attnseq.training.distributed import (
     env_world,
 )
 from attnseq.training.optim import LearningRateSchedule, TrainingBudget, build_optimizer
-from attnseq.training.precision import attention_kernels, peak_gpu_memory, use_tf32
+from attnseq.training.precision import (
+    attention_kernels,
+    check_precision_supported,
+    peak_gpu_memory,
+    use_tf32,
+)
 from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_resume_point
 from attnseq.training.run_directory import clear_previous_run, run_directory_lock
 from attnseq.training.state import TrainingState
@@ -80,6 +85,7 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     # One trainer per run directory (run_directory.py), taken before anything is read or written.
     with run_directory_lock(run_dir, enabled=env_world().is_main):
         device = resolve_device(cfg.trainer.device, "trainer.device")
+        check_precision_supported(cfg, device)
         with StopSignals() as stop, distributed_session(device.type) as world:
             if world.distributed and device.type == "cuda":
                 device = torch.device("cuda", world.local_rank)

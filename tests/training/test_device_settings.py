@@ -141,3 +141,16 @@ def test_skips_read_late_are_counted_as_when_read_at_once(tmp_path: Path, monkey
     assert progress(runs[0])["skipped_steps"] == 3
     for name, tensor in runs[0]["last"]["model"].items():
         assert torch.equal(tensor, runs[1]["last"]["model"][name]), name
+
+
+def test_an_lstm_in_fp16_on_a_cpu_without_its_kernels_is_refused_first(tmp_path: Path) -> None:
+    cfg = tiny_config("model.rnn.cell=lstm", "trainer.precision=fp16")
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            torch.nn.LSTM(1, 1)(torch.zeros(1, 1, 1))
+    except RuntimeError:
+        with pytest.raises(UserError, match="torch has no float16 LSTM for this CPU"):
+            run_training(cfg, tmp_path)
+        assert not (tmp_path / "checkpoints").exists()
+    else:
+        assert math.isfinite(run_training(cfg, tmp_path)["test/loss"])
