@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("checkpoint", type=Path, help="a transformer checkpoint")
-    parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
     parser.add_argument("--threads", type=int, help="CPU threads of both engines")
     parser.add_argument("--beam", type=int, default=5, help="beam size compared with greedy")
     parser.add_argument("--batch-sizes", default="64,1", help="comma-separated batch sizes")

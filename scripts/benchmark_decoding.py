@@ -249,7 +249,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--load-warmup", type=float, default=60.0,
                         help="seconds the competing job runs before timing starts")  # fmt: skip
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
     parser.add_argument("--beam", type=int, default=5, help="beam size compared with greedy")
     parser.add_argument("--length-penalty", type=float, default=1.0, help="GNMT alpha")
     parser.add_argument("--batch-sizes", default="1,64", help="comma-separated batch sizes")

@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eval-split", default="test")
     parser.add_argument("--max-batches", type=int, help="importance from the first N batches")
     parser.add_argument("--max-sentences", type=int, help="decode only the first N sentences")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     parser.add_argument("--threads", type=int, help="torch intra-op threads")
     return parser.parse_args(argv)
 

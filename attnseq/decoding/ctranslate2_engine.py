@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from attnseq.config.conversion import config_from_dict
+from attnseq.config.devices import DEVICE_FORMS, check_device_name
 from attnseq.data.tokenizers import BOS_ID, PAD_ID, TokenizerPair
 from attnseq.decoding.settings import DecodingSettings, Hypothesis
 from attnseq.decoding.translate import TextTranslator
@@ -47,7 +48,7 @@ class CTranslate2Translator(TextTranslator):
 
     Args:
         folder: the export folder.
-        device: auto, cpu or cuda.
+        device: auto, cpu, cuda or cuda:N (CTranslate2 has no mps).
         compute_type: the engine's weight/compute type ("default": as exported; "int8",
             "float32", "float16", "int8_float16", ...).
         overrides: key=value changes of the stored config (decoding settings).
@@ -71,12 +72,14 @@ class CTranslate2Translator(TextTranslator):
         self.tgt_ids = {token: index for index, token in enumerate(target)}
         self.suppressed = [[target[PAD_ID]], [target[BOS_ID]]]
         ctranslate2 = import_ctranslate2()
-        if device == "auto":
-            device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-        self.device, self.compute_type = torch.device(device), compute_type
+        self.device, self.compute_type = engine_device(device, ctranslate2), compute_type
         try:
             self.engine = ctranslate2.Translator(
-                str(folder), device=device, compute_type=compute_type, intra_threads=threads
+                str(folder),
+                device=self.device.type,
+                device_index=self.device.index or 0,
+                compute_type=compute_type,
+                intra_threads=threads,
             )
         except (RuntimeError, ValueError) as error:
             raise UserError(f"ctranslate2 cannot load {folder}: {error}") from None
@@ -145,3 +148,25 @@ def _read_export(folder: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise UserError(f"{path} cannot be read: {error}") from None
+
+
+def engine_device(name: str, ctranslate2: Any) -> torch.device:
+    """The device CTranslate2 runs on for `name` (torch's spelling), checked against the GPUs
+    CTranslate2 itself sees (its CUDA build may differ from torch's).
+
+    Raises:
+        UserError: not a device, mps, or a CUDA device CTranslate2 lacks here.
+    """
+    name = check_device_name(name)
+    gpus = ctranslate2.get_cuda_device_count()
+    if name == "auto":
+        return torch.device("cuda" if gpus > 0 else "cpu")
+    device = torch.device(name)
+    if device.type == "mps":
+        raise UserError("device=mps: CTranslate2 runs on cpu or cuda; use --engine torch for mps")
+    if device.type == "cuda" and (device.index or 0) >= gpus:
+        raise UserError(
+            f"device={name} but CTranslate2 sees {gpus} CUDA device(s) here; "
+            f"valid forms: {DEVICE_FORMS}"
+        )
+    return device

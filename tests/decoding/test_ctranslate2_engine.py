@@ -405,3 +405,27 @@ def test_features_the_engine_would_drop_are_refused(feature: str) -> None:
     problems = unsupported_features(tiny_config(*TRANSFORMER, feature))
     assert len(problems) == 1 and problems[0].startswith(feature)
     assert unsupported_features(tiny_config(*TRANSFORMER)) == []
+
+
+class _Engine:
+    """CTranslate2's device count, as a machine with `gpus` GPUs would report it."""
+
+    def __init__(self, gpus: int) -> None:
+        self.gpus = gpus
+
+    def get_cuda_device_count(self) -> int:
+        return self.gpus
+
+
+def test_the_engine_takes_torchs_device_names_and_checks_its_own_gpus() -> None:
+    from attnseq.decoding.ctranslate2_engine import engine_device
+
+    assert engine_device("auto", _Engine(0)) == torch.device("cpu")
+    assert engine_device("auto", _Engine(2)) == torch.device("cuda")
+    assert engine_device("cuda:1", _Engine(2)) == torch.device("cuda", 1)
+    with pytest.raises(UserError, match="cuda:2 but CTranslate2 sees 2 CUDA device"):
+        engine_device("cuda:2", _Engine(2))
+    with pytest.raises(UserError, match="CTranslate2 runs on cpu or cuda"):
+        engine_device("mps", _Engine(2))
+    with pytest.raises(UserError, match="'gpu' is not a device"):
+        engine_device("gpu", _Engine(2))
