@@ -55,7 +55,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
+    # ATTNSEQ_TEST_DEVICE=cpu runs the GPU suite's own code on the CPU (tests/gpu/conftest.py)
+    if torch.cuda.is_available() or os.environ.get("ATTNSEQ_TEST_DEVICE") == "cpu":
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:

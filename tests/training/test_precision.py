@@ -1,6 +1,6 @@
 """trainer.precision / compile / num_workers: reduced precision trains on the CPU too, an fp16
 overflow lowers the loss scale instead of counting as divergence, the scaler state is resumed,
-and bad values are config errors. GPU runs of the same paths are marked `gpu`."""
+and bad values are config errors. GPU runs of the same paths are in tests/gpu/."""
 
 import math
 from pathlib import Path
@@ -117,42 +117,3 @@ def test_compiled_training_matches_eager_on_the_cpu(tmp_path: Path, family: str)
     eager = run_training(tiny_config(*overrides), tmp_path / "eager")
     compiled = run_training(tiny_config(*overrides, "trainer.compile=true"), tmp_path / "compiled")
     assert compiled["test/loss"] == pytest.approx(eager["test/loss"], rel=1e-4)
-
-
-# ---------------------------------------------------------------------------------- GPU
-@pytest.mark.gpu
-@pytest.mark.parametrize("family", ["rnn", "transformer"])
-@pytest.mark.parametrize("precision", ["32", "bf16", "fp16"])
-def test_gpu_training_with_precision_compile_and_workers(
-    tmp_path: Path, family: str, precision: str
-) -> None:
-    cfg = tiny_config(
-        f"model.family={family}",
-        f"trainer.precision={precision}",
-        "trainer.device=cuda",
-        "trainer.compile=true",
-        "trainer.num_workers=2",
-    )
-    metrics = run_training(cfg, tmp_path)
-    assert math.isfinite(metrics["test/loss"])
-    assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]["step"] == 6
-
-
-@pytest.mark.gpu
-def test_gpu_fast_attention_path_uses_a_fused_kernel() -> None:
-    """On CUDA the training path's SDPA call runs the flash or memory-efficient kernel, not the
-    math fallback: with the math backend disabled it must still run."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from attnseq.attention.multihead import MultiHeadAttention
-
-    attention = MultiHeadAttention(64, 4).cuda().to(torch.bfloat16)
-    x = torch.randn(8, 50, 64, device="cuda", dtype=torch.bfloat16)
-    mask = torch.ones(8, 50, dtype=torch.bool, device="cuda")
-    mask[:, 40:] = False
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-        fused, _ = attention(x, x, x, mask)  # padding mask: memory-efficient kernel
-        causal, _ = attention(x, x, x, is_causal=True)  # square causal, no mask: flash
-    explicit, _ = attention(x, x, x, mask, need_weights=True)
-    assert torch.allclose(fused.float(), explicit.float(), atol=2e-2)
-    assert torch.isfinite(causal).all()
