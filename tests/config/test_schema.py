@@ -220,3 +220,30 @@ def test_the_wheel_lists_every_layer_and_maps_configs() -> None:
     assert set(setuptools["packages"]) == {"attnseq", "attnseq.configs", *layers}
     assert root / setuptools["package-dir"]["attnseq.configs"] == CONFIG_DIR
     assert (CONFIG_DIR / "train.yaml").is_file()
+
+
+GROUPS_WITH_SCHEMA_NODES = ("data", "model", "optim", "trainer")
+
+
+def restated_defaults(node: object, defaults: object, prefix: str) -> list[str]:
+    """The keys of a group file's `node` whose value is the schema's default."""
+    if isinstance(node, dict):
+        found = []
+        for key, value in node.items():
+            default = defaults.get(key, object()) if isinstance(defaults, dict) else object()
+            found += restated_defaults(value, default, f"{prefix}.{key}")
+        return found
+    return [prefix] if node == defaults else []
+
+
+@pytest.mark.parametrize("group", GROUPS_WITH_SCHEMA_NODES)
+def test_group_files_state_only_what_differs_from_the_schema(group: str) -> None:
+    """One source of defaults: a group file that repeats a schema default would keep the old
+    value after the schema's changes (the group is composed over the schema)."""
+    defaults = json.loads(json.dumps(config_to_dict(TrainConfig())))[group]
+    restated = []
+    for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
+        node = OmegaConf.to_container(OmegaConf.load(path)) or {}
+        node = {k: v for k, v in node.items() if k != "defaults"}
+        restated += [f"{path.name}: {key}" for key in restated_defaults(node, defaults, group)]
+    assert not restated, f"these keys repeat the schema's defaults: {restated}"
