@@ -141,6 +141,14 @@ class Scheduler(Enum):
     linear = "linear"  # linear decay to 0 over the training budget
 
 
+class CheckpointUpload(Enum):
+    """tracker.log_checkpoint: which checkpoint a tracker keeps as an artifact at the end."""
+
+    none = "none"  # none: checkpoints stay in RUN_DIR/checkpoints only (they can be large)
+    best = "best"
+    last = "last"
+
+
 class Tracker(Enum):
     """Where a training run logs its params, metrics and figures (`logger=[...]`,
     attnseq/training/trackers.py)."""

@@ -27,6 +27,7 @@ from typing import Any
 from attnseq.config.choices import (
     AttentionKind,
     AttentionValues,
+    CheckpointUpload,
     DataSource,
     DecoderInit,
     DecoderStyle,
@@ -477,6 +478,11 @@ class TrackerConfig:
     )
     project: str = option(
         "attnseq", "the MLflow experiment and the W&B project the run is logged under"
+    )
+    log_checkpoint: CheckpointUpload = option(
+        CheckpointUpload.none,
+        "none, best or last: the checkpoint MLflow and W&B keep as an artifact at the end, "
+        "beside the resolved config, train.log and metrics.json",
     )
 
 

@@ -20,6 +20,12 @@ TensorBoard's `SummaryWriter` that it uses (`add_scalar`, `add_text`, `add_image
 A resumed run (`resume=`) continues the MLflow run of its run directory (found by the
 `attnseq.run_dir` tag) and the W&B run of the same id, so the curves go on in one place.
 
+Provenance, so that runs can be compared and reproduced from the tracker alone: MLflow tags
+and W&B config keys (`run_provenance`) hold the attnseq, torch and Python versions, the git
+commit of the working directory, the command and the run's name; the resolved config is an
+artifact from the start (config.yaml), and train.log, metrics.json and the checkpoint that
+`tracker.log_checkpoint` names join it when the run ends.
+
 Library code: the libraries are imported only when their tracker is selected, and
 `check_trackers_installed` names the extra to install before any work starts.
 """
@@ -27,12 +33,16 @@ Library code: the libraries are imported only when their tracker is selected, an
 import hashlib
 import importlib.util
 import logging
+import platform
+import shlex
+import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnseq.config.choices import Tracker
+from attnseq.config.choices import CheckpointUpload, Tracker
 from attnseq.config.conversion import config_to_dict, flat_config
 from attnseq.config.schema import TrainConfig
 from attnseq.errors import UserError
@@ -72,6 +82,39 @@ def tracker_params(cfg: TrainConfig) -> dict[str, Any]:
             value = "None"
         params[key] = value if isinstance(value, scalar) else str(value)
     return params
+
+
+def run_provenance(cfg: TrainConfig) -> dict[str, str]:
+    """Where a run comes from, as `attnseq.*` tags: versions, the git commit of the working
+    directory (", dirty" when tracked files changed), the command line and the run's name."""
+    import torch
+
+    # train_log.py imports this module for the params it writes
+    from attnseq.training.train_log import git_description, installed_version
+
+    return {
+        "attnseq.version": installed_version(),
+        "attnseq.torch_version": torch.__version__,
+        "attnseq.python_version": platform.python_version(),
+        "attnseq.git": git_description(Path.cwd()),
+        "attnseq.command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
+        "attnseq.name": cfg.name,
+    }
+
+
+def final_artifacts(cfg: TrainConfig, run_dir: Path) -> list[Path]:
+    """The files a tracker keeps when the run ends (those that exist then): train.log,
+    metrics.json and the checkpoint `tracker.log_checkpoint` names."""
+    files = [run_dir / "train.log", run_dir / "metrics.json"]
+    if cfg.tracker.log_checkpoint is not CheckpointUpload.none:
+        files.append(run_dir / "checkpoints" / f"{cfg.tracker.log_checkpoint.value}.pt")
+    return files
+
+
+def resolved_config_yaml(cfg: TrainConfig) -> str:
+    import yaml
+
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True)
 
 
 class RunTrackers:
@@ -129,6 +172,9 @@ def open_trackers(cfg: TrainConfig, run_dir: Path, resume_step: int | None) -> R
     check_trackers_installed(cfg.logger)
     trackers: list[Any] = []
     params = tracker_params(cfg)
+    record = RunRecord(
+        run_provenance(cfg), resolved_config_yaml(cfg), final_artifacts(cfg, run_dir)
+    )
     for tracker in dict.fromkeys(cfg.logger):
         if tracker is Tracker.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -142,11 +188,21 @@ def open_trackers(cfg: TrainConfig, run_dir: Path, resume_step: int | None) -> R
                 artifacts = (run_dir / "mlartifacts").absolute().as_uri()
             resumed = resume_step is not None
             trackers.append(
-                MLflowTracker(uri, cfg.tracker.project, run_dir, params, resumed, artifacts)
+                MLflowTracker(uri, cfg.tracker.project, run_dir, params, resumed, artifacts, record)
             )
         elif tracker is Tracker.wandb:
-            trackers.append(WandbTracker(cfg.tracker.project, run_dir, params))
+            trackers.append(WandbTracker(cfg.tracker.project, run_dir, params, record))
     return RunTrackers(trackers)
+
+
+@dataclass
+class RunRecord:
+    """What a tracker keeps beside the metrics: `provenance` tags, the resolved config as
+    YAML, and the files to upload when the run ends (`final_artifacts`)."""
+
+    provenance: dict[str, str] = field(default_factory=dict)
+    config_yaml: str = ""
+    final_files: list[Path] = field(default_factory=list)
 
 
 def mlflow_tracking_uri(cfg: TrainConfig, run_dir: Path) -> str:
@@ -174,6 +230,7 @@ class MLflowTracker:
         resumed: continue the latest run of `run_dir` (when the store holds one).
         artifact_location: where a new experiment keeps its runs' artifacts (None: the
             store's default).
+        record: provenance tags, the config and the files kept at the end.
     """
 
     # metrics kept in memory before they are written in one batch (MLflow takes <= 1000)
@@ -187,8 +244,11 @@ class MLflowTracker:
         params: dict[str, Any],
         resumed: bool,
         artifact_location: str | None = None,
+        record: RunRecord | None = None,
     ) -> None:
         from mlflow import MlflowClient
+
+        self.record = record or RunRecord()
 
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
@@ -205,6 +265,10 @@ class MLflowTracker:
         else:
             self.client.update_run(run.info.run_id, status="RUNNING")
         self.run_id = run.info.run_id
+        for key, value in self.record.provenance.items():  # a resumed session: its own
+            self.client.set_tag(self.run_id, key, value)
+        if self.record.config_yaml:
+            self.client.log_text(self.run_id, self.record.config_yaml, "config.yaml")
         self.logged_params = dict(run.data.params)
         self.pending: list[Any] = []
         self._log_params(params)
@@ -263,6 +327,10 @@ class MLflowTracker:
 
     def close(self, succeeded: bool = True) -> None:
         self.flush()
+        for path in self.record.final_files:
+            if path.is_file():
+                folder = "checkpoints" if path.suffix == ".pt" else None
+                self.client.log_artifact(self.run_id, str(path), folder)
         self.client.set_terminated(self.run_id, "FINISHED" if succeeded else "FAILED")
 
 
@@ -273,8 +341,12 @@ class WandbTracker:
     (`wandb sync` joins the offline folders of its sessions).
     """
 
-    def __init__(self, project: str, run_dir: Path, params: dict[str, Any]) -> None:
+    def __init__(
+        self, project: str, run_dir: Path, params: dict[str, Any], record: RunRecord | None = None
+    ) -> None:
         import wandb
+
+        self.record, self.run_dir = record or RunRecord(), run_dir
 
         self.wandb = wandb
         run_id = hashlib.sha256(str(run_dir.absolute()).encode()).hexdigest()[:16]
@@ -286,9 +358,12 @@ class WandbTracker:
             resume="allow",
             dir=str(run_dir),
             mode="offline",
-            config=params,
+            config={**params, **self.record.provenance},
             settings=wandb.Settings(silent=True, console="off"),
         )
+        if self.record.config_yaml:
+            config_file = Path(self.run.dir) / "config.yaml"
+            config_file.write_text(self.record.config_yaml, encoding="utf-8")
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         self.run.log({tag: float(value)}, step=int(step))
@@ -316,6 +391,9 @@ class WandbTracker:
         pass  # run.log hands every record to W&B's service process at once
 
     def close(self, succeeded: bool = True) -> None:
+        for path in self.record.final_files:
+            if path.is_file():  # copied into the run's files/, which `wandb sync` uploads
+                self.run.save(str(path), base_path=str(self.run_dir), policy="now")
         self.run.finish(exit_code=0 if succeeded else 1)
 
 

@@ -55,18 +55,12 @@ def log_run_header(cfg: TrainConfig) -> None:
     The short lines go to every handler; the config block (a hundred-odd lines) goes to the
     log files only (train.log), so a terminal is not flooded with it.
     """
-    from importlib.metadata import PackageNotFoundError, version
-
     import torch
 
-    try:
-        attnseq_version = version("attnseq")
-    except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
-        attnseq_version = "unknown (not installed)"
     cwd = Path.cwd()
     log.info(
         "attnseq %s, torch %s, Python %s on %s",
-        attnseq_version,
+        installed_version(),
         torch.__version__,
         platform.python_version(),
         platform.platform(terse=True),
@@ -77,6 +71,17 @@ def log_run_header(cfg: TrainConfig) -> None:
 
     resolved = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True)
     _to_log_files(logging.INFO, "resolved config:\n%s", resolved.rstrip())
+
+
+def installed_version() -> str:
+    """attnseq's version as installed ("unknown (not installed)" for a source tree on
+    PYTHONPATH)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attnseq")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def git_description(folder: Path) -> str:

@@ -1,13 +1,17 @@
 """Experiment trackers against the real libraries: an MLflow run read back with MlflowClient
-(params, step metrics, an alignment PNG), a W&B offline run folder holding the same metrics,
-and the one-line refusal when a selected tracker's library is missing."""
+(params, step metrics, an alignment PNG, provenance tags, the config, log, metrics and
+checkpoint artifacts), a W&B offline run folder holding the same metrics and files, and the
+one-line refusal when a selected tracker's library is missing."""
 
 import importlib.util
+import json
 import struct
 from pathlib import Path
 
 import matplotlib.image
 import pytest
+import torch
+import yaml
 from helpers import (
     TINY,
     assert_refused,
@@ -21,6 +25,7 @@ from attnseq.config.choices import Tracker
 from attnseq.errors import UserError
 from attnseq.training import trackers
 from attnseq.training.trackers import MLflowTracker, check_trackers_installed
+from attnseq.training.train_log import installed_version
 
 # find_spec, not importorskip: importing both libraries takes seconds, paid only by the worker
 # that runs these tests, not by every worker's collection.
@@ -38,6 +43,7 @@ def run_dir(tmp_path_factory) -> Path:
     W&B redirects the process's output streams, which the other tests here share."""
     overrides = ["logger=[mlflow,wandb]", "optim.lr=0.003", "trainer.progress=false", *STEPS]
     overrides += ["trainer.num_heatmaps=1"]  # the heatmap each tracker logs
+    overrides += ["tracker.log_checkpoint=best"]
 
     def train(run_dir: Path) -> None:
         result = attnseq("train", *TINY, *overrides, f"hydra.run.dir={run_dir}", cwd=run_dir)
@@ -183,3 +189,36 @@ def test_a_misspelt_tracker_is_refused_with_the_nearest_name(tmp_path) -> None:
     code, output = train_in_process(tmp_path, *TINY, "logger=[tensorboard,mlfow]")
     assert_refused(tmp_path, code, output, "expected one of [tensorboard, mlflow, wandb]")
     assert "Did you mean 'mlflow'?" in output
+
+
+def test_mlflow_run_carries_its_provenance_and_files(run_dir: Path, tmp_path: Path) -> None:
+    """Versions, git commit, command and name as tags; the resolved config, train.log,
+    metrics.json and best.pt as artifacts: the run can be compared and rebuilt from MLflow."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("attnseq").experiment_id])
+    tags = run.data.tags
+    assert tags["attnseq.version"] == installed_version()
+    assert tags["attnseq.torch_version"] == torch.__version__
+    assert tags["attnseq.git"].startswith(("git commit ", "no git commit", "git not available"))
+    assert "trainer.max_steps=4" in tags["attnseq.command"]
+    assert tags["attnseq.name"] == "default"
+    names = {item.path for item in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "train.log", "metrics.json", "checkpoints"} <= names
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")] == [
+        "checkpoints/best.pt"
+    ]
+    metrics = Path(client.download_artifacts(run.info.run_id, "metrics.json", str(tmp_path)))
+    assert json.loads(metrics.read_text()) == json.loads((run_dir / "metrics.json").read_text())
+    config = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path)))
+    resolved = yaml.safe_load(config.read_text())
+    assert resolved["optim"]["lr"] == 0.003 and resolved["trainer"]["max_steps"] == 4
+
+
+def test_wandb_run_keeps_provenance_and_files(run_dir: Path) -> None:
+    (folder,) = (run_dir / "wandb").glob("offline-run-*")
+    files = {path.name for path in (folder / "files").rglob("*") if path.is_file()}
+    assert {"config.yaml", "train.log", "metrics.json", "best.pt"} <= files
+    config = yaml.safe_load((folder / "files" / "config.yaml").read_text())
+    assert config["optim"]["lr"] == 0.003
