@@ -16,9 +16,9 @@ Usage (from the repository root):
         --checkpoint outputs/multi30k_transformer/checkpoints/best.pt
 
 Options: --steps N timed updates (default 30) after --warmup W (default 5); --threads N torch
-intra-op threads (default 2, as the peer measurements in bench/peers/RESULTS.md); --device
-cpu|cuda|auto; --decode-sentences N test sentences per decoding setting (default 200); --set
-KEY=VALUE an override added to every setup.
+intra-op threads (default 2, as the peer measurements in bench/peers/RESULTS.md); --device D a
+torch device (cpu, cuda, cuda:N, mps) or auto; --decode-sentences N test sentences per decoding
+setting (default 200); --set KEY=VALUE an override added to every setup.
 
 What is measured, with the definitions of bench/peers/RESULTS.md:
 
@@ -78,8 +78,23 @@ MATMUL_SHAPES = [(1024, 1024, 1024), (4096, 256, 1024)]  # M x K x N
 
 # ------------------------------------------------------------------------------ matmul peak
 def _sync(device: torch.device) -> None:
+    """Wait for the device's queued kernels, so that a clock read after this sees them done."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def _device(name: str) -> torch.device:
+    """The device `--device` names on this machine (UserError when it has none such). A CUDA
+    device with an index also becomes the current one, so what the model code allocates on
+    plain `cuda` lands on it too."""
+    from attnseq.config.devices import resolve_device
+
+    device = resolve_device(name, "--device")
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
+    return device
 
 
 def matmul_gflops(
@@ -360,12 +375,10 @@ def benchmark_decoding(
 # ---------------------------------------------------------------------------------- setups
 def run_setup(setup: str, args: argparse.Namespace, peak: float) -> dict[str, Any]:
     """Everything for one setup, in this process."""
-    from attnseq.config.devices import resolve_device
-
     overrides = shlex.split(setup) + list(args.set or [])
     cfg = compose(overrides, args.threads)
     torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    device = _device(args.device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     print(f"setup {setup or '(default)'}: training", file=sys.stderr)
@@ -390,14 +403,13 @@ def run_setup(setup: str, args: argparse.Namespace, peak: float) -> dict[str, An
 def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
     """Decoding figures of a trained checkpoint on its dataset's test split (no training),
     with the test BLEU of each setting's output."""
-    from attnseq.config.devices import resolve_device
     from attnseq.data.prepare import prepare_data
     from attnseq.models.loading import load_trained_model
 
     trained = load_trained_model(Path(path))
     payload, cfg, tokenizers = trained.payload, trained.cfg, trained.tokenizers
     torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    device = _device(args.device)
     model = trained.model.to(device)
     data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=["test"])
     print(f"checkpoint {path}: decoding", file=sys.stderr)
@@ -418,9 +430,7 @@ def run_checkpoint(path: str, args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def machine(device: str, threads: int) -> dict[str, Any]:
-    from attnseq.config.devices import resolve_device
-
+def machine(device: torch.device, threads: int) -> dict[str, Any]:
     info: dict[str, Any] = {
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
@@ -428,10 +438,10 @@ def machine(device: str, threads: int) -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "threads": threads,
-        "device": str(resolve_device(device)),
+        "device": str(device),
     }
-    if info["device"] == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
     return info
 
 
@@ -447,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30, help="timed training updates")
     parser.add_argument("--warmup", type=int, default=5, help="untimed updates first")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument(
+        "--device", default="cpu", help="a torch device (cpu, cuda, cuda:N, mps) or auto"
+    )
     parser.add_argument(
         "--decode-sentences", type=int, default=200, help="test sentences (0: no decoding)"
     )
@@ -466,9 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     setups = args.setups or ([] if args.checkpoint else DEFAULT_SETUPS)
 
     try:
-        from attnseq.config.devices import resolve_device
-
-        device = resolve_device(args.device)
+        device = _device(args.device)
         if args.single:  # a child: one setup or checkpoint, JSON on stdout
             if args.checkpoint:
                 print(json.dumps(run_checkpoint(args.checkpoint[0], args)))
@@ -506,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {label} failed (exit {child.returncode})", file=sys.stderr)
             return child.returncode
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
-    report = {"machine": machine(args.device, args.threads), "matmul_gflops": matmul}
+    report = {"machine": machine(device, args.threads), "matmul_gflops": matmul}
     report["results"] = results
     print(json.dumps(report, indent=2))
     return 0

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import untrained_checkpoint
 
 pytestmark = pytest.mark.slow  # trainings and decodes of the benchmark
@@ -51,3 +52,24 @@ def test_benchmark_without_decoding_and_with_a_missing_checkpoint(tmp_path):
     missing = _run("--checkpoint", str(tmp_path / "nope.pt"))
     assert missing.returncode == 2
     assert "no such file" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [("gpu", "--device='gpu' is not a device"), ("cpu:1", "is not a device")],
+)
+def test_benchmark_device_is_a_torch_device_string(device, message, capsys):
+    """--device takes torch's spellings (cpu, cuda, cuda:N, mps, auto), checked against this
+    machine before anything is measured: one line and exit status 2 otherwise."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    assert benchmark.main(["--device", device]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "cuda:N" in err[0], err
+    assert benchmark._device("cpu").type == "cpu"
+    if not torch.cuda.is_available():  # a CUDA device the machine lacks is refused, not the CPU
+        assert benchmark.main(["--device", "cuda:0"]) == 2
+        assert "this machine has cpu" in capsys.readouterr().err
