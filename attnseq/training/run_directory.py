@@ -9,7 +9,8 @@ it (`clear_previous_run` deletes the old outputs once the new run has its data a
 anything else is refused (`check_run_directory`). Hydra's record (.hydra/) and train.log are not
 outputs: a start that failed before training wrote them and may simply be started again.
 
-One trainer per run directory: an OS file lock on RUN/.train.lock.
+One trainer per run directory: an OS file lock on RUN/.train.lock, which exists while a
+training holds it (a SIGKILLed one leaves it, unlocked).
 
 A training holds an exclusive `flock` on the file for as long as it runs; a second training
 into the same directory finds it taken and stops with a UserError naming the holder (pid, host,
@@ -140,20 +141,24 @@ def acquire(run_dir: Path) -> None:
         _held[key].depth += 1
         return
     path = run_dir / LOCK_NAME
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as error:
-        raise unwritable(run_dir, error) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        holder = _read_holder(fd)
-        os.close(fd)
-        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise UserError(busy_message(run_dir, holder)) from None
-        log.warning("cannot lock %s (%s): not guarding against a second training", path, error)
-        return
+    while True:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise unwritable(run_dir, error) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            holder = _read_holder(fd)
+            os.close(fd)
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise UserError(busy_message(run_dir, holder)) from None
+            log.warning("cannot lock %s (%s): not guarding against a second training", path, error)
+            return
+        if _still_named(fd, path):
+            break
+        os.close(fd)  # the holder removed the file as it finished: lock the new one
     holder = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -190,7 +195,21 @@ def release(run_dir: Path) -> None:
     held.depth -= 1
     if held.depth == 0:
         del _held[key]
+        # Removed while still locked, so a finished run keeps no lock file; a process that
+        # opened it before and locks it after finds it no longer named (`_still_named`).
+        with contextlib.suppress(OSError):
+            os.unlink(run_dir / LOCK_NAME)
         os.close(held.fd)  # closing the descriptor releases the flock
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Whether the file open as `fd` is still the one at `path` (not removed or replaced by
+    a holder that finished between our open and our lock)."""
+    try:
+        named, opened = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 @contextlib.contextmanager

@@ -504,3 +504,26 @@ def test_missing_or_unreadable_data_leaves_no_run_directory(tmp_path: Path) -> N
     unreadable = attnseq_in_process("train", "data=multi30k", f"data.root={root}", cwd=tmp_path)
     assert unreadable.returncode == 2 and "cannot read data file" in unreadable.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+def test_a_finished_run_keeps_no_lock_file(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_training(tiny_config("trainer.max_steps=1"), run_dir)
+    assert (run_dir / "metrics.json").is_file()
+    assert not (run_dir / run_directory.LOCK_NAME).exists()
+
+
+def test_a_lock_file_removed_by_its_finishing_holder_is_not_taken(tmp_path: Path) -> None:
+    """A process that opened the lock file just before its holder removed it and let go must
+    not lock that nameless file: a third process would lock the new one beside it."""
+    run_dir = tmp_path / "run"
+    run_directory.acquire(run_dir)
+    late = os.open(run_dir / run_directory.LOCK_NAME, os.O_RDWR)  # opened while held
+    try:
+        run_directory.release(run_dir)
+        assert not run_directory._still_named(late, run_dir / run_directory.LOCK_NAME)
+        with run_directory.run_directory_lock(run_dir):  # takes a new file by that name
+            fd = run_directory._held[run_dir.resolve()].fd
+            assert run_directory._still_named(fd, run_dir / run_directory.LOCK_NAME)
+    finally:
+        os.close(late)
