@@ -316,15 +316,17 @@ def _test_best(
 
 
 def _print_summary(cfg: TrainConfig, run_dir: Path, metrics: dict[str, float]) -> None:
-    lines = [
-        f"{key:>24} {value:.4f}"
+    rows = [
+        (key, f"{value:.4f}")
         for key, value in sorted(metrics.items())
         if isinstance(value, float) and not is_per_layer_key(key)
     ]
     if any(key.endswith("/bleu") for key in metrics):
         from attnseq.evaluation.metrics import bleu_signature
 
-        lines.append(f"{'BLEU signature':>24} {bleu_signature()}")
+        rows.append(("BLEU signature", bleu_signature()))
+    width = max((len(key) for key, _ in rows), default=0)  # the longest name sets the column
+    lines = [f"{key:>{width}} {value}" for key, value in rows]
     print("\n".join(["test metrics of the best checkpoint:", *lines]))
     print(f"run directory: {run_dir}")
     print(f"  checkpoints: {run_dir / 'checkpoints'}  (best.pt, last.pt)")

@@ -350,3 +350,14 @@ def test_visualize_alignment_rejects_bad_figure_options(option, message, tmp_pat
     assert result.exit_code == 2
     assert message in result.stderr
     assert not out.exists()
+
+
+def test_the_summary_aligns_its_values_whatever_the_names(tmp_path: Path, capsys) -> None:
+    from attnseq.training.run import _print_summary
+
+    metrics = {"test/bleu": 12.5, "test/attention/entropy_of_a_long_named_measure": 0.25}
+    _print_summary(tiny_config(), tmp_path, metrics)
+    rows = capsys.readouterr().out.splitlines()[1:4]
+    values = [row.rsplit(" ", 1) for row in rows if "signature" not in row]
+    assert len({len(name) for name, _ in values}) == 1, rows  # one column edge for all
+    assert [value for _, value in values] == ["0.2500", "12.5000"]
