@@ -9,8 +9,9 @@ first loss: the model is built on the CPU from the same seed and moved, the batc
 function of the seed alone, and dropout is off, so both compute the loss of the same weights on
 the same batch. The tolerances, relative:
 
-    fp32  1e-3  cuDNN computes RNNs (and convolutions) in TF32 by default on Ampere and later
-                (10-bit mantissa inputs); matmuls and reductions run in another order.
+    fp32  1e-3  float32 arithmetic on both (TF32 stays off unless trainer.tf32=true); other
+                kernels sum in other orders, which moves the loss by ~1e-6. A wrong mask or a
+                dropped term moves it by far more than the margin.
     fp16  5e-3  autocast rounds matmul inputs and outputs to float16 (11-bit significand,
                 unit roundoff 2^-11 = 4.9e-4) through every layer; the CPU reference is float32.
     bf16  2e-2  the same with bfloat16 (8-bit significand, unit roundoff 2^-8 = 3.9e-3).
