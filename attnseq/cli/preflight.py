@@ -34,7 +34,7 @@ output, and a primary config the user chooses (which has no such callback), are 
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from hydra.experimental.callback import Callback
 
@@ -114,6 +114,23 @@ def check_flags(flags: list[str]) -> None:
             f"{' and '.join(sorted(modes))} cannot be combined: give only one of --run, "
             "-m/--multirun, --cfg, --info and --shell-completion"
         )
+    _parse_as_hydra_does(flags)
+
+
+def _parse_as_hydra_does(flags: list[str]) -> None:
+    """UserError for flags that Hydra's own argument parser refuses (an unknown flag, a value
+    outside a flag's choices such as `--cfg nope`, or an override taken as the value of
+    `--info`), with the parser's message as one line: Hydra would print its whole usage text
+    first. `--version` is left out: the parser would print Hydra's version and exit."""
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+
+    def refuse(message: str) -> NoReturn:
+        raise UserError(f"{message} (`attnseq train --hydra-help` lists Hydra's flags)")
+
+    parser.error = refuse  # type: ignore[method-assign]
+    parser.parse_args([flag for flag in flags if flag != "--version"])
 
 
 class StartChecks(Callback):

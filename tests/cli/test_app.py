@@ -145,3 +145,20 @@ def test_conflicting_hydra_modes_exit_2_without_a_traceback(tmp_path: Path) -> N
     assert result.returncode == 2
     assert result.stderr.startswith("error:") and "cannot be combined" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--cfg", "nope"], "argument --cfg/-c: invalid choice: 'nope'"),
+        (["--info", "seed=3"], "argument --info/-i: invalid choice: 'seed=3'"),
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_flags_hydra_refuses_are_one_line(flags: list[str], expected: str, tmp_path: Path) -> None:
+    """Hydra's parser would print its whole usage text before `attnseq: error: ...`."""
+    result = attnseq_in_process("train", *flags, "trainer.max_steps=1", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {expected}"), result.stderr
+    assert "--hydra-help" in lines[0] and not (tmp_path / "outputs").exists()
