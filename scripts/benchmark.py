@@ -203,11 +203,18 @@ def training_batches(trainer: Any) -> Iterator[tuple[Any, Any]]:
         epoch += 1
 
 
-def _update(trainer: Any, batch: Any, counts: Any) -> float | None:
-    """One real update (`Trainer.update`: train_step and the schedule's step); its loss, or None
-    when it was skipped."""
-    outcome = trainer.update([(batch, counts)])
-    return outcome.loss if outcome.applied else None
+def _update(trainer: Any, batch: Any, counts: Any) -> Any:
+    """One real update (`Trainer.update`: train_step and the schedule's step). Its outcome keeps
+    the loss on the device, as in `fit`, so the host does not wait for the update."""
+    return trainer.update([(batch, counts)])
+
+
+def _losses(outcomes: list[Any]) -> list[float | None]:
+    """The outcomes' losses (None for a skipped update), read in one wait at the end."""
+    from attnseq.training.train_step import StepOutcome
+
+    StepOutcome.read_all(outcomes)
+    return [outcome.loss if outcome.applied else None for outcome in outcomes]
 
 
 def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | None = None):
@@ -218,6 +225,7 @@ def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | No
     from attnseq.evaluation.evaluator import make_evaluator
     from attnseq.models.loading import model_for
     from attnseq.training.optim import LearningRateSchedule, TrainingBudget, build_optimizer
+    from attnseq.training.precision import use_tf32
     from attnseq.training.trainer import Trainer
 
     random.seed(cfg.seed)
@@ -226,6 +234,7 @@ def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | No
     data = prepare_data(cfg.data, cfg.seed)
     prepare_seconds = time.perf_counter() - start
     model = model_for(cfg, data.tokenizers).to(device)
+    use_tf32(cfg.trainer.tf32, device)  # as run.py sets it for a run
     optimizer = build_optimizer(model, cfg.optim)
     budget = TrainingBudget(cfg.trainer.max_steps if max_steps is None else max_steps)
     schedule = LearningRateSchedule(optimizer, cfg.optim, budget)
@@ -243,23 +252,24 @@ def benchmark_training(cfg, device: torch.device, steps: int, warmup: int, peak:
     model = trainer.model
 
     stream = training_batches(trainer)
-    for _ in range(warmup):
-        _update(trainer, *next(stream))
+    _losses([_update(trainer, *next(stream)) for _ in range(warmup)])
     _sync(device)
     src_tokens = tgt_tokens = padded = sentences = 0
-    update_seconds = 0.0
-    losses = []
+    update_seconds = 0.0  # in update calls: on a GPU the host's share (launches), not the GPU's
+    outcomes = []
     start = time.perf_counter()
     for _ in range(steps):
         batch, counts = next(stream)  # collation is part of a real step's cost, as in fit
         update_start = time.perf_counter()
-        losses.append(_update(trainer, batch, counts))  # float(loss) waits for the device
+        outcomes.append(_update(trainer, batch, counts))
         update_seconds += time.perf_counter() - update_start
         src_tokens += counts.src
         tgt_tokens += counts.tgt
         padded += counts.padded
         sentences += batch.size
+    _sync(device)
     seconds = time.perf_counter() - start
+    losses = _losses(outcomes)
 
     split = parameter_split(model)
     flops_src, flops_tgt = 6 * split["encoder"], 6 * split["decoder"]
