@@ -9,10 +9,14 @@ its options, imports the heavy libraries only when it runs, and hands the work t
 A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2.
 """
 
+import functools
+import inspect
 import logging
 import os
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -25,11 +29,12 @@ from attnseq.cli.explain_command import explain
 from attnseq.cli.heads_command import heads
 from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.cli.score_command import score
-from attnseq.cli.shared import print_version
+from attnseq.cli.shared import print_version, user_errors
 from attnseq.cli.sweep_command import sweep_report
 from attnseq.cli.train_command import TrainCommand, train
 from attnseq.cli.translate_command import translate
 from attnseq.cli.visualize_command import visualize_alignment
+from attnseq.io.user_paths import check_path_name
 
 app = typer.Typer(
     name="attnseq",
@@ -92,6 +97,41 @@ app.command(short_help="Word alignments of sentence pairs (and their AER).")(ali
 app.command(short_help="One HTML page: attention and attributions of an output.")(explain)
 app.command(short_help="How much each attention head of a transformer matters.")(heads)
 app.command("sweep-report", short_help="Table of a sweep's results, best first.")(sweep_report)
+
+
+def _paths_checked(command: Callable[..., None]) -> Callable[..., None]:
+    """`command`, first refusing any path among its arguments that the file system cannot even
+    look up (a name in it too long), with one message: the command's own checks and opens
+    would each meet such a path as an OSError."""
+
+    @functools.wraps(command)  # Typer reads the signature and help of `command` through it
+    def checked(**arguments: Any) -> None:
+        with user_errors():
+            for name, value in arguments.items():
+                for path in value if isinstance(value, list) else [value]:
+                    if isinstance(path, Path):
+                        check_path_name(path, _parameter_name(command, name))
+        command(**arguments)
+
+    return checked
+
+
+def _parameter_name(command: Callable[..., None], name: str) -> str:
+    """How the command line spells `command`'s parameter `name`: its long option (--input for
+    `input_file`), or the argument's name in capitals."""
+    annotation = inspect.signature(command).parameters[name].annotation
+    for info in getattr(annotation, "__metadata__", ()):
+        if isinstance(info, typer.models.OptionInfo):
+            # in Annotated, typer.Option("--input", "-i") holds its first name as `default`
+            declared = [info.default, *(info.param_decls or ())]
+            spelled = [decl for decl in declared if isinstance(decl, str) and decl[:2] == "--"]
+            return spelled[0] if spelled else "--" + name.replace("_", "-")
+    return name.upper()
+
+
+for _registered in app.registered_commands:
+    assert _registered.callback is not None
+    _registered.callback = _paths_checked(_registered.callback)
 
 
 def _torchrun_worker() -> bool:

@@ -127,11 +127,16 @@ def evaluate(
         [--method shift-att]
     """
     from attnseq.evaluation.checkpoint_eval import eval_inputs, evaluate_checkpoint
-    from attnseq.io.user_paths import check_output_folder, refuse_output_over_inputs
+    from attnseq.io.user_paths import (
+        check_output_folder,
+        check_path_name,
+        refuse_output_over_inputs,
+    )
 
     with user_errors():
         if batch_size is not None and batch_size < 1:
             raise UserError(f"--batch-size must be at least 1 (padded tokens), got {batch_size}")
+        check_path_name(Path(split), "--split")  # a split's name, or a data file
         sampling = decoding.sampling()
         if sampling is not None and sampling.num_samples != 1:
             raise UserError(

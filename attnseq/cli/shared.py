@@ -72,8 +72,14 @@ def run_directory_checkpoint(ctx: typer.Context, path: Path | None) -> Path | No
     ends the command with what to pass instead. A folder that is no run directory is left to
     the command (`translate --engine ctranslate2` takes an exported model's folder).
     """
-    if ctx.resilient_parsing or path is None or not path.is_dir():
+    if ctx.resilient_parsing or path is None:
         return path  # shell completion parses without acting
+    from attnseq.io.user_paths import check_path_name
+
+    with user_errors():
+        check_path_name(path, "CHECKPOINT")
+    if not path.is_dir():
+        return path
     if not any((path / mark).exists() for mark in RUN_DIRECTORY_MARKS):
         return path
     best = path / "checkpoints" / "best.pt"

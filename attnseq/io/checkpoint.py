@@ -31,6 +31,7 @@ import torch
 
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write
+from attnseq.io.user_paths import check_path_name
 
 CHECKPOINT_FORMAT = "attnseq-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -49,6 +50,7 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint onto the CPU; any problem with the file is a UserError."""
     path = Path(path)
+    check_path_name(path, "checkpoint")
     if path.is_dir():
         raise UserError(
             f"{path} is a folder, not a checkpoint file; pass a checkpoint such as "

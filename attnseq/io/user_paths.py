@@ -63,6 +63,32 @@ def check_input_file(path: Path, name: str, *, pipes: bool = False) -> None:
         raise UserError(f"{name} {path} is empty: it holds no lines to read")
 
 
+def check_path_name(path: Path, name: str) -> None:
+    """UserError when `path` cannot be looked up at all because a name in it is longer than the
+    file system allows (ENAMETOOLONG; 255 bytes on most): every later look at it (`exists`,
+    `is_dir`, `open`) would raise an OSError instead of saying so.
+
+    Args:
+        path: the path as the user gave it.
+        name: how the message names it, e.g. "CHECKPOINT" or "--out".
+    """
+    try:
+        os.lstat(path)
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            raise UserError(f"{name} {shortened(path)}: {error.strerror}") from None
+
+
+def shortened(path: Path | str, keep: int = 80) -> str:
+    """`path` as a message shows it: longer than `keep` characters, its start and end with the
+    number of characters between them."""
+    text = str(path)
+    if len(text) <= keep:
+        return text
+    half = keep // 2
+    return f"{text[:half]}...({len(text) - 2 * half} more characters)...{text[-half:]}"
+
+
 # errno values that mean "fix the disk or the folder and try again", not a bug
 FIXABLE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
 

@@ -185,6 +185,30 @@ def test_an_input_that_is_no_readable_text_file_is_named_so(
     assert not (tmp_path / "eval").exists() and not (tmp_path / "figures").exists()
 
 
+def test_a_path_whose_name_is_too_long_is_one_line(checkpoint: Path, tmp_path: Path) -> None:
+    """A file name longer than the file system allows (255 bytes) makes every look at the path
+    raise OSError (ENAMETOOLONG): each command names the option instead of a traceback."""
+    long = tmp_path / ("x" * 300) / "a.txt"
+    text = tmp_path / "a.txt"
+    text.write_text("June 5, 2001\n")
+    cases = {
+        "CHECKPOINT": ["translate", long],
+        "--input": ["translate", checkpoint, "--input", long],
+        "--out": ["score", checkpoint, "--src", text, "--tgt", text, "--out", long],
+        "CHECKPOINTS": ["average", checkpoint, long, "--out", tmp_path / "avg.pt"],
+        "MULTIRUN_DIR": ["sweep-report", long],
+        "checkpoint": ["eval", checkpoint, str(long) + ".pt", "--out", tmp_path / "eval"],
+    }
+    for name, args in cases.items():
+        result = run(*args)
+        assert result.exit_code == 2, (name, result.output)
+        line = one_error(result.stderr, f"{name} {str(tmp_path)[:30]}", "more characters", "long")
+        assert len(line) < 300, line
+    result = run("eval", checkpoint, "--split", "x" * 300, "--out", tmp_path / "eval")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    one_error(result.stderr, "xxx")
+
+
 @pytest.fixture(scope="module")
 def run_dir(checkpoint, tmp_path_factory) -> Path:
     """A run directory of `attnseq train`: .hydra/, train.log, checkpoints/best.pt."""
