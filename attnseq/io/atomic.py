@@ -33,7 +33,12 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import IO, Any
 
-from attnseq.io.user_paths import FIXABLE_ERRNOS, fixable_write_error, output_error
+from attnseq.io.user_paths import (
+    FIXABLE_ERRNOS,
+    fixable_write_error,
+    output_error,
+    refuse_special_file,
+)
 
 
 def current_umask() -> int:
@@ -59,8 +64,14 @@ def new_file_mode() -> int:
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
     """Call `write(file)` on a temporary binary file, then move it to `path` (with the mode
-    the umask gives a new file)."""
+    the umask gives a new file).
+
+    Raises:
+        UserError: `path` is a device, a named pipe or a socket: the rename would put a
+            regular file in its place (for root, /dev/null itself).
+    """
     path = Path(path)
+    refuse_special_file(path, "cannot write")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

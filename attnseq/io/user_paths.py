@@ -107,10 +107,28 @@ def _writable_folder(path: Path, named: Path, option: str) -> None:
         )
 
 
+def refuse_special_file(path: Path, doing: str) -> None:
+    """UserError when `path` is a device, a named pipe or a socket (not through a symbolic
+    link, which a write replaces): outputs are written whole to a new file that is renamed
+    over the old one, which would put a regular file in its place (/dev/null itself, for
+    root). `doing` starts the message, e.g. "--out" or "cannot write"."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return  # nothing there (yet): nothing to replace
+    kind = next((what for test, what in _SPECIAL_KINDS if test(mode)), None)
+    if kind is not None:
+        raise UserError(
+            f"{doing} {path}: it is {kind}, and an output is written to a new file that "
+            "replaces the old one; give the path of a regular file"
+        )
+
+
 def check_output_file(path: Path, option: str, suffixes: Iterable[str] | None = None) -> None:
     """UserError unless a file can be written at `path` (with one of `suffixes`, if given)."""
     if path.is_dir():
         raise UserError(f"{option} {path} is a folder; give a file name")
+    refuse_special_file(path, option)
     if suffixes is not None:
         allowed = sorted({suffix.lower() for suffix in suffixes})
         if path.suffix.lower().lstrip(".") not in allowed:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import attnseq.io.atomic
 from attnseq.cli.app import app
-from attnseq.errors import OutputError
+from attnseq.errors import OutputError, UserError
 from attnseq.io.atomic import atomic_write_text
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training.run import run_training
@@ -66,6 +66,30 @@ def test_outputs_that_cannot_be_written_are_refused_first(checkpoint: Path, tmp_
         result = runner.invoke(app, args, input="3 March 1998\n")
         one_line_exit_2(result, expected)
     assert a_file.read_text() == "x" and list(folder.iterdir()) == []
+
+
+def test_a_special_file_is_never_replaced_by_an_output(checkpoint: Path, tmp_path: Path):
+    """An output is renamed over its path: over a named pipe (or, for root, /dev/null itself)
+    that would leave a regular file in its place. Each write refuses, before the work."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    text = tmp_path / "a.txt"
+    text.write_text("3 March 1998\n")
+    cases = [
+        ["average", str(checkpoint), "--out", str(pipe)],
+        ["translate", str(checkpoint), "-i", str(text), "-o", str(pipe)],
+        ["score", str(checkpoint), "--src", str(text), "--tgt", str(text), "--out", str(pipe)],
+        ["explain", str(checkpoint), "--src", "3 March", "--out", str(pipe) + ".html"],
+    ]
+    os.mkfifo(str(pipe) + ".html")
+    for args in cases:
+        result = runner.invoke(app, args)
+        one_line_exit_2(result, "is a named pipe (FIFO), and an output is written to a new file")
+    with pytest.raises(UserError, match="cannot write .*pipe: it is a named pipe"):
+        atomic_write_text(pipe, "x\n")
+    assert pipe.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.txt", "pipe", "pipe.html",
+    ]  # fmt: skip
 
 
 def fail_fsync_with(code: int, monkeypatch: pytest.MonkeyPatch, after: int = 0) -> None:
