@@ -35,6 +35,11 @@ PLUGIN_EXTRAS = {
 COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError)
 
 
+# The placeholders of an OmegaConf message before it is formatted: an exception raised inside
+# OmegaConf (the cause of the one it reports) holds them ("Value '$VALUE' of type ...").
+_UNFILLED = re.compile(r"\$(VALUE|VALUE_TYPE|KEY|FULL_KEY|OBJECT_TYPE|REF_TYPE)\b")
+
+
 def composition_error(error: BaseException, overrides: list[str]) -> UserError:
     """The UserError for a config that does not compose from `overrides`: a malformed YAML file,
     overrides that do not parse, or what `describe_composition_error` makes of the rest."""
@@ -112,6 +117,8 @@ def describe_composition_error(error: BaseException, overrides: list[str]) -> st
     if key and unknown_key:
         return _describe_unknown_key(key)
     detail = (cause_text or text).splitlines()[0]
+    if _UNFILLED.search(detail) and not _UNFILLED.search(text):
+        detail = text.splitlines()[0]  # the cause is OmegaConf's template; the error filled it
     choice = re.search(r"Invalid value '([^']*)', expected one of \[([^\]]*)\]", detail)
     if choice:  # an Enum field (a list's item too): the nearest valid name
         detail += _nearest(choice.group(1), choice.group(2).split(", "))

@@ -64,6 +64,8 @@ def test_eval_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
         ("data=nope", "unknown choice data=nope"),
         ("model.rnn.cell=foo", "expected one of"),
         ("model.d_model=30", None),
+        # an interpolation of the wrong type: OmegaConf's message with its values filled in
+        ("trainer.beam=${oc.env:HOME}", "Value '" + str(Path.home())),
     ],
 )
 def test_train_typos_exit_2_without_traceback(
@@ -76,6 +78,7 @@ def test_train_typos_exit_2_without_traceback(
     assert result.stderr.startswith("error:")
     if message:
         assert message in result.stderr
+    assert "$VALUE" not in result.stderr
     assert not (tmp_path / "outputs").exists()
 
 
