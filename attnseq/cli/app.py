@@ -11,6 +11,7 @@ A mistake the user can fix (`UserError`) ends with one message on stderr and exi
 
 import functools
 import inspect
+import io
 import logging
 import os
 import sys
@@ -70,7 +71,21 @@ def _options(
         ),
     ] = False,
 ) -> None:
-    """Options that come before the command (the app's help text is set above)."""
+    """Options that come before the command (the app's help text is set above); then the
+    output stream every command prints to."""
+    _print_names_as_typed()
+
+
+def _print_names_as_typed() -> None:
+    """Let standard output print lone surrogates as the bytes they stand for.
+
+    A path typed with bytes that are not UTF-8 reaches Python as lone surrogates
+    (surrogateescape); under a UTF-8 locale other than C.UTF-8 standard output is strict, so
+    printing it back ("wrote PATH") would end the command with a UnicodeEncodeError after its
+    work. With surrogateescape the name is printed as it is on disk, as `ls` prints it.
+    """
+    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.errors == "strict":
+        sys.stdout.reconfigure(errors="surrogateescape")
 
 
 app.command(

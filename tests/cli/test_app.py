@@ -4,6 +4,7 @@ The trainings run in subprocesses through the console entry point (as lightning-
 does, so Hydra's global state stays isolated); the refusals and `--cfg` run in this process."""
 
 import json
+import os
 from pathlib import Path
 
 import helpers
@@ -165,3 +166,16 @@ def test_flags_hydra_refuses_are_one_line(flags: list[str], expected: str, tmp_p
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {expected}"), result.stderr
     assert "--hydra-help" in lines[0] and not (tmp_path / "outputs").exists()
+
+
+def test_a_path_that_is_not_utf8_is_printed_as_its_bytes(tmp_path: Path) -> None:
+    """argv bytes that are not UTF-8 reach Python as lone surrogates; a strict standard output
+    (any UTF-8 locale but C.UTF-8, and typer's test runner) cannot encode them."""
+    import os
+
+    checkpoint = helpers.untrained_checkpoint(tmp_path / "model.pt")
+    out = os.fsdecode(bytes(tmp_path / "averaged-") + b"\xff.pt")
+    result = CliRunner().invoke(app, ["average", str(checkpoint), "--out", out])
+    assert result.exit_code == 0, result.exception
+    assert result.stdout_bytes.endswith(b"averaged-\xff.pt\n")
+    assert os.path.isfile(out)
