@@ -171,8 +171,6 @@ def test_flags_hydra_refuses_are_one_line(flags: list[str], expected: str, tmp_p
 def test_a_path_that_is_not_utf8_is_printed_as_its_bytes(tmp_path: Path) -> None:
     """argv bytes that are not UTF-8 reach Python as lone surrogates; a strict standard output
     (any UTF-8 locale but C.UTF-8, and typer's test runner) cannot encode them."""
-    import os
-
     checkpoint = helpers.untrained_checkpoint(tmp_path / "model.pt")
     out = os.fsdecode(bytes(tmp_path / "averaged-") + b"\xff.pt")
     result = CliRunner().invoke(app, ["average", str(checkpoint), "--out", out])
