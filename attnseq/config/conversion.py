@@ -90,13 +90,29 @@ def config_from_dict(values: dict, overrides: list[str] | None = None) -> TrainC
     try:
         merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), values)
         if overrides:
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
+            merged = OmegaConf.merge(merged, _dotlist(overrides))
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
         raise UserError(f"invalid configuration: {describe_omegaconf_error(error)}") from None
     assert isinstance(cfg, TrainConfig)
     validate(cfg)
     return cfg
+
+
+def _dotlist(overrides: list[str]) -> Any:
+    """The config of `overrides` ("key=value", each value read as YAML); UserError naming the
+    override whose value YAML cannot read (PyYAML refuses control characters and the lone
+    surrogates that stand for command-line bytes that are not UTF-8)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    for override in overrides:
+        try:
+            OmegaConf.from_dotlist([override])
+        except yaml.YAMLError as error:
+            reason = str(error).splitlines()[0]
+            raise UserError(f"invalid configuration: override {override!r}: {reason}") from None
+    return OmegaConf.from_dotlist(overrides)
 
 
 def describe_omegaconf_error(error: Exception) -> str:

@@ -144,6 +144,14 @@ def test_several_problems_are_listed_together() -> None:
         assert key in message
 
 
+@pytest.mark.parametrize("value", ["\udcff\udcfe", "a\x07b"])
+def test_an_override_yaml_cannot_read_is_named(value: str) -> None:
+    """A command-line byte that is not UTF-8 arrives as a lone surrogate, which PyYAML (reading
+    each override's value) refuses like a control character: one UserError, no ReaderError."""
+    with pytest.raises(UserError, match=r"override 'data.tokenizer=.*': unacceptable character"):
+        config_from_dict({}, ["trainer.beam=2", f"data.tokenizer={value}"])
+
+
 def test_checkpoint_configs_are_checked_by_the_same_rules() -> None:
     with pytest.raises(UserError, match="trainer.log_every must be >= 1"):
         config_from_dict({}, ["trainer.log_every=0"])
