@@ -52,11 +52,13 @@ def _devices() -> Section:
     mps = getattr(torch.backends, "mps", None)
     rows.append(("mps available", str(bool(mps and mps.is_available()))))
     rows.append(("device names", DEVICE_FORMS))
-    from attnseq.models.loading import default_threads, usable_cores
+    from attnseq.models.loading import default_threads, load_aware_threads, usable_cores
 
     rows.append(("torch threads", f"{torch.get_num_threads()} (of {os.cpu_count()} CPUs)"))
+    cores = usable_cores()
+    rows.append(("default threads", f"{default_threads()} (torch's default, {cores} usable cores)"))
     load = f"load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "no load"
-    rows.append(("default threads", f"{default_threads()} ({usable_cores()} usable cores, {load})"))
+    rows.append(("threads auto", f"{load_aware_threads()} ({cores} usable cores, {load})"))
     return "devices", rows
 
 

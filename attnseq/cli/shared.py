@@ -135,26 +135,46 @@ DeviceOption = Annotated[
         callback=device_option,
     ),
 ]
+
+
+def threads_option(text: str) -> int | str:
+    """--threads as text: a whole number in 1..4 x the CPUs, or auto
+    (attnseq/config/threads.py); anything else is a usage error, exit status 2."""
+    from attnseq.config.threads import parse_threads
+
+    try:
+        return parse_threads(text, "--threads")
+    except UserError as error:
+        raise typer.BadParameter(str(error).removeprefix("--threads ")) from None
+
+
 ThreadsOption = Annotated[
-    int | None,
+    str | None,  # the parser gives an int or "auto"
     typer.Option(
-        min=1,
-        help="CPU threads of torch (intra-op). Default: trainer.threads=N if given, else the "
-        "cores no other process keeps busy (usable cores minus the 1-minute load average).",
+        parser=threads_option,
+        metavar="N|auto",
+        help="CPU threads of torch (intra-op), at most 4 per CPU. Default: trainer.threads=N "
+        "if given, else torch's default capped at the usable cores (the same whatever else "
+        "runs); auto: the cores no other process keeps busy (faster beside other jobs, but "
+        "the results then depend on the load).",
     ),
 ]
 
 
-def apply_threads(threads: int | None, overrides: list[str] | None = None) -> int:
+def apply_threads(threads: int | str | None, overrides: list[str] | None = None) -> int:
     """Set torch's CPU threads for this command and return how many: `--threads`, else a
-    `trainer.threads=N` among the overrides, else `default_threads`
-    (attnseq/models/loading.py). A checkpoint's own trainer.threads describes the machine it
-    was trained on, not this one, so it is not used."""
+    `trainer.threads=N` (or auto) among the overrides, else torch's default capped at the
+    usable cores (`default_threads`, attnseq/models/loading.py). A checkpoint's own
+    trainer.threads describes the machine it was trained on, not this one, so it is not used.
+    UserError for an override that is no thread setting."""
+    from attnseq.config.threads import parse_threads
     from attnseq.models.loading import use_threads
 
+    setting = "--threads"
     if threads is None:
         for override in overrides or []:
             key, _, value = override.partition("=")
-            if key.strip() == "trainer.threads" and value.strip().isdigit():
-                threads = int(value)
-    return use_threads(threads)
+            if key.strip().lstrip("+") == "trainer.threads" and value.strip() != "null":
+                setting = "trainer.threads"
+                threads = parse_threads(value, setting)
+    return use_threads(threads, setting)

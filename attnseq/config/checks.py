@@ -39,6 +39,7 @@ from attnseq.config.choices import (
 )
 from attnseq.config.devices import check_device_name
 from attnseq.config.schema import ModelConfig, TrainConfig
+from attnseq.config.threads import AUTO
 from attnseq.errors import UserError
 
 
@@ -403,13 +404,22 @@ def validate(cfg: TrainConfig) -> None:
     """Every rule of the configuration's values; raises one UserError naming the keys involved
     (one line for one problem)."""
     # Per-field bounds first: the cross-field rules below assume them (e.g. heads >= 1).
-    problems = field_problems(cfg) + device_problems(cfg)
+    problems = field_problems(cfg) + device_problems(cfg) + threads_problems(cfg)
     if not problems:
         problems = cross_field_problems(cfg)
     if len(problems) == 1:
         raise UserError(f"invalid configuration: {problems[0]}")
     if problems:
         raise UserError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def threads_problems(cfg: TrainConfig) -> list[str]:
+    """`trainer.threads` as a string is "auto" (config/threads.py); a number's upper bound
+    depends on the machine that runs, so the resource checks test it there."""
+    threads = cfg.trainer.threads
+    if isinstance(threads, str) and threads != AUTO:
+        return [f"trainer.threads must be a whole number >= 1, {AUTO} or null, got {threads!r}"]
+    return []
 
 
 def device_problems(cfg: TrainConfig) -> list[str]:

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from attnseq.config import CONFIG_DIR
 from attnseq.config.schema import TrainConfig
@@ -46,6 +47,9 @@ def _type_name(annotation: Any) -> str:
     inner, optional = _unwrap_optional(annotation)
     if isinstance(inner, type) and issubclass(inner, Enum):
         name = "choice"
+    elif get_origin(inner) in (Union, UnionType):  # e.g. trainer.threads: int, "auto" or null
+        name = " or ".join(arg.__name__ for arg in get_args(inner) if arg is not type(None))
+        return f"{name} or null" if optional else name
     elif get_origin(inner) is not None:
         name = str(inner).replace("typing.", "")
     else:

@@ -534,7 +534,7 @@ def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -
             f"the {_size(ram)} of available RAM here"
         )
     threads = cfg.trainer.threads
-    if threads is not None and threads > cores:
+    if isinstance(threads, int) and threads > cores:  # auto takes at most the cores
         problems.append(
             f"trainer.threads={threads} is more than the {cores} CPU cores here: extra intra-op "
             "threads only compete for them (null = torch's default)"

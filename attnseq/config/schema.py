@@ -389,10 +389,11 @@ class TrainerConfig:
         "auto",
         "auto (cuda when there is one, else cpu), cpu, cuda, cuda:N or mps: torch's spelling",
     )
-    threads: int | None = option(
+    threads: int | str | None = option(
         None,
-        "torch intra-op CPU threads; None = the cores no other process keeps busy (usable "
-        "cores minus the 1-minute load average, at least 1)",
+        "torch intra-op CPU threads: N (at most the usable cores), auto (the cores no other "
+        "process keeps busy: the result then depends on the machine's load) or None = torch's "
+        "default capped at the usable cores (the same whatever else runs)",
         ge=1,
     )
     precision: Precision = option(
