@@ -74,7 +74,13 @@ def train(ctx: typer.Context) -> None:
         if help_text is not None:
             typer.echo(help_text)
             return
-        check_flags(split_flags(args)[0])
+        flags, overrides = split_flags(args)
+        check_flags(flags)
+        if "--hydra-help" in flags:
+            # Hydra composes its own config alone for its help: a key of attnseq's config
+            # would be unknown there, and nothing in that help depends on one
+            hydra_only = [arg for arg in overrides if arg.lstrip("+~").startswith("hydra")]
+            args = [*flags, *hydra_only]
         hydra_entry.run_hydra(args)  # the config is checked once composed (preflight.py)
 
 

@@ -177,3 +177,13 @@ def test_a_path_that_is_not_utf8_is_printed_as_its_bytes(tmp_path: Path) -> None
     assert result.exit_code == 0, result.exception
     assert result.stdout_bytes.endswith(b"averaged-\xff.pt\n")
     assert os.path.isfile(out)
+
+
+def test_hydra_help_with_overrides_prints_hydra_help(tmp_path: Path) -> None:
+    """Hydra composes only its own config for --hydra-help: the overrides of a run would be
+    unknown keys there ("unknown config key 'trainer'. Did you mean 'trainer'?")."""
+    args = ["train", "--hydra-help", "trainer.max_steps=1", "model=transformer"]
+    result = attnseq_in_process(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Hydra (") and "--hydra-help" in result.stdout
+    assert not (tmp_path / "outputs").exists()
