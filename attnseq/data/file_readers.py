@@ -1,6 +1,7 @@
-"""Reading text pairs from local files and from the Hugging Face Hub, through the `datasets`
-library's packaged builders: they convert a file to Arrow once (under cache_root()/datasets) and
-memory-map it afterwards.
+"""Reading text pairs from local files and from the Hugging Face Hub. Parallel and TSV files are
+read here a block of lines at a time; JSON lines and the Hub go through the `datasets`
+library's packaged builders, which convert a file to Arrow once (under cache_root()/datasets)
+and memory-map it afterwards.
 
 Formats (sources.py says which `data.format` selects which):
 
@@ -13,6 +14,11 @@ Formats (sources.py says which `data.format` selects which):
 
 Every text has its outer whitespace stripped. A file that cannot be read is a UserError naming
 the file and, where it can be found, the offending line.
+
+Lines end at "\\n" alone, in every format and every compression, as `wc -l` counts them: a
+lone "\\r" (or U+2028, or a form feed) inside a line is part of its text, never a line break
+that would shift every later line against the other side of a parallel corpus. The "\\r" of a
+Windows line end is outer whitespace and goes with it.
 
 JSON values as texts: every jsonl source and target must be a JSON string.
 
@@ -129,8 +135,9 @@ COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}  # suffix -> opener of a compr
 
 def line_blocks(path: Path, size: int = BLOCK_LINES) -> Iterator[list[str]]:
     """The lines of a UTF-8 text file (gzip or xz when its name ends in .gz or .xz), `size` at
-    a time (fewer in the last block), each with its line end; universal newlines, as Python's
-    text files read them.
+    a time (fewer in the last block), each with its line end; only "\\n" ends a line (the
+    module docstring), so there are as many lines as `wc -l` counts (one more when the last
+    line has no "\\n").
 
     A file that is not valid UTF-8, or a compressed file that is truncated or corrupt, is a
     UserError naming the file (and the line).
@@ -139,7 +146,7 @@ def line_blocks(path: Path, size: int = BLOCK_LINES) -> Iterator[list[str]]:
     opener = COMPRESSED.get(path.suffix.lower(), open)
     number = 0  # lines read so far
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
+        with opener(path, "rt", encoding="utf-8", newline="\n") as handle:
             while block := list(itertools.islice(handle, size)):
                 number += len(block)
                 yield block
@@ -293,9 +300,11 @@ def _pairs_from_dataset(
 
 
 def _read_lines(path: Path) -> list[str]:
-    """The lines of a text file through the `datasets` "text" builder (newline removed)."""
-    dataset = _load_local("text", path)
-    return dataset.data.column("text").to_pylist()
+    """The lines of a text file (gzip or xz by its suffix), each without its line end
+    ("\\n", or a Windows "\\r\\n")."""
+    return [
+        line.removesuffix("\n").removesuffix("\r") for block in line_blocks(path) for line in block
+    ]
 
 
 def _load_local(builder: str, path: Path, fields: dict[str, str] | None = None) -> Any:

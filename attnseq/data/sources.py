@@ -43,6 +43,7 @@ fields, an unreachable hub) raise `UserError` naming the file (and line) or the 
 
 import glob
 import hashlib
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -75,8 +76,10 @@ def split_files(cfg: DataConfig) -> dict[str, list[Path]]:
     in sorted order, one shard each) and each file may be gzip or xz compressed
     (`PREFIX.SRC_LANG.gz`, `.xz`), read as a stream.
 
-    Raises UserError for a file that does not exist, a pattern that matches nothing, or sides
-    with different numbers of shards, saying what was expected where.
+    Raises UserError for a file that does not exist, a pattern that matches nothing, sides
+    with different numbers of shards (saying what was expected where), or a path that is not
+    a regular file: a folder, a device, a socket or a named pipe, whose opening alone can
+    block until a writer comes (found by `stat`, before anything opens it).
     """
     files: dict[str, list[Path]] = {}
     for split, value in cfg.splits.items():
@@ -101,7 +104,20 @@ def split_files(cfg: DataConfig) -> dict[str, list[Path]]:
         expected = f"a {cfg.format.name} file (data.splits.{split}={value!r})"
         _check_exists(where, expected, cfg)
         files[split] = [where]
+    for paths in files.values():
+        for path in paths:
+            _check_regular(path)
     return files
+
+
+def _check_regular(path: Path) -> None:
+    """UserError naming what `path` is when it is not a regular file (stat only, no open)."""
+    try:
+        regular = stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        check_input_file(path, "data file")  # names the kind: folder, pipe, device, socket
 
 
 def _side_files(path: Path, expected: str, cfg: DataConfig) -> list[Path]:
@@ -109,7 +125,8 @@ def _side_files(path: Path, expected: str, cfg: DataConfig) -> list[Path]:
     of the pattern, sorted."""
     candidates = [path, *(path.with_name(path.name + suffix) for suffix in COMPRESSED)]
     if not glob.has_magic(str(path)):
-        found = next((candidate for candidate in candidates if candidate.is_file()), None)
+        # exists(), not is_file(): a pipe or a device at the path is named as what it is
+        found = next((candidate for candidate in candidates if candidate.exists()), None)
         _check_exists(found or path, expected, cfg)
         return [found or path]
     matches = sorted({Path(match) for pattern in candidates for match in glob.glob(str(pattern))})
@@ -122,7 +139,7 @@ def _side_files(path: Path, expected: str, cfg: DataConfig) -> list[Path]:
 
 
 def _check_exists(path: Path, expected: str, cfg: DataConfig) -> None:
-    if not path.is_file():
+    if not path.exists():
         raise UserError(
             f"data file not found: {path}; expected {expected} under the data root "
             f"{data_root(cfg)}; set data.root=DIR (or $ATTNSEQ_DATA) to the folder "
