@@ -17,6 +17,7 @@ from attnseq.cli.shared import (
     DeviceOption,
     ThreadsOption,
     apply_threads,
+    check_utf8,
     user_errors,
 )
 from attnseq.errors import UserError
@@ -62,6 +63,7 @@ def explain(
         --methods attention,shift-att
     attnseq explain tf.pt --src "ein Hund läuft" --beam 4 --out dog.html
     """
+    from attnseq.analysis.explanation import check_request
     from attnseq.evaluation.python_api import load
     from attnseq.io.user_paths import check_output_file, refuse_output_over_inputs
 
@@ -72,10 +74,13 @@ def explain(
             raise UserError("empty --src: give a source sentence to explain")
         if tgt is not None and not tgt.strip():
             raise UserError("empty --tgt: give a target sentence, or leave --tgt out to decode")
+        check_utf8(src, "--src")
+        check_utf8(tgt, "--tgt")
         chosen = _method_names(methods)
         refuse_output_over_inputs(out, "--out", [("CHECKPOINT", checkpoint)])
         check_output_file(out, "--out", ["html", "htm"])
         model = load(checkpoint, device, threads=apply_threads(threads))
+        check_request(model.trained, src, tgt, chosen, layer, head)  # in this command's words
         model.explain(src, tgt, beam=beam, methods=chosen, layer=layer, head=head, path=out)
     typer.echo(f"wrote {out}")
 

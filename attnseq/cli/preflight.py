@@ -190,8 +190,32 @@ def check_job(config: "DictConfig", on_this_machine: bool = True) -> "TrainConfi
     if on_this_machine:
         check_resources(cfg)
         check_trackers_installed(cfg.logger)
+        _check_tracking_store(cfg)
     _check_data_files(cfg)
     return cfg
+
+
+def _check_tracking_store(cfg: "TrainConfig") -> None:
+    """An MLflow store named as an existing SQLite file must be one SQLite can read: a
+    damaged or foreign file would fail inside MLflow once the run directory exists."""
+    import sqlite3
+
+    from attnseq.config.choices import Tracker
+
+    uri = cfg.tracker.mlflow_tracking_uri or ""
+    if Tracker.mlflow not in cfg.logger or not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+    if not path.exists():
+        return  # MLflow creates it
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as store:
+            store.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.Error as error:
+        raise UserError(
+            f"tracker.mlflow_tracking_uri={uri}: {path} is not a readable SQLite database "
+            f"({error}); name another file, or move this one aside"
+        ) from None
 
 
 def typed_config(config: "DictConfig") -> "TrainConfig":

@@ -51,6 +51,19 @@ def decoded_lines(handle: IO[bytes], name: str) -> Iterator[str]:
             ) from None
 
 
+def check_utf8(text: str | None, option: str) -> None:
+    """UserError for an option whose bytes were no UTF-8: Python hands such argv bytes over as
+    lone surrogates (surrogateescape), which no page, figure or file could be written with."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise UserError(
+            f"{option} is not UTF-8 text (byte {error.start} of it); give it in UTF-8"
+        ) from None
+
+
 def print_version(value: bool) -> None:
     """The versions of attnseq, torch, hydra-core and Python, then exit (when `value`)."""
     if value:

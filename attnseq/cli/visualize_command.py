@@ -18,6 +18,7 @@ from attnseq.cli.shared import (
     DeviceOption,
     ThreadsOption,
     apply_threads,
+    check_utf8,
     run_directory_checkpoint,
     user_errors,
 )
@@ -44,13 +45,18 @@ class _Drawing:
     options: dict[str, Any]
 
     def figure(self, attention: "AttentionMap", title: str | None = None) -> tuple[Any, Any]:
-        """The figure of `attention` and the map it shows (merged into words if asked)."""
-        from attnseq.analysis.alignment_view import merge_words
-        from attnseq.evaluation.python_api import plot_alignment
+        """The figure of `attention` and the map it shows (merged into words if asked): what
+        `plot_alignment` draws, with the options named as this command's in its messages."""
+        from attnseq.analysis.alignment_view import draw, merge_words
+        from attnseq.analysis.figures import style_from_options
 
         if self.words:
             attention = merge_words(attention)
-        return plot_alignment(attention, title=title, **self.options), attention
+        options = dict(self.options)
+        style = style_from_options(
+            options.pop("figsize"), options.pop("fontsize"), options.pop("cmap")
+        )
+        return draw(attention, title=title, style=style, **options), attention
 
 
 def visualize_alignment(
@@ -135,6 +141,8 @@ def visualize_alignment(
     from attnseq.evaluation.python_api import load
 
     with user_errors():
+        check_utf8(src, "--src")
+        check_utf8(tgt, "--tgt")
         style_from_options(figsize, fontsize, cmap)  # a bad --figsize fails before any work
         options = dict(figsize=figsize, fontsize=fontsize, cmap=cmap)
         drawing = _Drawing(words, dict(layer=layer, head=head, all_heads=all_heads, **options))
@@ -275,7 +283,8 @@ def _draw_model_attention(
     shown = "hypothesis" if tgt is None else "forced target"
     with _tensorboard_writer(tensorboard) as writer:
         for number, source, target in figures:
-            figure, attention = drawing.figure(model.attention(source, tgt, kind))
+            model.sizes.viewing(source, tgt)  # a text no memory could hold: one line
+            figure, attention = drawing.figure(model.viewer.attention(source, tgt, kind))
             save_figure(figure, target)
             if writer is not None:
                 log_heatmap(writer, f"alignment/{number}", figure, 0)

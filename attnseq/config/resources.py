@@ -64,6 +64,7 @@ which compares the estimate with the measured peak of one training step (see res
 import math
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from attnseq.config.choices import (
     AttentionKind,
@@ -78,6 +79,9 @@ from attnseq.config.choices import (
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import ModelConfig, TrainConfig
 from attnseq.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 # generated tasks whose lengths the config does not state: about their longest example
 DATE_SOURCE_LENGTH = 40  # characters of the longest dates ("Wednesday, September 27th, ...")
@@ -388,11 +392,7 @@ def decoding_bytes(cfg: TrainConfig, vocab: int) -> int:
     states (per decoder layer for a transformer's cross-attention), its token history up to the
     output limit, and scores over the vocabulary."""
     model, data, trainer = cfg.model, cfg.data, cfg.trainer
-    if model.family is ModelFamily.transformer:
-        width = 2 * model.d_model * model.dec_layers
-    else:
-        directions = 2 if model.rnn.bidirectional else 1
-        width = (model.enc_hidden or model.hidden // directions) * directions
+    width = source_state_width(model)
     length = source_length(cfg)
     tokens = data.eval_max_tokens
     if data.source is DataSource.generated:
@@ -401,6 +401,15 @@ def decoding_bytes(cfg: TrainConfig, vocab: int) -> int:
     steps = math.floor(length * trainer.max_output_ratio) + trainer.max_output_extra
     per_hypothesis = (length * width + 2 * vocab) * BYTES_PER_FLOAT + steps * 8
     return sentences * trainer.beam * per_hypothesis
+
+
+def source_state_width(model: ModelConfig) -> int:
+    """Floats a decoder reads per source position and hypothesis: a transformer's
+    cross-attention keys and values in every decoder layer, an RNN's encoder annotations."""
+    if model.family is ModelFamily.transformer:
+        return 2 * model.d_model * model.dec_layers
+    directions = 2 if model.rnn.bidirectional else 1
+    return (model.enc_hidden or model.hidden // directions) * directions
 
 
 def estimate(cfg: TrainConfig) -> Estimate:
@@ -558,4 +567,70 @@ def check_resources(cfg: TrainConfig) -> None:
     if problems:
         raise UserError(
             "the configuration does not fit this machine:\n  - " + "\n  - ".join(problems)
+        )
+
+
+# Inference from a trained model (the Python API's requests): a lower bound of what one batch
+# holds, checked before the work so that an absurd size (beam=10**9) is one UserError instead of
+# an allocation the kernel answers by killing the process.
+
+TEXT_BYTES_PER_CHARACTER = 16  # a character of text being tokenized: the str, its id's pointer
+
+
+def inference_bytes(
+    model: ModelConfig,
+    vocab: int,
+    rows: int,
+    source: int,
+    target: int,
+    *,
+    scored: int = 1,
+    cross_maps: bool = False,
+    self_maps: bool = False,
+) -> int:
+    """At least the bytes one batch of `rows` sequences (sentences x hypotheses or samples)
+    holds, each of `source` source and `target` output positions, at once:
+
+        per row  source x `source_state_width`         what the decoder reads of the source
+                 + target x 2 d_model x dec_layers     a transformer decoder's own keys, values
+                 + scored x 2 x vocab                  logits and log-probabilities
+                 + target x maps x source              kept cross-attention (`cross_maps`)
+                 + layers x heads x (source^2, target^2)  kept self-attention (`self_maps`)
+                 + source x attn_dim                   an additive RNN score's tanh (a step's)
+        floats of 4 bytes, plus target x 8 bytes of token history
+
+    `scored` is 1 for a search or sampling (one step's scores at a time) and the target length
+    for teacher forcing (every position's scores at once); maps is decoder layers x heads for
+    a transformer, 1 for an RNN."""
+    transformer = model.family is ModelFamily.transformer
+    cache = 2 * model.d_model * model.dec_layers if transformer else 0
+    floats = source * source_state_width(model) + target * cache + scored * 2 * vocab
+    if cross_maps:
+        floats += target * (model.dec_layers * model.heads if transformer else 1) * source
+    if self_maps and transformer:
+        floats += model.heads * (model.enc_layers * source**2 + model.dec_layers * target**2)
+    if not transformer and model.attention.score in (Score.additive, Score.concat):
+        floats += source * (model.attention.attn_dim or model.hidden)
+    return rows * (floats * BYTES_PER_FLOAT + target * 8)
+
+
+def inference_memory(device: "torch.device") -> tuple[int, str]:
+    """(bytes free, what they are) where inference on `device` runs: a CUDA device's free
+    memory, else the available RAM."""
+    if device.type == "cuda":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        return free, f"free memory on {device}"
+    return available_ram(), "available RAM"
+
+
+def check_inference_memory(need: int, device: "torch.device", request: str, lower: str) -> None:
+    """UserError when `need` bytes exceed the memory inference on `device` has
+    (`inference_memory`): `request` says what asks for them, `lower` what to make smaller."""
+    free, where = inference_memory(device)
+    if need > free:
+        raise UserError(
+            f"{request} needs at least {_size(need)}, more than the {_size(free)} of {where} "
+            f"here; lower {lower}"
         )

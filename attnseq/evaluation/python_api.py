@@ -24,12 +24,24 @@ transformer (every decoder layer and head: layer l, head h, counted from 1 as th
 (`source_pieces`, after truncation to the model's data.max_src_len). An ensemble's attention is
 the mean of its members'.
 
-Threads. `load` sets torch's CPU threads as every command does: `threads`, else the cores no
-other process keeps busy (attnseq/models/loading.py, `default_threads`).
+Threads. `load(threads=...)` chooses torch's CPU threads for the model's computations: a
+number, "auto" (the cores no other process keeps busy, measured at each call) or None (the
+default: torch's count as this process has it, untouched). A count is set around each call
+(translate, score, align, attention, explain) and the caller's count is put back after it
+(attnseq/models/loading.py, `threads_set`): loading a model never changes the process's threads
+for good.
+
+Arguments. Every function checks its arguments before any work, as the command line checks its
+options (attnseq/evaluation/arguments.py): a wrong type raises TypeError naming the argument and
+what it takes; a bad value raises `attnseq.UserError` in Python's words (`beam=0: must be >= 1`);
+sizes (beam, n_best, samples, batch_size, the text's length) go through the memory estimate
+(attnseq/evaluation/request_sizes.py) against the memory of the model's device, so
+`translate(..., beam=10**9)` is one UserError instead of a process the kernel ends.
 """
 
+import dataclasses
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -38,22 +50,35 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 from torch import Tensor
 
-from attnseq.analysis.alignment_view import AlignmentViewer, AttentionMap, draw, merge_words
+from attnseq.analysis.alignment import check_layer_and_head
+from attnseq.analysis.alignment_view import (
+    KINDS,
+    AlignmentViewer,
+    AttentionMap,
+    draw,
+    merge_words,
+)
+from attnseq.analysis.attribution import canonical_method, check_method_fits
 from attnseq.analysis.explain_page import explanation_html, write_page
-from attnseq.analysis.explanation import explain
-from attnseq.analysis.figures import style_from_options
+from attnseq.analysis.explanation import available_methods, explain
+from attnseq.analysis.figures import Style, style_from_options
 from attnseq.analysis.forced_alignment import AlignmentMethod, ForcedAlignments, align_sentences
+from attnseq.analysis.segment_view import is_hierarchical
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
+from attnseq.config.threads import check_threads
 from attnseq.data.extended_vocab import extended_pieces
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding import DecodingSettings, Hypothesis, SamplingSettings
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
+from attnseq.evaluation import arguments
+from attnseq.evaluation.request_sizes import RequestSizes
 from attnseq.evaluation.scoring import PairScore, Scorer
 from attnseq.io.user_paths import check_output_file
 from attnseq.models.ensemble import load_ensemble
-from attnseq.models.loading import TrainedModel, use_threads
+from attnseq.models.loading import TrainedModel, threads_set
+from attnseq.models.positional import position_limit
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -124,19 +149,67 @@ class Translation:
         return self.hypotheses[0].text if self.hypotheses else ""
 
 
-def sampling_settings(sample: bool | SamplingSettings | Mapping[str, Any] | None):
+# The lowest sampling temperature: below it logits / T overflow float32 (3.4e38) for logits of
+# ordinary size and the draws turn to NaN; at it, sampling is already greedy decoding for any
+# two logits 1e-4 apart (their probabilities differ by a factor e^100).
+MIN_TEMPERATURE = 1e-6
+# The checks of each sampling setting and each other decoding setting `translate` takes, in
+# Python's words: the bounds DecodingSettings.check and SamplingSettings.problems state.
+_SAMPLING_CHECKS: dict[str, Callable[[object, str], object]] = {
+    "temperature": lambda value, name: arguments.number(value, name, low=MIN_TEMPERATURE),
+    "top_k": lambda value, name: arguments.integer(value, name, low=0),
+    "top_p": lambda value, name: arguments.number(value, name, above=0.0, high=1.0),
+    "num_samples": lambda value, name: arguments.integer(value, name, low=1),
+    "seed": lambda value, name: arguments.integer(value, name, low=0, high=2**64 - 1),
+}
+_DECODING_CHECKS: dict[str, Callable[[object, str], object]] = {
+    "length_penalty": lambda value, name: arguments.number(value, name, low=0.0),
+    "coverage_penalty": lambda value, name: arguments.number(value, name, low=0.0),
+    "max_output_ratio": lambda value, name: arguments.number(value, name, low=0.0),
+    "max_output_extra": lambda value, name: arguments.integer(value, name, low=0),
+    "min_length": lambda value, name: arguments.integer(value, name, low=0),
+    "no_repeat_ngram": lambda value, name: arguments.integer(value, name, low=0),
+}
+# The longest output a decoding may be allowed (max_output_ratio x source + max_output_extra):
+# far beyond any sentence or summary, and short enough that a search that never ends its
+# outputs stops within minutes rather than days.
+MAX_OUTPUT_TOKENS = 100_000
+
+
+def sampling_settings(
+    sample: bool | SamplingSettings | Mapping[str, Any] | None,
+) -> SamplingSettings | None:
     """`sample` as `SamplingSettings` (True: plain sampling at temperature 1; a mapping: its
-    fields, e.g. {"top_p": 0.9, "num_samples": 3, "seed": 1}), or None for a search."""
+    fields, e.g. {"top_p": 0.9, "num_samples": 3, "seed": 1}), or None for a search.
+
+    Raises:
+        TypeError: `sample` is of another type, a mapping names a field SamplingSettings lacks,
+            or a field's value is not a number of the field's kind.
+        UserError: a value out of range (temperature >= MIN_TEMPERATURE, top_k >= 0, top_p in
+            (0, 1], num_samples >= 1, seed in 0..2**64 - 1).
+    """
     if sample is None or sample is False:
         return None
     if sample is True:
         return SamplingSettings()
     if isinstance(sample, SamplingSettings):
-        return sample
-    try:
-        return SamplingSettings(**sample)
-    except TypeError as error:
-        raise UserError(f"sample: {error}") from None
+        given: Mapping[Any, Any] = dataclasses.asdict(sample)
+    elif isinstance(sample, Mapping):
+        given = sample
+    else:
+        raise TypeError(
+            "sample must be True, False, None, a dict of sampling settings (e.g. "
+            f"{{'top_p': 0.9, 'num_samples': 3}}) or SamplingSettings; not {type(sample).__name__}"
+        )
+    for key in given:
+        if not isinstance(key, str) or key not in _SAMPLING_CHECKS:
+            raise TypeError(
+                f"sample: unknown sampling setting {key!r}; the settings are "
+                f"{', '.join(_SAMPLING_CHECKS)}"
+            )
+    for key, value in given.items():
+        _SAMPLING_CHECKS[key](value, f"sample[{key!r}]")
+    return SamplingSettings(**given)
 
 
 class Model:
@@ -149,9 +222,17 @@ class Model:
         device: where it runs.
         path: the checkpoint file.
         ensemble: True when further checkpoints decode with it (translate only).
+        threads: torch's CPU threads for its computations (an int, "auto", or None: the
+            caller's count; module docstring).
     """
 
-    def __init__(self, trained: TrainedModel, device: torch.device, path: Path) -> None:
+    def __init__(
+        self,
+        trained: TrainedModel,
+        device: torch.device,
+        path: Path,
+        threads: int | str | None = None,
+    ) -> None:
         self.trained = trained
         self.cfg: TrainConfig = trained.cfg
         self.tokenizers: TokenizerPair = trained.tokenizers
@@ -159,6 +240,7 @@ class Model:
         self.module = trained.model.to(device).eval()
         self.path = path
         self.ensemble = "ensemble" in trained.payload
+        self.threads = threads
 
     def __repr__(self) -> str:
         family = self.cfg.model.family.value
@@ -175,7 +257,7 @@ class Model:
         """
         self.device = resolve_device(device)
         self.module = self.module.to(self.device)
-        for built in ("translator", "scorer", "_viewer"):
+        for built in ("translator", "scorer", "viewer"):
             self.__dict__.pop(built, None)
         return self
 
@@ -197,25 +279,60 @@ class Model:
         n_best: int = 1,
         **changes: Any,
     ) -> DecodingSettings:
-        """The checkpoint's decoding settings with `beam`, `n_best` and any other field of
-        `DecodingSettings` (length_penalty, min_length, ...) changed; with `sample`, drawn
-        at random instead (not with beam > 1 or n_best > 1: use num_samples)."""
+        """The checkpoint's decoding settings with `beam`, `n_best` and any other setting of
+        `DecodingSettings` changed (length_penalty, coverage_penalty >= 0; min_length,
+        no_repeat_ngram, max_output_extra >= 0 ints; max_output_ratio >= 0); with `sample`,
+        drawn at random instead (not with beam > 1 or n_best > 1: use num_samples).
+
+        Raises:
+            TypeError: an argument of the wrong type, or a setting `DecodingSettings` lacks.
+            UserError: a value out of range, n_best above the beam, sample with a beam, or an
+                output limit beyond `MAX_OUTPUT_TOKENS` or the model's positions.
+        """
+        beam = arguments.integer(beam, "beam", low=1, optional=True)
+        n_best = arguments.integer(n_best, "n_best", low=1)  # type: ignore[assignment]
         sampling = sampling_settings(sample)
+        arguments.keywords(changes, _DECODING_CHECKS, "the other decoding settings")
+        for key, value in changes.items():
+            _DECODING_CHECKS[key](value, key)
         if sampling is not None and (beam not in (None, 1) or n_best != 1):
             raise UserError("sample draws outputs at random: leave out beam and n_best")
-        try:
-            settings = self.translator.settings(beam=beam, nbest=n_best, **changes)
-        except TypeError as error:
-            raise UserError(f"unknown decoding setting: {error}") from None
+        searched = self.cfg.trainer.beam if beam is None else beam
+        if sampling is None and n_best > searched:
+            raise UserError(
+                f"n_best={n_best} is more than beam={searched}: a beam search keeps beam "
+                "outputs; raise beam or lower n_best"
+            )
+        settings = self.translator.settings(beam=beam, nbest=n_best, **changes)
+        self._check_output_limit(settings)
         return settings.with_sampling(sampling)
+
+    def _check_output_limit(self, settings: DecodingSettings) -> None:
+        """UserError when outputs of the longest source the model reads could run past
+        `MAX_OUTPUT_TOKENS`, or past the positions of a model with learned ones."""
+        longest, ratio = self.cfg.data.max_src_len, settings.max_output_ratio
+        given = f"max_output_ratio={ratio:g} and max_output_extra={settings.max_output_extra}"
+        reach = longest * ratio + settings.max_output_extra  # a float: ratio may be 1e300
+        if not reach <= MAX_OUTPUT_TOKENS:
+            raise UserError(
+                f"{given} let outputs of a {longest}-piece source reach {reach:.4g} pieces; at "
+                f"most {MAX_OUTPUT_TOKENS} are allowed"
+            )
+        limit = int(longest * ratio) + settings.max_output_extra
+        positions = position_limit(self.module)
+        if positions is not None and limit + 1 > positions:
+            raise UserError(
+                f"{given} let outputs of a {longest}-piece source reach {limit} pieces; this "
+                f"model has {positions} positions (BOS included)"
+            )
 
     @overload
     def translate(self, lines: str, **options: Any) -> Translation: ...
     @overload
-    def translate(self, lines: Sequence[str], **options: Any) -> list[Translation]: ...
+    def translate(self, lines: Iterable[str], **options: Any) -> list[Translation]: ...
     def translate(
         self,
-        lines: str | Sequence[str],
+        lines: str | Iterable[str],
         *,
         beam: int | None = None,
         sample: bool | SamplingSettings | Mapping[str, Any] | None = None,
@@ -228,16 +345,21 @@ class Model:
         checkpoint's trainer.beam), or sampling (`sample`); `n_best` outputs per line (or
         `sample`'s num_samples), best first; `attention=True` keeps each output's
         cross-attention (module docstring: shapes). `changes`: other decoding settings, e.g.
-        length_penalty=0.6. UserError for invalid settings."""
+        length_penalty=0.6 (`settings`). TypeError for an argument of the wrong type; UserError
+        for invalid settings or a request larger than the device's memory."""
+        texts, single = arguments.texts(lines, "lines")
         settings = self.settings(beam, sample, n_best, **changes)
-        texts = [lines] if isinstance(lines, str) else list(lines)
+        arguments.flag(attention, "attention")
+        batch_size = arguments.integer(batch_size, "batch_size", low=1)  # type: ignore[assignment]
+        self.sizes.decoding(texts, settings, batch_size, attention)
         results = []
         chunk = max(1, len(texts))  # one chunk: every line sorted by length together
-        stream = self.translator.nbest_lists(texts, settings, batch_size, chunk, attention)
-        for text, (hypotheses, oovs) in zip(texts, stream, strict=True):
-            outputs = [self._hypothesis(text, each, oovs) for each in hypotheses or []]
-            results.append(Translation(text, outputs))
-        return results[0] if isinstance(lines, str) else results
+        with threads_set(self.threads):
+            stream = self.translator.nbest_lists(texts, settings, batch_size, chunk, attention)
+            for text, (hypotheses, oovs) in zip(texts, stream, strict=True):
+                outputs = [self._hypothesis(text, each, oovs) for each in hypotheses or []]
+                results.append(Translation(text, outputs))
+        return results[0] if single else results
 
     def _hypothesis(
         self, text: str, hypothesis: Hypothesis, oovs: list[str]
@@ -257,29 +379,48 @@ class Model:
             source_kind=type(src).kind,
         )
 
+    def _pairs(self, src: object, tgt: object) -> tuple[list[str], list[str], bool]:
+        """(sources, targets, whether one pair was given) of `src` and `tgt`: both a str, or
+        both iterables of str of one length."""
+        sources, single = arguments.texts(src, "src")
+        targets, single_target = arguments.texts(tgt, "tgt")
+        if single != single_target:
+            raise TypeError(
+                "src and tgt must both be a str (one pair) or both lists of str (pairs), not "
+                f"{type(src).__name__} and {type(tgt).__name__}"
+            )
+        if len(sources) != len(targets):
+            raise UserError(f"{len(sources)} sources but {len(targets)} targets: give pairs")
+        return sources, targets, single
+
     @overload
     def score(self, src: str, tgt: str, *, max_tokens: int | None = None) -> PairScore: ...
     @overload
     def score(
-        self, src: Sequence[str], tgt: Sequence[str], *, max_tokens: int | None = None
+        self, src: Iterable[str], tgt: Iterable[str], *, max_tokens: int | None = None
     ) -> list[PairScore]: ...
     def score(
-        self, src: str | Sequence[str], tgt: str | Sequence[str], *, max_tokens: int | None = None
+        self, src: str | Iterable[str], tgt: str | Iterable[str], *, max_tokens: int | None = None
     ) -> PairScore | list[PairScore]:
         """log P(target + </s> | source) of each pair by teacher forcing (`PairScore`:
-        log_prob, tokens, mean), as `attnseq score` computes it."""
-        single = isinstance(src, str)
-        sources = [src] if isinstance(src, str) else list(src)
-        targets = [tgt] if isinstance(tgt, str) else list(tgt)
-        if len(sources) != len(targets):
-            raise UserError(f"{len(sources)} sources but {len(targets)} targets: give pairs")
-        scores = self.scorer.score(list(zip(sources, targets, strict=True)), max_tokens)
+        log_prob, tokens, mean), as `attnseq score` computes it; batches of at most
+        `max_tokens` padded tokens (default: the checkpoint's data.eval_max_tokens). In a list,
+        a pair with an empty source is not scored (log_prob NaN, 0 tokens), as the command
+        writes it; a single pair with an empty source is a UserError. TypeError for an
+        argument of the wrong type."""
+        sources, targets, single = self._pairs(src, tgt)
+        max_tokens = arguments.integer(max_tokens, "max_tokens", low=1, optional=True)
+        if single and not sources[0].strip():
+            raise UserError("src is empty: a score is of a target given a source sentence")
+        self.sizes.scoring(sources, targets, max_tokens)
+        with threads_set(self.threads):
+            scores = self.scorer.score(list(zip(sources, targets, strict=True)), max_tokens)
         return scores[0] if single else scores
 
     def align(
         self,
-        src: str | Sequence[str],
-        tgt: str | Sequence[str],
+        src: str | Iterable[str],
+        tgt: str | Iterable[str],
         *,
         method: str = "attention",
         layer: int | None = None,
@@ -290,20 +431,45 @@ class Model:
         them: `links[i]` holds pair i's (source word, target word) links, 0-based, and
         `soft[i]` the (target words, source words) matrix they come from. `method`: one of
         `attnseq.analysis.attribution.ATTRIBUTION_METHODS` ("attention", "shift-att",
-        "rollout", the gradient methods); `layer`/`head` (from 1) pick a transformer's map."""
+        "rollout", the gradient methods); `layer`/`head` (from 1) pick a transformer's map.
+        TypeError for an argument of the wrong type; UserError for a value the model cannot
+        take."""
         self._single("align")
-        sources = [src] if isinstance(src, str) else list(src)
-        targets = [tgt] if isinstance(tgt, str) else list(tgt)
-        return align_sentences(
-            self.trained, sources, targets, AlignmentMethod(method, layer, head),
-            device=self.device, batch_size=batch_size,
-        )  # fmt: skip
+        sources, targets, _ = self._pairs(src, tgt)
+        if not isinstance(method, str):
+            raise TypeError(f"method must be a str, e.g. 'attention', not {type(method).__name__}")
+        layer = arguments.integer(layer, "layer", optional=True)
+        head = arguments.integer(head, "head", optional=True)
+        batch_size = arguments.integer(batch_size, "batch_size", low=1)  # type: ignore[assignment]
+        name = canonical_method(method, "method")
+        check_method_fits(self.trained, name, layer, head, ("method", "layer", "head"))
+        self.sizes.alignment(sources, targets, batch_size, name)
+        with threads_set(self.threads):
+            return align_sentences(
+                self.trained, sources, targets, AlignmentMethod(method, layer, head),
+                device=self.device, batch_size=batch_size,
+            )  # fmt: skip
 
     def attention(self, src: str, tgt: str | None = None, kind: str = "cross") -> AttentionMap:
         """The `kind` attention map (cross, encoder, decoder, segment) of `src` with the
-        model's greedy output, or with `tgt` forced, as visualize-alignment draws it."""
+        model's greedy output, or with `tgt` forced, as visualize-alignment draws it.
+        TypeError for an argument of the wrong type; UserError for an empty source or a kind
+        the model lacks."""
         self._single("attention")
-        return self._viewer.attention(src, tgt, kind)
+        arguments.text(src, "src")
+        arguments.text(tgt, "tgt", optional=True)
+        arguments.choice(kind, "kind", KINDS)
+        if not src.strip():
+            raise UserError("src is empty: give a source sentence")
+        if kind in ("encoder", "decoder") and self.cfg.model.family.value != "transformer":
+            raise UserError(f"kind={kind!r} needs a transformer; an RNN has cross-attention only")
+        if kind == "segment" and not is_hierarchical(self.module):
+            raise UserError(
+                "kind='segment' needs a hierarchical model (model.attention.hierarchy=sentence)"
+            )
+        self.sizes.viewing(src, tgt)
+        with threads_set(self.threads):
+            return self.viewer.attention(src, tgt, kind)
 
     def explain(
         self,
@@ -311,7 +477,7 @@ class Model:
         tgt: str | None = None,
         *,
         beam: int | None = None,
-        methods: Sequence[str] | None = None,
+        methods: Iterable[str] | None = None,
         layer: int | None = None,
         head: int | None = None,
         path: str | Path | None = None,
@@ -321,22 +487,62 @@ class Model:
         trainer.beam), or the forced target `tgt`; for each output piece the source weights
         of every method in `methods` (default: all the model has), and every attention map.
         `layer`/`head` (from 1) pick the map of the attention-based methods. Returns the page
-        and, with `path`, also writes it there (atomically). UserError for an empty source, an
-        empty or too long target, an unknown method, or a `path` that cannot be written."""
+        and, with `path`, also writes it there (atomically). Everything is checked before the
+        work: TypeError for an argument of the wrong type; UserError for an empty source, an
+        empty or too long target, an unknown method, a beam larger than the device's memory,
+        or a `path` that cannot be written."""
         self._single("explain")
-        if path is not None:
-            check_output_file(Path(path), "path", ["html", "htm"])
-        explanation = explain(
-            self.trained, src, tgt, checkpoint=str(self.path), beam=beam, methods=methods,
-            layer=layer, head=head, device=self.device,
-        )  # fmt: skip
+        arguments.text(src, "src")
+        arguments.text(tgt, "tgt", optional=True)
+        beam = arguments.integer(beam, "beam", low=1, optional=True)
+        chosen = None if methods is None else arguments.strings(methods, "methods", "['attention']")
+        layer = arguments.integer(layer, "layer", optional=True)
+        head = arguments.integer(head, "head", optional=True)
+        target = arguments.path(path, "path", optional=True)
+        if not src.strip():
+            raise UserError("src is empty: give a source sentence to explain")
+        if tgt is not None and not tgt.strip():
+            raise UserError("tgt is empty: give a target sentence, or leave tgt out to decode")
+        self._check_explanation(chosen, layer, head)
+        if target is not None:
+            check_output_file(target, "path", ["html", "htm"])
+        beam = self.cfg.trainer.beam if beam is None else beam
+        count = len(available_methods(self.trained) if chosen is None else chosen)
+        self.sizes.explanation(src, tgt, self.settings(beam, n_best=beam), count)
+        with threads_set(self.threads):
+            explanation = explain(
+                self.trained, src, tgt, checkpoint=str(self.path), beam=beam, methods=chosen,
+                layer=layer, head=head, device=self.device,
+            )  # fmt: skip
         page = explanation_html(explanation)
-        if path is not None:
-            write_page(path, page)
+        if target is not None:
+            write_page(target, page)
         return page
 
+    def _check_explanation(
+        self, methods: list[str] | None, layer: int | None, head: int | None
+    ) -> None:
+        """UserError in the API's words for a method the model cannot be explained by, or a
+        layer or head outside its attention maps."""
+        model_cfg = self.cfg.model
+        if model_cfg.family.value == "transformer":
+            check_layer_and_head(layer, head, model_cfg.dec_layers, model_cfg.heads, "", NAMES)
+        else:
+            check_layer_and_head(layer, head, 1, 1, "an RNN's attention is one map", NAMES)
+        if methods is not None and not methods:
+            raise UserError("methods is empty: name at least one method, or leave it out")
+        for name in methods or []:
+            check_method_fits(self.trained, canonical_method(name, "methods"), names=METHOD_NAMES)
+
+    @property
+    def sizes(self) -> RequestSizes:
+        """The memory checks of this model's requests (attnseq/evaluation/request_sizes.py)."""
+        return RequestSizes(self.cfg, self.tokenizers, self.device)
+
     @cached_property
-    def _viewer(self) -> AlignmentViewer:
+    def viewer(self) -> AlignmentViewer:
+        """Attention maps (attnseq/analysis/alignment_view.py), as visualize-alignment draws
+        them; `attention` checks its arguments first."""
         return AlignmentViewer(self.trained, self.device)
 
     def _single(self, what: str) -> None:
@@ -344,13 +550,17 @@ class Model:
             raise UserError(f"{what} needs one model: load the checkpoints one by one")
 
 
+NAMES = ("layer", "head")  # how the layer and head checks name them: the API's arguments
+METHOD_NAMES = ("methods", "layer", "head")
+
+
 def load(
     path: str | Path,
     device: str | torch.device = "auto",
     *,
-    overrides: Sequence[str] | None = None,
-    ensemble: Sequence[str | Path] = (),
-    threads: int | None = None,
+    overrides: Iterable[str] | None = None,
+    ensemble: Iterable[str | Path] = (),
+    threads: int | str | None = None,
 ) -> Model:
     """Load a checkpoint, or the best checkpoint of a run directory.
 
@@ -360,18 +570,31 @@ def load(
             torch.device.
         overrides: key=value changes of the checkpoint's config, e.g. ["trainer.beam=3"].
         ensemble: more checkpoints that translate with the first as an ensemble.
-        threads: torch's CPU threads (default: the cores no other process keeps busy).
+        threads: torch's CPU threads for the model's computations, set around each call and
+            restored after it: a number (1..4 x the CPUs), "auto" (the cores no other process
+            keeps busy), or None (default: the process's count, untouched).
 
     Raises:
+        TypeError: an argument of the wrong type (e.g. `overrides` a str, not a list).
         UserError: a missing or broken checkpoint, a bad override, members that cannot join,
-            a device that is not one or that this machine lacks.
+            a device that is not one or that this machine lacks, a thread count out of range.
     """
+    checkpoint = arguments.path(path, "path")
     target = resolve_device(device)  # before the slow work: a typo fails fast
-    use_threads(threads)
-    checkpoint = checkpoint_file(path)
-    members = [checkpoint, *(checkpoint_file(member) for member in ensemble)]
-    trained = load_ensemble(members, list(overrides or []))
-    return Model(trained, target, checkpoint)
+    changes = [] if overrides is None else arguments.strings(overrides, "overrides", "['a.b=1']")
+    members = [] if ensemble is None else _paths(ensemble, "ensemble")
+    check_threads(threads, "threads")
+    checkpoint = checkpoint_file(checkpoint)  # type: ignore[arg-type]
+    members = [checkpoint, *(checkpoint_file(member) for member in members)]
+    trained = load_ensemble(members, changes)
+    return Model(trained, target, checkpoint, threads)
+
+
+def _paths(value: object, name: str) -> list[Path]:
+    """`value` as a list of paths (a lone str or path is refused: it names one file)."""
+    if isinstance(value, str | bytes | Path) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a list of paths, not {type(value).__name__}")
+    return [arguments.path(item, f"{name}[{index}]") for index, item in enumerate(value)]  # type: ignore[misc]
 
 
 def plot_alignment(
@@ -389,15 +612,41 @@ def plot_alignment(
     """A heatmap of `attention` (`Model.attention`'s map, or a hypothesis translated with
     attention=True) as a matplotlib Figure, which Jupyter shows inline: for a transformer the
     mean of the last layer's heads, or `layer`/`head` (from 1), or every layer and head
-    (`all_heads`); `words` merges subword pieces into words. The figure visualize-alignment
-    saves; UserError for a layer or head out of the model's range."""
+    (`all_heads`); `words` merges subword pieces into words; `figsize` "W,H" in inches (each
+    up to 100), `fontsize` 1..72 points, `cmap` a matplotlib colormap. The figure
+    visualize-alignment saves. TypeError for an argument of the wrong type; UserError for a
+    layer or head out of the model's range or a style out of range."""
+    if not isinstance(attention, AttentionMap | TranslatedHypothesis):
+        raise TypeError(
+            "attention must be an AttentionMap (Model.attention) or a TranslatedHypothesis "
+            f"(Model.translate(..., attention=True)), not {type(attention).__name__}"
+        )
+    layer = arguments.integer(layer, "layer", optional=True)
+    head = arguments.integer(head, "head", optional=True)
+    arguments.flag(all_heads, "all_heads")
+    arguments.flag(words, "words")
+    arguments.text(title, "title", optional=True)
+    arguments.text(figsize, "figsize", optional=True)
+    fontsize = arguments.number(fontsize, "fontsize", low=1.0, high=72.0)  # type: ignore[assignment]
+    arguments.text(cmap, "cmap")
     _show_figures_inline_in_ipython()
     if isinstance(attention, TranslatedHypothesis):
         attention = attention.attention_map()
+    weights = attention.weights
+    layers, heads = weights.shape[:2] if weights.ndim == 4 else (1, 1)
+    check_layer_and_head(layer, head, layers, heads, "" if weights.ndim == 4 else "one map", NAMES)
     if words:
         attention = merge_words(attention)
-    style = style_from_options(figsize, fontsize, cmap)
+    style = _style(figsize, fontsize, cmap)
     return draw(attention, layer=layer, head=head, all_heads=all_heads, title=title, style=style)
+
+
+def _style(figsize: str | None, fontsize: float, cmap: str) -> Style:
+    """`style_from_options` with the API's names in its messages."""
+    try:
+        return style_from_options(figsize, fontsize, cmap)
+    except UserError as error:
+        raise UserError(str(error).replace("--", "", 1)) from None
 
 
 def _show_figures_inline_in_ipython() -> None:

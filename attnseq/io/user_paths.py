@@ -22,6 +22,7 @@ folder that a command may clear from holding an input.
 import errno
 import os
 import stat
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -105,6 +106,13 @@ def _writable_folder(path: Path, named: Path, option: str) -> None:
         raise UserError(
             f"{option} {named}: cannot write into {folder} (read-only or no permission)"
         )
+    try:  # the permission bits do not tell everything: /proc, a read-only mount, for root
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UserError(
+            f"{option} {named}: cannot write into {folder} ({error.strerror})"
+        ) from None
 
 
 def refuse_special_file(path: Path, doing: str) -> None:
@@ -158,6 +166,15 @@ def _same_file(first: Path, second: Path) -> bool:
         return False
 
 
+def _resolved(path: Path) -> Path:
+    """`path` resolved; as given (made absolute) when it cannot be: a symbolic link that
+    loops makes `Path.resolve` raise RuntimeError (OSError from Python 3.13)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
+
+
 def refuse_output_over_inputs(output: Path, option: str, inputs: InputPaths) -> None:
     """UserError when writing `output` would replace one of `inputs`: the same file by any
     path (symlink, hard link, `..`), also one that passes through a folder the write would
@@ -166,7 +183,7 @@ def refuse_output_over_inputs(output: Path, option: str, inputs: InputPaths) -> 
     for input_option, input_path in inputs:
         if input_path is None:
             continue
-        if _same_file(output, input_path) or output.resolve() == input_path.resolve():
+        if _same_file(output, input_path) or _resolved(output) == _resolved(input_path):
             raise UserError(
                 f"{option} {output} is the input {input_option} {input_path}: writing it would "
                 "destroy the input; choose another output path"

@@ -170,6 +170,34 @@ def test_an_absurd_threads_override_is_one_line(transformer: Path, tmp_path: Pat
     assert "trainer.threads must be in 1.." in result.output
 
 
+@pytest.mark.usefixtures("restored_threads")
+def test_the_api_sets_threads_around_each_call_and_gives_them_back(transformer: Path) -> None:
+    import attnseq
+
+    torch.set_num_threads(1)
+    model = attnseq.load(transformer, "cpu", threads=2)
+    assert torch.get_num_threads() == 1  # loading changes nothing
+    seen = []
+    translate = model.translator.nbest_lists
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        yield from translate(*args, **kwargs)
+
+    model.translator.nbest_lists = spy  # type: ignore[method-assign]
+    model.translate("3 4 5")
+    assert seen == [2] and torch.get_num_threads() == 1
+    model.score("3 4 5", "5 4 3")
+    assert torch.get_num_threads() == 1
+    untouched = attnseq.load(transformer, "cpu")  # threads=None: the caller's count
+    untouched.translate("3 4 5")
+    assert torch.get_num_threads() == 1
+    with pytest.raises(TypeError, match="threads must be an int, 'auto' or None, not float"):
+        attnseq.load(transformer, "cpu", threads=1.5)
+    with pytest.raises(UserError, match="threads must be in 1.."):
+        attnseq.load(transformer, "cpu", threads=10**9)
+
+
 def same_bits(first: object, second: object, where: str = "") -> list[str]:
     """Where two checkpoint entries differ: tensors bit for bit, everything else by ==."""
     if isinstance(first, torch.Tensor):

@@ -1,0 +1,183 @@
+"""The memory a request of the Python API needs, checked before the work: what
+`attnseq.config.resources` does for a training's config, done for one call of `Model.translate`,
+`score`, `align`, `attention` or `explain`.
+
+Each check takes the request's real sizes (the pieces of its longest texts, its beam or
+samples, its batch), estimates the memory of its largest batch with `inference_bytes` (a lower
+bound: the tensors that must exist at once), adds the text being tokenized, and raises one
+UserError naming the request and what to lower when the estimate exceeds what the model's
+device has free (`check_inference_memory`: the free memory of a CUDA device, else the
+available RAM). An absurd size (beam=10**9, a line of a billion characters, smoothgrad over a
+5,000-piece pair) becomes that one line, instead of an allocation the kernel answers by ending
+the process. A size that fits may still take long: the estimate bounds memory, not time.
+
+The text is measured first and alone, before it is tokenized: tokenizing a string holds it,
+its pieces and their ids at once (`TEXT_BYTES_PER_CHARACTER`).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from attnseq.analysis.attribution import GRADIENT_METHODS, GradientSettings
+from attnseq.config.resources import (
+    BYTES_PER_FLOAT,
+    TEXT_BYTES_PER_CHARACTER,
+    check_inference_memory,
+    inference_bytes,
+)
+from attnseq.config.schema import TrainConfig
+from attnseq.data.tokenizers import TokenizerPair
+from attnseq.decoding import DecodingSettings
+
+# Bytes a weight of an explanation takes at least: its float, and its text in the page's JSON
+# (an integer of three decimals, the list that holds it, the page's copies of the text).
+PAGE_BYTES_PER_WEIGHT = 20
+
+
+@dataclass(frozen=True)
+class RequestSizes:
+    """The checks for one model: its config, tokenizers and the device it runs on."""
+
+    cfg: TrainConfig
+    tokenizers: TokenizerPair
+    device: torch.device
+
+    def text(self, texts: Sequence[str], name: str) -> None:
+        """The memory of tokenizing `texts` at once, against the available RAM."""
+        characters = sum(len(text) for text in texts)
+        check_inference_memory(
+            characters * TEXT_BYTES_PER_CHARACTER, torch.device("cpu"),
+            f"tokenizing {characters:,} characters of {name}", f"the length of {name}",
+        )  # fmt: skip
+
+    def _source(self, texts: Sequence[str]) -> int:
+        """Pieces of the longest of `texts` as the model reads it (cut to data.max_src_len)."""
+        longest = max((len(self.tokenizers.src.encode(text)) for text in texts), default=0)
+        return min(longest, self.cfg.data.max_src_len)
+
+    def _target(self, texts: Sequence[str]) -> int:
+        """Positions of the longest of `texts` as a forced target: its pieces and </s>."""
+        return max((len(self.tokenizers.tgt.encode(text)) for text in texts), default=0) + 1
+
+    def _bytes(self, rows: int, source: int, target: int, **kinds: object) -> int:
+        vocab = self.tokenizers.tgt.vocab_size
+        return inference_bytes(self.cfg.model, vocab, rows, source, target, **kinds)  # type: ignore[arg-type]
+
+    def _check(self, need: int, request: str, lower: str) -> None:
+        check_inference_memory(need, self.device, request, lower)
+
+    @staticmethod
+    def steps(source: int, settings: DecodingSettings) -> int:
+        """The longest output a search may produce for a `source`-piece source, and </s>."""
+        return int(source * settings.max_output_ratio) + settings.max_output_extra + 1
+
+    def decoding(
+        self, texts: list[str], settings: DecodingSettings, batch_size: int, attention: bool
+    ) -> None:
+        """The largest batch of a decoding of `texts`: `batch_size` of the longest sources,
+        each with its beam or samples, to the output limit; with `attention`, each output's
+        cross-attention kept."""
+        lines = [text for text in texts if text.strip()]
+        self.text(texts, "lines")
+        if not lines:
+            return
+        source = self._source(lines)
+        sampled = settings.sampling is not None
+        per_input = settings.outputs_per_input if sampled else settings.beam
+        rows = min(batch_size, len(lines)) * per_input
+        need = self._bytes(rows, source, self.steps(source, settings), cross_maps=attention)
+        what = "sample's num_samples" if sampled else "beam"
+        self._check(
+            need, f"decoding {len(lines)} line(s) with {what}={per_input} and "
+            f"batch_size={batch_size}", f"{what}, batch_size or the number of lines",
+        )  # fmt: skip
+
+    def stream(self, settings: DecodingSettings, batch_size: int, chunk_size: int) -> None:
+        """A decoding of lines read as they come (`attnseq translate`): their lengths are not
+        known yet, so a batch is counted at `batch_size` (at most the `chunk_size` lines read
+        at once) of one-piece sources, each with its beam or samples: sizes no lines could
+        fit are refused, and none that some lines could."""
+        sampled = settings.sampling is not None
+        per_input = settings.outputs_per_input if sampled else settings.beam
+        rows = min(batch_size, chunk_size) * per_input
+        what = "num_samples" if sampled else "beam"
+        self._check(
+            self._bytes(rows, 1, self.steps(1, settings)),
+            f"decoding batches of {min(batch_size, chunk_size)} line(s) with {what}={per_input}",
+            f"{what} or the batch size",
+        )
+
+    def scoring(self, sources: list[str], targets: list[str], max_tokens: int | None) -> None:
+        """Scoring's largest batch: the pairs `max_tokens` padded tokens hold, every target
+        position's scores over the vocabulary at once."""
+        self.text([*sources, *targets], "src and tgt")
+        scored = [i for i, text in enumerate(sources) if text.strip()]
+        if not scored:
+            return
+        source = self._source([sources[i] for i in scored])
+        target = self._target([targets[i] for i in scored])
+        budget = max_tokens or self.cfg.data.eval_max_tokens
+        rows = min(len(scored), max(1, budget // max(source, target)))
+        self._check(
+            self._bytes(rows, source, target, scored=target),
+            f"scoring {len(scored)} pair(s) with max_tokens={budget}",
+            "max_tokens, the number of pairs or their length",
+        )
+
+    def alignment(self, sources: list[str], targets: list[str], batch: int, method: str) -> None:
+        """Forced decoding's largest batch with its weights kept; for a gradient method, the
+        passes of one pair's every target step at once (a pair is never split), each over the
+        whole pair, with SmoothGrad's noisy copies of the embeddings."""
+        self.text([*sources, *targets], "src and tgt")
+        if not sources:
+            return
+        source, target = self._source(sources), self._target(targets)
+        if method in GRADIENT_METHODS:
+            copies = GradientSettings().smoothgrad_samples if method == "smoothgrad" else 1
+            embeddings = (source + target) * self.cfg.model.emb_dim * BYTES_PER_FLOAT
+            need = self._bytes(target, source, target, scored=target)
+            need += copies * target * embeddings
+        else:
+            rows = min(batch, len(sources))
+            need = self._bytes(rows, source, target, scored=target, cross_maps=True, self_maps=True)
+        self._check(
+            need, f"aligning {len(sources)} pair(s) by {method} with batch_size={batch}",
+            "batch_size, the number of pairs or their length",
+        )  # fmt: skip
+
+    def viewing(self, src: str, tgt: str | None) -> None:
+        """One teacher-forced pass over `src` and the forced `tgt` (or the greedy output at
+        its longest), every map kept."""
+        self.text([src, tgt or ""], "src and tgt")
+        source = self._source([src])
+        if tgt is None:
+            settings = DecodingSettings.from_trainer(self.cfg.trainer)
+            target = self.steps(source, settings)
+        else:
+            target = self._target([tgt])
+        need = self._bytes(1, source, target, scored=target, cross_maps=True, self_maps=True)
+        self._check(need, "the attention of one pair", "the length of src or tgt")
+
+    def explanation(
+        self, src: str, tgt: str | None, settings: DecodingSettings, methods: int
+    ) -> None:
+        """An explanation: the beam search (when it decodes), then for every output (the
+        beam's, at their longest, or the forced target) a teacher-forced pass with its maps,
+        each of the `methods`' weights, and their text in the page."""
+        self.text([src, tgt or ""], "src and tgt")
+        source = self._source([src])
+        if tgt is None:
+            self.decoding([src], settings, 1, True)
+            outputs, target = settings.beam, self.steps(source, settings)
+        else:
+            outputs, target = 1, self._target([tgt])
+        model = self.cfg.model
+        maps = model.dec_layers * model.heads if model.family.value == "transformer" else 1
+        need = self._bytes(outputs, source, target, scored=target, cross_maps=True, self_maps=True)
+        need += outputs * target * source * (maps + methods) * PAGE_BYTES_PER_WEIGHT
+        self._check(
+            need, f"explaining {outputs} output(s) with {methods} method(s)",
+            "beam or the number of methods",
+        )  # fmt: skip
