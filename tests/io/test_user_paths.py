@@ -179,6 +179,20 @@ def test_an_output_over_an_input_is_refused_by_any_path(tmp_path: Path):
     assert source.read_text() == "a b\n"
 
 
+def test_a_symbolic_link_loop_among_the_paths_is_no_traceback(checkpoint: Path, tmp_path: Path):
+    """Path.resolve raises RuntimeError for a link to itself (Python before 3.13): the
+    comparison of outputs with inputs takes such a path as it is, and the command says what
+    is wrong with it."""
+    from attnseq.io.user_paths import refuse_output_over_inputs
+
+    loop = tmp_path / "loop.pt"
+    loop.symlink_to(loop)
+    refuse_output_over_inputs(tmp_path / "out.pt", "--out", [("CHECKPOINT", loop)])
+    refuse_output_over_inputs(loop, "--out", [("CHECKPOINT", checkpoint)])
+    result = runner.invoke(app, ["average", str(loop), "--out", str(tmp_path / "a.pt")])
+    one_line_exit_2(result, str(loop))
+
+
 def test_a_folder_holding_an_input_is_refused(tmp_path: Path):
     from attnseq.errors import UserError
     from attnseq.io.user_paths import refuse_folder_holding_inputs
