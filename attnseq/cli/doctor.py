@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -91,8 +92,10 @@ def _data() -> Section:
         try:
             files = split_files(cfg)  # type: ignore[arg-type]
         except UserError as error:
-            missing = str(error).split(";")[0].removeprefix("data file not found: ")
-            rows.append((f"data={name}", f"missing {missing}"))
+            first = str(error).split(";")[0]
+            missing = first.removeprefix("data file not found: ")
+            # a file that exists but cannot be read (a folder, a pipe) is named as it is
+            rows.append((f"data={name}", f"missing {missing}" if missing != first else first))
             continue
         splits = ", ".join(files)
         rows.append((f"data={name}", f"found ({splits})"))
@@ -150,6 +153,17 @@ def _cache() -> Section:
     return "cache", [("folder", str(root)), ("size", size)]
 
 
+def _cache_entries() -> tuple[Section, int]:
+    """Every prepared-data entry of the cache checked in full (checksums included), and how
+    many are damaged."""
+    from attnseq.data.locations import cache_root
+    from attnseq.data.prepare import describe_entries
+
+    described = describe_entries(cache_root() / "prepared", verify=True)
+    rows = [(name, verdict) for name, verdict, _ in described] or [("entries", "none")]
+    return ("cache entries", rows), sum(damaged for _, _, damaged in described)
+
+
 def report() -> list[Section]:
     """Every section of `attnseq doctor`, in order."""
     return [_versions(), _devices(), _data(), _hydra_plugins(), _cache()]
@@ -165,7 +179,16 @@ def format_report(sections: list[Section]) -> str:
     return "\n".join(lines)
 
 
-def doctor() -> None:
+def doctor(
+    verify_cache: Annotated[
+        bool,
+        typer.Option(
+            "--verify-cache",
+            help="Also check every prepared-data entry of the cache in full (sizes, rows, "
+            "token ids and checksums: reads every byte); exit status 1 when one is damaged.",
+        ),
+    ] = False,
+) -> None:
     """Print what a bug report needs: versions, devices, data, Hydra plugins and cache.
 
     \b
@@ -174,9 +197,24 @@ def doctor() -> None:
     data       ATTNSEQ_DATA and the packaged local corpora found or missing there
     plugins    the Hydra launchers and sweepers installed
     cache      the cache folder ($ATTNSEQ_CACHE) and its size
+    entries    with --verify-cache: each prepared-data entry checked in full
 
     \b
     attnseq doctor
+    attnseq doctor --verify-cache
     ATTNSEQ_DATA=/data/corpora attnseq doctor
     """
-    typer.echo(format_report(report()))
+    sections = report()
+    damaged = 0
+    if verify_cache:
+        entries, damaged = _cache_entries()
+        sections.append(entries)
+    typer.echo(format_report(sections))
+    if damaged:
+        typer.echo(
+            f"error: {damaged} damaged cache entr{'y' if damaged == 1 else 'ies'}: delete "
+            f"{'it' if damaged == 1 else 'them'}, or train with data.verify=true, which moves a "
+            "damaged entry aside and prepares the data again",
+            err=True,
+        )
+        raise typer.Exit(1)

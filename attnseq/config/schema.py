@@ -123,6 +123,17 @@ class DataConfig:
     )
     max_tgt_len: int = option(256, "tokens; longer targets are dropped", ge=1)
     max_examples: int | None = option(None, "use only the first N training examples", ge=1)
+    verify: bool = option(
+        False,
+        "check each prepared cache file's checksum when it is mapped (reads every byte once; "
+        "its size, rows and token ids are checked on every run)",
+    )
+    prepare_workers: int | None = option(
+        None,
+        "processes that encode a long split when the cache is prepared, each holding a chunk "
+        "of 50,000 pairs and the tokenizers; None = one per core",
+        ge=1,
+    )
     # --- sentencepiece (tokenizer=sentencepiece)
     spm_vocab_size: int = option(8000, "sentencepiece vocabulary size", ge=8)
     spm_model_type: SentencePieceModel = option(

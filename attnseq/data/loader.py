@@ -6,6 +6,12 @@ The batches themselves are chosen by `TokenBatchSampler` (a pure function of see
 so the loader never decides anything: with or without workers the training loop sees the same
 batches in the same order, which keeps resuming exact.
 
+Examples read from the memory-mapped cache (data/mapped_split.py) are checked at the start of
+every epoch: a cache file that another process truncated or rewrote since it was mapped stops
+the run with one line (`CacheFileChanged`) before a batch reads it. A worker that faults on a
+file truncated in the middle of an epoch ends without a word, and its parent reports the
+change the same way instead of DataLoader's "worker exited unexpectedly".
+
 Shapes: as in batching.py.
 """
 
@@ -18,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnseq.data.batching import Batch, Example, PieceLinks, collate
 from attnseq.data.extended_vocab import ExtendedExample
+from attnseq.data.mapped_split import watch_in_worker
 from attnseq.data.subword_sampling import SampledSegmentation
 
 
@@ -153,6 +160,7 @@ class BatchLoader:
         """The batches of `epoch` in the given order: each as a `Batch` on the device, with
         its token counts read on the host (reading them from a GPU tensor would wait for the
         GPU)."""
+        self.check_unchanged()
         keys: Sequence[Sequence[Any]] = batches
         if self.dataset.sampling is not None:
             keys = [[(epoch, int(index)) for index in indices] for indices in batches]
@@ -172,9 +180,27 @@ class BatchLoader:
                 # Workers' seeds come from this generator, not the global one: drawing from
                 # torch's RNG here would shift the training run's dropout masks.
                 generator=torch.Generator(),
+                worker_init_fn=_worker_started,
             )
-        for batch in host_batches:
-            counts = TokenCounts(batch.n_src_tokens, batch.n_tgt_tokens, batch.n_padded_tokens)
-            if self.pin and self.num_workers == 0:
-                batch = batch.pin_memory()
-            yield batch.to(self.device, non_blocking=self.pin), counts
+        try:
+            for batch in host_batches:
+                counts = TokenCounts(batch.n_src_tokens, batch.n_tgt_tokens, batch.n_padded_tokens)
+                if self.pin and self.num_workers == 0:
+                    batch = batch.pin_memory()
+                yield batch.to(self.device, non_blocking=self.pin), counts
+        except Exception:
+            # A worker that faulted on a truncated cache file ended: DataLoader then fails with
+            # "worker exited unexpectedly" or a reset connection; the file says what happened.
+            self.check_unchanged()
+            raise
+
+    def check_unchanged(self) -> None:
+        """CacheFileChanged when the file the examples are mapped from changed since it was
+        mapped (nothing for examples in memory)."""
+        check = getattr(self.dataset.examples, "check_unchanged", None)
+        if check is not None:
+            check()
+
+
+def _worker_started(worker_id: int) -> None:
+    watch_in_worker()

@@ -26,13 +26,41 @@ found in its chunk by a binary search over the chunks' first rows.
 
 Pickling (DataLoader workers under the spawn or forkserver start methods) sends the `datasets`
 table, which pickles as its file path: a worker maps the same files instead of receiving a copy.
+
+A file changed under its readers. A mapping reads the file as it is now, not as it was when it
+was mapped: a cache file that another process truncates while a run reads it makes the next
+read of a page past the new end fault with SIGBUS, which kills the process without a word
+(exit status 135). Every mapped file is therefore watched (`_Watched`): a descriptor of it
+stays open, and
+
+- `MappedSplit.check_unchanged()` compares its size and modification time with those it had
+  when it was mapped, a stat of one descriptor, cheap enough for the start of every epoch
+  (data/loader.py calls it): a changed file is a `CacheFileChanged`, one line;
+- a SIGBUS handler (`_install_bus_handler`) turns the fault itself into that line and exit
+  status 2 when a watched file is now shorter than it was. Python's own `signal.signal`
+  cannot do this: its handler only sets a flag and returns, the faulting read runs again
+  and faults again, forever (the process hangs at 100% CPU). The handler here is a C-level
+  one (libc `signal` with a ctypes callback): it runs in the faulting thread, checks the
+  watched files, writes the line and ends the process with `os._exit(2)`; a SIGBUS that no
+  watched file explains gets the handler that was there before, and the fault then ends the
+  process as it would have. Ending at once is what a fault allows (the read cannot be
+  finished), and a training run stopped this way resumes as after SIGKILL.
 """
 
+import contextlib
+import ctypes
+import os
+import signal
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
+
+from attnseq.errors import UserError
 
 Example = tuple[list[int], list[int]]
 
@@ -119,6 +147,14 @@ class TokenIds(Sequence[list[int]]):
             return np.zeros(0, dtype=np.int32)
         return np.concatenate([np.diff(offsets) for offsets in self._offsets]).astype(np.int32)
 
+    def id_range(self) -> tuple[int, int] | None:
+        """(smallest, largest) id of the whole column, None when it holds no id: one
+        vectorised pass over the ids (not the texts) of every chunk."""
+        ranges = [(int(values.min()), int(values.max())) for values in self._values if values.size]
+        if not ranges:
+            return None
+        return min(low for low, _ in ranges), max(high for _, high in ranges)
+
 
 class MappedExamples(_SplitView, Sequence[Example]):
     """(source ids, target ids) of every example of a split, read from the mapped columns."""
@@ -149,6 +185,12 @@ class MappedExamples(_SplitView, Sequence[Example]):
     def lengths(self) -> np.ndarray:
         """(N, 2) int32: (source length, target length) of every example, without reading one."""
         return np.stack([self.src.lengths(), self.tgt.lengths()], axis=1)
+
+    def check_unchanged(self) -> None:
+        """CacheFileChanged when the file these examples are read from changed since it was
+        mapped (`MappedSplit.check_unchanged`)."""
+        if self.split is not None:
+            self.split.check_unchanged()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and _equal_sequences(self, other)
@@ -236,6 +278,7 @@ class MappedSplit:
     def __init__(self, table: Any) -> None:
         self.table = table
         self._views()
+        self._watch()
 
     def _views(self) -> None:
         arrow: pa.Table = self.table.table if hasattr(self.table, "table") else self.table
@@ -256,3 +299,131 @@ class MappedSplit:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.table = state["table"]
         self._views()
+        self._watch()
+
+    def _watch(self) -> None:
+        path = getattr(self.table, "path", None)  # a `datasets` MemoryMappedTable's file
+        self._watched = _Watched(Path(path)) if path else None
+
+    def check_unchanged(self) -> None:
+        """CacheFileChanged when the mapped file's size or modification time is no longer
+        what it was when it was mapped (a table in memory never changes)."""
+        if self._watched is not None:
+            self._watched.check()
+
+
+# ------------------------------------------------------------------------------ watching
+class CacheFileChanged(UserError):
+    """A memory-mapped cache file was truncated or rewritten while this process read it."""
+
+
+def _changed_message(path: Path, was: os.stat_result, now: os.stat_result) -> str:
+    change = (
+        f"truncated to {now.st_size} bytes (it held {was.st_size})"
+        if now.st_size < was.st_size
+        else f"rewritten ({now.st_size} bytes, modified after it was mapped)"
+    )
+    return (
+        f"the data cache file {path} was {change} while this run read it: another process "
+        "changed the cache; the next run checks the entry and prepares the data again if it "
+        "is damaged"
+    )
+
+
+class _Watched:
+    """One mapped file, its descriptor kept open (the file as mapped, even when its name is
+    reused) and its size and modification time then; registered for the SIGBUS handler
+    while it lives."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self.mapped = os.fstat(self.fd)
+        _WATCHED[id(self)] = self
+        weakref.finalize(self, _close, self.fd)
+        _install_bus_handler()
+
+    def now(self) -> os.stat_result:
+        return os.fstat(self.fd)
+
+    def check(self) -> None:
+        now = self.now()
+        if (now.st_size, now.st_mtime_ns) != (self.mapped.st_size, self.mapped.st_mtime_ns):
+            raise CacheFileChanged(_changed_message(self.path, self.mapped, now))
+
+    def truncated(self) -> str | None:
+        """The one-line message when the file is now shorter than when it was mapped."""
+        now = self.now()
+        return (
+            _changed_message(self.path, self.mapped, now)
+            if now.st_size < self.mapped.st_size
+            else None
+        )
+
+
+_WATCHED: "weakref.WeakValueDictionary[int, _Watched]" = weakref.WeakValueDictionary()
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+# The C-level SIGBUS handler: libc's `signal` with a ctypes callback (module docstring).
+_BUS_HANDLER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int)
+_bus: dict[str, Any] = {"handler": None, "previous": None, "quiet": False, "install": None}
+_bus_lock = threading.Lock()
+
+
+def _libc_signal() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    install = libc.signal
+    install.restype = ctypes.c_void_p
+    install.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    return install
+
+
+def _on_bus_error(signum: int) -> None:
+    for watched in list(_WATCHED.values()):
+        try:
+            message = watched.truncated()
+        except OSError:
+            continue
+        if message is not None:
+            if not _bus["quiet"]:
+                os.write(2, f"error: {message}\n".encode("utf-8", "replace"))
+            os._exit(2)
+    # Not a watched file: the handler before ours, which gets the signal again on return (a
+    # fault also repeats), so the process ends as it would have without this handler.
+    _bus["install"](signum, _bus["previous"])
+    signal.pthread_kill(threading.get_ident(), signum)
+
+
+def _install_bus_handler(quiet: bool | None = None) -> None:
+    """Install the SIGBUS handler once per process (again after another library replaced it
+    when `quiet` is given: DataLoader workers, which report through their parent)."""
+    if not hasattr(signal, "SIGBUS") or os.name != "posix":
+        return
+    with _bus_lock:
+        if _bus["handler"] is not None and quiet is None:
+            return
+        try:
+            install = _libc_signal()
+        except (OSError, AttributeError):
+            return  # no C library to ask: the epoch checks remain
+        if _bus["handler"] is None:
+            _bus["handler"], _bus["install"] = _BUS_HANDLER_TYPE(_on_bus_error), install
+        if quiet is not None:
+            _bus["quiet"] = quiet
+        handler = ctypes.cast(_bus["handler"], ctypes.c_void_p)
+        previous = install(signal.SIGBUS, handler)
+        if previous != handler.value:
+            _bus["previous"] = previous
+
+
+def watch_in_worker() -> None:
+    """In a DataLoader worker: the SIGBUS handler again (torch installs its own there),
+    ending the worker without a line: its parent finds the worker gone, checks the files
+    and reports (data/loader.py)."""
+    if _WATCHED:
+        _install_bus_handler(quiet=True)
