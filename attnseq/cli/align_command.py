@@ -20,6 +20,11 @@ from attnseq.cli.shared import (
 )
 from attnseq.errors import UserError
 
+# The most integration points or noisy copies per target word: each is a whole forward and
+# backward pass, and SmoothGrad holds every copy's noise at once; papers use tens to a few
+# hundred (Sundararajan et al. 2017: 20 to 300 steps; Smilkov et al. 2017: 50 samples).
+MAX_GRADIENT_PASSES = 1000
+
 if TYPE_CHECKING:
     from attnseq.analysis.forced_alignment import AlignResult
 
@@ -56,12 +61,22 @@ def align(
         int | None, typer.Option(help="Head, 1-based (default: the mean of the layer's heads).")
     ] = None,
     ig_steps: Annotated[
-        int, typer.Option(help="integrated-gradients: integration points per target word.")
+        int,
+        typer.Option(
+            max=MAX_GRADIENT_PASSES,
+            help="integrated-gradients: integration points per target word (at most 1000).",
+        ),
     ] = 32,
     smoothgrad_samples: Annotated[
-        int, typer.Option(help="smoothgrad: noisy copies of the embeddings averaged.")
+        int,
+        typer.Option(
+            max=MAX_GRADIENT_PASSES,
+            help="smoothgrad: noisy copies of the embeddings averaged (at most 1000).",
+        ),
     ] = 16,
-    seed: Annotated[int, typer.Option(help="smoothgrad: seed of the noise.")] = 0,
+    seed: Annotated[
+        int, typer.Option(max=2**32 - 1, help="smoothgrad: seed of the noise (below 2^32).")
+    ] = 0,
     reverse: Annotated[
         Path | None,
         typer.Option(help="A target -> source checkpoint whose links are combined with these."),

@@ -96,8 +96,10 @@ NumSamplesOption = Annotated[
 SeedOption = Annotated[
     int | None,
     typer.Option(
+        min=0,
+        max=2**64 - 1,  # the range of torch's generator seeds
         help="Seed of the sampling draws: the same seed, input and device give the "
-        "same samples (default 0)."
+        "same samples (default 0).",
     ),
 ]
 

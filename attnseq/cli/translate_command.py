@@ -119,6 +119,8 @@ def translate(
             translator = model.translator
             settings = translator.settings(nbest=nbest).with_sampling(sampling)
         interactive = input_file is None and sys.stdin.isatty()
+        if engine is not Engine.ctranslate2:  # a beam or samples no memory could hold: refused
+            model.sizes.stream(settings, batch_size, 1 if interactive else CHUNK_SIZE)
         # a pipe or FIFO (`-i <(...)`) can be read once only: no count for the progress bar
         regular = input_file is not None and input_file.is_file()
         total = _count_lines(input_file) if regular and input_file is not None else None

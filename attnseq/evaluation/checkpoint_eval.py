@@ -45,15 +45,18 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from attnseq.analysis.forced_alignment import GoldAlignmentFiles, load_alignment_set
 from attnseq.analysis.saved_attention import records_from_hypotheses
 from attnseq.analysis.saved_attention import save_attention as write_saved_attention
 from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchical
 from attnseq.config.devices import resolve_device
+from attnseq.config.resources import check_inference_memory, decoding_bytes, source_length
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Example
 from attnseq.data.locations import check_checkpoint_data, overridden_keys
@@ -271,6 +274,7 @@ def evaluate_checkpoint(
             alignments, tokenizers.src, tokenizers.tgt, position_limit(model)
         )
     name, data = _prepare_split(cfg, split, dataset_split, tokenizers)
+    _check_decoding_memory(cfg, tokenizers.tgt.vocab_size, device, name, len(data.examples[name]))
     texts = {} if dataset_split else {(f"{split} source", f"{split} target"): data.examples[name]}
     if alignment_set is not None:
         texts[("--gold-src", "--gold-tgt")] = alignment_set.examples
@@ -365,6 +369,21 @@ def _check_attention_wanted(
     if no_attention and (save_attention or alignments is not None):
         option = "--save-attention" if save_attention else "--gold"
         raise UserError(f"{option}: this model has no attention (model.attention.score=none)")
+
+
+def _check_decoding_memory(
+    cfg: TrainConfig, vocab: int, device: torch.device, name: str, examples: int
+) -> None:
+    """UserError when a batch of the split's decoding cannot fit the device (resources.py,
+    `decoding_bytes`: its sentences at a typical length, each with its beam), before the slow
+    work: a beam no memory could hold is one line, not a process the kernel ends. A batch holds
+    no more sentences than the split has, whatever data.eval_max_tokens allows."""
+    tokens = min(cfg.data.eval_max_tokens, max(1, examples) * source_length(cfg))
+    bounded = replace(cfg, data=replace(cfg.data, eval_max_tokens=tokens))
+    check_inference_memory(
+        decoding_bytes(bounded, vocab), device,
+        f"decoding {name} with trainer.beam={cfg.trainer.beam}", "the beam or the batch budget",
+    )  # fmt: skip
 
 
 def _prepare_split(
