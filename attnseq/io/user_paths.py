@@ -151,6 +151,11 @@ def check_output_folder(path: Path, option: str) -> None:
     """UserError unless `path` is (or can be created as) a folder we can write to."""
     if path.exists() and not path.is_dir():
         raise UserError(f"{option} {path} is a file; give a folder")
+    if path.is_symlink() and not path.exists():  # creating the folder would fail: it exists
+        raise UserError(
+            f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist; "
+            "create that folder or give another"
+        )
     _writable_folder(path, path, option)
 
 

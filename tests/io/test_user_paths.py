@@ -92,6 +92,23 @@ def test_a_special_file_is_never_replaced_by_an_output(checkpoint: Path, tmp_pat
     ]  # fmt: skip
 
 
+def test_an_output_folder_that_is_a_dangling_link_is_refused_first(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """A symbolic link to a folder that does not exist cannot be made a folder (mkdir says it
+    exists): each option that takes an output folder says so before the work."""
+    link = tmp_path / "figures"
+    link.symlink_to(tmp_path / "gone")
+    cases = [
+        ["visualize-alignment", str(checkpoint), "--src", "x", "--tensorboard", str(link)],
+        ["eval", str(checkpoint), "--out", str(link)],
+    ]
+    for args in cases:
+        result = runner.invoke(app, args)
+        one_line_exit_2(result, f"{link} is a symbolic link to {tmp_path / 'gone'}")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["figures"]
+
+
 def fail_fsync_with(code: int, monkeypatch: pytest.MonkeyPatch, after: int = 0) -> None:
     """os.fsync in the atomic writer raises OSError(code) after `after` successful calls."""
     calls = {"n": 0}
