@@ -433,8 +433,10 @@ class TrainerConfig:
     )
     num_heatmaps: int = option(3, "fixed validation examples drawn to TensorBoard", ge=0)
     beam: int = option(1, "beam size for validation and the final test evaluation", ge=1)
+    # lp = ((5 + |Y|) / 6) ** alpha: at most 10, lp of a 10,000-token output stays within
+    # float32 (1667 ** 10 = 2e32); alpha = 1000 overflowed a 10-token one (2.5 ** 1000)
     length_penalty: float = option(
-        1.0, "GNMT alpha for beam search (0 = raw log-probability)", ge=0.0
+        1.0, "GNMT alpha for beam search (0 = raw log-probability)", ge=0.0, le=10.0
     )
     max_output_ratio: float = option(
         1.5, "decode at most ratio * source length + max_output_extra", ge=0.0

@@ -152,6 +152,21 @@ def test_an_override_yaml_cannot_read_is_named(value: str) -> None:
         config_from_dict({}, ["trainer.beam=2", f"data.tokenizer={value}"])
 
 
+def test_a_length_penalty_that_would_overflow_is_refused() -> None:
+    """alpha = 1000 made lp = ((5 + 10) / 6) ** 1000 overflow (OverflowError at validation,
+    after the first updates); 10 keeps a 10,000-token output's lp finite in float32."""
+    import torch
+
+    from attnseq.decoding.settings import gnmt_length_penalty
+
+    with pytest.raises(UserError, match="trainer.length_penalty must be >= 0 and <= 10"):
+        config_from_dict({}, ["trainer.length_penalty=1000"])
+    with pytest.raises(OverflowError):
+        gnmt_length_penalty(10, 1000.0)
+    longest = gnmt_length_penalty(torch.tensor([10_000]), 10.0)
+    assert torch.isfinite(longest).all()
+
+
 def test_checkpoint_configs_are_checked_by_the_same_rules() -> None:
     with pytest.raises(UserError, match="trainer.log_every must be >= 1"):
         config_from_dict({}, ["trainer.log_every=0"])
