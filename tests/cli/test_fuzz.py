@@ -245,6 +245,7 @@ def _schema_keys() -> list[tuple[str, Any]]:
 
 
 SCHEMA_KEYS = _schema_keys()
+TRAINER_KEYS = [(key, default) for key, default in SCHEMA_KEYS if key.startswith("trainer.")]
 
 
 # --------------------------------------------------------------------------- workspace
@@ -473,7 +474,9 @@ def _override(rng: random.Random, hostile: bool) -> str:
         return rng.choice(PLAUSIBLE_OVERRIDES)
     if rng.random() < 0.3:
         return rng.choice(ODD_OVERRIDES)
-    key, default = rng.choice(SCHEMA_KEYS)
+    # a third of the keys from trainer.*: the decoding settings a checkpoint's commands use
+    keys = TRAINER_KEYS if rng.random() < 0.33 else SCHEMA_KEYS
+    key, default = rng.choice(keys)
     return f"{key}={_config_value(rng, default)}"
 
 
