@@ -193,7 +193,7 @@ def doctor(
 
     \b
     versions   attnseq, torch, hydra-core, Python, the platform
-    devices    each GPU (memory, compute capability), MPS, the device names, threads
+    devices    each GPU (memory, compute capability), MPS, device names, threads
     data       ATTNSEQ_DATA and the packaged local corpora found or missing there
     plugins    the Hydra launchers and sweepers installed
     cache      the cache folder ($ATTNSEQ_CACHE) and its size

@@ -156,14 +156,14 @@ def one_step(cfg: TrainConfig, vocab: int, shape: tuple[int, int, int]) -> None:
 
 def _main() -> None:
     """The child: read {"config", "vocab"} from stdin, print the measured bytes."""
-    import torch
 
     from attnseq.config.resources import batch_shape
+    from attnseq.models.loading import use_threads
 
     spec = json.loads(sys.stdin.read())
     cfg = config_from_dict(spec["config"])
     vocab = int(spec["vocab"])
-    torch.set_num_threads(cfg.trainer.threads or 1)
+    use_threads(cfg.trainer.threads)  # None, N or auto, as a run sets them
     shape = batch_shape(cfg)
     one_step(cfg, vocab, (1, min(shape.source, 2), min(shape.target, 2)))  # the warm-up
     release_freed_memory()

@@ -46,6 +46,7 @@ from attnseq.config.choices import CheckpointUpload, Tracker
 from attnseq.config.conversion import config_to_dict, flat_config
 from attnseq.config.schema import TrainConfig
 from attnseq.errors import UserError
+from attnseq.training.provenance import git_description, installed_version
 
 log = logging.getLogger("attnseq")
 
@@ -88,9 +89,6 @@ def run_provenance(cfg: TrainConfig) -> dict[str, str]:
     """Where a run comes from, as `attnseq.*` tags: versions, the git commit of the working
     directory (", dirty" when tracked files changed), the command line and the run's name."""
     import torch
-
-    # train_log.py imports this module for the params it writes
-    from attnseq.training.train_log import git_description, installed_version
 
     return {
         "attnseq.version": installed_version(),

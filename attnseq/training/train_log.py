@@ -18,10 +18,8 @@ log does.
 """
 
 import logging
-import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +39,7 @@ from attnseq.evaluation.metrics import perplexity
 from attnseq.io.progress import ON_BAR
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import WorldInfo
+from attnseq.training.provenance import git_description, installed_version
 from attnseq.training.state import TrainingState
 from attnseq.training.trackers import tracker_params
 
@@ -71,44 +70,6 @@ def log_run_header(cfg: TrainConfig) -> None:
 
     resolved = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True)
     _to_log_files(logging.INFO, "resolved config:\n%s", resolved.rstrip())
-
-
-def installed_version() -> str:
-    """attnseq's version as installed ("unknown (not installed)" for a source tree on
-    PYTHONPATH)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("attnseq")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
-def git_description(folder: Path) -> str:
-    """ "git commit HASH" of the repository `folder` is in (", dirty" when tracked files differ
-    from it), or "no git commit" (not a repository, or one without commits)."""
-    try:
-        head = _git(folder, "rev-parse", "HEAD")
-        if head is None:
-            return "no git commit"
-        changed = _git(folder, "status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.TimeoutExpired):
-        return "git not available"
-    return f"git commit {head}" + (", dirty" if changed else "")
-
-
-def _git(folder: Path, *args: str) -> str | None:
-    """The stripped output of `git ARGS` run in `folder` (None: git failed there)."""
-    environment = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # status must not take the lock
-    done = subprocess.run(
-        ["git", *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=10,
-        env=environment,
-    )
-    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def _to_log_files(level: int, message: str, *args: Any) -> None:

@@ -24,8 +24,8 @@ from helpers import (
 from attnseq.config.choices import Tracker
 from attnseq.errors import UserError
 from attnseq.training import trackers
+from attnseq.training.provenance import installed_version
 from attnseq.training.trackers import MLflowTracker, check_trackers_installed
-from attnseq.training.train_log import installed_version
 
 # find_spec, not importorskip: importing both libraries takes seconds, paid only by the worker
 # that runs these tests, not by every worker's collection.
