@@ -420,7 +420,7 @@ def test_cli_train_into_a_read_only_run_directory_exits_2(
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"error: cannot write into run directory {run_dir}")
+    assert lines[0].startswith(f"error: hydra.run.dir {run_dir}: cannot write into {run_dir}")
     assert "Read-only file system" in lines[0] and "Traceback" not in result.stderr
     assert list(run_dir.iterdir()) == []
 
