@@ -181,6 +181,13 @@ def _check_out(
             refuse_output_over_inputs(output, option, inputs)
     if tensorboard is not None:
         check_output_folder(tensorboard, "--tensorboard")
+        try:  # TensorBoard's writer encodes its folder's path as UTF-8
+            str(tensorboard).encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(
+                f"--tensorboard {tensorboard}: TensorBoard writes only into folders whose "
+                "paths are UTF-8 text; give another folder"
+            ) from None
     if out is not None and input_file is not None:
         check_output_folder(out, "--out")
     elif out is not None:

@@ -1,5 +1,6 @@
 """`attnseq visualize-alignment` on tiny trained checkpoints of both families."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,16 @@ def test_user_errors_exit_2(checkpoints, args, message) -> None:
     result = invoke(str(checkpoints["rnn"]), *args)
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_a_tensorboard_folder_that_is_not_utf8_is_refused_first(checkpoints, tmp_path) -> None:
+    """TensorBoard's writer encodes its folder as UTF-8: a name with bytes that are not (argv
+    gives them as lone surrogates) raised UnicodeEncodeError once the figure was drawn."""
+    folder = os.fsdecode(bytes(tmp_path) + b"/tb\xff")
+    result = invoke(str(checkpoints["rnn"]), "--src", "x", "--tensorboard", folder)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "TensorBoard writes only into folders whose paths are UTF-8" in result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_layer_out_of_range(checkpoints) -> None:
