@@ -37,6 +37,7 @@ import numpy as np
 
 from attnseq.analysis.explanation import ExplainedOutput, Explanation, LayeredMaps
 from attnseq.io.atomic import atomic_write_text
+from attnseq.io.user_paths import printable
 
 SCALE = 1000  # weights are stored in thousandths
 
@@ -89,7 +90,7 @@ def page_data(explanation: Explanation) -> dict[str, Any]:
     """The JSON the page embeds (the module docstring lists its fields)."""
     return {
         "header": {
-            "checkpoint": explanation.checkpoint,
+            "checkpoint": _checkpoint(explanation),
             "version": explanation.version,
             "model": explanation.model,
             "decoding": explanation.decoding,
@@ -101,6 +102,12 @@ def page_data(explanation: Explanation) -> dict[str, Any]:
         "encoder": _maps(explanation.encoder),
         "outputs": [_output(output) for output in explanation.outputs],
     }
+
+
+def _checkpoint(explanation: Explanation) -> str | None:
+    """The checkpoint's path as the UTF-8 page can hold it (bytes of its name that are not
+    UTF-8 shown as U+FFFD), or None for a model in memory."""
+    return printable(explanation.checkpoint) if explanation.checkpoint else None
 
 
 def _asset(name: str) -> str:
@@ -115,7 +122,7 @@ def _embedded_json(data: dict[str, Any]) -> str:
 
 def _header(explanation: Explanation) -> str:
     """The header as static HTML: readable before the script runs."""
-    rows = [("checkpoint", explanation.checkpoint or "(in memory)")]
+    rows = [("checkpoint", _checkpoint(explanation) or "(in memory)")]
     rows += [
         (f"model {key}" if key == "family" else key, v) for key, v in explanation.model.items()
     ]

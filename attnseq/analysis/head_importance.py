@@ -51,6 +51,7 @@ from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import make_evaluator
 from attnseq.io.atomic import atomic_write_json
 from attnseq.io.checkpoint import save_checkpoint
+from attnseq.io.user_paths import printable
 from attnseq.models.head_mask import (
     KIND_TITLES,
     KINDS,
@@ -366,7 +367,7 @@ def run_heads(request: HeadsRequest) -> HeadsResult:
     importance.extra["checkpoint"] = str(request.checkpoint)
     json_path, figure_path = report_paths(request)
     atomic_write_json(json_path, importance.to_json())
-    title = f"head importance of {request.checkpoint.name} on {request.split}"
+    title = f"head importance of {printable(request.checkpoint.name)} on {request.split}"
     figure_path = write_figure(importance, figure_path, title)
     result = HeadsResult(importance, json_path, figure_path)
     if count is not None and request.out is not None:

@@ -80,6 +80,12 @@ def check_path_name(path: Path, name: str) -> None:
             raise UserError(f"{name} {shortened(path)}: {error.strerror}") from None
 
 
+def printable(path: Path | str) -> str:
+    """`path` as text that every UTF-8 writer takes (a figure's title, an HTML page): a name's
+    bytes that are not UTF-8, which Python holds as lone surrogates, become U+FFFD."""
+    return os.fsencode(path).decode("utf-8", "replace")
+
+
 def shortened(path: Path | str, keep: int = 80) -> str:
     """`path` as a message shows it: longer than `keep` characters, its start and end with the
     number of characters between them."""

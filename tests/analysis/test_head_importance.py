@@ -4,6 +4,8 @@ pruned checkpoints (round trip, eval, decoding) and the command's exit status 2 
 
 import itertools
 import json
+import os
+import shutil
 
 import pytest
 import torch
@@ -233,6 +235,16 @@ def test_heads_command_prints_tables_and_writes_files(checkpoint, tmp_path):
     assert "encoder self-attention" in result.output and "decoder cross-attention" in result.output
     assert (tmp_path / "model.valid.json").exists() and (tmp_path / "model.valid.png").exists()
     assert "pruned 1 heads" in result.output
+
+
+def test_a_checkpoint_name_that_is_not_utf8_titles_the_figure(checkpoint, tmp_path):
+    """A name's bytes that are not UTF-8 (lone surrogates in Python) made matplotlib refuse the
+    figure's title with a TypeError; the title shows them as U+FFFD."""
+    latin1 = os.fsdecode(bytes(tmp_path) + b"/caf\xe9.pt")
+    shutil.copyfile(checkpoint, latin1)
+    result = CliRunner().invoke(app, ["heads", latin1, "--report-dir", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert os.path.isfile(os.fsdecode(bytes(tmp_path) + b"/r/caf\xe9.valid.png"))
 
 
 def test_tables_figure_message_and_record_count_layers_and_heads_from_1(checkpoint, tmp_path):

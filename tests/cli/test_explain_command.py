@@ -1,6 +1,8 @@
 """`attnseq explain`: the page written from a checkpoint or a run directory, and every
 refusal in one line with exit status 2 before any work (no page written)."""
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,17 @@ def test_refusals_are_one_line(run_directory, tmp_path, args, message) -> None:
     assert lines[-1].startswith("error: ") and message in lines[-1], result.output
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+def test_a_checkpoint_name_that_is_not_utf8_is_shown_in_the_page(run_directory, tmp_path):
+    """The page is UTF-8: a name's bytes that are not (lone surrogates in Python) made the
+    write fail with UnicodeEncodeError after the work; the page shows them as U+FFFD."""
+    latin1 = os.fsdecode(bytes(tmp_path) + b"/caf\xe9.pt")
+    shutil.copyfile(run_directory / "checkpoints" / "best.pt", latin1)
+    out = tmp_path / "page.html"
+    result = explain(latin1, "--src", "4 May", "--threads", "1", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "caf\ufffd.pt" in out.read_text(encoding="utf-8")
 
 
 def test_rollout_of_an_rnn_is_refused(tmp_path) -> None:
