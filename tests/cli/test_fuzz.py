@@ -95,6 +95,7 @@ PACKAGE = Path(attnseq.__file__).parent  # whose frames a failure shows
 
 # ------------------------------------------------------------------------------ values
 SURROGATE = os.fsdecode(b"\xff\xfe")  # what argv holds for bytes that are not UTF-8
+NOT_UTF8 = os.fsdecode(b"caf\xe9.pt")  # a checkpoint whose name is Latin-1
 LONG = "x" * 5000
 TEXTS = (
     "", " ", "\t", "a", "June 5, 2001", "e\u0301\u0301\u0301\u0301", "\u202eabc\u202c",
@@ -135,8 +136,8 @@ HYDRA_FLAGS = (
 # Parameters (by name) that read an existing input: the workspace entries that fit them. The
 # other path parameters are outputs: a plausible value is a fresh path in the case's folder.
 PATH_HINTS = {
-    "checkpoint": ("rnn.pt", "tf.pt", "tf.pt", "run", "link.pt"),
-    "checkpoints": ("rnn.pt", "tf.pt", "run/checkpoints/best.pt"),
+    "checkpoint": ("rnn.pt", "tf.pt", "tf.pt", "run", "link.pt", NOT_UTF8),
+    "checkpoints": ("rnn.pt", "tf.pt", "run/checkpoints/best.pt", NOT_UTF8),
     "reverse": ("tf.pt", "rnn.pt"),
     "src": ("src.txt",),
     "tgt": ("tgt.txt",),
@@ -305,8 +306,8 @@ def _write_sweep(folder: Path) -> None:
 
 
 def make_workspace(root: Path) -> Workspace:
-    """Untrained tiny checkpoints (a GRU with Bahdanau attention, a transformer), a run
-    directory, texts (parallel dates, one line, not UTF-8, CRLF, 5,000 characters, blank lines,
+    """Untrained tiny checkpoints (a GRU with Bahdanau attention, a transformer, a copy of it
+    under a Latin-1 name), a run directory, texts (parallel dates, one line, not UTF-8, CRLF, 5,000 characters, blank lines,
     empty), gold links, attention saved by `eval --save-attention`, a sweep, a named pipe and
     symbolic links (to a checkpoint, to nothing, to itself), a truncated checkpoint."""
     inputs = root / "inputs"
@@ -317,6 +318,7 @@ def make_workspace(root: Path) -> Workspace:
     (inputs / "run" / "checkpoints").mkdir(parents=True)
     (inputs / "run" / ".hydra").mkdir()
     shutil.copyfile(inputs / "rnn.pt", inputs / "run" / "checkpoints" / "best.pt")
+    shutil.copyfile(inputs / "tf.pt", inputs / NOT_UTF8)
     texts = {
         "src.txt": "June 5, 2001\n4 May 2001\nMarch 3rd, 1998\n",
         "tgt.txt": "2001-06-05\n2001-05-04\n1998-03-03\n",
