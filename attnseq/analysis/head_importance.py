@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from attnseq.config.devices import resolve_device
+from attnseq.config.resources import check_generated_data
 from attnseq.data.batching import Batch
 from attnseq.data.locations import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import prepare_data
@@ -396,6 +397,7 @@ def _split_batches(trained: TrainedModel, request: HeadsRequest) -> tuple[list, 
     if split not in known:
         raise UserError(f"--split {split!r} is not a split of this dataset: {', '.join(known)}")
     check_checkpoint_data(cfg.data, overridden_keys(request.overrides), reads_dataset=True)
+    check_generated_data(cfg)
     if request.max_tokens:
         cfg.data.eval_max_tokens = request.max_tokens
     data = prepare_data(cfg.data, cfg.seed, tokenizers=trained.tokenizers, splits=[split])

@@ -535,13 +535,7 @@ def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -
             "data.max_tokens smaller"
         )
     if not data_fits:
-        data = cfg.data
-        problems.append(
-            f"the generated data does not fit: data.train_size={data.train_size}, "
-            f"valid_size={data.valid_size}, test_size={data.test_size} with lengths up to "
-            f"data.max_len={data.max_len} take at least {_size(need.data_bytes)}, more than "
-            f"the {_size(ram)} of available RAM here"
-        )
+        problems.append(_generated_data_problem(cfg, need.data_bytes, ram))
     threads = cfg.trainer.threads
     if isinstance(threads, int) and threads > cores:  # auto takes at most the cores
         problems.append(
@@ -555,6 +549,26 @@ def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -
             "DataLoader processes only compete for them"
         )
     return problems
+
+
+def _generated_data_problem(cfg: TrainConfig, need: int, ram: int) -> str:
+    data = cfg.data
+    return (
+        f"the generated data does not fit: data.train_size={data.train_size}, "
+        f"valid_size={data.valid_size}, test_size={data.test_size} with lengths up to "
+        f"data.max_len={data.max_len} take at least {_size(need)}, more than the {_size(ram)} "
+        "of available RAM here"
+    )
+
+
+def check_generated_data(cfg: TrainConfig) -> None:
+    """UserError when the splits of `cfg`'s generated task do not fit the RAM available now.
+    For eval and heads, which read one split: every split of a generated task is made (each
+    depends on the others), so data.train_size=2147483648 would generate for hours first."""
+    need = estimate(cfg).data_bytes
+    ram = available_ram()
+    if need > ram:
+        raise UserError(_generated_data_problem(cfg, need, ram))
 
 
 def check_resources(cfg: TrainConfig) -> None:

@@ -56,7 +56,12 @@ from attnseq.analysis.saved_attention import records_from_hypotheses
 from attnseq.analysis.saved_attention import save_attention as write_saved_attention
 from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchical
 from attnseq.config.devices import resolve_device
-from attnseq.config.resources import check_inference_memory, decoding_bytes, source_length
+from attnseq.config.resources import (
+    check_generated_data,
+    check_inference_memory,
+    decoding_bytes,
+    source_length,
+)
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Example
 from attnseq.data.locations import check_checkpoint_data, overridden_keys
@@ -263,6 +268,8 @@ def evaluate_checkpoint(
     cfg, tokenizers = trained.cfg, trained.tokenizers
     dataset_split = split in NAMED_SPLITS or split in cfg.data.splits
     check_checkpoint_data(cfg.data, overridden_keys(overrides), reads_dataset=dataset_split)
+    if dataset_split:
+        check_generated_data(cfg)
     if max_tokens:
         cfg.data.eval_max_tokens = max_tokens
     device = resolve_device(cfg.trainer.device if device_name == "auto" else device_name)

@@ -210,6 +210,8 @@ def test_random_pruning_is_seeded_and_gradient_pruning_takes_the_lowest(checkpoi
         (["--prune", "2"], "--prune and --out go together"),
         (["--by", "size"], "--by must be one of"),
         (["--max-batches", "0"], "--max-batches must be at least 1"),
+        # every split of a generated task is made: 2**31 training pairs would take hours
+        (["data.train_size=2147483648"], "the generated data does not fit"),
     ],
 )
 def test_heads_command_exits_2_on_mistakes(checkpoint, tmp_path, arguments, message):

@@ -273,3 +273,12 @@ def test_eval_of_an_unknown_split_lists_the_splits(checkpoint, tmp_path, monkeyp
     assert result.exit_code == 2
     line = one_error(result.stderr, "unknown split 'dev'", "has the splits train, valid, test")
     assert "--split also takes a data file" in line
+
+
+def test_eval_of_a_generated_task_too_large_to_make_is_refused(checkpoint, tmp_path) -> None:
+    """eval makes every split of a generated task (each depends on the others) to read one:
+    data.train_size=2147483648 would generate for hours; refused as training refuses it."""
+    result = run("eval", checkpoint, "data.train_size=2147483648", "--out", tmp_path / "eval")
+    assert result.exit_code == 2
+    one_error(result.stderr, "the generated data does not fit: data.train_size=2147483648")
+    assert not (tmp_path / "eval").exists()
