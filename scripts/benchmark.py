@@ -49,12 +49,14 @@ What is measured, with the definitions of bench/peers/RESULTS.md:
 """
 
 import argparse
+import atexit
 import json
 import os
 import platform
 import random
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -240,6 +242,7 @@ def build_trainer(cfg, device: torch.device, validate: bool, max_steps: int | No
     schedule = LearningRateSchedule(optimizer, cfg.optim, budget)
     valid = make_evaluator(cfg, data, "valid", device) if validate else None
     run_dir = Path(tempfile.mkdtemp(prefix="attnseq-bench-"))  # the trainer never saves here
+    atexit.register(shutil.rmtree, run_dir, ignore_errors=True)  # so it is not left in /tmp
     trainer = Trainer(
         model, optimizer, schedule, cfg, data.examples["train"], valid, run_dir, None, device, {}
     )
