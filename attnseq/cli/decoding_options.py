@@ -77,7 +77,7 @@ SampleOption = Annotated[
 ]
 TemperatureOption = Annotated[
     float | None,
-    typer.Option(help="Sampling temperature T > 0: softmax(logits / T) (default 1)."),
+    typer.Option(help="Sampling temperature T >= 1e-6: softmax(logits / T) (default 1)."),
 ]
 TopKOption = Annotated[
     int | None,

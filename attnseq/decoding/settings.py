@@ -36,11 +36,17 @@ _TRAINER_KEYS = (
 )
 
 
+# The lowest sampling temperature: below it logits / T overflow float32 (3.4e38) for logits of
+# ordinary size and the draws turn to NaN; at it, sampling is already greedy decoding for any
+# two logits 1e-4 apart (their probabilities differ by a factor e^100).
+MIN_TEMPERATURE = 1e-6
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """How to sample (decoding/sampling.py gives the formulas).
 
-    temperature: T > 0, finite; 1 leaves the distribution as the model gives it.
+    temperature: T >= MIN_TEMPERATURE, finite; 1 leaves the distribution as the model gives it.
     top_k: keep the k most probable tokens, 0 = all.
     top_p: nucleus mass p in (0, 1]; 1 = all.
     num_samples: outputs per input.
@@ -56,8 +62,10 @@ class SamplingSettings:
     def problems(self) -> list[str]:
         """What is out of range, one phrase each (empty when all is valid)."""
         found = []
-        if not 0 < self.temperature < math.inf:
-            found.append(f"temperature must be > 0 and finite, got {self.temperature}")
+        if not MIN_TEMPERATURE <= self.temperature < math.inf:
+            found.append(
+                f"temperature must be >= {MIN_TEMPERATURE:g} and finite, got {self.temperature}"
+            )
         if self.top_k < 0:
             found.append(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.top_p <= 1:

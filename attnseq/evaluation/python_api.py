@@ -70,6 +70,7 @@ from attnseq.config.threads import check_threads
 from attnseq.data.extended_vocab import extended_pieces
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding import DecodingSettings, Hypothesis, SamplingSettings
+from attnseq.decoding.settings import MIN_TEMPERATURE
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation import arguments
@@ -149,10 +150,6 @@ class Translation:
         return self.hypotheses[0].text if self.hypotheses else ""
 
 
-# The lowest sampling temperature: below it logits / T overflow float32 (3.4e38) for logits of
-# ordinary size and the draws turn to NaN; at it, sampling is already greedy decoding for any
-# two logits 1e-4 apart (their probabilities differ by a factor e^100).
-MIN_TEMPERATURE = 1e-6
 # The checks of each sampling setting and each other decoding setting `translate` takes, in
 # Python's words: the bounds DecodingSettings.check and SamplingSettings.problems state.
 _SAMPLING_CHECKS: dict[str, Callable[[object, str], object]] = {

@@ -128,7 +128,7 @@ def test_decoding_flags_refuse_numbers_that_are_not_finite(option: str, value: s
 
 def test_sampling_settings_refuse_an_infinite_temperature() -> None:
     assert SamplingSettings(temperature=float("inf")).problems() == [
-        "temperature must be > 0 and finite, got inf"
+        "temperature must be >= 1e-06 and finite, got inf"
     ]
     assert SamplingSettings(temperature=0.5).problems() == []
 

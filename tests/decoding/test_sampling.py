@@ -221,8 +221,9 @@ def test_eval_samples_into_a_folder_of_its_own(checkpoint: str, tmp_path: Path) 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--sample", "--temperature", "0"], "temperature must be > 0"),
-        (["--sample", "--temperature", "-1"], "temperature must be > 0"),
+        (["--sample", "--temperature", "0"], "temperature must be >= 1e-06"),
+        (["--sample", "--temperature", "1e-300"], "temperature must be >= 1e-06"),
+        (["--sample", "--temperature", "-1"], "temperature must be >= 1e-06"),
         (["--sample", "--top-p", "0"], "top_p must be in (0, 1]"),
         (["--sample", "--top-p", "1.5"], "top_p must be in (0, 1]"),
         (["--sample", "--top-k", "-1"], "top_k must be >= 0"),
