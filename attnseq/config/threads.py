@@ -59,7 +59,7 @@ def check_threads(value: object, setting: str = "threads") -> int | str | None:
     return value
 
 
-def parse_threads(text: str, setting: str = "--threads") -> int | str:
+def parse_threads(text: str, setting: str = "threads") -> int | str:
     """A thread setting written as text (a command-line option, a `trainer.threads=` override):
     "auto" or a whole number, checked as `check_threads` does; UserError otherwise."""
     text = text.strip()

@@ -163,7 +163,7 @@ def engine_device(name: str, ctranslate2: Any) -> torch.device:
         return torch.device("cuda" if gpus > 0 else "cpu")
     device = torch.device(name)
     if device.type == "mps":
-        raise UserError("device=mps: CTranslate2 runs on cpu or cuda; use --engine torch for mps")
+        raise UserError("device=mps: CTranslate2 runs on cpu or cuda; decode on mps with torch")
     if device.type == "cuda" and (device.index or 0) >= gpus:
         raise UserError(
             f"device={name} but CTranslate2 sees {gpus} CUDA device(s) here; "

@@ -294,10 +294,10 @@ class Trainer:
         state.step += 1
         self._pending.append((state.step, outcome))
         bar.advance(None, state.epoch, outcome.tokens[1], self.schedule.lr)
-        if state.step % self.read_every == 0:
+        logs = state.step % trainer_cfg.log_every == 0
+        if logs or state.step % self.read_every == 0:
             self._read_outcomes()
-        if state.step % trainer_cfg.log_every == 0:
-            self._read_outcomes()
+        if logs:
             epoch = state.epoch + state.batch_in_epoch / max(len(self.sampler), 1)
             report.report(state.step, epoch, self.schedule.lr, self._train_seconds())
         if state.step % trainer_cfg.validate_every == 0:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import untrained_checkpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -24,19 +23,7 @@ from attnseq.evaluation.python_api import Model
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
-TRANSFORMER = ("model.family=transformer", "model.dec_layers=2", "model.heads=2")
 SOURCE = "June 5, 2001"
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("arguments")
-    run = folder / "run" / "checkpoints"
-    run.mkdir(parents=True)
-    return {
-        "rnn": untrained_checkpoint(run / "best.pt"),
-        "transformer": untrained_checkpoint(folder / "t.pt", *TRANSFORMER),
-    }
 
 
 @pytest.fixture(scope="module")

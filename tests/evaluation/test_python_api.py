@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import untrained_checkpoint
 from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
@@ -20,19 +19,7 @@ from attnseq.models.loading import load_trained_model
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
-TRANSFORMER = ("model.family=transformer", "model.dec_layers=2", "model.heads=2")
 SOURCES = ["June 5, 2001", "the 3rd of March 1998"]
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("api")
-    run = folder / "run" / "checkpoints"
-    run.mkdir(parents=True)
-    return {
-        "rnn": untrained_checkpoint(run / "best.pt"),
-        "transformer": untrained_checkpoint(folder / "t.pt", *TRANSFORMER),
-    }
 
 
 def test_importing_attnseq_imports_neither_torch_nor_hydra() -> None:
