@@ -21,11 +21,11 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _API = {
-    "load": "attnseq.evaluation.python_api",
-    "Model": "attnseq.evaluation.python_api",
-    "Translation": "attnseq.evaluation.python_api",
-    "TranslatedHypothesis": "attnseq.evaluation.python_api",
-    "plot_alignment": "attnseq.evaluation.python_api",
+    "load": "attnseq.api",
+    "Model": "attnseq.api",
+    "Translation": "attnseq.api",
+    "TranslatedHypothesis": "attnseq.api",
+    "plot_alignment": "attnseq.api",
     "train": "attnseq.cli.train_api",
     "TrainResult": "attnseq.cli.train_api",
     "UserError": "attnseq.errors",
@@ -46,7 +46,7 @@ __all__ = [
 if TYPE_CHECKING:
     from attnseq.cli.train_api import TrainResult, train
     from attnseq.errors import UserError
-    from attnseq.evaluation.python_api import (
+    from attnseq.api import (
         Model,
         TranslatedHypothesis,
         Translation,

@@ -1,5 +1,5 @@
 """Does attention explain? Word alignment, faithfulness, agreement and cost of every attribution
-method of attnseq/analysis/attribution.py (attention, Shift-Att, rollout, gradient x input,
+method of attnseq/alignment/attribution.py (attention, Shift-Att, rollout, gradient x input,
 integrated gradients, SmoothGrad) on trained checkpoints. Trains nothing.
 
 Usage (from the repository root; the page docs/results/attribution.md has the full commands):
@@ -58,8 +58,8 @@ from typing import Any
 
 import torch
 
-from attnseq.analysis.alignment import Link, word_ids
-from attnseq.analysis.attribution import ATTRIBUTION_METHODS, attribute
+from attnseq.alignment.word_links import Link, word_ids
+from attnseq.alignment.attribution import ATTRIBUTION_METHODS, attribute
 from attnseq.analysis.faithfulness import (
     MASK_TOKENS,
     DeletionCurve,
@@ -72,7 +72,7 @@ from attnseq.analysis.faithfulness import (
     source_word_scores,
     word_map,
 )
-from attnseq.analysis.forced_alignment import read_gold_links, read_parallel_lines
+from attnseq.alignment.forced import read_gold_links, read_parallel_lines
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write_json, atomic_write_text
 from attnseq.models.loading import TrainedModel, load_trained_model, use_threads

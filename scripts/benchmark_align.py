@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from attnseq.analysis.forced_alignment import ALIGNMENT_METHODS, AlignmentMethod, align_sentences
+from attnseq.alignment.forced import ALIGNMENT_METHODS, AlignmentMethod, align_sentences
 from attnseq.config.devices import resolve_device
 from attnseq.data.sources import load_splits
 from attnseq.errors import UserError

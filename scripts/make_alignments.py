@@ -21,7 +21,7 @@ used; the output is cut back into one file set per split or corpus:
     SPLIT.forward   source -> target links (eflomal's forward direction)
     SPLIT.reverse   target -> source links, written source first like the forward file
     SPLIT.gdfa      the two symmetrized with grow-diag-final-and (Koehn et al. 2003), the
-                    usual choice for supervision (attnseq/analysis/alignment.py)
+                    usual choice for supervision (attnseq/alignment/word_links.py)
 
 Links are ``i-j``, 0-based over the whitespace-separated words of each text (the words the
 piece rule of attnseq/data/guided_alignment.py maps onto subword pieces). eflomal lowercases
@@ -56,7 +56,7 @@ def cut(lines: Sequence[str], sizes: dict[str, int]) -> dict[str, list[str]]:
 
 def grow_diag_final_and(forward: Sequence[str], reverse: Sequence[str]) -> list[str]:
     """The grow-diag-final-and symmetrization of two Pharaoh files' lines (both source first)."""
-    from attnseq.analysis.alignment import format_pharaoh, read_pharaoh, symmetrize
+    from attnseq.alignment.word_links import format_pharaoh, read_pharaoh, symmetrize
 
     fwd, rev = read_pharaoh(forward)[0], read_pharaoh(reverse)[0]
     pairs = zip(fwd, rev, strict=True)

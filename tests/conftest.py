@@ -82,3 +82,20 @@ def one_intra_op_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+API_TRANSFORMER = ("model.family=transformer", "model.dec_layers=2", "model.heads=2")
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An untrained RNN as a run directory's best.pt and an untrained transformer file."""
+    from helpers import untrained_checkpoint
+
+    folder = tmp_path_factory.mktemp("api")
+    run = folder / "run" / "checkpoints"
+    run.mkdir(parents=True)
+    return {
+        "rnn": untrained_checkpoint(run / "best.pt"),
+        "transformer": untrained_checkpoint(folder / "t.pt", *API_TRANSFORMER),
+    }

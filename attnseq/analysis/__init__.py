@@ -1,2 +1,2 @@
-"""Looking into attention: alignment error rate and gold sets, saved attention, figures,
-`visualize-alignment` and sweep reports."""
+"""Reporting on attention: figures, the alignment viewer, the explain page, head-importance
+reports (the measurements they show are alignment/'s)."""

@@ -7,7 +7,7 @@ shows the alignment of that pair. Both cases run one teacher-forced pass with
 incremental decoding step by step (tests/models hold the two equal).
 
 `saved_attention_map` reads an output's attention back from a file of `attnseq eval
---save-attention` instead (attnseq/analysis/saved_attention.py), without a model.
+--save-attention` instead (attnseq/alignment/saved_attention.py), without a model.
 
 Copy models (pointer-generators): the cross-attention map comes with p_gen of every row, drawn
 as a strip next to it (1 = generated, 0 = copied); copied source words outside the target
@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnseq.analysis.alignment import check_layer_and_head, word_attention, word_ids
+from attnseq.alignment.word_links import check_layer_and_head, word_attention, word_ids
 from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
-from attnseq.analysis.segment_view import is_hierarchical, join_pieces, segment_labels
+from attnseq.alignment.segments import is_hierarchical, join_pieces, segment_labels
 from attnseq.data.extended_vocab import extend_target, extend_text, extended_pieces
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
@@ -344,7 +344,7 @@ def saved_attention_map(path: Path, index: int, kind: str = "cross") -> tuple[At
     Raises:
         UserError: a missing or malformed file, or an index out of range.
     """
-    from attnseq.analysis.saved_attention import SavedAttention
+    from attnseq.alignment.saved_attention import SavedAttention
 
     with SavedAttention(path) as saved:
         example = saved.example(index)

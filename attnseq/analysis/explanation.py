@@ -19,7 +19,7 @@ For a decoded output the teacher-forced maps equal those of incremental decoding
 (tests/models hold the two paths equal); the score shown is the beam's length-normalised score.
 
 Methods. The source weights of each method come from
-`attnseq.analysis.attribution.attribute`, one call per method over all outputs (pairs of the
+`attnseq.alignment.attribution.attribute`, one call per method over all outputs (pairs of the
 source and each output's text): (T + 1, S) per output, rows non-negative and summing to one,
 and, for methods that attribute to the target prefix too, (T + 1, T + 1) over the decoder
 inputs. `layer` and `head` (1-based) pick the map of the attention-based methods.
@@ -34,9 +34,9 @@ import numpy as np
 import torch
 
 import attnseq
-from attnseq.analysis.alignment import check_layer_and_head
+from attnseq.alignment.word_links import check_layer_and_head
 from attnseq.analysis.alignment_view import AlignmentViewer, AttentionMap
-from attnseq.analysis.attribution import (
+from attnseq.alignment.attribution import (
     ATTENTION_METHODS,
     ATTRIBUTION_METHODS,
     PairAttribution,

@@ -1,5 +1,5 @@
 """Faithfulness of source attributions: whether the source words a method (attention, a gradient
-method, rollout: attnseq/analysis/attribution.py) ranks highest are the words the model's
+method, rollout: attnseq/alignment/attribution.py) ranks highest are the words the model's
 prediction depends on, and how far two methods agree.
 
 Deletion curve (Samek et al. 2017, "Evaluating the Visualization of What a Deep Neural Network
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnseq.analysis.alignment import (
+from attnseq.alignment.word_links import (
     Alignment,
     Link,
     alignment_error_rate,

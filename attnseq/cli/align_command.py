@@ -2,7 +2,7 @@
 format, optionally symmetrized with a reverse model and scored against gold links.
 
 The command turns its options into an `AlignRequest` and hands it to
-`attnseq.analysis.forced_alignment.run_align`; torch and the model code are imported inside the
+`attnseq.alignment.forced.run_align`; torch and the model code are imported inside the
 function, so `attnseq --help` stays light.
 """
 
@@ -26,7 +26,7 @@ from attnseq.errors import UserError
 MAX_GRADIENT_PASSES = 1000
 
 if TYPE_CHECKING:
-    from attnseq.analysis.forced_alignment import AlignResult
+    from attnseq.alignment.forced import AlignResult
 
 
 def align(
@@ -123,9 +123,9 @@ def align(
     attnseq align best.pt --src test.en --tgt test.fr --gold test.sure.pharaoh \\
         --gold-possible test.possible.pharaoh
     """
-    from attnseq.analysis.alignment import format_pharaoh, write_pharaoh
-    from attnseq.analysis.attribution import GradientSettings
-    from attnseq.analysis.forced_alignment import (
+    from attnseq.alignment.word_links import format_pharaoh, write_pharaoh
+    from attnseq.alignment.attribution import GradientSettings
+    from attnseq.alignment.forced import (
         AlignmentMethod,
         AlignRequest,
         check_request,

@@ -25,7 +25,7 @@ OldGoldPath = Annotated[Path | None, typer.Option(hidden=True)]
 OldGoldText = Annotated[str | None, typer.Option(hidden=True)]
 
 if TYPE_CHECKING:
-    from attnseq.analysis.forced_alignment import GoldAlignmentFiles
+    from attnseq.alignment.forced import GoldAlignmentFiles
     from attnseq.evaluation.checkpoint_eval import EvalMetrics
 
 
@@ -188,7 +188,7 @@ def _gold_alignments(
 ) -> "GoldAlignmentFiles | None":
     """The gold word-alignment set of --gold and its companions, or None without it;
     UserError when a companion is missing or given alone."""
-    from attnseq.analysis.forced_alignment import GoldAlignmentFiles
+    from attnseq.alignment.forced import GoldAlignmentFiles
 
     if gold is None:
         if src or tgt or possible:
@@ -206,7 +206,7 @@ def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") ->
     """The checkpoint, the decoding settings, every metric (but the per-layer attention
     diagnostics, which metrics.json keeps) and where the result went; the word-alignment scores
     as a table of their own."""
-    from attnseq.analysis.attention_diagnostics import is_per_layer_key
+    from attnseq.alignment.diagnostics import is_per_layer_key
 
     record = metrics.result.record
     typer.echo(f"{'checkpoint':>24} {record['checkpoint']} (step {record['checkpoint_step']})")
@@ -220,7 +220,7 @@ def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") ->
     if "bleu_signature" in record:
         typer.echo(f"{'BLEU signature':>24} {record['bleu_signature']}")
     if gold is not None:
-        from attnseq.analysis.forced_alignment import alignment_table
+        from attnseq.alignment.forced import alignment_table
 
         scores = {k[len("align/") :]: v for k, v in metrics.items() if k.startswith("align/")}
         typer.echo(f"\nword alignment vs {gold.gold} (metrics.json: align/...):")

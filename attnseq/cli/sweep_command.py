@@ -1,7 +1,7 @@
 """`attnseq sweep-report`: the table of a Hydra multirun sweep, best first, on stdout, and
 its CSV file and plot beside it.
 
-The analysis lives in attnseq.analysis.sweep_report; this module checks the options and
+The analysis lives in attnseq.training.sweep_report; this module checks the options and
 chooses the output. Pandas and matplotlib load only when the command runs.
 """
 
@@ -60,7 +60,7 @@ def sweep_report(
     attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown
     attnseq sweep-report SWEEP --format latex > table.tex
     """
-    from attnseq.analysis.sweep_report import (
+    from attnseq.training.sweep_report import (
         FORMATS,
         load_report,
         metric_columns,

@@ -90,7 +90,7 @@ def translate(
     attnseq translate --engine ctranslate2 best-ct2/ -i test.de --beam 5
     """
     from attnseq.decoding.translate import CHUNK_SIZE
-    from attnseq.evaluation.python_api import load
+    from attnseq.api import load
     from attnseq.io.progress import counting
 
     with user_errors():

@@ -33,7 +33,7 @@ from attnseq.io.user_paths import (
 
 if TYPE_CHECKING:
     from attnseq.analysis.alignment_view import AttentionMap
-    from attnseq.evaluation.python_api import Model
+    from attnseq.api import Model
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def visualize_alignment(
         --fontsize 13 --cmap Blues
     """
     from attnseq.analysis.figures import style_from_options
-    from attnseq.evaluation.python_api import load
+    from attnseq.api import load
 
     with user_errors():
         check_utf8(src, "--src")

@@ -22,7 +22,7 @@ Shapes: piece links are (source piece, target piece) pairs, 0-based, no BOS/EOS.
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnseq.analysis.alignment import Alignment, read_pharaoh, word_ids
+from attnseq.alignment.word_links import Alignment, read_pharaoh, word_ids
 from attnseq.config.schema import DataConfig
 from attnseq.data.batching import PieceLinks
 from attnseq.data.locations import resolve_data_path

@@ -2,7 +2,7 @@
 
 The source is English-like, the target an invented language whose word order differs in the
 ways real language pairs do, so that a model's cross-attention has something non-monotonic to
-find and its alignment error rate (attnseq/analysis/alignment.py) can be measured against exact
+find and its alignment error rate (attnseq/alignment/word_links.py) can be measured against exact
 gold links.
 
 Source grammar (English word order, subject-verb agreement)::

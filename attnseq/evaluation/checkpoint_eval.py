@@ -23,7 +23,7 @@ training) is never touched:
                         averaged_from (an average), evaluated_at (UTC)
         hyps.txt        one output per example, in the split's order
         refs.txt        the references
-        attention.npz   with --save-attention (attnseq/analysis/saved_attention.py)
+        attention.npz   with --save-attention (attnseq/alignment/saved_attention.py)
 
 OUT is RUN/eval by default for a checkpoint in RUN/checkpoints/, else an eval/ folder beside
 the checkpoint (`default_root`). CHECKPOINT is the
@@ -51,10 +51,10 @@ from typing import Any
 
 import torch
 
-from attnseq.analysis.forced_alignment import GoldAlignmentFiles, load_alignment_set
-from attnseq.analysis.saved_attention import records_from_hypotheses
-from attnseq.analysis.saved_attention import save_attention as write_saved_attention
-from attnseq.analysis.segment_view import hypothesis_segment_maps, is_hierarchical
+from attnseq.alignment.forced import GoldAlignmentFiles, load_alignment_set
+from attnseq.alignment.saved_attention import records_from_hypotheses
+from attnseq.alignment.saved_attention import save_attention as write_saved_attention
+from attnseq.alignment.segments import hypothesis_segment_maps, is_hierarchical
 from attnseq.config.devices import resolve_device
 from attnseq.config.resources import (
     check_generated_data,
@@ -252,9 +252,9 @@ def evaluate_checkpoint(
     setting, which the returned metrics name (`.result.folder`).
 
     `save_attention`: also write the cross-attention of every output hypothesis to
-    attention.npz in that folder (format: attnseq/analysis/saved_attention.py).
+    attention.npz in that folder (format: attnseq/alignment/saved_attention.py).
     The attention diagnostics of the split (``SPLIT/attention/...``,
-    attnseq/analysis/attention_diagnostics.py) come with the metrics, as in training's
+    attnseq/alignment/diagnostics.py) come with the metrics, as in training's
     metrics.json.
     `sampling`: decode by sampling (one sample per example) instead of the checkpoint's search.
     `ensemble`: more checkpoints that decode with this one as an ensemble.

@@ -1,7 +1,7 @@
 """Evaluate a model on one split: teacher-forced loss and perplexity, then decoding and the
 task's metrics (translation: BLEU, chrF, exact match; summarization: ROUGE-1/2/L), and, when
 the split carries gold word alignments, the AER of the model's attention
-(attnseq/analysis/forced_alignment.py, which reads and scores a separate gold set, sentence
+(attnseq/alignment/forced.py, which reads and scores a separate gold set, sentence
 files plus Pharaoh or NAACL links, the same way).
 
 Used by validation during training, by the final test evaluation and by `attnseq eval`, so all
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnseq.analysis.attention_diagnostics import AttentionDiagnostics
+from attnseq.alignment.diagnostics import AttentionDiagnostics
 from attnseq.config.choices import DataSource
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import Batch, TokenBatchSampler, collate
@@ -157,7 +157,7 @@ class Evaluator:
     @torch.no_grad()
     def attention_diagnostics(self, model: Seq2Seq) -> dict[str, float]:
         """End-of-source attention mass and per-head entropy, teacher-forced on the scored
-        examples (attnseq/analysis/attention_diagnostics.py: keys ``attention/...``); {} for a
+        examples (attnseq/alignment/diagnostics.py: keys ``attention/...``); {} for a
         model without cross-attention."""
         if not model.has_attention:
             return {}
@@ -273,7 +273,7 @@ class Evaluator:
 
     def alignment_metrics(self, model: Seq2Seq) -> dict[str, float]:
         """AER / precision / recall of argmax word alignments from the attention."""
-        from attnseq.analysis.forced_alignment import model_alignment_metrics
+        from attnseq.alignment.forced import model_alignment_metrics
 
         gold = self.gold
         assert gold is not None

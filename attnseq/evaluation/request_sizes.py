@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnseq.analysis.attribution import GRADIENT_METHODS, GradientSettings
+from attnseq.alignment.attribution import GRADIENT_METHODS, GradientSettings
 from attnseq.config.resources import (
     BYTES_PER_FLOAT,
     TEXT_BYTES_PER_CHARACTER,

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attnseq.analysis.attention_diagnostics import is_per_layer_key
+from attnseq.alignment.diagnostics import is_per_layer_key
 from attnseq.config.checks import validate
 from attnseq.config.choices import ModelFamily, Tracker
 from attnseq.config.conversion import config_to_dict

@@ -8,7 +8,7 @@ Joey NMT and fairseq report; source+target tokens/s and the padding share come w
 What a training run shows in TensorBoard beyond its scalars: attention heatmaps (and the
 segment attention of hierarchical models), the attention diagnostics of the validation split
 (``valid/attention/...``: end-of-source mass and entropy per head,
-attnseq/analysis/attention_diagnostics.py) and a few validation examples as text at each
+attnseq/alignment/diagnostics.py) and a few validation examples as text at each
 validation, and the run's hyperparameters (every config value).
 
 `validation_logger` is the trainer's `on_validation` callback (rank 0 only); `run_hparams` is
@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attnseq.analysis.attention_diagnostics import attention_statistics
+from attnseq.alignment.diagnostics import attention_statistics
 from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
-from attnseq.analysis.segment_view import is_hierarchical, log_segment_heatmaps
+from attnseq.alignment.segments import is_hierarchical, log_segment_heatmaps
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import TokenBatchSampler

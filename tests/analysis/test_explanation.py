@@ -10,7 +10,7 @@ import torch
 from helpers import DATE_PAIRS, SHORT_POSITIONS, untrained_checkpoint
 
 import attnseq
-from attnseq.analysis.attribution import ATTRIBUTION_METHODS, attribute
+from attnseq.alignment.attribution import ATTRIBUTION_METHODS, attribute
 from attnseq.analysis.explanation import check_request, explain
 from attnseq.errors import UserError
 from attnseq.models.loading import load_trained_model

@@ -17,8 +17,8 @@ from helpers import (
 )
 from typer.testing import CliRunner
 
-from attnseq.analysis.alignment import read_pharaoh, symmetrize, transpose
-from attnseq.analysis.forced_alignment import (
+from attnseq.alignment.word_links import read_pharaoh, symmetrize, transpose
+from attnseq.alignment.forced import (
     AlignmentMethod,
     AlignRequest,
     align_sentences,
@@ -176,8 +176,8 @@ def test_mistakes_end_with_one_message_and_exit_2(setup, tmp_path) -> None:
 def test_every_attribution_method_aligns_through_the_same_path(setup, tmp_path, method) -> None:
     """The links of --method M are the argmax of attribute()'s maps pooled to words, and the
     gold is scored as for attention."""
-    from attnseq.analysis.alignment import argmax_alignment, word_attention, word_ids
-    from attnseq.analysis.attribution import attribute
+    from attnseq.alignment.word_links import argmax_alignment, word_attention, word_ids
+    from attnseq.alignment.attribution import attribute
 
     forward, _, files = setup
     out = tmp_path / "a.pharaoh"

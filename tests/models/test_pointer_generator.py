@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from attnseq.analysis.saved_attention import SavedAttention
+from attnseq.alignment.saved_attention import SavedAttention
 from attnseq.attention.additive import AdditiveAttention, CoverageAttention
 from attnseq.attention.luong import ConcatAttention, GeneralAttention
 from attnseq.cli.app import app

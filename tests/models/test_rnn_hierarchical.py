@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from attnseq.analysis.saved_attention import SavedAttention
+from attnseq.alignment.saved_attention import SavedAttention
 from attnseq.attention.hierarchical import combine_hierarchical
 from attnseq.cli.app import app
 from attnseq.config import CONFIG_DIR

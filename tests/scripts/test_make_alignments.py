@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import tiny_config
 
-from attnseq.analysis.alignment import read_pharaoh
+from attnseq.alignment.word_links import read_pharaoh
 from attnseq.data.guided_alignment import read_alignment_file
 from attnseq.data.sources import load_splits
 
@@ -17,7 +17,7 @@ assert spec is not None and spec.loader is not None
 make_alignments = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(make_alignments)
 
-HAS_SYMMETRIZE = importlib.util.find_spec("attnseq.analysis.alignment") is not None
+HAS_SYMMETRIZE = importlib.util.find_spec("attnseq.alignment.word_links") is not None
 HAS_EFLOMAL = importlib.util.find_spec("eflomal") is not None
 REVERSE = ["data.name=reverse", "data.train_size=80", "data.valid_size=10", "data.test_size=10"]
 

@@ -1,4 +1,4 @@
-"""Attribution methods (attnseq/analysis/attribution.py): every method points at the source
+"""Attribution methods (attnseq/alignment/attribution.py): every method points at the source
 position a hand-built RNN and transformer copy from, integrated gradients' completeness, the
 same maps whatever the batch, every model family, and one-line errors for bad input."""
 
@@ -11,7 +11,7 @@ import torch
 from helpers import untrained_checkpoint
 from torch import nn
 
-from attnseq.analysis.attribution import (
+from attnseq.alignment.attribution import (
     ATTRIBUTION_METHODS,
     GRADIENT_METHODS,
     GradientSettings,
@@ -192,7 +192,7 @@ def zero_embedding_scores(model, examples) -> list[torch.Tensor]:
     """log p(y_t) of every step with every input token embedding zero: an ordinary forward
     pass with hooks that zero what the embedding modules return (the output projection, which
     may share the target embedding's matrix, keeps its weights)."""
-    from attnseq.analysis.attribution import embedding_modules
+    from attnseq.alignment.attribution import embedding_modules
     from attnseq.data.batching import collate
 
     handles = [
@@ -369,7 +369,7 @@ def test_without_captum_the_gradient_methods_name_the_extra(checkpoints, monkeyp
 
 
 def test_batches_hold_at_most_the_pairs_and_the_steps_asked_for() -> None:
-    from attnseq.analysis.attribution import length_sorted_batches
+    from attnseq.alignment.attribution import length_sorted_batches
 
     examples = [([4] * n, [5] * n) for n in (3, 9, 1, 5, 2, 7)]  # n + 1 steps each
     batches = list(length_sorted_batches(transformer_reading_next(), examples, 3, "cpu", None, 10))

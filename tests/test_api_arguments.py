@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 import attnseq
 from attnseq.cli.app import app
 from attnseq.config import resources
-from attnseq.evaluation import python_api
-from attnseq.evaluation.python_api import Model
+from attnseq import api as python_api
+from attnseq.api import Model
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 

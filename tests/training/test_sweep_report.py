@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from typer.testing import CliRunner
 
-from attnseq.analysis.sweep_report import (
+from attnseq.training.sweep_report import (
     latex_escape,
     load_report,
     metric_columns,

@@ -11,9 +11,9 @@ from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
 import attnseq
-from attnseq.analysis.forced_alignment import AlignmentMethod, align_sentences
+from attnseq.alignment.forced import AlignmentMethod, align_sentences
 from attnseq.cli.app import app
-from attnseq.evaluation.python_api import Model, TranslatedHypothesis, Translation
+from attnseq.api import Model, TranslatedHypothesis, Translation
 from attnseq.evaluation.scoring import Scorer
 from attnseq.models.loading import load_trained_model
 

@@ -12,7 +12,7 @@ import torch
 from helpers import eval_result, untrained_checkpoint
 from typer.testing import CliRunner
 
-from attnseq.analysis.saved_attention import (
+from attnseq.alignment.saved_attention import (
     AttentionRecord,
     SavedAttention,
     save_attention,

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from attnseq.analysis.alignment import (
+from attnseq.alignment.word_links import (
     SYMMETRIZATIONS,
     alignment_error_rate,
     argmax_alignment,
@@ -23,8 +23,8 @@ from attnseq.analysis.alignment import (
     word_attention,
     word_ids,
 )
-from attnseq.analysis.attention_diagnostics import attention_statistics
-from attnseq.analysis.forced_alignment import (
+from attnseq.alignment.diagnostics import attention_statistics
+from attnseq.alignment.forced import (
     AlignmentCorpus,
     corpus_alignment_metrics,
     model_alignment_metrics,

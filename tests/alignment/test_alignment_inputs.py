@@ -9,7 +9,7 @@ import pytest
 from helpers import SRC, run_eval, toy_transformer, untrained_checkpoint, write_set
 from typer.testing import CliRunner
 
-from attnseq.analysis.alignment import LinkOutsideSentence, read_gold_file, word_counts
+from attnseq.alignment.word_links import LinkOutsideSentence, read_gold_file, word_counts
 from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
 from attnseq.data.unknown_tokens import UnknownCount, unknown_warning

@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq.analysis.attention_diagnostics import AttentionDiagnostics, is_per_layer_key
+from attnseq.alignment.diagnostics import AttentionDiagnostics, is_per_layer_key
 from attnseq.decoding import DecodingSettings
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.models import Vocabularies, build_model

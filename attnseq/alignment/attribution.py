@@ -115,7 +115,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from attnseq.analysis.alignment import check_layer_and_head
+from attnseq.alignment.word_links import check_layer_and_head
 from attnseq.data.batching import Batch, Example, collate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.errors import UserError

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 from torch import Tensor
 
-from attnseq.analysis.alignment import check_layer_and_head
+from attnseq.alignment.word_links import check_layer_and_head
 from attnseq.analysis.alignment_view import (
     KINDS,
     AlignmentViewer,
@@ -58,12 +58,12 @@ from attnseq.analysis.alignment_view import (
     draw,
     merge_words,
 )
-from attnseq.analysis.attribution import canonical_method, check_method_fits
+from attnseq.alignment.attribution import canonical_method, check_method_fits
 from attnseq.analysis.explain_page import explanation_html, write_page
 from attnseq.analysis.explanation import available_methods, explain
 from attnseq.analysis.figures import Style, style_from_options
-from attnseq.analysis.forced_alignment import AlignmentMethod, ForcedAlignments, align_sentences
-from attnseq.analysis.segment_view import is_hierarchical
+from attnseq.alignment.forced import AlignmentMethod, ForcedAlignments, align_sentences
+from attnseq.alignment.segments import is_hierarchical
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
 from attnseq.config.threads import check_threads
@@ -427,7 +427,7 @@ class Model:
         """Word alignments of sentence pairs by forced decoding, as `attnseq align` reads
         them: `links[i]` holds pair i's (source word, target word) links, 0-based, and
         `soft[i]` the (target words, source words) matrix they come from. `method`: one of
-        `attnseq.analysis.attribution.ATTRIBUTION_METHODS` ("attention", "shift-att",
+        `attnseq.alignment.attribution.ATTRIBUTION_METHODS` ("attention", "shift-att",
         "rollout", the gradient methods); `layer`/`head` (from 1) pick a transformer's map.
         TypeError for an argument of the wrong type; UserError for a value the model cannot
         take."""

@@ -111,7 +111,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnseq.analysis.alignment import (
+from attnseq.alignment.word_links import (
     ALIGNMENT_SCORES,
     GOLD_FORMATS,
     SYMMETRIZATIONS,
@@ -127,7 +127,7 @@ from attnseq.analysis.alignment import (
     word_counts,
     word_ids,
 )
-from attnseq.analysis.attribution import (
+from attnseq.alignment.attribution import (
     ATTRIBUTION_METHODS,
     GRADIENT_METHODS,
     GradientSettings,

@@ -1,4 +1,4 @@
-"""Forced word alignment (attnseq/analysis/forced_alignment.py): Pharaoh round trip, the
+"""Forced word alignment (attnseq/alignment/forced.py): Pharaoh round trip, the
 attention and Shift-Att rows on a hand-made attention matrix, the piece -> word merge, batching
 that changes nothing, and the map choice."""
 
@@ -12,7 +12,7 @@ import torch
 from helpers import SRC, TGT, eval_result, run_eval, untrained_checkpoint, write_set
 from torch import nn
 
-from attnseq.analysis.alignment import (
+from attnseq.alignment.word_links import (
     alignment_error_rate,
     argmax_alignment,
     format_pharaoh,
@@ -22,7 +22,7 @@ from attnseq.analysis.alignment import (
     word_ids,
     write_pharaoh,
 )
-from attnseq.analysis.forced_alignment import (
+from attnseq.alignment.forced import (
     AlignmentMethod,
     align_sentences,
     forced_word_attention,
@@ -164,7 +164,7 @@ def test_library_errors_name_the_problem(dates_checkpoint: Path) -> None:
 def test_transformer_cross_attention_is_the_forward_s(tmp_path: Path) -> None:
     """The lean pass that alignment runs (no logits, fused encoder) returns the cross-attention
     of the model's forward with need_weights, and one layer's pooling reads that layer."""
-    from attnseq.analysis.attribution import transformer_cross_attention
+    from attnseq.alignment.attribution import transformer_cross_attention
     from attnseq.data.batching import collate
 
     checkpoint = untrained_checkpoint(

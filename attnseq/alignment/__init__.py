@@ -1,0 +1,1 @@
+"""Measuring attention: word links and AER, forced alignment, attribution, attention statistics."""
