@@ -44,8 +44,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from attnseq.cli.train_api import TrainResult, train
-    from attnseq.errors import UserError
     from attnseq.api import (
         Model,
         TranslatedHypothesis,
@@ -53,6 +51,8 @@ if TYPE_CHECKING:
         load,
         plot_alignment,
     )
+    from attnseq.cli.train_api import TrainResult, train
+    from attnseq.errors import UserError
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,7 @@
 scores and aligns sentences and shows its attention, from a notebook or a script. The commands
 `translate`, `score` and `visualize-alignment` load their checkpoint through `load` and run the
 same objects (`Model.translator`, `Model.scorer`, `Model.attention`, `plot_alignment`); `align`
-and `Model.align` both read links with `analysis.forced_alignment.align_sentences`; `explain`
+and `Model.align` both read links with `alignment.forced.align_sentences`; `explain`
 writes the page of `Model.explain`.
 
     import attnseq
@@ -50,6 +50,9 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 from torch import Tensor
 
+from attnseq.alignment.attribution import canonical_method, check_method_fits
+from attnseq.alignment.forced import AlignmentMethod, ForcedAlignments, align_sentences
+from attnseq.alignment.segments import is_hierarchical
 from attnseq.alignment.word_links import check_layer_and_head
 from attnseq.analysis.alignment_view import (
     KINDS,
@@ -58,12 +61,9 @@ from attnseq.analysis.alignment_view import (
     draw,
     merge_words,
 )
-from attnseq.alignment.attribution import canonical_method, check_method_fits
 from attnseq.analysis.explain_page import explanation_html, write_page
 from attnseq.analysis.explanation import available_methods, explain
 from attnseq.analysis.figures import Style, style_from_options
-from attnseq.alignment.forced import AlignmentMethod, ForcedAlignments, align_sentences
-from attnseq.alignment.segments import is_hierarchical
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
 from attnseq.config.threads import check_threads

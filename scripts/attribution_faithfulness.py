@@ -58,8 +58,8 @@ from typing import Any
 
 import torch
 
-from attnseq.alignment.word_links import Link, word_ids
 from attnseq.alignment.attribution import ATTRIBUTION_METHODS, attribute
+from attnseq.data.word_alignments import read_gold_links, read_parallel_lines
 from attnseq.analysis.faithfulness import (
     MASK_TOKENS,
     DeletionCurve,
@@ -72,7 +72,7 @@ from attnseq.analysis.faithfulness import (
     source_word_scores,
     word_map,
 )
-from attnseq.alignment.forced import read_gold_links, read_parallel_lines
+from attnseq.data.word_alignments import Link, word_ids
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write_json, atomic_write_text
 from attnseq.models.loading import TrainedModel, load_trained_model, use_threads

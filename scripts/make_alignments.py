@@ -56,7 +56,8 @@ def cut(lines: Sequence[str], sizes: dict[str, int]) -> dict[str, list[str]]:
 
 def grow_diag_final_and(forward: Sequence[str], reverse: Sequence[str]) -> list[str]:
     """The grow-diag-final-and symmetrization of two Pharaoh files' lines (both source first)."""
-    from attnseq.alignment.word_links import format_pharaoh, read_pharaoh, symmetrize
+    from attnseq.alignment.word_links import symmetrize
+    from attnseq.data.word_alignments import format_pharaoh, read_pharaoh
 
     fwd, rev = read_pharaoh(forward)[0], read_pharaoh(reverse)[0]
     pairs = zip(fwd, rev, strict=True)

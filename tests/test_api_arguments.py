@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import attnseq
-from attnseq.cli.app import app
-from attnseq.config import resources
 from attnseq import api as python_api
 from attnseq.api import Model
+from attnseq.cli.app import app
+from attnseq.config import resources
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 

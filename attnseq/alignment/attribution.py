@@ -8,7 +8,7 @@ and when another measure does better; Ding, Xu & Koehn (2019, "Saliency-driven W
 Interpretation for Neural Machine Translation", WMT) find that gradient saliency aligns words
 better than a transformer's attention. `attribute` gives every method's map of the same
 teacher-forced pairs, so that they can be compared, scored against gold alignments
-(forced_alignment.py turns the maps into word links and AER) and shown side by side.
+(forced.py turns the maps into word links and AER) and shown side by side.
 
 The explained quantity. Pairs are teacher-forced: the decoder reads <s>, y_0 .. y_{T-1} and
 step t (0-based) predicts y_t, step T predicts </s>; the score of step t is
@@ -24,7 +24,7 @@ extended vocabulary (See et al. 2017, eq. 9), so copying is part of what is expl
 Methods (`ATTRIBUTION_METHODS`; "saliency" is accepted for "smoothgrad"):
 
 - ``attention``: the cross-attention of step t, α[t, s], read by forced decoding (the maps of
-  forced_alignment.py and of visualize-alignment; Bahdanau et al. 2015). A transformer's map is
+  forced.py and of visualize-alignment; Bahdanau et al. 2015). A transformer's map is
   one layer's (default the last) head `head` or head mean. Cost: one forward pass.
 - ``shift-att`` (Chen, Sun, Li & Liu 2020, EMNLP, section 3.1): the row of the step whose input
   is y_t, α[t + 1, s]; the </s> row, which no step reads as input, repeats α[T].

@@ -2,15 +2,15 @@
 through a trained model and its cross-attention (or another attribution of each output step
 to the source, attribution.py) is read, pooled to words and turned into one link per target
 word. The one path from attention to word links: `attnseq align`
-(`align_sentences`, `run_align`) and the AER of `attnseq eval --gold` and of validation
+(`align_sentences`) and the AER of `attnseq eval --gold` and of validation
 (`corpus_alignment_metrics`) both run `forced_word_attention`, `select_map` and
 `argmax_alignment`.
 
 Steps. Each sentence is encoded whole and split into its pieces (`encode_sentence`); the pairs
 are sorted by length and padded into batches of `batch_size` pairs; one forward pass per batch
 with `need_weights=True` gives the cross-attention α of every decoder step; each pair's map is
-pooled to words (alignment.word_attention), one map is chosen (`select_map`) and each target
-word is linked to the source word it attends to most (alignment.argmax_alignment).
+pooled to words (word_links.word_attention), one map is chosen (`select_map`) and each target
+word is linked to the source word it attends to most (word_links.argmax_alignment).
 
 Decoder steps. With teacher forcing, step t (0-based) has input y_{t-1} (y_{-1} = <s>) and
 predicts y_t; a target of n pieces has n + 1 steps, the last one predicting </s>. α[t, s] is the
@@ -37,7 +37,7 @@ Which map (transformers): `layer` (1-based, default the last) and `head` (1-base
 mean of the layer's heads); an RNN has one map.
 
 Word level. Pieces are merged back into the whitespace-separated words of each line with
-`alignment.word_ids`: a word tokenizer's piece is a word; a char tokenizer's whitespace
+`word_alignments.word_ids`: a word tokenizer's piece is a word; a char tokenizer's whitespace
 characters separate words and belong to none; a sentencepiece piece starting with "▁" starts a
 new word (the first piece starts word 0 either way). The word matrix is
 
@@ -66,88 +66,54 @@ Garg et al. 2019 find the penultimate layer aligns best in their 6-layer models)
 Gold sets of `attnseq eval --gold` (`GoldAlignmentFiles`; read, checked and encoded
 for one model's tokenizers by `load_alignment_set`; scored by `LoadedAlignmentSet.score`). A
 set is two sentence files (one sentence per line, words separated by whitespace) and its links
-in the Pharaoh or NAACL 2003 format (alignment.py), e.g. the WPT 2003 English-French set. The
-gold indices count whitespace-separated words, so every sentence must tokenize into pieces that
-form exactly those words (`alignment.word_ids`). Every problem is a UserError naming the file
-and line.
-
-`attnseq align` (`run_align`): word alignments of the sentence pairs in two files,
-optionally combined with a reverse model's (alignment.symmetrize), saved as soft matrices, and
-scored against gold links. Its outputs:
-
-- Pharaoh lines (`alignment.format_pharaoh`): one line per pair, links ``i-j``, 0-based,
-  i the source word and j the target word, sorted.
-- Soft matrices (`write_soft`): one .npz file (numpy.load) with, for pair n (0-based),
-  ``forward_n``: float32 (target words, source words), row j how target word j's attention
-  spreads over the source words (each row sums to at most 1); with a reverse model also
-  ``reverse_n``: float32 (source words, target words), the reverse model's rows (its target
-  words are our source words); and ``method``: a string naming the method and map.
-
-Reverse model (`check_reverse_direction`): whether a `--reverse` checkpoint of `attnseq align`
-translates the other way (target -> source), from what the two checkpoints record; a model of
-the same direction fed the swapped pairs would read every word as <unk> and its links would
-describe no word.
-
-Two records can show it, and only these; where neither does, nothing is assumed (the
-unknown-token warning of align still reports a model that cannot read the text):
-
-- the names of the two sides in the data config: the file suffixes of parallel files
-  (`data.src_lang`/`data.tgt_lang`, e.g. de/en) or the fields of JSON lines and hub datasets
-  (`data.src_field`/`data.tgt_field`, e.g. translation.de). The default names "src"/"tgt"
-  name a side of the files only, so they count when both checkpoints read the same files;
-- the tokenizers: a reverse model whose source and target vocabularies are the forward model's
-  source and target vocabularies, in that order, reads the same language as its source.
+in the Pharaoh or NAACL 2003 format (data/word_alignments.py), e.g. the WPT 2003 English-French
+set. The gold indices count whitespace-separated words, so every sentence must tokenize into
+pieces that form exactly those words (`word_alignments.word_ids`). Every problem is a UserError
+naming the file and line.
 
 Shapes: B batch, T target pieces (+1: the </s> row), S source pieces, L layers, H heads, Tw/Sw
 target/source words.
 """
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnseq.alignment.word_links import (
-    ALIGNMENT_SCORES,
-    GOLD_FORMATS,
-    SYMMETRIZATIONS,
-    Alignment,
-    Link,
-    LinkOutsideSentence,
-    alignment_error_rate,
-    argmax_alignment,
-    read_gold_file,
-    symmetrize,
-    transpose,
-    word_attention,
-    word_counts,
-    word_ids,
-)
 from attnseq.alignment.attribution import (
     ATTRIBUTION_METHODS,
     GRADIENT_METHODS,
     GradientSettings,
     attribute_examples,
     canonical_method,
-    check_captum,
     check_method_fits,
     choose_map,
     copy_view,
     length_sorted_batches,
     teacher_forced_attention,
 )
-from attnseq.config.choices import DataSource, FileFormat
-from attnseq.config.schema import DataConfig
+from attnseq.alignment.word_links import (
+    ALIGNMENT_SCORES,
+    alignment_error_rate,
+    argmax_alignment,
+    word_attention,
+)
 from attnseq.data.batching import Example
 from attnseq.data.tokenizers import Tokenizer
-from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
+from attnseq.data.word_alignments import (
+    ALIGNMENT_ORDERS,
+    Alignment,
+    Link,
+    read_gold_links,
+    read_parallel_lines,
+    read_text_lines,
+    word_ids,
+)
 from attnseq.errors import UserError
-from attnseq.io.atomic import atomic_write
-from attnseq.io.user_paths import check_input_file
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -166,12 +132,14 @@ class AlignmentMethod:
     """How a model's pairs become word links: `name` one of `ALIGNMENT_METHODS` (attribution.py
     says what each reads); for the attention methods of transformers `layer` and `head`
     1-based, None for the last layer and the mean of its heads; `settings` those of the
-    gradient methods."""
+    gradient methods; `names` what messages call the method, the layer and the head (the
+    API's arguments, or a command's options)."""
 
     name: str = "attention"
     layer: int | None = None
     head: int | None = None
     settings: GradientSettings = GradientSettings()
+    names: tuple[str, str, str] = ("method", "layer", "head")
 
     @property
     def shift(self) -> bool:
@@ -297,10 +265,10 @@ def select_map(pooled: Tensor, method: AlignmentMethod) -> Tensor:
 # --------------------------------------------------------------------------- sentences in
 def check_method(trained: "TrainedModel", method: AlignmentMethod) -> None:
     """UserError unless the method is known and fits the checkpoint's model
-    (`attribution.check_method_fits`: `--layer`/`--head` within the transformer's and only for
+    (`attribution.check_method_fits`: layer and head within the transformer's and only for
     attention methods, rollout only for transformers, attention only where there is some)."""
-    name = canonical_method(method.name, "--method")
-    check_method_fits(trained, name, method.layer, method.head, ("--method", "--layer", "--head"))
+    name = canonical_method(method.name, method.names[0])
+    check_method_fits(trained, name, method.layer, method.head, method.names)
 
 
 def align_sentences(
@@ -366,7 +334,7 @@ def _attention_soft(
     chosen layer of a transformer (`layers` > 0)."""
     soft: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(examples)
     layer = (method.layer or layers) if layers else None
-    read = AlignmentMethod(method.name, 1, method.head) if layers else method  # of (1, H, ..)
+    read = replace(method, layer=1) if layers else method  # of (1, H, ..)
     for i, pooled in forced_word_attention(
         model, examples, words, shift=method.shift, device=device, batch_size=batch_size,
         layer=layer,
@@ -621,9 +589,6 @@ def alignment_table(metrics: Mapping[str, float]) -> str:
 
 
 # ------------------------------------------------------------------- gold sets of attnseq eval
-ALIGNMENT_ORDERS = ("src-tgt", "tgt-src")
-
-
 @dataclass
 class GoldAlignmentFiles:
     """A word-alignment test set given on the command line (`attnseq eval --gold`).
@@ -639,6 +604,8 @@ class GoldAlignmentFiles:
         "shift-att" (the step whose input it is; the module docstring).
     order: "src-tgt" if a link is (source word, target word), "tgt-src" if (target, source):
         WPT's links are (English, French), so "src-tgt" for an en->fr model, "tgt-src" for fr->en.
+    names: what messages call each field (a command passes its options); a field not named
+        here is called by its own name.
     """
 
     gold: Path
@@ -648,6 +615,11 @@ class GoldAlignmentFiles:
     gold_format: str = "auto"
     order: str = "src-tgt"
     method: str = "attention"
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def name(self, field_name: str) -> str:
+        """What messages call the field `field_name`."""
+        return self.names.get(field_name, field_name)
 
 
 @dataclass
@@ -688,12 +660,11 @@ def load_alignment_set(
     Each sentence is encoded whole (no truncation). `max_length`: the longest sequence the model
     can take (learned positions).
     """
-    if files.method not in GOLD_METHODS:
-        raise UserError(f"--method must be one of {', '.join(GOLD_METHODS)}, got {files.method!r}")
-    if files.order not in ALIGNMENT_ORDERS:
-        raise UserError(
-            f"--gold-order must be one of {', '.join(ALIGNMENT_ORDERS)}, got {files.order!r}"
-        )
+    for key, value, valid in (
+        ("method", files.method, GOLD_METHODS), ("order", files.order, ALIGNMENT_ORDERS)
+    ):  # fmt: skip
+        if value not in valid:
+            raise UserError(f"{files.name(key)} must be one of {', '.join(valid)}, got {value!r}")
     src_lines, tgt_lines = _read_sentences(files)
     examples, src_pieces, tgt_pieces = [], [], []
     for number, (src_text, tgt_text) in enumerate(zip(src_lines, tgt_lines, strict=True)):
@@ -718,10 +689,12 @@ def load_alignment_set(
 
 def _read_sentences(files: GoldAlignmentFiles) -> tuple[list[str], list[str]]:
     """The parallel sentence lines, after checking that every given file exists and is UTF-8."""
-    src_lines, tgt_lines = read_parallel_lines(("--gold-src", files.src), ("--gold-tgt", files.tgt))
-    for option, path in (("--gold", files.gold), ("--gold-possible", files.possible)):
+    src_lines, tgt_lines = read_parallel_lines(
+        (files.name("src"), files.src), (files.name("tgt"), files.tgt)
+    )
+    for key, path in (("gold", files.gold), ("possible", files.possible)):
         if path is not None:
-            read_text_lines(path, option)  # exists, is UTF-8
+            read_text_lines(path, files.name(key))  # exists, is UTF-8
     return src_lines, tgt_lines
 
 
@@ -737,292 +710,6 @@ def _read_links(
         src_lines,
         tgt_lines,
         what=f"gold alignments {files.gold}",
-        order_option="--gold-order",
-        files_hint=", and are --gold-src/--gold-tgt the right files",
+        order_option=files.name("order"),
+        files_hint=f", and are {files.name('src')}/{files.name('tgt')} the right files",
     )
-
-
-def read_gold_links(
-    gold: Path,
-    possible: Path | None,
-    gold_format: str,
-    order: str,
-    src_lines: Sequence[str],
-    tgt_lines: Sequence[str],
-    *,
-    what: str,
-    order_option: str,
-    files_hint: str = "",
-) -> tuple[list[Alignment], list[Alignment]]:
-    """The sure and possible links of a gold file (and its possible-links file) for the given
-    sentence pairs, in the gold's own `order` ("src-tgt" or "tgt-src"), as eval and align read
-    them; UserError starting with `what` (the option or set and the file) for a malformed link
-    or one outside its sentence's words, naming `order_option` and, for the latter,
-    `files_hint`."""
-    lengths, sides = word_counts(src_lines, tgt_lines, src_first=order == "src-tgt")
-    try:
-        return read_gold_file(
-            gold,
-            possible,
-            gold_format=gold_format,
-            n_sentences=len(src_lines),
-            lengths=lengths,
-            sides=sides,
-        )
-    except LinkOutsideSentence as error:
-        raise UserError(
-            f"{what}: {error}; with {order_option} {order} a link is ({', '.join(sides)}): is "
-            f"that the gold's order{files_hint}?"
-        ) from None
-    except ValueError as error:
-        raise UserError(f"{what}: {error}") from None
-
-
-def read_parallel_lines(
-    src: tuple[str, Path], tgt: tuple[str, Path]
-) -> tuple[list[str], list[str]]:
-    """The lines of a source and a target file, each given as (option, path); UserError unless
-    both are UTF-8 text with the same number of lines, at least one."""
-    (src_option, src_path), (tgt_option, tgt_path) = src, tgt
-    src_lines = read_text_lines(src_path, src_option)
-    tgt_lines = read_text_lines(tgt_path, tgt_option)
-    if len(src_lines) != len(tgt_lines):
-        raise UserError(
-            f"{src_option} {src_path} has {len(src_lines)} lines but {tgt_option} {tgt_path} "
-            f"has {len(tgt_lines)}: they must be parallel, one sentence pair per line"
-        )
-    if not src_lines:
-        raise UserError(f"{src_option} {src_path} holds no sentences")
-    return src_lines, tgt_lines
-
-
-def read_text_lines(path: Path, option: str) -> list[str]:
-    """The lines of a UTF-8 text file; UserError naming `option` if it is not a regular file
-    with something in it (`check_input_file`) or not UTF-8."""
-    check_input_file(path, f"{option} file")
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise UserError(f"{option} {path} is not UTF-8 text ({error.reason})") from None
-
-
-# ------------------------------------------------------------------------------- attnseq align
-@dataclass
-class AlignRequest:
-    """The files and settings of one `attnseq align` run (the command's options)."""
-
-    checkpoint: Path
-    src: Path
-    tgt: Path
-    method: AlignmentMethod = AlignmentMethod()
-    reverse: Path | None = None
-    symmetrization: str | None = None  # with `reverse`; default grow-diag-final-and
-    gold: Path | None = None
-    gold_possible: Path | None = None
-    gold_format: str = "auto"
-    gold_order: str = "src-tgt"
-    device: str = "auto"
-    batch_size: int = 64
-
-
-@dataclass
-class AlignResult:
-    """links: (source word, target word) links per pair, after symmetrization if asked;
-    forward/reverse: each direction's own result; scores: AER, precision, recall and the corpus
-    counts against the gold (alignment.alignment_error_rate), None without gold; label: what
-    produced the links."""
-
-    links: list[Alignment]
-    forward: ForcedAlignments
-    reverse: ForcedAlignments | None
-    scores: dict[str, float] | None
-    label: str
-
-
-def check_request(request: AlignRequest) -> None:
-    """UserError for option values that cannot work, before any file is read."""
-    if canonical_method(request.method.name, "--method") in GRADIENT_METHODS:
-        check_captum()
-    settings = request.method.settings
-    for option, value in (
-        ("--ig-steps", settings.ig_steps),
-        ("--smoothgrad-samples", settings.smoothgrad_samples),
-    ):
-        if value < 1:
-            raise UserError(f"{option} must be at least 1, got {value}")
-    if request.symmetrization is not None and request.reverse is None:
-        raise UserError("--symmetrize needs --reverse CHECKPOINT (a target -> source model)")
-    if request.symmetrization not in (None, *SYMMETRIZATIONS):
-        raise UserError(
-            f"--symmetrize must be one of {', '.join(SYMMETRIZATIONS)}, "
-            f"got {request.symmetrization!r}"
-        )
-    if request.gold is None and request.gold_possible is not None:
-        raise UserError("--gold-possible goes with --gold FILE")
-    if request.gold_format not in GOLD_FORMATS:
-        raise UserError(f"--gold-format must be one of {', '.join(GOLD_FORMATS)}")
-    if request.gold_order not in ALIGNMENT_ORDERS:
-        raise UserError(f"--gold-order must be one of {', '.join(ALIGNMENT_ORDERS)}")
-    if request.batch_size < 1:
-        raise UserError(
-            f"--batch-size must be at least 1 (sentence pairs), got {request.batch_size}"
-        )
-
-
-def run_align(request: AlignRequest) -> AlignResult:
-    """Align the pairs of `request.src`/`request.tgt` (see the module docstring)."""
-    from attnseq.config.devices import resolve_device
-    from attnseq.models.loading import load_trained_model
-
-    check_request(request)
-    src_lines, tgt_lines = read_parallel_lines(("--src", request.src), ("--tgt", request.tgt))
-    gold = _read_gold(request, src_lines, tgt_lines)
-    trained = load_trained_model(request.checkpoint)
-    counts = _unknown_counts(trained, src_lines, tgt_lines, ("--src", "--tgt"), "the model's")
-    reverse_model = None
-    if request.reverse is not None:
-        reverse_model = load_trained_model(request.reverse)
-        check_reverse_direction(trained, reverse_model, request.reverse)
-        owner = "the --reverse model's"
-        counts += _unknown_counts(reverse_model, tgt_lines, src_lines, ("--tgt", "--src"), owner)
-    device = resolve_device(
-        trained.cfg.trainer.device if request.device == "auto" else request.device
-    )
-    forward = align_sentences(
-        trained, src_lines, tgt_lines, request.method, device=device, batch_size=request.batch_size
-    )
-    links, reverse, label = forward.links, None, forward.label
-    if reverse_model is not None:
-        reverse = _reverse_alignments(request, reverse_model, src_lines, tgt_lines, device)
-        heuristic = request.symmetrization or "grow-diag-final-and"
-        links = [
-            symmetrize(f, transpose(r), heuristic)
-            for f, r in zip(forward.links, reverse.links, strict=True)
-        ]
-        label = f"{heuristic} of ({forward.label}) and reverse ({reverse.label})"
-    scores = None if gold is None else alignment_error_rate(links, *gold)
-    warn_unknown(counts)  # once the alignment has worked: a failed run ends with its error only
-    return AlignResult(links, forward, reverse, scores, label)
-
-
-def _unknown_counts(
-    trained: "TrainedModel",
-    src_lines: Sequence[str],
-    tgt_lines: Sequence[str],
-    names: tuple[str, str],
-    owner: str,
-) -> list[UnknownCount]:
-    """The unknown tokens of the lines a model reads as its source and as its target; `names`
-    are the options that gave them, `owner` whose vocabularies they are ("the model's")."""
-    counts = []
-    for lines, tokenizer, name, side in (
-        (src_lines, trained.tokenizers.src, names[0], "source"),
-        (tgt_lines, trained.tokenizers.tgt, names[1], "target"),
-    ):
-        count = UnknownCount(name, f"{owner} {side} vocabulary", tokenizer.unk_id)
-        counts.append(count.add_all(tokenizer.encode(line) for line in lines))
-    return counts
-
-
-def _reverse_alignments(
-    request: AlignRequest,
-    reverse: "TrainedModel",
-    src_lines: Sequence[str],
-    tgt_lines: Sequence[str],
-    device: torch.device,
-) -> ForcedAlignments:
-    """The reverse model's alignments of the swapped pairs: links (target word, source word)."""
-    try:
-        return align_sentences(
-            reverse, tgt_lines, src_lines, request.method, device=device,
-            batch_size=request.batch_size,
-        )  # fmt: skip
-    except UserError as error:
-        raise UserError(f"--reverse {request.reverse} (fed --tgt as its source): {error}") from None
-
-
-def _read_gold(
-    request: AlignRequest, src_lines: Sequence[str], tgt_lines: Sequence[str]
-) -> tuple[list[Alignment], list[Alignment]] | None:
-    """The gold (sure, possible) links as (source word, target word), or None without --gold;
-    UserError for a malformed link or one outside its sentence's words."""
-    if request.gold is None:
-        return None
-    read_text_lines(request.gold, "--gold")  # exists, is UTF-8
-    if request.gold_possible is not None:
-        read_text_lines(request.gold_possible, "--gold-possible")
-    sure, possible = read_gold_links(
-        request.gold,
-        request.gold_possible,
-        request.gold_format,
-        request.gold_order,
-        src_lines,
-        tgt_lines,
-        what=f"--gold {request.gold}",
-        order_option="--gold-order",
-    )
-    if request.gold_order == "tgt-src":
-        sure, possible = [transpose(s) for s in sure], [transpose(p) for p in possible]
-    return sure, possible
-
-
-def write_soft(path: Path, result: AlignResult) -> None:
-    """The word-level matrices of `result` to an .npz file, atomically (module docstring)."""
-    arrays: dict[str, np.ndarray] = {"method": np.array(result.label)}
-    arrays.update({f"forward_{n}": matrix for n, matrix in enumerate(result.forward.soft)})
-    if result.reverse is not None:
-        arrays.update({f"reverse_{n}": matrix for n, matrix in enumerate(result.reverse.soft)})
-
-    def write(handle: IO[bytes]) -> None:
-        np.savez_compressed(handle, **arrays)  # type: ignore[arg-type]
-
-    atomic_write(path, write)
-
-
-# ---------------------------------------------------------- the reverse model of attnseq align
-# The side names a data config has when nobody named the languages.
-_PLACEHOLDERS = frozenset(
-    (DataConfig.src_lang, DataConfig.tgt_lang, DataConfig.src_field, DataConfig.tgt_field)
-)
-
-
-def check_reverse_direction(forward: "TrainedModel", reverse: "TrainedModel", path: Path) -> None:
-    """UserError when the checkpoints record that `reverse` (loaded from `path`) translates
-    in the same direction as `forward` (module docstring)."""
-    evidence = _same_direction(forward, reverse)
-    if evidence is not None:
-        raise UserError(
-            f"--reverse {path} translates in the same direction as the checkpoint ({evidence}); "
-            "--reverse takes a target -> source model, trained on the swapped pairs"
-        )
-
-
-def _same_direction(forward: "TrainedModel", reverse: "TrainedModel") -> str | None:
-    """What shows that both models translate the same way, or None when nothing does."""
-    sides, reverse_sides = side_names(forward.cfg.data), side_names(reverse.cfg.data)
-    if sides is not None and sides == reverse_sides and sides[0] != sides[1]:
-        same_files = _dataset(forward.cfg.data) == _dataset(reverse.cfg.data)
-        if same_files or not _PLACEHOLDERS & set(sides):
-            return f"both read {sides[0]} and write {sides[1]}, by their data configs"
-    tokenizers, reverse_tokenizers = forward.payload["tokenizers"], reverse.payload["tokenizers"]
-    if tokenizers["src"] != tokenizers["tgt"] and tokenizers == reverse_tokenizers:
-        return "both have the same source and the same target vocabulary"
-    return None
-
-
-def side_names(data: DataConfig) -> tuple[str, str] | None:
-    """(source, target) as the data config names them, or None where it names no side:
-    generated data, and the columns of TSV files (positions, not languages)."""
-    if data.source is DataSource.generated:
-        return None
-    if data.source is DataSource.local and data.format is FileFormat.parallel:
-        return data.src_lang, data.tgt_lang
-    if data.source is DataSource.hub or data.format is FileFormat.jsonl:
-        return data.src_field, data.tgt_field
-    return None
-
-
-def _dataset(data: DataConfig) -> tuple[object, ...]:
-    """What identifies the files a data config reads (its sides aside)."""
-    splits = tuple(sorted(data.splits.items()))
-    return (data.source, data.format, data.root, data.name, splits, data.hub_name, data.hub_config)

@@ -148,7 +148,7 @@ def records_from_hypotheses(
     `extended`: copy models: each example's extended-vocabulary view
     (attnseq/data/extended_vocab.py); source pieces the vocabulary lacks and output ids >= V are
     then saved as the source words they stand for. `segment_maps`: hierarchical models: each
-    example's segment ids (S,) and segment attention (T, N) (analysis/segment_view.py).
+    example's segment ids (S,) and segment attention (T, N) (alignment/segments.py).
 
     Raises:
         UserError: a hypothesis carries no attention (a model built without attention).

@@ -1,5 +1,6 @@
 """The segment level of hierarchical attention (attnseq/models/rnn_hierarchical.py), for
-`attnseq eval --save-attention` and `attnseq visualize-alignment --kind segment`.
+`attnseq eval --save-attention`, `attnseq visualize-alignment --kind segment` and the training
+log's segment heatmaps.
 
 The segment attention beta of a decoded output is recovered by replaying the output through
 the decoder with teacher forcing (`segment_attention_map`): beta at step t depends only on the
@@ -96,34 +97,3 @@ def hypothesis_segment_maps(
             rows = outputs[i][1]
             maps.append((ids, beta[row, :rows, :n_segments].float().cpu().numpy()))
     return maps
-
-
-def log_segment_heatmaps(
-    writer: Any,
-    model: Any,
-    sources: Sequence[list[int]],
-    hypotheses: Sequence[Any],
-    tokenizers: Any,
-    step: int,
-    extended: Sequence[ExtendedExample] | None = None,
-) -> None:
-    """TensorBoard heatmaps attention/example_K/segments (output step x segment) of decoded
-    hypotheses (`attnseq.decoding.Hypothesis` with attention) of a hierarchical model."""
-    from attnseq.analysis.figures import alignment_figure, log_heatmap
-    from attnseq.data.extended_vocab import extended_pieces
-
-    outputs = [
-        (list(h.tokens), 0 if h.attention is None else int(h.attention.shape[-2]))
-        for h in hypotheses
-    ]
-    maps = hypothesis_segment_maps(model, sources, outputs, extended)
-    for number, ((segments, weights), (tokens, rows)) in enumerate(zip(maps, outputs, strict=True)):
-        if rows == 0 or not segments:
-            continue
-        pieces = tokenizers.src.ids_to_pieces(sources[number])
-        labels = segment_labels(pieces, segments, tokenizers.src.pieces_to_text)
-        oovs = [] if extended is None else extended[number].oovs
-        output_pieces = (extended_pieces(tokenizers.tgt, tokens, oovs) + ["</s>"])[:rows]
-        title = f"segment attention: {tokenizers.tgt.decode_extended(tokens, oovs)}"
-        figure = alignment_figure(weights, labels, output_pieces, title)
-        log_heatmap(writer, f"attention/example_{number}/segments", figure, step)

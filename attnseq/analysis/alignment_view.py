@@ -18,7 +18,7 @@ Maps (RNN: one; transformer: one per layer and head):
     encoder   transformer encoder self-attention, source x source
     decoder   transformer decoder self-attention, rows = inputs (<s> + target), causal
     segment   hierarchical models: the segment attention, rows = output tokens (+ </s>),
-              columns = source segments (their number and first words; analysis/segment_view.py);
+              columns = source segments (their number and first words; alignment/segments.py);
               their cross map is the combined word map
 
 Self-attention maps follow `model.attention.kind`: sparse kinds (local, strided, longformer,
@@ -35,10 +35,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnseq.alignment.word_links import check_layer_and_head, word_attention, word_ids
-from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
 from attnseq.alignment.segments import is_hierarchical, join_pieces, segment_labels
+from attnseq.alignment.word_links import check_layer_and_head, word_attention
+from attnseq.analysis.figures import DEFAULT_STYLE, Style, alignment_figure, attention_grid_figure
 from attnseq.data.extended_vocab import extend_target, extend_text, extended_pieces
+from attnseq.data.word_alignments import word_ids
 from attnseq.decoding import greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models.loading import TrainedModel, load_trained_model

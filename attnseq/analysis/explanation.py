@@ -34,8 +34,6 @@ import numpy as np
 import torch
 
 import attnseq
-from attnseq.alignment.word_links import check_layer_and_head
-from attnseq.analysis.alignment_view import AlignmentViewer, AttentionMap
 from attnseq.alignment.attribution import (
     ATTENTION_METHODS,
     ATTRIBUTION_METHODS,
@@ -44,6 +42,8 @@ from attnseq.alignment.attribution import (
     canonical_method,
     check_method_fits,
 )
+from attnseq.alignment.word_links import check_layer_and_head
+from attnseq.analysis.alignment_view import AlignmentViewer, AttentionMap
 from attnseq.decoding.settings import DecodingSettings, max_output_lengths
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError

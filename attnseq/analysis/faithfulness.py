@@ -54,15 +54,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnseq.alignment.word_links import (
-    Alignment,
-    Link,
-    alignment_error_rate,
-    argmax_alignment,
-    word_attention,
-    word_ids,
-)
+from attnseq.alignment.word_links import alignment_error_rate, argmax_alignment, word_attention
 from attnseq.data.batching import Example, collate
+from attnseq.data.word_alignments import Alignment, Link, word_ids
 from attnseq.models.seq2seq import Seq2Seq
 
 MASK_TOKENS: tuple[str, ...] = ("pad", "unk")

@@ -1,8 +1,8 @@
 """`attnseq align`: word alignments of given sentence pairs by forced decoding, in Pharaoh
 format, optionally symmetrized with a reverse model and scored against gold links.
 
-The command turns its options into an `AlignRequest` and hands it to
-`attnseq.alignment.forced.run_align`; torch and the model code are imported inside the
+The command turns its options into an `AlignRequest` and hands it to `run_align`
+(align_runner.py); torch and the model code are imported inside the
 function, so `attnseq --help` stays light.
 """
 
@@ -26,7 +26,7 @@ from attnseq.errors import UserError
 MAX_GRADIENT_PASSES = 1000
 
 if TYPE_CHECKING:
-    from attnseq.alignment.forced import AlignResult
+    from attnseq.cli.align_runner import AlignResult
 
 
 def align(
@@ -123,15 +123,10 @@ def align(
     attnseq align best.pt --src test.en --tgt test.fr --gold test.sure.pharaoh \\
         --gold-possible test.possible.pharaoh
     """
-    from attnseq.alignment.word_links import format_pharaoh, write_pharaoh
     from attnseq.alignment.attribution import GradientSettings
-    from attnseq.alignment.forced import (
-        AlignmentMethod,
-        AlignRequest,
-        check_request,
-        run_align,
-        write_soft,
-    )
+    from attnseq.alignment.forced import AlignmentMethod
+    from attnseq.cli.align_runner import AlignRequest, check_request, run_align, write_soft
+    from attnseq.data.word_alignments import format_pharaoh, write_pharaoh
     from attnseq.io.user_paths import check_output_file, refuse_output_over_inputs
 
     with user_errors():

@@ -178,6 +178,13 @@ def evaluate(
     _print_metrics(metrics, gold_set)
 
 
+# what the messages about a gold set call its fields
+GOLD_OPTIONS = {
+    "gold": "--gold", "src": "--gold-src", "tgt": "--gold-tgt", "possible": "--gold-possible",
+    "gold_format": "--gold-format", "order": "--gold-order", "method": "--method",
+}  # fmt: skip
+
+
 def _gold_alignments(
     gold: Path | None,
     src: Path | None,
@@ -199,7 +206,7 @@ def _gold_alignments(
     if missing:
         raise UserError(f"--gold needs {' and '.join(missing)} (the sentences)")
     assert src is not None and tgt is not None
-    return GoldAlignmentFiles(gold, src, tgt, possible, gold_format, order)
+    return GoldAlignmentFiles(gold, src, tgt, possible, gold_format, order, names=GOLD_OPTIONS)
 
 
 def _print_metrics(metrics: "EvalMetrics", gold: "GoldAlignmentFiles | None") -> None:

@@ -60,6 +60,11 @@ def sweep_report(
     attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown
     attnseq sweep-report SWEEP --format latex > table.tex
     """
+    from attnseq.io.user_paths import (
+        check_output_file,
+        image_suffixes,
+        refuse_output_over_inputs,
+    )
     from attnseq.training.sweep_report import (
         FORMATS,
         load_report,
@@ -70,11 +75,6 @@ def sweep_report(
         sweep_files,
         write_csv,
         write_plot,
-    )
-    from attnseq.io.user_paths import (
-        check_output_file,
-        image_suffixes,
-        refuse_output_over_inputs,
     )
 
     csv_path = csv_file or multirun_dir / "report.csv"

@@ -89,8 +89,8 @@ def translate(
     attnseq translate A.pt B.pt -i test.de --beam 5   # an ensemble of two
     attnseq translate --engine ctranslate2 best-ct2/ -i test.de --beam 5
     """
-    from attnseq.decoding.translate import CHUNK_SIZE
     from attnseq.api import load
+    from attnseq.decoding.translate import CHUNK_SIZE
     from attnseq.io.progress import counting
 
     with user_errors():

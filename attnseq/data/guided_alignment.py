@@ -22,13 +22,13 @@ Shapes: piece links are (source piece, target piece) pairs, 0-based, no BOS/EOS.
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnseq.alignment.word_links import Alignment, read_pharaoh, word_ids
 from attnseq.config.schema import DataConfig
 from attnseq.data.batching import PieceLinks
 from attnseq.data.locations import resolve_data_path
 from attnseq.data.prepare import TRAIN, PreparedData
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from attnseq.data.tokenizers import Tokenizer
+from attnseq.data.word_alignments import Alignment, read_pharaoh, word_ids
 from attnseq.errors import UserError
 
 

@@ -430,7 +430,7 @@ def _save_eval_attention(
     split: str,
 ) -> None:
     """`attnseq eval --save-attention`: the cross-attention of every hypothesis, to `path`
-    (hierarchical models: with the segment attention, analysis/segment_view.py)."""
+    (hierarchical models: with the segment attention, alignment/segments.py)."""
     tokenizers = data.tokenizers
     segment_maps = None
     if is_hierarchical(model):

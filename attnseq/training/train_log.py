@@ -22,17 +22,17 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from attnseq.alignment.diagnostics import attention_statistics
+from attnseq.alignment.segments import hypothesis_segment_maps, is_hierarchical, segment_labels
 from attnseq.analysis.figures import alignment_figure, attention_grid_figure, log_heatmap
-from attnseq.alignment.segments import is_hierarchical, log_segment_heatmaps
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.data.batching import TokenBatchSampler
-from attnseq.data.extended_vocab import extended_pieces
+from attnseq.data.extended_vocab import ExtendedExample, extended_pieces
 from attnseq.data.prepare import TokenizerPair
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.evaluation.metrics import perplexity
@@ -362,3 +362,31 @@ def run_hparams(cfg: TrainConfig, n_params: int) -> dict[str, Any]:
     continued from does not set it apart from the uninterrupted run).
     """
     return {**tracker_params(cfg), "n_params": n_params}
+
+
+def log_segment_heatmaps(
+    writer: Any,
+    model: Any,
+    sources: Sequence[list[int]],
+    hypotheses: Sequence[Any],
+    tokenizers: Any,
+    step: int,
+    extended: Sequence[ExtendedExample] | None = None,
+) -> None:
+    """TensorBoard heatmaps attention/example_K/segments (output step x segment) of decoded
+    hypotheses (`attnseq.decoding.Hypothesis` with attention) of a hierarchical model."""
+    outputs = [
+        (list(h.tokens), 0 if h.attention is None else int(h.attention.shape[-2]))
+        for h in hypotheses
+    ]
+    maps = hypothesis_segment_maps(model, sources, outputs, extended)
+    for number, ((segments, weights), (tokens, rows)) in enumerate(zip(maps, outputs, strict=True)):
+        if rows == 0 or not segments:
+            continue
+        pieces = tokenizers.src.ids_to_pieces(sources[number])
+        labels = segment_labels(pieces, segments, tokenizers.src.pieces_to_text)
+        oovs = [] if extended is None else extended[number].oovs
+        output_pieces = (extended_pieces(tokenizers.tgt, tokens, oovs) + ["</s>"])[:rows]
+        title = f"segment attention: {tokenizers.tgt.decode_extended(tokens, oovs)}"
+        figure = alignment_figure(weights, labels, output_pieces, title)
+        log_heatmap(writer, f"attention/example_{number}/segments", figure, step)

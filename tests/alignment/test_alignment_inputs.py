@@ -9,10 +9,10 @@ import pytest
 from helpers import SRC, run_eval, toy_transformer, untrained_checkpoint, write_set
 from typer.testing import CliRunner
 
-from attnseq.alignment.word_links import LinkOutsideSentence, read_gold_file, word_counts
 from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
 from attnseq.data.unknown_tokens import UnknownCount, unknown_warning
+from attnseq.data.word_alignments import LinkOutsideSentence, read_gold_file, word_counts
 
 UNKNOWN = ["zork blip quux frob", "wug dax fep", "snarf", "glorp zib vex mip"]
 

@@ -12,25 +12,23 @@ import torch
 from helpers import SRC, TGT, eval_result, run_eval, untrained_checkpoint, write_set
 from torch import nn
 
-from attnseq.alignment.word_links import (
-    alignment_error_rate,
-    argmax_alignment,
-    format_pharaoh,
-    read_gold,
-    read_pharaoh,
-    word_attention,
-    word_ids,
-    write_pharaoh,
-)
 from attnseq.alignment.forced import (
     AlignmentMethod,
     align_sentences,
     forced_word_attention,
     select_map,
 )
+from attnseq.alignment.word_links import alignment_error_rate, argmax_alignment, word_attention
 from attnseq.config.conversion import config_from_dict
 from attnseq.data.file_readers import read_parallel
 from attnseq.data.tokenizers import TokenizerPair
+from attnseq.data.word_alignments import (
+    format_pharaoh,
+    read_gold,
+    read_pharaoh,
+    word_ids,
+    write_pharaoh,
+)
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models.loading import load_trained_model, model_for
@@ -151,13 +149,16 @@ def test_select_map_picks_a_layer_and_head_or_their_mean() -> None:
 
 def test_library_errors_name_the_problem(dates_checkpoint: Path) -> None:
     trained = load_trained_model(dates_checkpoint)
-    with pytest.raises(UserError, match=r"--layer must be in 1\.\.1 .*RNN's attention is one"):
+    with pytest.raises(UserError, match=r"^layer must be in 1\.\.1 .*RNN's attention is one"):
         align_sentences(trained, ["a"], ["b"], AlignmentMethod(layer=2))
+    options = ("--method", "--layer", "--head")  # a command names its options
+    with pytest.raises(UserError, match=r"^--layer must be in 1\.\.1"):
+        align_sentences(trained, ["a"], ["b"], AlignmentMethod(layer=2, names=options))
     with pytest.raises(UserError, match="2 source lines but 1 target"):
         align_sentences(trained, ["a", "b"], ["c"])
     with pytest.raises(UserError, match="target line 2 is empty"):
         align_sentences(trained, ["a", "b"], ["c", " "])
-    with pytest.raises(UserError, match="--method must be one of attention, shift-att"):
+    with pytest.raises(UserError, match="^method must be one of attention, shift-att"):
         align_sentences(trained, ["a"], ["b"], AlignmentMethod("best"))
 
 

@@ -10,29 +10,26 @@ import pytest
 import torch
 from torch import Tensor
 
-from attnseq.alignment.word_links import (
-    SYMMETRIZATIONS,
-    alignment_error_rate,
-    argmax_alignment,
-    read_gold,
-    read_naacl,
-    read_pharaoh,
-    symmetrize,
-    threshold_alignment,
-    transpose,
-    word_attention,
-    word_ids,
-)
 from attnseq.alignment.diagnostics import attention_statistics
 from attnseq.alignment.forced import (
     AlignmentCorpus,
     corpus_alignment_metrics,
     model_alignment_metrics,
 )
+from attnseq.alignment.word_links import (
+    SYMMETRIZATIONS,
+    alignment_error_rate,
+    argmax_alignment,
+    symmetrize,
+    threshold_alignment,
+    transpose,
+    word_attention,
+)
 from attnseq.attention.additive import AdditiveAttention
 from attnseq.data.batching import Example, encode_pairs
 from attnseq.data.generated import gold_alignments, make_splits
 from attnseq.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
+from attnseq.data.word_alignments import read_gold, read_naacl, read_pharaoh, word_ids
 from attnseq.models.rnn import RNNSeq2Seq
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
 from attnseq.models.transformer import TransformerSeq2Seq

@@ -17,15 +17,12 @@ from helpers import (
 )
 from typer.testing import CliRunner
 
-from attnseq.alignment.word_links import read_pharaoh, symmetrize, transpose
-from attnseq.alignment.forced import (
-    AlignmentMethod,
-    AlignRequest,
-    align_sentences,
-    run_align,
-)
+from attnseq.alignment.forced import AlignmentMethod, align_sentences
+from attnseq.cli.align_runner import AlignRequest, run_align
+from attnseq.alignment.word_links import symmetrize, transpose
 from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
+from attnseq.data.word_alignments import read_pharaoh
 from attnseq.models.loading import load_trained_model
 
 
@@ -176,8 +173,9 @@ def test_mistakes_end_with_one_message_and_exit_2(setup, tmp_path) -> None:
 def test_every_attribution_method_aligns_through_the_same_path(setup, tmp_path, method) -> None:
     """The links of --method M are the argmax of attribute()'s maps pooled to words, and the
     gold is scored as for attention."""
-    from attnseq.alignment.word_links import argmax_alignment, word_attention, word_ids
     from attnseq.alignment.attribution import attribute
+    from attnseq.alignment.word_links import argmax_alignment, word_attention
+    from attnseq.data.word_alignments import word_ids
 
     forward, _, files = setup
     out = tmp_path / "a.pharaoh"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import untrained_checkpoint
 
-from attnseq.alignment.word_links import alignment_error_rate
 from attnseq.alignment.forced import align_sentences
+from attnseq.alignment.word_links import alignment_error_rate
 from attnseq.data.generated import gold_alignments, make_splits
 from attnseq.models.loading import load_trained_model
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from helpers import tiny_config
 
-from attnseq.alignment.word_links import read_pharaoh
 from attnseq.data.guided_alignment import read_alignment_file
 from attnseq.data.sources import load_splits
+from attnseq.data.word_alignments import read_pharaoh
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_alignments.py"
 spec = importlib.util.spec_from_file_location("make_alignments", SCRIPT)

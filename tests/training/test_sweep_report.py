@@ -20,6 +20,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from typer.testing import CliRunner
 
+from attnseq.cli.app import app
+from attnseq.config import CONFIG_DIR
+from attnseq.config.choices import higher_is_better
+from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.training.sweep_report import (
     latex_escape,
     load_report,
@@ -28,10 +32,6 @@ from attnseq.training.sweep_report import (
     report_rows,
     short_value,
 )
-from attnseq.cli.app import app
-from attnseq.config import CONFIG_DIR
-from attnseq.config.choices import higher_is_better
-from attnseq.config.schema import TrainConfig, register_configs
 
 TINY = [*helpers.TINY, "trainer.max_steps=4", "trainer.validate_every=2"]
 HAS_OPTUNA = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None

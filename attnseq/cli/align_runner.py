@@ -1,0 +1,289 @@
+"""What `attnseq align` runs once its options are read (`run_align`): word alignments of the
+sentence pairs in two files (attnseq/alignment/forced.py), optionally combined with a reverse
+model's (word_links.symmetrize), saved as soft matrices, and scored against gold links. Its
+outputs:
+
+- Pharaoh lines (`word_alignments.format_pharaoh`): one line per pair, links ``i-j``, 0-based,
+  i the source word and j the target word, sorted.
+- Soft matrices (`write_soft`): one .npz file (numpy.load) with, for pair n (0-based),
+  ``forward_n``: float32 (target words, source words), row j how target word j's attention
+  spreads over the source words (each row sums to at most 1); with a reverse model also
+  ``reverse_n``: float32 (source words, target words), the reverse model's rows (its target
+  words are our source words); and ``method``: a string naming the method and map.
+
+Reverse model (`check_reverse_direction`): whether a `--reverse` checkpoint of `attnseq align`
+translates the other way (target -> source), from what the two checkpoints record; a model of
+the same direction fed the swapped pairs would read every word as <unk> and its links would
+describe no word.
+
+Two records can show it, and only these; where neither does, nothing is assumed (the
+unknown-token warning of align still reports a model that cannot read the text):
+
+- the names of the two sides in the data config: the file suffixes of parallel files
+  (`data.src_lang`/`data.tgt_lang`, e.g. de/en) or the fields of JSON lines and hub datasets
+  (`data.src_field`/`data.tgt_field`, e.g. translation.de). The default names "src"/"tgt"
+  name a side of the files only, so they count when both checkpoints read the same files;
+- the tokenizers: a reverse model whose source and target vocabularies are the forward model's
+  source and target vocabularies, in that order, reads the same language as its source.
+
+The messages name the command's options. torch and the model code load with this module, which
+the command imports only when it runs.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from attnseq.alignment.attribution import GRADIENT_METHODS, canonical_method, check_captum
+from attnseq.alignment.forced import AlignmentMethod, ForcedAlignments, align_sentences
+from attnseq.alignment.word_links import (
+    SYMMETRIZATIONS,
+    alignment_error_rate,
+    symmetrize,
+    transpose,
+)
+from attnseq.config.choices import DataSource, FileFormat
+from attnseq.config.schema import DataConfig
+from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
+from attnseq.data.word_alignments import (
+    ALIGNMENT_ORDERS,
+    GOLD_FORMATS,
+    Alignment,
+    read_gold_links,
+    read_parallel_lines,
+    read_text_lines,
+)
+from attnseq.errors import UserError
+from attnseq.io.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from attnseq.models.loading import TrainedModel
+
+# what messages call the method, the layer and the head
+METHOD_OPTIONS = ("--method", "--layer", "--head")
+
+
+@dataclass
+class AlignRequest:
+    """The files and settings of one `attnseq align` run (the command's options)."""
+
+    checkpoint: Path
+    src: Path
+    tgt: Path
+    method: AlignmentMethod = AlignmentMethod()
+    reverse: Path | None = None
+    symmetrization: str | None = None  # with `reverse`; default grow-diag-final-and
+    gold: Path | None = None
+    gold_possible: Path | None = None
+    gold_format: str = "auto"
+    gold_order: str = "src-tgt"
+    device: str = "auto"
+    batch_size: int = 64
+
+
+@dataclass
+class AlignResult:
+    """links: (source word, target word) links per pair, after symmetrization if asked;
+    forward/reverse: each direction's own result; scores: AER, precision, recall and the corpus
+    counts against the gold (alignment.alignment_error_rate), None without gold; label: what
+    produced the links."""
+
+    links: list[Alignment]
+    forward: ForcedAlignments
+    reverse: ForcedAlignments | None
+    scores: dict[str, float] | None
+    label: str
+
+
+def check_request(request: AlignRequest) -> None:
+    """UserError for option values that cannot work, before any file is read."""
+    if canonical_method(request.method.name, "--method") in GRADIENT_METHODS:
+        check_captum()
+    settings = request.method.settings
+    for option, value in (
+        ("--ig-steps", settings.ig_steps),
+        ("--smoothgrad-samples", settings.smoothgrad_samples),
+    ):
+        if value < 1:
+            raise UserError(f"{option} must be at least 1, got {value}")
+    if request.symmetrization is not None and request.reverse is None:
+        raise UserError("--symmetrize needs --reverse CHECKPOINT (a target -> source model)")
+    if request.symmetrization not in (None, *SYMMETRIZATIONS):
+        raise UserError(
+            f"--symmetrize must be one of {', '.join(SYMMETRIZATIONS)}, "
+            f"got {request.symmetrization!r}"
+        )
+    if request.gold is None and request.gold_possible is not None:
+        raise UserError("--gold-possible goes with --gold FILE")
+    if request.gold_format not in GOLD_FORMATS:
+        raise UserError(f"--gold-format must be one of {', '.join(GOLD_FORMATS)}")
+    if request.gold_order not in ALIGNMENT_ORDERS:
+        raise UserError(f"--gold-order must be one of {', '.join(ALIGNMENT_ORDERS)}")
+    if request.batch_size < 1:
+        raise UserError(
+            f"--batch-size must be at least 1 (sentence pairs), got {request.batch_size}"
+        )
+
+
+def run_align(request: AlignRequest) -> AlignResult:
+    """Align the pairs of `request.src`/`request.tgt` (see the module docstring)."""
+    from attnseq.config.devices import resolve_device
+    from attnseq.models.loading import load_trained_model
+
+    check_request(request)
+    request = replace(request, method=replace(request.method, names=METHOD_OPTIONS))
+    src_lines, tgt_lines = read_parallel_lines(("--src", request.src), ("--tgt", request.tgt))
+    gold = _read_gold(request, src_lines, tgt_lines)
+    trained = load_trained_model(request.checkpoint)
+    counts = _unknown_counts(trained, src_lines, tgt_lines, ("--src", "--tgt"), "the model's")
+    reverse_model = None
+    if request.reverse is not None:
+        reverse_model = load_trained_model(request.reverse)
+        check_reverse_direction(trained, reverse_model, request.reverse)
+        owner = "the --reverse model's"
+        counts += _unknown_counts(reverse_model, tgt_lines, src_lines, ("--tgt", "--src"), owner)
+    device = resolve_device(
+        trained.cfg.trainer.device if request.device == "auto" else request.device
+    )
+    forward = align_sentences(
+        trained, src_lines, tgt_lines, request.method, device=device, batch_size=request.batch_size
+    )
+    links, reverse, label = forward.links, None, forward.label
+    if reverse_model is not None:
+        reverse = _reverse_alignments(request, reverse_model, src_lines, tgt_lines, device)
+        heuristic = request.symmetrization or "grow-diag-final-and"
+        links = [
+            symmetrize(f, transpose(r), heuristic)
+            for f, r in zip(forward.links, reverse.links, strict=True)
+        ]
+        label = f"{heuristic} of ({forward.label}) and reverse ({reverse.label})"
+    scores = None if gold is None else alignment_error_rate(links, *gold)
+    warn_unknown(counts)  # once the alignment has worked: a failed run ends with its error only
+    return AlignResult(links, forward, reverse, scores, label)
+
+
+def _unknown_counts(
+    trained: "TrainedModel",
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    names: tuple[str, str],
+    owner: str,
+) -> list[UnknownCount]:
+    """The unknown tokens of the lines a model reads as its source and as its target; `names`
+    are the options that gave them, `owner` whose vocabularies they are ("the model's")."""
+    counts = []
+    for lines, tokenizer, name, side in (
+        (src_lines, trained.tokenizers.src, names[0], "source"),
+        (tgt_lines, trained.tokenizers.tgt, names[1], "target"),
+    ):
+        count = UnknownCount(name, f"{owner} {side} vocabulary", tokenizer.unk_id)
+        counts.append(count.add_all(tokenizer.encode(line) for line in lines))
+    return counts
+
+
+def _reverse_alignments(
+    request: AlignRequest,
+    reverse: "TrainedModel",
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    device: torch.device,
+) -> ForcedAlignments:
+    """The reverse model's alignments of the swapped pairs: links (target word, source word)."""
+    try:
+        return align_sentences(
+            reverse, tgt_lines, src_lines, request.method, device=device,
+            batch_size=request.batch_size,
+        )  # fmt: skip
+    except UserError as error:
+        raise UserError(f"--reverse {request.reverse} (fed --tgt as its source): {error}") from None
+
+
+def _read_gold(
+    request: AlignRequest, src_lines: Sequence[str], tgt_lines: Sequence[str]
+) -> tuple[list[Alignment], list[Alignment]] | None:
+    """The gold (sure, possible) links as (source word, target word), or None without --gold;
+    UserError for a malformed link or one outside its sentence's words."""
+    if request.gold is None:
+        return None
+    read_text_lines(request.gold, "--gold")  # exists, is UTF-8
+    if request.gold_possible is not None:
+        read_text_lines(request.gold_possible, "--gold-possible")
+    sure, possible = read_gold_links(
+        request.gold,
+        request.gold_possible,
+        request.gold_format,
+        request.gold_order,
+        src_lines,
+        tgt_lines,
+        what=f"--gold {request.gold}",
+        order_option="--gold-order",
+    )
+    if request.gold_order == "tgt-src":
+        sure, possible = [transpose(s) for s in sure], [transpose(p) for p in possible]
+    return sure, possible
+
+
+def write_soft(path: Path, result: AlignResult) -> None:
+    """The word-level matrices of `result` to an .npz file, atomically (module docstring)."""
+    arrays: dict[str, np.ndarray] = {"method": np.array(result.label)}
+    arrays.update({f"forward_{n}": matrix for n, matrix in enumerate(result.forward.soft)})
+    if result.reverse is not None:
+        arrays.update({f"reverse_{n}": matrix for n, matrix in enumerate(result.reverse.soft)})
+
+    def write(handle: IO[bytes]) -> None:
+        np.savez_compressed(handle, **arrays)  # type: ignore[arg-type]
+
+    atomic_write(path, write)
+
+
+# ------------------------------------------------------------------------- the reverse model
+# The side names a data config has when nobody named the languages.
+_PLACEHOLDERS = frozenset(
+    (DataConfig.src_lang, DataConfig.tgt_lang, DataConfig.src_field, DataConfig.tgt_field)
+)
+
+
+def check_reverse_direction(forward: "TrainedModel", reverse: "TrainedModel", path: Path) -> None:
+    """UserError when the checkpoints record that `reverse` (loaded from `path`) translates
+    in the same direction as `forward` (module docstring)."""
+    evidence = _same_direction(forward, reverse)
+    if evidence is not None:
+        raise UserError(
+            f"--reverse {path} translates in the same direction as the checkpoint ({evidence}); "
+            "--reverse takes a target -> source model, trained on the swapped pairs"
+        )
+
+
+def _same_direction(forward: "TrainedModel", reverse: "TrainedModel") -> str | None:
+    """What shows that both models translate the same way, or None when nothing does."""
+    sides, reverse_sides = side_names(forward.cfg.data), side_names(reverse.cfg.data)
+    if sides is not None and sides == reverse_sides and sides[0] != sides[1]:
+        same_files = _dataset(forward.cfg.data) == _dataset(reverse.cfg.data)
+        if same_files or not _PLACEHOLDERS & set(sides):
+            return f"both read {sides[0]} and write {sides[1]}, by their data configs"
+    tokenizers, reverse_tokenizers = forward.payload["tokenizers"], reverse.payload["tokenizers"]
+    if tokenizers["src"] != tokenizers["tgt"] and tokenizers == reverse_tokenizers:
+        return "both have the same source and the same target vocabulary"
+    return None
+
+
+def side_names(data: DataConfig) -> tuple[str, str] | None:
+    """(source, target) as the data config names them, or None where it names no side:
+    generated data, and the columns of TSV files (positions, not languages)."""
+    if data.source is DataSource.generated:
+        return None
+    if data.source is DataSource.local and data.format is FileFormat.parallel:
+        return data.src_lang, data.tgt_lang
+    if data.source is DataSource.hub or data.format is FileFormat.jsonl:
+        return data.src_field, data.tgt_field
+    return None
+
+
+def _dataset(data: DataConfig) -> tuple[object, ...]:
+    """What identifies the files a data config reads (its sides aside)."""
+    splits = tuple(sorted(data.splits.items()))
+    return (data.source, data.format, data.root, data.name, splits, data.hub_name, data.hub_config)
