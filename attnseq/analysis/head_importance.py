@@ -22,18 +22,9 @@ Report. A rich table per attention kind (rows = layers, one column per head, eac
 "normalized gradient / loss increase") and a matplotlib figure, one heatmap per measure and kind
 (layers x heads, values written in the cells, pruned heads marked with an x), drawn on
 `matplotlib.figure.Figure` with the Agg canvas (figures.py), never pyplot. Layers and heads
-count from 1 in the tables, the figure, the messages and the pruned checkpoint's record, as
-the --layer/--head options of the other commands count them.
-
-`attnseq heads` (`run_heads`) measures a transformer checkpoint on one split, writes the
-measures as JSON and the figure, and optionally a pruned copy of the checkpoint with the least
-important heads masked (attnseq/models/head_mask.py). A pruned checkpoint is its source with
-the `head_mask` entries of its weights changed and a "head_pruning" entry saying how (measure,
-count, split, the masked heads); everything else (config, tokenizers, optimizer state) stays,
-so eval, translate and training resume read it as any checkpoint.
+count from 1 in the tables, the figure and the messages, as the other commands count them.
 """
 
-import copy
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,29 +34,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnseq.config.devices import resolve_device
-from attnseq.config.resources import check_generated_data
 from attnseq.data.batching import Batch
-from attnseq.data.locations import check_checkpoint_data, overridden_keys
-from attnseq.data.prepare import prepare_data
-from attnseq.errors import UserError
-from attnseq.evaluation.evaluator import make_evaluator
-from attnseq.io.atomic import atomic_write_json
-from attnseq.io.checkpoint import save_checkpoint
-from attnseq.io.user_paths import printable
 from attnseq.models.head_mask import (
     KIND_TITLES,
     KINDS,
     attention_sites,
     get_head_masks,
-    head_mask_state,
-    masked_heads,
-    prune_count,
-    prune_masks,
-    random_scores,
-    set_head_masks,
 )
-from attnseq.models.loading import TrainedModel, load_trained_model
 from attnseq.models.loss_terms import sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -307,133 +282,3 @@ def write_figure(importance: HeadImportance, path: Path, title: str) -> Path:
     from attnseq.analysis.figures import save_figure
 
     return save_figure(importance_figure(importance, title), path)
-
-
-# ------------------------------------------------------------------------------- attnseq heads
-PRUNE_BY = (*MEASURES, "random")
-NAMED_SPLITS = ("train", "valid", "test")
-
-
-@dataclass
-class HeadsRequest:
-    """The options of one `attnseq heads` run.
-
-    prune: K (a head count) or a fraction in (0, 1) of all heads; None = report only.
-    by: what pruning ranks by, one of PRUNE_BY; seed: the random ranking's seed.
-    out: where the pruned checkpoint goes (needed with prune).
-    report_dir: folder of the JSON and the figure (default: heads/ beside the checkpoint).
-    """
-
-    checkpoint: Path
-    split: str = "valid"
-    max_batches: int | None = None
-    max_tokens: int | None = None
-    device: str = "auto"
-    report_dir: Path | None = None
-    prune: str | None = None
-    by: str = "gradient"
-    seed: int = 0
-    out: Path | None = None
-    overrides: list[str] = field(default_factory=list)
-
-
-@dataclass
-class HeadsResult:
-    """The importance, the files written, and the heads the pruned checkpoint masks."""
-
-    importance: HeadImportance
-    json_path: Path
-    figure_path: Path
-    pruned_path: Path | None = None
-    pruned: list[tuple[str, int, int]] = field(default_factory=list)
-
-
-def run_heads(request: HeadsRequest) -> HeadsResult:
-    """Load, measure, write the report and (with `request.prune`) the pruned checkpoint.
-
-    Raises:
-        UserError: not a transformer checkpoint, an unknown split, a bad --prune value; all
-            before the measuring starts.
-    """
-    if request.by not in PRUNE_BY:
-        raise UserError(f"--by must be one of {', '.join(PRUNE_BY)}, got {request.by!r}")
-    trained = load_trained_model(request.checkpoint, request.overrides)
-    sites = attention_sites(trained.model)  # UserError for a model without heads
-    count = None
-    if request.prune is not None:
-        total = sum(site.attention.heads for site in sites)
-        count = prune_count(request.prune, total, len(sites))
-    batches, model = _split_batches(trained, request)
-    importance = head_importance(model, batches, request.split)
-    importance.extra["checkpoint"] = str(request.checkpoint)
-    json_path, figure_path = report_paths(request)
-    atomic_write_json(json_path, importance.to_json())
-    title = f"head importance of {printable(request.checkpoint.name)} on {request.split}"
-    figure_path = write_figure(importance, figure_path, title)
-    result = HeadsResult(importance, json_path, figure_path)
-    if count is not None and request.out is not None:
-        result.pruned = prune_checkpoint(trained, importance, count, request)
-        result.pruned_path = request.out
-    return result
-
-
-def report_folder(request: HeadsRequest) -> Path:
-    """The folder of the report: --report-dir, else heads/ beside the checkpoint."""
-    return request.report_dir or request.checkpoint.parent / "heads"
-
-
-def report_paths(request: HeadsRequest) -> tuple[Path, Path]:
-    """The JSON file and the figure of the report: FOLDER/CHECKPOINT.SPLIT.json and .png."""
-    stem = f"{request.checkpoint.stem}.{request.split}"
-    folder = report_folder(request)
-    return folder / f"{stem}.json", folder / f"{stem}.png"
-
-
-def _split_batches(trained: TrainedModel, request: HeadsRequest) -> tuple[list, object]:
-    """The model on its device and the batches of the split (the first `max_batches`)."""
-    cfg = trained.cfg
-    split = request.split
-    known = sorted({*NAMED_SPLITS, *cfg.data.splits})
-    if split not in known:
-        raise UserError(f"--split {split!r} is not a split of this dataset: {', '.join(known)}")
-    check_checkpoint_data(cfg.data, overridden_keys(request.overrides), reads_dataset=True)
-    check_generated_data(cfg)
-    if request.max_tokens:
-        cfg.data.eval_max_tokens = request.max_tokens
-    data = prepare_data(cfg.data, cfg.seed, tokenizers=trained.tokenizers, splits=[split])
-    if split not in data.examples or not data.examples[split]:
-        raise UserError(f"split {split!r} has no examples in this dataset")
-    device_name = cfg.trainer.device if request.device == "auto" else request.device
-    device = resolve_device(device_name)
-    model = trained.model.to(device)
-    evaluator = make_evaluator(cfg, data, split, device)
-    if request.max_batches is not None:
-        evaluator.batches = evaluator.batches[: request.max_batches]
-    return evaluator.scored_batches(model), model
-
-
-def prune_checkpoint(
-    trained: TrainedModel, importance: HeadImportance, count: int, request: HeadsRequest
-) -> list[tuple[str, int, int]]:
-    """Write `request.out`: the source checkpoint with `count` heads masked by `request.by`;
-    returns the masked heads (kind, layer, head)."""
-    assert request.out is not None
-    scores = (
-        random_scores(importance.masks, request.seed)
-        if request.by == "random"
-        else importance.scores(request.by)
-    )
-    set_head_masks(trained.model, prune_masks(scores, count, importance.masks))
-    pruned = masked_heads(trained.model)
-    payload = copy.copy(trained.payload)
-    payload["model"] = {**trained.payload["model"], **head_mask_state(trained.model)}
-    payload["head_pruning"] = {
-        "source": str(request.checkpoint),
-        "by": request.by,
-        "count": len(pruned),
-        "split": request.split,
-        "seed": request.seed if request.by == "random" else None,
-        "heads": [[kind, layer + 1, head + 1] for kind, layer, head in pruned],  # from 1
-    }
-    save_checkpoint(request.out, payload)
-    return pruned

@@ -3,7 +3,7 @@ al. 2019), as tables, a JSON file and a figure; with --prune, a checkpoint with 
 important heads masked.
 
 The command checks its options, hands the work to `run_heads`
-(attnseq/analysis/head_importance.py) and prints the result; torch is imported inside the
+(heads_runner.py) and prints the result; torch is imported inside the
 function, so `attnseq --help` stays light.
 """
 
@@ -22,7 +22,7 @@ from attnseq.cli.shared import (
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
-    from attnseq.analysis.head_importance import HeadsRequest
+    from attnseq.cli.heads_runner import HeadsRequest
 
 _PRUNE_BY = ("gradient", "ablation", "random")
 
@@ -75,7 +75,7 @@ def heads(
     attnseq heads best.pt --prune 0.3 --by ablation --out pruned.pt
     attnseq eval pruned.pt                 # as usual; says which heads are off
     """
-    from attnseq.analysis.head_importance import HeadsRequest, run_heads
+    from attnseq.cli.heads_runner import HeadsRequest, run_heads
 
     with user_errors():
         _check_options(max_batches, batch_size, prune, by, out)
@@ -115,7 +115,7 @@ def _check_options(
 def _check_outputs(request: "HeadsRequest") -> None:
     """UserError for an output that cannot be written or would replace the checkpoint: the
     pruned checkpoint (--out), the report's folder and its JSON file and figure."""
-    from attnseq.analysis.head_importance import report_folder, report_paths
+    from attnseq.cli.heads_runner import report_folder, report_paths
     from attnseq.io.user_paths import (
         check_output_file,
         check_output_folder,

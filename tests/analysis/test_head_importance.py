@@ -14,16 +14,15 @@ from helpers import eval_result, tiny_config, untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.analysis.head_importance import (
-    HeadsRequest,
     ablation_importance,
     gradient_importance,
     head_importance,
     importance_figure,
     mean_loss,
     normalize_per_layer,
-    run_heads,
 )
 from attnseq.cli.app import app
+from attnseq.cli.heads_runner import HeadsRequest, run_heads
 from attnseq.data.batching import collate
 from attnseq.data.prepare import prepare_data
 from attnseq.evaluation.evaluator import make_evaluator
