@@ -26,8 +26,8 @@ _API = {
     "Translation": "attnseq.api",
     "TranslatedHypothesis": "attnseq.api",
     "plot_alignment": "attnseq.api",
-    "train": "attnseq.cli.train_api",
-    "TrainResult": "attnseq.cli.train_api",
+    "train": "attnseq.api",
+    "TrainResult": "attnseq.api",
     "UserError": "attnseq.errors",
 }
 
@@ -46,12 +46,13 @@ __all__ = [
 if TYPE_CHECKING:
     from attnseq.api import (
         Model,
+        TrainResult,
         TranslatedHypothesis,
         Translation,
         load,
         plot_alignment,
+        train,
     )
-    from attnseq.cli.train_api import TrainResult, train
     from attnseq.errors import UserError
 
 

@@ -142,15 +142,16 @@ def compose(overrides: list[str], threads: int):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnseq.cli import hydra_entry
-    from attnseq.cli.config_errors import describe_composition_error
+    from attnseq.config import CONFIG_DIR
     from attnseq.config.checks import validate
     from attnseq.config.schema import TrainConfig, register_configs
+    from attnseq.training.composition import rewrite_config_selector
+    from attnseq.training.config_errors import describe_composition_error
 
-    args = hydra_entry.rewrite_config_selector(overrides)  # config=NAME / config=PATH.yaml
+    args = rewrite_config_selector(overrides)  # config=NAME / config=PATH.yaml
     register_configs()
     try:
-        with initialize_config_dir(config_dir=str(hydra_entry.CONFIG_DIR), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = OmegaConf.to_object(hydra_compose("train", overrides=args))
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         raise UserError(describe_composition_error(error, args)) from None

@@ -28,9 +28,7 @@ Torchrun always sets RANK in its workers' environment, so without it the world n
 Multirun is refused there (by `check_flags`, preflight.py): one torchrun job trains one model.
 """
 
-import hashlib
 import os
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -41,94 +39,6 @@ from attnseq.errors import OutputError, UserError
 
 if TYPE_CHECKING:
     from attnseq.training.distributed import WorldInfo
-
-# Prefix of the experiment names that user files are linked under; no packaged experiment
-# name starts with it, so a user's file can never be shadowed by (or shadow) a packaged one.
-USER_EXPERIMENT_PREFIX = "user_file__"
-
-
-def user_experiment_dir(path: Path) -> tuple[str, Path]:
-    """Link a user's experiment file into ~/.cache/attnseq/experiments/<hash>/experiment/.
-
-    Returns the experiment name (unique to the file's absolute path) and the folder to add to
-    Hydra's search path.
-    """
-    path = path.expanduser().absolute()
-    if not path.is_file():
-        raise UserError(f"config file not found: {path}")
-    _check_package_header(path)
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
-    root = Path.home() / ".cache" / "attnseq" / "experiments" / digest
-    group = root / "experiment"
-    try:
-        group.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UserError(f"cannot link config file {path} under {group}: {error}") from None
-    name = f"{USER_EXPERIMENT_PREFIX}{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{digest}"
-    link = group / f"{name}.yaml"
-    # A fresh link renamed into place: processes doing this at once (torchrun) do not race.
-    fresh = group / f".{name}.{os.getpid()}.yaml"
-    fresh.unlink(missing_ok=True)
-    fresh.symlink_to(path.resolve())
-    os.replace(fresh, link)
-    return name, root
-
-
-def _check_package_header(path: Path) -> None:
-    """An experiment file sets keys of the whole config: without a `# @package _global_`
-    header Hydra would put them under an `experiment` key that does not exist."""
-    try:
-        head = path.read_bytes()[:4096]
-    except OSError as error:
-        raise UserError(f"cannot read config file {path}: {error.strerror}") from None
-    for line in head.splitlines():
-        text = line.strip()
-        if text.startswith(b"#") and b"@package" in text:
-            return
-        if text and not text.startswith(b"#"):
-            break
-    raise UserError(
-        f"config file {path} has no '# @package _global_' line before its first key: an "
-        "experiment file sets keys of the whole config, so it starts with that line "
-        "(see the packaged configs/experiment/*.yaml)"
-    )
-
-
-def quoted_value(value: str) -> str:
-    """`value` as a quoted Hydra override value: any path survives the override grammar."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${")
-    return f"'{escaped}'"
-
-
-def _is_path(value: str) -> bool:
-    return value.endswith((".yaml", ".yml")) or "/" in value or os.sep in value
-
-
-def rewrite_config_selector(args: list[str]) -> list[str]:
-    """`config=NAME` -> `experiment=NAME`; `config=PATH` -> search path + experiment + the
-    path recorded as `config_file`."""
-    out: list[str] = []
-    for arg in args:
-        if arg.startswith("config_file="):
-            raise UserError(
-                "config_file is set by config=PATH (the experiment file it loaded); "
-                "use config=PATH to load a file"
-            )
-        if not arg.startswith("config="):
-            out.append(arg)
-            continue
-        value = arg.split("=", 1)[1]
-        if _is_path(value):
-            name, root = user_experiment_dir(Path(value))
-            out += [
-                f"experiment={name}",
-                f"hydra.searchpath=[{quoted_value('file://' + str(root))}]",
-                f"config_file={quoted_value(str(Path(value).expanduser().absolute()))}",
-            ]
-        else:
-            out.append(f"experiment={value}")
-    return out
-
 
 # Hydra command-line flags that take a value (the next argument, or after `=`)
 _FLAGS_WITH_VALUE = {
@@ -202,8 +112,8 @@ def run_hydra(args: list[str]) -> None:
     global _users_full_error
     import hydra
 
-    from attnseq.cli.config_errors import COMPOSITION_ERRORS, composition_error
     from attnseq.config.schema import register_configs
+    from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
 
     register_configs()
     world = torchrun_world()

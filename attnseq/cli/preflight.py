@@ -33,14 +33,22 @@ output, and a primary config the user chooses (which has no such callback), are 
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from hydra.experimental.callback import Callback
 
-from attnseq.cli.config_errors import COMPOSITION_ERRORS, composition_error
-from attnseq.cli.hydra_entry import composition_finished, quoted_value, torchrun_world
+from attnseq.cli.hydra_entry import composition_finished, torchrun_world
 from attnseq.errors import UserError
+from attnseq.training.composition import (
+    check_job,
+    check_job_directory,
+    check_run,
+    claim_fresh,
+    directory_setting,
+    quoted_value,
+    typed_config,
+)
+from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -177,107 +185,6 @@ def _loader_composition(config: "DictConfig") -> Compose:
     return compose
 
 
-def check_job(config: "DictConfig", on_this_machine: bool = True) -> "TrainConfig":
-    """The typed config of a composed job once it passed the cross-field checks, the resource
-    checks and the trackers' libraries (for a job that runs on this machine) and the data
-    files' presence; UserError naming the first problem."""
-    from attnseq.config.checks import validate
-    from attnseq.config.resources import check_resources
-    from attnseq.training.trackers import check_trackers_installed
-
-    cfg = typed_config(config)
-    validate(cfg)
-    if on_this_machine:
-        check_resources(cfg)
-        check_trackers_installed(cfg.logger)
-        _check_tracking_store(cfg)
-    _check_data_files(cfg)
-    return cfg
-
-
-def _check_tracking_store(cfg: "TrainConfig") -> None:
-    """An MLflow store named as an existing SQLite file must be one SQLite can read: a
-    damaged or foreign file would fail inside MLflow once the run directory exists."""
-    import sqlite3
-
-    from attnseq.config.choices import Tracker
-
-    uri = cfg.tracker.mlflow_tracking_uri or ""
-    if Tracker.mlflow not in cfg.logger or not uri.startswith("sqlite:///"):
-        return
-    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
-    if not path.exists():
-        return  # MLflow creates it
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as store:
-            store.execute("PRAGMA schema_version").fetchone()
-    except sqlite3.Error as error:
-        raise UserError(
-            f"tracker.mlflow_tracking_uri={uri}: {path} is not a readable SQLite database "
-            f"({error}); name another file, or move this one aside"
-        ) from None
-
-
-def typed_config(config: "DictConfig") -> "TrainConfig":
-    """The TrainConfig of a composed config (its `hydra` node left out); UserError for a value
-    the schema refuses."""
-    import copy
-
-    from omegaconf import OmegaConf, open_dict
-
-    from attnseq.config.schema import TrainConfig
-
-    task = copy.deepcopy(config)  # `config` keeps the hydra node that Hydra goes on to use
-    with open_dict(task):
-        task.pop("hydra", None)
-    try:
-        cfg = OmegaConf.to_object(task)
-    except COMPOSITION_ERRORS as error:
-        overrides = list(config.hydra.overrides.task) if "hydra" in config else []
-        raise composition_error(error, overrides) from None
-    assert isinstance(cfg, TrainConfig)
-    return cfg
-
-
-def _check_data_files(cfg: "TrainConfig") -> None:
-    """Every local data file exists and can be opened, before a run directory is made."""
-    from attnseq.config.choices import DataSource
-    from attnseq.data.sources import split_files
-
-    if cfg.data.source is not DataSource.local or not cfg.data.splits:
-        return
-    for paths in split_files(cfg.data).values():
-        for path in paths:
-            try:
-                with open(path, "rb"):
-                    pass
-            except OSError as error:
-                raise UserError(f"cannot read data file {path}: {error.strerror}") from None
-
-
-def check_run(config: "DictConfig", lock: bool = True) -> "TrainConfig":
-    """The checks of a single run; returns its typed config. Rank 0 then claims a fresh
-    time-stamped run directory (and points `hydra.run.dir` at it), or checks the directory the
-    user named and, with `lock`, locks it for the rest of the process (before Hydra writes its
-    record there; training takes the lock again, locks nest)."""
-    from attnseq.training.distributed import env_world
-    from attnseq.training.run_directory import acquire
-
-    cfg = check_job(config)
-    if not env_world().is_main:
-        return cfg  # torchrun's other ranks write no run directory
-    run_dir, timestamped = _directory(config.hydra.run)
-    if timestamped:
-        if cfg.resume != "auto":  # resume=auto in a fresh folder starts fresh: nothing to check
-            _check_resume(cfg, run_dir)
-        config.hydra.run.dir = str(_claim_fresh(run_dir))
-        return cfg
-    _check_job_directory(run_dir, cfg, "hydra.run.dir=DIR")
-    if lock:
-        acquire(run_dir)
-    return cfg
-
-
 def check_sweep(config: "DictConfig", compose: Compose) -> None:
     """The checks of a multirun: every value of every sweep (each with the others at their
     first), then its sweep folder: a fresh time-stamped one is claimed, an existing one has
@@ -285,9 +192,9 @@ def check_sweep(config: "DictConfig", compose: Compose) -> None:
     task = [str(override) for override in config.hydra.overrides.task]
     remote = str(config.hydra.launcher.get("_target_", "")).endswith(_REMOTE_LAUNCHERS)
     first = check_sweep_values(task, compose, on_this_machine=not remote)
-    sweep_dir, timestamped = _directory(config.hydra.sweep)
+    sweep_dir, timestamped = directory_setting(config.hydra.sweep)
     if timestamped:
-        fresh = str(_claim_fresh(sweep_dir))
+        fresh = str(claim_fresh(sweep_dir))
         config.hydra.sweep.dir = fresh
         # The launcher composes each job from the primary config's Hydra overrides.
         config.hydra.overrides.hydra.append(f"hydra.sweep.dir={quoted_value(fresh)}")
@@ -297,7 +204,7 @@ def check_sweep(config: "DictConfig", compose: Compose) -> None:
     jobs = _basic_sweep_jobs(task, config.hydra)
     if jobs is None:
         for folder in sorted(path for path in sweep_dir.iterdir() if path.is_dir()):
-            _check_job_directory(folder, first, "hydra.sweep.dir=DIR", resume_checked=False)
+            check_job_directory(folder, first, "hydra.sweep.dir=DIR", resume_checked=False)
         return
     from omegaconf import open_dict
 
@@ -305,7 +212,7 @@ def check_sweep(config: "DictConfig", compose: Compose) -> None:
         job_config = compose(job)
         with open_dict(job_config):
             job_config.hydra.job.num = number
-        _check_job_directory(
+        check_job_directory(
             sweep_dir / str(job_config.hydra.sweep.subdir),
             typed_config(job_config),
             "hydra.sweep.dir=DIR",
@@ -348,46 +255,3 @@ def _basic_sweep_jobs(task: list[str], hydra_settings: "DictConfig") -> list[lis
     except HydraException:
         return None  # a sweep the basic sweeper refuses: Hydra says so when it starts
     return [list(job) for job in batches[0]]
-
-
-def _directory(node: "DictConfig") -> tuple[Path, bool]:
-    """The directory of Hydra's `run` or `sweep` settings, and whether it is time-stamped."""
-    from omegaconf import OmegaConf
-
-    setting = OmegaConf.to_container(node, resolve=False)["dir"]
-    return Path(str(node.dir)), "${now:" in str(setting)
-
-
-def _check_job_directory(
-    run_dir: Path, cfg: "TrainConfig", elsewhere: str, resume_checked: bool = True
-) -> None:
-    """The checks of a job writing into `run_dir`, the ones that read nothing slow first."""
-    from attnseq.training.run_directory import check_free, check_run_directory
-
-    check_free(run_dir)
-    check_run_directory(run_dir, cfg.resume, cfg.trainer.overwrite, elsewhere)
-    if resume_checked:
-        _check_resume(cfg, run_dir)
-
-
-def _check_resume(cfg: "TrainConfig", run_dir: Path) -> None:
-    from attnseq.training.resume import check_resume
-
-    check_resume(cfg, run_dir)
-
-
-def _claim_fresh(path: Path) -> Path:
-    """Create `path`, or the first of `path`_2, `path`_3, ... that does not exist yet, and return
-    it. mkdir either creates a folder or fails, so two runs started at once get two folders."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        candidate, number = path, 1
-        while True:
-            try:
-                candidate.mkdir()
-                return candidate
-            except FileExistsError:
-                number += 1
-                candidate = path.with_name(f"{path.name}_{number}")
-    except OSError as error:
-        raise UserError(f"cannot create the run directory {path}: {error.strerror}") from None

@@ -67,9 +67,10 @@ def train(ctx: typer.Context) -> None:
     from attnseq.cli import hydra_entry
     from attnseq.cli.hydra_entry import split_flags
     from attnseq.cli.preflight import check_flags
+    from attnseq.training.composition import rewrite_config_selector
 
     with user_errors():
-        args = hydra_entry.rewrite_config_selector(args)
+        args = rewrite_config_selector(args)
         help_text = train_help(args)
         if help_text is not None:
             typer.echo(help_text)
@@ -127,9 +128,9 @@ def train_help(args: list[str]) -> str | None:
     from omegaconf import OmegaConf, flag_override
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnseq.cli.config_errors import describe_composition_error
     from attnseq.config.schema import register_configs
     from attnseq.errors import UserError
+    from attnseq.training.config_errors import describe_composition_error
 
     register_configs()
     try:
