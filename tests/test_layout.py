@@ -10,8 +10,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "attnseq"
 MAX_FUNCTION_LINES = 60  # the body; a command's option declarations sit in its signature
-LAYERS = ("cli", "config", "data", "attention", "models", "decoding", "training", "evaluation")
-LAYERS += ("alignment", "analysis", "io")
+# The layers from the bottom up: each imports only the layers before it (the README's map
+# lists them in this order). errors and api are single modules at the top of the package.
+LAYER_ORDER = ("errors", "io", "config", "data", "attention", "models", "decoding", "alignment")
+LAYER_ORDER += ("evaluation", "analysis", "training", "api", "cli")
+LAYERS = tuple(layer for layer in LAYER_ORDER if layer not in ("errors", "api"))
 # Library layers below training and the command line: inference and analysis never need the
 # training runtime, and nothing below cli/ imports Hydra at module level.
 NOT_TRAINING = ("data", "attention", "models", "decoding", "alignment", "evaluation", "analysis")
@@ -116,6 +119,55 @@ def test_no_module_imports_itself_through_others() -> None:
                     seen.add(imported)
                     stack.append((imported, (*way, imported)))
     assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def layer_of(module: str) -> str | None:
+    """attnseq.models.rnn -> "models"; attnseq.api -> "api"; the package itself -> None."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def layer_imports() -> list[tuple[str, str, str]]:
+    """(module, its layer, the layer it imports) for every import between two layers,
+    wherever it is written: at module level, in a function or under TYPE_CHECKING."""
+    edges = []
+    for module, imported in import_graph().items():
+        own = layer_of(module)
+        if own is None or own == "__main__":  # the entry points name the API and the CLI
+            continue
+        edges += [(module, own, other) for name in imported if (other := layer_of(name)) != own]
+    return [(module, own, other) for module, own, other in edges if other is not None]
+
+
+def test_layers_import_only_the_layers_below_them() -> None:
+    upward = [
+        f"{module} ({own}) imports {other}"
+        for module, own, other in layer_imports()
+        if LAYER_ORDER.index(other) > LAYER_ORDER.index(own)
+    ]
+    assert not upward, "imports against the layer order:\n" + "\n".join(sorted(set(upward)))
+
+
+def test_the_packages_import_graph_has_no_cycle() -> None:
+    """The layers as nodes: no way from a layer back to itself (the layer order forbids it;
+    this says so on its own, should the order ever be loosened)."""
+    graph: dict[str, set[str]] = {}
+    for _module, own, other in layer_imports():
+        graph.setdefault(own, set()).add(other)
+    for start in graph:
+        stack, seen = [start], set()
+        while stack:
+            for other in graph.get(stack.pop(), ()):
+                assert other != start, f"the layers import each other in a circle through {start}"
+                if other not in seen:
+                    seen.add(other)
+                    stack.append(other)
+
+
+def test_the_readme_map_lists_the_layers_in_their_order() -> None:
+    text = (ROOT / "README.md").read_text().split("## Where things are", 1)[1].split("```")[1]
+    listed = re.findall(r"^attnseq/(\w+)", text, flags=re.MULTILINE)
+    assert listed == list(LAYER_ORDER)
 
 
 def readme_map() -> dict[str, set[str]]:
