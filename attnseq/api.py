@@ -724,7 +724,12 @@ def train(overrides: Iterable[str] = (), run_dir: str | Path | None = None) -> T
             or unreadable data (the run directory this call made is then removed).
         TrainingInterrupted, TrainingDiverged: as `attnseq.training.run.run_training`.
     """
-    from attnseq.training.composition import check_run, quoted_value, rewrite_config_selector
+    from attnseq.training.composition import (
+        check_run,
+        compose,
+        quoted_value,
+        rewrite_config_selector,
+    )
 
     given = arguments.strings(overrides, "overrides", "['trainer.max_steps=10']")
     folder = arguments.path(run_dir, "run_dir", optional=True)
@@ -733,7 +738,7 @@ def train(overrides: Iterable[str] = (), run_dir: str | Path | None = None) -> T
         _refuse_second_run_dir(args, folder)
         args.append(f"hydra.run.dir={quoted_value(str(folder.absolute()))}")
     _refuse_sweeps(args)
-    config = _compose(args)
+    config = compose(args)
     named = Path(str(config.hydra.run.dir)).absolute()
     missing = [folder for folder in (named, *named.parents) if not folder.exists()]
     cfg = check_run(config, lock=False)  # run_training locks the run directory
@@ -795,23 +800,6 @@ def _refuse_second_run_dir(args: list[str], run_dir: Path) -> None:
                 f"run_dir={str(run_dir)!r} and the override {arg} both name the run "
                 "directory: give one of them"
             )
-
-
-def _compose(args: list[str]) -> "DictConfig":
-    """The packaged config composed with `args`, its `hydra` node included; UserError naming
-    what does not compose."""
-    from hydra import compose, initialize_config_dir
-
-    from attnseq.config import CONFIG_DIR
-    from attnseq.config.schema import register_configs
-    from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
-
-    register_configs()
-    try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            return compose("train", overrides=args, return_hydra_config=True)
-    except COMPOSITION_ERRORS as error:
-        raise composition_error(error, args) from None
 
 
 def _refuse_sweeps(args: list[str]) -> None:

@@ -1,7 +1,8 @@
 """Word alignments of a training config's sentence pairs with eflomal (Östling & Tiedemann 2016,
-"Efficient Word Alignment with Markov Chain Monte Carlo", PBML 106), as Pharaoh files that
-`data.alignments` reads for guided alignment training, and as the statistical baseline to score
-attention alignments against.
+"Efficient Word Alignment with Markov Chain Monte Carlo", PBML 106;
+attnseq/alignment/eflomal_baseline.py), as Pharaoh files that `data.alignments` reads for guided
+alignment training, and as the statistical baseline to score attention alignments against.
+For pairs in two text files, `attnseq align --method eflomal --src F --tgt F` does the same.
 
 Usage (from the repository root; needs the optional extra: pip install -e '.[align]'):
 
@@ -31,81 +32,17 @@ words itself; an empty text gets an empty line.
 import argparse
 import logging
 import sys
-import tempfile
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmark.py's `compose`
+if TYPE_CHECKING:
+    from attnseq.config.schema import TrainConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # `compose`
 
 log = logging.getLogger("attnseq")
 
 Pairs = list[tuple[str, str]]
-DIRECTIONS = ("forward", "reverse")
-
-
-def cut(lines: Sequence[str], sizes: dict[str, int]) -> dict[str, list[str]]:
-    """Cut the lines of one joint run back into the corpora it was made of, in order."""
-    if len(lines) != sum(sizes.values()):
-        raise ValueError(f"{len(lines)} lines of links for {sum(sizes.values())} sentence pairs")
-    pieces, start = {}, 0
-    for name, size in sizes.items():
-        pieces[name] = list(lines[start : start + size])
-        start += size
-    return pieces
-
-
-def grow_diag_final_and(forward: Sequence[str], reverse: Sequence[str]) -> list[str]:
-    """The grow-diag-final-and symmetrization of two Pharaoh files' lines (both source first)."""
-    from attnseq.alignment.word_links import symmetrize
-    from attnseq.data.word_alignments import format_pharaoh, read_pharaoh
-
-    fwd, rev = read_pharaoh(forward)[0], read_pharaoh(reverse)[0]
-    pairs = zip(fwd, rev, strict=True)
-    return [format_pharaoh(symmetrize(f, r, "grow-diag-final-and")) for f, r in pairs]
-
-
-def run_eflomal(pairs: Pairs, folder: Path) -> dict[str, list[str]]:
-    """Forward and reverse link lines of `pairs` from one eflomal run (default settings)."""
-    import eflomal
-
-    paths = {direction: folder / f"links.{direction}" for direction in DIRECTIONS}
-    eflomal.Aligner().align(
-        [src for src, _ in pairs],
-        [tgt for _, tgt in pairs],
-        links_filename_fwd=str(paths["forward"]),
-        links_filename_rev=str(paths["reverse"]),
-        quiet=True,
-    )
-    return {d: path.read_text(encoding="utf-8").splitlines() for d, path in paths.items()}
-
-
-def align_corpora(corpora: dict[str, Pairs], out_dir: Path, *, aligner=run_eflomal) -> list[Path]:
-    """Align every corpus in one run and write NAME.forward, NAME.reverse and NAME.gdfa.
-
-    Args:
-        corpora: {name: (source text, target text) pairs}; names become file names.
-        aligner: pairs, a scratch folder -> {"forward": lines, "reverse": lines}.
-
-    Returns:
-        the files written, in order.
-    """
-    from attnseq.io.atomic import atomic_write_lines
-
-    joint = [pair for pairs in corpora.values() for pair in pairs]
-    sizes = {name: len(pairs) for name, pairs in corpora.items()}
-    with tempfile.TemporaryDirectory() as scratch:
-        links = aligner(joint, Path(scratch))
-    per_corpus = {direction: cut(links[direction], sizes) for direction in DIRECTIONS}
-    written = []
-    for name in corpora:
-        forward, reverse = per_corpus["forward"][name], per_corpus["reverse"][name]
-        gdfa = grow_diag_final_and(forward, reverse)
-        outputs = {"forward": forward, "reverse": reverse, "gdfa": gdfa}
-        for suffix, lines in outputs.items():
-            path = out_dir / f"{name}.{suffix}"
-            atomic_write_lines(path, lines)
-            written.append(path)
-    return written
 
 
 def read_extra(name: str, src_file: str, tgt_file: str) -> Pairs:
@@ -117,6 +54,16 @@ def read_extra(name: str, src_file: str, tgt_file: str) -> Pairs:
     if len(src) != len(tgt):
         raise UserError(f"--extra {name}: {len(src)} source lines but {len(tgt)} target lines")
     return [(s.strip(), t.strip()) for s, t in zip(src, tgt, strict=True)]
+
+
+def config(overrides: list[str]) -> "TrainConfig":
+    """The validated config that `attnseq train OVERRIDES` would train with."""
+    from attnseq.config.checks import validate
+    from attnseq.training.composition import compose, rewrite_config_selector, typed_config
+
+    cfg = typed_config(compose(rewrite_config_selector(overrides)))
+    validate(cfg)
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,13 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from benchmark import compose
-
+    from attnseq.alignment.eflomal_baseline import write_alignment_files
     from attnseq.data.sources import load_splits
     from attnseq.errors import UserError
 
     try:
-        cfg = compose(list(args.overrides), threads=1)
+        cfg = config(list(args.overrides))
         corpora = dict(load_splits(cfg.data, cfg.seed))
         for name, src_file, tgt_file in args.extra:
             corpora[name] = read_extra(name, src_file, tgt_file)
@@ -150,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     total = sum(len(pairs) for pairs in corpora.values())
     log.info("aligning %d sentence pairs (%s) with eflomal", total, ", ".join(corpora))
-    for path in align_corpora(corpora, args.out_dir):
+    for path in write_alignment_files(corpora, args.out_dir):
         print(path)
     print(f"train with: +data.alignments.train={(args.out_dir / 'train.gdfa').resolve()}")
     return 0

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnseq.cli.shared import (
-    CheckpointArgument,
     DeviceOption,
     ThreadsOption,
     apply_threads,
+    run_directory_checkpoint,
     user_errors,
 )
 from attnseq.errors import UserError
@@ -30,7 +30,15 @@ if TYPE_CHECKING:
 
 
 def align(
-    checkpoint: CheckpointArgument,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A checkpoint written by `attnseq train` or `attnseq average`, or a run "
+            "directory (its checkpoints/best.pt); none with --method eflomal.",
+            callback=run_directory_checkpoint,
+            show_default=False,
+        ),
+    ] = None,
     src: Annotated[
         Path | None,
         typer.Option(help="Source sentences, one per line, words separated by whitespace."),
@@ -47,7 +55,9 @@ def align(
             help="attention (the row predicting each target word), shift-att (the row whose "
             "input is the word; Chen et al. 2020), rollout (transformers: attention through the "
             "encoder's layers), gradient-x-input, integrated-gradients or smoothgrad (alias "
-            "saliency; Ding et al. 2019): what each target word owes to each source word."
+            "saliency; Ding et al. 2019): what each target word owes to each source word; or "
+            "eflomal, the statistical baseline (no checkpoint; the align extra): its forward "
+            "links, or with --symmetrize both directions combined."
         ),
     ] = "attention",
     layer: Annotated[
@@ -84,8 +94,8 @@ def align(
     symmetrize: Annotated[
         str | None,
         typer.Option(
-            help="With --reverse: intersect, union, grow-diag, grow-diag-final or "
-            "grow-diag-final-and (the default)."
+            help="With --reverse (or --method eflomal): intersect, union, grow-diag, "
+            "grow-diag-final or grow-diag-final-and (the default with --reverse)."
         ),
     ] = None,
     soft: Annotated[
@@ -122,6 +132,8 @@ def align(
         --symmetrize grow-diag-final-and --out test.gdfa --soft test.npz
     attnseq align best.pt --src test.en --tgt test.fr --gold test.sure.pharaoh \\
         --gold-possible test.possible.pharaoh
+    attnseq align --method eflomal --src train.en --tgt train.fr \\
+        --symmetrize grow-diag-final-and --out train.gdfa
     """
     from attnseq.alignment.attribution import GradientSettings
     from attnseq.alignment.forced import AlignmentMethod
@@ -132,6 +144,8 @@ def align(
     with user_errors():
         if src is None or tgt is None:
             raise UserError("give --src FILE and --tgt FILE (parallel sentences, one per line)")
+        if soft is not None and method == "eflomal":
+            raise UserError("--soft writes attention matrices; --method eflomal gives links only")
         settings = GradientSettings(ig_steps, smoothgrad_samples, seed=seed)
         request = AlignRequest(
             checkpoint, src, tgt, AlignmentMethod(method, layer, head, settings), reverse,

@@ -39,6 +39,12 @@ import numpy as np
 import torch
 
 from attnseq.alignment.attribution import GRADIENT_METHODS, canonical_method, check_captum
+from attnseq.alignment.eflomal_baseline import (
+    align_corpora,
+    check_eflomal,
+    run_eflomal,
+    symmetrized,
+)
 from attnseq.alignment.forced import AlignmentMethod, ForcedAlignments, align_sentences
 from attnseq.alignment.word_links import (
     SYMMETRIZATIONS,
@@ -65,13 +71,15 @@ if TYPE_CHECKING:
 
 # what messages call the method, the layer and the head
 METHOD_OPTIONS = ("--method", "--layer", "--head")
+# the method that reads no model: the statistical aligner (alignment/eflomal_baseline.py)
+EFLOMAL = "eflomal"
 
 
 @dataclass
 class AlignRequest:
     """The files and settings of one `attnseq align` run (the command's options)."""
 
-    checkpoint: Path
+    checkpoint: Path | None  # None with method eflomal
     src: Path
     tgt: Path
     method: AlignmentMethod = AlignmentMethod()
@@ -88,12 +96,12 @@ class AlignRequest:
 @dataclass
 class AlignResult:
     """links: (source word, target word) links per pair, after symmetrization if asked;
-    forward/reverse: each direction's own result; scores: AER, precision, recall and the corpus
-    counts against the gold (alignment.alignment_error_rate), None without gold; label: what
-    produced the links."""
+    forward/reverse: each model's own result (None for eflomal, which gives hard links only);
+    scores: AER, precision, recall and the corpus counts against the gold
+    (word_links.alignment_error_rate), None without gold; label: what produced the links."""
 
     links: list[Alignment]
-    forward: ForcedAlignments
+    forward: ForcedAlignments | None
     reverse: ForcedAlignments | None
     scores: dict[str, float] | None
     label: str
@@ -101,8 +109,13 @@ class AlignResult:
 
 def check_request(request: AlignRequest) -> None:
     """UserError for option values that cannot work, before any file is read."""
-    if canonical_method(request.method.name, "--method") in GRADIENT_METHODS:
+    if request.method.name == EFLOMAL:
+        _check_eflomal_request(request)
+    elif request.checkpoint is None:
+        raise UserError(f"give a CHECKPOINT to align with, or --method {EFLOMAL} to align without")
+    elif canonical_method(request.method.name, "--method") in GRADIENT_METHODS:
         check_captum()
+    eflomal = request.method.name == EFLOMAL
     settings = request.method.settings
     for option, value in (
         ("--ig-steps", settings.ig_steps),
@@ -110,7 +123,7 @@ def check_request(request: AlignRequest) -> None:
     ):
         if value < 1:
             raise UserError(f"{option} must be at least 1, got {value}")
-    if request.symmetrization is not None and request.reverse is None:
+    if request.symmetrization is not None and request.reverse is None and not eflomal:
         raise UserError("--symmetrize needs --reverse CHECKPOINT (a target -> source model)")
     if request.symmetrization not in (None, *SYMMETRIZATIONS):
         raise UserError(
@@ -129,15 +142,65 @@ def check_request(request: AlignRequest) -> None:
         )
 
 
+def _check_eflomal_request(request: AlignRequest) -> None:
+    """The statistical aligner reads no model: no checkpoint, no model options."""
+    given = [
+        name
+        for name, value in (
+            ("CHECKPOINT", request.checkpoint), ("--reverse", request.reverse),
+            ("--layer", request.method.layer), ("--head", request.method.head),
+        )
+        if value is not None
+    ]  # fmt: skip
+    if given:
+        raise UserError(
+            f"--method {EFLOMAL} aligns without a model: leave out {', '.join(given)} "
+            "(it gives both directions itself; combine them with --symmetrize)"
+        )
+    check_eflomal()
+
+
 def run_align(request: AlignRequest) -> AlignResult:
     """Align the pairs of `request.src`/`request.tgt` (see the module docstring)."""
-    from attnseq.config.devices import resolve_device
-    from attnseq.models.loading import load_trained_model
-
     check_request(request)
     request = replace(request, method=replace(request.method, names=METHOD_OPTIONS))
     src_lines, tgt_lines = read_parallel_lines(("--src", request.src), ("--tgt", request.tgt))
     gold = _read_gold(request, src_lines, tgt_lines)
+    if request.method.name == EFLOMAL:
+        links, label = _eflomal_links(request, src_lines, tgt_lines)
+        scores = None if gold is None else alignment_error_rate(links, *gold)
+        return AlignResult(links, None, None, scores, label)
+    return _align_with_models(request, src_lines, tgt_lines, gold)
+
+
+def _eflomal_links(
+    request: AlignRequest, src_lines: Sequence[str], tgt_lines: Sequence[str]
+) -> tuple[list[Alignment], str]:
+    """eflomal's forward links of the pairs, or both directions symmetrized; and a label."""
+    pairs = list(zip(src_lines, tgt_lines, strict=True))
+    directions = align_corpora({"pairs": pairs}, aligner=_aligner)["pairs"]
+    if request.symmetrization is None:
+        return directions["forward"], "eflomal, forward"
+    heuristic = request.symmetrization
+    return symmetrized(directions, heuristic), f"eflomal, {heuristic} of both directions"
+
+
+def _aligner(pairs: Sequence[tuple[str, str]], folder: Path) -> dict[str, list[str]]:
+    """eflomal itself (a module attribute, so that tests may stand in for it)."""
+    return run_eflomal(pairs, folder)
+
+
+def _align_with_models(
+    request: AlignRequest,
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    gold: tuple[list[Alignment], list[Alignment]] | None,
+) -> AlignResult:
+    """The links of the checkpoint's model (symmetrized with the --reverse model's)."""
+    from attnseq.config.devices import resolve_device
+    from attnseq.models.loading import load_trained_model
+
+    assert request.checkpoint is not None
     trained = load_trained_model(request.checkpoint)
     counts = _unknown_counts(trained, src_lines, tgt_lines, ("--src", "--tgt"), "the model's")
     reverse_model = None
@@ -229,6 +292,7 @@ def _read_gold(
 
 def write_soft(path: Path, result: AlignResult) -> None:
     """The word-level matrices of `result` to an .npz file, atomically (module docstring)."""
+    assert result.forward is not None  # the command refuses --soft with eflomal
     arrays: dict[str, np.ndarray] = {"method": np.array(result.label)}
     arrays.update({f"forward_{n}": matrix for n, matrix in enumerate(result.forward.soft)})
     if result.reverse is not None:

@@ -122,6 +122,24 @@ def rewrite_config_selector(args: list[str]) -> list[str]:
     return out
 
 
+def compose(args: list[str]) -> "DictConfig":
+    """The packaged config composed with `args` (overrides, after `rewrite_config_selector`) by
+    Hydra's compose API, its `hydra` node included; UserError naming what does not compose.
+    The compose API serves a single run in this process (attnseq.train, the scripts); the
+    command line composes through `hydra.main` instead."""
+    from hydra import compose, initialize_config_dir
+
+    from attnseq.config import CONFIG_DIR
+    from attnseq.config.schema import register_configs
+
+    register_configs()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            return compose("train", overrides=args, return_hydra_config=True)
+    except COMPOSITION_ERRORS as error:
+        raise composition_error(error, args) from None
+
+
 def check_job(config: "DictConfig", on_this_machine: bool = True) -> "TrainConfig":
     """The typed config of a composed job once it passed the cross-field checks, the resource
     checks and the trackers' libraries (for a job that runs on this machine) and the data
