@@ -38,8 +38,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from attnseq.config.schema import TrainConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # `compose`
-
 log = logging.getLogger("attnseq")
 
 Pairs = list[tuple[str, str]]

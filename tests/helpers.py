@@ -2,12 +2,14 @@
 this process, tiny configs, models and checkpoints, and a toy word-aligned parallel set."""
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -18,6 +20,32 @@ from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
+
+# ------------------------------------------------------------------ the checkout's scripts
+REPO = Path(__file__).resolve().parent.parent  # the checkout: benchmarks/, studies/, scripts/
+
+
+def load_script(path: str) -> ModuleType:
+    """The module of a script of the checkout (`benchmarks/benchmark.py`: in no package, so not
+    importable by name), executed once under its file's stem without running its `main`. It is
+    registered in sys.modules under that name: dataclasses look their module up there, and a
+    neighbour's `from benchmark import compose` gets this same module."""
+    file = REPO / path
+    loaded = sys.modules.get(file.stem)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(file):
+        return loaded
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    if spec is None or spec.loader is None or not file.is_file():
+        raise FileNotFoundError(f"no script {file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[file.stem] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[file.stem]
+        raise
+    return module
+
 
 # ------------------------------------------------------------------------------ the CLI
 # Command-line overrides that make `attnseq train` (the default GRU + Bahdanau on dates) a
@@ -50,7 +78,7 @@ TINY_TRANSFORMER = [
     "trainer.threads=1",
 ]
 
-# Two updates of tiny summarizers for scripts/compare_summarizers.py.
+# Two updates of tiny summarizers for studies/compare_summarizers.py.
 TINY_SUMMARIZER = [
     "trainer.max_steps=2",
     "trainer.validate_every=2",

@@ -3,29 +3,16 @@ training step, for every attention kind at three sizes (within `FACTOR` either w
 refusal, before any work, of configurations whose estimate does not fit: BigBird blocks padded
 far past the sequence among them. Nothing refused here is ever run."""
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import GIB, assert_refused, train_in_process
+from helpers import GIB, assert_refused, load_script, train_in_process
 
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.resources import FACTOR, batch_shape, estimate, resource_problems
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_memory_estimate.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_memory_estimate", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCHMARK = load_script()
+BENCHMARK = load_script("benchmarks/benchmark_memory_estimate.py")
 # measured in the default run: an RNN and the full transformer (`-m slow`: every kind and size)
 DEFAULT_MEASURED = {("rnn_additive", "small"), ("full", "small")}
 CASES = [
