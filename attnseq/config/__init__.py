@@ -5,8 +5,8 @@ The packaged YAML config groups (train.yaml, data/, model/, optim/, trainer/, ex
 hparams_search/) live in the top-level configs/ folder of the checkout; the wheel ships that
 folder as the package data of `attnseq.configs` (pyproject.toml maps it there), so an installed
 wheel composes the same files as a checkout. `CONFIG_DIR` is Hydra's primary config directory:
-attnseq/configs/ inside an installed package, configs/ beside attnseq/ in a checkout (an
-editable install included).
+the folder of the `attnseq.configs` package where a wheel is installed, configs/ beside attnseq/
+in a checkout (an editable install included).
 """
 
 from pathlib import Path

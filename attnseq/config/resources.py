@@ -13,7 +13,7 @@ activations of the largest batch the token budget allows at the longest lengths,
 family and attention kind configured (`activation_elements`, below: the saved tensors of every
 layer and the matrices each attention kind builds, block padding included). It is tested against
 the measured peak of one real training step of every attention kind at three sizes
-(tests/test_resource_estimate.py, scripts/benchmark_memory_estimate.py,
+(tests/config/test_resources.py, benchmarks/benchmark_memory_estimate.py,
 docs/results/memory_estimate.md): the measured peak is within a factor `FACTOR` = 2 of the
 estimate either way. A config is refused when the estimate exceeds the memory available to it;
 as the estimate may be up to that factor high, a config refused near the limit could have just
@@ -57,7 +57,7 @@ builders in attnseq/models/):
                         its projection w_c c: S x attn_dim per step
 
 Each count is multiplied by the copies of it that are alive at once (the value, its saved
-inputs, its gradient): constants measured on the CPU with scripts/benchmark_memory_estimate.py,
+inputs, its gradient): constants measured on the CPU with benchmarks/benchmark_memory_estimate.py,
 which compares the estimate with the measured peak of one training step (see resources.py).
 """
 

@@ -163,7 +163,7 @@ def load_splits(
         raise UserError(
             f"data.splits is empty: data.source={cfg.source.name} needs a map split -> "
             + ("hub split name" if cfg.source is DataSource.hub else "file or path prefix")
-            + ", e.g. {train: ..., valid: ..., test: ...} (see the packaged data/multi30k.yaml)"
+            + ", e.g. {train: ..., valid: ..., test: ...} (as the packaged data=multi30k has it)"
         )
     derived = [name for name in EVAL_SPLITS if name not in cfg.splits]
     available = list(dict.fromkeys([*cfg.splits, *EVAL_SPLITS]))

@@ -33,7 +33,8 @@ why `decode` runs plain greedy decoding for beam 1 (what users mean by it). For 
 beam search usually finds a better raw score than greedy, but not always: the greedy path may
 fall out of the beam before it ends (an EOS candidate outside the K best is pruned, as in
 fairseq), so a test of "beam >= greedy" is an observation about a model, not a theorem; with K
-at least the number of possible outputs it is exact search (tests/test_decoding.py checks both).
+at least the number of possible outputs it is exact search (tests/decoding/test_beam_search.py
+checks both).
 
 Coverage penalty (Wu et al. 2016, eq. 14; `coverage_penalty` = beta > 0): finished hypotheses
 are ranked by

@@ -404,7 +404,7 @@ class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
         pre_output, weights, new_state = self._step(prev_tokens, state)
         assert weights is not None
         # the same dropout as forward: a no-op when decoding (eval mode), and in training mode
-        # a step-by-step pass computes what forward computes (scripts/check_loss_curve.py)
+        # a step-by-step pass computes what forward computes (benchmarks/check_loss_curve.py)
         logits = self.output(self.dropout(pre_output))  # (B, V)
         if self.copy:
             top = new_state["hidden"][:, -1]  # s_t: (B, H)

@@ -417,6 +417,6 @@ class RNNSeq2Seq(Seq2Seq):
     ) -> tuple[Tensor, Tensor | None, DecoderState]:
         pre_output, weights, state = self._step(prev_tokens, state)
         # the same dropout as forward: a no-op when decoding (eval mode), and in training mode
-        # a step-by-step pass computes what forward computes (scripts/check_loss_curve.py)
+        # a step-by-step pass computes what forward computes (benchmarks/check_loss_curve.py)
         logits = self.output(self.dropout(pre_output))  # (B, V)
         return logits, weights if need_weights else None, state

@@ -4,7 +4,7 @@
 
 Vaswani et al. (2017, section 6.1) evaluate the base transformer as the average of its last 5
 checkpoints (written at 10-minute intervals) and the big one of the last 20; Joey NMT and fairseq
-ship the same tool (`scripts/average_checkpoints.py`). It smooths the noise of the last updates,
+ship the same tool (fairseq's `average_checkpoints.py`). It smooths the noise of the last updates,
 much like Polyak averaging, and usually gains a little BLEU at no training cost.
 
 Only checkpoints of one model can be averaged: the same model configuration, the same

@@ -109,7 +109,7 @@ def test_incremental_decoding_equals_teacher_forcing(style, score, window, cell,
 def test_decode_step_in_training_mode_drops_out_where_forward_does(style: str) -> None:
     """With dropout 1 every dropout site outputs zeros whatever its mask, so the step-by-step
     pass in training mode equals forward exactly when both drop out at the same sites (the
-    reference path of scripts/check_loss_curve.py trains through decode_step)."""
+    reference path of benchmarks/check_loss_curve.py trains through decode_step)."""
     torch.manual_seed(0)
     model = make_model(style, "additive", dropout=1.0).train()
     src, lengths, tgt_in, _ = toy_batch()
