@@ -41,7 +41,7 @@ from attnseq.models.head_mask import (
     attention_sites,
     get_head_masks,
 )
-from attnseq.models.loss_terms import sequence_loss
+from attnseq.models.objective import sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
 
 if TYPE_CHECKING:

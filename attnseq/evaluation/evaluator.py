@@ -40,7 +40,7 @@ from attnseq.decoding import (  # settings re-exported here
 )
 from attnseq.evaluation.metrics import perplexity, task_metrics
 from attnseq.io.progress import Rate, counting
-from attnseq.models.loss_terms import sequence_loss
+from attnseq.models.objective import sequence_loss
 from attnseq.models.seq2seq import Seq2Seq
 
 

@@ -7,7 +7,7 @@ For a target of n pieces y_1 .. y_n and y_{n+1} = </s>:
     log P(y | x) = sum_{t=1}^{n+1} log p(y_t | y_<t, x)        (natural log, <= 0)
 
 and the per-token mean divides it by n + 1: EOS counts as a token, as validation counts it. The
-token terms are `sequence_loss` (attnseq/models/loss_terms.py) without label smoothing, the
+token terms are `sequence_loss` (attnseq/models/objective.py) without label smoothing, the
 cross entropy of validation and `attnseq eval`, so over the same pairs
 
     sum of -log P(y | x) / sum of (n + 1) = eval's SPLIT/loss
@@ -51,7 +51,7 @@ from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
 from attnseq.errors import UserError
 from attnseq.evaluation.metrics import perplexity
 from attnseq.models.loading import TrainedModel
-from attnseq.models.loss_terms import sequence_loss
+from attnseq.models.objective import sequence_loss
 from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 

@@ -45,7 +45,7 @@ from attnseq.attention.hard import set_temperature
 from attnseq.config.schema import OptimConfig, TrainConfig
 from attnseq.data.batching import Batch
 from attnseq.data.loader import TokenCounts
-from attnseq.models import hard_attention, loss_terms
+from attnseq.models import hard_attention, objective
 from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead, Seq2Seq, Seq2SeqOutput
 from attnseq.training.distributed import WorldInfo, all_reduce_sum, all_reduce_tensor
 from attnseq.training.precision import MixedPrecision
@@ -249,15 +249,15 @@ def training_loss(
         targets: (B, T) next tokens, pad_id where there is no token.
         gold_alignment: (B, T, S) the batch's gold distribution (`Batch.alignment`) or None.
     """
-    loss_sum = loss_terms.token_loss_sum(output.logits, targets, pad_id, optim.label_smoothing)
+    loss_sum = objective.token_loss_sum(output.logits, targets, pad_id, optim.label_smoothing)
     if "coverage_loss" in output.extras:  # See et al. 2017, eq. 13: + lambda * covloss_t
         weight = coverage_weight(optim, step)
-        loss_sum = loss_sum + loss_terms.coverage_term(
+        loss_sum = loss_sum + objective.coverage_term(
             output.extras["coverage_loss"], targets, pad_id, weight
         )
     attention = output.extras.get(ALIGNMENT_ATTENTION)
     if gold_alignment is not None and attention is not None:
-        term = loss_terms.alignment_term(attention, gold_alignment, optim.alignment_lambda)
+        term = objective.alignment_term(attention, gold_alignment, optim.alignment_lambda)
         loss_sum = loss_sum + term
     if hard_attention.HARD_LOG_PROB in output.extras:
         loss_sum = loss_sum + reinforce_loss(output, targets, pad_id, optim)

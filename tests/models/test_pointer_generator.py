@@ -38,7 +38,7 @@ from attnseq.errors import UserError
 from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.loss_terms import coverage_term, sequence_loss
+from attnseq.models.objective import coverage_term, sequence_loss
 from attnseq.models.pointer_generator import (
     GenerationProbability,
     PointerGeneratorRNN,

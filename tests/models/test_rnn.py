@@ -9,7 +9,7 @@ import torch
 from attnseq.config.choices import ModelFamily
 from attnseq.config.schema import ModelConfig
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.loss_terms import sequence_loss
+from attnseq.models.objective import sequence_loss
 from attnseq.models.rnn import RNNSeq2Seq
 
 PAD, BOS, EOS = 0, 2, 3

@@ -15,7 +15,7 @@ from helpers import tiny_config
 from attnseq.attention.full import fused_kernel
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models import loss_terms
+from attnseq.models import objective
 from attnseq.training import trainer as trainer_module
 from attnseq.training.precision import attention_kernels, peak_gpu_memory, use_tf32
 from attnseq.training.run import run_training
@@ -125,14 +125,14 @@ def test_when_the_numbers_are_read_changes_nothing_but_the_waits(tmp_path: Path,
 
 
 def test_skips_read_late_are_counted_as_when_read_at_once(tmp_path: Path, monkeypatch):
-    real_loss, calls = loss_terms.token_loss_sum, [0]
+    real_loss, calls = objective.token_loss_sum, [0]
 
     def loss(*args, **kwargs):
         calls[0] += 1
         value = real_loss(*args, **kwargs)
         return value * math.nan if calls[0] in (2, 3, 8) else value
 
-    monkeypatch.setattr(loss_terms, "token_loss_sum", loss)
+    monkeypatch.setattr(objective, "token_loss_sum", loss)
     runs = []
     for every in (1, 6):
         calls[0] = 0

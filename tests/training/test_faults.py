@@ -39,7 +39,7 @@ from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write, remove_stale_temporaries
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.models import loss_terms as loss_module
+from attnseq.models import objective as loss_module
 from attnseq.training.resume import find_resume_point
 from attnseq.training.run import run_training
 from attnseq.training.stopping import StopSignals, TrainingDiverged, TrainingInterrupted

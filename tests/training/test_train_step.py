@@ -13,7 +13,7 @@ from attnseq.config.schema import OptimConfig, TrainerConfig
 from attnseq.data.batching import collate
 from attnseq.data.loader import TokenCounts
 from attnseq.models import build_model
-from attnseq.models.loss_terms import sequence_loss
+from attnseq.models.objective import sequence_loss
 from attnseq.models.seq2seq import Vocabularies
 from attnseq.training.distributed import WorldInfo
 from attnseq.training.optim import (
