@@ -16,7 +16,7 @@ c_i = h_{s_i}. Picking is not differentiable; two estimators train through it:
   written y = y_hard + (y_soft - stopgrad(y_soft)), whose value is y_hard exactly.
 - reinforce (the score-function estimator, Xu et al. 2015, section 4.1, eq. 11-12): s ~ a, the
   context is h_s, and the log-probability log a_s and the entropy H(a) of the choice go to the
-  loss (attnseq/models/hard_attention.py), where the REINFORCE term with a moving-average baseline
+  loss (attnseq/models/objective.py), where the REINFORCE term with a moving-average baseline
   and an entropy bonus trains the scores.
 
 Top-k (k > 1): the weights are k-hot, 1/k on each chosen position (the context is the mean of

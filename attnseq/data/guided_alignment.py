@@ -1,7 +1,7 @@
 """The gold links of guided alignment training (Garg et al. 2019, "Jointly Learning to Align and
 Translate with Transformer Models", EMNLP): word links of the training pairs, read from a
 Pharaoh file and mapped onto the tokenizers' pieces. `collate` (batching.py) turns them into
-each batch's gold distribution; training/train_step.py compares the model's attention with it.
+each batch's gold distribution; models/objective.py compares the model's attention with it.
 
 The file. `data.alignments.train` names a Pharaoh file (read by analysis/alignment.py): one
 line per pair of the train split as attnseq loads it (after held-out valid/test pairs are taken

@@ -18,10 +18,9 @@ from attnseq.data.guided_alignment import piece_links, read_alignment_file, spli
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.objective import alignment_term
+from attnseq.models.objective import alignment_term, training_loss
 from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead
 from attnseq.training.run import run_training
-from attnseq.training.train_step import training_loss
 
 REVERSE = ("data.name=reverse", "data.train_size=60", "data.valid_size=10", "data.test_size=10")
 

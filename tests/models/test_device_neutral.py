@@ -23,7 +23,7 @@ import attnseq
 from attnseq.decoding.beam_search import beam_search
 from attnseq.decoding.greedy import greedy_decode
 from attnseq.decoding.settings import DecodingSettings
-from attnseq.training.train_step import training_loss
+from attnseq.models.objective import training_loss
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 

@@ -1,4 +1,5 @@
-"""Hard attention (attention/hard.py, models/hard_attention.py)."""
+"""Hard attention (attention/hard.py, models/hard_attention.py) and its REINFORCE term
+(models/objective.py)."""
 
 from pathlib import Path
 
@@ -8,12 +9,8 @@ import torch
 from attnseq.attention import build_attention
 from attnseq.attention.hard import HardSelector, reinforce_sample, straight_through_gumbel
 from attnseq.errors import UserError
-from attnseq.models.hard_attention import (
-    HardAttentionRNN,
-    HardAttentionTransformer,
-    reinforce_term,
-    update_baseline,
-)
+from attnseq.models.hard_attention import HardAttentionRNN, HardAttentionTransformer
+from attnseq.models.objective import reinforce_term, update_baseline
 from attnseq.models.seq2seq import Vocabularies
 
 VOCAB = Vocabularies(src_size=12, tgt_size=12, pad_id=0, bos_id=2, eos_id=3)
