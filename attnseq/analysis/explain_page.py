@@ -14,7 +14,7 @@ The embedded JSON (`page_data`), with S source pieces, T output pieces, L layers
 each weight an integer in thousandths:
 
     header:  {checkpoint, version, model: {name: value}, decoding: {name: value}}
-    forced:  true when the output was given (--tgt)
+    forced:  true when the output was given (a forced target), not decoded
     source, source_pieces: the source text and its S pieces
     methods: the method names, in the order their columns appear
     encoder: maps over (source, source), or null (RNNs, kernel self-attention)

@@ -83,9 +83,10 @@ def export(
     attnseq export best.pt --to ctranslate2 best-ct2-int8/ --quantize int8
     attnseq translate --engine ctranslate2 best-ct2/ < test.de > test.hyp.en
     """
-    from attnseq.models.ctranslate2_export import export_ctranslate2
+    from attnseq.models.ctranslate2_export import check_export_folder, export_ctranslate2
 
     with user_errors():
+        check_export_folder(checkpoint, out_dir, force, "--force")  # in this command's words
         written = export_ctranslate2(
             checkpoint, out_dir, quantize.value if quantize else None, force=force
         )

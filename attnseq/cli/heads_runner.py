@@ -88,7 +88,7 @@ def run_heads(request: HeadsRequest) -> HeadsResult:
     count = None
     if request.prune is not None:
         total = sum(site.attention.heads for site in sites)
-        count = prune_count(request.prune, total, len(sites))
+        count = prune_count(request.prune, total, len(sites), "--prune")
     batches, model = _split_batches(trained, request)
     importance = head_importance(model, batches, request.split)
     importance.extra["checkpoint"] = str(request.checkpoint)

@@ -89,7 +89,7 @@ def sweep_report(
         check_output_file(plot_path, "--plot", image_suffixes())
         report = load_report(multirun_dir, metric)
         wanted = [name.strip() for name in metrics.split(",") if name.strip()] if metrics else None
-        columns = metric_columns(report, wanted)
+        columns = metric_columns(report, wanted, "--metrics")
     if output_format == "table":
         print_report(report, metrics=columns)
     else:

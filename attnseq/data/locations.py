@@ -72,14 +72,16 @@ def overridden_keys(overrides: Collection[str] | None) -> set[str]:
 
 
 def check_checkpoint_data(
-    cfg: DataConfig, given: Collection[str], reads_dataset: bool = True
+    cfg: DataConfig, given: Collection[str], reads_dataset: bool = True, local_file: str = ""
 ) -> None:
     """Raise UserError for a data location in `cfg` (a checkpoint's data config after the
     overrides) that does not come from the user (`given`: the keys set on the command line;
     a key covers the keys under it) and leaves the user's data root.
 
     `reads_dataset`: the dataset's own splits are read (eval of a split name); False when eval
-    reads a file the user named (only `data.root` matters then).
+    reads a file the user named (only `data.root` matters then). `local_file`: how the
+    message for data from the Hub tells the user to give a local file instead (a command
+    that takes one passes its option); empty: the caller takes no file.
     """
 
     def from_user(key: str) -> bool:
@@ -97,11 +99,11 @@ def check_checkpoint_data(
     if not reads_dataset:
         return
     if cfg.source is DataSource.hub and not from_user("data.source"):
+        instead = f", or evaluate a local file with {local_file}" if local_file else ""
         raise UserError(
             f"the checkpoint's data comes from the Hugging Face Hub (data.hub_name="
             f"{cfg.hub_name!r}); a checkpoint does not choose what eval downloads: pass "
-            "data.source=hub on the command line to allow it, or evaluate a local file "
-            "with --split PATH"
+            f"data.source=hub on the command line to allow it{instead}"
         )
     if cfg.source is not DataSource.local:
         return

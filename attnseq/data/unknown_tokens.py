@@ -19,8 +19,9 @@ UNKNOWN_WARNING_RATE = 0.5
 @dataclass
 class UnknownCount:
     """The unknown tokens of one text: `unknown` of `total` token ids were the vocabulary's
-    <unk> id (`unk_id`). `text` names the text ("--tgt"), `vocabulary` the vocabulary that read
-    it ("the model's target vocabulary")."""
+    <unk> id (`unk_id`). `text` names the text as the user gave it (a command names its option,
+    the API its argument), `vocabulary` the vocabulary that read it ("the model's target
+    vocabulary")."""
 
     text: str
     vocabulary: str
@@ -45,7 +46,7 @@ class UnknownCount:
         return self.unknown / self.total if self.total else 0.0
 
     def describe(self) -> str:
-        """'94.0% of the --tgt tokens (47 of 50) are unknown to the model's target vocabulary'."""
+        """'94.0% of the tgt tokens (47 of 50) are unknown to the model's target vocabulary'."""
         return (
             f"{self.rate:.1%} of the {self.text} tokens ({self.unknown:,} of {self.total:,}) "
             f"are unknown to {self.vocabulary}"

@@ -155,10 +155,13 @@ def export_ctranslate2(
     return out_dir
 
 
-def check_export_folder(checkpoint: Path, out_dir: Path, force: bool) -> None:
+def check_export_folder(
+    checkpoint: Path, out_dir: Path, force: bool, force_name: str = "force=True"
+) -> None:
     """UserError unless `out_dir` can take an export of `checkpoint` without losing anything:
     not the checkpoint nor a folder holding it, a folder (or none yet) we can write into, and
-    either empty or an earlier export (with `force`)."""
+    either empty or an earlier export (with `force`). `force_name`: how the message asks for
+    `force` (a command passes its option)."""
     inputs = [("CHECKPOINT", checkpoint)]
     refuse_output_over_inputs(out_dir, "OUT_DIR", inputs)
     refuse_folder_holding_inputs(out_dir, "OUT_DIR", inputs)
@@ -171,7 +174,7 @@ def check_export_folder(checkpoint: Path, out_dir: Path, force: bool) -> None:
     if EXPORT_FILE in present:
         if not force:
             raise UserError(
-                f"OUT_DIR {out_dir} holds an earlier export; pass --force to replace its files"
+                f"OUT_DIR {out_dir} holds an earlier export; pass {force_name} to replace its files"
             )
     elif present:
         shown = ", ".join(sorted(present)[:3]) + (", ..." if len(present) > 3 else "")

@@ -139,9 +139,10 @@ def optional_entry(name: str) -> bool:
     return name == BUFFER or name.endswith("." + BUFFER)
 
 
-def prune_count(spec: str, total: int, sites: int) -> int:
-    """The number of heads `--prune K|FRACTION` asks for: an integer K, or a fraction in (0, 1)
-    of all `total` heads (rounded to the nearest integer).
+def prune_count(spec: str, total: int, sites: int, name: str = "prune") -> int:
+    """The number of heads a pruning `spec` "K" or "FRACTION" asks for: an integer K, or a
+    fraction in (0, 1) of all `total` heads (rounded to the nearest integer). `name`: what the
+    messages call the spec (a command passes its option).
 
     Raises:
         UserError: not a number, a fraction outside (0, 1), K >= total, or more heads than can
@@ -150,19 +151,19 @@ def prune_count(spec: str, total: int, sites: int) -> int:
     try:
         value = float(spec)
     except ValueError:
-        message = f"--prune takes a head count K or a fraction in (0, 1), got {spec!r}"
+        message = f"{name} takes a head count K or a fraction in (0, 1), got {spec!r}"
         raise UserError(message) from None
     if spec.strip().lstrip("+").isdigit():
         count = int(value)
         if count >= total:
-            raise UserError(f"--prune {count}: the model has {total} heads; K must be below that")
+            raise UserError(f"{name} {count}: the model has {total} heads; K must be below that")
     elif 0 < value < 1:
         count = round(value * total)
     else:
-        raise UserError(f"--prune fraction must be in (0, 1), got {spec}")
+        raise UserError(f"{name} fraction must be in (0, 1), got {spec}")
     if count > total - sites:
         raise UserError(
-            f"--prune {spec}: at most {total - sites} of {total} heads can be pruned "
+            f"{name} {spec}: at most {total - sites} of {total} heads can be pruned "
             f"(every one of the {sites} attention sublayers keeps at least one head)"
         )
     return count

@@ -201,7 +201,8 @@ class SweepReport:
     metric: the metric jobs are sorted by; higher_is_better: its direction
         (attnseq.config.choices.higher_is_better).
     optuna_best: the Optuna sweeper's optimization_results.yaml, when present.
-    metric_keys: every numeric metrics.json key of the finished jobs (what --metrics may name).
+    metric_keys: every numeric metrics.json key of the finished jobs (the metric columns one
+        may ask for).
     """
 
     root: Path
@@ -370,15 +371,18 @@ def report_rows(report: SweepReport) -> list[Row]:
     return sorted(rows.values(), key=rank)  # stable: equal rows stay in job order
 
 
-def metric_columns(report: SweepReport, requested: Sequence[str] | None = None) -> list[str]:
+def metric_columns(
+    report: SweepReport, requested: Sequence[str] | None = None, name: str = "metrics"
+) -> list[str]:
     """The metric columns: `requested` (each must exist), else every test/* key (every key
-    when there is none); the sort metric first."""
+    when there is none); the sort metric first. `name`: what the message for an unknown
+    column calls `requested` (a command passes its option)."""
     available = report.metric_keys
     if requested:
         unknown = [name for name in requested if available and name not in available]
         if unknown:
             raise UserError(
-                f"--metrics: {', '.join(unknown)} in no metrics.json of {report.root}. "
+                f"{name}: {', '.join(unknown)} in no metrics.json of {report.root}. "
                 f"Available: {', '.join(available)}"
             )
         chosen = list(dict.fromkeys(requested))
@@ -442,7 +446,7 @@ def render(report: SweepReport, rows: list[Row], metrics: list[str], fmt: str) -
         title = " & ".join(latex_escape(cell) for cell in header) + r" \\"
         lines = [f"\\begin{{tabular}}{{{spec}}}", r"\toprule", title, r"\midrule", *body]
         return "\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n"
-    raise UserError(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    raise UserError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
 def csv_text(report: SweepReport, rows: list[Row], metrics: list[str]) -> str:
