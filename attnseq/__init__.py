@@ -14,8 +14,9 @@ The Python API, small and stable (the "Python API" page of the documentation):
 `__getattr__`, PEP 562), so torch, Hydra and the model code load only when one is used.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+# private names: `dir(attnseq)` and `from attnseq import *` give the API alone
+import importlib as _importlib
+import typing as _typing
 
 __version__ = "0.1.0"
 
@@ -31,39 +32,32 @@ _API = {
     "UserError": "attnseq.errors",
 }
 
-__all__ = [
-    "Model",
-    "TrainResult",
-    "TranslatedHypothesis",
-    "Translation",
-    "UserError",
-    "__version__",
-    "load",
-    "plot_alignment",
-    "train",
-]
+# `from attnseq import *`: the names of the table above
+__all__ = ["__version__", *_API]
 
-if TYPE_CHECKING:
-    from attnseq.api import (
-        Model,
-        TrainResult,
-        TranslatedHypothesis,
-        Translation,
-        load,
-        plot_alignment,
-        train,
-    )
-    from attnseq.errors import UserError
+if _typing.TYPE_CHECKING:
+    # `X as X`: a re-export to type checkers and linters, which cannot read the built __all__
+    from attnseq.api import Model as Model
+    from attnseq.api import TrainResult as TrainResult
+    from attnseq.api import TranslatedHypothesis as TranslatedHypothesis
+    from attnseq.api import Translation as Translation
+    from attnseq.api import load as load
+    from attnseq.api import plot_alignment as plot_alignment
+    from attnseq.api import train as train
+    from attnseq.errors import UserError as UserError
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """Import the API name `name` from its module on first use, and keep it here."""
     if name not in _API:
         raise AttributeError(f"module 'attnseq' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_API[name]), name)
+    value = getattr(_importlib.import_module(_API[name]), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_API])
+    """The public API, `__version__` and the module's dunder names: not the private helpers,
+    nor the submodules (`attnseq.api`, ...) that importing an API name binds here."""
+    dunders = [name for name in globals() if name.startswith("__") and name.endswith("__")]
+    return sorted({*dunders, *__all__})
