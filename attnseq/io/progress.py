@@ -1,13 +1,25 @@
-"""Progress bars (rich) on stderr, and log records kept off them.
+"""Progress bars on stderr, and log records kept off them.
 
-On a terminal a bar redraws in place; elsewhere (CI, `> log`, SLURM) nothing is drawn, so logs
-are not flooded: the log lines (train.log, stdout) carry the numbers instead.
+On a terminal a bar (rich) redraws in place; elsewhere (CI, `> log`, SLURM) nothing is drawn,
+so logs are not flooded: the log lines (train.log, stdout) carry the numbers instead. A caller
+who asks for the training bar wherever stderr goes (`TrainingProgress(..., anywhere=True)`:
+`attnseq.train` in a notebook) gets tqdm's: a widget in a Jupyter kernel that has ipywidgets,
+else tqdm's text bar.
+
+tqdm.auto warns "IProgress not found. Please update jupyter and ipywidgets" when it is first
+imported in a Jupyter kernel without ipywidgets, and the libraries attnseq uses import it
+(datasets through huggingface_hub, captum for `explain`). `quiet_tqdm` imports it with that
+warning silenced, and importing this module in a kernel does so at once, so the first
+training or explanation of a notebook shows no warning: without ipywidgets the text bar is
+what tqdm.auto gives, which is all the warning would say.
 
 - `TrainingProgress`: the training bar: steps, smoothed loss, target tokens/s, learning rate,
   epoch, elapsed time and ETA (below `WIDE_CONSOLE` columns without the learning rate and the
   elapsed time, so that it fits 80 columns whole). While it is live, log records bound for a
   terminal print above it (`logging_above`) and the periodic training lines, which say what the
   bar shows, stay off the terminal (they still reach train.log and a redirected stdout).
+  The tqdm bar shows the same numbers, and log records bound for the caller's stderr or
+  stdout print above it through `tqdm.write`.
 - `counting`: a bar for a known amount of work (sentences decoded); it gives back the rate at
   the end, for the caller's "N sentences in S s (R sentences/s)" line. Inside a live training
   bar it is a second row under it.
@@ -17,9 +29,11 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -56,24 +70,48 @@ def bars_enabled() -> bool:
     return sys.stderr.isatty()
 
 
-# ----------------------------------------------------------------------- logging and bars
-class _ConsoleStream:
-    """A text stream that prints whole lines through a rich console (above a live display)."""
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (a notebook, JupyterLab, VS Code, Colab): the
+    test tqdm.auto makes, IPython's shell being the kernel's."""
+    kernel_shell = sys.modules.get("ipykernel.zmqshell")
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    if kernel_shell is None or get_ipython is None:
+        return False
+    return isinstance(get_ipython(), kernel_shell.ZMQInteractiveShell)
 
-    def __init__(self, console: Console) -> None:
-        self.console = console
+
+def quiet_tqdm() -> Any:
+    """tqdm.auto's `tqdm` class (a widget bar in a Jupyter kernel with ipywidgets, else the
+    text bar), imported without its "IProgress not found" warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from tqdm.auto import tqdm
+    return tqdm
+
+
+if in_notebook():  # before datasets or captum import tqdm.auto (and warn) on their own
+    quiet_tqdm()
+
+
+# ----------------------------------------------------------------------- logging and bars
+class _LineStream:
+    """A text stream that hands whole lines to `write_line`, which prints them above a live
+    bar (a rich console's `out`, tqdm's `write`)."""
+
+    def __init__(self, write_line: Callable[[str], None]) -> None:
+        self.write_line = write_line
         self.pending = ""
 
     def write(self, text: str) -> int:
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
         for line in lines:
-            self.console.out(line, highlight=False)
+            self.write_line(line)
         return len(text)
 
     def flush(self) -> None:
         if self.pending:
-            self.console.out(self.pending, highlight=False)
+            self.write_line(self.pending)
             self.pending = ""
 
 
@@ -81,8 +119,10 @@ def _drop_bar_lines(record: logging.LogRecord) -> bool:
     return not getattr(record, ON_BAR, False)
 
 
-def _terminal_handlers() -> list[logging.StreamHandler]:
-    """Stream handlers (not files) of the root and attnseq loggers that write to a terminal."""
+def _terminal_handlers(callers_streams: bool = False) -> list[logging.StreamHandler]:
+    """Stream handlers (not files) of the root and attnseq loggers that write to a terminal;
+    with `callers_streams`, also those writing to this process's stderr or stdout whatever
+    they are (a notebook's output)."""
     found = []
     for logger in (logging.getLogger(), logging.getLogger("attnseq")):
         for handler in logger.handlers:
@@ -92,19 +132,27 @@ def _terminal_handlers() -> list[logging.StreamHandler]:
             isatty = getattr(stream, "isatty", None)
             if getattr(stream, "closed", False):
                 continue  # a stream closed under the handler (e.g. a test runner's capture)
-            if isatty is not None and isatty() and handler not in found:
+            shown = callers_streams and stream in (sys.stderr, sys.stdout)
+            if (shown or (isatty is not None and isatty())) and handler not in found:
                 found.append(handler)
     return found
 
 
-@contextlib.contextmanager
-def logging_above(console: Console) -> Iterator[None]:
+def logging_above(console: Console) -> contextlib.AbstractContextManager[None]:
     """While a live display holds the terminal: terminal log handlers write through its console
     (so a record never lands on the bar), without the periodic lines the bar already shows."""
-    handlers = _terminal_handlers()
+    return _lines_above(_terminal_handlers(), lambda line: console.out(line, highlight=False))
+
+
+@contextlib.contextmanager
+def _lines_above(
+    handlers: list[logging.StreamHandler], write_line: Callable[[str], None]
+) -> Iterator[None]:
+    """`handlers` write their records through `write_line` (above a bar), without the
+    periodic lines the bar shows, while the block runs."""
     streams = []
     for handler in handlers:
-        streams.append(handler.setStream(_ConsoleStream(console)))  # type: ignore[arg-type]
+        streams.append(handler.setStream(_LineStream(write_line)))  # type: ignore[arg-type]
         handler.addFilter(_drop_bar_lines)
     try:
         yield
@@ -123,56 +171,85 @@ def _flexible_bar() -> BarColumn:
 
 # ----------------------------------------------------------------------- training bar
 class TrainingProgress:
-    """`with TrainingProgress(total, start, enabled) as bar: bar.advance(loss, epoch, ...)`."""
+    """`with TrainingProgress(total, start, enabled) as bar: bar.advance(loss, epoch, ...)`.
+
+    Args:
+        enabled: show a bar at all; it is drawn on a terminal (rich), and elsewhere only with
+            `anywhere`.
+        anywhere: also when stderr is no terminal (a Jupyter kernel, a file): tqdm's bar
+            (`quiet_tqdm`), log records to the caller's stderr and stdout printed above it.
+    """
 
     RATE_WINDOW = 2.0  # seconds of steps behind the tokens/s the bar shows
 
-    def __init__(self, total_steps: int, start_step: int = 0, enabled: bool = True) -> None:
-        self.enabled = enabled and bars_enabled()
+    def __init__(
+        self, total_steps: int, start_step: int = 0, enabled: bool = True, anywhere: bool = False
+    ) -> None:
+        self.enabled = enabled and (anywhere or bars_enabled())
         self.total = total_steps
         self.start = start_step
         self.progress: Progress | None = None
+        self.text_bar: Any = None  # tqdm's bar, where rich's is not drawn
         self.task = None
         self.smoothed_loss: float | None = None
-        self._above: contextlib.ExitStack | None = None
+        self._above = contextlib.ExitStack()
         self._window_start = time.perf_counter()
         self._window_tokens = 0.0
         self.tokens_per_sec: float | None = None
 
     def __enter__(self) -> "TrainingProgress":
-        if self.enabled:
-            console = stderr_console()
-            wide = console.width >= WIDE_CONSOLE
-            numbers = "loss {task.fields[loss]}  {task.fields[speed]} tok/s"
-            numbers += "  lr {task.fields[lr]}  epoch {task.fields[epoch]}" if wide else ""
-            numbers += "" if wide else "  ep {task.fields[epoch]}"
-            self.progress = Progress(
-                TextColumn("[bold]train[/]"),
-                _flexible_bar(),
-                MofNCompleteColumn(),
-                TextColumn(numbers),
-                *([TimeElapsedColumn()] if wide else []),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=console,
-                expand=True,
-                transient=False,
-                redirect_stdout=sys.stdout.isatty(),  # a redirected stdout stays where it is
-                redirect_stderr=True,
-            )
-            self.progress.start()
-            self._above = contextlib.ExitStack()
-            self._above.enter_context(logging_above(self.progress.console))
-            self.task = self.progress.add_task(
-                "train",
+        if not self.enabled:
+            return self
+        if bars_enabled():
+            self._start_rich()
+        else:
+            tqdm = quiet_tqdm()
+            self.text_bar = tqdm(
                 total=self.total,
-                completed=self.start,
-                loss="-",
-                epoch=0,
-                speed="-",
-                lr="-",
+                initial=self.start,
+                desc="train",
+                unit="step",
+                file=sys.stderr,
+                dynamic_ncols=True,
             )
+
+            def write(line: str) -> None:
+                tqdm.write(line, file=sys.stderr)  # clears the text bar, prints, redraws it
+
+            self._above.enter_context(_lines_above(_terminal_handlers(True), write))
         return self
+
+    def _start_rich(self) -> None:
+        console = stderr_console()
+        wide = console.width >= WIDE_CONSOLE
+        numbers = "loss {task.fields[loss]}  {task.fields[speed]} tok/s"
+        numbers += "  lr {task.fields[lr]}  epoch {task.fields[epoch]}" if wide else ""
+        numbers += "" if wide else "  ep {task.fields[epoch]}"
+        self.progress = Progress(
+            TextColumn("[bold]train[/]"),
+            _flexible_bar(),
+            MofNCompleteColumn(),
+            TextColumn(numbers),
+            *([TimeElapsedColumn()] if wide else []),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            expand=True,
+            transient=False,
+            redirect_stdout=sys.stdout.isatty(),  # a redirected stdout stays where it is
+            redirect_stderr=True,
+        )
+        self.progress.start()
+        self._above.enter_context(logging_above(self.progress.console))
+        self.task = self.progress.add_task(
+            "train",
+            total=self.total,
+            completed=self.start,
+            loss="-",
+            epoch=0,
+            speed="-",
+            lr="-",
+        )
 
     def advance(
         self, loss: float | None, epoch: int, tgt_tokens: float = 0.0, lr: float = 0.0
@@ -186,16 +263,21 @@ class TrainingProgress:
         if now - self._window_start >= self.RATE_WINDOW:
             self.tokens_per_sec = self._window_tokens / (now - self._window_start)
             self._window_start, self._window_tokens = now, 0.0
+        speed = "-" if self.tokens_per_sec is None else f"{self.tokens_per_sec:,.0f}"
+        shown_loss = "-" if self.smoothed_loss is None else f"{self.smoothed_loss:.3f}"
         if self.progress is not None:
-            speed = "-" if self.tokens_per_sec is None else f"{self.tokens_per_sec:,.0f}"
             self.progress.update(
                 self.task,
                 advance=1,
-                loss="-" if self.smoothed_loss is None else f"{self.smoothed_loss:.3f}",
+                loss=shown_loss,
                 epoch=epoch + 1,
                 speed=speed,
                 lr=f"{lr:.2e}",
             )
+        elif self.text_bar is not None:
+            numbers = f"loss {shown_loss}, {speed} tok/s, lr {lr:.2e}, epoch {epoch + 1}"
+            self.text_bar.set_postfix_str(numbers, refresh=False)
+            self.text_bar.update(1)
 
     def add_losses(self, losses: Sequence[float]) -> None:
         """Losses of updates read since the last call, oldest first, into the bar's loss."""
@@ -209,10 +291,11 @@ class TrainingProgress:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self._above.close()
         if self.progress is not None:
-            assert self._above is not None
-            self._above.close()
             self.progress.stop()
+        if self.text_bar is not None:
+            self.text_bar.close()
 
 
 # ----------------------------------------------------------------------- counted work
