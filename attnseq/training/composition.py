@@ -218,11 +218,14 @@ def _check_data_files(cfg: "TrainConfig") -> None:
                 raise UserError(f"cannot read data file {path}: {error.strerror}") from None
 
 
-def check_run(config: "DictConfig", lock: bool = True) -> "TrainConfig":
+def check_run(
+    config: "DictConfig", lock: bool = True, elsewhere: str = "hydra.run.dir=DIR"
+) -> "TrainConfig":
     """The checks of a single run; returns its typed config. Rank 0 then claims a fresh
     time-stamped run directory (and points `hydra.run.dir` at it), or checks the directory the
     user named and, with `lock`, locks it for the rest of the process (before Hydra writes its
-    record there; training takes the lock again, locks nest)."""
+    record there; training takes the lock again, locks nest). `elsewhere` is how the user
+    names another run directory, in the refusals (`attnseq.train`: its run_dir argument)."""
     from attnseq.training.distributed import env_world
     from attnseq.training.run_directory import acquire
 
@@ -235,7 +238,7 @@ def check_run(config: "DictConfig", lock: bool = True) -> "TrainConfig":
             _check_resume(cfg, run_dir)
         config.hydra.run.dir = str(claim_fresh(run_dir))
         return cfg
-    check_job_directory(run_dir, cfg, "hydra.run.dir=DIR")
+    check_job_directory(run_dir, cfg, elsewhere)
     if lock:
         acquire(run_dir)
     return cfg

@@ -4,7 +4,8 @@ run's best.pt along, and telling the user how to continue after a signal.
 What a checkpoint must agree on with the resumed run's config is `resume_conflicts`
 (attnseq/config/conversion.py); the `attnseq train ...` command that resumes a Hydra job is built
 by `resume_command` in attnseq/cli/hydra_entry.py (it reads Hydra's state, which library code
-does not import).
+does not import), the `attnseq.train(...)` call that resumes a run started from Python by
+attnseq/api.py; `interruption_message` puts either after what was saved.
 """
 
 import logging
@@ -52,7 +53,7 @@ def find_resume_point(cfg: TrainConfig, run_dir: Path) -> ResumePoint | None:
         if cfg.resume == "auto":
             log.warning(
                 "resume=auto: no checkpoint at %s; starting a fresh run (resume=auto continues "
-                "the run in hydra.run.dir=RUN_DIR)",
+                "the run of the run directory it is given)",
                 run_dir / "checkpoints" / "last.pt",
             )
         return None

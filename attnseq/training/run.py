@@ -5,11 +5,15 @@ schedule, trackers (TensorBoard, MLflow, W&B: trackers.py) and evaluators, hands
 `Trainer`, then evaluates the best checkpoint on the test split. What each validation adds
 to TensorBoard (heatmaps, examples) is a callback (train_log.py). Library code below it takes
 plain objects; Hydra stops at the caller (attnseq/cli/hydra_entry.py).
+
+A caller in Python (`attnseq.train`) adds what the command line has no words for: callbacks
+(callbacks.py), the bar wherever stderr goes (a notebook), and whether the summary is printed.
 """
 
 import dataclasses
 import logging
 import random
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models.loading import load_weights, model_for, use_threads
 from attnseq.models.seq2seq import Seq2Seq
+from attnseq.training.callbacks import Callbacks
 from attnseq.training.distributed import (
     WorldInfo,
     decided_on_main,
@@ -63,10 +68,22 @@ from attnseq.training.trainer import Trainer
 log = logging.getLogger("attnseq")
 
 
-def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
+def run_training(
+    cfg: TrainConfig,
+    run_dir: Path,
+    *,
+    callbacks: Sequence[Any] = (),
+    progress: bool | None = None,
+    summary: bool = True,
+) -> dict[str, float]:
     """Train (or resume: `cfg.resume`), keep the best checkpoint, evaluate it on the test
     split, write metrics.json. With `cfg.trainer.overwrite`, the outputs of a run already in
     `run_dir` are deleted once the data and the model are built (run_directory.py).
+
+    `callbacks` (callbacks.py) hear of the updates, validations and the end on rank 0, and
+    may end the run early; `progress` is the training bar (None: as `trainer.progress` says,
+    on a terminal only; True: wherever stderr goes; False: none); `summary` prints the test
+    metrics and the run's files at the end.
 
     Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group
     (distributed.py) and trains data-parallel. Rank 0 checks the resume checkpoint, prepares the
@@ -89,13 +106,22 @@ def run_training(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         with StopSignals() as stop, distributed_session(device.type) as world:
             if world.distributed and device.type == "cuda":
                 device = torch.device("cuda", world.local_rank)
-            return train(cfg, run_dir, stop, device, world)
+            heard = Callbacks(callbacks)
+            return train(cfg, run_dir, stop, device, world, heard, progress, summary)
 
 
 def train(
-    cfg: TrainConfig, run_dir: Path, stop: StopSignals, device: torch.device, world: WorldInfo
+    cfg: TrainConfig,
+    run_dir: Path,
+    stop: StopSignals,
+    device: torch.device,
+    world: WorldInfo,
+    callbacks: Callbacks | None = None,
+    progress: bool | None = None,
+    summary: bool = True,
 ) -> dict[str, float]:
     """Build the pieces, fit, test best.pt; rank 0's test metrics on every rank."""
+    callbacks = callbacks if callbacks is not None else Callbacks()
     if not world.is_main:
         log.setLevel(logging.WARNING)  # rank 0 reports; the others only their own problems
     else:
@@ -116,6 +142,7 @@ def train(
         clear_previous_run(run_dir)  # data and model are ready: the new run really starts
     writer = _writer(cfg, run_dir, point, world)
     trainer = _trainer(cfg, data, model, optimizer, schedule, writer, device, run_dir, stop, world)
+    trainer.listen(callbacks, progress)
     if point is not None:
         trainer.restore(point.payload)
         if world.is_main:
@@ -133,8 +160,10 @@ def train(
         raise
     finally:
         writer.close(succeeded)
-    if world.is_main:
-        _print_summary(cfg, run_dir, results)
+    if world.is_main:  # the model holds best.pt's weights, those the test metrics are of
+        callbacks.end(state.step, trainer.epochs_done, results, model, trainer.stop_reason)
+        if summary:
+            _print_summary(cfg, run_dir, results)
     return results
 
 

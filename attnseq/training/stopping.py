@@ -16,7 +16,11 @@ SIGINT/SIGTERM during training: finish the current step, write last.pt, exit res
 
 `StopSignals` turns the first signal inside the training loop into a request the loop honours
 at the next step boundary; `TrainingInterrupted` carries the signal out to the CLI, which exits
-with the shell's 128 + signal number (130 for Ctrl-C, 143 for SIGTERM).
+with the shell's 128 + signal number (130 for Ctrl-C, 143 for SIGTERM), or to the caller of
+`attnseq.train`, which gets it with the call that resumes the run.
+
+`TrainingInterrupted` is a `KeyboardInterrupt`: code that catches `Exception` (a notebook
+cell's retry loop, a sweep script's `try`) lets a Ctrl-C through, as Python does for its own.
 """
 
 import contextlib
@@ -35,7 +39,7 @@ from attnseq.training.distributed import is_main_process
 from attnseq.training.state import TrainingState
 
 
-class TrainingInterrupted(Exception):
+class TrainingInterrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM stopped the run.
 
     Attributes:
@@ -43,13 +47,22 @@ class TrainingInterrupted(Exception):
         graceful: True when the loop finished its step and wrote last.pt at `step`; False when
             the run stopped at once (second SIGINT, or outside the training loop).
         step: the step of the newest last.pt this process wrote (None: none yet).
+        resume: what continues the run in the caller's words (`attnseq.train` sets its call);
+            None where the caller says it itself (the command line prints its command).
     """
 
     def __init__(self, signum: int, graceful: bool, step: int | None = None) -> None:
         self.signum = signum
         self.graceful = graceful
         self.step = step
+        self.resume: str | None = None
         super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+    def tell(self, message: str, resume: str) -> None:
+        """Make `message` (what was saved and how to continue) the exception's text, and
+        `resume` the call that continues the run."""
+        self.resume = resume
+        self.args = (message,)
 
     @property
     def exit_status(self) -> int:

@@ -21,6 +21,10 @@ Reliability (what a run that dies can count on):
   `TrainingDiverged` without writing any checkpoint, so last.pt and best.pt keep the last good
   state.
 
+Callbacks (callbacks.py; `attnseq.train` passes them, the command line has none) hear of every
+update, validation and the end, on rank 0; a stop one asks for is shared with every rank in the
+all-reduce that closes each step and ends the run as its stopping rules would.
+
 The weights' moving average (`optim.ema_decay`, ema.py) follows every applied update; validation
 and the checkpoints' `model` use it, the training weights travel beside it (checkpointer.py).
 
@@ -63,6 +67,7 @@ from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.io.progress import TrainingProgress
 from attnseq.models.seq2seq import Seq2Seq
+from attnseq.training.callbacks import Callbacks
 from attnseq.training.checkpointer import Checkpointer
 from attnseq.training.distributed import WorldInfo, all_reduce_sum, broadcast_object, world
 from attnseq.training.ema import WeightEMA
@@ -94,6 +99,9 @@ class Trainer:
             (attnseq/data/extended_vocab.py), aligned with `train_examples`.
         alignments: guided alignment: the gold piece links of every training example
             (attnseq/data/guided_alignment.py), aligned with `train_examples`.
+        callbacks: the caller's callbacks (callbacks.py), called on rank 0.
+        progress: the training bar: None as `trainer.progress` says, on a terminal only; True
+            wherever stderr goes (a notebook: attnseq/io/progress.py); False none.
     """
 
     def __init__(
@@ -112,8 +120,11 @@ class Trainer:
         stop: StopSignals | None = None,
         extended_examples: list[ExtendedExample] | None = None,
         alignments: list[PieceLinks] | None = None,
+        callbacks: Callbacks | None = None,
+        progress: bool | None = None,
     ) -> None:
         self.model, self.optimizer, self.schedule, self.cfg = model, optimizer, schedule, cfg
+        self.stop_reason: str | None = None  # why `fit` stopped
         self.examples = train_examples
         self.evaluator = evaluator
         self.on_validation = on_validation
@@ -154,15 +165,27 @@ class Trainer:
         )
         # Updates whose numbers are still on the device (StepOutcome), read every `read_every`
         # updates: on the CPU reading costs nothing, so at once; on a GPU reading makes the host
-        # wait for the device, so with the training log's lines, before validating or saving.
+        # wait for the device, so with the training log's lines, before validating or saving;
+        # and at once where a callback hears of each update (`listen`).
         self._pending: list[tuple[int, StepOutcome]] = []
         self._last_applied = True  # whether the newest update read so far was applied
         self.read_every = 1 if device.type == "cpu" else cfg.trainer.log_every
+        self.listen(callbacks, progress)
         self._report = TrainLog(NullWriter(), 0, None, False)
         self._bar = TrainingProgress(0, enabled=False)
         self._resume_rng: dict[str, Any] | None = None
         self._clock_start = time.monotonic()
         self._seconds_before = 0.0
+
+    def listen(self, callbacks: Callbacks | None, progress: bool | None = None) -> None:
+        """The caller's callbacks (None: none) and bar (see the class's `progress`)."""
+        self.callbacks = callbacks if callbacks is not None else Callbacks()
+        self.progress = progress
+        # A callback that hears of each update gets its loss and the model after it at once.
+        heard = self.callbacks.wants("on_update")
+        self._hear_updates = heard and self.world.is_main
+        if heard:
+            self.read_every = 1
 
     def _sampler(self) -> TokenBatchSampler:
         data = self.cfg.data
@@ -221,8 +244,7 @@ class Trainer:
             log.info("nothing left to train: %s", stop_reason)
         signals = self.policy.signals
         graceful = signals.graceful() if signals is not None else contextlib.nullcontext()
-        show_bar = trainer_cfg.progress and self.world.is_main
-        with graceful, TrainingProgress(total_steps, state.step, show_bar) as bar:
+        with graceful, self._progress_bar(total_steps) as bar:
             self._bar = bar
             updates = self._updates()
             while stop_reason is None:
@@ -241,7 +263,15 @@ class Trainer:
             if self._sync_decisions()[0]:
                 self._interrupted()  # arrived during the final validation; last.pt is written
         self._log(logging.INFO, "training stopped after %d steps: %s", state.step, stop_reason)
+        self.stop_reason = stop_reason
         return state
+
+    def _progress_bar(self, total_steps: int) -> TrainingProgress:
+        """Rank 0's bar: as `trainer.progress` says on a terminal, or as the caller asked
+        (`progress`: True draws it wherever stderr goes, a notebook included)."""
+        shown = self.cfg.trainer.progress if self.progress is None else self.progress
+        shown = shown and self.world.is_main
+        return TrainingProgress(total_steps, self.state.step, shown, self.progress is True)
 
     def _updates(self) -> Iterator[list[tuple[Batch, TokenCounts]]]:
         """The micro-batches of each update from the current position on, epoch after epoch
@@ -298,8 +328,7 @@ class Trainer:
         if logs or state.step % self.read_every == 0:
             self._read_outcomes()
         if logs:
-            epoch = state.epoch + state.batch_in_epoch / max(len(self.sampler), 1)
-            report.report(state.step, epoch, self.schedule.lr, self._train_seconds())
+            report.report(state.step, self.epochs_done, self.schedule.lr, self._train_seconds())
         if state.step % trainer_cfg.validate_every == 0:
             self._validate()
             return True
@@ -325,13 +354,18 @@ class Trainer:
                 self.writer.add_scalar("train/loss_scale", outcome.loss_scale, step)
             else:
                 self._skipped(outcome.problem, step)
+            if self._hear_updates:  # read at every update then: `step` is the newest
+                metrics = {"train/loss": outcome.loss, "train/grad_norm": outcome.grad_norm}
+                self.callbacks.update(step, self.epochs_done, metrics, self.model)
 
     def _after_step(self, validated: bool) -> str | None:
         """After each update: agree on signals and the clock, write a due resume point, stop
         on a signal; returns why training stops (None: it goes on). A validation has written
         last.pt already."""
-        stop_requested, save_due = self._sync_decisions()
+        stop_requested, save_due, asked = self._sync_decisions()
         stop_reason = self.policy.reason(self.state)
+        if stop_reason is None and asked:
+            stop_reason = self.callbacks.stop_reason or "a callback on the main process asked"
         saved = validated
         if not validated and stop_reason is None and save_due:
             saved = self._save_last(after_a_skip=False)
@@ -352,25 +386,27 @@ class Trainer:
         self.checkpointer.save("last.pt", self.state)
         return True
 
-    def _sync_decisions(self) -> tuple[bool, bool]:
-        """(stop requested, periodic save due) after a step; updates `state.train_seconds`.
+    def _sync_decisions(self) -> tuple[bool, bool, bool]:
+        """(stop requested by a signal, periodic save due, a callback asked to stop) after a
+        step; updates `state.train_seconds`.
 
-        Data-parallel: one all-reduce makes both the same on every rank, a signal that reached
-        any rank stops them all, and rank 0's clock (the only one whose time is saved) decides
-        max_minutes and save_every_minutes.
+        Data-parallel: one all-reduce makes all three the same on every rank, a signal that
+        reached any rank stops them all, and rank 0's clock (the only one whose time is saved)
+        decides max_minutes and save_every_minutes; callbacks run on rank 0.
         """
         seconds = self._train_seconds()
         requested = self.policy.stop_requested
         save_due = self.policy.save_due(self.state, self.checkpointer.last_save)
+        asked = self.callbacks.stop_reason is not None
         if not self.world.distributed:
             self.state.train_seconds = seconds
-            return requested, save_due
+            return requested, save_due, asked
         main = self.world.is_main
-        seconds, saves, requests = all_reduce_sum(
-            [seconds if main else 0.0, float(main and save_due), float(requested)]
+        seconds, saves, requests, asks = all_reduce_sum(
+            [seconds if main else 0.0, float(main and save_due), float(requested), float(asked)]
         )
         self.state.train_seconds = seconds
-        return requests > 0, saves > 0
+        return requests > 0, saves > 0, asks > 0
 
     def _skipped(self, problem: str, step: int) -> None:
         """Count the skipped update `step`; stop the run after `max_nonfinite_steps` in a
@@ -412,6 +448,11 @@ class Trainer:
     def _train_seconds(self) -> float:
         return self._seconds_before + time.monotonic() - self._clock_start
 
+    @property
+    def epochs_done(self) -> float:
+        """Epochs done, with the share of the current one."""
+        return self.state.epoch + self.state.batch_in_epoch / max(len(self.sampler), 1)
+
     # ----------------------------------------------------------------------- validation
     def _validate(self) -> None:
         """Validate, update the early-stopping state and the plateau schedule, and write
@@ -442,6 +483,9 @@ class Trainer:
         if improved:
             self.checkpointer.save("best.pt", state)
         self.checkpointer.save("last.pt", state)
+        if self.world.is_main:  # after the checkpoints: a callback may read them
+            named = {f"valid/{name}": value for name, value in metrics.items()}
+            self.callbacks.validation(state.step, self.epochs_done, named, self.model)
 
     def _validation_metrics(self) -> dict[str, float]:
         """Rank 0: the validation metrics, logged to TensorBoard, then the callback."""

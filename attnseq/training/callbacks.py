@@ -1,0 +1,158 @@
+"""Callbacks: Python code that watches a training run from inside it and may end it early.
+
+`attnseq.train(..., callbacks=[...])` hands the training loop objects with any of three methods
+(subclass `Callback` for no-op defaults, or write a class with only the methods it needs):
+
+- `on_update(event)` after each optimizer update: `event.metrics` holds "train/loss" (per real
+  target token of the batch) and "train/grad_norm" (before clipping); both are non-finite for
+  an update that was skipped (a non-finite loss or gradient).
+- `on_validation(event)` after each validation: the validation metrics, "valid/bleu",
+  "valid/exact_match", ... as the train.log line and TensorBoard name them.
+- `on_end(event)` once the run ended normally (its stopping rule, or a callback's request) and
+  its best checkpoint was tested: the test metrics, those of `TrainResult.metrics`, with
+  `event.reason` saying why training stopped. It is not called when the run is interrupted or
+  fails.
+
+Every event also carries the update `step` (1-based, counted over resumed sessions), the
+`epoch` (epochs done, fractional) and the `model` being trained (in `on_end`: with the weights
+of best.pt, the checkpoint the test metrics are of).
+
+Stopping: `on_update` and `on_validation` ask the run to end by returning True or by setting
+`event.stop = True`. The run then ends as an early stop does: the update that asked is the
+last, the final state is validated and written (last.pt, best.pt when it improved), the best
+checkpoint is tested, metrics.json is written, `attnseq.train` returns. A resumed run does not
+remember the request: it trains on under its own budget unless its callbacks ask again.
+
+Callbacks run on the main process (rank 0 under torchrun; its request stops every rank at the
+same step). They must leave the run as they found it: the model's train/eval mode is put back
+after each call, and a callback runs outside the training's random-number stream (whatever it
+draws does not shift the dropout of later updates, so a resumed run still matches one that
+never stopped). `on_update` needs each update's loss on the host as soon as the update is
+done: on a GPU that is one host-device synchronisation per update, which runs are otherwise
+spared (trainer.py reads losses a batch of updates at a time).
+
+    class StopAtLoss(attnseq.Callback):
+        def __init__(self, target): self.target = target
+        def on_update(self, event): return event.metrics["train/loss"] < self.target
+"""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnseq.training.state import preserved_rng
+
+HOOKS = ("on_update", "on_validation", "on_end")
+
+
+@dataclass
+class TrainingEvent:
+    """What a callback method receives.
+
+    Attributes:
+        step: the update just done (on_update), the step validated (on_validation), the last
+            step (on_end).
+        epoch: epochs done, with the share of the current one (1.5: halfway through the second).
+        metrics: name -> value: "train/loss", "train/grad_norm" (on_update); "valid/NAME"
+            (on_validation); the test metrics of the best checkpoint (on_end).
+        model: the model being trained (an `attnseq.models.Seq2Seq`, a torch.nn.Module).
+        reason: on_end only: why training stopped ("max_steps reached", "early stopping", the
+            callback that asked, ...).
+        stop: set it to True (or return True) to end the run after this update or validation.
+    """
+
+    step: int
+    epoch: float
+    metrics: dict[str, float]
+    model: torch.nn.Module
+    reason: str | None = None
+    stop: bool = False
+
+
+class Callback:
+    """A base class with no-op methods: override those you need (see the module docstring).
+
+    Any object with some of the methods `on_update`, `on_validation`, `on_end` works as well;
+    `attnseq.train` checks that each callback has at least one of them.
+    """
+
+    def on_update(self, event: TrainingEvent) -> bool | None:
+        """After each optimizer update; True (or `event.stop = True`) ends the run."""
+        return None
+
+    def on_validation(self, event: TrainingEvent) -> bool | None:
+        """After each validation; True (or `event.stop = True`) ends the run."""
+        return None
+
+    def on_end(self, event: TrainingEvent) -> None:
+        """After the test evaluation of a run that ended normally."""
+        return None
+
+
+def check_callbacks(callbacks: object, name: str = "callbacks") -> list[Any]:
+    """`callbacks` as a list, each with at least one of the methods; TypeError naming the
+    argument otherwise (a lone callback included: it is one, not a list of them)."""
+    if isinstance(callbacks, str | bytes | dict) or not isinstance(callbacks, Iterable):
+        raise TypeError(
+            f"{name} must be a list of callbacks (objects with on_update, on_validation or "
+            f"on_end), not {type(callbacks).__name__}"
+        )
+    checked = list(callbacks)
+    for index, callback in enumerate(checked):
+        if isinstance(callback, type):
+            raise TypeError(
+                f"{name}[{index}] is the class {callback.__name__}: pass an instance, "
+                f"{callback.__name__}()"
+            )
+        if not any(callable(getattr(callback, hook, None)) for hook in HOOKS):
+            raise TypeError(
+                f"{name}[{index}] ({type(callback).__name__}) has none of the methods "
+                f"{', '.join(HOOKS)}"
+            )
+    return checked
+
+
+class Callbacks:
+    """The run's callbacks, called in order; each call guarded so that it leaves the model's
+    mode and the training's random-number stream as they were."""
+
+    def __init__(self, callbacks: Sequence[Any] = ()) -> None:
+        self.callbacks = list(callbacks)
+        self.stop_reason: str | None = None  # the first request to stop, in words
+
+    def wants(self, hook: str) -> bool:
+        """Whether a callback overrides `hook` (the no-op of `Callback` does not count)."""
+        for callback in self.callbacks:
+            method = getattr(type(callback), hook, None)
+            if method is not None and method is not getattr(Callback, hook):
+                return True
+            if method is None and callable(getattr(callback, hook, None)):
+                return True  # set on the instance
+        return False
+
+    def update(self, step: int, epoch: float, metrics: dict[str, float], model: Any) -> None:
+        self._call("on_update", TrainingEvent(step, epoch, metrics, model))
+
+    def validation(self, step: int, epoch: float, metrics: dict[str, float], model: Any) -> None:
+        self._call("on_validation", TrainingEvent(step, epoch, metrics, model))
+
+    def end(
+        self, step: int, epoch: float, metrics: dict[str, float], model: Any, reason: str | None
+    ) -> None:
+        self._call("on_end", TrainingEvent(step, epoch, metrics, model, reason=reason))
+
+    def _call(self, hook: str, event: TrainingEvent) -> None:
+        for callback in self.callbacks:
+            method = getattr(callback, hook, None)
+            if method is None:
+                continue
+            event.metrics = dict(event.metrics)  # a callback that edits its copy changes no other's
+            training = event.model.training
+            with preserved_rng():
+                asked = method(event)
+            event.model.train(training)
+            if (asked is True or event.stop) and self.stop_reason is None and hook != "on_end":
+                self.stop_reason = f"{type(callback).__name__}.{hook} asked to stop"
+            event.stop = False
