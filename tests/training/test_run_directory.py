@@ -124,13 +124,13 @@ def test_a_refused_resume_leaves_the_run_record_byte_identical(
     old_run: Path, tmp_path: Path
 ) -> None:
     before = tree(old_run)
-    conflicting = ["model=transformer", "model.d_model=16", "model.heads=2", "resume=auto"]
+    conflicting = ["model=rnn_luong", "resume=auto"]
     result = attnseq_in_process(
         "train", *TINY, *conflicting, f"hydra.run.dir={old_run}", cwd=tmp_path
     )
     line = refusal(result)
     assert "cannot resume from" in line
-    assert "model.family: checkpoint 'rnn', now 'transformer'" in line
+    assert "model.decoder: checkpoint 'bahdanau', now 'luong'" in line
     assert tree(old_run) == before  # .hydra/config.yaml and overrides.yaml included
 
 
