@@ -9,6 +9,7 @@ The Python API, small and stable (the "Python API" page of the documentation):
     model.score("June 5, 2001", "2001-06-05")
     model.align(["a b"], ["x y"], method="shift-att")
     run = attnseq.train(overrides=["trainer.max_steps=10"])         # run.run_dir, run.metrics
+    attnseq.train([...], callbacks=[MyCallback()])    # subclass attnseq.Callback: watch, stop
 
 `import attnseq` stays cheap: the names below are imported on first use (module
 `__getattr__`, PEP 562), so torch, Hydra and the model code load only when one is used.
@@ -29,6 +30,9 @@ _API = {
     "plot_alignment": "attnseq.api",
     "train": "attnseq.api",
     "TrainResult": "attnseq.api",
+    "Callback": "attnseq.training.callbacks",
+    "TrainingEvent": "attnseq.training.callbacks",
+    "TrainingInterrupted": "attnseq.training.stopping",
     "UserError": "attnseq.errors",
 }
 
@@ -45,6 +49,9 @@ if _typing.TYPE_CHECKING:
     from attnseq.api import plot_alignment as plot_alignment
     from attnseq.api import train as train
     from attnseq.errors import UserError as UserError
+    from attnseq.training.callbacks import Callback as Callback
+    from attnseq.training.callbacks import TrainingEvent as TrainingEvent
+    from attnseq.training.stopping import TrainingInterrupted as TrainingInterrupted
 
 
 def __getattr__(name: str) -> _typing.Any:

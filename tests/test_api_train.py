@@ -1,6 +1,14 @@
-"""`attnseq.train`: one training from Python, composed as `attnseq train` composes it."""
+"""`attnseq.train`: one training from Python, composed as `attnseq train` composes it; what
+the caller sees (bar, log lines), and the process settings it gives back."""
 
+import importlib.util
+import io
 import json
+import logging
+import random
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -10,6 +18,8 @@ import attnseq
 from attnseq.config.conversion import config_to_dict
 
 STEPS = [*TINY, "trainer.max_steps=2", "trainer.validate_every=2", "trainer.progress=false"]
+# Two updates with a training line each, the bar left to the call's `progress`
+LOGGED = [*STEPS[:-1], "trainer.log_every=1"]
 
 
 def test_a_training_returns_its_run_directory_and_metrics(
@@ -37,8 +47,10 @@ def test_the_same_overrides_compose_the_same_config_as_the_command(tmp_path: Pat
     composed = check_train_args(list(STEPS))  # what `attnseq train STEPS` composes
     saved = attnseq.load(result.checkpoint, "cpu", threads=1).cfg
     assert config_to_dict(saved) == config_to_dict(composed)
-    with pytest.raises(attnseq.UserError, match="holds"):
+    with pytest.raises(attnseq.UserError, match="holds") as refused:
         attnseq.train(overrides=STEPS, run_dir=tmp_path / "run")  # a finished run is kept
+    assert "another run_dir=DIR" in str(refused.value)  # the argument, not Hydra's override
+    assert "hydra" not in str(refused.value)
 
 
 @pytest.mark.parametrize(
@@ -135,3 +147,135 @@ def test_a_damaged_mlflow_store_is_refused_before_the_run_directory(tmp_path: Pa
     with pytest.raises(attnseq.UserError, match="is not a readable SQLite database"):
         attnseq.train([*STEPS, *tracking], run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"progress": "yes"}, "progress must be True or False, not str"),
+        ({"verbose": None}, "verbose must be True or False, not NoneType"),
+        ({"callbacks": [object()]}, r"callbacks\[0\] \(object\) has none of the methods"),
+        ({"callbacks": attnseq.Callback()}, "callbacks must be a list of callbacks"),
+    ],
+)
+def test_wrong_keyword_types_are_type_errors(keywords: dict, message: str, tmp_path: Path):
+    with pytest.raises(TypeError, match=message):
+        attnseq.train(STEPS, run_dir=tmp_path / "run", **keywords)
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------ what the caller sees
+BAR = "%|"  # tqdm's text bar ("train: 100%|█████| 2/2 ..."): stderr is no terminal here
+TRAINING_LINE = "step 1/2  epoch"  # the periodic line, which the bar shows instead
+
+
+def test_progress_draws_the_bar_with_the_validation_lines_above_it(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    result = attnseq.train(LOGGED, run_dir=tmp_path / "run", progress=True)
+    out, err = capfd.readouterr()
+    assert BAR in err and "2/2" in err and "loss" in err
+    assert "][attnseq][INFO] - step 2: valid/" in err
+    assert TRAINING_LINE not in err
+    assert TRAINING_LINE in (result.run_dir / "train.log").read_text()
+    assert "test metrics of the best checkpoint" in out
+
+
+def test_by_default_the_bar_shows_in_a_notebook_and_not_in_a_script(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attnseq.train(LOGGED, run_dir=tmp_path / "script")
+    out, err = capfd.readouterr()
+    assert BAR not in err and TRAINING_LINE in err and "step 2: valid/" in err
+    assert "test metrics of the best checkpoint" in out
+    monkeypatch.setattr("attnseq.api.in_notebook", lambda: True)
+    attnseq.train(LOGGED, run_dir=tmp_path / "notebook")
+    _, err = capfd.readouterr()
+    assert BAR in err and TRAINING_LINE not in err
+
+
+def test_verbose_false_is_silent_and_train_log_has_it_all(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    result = attnseq.train(LOGGED, run_dir=tmp_path / "run", verbose=False)
+    assert capfd.readouterr() == ("", "")
+    log = (result.run_dir / "train.log").read_text()
+    assert TRAINING_LINE in log and "step 2: valid/" in log
+
+
+def test_the_callers_own_logging_shows_each_line_once(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    shown = io.StringIO()
+    handler = logging.StreamHandler(shown)  # as logging.basicConfig(stream=...) installs
+    logging.getLogger().addHandler(handler)
+    try:
+        attnseq.train(LOGGED, run_dir=tmp_path / "run", progress=False)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert shown.getvalue().count("step 2: valid/") == 1
+    assert "step 2: valid/" not in capfd.readouterr().err
+
+
+def test_train_load_and_translate_leave_the_process_settings_as_they_were(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    threads = torch.get_num_threads()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.set_num_threads(2)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.manual_seed(123)
+        random.seed(123)
+        run = attnseq.train([*STEPS, "trainer.threads=1", "trainer.tf32=true", "seed=7"], tmp_path)
+        assert torch.get_num_threads() == 2
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+        drawn = (torch.rand(3), random.random())
+        torch.manual_seed(123)
+        random.seed(123)
+        assert torch.equal(drawn[0], torch.rand(3)) and drawn[1] == random.random()
+        for model in (
+            attnseq.load(run.checkpoint, "cpu"),
+            attnseq.load(run.run_dir, "cpu", threads=1),
+        ):
+            model.translate("June 5, 2001", beam=2)
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+# A Jupyter kernel as tqdm.auto and attnseq tell one (IPython's shell is the kernel's), in a
+# process without ipywidgets: where tqdm.auto warns "IProgress not found" when first imported.
+FAKE_KERNEL = """
+import sys, types, warnings
+shell_module = types.ModuleType("ipykernel.zmqshell")
+shell_module.ZMQInteractiveShell = type("ZMQInteractiveShell", (), {})
+sys.modules["ipykernel.zmqshell"] = shell_module
+import IPython
+shell = shell_module.ZMQInteractiveShell()
+IPython.get_ipython = lambda: shell
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    {imports}
+print([str(warning.message)[:19] for warning in caught])
+"""
+
+
+@pytest.mark.parametrize(
+    ("imports", "warned"),
+    [
+        ("import tqdm.auto", ["IProgress not found"]),  # what a notebook shows without attnseq
+        ("import attnseq.api, datasets, captum.attr", []),  # training's, explain's libraries
+    ],
+)
+def test_no_iprogress_warning_in_a_notebook_without_ipywidgets(imports: str, warned) -> None:
+    pytest.importorskip("captum")
+    if importlib.util.find_spec("ipywidgets") is not None:
+        pytest.skip("ipywidgets is installed: tqdm.auto draws widgets and never warns")
+    code = textwrap.dedent(FAKE_KERNEL).replace("{imports}", imports)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == repr(warned)

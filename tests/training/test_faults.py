@@ -2,7 +2,8 @@
 
 - A run killed with SIGKILL at any moment and resumed with resume=auto ends with the same
   weights as a run that never stopped (CPU, one thread).
-- SIGTERM/SIGINT finish the step, write last.pt and print the command that resumes the run.
+- SIGTERM/SIGINT finish the step, write last.pt and print the command that resumes the run;
+  in `attnseq.train` they raise a KeyboardInterrupt that carries the call that resumes it.
 - A kill during a checkpoint write leaves the previous checkpoint loadable.
 - Non-finite losses are skipped and counted; too many in a row stop the run (exit status 1)
   without overwriting the last good checkpoint.
@@ -27,11 +28,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import attnseq_in_process, tiny_config
+from helpers import TINY, attnseq_in_process, tiny_config
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
+import attnseq
 from attnseq.cli.app import app
 from attnseq.config import CONFIG_DIR
 from attnseq.config.conversion import config_from_dict
@@ -296,6 +298,43 @@ def test_a_second_sigint_stops_at_once() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1)
     assert caught.value.exit_status == 143
+
+
+def test_sigint_in_attnseq_train_is_a_keyboard_interrupt_with_the_call_that_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process, as above, through the Python API; then the call it names resumes the run."""
+    real_loss = loss_module.token_loss_sum
+    calls = count(1)
+
+    def loss_with_a_signal(*args, **kwargs):
+        if next(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(loss_module, "token_loss_sum", loss_with_a_signal)
+    overrides = [*TINY, "trainer.max_steps=6", "trainer.validate_every=4", "trainer.progress=false"]
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt) as caught:
+        try:
+            attnseq.train(overrides, run_dir=run, verbose=False)
+        except Exception:  # what a notebook's `except Exception` catches: not a Ctrl-C
+            pytest.fail("the interruption was caught as an Exception")
+    interruption = caught.value
+    assert isinstance(interruption, TrainingInterrupted) and interruption.step == 3
+    call = (
+        f"attnseq.train({[*overrides, 'resume=auto']!r}, run_dir={str(run.absolute())!r}, "
+        "verbose=False)"
+    )
+    assert interruption.resume == call
+    assert str(interruption).endswith(f"Resume with:\n  {call}")
+    assert f"{run.absolute() / 'checkpoints' / 'last.pt'} (step 3) is saved" in str(interruption)
+    assert "hydra" not in str(interruption) and "attnseq train" not in str(interruption)
+    monkeypatch.setattr(loss_module, "token_loss_sum", real_loss)
+    resumed = eval(interruption.resume, {"attnseq": attnseq})  # the call, as the user copies it
+    assert resumed.run_dir == run.absolute() and "test/exact_match" in resumed.metrics
+    assert "resuming from" in (run / "train.log").read_text()
+    assert checkpoint_step(run / "checkpoints" / "last.pt") == 6
 
 
 # ------------------------------------------------------------------------ interrupted writes
