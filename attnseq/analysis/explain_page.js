@@ -2,8 +2,9 @@
 // #explain-data (explain_page.py documents its fields; weights are integers in thousandths)
 // and draws: the outputs (one per beam hypothesis, selectable), the source and output pieces,
 // for the chosen output piece the source weights of every method side by side, and a
-// layer x head grid of attention maps on canvases, where hovering or focusing a cell shows its
-// token pair and weight and clicking a map enlarges it. Everything is keyboard navigable:
+// layer x head grid of attention maps on canvases (an RNN's one map titled as such), under one
+// colour scale stated once, where hovering or focusing a cell shows its token pair and weight
+// and clicking a map enlarges it. Everything is keyboard navigable:
 // Tab between groups, arrow keys inside a group, Enter to act.
 (function () {
   "use strict";
@@ -48,6 +49,28 @@
     const f = x - i;
     const c = VIRIDIS[i].map((v, k) => Math.round(v + f * (VIRIDIS[i + 1][k] - v)));
     return "rgb(" + c.join(",") + ")";
+  }
+
+  // The colour scale of every map: the ramp drawn by `colour` itself from weight 0 (left) to 1
+  // (right), with its ends' values. Every map is painted on this one scale, so a colour means
+  // the same weight in every thumbnail, tab and enlarged map.
+  const RAMP_WIDTH = 120;
+  function legend() {
+    const ramp = el("canvas", { className: "ramp", width: String(RAMP_WIDTH), height: "10", "aria-hidden": "true" });
+    const context = ramp.getContext("2d");
+    for (let x = 0; x < RAMP_WIDTH; x++) {
+      context.fillStyle = colour((x / (RAMP_WIDTH - 1)) * SCALE);
+      context.fillRect(x, 0, 1, 10);
+    }
+    return el("div", {
+      className: "legend", role: "img",
+      "aria-label": "colour scale of every map: weight " + weight(0) + " dark purple to " + weight(SCALE) + " yellow",
+    }, [
+      el("span", { text: "weight" }),
+      el("span", { className: "legend-min", text: weight(0) }), ramp,
+      el("span", { className: "legend-max", text: weight(SCALE) }),
+      el("span", { className: "legend-note", text: "one scale for every map" }),
+    ]);
   }
 
   // Arrow keys (and Home/End) move the focus inside a group of buttons; `select` runs on the
@@ -126,13 +149,19 @@
   const mapDetail = el("p", { id: "map-detail", className: "detail", "aria-live": "polite" });
   const enlarged = el("div", { id: "enlarged", className: "enlarged", hidden: "" });
   mapsSection.append(
-    el("h2", { id: "maps-title", text: "Attention maps, layer \u00d7 head" }),
+    el("h2", { id: "maps-title", text: data.one_map ? "Attention map" : "Attention maps, layer \u00d7 head" }),
     el("p", { className: "hint", text: "Hover over a map, or focus it with Tab and move with the arrow keys, to read a cell; click or press Enter to enlarge it. The chosen output piece's row is outlined." }),
-    tabs, mapDetail, gridScroll, enlarged,
+    tabs, el("div", { id: "map-legend" }, [legend()]), mapDetail, gridScroll, enlarged,
   );
   arrowKeys(tabs, () => Array.from(tabs.children), (index) => chooseKind(tabs.children[index].dataset.kind));
 
   const KIND_TITLES = { cross: "cross-attention", encoder: "encoder self-attention", decoder: "decoder self-attention" };
+
+  // A map's title: an RNN's attention is one map, not layer 1, head 1 of a grid (data.one_map).
+  function mapTitle(kind, layer, head) {
+    if (data.one_map) return KIND_TITLES[kind] + " (one map)";
+    return KIND_TITLES[kind] + ", layer " + (layer + 1) + ", head " + (head + 1);
+  }
 
   function kindMaps(kind) {
     if (kind === "encoder") return data.encoder;
@@ -273,7 +302,7 @@
 
   function describeCell(kind, maps, layer, head, r, c) {
     const value = maps.weights[layer][head][r][c];
-    const where = KIND_TITLES[kind] + ", layer " + (layer + 1) + ", head " + (head + 1) + ": ";
+    const where = mapTitle(kind, layer, head) + ": ";
     const pair = kind === "cross"
       ? "output " + quote(maps.rows[r]) + " (row " + (r + 1) + ") \u2192 source " + quote(maps.columns[c])
       : quote(maps.rows[r]) + " (row " + (r + 1) + ") \u2192 " + quote(maps.columns[c]);
@@ -284,13 +313,19 @@
     const kind = state.kind;
     const maps = kindMaps(kind);
     const size = cellSize(maps);
-    const grid = el("div", { id: "grid", className: "grid" });
-    grid.style.gridTemplateColumns = "auto repeat(" + maps.heads + ", max-content)";
-    grid.append(el("span", { className: "corner", text: maps.layers > 1 || maps.heads > 1 ? "" : "one map" }));
-    for (let h = 0; h < maps.heads; h++) grid.append(el("span", { className: "axis", text: "head " + (h + 1) }));
-    for (let l = 0; l < maps.layers; l++) {
-      grid.append(el("span", { className: "axis", text: "layer " + (l + 1) }));
-      for (let h = 0; h < maps.heads; h++) grid.append(el("div", { className: "cell" }, [thumbnail(kind, maps, l, h, size)]));
+    const grid = el("div", { id: "grid", className: data.one_map ? "grid one-map" : "grid" });
+    if (data.one_map) {
+      grid.append(el("div", { className: "cell" }, [
+        el("span", { className: "axis", text: mapTitle(kind, 0, 0) }), thumbnail(kind, maps, 0, 0, size),
+      ]));
+    } else {
+      grid.style.gridTemplateColumns = "auto repeat(" + maps.heads + ", max-content)";
+      grid.append(el("span", { className: "corner" }));
+      for (let h = 0; h < maps.heads; h++) grid.append(el("span", { className: "axis", text: "head " + (h + 1) }));
+      for (let l = 0; l < maps.layers; l++) {
+        grid.append(el("span", { className: "axis", text: "layer " + (l + 1) }));
+        for (let h = 0; h < maps.heads; h++) grid.append(el("div", { className: "cell" }, [thumbnail(kind, maps, l, h, size)]));
+      }
     }
     gridScroll.textContent = "";
     gridScroll.append(grid);
@@ -302,7 +337,7 @@
     const canvas = el("canvas", {
       width: String(maps.columns.length * size), height: String(matrix.length * size), tabindex: "0",
       role: "img", "data-layer": String(layer + 1), "data-head": String(head + 1),
-      "aria-label": KIND_TITLES[kind] + ", layer " + (layer + 1) + ", head " + (head + 1) + " (Enter enlarges)",
+      "aria-label": mapTitle(kind, layer, head) + " (Enter enlarges)",
     });
     paint(canvas, matrix, size, 0, 0, chosenRow(kind));
     const cellAt = (event) => {
@@ -396,8 +431,9 @@
     enlarged.textContent = "";
     enlarged.append(
       el("div", { className: "bar-row" }, [
-        el("h3", { text: KIND_TITLES[kind] + ", layer " + (layer + 1) + ", head " + (head + 1) }), close,
+        el("h3", { text: mapTitle(kind, layer, head) }), close,
       ]),
+      legend(),
       el("div", { className: "enlarged-scroll" }, [canvas]),
     );
     enlarged.hidden = false;

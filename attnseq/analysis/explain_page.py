@@ -17,6 +17,8 @@ each weight an integer in thousandths:
     forced:  true when the output was given (a forced target), not decoded
     source, source_pieces: the source text and its S pieces
     methods: the method names, in the order their columns appear
+    one_map: true when the model's attention is one map (an RNN's), titled as such, not as
+             layer 1, head 1 of a grid (transformers)
     encoder: maps over (source, source), or null (RNNs, kernel self-attention)
     outputs: one per hypothesis, best first:
         {text, score, log_prob, pieces (T), rows (T + 1: the pieces and </s>),
@@ -99,6 +101,7 @@ def page_data(explanation: Explanation) -> dict[str, Any]:
         "source": explanation.source,
         "source_pieces": explanation.source_pieces,
         "methods": explanation.methods,
+        "one_map": explanation.model.get("family") == "rnn",
         "encoder": _maps(explanation.encoder),
         "outputs": [_output(output) for output in explanation.outputs],
     }

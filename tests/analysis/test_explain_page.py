@@ -44,6 +44,16 @@ def transformer(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def rnn_page(tmp_path_factory) -> Path:
+    """The page of an untrained GRU with Bahdanau attention (one map) forced on SOURCE, TARGET."""
+    folder = tmp_path_factory.mktemp("rnn")
+    checkpoint = untrained_checkpoint(folder / "rnn.pt", "model.dropout=0.0")
+    path = folder / "explain.html"
+    attnseq.load(checkpoint, "cpu").explain(SOURCE, TARGET, path=path)
+    return path
+
+
+@pytest.fixture(scope="module")
 def beam_page(transformer, tmp_path_factory) -> Path:
     """The page of a 3-beam decoding of SOURCE, written by `Model.explain`."""
     path = tmp_path_factory.mktemp("html") / "explain.html"
@@ -84,6 +94,15 @@ def test_the_embedded_data_has_the_documented_shapes(beam_page, transformer) -> 
             for row in attribution["source"]:  # thousandths, rounded: a row sums to ~1000
                 assert abs(sum(row) - SCALE) <= S
                 assert all(isinstance(value, int) and value >= 0 for value in row)
+
+
+def test_only_an_rnn_page_has_one_map(beam_page, rnn_page) -> None:
+    transformer = embedded(beam_page.read_text(encoding="utf-8"))
+    assert transformer["one_map"] is False
+    rnn = embedded(rnn_page.read_text(encoding="utf-8"))
+    assert rnn["one_map"] is True and rnn["header"]["model"]["family"] == "rnn"
+    assert rnn["encoder"] is None and rnn["outputs"][0]["decoder"] is None
+    assert _shape(rnn["outputs"][0]["cross"]["weights"])[:2] == (1, 1)
 
 
 def _shape(nested: list) -> tuple[int, ...]:
@@ -309,4 +328,83 @@ def test_a_phone_width_has_no_horizontal_page_scroll(browser, shown_page, tmp_pa
     scroll = browser.execute_script("return document.documentElement.scrollWidth")
     assert scroll <= width
     _screenshot(browser, tmp_path, "explain-390")
+    assert _errors(browser) == []
+
+
+# Reads, in the page, the first thumbnail's colour at the centre of each of `cells` (row, column)
+# and every pixel of the colour scale's ramp: ([[r, g, b] per cell], [[r, g, b] per ramp x]).
+READ_COLOURS = """
+const [canvas, columns, cells] = arguments;
+const size = canvas.width / columns;
+const at = (context, x, y) => Array.from(context.getImageData(x, y, 1, 1).data.slice(0, 3));
+const thumbnail = canvas.getContext("2d");
+const ramp = document.querySelector("#map-legend .ramp");
+const scale = ramp.getContext("2d");
+return [
+  cells.map(([r, c]) => at(thumbnail, Math.floor((c + 0.5) * size), Math.floor((r + 0.5) * size))),
+  Array.from({ length: ramp.width }, (_, x) => at(scale, x, Math.floor(ramp.height / 2))),
+];
+"""
+
+
+def test_the_maps_share_one_colour_scale_that_reads_their_weights(
+    browser, beam_page, tmp_path
+) -> None:
+    """One legend above the grid, its ramp from 0.000 to 1.000: a thumbnail cell's colour, looked
+    up on the ramp, gives back the cell's weight (the decoder's self-attention has weights from
+    0 to 1: row 1 puts all of its weight on <s>, a masked cell none)."""
+    from selenium.webdriver.common.by import By
+
+    _open(browser, beam_page, 1366, 768)
+    data = embedded(beam_page.read_text(encoding="utf-8"))
+    browser.find_elements(By.CSS_SELECTOR, "#output-tokens .token")[-1].click()  # row T outlined
+    browser.find_element(By.CSS_SELECTOR, '.tab[data-kind="decoder"]').click()
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".legend")) == 1  # once, not per thumbnail
+    assert browser.find_element(By.CSS_SELECTOR, "#map-legend .legend-min").text == "0.000"
+    assert browser.find_element(By.CSS_SELECTOR, "#map-legend .legend-max").text == "1.000"
+    maps = data["outputs"][0]["decoder"]
+    weights = maps["weights"][0][0]
+    cells = [(r, c) for r in range(min(5, len(weights) - 1)) for c in range(min(5, len(weights)))]
+    canvas = browser.find_element(By.CSS_SELECTOR, '#grid canvas[data-layer="1"][data-head="1"]')
+    shown, ramp = browser.execute_script(READ_COLOURS, canvas, len(maps["columns"]), cells)
+    values = {weights[r][c] for r, c in cells}
+    assert min(values) == 0 and max(values) == SCALE  # the whole scale is read
+    for (r, c), colour in zip(cells, shown, strict=True):
+        x = _nearest(ramp, colour)
+        assert abs(x / (len(ramp) - 1) - weights[r][c] / SCALE) <= 0.02, (r, c, colour, ramp[x])
+    canvas.click()  # the enlarged map states the same scale
+    enlarged = browser.find_element(By.CSS_SELECTOR, "#enlarged .legend")
+    assert enlarged.find_element(By.CLASS_NAME, "legend-max").text == "1.000"
+    _screenshot(browser, tmp_path, "explain-scale")
+    assert _errors(browser) == []
+
+
+def _nearest(ramp: list[list[int]], colour: list[int]) -> int:
+    """The x of the ramp's pixel nearest to `colour` (squared RGB distance)."""
+    return min(
+        range(len(ramp)),
+        key=lambda x: sum((a - b) ** 2 for a, b in zip(ramp[x], colour, strict=True)),
+    )
+
+
+def test_an_rnn_map_is_titled_as_one_map_not_as_layer_and_head(browser, rnn_page, tmp_path) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    _open(browser, rnn_page, 1366, 768)
+    assert browser.find_element(By.ID, "maps-title").text == "Attention map"
+    grid = browser.find_element(By.ID, "grid")
+    assert grid.text == "cross-attention (one map)"
+    canvas = grid.find_element(By.TAG_NAME, "canvas")
+    assert canvas.get_attribute("aria-label") == "cross-attention (one map) (Enter enlarges)"
+    ActionChains(browser).move_to_element_with_offset(canvas, 0, 0).perform()
+    detail = browser.find_element(By.ID, "map-detail").text
+    assert detail.startswith("cross-attention (one map): output ")
+    assert "layer" not in detail and "head" not in detail
+    canvas.send_keys(Keys.ENTER)
+    title = browser.find_element(By.CSS_SELECTOR, "#enlarged h3").text
+    assert title == "cross-attention (one map)"
+    assert browser.find_element(By.CSS_SELECTOR, "#map-legend .legend-min").text == "0.000"
+    _screenshot(browser, tmp_path, "explain-rnn")
     assert _errors(browser) == []
