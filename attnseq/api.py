@@ -7,7 +7,7 @@ writes the page of `Model.explain`.
 
     import attnseq
     model = attnseq.load("outputs/DATE/TIME")          # a run directory: its checkpoints/best.pt
-    result = model.translate("June 5, 2001", beam=5, n_best=2, attention=True)
+    result = model.translate("June 5, 2001", beam=5, nbest=2, attention=True)
     result.text, result.hypotheses[0].score, result.hypotheses[0].attention.shape
     attnseq.plot_alignment(result.hypotheses[0])       # a matplotlib Figure, inline in Jupyter
     model.score("June 5, 2001", "2001-06-05").log_prob
@@ -34,7 +34,9 @@ for good.
 Arguments. Every function checks its arguments before any work, as the command line checks its
 options (attnseq/evaluation/arguments.py): a wrong type raises TypeError naming the argument and
 what it takes; a bad value raises `attnseq.UserError` in Python's words (`beam=0: must be >= 1`);
-sizes (beam, n_best, samples, batch_size, the text's length) go through the memory estimate
+the decoding settings are the fields of the checkpoint's `DecodingConfig` by name, checked
+against the types and bounds the schema declares for them; sizes (beam, nbest, samples,
+batch_size, the text's length) go through the memory estimate
 (attnseq/evaluation/request_sizes.py) against the memory of the model's device, so
 `translate(..., beam=10**9)` is one UserError instead of a process the kernel ends.
 
@@ -67,12 +69,12 @@ import dataclasses
 import logging
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 import torch
 from torch import Tensor
@@ -92,12 +94,11 @@ from attnseq.analysis.explain_page import explanation_html, write_page
 from attnseq.analysis.explanation import available_methods, explain
 from attnseq.analysis.figures import Style, style_from_options
 from attnseq.config.devices import resolve_device
-from attnseq.config.schema import TrainConfig
+from attnseq.config.schema import DecodingConfig, TrainConfig
 from attnseq.config.threads import check_threads
 from attnseq.data.extended_vocab import extended_pieces
 from attnseq.data.tokenizers import TokenizerPair
-from attnseq.decoding import DecodingSettings, Hypothesis, SamplingSettings
-from attnseq.decoding.settings import MIN_TEMPERATURE
+from attnseq.decoding import Hypothesis
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation import arguments
@@ -182,63 +183,30 @@ class Translation:
         return self.hypotheses[0].text if self.hypotheses else ""
 
 
-# The checks of each sampling setting and each other decoding setting `translate` takes, in
-# Python's words: the bounds DecodingSettings.check and SamplingSettings.problems state.
-_SAMPLING_CHECKS: dict[str, Callable[[object, str], object]] = {
-    "temperature": lambda value, name: arguments.number(value, name, low=MIN_TEMPERATURE),
-    "top_k": lambda value, name: arguments.integer(value, name, low=0),
-    "top_p": lambda value, name: arguments.number(value, name, above=0.0, high=1.0),
-    "num_samples": lambda value, name: arguments.integer(value, name, low=1),
-    "seed": lambda value, name: arguments.integer(value, name, low=0, high=2**64 - 1),
-}
-_DECODING_CHECKS: dict[str, Callable[[object, str], object]] = {
-    "length_penalty": lambda value, name: arguments.number(value, name, low=0.0),
-    "coverage_penalty": lambda value, name: arguments.number(value, name, low=0.0),
-    "max_output_ratio": lambda value, name: arguments.number(value, name, low=0.0),
-    "max_output_extra": lambda value, name: arguments.integer(value, name, low=0),
-    "min_length": lambda value, name: arguments.integer(value, name, low=0),
-    "no_repeat_ngram": lambda value, name: arguments.integer(value, name, low=0),
-}
+# The decoding settings `translate` and `settings` take: the fields of DecodingConfig by name,
+# each checked against its field's type and the bounds the schema declares (schema.py).
+DECODING_SETTINGS = {spec.name: spec for spec in dataclasses.fields(DecodingConfig)}
+_DECODING_TYPES = get_type_hints(DecodingConfig)
 # The longest output a decoding may be allowed (max_output_ratio x source + max_output_extra):
 # far beyond any sentence or summary, and short enough that a search that never ends its
 # outputs stops within minutes rather than days.
 MAX_OUTPUT_TOKENS = 100_000
 
 
-def sampling_settings(
-    sample: bool | SamplingSettings | Mapping[str, Any] | None,
-) -> SamplingSettings | None:
-    """`sample` as `SamplingSettings` (True: plain sampling at temperature 1; a mapping: its
-    fields, e.g. {"top_p": 0.9, "num_samples": 3, "seed": 1}), or None for a search.
-
-    Raises:
-        TypeError: `sample` is of another type, a mapping names a field SamplingSettings lacks,
-            or a field's value is not a number of the field's kind.
-        UserError: a value out of range (temperature >= MIN_TEMPERATURE, top_k >= 0, top_p in
-            (0, 1], num_samples >= 1, seed in 0..2**64 - 1).
-    """
-    if sample is None or sample is False:
+def decoding_setting(name: str, value: object) -> object:
+    """`value` checked as the decoding setting `name` (a field of DecodingConfig; None keeps
+    the model's setting): TypeError unless it is of the field's type, UserError outside the
+    bounds the field declares (e.g. temperature >= 1e-06, top_p in (0, 1])."""
+    if value is None:
         return None
-    if sample is True:
-        return SamplingSettings()
-    if isinstance(sample, SamplingSettings):
-        given: Mapping[Any, Any] = dataclasses.asdict(sample)
-    elif isinstance(sample, Mapping):
-        given = sample
-    else:
-        raise TypeError(
-            "sample must be True, False, None, a dict of sampling settings (e.g. "
-            f"{{'top_p': 0.9, 'num_samples': 3}}) or SamplingSettings; not {type(sample).__name__}"
-        )
-    for key in given:
-        if not isinstance(key, str) or key not in _SAMPLING_CHECKS:
-            raise TypeError(
-                f"sample: unknown sampling setting {key!r}; the settings are "
-                f"{', '.join(_SAMPLING_CHECKS)}"
-            )
-    for key, value in given.items():
-        _SAMPLING_CHECKS[key](value, f"sample[{key!r}]")
-    return SamplingSettings(**given)
+    kind, bounds = _DECODING_TYPES[name], DECODING_SETTINGS[name].metadata
+    if kind is bool:
+        return arguments.flag(value, name)
+    if kind is int:
+        low, high = bounds.get("ge"), bounds.get("le")
+        return arguments.integer(value, name, low=low, high=high, optional=True)
+    low, above, high = bounds.get("ge"), bounds.get("gt"), bounds.get("le")
+    return arguments.number(value, name, low=low, above=above, high=high, optional=True)
 
 
 class Model:
@@ -301,42 +269,26 @@ class Model:
         self._single("score")
         return Scorer.from_trained(self.trained, self.device)
 
-    def settings(
-        self,
-        beam: int | None = None,
-        sample: bool | SamplingSettings | Mapping[str, Any] | None = None,
-        n_best: int = 1,
-        **changes: Any,
-    ) -> DecodingSettings:
-        """The checkpoint's decoding settings with `beam`, `n_best` and any other setting of
-        `DecodingSettings` changed (length_penalty, coverage_penalty >= 0; min_length,
-        no_repeat_ngram, max_output_extra >= 0 ints; max_output_ratio >= 0); with `sample`,
-        drawn at random instead (not with beam > 1 or n_best > 1: use num_samples).
+    def settings(self, **changes: Any) -> DecodingConfig:
+        """The checkpoint's decoding settings (its decoding.*) with `changes`: any setting of
+        `DecodingConfig` by its name (beam, nbest, length_penalty, max_output_ratio,
+        max_output_extra, min_length, no_repeat_ngram, coverage_penalty; sample=True with
+        temperature, top_k, top_p, num_samples, seed), None keeping the checkpoint's. With
+        sample=True the outputs are drawn at random (beam and nbest stay 1: use num_samples).
 
         Raises:
-            TypeError: an argument of the wrong type, or a setting `DecodingSettings` lacks.
-            UserError: a value out of range, n_best above the beam, sample with a beam, or an
-                output limit beyond `MAX_OUTPUT_TOKENS` or the model's positions.
+            TypeError: a setting `DecodingConfig` lacks, or a value of the wrong type.
+            UserError: a value outside its bounds, nbest above the beam, sample with a beam,
+                a sampling setting without sample=True, or an output limit beyond
+                `MAX_OUTPUT_TOKENS` or the model's positions.
         """
-        beam = arguments.integer(beam, "beam", low=1, optional=True)
-        n_best = arguments.integer(n_best, "n_best", low=1)  # type: ignore[assignment]
-        sampling = sampling_settings(sample)
-        arguments.keywords(changes, _DECODING_CHECKS, "the other decoding settings")
-        for key, value in changes.items():
-            _DECODING_CHECKS[key](value, key)
-        if sampling is not None and (beam not in (None, 1) or n_best != 1):
-            raise UserError("sample draws outputs at random: leave out beam and n_best")
-        searched = self.cfg.trainer.beam if beam is None else beam
-        if sampling is None and n_best > searched:
-            raise UserError(
-                f"n_best={n_best} is more than beam={searched}: a beam search keeps beam "
-                "outputs; raise beam or lower n_best"
-            )
-        settings = self.translator.settings(beam=beam, nbest=n_best, **changes)
-        self._check_output_limit(settings)
-        return settings.with_sampling(sampling)
+        arguments.keywords(changes, DECODING_SETTINGS, "the decoding settings")
+        checked = {name: decoding_setting(name, value) for name, value in changes.items()}
+        given = {name: value for name, value in checked.items() if value is not None}
+        self._check_output_limit(dataclasses.replace(self.cfg.decoding, **given))
+        return self.translator.settings(**checked)
 
-    def _check_output_limit(self, settings: DecodingSettings) -> None:
+    def _check_output_limit(self, settings: DecodingConfig) -> None:
         """UserError when outputs of the longest source the model reads could run past
         `MAX_OUTPUT_TOKENS`, or past the positions of a model with learned ones."""
         longest, ratio = self.cfg.data.max_src_len, settings.max_output_ratio
@@ -363,21 +315,18 @@ class Model:
         self,
         lines: str | Iterable[str],
         *,
-        beam: int | None = None,
-        sample: bool | SamplingSettings | Mapping[str, Any] | None = None,
-        n_best: int = 1,
         attention: bool = False,
         batch_size: int = 64,
         **changes: Any,
     ) -> Translation | list[Translation]:
-        """Translate (or summarize) `lines`: beam search of size `beam` (default: the
-        checkpoint's trainer.beam), or sampling (`sample`); `n_best` outputs per line (or
-        `sample`'s num_samples), best first; `attention=True` keeps each output's
-        cross-attention (module docstring: shapes). `changes`: other decoding settings, e.g.
-        length_penalty=0.6 (`settings`). TypeError for an argument of the wrong type; UserError
-        for invalid settings or a request larger than the device's memory."""
+        """Translate (or summarize) `lines` with the checkpoint's decoding settings (its
+        decoding.*) and `changes` of them by name (`settings`): e.g. beam=5, nbest=2,
+        length_penalty=0.6, or sample=True with top_p=0.9, num_samples=3; nbest outputs per
+        line (or num_samples), best first. `attention=True` keeps each output's
+        cross-attention (module docstring: shapes). TypeError for an argument of the wrong
+        type; UserError for invalid settings or a request larger than the device's memory."""
         texts, single = arguments.texts(lines, "lines")
-        settings = self.settings(beam, sample, n_best, **changes)
+        settings = self.settings(**changes)
         arguments.flag(attention, "attention")
         batch_size = arguments.integer(batch_size, "batch_size", low=1)  # type: ignore[assignment]
         self.sizes.decoding(texts, settings, batch_size, attention)
@@ -513,7 +462,7 @@ class Model:
     ) -> str:
         """The self-contained HTML page of `attnseq explain` (analysis/explain_page.py) for
         `src`: every hypothesis of a beam search of size `beam` (default: the checkpoint's
-        trainer.beam), or the forced target `tgt`; for each output piece the source weights
+        decoding.beam), or the forced target `tgt`; for each output piece the source weights
         of every method in `methods` (default: all the model has), and every attention map.
         `layer`/`head` (from 1) pick the map of the attention-based methods. Returns the page
         and, with `path`, also writes it there (atomically). Everything is checked before the
@@ -535,9 +484,9 @@ class Model:
         self._check_explanation(chosen, layer, head)
         if target is not None:
             check_output_file(target, "path", ["html", "htm"])
-        beam = self.cfg.trainer.beam if beam is None else beam
+        beam = self.cfg.decoding.beam if beam is None else beam
         count = len(available_methods(self.trained) if chosen is None else chosen)
-        self.sizes.explanation(src, tgt, self.settings(beam, n_best=beam), count)
+        self.sizes.explanation(src, tgt, self.settings(beam=beam, nbest=beam), count)
         with threads_set(self.threads):
             explanation = explain(
                 self.trained, src, tgt, checkpoint=str(self.path), beam=beam, methods=chosen,
@@ -597,7 +546,7 @@ def load(
         path: a checkpoint file, or a run directory (its checkpoints/best.pt).
         device: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:N or mps, or a
             torch.device.
-        overrides: key=value changes of the checkpoint's config, e.g. ["trainer.beam=3"].
+        overrides: key=value changes of the checkpoint's config, e.g. ["decoding.beam=3"].
         ensemble: more checkpoints that translate with the first as an ensemble.
         threads: torch's CPU threads for the model's computations, set around each call and
             restored after it: a number (1..4 x the CPUs), "auto" (the cores no other process

@@ -323,7 +323,7 @@ def benchmark_decoding(
     `score`: also the test BLEU (sacreBLEU, detokenized output against the raw references) of
     each setting's output, for a trained model: speed is only worth reporting with quality."""
     from attnseq.data.batching import collate
-    from attnseq.decoding import DecodingSettings, decode
+    from attnseq.decoding import DecodingConfig, decode
     from attnseq.evaluation.metrics import bleu
 
     count = len(data.examples["test"][:sentences])
@@ -333,11 +333,11 @@ def benchmark_decoding(
     model.eval()
     rows = []
     for search, beam in (("greedy", 1), ("beam5", 5)):
-        settings = DecodingSettings(
+        settings = DecodingConfig(
             beam=beam,
-            length_penalty=cfg.trainer.length_penalty,
-            max_output_ratio=cfg.trainer.max_output_ratio,
-            max_output_extra=cfg.trainer.max_output_extra,
+            length_penalty=cfg.decoding.length_penalty,
+            max_output_ratio=cfg.decoding.max_output_ratio,
+            max_output_extra=cfg.decoding.max_output_extra,
         )
         for batch_size in (64, 1):
             groups = [examples[i : i + batch_size] for i in range(0, len(examples), batch_size)]

@@ -36,14 +36,14 @@ from typing import Any
 import torch
 
 from attnseq.data.sources import load_splits
-from attnseq.decoding import DecodingSettings
+from attnseq.decoding import DecodingConfig
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation.metrics import bleu
 
 
 def time_engine(
-    engine: Any, sources: list[str], settings: DecodingSettings, batch_size: int
+    engine: Any, sources: list[str], settings: DecodingConfig, batch_size: int
 ) -> tuple[list[str], dict[str, Any]]:
     """Outputs and speed of decoding `sources` once with `engine` (after a short warm-up)."""
     list(engine.translate(sources[: min(4, len(sources))], settings, batch_size))  # warm-up

@@ -58,7 +58,7 @@ from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
 from attnseq.data.sources import load_splits
 from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
-from attnseq.decoding import DecodingSettings
+from attnseq.decoding import DecodingConfig
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write_text
@@ -120,7 +120,7 @@ def checkpoint_translator(
 
 
 def time_setting(
-    translator: Translator, sources: list[str], settings: DecodingSettings, batch_size: int
+    translator: Translator, sources: list[str], settings: DecodingConfig, batch_size: int
 ) -> dict[str, Any]:
     """Sentences/s and output tokens/s for decoding `sources` once (after a warm-up)."""
     list(translator.translate(sources[: min(4, len(sources))], settings, batch_size))  # warm-up
@@ -182,7 +182,7 @@ def time_models(
         for setting in args.thread_settings.split(","):
             threads = thread_count(setting)
             for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
-                settings = DecodingSettings(**{**vars(base), "beam": beam})
+                settings = DecodingConfig(**{**vars(base), "beam": beam})
                 for batch_size in [int(size) for size in args.batch_sizes.split(",")]:
                     row = {
                         "model": label,

@@ -35,8 +35,8 @@ parameters.
         --kinds linformer,linear,performer,bigbird -- (the same overrides)
     # a smoke test: a few steps on 500 dialogues, short decodes (minutes)
     python studies/compare_attention_kinds.py --out /tmp/kinds -- trainer.max_steps=20 \\
-        data.max_examples=500 trainer.validate_every=20 trainer.max_output_ratio=0.05 \\
-        trainer.max_output_extra=5
+        data.max_examples=500 trainer.validate_every=20 decoding.max_output_ratio=0.05 \\
+        decoding.max_output_extra=5
 """
 
 import argparse

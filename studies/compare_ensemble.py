@@ -43,7 +43,7 @@ def compare(
                 paths[0],
                 split,
                 out_dir=out,
-                overrides=[f"trainer.beam={beam}"],
+                overrides=[f"decoding.beam={beam}"],
                 device_name=device,
                 ensemble=paths[1:],
             )

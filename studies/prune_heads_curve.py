@@ -15,7 +15,7 @@ Importance is measured once on --importance-split (valid) with the unpruned mode
 al. do; every pruning level masks the lowest-ranked heads (every attention sublayer keeps at
 least one head, attnseq/models/head_mask.py) and decodes --eval-split (test) with the
 checkpoint's decoding settings (`key=value` overrides after the options change them, e.g.
-trainer.beam=5). Random rankings: one row per --random-seeds seed; the table shows their mean
+decoding.beam=5). Random rankings: one row per --random-seeds seed; the table shows their mean
 and range.
 
 Time per sentence: `masked` decodes with the head mask (masked heads are still computed, so

@@ -85,8 +85,8 @@ TINY_SUMMARIZER = [
     "model.emb_dim=16",
     "model.hidden=16",
     "model.attention.attn_dim=16",
-    "trainer.beam=1",
-    "trainer.max_output_extra=2",
+    "decoding.beam=1",
+    "decoding.max_output_extra=2",
     "trainer.threads=1",
 ]
 
@@ -333,8 +333,8 @@ SHORT_POSITIONS = (
     "model.max_positions=10",
     "data.max_src_len=9",
     "data.max_tgt_len=9",
-    "trainer.max_output_ratio=0",
-    "trainer.max_output_extra=9",
+    "decoding.max_output_ratio=0",
+    "decoding.max_output_extra=9",
 )
 DATE_PAIRS = [("4 May 2001", "2001-05-04"), ("June 5, 2001", "2001-06-05")]
 

@@ -1,6 +1,7 @@
 """The Python API (`attnseq.load`, `Model`, `plot_alignment`): the same results as the library
 code the commands run, the documented attention shapes, and a cheap `import attnseq`."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -58,18 +59,23 @@ def test_translate_gives_what_the_command_writes(checkpoints: dict[str, Path]) -
     assert isinstance(single, Translation) and single.text == expected[0]
 
 
-def test_n_best_scores_and_sampling(checkpoints: dict[str, Path]) -> None:
+def test_nbest_scores_and_sampling(checkpoints: dict[str, Path]) -> None:
     model = attnseq.load(checkpoints["rnn"], "cpu", threads=1)
-    hypotheses = model.translate(SOURCES[0], beam=4, n_best=3).hypotheses
+    hypotheses = model.translate(SOURCES[0], beam=4, nbest=3).hypotheses
     assert len(hypotheses) == 3
     assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
-    samples = model.translate(SOURCES[0], sample={"num_samples": 4, "seed": 3}).hypotheses
-    again = model.translate(SOURCES[0], sample={"num_samples": 4, "seed": 3}).hypotheses
+    samples = model.translate(SOURCES[0], sample=True, num_samples=4, seed=3).hypotheses
+    again = model.translate(SOURCES[0], sample=True, num_samples=4, seed=3).hypotheses
     assert len(samples) == 4 and [s.text for s in samples] == [s.text for s in again]
-    with pytest.raises(attnseq.UserError, match="leave out beam"):
+    assert model.settings(sample=True, top_k=2) == dataclasses.replace(
+        model.cfg.decoding, sample=True, top_k=2, beam=1, nbest=1
+    )
+    with pytest.raises(attnseq.UserError, match="sample draws the outputs and beam 3 searches"):
         model.translate(SOURCES[0], beam=3, sample=True)
-    with pytest.raises(attnseq.UserError, match="n_best=3 is more than beam=2"):
-        model.translate(SOURCES[0], beam=2, n_best=3)
+    with pytest.raises(attnseq.UserError, match="nbest=3 is more than beam=2"):
+        model.translate(SOURCES[0], beam=2, nbest=3)
+    with pytest.raises(attnseq.UserError, match="^temperature: sampling options, they go with"):
+        model.translate(SOURCES[0], temperature=0.5)
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])

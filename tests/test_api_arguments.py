@@ -47,11 +47,10 @@ def no_work(monkeypatch: pytest.MonkeyPatch, model: Model) -> None:
     "call",
     [
         lambda model: model.translate(SOURCE, beam=10**9),
-        lambda model: model.translate(SOURCE, sample={"num_samples": 10**9}),
+        lambda model: model.translate(SOURCE, sample=True, num_samples=10**9),
         lambda model: model.explain(SOURCE, beam=10**6),
-        lambda model: model.translate(SOURCE, beam=10**30),
     ],
-    ids=["beam", "samples", "explain-beam", "beam-beyond-int64"],
+    ids=["beam", "samples", "explain-beam"],
 )
 def test_absurd_sizes_are_refused_by_the_memory_estimate_before_any_work(
     call: Callable[[Model], Any], models: dict[str, Model], monkeypatch: pytest.MonkeyPatch
@@ -66,7 +65,7 @@ def test_sizes_are_measured_against_the_memory_there_is(
     models: dict[str, Model], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = models["rnn"]
-    assert model.translate(SOURCE, beam=4, n_best=2).hypotheses  # fits
+    assert model.translate(SOURCE, beam=4, nbest=2).hypotheses  # fits
     # 4 KiB free: room for the text of a few short lines, not for the model's states over them
     monkeypatch.setattr(resources, "available_ram", lambda: 4096)
     with pytest.raises(attnseq.UserError, match="beam=4 and batch_size=64 needs at least"):
@@ -89,11 +88,17 @@ TYPE_CASES: list[tuple[str, Callable[[Model], Any], str]] = [
     ("list with None", lambda m: m.translate(["a", None]), r"lines\[1\] must be a str"),
     ("beam=2.5", lambda m: m.translate("a", beam=2.5), "beam must be an int or None, not float"),
     ("beam=True", lambda m: m.translate("a", beam=True), "beam must be an int or None, not bool"),
-    ("n_best='2'", lambda m: m.translate("a", n_best="2"), "n_best must be an int, not str"),
+    ("nbest='2'", lambda m: m.translate("a", nbest="2"), "nbest must be an int or None, not str"),
+    ("top_k=1.0", lambda m: m.translate("a", sample=True, top_k=1.0), "top_k must be an int or"),
     ("attention=1", lambda m: m.translate("a", attention=1), "attention must be True or False"),
-    ("sample=3", lambda m: m.translate("a", sample=3), "sample must be True, False, None"),
-    ("sample key", lambda m: m.translate("a", sample={"topp": 0.9}), "unknown sampling setting"),
+    ("sample=3", lambda m: m.translate("a", sample=3), "sample must be True or False, not int"),
+    ("sample={}", lambda m: m.translate("a", sample={"top_p": 0.9}), "sample must be True or"),
     ("unknown kw", lambda m: m.translate("a", beam_size=3), "unexpected keyword argument"),
+    (
+        "n_best",
+        lambda m: m.translate("a", n_best=2),
+        "'n_best'; the decoding settings are beam, nb",
+    ),
     ("score mix", lambda m: m.score("a", ["b"]), "src and tgt must both be a str"),
     ("max_tokens", lambda m: m.score("a", "b", max_tokens=1.0), "max_tokens must be an int"),
     ("align method", lambda m: m.align("a b", "c d", method=None), "method must be a str"),
@@ -124,7 +129,7 @@ def test_wrong_types_of_load_plot_alignment_and_train(checkpoints: dict[str, Pat
     with pytest.raises(TypeError, match="path must be a str or path"):
         attnseq.load(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="overrides must be a list of str"):
-        attnseq.load(checkpoints["rnn"], "cpu", overrides="trainer.beam=3")  # type: ignore[arg-type]
+        attnseq.load(checkpoints["rnn"], "cpu", overrides="decoding.beam=3")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="device must be a str or torch.device, not int"):
         attnseq.load(checkpoints["rnn"], 0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="attention must be an AttentionMap"):
@@ -138,12 +143,15 @@ VALUE_CASES: list[tuple[str, Callable[[Model], Any], str]] = [
     ("length_penalty=nan", lambda m: m.translate("a", length_penalty=math.nan), "finite"),
     ("length_penalty=inf", lambda m: m.translate("a", length_penalty=math.inf), "finite"),
     ("beam=0", lambda m: m.translate("a", beam=0), "^beam=0: must be >= 1$"),
-    ("n_best above beam", lambda m: m.translate("a", beam=2, n_best=3), "n_best=3 is more"),
-    ("temperature=0", lambda m: m.translate("a", sample={"temperature": 0}), "must be >= 1e-06"),
+    ("nbest above beam", lambda m: m.translate("a", beam=2, nbest=3), "nbest=3 is more"),
+    ("temperature=0", lambda m: m.translate("a", sample=True, temperature=0), "must be >= 1e-06"),
     ("ratio=1e300", lambda m: m.translate("a", max_output_ratio=1e300), r"reach \S+e\+30\d pieces"),
-    ("top_p=2", lambda m: m.translate("a", sample={"top_p": 2.0}), "must be <= 1"),
-    ("seed=2**64", lambda m: m.translate("a", sample={"seed": 2**64}), "must be <= 18446"),
-    ("sample and beam", lambda m: m.translate("a", sample=True, beam=3), "leave out beam"),
+    ("top_p=2", lambda m: m.translate("a", sample=True, top_p=2.0), "must be <= 1"),
+    ("seed=2**64", lambda m: m.translate("a", sample=True, seed=2**64), "must be <= 18446"),
+    ("sample and beam", lambda m: m.translate("a", sample=True, beam=3), "and beam 3 searches"),
+    ("temperature alone", lambda m: m.translate("a", temperature=0.5), "go with sample"),
+    ("length_penalty=11", lambda m: m.translate("a", length_penalty=11), "must be <= 10"),
+    ("beam=10**30", lambda m: m.translate("a", beam=10**30), "beam must fit in a 64-bit integer"),
     ("batch_size=0", lambda m: m.translate("a", batch_size=0), "batch_size=0: must be >= 1"),
     ("score('', '')", lambda m: m.score("", ""), "src is empty"),
     ("max_tokens=0", lambda m: m.score("a", "b", max_tokens=0), "max_tokens=0: must be >= 1"),
@@ -222,12 +230,12 @@ ANY = (
 )
 LINES = TEXTS | st.lists(TEXTS, max_size=3) | st.tuples(TEXTS) | ANY
 NUMBERS = INTEGERS | FLOATS | JUNK
-SAMPLE = st.none() | st.booleans() | ANY | st.dictionaries(
-    st.sampled_from(["temperature", "top_k", "top_p", "num_samples", "seed", "topk"]),
-    NUMBERS, max_size=3,
-)  # fmt: skip
+# the decoding settings besides beam, nbest and sample (which the fuzzer draws on their own)
+OTHER_SETTINGS = [
+    key for key in python_api.DECODING_SETTINGS if key not in ("beam", "nbest", "sample")
+]
 CHANGES = st.dictionaries(
-    st.sampled_from([*python_api._DECODING_CHECKS, "beam_size"]), NUMBERS, max_size=2
+    st.sampled_from([*OTHER_SETTINGS, "beam_size", "n_best", "topk"]), NUMBERS, max_size=3
 )
 METHODS = st.sampled_from(["attention", "shift-att", "rollout", "saliency", "nope"])
 KINDS = st.sampled_from(["cross", "encoder", "decoder", "segment", "x"])
@@ -256,27 +264,23 @@ def fuzz(examples: int) -> Callable:
 
 
 SMALL = st.integers(1, 4)  # a size that is valid and quick
-GOOD_SAMPLE = st.none() | st.booleans() | st.dictionaries(
-    st.sampled_from(["temperature", "top_k", "top_p", "num_samples", "seed"]),
-    st.integers(0, 3) | st.floats(0.05, 2.0), max_size=3,
-)  # fmt: skip
-
-
 GOOD_CHANGES = st.dictionaries(
-    st.sampled_from([*python_api._DECODING_CHECKS]), st.integers(0, 3) | st.floats(0.0, 2.0),
-    max_size=2,
+    st.sampled_from(OTHER_SETTINGS), st.integers(0, 3) | st.floats(0.0, 2.0), max_size=3,
 )  # fmt: skip
 
 
 def check_translate(model: Model, data: st.DataObject) -> None:
     lines = pick(data, TEXTS | st.lists(TEXTS, max_size=3))
-    beam, n_best = pick(data, st.none() | SMALL), pick(data, st.just(1) | SMALL)
+    beam, nbest = pick(data, st.none() | SMALL), pick(data, st.none() | SMALL)
     sampled = data.draw(st.integers(0, 3)) == 0  # a search three times in four
-    sample, attention = pick(data, GOOD_SAMPLE if sampled else st.none()), pick(data, st.booleans())
+    sample, attention = (
+        pick(data, st.booleans() if sampled else st.none()),
+        pick(data, st.booleans()),
+    )
     batch_size = pick(data, SMALL)
     changes = data.draw(CHANGES if data.draw(st.integers(0, 7)) == 0 else GOOD_CHANGES)
     survives(lambda: model.translate(
-        lines, beam=beam, sample=sample, n_best=n_best, attention=attention,
+        lines, beam=beam, sample=sample, nbest=nbest, attention=attention,
         batch_size=batch_size, **changes,
     ))  # fmt: skip
 
@@ -319,7 +323,7 @@ CHECKS = {
 def check_load(paths: dict[str, Path], data: st.DataObject) -> None:
     path = pick(data, st.sampled_from([*paths.values(), "/dev/null", "/proc", "", "x.pt"]))
     device = pick(data, st.sampled_from(["cpu", "auto", "cuda", "cuda:7", "gpu", "mps"]))
-    override = st.sampled_from(["trainer.beam=3", "trainer.beam=0", "model.hidden=3", "x=1", "="])
+    override = st.sampled_from(["decoding.beam=3", "decoding.beam=0", "model.hidden=3", "x=1", "="])
     overrides = pick(data, st.none() | st.lists(override | TEXTS, max_size=2))
     ensemble = pick(data, st.just(()) | st.lists(st.sampled_from([*paths.values()]), max_size=1))
     threads = pick(data, st.none() | st.sampled_from(["auto", "x"]) | INTEGERS)

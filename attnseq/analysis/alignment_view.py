@@ -198,7 +198,7 @@ class AlignmentViewer:
         with torch.no_grad():
             if tgt is None:
                 limit = max_output_lengths(
-                    lengths, self.cfg.trainer.max_output_ratio, self.cfg.trainer.max_output_extra
+                    lengths, self.cfg.decoding.max_output_ratio, self.cfg.decoding.max_output_extra
                 )
                 tgt_ids = greedy_decode(self.model, source, lengths, limit, **copy_inputs)[0].tokens
             else:

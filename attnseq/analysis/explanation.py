@@ -44,7 +44,8 @@ from attnseq.alignment.attribution import (
 )
 from attnseq.alignment.word_links import check_layer_and_head
 from attnseq.analysis.alignment_view import AlignmentViewer, AttentionMap
-from attnseq.decoding.settings import DecodingSettings, max_output_lengths
+from attnseq.config.schema import DecodingConfig
+from attnseq.decoding.settings import max_output_lengths
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.models.loading import TrainedModel
@@ -156,7 +157,7 @@ def explain(
     device: torch.device | str = "cpu",
 ) -> Explanation:
     """Explain `src` with the model's beam-search outputs (n-best = `beam`, default the
-    checkpoint's trainer.beam), or with the forced target `tgt`. An empty output (</s> at
+    checkpoint's decoding.beam), or with the forced target `tgt`. An empty output (</s> at
     once) has no piece to explain and is left out.
 
     Args:
@@ -284,7 +285,7 @@ def _check_target(trained: TrainedModel, tgt: str) -> None:
 
 
 def _decode(
-    translator: Translator, src: str, settings: DecodingSettings
+    translator: Translator, src: str, settings: DecodingConfig
 ) -> list[tuple[str, float | None]]:
     """(text, length-normalised score) of each beam-search output of `src`, best first."""
     [(hypotheses, oovs)] = list(translator.nbest_lists([src], settings, 1, 1))
@@ -374,7 +375,7 @@ def model_summary(trained: TrainedModel) -> dict[str, str]:
 
 
 def _decoding_summary(
-    trained: TrainedModel, src: str, settings: DecodingSettings, forced: bool
+    trained: TrainedModel, src: str, settings: DecodingConfig, forced: bool
 ) -> dict[str, str]:
     """The decoding settings the header shows (the max length for this source's pieces)."""
     if forced:

@@ -108,15 +108,15 @@ def evaluate(
 ) -> None:
     """Evaluate a checkpoint: loss, perplexity, BLEU, chrF, exact match; optionally save the
     attention of the outputs and score it against gold word alignments. Decodes with the
-    checkpoint's settings unless told otherwise. Each result is kept in a folder of its own,
-    named after the checkpoint, its step, the split and the decoding settings (no eval
-    replaces another's result or the run's metrics.json).
+    checkpoint's settings (its decoding.*) unless told otherwise. Each result is kept in a
+    folder of its own, named after the checkpoint, its step, the split and the decoding
+    settings (no eval replaces another's result or the run's metrics.json).
 
     \b
     attnseq eval RUN/checkpoints/best.pt   # RUN/eval/best-step1400/test.greedy/
     attnseq eval RUN                       # the same: a run directory's best.pt
     attnseq eval best.pt --split valid --beam 5 --length-penalty 0.6
-    attnseq eval best.pt trainer.beam=5 --out elsewhere/
+    attnseq eval best.pt decoding.beam=5 --out elsewhere/
     attnseq eval best.pt --beam 4 --min-length 10 --no-repeat-ngram 3
     attnseq eval best.pt --save-attention  # also .../test.greedy/attention.npz
     attnseq eval best.pt --sample --temperature 0.7 --seed 1
@@ -137,14 +137,19 @@ def evaluate(
         if batch_size is not None and batch_size < 1:
             raise UserError(f"--batch-size must be at least 1 (padded tokens), got {batch_size}")
         check_path_name(Path(split), "--split")  # a split's name, or a data file
-        sampling = decoding.sampling()
-        if sampling is not None and sampling.num_samples != 1:
+        changes = decoding.changes()
+        if changes.get("num_samples", 1) != 1:
             raise UserError(
                 "--num-samples: eval scores one output per input; draw several samples with "
                 "translate --num-samples, or evaluate with several --seed values"
             )
+        if changes.get("nbest", 1) != 1:
+            raise UserError(
+                "--nbest: eval scores the best output of each input; translate --nbest writes "
+                "n-best lists"
+            )
         ensemble, overrides = decoding_options.split_checkpoints(overrides)
-        overrides = decoding.overrides(overrides)
+        overrides = decoding_options.checked_overrides(overrides)
         overrides.append(f"trainer.threads={apply_threads(threads, overrides)}")  # metrics.json
         gold_set = _gold_alignments(
             gold or alignments,
@@ -172,7 +177,7 @@ def evaluate(
             device_name=device,
             save_attention=save_attention,
             alignments=gold_set,
-            sampling=sampling,
+            decoding=changes,
             ensemble=ensemble,
         )
     _print_metrics(metrics, gold_set)

@@ -34,7 +34,9 @@ def explain(
     beam: Annotated[
         int | None,
         typer.Option(
-            min=1, help="Beam size; every hypothesis is explained (default: the checkpoint's)."
+            min=1,
+            help="Beam size; every hypothesis is explained (default: the checkpoint's "
+            "decoding.beam).",
         ),
     ] = None,
     methods: Annotated[

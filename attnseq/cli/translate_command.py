@@ -47,13 +47,6 @@ def translate(
     checkpoint: CheckpointArgument,
     overrides: decoding_options.OverridesArgument = None,
     decoding: decoding_options.DecodingFlags = decoding_options.CHECKPOINT_SETTINGS,
-    nbest: Annotated[
-        int,
-        typer.Option(
-            help="Hypotheses per input line (<= beam); above 1, n lines per input in Moses "
-            "n-best format: LINE ||| HYPOTHESIS ||| SCORE."
-        ),
-    ] = 1,
     input_file: Annotated[
         Path | None, typer.Option("--input", "-i", help="Input text, one source per line.")
     ] = None,
@@ -75,13 +68,14 @@ def translate(
     """Translate (or summarize) text with a checkpoint: one output line per input line, in
     order; empty input lines give empty output lines. Reads stdin and writes stdout by default,
     streaming in chunks of 1000 lines; typed at a terminal, each line is answered as soon as
-    it is entered (Ctrl-D ends). Decodes with the checkpoint's settings (as `attnseq
-    eval` does) unless told otherwise.
+    it is entered (Ctrl-D ends). Decodes with the checkpoint's settings, its decoding.* (as
+    `attnseq eval` does), unless told otherwise; with --nbest above 1 (or --num-samples), n
+    lines per input in Moses n-best format: LINE ||| HYPOTHESIS ||| SCORE.
 
     \b
     attnseq translate best.pt < input.txt > output.txt
     echo "the 3rd of March 1998" | attnseq translate best.pt --beam 1
-    attnseq translate best.pt trainer.beam=3 < input.txt
+    attnseq translate best.pt decoding.beam=3 < input.txt
     attnseq translate best.pt --input test.de --output test.hyp.en --beam 5 \\
         --length-penalty 0.6
     attnseq translate best.pt -i test.de --beam 8 --nbest 4 > test.nbest
@@ -96,28 +90,24 @@ def translate(
     with user_errors():
         ensemble, overrides = decoding_options.split_checkpoints(overrides)
         _check_files(input_file, output_file, [checkpoint, *ensemble])
-        sampling = decoding.sampling()
+        changes = decoding.changes()
+        overrides = decoding_options.checked_overrides(overrides)
         count = apply_threads(threads, overrides)
-        if sampling is not None and nbest != 1:
-            raise UserError("--nbest ranks beam search outputs; with --sample use --num-samples")
         if engine is Engine.ctranslate2:
-            if sampling is not None or ensemble:
+            if changes.get("sample") or ensemble:
                 raise UserError(
                     "--engine ctranslate2 decodes one exported model with greedy or beam "
                     "search: leave out --sample and extra checkpoints"
                 )
             from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
 
-            changes = decoding.overrides(overrides)
             translator: Any = CTranslate2Translator(
-                checkpoint, device, overrides=changes, threads=count
+                checkpoint, device, overrides=overrides, threads=count
             )
-            settings = translator.settings(nbest=nbest)
         else:
-            changes = decoding.overrides(overrides)
-            model = load(checkpoint, device, overrides=changes, ensemble=ensemble, threads=count)
+            model = load(checkpoint, device, overrides=overrides, ensemble=ensemble, threads=count)
             translator = model.translator
-            settings = translator.settings(nbest=nbest).with_sampling(sampling)
+        settings = translator.settings(**changes)
         interactive = input_file is None and sys.stdin.isatty()
         if engine is not Engine.ctranslate2:  # a beam or samples no memory could hold: refused
             model.sizes.stream(settings, batch_size, 1 if interactive else CHUNK_SIZE)

@@ -38,7 +38,7 @@ from attnseq.config.choices import (
     TokenizerKind,
 )
 from attnseq.config.devices import check_device_name
-from attnseq.config.schema import ModelConfig, TrainConfig
+from attnseq.config.schema import DecodingConfig, ModelConfig, TrainConfig
 from attnseq.config.threads import AUTO
 from attnseq.errors import UserError
 
@@ -99,7 +99,7 @@ def bigbird_block_problem(cfg: TrainConfig) -> str:
 def copy_problems(cfg: TrainConfig) -> list[str]:
     """Rules of the pointer-generator, coverage and summarization decoding keys."""
     problems: list[str] = []
-    model, optim, trainer = cfg.model, cfg.optim, cfg.trainer
+    model, optim = cfg.model, cfg.optim
     rnn = model.family is ModelFamily.rnn
     score, window = model.attention.score, model.attention.window.name
     for key, on in (("copy", model.copy), ("coverage", model.coverage)):
@@ -132,9 +132,9 @@ def copy_problems(cfg: TrainConfig) -> list[str]:
             f"optim.coverage_lambda={optim.coverage_lambda} needs model.coverage=true "
             "(there is no coverage vector to penalise)"
         )
-    if trainer.coverage_penalty > 0 and rnn and score is Score.none:
+    if cfg.decoding.coverage_penalty > 0 and rnn and score is Score.none:
         problems.append(
-            "trainer.coverage_penalty needs attention: model.attention.score=none has none"
+            "decoding.coverage_penalty needs attention: model.attention.score=none has none"
         )
     return problems
 
@@ -388,8 +388,10 @@ def value_problem(value: Any, metadata: Any) -> str | None:
     if isinstance(value, float) and abs(value) > FLOAT32_MAX:
         # floats meet tensors (learning rates, penalties) as 32-bit floats
         return f"must fit in a 32-bit float (at most {FLOAT32_MAX:.4g} in size)"
-    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-        # integers meet torch tensors (comparisons, lengths) as 64-bit integers
+    wider = metadata.get("le", 0) > INT64_MAX  # e.g. a generator's seed, up to 2**64 - 1
+    if isinstance(value, int) and not wider and not INT64_MIN <= value <= INT64_MAX:
+        # integers meet torch tensors (comparisons, lengths) as 64-bit integers; a field whose
+        # bounds allow more is checked against its bounds below
         return "must fit in a 64-bit integer"
     failed = (
         ("ge" in metadata and not value >= metadata["ge"])
@@ -571,27 +573,48 @@ def _symbol_space(vocab_size: int, min_len: int, max_len: int) -> int | None:
     return sum(vocab_size**length for length in range(min_len, max_len + 1))
 
 
-def _decoding_problems(cfg: TrainConfig) -> list[str]:
-    """Rules of the output length limit, and of positions the model has parameters for."""
-    model, data, trainer = cfg.model, cfg.data, cfg.trainer
+def decoding_problems(decoding: DecodingConfig, prefix: str = "decoding.") -> list[str]:
+    """The rules between decoding settings (each field's bounds are `field_problems`'): one
+    line each, the settings named `prefix` + field (as `attnseq.decoding` checks them too)."""
     problems: list[str] = []
-    if trainer.max_output_extra == 0 and trainer.max_output_ratio < 1:
+    beam, nbest = f"{prefix}beam", f"{prefix}nbest"
+    if decoding.sample and (decoding.beam != 1 or decoding.nbest != 1):
         problems.append(
-            f"trainer.max_output_ratio={trainer.max_output_ratio} with "
-            "trainer.max_output_extra=0 leaves a one-token source no output token: "
+            f"{prefix}sample draws its outputs: it takes {beam}=1 and {nbest}=1, got "
+            f"{decoding.beam} and {decoding.nbest} ({prefix}num_samples draws several)"
+        )
+    elif decoding.nbest > decoding.beam:
+        problems.append(
+            f"{nbest}={decoding.nbest} is more than {beam}={decoding.beam}: a beam search "
+            f"keeps beam outputs; raise {beam} or lower {nbest}"
+        )
+    return problems
+
+
+def _decoding_problems(cfg: TrainConfig) -> list[str]:
+    """Rules of the decoding settings, the output length limit, and of positions the model has
+    parameters for."""
+    model, data, decoding = cfg.model, cfg.data, cfg.decoding
+    problems = decoding_problems(decoding)
+    if decoding.max_output_extra == 0 and decoding.max_output_ratio < 1:
+        problems.append(
+            f"decoding.max_output_ratio={decoding.max_output_ratio} with "
+            "decoding.max_output_extra=0 leaves a one-token source no output token: "
             "raise max_output_extra (or the ratio to >= 1)"
         )
     transformer = model.family is ModelFamily.transformer
     if transformer and model.positions is Positions.learned:
-        longest_output = math.floor(data.max_src_len * trainer.max_output_ratio)
-        longest = max(data.max_src_len, data.max_tgt_len, longest_output + trainer.max_output_extra)
+        longest_output = math.floor(data.max_src_len * decoding.max_output_ratio)
+        longest = max(
+            data.max_src_len, data.max_tgt_len, longest_output + decoding.max_output_extra
+        )
         if longest + 1 > model.max_positions:
             problems.append(
                 f"model.positions=learned has model.max_positions={model.max_positions} "
                 f"positions, but sequences reach {longest + 1} (data.max_src_len="
                 f"{data.max_src_len}, data.max_tgt_len={data.max_tgt_len}, the decoding limit "
-                "trainer.max_output_ratio * source + trainer.max_output_extra, plus BOS): raise "
-                "model.max_positions or lower those"
+                "decoding.max_output_ratio * source + decoding.max_output_extra, plus BOS): "
+                "raise model.max_positions or lower those"
             )
     location = model.attention.score is Score.location
     if not transformer and location and data.max_src_len > model.max_positions:

@@ -1,5 +1,6 @@
-"""A config as a plain dict and back (checkpoints store it that way), its keys flattened, and
-the keys a resumed run must keep from its checkpoint."""
+"""A config as a plain dict and back (checkpoints store it that way), its keys flattened, the
+keys a resumed run must keep from its checkpoint, and the one rule that reads the config of a
+checkpoint written before the decoding settings were keys of their own (`MOVED_KEYS`)."""
 
 import dataclasses
 from enum import Enum
@@ -52,6 +53,36 @@ def resume_conflicts(saved: TrainConfig, current: TrainConfig) -> list[str]:
     return conflicts
 
 
+# ------------------------------------------------------------------------ older checkpoints
+# Checkpoints written before `decoding.*` hold the search settings among the trainer's keys,
+# min_length as min_output_length: trainer.KEY -> decoding.NAME. Reading one moves them.
+_FROM_TRAINER = {
+    "beam": "beam",
+    "length_penalty": "length_penalty",
+    "max_output_ratio": "max_output_ratio",
+    "max_output_extra": "max_output_extra",
+    "min_output_length": "min_length",
+    "no_repeat_ngram": "no_repeat_ngram",
+    "coverage_penalty": "coverage_penalty",
+}
+# old key -> the key it is now, e.g. the trainer's beam -> "decoding.beam"
+MOVED_KEYS = {f"trainer.{old}": f"decoding.{new}" for old, new in _FROM_TRAINER.items()}
+
+
+def upgraded(values: dict) -> dict:
+    """A checkpoint's config dict with every key of `MOVED_KEYS` moved to its new place (a
+    copy; `values` stays as it is). A config that already has the new key keeps its value."""
+    trainer = values.get("trainer")
+    if not isinstance(trainer, dict) or not set(trainer) & set(_FROM_TRAINER):
+        return values
+    trainer = dict(trainer)
+    decoding = dict(values.get("decoding") or {})
+    for old, new in _FROM_TRAINER.items():
+        if old in trainer:
+            decoding.setdefault(new, trainer.pop(old))
+    return {**values, "trainer": trainer, "decoding": decoding}
+
+
 # --------------------------------------------------------------------------- (de)serialising
 def config_to_dict(cfg: TrainConfig) -> dict:
     """Plain dict (enums as their names, tuples as lists) for checkpoints and metrics.json.
@@ -76,7 +107,8 @@ def _plain(value: Any) -> Any:
 
 
 def config_from_dict(values: dict, overrides: list[str] | None = None) -> TrainConfig:
-    """Rebuild a TrainConfig from `config_to_dict` output, checked against the schema.
+    """Rebuild a TrainConfig from `config_to_dict` output (of today's schema or, `upgraded`,
+    of an older one), checked against the schema.
 
     `overrides` are dotlist strings ("data.valid_size=100") applied on top, as `attnseq eval`
     accepts them. Unknown keys or bad values raise UserError.
@@ -88,7 +120,7 @@ def config_from_dict(values: dict, overrides: list[str] | None = None) -> TrainC
     from attnseq.config.checks import validate
 
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), values)
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), upgraded(values))
         if overrides:
             merged = OmegaConf.merge(merged, _dotlist(overrides))
         cfg = OmegaConf.to_object(merged)
@@ -119,4 +151,6 @@ def describe_omegaconf_error(error: Exception) -> str:
     """One readable line for an OmegaConf validation error, naming the key."""
     key = getattr(error, "full_key", None)
     message = str(error).split("\n")[0]
+    if key in MOVED_KEYS:
+        message += f"; it is {MOVED_KEYS[key]} now"
     return f"{key}: {message}" if key else message

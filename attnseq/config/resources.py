@@ -390,17 +390,18 @@ def source_length(cfg: TrainConfig) -> int:
 def decoding_bytes(cfg: TrainConfig, vocab: int) -> int:
     """One validation batch under beam search: every hypothesis holds its sentence's encoder
     states (per decoder layer for a transformer's cross-attention), its token history up to the
-    output limit, and scores over the vocabulary."""
-    model, data, trainer = cfg.model, cfg.data, cfg.trainer
+    output limit, and scores over the vocabulary (sampling: every sample is such a hypothesis)."""
+    model, data, decoding = cfg.model, cfg.data, cfg.decoding
     width = source_state_width(model)
     length = source_length(cfg)
     tokens = data.eval_max_tokens
     if data.source is DataSource.generated:
         tokens = min(tokens, data.valid_size * length)
     sentences = max(1, tokens // length)
-    steps = math.floor(length * trainer.max_output_ratio) + trainer.max_output_extra
+    steps = math.floor(length * decoding.max_output_ratio) + decoding.max_output_extra
     per_hypothesis = (length * width + 2 * vocab) * BYTES_PER_FLOAT + steps * 8
-    return sentences * trainer.beam * per_hypothesis
+    hypotheses = decoding.num_samples if decoding.sample else decoding.beam
+    return sentences * hypotheses * per_hypothesis
 
 
 def source_state_width(model: ModelConfig) -> int:
@@ -514,11 +515,11 @@ def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -
         memory -= need.data_bytes  # the generated data shares the RAM with the model
     decoding = need.decoding_bytes > need.activation_bytes
     if data_fits and need.device_bytes > memory and decoding:
-        trainer = cfg.trainer
+        decoding = cfg.decoding
         problems.append(
-            f"validation decoding does not fit: trainer.beam={trainer.beam} hypotheses per "
-            f"sentence, each up to trainer.max_output_ratio={trainer.max_output_ratio} x source "
-            f"+ trainer.max_output_extra={trainer.max_output_extra} tokens, need at least "
+            f"validation decoding does not fit: decoding.beam={decoding.beam} hypotheses per "
+            f"sentence, each up to decoding.max_output_ratio={decoding.max_output_ratio} x "
+            f"source + decoding.max_output_extra={decoding.max_output_extra} tokens, need at least "
             f"{_size(need.decoding_bytes)} beside the model's {_size(need.training_bytes)}: "
             f"more than the {_size(memory)} of {where} here; lower the beam, the output limit "
             "or data.eval_max_tokens"

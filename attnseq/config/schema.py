@@ -16,8 +16,9 @@ The file reads top down: `option`, then one dataclass per group: `data.*` (what 
 the dataset, its files and fields, tokenization and lengths), `model.*` (the model family, its
 sizes and its attention: `model.attention.*`, `model.rnn.*`), `optim.*` (the optimizer, the
 learning-rate schedule and the loss terms), `trainer.*` (the training loop, validation,
-checkpoints, budgets and decoding during training), `tracker.*` (the MLflow and W&B trackers
-that `logger` selects), and the root `TrainConfig`.
+checkpoints and budgets), `decoding.*` (how validation, the test evaluation, eval, translate
+and the Python API decode), `tracker.*` (the MLflow and W&B trackers that `logger` selects),
+and the root `TrainConfig`.
 """
 
 from collections.abc import Callable
@@ -386,7 +387,7 @@ class OptimConfig:
     )
 
 
-# trainer.*: the training loop, validation, checkpoints, budgets and decoding
+# trainer.*: the training loop, validation, checkpoints and budgets
 
 
 @dataclass
@@ -432,27 +433,6 @@ class TrainerConfig:
         None, "stop as soon as the metric reaches this value"
     )
     num_heatmaps: int = option(3, "fixed validation examples drawn to TensorBoard", ge=0)
-    beam: int = option(1, "beam size for validation and the final test evaluation", ge=1)
-    # lp = ((5 + |Y|) / 6) ** alpha: at most 10, lp of a 10,000-token output stays within
-    # float32 (1667 ** 10 = 2e32); alpha = 1000 overflowed a 10-token one (2.5 ** 1000)
-    length_penalty: float = option(
-        1.0, "GNMT alpha for beam search (0 = raw log-probability)", ge=0.0, le=10.0
-    )
-    max_output_ratio: float = option(
-        1.5, "decode at most ratio * source length + max_output_extra", ge=0.0
-    )
-    max_output_extra: int = option(
-        10, "tokens added to the decoding length limit (see max_output_ratio)", ge=0
-    )
-    min_output_length: int = option(0, "no EOS before this many output tokens", ge=0)
-    no_repeat_ngram: int = option(
-        0, "forbid any n-gram of this size twice in an output (0 = off)", ge=0
-    )
-    coverage_penalty: float = option(
-        0.0,
-        "beta of the GNMT coverage penalty at beam search (Wu et al. 2016, eq. 14; 0 = off)",
-        ge=0.0,
-    )
     progress: bool = option(True, "progress bar on a terminal")
     # --- resume points: last.pt is also written at every validation and when training stops
     save_every_steps: int | None = option(None, "write last.pt every N updates; None = off", ge=1)
@@ -477,6 +457,80 @@ class TrainerConfig:
         "Non-finite losses (or gradients) skip their update; this many in a row stop the run with"
         " exit status 1, leaving the checkpoints at the last good state.",
         ge=1,
+    )
+
+
+# decoding.*: how a run's validation and test evaluation decode, and by default `attnseq eval`,
+# `attnseq translate` and the Python API: a search (beam, nbest, lengths, penalties) or sampling
+
+# The lowest sampling temperature: below it logits / T overflow float32 (3.4e38) for logits of
+# ordinary size and the draws turn to NaN; at it, sampling is already greedy decoding for any
+# two logits 1e-4 apart (their probabilities differ by a factor e^100).
+MIN_TEMPERATURE = 1e-6
+# the decoding.* keys that shape sampling: read with decoding.sample=true only
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "num_samples", "seed")
+
+
+@dataclass
+class DecodingConfig:
+    """How to decode, as fairseq's GenerationConfig and Joey NMT's `testing:` section say it:
+    a beam search (greedy decoding for beam 1 with nbest 1 and no constraint), or with `sample`
+    outputs drawn at random. The decoding layer (attnseq/decoding/) takes this dataclass as it
+    is; eval's and translate's options and the Python API's keywords are its fields by name."""
+
+    beam: int = option(1, "beam size K: hypotheses kept per step; 1 = greedy decoding", ge=1)
+    nbest: int = option(
+        1,
+        "hypotheses returned per input (<= beam), best first; validation and eval score the best",
+        ge=1,
+    )
+    # lp = ((5 + |Y|) / 6) ** alpha: at most 10, lp of a 10,000-token output stays within
+    # float32 (1667 ** 10 = 2e32); alpha = 1000 overflowed a 10-token one (2.5 ** 1000)
+    length_penalty: float = option(
+        1.0,
+        "GNMT alpha of lp = ((5 + |Y|) / 6)^alpha that beam search ranks by, score / lp (Wu et"
+        " al. 2016, eq. 14; 0 = raw log-probability, larger favours longer outputs)",
+        ge=0.0,
+        le=10.0,
+    )
+    max_output_ratio: float = option(
+        1.5, "decode at most ratio * source length + max_output_extra tokens", ge=0.0
+    )
+    max_output_extra: int = option(
+        10, "tokens added to the output length limit (see max_output_ratio)", ge=0
+    )
+    min_length: int = option(0, "no EOS before this many output tokens", ge=0)
+    no_repeat_ngram: int = option(
+        0, "forbid any n-gram of this size twice in an output (0 = off)", ge=0
+    )
+    coverage_penalty: float = option(
+        0.0,
+        "beta of the GNMT coverage penalty at beam search (Wu et al. 2016, eq. 14; 0 = off)",
+        ge=0.0,
+    )
+    # --- sampling (attnseq/decoding/sampling.py)
+    sample: bool = option(
+        False,
+        "draw every output token at random from the model's distribution (temperature, top_k,"
+        " top_p) instead of searching; beam and nbest 1, min_length and no_repeat_ngram apply",
+    )
+    temperature: float = option(
+        1.0, "sampling: softmax(logits / T); 1 = the model's distribution", ge=MIN_TEMPERATURE
+    )
+    top_k: int = option(0, "sampling among the k most probable tokens only (0 = all)", ge=0)
+    top_p: float = option(
+        1.0,
+        "nucleus sampling: among the fewest most probable tokens whose probability reaches p"
+        " (Holtzman et al. 2020; 1 = all)",
+        gt=0.0,
+        le=1.0,
+    )
+    num_samples: int = option(1, "samples drawn per input", ge=1)
+    seed: int = option(
+        0,
+        "seed of the sampling draws: the same seed, input and device give the same samples",
+        ge=0,
+        le=2**64 - 1,  # the range of torch's generator seeds
     )
 
 
@@ -511,7 +565,11 @@ class TrainConfig:
     model: ModelConfig = option(help="the model", default_factory=ModelConfig)
     optim: OptimConfig = option(help="optimizer and schedule", default_factory=OptimConfig)
     trainer: TrainerConfig = option(
-        help="training loop, validation and decoding", default_factory=TrainerConfig
+        help="training loop, validation and checkpoints", default_factory=TrainerConfig
+    )
+    decoding: DecodingConfig = option(
+        help="how validation, the test evaluation, eval and translate decode",
+        default_factory=DecodingConfig,
     )
     name: str = option("default", "a label for the run, shown in logs and metrics.json")
     logger: list[Tracker] = option(

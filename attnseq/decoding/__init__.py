@@ -1,15 +1,16 @@
 """Search for the output sequence: greedy decoding, batched beam search and sampling over the
 `Seq2Seq` step interface, for both model families (and ensembles of them, models/ensemble.py).
 
-    settings.py      DecodingSettings (how to decode), Hypothesis (one output), output limits,
-                     the GNMT length penalty, and the step helpers both searches share
+    settings.py      the settings (a `DecodingConfig`, the decoding.* node of a run's config)
+                     changed and checked, Hypothesis (one output), output limits, the GNMT
+                     length penalty, and the step helpers both searches share
     greedy.py        greedy_decode
     beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty, the
                      candidates and finished hypotheses, and the attention of each
                      hypothesis along its back-pointers
     sampling.py      sample_decode: temperature, top-k and nucleus (top-p) sampling
-    this file        decode: the search a `DecodingSettings` asks for (plain greedy decoding
-                     for beam 1: beam_search.py says why; sampling when settings.sampling)
+    this file        decode: the search a `DecodingConfig` asks for (plain greedy decoding
+                     for beam 1: beam_search.py says why; sampling when settings.sample)
 
 Both families decode incrementally (`start_decoding` once, then `decode_step` per token: the RNN
 carries its hidden state, the transformer its key/value cache). Rows that are done are dropped
@@ -29,22 +30,22 @@ from typing import Unpack
 import torch
 from torch import Tensor
 
+from attnseq.config.schema import DecodingConfig
 from attnseq.decoding.beam_search import beam_search
 from attnseq.decoding.greedy import greedy_decode
 from attnseq.decoding.sampling import sample_decode, sampling_generator
 from attnseq.decoding.settings import (
-    DecodingSettings,
     Hypothesis,
-    SamplingSettings,
+    check,
     gnmt_length_penalty,
+    is_greedy,
     max_output_lengths,
 )
 from attnseq.models.seq2seq import CopyInputs, Seq2Seq
 
 __all__ = [
-    "DecodingSettings",
+    "DecodingConfig",
     "Hypothesis",
-    "SamplingSettings",
     "beam_search",
     "decode",
     "gnmt_length_penalty",
@@ -59,12 +60,12 @@ def decode(
     model: Seq2Seq,
     src: Tensor,
     src_lengths: Tensor,
-    settings: DecodingSettings,
+    settings: DecodingConfig,
     need_weights: bool = False,
     generator: torch.Generator | None = None,
     **copy_inputs: Unpack[CopyInputs],
 ) -> list[list[Hypothesis]]:
-    """Decode a batch as `settings` ask: sampling when `settings.sampling` is set, greedy for
+    """Decode a batch as `settings` ask: sampling with `settings.sample`, greedy for
     beam 1 without n-best or constraints (the same output, a little faster), beam search
     otherwise.
 
@@ -73,33 +74,24 @@ def decode(
         **copy_inputs: copy models: src_ext and n_oov, the source in the extended vocabulary
             (`Batch.copy_inputs()`).
         generator: sampling draws from it (`sampling_generator`); one seeded with
-            settings.sampling.seed when None. A caller decoding many batches passes one.
+            settings.seed when None. A caller decoding many batches passes one.
 
     Returns:
         per input sentence, its n-best list (one hypothesis unless settings.nbest > 1), best
         first, or its samples in the order drawn; each with `normalized_score` set.
     """
-    settings.check()
+    check(settings)
     limits = max_output_lengths(
         src_lengths, settings.max_output_ratio, settings.max_output_extra
     )  # (B,)
-    if settings.sampling is not None:
+    if settings.sample:
         samples = sample_decode(
-            model,
-            src,
-            src_lengths,
-            limits,
-            settings.sampling,
-            generator,
-            need_weights,
-            settings.min_length,
-            settings.no_repeat_ngram,
-            **copy_inputs,
+            model, src, src_lengths, limits, settings, generator, need_weights, **copy_inputs
         )
         for drawn, limit in zip(samples, limits.tolist(), strict=True):
             _normalize(drawn, limit, settings.length_penalty)
         return samples
-    if not settings.is_greedy:
+    if not is_greedy(settings):
         return beam_search(model, src, src_lengths, limits, settings, need_weights, **copy_inputs)
     hypotheses = greedy_decode(model, src, src_lengths, limits, need_weights, **copy_inputs)
     for hypothesis, limit in zip(hypotheses, limits.tolist(), strict=True):

@@ -78,10 +78,11 @@ from typing import NamedTuple, Unpack
 import torch
 from torch import Tensor
 
+from attnseq.config.schema import DecodingConfig
 from attnseq.decoding.settings import (
     NEG_INF,
-    DecodingSettings,
     Hypothesis,
+    check,
     gnmt_length_penalty,
     never_pad_or_bos,
     start_decoding,
@@ -401,7 +402,7 @@ class _TrackedAttention:
 
     @classmethod
     def start(
-        cls, settings: DecodingSettings, src_lengths: Tensor, src_len: int, need_weights: bool
+        cls, settings: DecodingConfig, src_lengths: Tensor, src_len: int, need_weights: bool
     ) -> "_TrackedAttention":
         beta = settings.coverage_penalty
         return cls(need_weights, BeamCoverage(src_lengths, src_len, beta) if beta else None)
@@ -436,7 +437,7 @@ def beam_search(
     src: Tensor,
     src_lengths: Tensor,
     max_lengths: Tensor,
-    settings: DecodingSettings,
+    settings: DecodingConfig,
     need_weights: bool = False,
     **copy_inputs: Unpack[CopyInputs],
 ) -> list[list[Hypothesis]]:
@@ -456,7 +457,7 @@ def beam_search(
         first (fewer only when fewer than `nbest` outputs have non-zero probability; a sentence
         where none has gets one empty hypothesis with score -inf).
     """
-    settings.check()
+    check(settings)
     k, device = settings.beam, src.device
     max_lengths = max_lengths.to(device).clamp(min=1)  # (B,)
     longest = int(max_lengths.max())
@@ -510,7 +511,7 @@ def _finish(
 
 
 def _constrained_log_probs(
-    logits: Tensor, model: Seq2Seq, history: Tensor, step: int, settings: DecodingSettings
+    logits: Tensor, model: Seq2Seq, history: Tensor, step: int, settings: DecodingConfig
 ) -> Tensor:
     """Next-token log-probabilities (R, V) of the live rows, -inf where a constraint forbids
     the token: PAD and BOS always, EOS before `min_length`, a repeated n-gram.

@@ -4,7 +4,7 @@ by `ctranslate2.Translator`. It is a backend of decoding/translate.py's `TextTra
 the input/output rules are the same loop's: one output per input line in order, blank lines
 give blank outputs without decoding, chunks sorted by length and cut into batches, sources cut
 to data.max_src_len, Moses n-best lines with nbest > 1. It searches, never samples: settings
-with `sampling` are refused.
+with `sample` are refused.
 
 Settings map onto the engine's options: beam -> beam_size (1: greedy), nbest ->
 num_hypotheses, min_length -> min_decoding_length, no_repeat_ngram -> no_repeat_ngram_size,
@@ -32,8 +32,9 @@ import torch
 
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.devices import DEVICE_FORMS, check_device_name
+from attnseq.config.schema import DecodingConfig
 from attnseq.data.tokenizers import BOS_ID, PAD_ID, TokenizerPair
-from attnseq.decoding.settings import DecodingSettings, Hypothesis
+from attnseq.decoding.settings import Hypothesis
 from attnseq.decoding.translate import TextTranslator
 from attnseq.errors import UserError
 from attnseq.models.ctranslate2_export import (
@@ -84,11 +85,11 @@ class CTranslate2Translator(TextTranslator):
         except (RuntimeError, ValueError) as error:
             raise UserError(f"ctranslate2 cannot load {folder}: {error}") from None
 
-    def check(self, settings: DecodingSettings, batch_size: int) -> None:
+    def check(self, settings: DecodingConfig, batch_size: int) -> None:
         """UserError for settings out of range, a batch size below 1, or sampling (the engine
         searches: greedy or beam search)."""
         super().check(settings, batch_size)
-        if settings.sampling is not None:
+        if settings.sample:
             raise UserError(
                 "the CTranslate2 engine decodes with greedy or beam search: it does not sample"
             )
@@ -97,7 +98,7 @@ class CTranslate2Translator(TextTranslator):
         self,
         sources: list[list[int]],
         extended: list[tuple[list[int], list[str]]],
-        settings: DecodingSettings,
+        settings: DecodingConfig,
         attention: bool,
         generator: torch.Generator | None,
     ) -> list[list[Hypothesis]]:

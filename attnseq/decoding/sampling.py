@@ -40,15 +40,10 @@ from typing import Unpack
 import torch
 from torch import Tensor
 
+from attnseq.config.schema import DecodingConfig
 from attnseq.decoding.beam_search import _banned_by_ngrams
 from attnseq.decoding.greedy import collect_hypotheses
-from attnseq.decoding.settings import (
-    NEG_INF,
-    Hypothesis,
-    SamplingSettings,
-    never_pad_or_bos,
-    start_decoding,
-)
+from attnseq.decoding.settings import NEG_INF, Hypothesis, never_pad_or_bos, start_decoding
 from attnseq.models.seq2seq import CopyInputs, Seq2Seq
 
 
@@ -57,9 +52,10 @@ def sampling_generator(seed: int, device: torch.device) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def filter_log_probs(log_probs: Tensor, settings: SamplingSettings) -> Tensor:
-    """Temperature, top-k and top-p applied to (R, V) log-probabilities: the renormalised
-    log-probabilities of the distribution to draw from (-inf for the tokens cut off)."""
+def filter_log_probs(log_probs: Tensor, settings: DecodingConfig) -> Tensor:
+    """`settings.temperature`, `top_k` and `top_p` applied to (R, V) log-probabilities: the
+    renormalised log-probabilities of the distribution to draw from (-inf for the tokens cut
+    off)."""
     scaled = torch.log_softmax(log_probs / settings.temperature, dim=-1)  # softmax(z / T)
     if settings.top_k and settings.top_k < scaled.size(-1):
         kth = scaled.topk(settings.top_k, dim=-1).values[:, -1:]  # (R, 1) the k-th largest
@@ -86,11 +82,9 @@ def sample_decode(
     src: Tensor,
     src_lengths: Tensor,
     max_lengths: Tensor,
-    settings: SamplingSettings,
+    settings: DecodingConfig,
     generator: torch.Generator | None = None,
     need_weights: bool = False,
-    min_length: int = 0,
-    no_repeat_ngram: int = 0,
     **copy_inputs: Unpack[CopyInputs],
 ) -> list[list[Hypothesis]]:
     """Draw `settings.num_samples` outputs for every input (module docstring).
@@ -98,8 +92,9 @@ def sample_decode(
     Args:
         src: (B, S) source ids; src_lengths: (B,); max_lengths: (B,) output limits (tokens,
             EOS not counted).
+        settings: temperature, top_k, top_p, num_samples and seed shape the draws; min_length
+            (no EOS before this many tokens) and no_repeat_ngram (block repeated n-grams) hold.
         generator: where the draws come from (one made from `settings.seed` if None).
-        min_length: no EOS before this many tokens; no_repeat_ngram: block repeated n-grams.
         **copy_inputs: copy models: src_ext (B, S) and n_oov.
 
     Returns:
@@ -124,7 +119,9 @@ def sample_decode(
         logits, attention, state = model.decode_step(prev, state, need_weights=need_weights)
         log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)
         history = out[active, :step]  # (R_live, step)
-        log_probs = _constrained(log_probs, history, model.eos_id, min_length, no_repeat_ngram)
+        log_probs = _constrained(
+            log_probs, history, model.eos_id, settings.min_length, settings.no_repeat_ngram
+        )
         drawn = filter_log_probs(log_probs, settings).exp().nan_to_num()  # (R_live, V)
         drawn[drawn.sum(dim=-1) == 0, model.eos_id] = 1.0  # all forbidden: stop the row
         chosen = torch.multinomial(drawn, 1, generator=generator).squeeze(1)  # (R_live,)

@@ -1,165 +1,102 @@
 """What decoding is asked for and what it returns, and the pieces both searches share.
 
-`DecodingSettings` says how to decode (beam size, output limits, length penalty, n-best,
-constraints, or sampling: `SamplingSettings`); `Hypothesis` is one decoded output.
-`gnmt_length_penalty` is the lp(Y) of the GNMT length-normalised score
-s(Y, X) = log P(Y | X) / lp(Y) (Wu et al. 2016, eq. 14) that outputs are ranked by
-(beam_search.py).
+How to decode is a `DecodingConfig` (attnseq/config/schema.py), the `decoding.*` node of a
+run's config taken as it is: beam size, n-best, output limits, length penalty, constraints,
+or sampling. `with_changes` gives a model's settings with some of them changed (the options of
+`attnseq eval` and `attnseq translate`, the Python API's keywords), `check` says what is out
+of range. `Hypothesis` is one decoded output. `gnmt_length_penalty` is the lp(Y) of the GNMT
+length-normalised score s(Y, X) = log P(Y | X) / lp(Y) (Wu et al. 2016, eq. 14) that outputs
+are ranked by (beam_search.py).
 
 Both searches give PAD and BOS probability zero (`never_pad_or_bos`): neither is ever a target.
 
 Shapes: B batch, R rows of the live batch, V target vocabulary.
 """
 
-import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, overload
+from typing import Any, overload
 
 from torch import Tensor
 
+from attnseq.config.checks import decoding_problems, field_problems
+from attnseq.config.schema import SAMPLING_KEYS, DecodingConfig
+from attnseq.errors import UserError
 from attnseq.models.seq2seq import CopyInputs, DecoderState, Seq2Seq
-
-if TYPE_CHECKING:
-    from attnseq.config.schema import TrainerConfig
 
 NEG_INF = float("-inf")
 
-# the settings that a run's TrainerConfig holds under the same name (min_length is its
-# min_output_length; nbest is a choice of eval and translate only)
-_TRAINER_KEYS = (
-    "beam",
-    "length_penalty",
-    "max_output_ratio",
-    "max_output_extra",
-    "no_repeat_ngram",
-    "coverage_penalty",
-)
+
+def check(settings: DecodingConfig) -> None:
+    """Raise ValueError naming every setting that is out of range (the bounds the schema
+    declares) or that contradicts another (nbest above the beam, sampling with a beam)."""
+    problems = field_problems(settings) + decoding_problems(settings, prefix="")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
-# The lowest sampling temperature: below it logits / T overflow float32 (3.4e38) for logits of
-# ordinary size and the draws turn to NaN; at it, sampling is already greedy decoding for any
-# two logits 1e-4 apart (their probabilities differ by a factor e^100).
-MIN_TEMPERATURE = 1e-6
+def change_problems(changes: Mapping[str, Any], name: Callable[[str], str] = str) -> list[str]:
+    """What is wrong with `changes` (setting -> value; None: not given) whatever settings they
+    change, one line each, the settings named as `name(setting)` says (e.g. "--beam" on the
+    command line): a sampling setting without sample=True, sample=True with a beam or nbest
+    above 1."""
+    given = {key: value for key, value in changes.items() if value is not None}
+    problems = []
+    if given.get("sample"):
+        for key in ("beam", "nbest"):
+            if given.get(key, 1) != 1:
+                problems.append(
+                    f"{name('sample')} draws the outputs and {name(key)} {given[key]} searches "
+                    f"for them: give one of them ({name('num_samples')} N draws N outputs per "
+                    "input)"
+                )
+    else:
+        unread = ", ".join(name(key) for key in SAMPLING_KEYS if key in given)
+        if unread:
+            problems.append(f"{unread}: sampling options, they go with {name('sample')}")
+    return problems
 
 
-@dataclass(frozen=True)
-class SamplingSettings:
-    """How to sample (decoding/sampling.py gives the formulas).
+def with_changes(settings: DecodingConfig, changes: Mapping[str, Any]) -> DecodingConfig:
+    """`settings` with `changes` (setting -> value of its field's type; None keeps the setting)
+    put in by `dataclasses.replace`. sample=True draws the outputs, with beam and nbest 1; a
+    beam or nbest given without it searches (sample=False).
 
-    temperature: T >= MIN_TEMPERATURE, finite; 1 leaves the distribution as the model gives it.
-    top_k: keep the k most probable tokens, 0 = all.
-    top_p: nucleus mass p in (0, 1]; 1 = all.
-    num_samples: outputs per input.
-    seed: seeds the generator the draws come from.
+    Raises:
+        UserError: `change_problems`, or a result that `check` refuses (e.g. nbest above the
+            beam it keeps).
     """
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    num_samples: int = 1
-    seed: int = 0
-
-    def problems(self) -> list[str]:
-        """What is out of range, one phrase each (empty when all is valid)."""
-        found = []
-        if not MIN_TEMPERATURE <= self.temperature < math.inf:
-            found.append(
-                f"temperature must be >= {MIN_TEMPERATURE:g} and finite, got {self.temperature}"
-            )
-        if self.top_k < 0:
-            found.append(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            found.append(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.num_samples < 1:
-            found.append(f"num_samples must be >= 1, got {self.num_samples}")
-        return found
-
-    def name(self) -> str:
-        """'sample-t0.7-k10-p0.9-n1-seed0': every setting, for result folder names."""
-        return (
-            f"sample-t{self.temperature:g}-k{self.top_k}-p{self.top_p:g}"
-            f"-n{self.num_samples}-seed{self.seed}"
-        )
+    problems = change_problems(changes)
+    if problems:
+        raise UserError("; ".join(problems))
+    given = {key: value for key, value in changes.items() if value is not None}
+    if given.get("sample"):
+        given = {"beam": 1, "nbest": 1, **given}
+    elif "beam" in given or "nbest" in given:
+        given = {"sample": False, **given}
+    result = replace(settings, **given)
+    try:
+        check(result)
+    except ValueError as error:
+        raise UserError(f"invalid decoding settings: {error}") from None
+    return result
 
 
-@dataclass
-class DecodingSettings:
-    """How to decode (validation, test, `attnseq eval`, `attnseq translate`).
+def outputs_per_input(settings: DecodingConfig) -> int:
+    """How many outputs `decode` returns per input: nbest, or the number of samples."""
+    return settings.num_samples if settings.sample else settings.nbest
 
-    beam: beam size K; 1 with nbest=1 (and no constraints) is greedy decoding.
-    max_output_ratio, max_output_extra: at most ratio * source length + extra output tokens.
-    length_penalty: GNMT alpha in lp = ((5 + |Y|) / 6) ^ alpha (Wu et al. 2016, eq. 14).
-    nbest: hypotheses returned per input (<= beam), best first.
-    min_length: EOS is blocked until this many tokens were produced.
-    no_repeat_ngram: forbid any n-gram of this size to occur twice in an output (0 = off).
-    coverage_penalty: GNMT beta of the coverage penalty (Wu et al. 2016, eq. 14; 0 = off).
-    sampling: draw the outputs at random (sampling.py) instead of searching; then beam and
-        nbest are 1, `sampling.num_samples` outputs come per input, min_length and
-        no_repeat_ngram still apply and the coverage penalty plays no part (it ranks beams).
-    """
 
-    beam: int = 1
-    max_output_ratio: float = 1.5
-    max_output_extra: int = 10
-    length_penalty: float = 1.0
-    nbest: int = 1
-    min_length: int = 0
-    no_repeat_ngram: int = 0
-    coverage_penalty: float = 0.0
-    sampling: SamplingSettings | None = None
-
-    @classmethod
-    def from_trainer(cls, trainer: "TrainerConfig") -> "DecodingSettings":
-        """The trainer.* decoding keys of a run's config: how its validation, test evaluation
-        and, by default, `attnseq eval` / `attnseq translate` decode."""
-        same_name = {name: getattr(trainer, name) for name in _TRAINER_KEYS}
-        return cls(min_length=trainer.min_output_length, **same_name)
-
-    def check(self) -> None:
-        """Raise ValueError naming every setting that is out of range."""
-        problems = []
-        if self.beam < 1:
-            problems.append(f"beam must be >= 1, got {self.beam}")
-        if not 1 <= self.nbest <= max(self.beam, 1):
-            problems.append(f"nbest must be between 1 and beam ({self.beam}), got {self.nbest}")
-        if self.min_length < 0:
-            problems.append(f"min_length must be >= 0, got {self.min_length}")
-        if self.no_repeat_ngram < 0:
-            problems.append(f"no_repeat_ngram must be >= 0, got {self.no_repeat_ngram}")
-        if self.max_output_ratio < 0 or self.max_output_extra < 0:
-            problems.append("max_output_ratio and max_output_extra must be >= 0")
-        if self.coverage_penalty < 0:
-            problems.append(f"coverage_penalty must be >= 0, got {self.coverage_penalty}")
-        if self.sampling is not None:
-            problems += self.sampling.problems()
-            if self.beam != 1 or self.nbest != 1:
-                problems.append("sampling draws its outputs: it takes beam 1 and nbest 1")
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    def with_sampling(self, sampling: SamplingSettings | None) -> "DecodingSettings":
-        """These settings drawing their outputs as `sampling` says (beam and nbest 1); None
-        leaves them as they are."""
-        if sampling is None:
-            return self
-        return replace(self, beam=1, nbest=1, sampling=sampling)
-
-    @property
-    def outputs_per_input(self) -> int:
-        """How many outputs `decode` returns per input: nbest, or the number of samples."""
-        return self.nbest if self.sampling is None else self.sampling.num_samples
-
-    @property
-    def is_greedy(self) -> bool:
-        """Greedy decoding gives exactly what these settings ask for."""
-        return (
-            self.sampling is None
-            and self.beam == 1
-            and self.nbest == 1
-            and self.min_length == 0
-            and not self.no_repeat_ngram
-            and not self.coverage_penalty
-        )
+def is_greedy(settings: DecodingConfig) -> bool:
+    """Greedy decoding gives exactly what `settings` ask for."""
+    return (
+        not settings.sample
+        and settings.beam == 1
+        and settings.nbest == 1
+        and settings.min_length == 0
+        and not settings.no_repeat_ngram
+        and not settings.coverage_penalty
+    )
 
 
 @dataclass

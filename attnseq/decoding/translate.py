@@ -37,17 +37,17 @@ them.
 import abc
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 import torch
 
 from attnseq.config.devices import resolve_device
-from attnseq.config.schema import TrainConfig
+from attnseq.config.schema import DecodingConfig, TrainConfig
 from attnseq.data.extended_vocab import extend_text
 from attnseq.data.tokenizers import TokenizerPair
-from attnseq.decoding import DecodingSettings, Hypothesis, decode, sampling_generator
+from attnseq.decoding import Hypothesis, decode, sampling_generator
+from attnseq.decoding.settings import check, outputs_per_input, with_changes
 from attnseq.errors import UserError
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -64,7 +64,7 @@ class TextTranslator(abc.ABC):
     """Text in, text out: the loop every backend shares (see the module docstring).
 
     A backend sets `tokenizers` (a `TokenizerPair`), `cfg` (the model's `TrainConfig`:
-    data.max_src_len, model.copy and the trainer's decoding settings) and `device` (where it
+    data.max_src_len, model.copy and its decoding settings, decoding.*) and `device` (where it
     decodes, where sampling's generator lives), and implements `_decode_batch`; it refuses
     settings it cannot honour in `check`.
     """
@@ -73,17 +73,16 @@ class TextTranslator(abc.ABC):
     cfg: TrainConfig
     device: torch.device
 
-    def settings(self, **changes: object) -> DecodingSettings:
-        """The model's decoding settings (beam, length penalty, output length limits, n-gram
-        blocking, coverage penalty) with `changes` applied; changes that are None keep the
-        model's value."""
-        base = DecodingSettings.from_trainer(self.cfg.trainer)
-        return replace(base, **{key: value for key, value in changes.items() if value is not None})
+    def settings(self, **changes: object) -> DecodingConfig:
+        """The model's decoding settings (its config's decoding.*) with `changes` put in
+        (settings.py, `with_changes`: None keeps the model's value); UserError for a change
+        that is out of range or contradicts another setting."""
+        return with_changes(self.cfg.decoding, changes)
 
-    def check(self, settings: DecodingSettings, batch_size: int) -> None:
+    def check(self, settings: DecodingConfig, batch_size: int) -> None:
         """UserError for settings out of range or a batch size below 1."""
         try:
-            settings.check()
+            check(settings)
         except ValueError as error:
             raise UserError(f"invalid decoding settings: {error}") from None
         if batch_size < 1:
@@ -92,7 +91,7 @@ class TextTranslator(abc.ABC):
     def translate(
         self,
         lines: Iterable[str],
-        settings: DecodingSettings,
+        settings: DecodingConfig,
         batch_size: int = 64,
         chunk_size: int = CHUNK_SIZE,
         counter: Counter | None = None,
@@ -106,12 +105,12 @@ class TextTranslator(abc.ABC):
         for number, (hypotheses, oovs) in enumerate(
             self.nbest_lists(lines, settings, batch_size, chunk_size, False, counter)
         ):
-            yield self._format(number, hypotheses, settings.outputs_per_input, oovs)
+            yield self._format(number, hypotheses, outputs_per_input(settings), oovs)
 
     def hypotheses(
         self,
         lines: Iterable[str],
-        settings: DecodingSettings,
+        settings: DecodingConfig,
         batch_size: int = 64,
         chunk_size: int = CHUNK_SIZE,
         attention: bool = False,
@@ -133,7 +132,7 @@ class TextTranslator(abc.ABC):
         self,
         sources: list[list[int]],
         extended: list[tuple[list[int], list[str]]],
-        settings: DecodingSettings,
+        settings: DecodingConfig,
         attention: bool,
         generator: torch.Generator | None,
     ) -> list[list[Hypothesis]]:
@@ -150,7 +149,7 @@ class TextTranslator(abc.ABC):
     def nbest_lists(
         self,
         lines: Iterable[str],
-        settings: DecodingSettings,
+        settings: DecodingConfig,
         batch_size: int,
         chunk_size: int,
         attention: bool = False,
@@ -161,8 +160,8 @@ class TextTranslator(abc.ABC):
         self.check(settings, batch_size)
         iterator = iter(lines)
         generator = None
-        if settings.sampling is not None:  # one stream of draws for the whole input
-            generator = sampling_generator(settings.sampling.seed, self.device)
+        if settings.sample:  # one stream of draws for the whole input
+            generator = sampling_generator(settings.seed, self.device)
         while chunk := list(itertools.islice(iterator, chunk_size)):
             yield from self._decode_chunk(
                 chunk, settings, batch_size, attention, counter, generator
@@ -171,7 +170,7 @@ class TextTranslator(abc.ABC):
     def _decode_chunk(
         self,
         chunk: list[str],
-        settings: DecodingSettings,
+        settings: DecodingConfig,
         batch_size: int,
         attention: bool,
         counter: Counter | None = None,
@@ -256,7 +255,7 @@ class Translator(TextTranslator):
         ensemble: Sequence[Path] = (),
     ) -> "Translator":
         """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint);
-        `overrides` (key=value) change its config, e.g. its decoding settings trainer.beam=3
+        `overrides` (key=value) change its config, e.g. its decoding settings decoding.beam=3
         (UserError if one is invalid). `ensemble`: more checkpoints that decode with it as an
         ensemble (UserError if their tokenizers or task differ from its)."""
         from attnseq.models.ensemble import load_ensemble
@@ -268,7 +267,7 @@ class Translator(TextTranslator):
         self,
         sources: list[list[int]],
         extended: list[tuple[list[int], list[str]]],
-        settings: DecodingSettings,
+        settings: DecodingConfig,
         attention: bool,
         generator: torch.Generator | None,
     ) -> list[list[Hypothesis]]:

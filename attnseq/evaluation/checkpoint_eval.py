@@ -44,7 +44,7 @@ import hashlib
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -62,14 +62,14 @@ from attnseq.config.resources import (
     decoding_bytes,
     source_length,
 )
-from attnseq.config.schema import TrainConfig
+from attnseq.config.schema import DecodingConfig, TrainConfig
 from attnseq.data.batching import Example
 from attnseq.data.locations import check_checkpoint_data, overridden_keys
 from attnseq.data.prepare import PreparedData, prepare_data
 from attnseq.data.sources import NoDataAtPath, load_pairs_from_path
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
-from attnseq.decoding.settings import DecodingSettings, SamplingSettings
+from attnseq.decoding.settings import is_greedy, with_changes
 from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import Evaluator, Hypothesis, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
@@ -80,15 +80,7 @@ from attnseq.models.positional import position_limit
 from attnseq.models.seq2seq import Seq2Seq
 
 # config keys that are decoding settings (named by DECODING), or that cannot change a result
-DECODING_KEYS = {
-    "trainer.beam",
-    "trainer.length_penalty",
-    "trainer.max_output_ratio",
-    "trainer.max_output_extra",
-    "trainer.min_output_length",
-    "trainer.no_repeat_ngram",
-    "trainer.coverage_penalty",
-}
+DECODING_PREFIX = "decoding."
 NEUTRAL_KEYS = {"trainer.device", "trainer.threads", "trainer.progress", "data.eval_max_tokens"}
 LONGEST_OVERRIDES_NAME = 60  # longer override lists are named by a hash (all are recorded)
 # the files a result folder may hold (module docstring)
@@ -117,12 +109,15 @@ def default_root(checkpoint: Path) -> Path:
     return (folder.parent if folder.name == "checkpoints" else folder) / "eval"
 
 
-def decoding_name(settings: DecodingSettings) -> str:
+def decoding_name(settings: DecodingConfig) -> str:
     """'greedy', 'beam5-lp0.6', 'beam4-lp1-min8-norepeat3-cov0.2',
     'sample-t0.7-k0-p0.9-n1-seed0', ... (module docstring)."""
-    searches = not settings.is_greedy and settings.sampling is None
-    if settings.sampling is not None:
-        parts = [settings.sampling.name()]
+    searches = not is_greedy(settings) and not settings.sample
+    if settings.sample:  # every sampling setting
+        parts = [
+            f"sample-t{settings.temperature:g}-k{settings.top_k}-p{settings.top_p:g}"
+            f"-n{settings.num_samples}-seed{settings.seed}"
+        ]
     else:
         parts = [f"beam{settings.beam}"] if searches else ["greedy"]
     if searches:  # greedy decoding and sampling rank nothing: alpha plays no part
@@ -131,9 +126,9 @@ def decoding_name(settings: DecodingSettings) -> str:
         parts.append(f"min{settings.min_length}")
     if settings.no_repeat_ngram:
         parts.append(f"norepeat{settings.no_repeat_ngram}")
-    if settings.coverage_penalty and settings.sampling is None:
+    if settings.coverage_penalty and not settings.sample:
         parts.append(f"cov{settings.coverage_penalty:g}")
-    default = DecodingSettings()
+    default = DecodingConfig()
     limit = (settings.max_output_ratio, settings.max_output_extra)
     if limit != (default.max_output_ratio, default.max_output_extra):
         parts.append(f"maxlen{limit[0]:g}x+{limit[1]}")
@@ -145,7 +140,7 @@ def result_overrides(overrides: Sequence[str]) -> list[str]:
     chosen = []
     for override in overrides:
         key = override.split("=", 1)[0].lstrip("+~")
-        if key not in DECODING_KEYS and key not in NEUTRAL_KEYS:
+        if not key.startswith(DECODING_PREFIX) and key not in NEUTRAL_KEYS:
             chosen.append(override)
     return sorted(chosen)
 
@@ -155,7 +150,7 @@ def result_folder(
     checkpoint: Path,
     step: int | None,
     split: str,
-    settings: DecodingSettings,
+    settings: DecodingConfig,
     overrides: Sequence[str] = (),
     extra: Sequence[str] = (),
 ) -> Path:
@@ -200,7 +195,7 @@ def describe(
     payload: dict[str, Any],
     split: str,
     examples: int,
-    settings: DecodingSettings,
+    settings: DecodingConfig,
     overrides: Sequence[str],
     alignments: Any = None,
 ) -> dict[str, Any]:
@@ -244,7 +239,7 @@ def evaluate_checkpoint(
     device_name: str = "auto",
     save_attention: bool = False,
     alignments: GoldAlignmentFiles | None = None,
-    sampling: SamplingSettings | None = None,
+    decoding: Mapping[str, Any] | None = None,
     ensemble: Sequence[Path] = (),
 ) -> EvalMetrics:
     """Metrics of a checkpoint on one split; the result goes to a folder under `out_dir`
@@ -256,7 +251,8 @@ def evaluate_checkpoint(
     The attention diagnostics of the split (``SPLIT/attention/...``,
     attnseq/alignment/diagnostics.py) come with the metrics, as in training's
     metrics.json.
-    `sampling`: decode by sampling (one sample per example) instead of the checkpoint's search.
+    `decoding`: changes of the checkpoint's decoding settings (setting -> value, e.g. {"beam":
+    5} or {"sample": True, "seed": 1}; decoding/settings.py, `with_changes`).
     `ensemble`: more checkpoints that decode with this one as an ensemble.
     `alignments`: also score the attention against a gold word-alignment set, as
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
@@ -266,6 +262,7 @@ def evaluate_checkpoint(
     overrides = list(overrides or [])
     trained = load_ensemble([path, *ensemble], overrides)
     cfg, tokenizers = trained.cfg, trained.tokenizers
+    cfg.decoding = with_changes(cfg.decoding, decoding or {})
     dataset_split = split in NAMED_SPLITS or split in cfg.data.splits
     check_checkpoint_data(cfg.data, overridden_keys(overrides), reads_dataset=dataset_split)
     if dataset_split:
@@ -287,7 +284,6 @@ def evaluate_checkpoint(
         texts[("--gold-src", "--gold-tgt")] = alignment_set.examples
     gold = split_gold(cfg, name, tokenizers) if dataset_split else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
-    evaluator.decoding = evaluator.decoding.with_sampling(sampling)
     folder = result_folder(
         out_dir or default_root(path),
         path,
@@ -389,7 +385,7 @@ def _check_decoding_memory(
     bounded = replace(cfg, data=replace(cfg.data, eval_max_tokens=tokens))
     check_inference_memory(
         decoding_bytes(bounded, vocab), device,
-        f"decoding {name} with trainer.beam={cfg.trainer.beam}", "the beam or the batch budget",
+        f"decoding {name} with decoding.beam={cfg.decoding.beam}", "the beam or the batch budget",
     )  # fmt: skip
 
 

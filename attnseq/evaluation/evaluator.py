@@ -26,18 +26,13 @@ import torch
 
 from attnseq.alignment.diagnostics import AttentionDiagnostics
 from attnseq.config.choices import DataSource
-from attnseq.config.schema import TrainConfig
+from attnseq.config.schema import DecodingConfig, TrainConfig
 from attnseq.data.batching import Batch, TokenBatchSampler, collate
 from attnseq.data.extended_vocab import ExtendedExample, extend_examples
 from attnseq.data.generated import gold_alignments
 from attnseq.data.prepare import PreparedData
 from attnseq.data.tokenizers import Tokenizer, TokenizerPair
-from attnseq.decoding import (  # settings re-exported here
-    DecodingSettings,
-    Hypothesis,
-    decode,
-    sampling_generator,
-)
+from attnseq.decoding import Hypothesis, decode, sampling_generator  # re-exported here
 from attnseq.evaluation.metrics import perplexity, task_metrics
 from attnseq.io.progress import Rate, counting
 from attnseq.models.objective import sequence_loss
@@ -77,7 +72,7 @@ class Evaluator:
         tgt_tokenizer: Tokenizer,
         device: torch.device,
         max_tokens: int,
-        decoding: DecodingSettings,
+        decoding: DecodingConfig,
         task: str = "translation",
         gold: AlignmentGold | None = None,
         extended: Sequence[ExtendedExample] | None = None,
@@ -178,8 +173,8 @@ class Evaluator:
         search or the first sample, as `self.decoding` says; samples are drawn from one
         generator seeded once per call)."""
         model.eval()
-        sampling = self.decoding.sampling
-        generator = None if sampling is None else sampling_generator(sampling.seed, self.device)
+        settings = self.decoding
+        generator = sampling_generator(settings.seed, self.device) if settings.sample else None
         # An empty source has nothing to condition on: no output, as beam search reports it.
         results: list[Hypothesis | None] = [
             None if src else Hypothesis([], float("-inf")) for src, _ in self.examples
@@ -308,7 +303,7 @@ def make_evaluator(
         data.tokenizers.tgt,
         device,
         max_tokens=cfg.data.eval_max_tokens,
-        decoding=DecodingSettings.from_trainer(cfg.trainer),
+        decoding=cfg.decoding,
         task=cfg.data.task.value,
         gold=gold,
         extended=extended_split(cfg, data, split),

@@ -27,9 +27,8 @@ from attnseq.config.resources import (
     check_inference_memory,
     inference_bytes,
 )
-from attnseq.config.schema import TrainConfig
+from attnseq.config.schema import DecodingConfig, TrainConfig
 from attnseq.data.tokenizers import TokenizerPair
-from attnseq.decoding import DecodingSettings
 
 # Bytes a weight of an explanation takes at least: its float, and its text in the page's JSON
 # (an integer of three decimals, the list that holds it, the page's copies of the text).
@@ -69,12 +68,12 @@ class RequestSizes:
         check_inference_memory(need, self.device, request, lower)
 
     @staticmethod
-    def steps(source: int, settings: DecodingSettings) -> int:
+    def steps(source: int, settings: DecodingConfig) -> int:
         """The longest output a search may produce for a `source`-piece source, and </s>."""
         return int(source * settings.max_output_ratio) + settings.max_output_extra + 1
 
     def decoding(
-        self, texts: list[str], settings: DecodingSettings, batch_size: int, attention: bool
+        self, texts: list[str], settings: DecodingConfig, batch_size: int, attention: bool
     ) -> None:
         """The largest batch of a decoding of `texts`: `batch_size` of the longest sources,
         each with its beam or samples, to the output limit; with `attention`, each output's
@@ -84,23 +83,23 @@ class RequestSizes:
         if not lines:
             return
         source = self._source(lines)
-        sampled = settings.sampling is not None
-        per_input = settings.outputs_per_input if sampled else settings.beam
+        sampled = settings.sample
+        per_input = settings.num_samples if sampled else settings.beam
         rows = min(batch_size, len(lines)) * per_input
         need = self._bytes(rows, source, self.steps(source, settings), cross_maps=attention)
-        what = "sample's num_samples" if sampled else "beam"
+        what = "num_samples" if sampled else "beam"
         self._check(
             need, f"decoding {len(lines)} line(s) with {what}={per_input} and "
             f"batch_size={batch_size}", f"{what}, batch_size or the number of lines",
         )  # fmt: skip
 
-    def stream(self, settings: DecodingSettings, batch_size: int, chunk_size: int) -> None:
+    def stream(self, settings: DecodingConfig, batch_size: int, chunk_size: int) -> None:
         """A decoding of lines read as they come (`attnseq translate`): their lengths are not
         known yet, so a batch is counted at `batch_size` (at most the `chunk_size` lines read
         at once) of one-piece sources, each with its beam or samples: sizes no lines could
         fit are refused, and none that some lines could."""
-        sampled = settings.sampling is not None
-        per_input = settings.outputs_per_input if sampled else settings.beam
+        sampled = settings.sample
+        per_input = settings.num_samples if sampled else settings.beam
         rows = min(batch_size, chunk_size) * per_input
         what = "num_samples" if sampled else "beam"
         self._check(
@@ -152,16 +151,12 @@ class RequestSizes:
         its longest), every map kept."""
         self.text([src, tgt or ""], "src and tgt")
         source = self._source([src])
-        if tgt is None:
-            settings = DecodingSettings.from_trainer(self.cfg.trainer)
-            target = self.steps(source, settings)
-        else:
-            target = self._target([tgt])
+        target = self.steps(source, self.cfg.decoding) if tgt is None else self._target([tgt])
         need = self._bytes(1, source, target, scored=target, cross_maps=True, self_maps=True)
         self._check(need, "the attention of one pair", "the length of src or tgt")
 
     def explanation(
-        self, src: str, tgt: str | None, settings: DecodingSettings, methods: int
+        self, src: str, tgt: str | None, settings: DecodingConfig, methods: int
     ) -> None:
         """An explanation: the beam search (when it decodes), then for every output (the
         beam's, at their longest, or the forced target) a teacher-forced pass with its maps,

@@ -17,6 +17,7 @@ from hydra.errors import HydraException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
 
 from attnseq.config import CONFIG_DIR
+from attnseq.config.conversion import MOVED_KEYS
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -176,8 +177,10 @@ def _describe_unknown_key(key: str) -> str:
     keys = list(node.keys()) if isinstance(node, DictConfig) else []
     options = sorted(str(key) for key in keys)
     where = f"under '{parent}'" if parent else "at the top level"
-    return (
-        f"unknown config key '{key}'."
-        f"{_nearest(leaf, options, f'{parent}.' if parent else '')} "
-        f"Valid keys {where}: {', '.join(options)}"
+    moved = MOVED_KEYS.get(key)  # a key of older configs: where it is now
+    nearest = (
+        f" Did you mean '{moved}'?"
+        if moved
+        else _nearest(leaf, options, f"{parent}." if parent else "")
     )
+    return f"unknown config key '{key}'.{nearest} Valid keys {where}: {', '.join(options)}"

@@ -8,7 +8,7 @@ import torch
 from helpers import tiny_config
 
 from attnseq.alignment.diagnostics import AttentionDiagnostics, is_per_layer_key
-from attnseq.decoding import DecodingSettings
+from attnseq.decoding import DecodingConfig
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.models import Vocabularies, build_model
 
@@ -63,7 +63,7 @@ def evaluator_for(examples: list[tuple[list[int], list[int]]]) -> Evaluator:
         tgt_tokenizer=None,  # type: ignore[arg-type]  (never decoded here)
         device=torch.device("cpu"),
         max_tokens=12,
-        decoding=DecodingSettings(),
+        decoding=DecodingConfig(),
     )
 
 

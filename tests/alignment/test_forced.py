@@ -398,7 +398,7 @@ def test_wpt03_trial_set_with_a_sentencepiece_model(shared_data, tmp_path, monke
         "data.name=wpt", "data.format=parallel", "data.tokenizer=sentencepiece",
         "data.spm_vocab_size=300", f"data.root={shared_data}",
         "data.splits.test=alignments/wpt03_enfr/trial", "data.src_lang=en",
-        "data.tgt_lang=fr", "trainer.max_output_extra=2", "trainer.max_output_ratio=0.2",
+        "data.tgt_lang=fr", "decoding.max_output_extra=2", "decoding.max_output_ratio=0.2",
         pairs=read_parallel(folder / "trial.en", folder / "trial.fr"),
     )  # fmt: skip
     sentences = ["--gold-src", str(folder / "trial.en"), "--gold-tgt", str(folder / "trial.fr")]

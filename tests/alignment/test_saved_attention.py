@@ -33,7 +33,7 @@ EVAL = ["data.test_size=7", "data.eval_max_tokens=60", "model.dec_layers=2"]
 
 def load_model(path: Path, beam: int):
     payload = load_checkpoint(path)
-    cfg = config_from_dict(payload["config"], [f"trainer.beam={beam}"])
+    cfg = config_from_dict(payload["config"], [f"decoding.beam={beam}"])
     tokenizers = TokenizerPair.from_state(payload["tokenizers"])
     model = model_for(cfg, tokenizers)
     model.load_state_dict(payload["model"])

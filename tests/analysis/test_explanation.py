@@ -90,7 +90,7 @@ def test_log_probabilities_are_those_of_scoring(checkpoints, family) -> None:
 def test_each_beam_hypothesis_is_explained_with_its_score(checkpoints, family) -> None:
     model = attnseq.load(checkpoints[family], "cpu")
     explanation = explain(model.trained, SOURCE, beam=3, methods=["attention"])
-    translation = model.translate(SOURCE, beam=3, n_best=3)
+    translation = model.translate(SOURCE, beam=3, nbest=3)
     decoded = [h for h in translation.hypotheses if h.text.strip()]
     assert [o.text for o in explanation.outputs] == [h.text for h in decoded]
     assert [o.score for o in explanation.outputs] == pytest.approx([h.score for h in decoded])
@@ -124,10 +124,10 @@ def test_header_names_the_model_and_the_decoding(checkpoints) -> None:
     assert explanation.model["heads"] == "2"
     parameters = sum(p.numel() for p in trained.model.parameters())
     assert explanation.model["parameters"] == f"{parameters:,}"
-    assert explanation.decoding["length penalty"] == f"{trained.cfg.trainer.length_penalty:g}"
+    assert explanation.decoding["length penalty"] == f"{trained.cfg.decoding.length_penalty:g}"
     assert explanation.decoding["max length"].startswith(
-        str(int(len(SOURCE) * trained.cfg.trainer.max_output_ratio)
-            + trained.cfg.trainer.max_output_extra)
+        str(int(len(SOURCE) * trained.cfg.decoding.max_output_ratio)
+            + trained.cfg.decoding.max_output_extra)
     )  # fmt: skip
     assert explanation.version == attnseq.__version__
 

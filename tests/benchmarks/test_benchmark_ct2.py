@@ -17,8 +17,8 @@ def test_the_benchmark_compares_engines_speed_and_bleu(tmp_path, monkeypatch, ca
         "data.tokenizer=sentencepiece",
         "data.spm_vocab_size=80",
         "data.test_size=6",
-        "trainer.max_output_extra=2",
-        "trainer.max_output_ratio=0.5",
+        "decoding.max_output_extra=2",
+        "decoding.max_output_ratio=0.5",
     )
     arguments = [str(checkpoint), "--device", "cpu", "--threads", "1", "--sentences", "3"]
     script = load_script("benchmarks/benchmark_ct2.py")

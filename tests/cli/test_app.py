@@ -9,6 +9,7 @@ from pathlib import Path
 
 import helpers
 import pytest
+import yaml
 from helpers import attnseq, attnseq_in_process
 from typer.testing import CliRunner
 
@@ -49,7 +50,8 @@ def test_help_is_whole_at_80_columns(command) -> None:
         summaries = lines[lines.index("Commands:") + 1 :]
         assert not [line for line in summaries if line.endswith("...")], summaries
     if command == "eval":  # option help has room: a default names its key whole
-        assert "(default: trainer.length_penalty)." in " ".join(result.output.split())
+        text = " ".join(result.output.split())
+        assert "(default: the checkpoint's decoding.length_penalty)." in text
 
 
 def test_eval_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
@@ -62,11 +64,14 @@ def test_eval_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
     ("argument", "message"),
     [
         ("model.hiden=3", "Did you mean 'model.hidden'"),
+        # a decoding setting where older configs had it: refused, its new key named
+        ("trainer.beam=4", "unknown config key 'trainer.beam'. Did you mean 'decoding.beam'?"),
+        ("trainer.min_output_length=4", "Did you mean 'decoding.min_length'?"),
         ("data=nope", "unknown choice data=nope"),
         ("model.rnn.cell=foo", "expected one of"),
         ("model.d_model=30", None),
         # an interpolation of the wrong type: OmegaConf's message with its values filled in
-        ("trainer.beam=${oc.env:HOME}", "Value '" + str(Path.home())),
+        ("decoding.beam=${oc.env:HOME}", "Value '" + str(Path.home())),
     ],
 )
 def test_train_typos_exit_2_without_traceback(
@@ -139,9 +144,14 @@ def test_multirun_sweep_runs_each_job(tmp_path: Path) -> None:
 
 
 def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:
-    result = attnseq_in_process("train", "--cfg", "job", "model=rnn_luong", cwd=tmp_path)
+    result = attnseq_in_process(
+        "train", "--cfg", "job", "model=rnn_luong", "decoding.beam=4", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert "decoder: luong" in result.stdout
+    config = yaml.safe_load(result.stdout)
+    assert config["decoding"]["beam"] == 4 and config["decoding"]["min_length"] == 0
+    assert "beam" not in config["trainer"]
 
 
 def test_conflicting_hydra_modes_exit_2_without_a_traceback(tmp_path: Path) -> None:

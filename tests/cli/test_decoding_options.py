@@ -2,7 +2,9 @@
 number options that must be finite, and the torchrun check that must not load torch outside
 torchrun."""
 
+import dataclasses
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -12,23 +14,35 @@ from typer.testing import CliRunner
 from attnseq.cli.app import app
 from attnseq.cli.decoding_options import (
     CHECKPOINT_SETTINGS,
+    SETTINGS,
     DecodingFlags,
+    checked_overrides,
     split_checkpoints,
     with_decoding_flags,
 )
 from attnseq.cli.hydra_entry import torchrun_world
-from attnseq.decoding.settings import SamplingSettings
+from attnseq.config.schema import DecodingConfig
+from attnseq.decoding.settings import with_changes
 from attnseq.errors import UserError
 
 
-def test_decoding_flags_come_after_the_overrides_so_that_they_win() -> None:
-    flags = DecodingFlags(beam=5, min_length=3)
-    assert flags.overrides(["trainer.beam=2"]) == [
-        "trainer.beam=2",
-        "trainer.beam=5",
-        "trainer.min_output_length=3",
-    ]
-    assert CHECKPOINT_SETTINGS.overrides(None) == []
+def test_the_flags_given_are_typed_changes_of_the_checkpoints_settings() -> None:
+    flags = DecodingFlags(beam=5, min_length=3, length_penalty=None, sample=False)
+    assert flags.changes() == {"beam": 5, "min_length": 3}
+    checkpoint = DecodingConfig(beam=2, length_penalty=0.6, no_repeat_ngram=3)
+    changed = with_changes(checkpoint, flags.changes())
+    assert changed == DecodingConfig(beam=5, length_penalty=0.6, no_repeat_ngram=3, min_length=3)
+    assert checkpoint.beam == 2  # a replacement: the checkpoint's settings stay
+    assert CHECKPOINT_SETTINGS.changes() == {}
+
+
+def test_sample_draws_with_beam_and_nbest_one_and_a_search_flag_searches() -> None:
+    summarizer = DecodingConfig(beam=4, nbest=2, min_length=8)
+    sampled = with_changes(summarizer, DecodingFlags(sample=True, top_p=0.9).changes())
+    assert (sampled.sample, sampled.beam, sampled.nbest, sampled.top_p) == (True, 1, 1, 0.9)
+    assert sampled.min_length == 8  # the constraints still hold
+    searched = with_changes(sampled, DecodingFlags(beam=3).changes())
+    assert (searched.sample, searched.beam, searched.nbest) == (False, 3, 1)
 
 
 @pytest.mark.parametrize(
@@ -36,7 +50,8 @@ def test_decoding_flags_come_after_the_overrides_so_that_they_win() -> None:
 )
 def test_decoding_overrides_refuse_text_and_model_keys(override: str, message: str) -> None:
     with pytest.raises(UserError, match=message):
-        CHECKPOINT_SETTINGS.overrides([override])
+        checked_overrides([override])
+    assert checked_overrides(["decoding.beam=2", "~data.x"]) == ["decoding.beam=2", "~data.x"]
 
 
 def test_with_decoding_flags_puts_the_options_where_decoding_stands() -> None:
@@ -49,59 +64,37 @@ def test_with_decoding_flags_puts_the_options_where_decoding_stands() -> None:
         received.append((checkpoint, decoding, device))
 
     names = list(inspect.signature(command).parameters)
-    assert names == [
-        "checkpoint",
-        "beam",
-        "length_penalty",
-        "min_length",
-        "no_repeat_ngram",
-        "coverage_penalty",
-        "sample",
-        "temperature",
-        "top_k",
-        "top_p",
-        "num_samples",
-        "seed",
-        "device",
-    ]
+    fields = [spec.name for spec in dataclasses.fields(DecodingConfig)]
+    assert names == ["checkpoint", *fields, "device"] and list(SETTINGS) == fields
     assert inspect.signature(command).parameters["sample"].default is False
-    command(
-        checkpoint="a.pt",
-        beam=4,
-        length_penalty=None,
-        min_length=None,
-        no_repeat_ngram=3,
-        coverage_penalty=None,
-        sample=False,
-        temperature=None,
-        top_k=None,
-        top_p=None,
-        num_samples=None,
-        seed=None,
-        device="cpu",
-    )
+    options = {name: None for name in fields}
+    options.update(beam=4, no_repeat_ngram=3, sample=False)
+    command(checkpoint="a.pt", **options, device="cpu")
     assert received == [("a.pt", DecodingFlags(beam=4, no_repeat_ngram=3), "cpu")]
 
 
-def test_sampling_flags_are_no_trainer_overrides() -> None:
+def test_every_decoding_setting_is_an_option_named_as_its_key() -> None:
+    result = CliRunner().invoke(app, ["translate", "--help"], terminal_width=200)
+    text = " ".join(result.output.split())
+    for spec in dataclasses.fields(DecodingConfig):
+        assert "--" + spec.name.replace("_", "-") in text
+        assert f"(default: the checkpoint's decoding.{spec.name})" in text
+
+
+def test_sampling_flags_go_with_sample() -> None:
     flags = DecodingFlags(sample=True, temperature=0.5, top_p=0.9, seed=3)
-    assert flags.overrides(None) == []
-    sampling = flags.sampling()
-    assert sampling is not None
-    assert (sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed) == (
-        0.5,
-        0,
-        0.9,
-        3,
-    )
-    assert DecodingFlags(beam=1, sample=True).sampling() is not None  # --beam 1 is no search
-    assert CHECKPOINT_SETTINGS.sampling() is None
+    assert flags.changes() == {"sample": True, "temperature": 0.5, "top_p": 0.9, "seed": 3}
+    assert DecodingFlags(beam=1, sample=True).changes() == {"beam": 1, "sample": True}
+    with pytest.raises(UserError, match="^--top-p, --seed: sampling options, they go with"):
+        DecodingFlags(top_p=0.9, seed=3).changes()
+    with pytest.raises(UserError, match="^--sample draws the outputs and --beam 2 searches"):
+        DecodingFlags(sample=True, beam=2).changes()
 
 
 def test_arguments_ending_in_pt_are_more_checkpoints() -> None:
-    more, overrides = split_checkpoints(["b.pt", "trainer.beam=2", "runs/c.pt", "~data.x"])
+    more, overrides = split_checkpoints(["b.pt", "decoding.beam=2", "runs/c.pt", "~data.x"])
     assert [str(path) for path in more] == ["b.pt", "runs/c.pt"]
-    assert overrides == ["trainer.beam=2", "~data.x"]
+    assert overrides == ["decoding.beam=2", "~data.x"]
     assert split_checkpoints(None) == ([], [])
     assert split_checkpoints(["input.txt"]) == ([], ["input.txt"])  # refused as an override
 
@@ -121,16 +114,23 @@ def test_decoding_flags_refuse_numbers_that_are_not_finite(option: str, value: s
     sample = option in ("temperature", "top_p")
     flags = DecodingFlags(sample=sample, **{option: float(value)})
     flag = "--" + option.replace("_", "-")
-    for method in (flags.sampling, lambda: flags.overrides(None)):
-        with pytest.raises(UserError, match=f"^{flag} must be a finite number, got"):
-            method()
+    with pytest.raises(UserError, match=f"^{flag} must be a finite number .*, got"):
+        flags.changes()
 
 
-def test_sampling_settings_refuse_an_infinite_temperature() -> None:
-    assert SamplingSettings(temperature=float("inf")).problems() == [
-        "temperature must be >= 1e-06 and finite, got inf"
-    ]
-    assert SamplingSettings(temperature=0.5).problems() == []
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"beam": 0}, "--beam must be >= 1, got 0"),
+        ({"length_penalty": 11.0}, "--length-penalty must be >= 0 and <= 10, got 11.0"),
+        ({"sample": True, "temperature": 1e-7}, "--temperature must be >= 1e-06, got 1e-07"),
+        ({"sample": True, "seed": 2**64}, "--seed must be >= 0 and <= 18446744073709551615"),
+    ],
+)
+def test_decoding_flags_take_the_bounds_of_their_settings(options: dict, message: str) -> None:
+    with pytest.raises(UserError, match=f"^{re.escape(message)}"):
+        DecodingFlags(**options).changes()
+    assert DecodingFlags(sample=True, seed=2**64 - 1).changes()["seed"] == 2**64 - 1
 
 
 runner = CliRunner()

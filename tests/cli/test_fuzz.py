@@ -116,17 +116,17 @@ STDIN = ("June 5, 2001\n4 May 2001\n", "", "\n\n", b"caf\xe9\n", LONG + "\n", "a
 
 # Overrides after a checkpoint (eval, translate, heads): plausible ones, and odd forms.
 PLAUSIBLE_OVERRIDES = (
-    "trainer.beam=2", "trainer.length_penalty=0.6", "trainer.max_output_extra=3",
-    "trainer.threads=1", "trainer.no_repeat_ngram=2", "data.test_size=5", "data.valid_size=5",
+    "decoding.beam=2", "decoding.length_penalty=0.6", "decoding.max_output_extra=3",
+    "trainer.threads=1", "decoding.no_repeat_ngram=2", "data.test_size=5", "data.valid_size=5",
 )  # fmt: skip
 ODD_OVERRIDES = (
-    "foo", "=", "=1", "~trainer.beam", "+trainer.extra=1", "trainer.beam", "trainer.beam=",
-    "trainer.beam=[1,2]", "trainer.beam=${oc.env:HOME}", "model.hidden=8", "trainer.beam=1,2",
+    "foo", "=", "=1", "~decoding.beam", "+trainer.extra=1", "decoding.beam", "decoding.beam=",
+    "decoding.beam=[1,2]", "decoding.beam=${oc.env:HOME}", "model.hidden=8", "decoding.beam=1,2",
     "missing.pt", "hydra.run.dir=/proc/run", "data=reverse", "trainer=nope", "config=nope",
 )  # fmt: skip
 # Choices of `attnseq train` that reach other models, data and schedules.
 PLAUSIBLE_TRAINING = (
-    "model=transformer", "model=rnn_luong", "data=reverse", "data=copy", "trainer.beam=2",
+    "model=transformer", "model=rnn_luong", "data=reverse", "data=copy", "decoding.beam=2",
     "optim.scheduler=cosine", "model.attention.score=general", "optim.label_smoothing=0.1",
 )  # fmt: skip
 HYDRA_FLAGS = (
@@ -246,7 +246,9 @@ def _schema_keys() -> list[tuple[str, Any]]:
 
 
 SCHEMA_KEYS = _schema_keys()
-TRAINER_KEYS = [(key, default) for key, default in SCHEMA_KEYS if key.startswith("trainer.")]
+RUN_KEYS = [
+    (key, default) for key, default in SCHEMA_KEYS if key.startswith(("decoding.", "trainer."))
+]
 
 
 # --------------------------------------------------------------------------- workspace
@@ -476,8 +478,8 @@ def _override(rng: random.Random, hostile: bool) -> str:
         return rng.choice(PLAUSIBLE_OVERRIDES)
     if rng.random() < 0.3:
         return rng.choice(ODD_OVERRIDES)
-    # a third of the keys from trainer.*: the decoding settings a checkpoint's commands use
-    keys = TRAINER_KEYS if rng.random() < 0.33 else SCHEMA_KEYS
+    # a third of the keys from decoding.* and trainer.*: the settings a checkpoint's commands use
+    keys = RUN_KEYS if rng.random() < 0.33 else SCHEMA_KEYS
     key, default = rng.choice(keys)
     return f"{key}={_config_value(rng, default)}"
 

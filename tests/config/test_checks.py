@@ -54,7 +54,7 @@ BAD_VALUES = [
     (["data.max_sentences=0"], "data.max_sentences must be >= 1"),
     (["data.eval_max_tokens=0"], "data.eval_max_tokens must be >= 1"),
     (["trainer.log_every=0"], "trainer.log_every must be >= 1"),
-    (["trainer.max_output_ratio=-1"], "trainer.max_output_ratio must be >= 0"),
+    (["decoding.max_output_ratio=-1"], "decoding.max_output_ratio must be >= 0"),
     (
         ["data=toy_translation", "trainer.early_stopping_metric=rouge1"],
         "trainer.early_stopping_metric=rouge1 is not computed for data.task=translation",
@@ -74,7 +74,7 @@ BAD_VALUES = [
     (["trainer.max_minutes=nan"], "trainer.max_minutes must be a finite number"),
     (["trainer.early_stopping_target=nan"], "early_stopping_target must be a finite number"),
     (
-        ["trainer.max_output_ratio=0.5", "trainer.max_output_extra=0"],
+        ["decoding.max_output_ratio=0.5", "decoding.max_output_extra=0"],
         "leaves a one-token source no output token",
     ),
     (
@@ -89,8 +89,8 @@ BAD_VALUES = [
     (["model=transformer", "model.d_model=1048576"], "the model does not fit: transformer"),
     (["data.train_size=1000000000000"], "the generated data does not fit"),
     (["trainer.threads=100000"], "trainer.threads=100000 is more than the"),
-    (["trainer.beam=1000000"], "validation decoding does not fit: trainer.beam=1000000"),
-    (["trainer.max_output_extra=10000000000000"], "validation decoding does not fit"),
+    (["decoding.beam=1000000"], "validation decoding does not fit: decoding.beam=1000000"),
+    (["decoding.max_output_extra=10000000000000"], "validation decoding does not fit"),
     (["model.attention.D=" + "1" * 30], "model.attention.D must fit in a 64-bit integer"),
     (["trainer.num_workers=100000"], "trainer.num_workers=100000 is more than the"),
 ]
@@ -138,9 +138,9 @@ def test_a_model_too_large_names_its_sizes(tmp_path: Path) -> None:
 
 def test_several_problems_are_listed_together() -> None:
     with pytest.raises(UserError) as error:
-        config_from_dict({}, ["model.hidden=0", "optim.lr=-1", "trainer.beam=0"])
+        config_from_dict({}, ["model.hidden=0", "optim.lr=-1", "decoding.beam=0"])
     message = str(error.value)
-    for key in ("model.hidden", "optim.lr", "trainer.beam"):
+    for key in ("model.hidden", "optim.lr", "decoding.beam"):
         assert key in message
 
 
@@ -149,7 +149,7 @@ def test_an_override_yaml_cannot_read_is_named(value: str) -> None:
     """A command-line byte that is not UTF-8 arrives as a lone surrogate, which PyYAML (reading
     each override's value) refuses like a control character: one UserError, no ReaderError."""
     with pytest.raises(UserError, match=r"override 'data.tokenizer=.*': unacceptable character"):
-        config_from_dict({}, ["trainer.beam=2", f"data.tokenizer={value}"])
+        config_from_dict({}, ["decoding.beam=2", f"data.tokenizer={value}"])
 
 
 def test_a_length_penalty_that_would_overflow_is_refused() -> None:
@@ -159,8 +159,8 @@ def test_a_length_penalty_that_would_overflow_is_refused() -> None:
 
     from attnseq.decoding.settings import gnmt_length_penalty
 
-    with pytest.raises(UserError, match="trainer.length_penalty must be >= 0 and <= 10"):
-        config_from_dict({}, ["trainer.length_penalty=1000"])
+    with pytest.raises(UserError, match="decoding.length_penalty must be >= 0 and <= 10"):
+        config_from_dict({}, ["decoding.length_penalty=1000"])
     with pytest.raises(OverflowError):
         gnmt_length_penalty(10, 1000.0)
     longest = gnmt_length_penalty(torch.tensor([10_000]), 10.0)

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from attnseq.data.sources import load_splits
 from attnseq.decoding import (
-    DecodingSettings,
+    DecodingConfig,
     Hypothesis,
     beam_search,
     decode,
@@ -36,6 +36,7 @@ from attnseq.decoding import (
     greedy_decode,
     max_output_lengths,
 )
+from attnseq.decoding.settings import check, is_greedy
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq
@@ -66,7 +67,7 @@ def test_beam_one_equals_greedy(family: str) -> None:
     limits = max_output_lengths(lengths, 1.5, 2)
     greedy = greedy_decode(model, src, lengths, limits, need_weights=True)
     beam = beam_search(
-        model, src, lengths, limits, DecodingSettings(beam=1, length_penalty=0.0), need_weights=True
+        model, src, lengths, limits, DecodingConfig(beam=1, length_penalty=0.0), need_weights=True
     )
     for g, (b,) in zip(greedy, beam, strict=True):
         assert b.tokens == g.tokens
@@ -80,7 +81,7 @@ def test_batch_of_one_equals_batch_of_32(family: str) -> None:
     model = make_model(family, seed=3)
     src, lengths = random_batch(32, seed=4)
     limits = max_output_lengths(lengths, 1.0, 3)
-    settings = DecodingSettings(beam=4, nbest=3)
+    settings = DecodingConfig(beam=4, nbest=3)
     batched = beam_search(model, src, lengths, limits, settings)
     for row in range(32):
         n = int(lengths[row])
@@ -136,7 +137,7 @@ def test_decode_with_beam_one_is_greedy_not_beam_search() -> None:
         [{EOS: -0.7, 4: -0.8}, {4: -0.3, EOS: -3}, {4: -0.3, EOS: -3}, {EOS: -0.3, 4: -3}]
     )
     src, lengths = one_source()
-    settings = DecodingSettings(beam=1, length_penalty=2.0, max_output_ratio=0, max_output_extra=6)
+    settings = DecodingConfig(beam=1, length_penalty=2.0, max_output_ratio=0, max_output_extra=6)
     ((decoded,),) = decode(model, src, lengths, settings)
     eos_first = torch.log_softmax(model.table[0, BOS], dim=-1)[EOS].item()
     assert decoded.tokens == []
@@ -149,10 +150,10 @@ def test_decode_with_beam_one_is_greedy_not_beam_search() -> None:
 def test_decode_returns_nbest_lists() -> None:
     model = make_model("transformer")
     src, lengths = random_batch(5)
-    nbest = decode(model, src, lengths, DecodingSettings(beam=3, nbest=2))
+    nbest = decode(model, src, lengths, DecodingConfig(beam=3, nbest=2))
     assert [len(n) for n in nbest] == [2] * 5
     with pytest.raises(ValueError, match="nbest"):
-        decode(model, src, lengths, DecodingSettings(beam=2, nbest=3))
+        decode(model, src, lengths, DecodingConfig(beam=2, nbest=3))
 
 
 # ------------------------------------------------------------------------------ search quality
@@ -182,7 +183,7 @@ def test_large_beam_is_exact_search() -> None:
             src,
             lengths,
             torch.tensor([max_len]),
-            DecodingSettings(beam=40, nbest=5, length_penalty=alpha),
+            DecodingConfig(beam=40, nbest=5, length_penalty=alpha),
         )
         assert [h.tokens for h in found] == [o[0] for o in ranked[:5]]
         assert [h.score for h in found] == pytest.approx([o[1] for o in ranked[:5]], abs=1e-5)
@@ -197,7 +198,7 @@ def test_length_penalty_favours_longer_outputs() -> None:
     src, lengths = one_source()
     found_lengths = []
     for alpha in (0.0, 0.5, 1.0, 2.0):
-        settings = DecodingSettings(beam=3, length_penalty=alpha)
+        settings = DecodingConfig(beam=3, length_penalty=alpha)
         results = beam_search(model, src, lengths, torch.tensor([6]), settings)
         found_lengths.append(len(results[0][0].tokens))
     assert found_lengths == sorted(found_lengths)  # never shorter with a larger alpha
@@ -209,7 +210,7 @@ def test_nbest_sorted_and_distinct(family: str) -> None:
     model = make_model(family, seed=5)
     src, lengths = random_batch(6, seed=6)
     limits = max_output_lengths(lengths, 1.0, 2)
-    results = beam_search(model, src, lengths, limits, DecodingSettings(beam=6, nbest=4))
+    results = beam_search(model, src, lengths, limits, DecodingConfig(beam=6, nbest=4))
     for nbest in results:
         assert len(nbest) == 4
         assert len({tuple(h.tokens) for h in nbest}) == 4
@@ -226,10 +227,10 @@ def test_no_repeat_ngram_blocks_repeats() -> None:
     model = table_model([{4: -0.1, 5: -2.5, UNK: -3.0, EOS: -4.0}] * 8)
     src, lengths = one_source()
     limit = torch.tensor([8])
-    (plain,) = beam_search(model, src, lengths, limit, DecodingSettings(beam=3))
+    (plain,) = beam_search(model, src, lengths, limit, DecodingConfig(beam=3))
     assert plain[0].tokens == [4] * 8
     for n in (1, 2, 3):
-        settings = DecodingSettings(beam=3, no_repeat_ngram=n)
+        settings = DecodingConfig(beam=3, no_repeat_ngram=n)
         (blocked,) = beam_search(model, src, lengths, limit, settings)
         tokens = blocked[0].tokens
         grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
@@ -241,7 +242,7 @@ def test_no_repeat_ngram_blocks_repeats() -> None:
 def test_no_repeat_ngram_on_real_models(family: str) -> None:
     model = make_model(family, seed=2)
     src, lengths = random_batch(8, seed=2)
-    settings = DecodingSettings(beam=3, nbest=3, no_repeat_ngram=2, max_output_extra=6)
+    settings = DecodingConfig(beam=3, nbest=3, no_repeat_ngram=2, max_output_extra=6)
     for nbest in decode(model, src, lengths, settings):
         for h in nbest:
             bigrams = list(itertools.pairwise(h.tokens))
@@ -252,7 +253,7 @@ def test_no_repeat_ngram_on_real_models(family: str) -> None:
 def test_min_length_prevents_early_eos(beam: int) -> None:
     model = table_model([{EOS: -0.01, 4: -5.0, 5: -6.0}] * 8)  # EOS at once, by far
     src, lengths = one_source()
-    settings = DecodingSettings(beam=beam, max_output_ratio=0.0, max_output_extra=8)
+    settings = DecodingConfig(beam=beam, max_output_ratio=0.0, max_output_extra=8)
     assert decode(model, src, lengths, settings)[0][0].tokens == []
     settings.min_length = 4
     best = decode(model, src, lengths, settings)[0][0]
@@ -265,7 +266,7 @@ def test_beam_attention_equals_teacher_forced_attention(family: str) -> None:
     model = make_model(family, seed=8)
     src, lengths = random_batch(6, seed=9)
     limits = max_output_lengths(lengths, 1.0, 2)
-    settings = DecodingSettings(beam=4, nbest=3)
+    settings = DecodingConfig(beam=4, nbest=3)
     results = beam_search(model, src, lengths, limits, settings, need_weights=True)
     for row, nbest in enumerate(results):
         n = int(lengths[row])
@@ -314,15 +315,15 @@ def test_beam_beats_greedy_on_trained_reverse_model(reverse_model) -> None:
     src = torch.tensor([ids + [PAD] * (width - len(ids)) for ids in sources])
     lengths = torch.tensor([len(ids) for ids in sources])
 
-    def exact_match(settings: DecodingSettings) -> tuple[float, list[float]]:
+    def exact_match(settings: DecodingConfig) -> tuple[float, list[float]]:
         best = [n[0] for n in decode(model, src, lengths, settings)]
         texts = [tokenizers.tgt.decode(h.tokens) for h in best]
         hits = sum(text == tgt for text, (_, tgt) in zip(texts, pairs, strict=True))
         return hits / len(pairs), [h.score for h in best]
 
-    greedy_em, greedy_scores = exact_match(DecodingSettings(beam=1))
-    beam_em, _ = exact_match(DecodingSettings(beam=5))
-    _, raw_beam_scores = exact_match(DecodingSettings(beam=5, length_penalty=0.0))
+    greedy_em, greedy_scores = exact_match(DecodingConfig(beam=1))
+    beam_em, _ = exact_match(DecodingConfig(beam=5))
+    _, raw_beam_scores = exact_match(DecodingConfig(beam=5, length_penalty=0.0))
     assert 0.1 < greedy_em < 1.0  # trained, but not so well that search cannot matter
     assert beam_em >= greedy_em
     # raw model score: beam 5 finds at least greedy's (not a theorem; module docstring)
@@ -352,7 +353,7 @@ def test_coverage_penalty_ranks_by_the_hypothesis_own_attention(family: str) -> 
     src, lengths = random_batch(4)
     limits = max_output_lengths(lengths, 1.0, 3)
     beta, alpha = 0.7, 0.6
-    settings = DecodingSettings(beam=3, nbest=3, length_penalty=alpha, coverage_penalty=beta)
+    settings = DecodingConfig(beam=3, nbest=3, length_penalty=alpha, coverage_penalty=beta)
     results = beam_search(model, src, lengths, limits, settings, need_weights=True)
     for row, nbest in enumerate(results):
         norms = [h.normalized_score for h in nbest]
@@ -377,10 +378,10 @@ def test_gnmt_length_penalty_of_one_length_and_of_many() -> None:
 
 
 def test_coverage_penalty_is_not_greedy() -> None:
-    assert DecodingSettings(beam=1).is_greedy
-    assert not DecodingSettings(beam=1, coverage_penalty=0.2).is_greedy
-    with pytest.raises(ValueError, match="coverage_penalty"):
-        DecodingSettings(coverage_penalty=-1.0).check()
+    assert is_greedy(DecodingConfig(beam=1))
+    assert not is_greedy(DecodingConfig(beam=1, coverage_penalty=0.2))
+    with pytest.raises(ValueError, match="coverage_penalty must be >= 0, got -1.0"):
+        check(DecodingConfig(coverage_penalty=-1.0))
 
 
 COPY_FAMILIES = {
@@ -415,7 +416,7 @@ def test_beam_attention_follows_each_hypothesis_through_reordering(family: str) 
 
     model.reorder_state = recording_reorder  # type: ignore[method-assign]
     limits = max_output_lengths(lengths, 1.0, 3)
-    settings = DecodingSettings(beam=5, nbest=5)
+    settings = DecodingConfig(beam=5, nbest=5)
     results = beam_search(model, src, lengths, limits, settings, need_weights=True, **copy_inputs)
     # a beam forked (two rows share a parent) after the first expansion: real reordering
     assert any(index.unique().numel() < index.numel() for index in reorders[1:])

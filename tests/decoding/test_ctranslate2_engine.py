@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.data.tokenizers import BOS_ID, EOS_ID
-from attnseq.decoding import SamplingSettings
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.models.ctranslate2_export import EXPORT_FILE, export_ctranslate2
@@ -100,7 +99,7 @@ def test_the_engine_writes_nbest_lists_and_refuses_sampling(ctranslate2, tmp_pat
     outputs = list(engine.translate(["a small house", ""], engine.settings(beam=3, nbest=2)))
     assert [len(output) for output in outputs] == [2, 1]
     assert outputs[1] == ["1 |||  ||| 0.0000"]
-    sampling = engine.settings(beam=1).with_sampling(SamplingSettings(num_samples=2))
+    sampling = engine.settings(sample=True, num_samples=2)
     with pytest.raises(UserError, match="does not sample"):
         list(engine.translate(SOURCES, sampling))
 

@@ -13,8 +13,7 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.decoding import (
-    DecodingSettings,
-    SamplingSettings,
+    DecodingConfig,
     decode,
     greedy_decode,
     max_output_lengths,
@@ -25,10 +24,15 @@ from attnseq.decoding.sampling import filter_log_probs
 runner = CliRunner()
 
 
+def sampling(**settings: float) -> DecodingConfig:
+    """Decoding settings that sample, with `settings` changed."""
+    return DecodingConfig(sample=True, **settings)  # type: ignore[arg-type]
+
+
 def kept(probs: list[float], **settings: float) -> tuple[set[int], list[float]]:
     """The tokens `filter_log_probs` keeps of one distribution, and its filtered probabilities."""
     log_probs = torch.tensor([probs]).log()
-    filtered = filter_log_probs(log_probs, SamplingSettings(**settings)).exp()[0]  # type: ignore[arg-type]
+    filtered = filter_log_probs(log_probs, sampling(**settings)).exp()[0]
     return {i for i, p in enumerate(filtered.tolist()) if p > 0}, filtered.tolist()
 
 
@@ -88,7 +92,7 @@ def test_pad_and_bos_are_never_drawn() -> None:
     # PAD and BOS most probable; without them token 4 and EOS are equally likely
     model = table_model([{0: -0.1, 2: -0.1, 4: -3.0, EOS: -3.0}, {EOS: 0.0}])
     src = torch.full((1, 3), 4)
-    settings = SamplingSettings(num_samples=300)
+    settings = sampling(num_samples=300)
     (samples,) = sample_decode(model, src, torch.tensor([3]), torch.tensor([3]), settings)
     assert {tuple(s.tokens) for s in samples} == {(), (4,)}
 
@@ -96,7 +100,8 @@ def test_pad_and_bos_are_never_drawn() -> None:
 # ------------------------------------------------------------------------ against greedy
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize(
-    "settings", [SamplingSettings(temperature=1e-6), SamplingSettings(top_k=1)]
+    "settings",
+    [sampling(temperature=1e-6), sampling(top_k=1)],
 )
 def test_temperature_to_zero_and_top_k_one_are_greedy(family: str, settings) -> None:
     model = make_model(family, seed=2)
@@ -113,9 +118,9 @@ def test_temperature_to_zero_and_top_k_one_are_greedy(family: str, settings) -> 
 def test_each_input_gets_its_own_samples_in_order() -> None:
     model = make_model("transformer", seed=4)
     src, lengths = random_batch(3, seed=5)
-    limits = max_output_lengths(lengths, 1.5, 10)  # DecodingSettings' default limits
+    limits = max_output_lengths(lengths, 1.5, 10)  # DecodingConfig' default limits
     greedy = greedy_decode(model, src, lengths, limits)
-    settings = DecodingSettings(sampling=SamplingSettings(top_k=1, num_samples=4))
+    settings = sampling(top_k=1, num_samples=4)
     groups = decode(model, src, lengths, settings)
     assert [len(group) for group in groups] == [4, 4, 4]
     for g, group in zip(greedy, groups, strict=True):
@@ -130,7 +135,7 @@ def test_the_seed_reproduces_and_another_seed_differs() -> None:
     limits = max_output_lengths(lengths, 1.5, 3)
 
     def draw(seed: int) -> list[list[int]]:
-        settings = SamplingSettings(temperature=2.0, num_samples=3, seed=seed)
+        settings = sampling(temperature=2.0, num_samples=3, seed=seed)
         return [
             s.tokens
             for group in sample_decode(model, src, lengths, limits, settings)
@@ -150,10 +155,10 @@ def test_empirical_frequencies_match_the_filtered_distribution() -> None:
     nucleus = [0.5, 0.25, 0.15, 0.0]  # top-p 0.8: mass before the last is 0.9 >= 0.8
     squared = [0.25, 0.0625, 0.0225, 0.01]  # temperature 0.5: p^2, summing to 0.345
     cases = [
-        (SamplingSettings(num_samples=n, seed=1), [0.5, 0.25, 0.15, 0.1]),
-        (SamplingSettings(top_k=2, num_samples=n, seed=2), [2 / 3, 1 / 3, 0, 0]),
-        (SamplingSettings(top_p=0.8, num_samples=n, seed=3), [p / 0.9 for p in nucleus]),
-        (SamplingSettings(temperature=0.5, num_samples=n, seed=4), [p / 0.345 for p in squared]),
+        (sampling(num_samples=n, seed=1), [0.5, 0.25, 0.15, 0.1]),
+        (sampling(top_k=2, num_samples=n, seed=2), [2 / 3, 1 / 3, 0, 0]),
+        (sampling(top_p=0.8, num_samples=n, seed=3), [p / 0.9 for p in nucleus]),
+        (sampling(temperature=0.5, num_samples=n, seed=4), [p / 0.345 for p in squared]),
     ]  # fmt: skip
     for settings, expected in cases:
         (samples,) = sample_decode(model, src, lengths, limits, settings)
@@ -171,10 +176,8 @@ def test_min_length_and_no_repeat_ngram_hold_while_sampling() -> None:
     # EOS is the most probable token at every step; token 4 or 5 otherwise
     model = table_model([{EOS: -0.1, 4: -3.0, 5: -3.0}], vocab=6)
     src = torch.full((1, 2), 4)
-    settings = SamplingSettings(num_samples=200, seed=1)
-    (samples,) = sample_decode(
-        model, src, torch.tensor([2]), torch.tensor([4]), settings, min_length=2, no_repeat_ngram=1
-    )
+    settings = sampling(num_samples=200, seed=1, min_length=2, no_repeat_ngram=1)
+    (samples,) = sample_decode(model, src, torch.tensor([2]), torch.tensor([4]), settings)
     assert all(len(s.tokens) >= 2 for s in samples)
     assert all(len(set(s.tokens)) == len(s.tokens) for s in samples)  # no token twice
 
@@ -224,10 +227,10 @@ def test_eval_samples_into_a_folder_of_its_own(checkpoint: str, tmp_path: Path) 
         (["--sample", "--temperature", "0"], "temperature must be >= 1e-06"),
         (["--sample", "--temperature", "1e-300"], "temperature must be >= 1e-06"),
         (["--sample", "--temperature", "-1"], "temperature must be >= 1e-06"),
-        (["--sample", "--top-p", "0"], "top_p must be in (0, 1]"),
-        (["--sample", "--top-p", "1.5"], "top_p must be in (0, 1]"),
-        (["--sample", "--top-k", "-1"], "top_k must be >= 0"),
-        (["--sample", "--num-samples", "0"], "num_samples must be >= 1"),
+        (["--sample", "--top-p", "0"], "--top-p must be > 0 and <= 1, got 0.0"),
+        (["--sample", "--top-p", "1.5"], "--top-p must be > 0 and <= 1, got 1.5"),
+        (["--sample", "--top-k", "-1"], "--top-k must be >= 0, got -1"),
+        (["--sample", "--num-samples", "0"], "--num-samples must be >= 1, got 0"),
         (["--sample", "--beam", "3"], "--sample draws the outputs and --beam 3 searches"),
         (
             ["--top-k", "5", "--seed", "1"],
@@ -244,6 +247,10 @@ def test_invalid_sampling_options_exit_2(checkpoint: str, args: list[str], messa
 
 def test_nbest_with_sample_and_eval_num_samples_exit_2(checkpoint: str) -> None:
     nbest = translate(checkpoint, "--sample", "--nbest", "2")
-    assert nbest.exit_code == 2 and "with --sample use --num-samples" in nbest.stderr
+    assert nbest.exit_code == 2, nbest.output
+    assert "--sample draws the outputs and --nbest 2 searches" in nbest.stderr
+    assert "--num-samples N draws N outputs per input" in nbest.stderr
     result = runner.invoke(app, ["eval", checkpoint, "--sample", "--num-samples", "2"])
     assert result.exit_code == 2 and "eval scores one output per input" in result.stderr
+    result = runner.invoke(app, ["eval", checkpoint, "--beam", "2", "--nbest", "2"])
+    assert result.exit_code == 2 and "eval scores the best output of each" in result.stderr

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
-from attnseq.decoding import DecodingSettings
+from attnseq.decoding import DecodingConfig
 from attnseq.decoding.translate import Translator
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 from attnseq.training.run import run_training
@@ -65,7 +65,7 @@ def copy_translator() -> Translator:
     texts = ["abcdefghij klmnop", "qrstuvwxyz 0123456789"]
     char = train_tokenizer("char", texts)
     model = CopyModel(char.vocab_size, char.pad_id, char.bos_id, char.eos_id)
-    cfg = tiny_config("trainer.max_output_extra=5")
+    cfg = tiny_config("decoding.max_output_extra=5")
     return Translator(model, TokenizerPair(char, char), cfg, torch.device("cpu"))
 
 
@@ -103,14 +103,14 @@ def test_streaming_reads_one_chunk_before_the_first_output() -> None:
             consumed += 1
             yield f"line {number % 7}"
 
-    outputs = translator.translate(lines(), DecodingSettings(), chunk_size=50)
+    outputs = translator.translate(lines(), DecodingConfig(), chunk_size=50)
     assert next(outputs) == "line 0"
     assert consumed == 50
 
 
 def test_a_translator_loads_a_checkpoint(checkpoint: Path) -> None:
     lines = ["March 3, 1998", "", "12/05/2001"]
-    settings = DecodingSettings(beam=2, max_output_extra=12)
+    settings = DecodingConfig(beam=2, max_output_extra=12)
     translator = Translator.from_checkpoint(checkpoint, "cpu")
     outputs = list(translator.translate(lines, settings, batch_size=2))
     assert len(outputs) == 3 and outputs[1] == ""
@@ -159,7 +159,7 @@ def test_cli_translate_nbest(checkpoint: Path) -> None:
     ("args", "stdin", "message"),
     [
         ([], "", "no input"),
-        (["--nbest", "6"], "a\n", "nbest must be between 1 and beam"),
+        (["--nbest", "6"], "a\n", "nbest=6 is more than beam=1"),
         (["--input", "missing.txt"], "", "input file not found"),
     ],
 )

@@ -11,9 +11,9 @@ from helpers import tiny_config
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
+from attnseq.config.schema import DecodingConfig
 from attnseq.data.prepare import prepare_data
 from attnseq.data.tokenizers import TokenizerPair
-from attnseq.decoding.settings import DecodingSettings
 from attnseq.evaluation.checkpoint_eval import decoding_name, default_root, result_folder
 from attnseq.evaluation.metrics import bleu_signature
 from attnseq.training.run import run_training
@@ -25,7 +25,7 @@ runner = CliRunner()
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A short run whose config decodes with beam 2 and alpha 0.6 (not the flags' defaults)."""
     run_dir = tmp_path_factory.mktemp("run")
-    cfg = tiny_config("trainer.beam=2", "trainer.length_penalty=0.6", "trainer.max_steps=8")
+    cfg = tiny_config("decoding.beam=2", "decoding.length_penalty=0.6", "trainer.max_steps=8")
     run_training(cfg, run_dir)
     return run_dir
 
@@ -91,10 +91,10 @@ def test_translate_without_flags_gives_evals_outputs(run: Path, tmp_path: Path) 
     assert translated.exit_code == 0, translated.output
     assert translated.stdout == (folder / "hyps.txt").read_text()
     # an override and its flag decode alike, and like eval with the same setting
-    greedy = eval_cli(best(run), "trainer.beam=1", "--out", str(tmp_path / "eval"))
+    greedy = eval_cli(best(run), "decoding.beam=1", "--out", str(tmp_path / "eval"))
     greedy_folder = Path(greedy.stdout.splitlines()[-1].split()[1].rstrip("/"))
     assert greedy_folder.name == "test.greedy"
-    for args in (["trainer.beam=1"], ["--beam", "1"]):
+    for args in (["decoding.beam=1"], ["--beam", "1"]):
         result = runner.invoke(app, ["translate", best(run), *args], input=sources)
         assert result.exit_code == 0, result.output
         assert result.stdout == (greedy_folder / "hyps.txt").read_text()
@@ -104,8 +104,9 @@ def test_translate_defaults_to_the_checkpoints_beam(run: Path) -> None:
     # the checkpoint's beam is 2: three hypotheses per line need a larger beam
     result = runner.invoke(app, ["translate", best(run), "--nbest", "3"], input="abc\n")
     assert result.exit_code == 2
-    assert "nbest must be between 1 and beam (2)" in result.stderr
-    ok = runner.invoke(app, ["translate", best(run), "trainer.beam=3", "--nbest", "3"], input="a\n")
+    assert "nbest=3 is more than beam=2" in result.stderr
+    more = ["translate", best(run), "decoding.beam=3", "--nbest", "3"]
+    ok = runner.invoke(app, more, input="a\n")
     assert ok.exit_code == 0, ok.output
     assert len(ok.stdout.splitlines()) == 3
 
@@ -113,7 +114,7 @@ def test_translate_defaults_to_the_checkpoints_beam(run: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("trainer.beam=0", "trainer.beam must be >= 1"),
+        ("decoding.beam=0", "decoding.beam must be >= 1"),
         ("trainer.nonsense=1", "nonsense"),
         ("input.txt", "arguments after the checkpoint are config overrides, key=value"),
         ("model.hidden=64", "model.* cannot change for a trained checkpoint"),
@@ -127,23 +128,23 @@ def test_invalid_overrides_exit_2(run: Path, override: str, message: str) -> Non
 
 
 def test_decoding_names_say_every_setting() -> None:
-    assert decoding_name(DecodingSettings()) == "greedy"
-    assert decoding_name(DecodingSettings(beam=5, length_penalty=0.6)) == "beam5-lp0.6"
-    summarization = DecodingSettings(
+    assert decoding_name(DecodingConfig()) == "greedy"
+    assert decoding_name(DecodingConfig(beam=5, length_penalty=0.6)) == "beam5-lp0.6"
+    summarization = DecodingConfig(
         beam=4, length_penalty=1.0, min_length=8, no_repeat_ngram=3, coverage_penalty=0.2
     )
     assert decoding_name(summarization) == "beam4-lp1-min8-norepeat3-cov0.2"
     # greedy decoding with a constraint runs the search, which ranks with alpha
-    assert decoding_name(DecodingSettings(min_length=2, length_penalty=0.0)) == "beam1-lp0-min2"
-    assert decoding_name(DecodingSettings(max_output_ratio=2, max_output_extra=5)) == (
+    assert decoding_name(DecodingConfig(min_length=2, length_penalty=0.0)) == "beam1-lp0-min2"
+    assert decoding_name(DecodingConfig(max_output_ratio=2, max_output_extra=5)) == (
         "greedy-maxlen2x+5"
     )
 
 
 def test_overrides_that_change_the_data_get_their_own_folder(tmp_path: Path) -> None:
-    settings = DecodingSettings()
+    settings = DecodingConfig()
     checkpoint = Path("run/checkpoints/last.pt")
-    plain = result_folder(tmp_path, checkpoint, 40, "test", settings, ["trainer.beam=1"])
+    plain = result_folder(tmp_path, checkpoint, 40, "test", settings, ["decoding.beam=1"])
     assert plain == tmp_path / "last-step40" / "test.greedy"
     neutral = result_folder(tmp_path, checkpoint, 40, "test", settings, ["trainer.device=cpu"])
     assert neutral == plain

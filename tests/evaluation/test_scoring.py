@@ -25,7 +25,7 @@ KINDS = {
     "transformer_copy": ("model.family=transformer", "model.copy=true"),
 }
 # eval decodes too; its test loss does not depend on the output limit, its run time does
-SHORT_OUTPUTS = ["trainer.max_output_ratio=0.0", "trainer.max_output_extra=1"]
+SHORT_OUTPUTS = ["decoding.max_output_ratio=0.0", "decoding.max_output_extra=1"]
 
 
 def write_pairs(folder: Path, pairs: list[tuple[str, str]]) -> tuple[Path, Path]:

@@ -15,12 +15,12 @@ import torch
 
 from attnseq.data.batching import collate
 from attnseq.data.prepare import prepare_data
-from attnseq.decoding import DecodingSettings, decode
+from attnseq.decoding import DecodingConfig, decode
 from attnseq.models.loading import load_trained_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("float32_arithmetic")]
 
-SEARCHES = {"greedy": DecodingSettings(beam=1), "beam5": DecodingSettings(beam=5)}
+SEARCHES = {"greedy": DecodingConfig(beam=1), "beam5": DecodingConfig(beam=5)}
 
 
 def held_out(trained) -> tuple[list[tuple[str, str]], list[tuple[list[int], list[int]]]]:

@@ -445,16 +445,14 @@ def test_an_eval_result_file_linked_to_an_input_is_refused_before_decoding(
 ) -> None:
     """The result folder's names are known once the checkpoint is loaded; a hyps.txt there that
     links to the gold alignments is refused before the split is decoded."""
-    from attnseq.decoding.settings import DecodingSettings
     from attnseq.evaluation.checkpoint_eval import result_folder
 
-    trainer = tiny_config().trainer
     folder = result_folder(
         tmp_path / "eval",
         world / "ck.pt",
         None,
         "pairs_tsv",
-        DecodingSettings.from_trainer(trainer),
+        tiny_config().decoding,
         extra=["align-gold.pharaoh"],
     )
     folder.mkdir(parents=True)

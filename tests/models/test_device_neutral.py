@@ -20,9 +20,9 @@ from model_variants import VARIANTS, variant_batch, variant_config, variant_mode
 from torch.overrides import TorchFunctionMode
 
 import attnseq
+from attnseq.config.schema import DecodingConfig
 from attnseq.decoding.beam_search import beam_search
 from attnseq.decoding.greedy import greedy_decode
-from attnseq.decoding.settings import DecodingSettings
 from attnseq.models.objective import training_loss
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
@@ -62,7 +62,7 @@ def test_training_and_decoding_make_no_tensor_on_the_default_device(variant: str
     batch, _ = variant_batch(cfg)
     copy_inputs = batch.copy_inputs()
     max_lengths = torch.full((batch.size,), 4)
-    settings = DecodingSettings(beam=2, coverage_penalty=0.2 if model.has_attention else 0.0)
+    settings = DecodingConfig(beam=2, coverage_penalty=0.2 if model.has_attention else 0.0)
     with torch.device(DEFAULT), StrayTensors():
         model.train()
         output = model(batch.src, batch.src_lengths, batch.tgt_in, **copy_inputs)

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.config.choices import TaskType
-from attnseq.decoding import DecodingSettings, SamplingSettings, decode, max_output_lengths
+from attnseq.decoding import DecodingConfig, decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.ensemble import EnsembleModel, _check_joinable, load_ensemble
@@ -34,13 +34,13 @@ from attnseq.models.seq2seq import Seq2Seq
 
 runner = CliRunner()
 SETTINGS = [
-    DecodingSettings(),  # greedy
-    DecodingSettings(beam=4, nbest=3, length_penalty=0.6),
-    DecodingSettings(sampling=SamplingSettings(temperature=1.5, num_samples=2, seed=3)),
+    DecodingConfig(),  # greedy
+    DecodingConfig(beam=4, nbest=3, length_penalty=0.6),
+    DecodingConfig(sample=True, temperature=1.5, num_samples=2, seed=3),
 ]
 
 
-def outputs(model: Seq2Seq, settings: DecodingSettings) -> list[list[tuple[list[int], float]]]:
+def outputs(model: Seq2Seq, settings: DecodingConfig) -> list[list[tuple[list[int], float]]]:
     src, lengths = random_batch(6, seed=9)
     return [[(h.tokens, h.score) for h in nbest] for nbest in decode(model, src, lengths, settings)]
 
@@ -65,14 +65,14 @@ def ensemble_score(
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("settings", SETTINGS)
-def test_an_ensemble_of_one_is_its_model_exactly(family: str, settings: DecodingSettings) -> None:
+def test_an_ensemble_of_one_is_its_model_exactly(family: str, settings: DecodingConfig) -> None:
     model = make_model(family, seed=1)
     assert outputs(EnsembleModel([model]), settings) == outputs(model, settings)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("settings", SETTINGS)
-def test_two_identical_members_equal_one(family: str, settings: DecodingSettings) -> None:
+def test_two_identical_members_equal_one(family: str, settings: DecodingConfig) -> None:
     alone = outputs(make_model(family, seed=1), settings)
     pair = outputs(
         EnsembleModel([make_model(family, seed=1), make_model(family, seed=1)]), settings
@@ -99,7 +99,7 @@ def test_a_step_is_the_log_of_the_mean_probability() -> None:
 
 @pytest.mark.parametrize("settings", SETTINGS)
 def test_every_output_scores_the_mean_probability_along_its_tokens(
-    settings: DecodingSettings,
+    settings: DecodingConfig,
 ) -> None:
     # an RNN and a transformer: each keeps its own state, reordered by the beams
     members = [make_model("bahdanau", seed=4), make_model("transformer", seed=5)]
@@ -182,7 +182,7 @@ def test_cli_ensemble_of_a_checkpoint_with_itself_equals_it(checkpoints, flags) 
     assert [line.rsplit(" ||| ", 1)[0] for line in twice.stdout.splitlines()] == [
         line.rsplit(" ||| ", 1)[0] for line in alone.stdout.splitlines()
     ]
-    mixed = translate(a, str(checkpoints["b"]), "trainer.beam=3", *flags)
+    mixed = translate(a, str(checkpoints["b"]), "decoding.beam=3", *flags)
     assert mixed.exit_code == 0, mixed.output
 
 
@@ -209,7 +209,7 @@ def test_cli_eval_names_and_records_the_ensemble(checkpoints, tmp_path: Path) ->
 
 def test_copy_models_sample_and_ensemble_like_greedy(tmp_path: Path) -> None:
 
-    checkpoint = str(copy_only_checkpoint(tmp_path / "copy.pt", "trainer.max_output_extra=2"))
+    checkpoint = str(copy_only_checkpoint(tmp_path / "copy.pt", "decoding.max_output_extra=2"))
     expected = f"{SOURCE_ONLY} " * 2 + SOURCE_ONLY + "\n"  # the source-only word, copied
     for args in (
         [checkpoint, "--beam", "1"],

@@ -11,7 +11,7 @@ from helpers import tiny_config
 from torch import Tensor
 
 from attnseq.attention.multihead import MultiHeadAttention
-from attnseq.decoding import DecodingSettings, beam_search, greedy_decode, max_output_lengths
+from attnseq.decoding import DecodingConfig, beam_search, greedy_decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.head_mask import (
@@ -61,10 +61,10 @@ def test_all_ones_is_the_plain_model_exactly(monkeypatch):
     limits = max_output_lengths(lengths, 1.0, 2)
     with torch.no_grad():
         masked = outputs(model, src, lengths, tgt_in)
-        masked_beam = beam_search(model, src, lengths, limits, DecodingSettings(beam=3, nbest=3))
+        masked_beam = beam_search(model, src, lengths, limits, DecodingConfig(beam=3, nbest=3))
         monkeypatch.setattr(MultiHeadAttention, "_mask_heads", lambda self, context: context)
         plain = outputs(model, src, lengths, tgt_in)
-        plain_beam = beam_search(model, src, lengths, limits, DecodingSettings(beam=3, nbest=3))
+        plain_beam = beam_search(model, src, lengths, limits, DecodingConfig(beam=3, nbest=3))
     for got, expected in zip(masked, plain, strict=True):
         assert torch.equal(got, expected)
     for got, expected in zip(masked_beam, plain_beam, strict=True):
@@ -158,7 +158,7 @@ def test_greedy_and_beam_with_cache_equal_the_full_forward_under_the_mask():
     limits = max_output_lengths(lengths, 1.0, 2)
     with torch.no_grad():
         greedy = greedy_decode(model, src, lengths, limits)
-        beams = beam_search(model, src, lengths, limits, DecodingSettings(beam=4, nbest=4))
+        beams = beam_search(model, src, lengths, limits, DecodingConfig(beam=4, nbest=4))
     for row, hypothesis in enumerate(greedy):
         n = int(lengths[row])
         tokens = hypothesis.tokens
@@ -244,7 +244,7 @@ def test_compacted_heads_compute_what_the_mask_computes():
     model = pruned_model()
     src, lengths, tgt_in = batch(seed=6)
     limits = max_output_lengths(lengths, 1.0, 2)
-    settings = DecodingSettings(beam=3, nbest=2)
+    settings = DecodingConfig(beam=3, nbest=2)
     with torch.no_grad():
         masked = model(src, lengths, tgt_in).logits
         masked_beam = beam_search(model, src, lengths, limits, settings)

@@ -32,7 +32,7 @@ from attnseq.config import CONFIG_DIR
 from attnseq.config.choices import AttentionKind
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import ModelConfig
-from attnseq.decoding import DecodingSettings, beam_search, greedy_decode
+from attnseq.decoding import DecodingConfig, beam_search, greedy_decode
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
@@ -209,8 +209,8 @@ def test_translate_copies_a_new_name(trained_copy_run) -> None:
         (["model.copy=true", "model.attention.window=local_p"], "window=global"),
         (["optim.coverage_lambda=1.0"], "needs model.coverage=true"),
         (["model.family=transformer", "model.copy=true", "model.copy_layer=5"], "copy_layer"),
-        (["trainer.coverage_penalty=-1"], "coverage_penalty"),
-        (["trainer.no_repeat_ngram=-2"], "no_repeat_ngram"),
+        (["decoding.coverage_penalty=-1"], "coverage_penalty"),
+        (["decoding.no_repeat_ngram=-2"], "no_repeat_ngram"),
     ],
 )
 def test_invalid_combinations_are_user_errors(overrides: list[str], message: str) -> None:
@@ -414,7 +414,7 @@ def test_beam_search_copies_source_words(family: str) -> None:
         model.generation.linear.bias.fill_(-40.0)
     src, lengths, src_ext, _ = toy_batch()
     limits = torch.full((src.size(0),), 5)
-    settings = DecodingSettings(beam=3, nbest=2)
+    settings = DecodingConfig(beam=3, nbest=2)
     results = beam_search(model, src, lengths, limits, settings, src_ext=src_ext, n_oov=N_OOV)
     greedy = greedy_decode(model, src, lengths, limits, src_ext=src_ext, n_oov=N_OOV)
     for row, (nbest, first) in enumerate(zip(results, greedy, strict=True)):

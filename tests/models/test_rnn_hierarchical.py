@@ -19,10 +19,10 @@ from attnseq.alignment.saved_attention import SavedAttention
 from attnseq.attention.hierarchical import combine_hierarchical
 from attnseq.cli.app import app
 from attnseq.config import CONFIG_DIR
+from attnseq.config.schema import DecodingConfig
 from attnseq.data.prepare import train_tokenizers
 from attnseq.decoding import greedy_decode
 from attnseq.decoding.beam_search import beam_search
-from attnseq.decoding.settings import DecodingSettings
 from attnseq.models.loading import load_trained_model, model_for
 from attnseq.models.rnn_hierarchical import (
     HierarchicalPointerRNN,
@@ -144,7 +144,7 @@ def test_cached_decoding_equals_the_full_forward(name, overrides, kind) -> None:
 def test_greedy_and_beam_attention_match_the_forward(overrides) -> None:
     model, src, lengths, copy_inputs, _ = model_and_batch(*overrides)
     limits = torch.full((3,), 6)
-    settings = DecodingSettings(beam=3, length_penalty=0.0)
+    settings = DecodingConfig(beam=3, length_penalty=0.0)
     beams = beam_search(model, src, lengths, limits, settings, True, **copy_inputs)
     for hypotheses in (
         greedy_decode(model, src, lengths, limits, True, **copy_inputs),
