@@ -164,6 +164,9 @@ class EncodedSentence:
     n_words: int
 
 
+REPR_LINKS = 8  # the links of the first pair that a ForcedAlignments' repr lists
+
+
 @dataclass
 class ForcedAlignments:
     """What `align_sentences` returns for N pairs.
@@ -172,12 +175,34 @@ class ForcedAlignments:
     soft: per pair, the (Tw, Sw) float32 word-level matrix the links were read from (row a: how
         target word a's attention spreads over the source words).
     method: the method, with its description for this model in `label`.
+    source_words, target_words: per pair, the whitespace-separated words the links count
+        (the labels of `soft[i]`'s columns and rows).
     """
 
     links: list[Alignment]
     soft: list[np.ndarray]
     method: AlignmentMethod
     label: str = field(default="")
+    source_words: list[list[str]] = field(default_factory=list)
+    target_words: list[list[str]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """One line, e.g. "ForcedAlignments(2 pairs, method='shift-att, layer 2, head mean',
+        links[0]=[(0, 0), (1, 2), (2, 1)], soft[0] 3x3)": the first pair's links (at most
+        `REPR_LINKS` of them), the shape of its matrix, never the matrices themselves."""
+        method = self.label or self.method.name
+        pairs = f"{len(self.links)} pair{'' if len(self.links) == 1 else 's'}"
+        if not self.links:
+            return f"ForcedAlignments({pairs}, method={method!r})"
+        first = sorted(self.links[0])
+        shown = ", ".join(str(tuple(link)) for link in first[:REPR_LINKS])
+        if len(first) > REPR_LINKS:
+            shown += f", ... {len(first)} links"
+        rows, columns = self.soft[0].shape
+        return (
+            f"ForcedAlignments({pairs}, method={method!r}, links[0]=[{shown}], "
+            f"soft[0] {rows}x{columns})"
+        )
 
 
 def encode_sentence(
@@ -318,7 +343,8 @@ def align_sentences(
             for (source, _, _), pair_words in zip(maps, words, strict=True)
         ]
     links = [argmax_alignment(matrix) for matrix in soft]
-    return ForcedAlignments(links, soft, method, method.describe(layers))
+    words = [line.split() for line in src_lines], [line.split() for line in tgt_lines]
+    return ForcedAlignments(links, soft, method, method.describe(layers), *words)
 
 
 def _attention_soft(

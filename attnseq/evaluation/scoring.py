@@ -75,6 +75,12 @@ class PairScore:
         """The output line of `attnseq score`: LOG_PROB <TAB> MEAN <TAB> TOKENS."""
         return f"{self.log_prob:.6f}\t{self.mean:.6f}\t{self.tokens}"
 
+    def __repr__(self) -> str:
+        """E.g. "PairScore(log_prob=-12.3457, tokens=11, mean=-1.1223)": four decimals, the
+        precision a reader compares scores by (the fields keep every bit)."""
+        numbers = f"log_prob={self.log_prob:.4f}, tokens={self.tokens}, mean={self.mean:.4f}"
+        return f"PairScore({numbers})"
+
 
 @dataclass(frozen=True)
 class ScoreSummary:

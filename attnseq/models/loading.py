@@ -58,6 +58,23 @@ class TrainedModel:
     tokenizers: TokenizerPair
     payload: dict[str, Any]
 
+    def __repr__(self) -> str:
+        """One line, e.g. "TrainedModel(transformer, 1,234,567 parameters, vocab 8000/8000,
+        step 1200, payload: config, tokenizers, model, optimizer, ...)": the payload's entries
+        by name, never their contents (weights, optimizer and RNG state)."""
+        family = self.cfg.model.family.value
+        if "ensemble" in self.payload:
+            family = f"ensemble of {len(self.payload['ensemble'])} {family}"
+        parameters = sum(parameter.numel() for parameter in self.model.parameters())
+        vocab = f"vocab {self.tokenizers.src.vocab_size}/{self.tokenizers.tgt.vocab_size}"
+        progress = self.payload.get("progress")
+        step = progress.get("step") if isinstance(progress, dict) else None
+        words = [family, f"{parameters:,} parameters", vocab]
+        if isinstance(step, int):
+            words.append(f"step {step}")
+        words.append(f"payload: {', '.join(map(str, self.payload))}")
+        return f"TrainedModel({', '.join(words)})"
+
 
 def model_for(cfg: TrainConfig, tokenizers: TokenizerPair) -> Seq2Seq:
     """An untrained model of `cfg.model` over the tokenizers' vocabularies."""
