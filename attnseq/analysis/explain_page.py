@@ -157,6 +157,22 @@ def explanation_html(explanation: Explanation) -> str:
     )
 
 
+FRAME_HEIGHT = 720  # pixels: the header, the output tabs and a row of maps in view
+
+
+def page_frame(page: str, height: int = FRAME_HEIGHT) -> str:
+    """The page inside an `<iframe srcdoc=...>`, as a notebook shows it inline. The frame holds
+    a document of its own: the page's style sheet (`:root`, `body`, `button`, ...) and its
+    script (`document.getElementById("app")`) reach nothing of the notebook around it, and
+    nothing of the notebook's styles reaches the page. `sandbox="allow-scripts"` runs the
+    script in an origin of its own, without access to the notebook's page."""
+    return (
+        f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
+        'title="attnseq explain" '
+        f'style="width: 100%; height: {height}px; border: 1px solid #d0d7de;"></iframe>'
+    )
+
+
 def write_page(path: str | Path, page: str) -> None:
     """Write the page atomically (attnseq/io/atomic.py): the whole file or none."""
     atomic_write_text(path, page)

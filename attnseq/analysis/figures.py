@@ -246,6 +246,18 @@ def figure_to_array(figure: Figure) -> np.ndarray:
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
+def figure_png(figure: Figure, dpi: int = 100) -> bytes:
+    """The figure as PNG bytes, drawn by the Agg canvas (no pyplot): what a notebook shows
+    inline (`_repr_html_` of the API's results). 100 dpi, as TensorBoard's images: a
+    screen's size, not a print's."""
+    from io import BytesIO
+
+    buffer = BytesIO()
+    FigureCanvasAgg(figure)
+    figure.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
 def save_figure(figure: Figure, path: str | Path) -> Path:
     """Write png/svg/pdf (by suffix) atomically."""
     from attnseq.io.atomic import atomic_write
