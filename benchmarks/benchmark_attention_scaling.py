@@ -92,8 +92,10 @@ def run_worker(kind: str, length: int, args: argparse.Namespace) -> dict:
 
     import torch
 
-    from attnseq.attention.efficient import SelfAttentionOptions, build_self_attention
+    from attnseq.attention.efficient import build_self_attention
     from attnseq.attention.multihead import MultiHeadAttention
+    from attnseq.config.choices import AttentionKind
+    from attnseq.config.schema import AttentionConfig
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -101,20 +103,20 @@ def run_worker(kind: str, length: int, args: argparse.Namespace) -> dict:
     if kind in ("full", "full_explicit"):
         layer = MultiHeadAttention(args.d_model, args.heads)
     else:
-        options = SelfAttentionOptions(
-            kind=kind,
-            window=args.window,
+        options = AttentionConfig(
+            kind=AttentionKind(kind),
+            D=args.window,
             stride=args.stride,
             global_tokens=args.global_tokens,
             proj_dim=args.proj_dim,
-            max_length=length,  # a linformer is built for the length it serves
             features=args.features,
             block_size=args.block_size,
             window_blocks=args.window_blocks,
             global_blocks=args.global_blocks,
             random_blocks=args.random_blocks,
         )
-        layer = build_self_attention(options, args.d_model, args.heads)
+        # a linformer is built for the length it serves
+        layer = build_self_attention(options, args.d_model, args.heads, max_length=length)
 
     def one_pass(n: int) -> None:
         x = torch.randn(1, n, args.d_model, requires_grad=True)  # (B, S, d_model)

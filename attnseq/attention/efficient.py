@@ -25,7 +25,7 @@ self-attention when asked (`model.attention.decoder_self`), which needs a causal
 cross-attention stays full.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from attnseq.attention.bigbird import BigBirdSelfAttention
 from attnseq.attention.full import FullAttention
@@ -38,104 +38,86 @@ from attnseq.attention.performer import PerformerSelfAttention
 from attnseq.attention.sliding_window import SlidingWindowSelfAttention
 from attnseq.attention.strided import StridedSelfAttention
 from attnseq.config.choices import AttentionKind
+from attnseq.config.schema import AttentionConfig
+
+# Which mechanism and its parameters come as the config's `model.attention` (AttentionConfig),
+# whole: kind; D, w of local and longformer windows; stride, pattern, summary (strided/fixed:
+# l, the pattern, c); global_tokens (longformer's g); proj_dim (linformer's k); features
+# (performer's m); block_size, window_blocks, global_blocks, random_blocks (bigbird's b, w, g,
+# r) and pattern_seed, which seeds bigbird's random blocks (`for_layer` gives each layer its
+# own). The keys of the other kinds are not read. Linformer's n is the model's max_positions.
 
 
-@dataclass(frozen=True)
-class SelfAttentionOptions:
-    """Which self-attention mechanism, and its parameters (unused ones are ignored).
-
-    kind: an `AttentionKind` value.
-    window: w, half-width of local and longformer windows.
-    stride: l of the strided/fixed patterns; pattern: "strided" or "fixed"; summary: the
-        fixed pattern's c.
-    global_tokens: g, longformer's global positions (the first g).
-    proj_dim: k, linformer's projected length; max_length: n, its longest sequence.
-    features: m, performer's random features.
-    block_size, window_blocks, global_blocks, random_blocks: bigbird's b, w, g and r;
-        seed: seeds its random blocks (`for_layer` gives each layer its own).
-    """
-
-    kind: str = "full"
-    window: int = 5
-    stride: int = 8
-    pattern: str = "strided"
-    summary: int = 1
-    global_tokens: int = 1
-    proj_dim: int = 64
-    max_length: int = 1024
-    features: int = 128
-    block_size: int = 16
-    window_blocks: int = 1
-    global_blocks: int = 1
-    random_blocks: int = 2
-    seed: int = 0
+def for_layer(options: AttentionConfig | None, index: int) -> AttentionConfig | None:
+    """The options of layer `index`: pattern_seed + index, so that every layer draws its own
+    fixed random pattern (bigbird) from the one configured seed."""
+    return None if options is None else replace(options, pattern_seed=options.pattern_seed + index)
 
 
-def for_layer(options: SelfAttentionOptions | None, index: int) -> SelfAttentionOptions | None:
-    """The options of layer `index`: seed + index, so that every layer draws its own fixed
-    random pattern (bigbird) from the one configured seed."""
-    return None if options is None else replace(options, seed=options.seed + index)
-
-
-def build_mechanism(options: SelfAttentionOptions, d_k: int) -> AttentionMechanism:
-    """The mechanism of `options.kind` for heads of size d_k.
+def build_mechanism(
+    options: AttentionConfig, d_k: int, max_length: int = 1024
+) -> AttentionMechanism:
+    """The mechanism of `options.kind` for heads of size d_k; `max_length`: linformer's n,
+    the longest sequence it projects.
 
     Raises:
         ValueError: for an unknown kind (the message lists the valid ones) or bad parameters.
     """
     kind = options.kind
-    if kind == AttentionKind.full.value:
+    if kind is AttentionKind.full:
         return FullAttention()
-    if kind == AttentionKind.local.value:
-        return SlidingWindowSelfAttention(options.window)
-    if kind == AttentionKind.strided.value:
-        return StridedSelfAttention(options.stride, options.pattern, options.summary)
-    if kind == AttentionKind.longformer.value:
-        return LongformerSelfAttention(options.window, options.global_tokens)
-    if kind == AttentionKind.linformer.value:
-        return LinformerSelfAttention(options.max_length, options.proj_dim)
-    if kind == AttentionKind.linear.value:
+    if kind is AttentionKind.local:
+        return SlidingWindowSelfAttention(options.D)
+    if kind is AttentionKind.strided:
+        return StridedSelfAttention(options.stride, options.pattern.value, options.summary)
+    if kind is AttentionKind.longformer:
+        return LongformerSelfAttention(options.D, options.global_tokens)
+    if kind is AttentionKind.linformer:
+        return LinformerSelfAttention(max_length, options.proj_dim)
+    if kind is AttentionKind.linear:
         return LinearSelfAttention()
-    if kind == AttentionKind.performer.value:
+    if kind is AttentionKind.performer:
         return PerformerSelfAttention(d_k, options.features)
-    if kind == AttentionKind.bigbird.value:
+    if kind is AttentionKind.bigbird:
         return BigBirdSelfAttention(
             options.block_size,
             options.window_blocks,
             options.global_blocks,
             options.random_blocks,
-            options.seed,
+            options.pattern_seed,
         )
     valid = ", ".join(member.value for member in AttentionKind)
     raise ValueError(f"unknown self-attention kind {kind!r}; valid: {valid}")
 
 
 def build_self_attention(
-    options: SelfAttentionOptions | None,
+    options: AttentionConfig | None,
     d_model: int,
     heads: int,
     dropout: float = 0.0,
     causal: bool = False,
     memory_slots: int = 0,
+    max_length: int = 1024,
 ) -> MultiHeadAttention:
-    """Multi-head self-attention of the given kind (None: full attention).
+    """Multi-head self-attention of the kind `options` give (None: full attention).
 
     Args:
         causal: the module will be used for decoder self-attention.
         memory_slots: N persistent memory vectors per head (full attention only).
+        max_length: linformer's n, the longest sequence (the model's max_positions).
 
     Raises:
         ValueError: for an unknown kind, bad parameters, or a causal use of an encoder-only
             kind (linformer, longformer).
     """
     if options is None:
-        options = SelfAttentionOptions()
-    mechanism = build_mechanism(options, d_model // heads if heads > 0 else d_model)
+        options = AttentionConfig()
+    mechanism = build_mechanism(options, d_model // heads if heads > 0 else d_model, max_length)
     if causal and not mechanism.supports_causal:
         causal_kinds = ", ".join(member.value for member in AttentionKind if member.causal)
         raise ValueError(
-            f"attention kind={options.kind} cannot be used for decoder self-attention (it is not "
-            f"causal); causal kinds: {causal_kinds}"
+            f"attention kind={options.kind.value} cannot be used for decoder self-attention "
+            f"(it is not causal); causal kinds: {causal_kinds}"
         )
     return MultiHeadAttention(
         d_model, heads, dropout, mechanism=mechanism, memory_slots=memory_slots

@@ -54,32 +54,16 @@ def build_model(
 
 def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str, Any]) -> Seq2Seq:
     """A `TransformerSeq2Seq` (its pointer-generator with copy or coverage) with the
-    self-attention kind of `cfg.attention`."""
-    from attnseq.attention.efficient import SelfAttentionOptions
+    self-attention kind of `cfg.attention`, which the model reads whole (its kind and that
+    kind's parameters; linformer's n is max_positions)."""
     from attnseq.models.transformer import TransformerSeq2Seq
 
     attention = cfg.attention
-    self_attention = SelfAttentionOptions(
-        kind=attention.kind.value,
-        window=attention.D,
-        stride=attention.stride,
-        pattern=attention.pattern.value,
-        summary=attention.summary,
-        global_tokens=attention.global_tokens,
-        proj_dim=attention.proj_dim,
-        max_length=cfg.max_positions,  # linformer's n
-        features=attention.features,
-        block_size=attention.block_size,
-        window_blocks=attention.window_blocks,
-        global_blocks=attention.global_blocks,
-        random_blocks=attention.random_blocks,
-        seed=attention.pattern_seed,
-    )
     options.update({name: getattr(cfg, name) for name in _TRANSFORMER_OPTIONS})
     options.update(
         norm=cfg.norm.value,
         positions=cfg.positions.value,
-        self_attention=self_attention,
+        self_attention=attention,
         decoder_self_attention=attention.decoder_self,
         memory_slots=attention.memory_slots,
         memory_in_cross=attention.memory_in_cross,

@@ -48,10 +48,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from attnseq.attention.efficient import SelfAttentionOptions, for_layer
+from attnseq.attention.efficient import for_layer
 from attnseq.attention.masks import padding_mask
 from attnseq.attention.mechanism import KeyValue
 from attnseq.config.choices import Norm
+from attnseq.config.schema import AttentionConfig
 from attnseq.models.positional import build_positional_encoding, make_positions
 from attnseq.models.seq2seq import AlignmentHead, DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
 from attnseq.models.transformer_layers import (
@@ -76,10 +77,11 @@ class TransformerSeq2Seq(Seq2Seq):
         attention_dropout: dropout on attention weights.
         norm: "pre" (LayerNorm before each sublayer, final LayerNorm) or "post" (the paper's).
         positions: "sinusoidal" or "learned" positional encodings.
-        max_positions: longest source/target with learned positions.
+        max_positions: longest source/target with learned positions; linformer's n.
         tie_embeddings: the output projection reuses the target embedding matrix.
         share_src_tgt_embeddings: one embedding for source and target (equal vocab sizes).
-        self_attention: encoder self-attention mechanism (attention/efficient.py); None = full.
+        self_attention: the encoder self-attention mechanism, the config's model.attention
+            (its kind and parameters: attention/efficient.py); None = full.
         decoder_self_attention: use it for decoder self-attention too (causal kinds only).
         memory_slots, memory_in_cross, conv_kernel: see `LayerOptions`.
 
@@ -104,7 +106,7 @@ class TransformerSeq2Seq(Seq2Seq):
         max_positions: int = 1024,
         tie_embeddings: bool = True,
         share_src_tgt_embeddings: bool = False,
-        self_attention: SelfAttentionOptions | None = None,
+        self_attention: AttentionConfig | None = None,
         decoder_self_attention: bool = False,
         memory_slots: int = 0,
         memory_in_cross: bool = False,
@@ -122,7 +124,7 @@ class TransformerSeq2Seq(Seq2Seq):
 
         options = LayerOptions(
             d_model, heads, ff_dim, dropout, attention_dropout, norm == "pre", memory_slots,
-            memory_in_cross, conv_kernel,
+            memory_in_cross, conv_kernel, max_positions,
         )  # fmt: skip
         self.encoder = TransformerEncoder(enc_layers, options, self_attention)
         decoder_self = self_attention if decoder_self_attention else None

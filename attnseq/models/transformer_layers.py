@@ -60,9 +60,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnseq.attention.efficient import SelfAttentionOptions, build_self_attention, for_layer
+from attnseq.attention.efficient import build_self_attention, for_layer
 from attnseq.attention.mechanism import KeyValue, SelfCache
 from attnseq.attention.multihead import MultiHeadAttention
+from attnseq.config.schema import AttentionConfig
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class LayerOptions:
     memory_slots: N persistent memory vectors per head in self-attention (0 = none), and in
         cross-attention too with memory_in_cross (attention/multihead.py).
     conv_kernel: k of the encoder's convolution sublayer (0 = none; `ConvolutionModule`).
+    max_positions: the longest sequence; linformer's n (attention/efficient.py).
     """
 
     d_model: int
@@ -88,6 +90,7 @@ class LayerOptions:
     memory_slots: int = 0
     memory_in_cross: bool = False
     conv_kernel: int = 0
+    max_positions: int = 1024
 
 
 class FeedForward(nn.Module):
@@ -203,7 +206,7 @@ class EncoderLayer(nn.Module):
     """
 
     def __init__(
-        self, options: LayerOptions, self_attention: SelfAttentionOptions | None = None
+        self, options: LayerOptions, self_attention: AttentionConfig | None = None
     ) -> None:
         super().__init__()
         d_model, dropout, pre_norm = options.d_model, options.dropout, options.pre_norm
@@ -213,6 +216,7 @@ class EncoderLayer(nn.Module):
             options.heads,
             options.attention_dropout,
             memory_slots=options.memory_slots,
+            max_length=options.max_positions,
         )
         self.self_block = Residual(d_model, dropout, pre_norm)
         # the convolution sublayer (Conformer): after self-attention, before the feed-forward
@@ -257,7 +261,7 @@ class TransformerEncoder(nn.Module):
         self,
         layers: int,
         options: LayerOptions,
-        self_attention: SelfAttentionOptions | None = None,
+        self_attention: AttentionConfig | None = None,
     ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
@@ -326,15 +330,16 @@ class DecoderLayer(nn.Module):
     """
 
     def __init__(
-        self, options: LayerOptions, self_attention: SelfAttentionOptions | None = None
+        self, options: LayerOptions, self_attention: AttentionConfig | None = None
     ) -> None:
         super().__init__()
         d_model, dropout, pre_norm = options.d_model, options.dropout, options.pre_norm
         heads, attention_dropout = options.heads, options.attention_dropout
         memory_slots = options.memory_slots
         self.self_attn = build_self_attention(
-            self_attention, d_model, heads, attention_dropout, True, memory_slots
-        )
+            self_attention, d_model, heads, attention_dropout, True, memory_slots,
+            options.max_positions,
+        )  # fmt: skip
         self.self_block = Residual(d_model, dropout, pre_norm)
         self.cross_attn = MultiHeadAttention(
             d_model,

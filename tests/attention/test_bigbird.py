@@ -6,10 +6,12 @@ import pytest
 import torch
 
 from attnseq.attention.bigbird import BigBirdSelfAttention, bigbird_mask, block_pattern
-from attnseq.attention.efficient import SelfAttentionOptions, build_self_attention, for_layer
+from attnseq.attention.efficient import build_self_attention, for_layer
 from attnseq.attention.full import explicit_attention
 from attnseq.attention.masks import padding_mask
 from attnseq.attention.mechanism import Heads
+from attnseq.config.choices import AttentionKind
+from attnseq.config.schema import AttentionConfig
 
 HEADS, D_K, D_MODEL = 2, 8, 16
 ATOL = 1e-5
@@ -139,7 +141,7 @@ def test_global_blocks_covering_the_sequence_are_full_attention_with_no_block_ma
 
 
 def test_each_layer_gets_its_own_seed() -> None:
-    options = SelfAttentionOptions(kind="bigbird", block_size=2, seed=5)
+    options = AttentionConfig(kind=AttentionKind.bigbird, block_size=2, pattern_seed=5)
     seeds = []
     for index in range(3):
         module = build_self_attention(for_layer(options, index), D_MODEL, HEADS)

@@ -7,11 +7,7 @@ import math
 import pytest
 import torch
 
-from attnseq.attention.efficient import (
-    SelfAttentionOptions,
-    build_mechanism,
-    build_self_attention,
-)
+from attnseq.attention.efficient import build_mechanism, build_self_attention
 from attnseq.attention.full import FullAttention, explicit_attention
 from attnseq.attention.linear import (
     LinearSelfAttention,
@@ -27,20 +23,24 @@ from attnseq.attention.multihead import MultiHeadAttention
 from attnseq.attention.performer import PerformerSelfAttention, orthogonal_gaussian
 from attnseq.attention.sliding_window import SlidingWindowSelfAttention
 from attnseq.attention.strided import StridedSelfAttention, sparse_pattern
-from attnseq.config.choices import AttentionKind
+from attnseq.config.choices import AttentionKind, SparsePattern
+from attnseq.config.schema import AttentionConfig
 
 D_MODEL, HEADS, D_K = 32, 4, 8
 ATOL = 1e-5
+MAX_LENGTH = 64  # linformer's n
 OPTIONS = {  # small parameters so that every pattern is really sparse at length 40
-    "local": SelfAttentionOptions(kind="local", window=3),
-    "strided": SelfAttentionOptions(kind="strided", stride=4),
-    "fixed": SelfAttentionOptions(kind="strided", stride=5, pattern="fixed", summary=2),
-    "longformer": SelfAttentionOptions(kind="longformer", window=2, global_tokens=3),
-    "linformer": SelfAttentionOptions(kind="linformer", proj_dim=6, max_length=64),
-    "linear": SelfAttentionOptions(kind="linear"),
-    "performer": SelfAttentionOptions(kind="performer", features=32),
-    "bigbird": SelfAttentionOptions(
-        kind="bigbird", block_size=4, window_blocks=1, global_blocks=1, random_blocks=2
+    "local": AttentionConfig(kind=AttentionKind.local, D=3),
+    "strided": AttentionConfig(kind=AttentionKind.strided, stride=4),
+    "fixed": AttentionConfig(
+        kind=AttentionKind.strided, stride=5, pattern=SparsePattern.fixed, summary=2
+    ),
+    "longformer": AttentionConfig(kind=AttentionKind.longformer, D=2, global_tokens=3),
+    "linformer": AttentionConfig(kind=AttentionKind.linformer, proj_dim=6),
+    "linear": AttentionConfig(kind=AttentionKind.linear),
+    "performer": AttentionConfig(kind=AttentionKind.performer, features=32),
+    "bigbird": AttentionConfig(
+        kind=AttentionKind.bigbird, block_size=4, window_blocks=1, global_blocks=1, random_blocks=2
     ),
 }
 
@@ -59,7 +59,7 @@ def lengths_mask(length: int = 40) -> torch.Tensor:
 
 def make(name: str, seed: int = 0) -> MultiHeadAttention:
     torch.manual_seed(seed)
-    module = build_self_attention(OPTIONS[name], D_MODEL, HEADS)
+    module = build_self_attention(OPTIONS[name], D_MODEL, HEADS, max_length=MAX_LENGTH)
     assert not isinstance(module.mechanism, FullAttention)
     return module.eval()
 
@@ -135,7 +135,7 @@ def test_strided_weights_are_exactly_zero_outside_the_pattern(name: str, causal:
     mask = lengths_mask()
     positions = torch.arange(40)
     pattern = sparse_pattern(
-        positions, positions, options.stride, options.pattern, options.summary, causal
+        positions, positions, options.stride, options.pattern.value, options.summary, causal
     )
     assert 0.1 < pattern.float().mean() < 0.6  # really sparse, not trivially full or empty
     context, weights = mechanism(q, k, v, mask, causal=causal, need_weights=True)
@@ -386,16 +386,16 @@ def test_only_key_padding_masks_and_self_attention() -> None:
 @pytest.mark.parametrize("kind", list(AttentionKind))
 def test_every_config_kind_builds_its_mechanism(kind: AttentionKind) -> None:
     """The config Enum (no torch) and the mechanisms agree on names and on causality."""
-    mechanism = build_mechanism(SelfAttentionOptions(kind=kind.value), D_K)
+    mechanism = build_mechanism(AttentionConfig(kind=kind), D_K)
     assert mechanism.kind == kind.value
     assert mechanism.supports_causal == kind.causal
 
 
 def test_kinds_registry() -> None:
-    for options in (None, SelfAttentionOptions(kind="full")):
+    for options in (None, AttentionConfig(kind=AttentionKind.full)):
         full = build_self_attention(options, D_MODEL, HEADS)
         assert type(full) is MultiHeadAttention and isinstance(full.mechanism, FullAttention)
     with pytest.raises(ValueError, match="valid: full, local"):
-        build_self_attention(SelfAttentionOptions(kind="sparse"), D_MODEL, HEADS)
+        build_self_attention(AttentionConfig(kind="sparse"), D_MODEL, HEADS)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="stride"):
         StridedSelfAttention(0)

@@ -7,9 +7,11 @@ import math
 import pytest
 import torch
 
-from attnseq.attention.efficient import SelfAttentionOptions, build_self_attention
+from attnseq.attention.efficient import build_self_attention
 from attnseq.attention.masks import padding_mask
 from attnseq.attention.multihead import MultiHeadAttention
+from attnseq.config.choices import AttentionKind
+from attnseq.config.schema import AttentionConfig
 
 D_MODEL, HEADS, SLOTS = 16, 2, 3
 D_K = D_MODEL // HEADS
@@ -101,7 +103,7 @@ def test_cross_attention_weights_stay_over_the_source() -> None:
 
 
 def test_memory_needs_full_attention() -> None:
-    options = SelfAttentionOptions(kind="local", window=2)
+    options = AttentionConfig(kind=AttentionKind.local, D=2)
     with pytest.raises(ValueError, match="persistent memory needs full attention"):
         build_self_attention(options, D_MODEL, HEADS, memory_slots=2)
     plain = build_self_attention(None, D_MODEL, HEADS, memory_slots=0)

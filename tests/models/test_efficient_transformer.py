@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnseq.attention.efficient import SelfAttentionOptions
 from attnseq.attention.masks import padding_mask
+from attnseq.config.choices import AttentionKind
+from attnseq.config.schema import AttentionConfig
 from attnseq.models.seq2seq import Vocabularies
 from attnseq.models.transformer import TransformerSeq2Seq
 
@@ -19,14 +20,14 @@ VOCAB = 12
 ATOL = 1e-5
 LAYERS, HEADS = 2, 2
 OPTIONS = {
-    "full": SelfAttentionOptions(kind="full"),
-    "local": SelfAttentionOptions(kind="local", window=2),
-    "strided": SelfAttentionOptions(kind="strided", stride=3),
-    "longformer": SelfAttentionOptions(kind="longformer", window=1, global_tokens=1),
-    "linformer": SelfAttentionOptions(kind="linformer", proj_dim=4, max_length=80),
-    "linear": SelfAttentionOptions(kind="linear"),
-    "performer": SelfAttentionOptions(kind="performer", features=32),
-    "bigbird": SelfAttentionOptions(kind="bigbird", block_size=2, random_blocks=1),
+    "full": AttentionConfig(kind=AttentionKind.full),
+    "local": AttentionConfig(kind=AttentionKind.local, D=2),
+    "strided": AttentionConfig(kind=AttentionKind.strided, stride=3),
+    "longformer": AttentionConfig(kind=AttentionKind.longformer, D=1, global_tokens=1),
+    "linformer": AttentionConfig(kind=AttentionKind.linformer, proj_dim=4),  # n: max_positions
+    "linear": AttentionConfig(kind=AttentionKind.linear),
+    "performer": AttentionConfig(kind=AttentionKind.performer, features=32),
+    "bigbird": AttentionConfig(kind=AttentionKind.bigbird, block_size=2, random_blocks=1),
 }
 DECODER_KINDS = ["local", "strided", "linear", "performer", "bigbird"]
 
