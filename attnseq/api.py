@@ -16,6 +16,12 @@ writes the page of `Model.explain`.
 
 A single string in gives a single result out; a list of strings gives a list, in order.
 
+Results in a notebook. Every result's repr is one line (texts cut, scores to four decimals,
+shapes, never a tensor); a translation with attention shows its heatmap inline
+(`_repr_html_`: a PNG of the figure `plot_alignment` draws) and the page of `Model.explain`
+shows inline in a frame of its own. `Model.save` writes the model back as a checkpoint that
+`load` and the commands read: config, tokenizers and weights, without the state of training.
+
 Shapes. `TranslatedHypothesis.attention` is the cross-attention while the hypothesis was
 produced, over the real source pieces: (T, S) for an RNN (one map) and (L, H, T, S) for a
 transformer (every decoder layer and head: layer l, head h, counted from 1 as the commands'
@@ -65,10 +71,14 @@ validation and the end, and may end the run early. A Ctrl-C raises `TrainingInte
 KeyboardInterrupt) whose message is the `attnseq.train(...)` call that resumes the run.
 """
 
+import base64
 import dataclasses
+import html
 import logging
+import os
 import shutil
 import sys
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -76,6 +86,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -90,25 +101,29 @@ from attnseq.analysis.alignment_view import (
     draw,
     merge_words,
 )
-from attnseq.analysis.explain_page import explanation_html, write_page
+from attnseq.analysis.explain_page import explanation_html, page_frame, write_page
 from attnseq.analysis.explanation import available_methods, explain
-from attnseq.analysis.figures import Style, style_from_options
+from attnseq.analysis.figures import Style, figure_png, style_from_options
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import DecodingConfig, TrainConfig
 from attnseq.config.threads import check_threads
 from attnseq.data.extended_vocab import extended_pieces
-from attnseq.data.tokenizers import TokenizerPair
+from attnseq.data.tokenizers import Tokenizer, TokenizerPair
+from attnseq.data.unknown_tokens import UnknownCount
 from attnseq.decoding import Hypothesis
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation import arguments
 from attnseq.evaluation.request_sizes import RequestSizes
 from attnseq.evaluation.scoring import PairScore, Scorer
+from attnseq.io.checkpoint import save_checkpoint
 from attnseq.io.progress import in_notebook
 from attnseq.io.user_paths import check_output_file
 from attnseq.models.ensemble import load_ensemble
-from attnseq.models.loading import TrainedModel, threads_set
+from attnseq.models.head_mask import optional_entry
+from attnseq.models.loading import TrainedModel, load_weights, model_for, threads_set
 from attnseq.models.positional import position_limit
+from attnseq.training.averaging import HEADER_KEYS, RUN_STATE_KEYS
 from attnseq.training.callbacks import Callback, check_callbacks
 from attnseq.training.run_directory import run_outputs
 from attnseq.training.stopping import TrainingInterrupted
@@ -145,6 +160,12 @@ class TranslatedHypothesis:
     source as the model saw them. attention: (T, S) or (L, H, T, S), or None when not asked for.
     source: the input line. output_kind, source_kind: the tokenizer kinds (char, word,
     sentencepiece) of the pieces, which tell `plot_alignment(words=True)` how to merge them.
+    output_ids: (T,) int64 on the CPU, the output's target ids without BOS and EOS, one per
+    output piece (a copy model's ids >= the vocabulary size are source words it copied); not
+    compared by ==, which compares the pieces.
+
+    Its repr is one line (text, scores, sizes, the attention's shape), and a notebook shows
+    the attention as a heatmap below it (`_repr_html_`).
     """
 
     text: str
@@ -156,6 +177,26 @@ class TranslatedHypothesis:
     source: str = ""
     output_kind: str = "char"
     source_kind: str = "char"
+    output_ids: Tensor | None = field(default=None, compare=False)
+
+    def __repr__(self) -> str:
+        pieces = len(self.output_pieces)
+        words = [
+            f"text={_short(self.text)}",
+            f"score={self.score:.4f}",
+            f"log_prob={self.log_prob:.4f}",
+            f"{pieces} output piece{'' if pieces == 1 else 's'} from {len(self.source_pieces)}",
+        ]
+        if self.attention is not None:
+            words.append(f"attention {tuple(self.attention.shape)}")
+        return f"TranslatedHypothesis({', '.join(words)})"
+
+    def _repr_html_(self) -> str | None:
+        """The repr over the attention's heatmap (what `plot_alignment` draws); None without
+        attention, and a notebook shows the repr alone."""
+        if self.attention is None:
+            return None
+        return heatmap_html(repr(self), self.attention_map())
 
     def attention_map(self) -> AttentionMap:
         """The attention as `plot_alignment` and visualize-alignment draw it: rows the output
@@ -172,7 +213,8 @@ class TranslatedHypothesis:
 
 @dataclass(frozen=True)
 class Translation:
-    """The outputs of one input line, best first (empty for a blank line, not decoded)."""
+    """The outputs of one input line, best first (empty for a blank line, not decoded). Its
+    repr is one line; a notebook shows the best output's attention as a heatmap."""
 
     source: str
     hypotheses: list[TranslatedHypothesis] = field(default_factory=list)
@@ -181,6 +223,80 @@ class Translation:
     def text(self) -> str:
         """The best output's text ("" for a blank line)."""
         return self.hypotheses[0].text if self.hypotheses else ""
+
+    @property
+    def output_ids(self) -> Tensor:
+        """(N, T) int64: the ids of the N outputs, best first (`TranslatedHypothesis.output_ids`),
+        padded at the end with the pad id to the longest, T; (0, 0) for a blank line."""
+        ids = [hypothesis.output_ids for hypothesis in self.hypotheses]
+        present = [each for each in ids if each is not None]
+        if len(present) != len(ids):
+            raise UserError("these outputs hold no ids: they are not from Model.translate")
+        if not present:
+            return torch.zeros(0, 0, dtype=torch.long)
+        return torch.nn.utils.rnn.pad_sequence(present, batch_first=True, padding_value=PAD)
+
+    @property
+    def scores(self) -> Tensor:
+        """(N,) float64: the outputs' scores (`TranslatedHypothesis.score`), best first."""
+        return torch.tensor(
+            [hypothesis.score for hypothesis in self.hypotheses], dtype=torch.float64
+        )
+
+    def __repr__(self) -> str:
+        if not self.hypotheses:
+            return f"Translation(source={_short(self.source)}, no outputs: a blank line)"
+        best, count = self.hypotheses[0], len(self.hypotheses)
+        words = [
+            f"text={_short(self.text)}",
+            f"source={_short(self.source)}",
+            f"{count} output{'' if count == 1 else 's'}",
+            f"best score={best.score:.4f}",
+        ]
+        if best.attention is not None:
+            words.append(f"attention {tuple(best.attention.shape)}")
+        return f"Translation({', '.join(words)})"
+
+    def _repr_html_(self) -> str | None:
+        """The repr over the best output's attention heatmap; None without attention."""
+        if not self.hypotheses or self.hypotheses[0].attention is None:
+            return None
+        return heatmap_html(repr(self), self.hypotheses[0].attention_map())
+
+
+REPR_TEXT = 60  # characters of a text that a result's repr shows
+PAD = Tokenizer.pad_id  # what pads the shorter outputs in `Translation.output_ids`
+
+
+def _short(text: str, limit: int = REPR_TEXT) -> str:
+    """The repr of `text`, cut to `limit` characters with "…" when longer."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def heatmap_html(caption: str, attention: AttentionMap) -> str:
+    """`caption` over the heatmap `plot_alignment` draws of `attention` by default, as an
+    <img> of a PNG inlined in base64 (drawn by the Agg canvas, analysis/figures.py)."""
+    png = base64.b64encode(figure_png(draw(attention))).decode("ascii")
+    alt = html.escape(f"attention: {attention.title()}", quote=True)
+    return (
+        f"<div><pre>{html.escape(caption)}</pre>"
+        f'<img src="data:image/png;base64,{png}" alt="{alt}"></div>'
+    )
+
+
+class ExplanationPage(str):
+    """The HTML page `Model.explain` returns: a str, the page as `attnseq explain` writes it,
+    whose repr is one line and which a notebook shows inline in a frame of its own (its
+    styles and script reach nothing of the notebook: analysis/explain_page.py, `page_frame`).
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<attnseq explain page: {len(self):,} characters of HTML>"
+
+    def _repr_html_(self) -> str:
+        return page_frame(str(self))
 
 
 # The decoding settings `translate` and `settings` take: the fields of DecodingConfig by name,
@@ -210,14 +326,19 @@ def decoding_setting(name: str, value: object) -> object:
 
 
 class Model:
-    """A trained model loaded by `load`: translate, score, align, attention maps.
+    """A trained model loaded by `load`: translate, score, align, attention maps; `save`
+    writes it back as a checkpoint.
 
     Attributes:
-        cfg: the checkpoint's config (overrides applied).
-        tokenizers: its source and target tokenizers.
-        module: the torch model, in eval mode, on `device`.
-        device: where it runs.
-        path: the checkpoint file.
+        config: the checkpoint's `TrainConfig`, overrides applied (also as `cfg`).
+        decoding: the decoding settings `translate` uses where a call changes none
+            (`config.decoding`, a `DecodingConfig`).
+        tokenizers: its source and target tokenizers (a `TokenizerPair`: `.src`, `.tgt`).
+        module: the torch model (`torch.nn.Module`), in eval mode, on `device`.
+        device: where it runs (a `torch.device`; `to` moves it).
+        path: the checkpoint file it was loaded from.
+        trained: what `load` read (attnseq/models/loading.py): model, config, tokenizers and
+            the checkpoint's payload.
         ensemble: True when further checkpoints decode with it (translate only).
         threads: torch's CPU threads for its computations (an int, "auto", or None: the
             caller's count; module docstring).
@@ -240,8 +361,28 @@ class Model:
         self.threads = threads
 
     def __repr__(self) -> str:
+        """One line, e.g. "<attnseq.Model transformer, 1,234,567 parameters, vocabularies
+        8000/8000 (source/target), on cpu, from run/checkpoints/best.pt>"."""
         family = self.cfg.model.family.value
-        return f"<attnseq.Model {family} from {self.path} on {self.device}>"
+        if self.ensemble:
+            family = f"ensemble of {len(self.trained.payload['ensemble'])} {family}"
+        parameters = sum(parameter.numel() for parameter in self.module.parameters())
+        sizes = f"{self.tokenizers.src.vocab_size}/{self.tokenizers.tgt.vocab_size}"
+        return (
+            f"<attnseq.Model {family}, {parameters:,} parameters, vocabularies {sizes} "
+            f"(source/target), on {self.device}, from {self.path}>"
+        )
+
+    @property
+    def config(self) -> TrainConfig:
+        """The checkpoint's config with the overrides of `load` (the object `cfg` names)."""
+        return self.cfg
+
+    @property
+    def decoding(self) -> DecodingConfig:
+        """The decoding settings `translate` uses where a call changes none: the config's
+        decoding.* (`config.decoding`). A call's keywords change them for that call only."""
+        return self.cfg.decoding
 
     def to(self, device: str | torch.device) -> "Model":
         """Move the model to `device` (cpu, cuda, cuda:N, mps or auto, or a torch.device) and
@@ -257,6 +398,75 @@ class Model:
         for built in ("translator", "scorer", "viewer"):
             self.__dict__.pop(built, None)
         return self
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model as a self-contained checkpoint at `path` (a .pt file), which
+        `attnseq.load` and every command (eval, translate, visualize-alignment, ...) read: its
+        config (`config`: the overrides of `load` and any change since), tokenizers, the
+        module's weights as they are now (head masks included) and the records of what was
+        done to them (a pruning's head_pruning, an average's averaged_from). The state of a
+        training (optimizer, scheduler, progress, random-number state) is left out: the file
+        is a model to use, not a run to resume. The write is atomic (attnseq/io/atomic.py):
+        `path` holds the old file or the whole new one, never a part. Returns `path`.
+
+        Saving over the checkpoint the model was loaded from is allowed when it loses nothing:
+        a file without training state (an average, a pruned or a saved model) is replaced by
+        the model it now is; one with training state is refused, since its run could no
+        longer be resumed from it.
+
+        Raises:
+            TypeError: `path` is not a str or path.
+            UserError: an ensemble (no one set of weights computes it), a `path` that cannot
+                be written or is no .pt file, weights that no longer fit the config (heads
+                removed from the weights), or the training checkpoint it was loaded from.
+        """
+        target = arguments.path(path, "path")
+        assert target is not None
+        if self.ensemble:
+            raise UserError(
+                "an ensemble cannot be saved as one checkpoint: it decodes with the mean of its "
+                "members' probabilities, which no one set of weights computes; save a member "
+                "loaded alone, or average the checkpoints of one run (attnseq average)"
+            )
+        check_output_file(target, "path", ["pt"])
+        self._refuse_losing_training_state(target)
+        state = {name: value.detach().cpu() for name, value in self.module.state_dict().items()}
+        load_weights(target, model_for(self.cfg, self.tokenizers), state)  # as `load` will
+        save_checkpoint(target, self._saved_payload(state))
+        return target
+
+    def _refuse_losing_training_state(self, target: Path) -> None:
+        """UserError when `target` is the checkpoint this model was loaded from (by any path)
+        and that checkpoint holds training state, which `save` leaves out."""
+        try:
+            same = os.path.samefile(target, self.path)
+        except OSError:  # one of them does not exist
+            return
+        lost = [key for key in self.trained.payload if key in RUN_STATE_KEYS]
+        if same and lost:
+            raise UserError(
+                f"path {target} is the checkpoint this model was loaded from, and it holds the "
+                f"state of its training ({', '.join(lost)}), which a saved model leaves out: "
+                "saving over it would lose the means to resume the run; save to another path"
+            )
+
+    def _saved_payload(self, state: dict[str, Tensor]) -> dict[str, Any]:
+        """What `save` writes: the loaded payload's records of the model without the state of
+        training and the file header, and the config, tokenizers and weights of now."""
+        from attnseq.config.conversion import config_to_dict
+
+        loaded = self.trained.payload
+        payload = {
+            key: value
+            for key, value in loaded.items()
+            if key not in RUN_STATE_KEYS and key not in HEADER_KEYS
+        }
+        if "head_pruning" in payload and not _same_head_masks(loaded["model"], state):
+            del payload["head_pruning"]  # it names the heads of masks the model no longer has
+        payload.update(
+            config=config_to_dict(self.cfg), tokenizers=self.tokenizers.state(), model=state
+        )
+        return payload
 
     @cached_property
     def translator(self) -> Translator:
@@ -330,6 +540,7 @@ class Model:
         arguments.flag(attention, "attention")
         batch_size = arguments.integer(batch_size, "batch_size", low=1)  # type: ignore[assignment]
         self.sizes.decoding(texts, settings, batch_size, attention)
+        self._warn_unknown(texts)
         results = []
         chunk = max(1, len(texts))  # one chunk: every line sorted by length together
         with threads_set(self.threads):
@@ -338,6 +549,31 @@ class Model:
                 outputs = [self._hypothesis(text, each, oovs) for each in hypotheses or []]
                 results.append(Translation(text, outputs))
         return results[0] if single else results
+
+    def _warn_unknown(self, texts: list[str]) -> None:
+        """One warning (`warnings.warn`) when the source vocabulary lacks pieces of `texts`:
+        how many of the source pieces the model reads as <unk>, and which (attnseq/data/
+        unknown_tokens.py counts them); the output cannot render what the model cannot read."""
+        tokenizer = self.tokenizers.src
+        count = UnknownCount("source", "the model's source vocabulary", tokenizer.unk_id)
+        unknown: dict[str, None] = {}  # the pieces in order of appearance, each once
+        for text in texts:
+            line = text.rstrip("\r\n")
+            ids, pieces = tokenizer.encode(line), tokenizer.pieces(line)
+            count.add(ids)
+            pairs = zip(pieces, ids, strict=False)
+            unknown.update(dict.fromkeys(piece for piece, id_ in pairs if id_ == tokenizer.unk_id))
+        if not count.unknown:
+            return
+        named = ", ".join(repr(piece) for piece in list(unknown)[:UNKNOWN_NAMED])
+        if len(unknown) > UNKNOWN_NAMED:
+            named += f", ... ({len(unknown)} different)"
+        warnings.warn(
+            f"{count.describe()}: the model reads them as <unk>, so the output leaves them out "
+            f"or guesses: {named}",
+            UserWarning,
+            stacklevel=3,  # the caller's line of translate
+        )
 
     def _hypothesis(
         self, text: str, hypothesis: Hypothesis, oovs: list[str]
@@ -355,6 +591,7 @@ class Model:
             source=text,
             output_kind=type(tgt).kind,
             source_kind=type(src).kind,
+            output_ids=torch.tensor(hypothesis.tokens, dtype=torch.long),
         )
 
     def _pairs(self, src: object, tgt: object) -> tuple[list[str], list[str], bool]:
@@ -459,12 +696,13 @@ class Model:
         layer: int | None = None,
         head: int | None = None,
         path: str | Path | None = None,
-    ) -> str:
+    ) -> "ExplanationPage":
         """The self-contained HTML page of `attnseq explain` (analysis/explain_page.py) for
         `src`: every hypothesis of a beam search of size `beam` (default: the checkpoint's
         decoding.beam), or the forced target `tgt`; for each output piece the source weights
         of every method in `methods` (default: all the model has), and every attention map.
         `layer`/`head` (from 1) pick the map of the attention-based methods. Returns the page
+        (an `ExplanationPage`: a str that a notebook shows inline, in a frame of its own)
         and, with `path`, also writes it there (atomically). Everything is checked before the
         work: TypeError for an argument of the wrong type; UserError for an empty source, an
         empty or too long target, an unknown method, a beam larger than the device's memory,
@@ -492,7 +730,7 @@ class Model:
                 self.trained, src, tgt, checkpoint=str(self.path), beam=beam, methods=chosen,
                 layer=layer, head=head, device=self.device,
             )  # fmt: skip
-        page = explanation_html(explanation)
+        page = ExplanationPage(explanation_html(explanation))
         if target is not None:
             write_page(target, page)
         return page
@@ -528,6 +766,21 @@ class Model:
             raise UserError(f"{what} needs one model: load the checkpoints one by one")
 
 
+def _same_head_masks(before: dict[str, Tensor], after: dict[str, Tensor]) -> bool:
+    """Whether the head masks of two state dicts are equal (a missing mask keeps every head,
+    as all ones does)."""
+    for name in {name for name in (*before, *after) if optional_entry(name)}:
+        old, new = before.get(name), after.get(name)
+        present = old if old is not None else new
+        assert present is not None  # the name comes from one of the two
+        ones = torch.ones_like(present, dtype=torch.float32)
+        old = ones if old is None else old.float()
+        if not torch.equal(old, ones if new is None else new.float()):
+            return False
+    return True
+
+
+UNKNOWN_NAMED = 10  # the unknown pieces translate's warning names
 NAMES = ("layer", "head")  # how the layer and head checks name them: the API's arguments
 METHOD_NAMES = ("methods", "layer", "head")
 
@@ -575,8 +828,23 @@ def _paths(value: object, name: str) -> list[Path]:
     return [arguments.path(item, f"{name}[{index}]") for index, item in enumerate(value)]  # type: ignore[misc]
 
 
+# What `plot_alignment` draws: the types, and the message for any other
+Plottable = (
+    AttentionMap
+    | Translation
+    | TranslatedHypothesis
+    | ForcedAlignments
+    | tuple[Tensor | np.ndarray, Sequence[str], Sequence[str]]
+)
+PLOTTABLE = (
+    "attention must be an AttentionMap (Model.attention), a Translation or a "
+    "TranslatedHypothesis (Model.translate(..., attention=True)), the ForcedAlignments of one "
+    "pair (Model.align) or a (weights, source pieces, target pieces) tuple"
+)
+
+
 def plot_alignment(
-    attention: AttentionMap | TranslatedHypothesis,
+    attention: Plottable,
     *,
     layer: int | None = None,
     head: int | None = None,
@@ -587,18 +855,30 @@ def plot_alignment(
     fontsize: float = 11.0,
     cmap: str = "viridis",
 ) -> "Figure":
-    """A heatmap of `attention` (`Model.attention`'s map, or a hypothesis translated with
-    attention=True) as a matplotlib Figure, which Jupyter shows inline: for a transformer the
-    mean of the last layer's heads, or `layer`/`head` (from 1), or every layer and head
-    (`all_heads`); `words` merges subword pieces into words; `figsize` "W,H" in inches (each
-    up to 100), `fontsize` 1..72 points, `cmap` a matplotlib colormap. The figure
-    visualize-alignment saves. TypeError for an argument of the wrong type; UserError for a
-    layer or head out of the model's range or a style out of range."""
-    if not isinstance(attention, AttentionMap | TranslatedHypothesis):
-        raise TypeError(
-            "attention must be an AttentionMap (Model.attention) or a TranslatedHypothesis "
-            f"(Model.translate(..., attention=True)), not {type(attention).__name__}"
-        )
+    """A heatmap of `attention` as a matplotlib Figure, which Jupyter shows inline: for a
+    transformer the mean of the last layer's heads, or `layer`/`head` (from 1), or every layer
+    and head (`all_heads`); `words` merges subword pieces into words; `figsize` "W,H" in
+    inches (each up to 100), `fontsize` 1..72 points, `cmap` a matplotlib colormap. The figure
+    visualize-alignment saves.
+
+    `attention` is one of: `Model.attention`'s map; a `Translation` (its best output) or a
+    `TranslatedHypothesis` of `Model.translate(..., attention=True)`; the `ForcedAlignments`
+    of one pair (`Model.align`: its word matrix, rows the target words); or a tuple (weights,
+    source pieces, target pieces) with weights a tensor or array of shape (T, S) or
+    (L, H, T, S), T the target pieces and S the source pieces (each piece a word of its own
+    for `words`).
+
+    Raises:
+        TypeError: `attention` is none of those, or another argument of the wrong type.
+        UserError: a translation without attention or output, alignments of several pairs,
+            weights whose shape does not match the pieces, a layer or head out of the model's
+            range, or a style out of range.
+    """
+    if not isinstance(attention, AttentionMap | Translation | TranslatedHypothesis) and not (
+        isinstance(attention, ForcedAlignments)
+        or (isinstance(attention, tuple) and len(attention) == 3)
+    ):
+        raise TypeError(f"{PLOTTABLE}, not {type(attention).__name__}")
     layer = arguments.integer(layer, "layer", optional=True)
     head = arguments.integer(head, "head", optional=True)
     arguments.flag(all_heads, "all_heads")
@@ -608,8 +888,7 @@ def plot_alignment(
     fontsize = arguments.number(fontsize, "fontsize", low=1.0, high=72.0)  # type: ignore[assignment]
     arguments.text(cmap, "cmap")
     _show_figures_inline_in_ipython()
-    if isinstance(attention, TranslatedHypothesis):
-        attention = attention.attention_map()
+    attention = plotted_map(attention)
     weights = attention.weights
     layers, heads = weights.shape[:2] if weights.ndim == 4 else (1, 1)
     check_layer_and_head(layer, head, layers, heads, "" if weights.ndim == 4 else "one map", NAMES)
@@ -625,6 +904,67 @@ def _style(figsize: str | None, fontsize: float, cmap: str) -> Style:
         return style_from_options(figsize, fontsize, cmap)
     except UserError as error:
         raise UserError(str(error).replace("--", "", 1)) from None
+
+
+def plotted_map(attention: Plottable) -> AttentionMap:
+    """The map `plot_alignment` draws of `attention` (its docstring says what it takes)."""
+    if isinstance(attention, Translation):
+        if not attention.hypotheses:
+            raise UserError("this translation has no output (its source is blank): no attention")
+        return attention.hypotheses[0].attention_map()
+    if isinstance(attention, TranslatedHypothesis):
+        return attention.attention_map()
+    if isinstance(attention, ForcedAlignments):
+        return _alignment_map(attention)
+    if isinstance(attention, tuple):
+        return _pieces_map(*attention)
+    return attention
+
+
+def _alignment_map(result: ForcedAlignments) -> AttentionMap:
+    """The word matrix of an alignment of one pair, labelled by the pair's words."""
+    if len(result.soft) != 1:
+        raise UserError(
+            f"attention holds the alignments of {len(result.soft)} pairs; plot one pair: "
+            "Model.align(src, tgt) with one str each"
+        )
+    matrix = result.soft[0]  # (Tw, Sw)
+    rows = result.target_words[0] if result.target_words else None
+    columns = result.source_words[0] if result.source_words else None
+    rows = rows or [str(index) for index in range(matrix.shape[0])]
+    columns = columns or [str(index) for index in range(matrix.shape[1])]
+    return AttentionMap(
+        matrix, rows, columns, "word", "word", source=" ".join(columns), output=" ".join(rows)
+    )
+
+
+def _pieces_map(weights: object, source: object, target: object) -> AttentionMap:
+    """The map of a (weights, source pieces, target pieces) tuple: weights (T, S) or
+    (L, H, T, S), a tensor or an array."""
+    if isinstance(weights, Tensor):
+        array = weights.detach().float().cpu().numpy()
+    elif isinstance(weights, np.ndarray) and weights.dtype.kind in "fiub":
+        array = weights.astype(np.float32)
+    else:
+        raise TypeError(
+            "attention[0] must be the weights, a torch.Tensor or a numpy array of numbers, "
+            f"not {type(weights).__name__}"
+        )
+    columns = arguments.strings(source, "attention[1]", "the source pieces ['a', 'b']")
+    rows = arguments.strings(target, "attention[2]", "the target pieces ['x', 'y']")
+    if array.ndim not in (2, 4) or array.shape[-2:] != (len(rows), len(columns)):
+        raise UserError(
+            f"attention[0] has shape {tuple(array.shape)}; with {len(rows)} target and "
+            f"{len(columns)} source pieces it must be ({len(rows)}, {len(columns)}) or "
+            f"(layers, heads, {len(rows)}, {len(columns)})"
+        )
+    if not rows or not columns:
+        raise UserError("attention[1] and attention[2] must each hold at least one piece")
+    if not np.isfinite(array).all():
+        raise UserError("attention[0] holds NaN or infinite weights")
+    return AttentionMap(
+        array, rows, columns, "word", "word", source=" ".join(columns), output=" ".join(rows)
+    )
 
 
 def _show_figures_inline_in_ipython() -> None:
@@ -669,6 +1009,21 @@ class TrainResult:
     def checkpoint(self) -> Path:
         """The run's best checkpoint, RUN/checkpoints/best.pt (what `attnseq.load` takes)."""
         return self.run_dir / "checkpoints" / "best.pt"
+
+    def __repr__(self) -> str:
+        """One line: the run directory and the first `REPR_METRICS` metrics (4 significant
+        digits), with how many more there are."""
+        shown = ", ".join(
+            f"{name!r}: {value:.4g}" if isinstance(value, float) else f"{name!r}: {value!r}"
+            for name, value in list(self.metrics.items())[:REPR_METRICS]
+        )
+        more = len(self.metrics) - REPR_METRICS
+        if more > 0:
+            shown += f", ... {more} more"
+        return f"TrainResult(run_dir={str(self.run_dir)!r}, metrics={{{shown}}})"
+
+
+REPR_METRICS = 4  # the metrics a TrainResult's repr shows
 
 
 def train(
