@@ -165,7 +165,7 @@ def evaluate(
         elif method != "attention":
             raise UserError("--method goes with --gold")
         if out is not None:  # the files inside it are checked once their names are known
-            inputs = eval_inputs(checkpoint, split, ensemble, gold_set)
+            inputs = eval_inputs(checkpoint, split, ensemble, gold_set, "--split")
             refuse_output_over_inputs(out, "--out", inputs)
             check_output_folder(out, "--out")
         metrics = evaluate_checkpoint(
@@ -179,6 +179,7 @@ def evaluate(
             alignments=gold_set,
             decoding=changes,
             ensemble=ensemble,
+            names={"split": "--split", "save_attention": "--save-attention"},
         )
     _print_metrics(metrics, gold_set)
 

@@ -241,6 +241,7 @@ def evaluate_checkpoint(
     alignments: GoldAlignmentFiles | None = None,
     decoding: Mapping[str, Any] | None = None,
     ensemble: Sequence[Path] = (),
+    names: Mapping[str, str] | None = None,
 ) -> EvalMetrics:
     """Metrics of a checkpoint on one split; the result goes to a folder under `out_dir`
     (default RUN/eval) named after the checkpoint, its step, the split and every decoding
@@ -258,7 +259,10 @@ def evaluate_checkpoint(
     ``align/aer``, ``align/precision``, ``align/recall`` and per layer/head
     (``align/aer/layer2/head3``, ``align/aer/layer2/mean``), read with `alignments.method`
     (the result folder names the method when it is not the plain attention).
+    `names`: what messages call the arguments `split` and `save_attention` (a command passes
+    its options; by default their own names).
     """
+    names = {"split": "split", "save_attention": "save_attention", **(names or {})}
     overrides = list(overrides or [])
     trained = load_ensemble([path, *ensemble], overrides)
     cfg, tokenizers = trained.cfg, trained.tokenizers
@@ -271,17 +275,17 @@ def evaluate_checkpoint(
         cfg.data.eval_max_tokens = max_tokens
     device = resolve_device(cfg.trainer.device if device_name == "auto" else device_name)
     model = trained.model.to(device)
-    _check_attention_wanted(cfg, save_attention, alignments)
+    _check_attention_wanted(cfg, save_attention, alignments, names["save_attention"])
     alignment_set = None
     if alignments is not None:  # read and check the gold set before the slow work
         alignment_set = load_alignment_set(
             alignments, tokenizers.src, tokenizers.tgt, position_limit(model)
         )
-    name, data = _prepare_split(cfg, split, dataset_split, tokenizers)
+    name, data = _prepare_split(cfg, split, dataset_split, tokenizers, names["split"])
     _check_decoding_memory(cfg, tokenizers.tgt.vocab_size, device, name, len(data.examples[name]))
     texts = {} if dataset_split else {(f"{split} source", f"{split} target"): data.examples[name]}
     if alignment_set is not None:
-        texts[("--gold-src", "--gold-tgt")] = alignment_set.examples
+        texts[(alignments.name("src"), alignments.name("tgt"))] = alignment_set.examples
     gold = split_gold(cfg, name, tokenizers) if dataset_split else None
     evaluator = make_evaluator(cfg, data, name, device, gold)
     folder = result_folder(
@@ -295,7 +299,7 @@ def evaluate_checkpoint(
     )
     if ensemble:  # beside the first member's own results
         folder = folder.with_name(f"{folder.name}+ensemble{len(ensemble) + 1}")
-    inputs = eval_inputs(path, split, ensemble, alignments)
+    inputs = eval_inputs(path, split, ensemble, alignments, names["split"])
     for result_file in RESULT_FILES:  # before the slow decoding
         refuse_output_over_inputs(folder / result_file, "eval result", inputs)
     metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
@@ -339,19 +343,19 @@ def eval_inputs(
     split: str,
     ensemble: Sequence[Path] = (),
     alignments: GoldAlignmentFiles | None = None,
+    split_name: str = "split",
 ) -> list[tuple[str, Path | None]]:
-    """(option, path) of every file an evaluation reads that a result must not replace: the
+    """(name, path) of every file an evaluation reads that a result must not replace: the
     checkpoints, the split when it is a file (not a split name that happens to name a folder),
-    and the gold word-alignment files."""
+    and the gold word-alignment files; each named as the messages call it (`split_name`, the
+    gold set's `names`)."""
     split_file = Path(split) if Path(split).is_file() else None
-    inputs: list[tuple[str, Path | None]] = [("CHECKPOINT", path), ("--split", split_file)]
+    inputs: list[tuple[str, Path | None]] = [("CHECKPOINT", path), (split_name, split_file)]
     inputs += [(f"ensemble member {number}", member) for number, member in enumerate(ensemble, 2)]
     if alignments is not None:
         inputs += [
-            ("--gold", alignments.gold),
-            ("--gold-src", alignments.src),
-            ("--gold-tgt", alignments.tgt),
-            ("--gold-possible", alignments.possible),
+            (alignments.name(field), getattr(alignments, field))
+            for field in ("gold", "src", "tgt", "possible")
         ]
     return inputs
 
@@ -365,13 +369,16 @@ def _alignment_tags(alignments: GoldAlignmentFiles | None) -> list[str]:
 
 
 def _check_attention_wanted(
-    cfg: TrainConfig, save_attention: bool, alignments: GoldAlignmentFiles | None
+    cfg: TrainConfig,
+    save_attention: bool,
+    alignments: GoldAlignmentFiles | None,
+    save_name: str,
 ) -> None:
-    """--save-attention and --gold need a model with attention."""
+    """Saving attention and scoring it against gold links need a model with attention."""
     no_attention = cfg.model.family.value == "rnn" and cfg.model.attention.score.value == "none"
     if no_attention and (save_attention or alignments is not None):
-        option = "--save-attention" if save_attention else "--gold"
-        raise UserError(f"{option}: this model has no attention (model.attention.score=none)")
+        asked = save_name if save_attention else alignments.name("gold")  # type: ignore[union-attr]
+        raise UserError(f"{asked}: this model has no attention (model.attention.score=none)")
 
 
 def _check_decoding_memory(
@@ -390,10 +397,10 @@ def _check_decoding_memory(
 
 
 def _prepare_split(
-    cfg: TrainConfig, split: str, dataset_split: bool, tokenizers: TokenizerPair
+    cfg: TrainConfig, split: str, dataset_split: bool, tokenizers: TokenizerPair, option: str
 ) -> tuple[str, PreparedData]:
     """(name, data) of the split to evaluate: a split of the dataset, or a file's pairs named
-    after the file."""
+    after the file; `option` is what messages call the split argument."""
     if dataset_split:
         name, pairs = split, None
     else:
@@ -407,7 +414,7 @@ def _prepare_split(
             names = ", ".join(dict.fromkeys([*NAMED_SPLITS, *cfg.data.splits]))
             raise UserError(
                 f"unknown split {split!r}: the checkpoint's data ({cfg.data.name}) has the "
-                f"splits {names}; --split also takes a data file (.jsonl, .tsv or a parallel "
+                f"splits {names}; {option} also takes a data file (.jsonl, .tsv or a parallel "
                 f"prefix), and there is none at {split} or under the data root"
             ) from None
     data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=[name], pairs=pairs)
