@@ -16,6 +16,7 @@ import torch
 from filelock import FileLock
 from torch import Tensor
 
+from attnseq.config.checks import validate
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.models import Vocabularies, build_model
@@ -205,22 +206,32 @@ def check_train_args(args: list[str]) -> TrainConfig:
         return check_sweep_values(task, composed)
 
 
-def tiny_config(*overrides: str) -> TrainConfig:
-    """A config that trains in seconds: small splits, small model, few steps, and no
-    validation heatmaps (drawing them takes most of a tiny run's time, so the tests of
-    heatmaps ask for them with `trainer.num_heatmaps`)."""
-    base = config_to_dict(TrainConfig())
-    defaults = [
-        "data.train_size=300",
-        "data.valid_size=20",
-        "data.test_size=20",
-        "model.emb_dim=16",
-        "model.hidden=32",
+# The tiny sizes of each model family: a config sets only the keys its family reads (a key of
+# the other family is refused when a run starts).
+TINY_SIZES = {
+    "rnn": ["model.emb_dim=16", "model.hidden=32"],
+    "transformer": [
         "model.d_model=32",
         "model.heads=2",
         "model.enc_layers=1",
         "model.dec_layers=1",
         "model.ff_dim=64",
+    ],
+}
+
+
+def tiny_config(*overrides: str) -> TrainConfig:
+    """A config that trains in seconds: small splits, small model (the sizes of the family
+    `model.family=...` among `overrides` chooses), few steps, and no validation heatmaps
+    (drawing them takes most of a tiny run's time, so the tests of heatmaps ask for them with
+    `trainer.num_heatmaps`). Checked as a run that starts is checked."""
+    base = config_to_dict(TrainConfig())
+    families = [arg.split("=", 1)[1] for arg in overrides if arg.startswith("model.family=")]
+    defaults = [
+        "data.train_size=300",
+        "data.valid_size=20",
+        "data.test_size=20",
+        *TINY_SIZES[families[-1] if families else "rnn"],
         "trainer.max_steps=6",
         "trainer.validate_every=3",
         "trainer.log_every=2",
@@ -228,7 +239,9 @@ def tiny_config(*overrides: str) -> TrainConfig:
         "trainer.num_heatmaps=0",
         "trainer.device=cpu",
     ]
-    return config_from_dict(base, defaults + list(overrides))
+    cfg = config_from_dict(base, defaults + list(overrides))
+    validate(cfg)  # config_from_dict lets keys of the other family through, a run does not
+    return cfg
 
 
 def untrained_checkpoint(path, *overrides: str, pairs=None):

@@ -7,6 +7,12 @@ Hydra creates a run directory (hydra_entry.py), the train task again on the conf
 `config_from_dict` on every config read back from a checkpoint or an `attnseq eval` override. It
 raises one UserError that lists every problem, naming the keys involved and what would be valid.
 
+A run that starts also needs every changed `model.*` key to be one its model family reads
+(`other_family_problems`): a key only the other family reads would be silently ignored, so it
+is refused. A config read back from a checkpoint skips that rule (`validate(cfg,
+run_start=False)`): its model never read such a key, and checkpoints saved before the rule keep
+loading. Which family reads a key is the `family` of its schema field (`model_key_families`).
+
 `encoder_output_size`, the size of the RNN encoder's annotations that these keys imply, is also
 what the model factory builds with (models/__init__.py).
 
@@ -17,10 +23,11 @@ attention's values) come first, then the rules of the data, training and run key
 """
 
 import dataclasses
+import functools
 import math
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from attnseq.config.choices import (
     AttentionKind,
@@ -41,6 +48,96 @@ from attnseq.config.devices import check_device_name
 from attnseq.config.schema import DecodingConfig, ModelConfig, TrainConfig
 from attnseq.config.threads import AUTO
 from attnseq.errors import UserError
+
+
+class ModelKey(NamedTuple):
+    """One leaf `model.*` key, the family that alone reads it (None: both) and its default."""
+
+    key: str
+    family: ModelFamily | None
+    default: Any
+
+
+@functools.cache
+def model_key_families() -> tuple[ModelKey, ...]:
+    """Every leaf `model.*` key in declaration order, from the `family` of each schema field
+    (`option(..., family=...)`; a node's family is its keys')."""
+    return tuple(_model_keys(ModelConfig, "model.", None))
+
+
+def _model_keys(node: type, prefix: str, family: ModelFamily | None) -> list[ModelKey]:
+    found: list[ModelKey] = []
+    for spec in dataclasses.fields(node):
+        reader = spec.metadata.get("family", family)
+        if spec.default_factory is not dataclasses.MISSING:
+            default = spec.default_factory()
+        else:
+            default = spec.default
+        if dataclasses.is_dataclass(default):
+            found += _model_keys(type(default), f"{prefix}{spec.name}.", reader)
+        else:
+            found.append(ModelKey(f"{prefix}{spec.name}", reader, default))
+    return found
+
+
+def keys_unread_by(family: ModelFamily) -> frozenset[str]:
+    """The `model.*` keys the other family alone reads: a model of `family` ignores them."""
+    return frozenset(
+        entry.key for entry in model_key_families() if entry.family not in (None, family)
+    )
+
+
+# What a family has in place of the other family's sizes and attention, for the messages.
+_FAMILY_KEYS = {
+    ModelFamily.rnn: (
+        "RNN sizes: model.emb_dim, model.hidden, model.enc_hidden, model.rnn.layers",
+        "RNN attention: model.attention.score, model.attention.window, model.attention.attn_dim",
+    ),
+    ModelFamily.transformer: (
+        "transformer sizes: model.d_model, model.heads, model.ff_dim, model.enc_layers, "
+        "model.dec_layers",
+        "transformer attention: model.heads, model.attention.kind and its keys",
+    ),
+}
+_FAMILY_NAMES = {ModelFamily.rnn: "an RNN", ModelFamily.transformer: "a transformer"}
+_FAMILY_MODELS = {
+    ModelFamily.rnn: "e.g. model=rnn_bahdanau",
+    ModelFamily.transformer: "model=transformer",
+}
+
+
+def other_family_problems(cfg: TrainConfig) -> list[str]:
+    """A `model.*` key that only the other family reads, set away from its schema default: the
+    chosen family's model would silently ignore it. One line each, naming the key, the family
+    and what to do."""
+    family, problems = cfg.model.family, []
+    for entry in model_key_families():
+        if entry.family in (None, family):
+            continue
+        value: Any = cfg
+        for name in entry.key.split("."):
+            value = getattr(value, name)
+        if value == entry.default:
+            continue
+        sizes, attention = _FAMILY_KEYS[family]
+        instead = attention if entry.key.startswith("model.attention.") else sizes
+        owner = entry.family
+        problems.append(
+            f"{entry.key}={_setting(value)} is {_FAMILY_NAMES[owner]} setting; model.family="
+            f"{family.name} does not read it: leave it at its default "
+            f"({_setting(entry.default)}) or choose {_FAMILY_NAMES[owner]}, "
+            f"{_FAMILY_MODELS[owner]} ({instead})"
+        )
+    return problems
+
+
+def _setting(value: Any) -> str:
+    """A value as a config file spells it: enum names, true/false, null."""
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
 
 
 def self_attention_problems(cfg: TrainConfig) -> list[str]:
@@ -183,9 +280,9 @@ def hierarchy_problems(cfg: TrainConfig) -> list[str]:
     model = cfg.model
     if model.attention.hierarchy is Hierarchy.none:
         return []
-    on = f"model.attention.hierarchy={model.attention.hierarchy.name}"
     if model.family is not ModelFamily.rnn:
-        return [f"{on} is RNN-only: use model.family=rnn (e.g. model=rnn_bahdanau)"]
+        return []  # a transformer does not read it (other_family_problems)
+    on = f"model.attention.hierarchy={model.attention.hierarchy.name}"
     score, window = model.attention.score, model.attention.window.name
     problems: list[str] = []
     if score in (Score.none, Score.location):
@@ -208,14 +305,7 @@ def memory_and_convolution_problems(cfg: TrainConfig) -> list[str]:
     slots, kernel = attention.memory_slots, model.conv_kernel
     problems: list[str] = []
     if model.family is ModelFamily.rnn:
-        for key, value in (("attention.memory_slots", slots), ("conv_kernel", kernel)):
-            if value:
-                problems.append(
-                    f"model.{key}={value} is a transformer option; RNN models have no "
-                    f"self-attention or encoder layers to add it to (use model=transformer, or "
-                    f"model.{key}=0)"
-                )
-        return problems
+        return []  # an RNN does not read them (other_family_problems)
     if kernel and kernel % 2 == 0:
         problems.append(
             f"model.conv_kernel={kernel} must be odd (k // 2 positions on each side keep the "
@@ -283,12 +373,13 @@ def hard_attention_problems(cfg: TrainConfig) -> list[str]:
             f"{cfg.optim.alignment_lambda}): its k-hot weights have no log-probability to "
             "supervise; set optim.alignment_lambda=0"
         )
-    if model.attention.hierarchy is not Hierarchy.none:
+    rnn = model.family is ModelFamily.rnn
+    if rnn and model.attention.hierarchy is not Hierarchy.none:
         problems.append(
             f"{on} is not supported with model.attention.hierarchy="
             f"{model.attention.hierarchy.name}: choose one of them"
         )
-    if model.attention.memory_in_cross:
+    if not rnn and model.attention.memory_in_cross:
         problems.append(
             f"{on} chooses source positions; model.attention.memory_in_cross=true adds memory "
             "slots to the cross-attention: set it false"
@@ -302,9 +393,9 @@ def attention_values_problems(cfg: TrainConfig) -> list[str]:
     model = cfg.model
     if model.attention.values is AttentionValues.annotations:
         return []
-    on = "model.attention.values=embeddings"
     if model.family is not ModelFamily.rnn:
-        return [f"{on} is RNN-only: use model.family=rnn (e.g. model=rnn_bahdanau)"]
+        return []  # a transformer does not read it (other_family_problems)
+    on = "model.attention.values=embeddings"
     problems: list[str] = []
     if model.attention.score is Score.none:
         problems.append(f"{on} is what attention reads: model.attention.score=none has none")
@@ -402,11 +493,15 @@ def value_problem(value: Any, metadata: Any) -> str | None:
     return f"must be {bounds_text(metadata)}" if failed else None
 
 
-def validate(cfg: TrainConfig) -> None:
+def validate(cfg: TrainConfig, *, run_start: bool = True) -> None:
     """Every rule of the configuration's values; raises one UserError naming the keys involved
-    (one line for one problem)."""
-    # Per-field bounds first: the cross-field rules below assume them (e.g. heads >= 1).
+    (one line for one problem). `run_start=False` for a config read back from a checkpoint:
+    keys of the other model family are then let through, as its model ignores them."""
+    # Per-field bounds first: the cross-field rules below assume them (e.g. heads >= 1), and
+    # the cross-field rules of a family read only that family's keys.
     problems = field_problems(cfg) + device_problems(cfg) + threads_problems(cfg)
+    if not problems and run_start:
+        problems = other_family_problems(cfg)
     if not problems:
         problems = cross_field_problems(cfg)
     if len(problems) == 1:
@@ -455,12 +550,6 @@ def cross_field_problems(cfg: TrainConfig) -> list[str]:
             )
         if model.attention.score is Score.none and model.attention.window.name != "global":
             problems.append("model.attention.window needs attention: model.attention.score=none")
-        if model.attention.kind is not AttentionKind.full:
-            problems.append(
-                f"model.attention.kind={model.attention.kind.name} is a transformer "
-                "self-attention mechanism; RNN models choose model.attention.score/window "
-                "(use model=transformer, or model.attention.kind=full)"
-            )
     else:
         if model.d_model % model.heads:
             problems.append(

@@ -41,12 +41,20 @@ def resume_conflicts(saved: TrainConfig, current: TrainConfig) -> list[str]:
     """Keys that must match between a checkpoint's config and a resumed run's, and do not:
     one "key: checkpoint VALUE, now VALUE" line each."""
 
+    from attnseq.config.checks import keys_unread_by
+
     before, now = flat_config(config_to_dict(saved)), flat_config(config_to_dict(current))
+    # a key the model's family does not read changes nothing (a checkpoint saved before such
+    # keys were refused at the start of a run may hold one)
+    unread = (
+        keys_unread_by(saved.model.family) if saved.model.family is current.model.family else ()
+    )
     conflicts = []
     for key in sorted(set(before) | set(now)):
         if (
             key.startswith(RESUME_MUST_MATCH)
             and not key.startswith(RESUME_MAY_DIFFER)
+            and key not in unread
             and before.get(key) != now.get(key)
         ):
             conflicts.append(f"{key}: checkpoint {before.get(key)!r}, now {now.get(key)!r}")
@@ -127,7 +135,9 @@ def config_from_dict(values: dict, overrides: list[str] | None = None) -> TrainC
     except OmegaConfBaseException as error:
         raise UserError(f"invalid configuration: {describe_omegaconf_error(error)}") from None
     assert isinstance(cfg, TrainConfig)
-    validate(cfg)
+    # not a run that starts: keys of the other model family are let through (its model
+    # never read them; checkpoints saved before they were refused keep loading)
+    validate(cfg, run_start=False)
     return cfg
 
 

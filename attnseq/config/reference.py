@@ -2,9 +2,10 @@
 
 Every key of `attnseq train` is a field of the dataclasses in schema.py, declared with
 `option(default, help, ge=..., ...)`; this module walks them (nested configs become dotted keys,
-Enums list their choices) and renders one Markdown page, so the documentation cannot drift from
-the code. The page is committed as docs/reference/configuration.md and a test compares it with
-`render()`:
+Enums list their choices, a `model.*` key that one model family alone reads says which: "(RNN)"
+or "(transformer)" before its help) and renders one Markdown page, so the documentation cannot
+drift from the code. The page is committed as docs/reference/configuration.md and a test
+compares it with `render()`:
 
     python -m attnseq.config.reference > docs/reference/configuration.md
 """
@@ -18,10 +19,13 @@ from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from attnseq.config import CONFIG_DIR
+from attnseq.config.choices import ModelFamily
 from attnseq.config.schema import TrainConfig
 
 GROUPS = ("data", "model", "optim", "trainer", "experiment", "hparams_search")
 _BOUND_SIGNS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+# the label of a key that one model family alone reads (its field's `family`)
+FAMILY_LABELS = {ModelFamily.rnn: "(RNN)", ModelFamily.transformer: "(transformer)"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,20 +85,25 @@ def _rule(annotation: Any, metadata: Any) -> str:
     return "; ".join(parts)
 
 
-def keys(config_class: type = TrainConfig, prefix: str = "") -> Iterator[KeyDoc]:
-    """Every leaf key of the schema, depth first in declaration order."""
+def keys(
+    config_class: type = TrainConfig, prefix: str = "", family: ModelFamily | None = None
+) -> Iterator[KeyDoc]:
+    """Every leaf key of the schema, depth first in declaration order; `family`: the model
+    family that alone reads the keys of `config_class` (a node's family is its keys')."""
     hints = get_type_hints(config_class)
     for spec in dataclasses.fields(config_class):
         annotation = hints[spec.name]
         inner, _ = _unwrap_optional(annotation)
+        reader = spec.metadata.get("family", family)
         if dataclasses.is_dataclass(inner):
-            yield from keys(inner, f"{prefix}{spec.name}.")
+            yield from keys(inner, f"{prefix}{spec.name}.", reader)
             continue
+        text = spec.metadata.get("help", "")
         yield KeyDoc(
             key=f"{prefix}{spec.name}",
             type_name=_type_name(annotation),
             default=_default_text(spec),
-            help=spec.metadata.get("help", ""),
+            help=f"{FAMILY_LABELS[reader]} {text}" if reader is not None else text,
             rule=_rule(annotation, spec.metadata),
         )
 
@@ -128,6 +137,10 @@ def render() -> str:
         "`python -m attnseq.config.reference`; do not edit by hand. Every key can be set on the",
         "command line (`attnseq train model.hidden=256`) or in an experiment file; a value",
         "outside its bounds or an unknown key ends with one message and exit status 2.",
+        "",
+        "A `model.*` key marked (RNN) or (transformer) is read by that model family alone; a",
+        "run of the other family that sets it away from its default is refused, as its model",
+        "would ignore it. The other `model.*` keys serve both families.",
         "",
         "## Config groups",
         "",

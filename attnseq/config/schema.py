@@ -63,14 +63,17 @@ def option(
     le: float | None = None,
     lt: float | None = None,
     length: int | None = None,
+    family: ModelFamily | None = None,
 ) -> Any:
     """A schema field: its default, its help text and the bounds checks.py enforces.
 
     ge/gt/le/lt bound a number (or every item of a list) as >=, >, <=, <; `length` is the number
     of items a list must have. A float field is always checked to be finite as well; None (for
-    an optional field) is always allowed.
+    an optional field) is always allowed. `family` marks a `model.*` key (or a whole node) that
+    only that model family reads; a key without one is read by both (checks.py refuses a
+    changed key of the other family when a run starts, reference.py labels the key).
     """
-    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt, "length": length}
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt, "length": length, "family": family}
     metadata = {"help": help, **{key: value for key, value in bounds.items() if value is not None}}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
@@ -172,6 +175,9 @@ class DataConfig:
 
 # model.*: the model family, its sizes and its attention
 
+# the family of a model key that one family alone reads: `option(..., family=RNN)`
+RNN, TRANSFORMER = ModelFamily.rnn, ModelFamily.transformer
+
 
 @dataclass
 class RNNConfig:
@@ -185,12 +191,13 @@ class RNNConfig:
 
 @dataclass
 class AttentionConfig:
-    """RNN attention (score, window, D, attn_dim) and the transformer's self-attention
-    mechanism (kind and the keys after it); keys of the other family are ignored."""
+    """RNN attention (score, window, attn_dim, hierarchy, values) and the transformer's
+    self-attention mechanism (kind and the keys after it); D, hard and hard_k serve both
+    families. Each key's `family` says which family reads it (see ModelConfig)."""
 
-    score: Score = option(Score.additive, "RNN attention score (none = no attention)")
+    score: Score = option(Score.additive, "attention score (none = no attention)", family=RNN)
     window: Window = option(  # type: ignore[valid-type]
-        Window["global"], "RNN attention window: global, local_m or local_p (Luong)"
+        Window["global"], "attention window: global, local_m or local_p (Luong)", family=RNN
     )
     D: int = option(
         5,
@@ -198,14 +205,17 @@ class AttentionConfig:
         "sliding window of transformer self-attention, kind=local and longformer: |i-j| <= D",
         ge=1,
     )
-    attn_dim: int | None = option(None, "additive/concat hidden size; None = model.hidden", ge=1)
+    attn_dim: int | None = option(
+        None, "additive/concat hidden size; None = model.hidden", ge=1, family=RNN
+    )
     hierarchy: Hierarchy = option(
         Hierarchy.none,
-        "RNN: sentence = segment attention x word attention (Nallapati et al. 2016); segments "
+        "sentence = segment attention x word attention (Nallapati et al. 2016); segments "
         "are speaker turns (#Person1#: ...) or sentences",
+        family=RNN,
     )
     max_segments: int = option(
-        64, "hierarchy: most segments per source; later text joins the last one", ge=1
+        64, "hierarchy: most segments per source; later text joins the last one", ge=1, family=RNN
     )
     hard: HardMode = option(
         HardMode.none,
@@ -215,74 +225,117 @@ class AttentionConfig:
     hard_k: int = option(1, "hard attention: source positions chosen per step (top-k)", ge=1)
     values: AttentionValues = option(
         AttentionValues.annotations,
-        "RNN: what the context reads: annotations (h_j) or embeddings (each source word and "
+        "what the context reads: annotations (h_j) or embeddings (each source word and "
         "its position alone; the keys stay h_j), so a hard choice reads the word it points at",
+        family=RNN,
     )
     # --- transformer self-attention (cross-attention is always full)
-    kind: AttentionKind = option(AttentionKind.full, "transformer self-attention mechanism")
-    decoder_self: bool = option(False, "also decoder self-attention (causal kinds, see below)")
-    stride: int = option(8, "strided: the stride l of Child et al.'s patterns", ge=1)
-    pattern: SparsePattern = option(SparsePattern.strided, "strided: which of the two patterns")
-    summary: int = option(1, "strided, pattern=fixed: summary cells c per block (1..stride)", ge=1)
+    kind: AttentionKind = option(AttentionKind.full, "self-attention mechanism", family=TRANSFORMER)
+    decoder_self: bool = option(
+        False, "also decoder self-attention (causal kinds, see below)", family=TRANSFORMER
+    )
+    stride: int = option(
+        8, "strided: the stride l of Child et al.'s patterns", ge=1, family=TRANSFORMER
+    )
+    pattern: SparsePattern = option(
+        SparsePattern.strided, "strided: which of the two patterns", family=TRANSFORMER
+    )
+    summary: int = option(
+        1, "strided, pattern=fixed: summary cells c per block (1..stride)", ge=1, family=TRANSFORMER
+    )
     global_tokens: int = option(
-        1, "longformer: the first N source positions attend and are attended", ge=0
+        1,
+        "longformer: the first N source positions attend and are attended",
+        ge=0,
+        family=TRANSFORMER,
     )
     proj_dim: int = option(
-        64, "linformer: k, rows the keys/values are projected to (n = max_positions)", ge=1
+        64,
+        "linformer: k, rows the keys/values are projected to (n = max_positions)",
+        ge=1,
+        family=TRANSFORMER,
     )
-    features: int = option(128, "performer: m, random features per head", ge=1)
-    block_size: int = option(16, "bigbird: b, positions per block", ge=1)
+    features: int = option(128, "performer: m, random features per head", ge=1, family=TRANSFORMER)
+    block_size: int = option(16, "bigbird: b, positions per block", ge=1, family=TRANSFORMER)
     window_blocks: int = option(
-        1, "bigbird: w, neighbour blocks on each side of a query's block (3-block window: 1)", ge=0
+        1,
+        "bigbird: w, neighbour blocks on each side of a query's block (3-block window: 1)",
+        ge=0,
+        family=TRANSFORMER,
     )
     global_blocks: int = option(
-        1, "bigbird: g, the first g blocks attend to and are attended by every position", ge=0
+        1,
+        "bigbird: g, the first g blocks attend to and are attended by every position",
+        ge=0,
+        family=TRANSFORMER,
     )
-    random_blocks: int = option(2, "bigbird: r, random key blocks per query block", ge=0)
+    random_blocks: int = option(
+        2, "bigbird: r, random key blocks per query block", ge=0, family=TRANSFORMER
+    )
     pattern_seed: int = option(
-        0, "bigbird: seed of the random blocks (layer l uses seed + l): one fixed pattern", ge=0
+        0,
+        "bigbird: seed of the random blocks (layer l uses seed + l): one fixed pattern",
+        ge=0,
+        family=TRANSFORMER,
     )
     # --- persistent memory (Sukhbaatar et al. 2019), any transformer attention
     memory_slots: int = option(
-        0, "N learned key/value vectors per head appended to every self-attention (0 = off)", ge=0
+        0,
+        "N learned key/value vectors per head appended to every self-attention (0 = off)",
+        ge=0,
+        family=TRANSFORMER,
     )
-    memory_in_cross: bool = option(False, "memory_slots also in cross-attention")
+    memory_in_cross: bool = option(
+        False, "memory_slots also in cross-attention", family=TRANSFORMER
+    )
 
 
 @dataclass
 class ModelConfig:
-    """Both families share one schema; keys of the other family are ignored (the model/ group)."""
+    """Both families share one schema (the model/ group). A key marked with a `family` is read
+    by that family's models alone, a key without one by both: checks.py refuses a key of the
+    other family set away from its default when a run starts (a checkpoint's config keeps
+    loading: the model never reads the key)."""
 
     family: ModelFamily = option(ModelFamily.rnn, "rnn or transformer")
     # --- RNN encoder-decoder
-    decoder: DecoderStyle = option(DecoderStyle.bahdanau, "RNN decoder: bahdanau or luong")
-    emb_dim: int = option(64, "RNN token embedding size", ge=1)
-    hidden: int = option(128, "decoder hidden size", ge=1)
+    decoder: DecoderStyle = option(DecoderStyle.bahdanau, "decoder: bahdanau or luong", family=RNN)
+    emb_dim: int = option(64, "token embedding size", ge=1, family=RNN)
+    hidden: int = option(128, "decoder hidden size", ge=1, family=RNN)
     enc_hidden: int | None = option(
-        None, "per direction; None = hidden / directions (outputs = hidden)", ge=1
+        None, "per direction; None = hidden / directions (outputs = hidden)", ge=1, family=RNN
     )
-    input_feeding: bool = option(True, "Luong: feed h~_{t-1} into the next step")
-    rnn: RNNConfig = option(help="RNN cell, layers and direction", default_factory=RNNConfig)
+    input_feeding: bool = option(True, "Luong: feed h~_{t-1} into the next step", family=RNN)
+    rnn: RNNConfig = option(
+        help="RNN cell, layers and direction", default_factory=RNNConfig, family=RNN
+    )
     attention: AttentionConfig = option(help="attention mechanism", default_factory=AttentionConfig)
     # --- transformer
-    d_model: int = option(256, "transformer model width", ge=1)
-    heads: int = option(4, "attention heads; must divide d_model", ge=1)
-    enc_layers: int = option(3, "transformer encoder layers", ge=1)
-    dec_layers: int = option(3, "transformer decoder layers", ge=1)
-    ff_dim: int = option(1024, "transformer feed-forward inner size", ge=1)
-    norm: Norm = option(Norm.pre, "pre or post layer normalisation")
+    d_model: int = option(256, "model width", ge=1, family=TRANSFORMER)
+    heads: int = option(4, "attention heads; must divide d_model", ge=1, family=TRANSFORMER)
+    enc_layers: int = option(3, "encoder layers", ge=1, family=TRANSFORMER)
+    dec_layers: int = option(3, "decoder layers", ge=1, family=TRANSFORMER)
+    ff_dim: int = option(1024, "feed-forward inner size", ge=1, family=TRANSFORMER)
+    norm: Norm = option(Norm.pre, "pre or post layer normalisation", family=TRANSFORMER)
     positions: Positions = option(
-        Positions.sinusoidal, "sinusoidal or learned positional encodings"
+        Positions.sinusoidal, "sinusoidal or learned positional encodings", family=TRANSFORMER
     )
     attention_dropout: float = option(
-        0.0, "dropout on attention weights, in [0, 1)", ge=0.0, lt=1.0
+        0.0, "dropout on attention weights, in [0, 1)", ge=0.0, lt=1.0, family=TRANSFORMER
     )
-    max_positions: int = option(1024, "learned positions; linformer's sequence length n", ge=1)
+    # both: the transformer's learned positions and linformer's n, the RNN's location score
+    max_positions: int = option(
+        1024,
+        "transformer: learned positions, linformer's sequence length n; RNN: the source "
+        "positions of attention.score=location",
+        ge=1,
+    )
     conv_kernel: int = option(
         0,
         "odd k: a depthwise-separable convolution sublayer (Conformer) after each encoder"
         " layer's self-attention (0 = off)",
         ge=0,
+        family=TRANSFORMER,
     )
     # --- both
     dropout: float = option(0.1, "dropout probability, in [0, 1)", ge=0.0, lt=1.0)
@@ -293,18 +346,20 @@ class ModelConfig:
         False, "coverage vector: RNN: fed to the attention score; both: its loss"
     )
     copy_layer: int = option(
-        -1, "transformer: decoder layer whose head-averaged cross-attention copies"
+        -1, "decoder layer whose head-averaged cross-attention copies", family=TRANSFORMER
     )
     # --- guided alignment (Garg et al. 2019; optim.alignment_lambda)
     alignment_layer: int = option(
         -1,
-        "transformer: decoder layer whose cross-attention guided alignment supervises (-1 ="
+        "decoder layer whose cross-attention guided alignment supervises (-1 ="
         " the last; Garg et al. 2019 supervise the penultimate, -2)",
+        family=TRANSFORMER,
     )
     alignment_head: int | None = option(
         None,
-        "transformer: the supervised head of that layer, 0-based; None = the mean of its heads",
+        "the supervised head of that layer, 0-based; None = the mean of its heads",
         ge=0,
+        family=TRANSFORMER,
     )
 
 

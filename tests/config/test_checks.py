@@ -333,7 +333,7 @@ def numeric_keys(node: type = TrainConfig, prefix: str = "") -> list[tuple[str, 
 
 def cases() -> list:
     """A fixed random sample of (model family, key, value): the same every run, so a failure
-    repeats. model.* keys are tried with both families (each ignores the other's keys).
+    repeats. model.* keys are tried with both families (each refuses a changed key of the other).
 
     The default run sends the first key of each group (seed, data, model, model.attention,
     optim, trainer) through the command line with the RNN family; `-m slow` sends every key

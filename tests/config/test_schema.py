@@ -89,7 +89,7 @@ def test_cross_field_validation() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["model.attention.kind=local"], "is a transformer self-attention mechanism"),
+        (["model.attention.kind=local"], "kind=local is a transformer setting; model.family=rnn"),
         (
             [
                 "model=transformer",

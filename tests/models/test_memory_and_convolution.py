@@ -155,7 +155,7 @@ def test_the_sublayer_sits_between_self_attention_and_feed_forward() -> None:
     ("overrides", "expected"),
     [
         (["model.attention.memory_slots=4"], "model.attention.memory_slots=4 is a transformer"),
-        (["model.conv_kernel=3"], "model.conv_kernel=3 is a transformer option"),
+        (["model.conv_kernel=3"], "model.conv_kernel=3 is a transformer setting"),
         (["model=transformer", "model.conv_kernel=4"], "model.conv_kernel=4 must be odd"),
         (
             ["model=transformer", "model.attention.memory_in_cross=true"],

@@ -207,7 +207,7 @@ runner = CliRunner()
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model=transformer"], "is RNN-only"),
+        (["model=transformer"], "hierarchy=sentence is an RNN setting"),
         (["model.attention.score=none"], "needs a content score"),
         (["model.attention.score=location"], "needs a content score"),
         (["model=rnn_luong", "model.attention.window=local_p"], "needs model.attention.window"),

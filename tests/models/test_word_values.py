@@ -146,7 +146,7 @@ def test_a_bad_value_or_no_attention_is_refused() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model.family=transformer"], "RNN-only"),
+        (["model.family=transformer"], "values=embeddings is an RNN setting"),
         (["model.attention.score=none"], "score=none has none"),
         (["model.copy=true"], "not supported with model.copy"),
         (["model.coverage=true"], "not supported with model.coverage"),
