@@ -28,7 +28,8 @@ from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.loading import model_for
 
 # several length-bucketed batches, so the file's order must be restored to the split's
-EVAL = ["data.test_size=7", "data.eval_max_tokens=60", "model.dec_layers=2"]
+EVAL = ["data.test_size=7", "data.eval_max_tokens=60"]
+LAYERS = {"rnn": [], "transformer": ["model.dec_layers=2"]}  # saved (L, H) maps of 2 layers
 
 
 def load_model(path: Path, beam: int):
@@ -66,7 +67,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     paths = {}
     for family in ("rnn", "transformer"):
         path = folder / family / "checkpoints" / "best.pt"
-        untrained_checkpoint(path, f"model.family={family}", *EVAL)
+        untrained_checkpoint(path, f"model.family={family}", *EVAL, *LAYERS[family])
         payload = load_checkpoint(path)
         _, tokenizers, model = load_model(path, 1)
         # the output projection is tied to the target embedding: (V, d), the last such matrix
