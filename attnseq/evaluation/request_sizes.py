@@ -135,7 +135,9 @@ class RequestSizes:
         source, target = self._source(sources), self._target(targets)
         if method in GRADIENT_METHODS:
             copies = GradientSettings().smoothgrad_samples if method == "smoothgrad" else 1
-            embeddings = (source + target) * self.cfg.model.emb_dim * BYTES_PER_FLOAT
+            model = self.cfg.model  # an RNN embeds in emb_dim, a transformer in d_model
+            width = model.d_model if model.family.value == "transformer" else model.emb_dim
+            embeddings = (source + target) * width * BYTES_PER_FLOAT
             need = self._bytes(target, source, target, scored=target)
             need += copies * target * embeddings
         else:
