@@ -1,8 +1,9 @@
-"""Shared test settings: deterministic, single-threaded torch, markers for slow/gpu tests, and the
-location of the shared real corpora."""
+"""Shared test settings: deterministic, single-threaded torch, markers for slow/gpu tests, the
+location of the shared real corpora, and tiny checkpoints of each model family built once."""
 
 import os
-from collections.abc import Iterator
+import random
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -84,18 +85,102 @@ def one_intra_op_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-API_TRANSFORMER = ("model.family=transformer", "model.dec_layers=2", "model.heads=2")
+# ---------------------------------------------------- tiny checkpoints, built once per run
+# Checkpoints that many modules read: untrained ones of helpers.tiny_config (each family's own
+# keys only) and short trained runs. Each is built once per test run, by whichever worker asks
+# first (helpers.built_once), as a run directory's checkpoints/best.pt (its run directory:
+# `.parents[1]`). Tests only read them: a command that writes beside its checkpoint (`attnseq
+# eval` without an output folder writes RUN/eval/) gets a copy, or the test builds its own.
+# Each run directory is checked unchanged when the session ends.
+
+# Two decoder layers: a layer other than the last one, for the options that choose a layer.
+TRANSFORMER = ("model.family=transformer", "model.dec_layers=2")
+# Two updates of one thread: a checkpoint that holds the state of its training.
+TRAINED = ("trainer.max_steps=2", "trainer.validate_every=2", "trainer.threads=1")
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """An untrained RNN as a run directory's best.pt and an untrained transformer file."""
+def _contents(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, by its path relative to `folder`."""
+    files = (path for path in folder.rglob("*") if path.is_file())
+    return {str(path.relative_to(folder)): path.read_bytes() for path in files}
+
+
+def _shared_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
+) -> Iterator[Path]:
+    """checkpoints/best.pt of the run directory `build(folder)` makes once per test run, with
+    the random number generators as they were: a test sees the same random state whether or
+    not it is the one that builds. Fails at the session's end if a test changed the folder."""
+    from helpers import built_once
+
+    def build_keeping_rng(folder: Path) -> None:
+        state = random.getstate()
+        with torch.random.fork_rng(devices=[]):
+            build(folder)
+        random.setstate(state)
+
+    folder = built_once(tmp_path_factory, name, build_keeping_rng)
+    before = _contents(folder)
+    yield folder / "checkpoints" / "best.pt"
+    assert _contents(folder) == before, f"a test wrote into the shared run directory {folder}"
+
+
+def _untrained(*overrides: str) -> Callable[[Path], None]:
     from helpers import untrained_checkpoint
 
-    folder = tmp_path_factory.mktemp("api")
-    run = folder / "run" / "checkpoints"
-    run.mkdir(parents=True)
-    return {
-        "rnn": untrained_checkpoint(run / "best.pt"),
-        "transformer": untrained_checkpoint(folder / "t.pt", *API_TRANSFORMER),
-    }
+    def build(folder: Path) -> None:
+        (folder / "checkpoints").mkdir()
+        untrained_checkpoint(folder / "checkpoints" / "best.pt", *overrides)
+
+    return build
+
+
+def _trained(*overrides: str) -> Callable[[Path], None]:
+    import logging
+
+    from helpers import tiny_config
+
+    from attnseq.training.run import run_training
+
+    def build(folder: Path) -> None:
+        logging.disable(logging.INFO)  # the run's summary is no part of any test's output
+        try:
+            run_training(tiny_config(*overrides, *TRAINED), folder)
+        finally:
+            logging.disable(logging.NOTSET)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def rnn_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An untrained tiny GRU + Bahdanau model of the default task (dates): `tiny_config()`."""
+    yield from _shared_run(tmp_path_factory, "rnn-checkpoint", _untrained())
+
+
+@pytest.fixture(scope="session")
+def transformer_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An untrained tiny transformer of the default task with two decoder layers."""
+    yield from _shared_run(tmp_path_factory, "transformer-checkpoint", _untrained(*TRANSFORMER))
+
+
+@pytest.fixture(scope="session")
+def trained_rnn_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The best checkpoint of a tiny GRU + Bahdanau model trained for two updates on the
+    default task; its run directory (`.parents[1]`) holds last.pt, metrics.json, ..."""
+    yield from _shared_run(tmp_path_factory, "trained-rnn", _trained())
+
+
+@pytest.fixture(scope="session")
+def trained_transformer_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The best checkpoint of a tiny transformer (one layer each side) trained for two updates
+    on the default task."""
+    yield from _shared_run(
+        tmp_path_factory, "trained-transformer", _trained("model.family=transformer")
+    )
+
+
+@pytest.fixture(scope="session")
+def checkpoints(rnn_checkpoint: Path, transformer_checkpoint: Path) -> dict[str, Path]:
+    """The untrained checkpoint of each family, by family name."""
+    return {"rnn": rnn_checkpoint, "transformer": transformer_checkpoint}
