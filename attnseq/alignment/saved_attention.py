@@ -196,7 +196,7 @@ def _leading_dims(hypotheses: Sequence[Any]) -> tuple[int, ...]:
         hypotheses and not shapes
     ):
         raise UserError(
-            "--save-attention: this model returns no attention weights "
+            "cannot save attention: this model returns no attention weights "
             "(model.attention.score=none has nothing to save)"
         )
     return shapes[0][:-2] if shapes and len(shapes[0]) == 4 else (1, 1)
@@ -376,16 +376,16 @@ class SavedAttention:
             raise UserError(f"attention file not found: {self.path}")
         if not zipfile.is_zipfile(self.path):  # np.load would try (and refuse) pickle
             raise UserError(
-                f"cannot read {self.path}: not a NumPy .npz archive written by "
-                "`attnseq eval --save-attention`"
+                f"cannot read {self.path}: not a NumPy .npz archive of the attention "
+                "that `attnseq eval` saves"
             )
         self._headers = _member_headers(self.path, self._fail)
         try:
             self._npz = np.load(self.path, allow_pickle=False)
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
             raise UserError(
-                f"cannot read {self.path}: not a NumPy .npz archive written by "
-                f"`attnseq eval --save-attention` ({type(error).__name__}: {error})"
+                f"cannot read {self.path}: not a NumPy .npz archive of the attention "
+                f"that `attnseq eval` saves ({type(error).__name__}: {error})"
             ) from None
         if not isinstance(self._npz, np.lib.npyio.NpzFile):  # a lone .npy array
             raise UserError(f"{self.path} is a single .npy array, not an attention .npz archive")
@@ -397,8 +397,8 @@ class SavedAttention:
 
     def _fail(self, problem: str) -> UserError:
         return UserError(
-            f"{self.path} is not a valid attnseq attention file ({problem}); write one with "
-            "`attnseq eval CHECKPOINT --save-attention`"
+            f"{self.path} is not a valid attnseq attention file ({problem}); `attnseq eval` "
+            "writes one when asked to save the attention"
         )
 
     def _get(self, key: str) -> np.ndarray:
@@ -460,18 +460,19 @@ class SavedAttention:
     def __len__(self) -> int:
         return self.count
 
-    def example(self, index: int) -> SavedExample:
-        """Example `index` (0-based, the split's order).
+    def example(self, index: int, name: str = "index") -> SavedExample:
+        """Example `index` (0-based, the split's order); `name`: what a message calls the
+        index (a command passes its option).
 
         Raises:
             UserError: index out of range, or its weights missing or of the wrong shape.
         """
         if not 0 <= index < self.count:
             raise UserError(
-                f"--index {index} is out of range: {self.path} holds {self.count} examples "
+                f"{name} {index} is out of range: {self.path} holds {self.count} examples "
                 f"(0..{self.count - 1})"
                 if self.count
-                else f"--index {index} is out of range: {self.path} holds no examples"
+                else f"{name} {index} is out of range: {self.path} holds no examples"
             )
         a = self._arrays
         s0, s1 = int(a["src_offsets"][index]), int(a["src_offsets"][index + 1])

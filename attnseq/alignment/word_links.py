@@ -87,13 +87,13 @@ def check_layer_and_head(
     layers: int,
     heads: int,
     single: str = "",
-    names: tuple[str, str] = ("--layer", "--head"),
+    names: tuple[str, str] = ("layer", "head"),
 ) -> None:
-    """UserError unless `layer` and `head` (the --layer/--head options, counted from 1; None:
-    not given) are within the model's 1..layers and 1..heads. A model whose attention is one
-    map (an RNN, a hierarchical model's segments) has layers = heads = 1, and `single` says
-    so in the message (e.g. "an RNN's attention is one map"). `names`: what the message calls
-    the two (the options, or a function's arguments)."""
+    """UserError unless `layer` and `head` (the attention map's layer and head, counted from
+    1; None: not given) are within the model's 1..layers and 1..heads. A model whose attention
+    is one map (an RNN, a hierarchical model's segments) has layers = heads = 1, and `single`
+    says so in the message (e.g. "an RNN's attention is one map"). `names`: what the message
+    calls the two (by default the arguments; a command passes its options)."""
     note = f" ({single})" if single else ""
     for option, value, count in ((names[0], layer, layers), (names[1], head, heads)):
         if value is not None and not 1 <= value <= count:

@@ -56,7 +56,7 @@ class AttentionMap:
     weights: np.ndarray
     rows: list[str]
     columns: list[str]
-    row_kind: str  # tokenizer kind of the row tokens (for --words)
+    row_kind: str  # tokenizer kind of the row tokens (for merge_words)
     column_kind: str
     p_gen: np.ndarray | None = None
     source: str = ""
@@ -164,19 +164,25 @@ class AlignmentViewer:
         side = "source" if kind == "encoder" else "input"
         return run.map(output.extras[extra][0], side, side)  # (L, H, S, S) or (L, H, T, T)
 
-    def _check_request(self, src: str, kind: str) -> None:
+    def check_kind(self, kind: str, name: str = "kind") -> None:
+        """UserError unless `kind` is one of `KINDS` and a map this model has: segment needs a
+        hierarchical model, encoder and decoder a transformer. `name`: what the messages call
+        the kind (a command passes its option)."""
         if kind not in KINDS:
-            raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        if not src.strip():
-            raise UserError("empty source sentence: give --src TEXT or non-empty --input lines")
+            raise UserError(f"{name} must be one of {', '.join(KINDS)}, got {kind!r}")
         if kind == "segment" and not is_hierarchical(self.model):
             raise UserError(
-                "--kind segment needs a hierarchical model (model.attention.hierarchy=sentence)"
+                f"{name} segment needs a hierarchical model (model.attention.hierarchy=sentence)"
             )
         if kind in ("encoder", "decoder") and self.cfg.model.family.value != "transformer":
             raise UserError(
-                f"--kind {kind} needs a transformer; RNN models have cross-attention only"
+                f"{name} {kind} needs a transformer; RNN models have cross-attention only"
             )
+
+    def _check_request(self, src: str, kind: str) -> None:
+        self.check_kind(kind)
+        if not src.strip():
+            raise UserError("empty source sentence: there is nothing to draw")
 
     def _forward(self, src: str, tgt: str | None) -> "_Pass":
         """One teacher-forced pass with weights over the output (greedy decoding first when
@@ -235,7 +241,7 @@ class AlignmentViewer:
             f"cannot draw {kind} self-attention: this model uses model.attention.kind="
             f"{attention_kind}, which computes phi(Q) (phi(K)^T V) from feature maps and never "
             "forms the attention weights, so there is no map to draw; cross-attention stays "
-            "full attention and can be drawn with --kind cross"
+            "full attention and can be drawn (kind cross)"
         )
 
 
@@ -308,19 +314,21 @@ def draw(
     all_heads: bool = False,
     title: str | None = None,
     style: Style = DEFAULT_STYLE,
+    names: tuple[str, str] = ("layer", "head"),
 ):
     """A figure for one map: RNN map as is; transformer: one head, the head mean, or the grid.
 
     layer/head are 1-based; layer defaults to the last, head to the mean over heads. The title
-    defaults to the map's "source → output".
+    defaults to the map's "source → output". `names`: what a message calls the layer and head
+    (a command passes its options).
     """
     weights, p_gen = attention.weights, attention.p_gen
     title = title or attention.title()
     if weights.ndim == 2:
-        check_layer_and_head(layer, head, 1, 1, "its attention here is one map")
+        check_layer_and_head(layer, head, 1, 1, "its attention here is one map", names)
         return alignment_figure(weights, attention.columns, attention.rows, title, p_gen, style)
     layers, heads = weights.shape[:2]
-    check_layer_and_head(layer, head, layers, heads)
+    check_layer_and_head(layer, head, layers, heads, "", names)
     if all_heads:
         return attention_grid_figure(weights, attention.columns, attention.rows, title, style)
     layer = layers if layer is None else layer
@@ -335,10 +343,13 @@ def draw(
     )
 
 
-def saved_attention_map(path: Path, index: int, kind: str = "cross") -> tuple[AttentionMap, str]:
+def saved_attention_map(
+    path: Path, index: int, kind: str = "cross", index_name: str = "index"
+) -> tuple[AttentionMap, str]:
     """Example `index` of a file of `attnseq eval --save-attention` as a cross-attention map
     (rows: output tokens + </s>, columns: source tokens) and a title naming it; kind="segment":
-    a hierarchical model's segment attention (columns: the segments).
+    a hierarchical model's segment attention (columns: the segments). `index_name`: what a
+    message calls the index (a command passes its option).
 
     An RNN's (1, 1, T, S) weights come back as (T, S), a transformer's as (L, H, T, S).
 
@@ -348,7 +359,7 @@ def saved_attention_map(path: Path, index: int, kind: str = "cross") -> tuple[At
     from attnseq.alignment.saved_attention import SavedAttention
 
     with SavedAttention(path) as saved:
-        example = saved.example(index)
+        example = saved.example(index, index_name)
         family = saved.family
         src_kind, tgt_kind = str(saved.meta["src_kind"]), str(saved.meta["tgt_kind"])
         split = str(saved.meta["split"])

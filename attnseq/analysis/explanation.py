@@ -225,38 +225,43 @@ def check_request(
     methods: Sequence[str] | None,
     layer: int | None = None,
     head: int | None = None,
+    names: tuple[str, str, str] = ("methods", "layer", "head"),
 ) -> list[str]:
     """The methods to run (`methods`, aliases resolved, or every method the model can be
     explained by), once the request is known to be answerable: UserError for an empty source
     or one longer than the model reads, an empty target or one longer than its positions, an
     unknown method or one the model cannot be explained by, a `layer`/`head` outside the
-    model's maps. The messages name the options of `attnseq explain`."""
+    model's maps. `names`: what the messages call the methods, layer and head (by default
+    the arguments; a command passes its options)."""
     if not src.strip():
-        raise UserError("empty source: give --src a sentence")
+        raise UserError("empty source: give a source sentence to explain")
     model_cfg = trained.cfg.model
     if model_cfg.family.value != "transformer" and model_cfg.attention.score.value == "none":
         raise UserError("this model has no attention (model.attention.score=none)")
     _check_source(trained, src)
     if tgt is not None:
         _check_target(trained, tgt)
-    _check_map(trained, layer, head)
+    _check_map(trained, layer, head, names[1:])
     if methods is None:
         return available_methods(trained)
-    chosen = list(dict.fromkeys(canonical_method(name, "--methods") for name in methods))
+    chosen = list(dict.fromkeys(canonical_method(name, names[0]) for name in methods))
     if not chosen:
         raise UserError(f"no method given: choose from {', '.join(ATTRIBUTION_METHODS)}")
     for name in chosen:
-        check_method_fits(trained, name, names=("--methods", "--layer", "--head"))
+        check_method_fits(trained, name, names=names)
     return chosen
 
 
-def _check_map(trained: TrainedModel, layer: int | None, head: int | None) -> None:
-    """UserError unless `layer` and `head` name a map of the model (an RNN has one)."""
+def _check_map(
+    trained: TrainedModel, layer: int | None, head: int | None, names: tuple[str, str]
+) -> None:
+    """UserError unless `layer` and `head` (called `names` in the messages) name a map of
+    the model (an RNN has one)."""
     model_cfg = trained.cfg.model
     if model_cfg.family.value == "transformer":
-        check_layer_and_head(layer, head, model_cfg.dec_layers, model_cfg.heads)
+        check_layer_and_head(layer, head, model_cfg.dec_layers, model_cfg.heads, "", names)
     else:
-        check_layer_and_head(layer, head, 1, 1, "an RNN's attention is one map")
+        check_layer_and_head(layer, head, 1, 1, "an RNN's attention is one map", names)
 
 
 def _check_source(trained: TrainedModel, src: str) -> None:
@@ -275,7 +280,7 @@ def _check_target(trained: TrainedModel, tgt: str) -> None:
     """UserError for a target the model cannot score: empty, or longer than its positions."""
     ids = trained.tokenizers.tgt.encode(tgt)
     if not tgt.strip() or not ids:
-        raise UserError("empty target: give --tgt a sentence, or leave it out to decode")
+        raise UserError("empty target: give a target sentence, or none to decode")
     limit = position_limit(trained.model)
     if limit is not None and len(ids) + 1 > limit:
         raise UserError(
@@ -296,8 +301,8 @@ def _decode(
         outputs.append((text, hypothesis.score if score is None else score))
     if not outputs or not any(text.strip() for text, _ in outputs):
         raise UserError(
-            "the model's output is empty: there is nothing to explain; give --tgt TEXT to "
-            "explain a target of your choice"
+            "the model's output is empty: there is nothing to explain; give a target to "
+            "explain one of your choice"
         )
     return [(text, score) for text, score in outputs if text.strip()]
 

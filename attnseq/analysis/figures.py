@@ -48,17 +48,24 @@ def readable_token(token: str) -> str:
     return token.replace("▁", "_") if token != "▁" else "_"
 
 
-def style_from_options(figsize: str | None, fontsize: float, cmap: str) -> Style:
-    """A Style from command-line text: figsize "W,H" (or "WxH") in inches, fontsize in points,
-    a matplotlib colormap name.
+def style_from_options(
+    figsize: str | None,
+    fontsize: float,
+    cmap: str,
+    names: tuple[str, str, str] = ("figsize", "fontsize", "cmap"),
+) -> Style:
+    """A Style from text settings: figsize "W,H" (or "WxH") in inches, fontsize in points,
+    a matplotlib colormap name. `names`: what the messages call the three (by default the
+    arguments; a command passes its options).
 
     Raises:
-        UserError: naming the option and, for a colormap, some valid ones.
+        UserError: naming the setting and, for a colormap, some valid ones.
     """
     import matplotlib
 
     from attnseq.errors import UserError
 
+    figsize_name, fontsize_name, cmap_name = names
     size = None
     if figsize is not None:
         parts = figsize.replace("x", ",").split(",")
@@ -68,13 +75,13 @@ def style_from_options(figsize: str | None, fontsize: float, cmap: str) -> Style
             size = None
         if size is None or not (0 < size[0] <= 100 and 0 < size[1] <= 100):
             raise UserError(
-                f"--figsize must be W,H in inches (each 0-100), e.g. 8,5; got {figsize!r}"
+                f"{figsize_name} must be W,H in inches (each 0-100), e.g. 8,5; got {figsize!r}"
             )
     if not 1 <= fontsize <= 72:
-        raise UserError(f"--fontsize must be between 1 and 72 points, got {fontsize}")
+        raise UserError(f"{fontsize_name} must be between 1 and 72 points, got {fontsize}")
     if cmap not in matplotlib.colormaps:
         examples = ", ".join(["viridis", "magma", "cividis", "Blues", "Greys", "YlGnBu"])
-        raise UserError(f"--cmap: unknown colormap {cmap!r}; matplotlib has e.g. {examples}")
+        raise UserError(f"{cmap_name}: unknown colormap {cmap!r}; matplotlib has e.g. {examples}")
     return Style(figsize=size, fontsize=fontsize, cmap=cmap)
 
 

@@ -82,7 +82,8 @@ def explain(
         refuse_output_over_inputs(out, "--out", [("CHECKPOINT", checkpoint)])
         check_output_file(out, "--out", ["html", "htm"])
         model = load(checkpoint, device, threads=apply_threads(threads))
-        check_request(model.trained, src, tgt, chosen, layer, head)  # in this command's words
+        options = ("--methods", "--layer", "--head")  # the messages in this command's words
+        check_request(model.trained, src, tgt, chosen, layer, head, options)
         model.explain(src, tgt, beam=beam, methods=chosen, layer=layer, head=head, path=out)
     typer.echo(f"wrote {out}")
 

@@ -36,6 +36,11 @@ if TYPE_CHECKING:
     from attnseq.api import Model
 
 
+# what the library's messages call the figure options and the map's layer and head here
+STYLE_OPTIONS = ("--figsize", "--fontsize", "--cmap")
+MAP_OPTIONS = ("--layer", "--head")
+
+
 @dataclass(frozen=True)
 class _Drawing:
     """How each attention map becomes a figure: subword pieces merged into words or not, and
@@ -54,9 +59,10 @@ class _Drawing:
             attention = merge_words(attention)
         options = dict(self.options)
         style = style_from_options(
-            options.pop("figsize"), options.pop("fontsize"), options.pop("cmap")
+            options.pop("figsize"), options.pop("fontsize"), options.pop("cmap"), STYLE_OPTIONS
         )
-        return draw(attention, title=title, style=style, **options), attention
+        figure = draw(attention, title=title, style=style, names=MAP_OPTIONS, **options)
+        return figure, attention
 
 
 def visualize_alignment(
@@ -143,7 +149,7 @@ def visualize_alignment(
     with user_errors():
         check_utf8(src, "--src")
         check_utf8(tgt, "--tgt")
-        style_from_options(figsize, fontsize, cmap)  # a bad --figsize fails before any work
+        style_from_options(figsize, fontsize, cmap, STYLE_OPTIONS)  # fails before any work
         options = dict(figsize=figsize, fontsize=fontsize, cmap=cmap)
         drawing = _Drawing(words, dict(layer=layer, head=head, all_heads=all_heads, **options))
         inputs = [
@@ -168,6 +174,7 @@ def visualize_alignment(
         for _, _, figure_file in figures:  # an --out folder's files are known from --input
             refuse_output_over_inputs(figure_file, "--out", inputs)
         model = load(checkpoint, device, threads=apply_threads(threads))
+        model.viewer.check_kind(kind, "--kind")  # before any drawing, in this command's words
         _draw_model_attention(model, figures, tgt, kind, drawing, tensorboard)
 
 
@@ -239,7 +246,7 @@ def _redraw_saved(
     from attnseq.analysis.alignment_view import saved_attention_map
     from attnseq.analysis.figures import log_heatmap, save_figure
 
-    attention, title = saved_attention_map(path, index, kind)
+    attention, title = saved_attention_map(path, index, kind, "--index")
     figure, attention = drawing.figure(attention, title)
     target = save_figure(figure, out or Path("alignment.png"))
     with _tensorboard_writer(tensorboard) as writer:
@@ -257,6 +264,8 @@ def _figures_to_draw(
     if (src is None) == (input_file is None):
         raise UserError("give exactly one of --src TEXT or --input FILE")
     if input_file is None:
+        if not (src or "").strip():
+            raise UserError("empty source sentence: give --src TEXT")
         return [(0, src or "", out or Path("alignment.png"))]
     from attnseq.io.user_paths import check_input_file
 

@@ -143,7 +143,7 @@ def _read_export(folder: Path) -> dict[str, Any]:
     if not folder.is_dir() or not path.is_file():
         raise UserError(
             f"{folder} is not a CTranslate2 export of attnseq (no {EXPORT_FILE}); write one "
-            "with `attnseq export CHECKPOINT --to ctranslate2 FOLDER`"
+            "with `attnseq export CHECKPOINT FOLDER`"
         )
     try:
         return json.loads(path.read_text(encoding="utf-8"))

@@ -189,8 +189,10 @@ def test_round_trip_of_ragged_examples(tmp_path) -> None:
             assert example.hyp_ids == original.hyp_ids and example.src_ids == original.src_ids
             assert (example.src_text, example.hyp_text) == (original.src_text, "ünïcödé ▁piece")
             assert example.score == -1.5
-        with pytest.raises(UserError, match=r"--index 3 is out of range: .* 3 examples \(0..2\)"):
+        with pytest.raises(UserError, match=r"^index 3 is out of range: .* 3 examples \(0..2\)"):
             saved.example(3)
+        with pytest.raises(UserError, match=r"^--index -1 is out of range"):
+            saved.example(-1, "--index")  # a command names its option
     with pytest.raises(ValueError, match="one \\(L, H\\)"):
         save_attention(
             tmp_path / "b.npz",

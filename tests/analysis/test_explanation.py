@@ -137,9 +137,9 @@ def test_header_names_the_model_and_the_decoding(checkpoints) -> None:
     [
         ("  ", None, None, "empty source"),
         (SOURCE, " ", None, "empty target"),
-        (SOURCE, None, ["attention", "magic"], "--methods must be one of .* got 'magic'"),
+        (SOURCE, None, ["attention", "magic"], "^methods must be one of .* got 'magic'"),
         (SOURCE, None, [], "no method given"),
-        (SOURCE, None, ["rollout"], "--methods rollout needs a transformer"),
+        (SOURCE, None, ["rollout"], "^methods rollout needs a transformer"),
         ("4 May 2001 " * 30, None, None, "this model reads at most 256"),
     ],
 )
@@ -147,8 +147,19 @@ def test_refusals(checkpoints, src, tgt, methods, message) -> None:
     trained = load_trained_model(checkpoints["rnn"])
     with pytest.raises(UserError, match=message):
         explain(trained, src, tgt, methods=methods)
-    with pytest.raises(UserError, match="--layer must be in 1..1 for this model"):
+    with pytest.raises(UserError, match="^layer must be in 1..1 for this model"):
         explain(trained, SOURCE, layer=2)
+
+
+def test_a_command_names_its_options_in_the_refusals(checkpoints) -> None:
+    trained = load_trained_model(checkpoints["rnn"])
+    options = ("--methods", "--layer", "--head")
+    with pytest.raises(UserError, match="^--methods must be one of .* got 'magic'"):
+        check_request(trained, SOURCE, None, ["magic"], names=options)
+    with pytest.raises(UserError, match="^--methods rollout needs a transformer"):
+        check_request(trained, SOURCE, None, ["rollout"], names=options)
+    with pytest.raises(UserError, match="^--head must be in 1..1 for this model"):
+        check_request(trained, SOURCE, None, None, head=2, names=options)
 
 
 def test_a_target_longer_than_the_positions_is_refused(tmp_path) -> None:
