@@ -1,0 +1,260 @@
+"""Is system B better than system A on the same test set? Paired significance tests and 95%
+confidence intervals of every metric a task reports.
+
+Two paired tests compare each system with the baseline, sentence by sentence on the same inputs:
+
+- paired bootstrap resampling (Koehn 2004, "Statistical Significance Tests for Machine
+  Translation Evaluation", EMNLP): draw R test sets of n sentences with replacement (the same
+  indices for every system), score each system on each; the system's 95% interval is
+  mean ± half the width between the 2.5th and 97.5th percentiles of its R scores
+  (sacreBLEU's `estimate_ci`); the p-value of the difference d = |m(B) - m(A)| is
+
+      p = (1 + #{r : |d_r| - mean_r' |d_r'| >= d}) / (R + 1)
+
+  (the resampled differences shifted to mean zero: the null hypothesis of no difference);
+- approximate randomization (Riezler & Maxwell 2005, "On Some Pitfalls in Automatic Evaluation
+  and Significance Testing for MT"): in each of T trials swap each sentence's two outputs
+  between the systems with probability 1/2 and score the two shuffled systems;
+
+      p = (1 + #{t : |m(A_t) - m(B_t)| >= d}) / (T + 1).
+
+BLEU, chrF and TER are corpus metrics recomputed on every resample from sacreBLEU's sufficient
+statistics, by sacreBLEU's own implementation (`sacrebleu.significance.PairedTest`, Post 2018;
+seeded through its SACREBLEU_SEED, which treats 0 as "unseeded": seeds here are >= 1).
+sacreBLEU counts strictly greater differences (">"), which calls a difference of exactly zero
+significant when no resample differs either (two systems that both score TER 100 everywhere
+would get p = 1/(R+1)); a system whose score equals the baseline's gets p = 1 here, as the
+">=" count gives: there is no difference to test.
+ROUGE-1/2/L (rouge-score F1 x100, as attnseq/evaluation/metrics.py) and exact match (a share)
+are means of sentence scores; the same two procedures run here on those scores with a seeded
+numpy Generator and the ">=" counts above. Defaults follow sacreBLEU: R = 1000, T = 10000.
+"""
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attnseq.errors import UserError
+
+CORPUS_METRICS = ("bleu", "chrf", "ter")  # sacreBLEU's tests
+SENTENCE_METRICS = ("rouge1", "rouge2", "rouge_l", "exact_match")  # tested here
+TASK_TESTED_METRICS = {
+    "translation": ("bleu", "chrf", "ter", "exact_match"),
+    "summarization": ("rouge1", "rouge2", "rouge_l", "exact_match"),
+}
+LOWER_IS_BETTER = {"ter"}
+DEFAULT_SEED = 12345  # sacreBLEU's
+DEFAULT_RESAMPLES = 1000
+DEFAULT_TRIALS = 10000
+CHUNK = 1000  # resamples/trials drawn at once: memory CHUNK x n
+
+
+@dataclass(frozen=True)
+class MetricScore:
+    """One system's metric: the score on the whole test set, the bootstrap mean and 95%
+    half-width `ci`, and p-values against the baseline (None for the baseline itself)."""
+
+    score: float
+    mean: float
+    ci: float
+    p_bootstrap: float | None = None
+    p_randomization: float | None = None
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """(mean - ci, mean + ci): the 95% confidence interval."""
+        return (self.mean - self.ci, self.mean + self.ci)
+
+
+def sacrebleu_metric(name: str) -> Any:
+    """A fresh sacreBLEU metric object with attnseq's settings (metrics.py: defaults)."""
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    return {"bleu": BLEU, "chrf": CHRF, "ter": TER}[name]()
+
+
+def sentence_scores(name: str, hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """Per-sentence scores, shape (n,): ROUGE F1 x100 (rouge-score, stemmed, as metrics.py)
+    or exact match 0/1; their mean is the corpus value metrics.py reports."""
+    if name == "exact_match":
+        pairs = zip(hypotheses, references, strict=True)
+        return np.array([float(h.strip() == r.strip()) for h, r in pairs])
+    from attnseq.evaluation.metrics import ROUGE_KEYS, _rouge_scorer
+
+    key = {ours: package for package, ours in ROUGE_KEYS.items()}[name]
+    scorer = _rouge_scorer()
+    pairs = zip(hypotheses, references, strict=True)
+    return np.array([100.0 * scorer.score(r, h)[key].fmeasure for h, r in pairs])
+
+
+def check_test_sizes(seed: int, resamples: int, trials: int) -> None:
+    """UserError for a seed below 1 (sacreBLEU's 0 is unseeded) or fewer than 1 draw."""
+    for name, value, least in (
+        ("seed", seed, 1),
+        ("resamples", resamples, 1),
+        ("trials", trials, 1),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < least:
+            raise UserError(f"{name} must be >= {least}, got {value}")
+
+
+def paired_tests(
+    systems: Mapping[str, Sequence[str]],
+    references: Sequence[str],
+    metrics: Sequence[str],
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    trials: int = DEFAULT_TRIALS,
+) -> dict[str, dict[str, MetricScore]]:
+    """system -> metric -> MetricScore; the first system of `systems` is the baseline (no
+    p-values). Every system has one output per reference, in the references' order."""
+    check_test_sizes(seed, resamples, trials)
+    names = list(systems)
+    if len(names) < 2:
+        raise UserError(f"comparing needs at least two systems, got {len(names)}")
+    for name in names:
+        if len(systems[name]) != len(references):
+            raise UserError(
+                f"{name}: {len(systems[name])} outputs but {len(references)} references"
+            )
+    results: dict[str, dict[str, MetricScore]] = {name: {} for name in names}
+    corpus = [metric for metric in metrics if metric in CORPUS_METRICS]
+    if corpus:
+        factories = {metric: sacrebleu_metric(metric) for metric in corpus}
+        table = sacrebleu_paired(systems, references, factories, seed, resamples, trials)
+        for name in names:
+            results[name].update(table[name])
+    for metric in metrics:
+        if metric in CORPUS_METRICS:
+            continue
+        if metric not in SENTENCE_METRICS:
+            valid = ", ".join(CORPUS_METRICS + SENTENCE_METRICS)
+            raise UserError(f"unknown metric {metric!r}; valid: {valid}")
+        scores = {name: sentence_scores(metric, systems[name], references) for name in names}
+        for name, result in sentence_tests(scores, seed, resamples, trials).items():
+            results[name][metric] = result
+    return results
+
+
+@contextlib.contextmanager
+def _sacrebleu_seed(seed: int) -> Iterator[None]:
+    """SACREBLEU_SEED set to `seed` while sacreBLEU draws, then as it was."""
+    before = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["SACREBLEU_SEED"]
+        else:
+            os.environ["SACREBLEU_SEED"] = before
+
+
+def sacrebleu_paired(
+    systems: Mapping[str, Sequence[str]],
+    references: Sequence[str] | None,
+    metrics: Mapping[str, Any],
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    trials: int = DEFAULT_TRIALS,
+) -> dict[str, dict[str, MetricScore]]:
+    """sacreBLEU's paired bootstrap (score, interval, p) and approximate randomization (p) of
+    sacreBLEU metric objects (our name -> object); `references` None: the metrics' cached
+    references. The first system is the baseline."""
+    from sacrebleu.significance import PairedTest
+
+    named = [(name, list(hypotheses)) for name, hypotheses in systems.items()]
+    refs = None if references is None else [list(references)]
+    with _sacrebleu_seed(seed):
+        _, boot = PairedTest(named, metrics, refs, test_type="bs", n_samples=resamples)()
+        _, rand = PairedTest(named, metrics, refs, test_type="ar", n_samples=trials)()
+    keys = [key for key in boot if key != "System"]  # sacreBLEU's names, in metrics' order
+    results: dict[str, dict[str, MetricScore]] = {name: {} for name, _ in named}
+    for ours, key in zip(metrics, keys, strict=True):
+        for index, (name, _) in enumerate(named):
+            shown, randomized = boot[key][index], rand[key][index]
+            same = index > 0 and shown.score == boot[key][0].score
+            results[name][ours] = MetricScore(
+                score=float(shown.score),
+                mean=float(shown.mean),
+                ci=float(shown.ci),
+                p_bootstrap=1.0 if same else _optional(shown.p_value),
+                p_randomization=1.0 if same else _optional(randomized.p_value),
+            )
+    return results
+
+
+def _optional(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def sentence_tests(
+    scores: Mapping[str, np.ndarray],
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    trials: int = DEFAULT_TRIALS,
+) -> dict[str, MetricScore]:
+    """The paired bootstrap and approximate randomization (module docstring) of a metric that
+    is the mean of sentence scores: system -> scores of shape (n,), the first the baseline."""
+    names = list(scores)
+    rng = np.random.default_rng(seed)
+    n = len(scores[names[0]])
+    indices = rng.integers(n, size=(resamples, n)) if n else np.zeros((resamples, 0), int)
+    means = {name: _means(values, indices) for name, values in scores.items()}
+    baseline = scores[names[0]]
+    results = {}
+    for index, name in enumerate(names):
+        mean, ci = estimate_ci(means[name])
+        score = float(scores[name].mean()) if n else 0.0
+        if index == 0:
+            results[name] = MetricScore(score, mean, ci)
+            continue
+        observed = abs(score - (float(baseline.mean()) if n else 0.0))
+        shifted = np.abs(means[name] - means[names[0]])
+        shifted -= shifted.mean()
+        p_boot = (1 + int(np.sum(shifted >= observed - 1e-12))) / (resamples + 1)
+        p_rand = randomization_p(baseline, scores[name], trials, rng)
+        results[name] = MetricScore(score, mean, ci, p_boot, p_rand)
+    return results
+
+
+def _means(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Mean of `values` (n,) over each row of `indices` (R, n) -> (R,)."""
+    if values.size == 0:
+        return np.zeros(len(indices))
+    return values[indices].mean(axis=1)
+
+
+def estimate_ci(samples: np.ndarray) -> tuple[float, float]:
+    """(mean, half-width of the central 95%) of bootstrap scores, as sacreBLEU's estimate_ci:
+    the sorted scores' elements R//40 and R - R//40 - 1."""
+    ordered = np.sort(samples)
+    low = len(ordered) // 40
+    return float(ordered.mean()), float(0.5 * (ordered[len(ordered) - low - 1] - ordered[low]))
+
+
+def randomization_p(
+    baseline: np.ndarray, system: np.ndarray, trials: int, rng: np.random.Generator
+) -> float:
+    """Approximate randomization p-value of mean sentence scores (module docstring). A swap of
+    sentence i changes the difference of means by the sign of d_i = system_i - baseline_i, so
+    each trial's |m(A_t) - m(B_t)| = |sum_i s_i d_i| / n with s_i = +-1."""
+    differences = system - baseline
+    n = len(differences)
+    if n == 0:
+        return 1.0
+    observed = abs(differences.mean())
+    count, done = 0, 0
+    while done < trials:
+        size = min(CHUNK, trials - done)
+        signs = rng.integers(2, size=(size, n), dtype=np.int8) * 2 - 1
+        shuffled = np.abs(signs @ differences) / n
+        count += int(np.sum(shuffled >= observed - 1e-12))
+        done += size
+    return (1 + count) / (trials + 1)
