@@ -1,0 +1,162 @@
+"""Where two systems differ: a metric per source-length bucket, with its bootstrap interval, and
+each system's output/reference length ratio (compare-mt: Neubig et al. 2019, "compare-mt: A
+Tool for Holistic Comparison of Language Generation Systems", NAACL demo).
+
+Lengths are whitespace words, or characters when every text has the same number of words (a
+generated task's one-word dates would otherwise fall in one bucket): `length_unit`. A bucket
+[lo, hi) holds the sentences whose source has lo <= length < hi; the first bucket also holds
+anything shorter, the last is open above. Default edges: the source lengths' quartiles
+(distinct values), so every bucket holds about a quarter of the test set whatever its lengths.
+In each bucket the metric is recomputed on the bucket's sentences (BLEU, chrF and TER from
+sacreBLEU's sufficient statistics; ROUGE and exact match as means of sentence scores) and its
+95% interval comes from R bootstrap resamples of the bucket (seeded; sacreBLEU's percentile
+rule, attnseq/evaluation/significance.py).
+
+The length ratio is sum |output words| / sum |reference words| over the test set, as BLEU's
+brevity penalty sees it (1 = as long as the references; below 1, too short).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnseq.errors import UserError
+from attnseq.evaluation.significance import (
+    CORPUS_METRICS,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    estimate_ci,
+    sacrebleu_metric,
+    sentence_scores,
+)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Source lengths lo <= words < hi (hi None: no upper bound), and how many sentences."""
+
+    lo: int
+    hi: int | None
+    count: int
+
+    @property
+    def label(self) -> str:
+        if self.hi is None:
+            return f"{self.lo}+"
+        return str(self.lo) if self.hi == self.lo + 1 else f"{self.lo}-{self.hi - 1}"
+
+
+@dataclass(frozen=True)
+class BucketScore:
+    """A system's metric in one bucket: the score and its 95% bootstrap interval."""
+
+    score: float
+    low: float
+    high: float
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def length_unit(texts: Sequence[str]) -> str:
+    """'words', or 'characters' when every text has the same number of words."""
+    return "characters" if len({words(text) for text in texts}) <= 1 and texts else "words"
+
+
+def lengths_in(texts: Sequence[str], unit: str) -> np.ndarray:
+    """The length of each text in `unit` ("words" or "characters"), shape (n,)."""
+    measure = len if unit == "characters" else words
+    return np.array([measure(text) for text in texts], dtype=int)
+
+
+def default_edges(sources: Sequence[str], unit: str = "words") -> list[int]:
+    """Lower edges at the source lengths' quartiles (distinct, sorted; the first is the
+    shortest length)."""
+    if not sources:
+        return [0]
+    lengths = lengths_in(sources, unit)
+    cuts = np.quantile(lengths, [0.0, 0.25, 0.5, 0.75], method="higher")
+    return sorted({int(cut) for cut in cuts})
+
+
+def make_buckets(
+    sources: Sequence[str], edges: Sequence[int] | None = None, unit: str = "words"
+) -> list[Bucket]:
+    """The buckets of `edges` (increasing lower edges in `unit`; default `default_edges`) with
+    counts."""
+    edges = list(edges) if edges is not None else default_edges(sources, unit)
+    if not edges or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+        raise UserError(f"bucket edges must be increasing numbers of words, got {edges}")
+    lengths = lengths_in(sources, unit).tolist()
+    shortest = min(lengths, default=edges[0])
+    buckets = []
+    for index, lo in enumerate(edges):
+        lo = min(lo, shortest) if index == 0 else lo  # the first bucket holds anything shorter
+        hi = edges[index + 1] if index + 1 < len(edges) else None
+        count = sum(lo <= n and (hi is None or n < hi) for n in lengths)
+        buckets.append(Bucket(lo, hi, count))
+    return buckets
+
+
+def bucket_members(sources: Sequence[str], bucket: Bucket, unit: str = "words") -> np.ndarray:
+    """Indices of the sentences whose source falls in `bucket`."""
+    lengths = lengths_in(sources, unit)
+    inside = lengths >= bucket.lo
+    if bucket.hi is not None:
+        inside &= lengths < bucket.hi
+    return np.flatnonzero(inside)
+
+
+def _statistics(metric: str, hypotheses: Sequence[str], references: Sequence[str]):
+    """(per-sentence statistics (n, k), summed statistics -> score)."""
+    if metric in CORPUS_METRICS:
+        scorer = sacrebleu_metric(metric)
+        stats = np.array(
+            scorer._extract_corpus_statistics(list(hypotheses), [list(references)]),
+            dtype=np.float64,
+        )
+        return stats, lambda summed: scorer._compute_score_from_stats(list(summed)).score
+    values = sentence_scores(metric, hypotheses, references)
+    stats = np.stack([values, np.ones_like(values)], axis=1)
+    return stats, lambda summed: float(summed[0] / summed[1]) if summed[1] else 0.0
+
+
+def length_buckets(
+    sources: Sequence[str],
+    systems: Mapping[str, Sequence[str]],
+    references: Sequence[str],
+    metric: str,
+    edges: Sequence[int] | None = None,
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    unit: str = "words",
+) -> tuple[list[Bucket], dict[str, list[BucketScore]]]:
+    """The buckets (lengths in `unit`) and, per system, `metric` in each bucket with its
+    interval (module docstring); an empty bucket scores 0 with an empty interval at 0."""
+    buckets = make_buckets(sources, edges, unit)
+    members = [bucket_members(sources, bucket, unit) for bucket in buckets]
+    rng = np.random.default_rng(seed)
+    draws = [rng.integers(len(m), size=(resamples, len(m))) if len(m) else None for m in members]
+    table: dict[str, list[BucketScore]] = {}
+    for name, hypotheses in systems.items():
+        stats, score_of = _statistics(metric, hypotheses, references)
+        row = []
+        for inside, drawn in zip(members, draws, strict=True):
+            if drawn is None:
+                row.append(BucketScore(0.0, 0.0, 0.0))
+                continue
+            chosen = stats[inside]
+            score = float(score_of(chosen.sum(axis=0)))
+            samples = np.array([score_of(chosen[rows].sum(axis=0)) for rows in drawn])
+            mean, ci = estimate_ci(samples)
+            row.append(BucketScore(score, mean - ci, mean + ci))
+        table[name] = row
+    return buckets, table
+
+
+def length_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """sum of output words / sum of reference words (module docstring); 0 for no words."""
+    total = sum(words(text) for text in references)
+    return sum(words(text) for text in hypotheses) / total if total else 0.0
