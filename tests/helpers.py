@@ -286,11 +286,27 @@ FAMILIES = {
 }
 
 
-def make_model(family: str, seed: int = 0) -> Seq2Seq:
-    """An untrained tiny model of one family, in eval mode (deterministic)."""
+TINY_VOCAB = 12  # tiny_model's source and target vocabulary sizes
+
+
+def tiny_model(
+    family: str, seed: int = 0, *, vocab_size: int = TINY_VOCAB, **overrides: object
+) -> Seq2Seq:
+    """An untrained model of `tiny_config`'s sizes for `family` ("rnn" or "transformer"),
+    without dropout, over vocabularies of `vocab_size` tokens with PAD, BOS and EOS, as
+    build_model returns it (in training mode), its weights drawn after torch.manual_seed(seed).
+    `overrides` are keys of the model config: `tiny_model("transformer", dec_layers=2)`, a
+    nested one spelled with its dots: `**{"attention.score": "general"}`."""
     torch.manual_seed(seed)
-    cfg = tiny_config(*FAMILIES[family], "model.dropout=0.0")
-    return build_model(cfg.model, Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)).eval()
+    keys = [f"model.{key}={value}" for key, value in overrides.items()]
+    cfg = tiny_config(f"model.family={family}", "model.dropout=0", *keys)
+    return build_model(cfg.model, Vocabularies(vocab_size, vocab_size, PAD, BOS, EOS))
+
+
+def make_model(family: str, seed: int = 0) -> Seq2Seq:
+    """An untrained tiny model of one of FAMILIES (VOCAB tokens), in eval mode."""
+    keys = dict(arg.removeprefix("model.").split("=", 1) for arg in FAMILIES[family])
+    return tiny_model(keys.pop("family"), seed, vocab_size=VOCAB, **keys).eval()
 
 
 def random_batch(batch: int, length: int = 7, seed: int = 1) -> tuple[Tensor, Tensor]:

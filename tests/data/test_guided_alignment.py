@@ -5,6 +5,7 @@ status 2); one short training run with the term on."""
 import json
 from pathlib import Path
 
+import helpers
 import pytest
 import torch
 from helpers import attnseq_in_process, tiny_config
@@ -17,7 +18,6 @@ from attnseq.data.generated import gold_alignments
 from attnseq.data.guided_alignment import piece_links, read_alignment_file, split_piece_links
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
-from attnseq.models import Vocabularies, build_model
 from attnseq.models.objective import alignment_term, training_loss
 from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead
 from attnseq.training.run import run_training
@@ -146,11 +146,9 @@ def test_a_missing_file_is_a_user_error(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------- attention and loss
 def tiny_model(family: str) -> torch.nn.Module:
-    layers = ["model.dec_layers=2"] if family == "transformer" else []  # an RNN has one map
-    cfg = tiny_config(f"model.family={family}", "model.dropout=0", *layers)
-    vocab = Vocabularies(src_size=12, tgt_size=12, pad_id=0, bos_id=2, eos_id=3)
-    torch.manual_seed(0)
-    return build_model(cfg.model, vocab)
+    """helpers.tiny_model, with two decoder layers for a transformer (an RNN has one map)."""
+    layers = {"dec_layers": 2} if family == "transformer" else {}
+    return helpers.tiny_model(family, **layers)
 
 
 SRC = torch.tensor([[4, 5, 6, 7], [8, 9, 10, 0]])  # (B, S), the second source padded

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import tiny_config, tiny_model
 
 from attnseq.config.schema import OptimConfig
 from attnseq.data.batching import TokenBatchSampler, collate, example_lengths
@@ -19,8 +19,6 @@ from attnseq.data.loader import TokenCounts
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models import build_model
-from attnseq.models.seq2seq import Vocabularies
 from attnseq.training.averaging import average_checkpoints
 from attnseq.training.distributed import WorldInfo
 from attnseq.training.ema import WeightEMA
@@ -36,12 +34,6 @@ EXAMPLES = [
     ([5, 11, 4], [4, 11, 5, 6]),
     ([7, 8, 9, 10, 11, 4], [6]),
 ]
-
-
-def tiny_model(family: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    cfg = tiny_config(f"model.family={family}", "model.dropout=0").model
-    return build_model(cfg, Vocabularies(12, 12, PAD, BOS, EOS))
 
 
 def batch_of(indices: list[int]):

@@ -6,15 +6,13 @@ import math
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import tiny_model
 
 from attnseq.config.choices import Metric, Scheduler
 from attnseq.config.schema import OptimConfig, TrainerConfig
 from attnseq.data.batching import collate
 from attnseq.data.loader import TokenCounts
-from attnseq.models import build_model
 from attnseq.models.objective import sequence_loss
-from attnseq.models.seq2seq import Vocabularies
 from attnseq.training.distributed import WorldInfo
 from attnseq.training.optim import (
     LearningRateSchedule,
@@ -29,12 +27,6 @@ from attnseq.training.stopping import StoppingPolicy
 from attnseq.training.train_step import UpdateParts, train_step
 
 PAD, BOS, EOS = 0, 2, 3
-
-
-def tiny_model(family: str = "transformer") -> torch.nn.Module:
-    torch.manual_seed(0)
-    cfg = tiny_config(f"model.family={family}", "model.dropout=0").model
-    return build_model(cfg, Vocabularies(12, 12, PAD, BOS, EOS))
 
 
 def tiny_batch():
@@ -62,7 +54,7 @@ def test_biases_and_norms_do_not_decay(family: str) -> None:
 
 def test_a_single_group_optimizer_state_resumes_into_the_two_groups() -> None:
     """Adam's per-parameter state survives the regrouping: the next step is the same."""
-    model = tiny_model()
+    model = tiny_model("transformer")
     batch, _ = tiny_batch()
 
     def loss() -> torch.Tensor:
@@ -180,7 +172,7 @@ def parts_for(model: torch.nn.Module, optim: OptimConfig) -> UpdateParts:
 
 
 def test_train_step_returns_the_per_token_loss_and_updates_the_weights() -> None:
-    model = tiny_model()
+    model = tiny_model("transformer")
     batch, counts = tiny_batch()
     with torch.no_grad():
         model.eval()
@@ -196,7 +188,7 @@ def test_train_step_returns_the_per_token_loss_and_updates_the_weights() -> None
 
 
 def test_a_non_finite_loss_skips_the_update_without_touching_the_weights() -> None:
-    model = tiny_model()
+    model = tiny_model("transformer")
     batch, counts = tiny_batch()
     with torch.no_grad():
         model.output_proj.weight[0, 0] = math.nan  # every position's logits see it
