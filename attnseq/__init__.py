@@ -30,6 +30,8 @@ _API = {
     "plot_alignment": "attnseq.api",
     "train": "attnseq.api",
     "TrainResult": "attnseq.api",
+    "compare": "attnseq.api",
+    "Comparison": "attnseq.analysis.comparison",
     "Callback": "attnseq.training.callbacks",
     "TrainingEvent": "attnseq.training.callbacks",
     "TrainingInterrupted": "attnseq.training.stopping",
@@ -41,10 +43,12 @@ __all__ = ["__version__", *_API]
 
 if _typing.TYPE_CHECKING:
     # `X as X`: a re-export to type checkers and linters, which cannot read the built __all__
+    from attnseq.analysis.comparison import Comparison as Comparison
     from attnseq.api import Model as Model
     from attnseq.api import TrainResult as TrainResult
     from attnseq.api import TranslatedHypothesis as TranslatedHypothesis
     from attnseq.api import Translation as Translation
+    from attnseq.api import compare as compare
     from attnseq.api import load as load
     from attnseq.api import plot_alignment as plot_alignment
     from attnseq.api import train as train

@@ -132,6 +132,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from omegaconf import DictConfig
 
+    from attnseq.analysis.comparison import Comparison
+
 BEST_CHECKPOINT = Path("checkpoints") / "best.pt"  # inside a run directory
 
 
@@ -1271,3 +1273,55 @@ def _info_shown(logger: logging.Logger) -> bool:
                 return True
         current = current.parent if current.propagate else None
     return False
+
+
+# ------------------------------------------------------------------------------ comparison
+def compare(
+    systems: Sequence[str | Path],
+    baseline: str | Path | None = None,
+    references: str | Path | Sequence[str] | None = None,
+    sources: str | Path | Sequence[str] | None = None,
+    split: str = "test",
+    task: str | None = None,
+    seed: int = 12345,
+    resamples: int = 1000,
+    trials: int = 10000,
+    buckets: Sequence[int] | None = None,
+    device: str = "auto",
+) -> "Comparison":
+    """Is A better than B? `attnseq compare` from Python: the systems (hypothesis files,
+    `attnseq eval` result folders, run directories or checkpoints) against `baseline` (one of
+    them, by path; default the first), each metric with its 95% bootstrap interval and the
+    paired bootstrap and approximate randomization p-values, the metric by length and the
+    length ratios (attnseq/analysis/comparison.py). `references` and `sources`: a file or the
+    lines themselves; `buckets`: the lower length edges in words.
+
+        result = attnseq.compare(["runs/a", "runs/b"])
+        result.scores["runs/b"]["bleu"].p_bootstrap, result.save_figure("by_length.png")
+    """
+    from attnseq.analysis.comparison import compare_systems, load_system, read_lines
+
+    if isinstance(systems, str | Path) or not isinstance(systems, Sequence):
+        raise TypeError("systems must be a list of paths")
+    for name, value in (("seed", seed), ("resamples", resamples), ("trials", trials)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    paths = [Path(system) for system in systems]
+    if baseline is not None and Path(baseline) not in paths:
+        paths.insert(0, Path(baseline))
+
+    def lines(value: object, name: str) -> list[str] | None:
+        if value is None:
+            return None
+        if isinstance(value, str | Path):
+            return read_lines(Path(value), name)
+        if isinstance(value, Sequence) and all(isinstance(line, str) for line in value):
+            return list(value)
+        raise TypeError(f"{name} must be a path or a list of strings")
+
+    loaded = [load_system(path, split, device) for path in paths]
+    return compare_systems(
+        loaded, None if baseline is None else str(Path(baseline)),
+        lines(references, "references"), lines(sources, "sources"), task, seed=seed,
+        resamples=resamples, trials=trials, edges=buckets,
+    )  # fmt: skip

@@ -23,6 +23,7 @@ import typer
 
 from attnseq.cli.align_command import align
 from attnseq.cli.checkpoint_commands import average, export
+from attnseq.cli.compare_command import compare
 from attnseq.cli.completion import install_bash_script
 from attnseq.cli.doctor import doctor
 from attnseq.cli.eval_command import evaluate
@@ -112,6 +113,7 @@ app.command(short_help="Word alignments of sentence pairs (and their AER).")(ali
 app.command(short_help="One HTML page: attention and attributions of an output.")(explain)
 app.command(short_help="How much each attention head of a transformer matters.")(heads)
 app.command("sweep-report", short_help="Table of a sweep's results, best first.")(sweep_report)
+app.command(short_help="Is A better than B? Intervals, p-values, length buckets.")(compare)
 
 
 def _paths_checked(command: Callable[..., None]) -> Callable[..., None]:

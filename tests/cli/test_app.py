@@ -29,7 +29,7 @@ def test_help_lists_commands_with_examples() -> None:
 
 
 COMMANDS = ["train", "doctor", "eval", "translate", "score", "average", "export"]
-COMMANDS += ["visualize-alignment", "align", "explain", "heads", "sweep-report"]
+COMMANDS += ["visualize-alignment", "align", "explain", "heads", "sweep-report", "compare"]
 
 
 @pytest.mark.parametrize("command", [None, *COMMANDS])

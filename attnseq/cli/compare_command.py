@@ -1,0 +1,116 @@
+"""`attnseq compare`: is A better than B? The metric table with 95% intervals and p-values
+against the baseline, the length buckets, and with --out their figure.
+
+The work lives in attnseq.analysis.comparison (systems, tests, tables, figure); this module
+checks the options and chooses the output. numpy, sacreBLEU, torch and matplotlib load only
+when the command runs.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnseq.cli.shared import user_errors
+from attnseq.errors import UserError
+
+
+def compare(
+    systems: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Two or more systems: hypothesis files (one output per line), `attnseq eval` "
+            "result folders, run directories or checkpoints."
+        ),
+    ],
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="The system the others are tested against (default: the first)."),
+    ] = None,
+    split: Annotated[
+        str, typer.Option(help="Split decoded for run directories and checkpoints.")
+    ] = "test",
+    src: Annotated[
+        Path | None,
+        typer.Option(help="Source file, one line per reference: buckets by source length."),
+    ] = None,
+    ref: Annotated[
+        Path | None,
+        typer.Option(help="Reference file (default: the refs.txt of an eval result folder)."),
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            help="translation (BLEU, chrF, TER, exact match) or summarization (ROUGE-1/2/L, "
+            "exact match); default: the eval results', else translation."
+        ),
+    ] = None,
+    output_format: Annotated[
+        str, typer.Option("--format", help="text, markdown, latex or json, on stdout.")
+    ] = "text",
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Folder for the figure (compare.png) and the JSON (compare.json)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the resampling (>= 1).")] = 12345,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
+    trials: Annotated[int, typer.Option(help="Approximate randomization trials.")] = 10000,
+    buckets: Annotated[
+        str | None,
+        typer.Option(
+            help="Lower edges of the length buckets in words, e.g. 0,10,20,30 "
+            "(default: the length quartiles)."
+        ),  # fmt: skip
+    ] = None,
+    device: Annotated[str, typer.Option(help="Device for decoding checkpoints.")] = "auto",
+) -> None:
+    """Compare systems on the same test set: each metric with its 95% bootstrap interval, and
+    p-values of paired bootstrap resampling (Koehn 2004) and approximate randomization
+    (Riezler & Maxwell 2005) against the baseline; the metric by length; the length ratio.
+
+    \b
+    attnseq compare RUN_A RUN_B
+    attnseq compare base.txt new.txt --ref test.en --src test.de --out cmp/
+    attnseq compare RUN_A/eval/best-step900/test.greedy RUN_B --format json
+    """
+    from attnseq.analysis.comparison import FORMATS, compare_systems, load_system, read_lines
+
+    with user_errors():
+        if output_format not in FORMATS:
+            raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+        edges = _edges(buckets)
+        if len(systems) < 2 and not (baseline and systems):
+            raise UserError("compare needs at least two systems (and --baseline names one)")
+        paths = list(systems)
+        if baseline is not None and baseline not in paths:
+            paths.insert(0, baseline)
+        references = read_lines(ref, "--ref") if ref is not None else None
+        sources = read_lines(src, "--src") if src is not None else None
+        loaded = [load_system(path, split, device) for path in paths]
+        result = compare_systems(
+            loaded, str(baseline) if baseline else None, references, sources, task,
+            seed=_at_least(seed, "--seed"), resamples=_at_least(resamples, "--resamples"),
+            trials=_at_least(trials, "--trials"), edges=edges,
+        )  # fmt: skip
+    typer.echo(result.render(output_format), nl=False)
+    if out is not None:
+        with user_errors():
+            out.mkdir(parents=True, exist_ok=True)
+            figure = result.save_figure(out / "compare.png")
+            (out / "compare.json").write_text(result.render("json"), encoding="utf-8")
+        typer.echo(f"wrote {figure} and {out / 'compare.json'}", err=output_format != "text")
+
+
+def _at_least(value: int, option: str) -> int:
+    if value < 1:
+        raise UserError(f"{option} must be >= 1, got {value}")
+    return value
+
+
+def _edges(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"--buckets must be whole numbers, comma-separated: {text!r}") from None
