@@ -4,7 +4,6 @@ same maps whatever the batch, every model family, and one-line errors for bad in
 
 import copy
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -177,15 +176,8 @@ def test_rollout_multiplies_the_residual_halves_through_the_layers() -> None:
 
 
 # ------------------------------------------------------------------ completeness, batching
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("attribution")
-    return {
-        "rnn": untrained_checkpoint(folder / "rnn.pt"),
-        "transformer": untrained_checkpoint(
-            folder / "transformer.pt", "model.family=transformer", "model.dec_layers=2"
-        ),
-    }
+# `checkpoints` (tests/conftest.py): an untrained tiny model of each family, the transformer
+# with two decoder layers.
 
 
 def zero_embedding_scores(model, examples) -> list[torch.Tensor]:

@@ -93,14 +93,8 @@ def test_shift_att_merges_a_word_s_pieces() -> None:
     assert links == {(1, 0), (0, 1)}
 
 
-@pytest.fixture(scope="module")
-def dates_checkpoint(tmp_path_factory) -> Path:
-    """An untrained GRU + Bahdanau model on the char-level dates task."""
-    return untrained_checkpoint(tmp_path_factory.mktemp("dates") / "best.pt")
-
-
-def test_char_pieces_merge_into_whitespace_words(dates_checkpoint: Path) -> None:
-    trained = load_trained_model(dates_checkpoint)
+def test_char_pieces_merge_into_whitespace_words(rnn_checkpoint: Path) -> None:
+    trained = load_trained_model(rnn_checkpoint)
     src, tgt = "7th of November, 1990", "1990-11-07 x"
     result = align_sentences(trained, [src], [tgt], AlignmentMethod("attention"))
     soft = result.soft[0]
@@ -123,8 +117,8 @@ def test_char_pieces_merge_into_whitespace_words(dates_checkpoint: Path) -> None
     assert np.all(soft.sum(1) <= 1 + 1e-6) and np.all(soft.sum(1) > 0.5)
 
 
-def test_batches_and_padding_change_nothing(dates_checkpoint: Path) -> None:
-    trained = load_trained_model(dates_checkpoint)
+def test_batches_and_padding_change_nothing(rnn_checkpoint: Path) -> None:
+    trained = load_trained_model(rnn_checkpoint)
     src = ["7th of November, 1990", "03 Nov 25", "13-01-2004", "the 3rd of March 1998"]
     tgt = ["1990-11-07", "2025-11-03", "2004-01-13", "1998 03 03"]
     for method in (AlignmentMethod("attention"), AlignmentMethod("shift-att")):
@@ -147,8 +141,8 @@ def test_select_map_picks_a_layer_and_head_or_their_mean() -> None:
         select_map(pooled, AlignmentMethod(head=4))
 
 
-def test_library_errors_name_the_problem(dates_checkpoint: Path) -> None:
-    trained = load_trained_model(dates_checkpoint)
+def test_library_errors_name_the_problem(rnn_checkpoint: Path) -> None:
+    trained = load_trained_model(rnn_checkpoint)
     with pytest.raises(UserError, match=r"^layer must be in 1\.\.1 .*RNN's attention is one"):
         align_sentences(trained, ["a"], ["b"], AlignmentMethod(layer=2))
     options = ("--method", "--layer", "--head")  # a command names its options

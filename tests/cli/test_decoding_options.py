@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -136,13 +135,6 @@ def test_decoding_flags_take_the_bounds_of_their_settings(options: dict, message
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def transformer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return untrained_checkpoint(
-        tmp_path_factory.mktemp("ckpt") / "model.pt", "model.family=transformer"
-    )
-
-
 def one_line_exit_2(result, expected: str) -> None:  # type: ignore[no-untyped-def]
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
@@ -152,10 +144,10 @@ def one_line_exit_2(result, expected: str) -> None:  # type: ignore[no-untyped-d
 
 @pytest.mark.parametrize("value", NOT_FINITE)
 def test_every_float_option_of_the_command_line_refuses_what_is_not_finite(
-    transformer: Path, tmp_path: Path, value: str
+    transformer_checkpoint: Path, tmp_path: Path, value: str
 ) -> None:
     """Each command's number options, given inf or nan, end in one line before any work."""
-    ck = str(transformer)
+    ck = str(transformer_checkpoint)
     figure = str(tmp_path / "a.png")
     cases = [
         (["translate", ck, "--sample", "--temperature", value], "--temperature must be a finite"),

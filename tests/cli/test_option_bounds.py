@@ -6,7 +6,6 @@ a C type or have a fixed sane range (seeds, integration points) are bounded by t
 from pathlib import Path
 
 import pytest
-from helpers import untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -15,15 +14,14 @@ pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def files(
+    tmp_path_factory: pytest.TempPathFactory, checkpoints: dict[str, Path]
+) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("bounds")
     (folder / "src.txt").write_text("June 5, 2001\n3 4 5\n", encoding="utf-8")
     (folder / "tgt.txt").write_text("2001-06-05\n5 4 3\n", encoding="utf-8")
     return {
-        "rnn": untrained_checkpoint(folder / "rnn.pt"),
-        "transformer": untrained_checkpoint(
-            folder / "t.pt", "model.family=transformer", "model.heads=2"
-        ),
+        **checkpoints,
         "src": folder / "src.txt",
         "tgt": folder / "tgt.txt",
         "folder": folder,

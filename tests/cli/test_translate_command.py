@@ -10,14 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import untrained_checkpoint
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return untrained_checkpoint(tmp_path_factory.mktemp("tty") / "best.pt")
 
 
 def read_line(stream, timeout: float) -> bytes:
@@ -35,11 +29,11 @@ def read_line(stream, timeout: float) -> bytes:
     return data
 
 
-def test_a_terminal_gets_an_answer_per_line_before_stdin_closes(checkpoint: Path) -> None:
+def test_a_terminal_gets_an_answer_per_line_before_stdin_closes(rnn_checkpoint: Path) -> None:
     leader, follower = pty.openpty()  # stdin is a terminal; stdout and stderr are pipes
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "attnseq", "translate", str(checkpoint), "--threads", "1"],
+        [sys.executable, "-m", "attnseq", "translate", str(rnn_checkpoint), "--threads", "1"],
         stdin=follower,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -65,9 +59,9 @@ def test_a_terminal_gets_an_answer_per_line_before_stdin_closes(checkpoint: Path
 
 
 @pytest.mark.slow  # a subprocess; piped translate is covered in process
-def test_a_pipe_gets_the_batched_outputs_and_a_summary(checkpoint: Path) -> None:
+def test_a_pipe_gets_the_batched_outputs_and_a_summary(rnn_checkpoint: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "attnseq", "translate", str(checkpoint), "--threads", "1"],
+        [sys.executable, "-m", "attnseq", "translate", str(rnn_checkpoint), "--threads", "1"],
         input="June 5, 2001\n\nthe 3rd of March 1998\n",
         capture_output=True,
         text=True,

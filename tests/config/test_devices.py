@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_refused, attnseq_in_process, train_in_process, untrained_checkpoint
+from helpers import assert_refused, attnseq_in_process, train_in_process
 
 import attnseq
 from attnseq.config.devices import (
@@ -17,11 +17,6 @@ from attnseq.config.devices import (
     resolve_device,
 )
 from attnseq.errors import UserError
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return untrained_checkpoint(tmp_path_factory.mktemp("devices") / "best.pt")
 
 
 @pytest.fixture
@@ -112,15 +107,15 @@ def test_a_commands_device_option_refuses_before_loading(command: str, tmp_path:
 
 
 @pytest.mark.parametrize("name", ["gpu", "mps:0", "cuda:7"])
-def test_load_refuses_what_is_not_a_device_here(checkpoint: Path, name: str) -> None:
+def test_load_refuses_what_is_not_a_device_here(rnn_checkpoint: Path, name: str) -> None:
     if torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")
     with pytest.raises(attnseq.UserError, match=DEVICE_FORMS):
-        attnseq.load(checkpoint, device=name, threads=1)
+        attnseq.load(rnn_checkpoint, device=name, threads=1)
 
 
-def test_model_to_moves_the_model_and_its_device_follows(checkpoint: Path) -> None:
-    model = attnseq.load(checkpoint, device=torch.device("cpu"), threads=1)
+def test_model_to_moves_the_model_and_its_device_follows(rnn_checkpoint: Path) -> None:
+    model = attnseq.load(rnn_checkpoint, device=torch.device("cpu"), threads=1)
     before = model.translate("June 5, 2001").text
     translator = model.translator
     assert model.to("cpu") is model

@@ -69,9 +69,8 @@ def test_score_adds_up_to_evals_test_loss(kind: str, tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def scorer(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
-    folder = tmp_path_factory.mktemp("scorer")
-    return Scorer.from_checkpoint(untrained_checkpoint(folder / "model.pt"), "cpu")
+def scorer(rnn_checkpoint: Path) -> Scorer:
+    return Scorer.from_checkpoint(rnn_checkpoint, "cpu")
 
 
 def test_scores_are_the_models_token_log_probabilities(scorer: Scorer) -> None:
@@ -109,11 +108,10 @@ def test_empty_source_is_left_unscored(scorer: Scorer, tmp_path: Path) -> None:
     assert PairScore(math.nan, 0).line() == "nan\tnan\t0"
 
 
-def test_out_file_and_summary(scorer: Scorer, tmp_path: Path) -> None:
-    checkpoint = untrained_checkpoint(tmp_path / "model.pt")
+def test_out_file_and_summary(rnn_checkpoint: Path, tmp_path: Path) -> None:
     src, tgt = write_pairs(tmp_path, [("May 5, 2001", "2001-05-05"), ("", "")])
     out = tmp_path / "scores.tsv"
-    result = score_cli(str(checkpoint), "--src", str(src), "--tgt", str(tgt), "--out", str(out))
+    result = score_cli(str(rnn_checkpoint), "--src", str(src), "--tgt", str(tgt), "--out", str(out))
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     lines = out.read_text().splitlines()
@@ -145,16 +143,15 @@ def test_user_mistakes_exit_2(
 
 
 def test_streamed_in_chunks_with_errors_naming_the_global_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rnn_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Chunks of two pairs: the same lines as one chunk; a bad line in a later chunk is named
     by its line in the file, and --out keeps the earlier file."""
     import attnseq.evaluation.scoring as scoring
 
-    checkpoint = untrained_checkpoint(tmp_path / "model.pt")
     pairs = [("May 5, 2001", "2001-05-05"), ("", ""), ("2 Jan 1990", "1990"), ("June 1", "0601")]
     src, tgt = write_pairs(tmp_path, pairs)
-    args = [str(checkpoint), "--src", str(src), "--tgt", str(tgt)]
+    args = [str(rnn_checkpoint), "--src", str(src), "--tgt", str(tgt)]
     whole = score_cli(*args)
     monkeypatch.setattr(scoring, "STREAM_CHUNK", 2)
     chunked = score_cli(*args)

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import untrained_checkpoint
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -95,9 +94,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def good(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    path = untrained_checkpoint(tmp_path_factory.mktemp("good") / "good.pt")
-    return load_checkpoint(path)
+def good(rnn_checkpoint: Path) -> dict:
+    return load_checkpoint(rnn_checkpoint)
 
 
 def foreign(good: dict, case: str) -> dict:

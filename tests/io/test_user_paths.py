@@ -23,29 +23,24 @@ from attnseq.training.run import run_training
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return untrained_checkpoint(tmp_path_factory.mktemp("ckpt") / "model.pt")
-
-
-def test_outputs_that_cannot_be_written_are_refused_first(checkpoint: Path, tmp_path: Path):
+def test_outputs_that_cannot_be_written_are_refused_first(rnn_checkpoint: Path, tmp_path: Path):
     folder = tmp_path / "folder"
     folder.mkdir()
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     cases = [
-        (["average", str(checkpoint), "--out", str(folder)], "is a folder; give a file name"),
-        (["translate", str(checkpoint), "-o", str(folder)], "is a folder; give a file name"),
-        (["eval", str(checkpoint), "--out", str(a_file)], "is a file; give a folder"),
-        (["eval", str(checkpoint), "--batch-size", "-5"], "--batch-size must be at least 1"),
+        (["average", str(rnn_checkpoint), "--out", str(folder)], "is a folder; give a file name"),
+        (["translate", str(rnn_checkpoint), "-o", str(folder)], "is a folder; give a file name"),
+        (["eval", str(rnn_checkpoint), "--out", str(a_file)], "is a file; give a folder"),
+        (["eval", str(rnn_checkpoint), "--batch-size", "-5"], "--batch-size must be at least 1"),
         (
-            ["visualize-alignment", str(checkpoint), "--src", "x", "--out", str(folder)],
+            ["visualize-alignment", str(rnn_checkpoint), "--src", "x", "--out", str(folder)],
             "is a folder; give a file name",
         ),
         (
             [
                 "visualize-alignment",
-                str(checkpoint),
+                str(rnn_checkpoint),
                 "--src",
                 "x",
                 "--out",
@@ -58,7 +53,7 @@ def test_outputs_that_cannot_be_written_are_refused_first(checkpoint: Path, tmp_
             "unknown format '.txt'",
         ),
         (
-            ["translate", str(checkpoint), "-o", str(a_file / "out.txt")],
+            ["translate", str(rnn_checkpoint), "-o", str(a_file / "out.txt")],
             "is a file, not a folder",
         ),
     ]
@@ -68,7 +63,7 @@ def test_outputs_that_cannot_be_written_are_refused_first(checkpoint: Path, tmp_
     assert a_file.read_text() == "x" and list(folder.iterdir()) == []
 
 
-def test_a_special_file_is_never_replaced_by_an_output(checkpoint: Path, tmp_path: Path):
+def test_a_special_file_is_never_replaced_by_an_output(rnn_checkpoint: Path, tmp_path: Path):
     """An output is renamed over its path: over a named pipe (or, for root, /dev/null itself)
     that would leave a regular file in its place. Each write refuses, before the work."""
     pipe = tmp_path / "pipe"
@@ -76,10 +71,10 @@ def test_a_special_file_is_never_replaced_by_an_output(checkpoint: Path, tmp_pat
     text = tmp_path / "a.txt"
     text.write_text("3 March 1998\n")
     cases = [
-        ["average", str(checkpoint), "--out", str(pipe)],
-        ["translate", str(checkpoint), "-i", str(text), "-o", str(pipe)],
-        ["score", str(checkpoint), "--src", str(text), "--tgt", str(text), "--out", str(pipe)],
-        ["explain", str(checkpoint), "--src", "3 March", "--out", str(pipe) + ".html"],
+        ["average", str(rnn_checkpoint), "--out", str(pipe)],
+        ["translate", str(rnn_checkpoint), "-i", str(text), "-o", str(pipe)],
+        ["score", str(rnn_checkpoint), "--src", str(text), "--tgt", str(text), "--out", str(pipe)],
+        ["explain", str(rnn_checkpoint), "--src", "3 March", "--out", str(pipe) + ".html"],
     ]
     os.mkfifo(str(pipe) + ".html")
     for args in cases:
@@ -93,15 +88,15 @@ def test_a_special_file_is_never_replaced_by_an_output(checkpoint: Path, tmp_pat
 
 
 def test_an_output_folder_that_is_a_dangling_link_is_refused_first(
-    checkpoint: Path, tmp_path: Path
+    rnn_checkpoint: Path, tmp_path: Path
 ) -> None:
     """A symbolic link to a folder that does not exist cannot be made a folder (mkdir says it
     exists): each option that takes an output folder says so before the work."""
     link = tmp_path / "figures"
     link.symlink_to(tmp_path / "gone")
     cases = [
-        ["visualize-alignment", str(checkpoint), "--src", "x", "--tensorboard", str(link)],
-        ["eval", str(checkpoint), "--out", str(link)],
+        ["visualize-alignment", str(rnn_checkpoint), "--src", "x", "--tensorboard", str(link)],
+        ["eval", str(rnn_checkpoint), "--out", str(link)],
     ]
     for args in cases:
         result = runner.invoke(app, args)
@@ -125,12 +120,12 @@ def fail_fsync_with(code: int, monkeypatch: pytest.MonkeyPatch, after: int = 0) 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
 def test_a_fixable_write_failure_is_one_line_and_keeps_the_old_file(
-    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+    rnn_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
     target = tmp_path / "out.txt"
     atomic_write_text(target, "old\n")
     fail_fsync_with(code, monkeypatch)
-    result = runner.invoke(app, ["translate", str(checkpoint), "-o", str(target)], "a\n")
+    result = runner.invoke(app, ["translate", str(rnn_checkpoint), "-o", str(target)], "a\n")
     one_line_exit_2(result, f"cannot write {target}: {os.strerror(code)}")
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]  # no temporary left behind
@@ -196,7 +191,7 @@ def test_an_output_over_an_input_is_refused_by_any_path(tmp_path: Path):
     assert source.read_text() == "a b\n"
 
 
-def test_a_symbolic_link_loop_among_the_paths_is_no_traceback(checkpoint: Path, tmp_path: Path):
+def test_a_symbolic_link_loop_among_the_paths_is_no_traceback(rnn_checkpoint: Path, tmp_path: Path):
     """Path.resolve raises RuntimeError for a link to itself (Python before 3.13): the
     comparison of outputs with inputs takes such a path as it is, and the command says what
     is wrong with it."""
@@ -205,7 +200,7 @@ def test_a_symbolic_link_loop_among_the_paths_is_no_traceback(checkpoint: Path, 
     loop = tmp_path / "loop.pt"
     loop.symlink_to(loop)
     refuse_output_over_inputs(tmp_path / "out.pt", "--out", [("CHECKPOINT", loop)])
-    refuse_output_over_inputs(loop, "--out", [("CHECKPOINT", checkpoint)])
+    refuse_output_over_inputs(loop, "--out", [("CHECKPOINT", rnn_checkpoint)])
     result = runner.invoke(app, ["average", str(loop), "--out", str(tmp_path / "a.pt")])
     one_line_exit_2(result, str(loop))
 
