@@ -60,7 +60,8 @@ class System:
     references: list[str] | None = None
     task: str | None = None
     path: Path | None = None
-    sources: list[str] | None = None
+    checkpoint: Path | None = None  # what an eval result was of, and its split: the sources
+    split: str | None = None
 
 
 def read_lines(path: Path, what: str) -> list[str]:
@@ -87,10 +88,9 @@ def eval_folder_system(folder: Path, name: str) -> System:
     record = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
     hypotheses = read_lines(folder / "hyps.txt", "eval result")
     references = read_lines(folder / "refs.txt", "eval result")
-    sources = split_sources(Path(str(record.get("checkpoint", ""))), str(record.get("split")))
-    if sources is not None and len(sources) != len(references):
-        sources = None
-    return System(name, hypotheses, references, _task_of(record), folder, sources)
+    checkpoint = Path(record["checkpoint"]) if record.get("checkpoint") else None
+    split = str(record.get("split"))
+    return System(name, hypotheses, references, _task_of(record), folder, checkpoint, split)
 
 
 def split_sources(checkpoint: Path, split: str) -> list[str] | None:
@@ -380,7 +380,7 @@ def compare_systems(
         raise UserError(f"baseline {baseline!r} is not among the systems: {', '.join(names)}")
     references = _references(systems, references)
     if sources is None:
-        sources = next((s.sources for s in systems if s.sources is not None), None)
+        sources = _sources(systems, len(references))
     _check_lengths(systems, references, sources)
     task = task or next((s.task for s in systems if s.task), None) or "translation"
     if task not in TASK_TESTED_METRICS:
@@ -402,6 +402,17 @@ def compare_systems(
         order, baseline, task, metrics, scores, metrics[0], by, unit, buckets, bucket_scores,
         ratios, len(references), settings,
     )  # fmt: skip
+
+
+def _sources(systems: Sequence[System], count: int) -> list[str] | None:
+    """The source texts of the first system evaluated on a dataset split that this machine
+    can read (one per reference); None when there is none."""
+    for system in systems:
+        if system.checkpoint is not None and system.split is not None:
+            sources = split_sources(system.checkpoint, system.split)
+            if sources is not None and len(sources) == count:
+                return sources
+    return None
 
 
 def _references(systems: Sequence[System], given: Sequence[str] | None) -> list[str]:
