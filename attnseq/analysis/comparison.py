@@ -142,7 +142,8 @@ def checkpoint_system(path: Path, name: str, split: str, device: str) -> System:
 
     checkpoint = path / "checkpoints" / "best.pt" if path.is_dir() else path
     if not checkpoint.is_file():
-        raise UserError(f"{path}: a run directory without checkpoints/best.pt")
+        missing = "a run directory without checkpoints/best.pt" if path.is_dir() else "no such file"
+        raise UserError(f"checkpoint {path}: {missing}")
     folder = existing_eval(checkpoint, split)
     if folder is None:
         folder = evaluate_checkpoint(checkpoint, split, device_name=device).result.folder

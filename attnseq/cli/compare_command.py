@@ -79,6 +79,8 @@ def compare(
         if output_format not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
         edges = _edges(buckets)
+        if out is not None and out.exists() and not out.is_dir():
+            raise UserError(f"--out {out}: a file, not a folder")  # before the work
         if len(systems) < 2 and not (baseline and systems):
             raise UserError("compare needs at least two systems (and --baseline names one)")
         paths = list(systems)

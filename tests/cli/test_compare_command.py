@@ -104,15 +104,19 @@ def test_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x\ny\n")
     (tmp_path / "b.txt").write_text("x\n")
     (tmp_path / "r.txt").write_text("x\ny\n")
+    (tmp_path / "a.txt2").write_text("x\nz\n")
     a, b, r = (str(tmp_path / name) for name in ("a.txt", "b.txt", "r.txt"))
     cases = {
         "at least two systems": [a, "--ref", r],
         "no such file": [a, str(tmp_path / "missing.txt"), "--ref", r],
         "1 lines but the references have 2": [a, b, "--ref", r],
-        "--format must be one of": [a, a, "--ref", r, "--format", "html"],
+        "--format must be one of": [a, a + "2", "--ref", r, "--format", "html"],
         "--seed must be >= 1": [a, str(tmp_path / "r.txt"), "--ref", r, "--seed", "0"],
         "no references": [a, r],
         "not a system": [a, str(tmp_path), "--ref", r],
+        "checkpoint " + str(tmp_path / "x.pt") + ": no such file": [a, str(tmp_path / "x.pt")],
+        "a file, not a folder": [a, a + "2", "--ref", r, "--out", r],
+        "a system is given twice": [a, a, "--ref", r],
     }
     for message, args in cases.items():
         result = compare(*args, code=2)
