@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import eval_result, tiny_config
+from helpers import eval_result
 from typer.testing import CliRunner
 
 import attnseq
@@ -28,7 +28,6 @@ from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.scoring import PairScore
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.head_mask import compact_heads
-from attnseq.training.run import run_training
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
@@ -39,12 +38,11 @@ REPR_LIMIT = 300  # characters
 SOURCE = "June 5, 2001"
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short training run: its checkpoints hold the state of training (optimizer, ...)."""
-    run_dir = tmp_path_factory.mktemp("run")
-    run_training(tiny_config("trainer.max_steps=2", "trainer.validate_every=2"), run_dir)
-    return run_dir
+@pytest.fixture
+def run(trained_rnn_checkpoint: Path) -> Path:
+    """The run directory of conftest's trained_rnn_checkpoint (two updates): its checkpoints
+    hold the state of training (optimizer, ...)."""
+    return trained_rnn_checkpoint.parents[1]
 
 
 def short(text: str) -> None:

@@ -5,22 +5,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import tiny_config
 from typer.testing import CliRunner
 
 from attnseq.analysis.alignment_view import AlignmentViewer, merge_words
 from attnseq.cli.app import app
-from attnseq.training.run import run_training
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    paths = {}
-    for family in ["rnn", "transformer"]:
-        run_dir = tmp_path_factory.mktemp(family)
-        run_training(tiny_config(f"model.family={family}", "trainer.max_steps=2"), run_dir)
-        paths[family] = run_dir / "checkpoints" / "best.pt"
-    return paths
+@pytest.fixture
+def checkpoints(
+    trained_rnn_checkpoint: Path, trained_transformer_checkpoint: Path
+) -> dict[str, Path]:
+    """conftest's tiny checkpoints of the default task, trained two updates, by family."""
+    return {"rnn": trained_rnn_checkpoint, "transformer": trained_transformer_checkpoint}
 
 
 def invoke(*args: str):

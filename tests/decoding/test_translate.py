@@ -1,7 +1,6 @@
 """`attnseq translate` and `Translator`: line order and count (blank lines included),
 n-best format, streaming, output files, user errors; and `attnseq eval --beam`."""
 
-import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,22 +16,15 @@ from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.decoding import DecodingConfig
 from attnseq.decoding.translate import Translator
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
-from attnseq.training.run import run_training
 
 runner = CliRunner()
 MOSES_LINE = re.compile(r"^(\d+) \|\|\| (.*) \|\|\| (-?\d+\.\d{4})$")
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny checkpoint of the default task (dates), trained for a few steps."""
-    run_dir = tmp_path_factory.mktemp("run")
-    logging.disable(logging.INFO)
-    try:
-        run_training(tiny_config(), run_dir)
-    finally:
-        logging.disable(logging.NOTSET)
-    return run_dir / "checkpoints" / "best.pt"
+@pytest.fixture
+def checkpoint(trained_rnn_checkpoint: Path) -> Path:
+    """conftest's tiny GRU + Bahdanau checkpoint of the default task, trained two updates."""
+    return trained_rnn_checkpoint
 
 
 class CopyModel(Seq2Seq):
