@@ -222,9 +222,8 @@ def test_heads_command_exits_2_on_mistakes(checkpoint, tmp_path, arguments, mess
     assert not (tmp_path / "x.pt").exists()
 
 
-def test_heads_command_needs_a_transformer(tmp_path):
-    rnn = untrained_checkpoint(tmp_path / "rnn.pt", "model.family=rnn")
-    result = CliRunner().invoke(app, ["heads", str(rnn)])
+def test_heads_command_needs_a_transformer(rnn_checkpoint):
+    result = CliRunner().invoke(app, ["heads", str(rnn_checkpoint)])
     assert result.exit_code == 2
     assert "heads needs a transformer" in result.output
 

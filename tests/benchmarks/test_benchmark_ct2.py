@@ -39,9 +39,8 @@ def test_the_benchmark_compares_engines_speed_and_bleu(tmp_path, monkeypatch, ca
     assert report["bleu_signature"].startswith("nrefs:1")
 
 
-def test_an_rnn_checkpoint_exits_2(tmp_path, monkeypatch, capsys):
+def test_an_rnn_checkpoint_exits_2(rnn_checkpoint, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
-    checkpoint = untrained_checkpoint(tmp_path / "rnn.pt")
     script = load_script("benchmarks/benchmark_ct2.py")
-    assert script.main([str(checkpoint), "--device", "cpu"]) == 2
+    assert script.main([str(rnn_checkpoint), "--device", "cpu"]) == 2
     assert "model.family=rnn" in capsys.readouterr().err

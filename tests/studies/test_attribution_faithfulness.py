@@ -108,10 +108,12 @@ def test_mistakes_exit_2(tmp_path, capsys, arguments, message):
     assert error.startswith("error: ") and message in error and len(error.splitlines()) == 1
 
 
-def test_a_checkpoint_without_gold_needs_deletion_and_report_needs_entries(tmp_path, capsys):
-    checkpoint = untrained_checkpoint(tmp_path / "dates.pt")  # dates: no gold links
+def test_a_checkpoint_without_gold_needs_deletion_and_report_needs_entries(
+    rnn_checkpoint, tmp_path, capsys
+):
+    checkpoint = str(rnn_checkpoint)  # the dates task: no gold links
     out = str(tmp_path / "r.json")
-    assert faithfulness_script.main(["measure", str(checkpoint), "--name", "x", "--out", out]) == 2
+    assert faithfulness_script.main(["measure", checkpoint, "--name", "x", "--out", out]) == 2
     assert "no gold links" in capsys.readouterr().err
     assert faithfulness_script.main(["report", "--out", out]) == 2
     assert "run `measure` first" in capsys.readouterr().err

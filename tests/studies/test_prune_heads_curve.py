@@ -56,7 +56,6 @@ def test_bad_fractions_exit_2(tmp_path, capsys, arguments, message):
     assert not (tmp_path / "o").exists()
 
 
-def test_an_rnn_checkpoint_exits_2(tmp_path, capsys):
-    checkpoint = untrained_checkpoint(tmp_path / "rnn.pt", "model.family=rnn")
-    code = prune_heads_curve.main([str(checkpoint), "--out", str(tmp_path / "o")])
+def test_an_rnn_checkpoint_exits_2(rnn_checkpoint, tmp_path, capsys):
+    code = prune_heads_curve.main([str(rnn_checkpoint), "--out", str(tmp_path / "o")])
     assert code == 2 and "heads needs a transformer" in capsys.readouterr().err

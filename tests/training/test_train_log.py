@@ -14,7 +14,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_config, untrained_checkpoint
+from helpers import tiny_config
 from rich.console import Console
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -141,18 +141,18 @@ def test_counting_reports_the_rate_and_draws_nothing_without_a_terminal(capsys) 
     assert summary == "1,200 sentences in 2.00 s (600.0 sentences/s)"
 
 
-def test_translate_and_eval_end_with_sentences_per_second_on_stderr(tmp_path: Path) -> None:
-    from helpers import untrained_checkpoint
+def test_translate_and_eval_end_with_sentences_per_second_on_stderr(
+    rnn_checkpoint: Path, tmp_path: Path
+) -> None:
     from typer.testing import CliRunner
 
     from attnseq.cli.app import app
 
-    checkpoint = untrained_checkpoint(tmp_path / "model.pt")
     source = tmp_path / "in.txt"
     source.write_text("March 3, 1998\n\n12/05/2001\n", encoding="utf-8")
     runner = CliRunner()
     result = runner.invoke(
-        app, ["translate", str(checkpoint), "-i", str(source), "--beam", "2", "--device", "cpu"]
+        app, ["translate", str(rnn_checkpoint), "-i", str(source), "--beam", "2", "--device", "cpu"]
     )
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == 3  # the outputs alone on stdout
@@ -160,7 +160,7 @@ def test_translate_and_eval_end_with_sentences_per_second_on_stderr(tmp_path: Pa
         r"translated 3 sentences in [\d.]+ s \([\d.,]+ sentences/s\)\n", result.stderr
     )
     result = runner.invoke(
-        app, ["eval", str(checkpoint), "--out", str(tmp_path / "eval"), "--device", "cpu"]
+        app, ["eval", str(rnn_checkpoint), "--out", str(tmp_path / "eval"), "--device", "cpu"]
     )
     assert result.exit_code == 0, result.output
     assert re.search(
@@ -319,10 +319,9 @@ def test_long_titles_wrap_to_the_figure() -> None:
     assert 2 <= len(figure.axes[0].get_title().splitlines()) <= 3
 
 
-def test_visualize_alignment_figure_options(tmp_path: Path) -> None:
-    checkpoint = untrained_checkpoint(tmp_path / "model.pt")
+def test_visualize_alignment_figure_options(rnn_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "a.png"
-    args = ["visualize-alignment", str(checkpoint), "--src", "March 3, 1998", "--out", str(out)]
+    args = ["visualize-alignment", str(rnn_checkpoint), "--src", "March 3, 1998", "--out", str(out)]
     style = ["--figsize", "8,5", "--fontsize", "13", "--cmap", "Blues"]
     result = CliRunner().invoke(app, [*args, *style])
     assert result.exit_code == 0, result.output
