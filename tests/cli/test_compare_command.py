@@ -134,3 +134,15 @@ def test_python_api(runs: tuple[Path, Path], tmp_path: Path) -> None:
     assert result.save_figure(tmp_path / "f.png").is_file()
     with pytest.raises(TypeError, match="systems must be a list of paths"):
         attnseq.compare(str(a))
+
+
+def test_latex_tables(tmp_path: Path) -> None:
+    refs = [f"row {i} of the set" for i in range(12)]
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    (tmp_path / "a_sys.txt").write_text("\n".join(r.replace("set", "x") for r in refs) + "\n")
+    (tmp_path / "b_sys.txt").write_text("\n".join(refs) + "\n")
+    files = [str(tmp_path / name) for name in ("a_sys.txt", "b_sys.txt")]
+    out = compare(*files, "--ref", str(tmp_path / "ref.txt"), "--format", "latex", *FAST).stdout
+    assert out.count(r"\begin{tabular}") == 2 and out.count(r"\bottomrule") == 2
+    assert r"metric & system & score & $\pm$ 95\% & p (bs) & p (ar) \\" in out
+    assert re.search(r"^exact\\_match & .*b\\_sys\.txt & 1\.000 & 0\.000 & ", out, re.M), out
