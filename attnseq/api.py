@@ -103,7 +103,7 @@ from attnseq.analysis.alignment_view import (
 )
 from attnseq.analysis.explain_page import explanation_html, page_frame, write_page
 from attnseq.analysis.explanation import available_methods, explain
-from attnseq.analysis.figures import Style, figure_png, style_from_options
+from attnseq.analysis.figures import figure_png, style_from_options
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import DecodingConfig, TrainConfig
 from attnseq.config.threads import check_threads
@@ -896,16 +896,8 @@ def plot_alignment(
     check_layer_and_head(layer, head, layers, heads, "" if weights.ndim == 4 else "one map", NAMES)
     if words:
         attention = merge_words(attention)
-    style = _style(figsize, fontsize, cmap)
+    style = style_from_options(figsize, fontsize, cmap)  # the messages name the arguments
     return draw(attention, layer=layer, head=head, all_heads=all_heads, title=title, style=style)
-
-
-def _style(figsize: str | None, fontsize: float, cmap: str) -> Style:
-    """`style_from_options` with the API's names in its messages."""
-    try:
-        return style_from_options(figsize, fontsize, cmap)
-    except UserError as error:
-        raise UserError(str(error).replace("--", "", 1)) from None
 
 
 def plotted_map(attention: Plottable) -> AttentionMap:
