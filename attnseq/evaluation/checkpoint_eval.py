@@ -268,7 +268,10 @@ def evaluate_checkpoint(
     cfg, tokenizers = trained.cfg, trained.tokenizers
     cfg.decoding = with_changes(cfg.decoding, decoding or {})
     dataset_split = split in NAMED_SPLITS or split in cfg.data.splits
-    check_checkpoint_data(cfg.data, overridden_keys(overrides), reads_dataset=dataset_split)
+    check_checkpoint_data(
+        cfg.data, overridden_keys(overrides), reads_dataset=dataset_split,
+        local_file=f"{names['split']} PATH",
+    )  # fmt: skip
     if dataset_split:
         check_generated_data(cfg)
     if max_tokens:
