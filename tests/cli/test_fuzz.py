@@ -70,7 +70,7 @@ import pytest
 import torch
 import typer
 import yaml
-from helpers import TINY, attnseq_in_process, untrained_checkpoint
+from helpers import TINY, TINY_SIZES, attnseq_in_process, untrained_checkpoint
 
 import attnseq
 from attnseq.cli.app import app
@@ -149,10 +149,12 @@ PATH_HINTS = {
     "alignments": ("gold.txt",),
     "from_saved": ("attention.npz",),
     "multirun_dir": ("sweep",),
+    "systems": ("tgt.txt", "src.txt", "tgt.txt"),  # compare: hypothesis files
+    "ref": ("tgt.txt",),
 }
 TEXT_HINTS = {"src": SENTENCES, "tgt": SENTENCES}  # string parameters that take a sentence
 # What most invocations give (other hinted inputs, such as --gold, go with modes of their own)
-MAIN_INPUTS = {"checkpoint", "checkpoints", "src", "tgt", "multirun_dir"}
+MAIN_INPUTS = {"checkpoint", "checkpoints", "src", "tgt", "multirun_dir", "systems", "ref"}
 
 
 # ----------------------------------------------------------------------- the parameters
@@ -565,6 +567,9 @@ def _train_case(rng: random.Random, number: int, scratch: Path) -> Case:
         _override(rng, True) if rng.random() < 0.7 else rng.choice(PLAUSIBLE_TRAINING)
         for _ in range(rng.choice([1, 1, 2]))
     ]
+    if "model=transformer" in drawn:  # a run refuses the other family's sizes: give its own
+        sizes = {arg for arg in TINY if arg.startswith("model.")}
+        tiny = [arg for arg in tiny if arg not in sizes] + TINY_SIZES["transformer"]
     flags = rng.choice(HYDRA_FLAGS) if rng.random() < 0.1 else []
     return Case(TRAIN, number, (TRAIN, *flags, *tiny, *drawn), scratch)
 
