@@ -268,12 +268,7 @@ def evaluate_checkpoint(
     cfg, tokenizers = trained.cfg, trained.tokenizers
     cfg.decoding = with_changes(cfg.decoding, decoding or {})
     dataset_split = split in NAMED_SPLITS or split in cfg.data.splits
-    check_checkpoint_data(
-        cfg.data, overridden_keys(overrides), reads_dataset=dataset_split,
-        local_file=f"{names['split']} PATH",
-    )  # fmt: skip
-    if dataset_split:
-        check_generated_data(cfg)
+    _check_data(cfg, overrides, dataset_split, names["split"])
     if max_tokens:
         cfg.data.eval_max_tokens = max_tokens
     device = resolve_device(cfg.trainer.device if device_name == "auto" else device_name)
@@ -325,6 +320,20 @@ def evaluate_checkpoint(
     result = write_result(folder, results, hypotheses, evaluator.references, about)
     warn_unknown(_unknown_counts(tokenizers, texts))  # after the work: an error ends alone
     return EvalMetrics(results, result)
+
+
+def _check_data(
+    cfg: TrainConfig, overrides: list[str], dataset_split: bool, split_name: str
+) -> None:
+    """UserError, before any work, for data the checkpoint's config cannot reach here: a
+    location outside the user's data root, data from the Hub (then: a local file instead, as
+    `split_name` takes one), or a generated task too large to make."""
+    check_checkpoint_data(
+        cfg.data, overridden_keys(overrides), reads_dataset=dataset_split,
+        local_file=f"{split_name} PATH",
+    )  # fmt: skip
+    if dataset_split:
+        check_generated_data(cfg)
 
 
 def _unknown_counts(
