@@ -2,14 +2,10 @@
 rate and the symmetrization of two directions. The AER of a model's own attention is forced.py's;
 how sharp its attention is (entropy, end-of-source mass) diagnostics.py's.
 
-Link convention. An alignment of one sentence pair is a set of (i, j) word index pairs,
-0-indexed, split into sure links S and possible links P (S ⊆ P) as the alignment error rate
-needs them. Gold files fix their own order: in the WPT 2003 English-French set i is the
-English word and j the French word, whichever side a model translates from. Everything built
-from a model here produces **(source word, target word)** pairs by default (`src_first=True`);
-pass `src_first=False` to get (target, source) instead, e.g. to score a French -> English model
-against the WPT files. The toy tasks of attnseq/data/generated.py give (source, target) links.
-The link types, their gold files and `word_ids` (pieces -> words) are data/word_alignments.py's.
+Links. An alignment of one sentence pair is a set of (i, j) word index pairs, sure links S and
+possible links P (S ⊆ P); their order convention ((source word, target word) by default,
+`src_first`), their types, their gold files and `word_ids` (pieces -> words) are
+data/word_alignments.py's.
 
 From attention to words. A model attends over pieces (characters, words, sentencepiece pieces),
 the gold links words. `word_ids` maps each piece to its word, and `word_attention` pools the
