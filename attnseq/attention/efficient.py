@@ -98,6 +98,7 @@ def build_self_attention(
     causal: bool = False,
     memory_slots: int = 0,
     max_length: int = 1024,
+    scaled: bool = True,
 ) -> MultiHeadAttention:
     """Multi-head self-attention of the kind `options` give (None: full attention).
 
@@ -105,6 +106,7 @@ def build_self_attention(
         causal: the module will be used for decoder self-attention.
         memory_slots: N persistent memory vectors per head (full attention only).
         max_length: linformer's n, the longest sequence (the model's max_positions).
+        scaled: divide q . k by sqrt(d_k) (False: unscaled; attention/multihead.py).
 
     Raises:
         ValueError: for an unknown kind, bad parameters, or a causal use of an encoder-only
@@ -120,5 +122,5 @@ def build_self_attention(
             f"(it is not causal); causal kinds: {causal_kinds}"
         )
     return MultiHeadAttention(
-        d_model, heads, dropout, mechanism=mechanism, memory_slots=memory_slots
+        d_model, heads, dropout, mechanism=mechanism, memory_slots=memory_slots, scaled=scaled
     )

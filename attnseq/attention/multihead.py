@@ -53,6 +53,7 @@ Shapes: B batch, T query positions, S key positions, N new positions (in `append
 memory slots (in `PersistentMemory`), H heads, d_k = d_model / H.
 """
 
+import math
 from typing import Any
 
 import torch
@@ -126,6 +127,8 @@ class MultiHeadAttention(nn.Module):
         mechanism: the attention function over the per-head q, k, v; None = full attention.
         memory_slots: N persistent memory vectors per head (0 = none); full attention only.
         memory_in_weights: return the memory columns with the weights (see PersistentMemory).
+        scaled: the mechanism's 1/sqrt(d_k) applies (section 3.2.1); False cancels it by
+            multiplying the queries by sqrt(d_k), so every mechanism computes q . k unscaled.
     """
 
     def __init__(
@@ -137,6 +140,7 @@ class MultiHeadAttention(nn.Module):
         mechanism: AttentionMechanism | None = None,
         memory_slots: int = 0,
         memory_in_weights: bool = True,
+        scaled: bool = True,
     ) -> None:
         super().__init__()
         if heads <= 0 or d_model % heads != 0:
@@ -148,6 +152,7 @@ class MultiHeadAttention(nn.Module):
         self.heads = heads
         self.d_k = d_model // heads
         self.dropout = dropout
+        self.scaled = scaled
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q, all heads side by side
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
@@ -180,6 +185,13 @@ class MultiHeadAttention(nn.Module):
         """(B, N, d_model) -> (B, H, N, d_k)."""
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, self.d_k).transpose(1, 2)
+
+    def queries(self, x: Tensor) -> Tensor:
+        """Per-head queries x W^Q: (B, T, d_model) -> (B, H, T, d_k); times sqrt(d_k) when
+        unscaled, which cancels the mechanism's 1/sqrt(d_k) (footnote 4: with unit-variance
+        q and k, q . k has variance d_k, so large heads push the softmax into saturation)."""
+        q = self._split_heads(self.q_proj(x))
+        return q if self.scaled else q * math.sqrt(self.d_k)
 
     def _merge_heads(self, x: Tensor) -> Tensor:
         """(B, H, T, d_k) -> (B, T, H d_k): the Concat(head_1..head_h) of section 3.2.2 (H d_k is
@@ -249,7 +261,7 @@ class MultiHeadAttention(nn.Module):
                 x, keys, values, is_causal=True, need_weights=need_weights
             )
             return output, weights, {"self_k": keys, "self_v": values}
-        q = self._split_heads(self.q_proj(x))  # (B, H, N, d_k)
+        q = self.queries(x)  # (B, H, N, d_k)
         k, v = self.project_kv(x, x)  # (B, H, N, d_k) each
         new = Heads(q, k, v, dropout=self._dropout())
         context, weights, new_cache = self.mechanism.step(new, cache, need_weights)
@@ -306,7 +318,7 @@ class MultiHeadAttention(nn.Module):
             output (B, T, d_model) and weights (B, H, T, S) or None; (B, H, T, S + N) with
             memory slots shown in the weights.
         """
-        q = self._split_heads(self.q_proj(query))  # (B, H, T, d_k)
+        q = self.queries(query)  # (B, H, T, d_k)
         if self.memory is not None:  # (B, H, N + S, d_k); the slots precede the causal mask
             keys, values = self.memory.prepend(keys, values)
             mask = self.memory.extend_mask(mask)

@@ -230,6 +230,12 @@ class AttentionConfig:
         family=RNN,
     )
     # --- transformer self-attention (cross-attention is always full)
+    scaled: bool = option(
+        True,
+        "divide every attention's q.k by sqrt(d_k) (Vaswani et al. 2017, section 3.2.1); "
+        "false = unscaled dot products, whose softmax saturates as d_k grows",
+        family=TRANSFORMER,
+    )
     kind: AttentionKind = option(AttentionKind.full, "self-attention mechanism", family=TRANSFORMER)
     decoder_self: bool = option(
         False, "also decoder self-attention (causal kinds, see below)", family=TRANSFORMER

@@ -68,6 +68,7 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
         memory_slots=attention.memory_slots,
         memory_in_cross=attention.memory_in_cross,
         conv_kernel=cfg.conv_kernel,
+        scaled_attention=attention.scaled,
     )
     if cfg.attention.hard is not HardMode.none:
         from attnseq.models.hard_attention import HardAttentionTransformer

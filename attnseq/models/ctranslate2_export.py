@@ -99,6 +99,11 @@ def unsupported_features(cfg: TrainConfig) -> list[str]:
             f"model.attention.memory_slots={model.attention.memory_slots} (persistent memory "
             "keys and values; the engine attends over the sequence only)"
         )
+    if not model.attention.scaled:
+        problems.append(
+            "model.attention.scaled=false (unscaled dot products; the engine divides by "
+            "sqrt(d_k))"
+        )
     if model.conv_kernel > 0:
         problems.append(
             f"model.conv_kernel={model.conv_kernel} (the encoder's convolution sublayer; the "

@@ -179,7 +179,7 @@ class HardDecoderLayer(DecoderLayer):
         attention = self.cross_attn
         mechanism = attention.mechanism
         assert isinstance(mechanism, HardCrossAttention)
-        q = attention._split_heads(attention.q_proj(h))  # (B, H, T, d_k)
+        q = attention.queries(h)  # (B, H, T, d_k)
         keys, values = memory_kv
         sample = mechanism.sample(Heads(q, keys, values, memory_mask))
         context = sample.weights @ values  # (B, H, T, d_k)

@@ -84,6 +84,8 @@ class TransformerSeq2Seq(Seq2Seq):
             (its kind and parameters: attention/efficient.py); None = full.
         decoder_self_attention: use it for decoder self-attention too (causal kinds only).
         memory_slots, memory_in_cross, conv_kernel: see `LayerOptions`.
+        scaled_attention: every attention divides q . k by sqrt(d_k) (section 3.2.1); False =
+            unscaled dot products.
 
     Raises:
         ValueError: for inconsistent sizes or options, e.g. a decoder use of a kind that
@@ -111,6 +113,7 @@ class TransformerSeq2Seq(Seq2Seq):
         memory_slots: int = 0,
         memory_in_cross: bool = False,
         conv_kernel: int = 0,
+        scaled_attention: bool = True,
     ) -> None:
         super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         _check_options((enc_layers, dec_layers), norm)
@@ -124,7 +127,7 @@ class TransformerSeq2Seq(Seq2Seq):
 
         options = LayerOptions(
             d_model, heads, ff_dim, dropout, attention_dropout, norm == "pre", memory_slots,
-            memory_in_cross, conv_kernel, max_positions,
+            memory_in_cross, conv_kernel, max_positions, scaled_attention,
         )  # fmt: skip
         self.encoder = TransformerEncoder(enc_layers, options, self_attention)
         decoder_self = self_attention if decoder_self_attention else None

@@ -79,6 +79,7 @@ class LayerOptions:
         cross-attention too with memory_in_cross (attention/multihead.py).
     conv_kernel: k of the encoder's convolution sublayer (0 = none; `ConvolutionModule`).
     max_positions: the longest sequence; linformer's n (attention/efficient.py).
+    scaled: every attention of the model divides q . k by sqrt(d_k) (False: unscaled).
     """
 
     d_model: int
@@ -91,6 +92,7 @@ class LayerOptions:
     memory_in_cross: bool = False
     conv_kernel: int = 0
     max_positions: int = 1024
+    scaled: bool = True
 
 
 class FeedForward(nn.Module):
@@ -217,6 +219,7 @@ class EncoderLayer(nn.Module):
             options.attention_dropout,
             memory_slots=options.memory_slots,
             max_length=options.max_positions,
+            scaled=options.scaled,
         )
         self.self_block = Residual(d_model, dropout, pre_norm)
         # the convolution sublayer (Conformer): after self-attention, before the feed-forward
@@ -338,7 +341,7 @@ class DecoderLayer(nn.Module):
         memory_slots = options.memory_slots
         self.self_attn = build_self_attention(
             self_attention, d_model, heads, attention_dropout, True, memory_slots,
-            options.max_positions,
+            options.max_positions, options.scaled,
         )  # fmt: skip
         self.self_block = Residual(d_model, dropout, pre_norm)
         self.cross_attn = MultiHeadAttention(
@@ -347,6 +350,7 @@ class DecoderLayer(nn.Module):
             attention_dropout,
             memory_slots=memory_slots if options.memory_in_cross else 0,
             memory_in_weights=False,  # cross-attention weights stay over the source
+            scaled=options.scaled,
         )
         self.cross_block = Residual(d_model, dropout, pre_norm)
         self.ff = FeedForward(d_model, options.ff_dim, dropout)

@@ -265,3 +265,40 @@ def test_mask_shapes() -> None:
     assert as_attention_mask(torch.ones(2, 4, 3, 5, dtype=torch.bool)).shape == (2, 4, 3, 5)
     with pytest.raises(ValueError, match="dimensions"):
         as_attention_mask(torch.ones(5, dtype=torch.bool))
+
+
+def test_unscaled_attention_drops_the_sqrt_dk() -> None:
+    """scaled=False: head_i = softmax(Q W_i^Q (K W_i^K)^T) V W_i^V on both paths, so its
+    weights are sharper than the scaled module's with the same projections."""
+    scaled = make_attention()
+    unscaled = MultiHeadAttention(D_MODEL, HEADS, dropout=0.0, scaled=False).eval()
+    unscaled.load_state_dict(scaled.state_dict())
+    query, memory = inputs(batch=1, tgt_len=2, src_len=3)
+    d_k = D_MODEL // HEADS
+    heads = []
+    for i in range(HEADS):
+        cols = slice(i * d_k, (i + 1) * d_k)
+        q = query[0] @ unscaled.q_proj.weight[cols].T + unscaled.q_proj.bias[cols]
+        k = memory[0] @ unscaled.k_proj.weight[cols].T + unscaled.k_proj.bias[cols]
+        v = memory[0] @ unscaled.v_proj.weight[cols].T + unscaled.v_proj.bias[cols]
+        heads.append(torch.softmax(q @ k.T, dim=-1) @ v)
+    expected = unscaled.out_proj(torch.cat(heads, dim=-1))
+    fast, explicit, weights = both_paths(unscaled, query, memory)
+    torch.testing.assert_close(explicit[0], expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(fast[0], expected, atol=ATOL, rtol=0)
+    _, _, scaled_weights = both_paths(scaled, query, memory)
+
+    def entropy(w: torch.Tensor) -> torch.Tensor:
+        return -(w * w.clamp_min(1e-12).log()).sum(-1).mean()
+
+    assert entropy(weights) < entropy(scaled_weights)
+
+
+def test_unscaled_incremental_steps_equal_the_full_pass() -> None:
+    attn = MultiHeadAttention(D_MODEL, HEADS, dropout=0.0, scaled=False).eval()
+    x, _ = inputs(tgt_len=4)
+    full, _ = attn(x, x, x, is_causal=True)
+    cache = attn.empty_cache(x.size(0), x)
+    for t in range(4):
+        step, _, cache = attn.attend_cached(x[:, t : t + 1], cache)
+        torch.testing.assert_close(step[:, 0], full[:, t], atol=ATOL, rtol=0)

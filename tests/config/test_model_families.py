@@ -192,6 +192,7 @@ TRANSFORMER_READS = {
     "model.conv_kernel": ([], "3"),
     "model.attention.kind": ([], "local"),
     "model.attention.D": (["model.attention.kind=local"], "1"),
+    "model.attention.scaled": ([], "false"),
     "model.attention.decoder_self": (["model.attention.kind=local"], "true"),
     "model.attention.stride": (["model.attention.kind=strided"], "2"),
     "model.attention.pattern": (["model.attention.kind=strided"], "fixed"),
