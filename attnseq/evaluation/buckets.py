@@ -1,6 +1,6 @@
 """Where two systems differ: a metric per source-length bucket, with its bootstrap interval, and
-each system's output/reference length ratio (compare-mt: Neubig et al. 2019, "compare-mt: A
-Tool for Holistic Comparison of Language Generation Systems", NAACL demo).
+each system's output/reference length ratio, whole and per sentence (compare-mt: Neubig et al.
+2019, "compare-mt: A Tool for Holistic Comparison of Language Generation Systems", NAACL demo).
 
 Lengths are whitespace words, or characters when every text has the same number of words (a
 generated task's one-word dates would otherwise fall in one bucket): `length_unit`. A bucket
@@ -13,11 +13,19 @@ sacreBLEU's sufficient statistics; ROUGE and exact match as means of sentence sc
 rule, attnseq/evaluation/significance.py).
 
 The length ratio is sum |output words| / sum |reference words| over the test set, as BLEU's
-brevity penalty sees it (1 = as long as the references; below 1, too short).
+brevity penalty sees it (1 = as long as the references; below 1, too short). Per sentence, the
+ratio |output words| / |reference words| (0 for an empty reference, as compare-mt's
+`LengthScorer.score_sentence`) falls in one of the buckets < 0.8, [0.8, 0.9), [0.9, 1.0),
+[1.0, 1.1), [1.1, 1.2), >= 1.2 (`RATIO_EDGES`; compare-mt's sentence buckets by the length
+score, `--compare_sentence_buckets bucket_type=score,score_measure=length,statistic_type=count`
+with these cutoffs): how many outputs are much too short or too long, which the corpus ratio
+averages away. Ratios are exact fractions, so a ratio on an edge (9 words against 10) falls
+in the bucket the edge opens.
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -34,7 +42,9 @@ from attnseq.evaluation.significance import (
 
 @dataclass(frozen=True)
 class Bucket:
-    """Source lengths lo <= words < hi (hi None: no upper bound), and how many sentences."""
+    """Values lo <= v < hi (hi None: no upper bound), and how many items fall in it: source
+    lengths and sentences here, training frequencies and reference words in
+    word_accuracy.py."""
 
     lo: int
     hi: int | None
@@ -160,3 +170,33 @@ def length_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """sum of output words / sum of reference words (module docstring); 0 for no words."""
     total = sum(words(text) for text in references)
     return sum(words(text) for text in hypotheses) / total if total else 0.0
+
+
+# lower edges of the sentence length-ratio buckets after the first (module docstring)
+RATIO_EDGES: tuple[Fraction, ...] = tuple(Fraction(tenths, 10) for tenths in (8, 9, 10, 11, 12))
+
+
+def ratio_labels(edges: Sequence[Fraction] = RATIO_EDGES) -> list[str]:
+    """The labels of the buckets [lo, hi) of `edges`: "< 0.8", "0.8-0.9", ..., ">= 1.2"."""
+    shown = [str(float(edge)) for edge in edges]
+    middle = [f"{lo}-{hi}" for lo, hi in zip(shown, shown[1:], strict=False)]
+    return [f"< {shown[0]}", *middle, f">= {shown[-1]}"]
+
+
+def sentence_ratio(hypothesis: str, reference: str) -> Fraction:
+    """|output words| / |reference words| of one sentence; 0 for an empty reference."""
+    total = words(reference)
+    return Fraction(words(hypothesis), total) if total else Fraction(0)
+
+
+def ratio_bucket_counts(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    edges: Sequence[Fraction] = RATIO_EDGES,
+) -> list[int]:
+    """How many sentences fall in each length-ratio bucket of `edges` (`ratio_labels`)."""
+    counts = [0] * (len(edges) + 1)
+    for hypothesis, reference in zip(hypotheses, references, strict=True):
+        ratio = sentence_ratio(hypothesis, reference)
+        counts[next((i for i, edge in enumerate(edges) if ratio < edge), len(edges))] += 1
+    return counts

@@ -1,5 +1,5 @@
 """Length buckets: the edges and counts, each bucket's metric recomputed on its sentences with
-a bootstrap interval around it, and the output/reference length ratio."""
+a bootstrap interval around it, and the output/reference length ratio, whole and by sentence."""
 
 import pytest
 import sacrebleu
@@ -12,6 +12,8 @@ from attnseq.evaluation.buckets import (
     length_ratio,
     length_unit,
     make_buckets,
+    ratio_bucket_counts,
+    ratio_labels,
 )
 
 SOURCES = ["a"] * 4 + ["a b c"] * 4 + ["a b c d e f"] * 4 + ["w " * 12] * 4
@@ -71,3 +73,12 @@ def test_one_word_texts_are_measured_in_characters() -> None:
     assert length_unit(dates) == "characters" and length_unit(SOURCES) == "words"
     buckets = make_buckets(dates, [0, 8, 10], unit="characters")
     assert [(b.label, b.count) for b in buckets] == [("0-7", 1), ("8-9", 1), ("10+", 2)]
+
+
+def test_sentences_by_length_ratio_with_ratios_on_the_edges() -> None:
+    references = ["w " * 10] * 7 + ["a b c d e", ""]
+    outputs = ["w " * n for n in (7, 8, 9, 10, 11, 12, 20)] + ["a b c d e f", "x"]
+    # ratios 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 2.0, 6/5, and 0 for the empty reference
+    assert ratio_labels() == ["< 0.8", "0.8-0.9", "0.9-1.0", "1.0-1.1", "1.1-1.2", ">= 1.2"]
+    assert ratio_bucket_counts(outputs, references) == [2, 1, 1, 1, 1, 3]
+    assert sum(ratio_bucket_counts(outputs, references)) == len(references)
