@@ -31,11 +31,24 @@ model.attention.score=none) gives none.
 Per batch, for TensorBoard, `attention_statistics` gives the mean entropy and the mean
 largest weight of the rows of any attention tensor.
 
+Per example, for `attnseq compare` (attnseq/analysis/compared_attention.py), `example_entropies`
+gives each pair's summed row entropy and its number of rows, from one teacher-forced pass over
+given pairs (a transformer's row entropy is the mean over its layers and heads, as the overall
+`attention/entropy` above): sums, so that any group of examples (a length bucket, the whole
+set) has its mean over rows as sum / rows.
+
 Shapes: B batch, T target positions, S source positions, L layers, H heads.
 """
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 from torch import Tensor
+
+from attnseq.alignment.attribution import length_sorted_batches, teacher_forced_attention
+from attnseq.data.batching import Example
+from attnseq.models.seq2seq import Seq2Seq
 
 
 def is_per_layer_key(key: str) -> bool:
@@ -88,6 +101,49 @@ def attention_statistics(weights: Tensor, mask: Tensor | None = None) -> dict[st
         "entropy": float(entropy[real_rows].mean()),
         "argmax_weight": float(top[real_rows].mean()),
     }
+
+
+@torch.no_grad()
+def example_entropies(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    device: torch.device | str = "cpu",
+    batch_size: int = 64,
+) -> np.ndarray:
+    """Summed row entropy (nats) and number of rows of each example's teacher-forced
+    cross-attention (module docstring): (N, 2) float64. The rows are the T_b + 1 decoder steps
+    (the </s> row included); a transformer's row entropy is the mean over its layers and heads.
+    An example with an empty source or target is not scored: (0, 0), as validation skips it.
+
+    Args:
+        model: any `Seq2Seq` that returns cross-attention; in eval mode for the pass, its mode
+            restored after.
+        examples: (source ids, target ids) without BOS/EOS, within the model's positions.
+        device: where the model runs.
+        batch_size: pairs per forward pass.
+
+    Raises:
+        ValueError: a model that returns no attention.
+    """
+    sums = np.zeros((len(examples), 2), dtype=np.float64)
+    scored = [i for i, (src, tgt) in enumerate(examples) if src and tgt]
+    was_training = model.training
+    model.eval()
+    try:
+        chosen = [examples[i] for i in scored]
+        for chunk, batch in length_sorted_batches(model, chosen, batch_size, device):
+            weights = teacher_forced_attention(model, batch).double()  # (B, [L, H,] T, S)
+            entropy = row_entropy(weights)  # (B, [L, H,] T): padded columns weigh 0
+            if entropy.dim() == 4:
+                entropy = entropy.mean(dim=(1, 2))  # (B, T): the layers' and heads' mean
+            lengths = batch.tgt_lengths.cpu()  # (B,): target + 1, the real rows
+            real = torch.arange(entropy.size(1)) < lengths.unsqueeze(1)  # (B, T)
+            totals = (entropy * real).sum(dim=1)  # (B,)
+            for b, position in enumerate(chunk):
+                sums[scored[position]] = (float(totals[b]), float(lengths[b]))
+    finally:
+        model.train(was_training)
+    return sums
 
 
 class AttentionDiagnostics:

@@ -1,13 +1,20 @@
 """Attention diagnostics: end-of-source mass and per-head entropy on hand-made attention, over
-padded batches and several batches; models without cross-attention give none."""
+padded batches and several batches; models without cross-attention give none; the entropy of
+each example, from hand-made attention and as the evaluator's mean."""
 
 import math
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from helpers import tiny_config
 
-from attnseq.alignment.diagnostics import AttentionDiagnostics, is_per_layer_key
+from attnseq.alignment.diagnostics import (
+    AttentionDiagnostics,
+    example_entropies,
+    is_per_layer_key,
+)
 from attnseq.decoding import DecodingConfig
 from attnseq.evaluation.evaluator import Evaluator
 from attnseq.models import Vocabularies, build_model
@@ -93,3 +100,48 @@ def test_per_layer_keys_are_told_from_the_overall_ones() -> None:
     assert is_per_layer_key("valid/attention/layer1/head3/entropy")
     assert not is_per_layer_key("test/attention/entropy")
     assert not is_per_layer_key("test/align/aer/layer2/mean") and not is_per_layer_key("best_step")
+
+
+class UniformOverSource(torch.nn.Module):
+    """A stand-in model whose cross-attention rows are uniform over each example's real source
+    (entropy ln S_b), with junk in the padding rows; `heads`: (B, 1, 2, T, S) with a second
+    head one-hot on the first source position (entropy 0)."""
+
+    pad_id, bos_id, eos_id = 0, 1, 2
+
+    def __init__(self, heads: bool = False) -> None:
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, src, src_lengths, tgt_in, need_weights=False):
+        B, S = src.shape
+        T = tgt_in.size(1)
+        real = torch.arange(S) < src_lengths[:, None]  # (B, S)
+        rows = (real / src_lengths[:, None]).unsqueeze(1).expand(B, T, S).clone()  # (B, T, S)
+        if self.heads:
+            one_hot = torch.zeros_like(rows)
+            one_hot[..., 0] = 1.0
+            rows = torch.stack([rows, one_hot], dim=1).unsqueeze(1)  # (B, 1, 2, T, S)
+        return SimpleNamespace(attention=rows)
+
+
+@pytest.mark.parametrize("heads", [False, True])
+def test_example_entropies_of_known_attention(heads: bool) -> None:
+    """Sources of 4 and 2 pieces, targets of 2 and 1 (3 and 2 rows with </s>), batched
+    together so that the second is padded; an example with an empty target is not scored."""
+    examples = [([5, 6, 7, 8], [5, 6]), ([5, 6], [7]), ([5], [])]
+    sums = example_entropies(UniformOverSource(heads), examples, batch_size=8)
+    share = 0.5 if heads else 1.0  # the one-hot head adds 0 to the head mean
+    expected = [[3 * math.log(4) * share, 3], [2 * math.log(2) * share, 2], [0, 0]]
+    assert sums == pytest.approx(np.array(expected))
+
+
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_example_entropies_agree_with_the_evaluators(family: str) -> None:
+    torch.manual_seed(0)
+    model = build_model(tiny_config(f"model.family={family}").model, Vocabularies(12, 12, 0, 2, 3))
+    examples = [([4, 5, 6], [7, 8]), ([9, 4], [5]), ([6], []), ([4, 4, 5, 6, 7], [8])]
+    sums = example_entropies(model.eval(), examples, batch_size=2)
+    overall = evaluator_for(examples).attention_diagnostics(model)["attention/entropy"]
+    assert sums[:, 0].sum() / sums[:, 1].sum() == pytest.approx(overall)
+    assert sums[2].tolist() == [0.0, 0.0] and sums[:, 1].tolist() == [3, 2, 0, 2]
