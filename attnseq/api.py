@@ -1280,18 +1280,32 @@ def compare(
     trials: int = 10000,
     buckets: Sequence[int] | None = None,
     device: str = "auto",
+    train_references: str | Path | Sequence[str] | None = None,
+    gold: str | Path | None = None,
+    attention: bool = True,
 ) -> "Comparison":
     """Is A better than B? `attnseq compare` from Python: the systems (hypothesis files,
     `attnseq eval` result folders, run directories or checkpoints) against `baseline` (one of
     them, by path; default the first), each metric with its 95% bootstrap interval and the
     paired bootstrap and approximate randomization p-values, the metric by length and the
-    length ratios (attnseq/analysis/comparison.py). `references` and `sources`: a file or the
-    lines themselves; `buckets`: the lower length edges in words.
+    length ratios and their sentence buckets, word F-measure by training frequency, and the
+    checkpoints' attention entropy (attnseq/analysis/comparison.py). `references`, `sources`
+    and `train_references` (the training targets the word frequencies count; default: the
+    train split of the first checkpoint's data): a file or the lines themselves; `buckets`:
+    the lower length edges in words; `gold`: a file of gold (source word, reference word)
+    links of the test set, for the AER of each checkpoint's attention; `attention=False`
+    skips the attention pass.
 
         result = attnseq.compare(["runs/a", "runs/b"])
         result.scores["runs/b"]["bleu"].p_bootstrap, result.save_figure("by_length.png")
+        result.words.scores["runs/b"][0].f_measure  # unseen words (result.words: WordTable)
     """
-    from attnseq.analysis.comparison import compare_systems, load_system, read_lines
+    from attnseq.analysis.comparison import (
+        check_extras,
+        compare_systems,
+        load_system,
+        read_lines,
+    )
 
     if isinstance(systems, str | Path) or not isinstance(systems, Sequence):
         raise TypeError("systems must be a list of paths")
@@ -1311,9 +1325,15 @@ def compare(
             return list(value)
         raise TypeError(f"{name} must be a path or a list of strings")
 
+    train_lines = lines(train_references, "train_references")
+    gold_path = None if gold is None else Path(gold)
+    if gold_path is not None:
+        read_lines(gold_path, "gold")  # exists, is UTF-8: before any decoding
+    check_extras(train_lines, gold_path, attention)
     loaded = [load_system(path, split, device) for path in paths]
     return compare_systems(
         loaded, None if baseline is None else str(Path(baseline)),
         lines(references, "references"), lines(sources, "sources"), task, seed=seed,
-        resamples=resamples, trials=trials, edges=buckets,
+        resamples=resamples, trials=trials, edges=buckets, train_references=train_lines,
+        gold=gold_path, attention=attention, device=device,
     )  # fmt: skip

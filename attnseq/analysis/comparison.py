@@ -16,22 +16,35 @@ comes from the eval records' metric names, or is given. The tests are those of
 attnseq/evaluation/significance.py against the baseline (the first system unless named); the
 buckets (attnseq/evaluation/buckets.py) are by source length when the sources are given, else by
 reference length, on the task's first metric.
+
+Beside them, as compare-mt reports them: how many outputs fall in each sentence length-ratio
+bucket (buckets.py); word precision, recall and F-measure by the reference words' frequency in
+the training targets (attnseq/evaluation/word_accuracy.py), the targets of the split "train" of
+the first checkpoint system's data, or given; and for checkpoint systems the entropy of their
+cross-attention and, with gold word links of the test split, its AER
+(attnseq/analysis/compared_attention.py). A table that cannot be made is left out with a note
+saying why (`Comparison.notes`).
 """
 
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnseq.analysis.compared_attention import Gold, SystemAttention, system_attention
 from attnseq.errors import UserError
 from attnseq.evaluation.buckets import (
+    RATIO_EDGES,
     Bucket,
     BucketScore,
+    bucket_members,
     length_buckets,
     length_ratio,
     length_unit,
+    ratio_bucket_counts,
+    ratio_labels,
 )
 from attnseq.evaluation.significance import (
     DEFAULT_RESAMPLES,
@@ -43,12 +56,21 @@ from attnseq.evaluation.significance import (
     check_test_sizes,
     paired_tests,
 )
+from attnseq.evaluation.word_accuracy import WordScore, word_accuracy_by_frequency, word_frequencies
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 FORMATS = ("text", "markdown", "latex", "json")
 ALPHA = 0.05  # the level a p-value is called significant at in the tables
+# what messages call the arguments of `compare_systems` that a note may name; a command passes
+# its options
+ARGUMENT_NAMES = {
+    "sources": "sources",
+    "train_references": "train_references",
+    "gold": "gold",
+    "no_attention": "attention=False",
+}
 
 
 @dataclass
@@ -96,6 +118,14 @@ def eval_folder_system(folder: Path, name: str) -> System:
 def split_sources(checkpoint: Path, split: str) -> list[str] | None:
     """The source texts of a dataset split of the checkpoint's data, as evaluation reads it
     (kept examples, in order); None when the checkpoint or the split cannot be read here."""
+    pairs = split_pairs(checkpoint, split)
+    return None if pairs is None else [source for source, _ in pairs]
+
+
+def split_pairs(checkpoint: Path, split: str) -> list[tuple[str, str]] | None:
+    """The (source, target) texts of a dataset split of the checkpoint's data, as training
+    and evaluation read it (kept examples, in order; a generated task regenerated from the
+    run's seed); None when the checkpoint or the split cannot be read here."""
     from attnseq.config.conversion import config_from_dict
     from attnseq.data.prepare import prepare_data
     from attnseq.data.tokenizers import TokenizerPair
@@ -108,7 +138,7 @@ def split_sources(checkpoint: Path, split: str) -> list[str] | None:
         cfg = config_from_dict(payload["config"])
         tokenizers = TokenizerPair.from_state(payload["tokenizers"])
         data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=[split])
-        return [source for source, _ in data.pairs[split]]
+        return list(data.pairs[split])
     except (UserError, KeyError, OSError):  # a file split, data not on this machine, ...
         return None
 
@@ -169,10 +199,25 @@ def load_system(path: str | Path, split: str = "test", device: str = "auto") -> 
 
 
 @dataclass
+class WordTable:
+    """Word F-measure by training frequency (word_accuracy.py): the frequency buckets (count:
+    reference words in each), each system's scores per bucket, and whose training targets the
+    frequencies count."""
+
+    buckets: list[Bucket]
+    scores: dict[str, list[WordScore]]
+    frequencies_from: str
+
+
+@dataclass
 class Comparison:
     """The result of comparing systems with a baseline (module docstring): per system and
     metric a MetricScore; the length buckets of `bucket_metric` with each system's scores and
-    intervals; each system's output/reference length ratio; and how it was computed."""
+    intervals; each system's output/reference length ratio and its sentences per length-ratio
+    bucket (`ratio_counts`, buckets `ratio_labels()`); word F-measure by training frequency
+    (None when there are no training targets); the attention measures of each system (empty
+    when none was asked for or possible); one line per table left out (`notes`); and how it
+    was computed."""
 
     systems: list[str]
     baseline: str
@@ -187,6 +232,10 @@ class Comparison:
     length_ratios: dict[str, float]
     sentences: int
     settings: dict[str, Any] = field(default_factory=dict)
+    ratio_counts: dict[str, list[int]] = field(default_factory=dict)
+    words: WordTable | None = None
+    attention: dict[str, SystemAttention] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
         metric = self.metrics[0]
@@ -236,6 +285,36 @@ class Comparison:
                     for name, row in self.bucket_scores.items()
                 },
             },
+        } | self.breakdown_dict()
+
+    def breakdown_dict(self) -> dict[str, Any]:
+        """The length-ratio buckets, the word accuracy, the attention measures and the notes,
+        as JSON-ready values."""
+        shares = {
+            name: [count / self.sentences for count in counts]
+            for name, counts in self.ratio_counts.items()
+        }
+        ratios = {"edges": [float(edge) for edge in RATIO_EDGES], "buckets": ratio_labels(),
+                  "counts": self.ratio_counts, "shares": shares}  # fmt: skip
+        words = None
+        if self.words is not None:
+            words = {
+                "frequencies_from": self.words.frequencies_from,
+                "buckets": [
+                    {"frequency": bucket.label, "reference_words": bucket.count}
+                    for bucket in self.words.buckets
+                ],
+                "scores": {
+                    name: [asdict(score) for score in row]
+                    for name, row in self.words.scores.items()
+                },
+            }
+        attention = {name: asdict(value) for name, value in self.attention.items()}
+        return {
+            "length_ratio_buckets": ratios,
+            "word_accuracy": words,
+            "attention": attention or None,
+            "notes": self.notes,
         }
 
     def render(self, output_format: str = "text") -> str:
@@ -253,8 +332,33 @@ class Comparison:
             "",
             f"{self.bucket_metric} by {self.bucket_by} length ({self.bucket_unit}), 95% interval:",
             _table(bucket_head, bucket_rows, output_format),
+            *self.breakdown_parts(output_format),
         ]
         return "\n".join(parts) + "\n"
+
+    def breakdown_parts(self, output_format: str) -> list[str]:
+        """The length-ratio, word-accuracy and attention tables with their headings, and the
+        notes, as lines of `render`."""
+        parts = ["", f"sentences by output/reference length ratio (words), of {self.sentences}:",
+                 _table(*self.ratio_rows(), output_format)]  # fmt: skip
+        if self.words is not None:
+            origin = self.words.frequencies_from
+            heading = f"word F-measure (precision/recall) by frequency in {origin}:"
+            parts += ["", heading, _table(*self.word_rows(), output_format)]
+        if self.attention:
+            gold = self.settings.get("gold")
+            heading = (
+                "cross-attention entropy (nats), mean over the rows of each system's outputs "
+                f"teacher-forced, overall and by {self.bucket_by} length ({self.bucket_unit})"
+            )
+            heading += f"; AER against {gold}:" if gold else ":"
+            parts += ["", heading, _table(*self.attention_rows(), output_format)]
+            for name, value in self.attention.items():
+                if value.reason is not None:
+                    parts.append(f"no attention measure for {name}: {value.reason}")
+                elif value.aer_reason is not None:
+                    parts.append(f"no AER for {name}: {value.aer_reason}")
+        return parts + ([""] + self.notes if self.notes else [])
 
     def metric_rows(self) -> tuple[list[str], list[list[str]]]:
         """Header and rows, one per metric and system: the score, the half-width of its 95%
@@ -285,6 +389,45 @@ class Comparison:
             rows.append(row)
         return head, rows
 
+    def ratio_rows(self) -> tuple[list[str], list[list[str]]]:
+        """One row per system: its corpus length ratio, then its sentences (and their share)
+        in each length-ratio bucket."""
+        head = ["system", "ratio", *ratio_labels()]
+        rows = []
+        for name in self.systems:
+            counts = [f"{n} ({100 * n / self.sentences:.1f}%)" for n in self.ratio_counts[name]]
+            rows.append([name, f"{self.length_ratios[name]:.3f}", *counts])
+        return head, rows
+
+    def word_rows(self) -> tuple[list[str], list[list[str]]]:
+        """One row per training-frequency bucket: its reference words, then each system's
+        F-measure (precision/recall) of the bucket's words."""
+        assert self.words is not None
+        head = ["frequency", "ref words", *self.systems]
+        rows = []
+        for index, bucket in enumerate(self.words.buckets):
+            row = [bucket.label, str(bucket.count)]
+            for name in self.systems:
+                value = self.words.scores[name][index]
+                shown = f"{value.f_measure:.3f} ({value.precision:.3f}/{value.recall:.3f})"
+                row.append(shown if bucket.count or value.outputs else "-")
+            rows.append(row)
+        return head, rows
+
+    def attention_rows(self) -> tuple[list[str], list[list[str]]]:
+        """One row per system: its mean entropy, per length bucket, and its AER with gold."""
+        gold = self.settings.get("gold") is not None
+        head = ["system", "entropy", *[bucket.label for bucket in self.buckets]]
+        head += ["AER"] if gold else []
+        rows = []
+        for name in self.systems:
+            value = self.attention[name]
+            buckets = value.bucket_entropy or [None] * len(self.buckets)
+            row = [name, *[_number(v, 3) for v in (value.entropy, *buckets)]]
+            row += [_number(value.aer["aer"] if value.aer else None, 4)] if gold else []
+            rows.append(row)
+        return head, rows
+
     def rule_line(self) -> str:
         return (
             f"± : half-width of the 95% bootstrap interval ({self.settings['resamples']} "
@@ -295,11 +438,13 @@ class Comparison:
         )
 
     def figure(self) -> "Figure":
-        """The bucket metric by length: one line per system with its 95% band."""
+        """The bucket metric by length: one line per system with its 95% band; beside it, with
+        training frequencies, the word F-measure by frequency (`word_panel`)."""
         from matplotlib.figure import Figure
 
-        figure = Figure(figsize=(6.0, 3.8), layout="constrained")
-        ax = figure.subplots()
+        panels = 1 if self.words is None else 2
+        figure = Figure(figsize=(6.0 * panels, 3.8), layout="constrained")
+        ax, *others = figure.subplots(1, panels, squeeze=False)[0]
         positions = list(range(len(self.buckets)))
         empty = [bucket.count == 0 for bucket in self.buckets]  # gaps in the lines
         for name in self.systems:
@@ -320,13 +465,37 @@ class Comparison:
         ax.set_title(f"{self.bucket_metric} by {self.bucket_by} length, 95% bootstrap bands")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
+        if others:
+            self.word_panel(others[0])
         return figure
+
+    def word_panel(self, ax: Any) -> None:
+        """Word F-measure by training frequency on `ax`: one line per system, a gap at a
+        bucket with no reference words."""
+        assert self.words is not None
+        buckets = self.words.buckets
+        positions = list(range(len(buckets)))
+        for name in self.systems:
+            scores = zip(self.words.scores[name], buckets, strict=True)
+            values = [score.f_measure if bucket.count else math.nan for score, bucket in scores]
+            ax.plot(positions, values, marker="o", label=name)
+        ax.set_xticks(positions, [f"{b.label}\n(n={b.count})" for b in buckets], fontsize=8)
+        ax.set_xlabel(f"frequency in {self.words.frequencies_from} (n: reference words)")
+        ax.set_ylabel("word F-measure")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title("word F-measure by training frequency")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
 
     def save_figure(self, path: str | Path) -> Path:
         """Write `figure()` to `path` (png/svg/pdf by suffix), atomically."""
         from attnseq.analysis.figures import save_figure
 
         return save_figure(self.figure(), path)
+
+
+def _number(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _p(value: float | None) -> str:
@@ -342,7 +511,8 @@ def _table(head: list[str], rows: list[list[str]], output_format: str) -> str:
     if output_format == "latex":
 
         def cell(text: str) -> str:
-            return text.replace("±", r"$\pm$").replace("_", r"\_").replace("%", r"\%")
+            text = text.replace("±", r"$\pm$").replace("_", r"\_").replace("%", r"\%")
+            return text.replace(">=", r"$\geq$").replace("<", "$<$")  # text-mode < is no <
 
         lines = [r"\begin{tabular}{l" + "r" * (len(head) - 1) + "}", r"\toprule"]
         lines.append(" & ".join(cell(h) for h in head) + r" \\")
@@ -366,11 +536,23 @@ def compare_systems(
     resamples: int = DEFAULT_RESAMPLES,
     trials: int = DEFAULT_TRIALS,
     edges: Sequence[int] | None = None,
+    train_references: Sequence[str] | None = None,
+    gold: Path | None = None,
+    attention: bool = True,
+    device: str = "auto",
+    names: Mapping[str, str] | None = None,
 ) -> Comparison:
     """Compare `systems` with `baseline` (a system's name; default the first): the tests, the
     buckets and the length ratios (module docstring). `references` default: those an eval
-    folder among the systems brings; `task` default: the eval records', else translation."""
+    folder among the systems brings; `task` default: the eval records', else translation.
+    `train_references`: the training targets the word frequencies count (default: those of
+    the first checkpoint system's data); `gold`: a Pharaoh or NAACL file of (source word,
+    reference word) links of the test set, for the AER of the attention; `attention`: measure
+    the checkpoint systems' attention, on `device`; `names`: what notes and messages call
+    these arguments (`ARGUMENT_NAMES`)."""
+    called = ARGUMENT_NAMES | dict(names or {})
     check_test_sizes(seed, resamples, trials)
+    check_extras(train_references, gold, attention, called)
     if len(systems) < 2:
         raise UserError(f"comparing needs at least two systems, got {len(systems)}")
     names = [system.name for system in systems]
@@ -383,6 +565,7 @@ def compare_systems(
     if sources is None:
         sources = _sources(systems, len(references))
     _check_lengths(systems, references, sources)
+    links = _gold_links(gold, sources, references, called)  # read before the work
     task = task or next((s.task for s in systems if s.task), None) or "translation"
     if task not in TASK_TESTED_METRICS:
         raise UserError(f"unknown task {task!r}; valid: {', '.join(TASK_TESTED_METRICS)}")
@@ -398,11 +581,117 @@ def compare_systems(
         measured, outputs, references, metrics[0], edges, seed, resamples, unit
     )
     ratios = {name: length_ratio(outputs[name], references) for name in order}
-    settings = {"seed": seed, "resamples": resamples, "trials": trials, "alpha": ALPHA}
-    return Comparison(
+    settings = {"seed": seed, "resamples": resamples, "trials": trials, "alpha": ALPHA,
+                "gold": None if gold is None else str(gold)}  # fmt: skip
+    result = Comparison(
         order, baseline, task, metrics, scores, metrics[0], by, unit, buckets, bucket_scores,
         ratios, len(references), settings,
     )  # fmt: skip
+    result.ratio_counts = {name: ratio_bucket_counts(outputs[name], references) for name in order}
+    result.words = _word_table(systems, outputs, references, train_references, result.notes, called)
+    if attention:
+        members = [bucket_members(measured, bucket, unit) for bucket in buckets]
+        result.attention = _attention(systems, order, sources, references, members, links,
+                                      device, result.notes)  # fmt: skip
+    return result
+
+
+def check_extras(
+    train_references: Sequence[str] | None,
+    gold: Path | None,
+    attention: bool,
+    names: Mapping[str, str] = ARGUMENT_NAMES,
+) -> None:
+    """UserError for training references without a word, or gold links with the attention
+    left out; `names`: what the messages call the arguments (`ARGUMENT_NAMES`)."""
+    if train_references is not None and not any(line.split() for line in train_references):
+        raise UserError(
+            f"{names['train_references']} holds no words: the training targets whose word "
+            "frequencies bucket the reference words"
+        )
+    if gold is not None and not attention:
+        raise UserError(f"{names['gold']} scores the attention that {names['no_attention']} "
+                        "leaves out")  # fmt: skip
+
+
+def _word_table(
+    systems: Sequence[System],
+    outputs: Mapping[str, Sequence[str]],
+    references: Sequence[str],
+    train_references: Sequence[str] | None,
+    notes: list[str],
+    names: Mapping[str, str],
+) -> WordTable | None:
+    """Word F-measure by frequency in the given training targets, else in those of the first
+    checkpoint system whose training split this machine reads; None, with a note, without."""
+    if train_references is not None:
+        targets, origin = list(train_references), "the given training targets"
+    else:
+        targets, origin = None, ""
+        for system in systems:
+            pairs = split_pairs(system.checkpoint, "train") if system.checkpoint else None
+            if pairs:
+                targets, origin = [target for _, target in pairs], "the training targets of "
+                origin += system.name
+                break
+    if targets is None:
+        notes.append(
+            "word F-measure by training frequency: left out, no training targets (give "
+            f"{names['train_references']}, or compare a checkpoint whose training data this "
+            "machine can read)"
+        )
+        return None
+    buckets, scores = word_accuracy_by_frequency(outputs, references, word_frequencies(targets))
+    return WordTable(buckets, scores, origin)
+
+
+def _gold_links(
+    gold: Path | None,
+    sources: Sequence[str] | None,
+    references: Sequence[str],
+    names: Mapping[str, str],
+) -> Gold | None:
+    """The (sure, possible) (source word, reference word) links of `gold`, checked against the
+    words of each pair; None without gold."""
+    from attnseq.data.word_alignments import read_gold_links, read_text_lines
+
+    if gold is None:
+        return None
+    what = f"{names['gold']} {gold}"
+    if sources is None:
+        raise UserError(
+            f"{what}: gold links count the words of the test sources: give {names['sources']}, "
+            "or compare a checkpoint whose test split this machine can read"
+        )
+    read_text_lines(gold, names["gold"])  # exists, is UTF-8
+    return read_gold_links(gold, None, "auto", "src-tgt", sources, references, what=what,
+                           order_option="the links' order")  # fmt: skip
+
+
+def _attention(
+    systems: Sequence[System],
+    order: Sequence[str],
+    sources: Sequence[str] | None,
+    references: Sequence[str],
+    members: Sequence[Any],
+    gold: Gold | None,
+    device: str,
+    notes: list[str],
+) -> dict[str, SystemAttention]:
+    """Each system's attention measures (compared_attention.py), in the table's order; {} with
+    a note when no system is a checkpoint."""
+    if all(system.checkpoint is None for system in systems):
+        notes.append("attention: left out, no system is a checkpoint (hypothesis files have "
+                      "no model whose attention could be read)")  # fmt: skip
+        return {}
+    by_name = {system.name: system for system in systems}
+    measures = {}
+    for name in order:
+        system = by_name[name]
+        measures[name] = system_attention(
+            system.checkpoint, system.hypotheses, sources, references, members, gold, device
+        )
+    return measures
 
 
 def _sources(systems: Sequence[System], count: int) -> list[str] | None:

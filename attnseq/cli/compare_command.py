@@ -63,17 +63,46 @@ def compare(
         ),  # fmt: skip
     ] = None,
     device: Annotated[str, typer.Option(help="Device for decoding checkpoints.")] = "auto",
+    train_ref: Annotated[
+        Path | None,
+        typer.Option(
+            help="Training targets, one per line: the word frequencies of the word F-measure "
+            "table (default: the train split of the first checkpoint's data)."
+        ),
+    ] = None,
+    gold: Annotated[
+        Path | None,
+        typer.Option(
+            help="Gold word links (Pharaoh or NAACL, source-reference word pairs) of the test "
+            "set: the AER of each checkpoint's attention."
+        ),
+    ] = None,
+    attention: Annotated[
+        bool,
+        typer.Option(
+            "--attention/--no-attention",
+            help="Measure the checkpoints' cross-attention (entropy; AER with --gold).",
+        ),
+    ] = True,
 ) -> None:
     """Compare systems on the same test set: each metric with its 95% bootstrap interval, and
     p-values of paired bootstrap resampling (Koehn 2004) and approximate randomization
-    (Riezler & Maxwell 2005) against the baseline; the metric by length; the length ratio.
+    (Riezler & Maxwell 2005) against the baseline; the metric by length; the length ratio and
+    its sentence buckets; word F-measure by training frequency; the checkpoints' attention.
 
     \b
     attnseq compare RUN_A RUN_B
     attnseq compare base.txt new.txt --ref test.en --src test.de --out cmp/
     attnseq compare RUN_A/eval/best-step900/test.greedy RUN_B --format json
+    attnseq compare RUN_A RUN_B --gold test.links --train-ref train.en
     """
-    from attnseq.analysis.comparison import FORMATS, compare_systems, load_system, read_lines
+    from attnseq.analysis.comparison import (
+        FORMATS,
+        check_extras,
+        compare_systems,
+        load_system,
+        read_lines,
+    )
 
     with user_errors():
         if output_format not in FORMATS:
@@ -88,11 +117,16 @@ def compare(
             paths.insert(0, baseline)
         references = read_lines(ref, "--ref") if ref is not None else None
         sources = read_lines(src, "--src") if src is not None else None
+        train_references = read_lines(train_ref, "--train-ref") if train_ref is not None else None
+        if gold is not None:
+            read_lines(gold, "--gold")  # exists, is UTF-8: before any decoding
+        check_extras(train_references, gold, attention, _NAMES)
         loaded = [load_system(path, split, device) for path in paths]
         result = compare_systems(
             loaded, str(baseline) if baseline else None, references, sources, task,
             seed=_at_least(seed, "--seed"), resamples=_at_least(resamples, "--resamples"),
-            trials=_at_least(trials, "--trials"), edges=edges,
+            trials=_at_least(trials, "--trials"), edges=edges, train_references=train_references,
+            gold=gold, attention=attention, device=device, names=_NAMES,
         )  # fmt: skip
     typer.echo(result.render(output_format), nl=False)
     if out is not None:
@@ -101,6 +135,15 @@ def compare(
             figure = result.save_figure(out / "compare.png")
             (out / "compare.json").write_text(result.render("json"), encoding="utf-8")
         typer.echo(f"wrote {figure} and {out / 'compare.json'}", err=output_format != "text")
+
+
+# what the notes and messages of compare_systems call its arguments
+_NAMES = {
+    "sources": "--src",
+    "train_references": "--train-ref",
+    "gold": "--gold",
+    "no_attention": "--no-attention",
+}
 
 
 def _at_least(value: int, option: str) -> int:

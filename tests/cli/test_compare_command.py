@@ -1,9 +1,12 @@
 """`attnseq compare`: two runs of the default task compared on their test split (decoded once,
 then their eval results reused), the table with intervals and p-values, the length buckets, the
-figure; --format json holds the text table's numbers; mistakes exit 2 with one line; the same
-from Python as `attnseq.compare`."""
+figure; the length-ratio buckets, word F-measure by training frequency and the attention's
+entropy and AER; --format json holds the text tables' numbers; mistakes exit 2 with one line;
+the same from Python as `attnseq.compare`."""
 
+import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -12,7 +15,11 @@ from helpers import tiny_config
 from typer.testing import CliRunner
 
 import attnseq
+from attnseq.analysis.comparison import split_pairs
+from attnseq.cli.align_runner import AlignRequest, run_align
 from attnseq.cli.app import app
+from attnseq.errors import UserError
+from attnseq.evaluation.word_accuracy import word_accuracy_by_frequency, word_frequencies
 from attnseq.training.run import run_training
 
 runner = CliRunner()
@@ -132,8 +139,29 @@ def test_python_api(runs: tuple[Path, Path], tmp_path: Path) -> None:
     assert "\n" not in repr(result)
     assert result.scores[str(b)]["bleu"].p_bootstrap is not None
     assert result.save_figure(tmp_path / "f.png").is_file()
+    assert result.attention[str(b)].entropy > 0 and result.words is not None
     with pytest.raises(TypeError, match="systems must be a list of paths"):
         attnseq.compare(str(a))
+
+
+def test_python_api_training_targets_gold_and_no_attention(
+    runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, b = runs
+    fast = {"resamples": 50, "trials": 100, "device": "cpu"}
+    given = attnseq.compare([a, b], train_references=["1990-11-07 x"], attention=False, **fast)
+    assert given.words is not None and given.words.frequencies_from == "the given training targets"
+    assert given.attention == {} and given.to_dict()["attention"] is None
+    gold = tmp_path / "gold.txt"
+    with pytest.raises(UserError, match=f"^gold {re.escape(str(gold))}: no such file$"):
+        attnseq.compare([a, b], gold=gold, **fast)
+    gold.write_text("0-0\n")
+    with pytest.raises(UserError, match="^gold scores the attention that attention=False leaves"):
+        attnseq.compare([a, b], gold=gold, attention=False, **fast)
+    with pytest.raises(UserError, match="^gold .*: 1 lines of Pharaoh links for 20 sentences$"):
+        attnseq.compare([a, b], gold=gold, **fast)
+    with pytest.raises(UserError, match="^train_references holds no words"):
+        attnseq.compare([a, b], train_references=[""], **fast)
 
 
 def test_latex_tables(tmp_path: Path) -> None:
@@ -143,6 +171,107 @@ def test_latex_tables(tmp_path: Path) -> None:
     (tmp_path / "b_sys.txt").write_text("\n".join(refs) + "\n")
     files = [str(tmp_path / name) for name in ("a_sys.txt", "b_sys.txt")]
     out = compare(*files, "--ref", str(tmp_path / "ref.txt"), "--format", "latex", *FAST).stdout
-    assert out.count(r"\begin{tabular}") == 2 and out.count(r"\bottomrule") == 2
+    assert out.count(r"\begin{tabular}") == 3 and out.count(r"\bottomrule") == 3
+    ratio_head = r"system & ratio & $<$ 0.8 & 0.8-0.9 & 0.9-1.0 & 1.0-1.1 & 1.1-1.2 & $\geq$ 1.2"
+    assert ratio_head in out
+    assert re.search(r"b\\_sys\.txt & 1\.000 & 0 \(0\.0\\%\) & ", out), out
     assert r"metric & system & score & $\pm$ 95\% & p (bs) & p (ar) \\" in out
     assert re.search(r"^exact\\_match & .*b\\_sys\.txt & 1\.000 & 0\.000 & ", out, re.M), out
+
+
+def test_attention_word_accuracy_and_ratio_buckets_agree_in_json_and_text(
+    runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Two runs and a hypothesis file, gold links of the test split: each run's AER is that of
+    `attnseq align --gold`; the word table counts the run's training targets; the hypothesis
+    file has no attention, said once; the text shows the numbers of the JSON."""
+    a, b = runs
+    checkpoint = a / "checkpoints" / "best.pt"
+    pairs = split_pairs(checkpoint, "test")
+    src, ref, gold = tmp_path / "src.txt", tmp_path / "ref.txt", tmp_path / "gold.txt"
+    src.write_text("".join(f"{source}\n" for source, _ in pairs))
+    ref.write_text("".join(f"{target}\n" for _, target in pairs))
+    gold.write_text("".join("0-0 1?0\n" if len(s.split()) > 1 else "0-0\n" for s, _ in pairs))
+    copy = tmp_path / "copy.txt"
+    copy.write_text(next(b.glob("eval/*/test.*/hyps.txt")).read_text())
+    args = [str(a), str(b), str(copy), "--gold", str(gold), "--device", "cpu", *FAST]
+    text = compare(*args).stdout
+    data = json.loads(compare(*args, "--format", "json").stdout)
+
+    aligned = run_align(AlignRequest(checkpoint, src, ref, gold=gold, device="cpu"))
+    assert data["attention"][str(a)]["aer"]["aer"] == pytest.approx(aligned.scores["aer"])
+    assert data["attention"][str(copy)]["entropy"] is None
+    assert text.count(f"no attention measure for {copy}: no model (a hypothesis file)") == 1
+    for name in (a, b):
+        value = data["attention"][str(name)]
+        cells = [f"{v:.3f}" for v in (value["entropy"], *value["bucket_entropy"])]
+        row = r"\s+".join([re.escape(str(name)), *cells, f"{value['aer']['aer']:.4f}"])
+        assert re.search(rf"^{row}$", text, re.M), (row, text)
+        assert 0 < value["entropy"] < math.log(max(len(s) for s, _ in pairs))  # char pieces
+    assert re.search(rf"^{re.escape(str(copy))}(\s+-)+$", text, re.M)
+
+    words = data["word_accuracy"]
+    assert words["frequencies_from"] == f"the training targets of {a}"
+    train = [target for _, target in split_pairs(checkpoint, "train")]
+    hyps = {str(a): next(a.glob("eval/*/test.*/hyps.txt")).read_text().splitlines()}
+    _, expected = word_accuracy_by_frequency(hyps, ref.read_text().splitlines(),
+                                             word_frequencies(train))  # fmt: skip
+    assert words["scores"][str(a)] == [dataclasses.asdict(s) for s in expected[str(a)]]
+    unseen = words["scores"][str(b)][0]
+    shown = f"{unseen['f_measure']:.3f} ({unseen['precision']:.3f}/{unseen['recall']:.3f})"
+    assert re.search(rf"^0\s+{words['buckets'][0]['reference_words']}\s+.*{re.escape(shown)}",
+                     text, re.M)  # fmt: skip
+
+    ratios = data["length_ratio_buckets"]
+    assert sum(ratios["counts"][str(b)]) == 20 and sum(ratios["shares"][str(b)]) == 1.0
+    cells = [f"{n} \\({100 * n / 20:.1f}%\\)" for n in ratios["counts"][str(b)]]
+    ratio = data["systems"][str(b)]["length_ratio"]
+    assert re.search(r"\s+".join([re.escape(str(b)), f"{ratio:.3f}", *cells]), text)
+
+
+def test_without_training_targets_the_word_table_is_left_out_in_one_line(
+    tmp_path: Path,
+) -> None:
+    refs = ["a b c", "d e"]
+    (tmp_path / "r.txt").write_text("\n".join(refs) + "\n")
+    (tmp_path / "x.txt").write_text("a b\nd e f\n")
+    (tmp_path / "train.txt").write_text("a a b\nd\nz z z\n")  # other line count: fine
+    files = [str(tmp_path / "r.txt"), str(tmp_path / "x.txt")]
+    out = compare(*files, "--ref", files[0], *FAST).stdout
+    assert "word F-measure (precision/recall)" not in out
+    note = [line for line in out.splitlines() if line.startswith("word F-measure")]
+    assert note == [
+        "word F-measure by training frequency: left out, no training targets (give "
+        "--train-ref, or compare a checkpoint whose training data this machine can read)"
+    ]
+    assert "attention: left out, no system is a checkpoint" in out
+    given = compare(*files, "--ref", files[0], "--train-ref", str(tmp_path / "train.txt"),
+                    "--format", "json", *FAST).stdout  # fmt: skip
+    words = json.loads(given)["word_accuracy"]
+    assert words["frequencies_from"] == "the given training targets"
+    # reference words: c, e unseen; b, d once; a twice
+    assert [b["reference_words"] for b in words["buckets"][:3]] == [2, 2, 1]
+    assert [s["matches"] for s in words["scores"][files[1]][:3]] == [1, 2, 1]
+
+
+def test_mistakes_of_the_new_options_exit_2_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("x\ny\n")
+    (tmp_path / "b.txt").write_text("x\nz\n")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n \n")
+    files = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "--ref", str(tmp_path / "a.txt")]
+    cases = {
+        f"--gold {tmp_path / 'gone.txt'}: no such file": ["--gold", str(tmp_path / "gone.txt")],
+        "--train-ref holds no words": ["--train-ref", str(tmp_path / "empty.txt")],
+        "--train-ref holds no words ": ["--train-ref", str(tmp_path / "blank.txt")],
+        "--gold scores the attention that --no-attention leaves out": [
+            "--gold", str(tmp_path / "a.txt"), "--no-attention"
+        ],
+        "gold links count the words of the test sources: give --src": [
+            "--gold", str(tmp_path / "a.txt")
+        ],
+    }  # fmt: skip
+    for message, args in cases.items():
+        result = compare(*files, *args, code=2)
+        assert message.strip() in result.output, (message, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
