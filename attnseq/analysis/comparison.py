@@ -353,11 +353,14 @@ class Comparison:
             )
             heading += f"; AER against {gold}:" if gold else ":"
             parts += ["", heading, _table(*self.attention_rows(), output_format)]
-            for name, value in self.attention.items():
-                if value.reason is not None:
-                    parts.append(f"no attention measure for {name}: {value.reason}")
-                elif value.aer_reason is not None:
-                    parts.append(f"no AER for {name}: {value.aer_reason}")
+            reasons = [
+                f"no attention measure for {name}: {value.reason}"
+                if value.reason is not None
+                else f"no AER for {name}: {value.aer_reason}"
+                for name, value in self.attention.items()
+                if value.reason is not None or value.aer_reason is not None
+            ]
+            parts += [""] + reasons if reasons else []  # a blank line ends a markdown table
         return parts + ([""] + self.notes if self.notes else [])
 
     def metric_rows(self) -> tuple[list[str], list[list[str]]]:
