@@ -62,7 +62,9 @@ def compare(
             "(default: the length quartiles)."
         ),  # fmt: skip
     ] = None,
-    device: Annotated[str, typer.Option(help="Device for decoding checkpoints.")] = "auto",
+    device: Annotated[
+        str, typer.Option(help="Device for decoding checkpoints and reading their attention.")
+    ] = "auto",
     train_ref: Annotated[
         Path | None,
         typer.Option(
