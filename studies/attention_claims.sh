@@ -31,10 +31,10 @@ model.attention.score=additive,none trainer.max_steps=800 trainer.validate_every
   [transformer_scaling]="config=reverse_transformer model.enc_layers=2 model.dec_layers=2 \
 model.ff_dim=512 trainer.max_steps=500 trainer.validate_every=50 trainer.log_every=25 trainer.early_stopping_target=null \
 $ONE_THREAD model.heads=8,1 model.attention.scaled=true,false"
-  # Britz et al. 2017: additive vs multiplicative across hidden sizes (Bahdanau decoder)
-  [britz_256]="config=multi30k_rnn_bahdanau $MULTI30K_GRU model.attention.score=general"
-  [britz_128]="config=multi30k_rnn_bahdanau model.emb_dim=128 model.hidden=128 model.enc_hidden=64 \
-trainer.max_steps=250 trainer.validate_every=125 $ONE_THREAD model.attention.score=additive,general"
+  # Britz et al. 2017: additive (Luong's concat) vs multiplicative (general) across hidden
+  # sizes, in the Luong decoder: hidden 256 is luong_global's concat and general, this is 128
+  [britz_128]="config=multi30k_rnn_luong model.emb_dim=128 model.hidden=128 model.enc_hidden=64 \
+trainer.max_steps=250 trainer.validate_every=125 $ONE_THREAD model.attention.score=concat,general"
 )
 
 if [[ "${1:-}" == "--list" || $# -eq 0 ]]; then
