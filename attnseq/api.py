@@ -133,6 +133,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from attnseq.analysis.comparison import Comparison
+    from attnseq.analysis.seed_comparison import SeedComparison
 
 BEST_CHECKPOINT = Path("checkpoints") / "best.pt"  # inside a run directory
 
@@ -1283,7 +1284,7 @@ def compare(
     train_references: str | Path | Sequence[str] | None = None,
     gold: str | Path | None = None,
     attention: bool = True,
-) -> "Comparison":
+) -> "Comparison | SeedComparison":
     """Is A better than B? `attnseq compare` from Python: the systems (hypothesis files,
     `attnseq eval` result folders, run directories or checkpoints) against `baseline` (one of
     them, by path; default the first), each metric with its 95% bootstrap interval and the
@@ -1298,6 +1299,7 @@ def compare(
 
         result = attnseq.compare(["runs/a", "runs/b"])
         result.scores["runs/b"]["bleu"].p_bootstrap, result.save_figure("by_length.png")
+        attnseq.compare(["multirun/DATE/TIME"])  # a sweep folder's configurations over seeds
         result.words.scores["runs/b"][0].f_measure  # unseen words (result.words: WordTable)
     """
     from attnseq.analysis.comparison import (
@@ -1306,6 +1308,7 @@ def compare(
         load_system,
         read_lines,
     )
+    from attnseq.analysis.seed_comparison import compare_seeds, sweep_requested
 
     if isinstance(systems, str | Path) or not isinstance(systems, Sequence):
         raise TypeError("systems must be a list of paths")
@@ -1325,6 +1328,16 @@ def compare(
             return list(value)
         raise TypeError(f"{name} must be a path or a list of strings")
 
+    given = [Path(system) for system in systems]
+    if sweep_requested(given):  # a SeedComparison (attnseq/analysis/seed_comparison.py)
+        if gold is not None or train_references is not None:
+            raise UserError("gold and train_references score single systems, not the seed "
+                            "groups of a sweep folder")  # fmt: skip
+        return compare_seeds(
+            given, None if baseline is None else str(baseline), lines(references, "references"),
+            lines(sources, "sources"), task, split, device, seed=seed, resamples=resamples,
+            trials=trials, edges=buckets,
+        )  # fmt: skip
     train_lines = lines(train_references, "train_references")
     gold_path = None if gold is None else Path(gold)
     if gold_path is not None:

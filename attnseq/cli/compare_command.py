@@ -7,12 +7,16 @@ when the command runs.
 """
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from attnseq.cli.shared import user_errors
 from attnseq.errors import UserError
+
+if TYPE_CHECKING:
+    from attnseq.analysis.comparison import Comparison
+    from attnseq.analysis.seed_comparison import SeedComparison
 
 
 def compare(
@@ -20,12 +24,16 @@ def compare(
         list[Path],
         typer.Argument(
             help="Two or more systems: hypothesis files (one output per line), `attnseq eval` "
-            "result folders, run directories or checkpoints."
+            "result folders, run directories or checkpoints; or sweep folders, whose "
+            "configurations are compared over their seeds."
         ),
     ],
     baseline: Annotated[
         Path | None,
-        typer.Option(help="The system the others are tested against (default: the first)."),
+        typer.Option(
+            help="The system the others are tested against (default: the first); with sweep "
+            "folders, a group's name (e.g. model.attention.score=general) or a run's path."
+        ),
     ] = None,
     split: Annotated[
         str, typer.Option(help="Split decoded for run directories and checkpoints.")
@@ -94,6 +102,7 @@ def compare(
 
     \b
     attnseq compare RUN_A RUN_B
+    attnseq compare multirun/DATE/TIME --baseline model.attention.score=general
     attnseq compare base.txt new.txt --ref test.en --src test.de --out cmp/
     attnseq compare RUN_A/eval/best-step900/test.greedy RUN_B --format json
     attnseq compare RUN_A RUN_B --gold test.links --train-ref train.en
@@ -105,6 +114,7 @@ def compare(
         load_system,
         read_lines,
     )
+    from attnseq.analysis.seed_comparison import compare_seeds, sweep_requested
 
     with user_errors():
         if output_format not in FORMATS:
@@ -112,6 +122,18 @@ def compare(
         edges = _edges(buckets)
         if out is not None and out.exists() and not out.is_dir():
             raise UserError(f"--out {out}: a file, not a folder")  # before the work
+        if sweep_requested(systems):  # configurations over seeds: analysis/seed_comparison.py
+            if gold is not None or train_ref is not None:
+                raise UserError("--gold and --train-ref score single systems, not the seed "
+                                "groups of a sweep folder")  # fmt: skip
+            compared = compare_seeds(
+                systems, str(baseline) if baseline else None,
+                read_lines(ref, "--ref") if ref is not None else None,
+                read_lines(src, "--src") if src is not None else None, task, split, device,
+                seed=_at_least(seed, "--seed"), resamples=_at_least(resamples, "--resamples"),
+                trials=_at_least(trials, "--trials"), edges=edges, option="--baseline",
+            )  # fmt: skip
+            return _show(compared, output_format, out)
         if len(systems) < 2 and not (baseline and systems):
             raise UserError("compare needs at least two systems (and --baseline names one)")
         paths = list(systems)
@@ -130,6 +152,11 @@ def compare(
             trials=_at_least(trials, "--trials"), edges=edges, train_references=train_references,
             gold=gold, attention=attention, device=device, names=_NAMES,
         )  # fmt: skip
+    _show(result, output_format, out)
+
+
+def _show(result: "Comparison | SeedComparison", output_format: str, out: Path | None) -> None:
+    """The tables on stdout; with `out`, the figure and the JSON in that folder."""
     typer.echo(result.render(output_format), nl=False)
     if out is not None:
         with user_errors():

@@ -1,0 +1,1063 @@
+"""Is configuration B better than configuration A, over the seeds each was trained with? The
+seed groups of `attnseq compare SWEEP_FOLDER`, their statistics, tables and figure, and the
+significance columns of `attnseq sweep-report --significance`.
+
+Groups. A sweep folder (Hydra's `multirun/DATE/TIME/`, or whatever `hydra.sweep.dir` named)
+holds run directories, each with checkpoints/best.pt, at any depth (`sweep_runs`). Its runs
+are grouped by configuration: the resolved config stored in each checkpoint, with the keys of
+`IGNORED_KEYS` left out (the seed, and where and how a run reads, logs and saves, which do not
+change what is trained), so the repeats of one configuration pool their seeds. The runs of
+several sweep folders are pooled before they are grouped. A group is named by what differs
+between the groups (`group_names`): the command-line overrides (.hydra/overrides.yaml) that
+differ, when every run has that file and they tell the groups apart, else the configuration
+keys that differ. A run directory, checkpoint, eval result folder or hypothesis file given on
+its own is a group of one run, named by its path as given.
+
+Each run is one system of attnseq/analysis/comparison.py: its eval result for the split with
+the checkpoint's own decoding settings is reused when RUN/eval holds it, else the split is
+decoded once and the result folder written.
+
+Statistics, per group and metric (the task's metrics: significance.TASK_TESTED_METRICS):
+
+- each seed's score on the test set with its 95% bootstrap interval (as `attnseq compare`
+  gives a single system), and the mean and sample standard deviation over the seeds;
+- per-seed paired tests against the baseline group (`pair_runs`): a run is paired with the
+  baseline's run of the same seed when the baseline has it, the remaining runs of both groups
+  in sorted order of their seeds; each pair gets the paired bootstrap and approximate
+  randomization tests of attnseq/evaluation/significance.py. A pair whose runs were scored on
+  different sentences (a generated task draws its test set from the seed) has no paired test;
+- k̂ of k (Dror, Baumer, Bogomolov & Reichart 2017, "Replicability Analysis for Natural
+  Language Processing: Testing Significance with Multiple Datasets", TACL): of the k tested
+  pairs, how many show a significant difference in the direction of the groups' mean
+  difference, by partial conjunction with Bonferroni's combination (`significant_pairs`) of
+  the pairs' approximate randomization p-values (a pair that differs the other way counts with
+  p = 1), at α = 0.05;
+- the verdict, from Almost Stochastic Order over the seeds' scores (`aso_epsilons`): ASO (del
+  Barrio, Cuesta-Albertos & Matrán 2018; Dror, Shlomov & Reichart 2019, "Deep Dominance - How
+  to Properly Compare Deep Neural Models", ACL) bounds ε, the share of the two score
+  distributions' quantile functions where B's lies below A's, from above at a confidence level;
+  the smallest such bound is ε_min. As deepsig computes it (Ulmer, Hardmeier & Frellsen 2022,
+  "deep-significance: Easy and Meaningful Significance Testing in the Age of Neural
+  Networks"), with its recommended threshold:
+
+      better            if ε_min(B over A) < 0.2
+      worse             if ε_min(A over B) < 0.2
+      not significant   otherwise
+
+  ε_min at confidence 0.95, Bonferroni-corrected for the m groups tested against the same
+  baseline (1 - 0.05/m); its bootstrap has as many iterations as the comparison's resamples
+  and the comparison's seed. Metrics where lower is better (TER) are negated first. ASO needs
+  at least two seeds in both groups; with three it has little power, and a verdict holds for
+  the training budget of the runs compared, not for the configurations at any budget.
+
+Length buckets (attnseq/evaluation/buckets.py) are computed per run, on the edges of the
+baseline's first run; the table and the figure show each group's mean over its seeds, with the
+lowest and highest seed's score.
+"""
+
+import json
+import math
+import re
+import statistics
+import textwrap
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnseq.analysis.comparison import FORMATS, System, _table, load_system, split_sources
+from attnseq.errors import UserError
+from attnseq.evaluation.buckets import (
+    Bucket,
+    BucketScore,
+    default_edges,
+    length_buckets,
+    length_ratio,
+    length_unit,
+)
+from attnseq.evaluation.significance import (
+    CORPUS_METRICS,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    DEFAULT_TRIALS,
+    LOWER_IS_BETTER,
+    TASK_TESTED_METRICS,
+    MetricScore,
+    check_test_sizes,
+    paired_tests,
+    sacrebleu_metric,
+    sacrebleu_paired,
+    sentence_scores,
+    sentence_tests,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+ALPHA = 0.05  # the level of the per-seed tests and of k̂
+EPSILON = 0.2  # ASO's threshold on ε_min (Ulmer et al. 2022's recommendation)
+ASO_CONFIDENCE = 0.95
+BETTER, WORSE, NOT_SIGNIFICANT = "better", "worse", "not significant"
+TOO_FEW_SEEDS = "n/a (< 2 seeds)"
+SAME_SEED, SORTED_ORDER = "seed", "sorted order"
+# Configuration keys that do not change what a run trains: the seed (what the repeats vary),
+# where the data and the run's files are, how it logs, saves and uses the machine.
+IGNORED_KEYS = (
+    "seed", "resume", "config_file", "hydra", "logger", "tracker", "data.root",
+    "data.prepare_workers", "trainer.device", "trainer.threads", "trainer.num_workers",
+    "trainer.pin_memory", "trainer.progress", "trainer.overwrite", "trainer.log_every",
+    "trainer.num_heatmaps", "trainer.save_every_steps", "trainer.save_every_minutes",
+    "trainer.keep_last",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- the groups
+@dataclass
+class Member:
+    """A system of a group: a run directory (or any path `load_system` reads) and its seed
+    (None when it has none: a hypothesis file, an eval result folder)."""
+
+    path: Path
+    seed: int | None
+
+
+@dataclass
+class SeedRun:
+    """A member with its outputs."""
+
+    seed: int | None
+    system: System
+
+
+@dataclass
+class Group:
+    """One configuration: its name, its members, and once loaded (`load_groups`) their runs."""
+
+    name: str
+    members: list[Member]
+    runs: list[SeedRun] = field(default_factory=list)
+
+
+def is_run_directory(path: Path) -> bool:
+    return (path / "checkpoints" / "best.pt").is_file()
+
+
+def _natural(path: Path) -> tuple:
+    """Run 10 after run 9: digits compare as numbers."""
+    parts = re.split(r"(\d+)", path.as_posix())
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in parts)
+
+
+def sweep_runs(folder: Path) -> list[Path]:
+    """The run directories below `folder` (not `folder` itself), at any depth, in natural
+    order of their paths; a run's own folders and hidden folders are not searched, a linked
+    folder counts when it is a run."""
+    found, stack = [], [folder]
+    while stack:
+        try:
+            children = [path for path in stack.pop().iterdir() if path.is_dir()]
+        except OSError:
+            continue
+        for child in children:
+            if is_run_directory(child):
+                found.append(child)
+            elif not child.name.startswith(".") and not child.is_symlink():
+                stack.append(child)
+    return sorted(found, key=lambda path: _natural(path.relative_to(folder)))
+
+
+def is_sweep_folder(path: Path) -> bool:
+    """A folder that is neither a run directory nor an eval result folder, with runs below."""
+    return path.is_dir() and not _is_system_folder(path) and bool(sweep_runs(path))
+
+
+def ignored(key: str) -> bool:
+    return any(key == name or key.startswith(name + ".") for name in IGNORED_KEYS)
+
+
+def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Every leaf of a nested config: dotted key -> its value as JSON text."""
+    flat: dict[str, str] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flat_config(value, dotted + "."))
+        else:
+            flat[dotted] = json.dumps(value, sort_keys=True)
+    return flat
+
+
+def run_config(run: Path) -> dict[str, Any]:
+    """The resolved config stored in the run's checkpoints/best.pt."""
+    from attnseq.io.checkpoint import load_checkpoint
+
+    config = load_checkpoint(run / "checkpoints" / "best.pt").get("config")
+    if not isinstance(config, dict):
+        raise UserError(f"{run}: its checkpoint holds no config")
+    return config
+
+
+def run_overrides(run: Path) -> dict[str, str] | None:
+    """The run's command-line overrides (.hydra/overrides.yaml), key -> value as written,
+    without the ignored keys; None when the run has no such file."""
+    import yaml
+
+    try:
+        items = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(items, list):
+        return None
+    pairs = (str(item).partition("=") for item in items)
+    kept = {key.lstrip("+"): value for key, _, value in pairs}
+    return {key: value for key, value in kept.items() if not ignored(key.lstrip("~"))}
+
+
+def _shown(text: str | None) -> str:
+    """A config value (JSON text) as a command line writes it: strings bare, lists as JSON."""
+    if text is None:
+        return "<absent>"
+    value = json.loads(text)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def differing(rows: Sequence[Mapping[str, str]]) -> list[str]:
+    """Keys whose values differ across `rows` (an absent key counts as a value), in the order
+    they first appear."""
+    order = dict.fromkeys(key for row in rows for key in row)
+    return [key for key in order if len({row.get(key) for row in rows}) > 1]
+
+
+def group_names(
+    configs: Sequence[Mapping[str, str]], overrides: Sequence[Mapping[str, str] | None]
+) -> list[str]:
+    """Each group's name: `key=value,...` of the overrides that differ between the groups when
+    every group has overrides and they tell the groups apart, else of the differing
+    configuration keys (`flat_config`, values shown as written on a command line)."""
+    if all(item is not None for item in overrides):
+        given = [dict(item or {}) for item in overrides]
+        keys = differing(given)
+        names = [",".join(f"{key}={row[key]}" for key in keys if key in row) for row in given]
+        if all(names) and len(set(names)) == len(names):
+            return names
+    keys = differing(configs)
+    return [",".join(f"{key}={_shown(row.get(key))}" for key in keys) for row in configs]
+
+
+def group_runs(runs: Sequence[Path], folders: Sequence[Path]) -> list[Group]:
+    """The runs of sweep folders grouped by configuration without the ignored keys, in the
+    order of each group's first run; named by `group_names`, or by the folders when all runs
+    share one configuration."""
+    found: dict[tuple, list[tuple[Path, dict[str, Any]]]] = {}
+    for run in runs:
+        config = run_config(run)
+        flat = flat_config(config)
+        key = tuple(sorted((name, value) for name, value in flat.items() if not ignored(name)))
+        found.setdefault(key, []).append((run, config))
+    if len(found) == 1:
+        names = ["+".join(str(folder) for folder in folders)]
+    else:
+        shared = [_shared_overrides([run for run, _ in members]) for members in found.values()]
+        names = group_names([dict(key) for key in found], shared)
+    return [
+        Group(name, [Member(run, _seed(config.get("seed"))) for run, config in members])
+        for name, members in zip(names, found.values(), strict=True)
+    ]
+
+
+def _shared_overrides(runs: Sequence[Path]) -> dict[str, str] | None:
+    """The overrides every run of a group has alike; None when a run has none or they
+    differ."""
+    found = [run_overrides(run) for run in runs]
+    first = found[0]
+    return first if first is not None and all(item == first for item in found) else None
+
+
+def _seed(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def single_member(path: Path) -> Member:
+    """A path given on its own: its seed from its checkpoint's config when it is a run
+    directory or a checkpoint file, else none."""
+    if is_run_directory(path):
+        return Member(path, _seed(run_config(path).get("seed")))
+    if path.suffix == ".pt" and path.is_file():
+        from attnseq.io.checkpoint import load_checkpoint
+
+        config = load_checkpoint(path).get("config")
+        return Member(path, _seed(config.get("seed")) if isinstance(config, dict) else None)
+    return Member(path, None)
+
+
+def plan_groups(paths: Sequence[Path]) -> list[Group]:
+    """The groups of `paths` (module docstring), in the order given: the groups of the sweep
+    folders where the first of them stands, each other path a group of its own. Nothing is
+    decoded yet; UserError for a run given twice or two groups of one name."""
+    entries: list[Group | None] = []
+    folders: list[Path] = []
+    runs: list[Path] = []
+    for path in map(Path, paths):
+        if is_sweep_folder(path):
+            entries += [] if folders else [None]
+            folders.append(path)
+            runs += sweep_runs(path)
+        else:
+            entries.append(Group(str(path), [single_member(path)]))
+    swept = group_runs(runs, folders) if runs else []
+    groups = [group for entry in entries for group in (swept if entry is None else [entry])]
+    seen: dict[Path, Path] = {}
+    for member in (member for group in groups for member in group.members):
+        where = member.path.resolve()
+        if where in seen:
+            raise UserError(f"{member.path} is given twice (as {seen[where]} too)")
+        seen[where] = member.path
+    names = [group.name for group in groups]
+    if len(set(names)) != len(names):
+        raise UserError(f"two groups have one name: {', '.join(names)}")
+    return groups
+
+
+def choose_baseline(groups: list[Group], baseline: str | None, option: str = "baseline") -> str:
+    """The baseline group's name: `baseline` names a group, or is the path of one of its runs,
+    or of a system not among the groups (it becomes a group of its own, first); default the
+    first group. UserError listing the groups when it matches none; `option`: what the
+    message calls the argument."""
+    if baseline is None:
+        return groups[0].name
+    names = [group.name for group in groups]
+    if baseline in names:
+        return baseline
+    path = Path(baseline)
+    if path.exists():
+        where = path.resolve()
+        for group in groups:
+            if any(member.path.resolve() == where for member in group.members):
+                return group.name
+        if not is_sweep_folder(path):
+            groups.insert(0, Group(baseline, [single_member(path)]))
+            return baseline
+    raise UserError(f"{option} {baseline!r} matches no group. The groups: {'; '.join(names)}")
+
+
+def load_groups(groups: Sequence[Group], split: str = "test", device: str = "auto") -> None:
+    """Each member's outputs (`comparison.load_system`: eval results reused, else decoded)."""
+    for group in groups:
+        group.runs = [
+            SeedRun(member.seed, load_system(member.path, split, device))
+            for member in group.members
+        ]
+
+
+# ------------------------------------------------------------------------------ statistics
+def run_scores(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    metrics: Sequence[str],
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+) -> dict[str, MetricScore]:
+    """Each metric of one system with its 95% bootstrap interval and no p-value: what the
+    tests of significance.py give the baseline, whatever it is compared with."""
+    scores: dict[str, MetricScore] = {}
+    corpus = [metric for metric in metrics if metric in CORPUS_METRICS]
+    if corpus:
+        factories = {metric: sacrebleu_metric(metric) for metric in corpus}
+        scores |= sacrebleu_paired({"run": hypotheses}, references, factories, seed, resamples, 1)[
+            "run"
+        ]
+    for metric in metrics:
+        if metric not in CORPUS_METRICS:
+            values = {"run": sentence_scores(metric, hypotheses, references)}
+            scores[metric] = sentence_tests(values, seed, resamples, 1)["run"]
+    return {metric: scores[metric] for metric in metrics}
+
+
+def pair_runs(
+    baseline: Sequence[SeedRun], runs: Sequence[SeedRun]
+) -> list[tuple[SeedRun, SeedRun, str]]:
+    """(baseline run, run, how) pairs: a run with a seed the baseline has is paired with that
+    baseline run (how: SAME_SEED); the runs left on both sides, each sorted by seed (runs
+    without one last, by name), are paired in that order (SORTED_ORDER); runs left over on the
+    larger side have no pair. In the order of the runs' seeds."""
+    left, right = list(range(len(baseline))), list(range(len(runs)))
+    pairs = []
+    for index, run in enumerate(runs):
+        match = next((i for i in left if run.seed is not None and baseline[i].seed == run.seed),
+                     None)  # fmt: skip
+        if match is not None:
+            pairs.append((baseline[match], run, SAME_SEED))
+            left.remove(match)
+            right.remove(index)
+
+    def order(item: SeedRun) -> tuple:
+        return (item.seed is None, item.seed or 0, item.system.name)
+
+    rest_a = sorted((baseline[i] for i in left), key=order)
+    rest_b = sorted((runs[i] for i in right), key=order)
+    pairs += [(a, b, SORTED_ORDER) for a, b in zip(rest_a, rest_b, strict=False)]
+    return sorted(pairs, key=lambda pair: order(pair[1]))
+
+
+def significant_pairs(p_values: Sequence[float], alpha: float = ALPHA) -> int:
+    """k̂ of Dror et al. 2017 with Bonferroni's combination: for the k p-values sorted
+    p_(1) <= ... <= p_(k), the partial conjunction p-value that at least u of the k null
+    hypotheses are false is
+
+        p^(u/k) = (k - u + 1) * p_(u),
+
+    made non-decreasing in u (the running maximum), and k̂ = #{u : p^(u/k) <= alpha}."""
+    ordered = sorted(p_values)
+    count, running = 0, 0.0
+    for u, p in enumerate(ordered, start=1):
+        running = max(running, (len(ordered) - u + 1) * p)
+        if running > alpha:
+            break
+        count += 1
+    return count
+
+
+def aso_epsilons(
+    scores_b: Sequence[float],
+    scores_a: Sequence[float],
+    seed: int = DEFAULT_SEED,
+    iterations: int = DEFAULT_RESAMPLES,
+    comparisons: int = 1,
+) -> tuple[float, float]:
+    """(ε_min(B over A), ε_min(A over B)) of Almost Stochastic Order, higher scores better:
+    deepsig's `multi_aso` on the two samples, which gives both directions from one bootstrap
+    of `iterations` (seeded, one job), at confidence 1 - 0.05/`comparisons` (Bonferroni over
+    the groups tested against one baseline; deepsig's own correction is left off). numpy's
+    global random state, which deepsig seeds, is restored afterwards."""
+    from deepsig import multi_aso
+
+    confidence = 1.0 - (1.0 - ASO_CONFIDENCE) / comparisons
+    state = np.random.get_state()
+    try:
+        with warnings.catch_warnings():  # equal samples: deepsig warns, and takes 0.5
+            warnings.filterwarnings("ignore", message="Division by zero encountered")
+            matrix = multi_aso(
+                {"b": [float(x) for x in scores_b], "a": [float(x) for x in scores_a]},
+                confidence_level=confidence, use_bonferroni=False,
+                num_bootstrap_iterations=iterations, num_jobs=1, show_progress=False, seed=seed,
+            )  # fmt: skip
+    finally:
+        np.random.set_state(state)
+    return float(matrix[0, 1]), float(matrix[1, 0])
+
+
+def aso_verdict(eps_better: float, eps_worse: float, threshold: float = EPSILON) -> str:
+    """BETTER when ε_min(B over A) < threshold, WORSE when ε_min(A over B) < threshold, else
+    NOT_SIGNIFICANT (module docstring)."""
+    if eps_better < threshold:
+        return BETTER
+    if eps_worse < threshold:
+        return WORSE
+    return NOT_SIGNIFICANT
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A group against the baseline on one metric: ASO's two ε_min (None below two seeds on
+    either side), k̂ of the k tested seed pairs, and the call (`aso_verdict`, or
+    TOO_FEW_SEEDS)."""
+
+    eps_better: float | None
+    eps_worse: float | None
+    significant: int
+    tested: int
+    call: str
+
+
+@dataclass(frozen=True)
+class SeedPair:
+    """A run of a group and the baseline run it is tested against (`pair_runs`); `tests`:
+    the run's scores with p-values against that run, None when the two were scored on
+    different sentences."""
+
+    run: str
+    seed: int | None
+    baseline_run: str
+    baseline_seed: int | None
+    paired_by: str
+    tests: dict[str, MetricScore] | None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run: its seed, its scores with intervals, its length ratio, its sentences, and its
+    bucket scores and counts on the comparison's buckets."""
+
+    run: str
+    seed: int | None
+    scores: dict[str, MetricScore]
+    length_ratio: float
+    sentences: int
+    bucket_scores: list[BucketScore]
+    bucket_counts: list[int]
+
+
+# ------------------------------------------------------------------------------ the result
+@dataclass
+class SeedComparison:
+    """Groups of seeds compared with a baseline group (module docstring): each run's scores
+    (`runs`), each other group's seed pairs with their tests (`pairs`) and its verdict per
+    metric (`verdicts`), the length buckets of `bucket_metric`, and how it was computed."""
+
+    groups: list[str]
+    baseline: str
+    task: str
+    metrics: list[str]
+    runs: dict[str, list[RunResult]]
+    pairs: dict[str, list[SeedPair]]
+    verdicts: dict[str, dict[str, Verdict]]
+    bucket_metric: str
+    bucket_by: str
+    bucket_unit: str
+    buckets: list[Bucket]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def values(self, group: str, metric: str) -> list[float]:
+        """The group's scores of `metric`, one per run ("length_ratio" too)."""
+        if metric == "length_ratio":
+            return [run.length_ratio for run in self.runs[group]]
+        return [run.scores[metric].score for run in self.runs[group]]
+
+    def mean(self, group: str, metric: str) -> float:
+        return statistics.fmean(self.values(group, metric))
+
+    def sd(self, group: str, metric: str) -> float | None:
+        """Sample standard deviation over the group's seeds; None for one run."""
+        values = self.values(group, metric)
+        return statistics.stdev(values) if len(values) > 1 else None
+
+    def seeds(self, group: str) -> list[int | None]:
+        return [run.seed for run in self.runs[group]]
+
+    def __repr__(self) -> str:
+        metric = self.metrics[0]
+        parts = []
+        for name in self.groups:
+            sd = self.sd(name, metric)
+            text = f"{name}: {self.mean(name, metric):.2f}" + ("" if sd is None else f"±{sd:.2f}")
+            text += f" ({len(self.runs[name])} seeds)"
+            if name in self.verdicts:
+                text += f" {self.verdicts[name][metric].call}"
+            parts.append(text)
+        return f"<SeedComparison of {len(self.groups)} groups, {metric}: " + "; ".join(parts) + ">"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every number of the tables, each run's scores with their intervals, and the rule,
+        as JSON-ready values."""
+        groups = {}
+        for name in self.groups:
+            metrics = {metric: {"mean": self.mean(name, metric), "sd": self.sd(name, metric),
+                                "scores": self.values(name, metric)}
+                       for metric in [*self.metrics, "length_ratio"]}  # fmt: skip
+            verdicts = self.verdicts.get(name)
+            groups[name] = {
+                "seeds": self.seeds(name),
+                "metrics": metrics,
+                "runs": [_run_dict(run) for run in self.runs[name]],
+                "against_baseline": None if verdicts is None else {
+                    metric: {"eps_better": v.eps_better, "eps_worse": v.eps_worse,
+                             "significant_pairs": v.significant, "tested_pairs": v.tested,
+                             "verdict": v.call}
+                    for metric, v in verdicts.items()
+                },
+                "pairs": [self._pair_dict(pair) for pair in self.pairs.get(name, [])],
+            }  # fmt: skip
+        return {"baseline": self.baseline, "task": self.task, "settings": self.settings,
+                "rule": self.rule_lines(), "groups": groups,
+                "buckets": self._bucket_dict()}  # fmt: skip
+
+    def _pair_dict(self, pair: SeedPair) -> dict[str, Any]:
+        tests = None
+        if pair.tests is not None:
+            base = self._score_of(pair.baseline_run)
+            tests = {metric: {"difference": value.score - base[metric].score,
+                              "p_bootstrap": value.p_bootstrap,
+                              "p_randomization": value.p_randomization}
+                     for metric, value in pair.tests.items()}  # fmt: skip
+        return {"run": pair.run, "seed": pair.seed, "baseline_run": pair.baseline_run,
+                "baseline_seed": pair.baseline_seed, "paired_by": pair.paired_by,
+                "metrics": tests}  # fmt: skip
+
+    def _score_of(self, run_name: str) -> dict[str, MetricScore]:
+        for runs in self.runs.values():
+            for run in runs:
+                if run.run == run_name:
+                    return run.scores
+        raise KeyError(run_name)
+
+    def _bucket_dict(self) -> dict[str, Any]:
+        scores = {}
+        for name in self.groups:
+            mean, low, high = self.bucket_summary(name)
+            runs = {run.run: [{"score": s.score, "low": s.low, "high": s.high, "sentences": n}
+                              for s, n in zip(run.bucket_scores, run.bucket_counts, strict=True)]
+                    for run in self.runs[name]}  # fmt: skip
+            scores[name] = {"mean": mean, "lowest_seed": low, "highest_seed": high, "runs": runs}
+        return {
+            "metric": self.bucket_metric,
+            "by": f"{self.bucket_by} {self.bucket_unit}",
+            "buckets": [{"length": bucket.label} for bucket in self.buckets],
+            "scores": scores,
+        }
+
+    def bucket_sentences(self, index: int) -> str:
+        """The sentences of bucket `index`: a number, or a range when the runs' test sets
+        differ."""
+        counts = {run.bucket_counts[index] for runs in self.runs.values() for run in runs}
+        return "-".join(str(n) for n in sorted({min(counts), max(counts)}))
+
+    def bucket_summary(self, group: str) -> tuple[list[float], list[float], list[float]]:
+        """Per bucket the mean of the group's runs' scores, and the lowest and highest run's;
+        NaN where no run has a sentence in the bucket."""
+        means, lows, highs = [], [], []
+        for index in range(len(self.buckets)):
+            found = [run.bucket_scores[index].score for run in self.runs[group]
+                     if run.bucket_counts[index]]  # fmt: skip
+            means.append(statistics.fmean(found) if found else math.nan)
+            lows.append(min(found, default=math.nan))
+            highs.append(max(found, default=math.nan))
+        return means, lows, highs
+
+    def render(self, output_format: str = "text") -> str:
+        """The metric table with the verdicts and the rule under it, the per-seed tests and
+        the bucket table, as text, markdown, latex, or the JSON of `to_dict`."""
+        if output_format == "json":
+            return json.dumps(self.to_dict(), indent=2) + "\n"
+        if output_format not in FORMATS:
+            raise UserError(f"format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+        measured = f"{self.bucket_by} length ({self.bucket_unit})"
+        parts = [
+            _table(*self.metric_rows(output_format), output_format),
+            *(textwrap.fill(line, width=100) for line in self.rule_lines()),
+            "",
+            f"per-seed paired tests against {self.baseline}: difference (approximate "
+            "randomization p):",
+            _table(*self.pair_rows(), output_format),
+            "",
+            f"{self.bucket_metric} by {measured}, mean over seeds [lowest, highest seed]:",
+            _table(*self.bucket_rows(), output_format),
+        ]
+        return "\n".join(parts) + "\n"
+
+    def metric_rows(self, output_format: str = "text") -> tuple[list[str], list[list[str]]]:
+        """Header and rows, one per metric and group: the seeds, mean ± sd over them, and
+        against the baseline k̂/k, both ε_min and the verdict; then the length ratios."""
+        eps_b, eps_a, k_hat = "ε(B>A)", "ε(A>B)", "k̂/k"
+        if output_format == "latex":
+            eps_b, eps_a = r"$\varepsilon$(B$>$A)", r"$\varepsilon$(A$>$B)"
+            k_hat = r"$\hat{k}$/k"
+        head = ["metric", "group", "seeds", "mean ± sd", k_hat, eps_b, eps_a, "verdict"]
+        rows = []
+        for metric in [*self.metrics, "length_ratio"]:
+            digits = 3 if metric in ("exact_match", "length_ratio") else 2
+            for name in self.groups:
+                shown = name + (" (baseline)" if name == self.baseline else "")
+                sd = self.sd(name, metric)
+                spread = f"{self.mean(name, metric):.{digits}f}"
+                spread += "" if sd is None else f" ± {sd:.{digits}f}"
+                seeds = ",".join("-" if seed is None else str(seed) for seed in self.seeds(name))
+                verdict = self.verdicts.get(name, {}).get(metric)
+                rows.append([metric, shown, seeds, spread, *_verdict_cells(verdict)])
+        return head, rows
+
+    def pair_rows(self) -> tuple[list[str], list[list[str]]]:
+        """One row per seed pair: the group, the two seeds, how they were paired, and per
+        metric the difference to the baseline run with its approximate randomization p."""
+        head = ["group", "seed", "baseline seed", "paired by", *self.metrics]
+        rows = []
+        for name in self.groups[1:]:
+            for pair in self.pairs[name]:
+                row = [name, _seed_text(pair.seed), _seed_text(pair.baseline_seed), pair.paired_by]
+                if pair.tests is None:
+                    row += ["different test sets"] + ["-"] * (len(self.metrics) - 1)
+                else:
+                    base = self._score_of(pair.baseline_run)
+                    for metric in self.metrics:
+                        value = pair.tests[metric]
+                        digits = 3 if metric == "exact_match" else 2
+                        difference = f"{value.score - base[metric].score:+.{digits}f}"
+                        row.append(f"{difference} ({_p(value.p_randomization)})")
+                rows.append(row)
+        return head, rows
+
+    def bucket_rows(self) -> tuple[list[str], list[list[str]]]:
+        """One row per length bucket: its sentences (a range when the runs' test sets
+        differ), and per group the mean over seeds [lowest, highest seed]."""
+        head = [self.bucket_unit, "sentences", *self.groups]
+        summaries = {name: self.bucket_summary(name) for name in self.groups}
+        rows = []
+        for index, bucket in enumerate(self.buckets):
+            row = [bucket.label, self.bucket_sentences(index)]
+            for name in self.groups:
+                mean, low, high = (values[index] for values in summaries[name])
+                if math.isnan(mean):
+                    row.append("-")
+                elif len(self.runs[name]) == 1:
+                    row.append(f"{mean:.2f}")
+                else:
+                    row.append(f"{mean:.2f} [{low:.2f}, {high:.2f}]")
+            rows.append(row)
+        return head, rows
+
+    def rule_lines(self) -> list[str]:
+        """What the columns mean and the rule that calls a difference (module docstring)."""
+        s = self.settings
+        lower = ", ".join(sorted(LOWER_IS_BETTER & set(self.metrics)))
+        level = f"confidence {s['aso_confidence']:.4g}"
+        if s["comparisons"] > 1:
+            level += f" (0.95, Bonferroni over {s['comparisons']} groups)"
+        return [
+            "verdict: Almost Stochastic Order over the seeds' scores (Dror et al. 2019; "
+            f"deepsig, Ulmer et al. 2022): better when ε(B>A) < {s['epsilon']}, worse when "
+            f"ε(A>B) < {s['epsilon']}, else not significant; ε_min at {level}, "
+            f"{s['resamples']} bootstrap iterations, seed {s['seed']}. It needs two seeds or "
+            "more in both groups, has little power with three, and holds for the training "
+            "budget of these runs.",
+            "k̂/k: of k seed pairs, how many differ significantly in the direction of the "
+            f"mean difference (approximate randomization, {s['trials']} trials; partial "
+            f"conjunction with Bonferroni, α = {s['alpha']}; Dror et al. 2017). Pairs: by seed "
+            "where both groups have it, else in sorted order of the seeds."
+            + (f" {lower}: lower is better." if lower else ""),
+        ]
+
+    def figure(self) -> "Figure":
+        """The bucket metric by length: per group its mean over seeds, and a band from the
+        lowest to the highest seed's score."""
+        from matplotlib.figure import Figure
+
+        figure = Figure(figsize=(6.4, 3.9), layout="constrained")
+        ax = figure.subplots()
+        positions = list(range(len(self.buckets)))
+        for name in self.groups:
+            mean, low, high = self.bucket_summary(name)
+            label = f"{name} ({len(self.runs[name])} seeds)"
+            line = ax.plot(positions, mean, marker="o", label=label)[0]
+            ax.fill_between(positions, low, high, alpha=0.2, color=line.get_color())
+        ticks = [f"{bucket.label}\n(n={self.bucket_sentences(index)})"
+                 for index, bucket in enumerate(self.buckets)]  # fmt: skip
+        ax.set_xticks(positions, ticks)
+        ax.set_xlabel(f"{self.bucket_by} length ({self.bucket_unit})")
+        ax.set_ylabel(self.bucket_metric)
+        ax.set_title(f"{self.bucket_metric} by {self.bucket_by} length: mean over seeds, "
+                     "band from the lowest to the highest seed", fontsize=9)  # fmt: skip
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        return figure
+
+    def save_figure(self, path: str | Path) -> Path:
+        """Write `figure()` to `path` (png/svg/pdf by suffix), atomically."""
+        from attnseq.analysis.figures import save_figure
+
+        return save_figure(self.figure(), path)
+
+
+def _seed_text(seed: int | None) -> str:
+    return "-" if seed is None else str(seed)
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4f}" + ("*" if value < ALPHA else "")
+
+
+def _verdict_cells(verdict: Verdict | None) -> list[str]:
+    """k̂/k, the two ε_min and the call; dashes for the baseline and the length ratio."""
+    if verdict is None:
+        return ["-", "-", "-", "-"]
+    tested = f"{verdict.significant}/{verdict.tested}" if verdict.tested else "-"
+    eps = ["-" if e is None else f"{e:.3f}" for e in (verdict.eps_better, verdict.eps_worse)]
+    return [tested, *eps, verdict.call]
+
+
+def _run_dict(run: RunResult) -> dict[str, Any]:
+    return {
+        "run": run.run,
+        "seed": run.seed,
+        "sentences": run.sentences,
+        "length_ratio": run.length_ratio,
+        "metrics": {metric: {"score": value.score, "mean": value.mean, "ci": value.ci}
+                    for metric, value in run.scores.items()},
+    }  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ comparing
+def compare_groups(
+    groups: Sequence[Group],
+    baseline: str,
+    references: Sequence[str] | None = None,
+    sources: Sequence[str] | None = None,
+    task: str | None = None,
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    trials: int = DEFAULT_TRIALS,
+    edges: Sequence[int] | None = None,
+    metrics: Sequence[str] | None = None,
+) -> SeedComparison:
+    """Compare loaded groups (`load_groups`) with the group named `baseline` (module
+    docstring). `references`: one reference file for every run (default: each run's eval
+    result's); `sources`: for the length buckets (default: each test set's split, read from
+    its checkpoint's data where this machine can); `metrics`: some of the task's (default:
+    all; the first is the buckets')."""
+    check_test_sizes(seed, resamples, trials)
+    check_group_count(groups)
+    order = [baseline, *[group.name for group in groups if group.name != baseline]]
+    runs = {group.name: group.runs for group in groups}
+    runs = {name: runs[name] for name in order}
+    refs = _run_references(runs, references)
+    every = [run for name in order for run in runs[name]]
+    task = task or next((run.system.task for run in every if run.system.task), None)
+    task = task or "translation"
+    metrics = _chosen_metrics(task, metrics)
+    scores = {run.system.name: run_scores(run.system.hypotheses, refs[run.system.name], metrics,
+                                          seed, resamples) for run in every}  # fmt: skip
+    pairs, verdicts = _against_baseline(runs, scores, refs, metrics, seed, resamples, trials)
+    buckets, by, unit, per_run = _buckets(every, refs, sources, metrics[0], edges, seed, resamples)
+    results = {
+        name: [RunResult(run.system.name, run.seed, scores[run.system.name],
+                         length_ratio(run.system.hypotheses, refs[run.system.name]),
+                         len(refs[run.system.name]), *per_run[run.system.name])
+               for run in runs[name]]
+        for name in order
+    }  # fmt: skip
+    settings = {"seed": seed, "resamples": resamples, "trials": trials, "alpha": ALPHA,
+                "epsilon": EPSILON, "comparisons": len(order) - 1,
+                "aso_confidence": 1.0 - (1.0 - ASO_CONFIDENCE) / (len(order) - 1)}  # fmt: skip
+    return SeedComparison(order, baseline, task, metrics, results, pairs, verdicts, metrics[0],
+                          by, unit, buckets, settings)  # fmt: skip
+
+
+def _chosen_metrics(task: str, metrics: Sequence[str] | None) -> list[str]:
+    """`metrics` (each one the task reports), else all of the task's."""
+    if task not in TASK_TESTED_METRICS:
+        raise UserError(f"unknown task {task!r}; valid: {', '.join(TASK_TESTED_METRICS)}")
+    valid = TASK_TESTED_METRICS[task]
+    unknown = [metric for metric in metrics or [] if metric not in valid]
+    if unknown or metrics is not None and not metrics:
+        raise UserError(f"metrics of {task}: {', '.join(valid)}; got {list(metrics or [])}")
+    return list(metrics) if metrics else list(valid)
+
+
+def check_group_count(groups: Sequence[Group]) -> None:
+    """UserError below two groups, saying what the one group holds."""
+    if len(groups) >= 2:
+        return
+    if not groups:
+        raise UserError("comparing needs at least two groups, got none")
+    seeds = ", ".join(_seed_text(member.seed) for member in groups[0].members)
+    raise UserError(
+        f"comparing needs at least two groups, got one: {groups[0].name} (seeds {seeds}); "
+        "all its runs share one configuration"
+    )
+
+
+def _run_references(
+    runs: Mapping[str, Sequence[SeedRun]], given: Sequence[str] | None
+) -> dict[str, list[str]]:
+    """Each run's references (`given`, else its eval result's), checked against its
+    outputs."""
+    found = {}
+    for run in (run for group in runs.values() for run in group):
+        system = run.system
+        own = system.references
+        if given is not None and own is not None and own != list(given):
+            raise UserError(f"{system.name}: its references differ from the given ones")
+        references = list(given) if given is not None else own
+        if references is None:
+            raise UserError(
+                f"{system.name}: no references: give a reference file, or compare eval result "
+                "folders, run directories or checkpoints"
+            )
+        if not references:
+            raise UserError(f"{system.name}: the references are empty: nothing to compare")
+        if len(system.hypotheses) != len(references):
+            raise UserError(
+                f"{system.name}: {len(system.hypotheses)} lines but its references have "
+                f"{len(references)}: a system gives one output per reference"
+            )
+        found[system.name] = references
+    return found
+
+
+def _against_baseline(
+    runs: Mapping[str, Sequence[SeedRun]],
+    scores: Mapping[str, Mapping[str, MetricScore]],
+    refs: Mapping[str, list[str]],
+    metrics: Sequence[str],
+    seed: int,
+    resamples: int,
+    trials: int,
+) -> tuple[dict[str, list[SeedPair]], dict[str, dict[str, Verdict]]]:
+    """Each group but the first (the baseline): its seed pairs with their paired tests, and
+    its verdict per metric."""
+    names = list(runs)
+    baseline = runs[names[0]]
+    pairs: dict[str, list[SeedPair]] = {}
+    verdicts: dict[str, dict[str, Verdict]] = {}
+    for name in names[1:]:
+        found = []
+        for a, b, how in pair_runs(baseline, runs[name]):
+            tests = None
+            if refs[a.system.name] == refs[b.system.name]:
+                outputs = {a.system.name: a.system.hypotheses, b.system.name: b.system.hypotheses}
+                tests = paired_tests(outputs, refs[a.system.name], metrics, seed, resamples,
+                                     trials)[b.system.name]  # fmt: skip
+            found.append(SeedPair(b.system.name, b.seed, a.system.name, a.seed, how, tests))
+        pairs[name] = found
+        verdicts[name] = {
+            metric: group_verdict(
+                metric, [scores[run.system.name][metric].score for run in baseline],
+                [scores[run.system.name][metric].score for run in runs[name]],
+                _pair_p_values(found, scores, metric), seed, resamples, len(names) - 1,
+            )
+            for metric in metrics
+        }  # fmt: skip
+    return pairs, verdicts
+
+
+def _pair_p_values(
+    pairs: Sequence[SeedPair], scores: Mapping[str, Mapping[str, MetricScore]], metric: str
+) -> list[tuple[float, float]]:
+    """(difference to the baseline run, approximate randomization p) of each tested pair."""
+    found = []
+    for pair in pairs:
+        if pair.tests is not None:
+            value = pair.tests[metric]
+            difference = value.score - scores[pair.baseline_run][metric].score
+            p = value.p_randomization
+            found.append((difference, 1.0 if p is None else p))
+    return found
+
+
+def group_verdict(
+    metric: str,
+    baseline_scores: Sequence[float],
+    scores: Sequence[float],
+    pair_tests: Sequence[tuple[float, float]],
+    seed: int = DEFAULT_SEED,
+    iterations: int = DEFAULT_RESAMPLES,
+    comparisons: int = 1,
+) -> Verdict:
+    """A group against the baseline on `metric` (module docstring): k̂ of the tested pairs
+    ((difference, p) each) in the direction of the mean difference, and ASO's call over the
+    seeds' scores (negated where lower is better)."""
+    rising = statistics.fmean(scores) >= statistics.fmean(baseline_scores)
+    p_values = [p if (difference > 0) == rising and difference != 0 else 1.0
+                for difference, p in pair_tests]  # fmt: skip
+    significant = significant_pairs(p_values)
+    if min(len(scores), len(baseline_scores)) < 2:
+        return Verdict(None, None, significant, len(p_values), TOO_FEW_SEEDS)
+    sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+    eps_better, eps_worse = aso_epsilons([sign * x for x in scores],
+                                         [sign * x for x in baseline_scores], seed, iterations,
+                                         comparisons)  # fmt: skip
+    call = aso_verdict(eps_better, eps_worse)
+    return Verdict(eps_better, eps_worse, significant, len(p_values), call)
+
+
+def _buckets(
+    runs: Sequence[SeedRun],
+    refs: Mapping[str, list[str]],
+    sources: Sequence[str] | None,
+    metric: str,
+    edges: Sequence[int] | None,
+    seed: int,
+    resamples: int,
+) -> tuple[list[Bucket], str, str, dict[str, tuple[list[BucketScore], list[int]]]]:
+    """The buckets (of the first run's test set), by source length when every test set's
+    sources are known, else by reference length; each run's bucket scores and counts on the
+    same edges (given, else the first run's quartiles)."""
+    sets: dict[tuple[str, ...], list[SeedRun]] = {}
+    for run in runs:
+        sets.setdefault(tuple(refs[run.system.name]), []).append(run)
+    measured = {key: _test_sources(members, len(key), sources) for key, members in sets.items()}
+    by = "source" if all(texts is not None for texts in measured.values()) else "reference"
+    texts = {key: list(key) if by == "reference" else measured[key] or [] for key in sets}
+    first = next(iter(sets))
+    unit = length_unit(texts[first])
+    edges = list(edges) if edges is not None else default_edges(texts[first], unit)
+    shown: list[Bucket] = []
+    per_run = {}
+    for key, members in sets.items():
+        outputs = {run.system.name: run.system.hypotheses for run in members}
+        buckets, table = length_buckets(texts[key], outputs, list(key), metric, edges, seed,
+                                        resamples, unit)  # fmt: skip
+        shown = shown or buckets
+        for name in outputs:
+            per_run[name] = (table[name], [bucket.count for bucket in buckets])
+    return shown, by, unit, per_run
+
+
+def _test_sources(
+    runs: Sequence[SeedRun], count: int, given: Sequence[str] | None
+) -> list[str] | None:
+    """The sources of a test set: those given, else the split of its first run that this
+    machine can read (comparison.split_sources); None without."""
+    if given is not None:
+        if len(given) != count:
+            raise UserError(f"{len(given)} sources but {count} references")
+        return list(given)
+    for run in runs:
+        system = run.system
+        if system.checkpoint is not None and system.split is not None:
+            found = split_sources(system.checkpoint, system.split)
+            if found is not None and len(found) == count:
+                return found
+    return None
+
+
+def sweep_requested(paths: Sequence[Path]) -> bool:
+    """Whether `paths` ask for a comparison of seed groups: one of them is a sweep folder.
+    UserError when the one path given is a folder that is neither a system nor holds runs."""
+    paths = [Path(path) for path in paths]
+    if any(is_sweep_folder(path) for path in paths):
+        return True
+    lone = paths[0] if len(paths) == 1 else None
+    if lone is not None and lone.is_dir() and not _is_system_folder(lone):
+        raise UserError(
+            f"{lone}: no run directories below it (a sweep folder holds runs with "
+            "checkpoints/best.pt), and not a system itself"
+        )
+    return False
+
+
+def _is_system_folder(path: Path) -> bool:
+    """A run directory or an eval result folder (what comparison.load_system reads)."""
+    return (path / "checkpoints").is_dir() or (path / "hyps.txt").is_file()
+
+
+def compare_seeds(
+    paths: Sequence[str | Path],
+    baseline: str | None = None,
+    references: Sequence[str] | None = None,
+    sources: Sequence[str] | None = None,
+    task: str | None = None,
+    split: str = "test",
+    device: str = "auto",
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    trials: int = DEFAULT_TRIALS,
+    edges: Sequence[int] | None = None,
+    option: str = "baseline",
+) -> SeedComparison:
+    """`attnseq compare` of sweep folders and runs: the groups of `paths` (`plan_groups`)
+    against `baseline` (a group's name or a path; default the first group), each run decoded
+    on `split` or its eval result reused, then `compare_groups`. Every mistake that can be
+    known is refused before any decoding; `option`: what messages call `baseline`."""
+    check_test_sizes(seed, resamples, trials)
+    groups = plan_groups([Path(path) for path in paths])
+    chosen = choose_baseline(groups, baseline, option)
+    check_group_count(groups)
+    load_groups(groups, split, device)
+    return compare_groups(groups, chosen, references, sources, task, seed, resamples, trials,
+                          edges)  # fmt: skip
