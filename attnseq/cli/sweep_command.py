@@ -47,6 +47,32 @@ def sweep_report(
             help="table (rich, for a terminal), csv, markdown or latex (booktabs), on stdout.",
         ),
     ] = "table",
+    significance: Annotated[
+        bool,
+        typer.Option(
+            "--significance",
+            help="Decode each finished run's test split (or reuse its eval result) and add, "
+            "per configuration, the verdict of Almost Stochastic Order over its seeds and the "
+            "count of significant seed pairs against the baseline (as `attnseq compare` does).",
+        ),
+    ] = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="With --significance: the baseline configuration, by its varied parameters "
+            "(e.g. model.attention.score=general) or a run's path (default: the first)."
+        ),
+    ] = None,
+    device: Annotated[
+        str, typer.Option(help="With --significance: device for decoding the runs.")
+    ] = "auto",
+    resamples: Annotated[
+        int,
+        typer.Option(help="With --significance: bootstrap resamples (also ASO's iterations)."),
+    ] = 1000,
+    trials: Annotated[
+        int, typer.Option(help="With --significance: approximate randomization trials.")
+    ] = 10000,
 ) -> None:
     """Table of a sweep, best first: the parameters that differ between jobs, several metrics
     and each job's wall time; jobs that differ only in their seed share a row with mean ± sd
@@ -59,6 +85,7 @@ def sweep_report(
     attnseq sweep-report SWEEP --metric test/loss --csv sweep.csv
     attnseq sweep-report SWEEP --metrics test/bleu,test/chrf --format markdown
     attnseq sweep-report SWEEP --format latex > table.tex
+    attnseq sweep-report SWEEP --significance --baseline model=rnn_luong
     """
     from attnseq.io.user_paths import (
         check_output_file,
@@ -67,6 +94,7 @@ def sweep_report(
     )
     from attnseq.training.sweep_report import (
         FORMATS,
+        add_significance,
         load_report,
         metric_columns,
         print_report,
@@ -90,6 +118,12 @@ def sweep_report(
         report = load_report(multirun_dir, metric)
         wanted = [name.strip() for name in metrics.split(",") if name.strip()] if metrics else None
         columns = metric_columns(report, wanted, "--metrics")
+        if baseline is not None and not significance:
+            raise UserError("--baseline chooses the baseline of --significance: give both")
+        if significance:
+            resamples, trials = _at_least(resamples, "--resamples"), _at_least(trials, "--trials")
+            add_significance(report, baseline, device, resamples=resamples, trials=trials,
+                             option="--baseline")  # fmt: skip
     if output_format == "table":
         print_report(report, metrics=columns)
     else:
@@ -99,3 +133,9 @@ def sweep_report(
         plot_path = write_plot(report, plot_path)
     # a table for a file or another program keeps stdout to itself
     typer.echo(f"wrote {csv_path} and {plot_path}", err=output_format != "table")
+
+
+def _at_least(value: int, option: str) -> int:
+    if value < 1:
+        raise UserError(f"{option} must be >= 1, got {value}")
+    return value

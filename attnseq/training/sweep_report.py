@@ -22,6 +22,14 @@ Wall time. A job's wall time runs from the start of the job, when Hydra writes .
 end of training, when metrics.json is written last (the two modification times). For a job
 resumed in its own folder (resume=auto) it is the time of the last session.
 
+Significance (`add_significance`, `sweep-report --significance`). Each row's finished runs are
+decoded on the test split (or their eval results reused) and compared with the baseline row's
+over their seeds, as `attnseq compare` compares a sweep folder's configurations
+(attnseq/analysis/seed_comparison.py): the table gains, for the report's metric (or the task's
+first metric when compare does not compute it), the verdict of Almost Stochastic Order and
+k̂/k, the seed pairs that differ significantly; the rule is printed under the table (a LaTeX
+comment in that form). A row is named by its varied parameters, `key=value,...`.
+
 The figure is drawn on a `matplotlib.figure.Figure` without pyplot, as attnseq.analysis.figures
 does, so that reports can be written from any thread and without a display.
 """
@@ -43,10 +51,18 @@ import yaml
 
 from attnseq.config.choices import higher_is_better
 from attnseq.errors import UserError
+from attnseq.evaluation.significance import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    DEFAULT_TRIALS,
+    TASK_TESTED_METRICS,
+)
 from attnseq.io.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from attnseq.analysis.seed_comparison import SeedComparison
 
 FINISHED = "ok"
 UNFINISHED = "failed/unfinished"
@@ -212,6 +228,7 @@ class SweepReport:
     higher_is_better: bool
     optuna_best: dict[str, Any] | None = None
     metric_keys: list[str] = field(default_factory=list)
+    significance: "Significance | None" = None  # add_significance
 
     @property
     def finished(self) -> list[Job]:
@@ -415,7 +432,7 @@ def text_table(
     params = [key for key in report.varied if key != SEED_KEY]
     header = ["rank", "jobs" if seeds else "job", *params]
     header += ["seeds", "n"] if seeds else []
-    header += [*metrics, "wall min", "status"]
+    header += [*metrics, *significance_head(report), "wall min", "status"]
     cells = []
     for rank, row in enumerate(rows, start=1):
         status = f"{len(row.finished)}/{len(row.jobs)} ok" if seeds else row.jobs[0].status
@@ -423,6 +440,7 @@ def text_table(
         line += [short_value(row.params[key]) for key in params]
         line += [row.seeds, str(len(row.finished))] if seeds else []
         line += [mean_sd(row, metric, plus_minus) for metric in metrics]
+        line += significance_cells(report, row)
         cells.append([*line, minutes(row.wall_seconds()), status])
     numeric = {"rank", "n", "wall min", *metrics}
     return header, cells, [name in numeric for name in header]
@@ -436,16 +454,18 @@ def render(report: SweepReport, rows: list[Row], metrics: list[str], fmt: str) -
     if fmt == "markdown":
         header, cells, right = text_table(report, rows, metrics)
         lines = [header, ["---:" if numeric else "---" for numeric in right], *cells]
-        return "".join(
+        table = "".join(
             "| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |\n" for line in lines
         )
+        return table + "".join(f"\n{line}\n" for line in significance_lines(report))
     if fmt == "latex":
         header, cells, right = text_table(report, rows, metrics, plus_minus="$\\pm$")
         spec = "".join("r" if numeric else "l" for numeric in right)
         body = [" & ".join(latex_escape(cell) for cell in line) + r" \\" for line in cells]
         title = " & ".join(latex_escape(cell) for cell in header) + r" \\"
         lines = [f"\\begin{{tabular}}{{{spec}}}", r"\toprule", title, r"\midrule", *body]
-        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n"
+        notes = [f"% {line}" for line in significance_lines(report)]
+        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", *notes]) + "\n"
     raise UserError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
@@ -455,6 +475,9 @@ def csv_text(report: SweepReport, rows: list[Row], metrics: list[str]) -> str:
     header = ["jobs" if seeds else "job", *params] + (["seeds"] if seeds else []) + ["n"]
     for metric in metrics:
         header += [metric, f"{metric}_sd"]
+    if report.significance is not None:
+        name = report.significance.metric
+        header += [f"{name}_verdict", f"{name}_significant_pairs", f"{name}_tested_pairs"]
     header += ["wall_seconds", "finished", "jobs_total"]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -465,6 +488,8 @@ def csv_text(report: SweepReport, rows: list[Row], metrics: list[str]) -> str:
         line.append(len(row.finished))
         for metric in metrics:
             line += [_raw(row.mean(metric)), _raw(row.sd(metric))]
+        if report.significance is not None:
+            line += report.significance.csv_cells(row)
         line += [_raw(row.wall_seconds()), len(row.finished), len(row.jobs)]
         writer.writerow(line)
     return buffer.getvalue()
@@ -486,6 +511,110 @@ def latex_escape(text: str) -> str:
     parts = text.split("$\\pm$")
     escaped = ["".join(_LATEX_SPECIAL.get(c, c) for c in part) for part in parts]
     return "$\\pm$".join(escaped)
+
+
+# -------------------------------------------------------------------------------- significance
+@dataclass
+class Significance:
+    """The seed comparison of a sweep's rows (`add_significance`): the comparison, the metric
+    whose verdict the table shows, and each row's group name by `Row.name`."""
+
+    comparison: "SeedComparison"
+    metric: str
+    groups: dict[str, str]
+
+    def cells(self, row: Row) -> list[str]:
+        """The row's verdict against the baseline and k̂/k ("baseline" for the baseline)."""
+        group = self.groups.get(row.name)
+        if group is None:
+            return ["-", "-"]
+        if group == self.comparison.baseline:
+            return ["baseline", "-"]
+        verdict = self.comparison.verdicts[group][self.metric]
+        return [verdict.call, f"{verdict.significant}/{verdict.tested}" if verdict.tested else "-"]
+
+    def csv_cells(self, row: Row) -> list[object]:
+        """The verdict, k̂ and k as CSV values (empty where there are none)."""
+        group = self.groups.get(row.name)
+        if group is None or group == self.comparison.baseline:
+            return ["" if group is None else "baseline", "", ""]
+        verdict = self.comparison.verdicts[group][self.metric]
+        return [verdict.call, verdict.significant, verdict.tested]
+
+
+def significance_head(report: SweepReport) -> list[str]:
+    found = report.significance
+    return [] if found is None else [f"{found.metric} vs baseline", "k̂/k"]
+
+
+def significance_cells(report: SweepReport, row: Row) -> list[str]:
+    return [] if report.significance is None else report.significance.cells(row)
+
+
+def significance_lines(report: SweepReport) -> list[str]:
+    """What the significance columns are and the rule behind the verdicts; none without
+    them."""
+    found = report.significance
+    if found is None:
+        return []
+    where = f"significance of {found.metric} on the test split against {found.comparison.baseline}:"
+    return [where, *found.comparison.rule_lines()]
+
+
+def row_label(row: Row) -> str:
+    """A row's name as a group: its varied parameters, `key=value,...`, or its jobs."""
+    return ",".join(f"{key}={value}" for key, value in row.params.items() if value) or row.name
+
+
+def job_seed(job: Job) -> int | None:
+    """The job's seed: its override, else its .hydra/config.yaml's; None without."""
+    written = job.params.get(SEED_KEY)
+    if written is None:
+        config = read_yaml(job.folder / ".hydra" / "config.yaml")
+        written = str(config.get(SEED_KEY)) if isinstance(config, dict) else None
+    return int(written) if written is not None and written.isdigit() else None
+
+
+def add_significance(
+    report: SweepReport,
+    baseline: str | None = None,
+    device: str = "auto",
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    trials: int = DEFAULT_TRIALS,
+    option: str = "baseline",
+) -> None:
+    """Compare the finished runs of every row with the baseline row's over their seeds on the
+    test split (module docstring) and keep it in `report.significance`. `baseline`: a row's
+    name (`row_label`) or a run's path; default the first row in job order. `option`: what
+    messages call `baseline`."""
+    from attnseq.analysis.seed_comparison import (
+        Group,
+        Member,
+        check_group_count,
+        choose_baseline,
+        compare_groups,
+        load_groups,
+    )
+
+    rows = sorted((row for row in report_rows(report) if row.finished),
+                  key=lambda row: job_order(row.finished[0]))  # fmt: skip
+    labels = {row.name: row_label(row) for row in rows}
+    if len(set(labels.values())) != len(labels):
+        labels = {row.name: row.name for row in rows}
+    groups = [Group(labels[row.name], [Member(job.folder, job_seed(job)) for job in row.finished])
+              for row in rows]  # fmt: skip
+    chosen = choose_baseline(groups, baseline, option)
+    check_group_count(groups)
+    load_groups(groups, "test", device)
+    runs = (run for group in groups for run in group.runs)
+    task = next((run.system.task for run in runs if run.system.task), None) or "translation"
+    valid = TASK_TESTED_METRICS.get(task, TASK_TESTED_METRICS["translation"])
+    short = report.metric.removeprefix("test/")
+    metric = short if short in valid else valid[0]
+    comparison = compare_groups(groups, chosen, task=task, seed=seed, resamples=resamples,
+                                trials=trials, metrics=[metric])  # fmt: skip
+    report.significance = Significance(comparison, metric, labels)
 
 
 # ------------------------------------------------------------------------------------- writing
@@ -518,6 +647,8 @@ def print_report(
         status = Text(line[-1], style="red" if failed else None)
         table.add_row(*(Text(cell) for cell in line[:-1]), status)
     console.print(table)
+    for line in significance_lines(report):
+        say(line)
     if report.unfinished:
         names = ", ".join(job.name for job in report.unfinished)
         say(f"no metrics.json (failed or still running): {names}")
