@@ -638,6 +638,7 @@ class SeedComparison:
         measured = f"{self.bucket_by} length ({self.bucket_unit})"
         parts = [
             _table(*self.metric_rows(output_format), output_format),
+            "",  # a markdown table runs on into the next line without a blank one
             *(textwrap.fill(line, width=100) for line in self.rule_lines()),
             "",
             f"per-seed paired tests against {self.baseline}: difference (approximate "

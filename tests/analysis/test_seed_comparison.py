@@ -217,6 +217,10 @@ def test_compare_of_a_sweep_folder_in_every_format(sweep: Path, tmp_path: Path) 
     markdown, latex = result.render("markdown"), result.render("latex")
     assert "| ε(B>A) | ε(A>B) | verdict |" in markdown
     assert f"| {row.group(1)} |" in markdown
+    lines = markdown.splitlines()
+    for line, following in zip(lines, lines[1:], strict=False):
+        if line.startswith("|") and following.strip():  # each table ends at a blank line
+            assert following.startswith("|"), following
     assert r"$\varepsilon$(B$>$A) & $\varepsilon$(A$>$B) & verdict \\" in latex
     assert f"& {row.group(1)} \\\\" in latex and r"model.family=rnn (baseline)" in latex
 
