@@ -32,6 +32,7 @@ _API = {
     "TrainResult": "attnseq.api",
     "compare": "attnseq.api",
     "Comparison": "attnseq.analysis.comparison",
+    "SeedComparison": "attnseq.analysis.seed_comparison",
     "Callback": "attnseq.training.callbacks",
     "TrainingEvent": "attnseq.training.callbacks",
     "TrainingInterrupted": "attnseq.training.stopping",
@@ -44,6 +45,7 @@ __all__ = ["__version__", *_API]
 if _typing.TYPE_CHECKING:
     # `X as X`: a re-export to type checkers and linters, which cannot read the built __all__
     from attnseq.analysis.comparison import Comparison as Comparison
+    from attnseq.analysis.seed_comparison import SeedComparison as SeedComparison
     from attnseq.api import Model as Model
     from attnseq.api import TrainResult as TrainResult
     from attnseq.api import TranslatedHypothesis as TranslatedHypothesis

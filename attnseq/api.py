@@ -1284,6 +1284,7 @@ def compare(
     train_references: str | Path | Sequence[str] | None = None,
     gold: str | Path | None = None,
     attention: bool = True,
+    threads: int | str | None = None,
 ) -> "Comparison | SeedComparison":
     """Is A better than B? `attnseq compare` from Python: the systems (hypothesis files,
     `attnseq eval` result folders, run directories or checkpoints) against `baseline` (one of
@@ -1295,7 +1296,8 @@ def compare(
     train split of the first checkpoint's data): a file or the lines themselves; `buckets`:
     the lower length edges in words; `gold`: a file of gold (source word, reference word)
     links of the test set, for the AER of each checkpoint's attention; `attention=False`
-    skips the attention pass.
+    skips the attention pass; `threads`: torch's CPU threads while checkpoints decode, as
+    `load(threads=)` takes them (your count is put back afterwards).
 
         result = attnseq.compare(["runs/a", "runs/b"])
         result.scores["runs/b"]["bleu"].p_bootstrap, result.save_figure("by_length.png")
@@ -1328,25 +1330,27 @@ def compare(
             return list(value)
         raise TypeError(f"{name} must be a path or a list of strings")
 
-    given = [Path(system) for system in systems]
-    if sweep_requested(given):  # a SeedComparison (attnseq/analysis/seed_comparison.py)
-        if gold is not None or train_references is not None:
-            raise UserError("gold and train_references score single systems, not the seed "
-                            "groups of a sweep folder")  # fmt: skip
-        return compare_seeds(
-            given, None if baseline is None else str(baseline), lines(references, "references"),
-            lines(sources, "sources"), task, split, device, seed=seed, resamples=resamples,
-            trials=trials, edges=buckets,
+    check_threads(threads, "threads")
+    with threads_set(threads):  # the decoding of checkpoints; the caller's count comes back
+        given = [Path(system) for system in systems]
+        if sweep_requested(given):  # a SeedComparison (attnseq/analysis/seed_comparison.py)
+            if gold is not None or train_references is not None:
+                raise UserError("gold and train_references score single systems, not the seed "
+                                "groups of a sweep folder")  # fmt: skip
+            return compare_seeds(
+                given, None if baseline is None else str(baseline),
+                lines(references, "references"), lines(sources, "sources"), task, split, device,
+                seed=seed, resamples=resamples, trials=trials, edges=buckets,
+            )  # fmt: skip
+        train_lines = lines(train_references, "train_references")
+        gold_path = None if gold is None else Path(gold)
+        if gold_path is not None:
+            read_lines(gold_path, "gold")  # exists, is UTF-8: before any decoding
+        check_extras(train_lines, gold_path, attention)
+        loaded = [load_system(path, split, device) for path in paths]
+        return compare_systems(
+            loaded, None if baseline is None else str(Path(baseline)),
+            lines(references, "references"), lines(sources, "sources"), task, seed=seed,
+            resamples=resamples, trials=trials, edges=buckets, train_references=train_lines,
+            gold=gold_path, attention=attention, device=device,
         )  # fmt: skip
-    train_lines = lines(train_references, "train_references")
-    gold_path = None if gold is None else Path(gold)
-    if gold_path is not None:
-        read_lines(gold_path, "gold")  # exists, is UTF-8: before any decoding
-    check_extras(train_lines, gold_path, attention)
-    loaded = [load_system(path, split, device) for path in paths]
-    return compare_systems(
-        loaded, None if baseline is None else str(Path(baseline)),
-        lines(references, "references"), lines(sources, "sources"), task, seed=seed,
-        resamples=resamples, trials=trials, edges=buckets, train_references=train_lines,
-        gold=gold_path, attention=attention, device=device,
-    )  # fmt: skip

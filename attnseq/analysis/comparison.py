@@ -28,6 +28,7 @@ saying why (`Comparison.notes`).
 
 import json
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -483,7 +484,8 @@ class Comparison:
             values = [score.f_measure if bucket.count else math.nan for score, bucket in scores]
             ax.plot(positions, values, marker="o", label=name)
         ax.set_xticks(positions, [f"{b.label}\n(n={b.count})" for b in buckets], fontsize=8)
-        ax.set_xlabel(f"frequency in {self.words.frequencies_from} (n: reference words)")
+        label = f"frequency in {self.words.frequencies_from} (n: reference words)"
+        ax.set_xlabel(textwrap.fill(label, width=70))  # a run's path can be long
         ax.set_ylabel("word F-measure")
         ax.set_ylim(-0.02, 1.02)
         ax.set_title("word F-measure by training frequency")

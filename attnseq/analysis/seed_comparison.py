@@ -503,6 +503,13 @@ class RunResult:
 
 
 # ------------------------------------------------------------------------------ the result
+# The tables of a single-system comparison that seed groups leave out, said under their tables.
+NOT_POOLED = (
+    "Word F-measure by training frequency and the attention table (entropy, AER) are made for "
+    "single systems: compare two runs of the sweep for them."
+)
+
+
 @dataclass
 class SeedComparison:
     """Groups of seeds compared with a baseline group (module docstring): each run's scores
@@ -574,7 +581,7 @@ class SeedComparison:
             }  # fmt: skip
         return {"baseline": self.baseline, "task": self.task, "settings": self.settings,
                 "rule": self.rule_lines(), "groups": groups,
-                "buckets": self._bucket_dict()}  # fmt: skip
+                "buckets": self._bucket_dict(), "not_pooled": NOT_POOLED}  # fmt: skip
 
     def _pair_dict(self, pair: SeedPair) -> dict[str, Any]:
         tests = None
@@ -647,6 +654,8 @@ class SeedComparison:
             "",
             f"{self.bucket_metric} by {measured}, mean over seeds [lowest, highest seed]:",
             _table(*self.bucket_rows(), output_format),
+            "",
+            textwrap.fill(NOT_POOLED, width=100),
         ]
         return "\n".join(parts) + "\n"
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.shared import user_errors
+from attnseq.cli.shared import ThreadsOption, apply_threads, user_errors
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -94,6 +94,7 @@ def compare(
             help="Measure the checkpoints' cross-attention (entropy; AER with --gold).",
         ),
     ] = True,
+    threads: ThreadsOption = None,
 ) -> None:
     """Compare systems on the same test set: each metric with its 95% bootstrap interval, and
     p-values of paired bootstrap resampling (Koehn 2004) and approximate randomization
@@ -122,6 +123,7 @@ def compare(
         edges = _edges(buckets)
         if out is not None and out.exists() and not out.is_dir():
             raise UserError(f"--out {out}: a file, not a folder")  # before the work
+        apply_threads(threads)  # decoding checkpoints and reading their attention
         if sweep_requested(systems):  # configurations over seeds: analysis/seed_comparison.py
             if gold is not None or train_ref is not None:
                 raise UserError("--gold and --train-ref score single systems, not the seed "

@@ -101,8 +101,7 @@ def unsupported_features(cfg: TrainConfig) -> list[str]:
         )
     if not model.attention.scaled:
         problems.append(
-            "model.attention.scaled=false (unscaled dot products; the engine divides by "
-            "sqrt(d_k))"
+            "model.attention.scaled=false (unscaled dot products; the engine divides by sqrt(d_k))"
         )
     if model.conv_kernel > 0:
         problems.append(

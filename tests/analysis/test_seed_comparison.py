@@ -195,6 +195,7 @@ def test_compare_of_a_sweep_folder_in_every_format(sweep: Path, tmp_path: Path) 
                     r"[\d.]+\s+[\d.]+\s+(better|worse|not significant)$", text, re.M)  # fmt: skip
     assert row, text
     assert "model.family=rnn (baseline)" in text and "Almost Stochastic Order" in text
+    assert "Word F-measure by training frequency and the attention table" in text
     assert re.search(r"^model\.family=transformer\s+1\s+1\s+seed\s+[+-][\d.]+ \(", text, re.M)
     record = json.loads((out / "compare.json").read_text())
     assert record["baseline"] == "model.family=rnn" and record["settings"]["epsilon"] == 0.2

@@ -129,6 +129,8 @@ def test_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
         result = compare(*args, code=2)
         assert message in result.output, (message, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output
+    usage = compare(a, a + "2", "--ref", r, "--threads", "many", code=2).output  # typer's usage
+    assert "Invalid value for '--threads': 'many' is not a thread count" in usage
 
 
 def test_python_api(runs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -142,6 +144,31 @@ def test_python_api(runs: tuple[Path, Path], tmp_path: Path) -> None:
     assert result.attention[str(b)].entropy > 0 and result.words is not None
     with pytest.raises(TypeError, match="systems must be a list of paths"):
         attnseq.compare(str(a))
+    with pytest.raises(TypeError, match="threads"):
+        attnseq.compare([a, b], threads=1.5)
+
+
+def test_threads_are_set_for_the_decoding_and_given_back(
+    runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    import attnseq.analysis.comparison as comparison
+
+    a, b = runs
+    seen = []
+    load_system = comparison.load_system
+
+    def counting(*args, **kwargs):  # the thread count the checkpoints decode with
+        seen.append(torch.get_num_threads())
+        return load_system(*args, **kwargs)
+
+    monkeypatch.setattr(comparison, "load_system", counting)
+    before = torch.get_num_threads()
+    attnseq.compare([a, b], resamples=20, trials=20, device="cpu", attention=False, threads=1)
+    assert seen == [1, 1] and torch.get_num_threads() == before
+    compare(str(a), str(b), "--threads", "1", "--device", "cpu", "--no-attention", *FAST)
+    assert seen[2:] == [1, 1]
 
 
 def test_python_api_training_targets_gold_and_no_attention(
