@@ -458,8 +458,10 @@ class Comparison:
                 return [math.nan if gap else v for v, gap in zip(values, empty, strict=True)]
 
             scores = points([v.score for v in row])
-            spread = [[s - v.low for s, v in zip(scores, row, strict=True)],
-                      [v.high - s for s, v in zip(scores, row, strict=True)]]  # fmt: skip
+            # a percentile interval need not hold the score itself (few sentences, a skewed
+            # metric): the bar then stops at the score on that side
+            spread = [[max(0.0, s - v.low) for s, v in zip(scores, row, strict=True)],
+                      [max(0.0, v.high - s) for s, v in zip(scores, row, strict=True)]]  # fmt: skip
             ax.errorbar(positions, scores, yerr=spread, marker="o", capsize=3, label=name)
             ax.fill_between(positions, points([v.low for v in row]),
                             points([v.high for v in row]), alpha=0.2)  # fmt: skip

@@ -107,6 +107,20 @@ def test_hypothesis_files_with_sources_and_a_named_baseline(tmp_path: Path) -> N
     assert good, result.stdout
 
 
+def test_a_score_outside_its_interval_still_draws(tmp_path: Path) -> None:
+    """Three sentences: a percentile interval of BLEU need not hold the score itself."""
+    (tmp_path / "src.txt").write_text("June 5, 2001\n4 May 2001\nMarch 3rd, 1998\n")
+    (tmp_path / "tgt.txt").write_text("2001-06-05\n2001-05-04\n1998-03-03\n")
+    src, tgt = str(tmp_path / "src.txt"), str(tmp_path / "tgt.txt")
+    out = tmp_path / "cmp"
+    compare(tgt, src, "--ref", tgt, "--src", src, "--out", str(out), "--seed", "3",
+            "--trials", "2")  # fmt: skip
+    record = json.loads((out / "compare.json").read_text())
+    buckets = record["buckets"]["scores"][tgt]
+    assert any(not b["low"] <= b["score"] <= b["high"] for b in buckets), buckets
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x\ny\n")
     (tmp_path / "b.txt").write_text("x\n")
