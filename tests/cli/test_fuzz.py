@@ -152,6 +152,8 @@ PATH_HINTS = {
     "systems": ("tgt.txt", "src.txt", "tgt.txt"),  # compare: hypothesis files
     "ref": ("tgt.txt",),
 }
+# Arguments of several values that a command needs at least this many of (compare: A and B)
+AT_LEAST = {"systems": 2}
 TEXT_HINTS = {"src": SENTENCES, "tgt": SENTENCES}  # string parameters that take a sentence
 # What most invocations give (other hinted inputs, such as --gold, go with modes of their own)
 MAIN_INPUTS = {"checkpoint", "checkpoints", "src", "tgt", "multirun_dir", "systems", "ref"}
@@ -534,6 +536,11 @@ def make_case(command: str, number: int, ws: Workspace, scratch: Path) -> Case:
             continue
         count = rng.choice([1, 1, 2, 3]) if param.many else 1
         values = [_value(rng, mix, param, ws, scratch) for _ in range(count)]
+        if param.many and param.kind == "path":  # the same input twice is one mistake of
+            values = list(dict.fromkeys(values))  # its own, tested by each command's tests
+            spare = [ws.entry(hint) for hint in PATH_HINTS.get(param.name, ())]
+            spare = [value for value in dict.fromkeys(spare) if value not in values]
+            values += spare[: max(0, AT_LEAST.get(param.name, 1) - len(values))]
         if param.kind == "path":
             (inputs if param.name in PATH_HINTS else outputs).extend(values)
         if not param.flags:  # an argument
