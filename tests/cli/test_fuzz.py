@@ -906,6 +906,10 @@ def test_a_broken_promise_is_reported_with_its_command_line(
         "writes": (lambda *_: src.write_text("changed\n"), f"input {src} was changed", ""),
         "hangs": (lambda *_: signal.pause(), "hang: no answer within 1 s", ""),
     }
+    # Unpatched first: the case keeps its promises as it is, and the modules that bind
+    # check_output_file when imported (attnseq.api) import the real one, not a patch that
+    # would outlive this test in the process.
+    assert run_case(case, workspace).problems == []
     monkeypatch.setattr(sys.modules[__name__], "CASE_SECONDS", 1.0)
     for name, (behaviour, first, detail) in behaviours.items():
         monkeypatch.setattr(attnseq.io.user_paths, "check_output_file", behaviour)
