@@ -57,7 +57,6 @@ lowest and highest seed's score.
 
 import json
 import math
-import re
 import statistics
 import textwrap
 import warnings
@@ -93,6 +92,7 @@ from attnseq.evaluation.significance import (
     sentence_scores,
     sentence_tests,
 )
+from attnseq.training.sweep_report import differing_keys, natural_order, parse_override, read_yaml
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -145,12 +145,6 @@ def is_run_directory(path: Path) -> bool:
     return (path / "checkpoints" / "best.pt").is_file()
 
 
-def _natural(path: Path) -> tuple:
-    """Run 10 after run 9: digits compare as numbers."""
-    parts = re.split(r"(\d+)", path.as_posix())
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in parts)
-
-
 def sweep_runs(folder: Path) -> list[Path]:
     """The run directories below `folder` (not `folder` itself), at any depth, in natural
     order of their paths; a run's own folders and hidden folders are not searched, a linked
@@ -166,7 +160,7 @@ def sweep_runs(folder: Path) -> list[Path]:
                 found.append(child)
             elif not child.name.startswith(".") and not child.is_symlink():
                 stack.append(child)
-    return sorted(found, key=lambda path: _natural(path.relative_to(folder)))
+    return sorted(found, key=lambda path: natural_order(path.relative_to(folder).as_posix()))
 
 
 def is_sweep_folder(path: Path) -> bool:
@@ -203,17 +197,11 @@ def run_config(run: Path) -> dict[str, Any]:
 def run_overrides(run: Path) -> dict[str, str] | None:
     """The run's command-line overrides (.hydra/overrides.yaml), key -> value as written,
     without the ignored keys; None when the run has no such file."""
-    import yaml
-
-    try:
-        items = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
+    items = read_yaml(run / ".hydra" / "overrides.yaml")
     if not isinstance(items, list):
         return None
-    pairs = (str(item).partition("=") for item in items)
-    kept = {key.lstrip("+"): value for key, _, value in pairs}
-    return {key: value for key, value in kept.items() if not ignored(key.lstrip("~"))}
+    pairs = (parse_override(str(item)) for item in items)
+    return {key: value for key, value in pairs if not ignored(key)}
 
 
 def _shown(text: str | None) -> str:
@@ -226,13 +214,6 @@ def _shown(text: str | None) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def differing(rows: Sequence[Mapping[str, str]]) -> list[str]:
-    """Keys whose values differ across `rows` (an absent key counts as a value), in the order
-    they first appear."""
-    order = dict.fromkeys(key for row in rows for key in row)
-    return [key for key in order if len({row.get(key) for row in rows}) > 1]
-
-
 def group_names(
     configs: Sequence[Mapping[str, str]], overrides: Sequence[Mapping[str, str] | None]
 ) -> list[str]:
@@ -241,11 +222,11 @@ def group_names(
     configuration keys (`flat_config`, values shown as written on a command line)."""
     if all(item is not None for item in overrides):
         given = [dict(item or {}) for item in overrides]
-        keys = differing(given)
+        keys = differing_keys(given)
         names = [",".join(f"{key}={row[key]}" for key in keys if key in row) for row in given]
         if all(names) and len(set(names)) == len(names):
             return names
-    keys = differing(configs)
+    keys = differing_keys(configs)
     return [",".join(f"{key}={_shown(row.get(key))}" for key in keys) for row in configs]
 
 

@@ -42,7 +42,7 @@ import math
 import re
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,9 +123,14 @@ def parse_override(override: str) -> tuple[str, str]:
     return key.lstrip("+"), value
 
 
+def natural_order(name: str) -> tuple:
+    """Sort key of natural order: job 10 after job 9 (Hydra numbers jobs 0, 1, ...). The split
+    alternates text and digits, so equal positions always compare like with like."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
 def job_order(job: Job) -> tuple:
-    """Natural order of job names: job 10 after job 9 (Hydra numbers jobs 0, 1, ...)."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", job.name))
+    return natural_order(job.name)
 
 
 def find_jobs(root: Path) -> list[Job]:
@@ -174,13 +179,16 @@ def job_wall_seconds(folder: Path) -> float | None:
     return max(ended - started, 0.0)
 
 
+def differing_keys(rows: Sequence[Mapping[str, str]]) -> list[str]:
+    """Keys whose values differ across `rows` (a missing key counts as a value), in the order
+    they first appear."""
+    order = dict.fromkeys(key for row in rows for key in row)
+    return [key for key in order if len({row.get(key) for row in rows}) > 1]
+
+
 def varied_keys(jobs: Sequence[Job]) -> list[str]:
-    """Override keys whose values differ across jobs (missing counts as a value), in the
-    order they first appear."""
-    order: dict[str, None] = {}
-    for job in jobs:
-        order.update(dict.fromkeys(job.params))
-    return [key for key in order if len({job.params.get(key) for job in jobs}) > 1]
+    """Override keys whose values differ across jobs, in the order they first appear."""
+    return differing_keys([job.params for job in jobs])
 
 
 def metric_keys(jobs: Sequence[Job]) -> list[str]:
