@@ -6,14 +6,13 @@ mean over its seeds) with the band between the seeds' lowest and highest value.
         --tags valid/loss train/grad_norm attention/entropy \\
         --out docs/results/attention_claims/transformer_scaling_curves.png
 
-A configuration is a run's Hydra overrides (.hydra/overrides.yaml) without its seed; its label
-keeps the overrides that differ between the folder's configurations. Prints the JSON of the
-curves (step -> mean, min, max per configuration and scalar) on stdout.
+The configurations are those of `attnseq compare FOLDER` (attnseq/analysis/seed_comparison.py):
+runs grouped by their config without the seed, named by the overrides that differ. Prints the
+JSON of the curves (step -> mean, min, max per configuration and scalar) on stdout.
 """
 
 import argparse
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import matplotlib
@@ -21,30 +20,24 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402
     EventAccumulator,
 )
 
-
-def run_overrides(run: Path) -> list[str]:
-    """The run's command-line overrides without its seed."""
-    overrides = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
-    return [item for item in overrides if not item.startswith("seed=")]
+from attnseq.analysis.seed_comparison import is_sweep_folder, plan_groups  # noqa: E402
+from attnseq.errors import UserError  # noqa: E402
 
 
 def configurations(folder: Path) -> dict[str, list[Path]]:
-    """Label -> the runs (seeds) of each configuration of the sweep folder."""
-    runs = sorted(p for p in folder.iterdir() if (p / ".hydra" / "overrides.yaml").is_file())
-    if not runs:
-        raise SystemExit(f"{folder} holds no runs (no */.hydra/overrides.yaml)")
-    keys = {run: tuple(run_overrides(run)) for run in runs}
-    shared = set.intersection(*(set(key) for key in keys.values()))
-    groups: dict[str, list[Path]] = defaultdict(list)
-    for run, key in keys.items():
-        label = " ".join(item for item in key if item not in shared) or "all runs"
-        groups[label].append(run)
-    return dict(groups)
+    """Group name -> the runs (seeds) of each configuration of the sweep folder, grouped and
+    named as `attnseq compare` groups them."""
+    if not is_sweep_folder(folder):
+        raise SystemExit(f"{folder} holds no runs (no */checkpoints/best.pt)")
+    try:
+        groups = plan_groups([folder])
+    except UserError as error:
+        raise SystemExit(f"error: {error}") from None
+    return {group.name: [member.path for member in group.members] for group in groups}
 
 
 def scalar(run: Path, tag: str) -> dict[int, float]:
@@ -79,7 +72,8 @@ def main() -> None:
     parser.add_argument("--log", nargs="*", default=[], help="tags drawn on a log scale")
     args = parser.parse_args()
     groups = configurations(args.folder)
-    curves = {label: {tag: pooled(runs, tag) for tag in args.tags} for label, runs in groups.items()}
+    curves = {label: {tag: pooled(runs, tag) for tag in args.tags}
+              for label, runs in groups.items()}  # fmt: skip
     figure, axes = plt.subplots(1, len(args.tags), figsize=(4.6 * len(args.tags), 3.6))
     for axis, tag in zip(np.atleast_1d(axes), args.tags, strict=True):
         for label, by_tag in curves.items():
