@@ -32,7 +32,7 @@ numpy Generator and the ">=" counts above. Defaults follow sacreBLEU: R = 1000, 
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,7 +171,7 @@ def sacrebleu_paired(
 
     named = [(name, list(hypotheses)) for name, hypotheses in systems.items()]
     refs = None if references is None else [list(references)]
-    with _sacrebleu_seed(seed):
+    with _sacrebleu_seed(seed), _statistics_once(metrics.values()):
         _, boot = PairedTest(named, metrics, refs, test_type="bs", n_samples=resamples)()
         _, rand = PairedTest(named, metrics, refs, test_type="ar", n_samples=trials)()
     keys = [key for key in boot if key != "System"]  # sacreBLEU's names, in metrics' order
@@ -188,6 +188,33 @@ def sacrebleu_paired(
                 p_randomization=1.0 if same else _optional(randomized.p_value),
             )
     return results
+
+
+@contextlib.contextmanager
+def _statistics_once(metrics: Iterable[Any]) -> Iterator[None]:
+    """While the block runs, each sacreBLEU metric of `metrics` extracts a system's
+    per-sentence statistics once: sacreBLEU's two tests each extract them again (for the
+    baseline and every system), and TER's extraction (a shift search per sentence) costs more
+    than all the resampling. The block's references do not change, so the hypotheses alone
+    key the cache; afterwards the metrics are as they were."""
+    patched = []
+    for metric in metrics:
+        extract = metric._extract_corpus_statistics
+        found: dict[tuple[str, ...], Any] = {}
+
+        def once(hypotheses: Sequence[str], references: Any, extract=extract, found=found) -> Any:
+            key = tuple(hypotheses)
+            if key not in found:
+                found[key] = extract(hypotheses, references)
+            return found[key]
+
+        metric._extract_corpus_statistics = once  # the instance's, which the tests call
+        patched.append(metric)
+    try:
+        yield
+    finally:
+        for metric in patched:
+            del metric._extract_corpus_statistics  # the class's method again
 
 
 def _optional(value: float | None) -> float | None:

@@ -132,3 +132,27 @@ def test_sacrebleus_own_example_gives_its_p_values() -> None:
         assert result.p_bootstrap == pytest.approx(moses[name], abs=1e-2)
         assert result.p_randomization == pytest.approx(multeval[name], abs=1e-2)
     assert results["LIUM-NMT"]["bleu"].score == pytest.approx(21.6098, abs=1e-4)
+
+
+def test_each_systems_statistics_are_extracted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both tests, and the baseline of each, share one extraction per system and metric; the
+    metric objects are as they were afterwards, and the scores are sacreBLEU's."""
+    from sacrebleu.metrics import TER
+
+    calls: list[int] = []
+    extract = TER._extract_corpus_statistics
+
+    def counted(self, hypotheses, references):  # type: ignore[no-untyped-def]
+        calls.append(len(hypotheses))
+        return extract(self, hypotheses, references)
+
+    monkeypatch.setattr(TER, "_extract_corpus_statistics", counted)
+    systems = {"a": [worse(line) for line in REFERENCES], "b": list(REFERENCES)}
+    metric = TER()
+    results = sacrebleu_paired(systems, REFERENCES, {"ter": metric}, 3, 50, 50)
+    assert calls == [len(REFERENCES)] * 2  # a and b, once each
+    assert "_extract_corpus_statistics" not in vars(metric)
+    assert results["b"]["ter"].score == 0.0
+    assert results["a"]["ter"].score == pytest.approx(
+        TER().corpus_score(systems["a"], [REFERENCES]).score
+    )
