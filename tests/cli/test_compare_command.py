@@ -15,7 +15,7 @@ from helpers import tiny_config
 from typer.testing import CliRunner
 
 import attnseq
-from attnseq.analysis.comparison import split_pairs
+from attnseq.analysis.comparison import load_system, split_pairs
 from attnseq.cli.align_runner import AlignRequest, run_align
 from attnseq.cli.app import app
 from attnseq.errors import UserError
@@ -234,7 +234,8 @@ def test_attention_word_accuracy_and_ratio_buckets_agree_in_json_and_text(
     ref.write_text("".join(f"{target}\n" for _, target in pairs))
     gold.write_text("".join("0-0 1?0\n" if len(s.split()) > 1 else "0-0\n" for s, _ in pairs))
     copy = tmp_path / "copy.txt"
-    copy.write_text(next(b.glob("eval/*/test.*/hyps.txt")).read_text())
+    outputs = load_system(b, "test", "cpu").hypotheses  # decoded here when no test has yet
+    copy.write_text("".join(f"{line}\n" for line in outputs))
     args = [str(a), str(b), str(copy), "--gold", str(gold), "--device", "cpu", *FAST]
     text = compare(*args).stdout
     data = json.loads(compare(*args, "--format", "json").stdout)
