@@ -184,11 +184,11 @@ def check_train_args(args: list[str]) -> TrainConfig:
     Hydra; returns the first variant's config. Raises UserError as the command would exit 2."""
     from hydra import compose, initialize_config_dir
 
-    from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
     from attnseq.cli.hydra_entry import split_flags
     from attnseq.cli.preflight import check_flags, check_sweep_values
     from attnseq.config import CONFIG_DIR
     from attnseq.config.schema import register_configs
+    from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
 
     flags, overrides = split_flags(args)
     check_flags(flags)

@@ -18,8 +18,8 @@ from helpers import (
 from typer.testing import CliRunner
 
 from attnseq.alignment.forced import AlignmentMethod, align_sentences
-from attnseq.cli.align_runner import AlignRequest, run_align
 from attnseq.alignment.word_links import symmetrize, transpose
+from attnseq.cli.align_runner import AlignRequest, run_align
 from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
 from attnseq.data.word_alignments import read_pharaoh

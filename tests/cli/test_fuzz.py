@@ -313,9 +313,10 @@ def _write_sweep(folder: Path) -> None:
 
 def make_workspace(root: Path) -> Workspace:
     """Untrained tiny checkpoints (a GRU with Bahdanau attention, a transformer, a copy of it
-    under a Latin-1 name), a run directory, texts (parallel dates, one line, not UTF-8, CRLF, 5,000 characters, blank lines,
-    empty), gold links, attention saved by `eval --save-attention`, a sweep, a named pipe and
-    symbolic links (to a checkpoint, to nothing, to itself), a truncated checkpoint."""
+    under a Latin-1 name), a run directory, texts (parallel dates, one line, not UTF-8, CRLF,
+    5,000 characters, blank lines, empty), gold links, attention saved by
+    `eval --save-attention`, a sweep, a named pipe and symbolic links (to a checkpoint, to
+    nothing, to itself), a truncated checkpoint."""
     inputs = root / "inputs"
     inputs.mkdir(parents=True)
     env = {"ATTNSEQ_CACHE": str(root / "cache"), "ATTNSEQ_DATA": str(root / "data")}

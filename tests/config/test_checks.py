@@ -238,9 +238,9 @@ def test_a_users_file_wins_over_a_packaged_one_of_the_same_name(tmp_path: Path) 
 def test_config_file_is_recorded_in_the_composed_config(tmp_path: Path, monkeypatch) -> None:
     from hydra import compose, initialize_config_dir
 
-    from attnseq.training.composition import rewrite_config_selector
     from attnseq.config import CONFIG_DIR
     from attnseq.config.schema import register_configs
+    from attnseq.training.composition import rewrite_config_selector
 
     monkeypatch.setenv("HOME", str(tmp_path))
     mine = tmp_path / "my exp's ${x}.yaml"  # survives the override grammar

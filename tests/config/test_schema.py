@@ -9,12 +9,12 @@ from helpers import check_train_args
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from attnseq.training.config_errors import describe_composition_error
 from attnseq.config import CONFIG_DIR
 from attnseq.config.checks import validate
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.errors import UserError
+from attnseq.training.config_errors import describe_composition_error
 
 register_configs()
 GROUPS = ["data", "model", "optim", "trainer"]
