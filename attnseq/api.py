@@ -1310,7 +1310,8 @@ def compare(
         load_system,
         read_lines,
     )
-    from attnseq.analysis.seed_comparison import compare_seeds, sweep_requested
+    from attnseq.analysis.seed_comparison import compare_seeds
+    from attnseq.analysis.seed_groups import sweep_requested
 
     if isinstance(systems, str | Path) or not isinstance(systems, Sequence):
         raise TypeError("systems must be a list of paths")

@@ -6,7 +6,7 @@ mean over its seeds) with the band between the seeds' lowest and highest value.
         --tags valid/loss train/grad_norm attention/entropy \\
         --out docs/results/attention_claims/transformer_scaling_curves.png
 
-The configurations are those of `attnseq compare FOLDER` (attnseq/analysis/seed_comparison.py):
+The configurations are those of `attnseq compare FOLDER` (attnseq/analysis/seed_groups.py):
 runs grouped by their config without the seed, named by the overrides that differ. Prints the
 JSON of the curves (step -> mean, min, max per configuration and scalar) on stdout.
 """
@@ -24,7 +24,7 @@ from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E4
     EventAccumulator,
 )
 
-from attnseq.analysis.seed_comparison import is_sweep_folder, plan_groups  # noqa: E402
+from attnseq.analysis.seed_groups import is_sweep_folder, plan_groups  # noqa: E402
 from attnseq.errors import UserError  # noqa: E402
 
 

@@ -1,21 +1,9 @@
 """Is configuration B better than configuration A, over the seeds each was trained with? The
-seed groups of `attnseq compare SWEEP_FOLDER`, their statistics, tables and figure, and the
-significance columns of `attnseq sweep-report --significance`.
-
-Groups. A sweep folder (Hydra's `multirun/DATE/TIME/`, or whatever `hydra.sweep.dir` named)
-holds run directories, each with checkpoints/best.pt, at any depth (`sweep_runs`). Its runs
-are grouped by configuration: the resolved config stored in each checkpoint, with the keys of
-`IGNORED_KEYS` left out (the seed, and where and how a run reads, logs and saves, which do not
-change what is trained), so the repeats of one configuration pool their seeds. The runs of
-several sweep folders are pooled before they are grouped. A group is named by what differs
-between the groups (`group_names`): the command-line overrides (.hydra/overrides.yaml) that
-differ, when every run has that file and they tell the groups apart, else the configuration
-keys that differ. A run directory, checkpoint, eval result folder or hypothesis file given on
-its own is a group of one run, named by its path as given.
-
-Each run is one system of attnseq/analysis/comparison.py: its eval result for the split with
-the checkpoint's own decoding settings is reused when RUN/eval holds it, else the split is
-decoded once and the result folder written.
+statistics, tables and figure of `attnseq compare SWEEP_FOLDER` and the significance columns
+of `attnseq sweep-report --significance`, over the seed groups of
+attnseq/analysis/seed_groups.py (a sweep folder's runs grouped by configuration without the
+seed; a path given on its own is a group of one run). Each run is one system of
+attnseq/analysis/comparison.py, its eval result reused when RUN/eval holds it.
 
 Statistics, per group and metric (the task's metrics: significance.TASK_TESTED_METRICS):
 
@@ -67,7 +55,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnseq.analysis.comparison import FORMATS, System, _table, load_system, split_sources
+from attnseq.analysis.comparison import FORMATS, _table, split_sources
+from attnseq.analysis.seed_groups import (
+    Group,
+    SeedRun,
+    check_group_count,
+    choose_baseline,
+    load_groups,
+    plan_groups,
+    seed_text,
+)
 from attnseq.errors import UserError
 from attnseq.evaluation.buckets import (
     Bucket,
@@ -92,7 +89,6 @@ from attnseq.evaluation.significance import (
     sentence_scores,
     sentence_tests,
 )
-from attnseq.training.sweep_report import differing_keys, natural_order, parse_override, read_yaml
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -103,236 +99,6 @@ ASO_CONFIDENCE = 0.95
 BETTER, WORSE, NOT_SIGNIFICANT = "better", "worse", "not significant"
 TOO_FEW_SEEDS = "n/a (< 2 seeds)"
 SAME_SEED, SORTED_ORDER = "seed", "sorted order"
-# Configuration keys that do not change what a run trains: the seed (what the repeats vary),
-# where the data and the run's files are, how it logs, saves and uses the machine.
-IGNORED_KEYS = (
-    "seed", "resume", "config_file", "hydra", "logger", "tracker", "data.root",
-    "data.prepare_workers", "trainer.device", "trainer.threads", "trainer.num_workers",
-    "trainer.pin_memory", "trainer.progress", "trainer.overwrite", "trainer.log_every",
-    "trainer.num_heatmaps", "trainer.save_every_steps", "trainer.save_every_minutes",
-    "trainer.keep_last",
-)  # fmt: skip
-
-
-# ----------------------------------------------------------------------------- the groups
-@dataclass
-class Member:
-    """A system of a group: a run directory (or any path `load_system` reads) and its seed
-    (None when it has none: a hypothesis file, an eval result folder)."""
-
-    path: Path
-    seed: int | None
-
-
-@dataclass
-class SeedRun:
-    """A member with its outputs."""
-
-    seed: int | None
-    system: System
-
-
-@dataclass
-class Group:
-    """One configuration: its name, its members, and once loaded (`load_groups`) their runs."""
-
-    name: str
-    members: list[Member]
-    runs: list[SeedRun] = field(default_factory=list)
-
-
-def is_run_directory(path: Path) -> bool:
-    return (path / "checkpoints" / "best.pt").is_file()
-
-
-def sweep_runs(folder: Path) -> list[Path]:
-    """The run directories below `folder` (not `folder` itself), at any depth, in natural
-    order of their paths; a run's own folders and hidden folders are not searched, a linked
-    folder counts when it is a run."""
-    found, stack = [], [folder]
-    while stack:
-        try:
-            children = [path for path in stack.pop().iterdir() if path.is_dir()]
-        except OSError:
-            continue
-        for child in children:
-            if is_run_directory(child):
-                found.append(child)
-            elif not child.name.startswith(".") and not child.is_symlink():
-                stack.append(child)
-    return sorted(found, key=lambda path: natural_order(path.relative_to(folder).as_posix()))
-
-
-def is_sweep_folder(path: Path) -> bool:
-    """A folder that is neither a run directory nor an eval result folder, with runs below."""
-    return path.is_dir() and not _is_system_folder(path) and bool(sweep_runs(path))
-
-
-def ignored(key: str) -> bool:
-    return any(key == name or key.startswith(name + ".") for name in IGNORED_KEYS)
-
-
-def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Every leaf of a nested config: dotted key -> its value as JSON text."""
-    flat: dict[str, str] = {}
-    for key, value in config.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flat_config(value, dotted + "."))
-        else:
-            flat[dotted] = json.dumps(value, sort_keys=True)
-    return flat
-
-
-def run_config(run: Path) -> dict[str, Any]:
-    """The resolved config stored in the run's checkpoints/best.pt."""
-    from attnseq.io.checkpoint import load_checkpoint
-
-    config = load_checkpoint(run / "checkpoints" / "best.pt").get("config")
-    if not isinstance(config, dict):
-        raise UserError(f"{run}: its checkpoint holds no config")
-    return config
-
-
-def run_overrides(run: Path) -> dict[str, str] | None:
-    """The run's command-line overrides (.hydra/overrides.yaml), key -> value as written,
-    without the ignored keys; None when the run has no such file."""
-    items = read_yaml(run / ".hydra" / "overrides.yaml")
-    if not isinstance(items, list):
-        return None
-    pairs = (parse_override(str(item)) for item in items)
-    return {key: value for key, value in pairs if not ignored(key)}
-
-
-def _shown(text: str | None) -> str:
-    """A config value (JSON text) as a command line writes it: strings bare, lists as JSON."""
-    if text is None:
-        return "<absent>"
-    value = json.loads(text)
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"))
-
-
-def group_names(
-    configs: Sequence[Mapping[str, str]], overrides: Sequence[Mapping[str, str] | None]
-) -> list[str]:
-    """Each group's name: `key=value,...` of the overrides that differ between the groups when
-    every group has overrides and they tell the groups apart, else of the differing
-    configuration keys (`flat_config`, values shown as written on a command line)."""
-    if all(item is not None for item in overrides):
-        given = [dict(item or {}) for item in overrides]
-        keys = differing_keys(given)
-        names = [",".join(f"{key}={row[key]}" for key in keys if key in row) for row in given]
-        if all(names) and len(set(names)) == len(names):
-            return names
-    keys = differing_keys(configs)
-    return [",".join(f"{key}={_shown(row.get(key))}" for key in keys) for row in configs]
-
-
-def group_runs(runs: Sequence[Path], folders: Sequence[Path]) -> list[Group]:
-    """The runs of sweep folders grouped by configuration without the ignored keys, in the
-    order of each group's first run; named by `group_names`, or by the folders when all runs
-    share one configuration."""
-    found: dict[tuple, list[tuple[Path, dict[str, Any]]]] = {}
-    for run in runs:
-        config = run_config(run)
-        flat = flat_config(config)
-        key = tuple(sorted((name, value) for name, value in flat.items() if not ignored(name)))
-        found.setdefault(key, []).append((run, config))
-    if len(found) == 1:
-        names = ["+".join(str(folder) for folder in folders)]
-    else:
-        shared = [_shared_overrides([run for run, _ in members]) for members in found.values()]
-        names = group_names([dict(key) for key in found], shared)
-    return [
-        Group(name, [Member(run, _seed(config.get("seed"))) for run, config in members])
-        for name, members in zip(names, found.values(), strict=True)
-    ]
-
-
-def _shared_overrides(runs: Sequence[Path]) -> dict[str, str] | None:
-    """The overrides every run of a group has alike; None when a run has none or they
-    differ."""
-    found = [run_overrides(run) for run in runs]
-    first = found[0]
-    return first if first is not None and all(item == first for item in found) else None
-
-
-def _seed(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def single_member(path: Path) -> Member:
-    """A path given on its own: its seed from its checkpoint's config when it is a run
-    directory or a checkpoint file, else none."""
-    if is_run_directory(path):
-        return Member(path, _seed(run_config(path).get("seed")))
-    if path.suffix == ".pt" and path.is_file():
-        from attnseq.io.checkpoint import load_checkpoint
-
-        config = load_checkpoint(path).get("config")
-        return Member(path, _seed(config.get("seed")) if isinstance(config, dict) else None)
-    return Member(path, None)
-
-
-def plan_groups(paths: Sequence[Path]) -> list[Group]:
-    """The groups of `paths` (module docstring), in the order given: the groups of the sweep
-    folders where the first of them stands, each other path a group of its own. Nothing is
-    decoded yet; UserError for a run given twice or two groups of one name."""
-    entries: list[Group | None] = []
-    folders: list[Path] = []
-    runs: list[Path] = []
-    for path in map(Path, paths):
-        if is_sweep_folder(path):
-            entries += [] if folders else [None]
-            folders.append(path)
-            runs += sweep_runs(path)
-        else:
-            entries.append(Group(str(path), [single_member(path)]))
-    swept = group_runs(runs, folders) if runs else []
-    groups = [group for entry in entries for group in (swept if entry is None else [entry])]
-    seen: dict[Path, Path] = {}
-    for member in (member for group in groups for member in group.members):
-        where = member.path.resolve()
-        if where in seen:
-            raise UserError(f"{member.path} is given twice (as {seen[where]} too)")
-        seen[where] = member.path
-    names = [group.name for group in groups]
-    if len(set(names)) != len(names):
-        raise UserError(f"two groups have one name: {', '.join(names)}")
-    return groups
-
-
-def choose_baseline(groups: list[Group], baseline: str | None, option: str = "baseline") -> str:
-    """The baseline group's name: `baseline` names a group, or is the path of one of its runs,
-    or of a system not among the groups (it becomes a group of its own, first); default the
-    first group. UserError listing the groups when it matches none; `option`: what the
-    message calls the argument."""
-    if baseline is None:
-        return groups[0].name
-    names = [group.name for group in groups]
-    if baseline in names:
-        return baseline
-    path = Path(baseline)
-    if path.exists():
-        where = path.resolve()
-        for group in groups:
-            if any(member.path.resolve() == where for member in group.members):
-                return group.name
-        if not is_sweep_folder(path):
-            groups.insert(0, Group(baseline, [single_member(path)]))
-            return baseline
-    raise UserError(f"{option} {baseline!r} matches no group. The groups: {'; '.join(names)}")
-
-
-def load_groups(groups: Sequence[Group], split: str = "test", device: str = "auto") -> None:
-    """Each member's outputs (`comparison.load_system`: eval results reused, else decoded)."""
-    for group in groups:
-        group.runs = [
-            SeedRun(member.seed, load_system(member.path, split, device))
-            for member in group.members
-        ]
 
 
 # ------------------------------------------------------------------------------ statistics
@@ -668,7 +434,7 @@ class SeedComparison:
         rows = []
         for name in self.groups[1:]:
             for pair in self.pairs[name]:
-                row = [name, _seed_text(pair.seed), _seed_text(pair.baseline_seed), pair.paired_by]
+                row = [name, seed_text(pair.seed), seed_text(pair.baseline_seed), pair.paired_by]
                 if pair.tests is None:
                     row += ["different test sets"] + ["-"] * (len(self.metrics) - 1)
                 else:
@@ -752,10 +518,6 @@ class SeedComparison:
         return save_figure(self.figure(), path)
 
 
-def _seed_text(seed: int | None) -> str:
-    return "-" if seed is None else str(seed)
-
-
 def _p(value: float | None) -> str:
     if value is None:
         return "-"
@@ -837,19 +599,6 @@ def _chosen_metrics(task: str, metrics: Sequence[str] | None) -> list[str]:
     if unknown or metrics is not None and not metrics:
         raise UserError(f"metrics of {task}: {', '.join(valid)}; got {list(metrics or [])}")
     return list(metrics) if metrics else list(valid)
-
-
-def check_group_count(groups: Sequence[Group]) -> None:
-    """UserError below two groups, saying what the one group holds."""
-    if len(groups) >= 2:
-        return
-    if not groups:
-        raise UserError("comparing needs at least two groups, got none")
-    seeds = ", ".join(_seed_text(member.seed) for member in groups[0].members)
-    raise UserError(
-        f"comparing needs at least two groups, got one: {groups[0].name} (seeds {seeds}); "
-        "all its runs share one configuration"
-    )
 
 
 def _run_references(
@@ -1005,26 +754,6 @@ def _test_sources(
             if found is not None and len(found) == count:
                 return found
     return None
-
-
-def sweep_requested(paths: Sequence[Path]) -> bool:
-    """Whether `paths` ask for a comparison of seed groups: one of them is a sweep folder.
-    UserError when the one path given is a folder that is neither a system nor holds runs."""
-    paths = [Path(path) for path in paths]
-    if any(is_sweep_folder(path) for path in paths):
-        return True
-    lone = paths[0] if len(paths) == 1 else None
-    if lone is not None and lone.is_dir() and not _is_system_folder(lone):
-        raise UserError(
-            f"{lone}: no run directories below it (a sweep folder holds runs with "
-            "checkpoints/best.pt), and not a system itself"
-        )
-    return False
-
-
-def _is_system_folder(path: Path) -> bool:
-    """A run directory or an eval result folder (what comparison.load_system reads)."""
-    return (path / "checkpoints").is_dir() or (path / "hyps.txt").is_file()
 
 
 def compare_seeds(

@@ -115,7 +115,8 @@ def compare(
         load_system,
         read_lines,
     )
-    from attnseq.analysis.seed_comparison import compare_seeds, sweep_requested
+    from attnseq.analysis.seed_comparison import compare_seeds
+    from attnseq.analysis.seed_groups import sweep_requested
 
     with user_errors():
         if output_format not in FORMATS:

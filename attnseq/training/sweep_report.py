@@ -39,16 +39,14 @@ import functools
 import io
 import json
 import math
-import re
 import statistics
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from attnseq.analysis.seed_groups import differing_keys, natural_order, parse_override, read_yaml
 from attnseq.config.choices import higher_is_better
 from attnseq.errors import UserError
 from attnseq.evaluation.significance import (
@@ -99,34 +97,12 @@ class Job:
         return float(value)
 
 
-def read_yaml(path: Path) -> Any:
-    """YAML contents, or None when the file is missing or unreadable (a job being written)."""
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return None
-
-
 def _read_metrics(path: Path) -> dict[str, Any] | None:
     try:
         metrics = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return metrics if isinstance(metrics, dict) else None
-
-
-def parse_override(override: str) -> tuple[str, str]:
-    """`key=value` (also `+key=value`, `++key=value`, `~key`) -> (key, value)."""
-    key, _, value = override.partition("=")
-    if key.startswith("~"):
-        return key[1:], "<deleted>"
-    return key.lstrip("+"), value
-
-
-def natural_order(name: str) -> tuple:
-    """Sort key of natural order: job 10 after job 9 (Hydra numbers jobs 0, 1, ...). The split
-    alternates text and digits, so equal positions always compare like with like."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def job_order(job: Job) -> tuple:
@@ -177,13 +153,6 @@ def job_wall_seconds(folder: Path) -> float | None:
     except (OSError, ValueError):  # ValueError: an empty .hydra/
         return None
     return max(ended - started, 0.0)
-
-
-def differing_keys(rows: Sequence[Mapping[str, str]]) -> list[str]:
-    """Keys whose values differ across `rows` (a missing key counts as a value), in the order
-    they first appear."""
-    order = dict.fromkeys(key for row in rows for key in row)
-    return [key for key in order if len({row.get(key) for row in rows}) > 1]
 
 
 def varied_keys(jobs: Sequence[Job]) -> list[str]:
@@ -596,12 +565,12 @@ def add_significance(
     test split (module docstring) and keep it in `report.significance`. `baseline`: a row's
     name (`row_label`) or a run's path; default the first row in job order. `option`: what
     messages call `baseline`."""
-    from attnseq.analysis.seed_comparison import (
+    from attnseq.analysis.seed_comparison import compare_groups
+    from attnseq.analysis.seed_groups import (
         Group,
         Member,
         check_group_count,
         choose_baseline,
-        compare_groups,
         load_groups,
     )
 

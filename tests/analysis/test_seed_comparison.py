@@ -26,16 +26,14 @@ from attnseq.analysis.seed_comparison import (
     SORTED_ORDER,
     TOO_FEW_SEEDS,
     WORSE,
-    SeedRun,
     aso_epsilons,
     aso_verdict,
     compare_seeds,
-    group_names,
     group_verdict,
     pair_runs,
-    plan_groups,
     significant_pairs,
 )
+from attnseq.analysis.seed_groups import SeedRun, group_names, plan_groups
 from attnseq.cli.app import app
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
