@@ -75,7 +75,6 @@ from attnseq.evaluation.buckets import (
     length_unit,
 )
 from attnseq.evaluation.significance import (
-    CORPUS_METRICS,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     DEFAULT_TRIALS,
@@ -83,11 +82,8 @@ from attnseq.evaluation.significance import (
     TASK_TESTED_METRICS,
     MetricScore,
     check_test_sizes,
+    metric_scores,
     paired_tests,
-    sacrebleu_metric,
-    sacrebleu_paired,
-    sentence_scores,
-    sentence_tests,
 )
 
 if TYPE_CHECKING:
@@ -102,29 +98,6 @@ SAME_SEED, SORTED_ORDER = "seed", "sorted order"
 
 
 # ------------------------------------------------------------------------------ statistics
-def run_scores(
-    hypotheses: Sequence[str],
-    references: Sequence[str],
-    metrics: Sequence[str],
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-) -> dict[str, MetricScore]:
-    """Each metric of one system with its 95% bootstrap interval and no p-value: what the
-    tests of significance.py give the baseline, whatever it is compared with."""
-    scores: dict[str, MetricScore] = {}
-    corpus = [metric for metric in metrics if metric in CORPUS_METRICS]
-    if corpus:
-        factories = {metric: sacrebleu_metric(metric) for metric in corpus}
-        scores |= sacrebleu_paired({"run": hypotheses}, references, factories, seed, resamples, 1)[
-            "run"
-        ]
-    for metric in metrics:
-        if metric not in CORPUS_METRICS:
-            values = {"run": sentence_scores(metric, hypotheses, references)}
-            scores[metric] = sentence_tests(values, seed, resamples, 1)["run"]
-    return {metric: scores[metric] for metric in metrics}
-
-
 def pair_runs(
     baseline: Sequence[SeedRun], runs: Sequence[SeedRun]
 ) -> list[tuple[SeedRun, SeedRun, str]]:
@@ -572,8 +545,11 @@ def compare_groups(
     task = task or next((run.system.task for run in every if run.system.task), None)
     task = task or "translation"
     metrics = _chosen_metrics(task, metrics)
-    scores = {run.system.name: run_scores(run.system.hypotheses, refs[run.system.name], metrics,
-                                          seed, resamples) for run in every}  # fmt: skip
+    # Each run alone: its scores with intervals (its tests against the baseline come after).
+    scores = {run.system.name: metric_scores({"run": run.system.hypotheses},
+                                             refs[run.system.name], metrics, seed, resamples,
+                                             trials=1)["run"]
+              for run in every}  # fmt: skip
     pairs, verdicts = _against_baseline(runs, scores, refs, metrics, seed, resamples, trials)
     buckets, by, unit, per_run = _buckets(every, refs, sources, metrics[0], edges, seed, resamples)
     results = {

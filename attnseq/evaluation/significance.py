@@ -123,6 +123,21 @@ def paired_tests(
             raise UserError(
                 f"{name}: {len(systems[name])} outputs but {len(references)} references"
             )
+    return metric_scores(systems, references, metrics, seed, resamples, trials)
+
+
+def metric_scores(
+    systems: Mapping[str, Sequence[str]],
+    references: Sequence[str],
+    metrics: Sequence[str],
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    trials: int = DEFAULT_TRIALS,
+) -> dict[str, dict[str, MetricScore]]:
+    """system -> metric -> MetricScore, in `metrics`' order: each system's score with its 95%
+    bootstrap interval, and every system after the first its p-values against the first. A
+    single system gets its intervals alone. `paired_tests` checks the arguments first."""
+    names = list(systems)
     results: dict[str, dict[str, MetricScore]] = {name: {} for name in names}
     corpus = [metric for metric in metrics if metric in CORPUS_METRICS]
     if corpus:
@@ -139,7 +154,7 @@ def paired_tests(
         scores = {name: sentence_scores(metric, systems[name], references) for name in names}
         for name, result in sentence_tests(scores, seed, resamples, trials).items():
             results[name][metric] = result
-    return results
+    return {name: {metric: results[name][metric] for metric in metrics} for name in names}
 
 
 @contextlib.contextmanager
