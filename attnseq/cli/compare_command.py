@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.shared import ThreadsOption, apply_threads, user_errors
+from attnseq.cli.shared import ThreadsOption, apply_threads, at_least_one, user_errors
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -133,8 +133,8 @@ def compare(
                 systems, str(baseline) if baseline else None,
                 read_lines(ref, "--ref") if ref is not None else None,
                 read_lines(src, "--src") if src is not None else None, task, split, device,
-                seed=_at_least(seed, "--seed"), resamples=_at_least(resamples, "--resamples"),
-                trials=_at_least(trials, "--trials"), edges=edges, option="--baseline",
+                seed=at_least_one(seed, "--seed"), resamples=at_least_one(resamples, "--resamples"),
+                trials=at_least_one(trials, "--trials"), edges=edges, option="--baseline",
             )  # fmt: skip
             return _show(compared, output_format, out)
         if len(systems) < 2 and not (baseline and systems):
@@ -151,8 +151,8 @@ def compare(
         loaded = [load_system(path, split, device) for path in paths]
         result = compare_systems(
             loaded, str(baseline) if baseline else None, references, sources, task,
-            seed=_at_least(seed, "--seed"), resamples=_at_least(resamples, "--resamples"),
-            trials=_at_least(trials, "--trials"), edges=edges, train_references=train_references,
+            seed=at_least_one(seed, "--seed"), resamples=at_least_one(resamples, "--resamples"),
+            trials=at_least_one(trials, "--trials"), edges=edges, train_references=train_references,
             gold=gold, attention=attention, device=device, names=_NAMES,
         )  # fmt: skip
     _show(result, output_format, out)
@@ -176,12 +176,6 @@ _NAMES = {
     "gold": "--gold",
     "no_attention": "--no-attention",
 }
-
-
-def _at_least(value: int, option: str) -> int:
-    if value < 1:
-        raise UserError(f"{option} must be >= 1, got {value}")
-    return value
 
 
 def _edges(text: str | None) -> list[int] | None:

@@ -1,8 +1,8 @@
 """What every command of the command line shares: the way a user's mistake ends a command,
 the version printout, the way input text is read (`decoded_lines`), the CPU threads a
-command computes with (`apply_threads`), and the argument and option types that several
-commands declare: a CHECKPOINT argument also takes a run directory, which stands for its
-checkpoints/best.pt (`run_directory_checkpoint`).
+command computes with (`apply_threads`), the check of a count option (`at_least_one`), and
+the argument and option types that several commands declare: a CHECKPOINT argument also
+takes a run directory, which stands for its checkpoints/best.pt (`run_directory_checkpoint`).
 
 A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2,
 without a traceback. The types are `Annotated` aliases, so a command's signature reads
@@ -49,6 +49,13 @@ def decoded_lines(handle: IO[bytes], name: str) -> Iterator[str]:
             raise UserError(
                 f"{name}: line {number} is not UTF-8 text ({error.reason} at byte {error.start})"
             ) from None
+
+
+def at_least_one(value: int, option: str) -> int:
+    """`value` of the count option `option` (resamples, trials, a seed), or a UserError below 1."""
+    if value < 1:
+        raise UserError(f"{option} must be >= 1, got {value}")
+    return value
 
 
 def check_utf8(text: str | None, option: str) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from attnseq.cli.shared import user_errors
+from attnseq.cli.shared import at_least_one, user_errors
 from attnseq.errors import UserError
 
 
@@ -121,7 +121,8 @@ def sweep_report(
         if baseline is not None and not significance:
             raise UserError("--baseline chooses the baseline of --significance: give both")
         if significance:
-            resamples, trials = _at_least(resamples, "--resamples"), _at_least(trials, "--trials")
+            resamples = at_least_one(resamples, "--resamples")
+            trials = at_least_one(trials, "--trials")
             add_significance(report, baseline, device, resamples=resamples, trials=trials,
                              option="--baseline")  # fmt: skip
     if output_format == "table":
@@ -133,9 +134,3 @@ def sweep_report(
         plot_path = write_plot(report, plot_path)
     # a table for a file or another program keeps stdout to itself
     typer.echo(f"wrote {csv_path} and {plot_path}", err=output_format != "table")
-
-
-def _at_least(value: int, option: str) -> int:
-    if value < 1:
-        raise UserError(f"{option} must be >= 1, got {value}")
-    return value
