@@ -543,15 +543,6 @@ def row_label(row: Row) -> str:
     return ",".join(f"{key}={value}" for key, value in row.params.items() if value) or row.name
 
 
-def job_seed(job: Job) -> int | None:
-    """The job's seed: its override, else its .hydra/config.yaml's; None without."""
-    written = job.params.get(SEED_KEY)
-    if written is None:
-        config = read_yaml(job.folder / ".hydra" / "config.yaml")
-        written = str(config.get(SEED_KEY)) if isinstance(config, dict) else None
-    return int(written) if written is not None and written.isdigit() else None
-
-
 def add_significance(
     report: SweepReport,
     baseline: str | None = None,
@@ -568,10 +559,10 @@ def add_significance(
     from attnseq.analysis.seed_comparison import compare_groups
     from attnseq.analysis.seed_groups import (
         Group,
-        Member,
         check_group_count,
         choose_baseline,
         load_groups,
+        single_member,
     )
 
     rows = sorted((row for row in report_rows(report) if row.finished),
@@ -579,7 +570,7 @@ def add_significance(
     labels = {row.name: row_label(row) for row in rows}
     if len(set(labels.values())) != len(labels):
         labels = {row.name: row.name for row in rows}
-    groups = [Group(labels[row.name], [Member(job.folder, job_seed(job)) for job in row.finished])
+    groups = [Group(labels[row.name], [single_member(job.folder) for job in row.finished])
               for row in rows]  # fmt: skip
     chosen = choose_baseline(groups, baseline, option)
     check_group_count(groups)
