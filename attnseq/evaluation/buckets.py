@@ -23,6 +23,7 @@ averages away. Ratios are exact fractions, so a ratio on an edge (9 words agains
 in the bucket the edge opens.
 """
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -198,5 +199,5 @@ def ratio_bucket_counts(
     counts = [0] * (len(edges) + 1)
     for hypothesis, reference in zip(hypotheses, references, strict=True):
         ratio = sentence_ratio(hypothesis, reference)
-        counts[next((i for i, edge in enumerate(edges) if ratio < edge), len(edges))] += 1
+        counts[bisect_right(edges, ratio)] += 1  # the bucket whose [lo, hi) holds it
     return counts

@@ -25,6 +25,7 @@ matches: the same word). Summed over the test set, per bucket b:
 and all three are 0 when m_b = 0 (compare-mt's rule, which also covers empty buckets).
 """
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,14 +74,6 @@ def frequency_buckets(edges: Sequence[int] = FREQUENCY_EDGES) -> list[Bucket]:
     ]
 
 
-def _bucket_of(frequency: int, edges: Sequence[int]) -> int:
-    """Index of the bucket holding `frequency` (compare-mt's `cutoff_into_bucket`)."""
-    for index, edge in enumerate(edges):
-        if frequency < edge:
-            return index
-    return len(edges)
-
-
 def word_accuracy_by_frequency(
     systems: Mapping[str, Sequence[str]],
     references: Sequence[str],
@@ -97,11 +90,12 @@ def word_accuracy_by_frequency(
             not in it is unseen (0).
         edges: increasing lower edges of the buckets after the first, which starts at 0.
     """
+    # a word's bucket: bisect_right(edges, frequency), compare-mt's `cutoff_into_bucket`
     reference_counts = [Counter(text.split()) for text in references]
     reference_total = [0] * (len(edges) + 1)
     for counts in reference_counts:
         for word, count in counts.items():
-            reference_total[_bucket_of(frequencies.get(word, 0), edges)] += count
+            reference_total[bisect_right(edges, frequencies.get(word, 0))] += count
     buckets = [
         Bucket(bucket.lo, bucket.hi, total)
         for bucket, total in zip(frequency_buckets(edges), reference_total, strict=True)
@@ -111,7 +105,7 @@ def word_accuracy_by_frequency(
         matched, produced = [0] * len(buckets), [0] * len(buckets)
         for output, wanted in zip(outputs, reference_counts, strict=True):
             for word, count in Counter(output.split()).items():
-                index = _bucket_of(frequencies.get(word, 0), edges)
+                index = bisect_right(edges, frequencies.get(word, 0))
                 produced[index] += count
                 matched[index] += min(count, wanted.get(word, 0))
         table[name] = [
