@@ -1304,23 +1304,11 @@ def compare(
         attnseq.compare(["multirun/DATE/TIME"])  # a sweep folder's configurations over seeds
         result.words.scores["runs/b"][0].f_measure  # unseen words (result.words: WordTable)
     """
-    from attnseq.analysis.comparison import (
-        check_extras,
-        compare_systems,
-        load_system,
-        read_lines,
-    )
-    from attnseq.analysis.seed_comparison import compare_seeds
-    from attnseq.analysis.seed_groups import sweep_requested
+    from attnseq.analysis.comparison import read_lines
+    from attnseq.analysis.seed_comparison import compare_paths
 
     if isinstance(systems, str | Path) or not isinstance(systems, Sequence):
         raise TypeError("systems must be a list of paths")
-    for name, value in (("seed", seed), ("resamples", resamples), ("trials", trials)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    paths = [Path(system) for system in systems]
-    if baseline is not None and Path(baseline) not in paths:
-        paths.insert(0, Path(baseline))
 
     def lines(value: object, name: str) -> list[str] | None:
         if value is None:
@@ -1333,25 +1321,9 @@ def compare(
 
     check_threads(threads, "threads")
     with threads_set(threads):  # the decoding of checkpoints; the caller's count comes back
-        given = [Path(system) for system in systems]
-        if sweep_requested(given):  # a SeedComparison (attnseq/analysis/seed_comparison.py)
-            if gold is not None or train_references is not None:
-                raise UserError("gold and train_references score single systems, not the seed "
-                                "groups of a sweep folder")  # fmt: skip
-            return compare_seeds(
-                given, None if baseline is None else str(baseline),
-                lines(references, "references"), lines(sources, "sources"), task, split, device,
-                seed=seed, resamples=resamples, trials=trials, edges=buckets,
-            )  # fmt: skip
-        train_lines = lines(train_references, "train_references")
-        gold_path = None if gold is None else Path(gold)
-        if gold_path is not None:
-            read_lines(gold_path, "gold")  # exists, is UTF-8: before any decoding
-        check_extras(train_lines, gold_path, attention)
-        loaded = [load_system(path, split, device) for path in paths]
-        return compare_systems(
-            loaded, None if baseline is None else str(Path(baseline)),
-            lines(references, "references"), lines(sources, "sources"), task, seed=seed,
-            resamples=resamples, trials=trials, edges=buckets, train_references=train_lines,
-            gold=gold_path, attention=attention, device=device,
+        return compare_paths(
+            systems, baseline, lines(references, "references"), lines(sources, "sources"),
+            task, split, device, seed, resamples, trials, buckets,
+            lines(train_references, "train_references"), None if gold is None else Path(gold),
+            attention,
         )  # fmt: skip

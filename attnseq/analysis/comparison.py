@@ -67,6 +67,7 @@ ALPHA = 0.05  # the level a p-value is called significant at in the tables
 # what messages call the arguments of `compare_systems` that a note may name; a command passes
 # its options
 ARGUMENT_NAMES = {
+    "baseline": "baseline",
     "sources": "sources",
     "train_references": "train_references",
     "gold": "gold",

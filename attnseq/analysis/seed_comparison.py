@@ -55,7 +55,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnseq.analysis.comparison import FORMATS, _table, split_sources
+from attnseq.analysis.comparison import (
+    ARGUMENT_NAMES,
+    FORMATS,
+    Comparison,
+    _table,
+    check_extras,
+    compare_systems,
+    load_system,
+    read_lines,
+    split_sources,
+)
 from attnseq.analysis.seed_groups import (
     Group,
     SeedRun,
@@ -64,6 +74,7 @@ from attnseq.analysis.seed_groups import (
     load_groups,
     plan_groups,
     seed_text,
+    sweep_requested,
 )
 from attnseq.errors import UserError
 from attnseq.evaluation.buckets import (
@@ -757,3 +768,55 @@ def compare_seeds(
     load_groups(groups, split, device)
     return compare_groups(groups, chosen, references, sources, task, seed, resamples, trials,
                           edges)  # fmt: skip
+
+
+# ------------------------------------------------------------------ what `attnseq compare` compares
+def compare_paths(
+    paths: Sequence[str | Path],
+    baseline: str | Path | None = None,
+    references: Sequence[str] | None = None,
+    sources: Sequence[str] | None = None,
+    task: str | None = None,
+    split: str = "test",
+    device: str = "auto",
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    trials: int = DEFAULT_TRIALS,
+    edges: Sequence[int] | None = None,
+    train_references: Sequence[str] | None = None,
+    gold: Path | None = None,
+    attention: bool = True,
+    names: Mapping[str, str] | None = None,
+) -> "Comparison | SeedComparison":
+    """`attnseq compare` and `attnseq.compare` of `paths`: their seed groups (`compare_seeds`)
+    when one of them is a sweep folder, else each path one system (comparison.load_system,
+    decoded on `split` or its eval result reused) against `baseline` (a path, put first when
+    it is not among them; default the first), by comparison.compare_systems. Gold links and
+    training references score single systems only. Every mistake that can be known is refused
+    before any decoding; `names`: what messages call the arguments (comparison.ARGUMENT_NAMES,
+    whose keys a command maps to its options)."""
+    called = ARGUMENT_NAMES | dict(names or {})
+    check_test_sizes(seed, resamples, trials)
+    given = [Path(path) for path in paths]
+    if sweep_requested(given):
+        if gold is not None or train_references is not None:
+            raise UserError(f"{called['gold']} and {called['train_references']} score single "
+                            "systems, not the seed groups of a sweep folder")  # fmt: skip
+        return compare_seeds(given, None if baseline is None else str(baseline), references,
+                             sources, task, split, device, seed, resamples, trials, edges,
+                             option=called["baseline"])  # fmt: skip
+    if len(given) < 2 and not (baseline is not None and given):
+        raise UserError(f"comparing needs at least two systems (and {called['baseline']} "
+                        f"names one), got {len(given)}")  # fmt: skip
+    if gold is not None:
+        read_lines(gold, called["gold"])  # exists, is UTF-8: before any decoding
+    check_extras(train_references, gold, attention, called)
+    if baseline is not None and Path(baseline) not in given:
+        given.insert(0, Path(baseline))
+    loaded = [load_system(path, split, device) for path in given]
+    return compare_systems(
+        loaded, None if baseline is None else str(Path(baseline)), references, sources, task,
+        seed=seed, resamples=resamples, trials=trials, edges=edges,
+        train_references=train_references, gold=gold, attention=attention, device=device,
+        names=called,
+    )  # fmt: skip

@@ -1,8 +1,9 @@
 """`attnseq compare`: is A better than B? The metric table with 95% intervals and p-values
 against the baseline, the length buckets, and with --out their figure.
 
-The work lives in attnseq.analysis.comparison (systems, tests, tables, figure); this module
-checks the options and chooses the output. numpy, sacreBLEU, torch and matplotlib load only
+The work lives in attnseq.analysis (`seed_comparison.compare_paths`: single systems by
+comparison.py, sweep folders' seed groups by seed_comparison.py); this module checks the
+options and chooses the output. numpy, sacreBLEU, torch and matplotlib load only
 when the command runs.
 """
 
@@ -108,15 +109,8 @@ def compare(
     attnseq compare RUN_A/eval/best-step900/test.greedy RUN_B --format json
     attnseq compare RUN_A RUN_B --gold test.links --train-ref train.en
     """
-    from attnseq.analysis.comparison import (
-        FORMATS,
-        check_extras,
-        compare_systems,
-        load_system,
-        read_lines,
-    )
-    from attnseq.analysis.seed_comparison import compare_seeds
-    from attnseq.analysis.seed_groups import sweep_requested
+    from attnseq.analysis.comparison import FORMATS, read_lines
+    from attnseq.analysis.seed_comparison import compare_paths
 
     with user_errors():
         if output_format not in FORMATS:
@@ -124,36 +118,16 @@ def compare(
         edges = _edges(buckets)
         if out is not None and out.exists() and not out.is_dir():
             raise UserError(f"--out {out}: a file, not a folder")  # before the work
+        seed = at_least_one(seed, "--seed")
+        resamples = at_least_one(resamples, "--resamples")
+        trials = at_least_one(trials, "--trials")
         apply_threads(threads)  # decoding checkpoints and reading their attention
-        if sweep_requested(systems):  # configurations over seeds: analysis/seed_comparison.py
-            if gold is not None or train_ref is not None:
-                raise UserError("--gold and --train-ref score single systems, not the seed "
-                                "groups of a sweep folder")  # fmt: skip
-            compared = compare_seeds(
-                systems, str(baseline) if baseline else None,
-                read_lines(ref, "--ref") if ref is not None else None,
-                read_lines(src, "--src") if src is not None else None, task, split, device,
-                seed=at_least_one(seed, "--seed"), resamples=at_least_one(resamples, "--resamples"),
-                trials=at_least_one(trials, "--trials"), edges=edges, option="--baseline",
-            )  # fmt: skip
-            return _show(compared, output_format, out)
-        if len(systems) < 2 and not (baseline and systems):
-            raise UserError("compare needs at least two systems (and --baseline names one)")
-        paths = list(systems)
-        if baseline is not None and baseline not in paths:
-            paths.insert(0, baseline)
-        references = read_lines(ref, "--ref") if ref is not None else None
-        sources = read_lines(src, "--src") if src is not None else None
-        train_references = read_lines(train_ref, "--train-ref") if train_ref is not None else None
-        if gold is not None:
-            read_lines(gold, "--gold")  # exists, is UTF-8: before any decoding
-        check_extras(train_references, gold, attention, _NAMES)
-        loaded = [load_system(path, split, device) for path in paths]
-        result = compare_systems(
-            loaded, str(baseline) if baseline else None, references, sources, task,
-            seed=at_least_one(seed, "--seed"), resamples=at_least_one(resamples, "--resamples"),
-            trials=at_least_one(trials, "--trials"), edges=edges, train_references=train_references,
-            gold=gold, attention=attention, device=device, names=_NAMES,
+        result = compare_paths(
+            systems, baseline, read_lines(ref, "--ref") if ref is not None else None,
+            read_lines(src, "--src") if src is not None else None, task, split, device, seed,
+            resamples, trials, edges,
+            read_lines(train_ref, "--train-ref") if train_ref is not None else None, gold,
+            attention, _NAMES,
         )  # fmt: skip
     _show(result, output_format, out)
 
@@ -169,8 +143,9 @@ def _show(result: "Comparison | SeedComparison", output_format: str, out: Path |
         typer.echo(f"wrote {figure} and {out / 'compare.json'}", err=output_format != "text")
 
 
-# what the notes and messages of compare_systems call its arguments
+# what the notes and messages of compare_paths call its arguments
 _NAMES = {
+    "baseline": "--baseline",
     "sources": "--src",
     "train_references": "--train-ref",
     "gold": "--gold",

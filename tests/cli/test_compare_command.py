@@ -167,17 +167,17 @@ def test_threads_are_set_for_the_decoding_and_given_back(
 ) -> None:
     import torch
 
-    import attnseq.analysis.comparison as comparison
+    import attnseq.analysis.seed_comparison as seed_comparison
 
     a, b = runs
     seen = []
-    load_system = comparison.load_system
+    load_system = seed_comparison.load_system
 
     def counting(*args, **kwargs):  # the thread count the checkpoints decode with
         seen.append(torch.get_num_threads())
         return load_system(*args, **kwargs)
 
-    monkeypatch.setattr(comparison, "load_system", counting)
+    monkeypatch.setattr(seed_comparison, "load_system", counting)
     before = torch.get_num_threads()
     attnseq.compare([a, b], resamples=20, trials=20, device="cpu", attention=False, threads=1)
     assert seen == [1, 1] and torch.get_num_threads() == before
@@ -317,3 +317,21 @@ def test_mistakes_of_the_new_options_exit_2_with_one_line(tmp_path: Path) -> Non
         result = compare(*files, *args, code=2)
         assert message.strip() in result.output, (message, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_test_sizes_are_refused_before_any_checkpoint_decodes(
+    runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import attnseq.analysis.seed_comparison as seed_comparison
+
+    def decoding(*args, **kwargs):
+        raise AssertionError("a checkpoint was decoded before the test sizes were checked")
+
+    monkeypatch.setattr(seed_comparison, "load_system", decoding)
+    a, b = (str(run) for run in runs)
+    assert "--seed must be >= 1" in compare(a, b, "--seed", "0", code=2).output
+    assert "--trials must be >= 1" in compare(a, b, "--trials", "0", code=2).output
+    with pytest.raises(UserError, match="resamples must be >= 1"):
+        attnseq.compare([a, b], resamples=0)
+    with pytest.raises(TypeError, match="seed must be an int, got str"):
+        attnseq.compare([a, b], seed="1")
