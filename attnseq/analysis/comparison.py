@@ -737,6 +737,10 @@ def _check_lengths(
                 f"{len(references)}: a system gives one output per reference"
             )
         if system.references is not None and system.references != list(references):
-            raise UserError(f"{system.name}: its references differ from the others'")
+            raise UserError(
+                f"{system.name}: its references differ from the others': paired tests need one "
+                "test set (a generated task draws it from the run's seed: compare runs of one "
+                "seed, or a sweep folder to pool seeds)"
+            )
     if sources is not None and len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")

@@ -335,3 +335,14 @@ def test_test_sizes_are_refused_before_any_checkpoint_decodes(
         attnseq.compare([a, b], resamples=0)
     with pytest.raises(TypeError, match="seed must be an int, got str"):
         attnseq.compare([a, b], seed="1")
+
+
+def test_runs_on_other_test_sets_are_refused_with_what_to_compare(
+    runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    other_seed = tmp_path / "other_seed"  # the default task draws its test set from the seed
+    run_training(tiny_config("seed=7"), other_seed)
+    output = compare(str(runs[0]), str(other_seed), "--no-attention", *FAST, code=2).output
+    assert f"{other_seed}: its references differ from the others'" in output
+    assert "compare runs of one seed, or a sweep folder to pool seeds" in output
+    assert len([line for line in output.splitlines() if line.startswith("error")]) == 1, output
