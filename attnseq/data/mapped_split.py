@@ -1,50 +1,8 @@
-"""A prepared split read in place from the memory-mapped Arrow cache.
+"""A prepared split read in place from the memory-mapped Arrow cache: `MappedSplit`.
 
-`prepare.py` stores every split as an Arrow table (columns `src`, `tgt`: texts; `src_ids`,
-`tgt_ids`: token ids without BOS/EOS; `position`: the pair's place among the split's loaded
-pairs). `MappedSplit` hands out views of that table that behave as the sequences the rest of
-attnseq reads (`examples[i]` is `(source ids, target ids)`, `pairs[i]` is `(source text,
-target text)`) without turning the columns into Python objects: a row is read when it is
-asked for, so a process holds, per example, nothing but what it touches.
-
-Why: `datasets.table.MemoryMappedTable` maps the cache files (`mmap`, read-only, shared), so
-their pages belong to the page cache and not to the process: they count in RssFile, not in
-RssAnon, are shared by every process that maps the same files (the ranks of a data-parallel
-run on one machine) and can be dropped and read again under memory pressure. Python lists of
-the same data cost about 1.5 KB of private memory per pair (fairseq's `MMapIndexedDataset` is
-the same idea with its own binary format).
-
-Reading:
-
-- `TokenIds.lengths()`: the length of every row, (N,) int32, vectorised from the Arrow list
-  offsets (no row is read): what batching needs to bucket and shuffle.
-- `TokenIds.rows(indices)`: the rows of a batch as lists of ints, gathered when the batch is
-  built (in DataLoader workers when there are any).
-
-An Arrow column is a list of chunks (the record batches preparation wrote); a row index is
-found in its chunk by a binary search over the chunks' first rows.
-
-Pickling (DataLoader workers under the spawn or forkserver start methods) sends the `datasets`
-table, which pickles as its file path: a worker maps the same files instead of receiving a copy.
-
-A file changed under its readers. A mapping reads the file as it is now, not as it was when it
-was mapped: a cache file that another process truncates while a run reads it makes the next
-read of a page past the new end fault with SIGBUS, which kills the process without a word
-(exit status 135). Every mapped file is therefore watched (`_Watched`): a descriptor of it
-stays open, and
-
-- `MappedSplit.check_unchanged()` compares its size and modification time with those it had
-  when it was mapped, a stat of one descriptor, cheap enough for the start of every epoch
-  (data/loader.py calls it): a changed file is a `CacheFileChanged`, one line;
-- a SIGBUS handler (`_install_bus_handler`) turns the fault itself into that line and exit
-  status 2 when a watched file is now shorter than it was. Python's own `signal.signal`
-  cannot do this: its handler only sets a flag and returns, the faulting read runs again
-  and faults again, forever (the process hangs at 100% CPU). The handler here is a C-level
-  one (libc `signal` with a ctypes callback): it runs in the faulting thread, checks the
-  watched files, writes the line and ends the process with `os._exit(2)`; a SIGBUS that no
-  watched file explains gets the handler that was there before, and the fault then ends the
-  process as it would have. Ending at once is what a fault allows (the read cannot be
-  finished), and a training run stopped this way resumes as after SIGKILL.
+Columns: `src`, `tgt` (texts), `src_ids`, `tgt_ids` (token ids without BOS/EOS) and `position`
+(the pair's place among the split's loaded pairs). A row is read when it is asked for; the
+mapped pages are the page cache's, shared by every process that maps the same file.
 """
 
 import contextlib
@@ -369,7 +327,11 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-# The C-level SIGBUS handler: libc's `signal` with a ctypes callback (module docstring).
+# A file truncated under its readers makes the next read of a page past its end fault with
+# SIGBUS. Python's `signal.signal` cannot answer it (its handler sets a flag and returns, and
+# the read faults again forever), so the handler is C-level: libc's `signal` with a ctypes
+# callback that, in the faulting thread, writes one line and ends the process with exit
+# status 2 when a watched file shrank, and otherwise hands the signal to the handler before.
 _BUS_HANDLER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int)
 _bus: dict[str, Any] = {"handler": None, "previous": None, "quiet": False, "install": None}
 _bus_lock = threading.Lock()
