@@ -20,13 +20,29 @@ LAST_DATE = datetime.date(2049, 12, 31)
 
 # Written out rather than taken from `calendar`, whose names follow the process locale.
 MONTH_NAMES: tuple[str, ...] = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
-)  # fmt: skip
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 MONTH_ABBREVIATIONS: tuple[str, ...] = tuple(name[:3] for name in MONTH_NAMES)
 WEEKDAY_NAMES: tuple[str, ...] = (
-    "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday",
-)  # fmt: skip
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+)
 WEEKDAY_ABBREVIATIONS: tuple[str, ...] = tuple(name[:3] for name in WEEKDAY_NAMES)
 
 # A source must determine its target, so a numeric format's field order shows in the string:
