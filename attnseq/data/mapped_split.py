@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
@@ -21,17 +21,40 @@ import pyarrow as pa
 from attnseq.errors import UserError
 
 Example = tuple[list[int], list[int]]
+Row = TypeVar("Row")
 
 
 _ITERATION_ROWS = 4096  # rows read at a time when a whole column is iterated
 _VIEWS = ("examples", "pairs", "positions")
 
 
-class _SplitView:
-    """What the three views share: pickled as (their split, their name), so that a copy maps
-    the cache files again instead of carrying copies of the columns."""
+class _SplitView(Sequence[Row]):
+    """What the three views share: a row by its index (`_row`), a slice as a list, equality
+    with any sequence of the same rows, and pickling as (their split, their name), so that a
+    copy maps the cache files again instead of carrying copies of the columns."""
 
     split: "MappedSplit | None" = None
+
+    def _row(self, index: int) -> Row:
+        raise NotImplementedError
+
+    def take(self, indices: Sequence[int] | np.ndarray) -> list[Row]:
+        """The rows at `indices`, in that order."""
+        return [self._row(index) for index in indices]
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            return self.take(range(*index.indices(len(self))))
+        return self._row(index)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and _equal_sequences(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> Any:
         if self.split is None:
@@ -114,7 +137,7 @@ class TokenIds(Sequence[list[int]]):
         return min(low for low, _ in ranges), max(high for _, high in ranges)
 
 
-class MappedExamples(_SplitView, Sequence[Example]):
+class MappedExamples(_SplitView[Example]):
     """(source ids, target ids) of every example of a split, read from the mapped columns."""
 
     def __init__(self, src: TokenIds, tgt: TokenIds) -> None:
@@ -123,13 +146,7 @@ class MappedExamples(_SplitView, Sequence[Example]):
     def __len__(self) -> int:
         return len(self.src)
 
-    @overload
-    def __getitem__(self, index: int) -> Example: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Example]: ...
-    def __getitem__(self, index: int | slice) -> Example | list[Example]:
-        if isinstance(index, slice):
-            return self.take(range(*index.indices(len(self))))
+    def _row(self, index: int) -> Example:
         return self.src[index], self.tgt[index]
 
     def __iter__(self) -> Iterator[Example]:
@@ -150,13 +167,8 @@ class MappedExamples(_SplitView, Sequence[Example]):
         if self.split is not None:
             self.split.check_unchanged()
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and _equal_sequences(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
-
-
-class MappedPairs(_SplitView, Sequence[tuple[str, str]]):
+class MappedPairs(_SplitView[tuple[str, str]]):
     """(source text, target text) of every example of a split, read when asked for: only the
     commands that show or score texts read them (hypothesis and reference files of evaluation
     splits, subword sampling, guided alignment)."""
@@ -168,13 +180,7 @@ class MappedPairs(_SplitView, Sequence[tuple[str, str]]):
     def __len__(self) -> int:
         return self._rows.length
 
-    @overload
-    def __getitem__(self, index: int) -> tuple[str, str]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[tuple[str, str]]: ...
-    def __getitem__(self, index: int | slice) -> tuple[str, str] | list[tuple[str, str]]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _row(self, index: int) -> tuple[str, str]:
         chunk, row = self._rows.locate(int(index))
         return (
             self._src.chunk(chunk)[row].as_py(),
@@ -185,13 +191,8 @@ class MappedPairs(_SplitView, Sequence[tuple[str, str]]):
         for src, tgt in zip(self._src.chunks, self._tgt.chunks, strict=True):
             yield from zip(src.to_pylist(), tgt.to_pylist(), strict=True)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and _equal_sequences(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
-
-
-class MappedPositions(_SplitView, Sequence[int]):
+class MappedPositions(_SplitView[int]):
     """The position of each example among the split's loaded pairs (an int64 column)."""
 
     def __init__(self, column: pa.ChunkedArray) -> None:
@@ -201,24 +202,13 @@ class MappedPositions(_SplitView, Sequence[int]):
     def __len__(self) -> int:
         return self._rows.length
 
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[int]: ...
-    def __getitem__(self, index: int | slice) -> int | list[int]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _row(self, index: int) -> int:
         chunk, row = self._rows.locate(int(index))
         return int(self._column.chunk(chunk)[row].as_py())
 
     def __iter__(self) -> Iterator[int]:
         for chunk in self._column.chunks:
             yield from chunk.to_pylist()
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and _equal_sequences(self, other)
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def _equal_sequences(first: Sequence[Any], second: Sequence[Any]) -> bool:
