@@ -156,8 +156,8 @@ def _cache() -> Section:
 def _cache_entries() -> tuple[Section, int]:
     """Every prepared-data entry of the cache checked in full (checksums included), and how
     many are damaged."""
+    from attnseq.data.cache import describe_entries
     from attnseq.data.locations import cache_root
-    from attnseq.data.prepare import describe_entries
 
     described = describe_entries(cache_root() / "prepared", verify=True)
     rows = [(name, verdict) for name, verdict, _ in described] or [("entries", "none")]

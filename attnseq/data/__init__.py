@@ -1,11 +1,5 @@
-"""The data layer: generated tasks, tokenizers, and batching by token budget.
-
-- `generated`: seeded toy tasks (dates, reverse, copy, sort) that need no download.
-- `tokenizers`: char and word tokenizers (and the interface others implement) with fixed
-  special ids <pad>=0, <unk>=1, <s>=2, </s>=3.
-- `batching`: `TokenBatchSampler` (length buckets under a token budget), `Batch` and
-  `collate`.
-"""
+"""The data layer: text pairs (generated, local files, the Hub), tokenizers, the prepared-data
+cache and batches under a token budget; docs/internals/data.md is the tour."""
 
 from attnseq.data import sentencepiece_tokenizer  # noqa: F401  (registers "sentencepiece")
 from attnseq.data.batching import (

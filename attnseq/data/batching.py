@@ -1,10 +1,5 @@
-"""Batches: which examples go together, and the padded tensors of each group.
-
-`TokenBatchSampler` groups examples by length buckets under a budget of padded tokens, so little
-compute is spent on padding. `collate` turns one group of encoded examples into
-a `Batch` of right-padded tensors with BOS/EOS in place (a `CopyBatch`, with the extended source,
-for copy models; with guided alignment's gold distribution, `gold_distribution`, when given the
-examples' piece links); `encode_pairs` turns text pairs into the encoded examples both consume.
+"""Batches: which examples go together (`TokenBatchSampler`: length buckets under a budget of
+padded tokens) and the padded tensors of each group (`collate` -> `Batch`, `CopyBatch`).
 
 Shapes: B batch, S source length, T target length (target + 1, for BOS/EOS).
 """

@@ -1,25 +1,6 @@
 """The extended vocabulary of a copy model (See, Liu & Manning 2017, section 2.2): the target
-vocabulary (V ids) plus, per example, the source words it lacks, so that a pointer-generator can
-produce them by copying.
-
-Per source position i, with token string p_i (`Tokenizer.pieces`) and source id s_i:
-
-    src_ext_i = s_i                      joint vocabulary (one tokenizer) and s_i is not <unk>
-              = tgt.piece_to_id(p_i)     otherwise, if the target vocabulary has p_i
-              = V + k                    else: p_i is the example's k-th out-of-vocabulary word
-
-`oovs` lists those words in order of first occurrence (the same word gets one id). A target token
-that the target vocabulary lacks (<unk>) but whose string is among the example's `oovs` gets the
-extended id as its label (`tgt_ext`), so the model learns to copy it (See et al.'s training
-targets); every other <unk> stays <unk>. The decoder's *input* is never extended: the batch's
-`tgt_in` keeps <unk> (models read an extended id as <unk>).
-
-Where the OOVs come from. Word and char tokenizers and separate (`data.spm_joint=false`)
-sentencepiece models have real out-of-vocabulary tokens. A joint sentencepiece model covers
-almost every source piece, but a character unseen in training encodes as <unk>; its piece string
-is the source's surface text (e.g. "Zü"), which the copy model can then reproduce exactly.
-
-Decoding maps ids >= V back with `Tokenizer.decode_extended(ids, oovs)`.
+vocabulary (V ids) plus each example's source words it lacks (ids V + k), so that a
+pointer-generator can produce them by copying.
 
 Shapes: S source length, T target length, V target vocabulary size, K = len(oovs).
 """
@@ -54,7 +35,13 @@ def extend_source(
     tgt_tokenizer: Tokenizer,
     joint: bool,
 ) -> tuple[list[int], list[str]]:
-    """(src_ext, oovs) of one source (module docstring).
+    """(src_ext, oovs) of one source: per position i, with token string p_i and id s_i,
+
+        src_ext_i = s_i                      joint vocabulary and s_i is not <unk>
+                  = tgt.piece_to_id(p_i)     otherwise, if the target vocabulary has p_i
+                  = V + k                    else: p_i is the example's k-th out-of-vocabulary word
+
+    `oovs` lists those words in order of first occurrence (a word gets one id).
 
     Args:
         src_ids: the source ids (possibly truncated).

@@ -1,30 +1,7 @@
-"""Reading text pairs from local files and from the Hugging Face Hub. Parallel and TSV files are
-read here a block of lines at a time; JSON lines and the Hub go through the `datasets`
-library's packaged builders, which convert a file to Arrow once (under cache_root()/datasets)
-and memory-map it afterwards.
+"""Reading text pairs from local files (parallel, TSV, JSON lines) and from the Hugging Face Hub.
 
-Formats (sources.py says which `data.format` selects which):
-
-- parallel: two line-aligned text files; their line counts must agree.
-- tsv: TAB-separated columns with *no quoting at all* (a `"` is an ordinary character:
-  Tatoeba's sentences contain them). The fields "src"/"tgt" mean columns 0 and 1; a number is a
-  0-based column; any other name means the first line is a header and names the column.
-- jsonl: one JSON object per line; the fields may be dotted paths into nested objects
-  (`translation.de`) and must hold JSON strings (null or a missing field is an empty text).
-
-Every text has its outer whitespace stripped. A file that cannot be read is a UserError naming
-the file and, where it can be found, the offending line.
-
-Lines end at "\\n" alone, in every format and every compression, as `wc -l` counts them: a
-lone "\\r" (or U+2028, or a form feed) inside a line is part of its text, never a line break
-that would shift every later line against the other side of a parallel corpus. The "\\r" of a
-Windows line end is outer whitespace and goes with it.
-
-JSON values as texts: every jsonl source and target must be a JSON string.
-
-A field whose type varies between records is stored by Arrow (the `datasets` library) as JSON
-text, where a list would pass for the text `["a","b"]`; so the checks here look at the values
-as the records hold them, and a non-string names the file's line, the field and its JSON type.
+Lines end at "\\n" alone, as `wc -l` counts them: a lone "\\r" inside a line is text, never a
+break that would shift one side of a parallel corpus against the other.
 """
 
 import contextlib
@@ -183,8 +160,9 @@ def _lines_before_failure(opener: Any, path: Path) -> int:
 
 
 def read_tsv(path: Path, src_field: str, tgt_field: str) -> Pairs:
-    """TAB-separated columns, no quoting (a `"` is part of the text), no header unless the
-    fields are column names (see the module docstring)."""
+    """TAB-separated columns with no quoting at all (a `"` is part of the text: Tatoeba's
+    sentences hold them). The fields "src"/"tgt" are columns 0 and 1, a number is a 0-based
+    column, any other name a column of the header line."""
     lines = _read_lines(path)
     columns = [_tsv_column(src_field), _tsv_column(tgt_field)]
     first_line = 1

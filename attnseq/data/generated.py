@@ -1,40 +1,5 @@
-"""Generated seq2seq tasks: built from a seed, so `attnseq train` works offline with no download.
-
-Tasks (`TASKS`):
-
-- ``dates``: a random date between 1950-01-01 and 2049-12-31 written in one of `DATE_FORMATS`
-  (month names full and abbreviated, ordinals, weekdays, numeric with several separators,
-  two-digit years, lower/title/upper case) -> the ISO form ``YYYY-MM-DD``. Character-level.
-- ``reverse`` / ``copy`` / ``sort``: a random sequence of symbols from an alphabet of
-  `vocab_size` symbols ("a".."z", then "a1".."z1", "a2", ...), joined by single spaces, length
-  uniform in [min_len, max_len] -> the sequence reversed / unchanged / sorted by the symbol's
-  index in the alphabet. Word-level (one symbol = one token).
-- ``toy_translation``: an English-like sentence -> an invented verb-final language with
-  adjectives after nouns and agreement (attnseq/data/toy_translation.py). Word-level.
-
-Gold word alignments (`gold_alignments`), sets of (source word index, target word index):
-``toy_translation`` generates them with the sentences, ``copy`` is the identity {(i, i)} and
-``reverse`` the mirror {(i, n - 1 - i)}; ``sort`` (equal symbols make the links ambiguous) and
-``dates`` (character-level, no word correspondence) have none.
-
-Numeric date convention. A source string must determine its target, so the order of the numeric
-fields is fixed by the format and recognisable from the string alone:
-
-- a four-digit year first is always year-month-day: ``1998-3-3``, ``1998/03/03``, ``19980303``;
-- otherwise ``/`` is US month/day/year: ``03/04/1998`` and ``3/4/98`` are **March 4**;
-- otherwise ``.`` and ``-`` are European day.month.year: ``3.4.98`` and ``03-04-1998`` are
-  **3 April**; ``-`` is only used with four-digit years, so ``98-3-4`` never occurs.
-
-Two-digit years stand for 1950-2049: yy >= 50 -> 19yy, yy < 50 -> 20yy (every generated date is
-in that range, so the mapping is exact). The weekday in a weekday format is always the true one.
-`tests/data/test_generated.py` renders every date of the range in every format and checks that
-no source string maps to two different dates.
-
-Splits: `make_splits` draws each split from its own random stream, seeded by (seed, task, split
-name), so the training set for a seed does not change when the sizes of the held-out splits do.
-Training examples are drawn freely (duplicates possible, as in the real distribution); every other
-split holds distinct sources that appear in no other split (split_sampling.py).
-"""
+"""Generated seq2seq tasks (`TASKS`: dates, reverse, copy, sort, toy_translation), built from a
+seed so that `attnseq train` works offline with no download."""
 
 import datetime
 import functools
@@ -55,15 +20,34 @@ LAST_DATE = datetime.date(2049, 12, 31)
 
 # Written out rather than taken from `calendar`, whose names follow the process locale.
 MONTH_NAMES: tuple[str, ...] = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
-)  # fmt: skip
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 MONTH_ABBREVIATIONS: tuple[str, ...] = tuple(name[:3] for name in MONTH_NAMES)
 WEEKDAY_NAMES: tuple[str, ...] = (
-    "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday",
-)  # fmt: skip
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+)
 WEEKDAY_ABBREVIATIONS: tuple[str, ...] = tuple(name[:3] for name in WEEKDAY_NAMES)
 
+# A source must determine its target, so a numeric format's field order shows in the string:
+# a four-digit year first is year-month-day, else "/" is US month/day/year and "." or "-"
+# European day.month.year ("-" only with four-digit years); two-digit years are 1950-2049.
 # `str.format` templates over the fields of `date_fields`:
 #   YYYY 1998 | YY 98 | M 3 | MM 03 | MMMM March | MMM Mar | D 3 | DD 03 | Do 3rd
 #   dddd Tuesday | ddd Tue

@@ -1,20 +1,6 @@
 """The gold links of guided alignment training (Garg et al. 2019, "Jointly Learning to Align and
 Translate with Transformer Models", EMNLP): word links of the training pairs, read from a
-Pharaoh file and mapped onto the tokenizers' pieces. `collate` (batching.py) turns them into
-each batch's gold distribution; models/objective.py compares the model's attention with it.
-
-The file. `data.alignments.train` names a Pharaoh file (read by word_alignments.py): one
-line per pair of the train split as attnseq loads it (after held-out valid/test pairs are taken
-out, before the length rules drop any), links ``i-j`` with i a source word and j a target word,
-0-based over the whitespace-separated words; ``i?j`` (possible) links count like sure ones. With
-`data.max_examples` (the first N training pairs), a file of the whole split also fits: its first
-N lines are used. A relative path resolves against the data root, like `data.splits`.
-scripts/make_alignments.py writes such files with eflomal (attnseq/alignment/eflomal_baseline.py).
-
-The piece rule. A word link (i, j) links every piece of source word i with every piece of target
-word j. `word_ids` (word_alignments.py) gives each piece's word: a char tokenizer's whitespace
-characters belong to no word and get no link, a sentencepiece piece that starts with "▁" starts
-a word. Pieces cut off by truncation (long summarization sources) lose their links.
+Pharaoh file and mapped onto the tokenizers' pieces (`piece_links`).
 
 Shapes: piece links are (source piece, target piece) pairs, 0-based, no BOS/EOS.
 """

@@ -1,19 +1,6 @@
-"""Turning a sequence of batches (lists of example positions) into padded `Batch`es on the
-training device: in the training process, or ahead of it in DataLoader worker processes, with
-page-locked ("pinned") memory and non-blocking copies on CUDA.
-
-The batches themselves are chosen by `TokenBatchSampler` (a pure function of seed and epoch),
-so the loader never decides anything: with or without workers the training loop sees the same
-batches in the same order, which keeps resuming exact.
-
-Examples read from the memory-mapped cache (data/mapped_split.py) are checked at the start of
-every epoch: a cache file that another process truncated or rewrote since it was mapped stops
-the run with one line (`CacheFileChanged`) before a batch reads it. A worker that faults on a
-file truncated in the middle of an epoch ends without a word, and its parent reports the
-change the same way instead of DataLoader's "worker exited unexpectedly".
-
-Shapes: as in batching.py.
-"""
+"""Batches of example positions -> padded `Batch`es on the training device, in this process or
+in DataLoader workers (pinned memory, non-blocking copies on CUDA); the sampler alone chooses
+the batches, so workers never change them. Shapes: as in batching.py."""
 
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial

@@ -1,27 +1,5 @@
-"""Where attnseq finds data files and keeps its caches on disk, and which data locations a
-checkpoint's config may name.
-
-The data root is `data.root`, else `$ATTNSEQ_DATA`, else `./data`; relative data paths resolve
-against it. The cache folder is `$ATTNSEQ_CACHE`, else ~/.cache/attnseq.
-
-What data a checkpoint's config may make `attnseq eval` read (`check_checkpoint_data`).
-
-A checkpoint carries the data settings of its run, and eval reads the dataset they name; a
-checkpoint from somewhere else must not choose which local files are read (and copied into
-eval/refs/ and saved attention) or what is downloaded. So the data locations eval takes from a
-checkpoint are confined to the user's own data root:
-
-- `data.root` is the data root of this machine (`$ATTNSEQ_DATA`, else ./data); a checkpoint
-  naming another folder is refused.
-- `data.splits` values are relative paths that stay inside the data root: no absolute or `~`
-  path, no `..` leading out of it. `data.src_lang`/`tgt_lang` (file suffixes) hold no path
-  separator.
-- `data.source=hub` is refused: nothing is downloaded because a checkpoint says so.
-
-A value the user gives on the command line (an eval override such as `data.source=hub`,
-`data.root=/corpora` or `data.splits.test=/abs/test`) is the user's choice and is used as
-given; each refusal says which override allows it.
-"""
+"""Where attnseq finds data files and keeps its caches, and which data locations a checkpoint's
+config may name (`check_checkpoint_data`): none outside this machine's data root, no download."""
 
 import os
 from collections.abc import Collection

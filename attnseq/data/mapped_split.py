@@ -1,50 +1,8 @@
-"""A prepared split read in place from the memory-mapped Arrow cache.
+"""A prepared split read in place from the memory-mapped Arrow cache: `MappedSplit`.
 
-`prepare.py` stores every split as an Arrow table (columns `src`, `tgt`: texts; `src_ids`,
-`tgt_ids`: token ids without BOS/EOS; `position`: the pair's place among the split's loaded
-pairs). `MappedSplit` hands out views of that table that behave as the sequences the rest of
-attnseq reads (`examples[i]` is `(source ids, target ids)`, `pairs[i]` is `(source text,
-target text)`) without turning the columns into Python objects: a row is read when it is
-asked for, so a process holds, per example, nothing but what it touches.
-
-Why: `datasets.table.MemoryMappedTable` maps the cache files (`mmap`, read-only, shared), so
-their pages belong to the page cache and not to the process: they count in RssFile, not in
-RssAnon, are shared by every process that maps the same files (the ranks of a data-parallel
-run on one machine) and can be dropped and read again under memory pressure. Python lists of
-the same data cost about 1.5 KB of private memory per pair (fairseq's `MMapIndexedDataset` is
-the same idea with its own binary format).
-
-Reading:
-
-- `TokenIds.lengths()`: the length of every row, (N,) int32, vectorised from the Arrow list
-  offsets (no row is read): what batching needs to bucket and shuffle.
-- `TokenIds.rows(indices)`: the rows of a batch as lists of ints, gathered when the batch is
-  built (in DataLoader workers when there are any).
-
-An Arrow column is a list of chunks (the record batches preparation wrote); a row index is
-found in its chunk by a binary search over the chunks' first rows.
-
-Pickling (DataLoader workers under the spawn or forkserver start methods) sends the `datasets`
-table, which pickles as its file path: a worker maps the same files instead of receiving a copy.
-
-A file changed under its readers. A mapping reads the file as it is now, not as it was when it
-was mapped: a cache file that another process truncates while a run reads it makes the next
-read of a page past the new end fault with SIGBUS, which kills the process without a word
-(exit status 135). Every mapped file is therefore watched (`_Watched`): a descriptor of it
-stays open, and
-
-- `MappedSplit.check_unchanged()` compares its size and modification time with those it had
-  when it was mapped, a stat of one descriptor, cheap enough for the start of every epoch
-  (data/loader.py calls it): a changed file is a `CacheFileChanged`, one line;
-- a SIGBUS handler (`_install_bus_handler`) turns the fault itself into that line and exit
-  status 2 when a watched file is now shorter than it was. Python's own `signal.signal`
-  cannot do this: its handler only sets a flag and returns, the faulting read runs again
-  and faults again, forever (the process hangs at 100% CPU). The handler here is a C-level
-  one (libc `signal` with a ctypes callback): it runs in the faulting thread, checks the
-  watched files, writes the line and ends the process with `os._exit(2)`; a SIGBUS that no
-  watched file explains gets the handler that was there before, and the fault then ends the
-  process as it would have. Ending at once is what a fault allows (the read cannot be
-  finished), and a training run stopped this way resumes as after SIGKILL.
+Columns: `src`, `tgt` (texts), `src_ids`, `tgt_ids` (token ids without BOS/EOS) and `position`
+(the pair's place among the split's loaded pairs). A row is read when it is asked for; the
+mapped pages are the page cache's, shared by every process that maps the same file.
 """
 
 import contextlib
@@ -55,7 +13,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
@@ -63,17 +21,40 @@ import pyarrow as pa
 from attnseq.errors import UserError
 
 Example = tuple[list[int], list[int]]
+Row = TypeVar("Row")
 
 
 _ITERATION_ROWS = 4096  # rows read at a time when a whole column is iterated
 _VIEWS = ("examples", "pairs", "positions")
 
 
-class _SplitView:
-    """What the three views share: pickled as (their split, their name), so that a copy maps
-    the cache files again instead of carrying copies of the columns."""
+class _SplitView(Sequence[Row]):
+    """What the three views share: a row by its index (`_row`), a slice as a list, equality
+    with any sequence of the same rows, and pickling as (their split, their name), so that a
+    copy maps the cache files again instead of carrying copies of the columns."""
 
     split: "MappedSplit | None" = None
+
+    def _row(self, index: int) -> Row:
+        raise NotImplementedError
+
+    def take(self, indices: Sequence[int] | np.ndarray) -> list[Row]:
+        """The rows at `indices`, in that order."""
+        return [self._row(index) for index in indices]
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            return self.take(range(*index.indices(len(self))))
+        return self._row(index)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and _equal_sequences(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> Any:
         if self.split is None:
@@ -156,7 +137,7 @@ class TokenIds(Sequence[list[int]]):
         return min(low for low, _ in ranges), max(high for _, high in ranges)
 
 
-class MappedExamples(_SplitView, Sequence[Example]):
+class MappedExamples(_SplitView[Example]):
     """(source ids, target ids) of every example of a split, read from the mapped columns."""
 
     def __init__(self, src: TokenIds, tgt: TokenIds) -> None:
@@ -165,13 +146,7 @@ class MappedExamples(_SplitView, Sequence[Example]):
     def __len__(self) -> int:
         return len(self.src)
 
-    @overload
-    def __getitem__(self, index: int) -> Example: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Example]: ...
-    def __getitem__(self, index: int | slice) -> Example | list[Example]:
-        if isinstance(index, slice):
-            return self.take(range(*index.indices(len(self))))
+    def _row(self, index: int) -> Example:
         return self.src[index], self.tgt[index]
 
     def __iter__(self) -> Iterator[Example]:
@@ -192,13 +167,8 @@ class MappedExamples(_SplitView, Sequence[Example]):
         if self.split is not None:
             self.split.check_unchanged()
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and _equal_sequences(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
-
-
-class MappedPairs(_SplitView, Sequence[tuple[str, str]]):
+class MappedPairs(_SplitView[tuple[str, str]]):
     """(source text, target text) of every example of a split, read when asked for: only the
     commands that show or score texts read them (hypothesis and reference files of evaluation
     splits, subword sampling, guided alignment)."""
@@ -210,13 +180,7 @@ class MappedPairs(_SplitView, Sequence[tuple[str, str]]):
     def __len__(self) -> int:
         return self._rows.length
 
-    @overload
-    def __getitem__(self, index: int) -> tuple[str, str]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[tuple[str, str]]: ...
-    def __getitem__(self, index: int | slice) -> tuple[str, str] | list[tuple[str, str]]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _row(self, index: int) -> tuple[str, str]:
         chunk, row = self._rows.locate(int(index))
         return (
             self._src.chunk(chunk)[row].as_py(),
@@ -227,13 +191,8 @@ class MappedPairs(_SplitView, Sequence[tuple[str, str]]):
         for src, tgt in zip(self._src.chunks, self._tgt.chunks, strict=True):
             yield from zip(src.to_pylist(), tgt.to_pylist(), strict=True)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and _equal_sequences(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
-
-
-class MappedPositions(_SplitView, Sequence[int]):
+class MappedPositions(_SplitView[int]):
     """The position of each example among the split's loaded pairs (an int64 column)."""
 
     def __init__(self, column: pa.ChunkedArray) -> None:
@@ -243,24 +202,13 @@ class MappedPositions(_SplitView, Sequence[int]):
     def __len__(self) -> int:
         return self._rows.length
 
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[int]: ...
-    def __getitem__(self, index: int | slice) -> int | list[int]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _row(self, index: int) -> int:
         chunk, row = self._rows.locate(int(index))
         return int(self._column.chunk(chunk)[row].as_py())
 
     def __iter__(self) -> Iterator[int]:
         for chunk in self._column.chunks:
             yield from chunk.to_pylist()
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and _equal_sequences(self, other)
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def _equal_sequences(first: Sequence[Any], second: Sequence[Any]) -> bool:
@@ -369,7 +317,11 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-# The C-level SIGBUS handler: libc's `signal` with a ctypes callback (module docstring).
+# A file truncated under its readers makes the next read of a page past its end fault with
+# SIGBUS. Python's `signal.signal` cannot answer it (its handler sets a flag and returns, and
+# the read faults again forever), so the handler is C-level: libc's `signal` with a ctypes
+# callback that, in the faulting thread, writes one line and ends the process with exit
+# status 2 when a watched file shrank, and otherwise hands the signal to the handler before.
 _BUS_HANDLER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int)
 _bus: dict[str, Any] = {"handler": None, "previous": None, "quiet": False, "install": None}
 _bus_lock = threading.Lock()

@@ -1,28 +1,5 @@
-"""Source segments for hierarchical attention: which segment (speaker turn or sentence) each
-source token belongs to, derived from the tokenized source.
-
-The splitter works on text, with two regex rules:
-
-- Dialogue: a source that holds speaker tags (`#Person1#:`, any `#Name#:` or `#Name12#:`
-  followed by a colon, `SPEAKER_TAG`) is split before every tag: one segment per speaker turn,
-  whatever its number of sentences. Anonymisation tags inside a turn (`#PhoneNumber#` without a
-  colon) do not split.
-- Plain text (AESLC, any source without speaker tags): a segment ends after a run of `.`, `!`
-  or `?` (optionally followed by closing quotes or brackets) that is followed by whitespace and
-  then an upper-case letter, a digit, an opening quote or bracket (`SENTENCE_BREAK`), unless the
-  word before the stop is one of the common abbreviations in `ABBREVIATIONS` ("Mr. Smith" stays
-  one sentence). Lower-case continuations ("e.g. this") never split.
-
-Token ids are mapped back to text through each id's surface string (sentencepiece: the piece
-with "▁" read as a space; word tokenizer: a space and the word; char tokenizer: the character;
-special tokens: nothing), so the segments follow the text the model reads, truncation included.
-A token belongs to the segment of its first non-space character; a token that is only space
-(sentencepiece's lone "▁") goes with the token after it.
-
-Limits: at most `max_segments` segments per source; tokens past the last allowed boundary join
-the last segment (model.attention.max_segments). A segment has no length limit of its own: it
-is bounded by the source length (data.max_src_len).
-"""
+"""Source segments for hierarchical attention: the segment (speaker turn or sentence) of each
+source token, found on the text its tokens spell (`segment_starts`, `SourceSegmenter`)."""
 
 import bisect
 import re
@@ -67,7 +44,11 @@ PADDING_SEGMENT = -1  # the segment id of padding positions
 def segment_starts(text: str) -> list[int]:
     """Character offsets where the segments of `text` start (the first is always 0).
 
-    Speaker turns when the text holds speaker tags, sentences otherwise (module docstring).
+    A text with speaker tags (`SPEAKER_TAG`: `#Person1#:`, any `#Name#:`) is cut before every
+    tag: one segment per speaker turn (`#PhoneNumber#`, without a colon, does not cut).
+    Otherwise a sentence ends after a run of `.`, `!` or `?` (and closing quotes or brackets)
+    followed by whitespace and an upper-case letter, a digit, an opening quote or bracket
+    (`SENTENCE_BREAK`), unless the word before the stop is in `ABBREVIATIONS` ("Mr. Smith").
     """
     tags = [match.start() for match in SPEAKER_TAG.finditer(text)]
     if tags:
@@ -90,7 +71,8 @@ def split_segments(text: str) -> list[str]:
 
 
 def token_surfaces(tokenizer: Tokenizer) -> list[str]:
-    """The text each id of `tokenizer` stands for in its source (module docstring)."""
+    """The text each id of `tokenizer` stands for in its source: a character, a space and the
+    word, a sentencepiece piece with "▁" read as a space; nothing for special tokens."""
     pieces = tokenizer.ids_to_pieces(range(tokenizer.vocab_size))
     specials = {tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id}
     if isinstance(tokenizer, CharTokenizer):
@@ -103,7 +85,9 @@ def token_surfaces(tokenizer: Tokenizer) -> list[str]:
 
 
 class SourceSegmenter:
-    """Token ids -> segment ids, for one source vocabulary (module docstring).
+    """Token ids -> segment ids, for one source vocabulary: a token belongs to the segment of
+    its first non-space character (a space-only token to the next token's), so the segments
+    follow the text the model reads, truncation included.
 
     Args:
         surfaces: the text of every source id (`token_surfaces`).

@@ -1,56 +1,9 @@
 """SentencePiece subword tokenizer (Kudo & Richardson 2018, "SentencePiece: A simple and language
-independent subword tokenizer and detokenizer for Neural Text Processing", EMNLP demo).
+independent subword tokenizer and detokenizer for Neural Text Processing", EMNLP demo): BPE or
+unigram models, trained with attnseq's special ids and cached under `cache_root()/spm/`.
 
-SentencePiece treats text as a raw character stream (a space becomes the meta symbol "▁"), so
-`decode` restores the original spacing without language-specific detokenization rules. Two
-segmentation models are offered: BPE (Sennrich et al. 2016) and the unigram language model
-(Kudo 2018).
-
-The model is trained with the ids every attnseq tokenizer uses (<pad>=0, <unk>=1, <s>=2, </s>=3)
-and with `hard_vocab_limit=False`, so a corpus too small for the requested vocabulary yields a
-smaller one instead of an error. Trained models are cached in `cache_root()/spm/` under a hash
-of the training texts and every setting (and the library version), so a second run with the
-same data and settings loads the model instead of training it again.
-
-`state_dict()` holds the serialized model proto as base64 text: raw bytes would also survive
-`torch.save` + `torch.load(weights_only=True)`, but the tokenizer interface promises
-JSON-compatible state (`Tokenizer.save` writes JSON).
-
-`encode_sampled` draws one segmentation of a text from the model, reproducibly.
-
-`encode_flat` (what data preparation encodes corpora with) encodes each distinct
-space-separated word once and joins the words' ids. That is exact, not an approximation, for
-models that split by whitespace (the default, and how `train` trains): no piece holds "▁" except
-at its start, so neither a BPE merge nor a unigram segment crosses a word boundary, and with
-`add_dummy_prefix` and `remove_extra_whitespaces` the normalized text is "▁" + word for each
-word. A corpus repeats its words (Zipf), so most words of a chunk are already known and the
-library runs on the few new ones; numpy joins the words' ids, so no Python list of ids is
-made.
-
-sentencepiece's own sampling (`encode(..., enable_sampling=True)`) draws from a generator that
-`set_random_generator_seed` does not pin down across processes (the draws of one seed differ
-from one process to the next), which would break exact resume and DataLoader workers. So the
-two samplers run here, in Python, on the model's pieces and scores, with a generator seeded by
-the caller:
-
-- Unigram models, subword regularization (Kudo 2018, "Subword Regularization: Improving Neural
-  Network Translation Models with Multiple Subword Candidates", ACL, Section 3.2, l = infinity):
-  a segmentation x of the normalized text is drawn with P(x) proportional to
-  prod_i p(x_i)^alpha over every path of the lattice, by forward filtering, backward sampling:
-      A[0] = 0,  A[j] = logsumexp over pieces (i -> j) of A[i] + alpha * log p(piece)
-  then from j = n back to 0 the piece ending at j is chosen with probability
-      exp(A[i] + alpha * log p(piece) - A[j]).
-  This is sentencepiece's `nbest_size=-1` sampling.
-- BPE models, BPE-dropout (Provilkov et al. 2020, "BPE-Dropout: Simple and Effective Subword
-  Regularization", ACL, Section 2): each word starts as characters; at every merge step each
-  possible merge is dropped with probability p, and the remaining merge of the highest
-  priority (the merged piece's score) is applied; segmentation ends when none remains.
-
-Pieces never span a word boundary ("▁" starts every word of the normalized text, and no piece
-holds it inside), so every segmentation cuts the text before each "▁": the lattice factorizes
-into one lattice per word, and both samplers work word by word (a unigram word's lattice and
-forward probabilities are computed once and cached). A character outside the
-vocabulary becomes <unk>, scored as sentencepiece scores it (the lowest piece score - 10).
+Segmentations are sampled here in Python (`segment_sampler`): sentencepiece's own sampling
+draws differently in another process, which would break exact resume and DataLoader workers.
 """
 
 import base64
@@ -159,8 +112,9 @@ class SentencePieceTokenizer(Tokenizer):
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """`encode` of many texts as (every text's ids one after the other, int32; the number
-        of ids of each text, int64), the same ids: each distinct word is encoded once (module
-        docstring), the new ones in one call into the library (its threads, one per core).
+        of ids of each text, int64), the same ids: each distinct word is encoded once
+        (`_words_encode_independently`), the new ones in one call into the library (its
+        threads, one per core).
 
         The texts are joined with a sentinel word between them and split once; each word
         becomes the row of its ids in `_words` and numpy gathers the rows' ids:
@@ -227,6 +181,7 @@ class SentencePieceTokenizer(Tokenizer):
         self.__init__(state["proto"])
 
     def state_dict(self) -> dict[str, Any]:
+        # base64 text, not bytes: the Tokenizer interface promises JSON state (`save`)
         return {
             "kind": self.kind,
             "version": STATE_VERSION,
@@ -380,8 +335,9 @@ class _WordTable:
 
 def _words_encode_independently(proto: bytes) -> bool:
     """Whether the model encodes a text as the concatenation of its space-separated words'
-    encodings (module docstring): pieces split by whitespace, "▁" a prefix, a dummy prefix
-    added and runs of spaces removed."""
+    encodings: pieces split by whitespace, "▁" a prefix, a dummy prefix added and runs of
+    spaces removed. Then no piece holds "▁" but at its start, so neither a BPE merge nor a
+    unigram segment crosses a word, and the normalized text is "▁" + word for each word."""
     from sentencepiece import sentencepiece_model_pb2
 
     model = sentencepiece_model_pb2.ModelProto()
@@ -476,8 +432,17 @@ class PieceTable:
 
 
 def sample_unigram(table: PieceTable, text: str, alpha: float, rng: random.Random) -> list[int]:
-    """One segmentation of the normalized `text` drawn by forward filtering, backward sampling
-    (module docstring), word by word; ids in text order."""
+    """One segmentation of the normalized `text` (subword regularization: Kudo 2018, "Subword
+    Regularization: Improving Neural Network Translation Models with Multiple Subword
+    Candidates", ACL, section 3.2, l = infinity): x drawn with P(x) proportional to
+    prod_i p(x_i)^alpha over every path of the lattice, by forward filtering, backward sampling:
+
+        A[0] = 0,  A[j] = logsumexp over pieces (i -> j) of A[i] + alpha * log p(piece)
+
+    then, from j = n back to 0, the piece ending at j is chosen with probability
+    exp(A[i] + alpha * log p(piece) - A[j]) (sentencepiece's `nbest_size=-1` sampling). No
+    piece spans a word, so the lattice is one per word (`PieceTable.lattice` caches it); ids
+    in text order."""
     ids: list[int] = []
     for word in _words(text):
         ids.extend(_backward_sample(table.lattice(word, alpha), rng))
@@ -527,7 +492,11 @@ def _backward_sample(
 
 
 def sample_bpe(table: PieceTable, text: str, dropout: float, rng: random.Random) -> list[int]:
-    """BPE-dropout segmentation of the normalized `text` (module docstring)."""
+    """BPE-dropout segmentation of the normalized `text` (Provilkov et al. 2020, "BPE-Dropout:
+    Simple and Effective Subword Regularization", ACL, section 2): each word starts as
+    characters; at every step each possible merge is dropped with probability `dropout`, and
+    the remaining merge of the highest priority (the merged piece's score) is applied, until
+    none remains."""
     ids: list[int] = []
     for word in _words(text):
         symbols = list(word)

@@ -1,45 +1,6 @@
-"""Where the (source, target) text pairs of each split come from.
-
-Three kinds of source (`data.source`):
-
-- generated: built from the seed (attnseq/data/generated.py), so any run or checkpoint can
-  rebuild exactly the same splits without files or network.
-- local: files under the data root (`data.root`, else `$ATTNSEQ_DATA`, else `./data`), read
-  through the `datasets` library's packaged builders (which convert them to Arrow once and
-  memory-map them afterwards) in one of three formats (`data.format`):
-    * parallel: `data.splits[split]` is a path prefix; `PREFIX.SRC_LANG` and `PREFIX.TGT_LANG`
-      hold one sentence per line, line N of one translating line N of the other (the line
-      counts must agree). They are read as streams, not through `datasets`; either may be
-      gzip or xz compressed (`PREFIX.SRC_LANG.gz`, `.xz`), and the prefix may be a glob
-      pattern (`wmt/train-*`): a split of several shards, paired in sorted order.
-    * tsv: one pair per line, columns separated by TAB, with *no quoting at all* (a `"` is an
-      ordinary character: Tatoeba's sentences contain them). `data.src_field`/`tgt_field` are
-      0-based column numbers; the defaults "src"/"tgt" mean columns 0 and 1; any other name
-      means the first line is a header and the named columns are used.
-    * jsonl: one JSON object per line; the fields may be dotted paths into nested objects
-      (`translation.de`) and must hold JSON strings (null or a missing field is an empty
-      text); a number, boolean, array or object is a UserError naming the line, never turned
-      into text.
-- hub: `datasets.load_dataset(data.hub_name, data.hub_config, split=data.splits[split])`, with
-  the same (possibly dotted) field names. `hub_name` may end in `@REVISION` (a branch, tag or
-  commit, e.g. `IWSLT/iwslt2017@refs/convert/parquet`).
-
-Every text has its outer whitespace stripped; nothing else is changed (normalisation is the
-tokenizer's job). The files are read by file_readers.py; data_root() and cache_root() are in
-locations.py.
-
-Held-out splits. A dataset released without a validation and/or test split (Tatoeba) lists only
-`train` in `data.splits`; each missing split of ("valid", "test") is then carved out of train by
-`hold_out`: the distinct source sentences are ordered by SHA-256 of `HOLDOUT_SALT + source`, and
-the first `max(1, round(HOLDOUT_FRACTION * distinct))` sources go to valid, the next as many to
-test (in that order, for whichever of the two is missing); every pair whose source is one of
-them goes with it, so a sentence with several translations never sits on both sides. The rule
-depends only on the text (not on the run seed or the line order), so every run and every seed
-of a sweep sees the same test set. `data.max_examples` then keeps the first N training pairs.
-
-User mistakes (missing files, parallel files of different lengths, invalid UTF-8, unknown
-fields, an unreachable hub) raise `UserError` naming the file (and line) or the dataset.
-"""
+"""Where the (source, target) text pairs of each split come from (`data.source`): generated from
+the seed, local files under the data root in one of the `data.format` formats, or the Hub; a
+missing valid or test split is held out of train (`hold_out`)."""
 
 import glob
 import hashlib
@@ -154,8 +115,8 @@ def load_splits(
     """{split: pairs} for the configured dataset: "train", "valid", "test" (and any other split
     named in `data.splits`), or only the names in `splits`.
 
-    `seed` drives generated tasks only; held-out splits of real data use a fixed rule (see the
-    module docstring).
+    `seed` drives generated tasks only; held-out splits of real data use a fixed rule
+    (`hold_out`).
     """
     if cfg.source is DataSource.generated:
         return _generated_splits(cfg, seed, splits)
@@ -301,11 +262,14 @@ def _load_split(cfg: DataConfig, split: str) -> Pairs:
 
 
 def hold_out(pairs: Pairs, names: Sequence[str]) -> tuple[Pairs, dict[str, Pairs]]:
-    """Split `pairs` into (train, {name: held-out pairs}) by the rule in the module docstring.
+    """Split `pairs` into (train, {name: held-out pairs}), for a dataset released without a
+    valid or test split (Tatoeba).
 
-    Deterministic and independent of line order: distinct sources are ranked by
-    SHA-256(HOLDOUT_SALT + source); the first n go to names[0], the next n to names[1], ...
-    with n = max(1, round(HOLDOUT_FRACTION * distinct sources)). Pairs keep their file order.
+    Deterministic and independent of the line order and the run seed, so every run of a sweep
+    sees the same test set: distinct sources are ranked by SHA-256(HOLDOUT_SALT + source); the
+    first n go to names[0], the next n to names[1], ... with n = max(1, round(HOLDOUT_FRACTION
+    * distinct sources)). Every pair of a held-out source goes with it, so a sentence with
+    several translations never sits on both sides. Pairs keep their file order.
     """
     sources = list(dict.fromkeys(src for src, _ in pairs))
     if len(sources) <= len(names):

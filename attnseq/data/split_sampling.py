@@ -1,16 +1,5 @@
-"""How a generated task fills its splits from a seed (generated.py, toy_translation.py).
-
-- Splits are drawn in a fixed order, train, valid, test, then the rest alphabetically, rather
-  than in the caller's dict order, so that {"valid": .., "test": ..} and {"test": .., "valid": ..}
-  give the same data.
-- Each split has its own random stream (the caller derives it from the seed and the split name),
-  so a split does not change when the sizes of the others do.
-- "train" draws freely (duplicates possible, as in the real distribution); every other split
-  holds distinct sources that appear in no split drawn before it (rejection sampling).
-
-An item is a drawn example whose first element is its source text: (source, target) or
-(source, target, gold links).
-"""
+"""How a generated task fills its splits from a seed (`fill_splits`): "train" draws freely, every
+other split holds distinct sources that no split drawn before it holds."""
 
 import random
 from collections.abc import Callable, Iterable, Mapping

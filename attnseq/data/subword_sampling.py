@@ -1,29 +1,7 @@
-"""Subword regularization of the training split: every epoch each training pair is segmented
-anew by sampling from its sentencepiece model (`data.spm_sampling_alpha` for unigram models,
-Kudo 2018, "Subword Regularization: Improving Neural Network Translation Models with Multiple
-Subword Candidates", ACL; `data.bpe_dropout` for BPE models, Provilkov et al. 2020,
-"BPE-Dropout: Simple and Effective Subword Regularization", ACL). Validation, test, `eval`
-and `translate` keep the deterministic (best) segmentation.
-
-How it fits the rest:
-
-- The prepared data (and its cache) hold the deterministic segmentation; batches are cut from
-  its lengths (`TokenBatchSampler`), so the number of batches per epoch, the schedule and the
-  data order are those of a run without sampling. A sampled segmentation is usually longer
-  than the best one (more, shorter pieces), so a batch holds somewhat more tokens than
-  data.max_tokens: the share is logged once at the start (`length_growth`).
-- Pair i of epoch e is segmented with a generator seeded by (seed, e, i, side) alone, in the
-  loader (in DataLoader workers when trainer.num_workers > 0). The draw therefore does not
-  depend on batch composition, worker count or process rank, and a resumed run sees exactly
-  the segmentations the interrupted one would have.
-- A sampled side that is empty or longer than data.max_src_len/max_tgt_len falls back to its
-  deterministic ids (which already obey the length rules), so the kept examples and the
-  model's positions are those of the prepared split.
-
-Cost: one draw per side per example per epoch, in Python (sentencepiece_tokenizer.py), on the
-loader's path: measured on Multi30k pairs, 0.4 to 0.5 ms per pair for unigram sampling once the
-words' lattices are cached, 0.9 ms for BPE-dropout, on one core; logged at the start
-(`length_growth`); trainer.num_workers > 0 moves it off the training process.
+"""Subword regularization of the training split: each epoch every training pair is segmented anew
+by sampling from its sentencepiece model (`data.spm_sampling_alpha`, unigram models, Kudo 2018;
+`data.bpe_dropout`, BPE models, Provilkov et al. 2020). Pair i of epoch e draws with a generator
+seeded by (seed, e, i, side) alone, so workers and resuming see the same segmentations.
 """
 
 import logging

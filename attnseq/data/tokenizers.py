@@ -1,14 +1,7 @@
-"""Tokenizers: text <-> token ids, with the same special ids for every kind.
+"""Tokenizers: text <-> token ids, with <pad>=0, <unk>=1, <s>=2 (BOS), </s>=3 (EOS) for every kind.
 
-Every tokenizer reserves <pad>=0, <unk>=1, <s>=2 (BOS) and </s>=3 (EOS), so models, batching and
-decoding can use the constants below whatever the tokenizer. `CharTokenizer` (every character,
-spaces included, is a token) and `WordTokenizer` (whitespace-separated words) are backed by a
-`Vocabulary` built from training text; other kinds (SentencePiece) implement the same `Tokenizer`
-interface and register themselves with `register_tokenizer`.
-
-A tokenizer's `state_dict()` holds only str/int/float/bool/list/dict values, so it can sit inside
-a checkpoint loaded with `torch.load(weights_only=True)`; `tokenizer_from_state` rebuilds it.
-`save`/`load` write the same state as a JSON file ("saved vocabularies").
+A tokenizer's `state_dict()` holds only JSON values, so it sits inside a checkpoint that
+`torch.load(weights_only=True)` reads.
 """
 
 import abc

@@ -1,45 +1,6 @@
-"""A generated toy translation task with gold word alignments, built from a seed.
-
-The source is English-like, the target an invented language whose word order differs in the
-ways real language pairs do, so that a model's cross-attention has something non-monotonic to
-find and its alignment error rate (attnseq/alignment/word_links.py) can be measured against exact
-gold links.
-
-Source grammar (English word order, subject-verb agreement)::
-
-    clause -> NP_subj VERB [NP_obj] [PREP NP] [ADVERB]       (NP_obj only with transitive verbs)
-    NP     -> DET ADJ{0,2} NOUN                              "the big black dog", "some cats"
-
-Target (`translate_toy`), word by word::
-
-    clause -> NP_subj [NP POSTP] [NP_obj] [ADVERB] VERB      verb-final (SOV), postpositions
-    NP     -> DET NOUN [ne] ADJ{0,2}                         adjectives after the noun
-
-- adjectives follow the noun in mirror order: "big black dog" -> "kano nigro grando";
-- determiners and adjectives agree with the target noun's gender (-o / -a): "the dog" -> "ko kano",
-  "the cat" -> "ka mirta", "the big cat" -> "ka mirta granda";
-- a plural noun becomes two words, the stem and the plural particle "ne": "dogs" -> "kano ne"
-  (the only one-to-many link);
-- the verb takes -n with a plural subject: "the dogs see" -> "kos kano ne vidun";
-- the prepositional phrase moves right after the subject and its preposition becomes a
-  postposition: "in the house" -> "ko domo ene".
-
-Example::
-
-    the big dog sees a small cat in the house
-    ko kano grando ko domo ene una mirta pika vidu
-
-Gold alignments are sets of (source word index, target word index) pairs, 0-indexed, every
-link sure: each word is linked to its translation, a plural noun to both its target stem and "ne".
-Every source and every target word has at least one link.
-
-The words of both languages come first below, one table per part of speech: English forms and
-the invented target language's stems. Target genders are "o" (masculine) and "a" (feminine); a
-target adjective or determiner takes the gender of its noun.
-
-Splits follow split_sampling.py: each split has its own random stream seeded by (seed, split
-name); "train" draws freely (duplicates possible); every other split holds distinct sources
-that appear in no other split. Word-level: tokens are separated by single spaces.
+"""A generated toy translation task with gold word alignments: an English-like source and an
+invented verb-final target whose word order differs as real language pairs do (adjectives after
+the noun, postpositions, agreement), so that cross-attention has something non-monotonic to find.
 """
 
 import random
@@ -204,7 +165,11 @@ def _source_np(np_: NounPhrase) -> list[str]:
 
 
 def render_source(clause: Clause) -> str:
-    """The English sentence of `clause`."""
+    """The English sentence of `clause` (subject-verb agreement):
+
+    clause -> NP_subj VERB [NP_obj] [PREP NP] [ADVERB]     (NP_obj only with transitive verbs)
+    NP     -> DET ADJ{0,2} NOUN                            "the big black dog", "some cats"
+    """
     words = _source_np(clause.subject)
     singular_verb, plural_verb, _, _ = VERBS[clause.verb]
     words.append(plural_verb if clause.subject.plural else singular_verb)
@@ -241,7 +206,15 @@ def _target_np(np_: NounPhrase, first_src: int) -> tuple[list[str], list[int]]:
 
 
 def render_target(clause: Clause) -> tuple[str, set[Link]]:
-    """The target sentence of `clause` and its gold alignment {(source index, target index)}."""
+    """The target sentence of `clause` and its gold alignment {(source index, target index)}:
+
+        clause -> NP_subj [NP POSTP] [NP_obj] [ADVERB] VERB    verb-final (SOV), postpositions
+        NP     -> DET NOUN [ne] ADJ{0,2}                       adjectives after the noun
+
+    Adjectives come in mirror order, determiners and adjectives take the noun's gender (-o or
+    -a), a plural noun is the stem and "ne" (both linked to it), the verb takes -n with a
+    plural subject. Every source and every target word has at least one link.
+    """
     # Source positions of each constituent, in English order.
     subject_start = 0
     verb_src = subject_start + len(clause.subject.adjectives) + 2

@@ -1,12 +1,5 @@
-"""How much of a text a model cannot read: the share of its tokens that the model's vocabulary
-maps to <unk>.
-
-A model given text of another language, or a checkpoint trained on another vocabulary, still
-aligns and scores it, over ids that are nearly all <unk>; the numbers then describe no word.
-Commands that read text for a model count its unknown tokens (`UnknownCount`) and print one
-warning line when more than `UNKNOWN_WARNING_RATE` of a text's tokens are unknown
-(`warn_unknown`), so the run finishes but says the result means little.
-"""
+"""How much of a text a model cannot read: the share of its tokens that the vocabulary maps to
+<unk>, and one warning when it passes `UNKNOWN_WARNING_RATE` (`warn_unknown`)."""
 
 import sys
 from collections.abc import Iterable, Sequence

@@ -1,28 +1,9 @@
-"""Word alignments as data: links between the words of a sentence pair, their gold files
-(Pharaoh and NAACL 2003), and which word each piece of a tokenized text belongs to.
+"""Word alignments as data: links (i, j) between the words of a sentence pair, sure S and
+possible P (S ⊆ P), their gold files (Pharaoh, NAACL 2003), and which word each piece of a
+tokenized text belongs to (`word_ids`).
 
-Link convention. An alignment of one sentence pair is a set of (i, j) word index pairs,
-0-indexed, split into sure links S and possible links P (S ⊆ P) as the alignment error rate
-needs them. Gold files fix their own order: in the WPT 2003 English-French set i is the
-English word and j the French word, whichever side a model translates from. Everything built
-from a model here produces **(source word, target word)** pairs by default (`src_first=True`);
-pass `src_first=False` to get (target, source) instead, e.g. to score a French -> English model
-against the WPT files. The toy tasks of attnseq/data/generated.py give (source, target) links.
-
-Gold files.
-
-- Pharaoh (Koehn's format, used by the Pharaoh/Moses toolkits and `fast_align`): one line per
-  sentence, whitespace-separated links ``i-j`` (sure) or ``i?j`` (possible), 0-indexed. The WPT
-  set ships a sure-only file and a sure+possible file (`read_gold` combines them).
-- NAACL 2003 (Mihalcea & Pedersen 2003, "An Evaluation Exercise for Word Alignment"): one link per
-  line, ``sentence_no i j [S|P] [confidence]``, 1-indexed, index 0 = NULL (`read_naacl`).
-
-`read_gold_file` reads either (`detect_gold_format` tells which from the first line with content);
-`format_pharaoh` and `write_pharaoh` write Pharaoh lines (what `attnseq align` prints).
-
-Pieces and words. A tokenizer's pieces are merged back into the whitespace-separated words of
-the text by `word_ids`, the one rule shared by guided alignment (data/guided_alignment.py) and
-by every measurement of attention against word links (attnseq/alignment/).
+Links built from a model are (source word, target word) unless `src_first=False`; a gold file
+fixes its own order (the WPT 2003 set: English word, French word).
 """
 
 import os

@@ -12,6 +12,7 @@ import torch
 from helpers import batch_fingerprint
 
 import attnseq.data.prepare as prepare_module
+import attnseq.data.workers as workers_module
 from attnseq.config.choices import (
     DataSource,
     FileFormat,
@@ -312,22 +313,22 @@ def test_batches_of_a_cached_local_corpus_are_unchanged(
     (hundreds of Arrow record batches per split), from the files as streams, never through a
     list of the lines."""
     cfg = write_generated_corpus(tmp_path)
-    monkeypatch.setattr(prepare_module, "ENCODE_CHUNK", chunk)
+    monkeypatch.setattr(workers_module, "ENCODE_CHUNK", chunk)
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("parallel files are streamed, not loaded as lists")
 
     pools: list[object] = []
 
-    class CountedPool(prepare_module.ProcessPoolExecutor):
+    class CountedPool(workers_module.ProcessPoolExecutor):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             pools.append(self)
             super().__init__(*args, **kwargs)
 
     with monkeypatch.context() as patched:
         patched.setattr(prepare_module, "load_splits", fail)
-        patched.setattr(prepare_module, "ProcessPoolExecutor", CountedPool)
-        patched.setattr(prepare_module.os, "cpu_count", lambda: 2)
+        patched.setattr(workers_module, "ProcessPoolExecutor", CountedPool)
+        patched.setattr(workers_module.os, "cpu_count", lambda: 2)
         first = prepare_data(cfg, seed=1)
     # A split of several chunks (here train, valid and test) is encoded by worker processes;
     # one chunk, in this process.

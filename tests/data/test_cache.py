@@ -1,9 +1,7 @@
 """The prepared-data cache under faults: damaged entries are found, moved aside and prepared
-again; a file changed while a run reads it stops the run with one line; the encoding workers
-die with their parent and their death is one line; a full disk or a read-only cache folder is
-one line with nothing half-written left."""
+again; a file changed while a run reads it stops the run with one line; a full disk or a
+read-only cache folder is one line with nothing half-written left."""
 
-import contextlib
 import dataclasses
 import errno
 import json
@@ -14,8 +12,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +21,14 @@ import pytest
 import torch
 from helpers import attnseq_in_process
 
-import attnseq.data.prepare as prepare_module
+import attnseq.data.cache as cache_module
+import attnseq.data.workers as workers_module
 from attnseq.config.choices import DataSource, FileFormat, TokenizerKind
 from attnseq.config.schema import DataConfig
+from attnseq.data.cache import check_entry, describe_entries
 from attnseq.data.loader import BatchLoader
 from attnseq.data.mapped_split import CacheFileChanged
-from attnseq.data.prepare import (
-    check_entry,
-    describe_entries,
-    prepare_data,
-    remove_stale_builds,
-)
-from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
+from attnseq.data.prepare import prepare_data
 from attnseq.errors import OutputError, UserError
 
 CHUNK = 10  # pairs per record batch: the 60 training pairs make 6 batches
@@ -73,7 +65,7 @@ def write_corpus(root: Path) -> DataConfig:
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(prepare_module, "ENCODE_CHUNK", CHUNK)
+    monkeypatch.setattr(workers_module, "ENCODE_CHUNK", CHUNK)
     return tmp_path / "cache"
 
 
@@ -200,7 +192,7 @@ def test_a_damaged_entry_that_cannot_be_moved_aside_says_to_delete_it(
             raise PermissionError(errno.EACCES, "Permission denied")
         real_rename(source, target)
 
-    monkeypatch.setattr(prepare_module.os, "rename", refuse)
+    monkeypatch.setattr(cache_module.os, "rename", refuse)
     with pytest.raises(UserError, match="damaged .*cannot be moved aside .*delete that folder"):
         prepare_data(corpus, seed=1)
 
@@ -440,169 +432,6 @@ def test_a_bus_error_no_mapped_file_explains_is_left_alone(corpus: DataConfig, c
     assert "data cache" not in err
 
 
-# ------------------------------------------------------------------------ the workers
-def slow_pairs(count: int, ready_after: int = 0, pause: float = 0.0) -> Iterator[tuple[str, str]]:
-    """Word pairs; after `ready_after` of them, `pause` seconds between pairs (a preparation
-    still in progress)."""
-    for i in range(count):
-        if ready_after and i >= ready_after:
-            time.sleep(pause)
-        yield " ".join(WORDS[(i + j) % len(WORDS)] for j in range(3)), "x y"
-
-
-def word_tokenizers() -> TokenizerPair:
-    return TokenizerPair(train_tokenizer("word", WORDS), train_tokenizer("word", ["x y"]))
-
-
-@pytest.mark.parametrize(
-    ("signum", "said"),
-    [
-        (signal.SIGKILL, r"was killed \(SIGKILL\), most likely by the kernel's out-of-memory"),
-        (signal.SIGTERM, "was killed by SIGTERM"),
-    ],
-)
-def test_a_dead_worker_is_one_line_naming_what_to_lower(
-    signum: int, said: str, cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A worker killed as the out-of-memory killer would, or sent SIGTERM while this process
-    handles SIGTERM itself (training does): the worker does not inherit that handler, dies,
-    and the preparation ends with a UserError naming data.prepare_workers, not a
-    BrokenProcessPool traceback; no worker is left."""
-    import multiprocessing
-
-    cfg = DataConfig(tokenizer=TokenizerKind.word, prepare_workers=2)
-    monkeypatch.setattr(prepare_module, "ENCODE_CHUNK", 5)
-
-    def stop(signum: int, frame: Any) -> None:
-        raise RuntimeError("a handler of this process, not of its workers")
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        chunks = prepare_module._encoded_chunks("train", slow_pairs(2000), word_tokenizers(), cfg)
-        next(chunks)
-        (worker, *_) = multiprocessing.active_children()
-        os.kill(worker.pid, signum)
-        with pytest.raises(UserError, match=said + r".* lower data.prepare_workers \(now 2\)"):
-            for _ in chunks:
-                pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    assert not multiprocessing.active_children()
-
-
-PREPARING = """
-import multiprocessing, sys, time
-from pathlib import Path
-import attnseq.data.prepare as prepare
-from attnseq.config.schema import DataConfig
-from attnseq.config.choices import TokenizerKind
-from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
-{stop_signals}
-words = "the a small big dog cat runs sleeps sees here now".split()
-tokenizers = TokenizerPair(train_tokenizer("word", words), train_tokenizer("word", ["x y"]))
-prepare.ENCODE_CHUNK = 5
-
-def pairs():
-    for i in range(10**6):
-        if i == 100:
-            workers = [str(p.pid) for p in multiprocessing.active_children()]
-            print("preparing", " ".join(workers), flush=True)
-        if i >= 100:
-            time.sleep(0.01)
-        yield "the small dog", "x y"
-
-cfg = DataConfig(tokenizer=TokenizerKind.word, prepare_workers=2)
-prepare._write_cached(Path(sys.argv[1]) / "key", cfg, {{"train": pairs()}}, tokenizers)
-"""
-
-
-def gone(pid: int) -> bool:
-    """The process has exited (a zombie no parent reaped yet counts as exited)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state in ("Z", "X")
-
-
-@contextlib.contextmanager
-def preparing(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, list[int], Path]]:
-    """A process preparing an endless split into tmp_path/prepared with training's signal
-    handlers, its two workers' pids, and the file its stderr goes to (a file: workers that
-    outlive it would hold a pipe open). Workers left at the end are killed."""
-    script = PREPARING.format(
-        stop_signals="from attnseq.training.stopping import StopSignals\nStopSignals().__enter__()"
-    )
-    errors = tmp_path / "stderr.txt"
-    with errors.open("w") as err:
-        process = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(script), str(tmp_path / "prepared")],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-        )
-    assert process.stdout is not None
-    workers: list[int] = []
-    try:
-        line = process.stdout.readline()
-        assert line.startswith("preparing "), errors.read_text()
-        workers = [int(pid) for pid in line.split()[1:]]
-        assert len(workers) == 2
-        yield process, workers, errors
-    finally:
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        process.kill()
-        process.wait()
-        process.stdout.close()
-
-
-def left_after(pids: list[int], seconds: float = 10.0) -> list[int]:
-    """The processes of `pids` still running after up to `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and not all(gone(pid) for pid in pids):
-        time.sleep(0.05)
-    return [pid for pid in pids if not gone(pid)]
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_workers_die_with_their_killed_parent_and_its_build_is_removed_later(
-    tmp_path: Path,
-) -> None:
-    """SIGKILL of the preparing process: its workers end too (the parent-death signal) and
-    its unfinished build stays; the next preparation on this host removes it, because its
-    process is gone, and keeps a build whose process runs."""
-    prepared = tmp_path / "prepared"
-    with preparing(tmp_path) as (process, workers, _):
-        process.kill()
-        process.wait()
-        assert left_after(workers) == []
-    (left,) = prepared.glob("key.tmp-*")
-    assert left.name.startswith(f"key.tmp-{process.pid}@{socket.gethostname()}.")
-    running = prepared / f"other.tmp-{os.getpid()}@{socket.gethostname()}.abc"
-    elsewhere = prepared / f"third.tmp-{process.pid}@another-host.abc"
-    running.mkdir()
-    elsewhere.mkdir()
-    remove_stale_builds(prepared)
-    assert sorted(path.name for path in prepared.iterdir()) == sorted(
-        [running.name, elsewhere.name]
-    )
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigterm_during_preparation_stops_it_and_its_workers_at_once(tmp_path: Path) -> None:
-    """Training's handlers turn SIGTERM into an exception in the main process: the build is
-    removed and the workers stopped now, not after their chunks."""
-    prepared = tmp_path / "prepared"
-    with preparing(tmp_path) as (process, workers, errors):
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-        assert left_after(workers, seconds=5) == []
-        assert "TrainingInterrupted: stopped by SIGTERM" in errors.read_text()
-    assert list(prepared.iterdir()) == []
-
-
 # ------------------------------------------------------------------------ full disk, read-only
 class FullDiskWriter:
     """An Arrow stream writer on a full disk: every batch fails as the real one does."""
@@ -625,14 +454,14 @@ def test_a_cache_that_cannot_be_written_is_one_line_and_nothing_is_left(
     failure: str, corpus: DataConfig, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if failure == "disk full":
-        monkeypatch.setattr(prepare_module.pa.ipc, "new_stream", FullDiskWriter)
+        monkeypatch.setattr(cache_module.pa.ipc, "new_stream", FullDiskWriter)
         reason = "No space left on device"
     else:
 
         def read_only(*args: Any, **kwargs: Any) -> str:
             raise OSError(errno.EROFS, "Read-only file system")
 
-        monkeypatch.setattr(prepare_module.tempfile, "mkdtemp", read_only)
+        monkeypatch.setattr(cache_module.tempfile, "mkdtemp", read_only)
         reason = "Read-only file system"
     with pytest.raises(OutputError) as raised:
         prepare_data(corpus, seed=1)
@@ -647,7 +476,7 @@ def test_a_cache_that_cannot_be_written_is_one_line_and_nothing_is_left(
 def test_a_full_disk_during_preparation_is_exit_2_from_the_command_line(
     corpus: DataConfig, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(prepare_module.pa.ipc, "new_stream", FullDiskWriter)
+    monkeypatch.setattr(cache_module.pa.ipc, "new_stream", FullDiskWriter)
     result = attnseq_in_process(
         "train",
         "data.source=local",
