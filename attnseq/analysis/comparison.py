@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnseq.analysis.compared_attention import Gold, SystemAttention, system_attention
+from attnseq.analysis.tables import TABLE_FORMATS, p_value_cell, render_table
 from attnseq.errors import UserError
 from attnseq.evaluation.buckets import (
     RATIO_EDGES,
@@ -48,6 +49,7 @@ from attnseq.evaluation.buckets import (
     ratio_labels,
 )
 from attnseq.evaluation.significance import (
+    ALPHA,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     DEFAULT_TRIALS,
@@ -62,8 +64,7 @@ from attnseq.evaluation.word_accuracy import WordScore, word_accuracy_by_frequen
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-FORMATS = ("text", "markdown", "latex", "json")
-ALPHA = 0.05  # the level a p-value is called significant at in the tables
+FORMATS = (*TABLE_FORMATS, "json")
 # what messages call the arguments of `compare_systems` that a note may name; a command passes
 # its options
 ARGUMENT_NAMES = {
@@ -329,11 +330,11 @@ class Comparison:
         head, rows = self.metric_rows()
         bucket_head, bucket_rows = self.bucket_rows()
         parts = [
-            _table(head, rows, output_format),
+            render_table(head, rows, output_format),
             self.rule_line(),
             "",
             f"{self.bucket_metric} by {self.bucket_by} length ({self.bucket_unit}), 95% interval:",
-            _table(bucket_head, bucket_rows, output_format),
+            render_table(bucket_head, bucket_rows, output_format),
             *self.breakdown_parts(output_format),
         ]
         return "\n".join(parts) + "\n"
@@ -342,11 +343,11 @@ class Comparison:
         """The length-ratio, word-accuracy and attention tables with their headings, and the
         notes, as lines of `render`."""
         parts = ["", f"sentences by output/reference length ratio (words), of {self.sentences}:",
-                 _table(*self.ratio_rows(), output_format)]  # fmt: skip
+                 render_table(*self.ratio_rows(), output_format)]  # fmt: skip
         if self.words is not None:
             origin = self.words.frequencies_from
             heading = f"word F-measure (precision/recall) by frequency in {origin}:"
-            parts += ["", heading, _table(*self.word_rows(), output_format)]
+            parts += ["", heading, render_table(*self.word_rows(), output_format)]
         if self.attention:
             gold = self.settings.get("gold")
             heading = (
@@ -354,7 +355,7 @@ class Comparison:
                 f"teacher-forced, overall and by {self.bucket_by} length ({self.bucket_unit})"
             )
             heading += f"; AER against {gold}:" if gold else ":"
-            parts += ["", heading, _table(*self.attention_rows(), output_format)]
+            parts += ["", heading, render_table(*self.attention_rows(), output_format)]
             reasons = [
                 f"no attention measure for {name}: {value.reason}"
                 if value.reason is not None
@@ -376,8 +377,9 @@ class Comparison:
                 value = self.scores[name][metric]
                 shown = name + (" (baseline)" if name == self.baseline else "")
                 digits = 3 if metric == "exact_match" else 2  # a share, not x100
-                rows.append([metric, shown, f"{value.score:.{digits}f}", f"{value.ci:.{digits}f}",
-                             _p(value.p_bootstrap), _p(value.p_randomization)])  # fmt: skip
+                score, spread = f"{value.score:.{digits}f}", f"{value.ci:.{digits}f}"
+                p_values = [p_value_cell(value.p_bootstrap), p_value_cell(value.p_randomization)]
+                rows.append([metric, shown, score, spread, *p_values])
         for name in self.systems:
             rows.append(["length_ratio", name, f"{self.length_ratios[name]:.3f}", "", "", ""])
         return head, rows
@@ -504,34 +506,6 @@ class Comparison:
 
 def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _p(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4f}" + ("*" if value < ALPHA else "")
-
-
-def _table(head: list[str], rows: list[list[str]], output_format: str) -> str:
-    if output_format == "markdown":
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-    if output_format == "latex":
-
-        def cell(text: str) -> str:
-            text = text.replace("±", r"$\pm$").replace("_", r"\_").replace("%", r"\%")
-            return text.replace(">=", r"$\geq$").replace("<", "$<$")  # text-mode < is no <
-
-        lines = [r"\begin{tabular}{l" + "r" * (len(head) - 1) + "}", r"\toprule"]
-        lines.append(" & ".join(cell(h) for h in head) + r" \\")
-        lines.append(r"\midrule")
-        lines += [" & ".join(cell(c) for c in row) + r" \\" for row in rows]
-        return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"])
-    widths = [max(len(str(c)) for c in column) for column in zip(head, *rows, strict=True)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-             for line in (head, *rows)]  # fmt: skip
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def compare_systems(

@@ -59,7 +59,6 @@ from attnseq.analysis.comparison import (
     ARGUMENT_NAMES,
     FORMATS,
     Comparison,
-    _table,
     check_extras,
     compare_systems,
     load_system,
@@ -76,6 +75,7 @@ from attnseq.analysis.seed_groups import (
     seed_text,
     sweep_requested,
 )
+from attnseq.analysis.tables import p_value_cell, render_table
 from attnseq.errors import UserError
 from attnseq.evaluation.buckets import (
     Bucket,
@@ -86,6 +86,7 @@ from attnseq.evaluation.buckets import (
     length_unit,
 )
 from attnseq.evaluation.significance import (
+    ALPHA,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     DEFAULT_TRIALS,
@@ -100,7 +101,6 @@ from attnseq.evaluation.significance import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-ALPHA = 0.05  # the level of the per-seed tests and of k̂
 EPSILON = 0.2  # ASO's threshold on ε_min (Ulmer et al. 2022's recommendation)
 ASO_CONFIDENCE = 0.95
 BETTER, WORSE, NOT_SIGNIFICANT = "better", "worse", "not significant"
@@ -375,29 +375,25 @@ class SeedComparison:
             raise UserError(f"format must be one of {', '.join(FORMATS)}, got {output_format!r}")
         measured = f"{self.bucket_by} length ({self.bucket_unit})"
         parts = [
-            _table(*self.metric_rows(output_format), output_format),
+            render_table(*self.metric_rows(), output_format),
             "",  # a markdown table runs on into the next line without a blank one
             *(textwrap.fill(line, width=100) for line in self.rule_lines()),
             "",
             f"per-seed paired tests against {self.baseline}: difference (approximate "
             "randomization p):",
-            _table(*self.pair_rows(), output_format),
+            render_table(*self.pair_rows(), output_format),
             "",
             f"{self.bucket_metric} by {measured}, mean over seeds [lowest, highest seed]:",
-            _table(*self.bucket_rows(), output_format),
+            render_table(*self.bucket_rows(), output_format),
             "",
             textwrap.fill(NOT_POOLED, width=100),
         ]
         return "\n".join(parts) + "\n"
 
-    def metric_rows(self, output_format: str = "text") -> tuple[list[str], list[list[str]]]:
+    def metric_rows(self) -> tuple[list[str], list[list[str]]]:
         """Header and rows, one per metric and group: the seeds, mean ± sd over them, and
         against the baseline k̂/k, both ε_min and the verdict; then the length ratios."""
-        eps_b, eps_a, k_hat = "ε(B>A)", "ε(A>B)", "k̂/k"
-        if output_format == "latex":
-            eps_b, eps_a = r"$\varepsilon$(B$>$A)", r"$\varepsilon$(A$>$B)"
-            k_hat = r"$\hat{k}$/k"
-        head = ["metric", "group", "seeds", "mean ± sd", k_hat, eps_b, eps_a, "verdict"]
+        head = ["metric", "group", "seeds", "mean ± sd", "k̂/k", "ε(B>A)", "ε(A>B)", "verdict"]
         rows = []
         for metric in [*self.metrics, "length_ratio"]:
             digits = 3 if metric in ("exact_match", "length_ratio") else 2
@@ -427,7 +423,7 @@ class SeedComparison:
                         value = pair.tests[metric]
                         digits = 3 if metric == "exact_match" else 2
                         difference = f"{value.score - base[metric].score:+.{digits}f}"
-                        row.append(f"{difference} ({_p(value.p_randomization)})")
+                        row.append(f"{difference} ({p_value_cell(value.p_randomization)})")
                 rows.append(row)
         return head, rows
 
@@ -500,12 +496,6 @@ class SeedComparison:
         from attnseq.analysis.figures import save_figure
 
         return save_figure(self.figure(), path)
-
-
-def _p(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4f}" + ("*" if value < ALPHA else "")
 
 
 def _verdict_cells(verdict: Verdict | None) -> list[str]:

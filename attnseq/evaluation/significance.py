@@ -50,6 +50,7 @@ LOWER_IS_BETTER = {"ter"}
 DEFAULT_SEED = 12345  # sacreBLEU's
 DEFAULT_RESAMPLES = 1000
 DEFAULT_TRIALS = 10000
+ALPHA = 0.05  # the level a p-value is called significant at: the tables' stars, k̂'s tests
 CHUNK = 1000  # resamples/trials drawn at once: memory CHUNK x n
 
 
