@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnseq.analysis.seed_groups import differing_keys, natural_order, parse_override, read_yaml
+from attnseq.analysis.tables import render_table
 from attnseq.config.choices import higher_is_better
 from attnseq.errors import UserError
 from attnseq.evaluation.significance import (
@@ -389,11 +390,11 @@ def number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def mean_sd(row: Row, metric: str, plus_minus: str = "±") -> str:
+def mean_sd(row: Row, metric: str) -> str:
     mean, sd = row.mean(metric), row.sd(metric)
     if mean is None or sd is None:
         return number(mean)
-    return f"{mean:.4g} {plus_minus} {sd:.2g}"
+    return f"{mean:.4g} ± {sd:.2g}"
 
 
 def minutes(seconds: float | None) -> str:
@@ -401,7 +402,7 @@ def minutes(seconds: float | None) -> str:
 
 
 def text_table(
-    report: SweepReport, rows: list[Row], metrics: list[str], plus_minus: str = "±"
+    report: SweepReport, rows: list[Row], metrics: list[str]
 ) -> tuple[list[str], list[list[str]], list[bool]]:
     """Header, cells and which columns are numbers (right-aligned), as every text form shows
     them."""
@@ -416,7 +417,7 @@ def text_table(
         line = [str(rank) if row.finished else "", row.name]
         line += [short_value(row.params[key]) for key in params]
         line += [row.seeds, str(len(row.finished))] if seeds else []
-        line += [mean_sd(row, metric, plus_minus) for metric in metrics]
+        line += [mean_sd(row, metric) for metric in metrics]
         line += significance_cells(report, row)
         cells.append([*line, minutes(row.wall_seconds()), status])
     numeric = {"rank", "n", "wall min", *metrics}
@@ -425,25 +426,16 @@ def text_table(
 
 def render(report: SweepReport, rows: list[Row], metrics: list[str], fmt: str) -> str:
     """The report as CSV (raw numbers, mean and sd in columns of their own), Markdown or
-    LaTeX (booktabs) text."""
+    LaTeX (booktabs) text; the significance rule follows the table (LaTeX: as comments)."""
     if fmt == "csv":
         return csv_text(report, rows, metrics)
+    if fmt not in ("markdown", "latex"):
+        raise UserError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    header, cells, right = text_table(report, rows, metrics)
+    table = render_table(header, cells, fmt, numeric=right)
     if fmt == "markdown":
-        header, cells, right = text_table(report, rows, metrics)
-        lines = [header, ["---:" if numeric else "---" for numeric in right], *cells]
-        table = "".join(
-            "| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |\n" for line in lines
-        )
-        return table + "".join(f"\n{line}\n" for line in significance_lines(report))
-    if fmt == "latex":
-        header, cells, right = text_table(report, rows, metrics, plus_minus="$\\pm$")
-        spec = "".join("r" if numeric else "l" for numeric in right)
-        body = [" & ".join(latex_escape(cell) for cell in line) + r" \\" for line in cells]
-        title = " & ".join(latex_escape(cell) for cell in header) + r" \\"
-        lines = [f"\\begin{{tabular}}{{{spec}}}", r"\toprule", title, r"\midrule", *body]
-        notes = [f"% {line}" for line in significance_lines(report)]
-        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", *notes]) + "\n"
-    raise UserError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        return table + "\n" + "".join(f"\n{line}\n" for line in significance_lines(report))
+    return "\n".join([table, *(f"% {line}" for line in significance_lines(report))]) + "\n"
 
 
 def csv_text(report: SweepReport, rows: list[Row], metrics: list[str]) -> str:
@@ -474,20 +466,6 @@ def csv_text(report: SweepReport, rows: list[Row], metrics: list[str]) -> str:
 
 def _raw(value: float | None) -> object:
     return "" if value is None else value
-
-
-_LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    "\\": r"\textbackslash{}",
-}
-
-
-def latex_escape(text: str) -> str:
-    """Text for a LaTeX table cell; `$\\pm$` (made by `mean_sd`) is kept as math."""
-    parts = text.split("$\\pm$")
-    escaped = ["".join(_LATEX_SPECIAL.get(c, c) for c in part) for part in parts]
-    return "$\\pm$".join(escaped)
 
 
 # -------------------------------------------------------------------------------- significance
