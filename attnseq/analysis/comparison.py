@@ -50,14 +50,12 @@ from attnseq.evaluation.buckets import (
 )
 from attnseq.evaluation.significance import (
     ALPHA,
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
-    DEFAULT_TRIALS,
+    DEFAULT_RESAMPLING,
     LOWER_IS_BETTER,
     TASK_TESTED_METRICS,
     MetricScore,
-    check_test_sizes,
-    paired_tests,
+    Resampling,
+    metric_scores,
 )
 from attnseq.evaluation.word_accuracy import WordScore, word_accuracy_by_frequency, word_frequencies
 
@@ -514,9 +512,7 @@ def compare_systems(
     references: Sequence[str] | None = None,
     sources: Sequence[str] | None = None,
     task: str | None = None,
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    resampling: Resampling = DEFAULT_RESAMPLING,
     edges: Sequence[int] | None = None,
     train_references: Sequence[str] | None = None,
     gold: Path | None = None,
@@ -524,16 +520,15 @@ def compare_systems(
     device: str = "auto",
     names: Mapping[str, str] | None = None,
 ) -> Comparison:
-    """Compare `systems` with `baseline` (a system's name; default the first): the tests, the
-    buckets and the length ratios (module docstring). `references` default: those an eval
-    folder among the systems brings; `task` default: the eval records', else translation.
-    `train_references`: the training targets the word frequencies count (default: those of
-    the first checkpoint system's data); `gold`: a Pharaoh or NAACL file of (source word,
-    reference word) links of the test set, for the AER of the attention; `attention`: measure
-    the checkpoint systems' attention, on `device`; `names`: what notes and messages call
-    these arguments (`ARGUMENT_NAMES`)."""
+    """Compare `systems` with `baseline` (a system's name; default the first): the paired
+    tests, drawn as `resampling` says, the length buckets (`edges`: their lower edges) and
+    the length ratios. `references` default: those an eval folder among the systems brings;
+    `task` default: the eval records', else translation. `train_references`: the training
+    targets the word frequencies count (default: those of the first checkpoint system's
+    data); `gold`: a Pharaoh or NAACL file of (source word, reference word) links of the test
+    set, for the AER of the attention; `attention`: measure the checkpoint systems' attention,
+    on `device`; `names`: what notes and messages call these arguments (`ARGUMENT_NAMES`)."""
     called = ARGUMENT_NAMES | dict(names or {})
-    check_test_sizes(seed, resamples, trials)
     check_extras(train_references, gold, attention, called)
     if len(systems) < 2:
         raise UserError(f"comparing needs at least two systems, got {len(systems)}")
@@ -555,26 +550,37 @@ def compare_systems(
     order = [baseline, *[name for name in names if name != baseline]]
     outputs = {system.name: system.hypotheses for system in systems}
     outputs = {name: outputs[name] for name in order}
-    scores = paired_tests(outputs, references, metrics, seed, resamples, trials)
+    scores = metric_scores(outputs, references, metrics, resampling)
     by = "source" if sources is not None else "reference"
     measured = sources if sources is not None else references
     unit = length_unit(measured)
     buckets, bucket_scores = length_buckets(
-        measured, outputs, references, metrics[0], edges, seed, resamples, unit
+        measured, outputs, references, metrics[0], edges, resampling, unit
     )
     ratios = {name: length_ratio(outputs[name], references) for name in order}
-    settings = {"seed": seed, "resamples": resamples, "trials": trials, "alpha": ALPHA,
-                "gold": None if gold is None else str(gold)}  # fmt: skip
+    settings = {**asdict(resampling), "alpha": ALPHA, "gold": None if gold is None else str(gold)}
     result = Comparison(
-        order, baseline, task, metrics, scores, metrics[0], by, unit, buckets, bucket_scores,
-        ratios, len(references), settings,
-    )  # fmt: skip
+        systems=order,
+        baseline=baseline,
+        task=task,
+        metrics=metrics,
+        scores=scores,
+        bucket_metric=metrics[0],
+        bucket_by=by,
+        bucket_unit=unit,
+        buckets=buckets,
+        bucket_scores=bucket_scores,
+        length_ratios=ratios,
+        sentences=len(references),
+        settings=settings,
+    )
     result.ratio_counts = {name: ratio_bucket_counts(outputs[name], references) for name in order}
     result.words = _word_table(systems, outputs, references, train_references, result.notes, called)
     if attention:
         members = [bucket_members(measured, bucket, unit) for bucket in buckets]
-        result.attention = _attention(systems, order, sources, references, members, links,
-                                      device, result.notes)  # fmt: skip
+        result.attention = _attention(
+            systems, order, sources, references, members, links, device, result.notes
+        )
     return result
 
 

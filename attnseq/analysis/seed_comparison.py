@@ -49,7 +49,7 @@ import statistics
 import textwrap
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,10 +68,8 @@ from attnseq.analysis.comparison import (
 from attnseq.analysis.seed_groups import (
     Group,
     SeedRun,
-    check_group_count,
-    choose_baseline,
-    load_groups,
     plan_groups,
+    ready_groups,
     seed_text,
     sweep_requested,
 )
@@ -88,14 +86,14 @@ from attnseq.evaluation.buckets import (
 from attnseq.evaluation.significance import (
     ALPHA,
     DEFAULT_RESAMPLES,
+    DEFAULT_RESAMPLING,
     DEFAULT_SEED,
     DEFAULT_TRIALS,
     LOWER_IS_BETTER,
     TASK_TESTED_METRICS,
     MetricScore,
-    check_test_sizes,
+    Resampling,
     metric_scores,
-    paired_tests,
 )
 
 if TYPE_CHECKING:
@@ -525,19 +523,16 @@ def compare_groups(
     references: Sequence[str] | None = None,
     sources: Sequence[str] | None = None,
     task: str | None = None,
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    resampling: Resampling = DEFAULT_RESAMPLING,
     edges: Sequence[int] | None = None,
     metrics: Sequence[str] | None = None,
 ) -> SeedComparison:
-    """Compare loaded groups (`load_groups`) with the group named `baseline` (module
-    docstring). `references`: one reference file for every run (default: each run's eval
-    result's); `sources`: for the length buckets (default: each test set's split, read from
-    its checkpoint's data where this machine can); `metrics`: some of the task's (default:
-    all; the first is the buckets')."""
-    check_test_sizes(seed, resamples, trials)
-    check_group_count(groups)
+    """Compare groups as `ready_groups` leaves them with the group named `baseline`: each
+    run's scores, the seed pairs' tests and each group's verdicts, drawn as `resampling` says,
+    and the length buckets (`edges`: their lower edges). `references`: one reference file for
+    every run (default: each run's eval result's); `sources`: for the length buckets (default:
+    each test set's split, read from its checkpoint's data where this machine can); `metrics`:
+    some of the task's (default: all; the first is the buckets')."""
     order = [baseline, *[group.name for group in groups if group.name != baseline]]
     runs = {group.name: group.runs for group in groups}
     runs = {name: runs[name] for name in order}
@@ -547,24 +542,58 @@ def compare_groups(
     task = task or "translation"
     metrics = _chosen_metrics(task, metrics)
     # Each run alone: its scores with intervals (its tests against the baseline come after).
-    scores = {run.system.name: metric_scores({"run": run.system.hypotheses},
-                                             refs[run.system.name], metrics, seed, resamples,
-                                             trials=1)["run"]
-              for run in every}  # fmt: skip
-    pairs, verdicts = _against_baseline(runs, scores, refs, metrics, seed, resamples, trials)
-    buckets, by, unit, per_run = _buckets(every, refs, sources, metrics[0], edges, seed, resamples)
+    alone = replace(resampling, trials=1)
+    scores = {}
+    for run in every:
+        name = run.system.name
+        scores[name] = metric_scores({"run": run.system.hypotheses}, refs[name], metrics, alone)
+        scores[name] = scores[name]["run"]
+    pairs, verdicts = _against_baseline(runs, scores, refs, metrics, resampling)
+    buckets, by, unit, per_run = _buckets(every, refs, sources, metrics[0], edges, resampling)
     results = {
-        name: [RunResult(run.system.name, run.seed, scores[run.system.name],
-                         length_ratio(run.system.hypotheses, refs[run.system.name]),
-                         len(refs[run.system.name]), *per_run[run.system.name])
-               for run in runs[name]]
-        for name in order
-    }  # fmt: skip
-    settings = {"seed": seed, "resamples": resamples, "trials": trials, "alpha": ALPHA,
-                "epsilon": EPSILON, "comparisons": len(order) - 1,
-                "aso_confidence": 1.0 - (1.0 - ASO_CONFIDENCE) / (len(order) - 1)}  # fmt: skip
-    return SeedComparison(order, baseline, task, metrics, results, pairs, verdicts, metrics[0],
-                          by, unit, buckets, settings)  # fmt: skip
+        name: [_run_result(run, scores, refs, per_run) for run in runs[name]] for name in order
+    }
+    comparisons = len(order) - 1
+    settings = {
+        **asdict(resampling),
+        "alpha": ALPHA,
+        "epsilon": EPSILON,
+        "comparisons": comparisons,
+        "aso_confidence": 1.0 - (1.0 - ASO_CONFIDENCE) / comparisons,
+    }
+    return SeedComparison(
+        groups=order,
+        baseline=baseline,
+        task=task,
+        metrics=metrics,
+        runs=results,
+        pairs=pairs,
+        verdicts=verdicts,
+        bucket_metric=metrics[0],
+        bucket_by=by,
+        bucket_unit=unit,
+        buckets=buckets,
+        settings=settings,
+    )
+
+
+def _run_result(
+    run: SeedRun,
+    scores: Mapping[str, dict[str, MetricScore]],
+    refs: Mapping[str, list[str]],
+    per_run: Mapping[str, tuple[list[BucketScore], list[int]]],
+) -> RunResult:
+    name = run.system.name
+    bucket_scores, bucket_counts = per_run[name]
+    return RunResult(
+        run=name,
+        seed=run.seed,
+        scores=scores[name],
+        length_ratio=length_ratio(run.system.hypotheses, refs[name]),
+        sentences=len(refs[name]),
+        bucket_scores=bucket_scores,
+        bucket_counts=bucket_counts,
+    )
 
 
 def _chosen_metrics(task: str, metrics: Sequence[str] | None) -> list[str]:
@@ -611,9 +640,7 @@ def _against_baseline(
     scores: Mapping[str, Mapping[str, MetricScore]],
     refs: Mapping[str, list[str]],
     metrics: Sequence[str],
-    seed: int,
-    resamples: int,
-    trials: int,
+    resampling: Resampling,
 ) -> tuple[dict[str, list[SeedPair]], dict[str, dict[str, Verdict]]]:
     """Each group but the first (the baseline): its seed pairs with their paired tests, and
     its verdict per metric."""
@@ -627,18 +654,22 @@ def _against_baseline(
             tests = None
             if refs[a.system.name] == refs[b.system.name]:
                 outputs = {a.system.name: a.system.hypotheses, b.system.name: b.system.hypotheses}
-                tests = paired_tests(outputs, refs[a.system.name], metrics, seed, resamples,
-                                     trials)[b.system.name]  # fmt: skip
+                tests = metric_scores(outputs, refs[a.system.name], metrics, resampling)
+                tests = tests[b.system.name]
             found.append(SeedPair(b.system.name, b.seed, a.system.name, a.seed, how, tests))
         pairs[name] = found
         verdicts[name] = {
             metric: group_verdict(
-                metric, [scores[run.system.name][metric].score for run in baseline],
-                [scores[run.system.name][metric].score for run in runs[name]],
-                _pair_p_values(found, scores, metric), seed, resamples, len(names) - 1,
+                metric,
+                baseline_scores=[scores[run.system.name][metric].score for run in baseline],
+                scores=[scores[run.system.name][metric].score for run in runs[name]],
+                pair_tests=_pair_p_values(found, scores, metric),
+                seed=resampling.seed,
+                iterations=resampling.resamples,
+                comparisons=len(names) - 1,
             )
             for metric in metrics
-        }  # fmt: skip
+        }
     return pairs, verdicts
 
 
@@ -669,15 +700,20 @@ def group_verdict(
     ((difference, p) each) in the direction of the mean difference, and ASO's call over the
     seeds' scores (negated where lower is better)."""
     rising = statistics.fmean(scores) >= statistics.fmean(baseline_scores)
-    p_values = [p if (difference > 0) == rising and difference != 0 else 1.0
-                for difference, p in pair_tests]  # fmt: skip
+    p_values = [
+        p if (difference > 0) == rising and difference != 0 else 1.0 for difference, p in pair_tests
+    ]
     significant = significant_pairs(p_values)
     if min(len(scores), len(baseline_scores)) < 2:
         return Verdict(None, None, significant, len(p_values), TOO_FEW_SEEDS)
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
-    eps_better, eps_worse = aso_epsilons([sign * x for x in scores],
-                                         [sign * x for x in baseline_scores], seed, iterations,
-                                         comparisons)  # fmt: skip
+    eps_better, eps_worse = aso_epsilons(
+        scores_b=[sign * x for x in scores],
+        scores_a=[sign * x for x in baseline_scores],
+        seed=seed,
+        iterations=iterations,
+        comparisons=comparisons,
+    )
     call = aso_verdict(eps_better, eps_worse)
     return Verdict(eps_better, eps_worse, significant, len(p_values), call)
 
@@ -688,8 +724,7 @@ def _buckets(
     sources: Sequence[str] | None,
     metric: str,
     edges: Sequence[int] | None,
-    seed: int,
-    resamples: int,
+    resampling: Resampling,
 ) -> tuple[list[Bucket], str, str, dict[str, tuple[list[BucketScore], list[int]]]]:
     """The buckets (of the first run's test set), by source length when every test set's
     sources are known, else by reference length; each run's bucket scores and counts on the
@@ -707,8 +742,9 @@ def _buckets(
     per_run = {}
     for key, members in sets.items():
         outputs = {run.system.name: run.system.hypotheses for run in members}
-        buckets, table = length_buckets(texts[key], outputs, list(key), metric, edges, seed,
-                                        resamples, unit)  # fmt: skip
+        buckets, table = length_buckets(
+            texts[key], outputs, list(key), metric, edges, resampling, unit
+        )
         shown = shown or buckets
         for name in outputs:
             per_run[name] = (table[name], [bucket.count for bucket in buckets])
@@ -733,33 +769,6 @@ def _test_sources(
     return None
 
 
-def compare_seeds(
-    paths: Sequence[str | Path],
-    baseline: str | None = None,
-    references: Sequence[str] | None = None,
-    sources: Sequence[str] | None = None,
-    task: str | None = None,
-    split: str = "test",
-    device: str = "auto",
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
-    edges: Sequence[int] | None = None,
-    option: str = "baseline",
-) -> SeedComparison:
-    """`attnseq compare` of sweep folders and runs: the groups of `paths` (`plan_groups`)
-    against `baseline` (a group's name or a path; default the first group), each run decoded
-    on `split` or its eval result reused, then `compare_groups`. Every mistake that can be
-    known is refused before any decoding; `option`: what messages call `baseline`."""
-    check_test_sizes(seed, resamples, trials)
-    groups = plan_groups([Path(path) for path in paths])
-    chosen = choose_baseline(groups, baseline, option)
-    check_group_count(groups)
-    load_groups(groups, split, device)
-    return compare_groups(groups, chosen, references, sources, task, seed, resamples, trials,
-                          edges)  # fmt: skip
-
-
 # ------------------------------------------------------------------ what `attnseq compare` compares
 def compare_paths(
     paths: Sequence[str | Path],
@@ -778,26 +787,32 @@ def compare_paths(
     attention: bool = True,
     names: Mapping[str, str] | None = None,
 ) -> "Comparison | SeedComparison":
-    """`attnseq compare` and `attnseq.compare` of `paths`: their seed groups (`compare_seeds`)
-    when one of them is a sweep folder, else each path one system (comparison.load_system,
-    decoded on `split` or its eval result reused) against `baseline` (a path, put first when
-    it is not among them; default the first), by comparison.compare_systems. Gold links and
-    training references score single systems only. Every mistake that can be known is refused
-    before any decoding; `names`: what messages call the arguments (comparison.ARGUMENT_NAMES,
-    whose keys a command maps to its options)."""
+    """`attnseq compare` and `attnseq.compare` of `paths`, each run decoded on `split` or its
+    eval result reused: when one of them is a sweep folder, their seed groups (`plan_groups`)
+    against `baseline` (a group's name or a path; default the first group) by
+    `compare_groups`; else each path one system (comparison.load_system) against `baseline` (a
+    path, put first when it is not among them; default the first) by
+    comparison.compare_systems. Gold links and training references score single systems only.
+    Every mistake that can be known is refused before any decoding; `names`: what messages
+    call the arguments (comparison.ARGUMENT_NAMES, whose keys a command maps to its
+    options)."""
     called = ARGUMENT_NAMES | dict(names or {})
-    check_test_sizes(seed, resamples, trials)
+    resampling = Resampling(seed, resamples, trials)
     given = [Path(path) for path in paths]
     if sweep_requested(given):
         if gold is not None or train_references is not None:
-            raise UserError(f"{called['gold']} and {called['train_references']} score single "
-                            "systems, not the seed groups of a sweep folder")  # fmt: skip
-        return compare_seeds(given, None if baseline is None else str(baseline), references,
-                             sources, task, split, device, seed, resamples, trials, edges,
-                             option=called["baseline"])  # fmt: skip
+            raise UserError(
+                f"{called['gold']} and {called['train_references']} score single systems, not "
+                "the seed groups of a sweep folder"
+            )
+        groups = plan_groups(given)
+        chosen = ready_groups(groups, baseline, called["baseline"], split, device)
+        return compare_groups(groups, chosen, references, sources, task, resampling, edges)
     if len(given) < 2 and not (baseline is not None and given):
-        raise UserError(f"comparing needs at least two systems (and {called['baseline']} "
-                        f"names one), got {len(given)}")  # fmt: skip
+        raise UserError(
+            f"comparing needs at least two systems (and {called['baseline']} names one), got "
+            f"{len(given)}"
+        )
     if gold is not None:
         read_lines(gold, called["gold"])  # exists, is UTF-8: before any decoding
     check_extras(train_references, gold, attention, called)
@@ -805,8 +820,16 @@ def compare_paths(
         given.insert(0, Path(baseline))
     loaded = [load_system(path, split, device) for path in given]
     return compare_systems(
-        loaded, None if baseline is None else str(Path(baseline)), references, sources, task,
-        seed=seed, resamples=resamples, trials=trials, edges=edges,
-        train_references=train_references, gold=gold, attention=attention, device=device,
+        loaded,
+        baseline=None if baseline is None else str(Path(baseline)),
+        references=references,
+        sources=sources,
+        task=task,
+        resampling=resampling,
+        edges=edges,
+        train_references=train_references,
+        gold=gold,
+        attention=attention,
+        device=device,
         names=called,
-    )  # fmt: skip
+    )

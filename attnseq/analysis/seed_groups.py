@@ -299,6 +299,18 @@ def load_groups(groups: Sequence[Group], split: str = "test", device: str = "aut
         ]
 
 
+def ready_groups(
+    groups: list[Group], baseline: str | Path | None, option: str, split: str, device: str
+) -> str:
+    """The baseline group's name (`choose_baseline`; `option`: what its message calls
+    `baseline`) once the groups are counted (`check_group_count`) and their runs loaded on
+    `split` (`load_groups`): every mistake that can be known is refused before any decoding."""
+    chosen = choose_baseline(groups, None if baseline is None else str(baseline), option)
+    check_group_count(groups)
+    load_groups(groups, split, device)
+    return chosen
+
+
 def check_group_count(groups: Sequence[Group]) -> None:
     """UserError below two groups, saying what the one group holds."""
     if len(groups) >= 2:

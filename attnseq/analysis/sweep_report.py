@@ -55,6 +55,7 @@ from attnseq.evaluation.significance import (
     DEFAULT_SEED,
     DEFAULT_TRIALS,
     TASK_TESTED_METRICS,
+    Resampling,
 )
 from attnseq.io.atomic import atomic_write_text
 
@@ -535,31 +536,27 @@ def add_significance(
     name (`row_label`) or a run's path; default the first row in job order. `option`: what
     messages call `baseline`."""
     from attnseq.analysis.seed_comparison import compare_groups
-    from attnseq.analysis.seed_groups import (
-        Group,
-        check_group_count,
-        choose_baseline,
-        load_groups,
-        single_member,
-    )
+    from attnseq.analysis.seed_groups import Group, ready_groups, single_member
 
-    rows = sorted((row for row in report_rows(report) if row.finished),
-                  key=lambda row: job_order(row.finished[0]))  # fmt: skip
+    resampling = Resampling(seed, resamples, trials)
+    finished = (row for row in report_rows(report) if row.finished)
+    rows = sorted(finished, key=lambda row: job_order(row.finished[0]))
     labels = {row.name: row_label(row) for row in rows}
     if len(set(labels.values())) != len(labels):
         labels = {row.name: row.name for row in rows}
-    groups = [Group(labels[row.name], [single_member(job.folder) for job in row.finished])
-              for row in rows]  # fmt: skip
-    chosen = choose_baseline(groups, baseline, option)
-    check_group_count(groups)
-    load_groups(groups, "test", device)
+    groups = [
+        Group(labels[row.name], [single_member(job.folder) for job in row.finished])
+        for row in rows
+    ]
+    chosen = ready_groups(groups, baseline, option, "test", device)
     runs = (run for group in groups for run in group.runs)
     task = next((run.system.task for run in runs if run.system.task), None) or "translation"
     valid = TASK_TESTED_METRICS.get(task, TASK_TESTED_METRICS["translation"])
     short = report.metric.removeprefix("test/")
     metric = short if short in valid else valid[0]
-    comparison = compare_groups(groups, chosen, task=task, seed=seed, resamples=resamples,
-                                trials=trials, metrics=[metric])  # fmt: skip
+    comparison = compare_groups(
+        groups, chosen, task=task, resampling=resampling, metrics=[metric]
+    )
     report.significance = Significance(comparison, metric, labels)
 
 

@@ -33,8 +33,8 @@ import numpy as np
 from attnseq.errors import UserError
 from attnseq.evaluation.significance import (
     CORPUS_METRICS,
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
+    DEFAULT_RESAMPLING,
+    Resampling,
     estimate_ci,
     sacrebleu_metric,
     sentence_scores,
@@ -140,16 +140,17 @@ def length_buckets(
     references: Sequence[str],
     metric: str,
     edges: Sequence[int] | None = None,
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
+    resampling: Resampling = DEFAULT_RESAMPLING,
     unit: str = "words",
 ) -> tuple[list[Bucket], dict[str, list[BucketScore]]]:
     """The buckets (lengths in `unit`) and, per system, `metric` in each bucket with its
-    interval (module docstring); an empty bucket scores 0 with an empty interval at 0."""
+    interval from `resampling.resamples` seeded draws (module docstring); an empty bucket
+    scores 0 with an empty interval at 0."""
     buckets = make_buckets(sources, edges, unit)
     members = [bucket_members(sources, bucket, unit) for bucket in buckets]
-    rng = np.random.default_rng(seed)
-    draws = [rng.integers(len(m), size=(resamples, len(m))) if len(m) else None for m in members]
+    rng = np.random.default_rng(resampling.seed)
+    size = resampling.resamples
+    draws = [rng.integers(len(m), size=(size, len(m))) if len(m) else None for m in members]
     table: dict[str, list[BucketScore]] = {}
     for name, hypotheses in systems.items():
         stats, score_of = _statistics(metric, hypotheses, references)

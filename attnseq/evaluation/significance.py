@@ -92,58 +92,47 @@ def sentence_scores(name: str, hypotheses: Sequence[str], references: Sequence[s
     return np.array([100.0 * scorer.score(r, h)[key].fmeasure for h, r in pairs])
 
 
-def check_test_sizes(seed: int, resamples: int, trials: int) -> None:
-    """UserError for a seed below 1 (sacreBLEU's 0 is unseeded) or fewer than 1 draw."""
-    for name, value, least in (
-        ("seed", seed, 1),
-        ("resamples", resamples, 1),
-        ("trials", trials, 1),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < least:
-            raise UserError(f"{name} must be >= {least}, got {value}")
+@dataclass(frozen=True)
+class Resampling:
+    """How the tests draw: the seed of every draw (>= 1: sacreBLEU reads 0 as unseeded), the
+    bootstrap's resamples R and approximate randomization's trials T, each checked once, here.
+    """
+
+    seed: int = DEFAULT_SEED
+    resamples: int = DEFAULT_RESAMPLES
+    trials: int = DEFAULT_TRIALS
+
+    def __post_init__(self) -> None:
+        for name in ("seed", "resamples", "trials"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < 1:
+                raise UserError(f"{name} must be >= 1, got {value}")
 
 
-def paired_tests(
-    systems: Mapping[str, Sequence[str]],
-    references: Sequence[str],
-    metrics: Sequence[str],
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
-) -> dict[str, dict[str, MetricScore]]:
-    """system -> metric -> MetricScore; the first system of `systems` is the baseline (no
-    p-values). Every system has one output per reference, in the references' order."""
-    check_test_sizes(seed, resamples, trials)
-    names = list(systems)
-    if len(names) < 2:
-        raise UserError(f"comparing needs at least two systems, got {len(names)}")
-    for name in names:
-        if len(systems[name]) != len(references):
-            raise UserError(
-                f"{name}: {len(systems[name])} outputs but {len(references)} references"
-            )
-    return metric_scores(systems, references, metrics, seed, resamples, trials)
+DEFAULT_RESAMPLING = Resampling()  # sacreBLEU's seed, R and T
 
 
 def metric_scores(
     systems: Mapping[str, Sequence[str]],
     references: Sequence[str],
     metrics: Sequence[str],
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    resampling: Resampling = DEFAULT_RESAMPLING,
 ) -> dict[str, dict[str, MetricScore]]:
     """system -> metric -> MetricScore, in `metrics`' order: each system's score with its 95%
-    bootstrap interval, and every system after the first its p-values against the first. A
-    single system gets its intervals alone. `paired_tests` checks the arguments first."""
+    bootstrap interval, and every system after the first its p-values against the first (a
+    single system gets its intervals alone). Every system has one output per reference, in
+    the references' order."""
+    for name, outputs in systems.items():
+        if len(outputs) != len(references):
+            raise UserError(f"{name}: {len(outputs)} outputs but {len(references)} references")
     names = list(systems)
     results: dict[str, dict[str, MetricScore]] = {name: {} for name in names}
     corpus = [metric for metric in metrics if metric in CORPUS_METRICS]
     if corpus:
         factories = {metric: sacrebleu_metric(metric) for metric in corpus}
-        table = sacrebleu_paired(systems, references, factories, seed, resamples, trials)
+        table = sacrebleu_paired(systems, references, factories, resampling)
         for name in names:
             results[name].update(table[name])
     for metric in metrics:
@@ -153,7 +142,7 @@ def metric_scores(
             valid = ", ".join(CORPUS_METRICS + SENTENCE_METRICS)
             raise UserError(f"unknown metric {metric!r}; valid: {valid}")
         scores = {name: sentence_scores(metric, systems[name], references) for name in names}
-        for name, result in sentence_tests(scores, seed, resamples, trials).items():
+        for name, result in sentence_tests(scores, resampling).items():
             results[name][metric] = result
     return {name: {metric: results[name][metric] for metric in metrics} for name in names}
 
@@ -176,9 +165,7 @@ def sacrebleu_paired(
     systems: Mapping[str, Sequence[str]],
     references: Sequence[str] | None,
     metrics: Mapping[str, Any],
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    resampling: Resampling = DEFAULT_RESAMPLING,
 ) -> dict[str, dict[str, MetricScore]]:
     """sacreBLEU's paired bootstrap (score, interval, p) and approximate randomization (p) of
     sacreBLEU metric objects (our name -> object); `references` None: the metrics' cached
@@ -187,9 +174,9 @@ def sacrebleu_paired(
 
     named = [(name, list(hypotheses)) for name, hypotheses in systems.items()]
     refs = None if references is None else [list(references)]
-    with _sacrebleu_seed(seed), _statistics_once(metrics.values()):
-        _, boot = PairedTest(named, metrics, refs, test_type="bs", n_samples=resamples)()
-        _, rand = PairedTest(named, metrics, refs, test_type="ar", n_samples=trials)()
+    with _sacrebleu_seed(resampling.seed), _statistics_once(metrics.values()):
+        _, boot = PairedTest(named, metrics, refs, test_type="bs", n_samples=resampling.resamples)()
+        _, rand = PairedTest(named, metrics, refs, test_type="ar", n_samples=resampling.trials)()
     keys = [key for key in boot if key != "System"]  # sacreBLEU's names, in metrics' order
     results: dict[str, dict[str, MetricScore]] = {name: {} for name, _ in named}
     for ours, key in zip(metrics, keys, strict=True):
@@ -238,15 +225,13 @@ def _optional(value: float | None) -> float | None:
 
 
 def sentence_tests(
-    scores: Mapping[str, np.ndarray],
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    scores: Mapping[str, np.ndarray], resampling: Resampling = DEFAULT_RESAMPLING
 ) -> dict[str, MetricScore]:
     """The paired bootstrap and approximate randomization (module docstring) of a metric that
     is the mean of sentence scores: system -> scores of shape (n,), the first the baseline."""
     names = list(scores)
-    rng = np.random.default_rng(seed)
+    resamples = resampling.resamples
+    rng = np.random.default_rng(resampling.seed)
     n = len(scores[names[0]])
     indices = rng.integers(n, size=(resamples, n)) if n else np.zeros((resamples, 0), int)
     means = {name: _means(values, indices) for name, values in scores.items()}
@@ -262,7 +247,7 @@ def sentence_tests(
         shifted = np.abs(means[name] - means[names[0]])
         shifted -= shifted.mean()
         p_boot = (1 + int(np.sum(shifted >= observed - 1e-12))) / (resamples + 1)
-        p_rand = randomization_p(baseline, scores[name], trials, rng)
+        p_rand = randomization_p(baseline, scores[name], resampling.trials, rng)
         results[name] = MetricScore(score, mean, ci, p_boot, p_rand)
     return results
 

@@ -28,7 +28,7 @@ from attnseq.analysis.seed_comparison import (
     WORSE,
     aso_epsilons,
     aso_verdict,
-    compare_seeds,
+    compare_paths,
     group_verdict,
     pair_runs,
     significant_pairs,
@@ -210,7 +210,7 @@ def test_compare_of_a_sweep_folder_in_every_format(sweep: Path, tmp_path: Path) 
     evals = sorted(sweep.glob("*/eval/*/test.*/metrics.json"))
     assert len(evals) == 4  # each run decoded once
     written = [path.stat().st_mtime_ns for path in evals]
-    result = compare_seeds([sweep], device="cpu", resamples=30, trials=100)
+    result = compare_paths([sweep], device="cpu", resamples=30, trials=100)
     assert [path.stat().st_mtime_ns for path in evals] == written  # then reused
     assert result.verdicts["model.family=transformer"]["bleu"].call == row.group(1)
     markdown, latex = result.render("markdown"), result.render("latex")
@@ -272,7 +272,7 @@ def test_sweep_report_significance(sweep: Path) -> None:
     assert verdicts["rnn"]["bleu_verdict"] == "baseline"
     assert verdicts["transformer"]["bleu_verdict"] in (BETTER, WORSE, NOT_SIGNIFICANT)
     assert verdicts["transformer"]["bleu_tested_pairs"] == "2"
-    compared = compare_seeds([sweep], device="cpu", resamples=30, trials=100)
+    compared = compare_paths([sweep], device="cpu", resamples=30, trials=100)
     expected = compared.verdicts["model.family=transformer"]["bleu"]
     assert verdicts["transformer"]["bleu_verdict"] == expected.call
     assert verdicts["transformer"]["bleu_significant_pairs"] == str(expected.significant)
