@@ -295,8 +295,12 @@ class Comparison:
             name: [count / self.sentences for count in counts]
             for name, counts in self.ratio_counts.items()
         }
-        ratios = {"edges": [float(edge) for edge in RATIO_EDGES], "buckets": ratio_labels(),
-                  "counts": self.ratio_counts, "shares": shares}  # fmt: skip
+        ratios = {
+            "edges": [float(edge) for edge in RATIO_EDGES],
+            "buckets": ratio_labels(),
+            "counts": self.ratio_counts,
+            "shares": shares,
+        }
         words = None
         if self.words is not None:
             words = {
@@ -340,8 +344,11 @@ class Comparison:
     def breakdown_parts(self, output_format: str) -> list[str]:
         """The length-ratio, word-accuracy and attention tables with their headings, and the
         notes, as lines of `render`."""
-        parts = ["", f"sentences by output/reference length ratio (words), of {self.sentences}:",
-                 render_table(*self.ratio_rows(), output_format)]  # fmt: skip
+        parts = [
+            "",
+            f"sentences by output/reference length ratio (words), of {self.sentences}:",
+            render_table(*self.ratio_rows(), output_format),
+        ]
         if self.words is not None:
             origin = self.words.frequencies_from
             heading = f"word F-measure (precision/recall) by frequency in {origin}:"
@@ -461,11 +468,14 @@ class Comparison:
             scores = points([v.score for v in row])
             # a percentile interval need not hold the score itself (few sentences, a skewed
             # metric): the bar then stops at the score on that side
-            spread = [[max(0.0, s - v.low) for s, v in zip(scores, row, strict=True)],
-                      [max(0.0, v.high - s) for s, v in zip(scores, row, strict=True)]]  # fmt: skip
+            spread = [
+                [max(0.0, s - v.low) for s, v in zip(scores, row, strict=True)],
+                [max(0.0, v.high - s) for s, v in zip(scores, row, strict=True)],
+            ]
             ax.errorbar(positions, scores, yerr=spread, marker="o", capsize=3, label=name)
-            ax.fill_between(positions, points([v.low for v in row]),
-                            points([v.high for v in row]), alpha=0.2)  # fmt: skip
+            ax.fill_between(
+                positions, points([v.low for v in row]), points([v.high for v in row]), alpha=0.2
+            )
         ax.set_xticks(positions, [f"{b.label}\n(n={b.count})" for b in self.buckets])
         ax.set_xlabel(f"{self.bucket_by} length ({self.bucket_unit})")
         ax.set_ylabel(self.bucket_metric)
@@ -598,8 +608,9 @@ def check_extras(
             "frequencies bucket the reference words"
         )
     if gold is not None and not attention:
-        raise UserError(f"{names['gold']} scores the attention that {names['no_attention']} "
-                        "leaves out")  # fmt: skip
+        raise UserError(
+            f"{names['gold']} scores the attention that {names['no_attention']} leaves out"
+        )
 
 
 def _word_table(
@@ -652,8 +663,16 @@ def _gold_links(
             "or compare a checkpoint whose test split this machine can read"
         )
     read_text_lines(gold, names["gold"])  # exists, is UTF-8
-    return read_gold_links(gold, None, "auto", "src-tgt", sources, references, what=what,
-                           order_option="the links' order")  # fmt: skip
+    return read_gold_links(
+        gold,
+        possible=None,
+        gold_format="auto",
+        order="src-tgt",
+        src_lines=sources,
+        tgt_lines=references,
+        what=what,
+        order_option="the links' order",
+    )
 
 
 def _attention(
@@ -669,8 +688,10 @@ def _attention(
     """Each system's attention measures (compared_attention.py), in the table's order; {} with
     a note when no system is a checkpoint."""
     if all(system.checkpoint is None for system in systems):
-        notes.append("attention: left out, no system is a checkpoint (hypothesis files have "
-                      "no model whose attention could be read)")  # fmt: skip
+        notes.append(
+            "attention: left out, no system is a checkpoint (hypothesis files have "
+            "no model whose attention could be read)"
+        )
         return {}
     by_name = {system.name: system for system in systems}
     measures = {}

@@ -322,9 +322,12 @@ def method_weights(
     for name in methods:
         reads_a_map = name in ATTENTION_METHODS
         attributions = attribute(
-            trained, pairs, name, layer=layer if reads_a_map else None,
+            trained,
+            pairs,
+            name,
+            layer=layer if reads_a_map else None,
             head=head if reads_a_map else None,
-        )  # fmt: skip
+        )
         for by_method, attribution in zip(result, attributions, strict=True):
             by_method[name] = MethodWeights.of(attribution)
     return result

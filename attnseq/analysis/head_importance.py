@@ -273,8 +273,15 @@ def _heatmap(ax, values: np.ndarray, masks: np.ndarray, cmap: str) -> None:  # t
             pruned = masks[layer, head] == 0
             text = "x" if pruned else f"{values[layer, head]:.2g}"
             light = (values[layer, head] - values.min()) / span < 0.5
-            ax.text(head, layer, text, ha="center", va="center", fontsize=7,
-                    color="white" if light else "black")  # fmt: skip
+            ax.text(
+                head,
+                layer,
+                text,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if light else "black",
+            )
 
 
 def write_figure(importance: HeadImportance, path: Path, title: str) -> Path:

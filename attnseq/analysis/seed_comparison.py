@@ -117,8 +117,9 @@ def pair_runs(
     left, right = list(range(len(baseline))), list(range(len(runs)))
     pairs = []
     for index, run in enumerate(runs):
-        match = next((i for i in left if run.seed is not None and baseline[i].seed == run.seed),
-                     None)  # fmt: skip
+        match = next(
+            (i for i in left if run.seed is not None and baseline[i].seed == run.seed), None
+        )
         if match is not None:
             pairs.append((baseline[match], run, SAME_SEED))
             left.remove(match)
@@ -172,9 +173,13 @@ def aso_epsilons(
             warnings.filterwarnings("ignore", message="Division by zero encountered")
             matrix = multi_aso(
                 {"b": [float(x) for x in scores_b], "a": [float(x) for x in scores_a]},
-                confidence_level=confidence, use_bonferroni=False,
-                num_bootstrap_iterations=iterations, num_jobs=1, show_progress=False, seed=seed,
-            )  # fmt: skip
+                confidence_level=confidence,
+                use_bonferroni=False,
+                num_bootstrap_iterations=iterations,
+                num_jobs=1,
+                show_progress=False,
+                seed=seed,
+            )
     finally:
         np.random.set_state(state)
     return float(matrix[0, 1]), float(matrix[1, 0])
@@ -292,37 +297,64 @@ class SeedComparison:
         as JSON-ready values."""
         groups = {}
         for name in self.groups:
-            metrics = {metric: {"mean": self.mean(name, metric), "sd": self.sd(name, metric),
-                                "scores": self.values(name, metric)}
-                       for metric in [*self.metrics, "length_ratio"]}  # fmt: skip
+            metrics = {
+                metric: {
+                    "mean": self.mean(name, metric),
+                    "sd": self.sd(name, metric),
+                    "scores": self.values(name, metric),
+                }
+                for metric in [*self.metrics, "length_ratio"]
+            }
             verdicts = self.verdicts.get(name)
+            against = None
+            if verdicts is not None:
+                against = {
+                    metric: {
+                        "eps_better": v.eps_better,
+                        "eps_worse": v.eps_worse,
+                        "significant_pairs": v.significant,
+                        "tested_pairs": v.tested,
+                        "verdict": v.call,
+                    }
+                    for metric, v in verdicts.items()
+                }
             groups[name] = {
                 "seeds": self.seeds(name),
                 "metrics": metrics,
                 "runs": [_run_dict(run) for run in self.runs[name]],
-                "against_baseline": None if verdicts is None else {
-                    metric: {"eps_better": v.eps_better, "eps_worse": v.eps_worse,
-                             "significant_pairs": v.significant, "tested_pairs": v.tested,
-                             "verdict": v.call}
-                    for metric, v in verdicts.items()
-                },
+                "against_baseline": against,
                 "pairs": [self._pair_dict(pair) for pair in self.pairs.get(name, [])],
-            }  # fmt: skip
-        return {"baseline": self.baseline, "task": self.task, "settings": self.settings,
-                "rule": self.rule_lines(), "groups": groups,
-                "buckets": self._bucket_dict(), "not_pooled": NOT_POOLED}  # fmt: skip
+            }
+        return {
+            "baseline": self.baseline,
+            "task": self.task,
+            "settings": self.settings,
+            "rule": self.rule_lines(),
+            "groups": groups,
+            "buckets": self._bucket_dict(),
+            "not_pooled": NOT_POOLED,
+        }
 
     def _pair_dict(self, pair: SeedPair) -> dict[str, Any]:
         tests = None
         if pair.tests is not None:
             base = self._score_of(pair.baseline_run)
-            tests = {metric: {"difference": value.score - base[metric].score,
-                              "p_bootstrap": value.p_bootstrap,
-                              "p_randomization": value.p_randomization}
-                     for metric, value in pair.tests.items()}  # fmt: skip
-        return {"run": pair.run, "seed": pair.seed, "baseline_run": pair.baseline_run,
-                "baseline_seed": pair.baseline_seed, "paired_by": pair.paired_by,
-                "metrics": tests}  # fmt: skip
+            tests = {
+                metric: {
+                    "difference": value.score - base[metric].score,
+                    "p_bootstrap": value.p_bootstrap,
+                    "p_randomization": value.p_randomization,
+                }
+                for metric, value in pair.tests.items()
+            }
+        return {
+            "run": pair.run,
+            "seed": pair.seed,
+            "baseline_run": pair.baseline_run,
+            "baseline_seed": pair.baseline_seed,
+            "paired_by": pair.paired_by,
+            "metrics": tests,
+        }
 
     def _score_of(self, run_name: str) -> dict[str, MetricScore]:
         for runs in self.runs.values():
@@ -335,9 +367,13 @@ class SeedComparison:
         scores = {}
         for name in self.groups:
             mean, low, high = self.bucket_summary(name)
-            runs = {run.run: [{"score": s.score, "low": s.low, "high": s.high, "sentences": n}
-                              for s, n in zip(run.bucket_scores, run.bucket_counts, strict=True)]
-                    for run in self.runs[name]}  # fmt: skip
+            runs = {
+                run.run: [
+                    {"score": s.score, "low": s.low, "high": s.high, "sentences": n}
+                    for s, n in zip(run.bucket_scores, run.bucket_counts, strict=True)
+                ]
+                for run in self.runs[name]
+            }
             scores[name] = {"mean": mean, "lowest_seed": low, "highest_seed": high, "runs": runs}
         return {
             "metric": self.bucket_metric,
@@ -357,8 +393,11 @@ class SeedComparison:
         NaN where no run has a sentence in the bucket."""
         means, lows, highs = [], [], []
         for index in range(len(self.buckets)):
-            found = [run.bucket_scores[index].score for run in self.runs[group]
-                     if run.bucket_counts[index]]  # fmt: skip
+            found = [
+                run.bucket_scores[index].score
+                for run in self.runs[group]
+                if run.bucket_counts[index]
+            ]
             means.append(statistics.fmean(found) if found else math.nan)
             lows.append(min(found, default=math.nan))
             highs.append(max(found, default=math.nan))
@@ -478,13 +517,18 @@ class SeedComparison:
             label = f"{name} ({len(self.runs[name])} seeds)"
             line = ax.plot(positions, mean, marker="o", label=label)[0]
             ax.fill_between(positions, low, high, alpha=0.2, color=line.get_color())
-        ticks = [f"{bucket.label}\n(n={self.bucket_sentences(index)})"
-                 for index, bucket in enumerate(self.buckets)]  # fmt: skip
+        ticks = [
+            f"{bucket.label}\n(n={self.bucket_sentences(index)})"
+            for index, bucket in enumerate(self.buckets)
+        ]
         ax.set_xticks(positions, ticks)
         ax.set_xlabel(f"{self.bucket_by} length ({self.bucket_unit})")
         ax.set_ylabel(self.bucket_metric)
-        ax.set_title(f"{self.bucket_metric} by {self.bucket_by} length: mean over seeds, "
-                     "band from the lowest to the highest seed", fontsize=9)  # fmt: skip
+        ax.set_title(
+            f"{self.bucket_metric} by {self.bucket_by} length: mean over seeds, "
+            "band from the lowest to the highest seed",
+            fontsize=9,
+        )
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         return figure
@@ -511,9 +555,11 @@ def _run_dict(run: RunResult) -> dict[str, Any]:
         "seed": run.seed,
         "sentences": run.sentences,
         "length_ratio": run.length_ratio,
-        "metrics": {metric: {"score": value.score, "mean": value.mean, "ci": value.ci}
-                    for metric, value in run.scores.items()},
-    }  # fmt: skip
+        "metrics": {
+            metric: {"score": value.score, "mean": value.mean, "ci": value.ci}
+            for metric, value in run.scores.items()
+        },
+    }
 
 
 # ------------------------------------------------------------------------------ comparing

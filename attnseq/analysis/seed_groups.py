@@ -38,12 +38,26 @@ if TYPE_CHECKING:
 # Configuration keys that do not change what a run trains: the seed (what the repeats vary),
 # where the data and the run's files are, how it logs, saves and uses the machine.
 IGNORED_KEYS = (
-    "seed", "resume", "config_file", "hydra", "logger", "tracker", "data.root",
-    "data.prepare_workers", "trainer.device", "trainer.threads", "trainer.num_workers",
-    "trainer.pin_memory", "trainer.progress", "trainer.overwrite", "trainer.log_every",
-    "trainer.num_heatmaps", "trainer.save_every_steps", "trainer.save_every_minutes",
+    "seed",
+    "resume",
+    "config_file",
+    "hydra",
+    "logger",
+    "tracker",
+    "data.root",
+    "data.prepare_workers",
+    "trainer.device",
+    "trainer.threads",
+    "trainer.num_workers",
+    "trainer.pin_memory",
+    "trainer.progress",
+    "trainer.overwrite",
+    "trainer.log_every",
+    "trainer.num_heatmaps",
+    "trainer.save_every_steps",
+    "trainer.save_every_minutes",
     "trainer.keep_last",
-)  # fmt: skip
+)
 
 
 # ----------------------------------------------------- reading a sweep folder (sweep-report too)

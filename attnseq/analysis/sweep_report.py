@@ -545,8 +545,7 @@ def add_significance(
     if len(set(labels.values())) != len(labels):
         labels = {row.name: row.name for row in rows}
     groups = [
-        Group(labels[row.name], [single_member(job.folder) for job in row.finished])
-        for row in rows
+        Group(labels[row.name], [single_member(job.folder) for job in row.finished]) for row in rows
     ]
     chosen = ready_groups(groups, baseline, option, "test", device)
     runs = (run for group in groups for run in group.runs)
@@ -554,9 +553,7 @@ def add_significance(
     valid = TASK_TESTED_METRICS.get(task, TASK_TESTED_METRICS["translation"])
     short = report.metric.removeprefix("test/")
     metric = short if short in valid else valid[0]
-    comparison = compare_groups(
-        groups, chosen, task=task, resampling=resampling, metrics=[metric]
-    )
+    comparison = compare_groups(groups, chosen, task=task, resampling=resampling, metrics=[metric])
     report.significance = Significance(comparison, metric, labels)
 
 

@@ -329,9 +329,11 @@ def _check_data(
     location outside the user's data root, data from the Hub (then: a local file instead, as
     `split_name` takes one), or a generated task too large to make."""
     check_checkpoint_data(
-        cfg.data, overridden_keys(overrides), reads_dataset=dataset_split,
+        cfg.data,
+        overridden_keys(overrides),
+        reads_dataset=dataset_split,
         local_file=f"{split_name} PATH",
-    )  # fmt: skip
+    )
     if dataset_split:
         check_generated_data(cfg)
 
@@ -403,9 +405,11 @@ def _check_decoding_memory(
     tokens = min(cfg.data.eval_max_tokens, max(1, examples) * source_length(cfg))
     bounded = replace(cfg, data=replace(cfg.data, eval_max_tokens=tokens))
     check_inference_memory(
-        decoding_bytes(bounded, vocab), device,
-        f"decoding {name} with decoding.beam={cfg.decoding.beam}", "the beam or the batch budget",
-    )  # fmt: skip
+        decoding_bytes(bounded, vocab),
+        device,
+        f"decoding {name} with decoding.beam={cfg.decoding.beam}",
+        "the beam or the batch budget",
+    )
 
 
 def _prepare_split(
