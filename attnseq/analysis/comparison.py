@@ -1,30 +1,6 @@
-"""Is A better than B? The systems of a comparison, their paired tests and length buckets as
-one result, its tables (text, markdown, LaTeX, JSON) and its figure (`attnseq compare`,
-`attnseq.compare`).
-
-A system is one of:
-
-- a hypothesis file: one output per line, parallel to the references;
-- an `attnseq eval` result folder (hyps.txt, refs.txt, metrics.json:
-  attnseq/evaluation/checkpoint_eval.py), whose refs.txt serves as the references;
-- a checkpoint or a run directory (its checkpoints/best.pt): its `eval` result for the split
-  with the checkpoint's own decoding settings is reused when RUN/eval holds it, else the split is
-  decoded through `evaluate_checkpoint`, which writes that result folder.
-
-The task (translation: BLEU, chrF, TER, exact match; summarization: ROUGE-1/2/L, exact match)
-comes from the eval records' metric names, or is given. The tests are those of
-attnseq/evaluation/significance.py against the baseline (the first system unless named); the
-buckets (attnseq/evaluation/buckets.py) are by source length when the sources are given, else by
-reference length, on the task's first metric.
-
-Beside them, as compare-mt reports them: how many outputs fall in each sentence length-ratio
-bucket (buckets.py); word precision, recall and F-measure by the reference words' frequency in
-the training targets (attnseq/evaluation/word_accuracy.py), the targets of the split "train" of
-the first checkpoint system's data, or given; and for checkpoint systems the entropy of their
-cross-attention and, with gold word links of the test split, its AER
-(attnseq/analysis/compared_attention.py). A table that cannot be made is left out with a note
-saying why (`Comparison.notes`).
-"""
+"""Is B better than A? Single systems (hypothesis files, eval result folders, checkpoints)
+compared with a baseline on one test set: the `Comparison`, its tables and its figure. The
+pipeline: docs/internals/evaluation.md."""
 
 import json
 import math
@@ -182,7 +158,10 @@ def checkpoint_system(path: Path, name: str, split: str, device: str) -> System:
 
 
 def load_system(path: str | Path, split: str = "test", device: str = "auto") -> System:
-    """The system at `path` (module docstring), named by its path as given."""
+    """The system at `path`, named by its path as given: a hypothesis file, an eval result
+    folder (its refs.txt the references), or a checkpoint or run directory (its
+    checkpoints/best.pt), whose eval result on `split` with the checkpoint's own decoding
+    settings is reused when RUN/eval holds it, else made (`checkpoint_system`)."""
     path = Path(path)
     name = str(path)
     if path.is_dir() and (path / "hyps.txt").is_file() and (path / "metrics.json").is_file():
@@ -212,7 +191,7 @@ class WordTable:
 
 @dataclass
 class Comparison:
-    """The result of comparing systems with a baseline (module docstring): per system and
+    """The result of comparing systems with a baseline (`compare_systems`): per system and
     metric a MetricScore; the length buckets of `bucket_metric` with each system's scores and
     intervals; each system's output/reference length ratio and its sentences per length-ratio
     bucket (`ratio_counts`, buckets `ratio_labels()`); word F-measure by training frequency

@@ -1,47 +1,7 @@
-"""Is configuration B better than configuration A, over the seeds each was trained with? The
-statistics, tables and figure of `attnseq compare SWEEP_FOLDER` and the significance columns
-of `attnseq sweep-report --significance`, over the seed groups of
-attnseq/analysis/seed_groups.py (a sweep folder's runs grouped by configuration without the
-seed; a path given on its own is a group of one run). Each run is one system of
-attnseq/analysis/comparison.py, its eval result reused when RUN/eval holds it.
-
-Statistics, per group and metric (the task's metrics: significance.TASK_TESTED_METRICS):
-
-- each seed's score on the test set with its 95% bootstrap interval (as `attnseq compare`
-  gives a single system), and the mean and sample standard deviation over the seeds;
-- per-seed paired tests against the baseline group (`pair_runs`): a run is paired with the
-  baseline's run of the same seed when the baseline has it, the remaining runs of both groups
-  in sorted order of their seeds; each pair gets the paired bootstrap and approximate
-  randomization tests of attnseq/evaluation/significance.py. A pair whose runs were scored on
-  different sentences (a generated task draws its test set from the seed) has no paired test;
-- k̂ of k (Dror, Baumer, Bogomolov & Reichart 2017, "Replicability Analysis for Natural
-  Language Processing: Testing Significance with Multiple Datasets", TACL): of the k tested
-  pairs, how many show a significant difference in the direction of the groups' mean
-  difference, by partial conjunction with Bonferroni's combination (`significant_pairs`) of
-  the pairs' approximate randomization p-values (a pair that differs the other way counts with
-  p = 1), at α = 0.05;
-- the verdict, from Almost Stochastic Order over the seeds' scores (`aso_epsilons`): ASO (del
-  Barrio, Cuesta-Albertos & Matrán 2018; Dror, Shlomov & Reichart 2019, "Deep Dominance - How
-  to Properly Compare Deep Neural Models", ACL) bounds ε, the share of the two score
-  distributions' quantile functions where B's lies below A's, from above at a confidence level;
-  the smallest such bound is ε_min. As deepsig computes it (Ulmer, Hardmeier & Frellsen 2022,
-  "deep-significance: Easy and Meaningful Significance Testing in the Age of Neural
-  Networks"), with its recommended threshold:
-
-      better            if ε_min(B over A) < 0.2
-      worse             if ε_min(A over B) < 0.2
-      not significant   otherwise
-
-  ε_min at confidence 0.95, Bonferroni-corrected for the m groups tested against the same
-  baseline (1 - 0.05/m); its bootstrap has as many iterations as the comparison's resamples
-  and the comparison's seed. Metrics where lower is better (TER) are negated first. ASO needs
-  at least two seeds in both groups; with three it has little power, and a verdict holds for
-  the training budget of the runs compared, not for the configurations at any budget.
-
-Length buckets (attnseq/evaluation/buckets.py) are computed per run, on the edges of the
-baseline's first run; the table and the figure show each group's mean over its seeds, with the
-lowest and highest seed's score.
-"""
+"""Is configuration B better than configuration A over its seeds? The `SeedComparison` of seed
+groups: per-seed paired tests, k̂ of k (Dror et al. 2017) and the verdict of Almost Stochastic
+Order (Dror et al. 2019, as deepsig computes it), its tables and figure; and `compare_paths`,
+the entry of `attnseq compare`."""
 
 import json
 import math
@@ -159,8 +119,11 @@ def aso_epsilons(
     iterations: int = DEFAULT_RESAMPLES,
     comparisons: int = 1,
 ) -> tuple[float, float]:
-    """(ε_min(B over A), ε_min(A over B)) of Almost Stochastic Order, higher scores better:
-    deepsig's `multi_aso` on the two samples, which gives both directions from one bootstrap
+    """(ε_min(B over A), ε_min(A over B)) of Almost Stochastic Order (del Barrio,
+    Cuesta-Albertos & Matrán 2018; Dror, Shlomov & Reichart 2019, "Deep Dominance", ACL),
+    higher scores better: ε is the share of the two score distributions' quantile functions
+    where B's lies below A's, bounded from above at a confidence level, ε_min the smallest
+    bound. deepsig's `multi_aso` on the two samples, which gives both directions from one bootstrap
     of `iterations` (seeded, one job), at confidence 1 - 0.05/`comparisons` (Bonferroni over
     the groups tested against one baseline; deepsig's own correction is left off). numpy's
     global random state, which deepsig seeds, is restored afterwards."""
@@ -186,8 +149,15 @@ def aso_epsilons(
 
 
 def aso_verdict(eps_better: float, eps_worse: float, threshold: float = EPSILON) -> str:
-    """BETTER when ε_min(B over A) < threshold, WORSE when ε_min(A over B) < threshold, else
-    NOT_SIGNIFICANT (module docstring)."""
+    """The verdict of ASO with deepsig's recommended threshold (Ulmer, Hardmeier & Frellsen
+    2022, "deep-significance"):
+
+        better            if ε_min(B over A) < threshold
+        worse             if ε_min(A over B) < threshold
+        not significant   otherwise
+
+    It needs two seeds or more on both sides, has little power with three, and holds for the
+    training budget of the runs compared."""
     if eps_better < threshold:
         return BETTER
     if eps_worse < threshold:
@@ -246,7 +216,7 @@ NOT_POOLED = (
 
 @dataclass
 class SeedComparison:
-    """Groups of seeds compared with a baseline group (module docstring): each run's scores
+    """Groups of seeds compared with a baseline group (`compare_groups`): each run's scores
     (`runs`), each other group's seed pairs with their tests (`pairs`) and its verdict per
     metric (`verdicts`), the length buckets of `bucket_metric`, and how it was computed."""
 
@@ -484,7 +454,8 @@ class SeedComparison:
         return head, rows
 
     def rule_lines(self) -> list[str]:
-        """What the columns mean and the rule that calls a difference (module docstring)."""
+        """What the columns mean and the rule that calls a difference (`aso_verdict`,
+        `significant_pairs`)."""
         s = self.settings
         lower = ", ".join(sorted(LOWER_IS_BETTER & set(self.metrics)))
         level = f"confidence {s['aso_confidence']:.4g}"
@@ -742,7 +713,7 @@ def group_verdict(
     iterations: int = DEFAULT_RESAMPLES,
     comparisons: int = 1,
 ) -> Verdict:
-    """A group against the baseline on `metric` (module docstring): k̂ of the tested pairs
+    """A group against the baseline on `metric`: k̂ (`significant_pairs`) of the tested pairs
     ((difference, p) each) in the direction of the mean difference, and ASO's call over the
     seeds' scores (negated where lower is better)."""
     rising = statistics.fmean(scores) >= statistics.fmean(baseline_scores)

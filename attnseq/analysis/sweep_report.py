@@ -1,38 +1,5 @@
-"""`attnseq sweep-report`: one table (and a plot) of a Hydra multirun sweep's results.
-
-Jobs. A sweep folder (`multirun/DATE/TIME/`, or whatever `hydra.sweep.dir` named) holds one
-folder per job, each with `.hydra/overrides.yaml` (the job's command-line overrides, which is
-what differs between jobs) and, once training has finished, `metrics.json` (written last by
-training). A job without metrics.json has failed or is still running. The basic sweeper writes
-`multirun.yaml` at the root; the Optuna sweeper writes `optimization_results.yaml` there (best
-parameters and value) instead. Files are read with PyYAML: this is a reporting tool and needs
-no Hydra. Override values stay the strings the command line gave; `as_number` and
-`short_value` read them as numbers where they are.
-
-Rows. The report sorts by one metric (its direction from attnseq.config.choices) and shows as
-columns only the parameters whose values differ across jobs, and several metrics. Jobs whose
-overrides differ only in `seed` are repeats of one setting: they share a `Row`, which shows n
-(the finished jobs), the seeds, and every metric as mean ± sample standard deviation over them
-(a single job shows its value). A sweep without a seed axis has one row per job. Rows are
-ranked by the mean of the report's metric. Every form of the report shows these rows: the rich
-table, Markdown, LaTeX and CSV; the CSV (`--format csv` on stdout and the `--csv` file, the
-same text) holds the raw numbers, mean and sd in columns of their own.
-
-Wall time. A job's wall time runs from the start of the job, when Hydra writes .hydra/, to the
-end of training, when metrics.json is written last (the two modification times). For a job
-resumed in its own folder (resume=auto) it is the time of the last session.
-
-Significance (`add_significance`, `sweep-report --significance`). Each row's finished runs are
-decoded on the test split (or their eval results reused) and compared with the baseline row's
-over their seeds, as `attnseq compare` compares a sweep folder's configurations
-(attnseq/analysis/seed_comparison.py): the table gains, for the report's metric (or the task's
-first metric when compare does not compute it), the verdict of Almost Stochastic Order and
-k̂/k, the seed pairs that differ significantly; the rule is printed under the table (a LaTeX
-comment in that form). A row is named by its varied parameters, `key=value,...`.
-
-The figure is drawn on a `matplotlib.figure.Figure` without pyplot, as attnseq.analysis.figures
-does, so that reports can be written from any thread and without a display.
-"""
+"""`attnseq sweep-report`: a Hydra multirun sweep's jobs as rows, seeds pooled as mean ± sd, in a
+rich table, markdown, LaTeX and CSV, and a figure. It reads the folder with PyYAML, no Hydra."""
 
 import csv
 import functools
@@ -532,9 +499,10 @@ def add_significance(
     option: str = "baseline",
 ) -> None:
     """Compare the finished runs of every row with the baseline row's over their seeds on the
-    test split (module docstring) and keep it in `report.significance`. `baseline`: a row's
-    name (`row_label`) or a run's path; default the first row in job order. `option`: what
-    messages call `baseline`."""
+    test split, each decoded or its eval result reused, as `attnseq compare` compares a sweep
+    folder's groups (seed_comparison.compare_groups), and keep it in `report.significance`.
+    `baseline`: a row's name (`row_label`) or a run's path; default the first row in job
+    order. `option`: what messages call `baseline`."""
     from attnseq.analysis.seed_comparison import compare_groups
     from attnseq.analysis.seed_groups import Group, ready_groups, single_member
 

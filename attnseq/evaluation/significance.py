@@ -1,34 +1,6 @@
-"""Is system B better than system A on the same test set? Paired significance tests and 95%
-confidence intervals of every metric a task reports.
-
-Two paired tests compare each system with the baseline, sentence by sentence on the same inputs:
-
-- paired bootstrap resampling (Koehn 2004, "Statistical Significance Tests for Machine
-  Translation Evaluation", EMNLP): draw R test sets of n sentences with replacement (the same
-  indices for every system), score each system on each; the system's 95% interval is
-  mean ± half the width between the 2.5th and 97.5th percentiles of its R scores
-  (sacreBLEU's `estimate_ci`); the p-value of the difference d = |m(B) - m(A)| is
-
-      p = (1 + #{r : |d_r| - mean_r' |d_r'| >= d}) / (R + 1)
-
-  (the resampled differences shifted to mean zero: the null hypothesis of no difference);
-- approximate randomization (Riezler & Maxwell 2005, "On Some Pitfalls in Automatic Evaluation
-  and Significance Testing for MT"): in each of T trials swap each sentence's two outputs
-  between the systems with probability 1/2 and score the two shuffled systems;
-
-      p = (1 + #{t : |m(A_t) - m(B_t)| >= d}) / (T + 1).
-
-BLEU, chrF and TER are corpus metrics recomputed on every resample from sacreBLEU's sufficient
-statistics, by sacreBLEU's own implementation (`sacrebleu.significance.PairedTest`, Post 2018;
-seeded through its SACREBLEU_SEED, which treats 0 as "unseeded": seeds here are >= 1).
-sacreBLEU counts strictly greater differences (">"), which calls a difference of exactly zero
-significant when no resample differs either (two systems that both score TER 100 everywhere
-would get p = 1/(R+1)); a system whose score equals the baseline's gets p = 1 here, as the
-">=" count gives: there is no difference to test.
-ROUGE-1/2/L (rouge-score F1 x100, as attnseq/evaluation/metrics.py) and exact match (a share)
-are means of sentence scores; the same two procedures run here on those scores with a seeded
-numpy Generator and the ">=" counts above. Defaults follow sacreBLEU: R = 1000, T = 10000.
-"""
+"""Is B better than A on one test set? Paired bootstrap (Koehn 2004) and approximate
+randomization (Riezler & Maxwell 2005) against a baseline, with 95% intervals: corpus metrics by
+sacreBLEU's own tests, means of sentence scores here (`sentence_tests`)."""
 
 import contextlib
 import os
@@ -169,7 +141,9 @@ def sacrebleu_paired(
 ) -> dict[str, dict[str, MetricScore]]:
     """sacreBLEU's paired bootstrap (score, interval, p) and approximate randomization (p) of
     sacreBLEU metric objects (our name -> object); `references` None: the metrics' cached
-    references. The first system is the baseline."""
+    references. The first system is the baseline. A system that scores as the baseline does
+    gets p = 1: sacreBLEU counts strictly greater differences, which calls a difference of zero
+    significant when no resample differs either."""
     from sacrebleu.significance import PairedTest
 
     named = [(name, list(hypotheses)) for name, hypotheses in systems.items()]
@@ -227,8 +201,15 @@ def _optional(value: float | None) -> float | None:
 def sentence_tests(
     scores: Mapping[str, np.ndarray], resampling: Resampling = DEFAULT_RESAMPLING
 ) -> dict[str, MetricScore]:
-    """The paired bootstrap and approximate randomization (module docstring) of a metric that
-    is the mean of sentence scores: system -> scores of shape (n,), the first the baseline."""
+    """The paired bootstrap (Koehn 2004) and approximate randomization of a metric that is the
+    mean of sentence scores: system -> scores of shape (n,), the first the baseline. R test sets
+    of n sentences drawn with replacement, the same indices for every system; the interval is
+    `estimate_ci` of the R means, and with d = |m(B) - m(A)|
+
+        p_bootstrap = (1 + #{r : |d_r| - mean_r' |d_r'| >= d}) / (R + 1)
+
+    (the resampled differences shifted to mean zero: no difference); `randomization_p` for the
+    other. Counting ">=" gives p = 1 to a system scoring as the baseline does."""
     names = list(scores)
     resamples = resampling.resamples
     rng = np.random.default_rng(resampling.seed)
@@ -270,7 +251,12 @@ def estimate_ci(samples: np.ndarray) -> tuple[float, float]:
 def randomization_p(
     baseline: np.ndarray, system: np.ndarray, trials: int, rng: np.random.Generator
 ) -> float:
-    """Approximate randomization p-value of mean sentence scores (module docstring). A swap of
+    """Approximate randomization (Riezler & Maxwell 2005): in each of T trials each sentence's
+    two outputs swap systems with probability 1/2, and
+
+        p = (1 + #{t : |m(A_t) - m(B_t)| >= |m(A) - m(B)|}) / (T + 1).
+
+    A swap of
     sentence i changes the difference of means by the sign of d_i = system_i - baseline_i, so
     each trial's |m(A_t) - m(B_t)| = |sum_i s_i d_i| / n with s_i = +-1."""
     differences = system - baseline
