@@ -1,6 +1,6 @@
 """Word precision, recall and F-measure per bucket of the reference words' training frequency:
-compare-mt's word accuracy analysis (Neubig et al. 2019, NAACL demo, section 3;
-compare_mt/bucketers.py `WordBucketer.calc_statistics`, `FreqWordBucketer`)."""
+compare-mt's word accuracy analysis (Neubig et al. 2019, NAACL demo, section 3; its
+`WordBucketer.calc_statistics` and `FreqWordBucketer`)."""
 
 from bisect import bisect_right
 from collections import Counter
