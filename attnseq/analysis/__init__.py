@@ -1,2 +1,2 @@
-"""Reporting on attention: figures, the alignment viewer, the explain page, head-importance
-reports (the measurements they show are alignment/'s)."""
+"""Reporting on what alignment/ and evaluation/ measure: figures, views, the explain page,
+head importance, and the tables of compare and sweep-report."""

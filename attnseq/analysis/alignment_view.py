@@ -1,33 +1,6 @@
-"""`attnseq visualize-alignment`: draw what a trained model attends to, from the checkpoint alone.
-
-Without a target the model decodes (greedy) and the figure shows the attention it used while
-producing its own output; with a target, the target is forced (teacher forcing) and the figure
-shows the alignment of that pair. Both cases run one teacher-forced pass with
-`need_weights=True` over the final target: for the decoded output that equals the attention of
-incremental decoding step by step (tests/models hold the two equal).
-
-`saved_attention_map` reads an output's attention back from a file of `attnseq eval
---save-attention` instead (attnseq/alignment/saved_attention.py), without a model.
-
-Copy models (pointer-generators): the cross-attention map comes with p_gen of every row, drawn
-as a strip next to it (1 = generated, 0 = copied); copied source words outside the target
-vocabulary are labelled with their source text.
-
-Maps (RNN: one; transformer: one per layer and head):
-    cross     rows = output tokens (+ </s>), columns = source tokens
-    encoder   transformer encoder self-attention, source x source
-    decoder   transformer decoder self-attention, rows = inputs (<s> + target), causal
-    segment   hierarchical models: the segment attention, rows = output tokens (+ </s>),
-              columns = source segments (their number and first words; alignment/segments.py);
-              their cross map is the combined word map
-
-Self-attention maps follow `model.attention.kind`: sparse kinds (local, strided, longformer,
-bigbird) are zero outside their pattern; with `model.attention.memory_slots=N` they end in N
-more columns labelled <m1>..<mN>, the weight of each persistent memory slot (cross-attention maps
-show the source columns only); linformer shows its effective weights P F (they may be
-negative); linear and performer have no weights, and asking for their map is a UserError that
-says so (their cross-attention, always full, can still be drawn).
-"""
+"""`attnseq visualize-alignment`: a trained model's attention maps, from the checkpoint alone:
+one teacher-forced pass with weights over the model's greedy output (which equals incremental
+decoding) or over a forced target. Map kinds: docs/internals/evaluation.md."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,7 +219,8 @@ class AlignmentViewer:
 
 
 def merge_words(attention: AttentionMap) -> AttentionMap:
-    """Pieces -> words: sum the columns of a word's pieces, average the rows (alignment.py)."""
+    """Pieces -> words: sum the columns of a word's pieces, average the rows
+    (alignment/word_links.py `word_attention`)."""
     row_ids = _word_ids(attention.rows, attention.row_kind)
     column_ids = _word_ids(attention.columns, attention.column_kind)
     weights = np.asarray(word_attention(attention.weights, column_ids, row_ids))

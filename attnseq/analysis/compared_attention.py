@@ -1,32 +1,7 @@
-"""The attention of compared systems (`attnseq compare`, `attnseq.compare`): for each system
-that is a checkpoint with cross-attention, how spread its attention is over the source while
-it produces its outputs, overall and per source-length bucket, and with gold word links of the
-test split the alignment error rate of its attention.
-
-Entropy. Each system's decoded outputs (its hyps.txt) are teacher-forced through its own model
-beside their sources, and every decoder step's cross-attention row gives its entropy
-H(w_t) = -sum_s w[t, s] ln w[t, s] in nats (attnseq/alignment/diagnostics.py,
-`example_entropies`: the </s> row included; a transformer's the mean over its layers and
-heads). The mean is over all rows of the test set, or of a bucket's sentences. Teacher forcing
-the output reproduces the attention the model had while it decoded that output (greedy, beam
-search and sampling all condition each step on the output's prefix), so this is the attention
-behind the outputs being compared; the entropy over the references is what `attnseq eval`
-records in its metrics.json (``SPLIT/attention/entropy``). Lower: sharper, more
-alignment-like attention; ln S: uniform over a source of S pieces. Models with different
-tokenizers have rows over different pieces, so compare entropies of models that share a
-tokenization.
-
-AER. Gold links count the words of the test split's sources and references, so the references
-(not the outputs) are teacher-forced: the path of `attnseq align --gold`
-(attnseq/alignment/forced.py `align_sentences` with the attention method: the last layer's
-head mean of a transformer, one argmax link per target word; word_links.py's corpus-level
-`alignment_error_rate`, Och & Ney 2003).
-
-A system has none of these (shown "-" with the reason) when it has no checkpoint (a hypothesis
-file), its checkpoint is not on this machine, there are no sources, or its model returns no
-cross-attention (model.attention.score=none). The cost is one forward pass over the test set
-per checkpoint (two with gold links), no decoding.
-"""
+"""The attention of compared checkpoints: the entropy of the cross-attention rows of each
+system's own outputs, teacher-forced, overall and per length bucket, and with gold links the AER
+of its attention over the references (why outputs, and why references there:
+docs/internals/evaluation.md)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,9 +22,11 @@ Gold = tuple[list[set[tuple[int, int]]], list[set[tuple[int, int]]]]  # (sure, p
 
 @dataclass
 class SystemAttention:
-    """One system's attention measures (module docstring).
+    """One system's attention measures (`system_attention`).
 
-    entropy: mean row entropy over the test set's decoded outputs, nats; None without.
+    entropy: mean row entropy H(w_t) = -sum_s w[t, s] ln w[t, s] in nats over the rows of the
+        test set's decoded outputs, teacher-forced (the </s> row included; a transformer's the
+        mean over its layers and heads); None without.
     bucket_entropy: the same per length bucket (None where a bucket has no rows).
     aer: "aer", "precision", "recall" against the gold links; None without them.
     reason: why the system has no attention measure at all; aer_reason: why it has no AER.
@@ -75,7 +52,10 @@ def system_attention(
     """The attention measures of the system whose outputs are `hypotheses`, made by the model
     of `checkpoint` (None: a hypothesis file) from `sources`; `members`: the sentence indices
     of each length bucket; `gold`: (sure, possible) (source word, target word) links of each
-    (source, reference) pair, or None; `device` "auto" for the checkpoint's own."""
+    (source, reference) pair, or None; `device` "auto" for the checkpoint's own. The outputs
+    are teacher-forced, which reproduces the attention the model had while decoding them; for
+    the AER the references are (the gold links count their words), as `attnseq align --gold`
+    aligns them (alignment/forced.py `align_sentences`, the attention method; Och & Ney 2003)."""
     if checkpoint is None:
         return SystemAttention(reason="no model (a hypothesis file)")
     if not checkpoint.is_file():

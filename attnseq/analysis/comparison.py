@@ -1,30 +1,6 @@
-"""Is A better than B? The systems of a comparison, their paired tests and length buckets as
-one result, its tables (text, markdown, LaTeX, JSON) and its figure (`attnseq compare`,
-`attnseq.compare`).
-
-A system is one of:
-
-- a hypothesis file: one output per line, parallel to the references;
-- an `attnseq eval` result folder (hyps.txt, refs.txt, metrics.json:
-  attnseq/evaluation/checkpoint_eval.py), whose refs.txt serves as the references;
-- a checkpoint or a run directory (its checkpoints/best.pt): its `eval` result for the split
-  with the checkpoint's own decoding settings is reused when RUN/eval holds it, else the split is
-  decoded through `evaluate_checkpoint`, which writes that result folder.
-
-The task (translation: BLEU, chrF, TER, exact match; summarization: ROUGE-1/2/L, exact match)
-comes from the eval records' metric names, or is given. The tests are those of
-attnseq/evaluation/significance.py against the baseline (the first system unless named); the
-buckets (attnseq/evaluation/buckets.py) are by source length when the sources are given, else by
-reference length, on the task's first metric.
-
-Beside them, as compare-mt reports them: how many outputs fall in each sentence length-ratio
-bucket (buckets.py); word precision, recall and F-measure by the reference words' frequency in
-the training targets (attnseq/evaluation/word_accuracy.py), the targets of the split "train" of
-the first checkpoint system's data, or given; and for checkpoint systems the entropy of their
-cross-attention and, with gold word links of the test split, its AER
-(attnseq/analysis/compared_attention.py). A table that cannot be made is left out with a note
-saying why (`Comparison.notes`).
-"""
+"""Is B better than A? Single systems (hypothesis files, eval result folders, checkpoints)
+compared with a baseline on one test set: the `Comparison`, its tables and its figure. The
+pipeline: docs/internals/evaluation.md."""
 
 import json
 import math
@@ -35,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnseq.analysis.compared_attention import Gold, SystemAttention, system_attention
+from attnseq.analysis.tables import TABLE_FORMATS, p_value_cell, render_table
 from attnseq.errors import UserError
 from attnseq.evaluation.buckets import (
     RATIO_EDGES,
@@ -48,22 +25,20 @@ from attnseq.evaluation.buckets import (
     ratio_labels,
 )
 from attnseq.evaluation.significance import (
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
-    DEFAULT_TRIALS,
+    ALPHA,
+    DEFAULT_RESAMPLING,
     LOWER_IS_BETTER,
     TASK_TESTED_METRICS,
     MetricScore,
-    check_test_sizes,
-    paired_tests,
+    Resampling,
+    metric_scores,
 )
 from attnseq.evaluation.word_accuracy import WordScore, word_accuracy_by_frequency, word_frequencies
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-FORMATS = ("text", "markdown", "latex", "json")
-ALPHA = 0.05  # the level a p-value is called significant at in the tables
+FORMATS = (*TABLE_FORMATS, "json")
 # what messages call the arguments of `compare_systems` that a note may name; a command passes
 # its options
 ARGUMENT_NAMES = {
@@ -183,7 +158,10 @@ def checkpoint_system(path: Path, name: str, split: str, device: str) -> System:
 
 
 def load_system(path: str | Path, split: str = "test", device: str = "auto") -> System:
-    """The system at `path` (module docstring), named by its path as given."""
+    """The system at `path`, named by its path as given: a hypothesis file, an eval result
+    folder (its refs.txt the references), or a checkpoint or run directory (its
+    checkpoints/best.pt), whose eval result on `split` with the checkpoint's own decoding
+    settings is reused when RUN/eval holds it, else made (`checkpoint_system`)."""
     path = Path(path)
     name = str(path)
     if path.is_dir() and (path / "hyps.txt").is_file() and (path / "metrics.json").is_file():
@@ -213,7 +191,7 @@ class WordTable:
 
 @dataclass
 class Comparison:
-    """The result of comparing systems with a baseline (module docstring): per system and
+    """The result of comparing systems with a baseline (`compare_systems`): per system and
     metric a MetricScore; the length buckets of `bucket_metric` with each system's scores and
     intervals; each system's output/reference length ratio and its sentences per length-ratio
     bucket (`ratio_counts`, buckets `ratio_labels()`); word F-measure by training frequency
@@ -296,8 +274,12 @@ class Comparison:
             name: [count / self.sentences for count in counts]
             for name, counts in self.ratio_counts.items()
         }
-        ratios = {"edges": [float(edge) for edge in RATIO_EDGES], "buckets": ratio_labels(),
-                  "counts": self.ratio_counts, "shares": shares}  # fmt: skip
+        ratios = {
+            "edges": [float(edge) for edge in RATIO_EDGES],
+            "buckets": ratio_labels(),
+            "counts": self.ratio_counts,
+            "shares": shares,
+        }
         words = None
         if self.words is not None:
             words = {
@@ -329,11 +311,11 @@ class Comparison:
         head, rows = self.metric_rows()
         bucket_head, bucket_rows = self.bucket_rows()
         parts = [
-            _table(head, rows, output_format),
+            render_table(head, rows, output_format),
             self.rule_line(),
             "",
             f"{self.bucket_metric} by {self.bucket_by} length ({self.bucket_unit}), 95% interval:",
-            _table(bucket_head, bucket_rows, output_format),
+            render_table(bucket_head, bucket_rows, output_format),
             *self.breakdown_parts(output_format),
         ]
         return "\n".join(parts) + "\n"
@@ -341,12 +323,15 @@ class Comparison:
     def breakdown_parts(self, output_format: str) -> list[str]:
         """The length-ratio, word-accuracy and attention tables with their headings, and the
         notes, as lines of `render`."""
-        parts = ["", f"sentences by output/reference length ratio (words), of {self.sentences}:",
-                 _table(*self.ratio_rows(), output_format)]  # fmt: skip
+        parts = [
+            "",
+            f"sentences by output/reference length ratio (words), of {self.sentences}:",
+            render_table(*self.ratio_rows(), output_format),
+        ]
         if self.words is not None:
             origin = self.words.frequencies_from
             heading = f"word F-measure (precision/recall) by frequency in {origin}:"
-            parts += ["", heading, _table(*self.word_rows(), output_format)]
+            parts += ["", heading, render_table(*self.word_rows(), output_format)]
         if self.attention:
             gold = self.settings.get("gold")
             heading = (
@@ -354,7 +339,7 @@ class Comparison:
                 f"teacher-forced, overall and by {self.bucket_by} length ({self.bucket_unit})"
             )
             heading += f"; AER against {gold}:" if gold else ":"
-            parts += ["", heading, _table(*self.attention_rows(), output_format)]
+            parts += ["", heading, render_table(*self.attention_rows(), output_format)]
             reasons = [
                 f"no attention measure for {name}: {value.reason}"
                 if value.reason is not None
@@ -376,8 +361,9 @@ class Comparison:
                 value = self.scores[name][metric]
                 shown = name + (" (baseline)" if name == self.baseline else "")
                 digits = 3 if metric == "exact_match" else 2  # a share, not x100
-                rows.append([metric, shown, f"{value.score:.{digits}f}", f"{value.ci:.{digits}f}",
-                             _p(value.p_bootstrap), _p(value.p_randomization)])  # fmt: skip
+                score, spread = f"{value.score:.{digits}f}", f"{value.ci:.{digits}f}"
+                p_values = [p_value_cell(value.p_bootstrap), p_value_cell(value.p_randomization)]
+                rows.append([metric, shown, score, spread, *p_values])
         for name in self.systems:
             rows.append(["length_ratio", name, f"{self.length_ratios[name]:.3f}", "", "", ""])
         return head, rows
@@ -461,11 +447,14 @@ class Comparison:
             scores = points([v.score for v in row])
             # a percentile interval need not hold the score itself (few sentences, a skewed
             # metric): the bar then stops at the score on that side
-            spread = [[max(0.0, s - v.low) for s, v in zip(scores, row, strict=True)],
-                      [max(0.0, v.high - s) for s, v in zip(scores, row, strict=True)]]  # fmt: skip
+            spread = [
+                [max(0.0, s - v.low) for s, v in zip(scores, row, strict=True)],
+                [max(0.0, v.high - s) for s, v in zip(scores, row, strict=True)],
+            ]
             ax.errorbar(positions, scores, yerr=spread, marker="o", capsize=3, label=name)
-            ax.fill_between(positions, points([v.low for v in row]),
-                            points([v.high for v in row]), alpha=0.2)  # fmt: skip
+            ax.fill_between(
+                positions, points([v.low for v in row]), points([v.high for v in row]), alpha=0.2
+            )
         ax.set_xticks(positions, [f"{b.label}\n(n={b.count})" for b in self.buckets])
         ax.set_xlabel(f"{self.bucket_by} length ({self.bucket_unit})")
         ax.set_ylabel(self.bucket_metric)
@@ -506,43 +495,13 @@ def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _p(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4f}" + ("*" if value < ALPHA else "")
-
-
-def _table(head: list[str], rows: list[list[str]], output_format: str) -> str:
-    if output_format == "markdown":
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-    if output_format == "latex":
-
-        def cell(text: str) -> str:
-            text = text.replace("±", r"$\pm$").replace("_", r"\_").replace("%", r"\%")
-            return text.replace(">=", r"$\geq$").replace("<", "$<$")  # text-mode < is no <
-
-        lines = [r"\begin{tabular}{l" + "r" * (len(head) - 1) + "}", r"\toprule"]
-        lines.append(" & ".join(cell(h) for h in head) + r" \\")
-        lines.append(r"\midrule")
-        lines += [" & ".join(cell(c) for c in row) + r" \\" for row in rows]
-        return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"])
-    widths = [max(len(str(c)) for c in column) for column in zip(head, *rows, strict=True)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-             for line in (head, *rows)]  # fmt: skip
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def compare_systems(
     systems: Sequence[System],
     baseline: str | None = None,
     references: Sequence[str] | None = None,
     sources: Sequence[str] | None = None,
     task: str | None = None,
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    resampling: Resampling = DEFAULT_RESAMPLING,
     edges: Sequence[int] | None = None,
     train_references: Sequence[str] | None = None,
     gold: Path | None = None,
@@ -550,16 +509,15 @@ def compare_systems(
     device: str = "auto",
     names: Mapping[str, str] | None = None,
 ) -> Comparison:
-    """Compare `systems` with `baseline` (a system's name; default the first): the tests, the
-    buckets and the length ratios (module docstring). `references` default: those an eval
-    folder among the systems brings; `task` default: the eval records', else translation.
-    `train_references`: the training targets the word frequencies count (default: those of
-    the first checkpoint system's data); `gold`: a Pharaoh or NAACL file of (source word,
-    reference word) links of the test set, for the AER of the attention; `attention`: measure
-    the checkpoint systems' attention, on `device`; `names`: what notes and messages call
-    these arguments (`ARGUMENT_NAMES`)."""
+    """Compare `systems` with `baseline` (a system's name; default the first): the paired
+    tests, drawn as `resampling` says, the length buckets (`edges`: their lower edges) and
+    the length ratios. `references` default: those an eval folder among the systems brings;
+    `task` default: the eval records', else translation. `train_references`: the training
+    targets the word frequencies count (default: those of the first checkpoint system's
+    data); `gold`: a Pharaoh or NAACL file of (source word, reference word) links of the test
+    set, for the AER of the attention; `attention`: measure the checkpoint systems' attention,
+    on `device`; `names`: what notes and messages call these arguments (`ARGUMENT_NAMES`)."""
     called = ARGUMENT_NAMES | dict(names or {})
-    check_test_sizes(seed, resamples, trials)
     check_extras(train_references, gold, attention, called)
     if len(systems) < 2:
         raise UserError(f"comparing needs at least two systems, got {len(systems)}")
@@ -581,26 +539,37 @@ def compare_systems(
     order = [baseline, *[name for name in names if name != baseline]]
     outputs = {system.name: system.hypotheses for system in systems}
     outputs = {name: outputs[name] for name in order}
-    scores = paired_tests(outputs, references, metrics, seed, resamples, trials)
+    scores = metric_scores(outputs, references, metrics, resampling)
     by = "source" if sources is not None else "reference"
     measured = sources if sources is not None else references
     unit = length_unit(measured)
     buckets, bucket_scores = length_buckets(
-        measured, outputs, references, metrics[0], edges, seed, resamples, unit
+        measured, outputs, references, metrics[0], edges, resampling, unit
     )
     ratios = {name: length_ratio(outputs[name], references) for name in order}
-    settings = {"seed": seed, "resamples": resamples, "trials": trials, "alpha": ALPHA,
-                "gold": None if gold is None else str(gold)}  # fmt: skip
+    settings = {**asdict(resampling), "alpha": ALPHA, "gold": None if gold is None else str(gold)}
     result = Comparison(
-        order, baseline, task, metrics, scores, metrics[0], by, unit, buckets, bucket_scores,
-        ratios, len(references), settings,
-    )  # fmt: skip
+        systems=order,
+        baseline=baseline,
+        task=task,
+        metrics=metrics,
+        scores=scores,
+        bucket_metric=metrics[0],
+        bucket_by=by,
+        bucket_unit=unit,
+        buckets=buckets,
+        bucket_scores=bucket_scores,
+        length_ratios=ratios,
+        sentences=len(references),
+        settings=settings,
+    )
     result.ratio_counts = {name: ratio_bucket_counts(outputs[name], references) for name in order}
     result.words = _word_table(systems, outputs, references, train_references, result.notes, called)
     if attention:
         members = [bucket_members(measured, bucket, unit) for bucket in buckets]
-        result.attention = _attention(systems, order, sources, references, members, links,
-                                      device, result.notes)  # fmt: skip
+        result.attention = _attention(
+            systems, order, sources, references, members, links, device, result.notes
+        )
     return result
 
 
@@ -618,8 +587,9 @@ def check_extras(
             "frequencies bucket the reference words"
         )
     if gold is not None and not attention:
-        raise UserError(f"{names['gold']} scores the attention that {names['no_attention']} "
-                        "leaves out")  # fmt: skip
+        raise UserError(
+            f"{names['gold']} scores the attention that {names['no_attention']} leaves out"
+        )
 
 
 def _word_table(
@@ -672,8 +642,16 @@ def _gold_links(
             "or compare a checkpoint whose test split this machine can read"
         )
     read_text_lines(gold, names["gold"])  # exists, is UTF-8
-    return read_gold_links(gold, None, "auto", "src-tgt", sources, references, what=what,
-                           order_option="the links' order")  # fmt: skip
+    return read_gold_links(
+        gold,
+        possible=None,
+        gold_format="auto",
+        order="src-tgt",
+        src_lines=sources,
+        tgt_lines=references,
+        what=what,
+        order_option="the links' order",
+    )
 
 
 def _attention(
@@ -689,8 +667,10 @@ def _attention(
     """Each system's attention measures (compared_attention.py), in the table's order; {} with
     a note when no system is a checkpoint."""
     if all(system.checkpoint is None for system in systems):
-        notes.append("attention: left out, no system is a checkpoint (hypothesis files have "
-                      "no model whose attention could be read)")  # fmt: skip
+        notes.append(
+            "attention: left out, no system is a checkpoint (hypothesis files have "
+            "no model whose attention could be read)"
+        )
         return {}
     by_name = {system.name: system for system in systems}
     measures = {}

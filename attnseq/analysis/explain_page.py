@@ -1,33 +1,5 @@
-"""The HTML page of `attnseq explain`: one self-contained file that shows an `Explanation`
-(explanation.py) in any browser, from file:// and with networking off.
-
-Self-contained. The page's script (explain_page.js) and style sheet (explain_page.css), which
-ship beside this module, are inlined into the file; the data is embedded as JSON in a
-`<script type="application/json" id="explain-data">` element that the script reads. There is
-no external resource: no CDN, no web font, no image.
-
-Size. Weights are stored as integers in thousandths (`SCALE`): 0.1234 -> 123, three decimals,
-which is what the page shows; a 40-piece pair of a 6-layer, 8-head transformer with its
-cross, encoder and decoder maps stays well under 2 MB.
-
-The embedded JSON (`page_data`), with S source pieces, T output pieces, L layers, H heads, and
-each weight an integer in thousandths:
-
-    header:  {checkpoint, version, model: {name: value}, decoding: {name: value}}
-    forced:  true when the output was given (a forced target), not decoded
-    source, source_pieces: the source text and its S pieces
-    methods: the method names, in the order their columns appear
-    one_map: true when the model's attention is one map (an RNN's), titled as such, not as
-             layer 1, head 1 of a grid (transformers)
-    encoder: maps over (source, source), or null (RNNs, kernel self-attention)
-    outputs: one per hypothesis, best first:
-        {text, score, log_prob, pieces (T), rows (T + 1: the pieces and </s>),
-         token_log_probs (T + 1, 3 decimals), p_gen (T + 1 thousandths, or null),
-         cross: maps over (rows, source), decoder: maps over (inputs, inputs) or null,
-         attributions: {method: {source: (T + 1) x S, prefix: (T + 1) x (T + 1) or null,
-                                 source_share: (T + 1) or null}}}
-    maps:    {rows, columns, layers L, heads H, weights: L x H x rows x columns}
-"""
+"""The HTML page of `attnseq explain`: one self-contained file that shows an `Explanation` in
+any browser, offline (script, style sheet and data inlined; weights in thousandths, `SCALE`)."""
 
 import html
 import json
@@ -89,7 +61,10 @@ def _output(output: ExplainedOutput) -> dict[str, Any]:
 
 
 def page_data(explanation: Explanation) -> dict[str, Any]:
-    """The JSON the page embeds (the module docstring lists its fields)."""
+    """The JSON the page embeds, which explain_page.js reads: header, forced, source,
+    source_pieces, methods, one_map, encoder, outputs (one per hypothesis, best first) and
+    their maps, each weight an integer in thousandths; the fields are listed in
+    docs/internals/evaluation.md."""
     return {
         "header": {
             "checkpoint": _checkpoint(explanation),

@@ -1,31 +1,6 @@
-"""What `attnseq explain` shows about one source sentence: the model's outputs (each hypothesis
-of a beam search, or one forced target), and for each output every attention map and the
-source weights of each attribution method. `explain_page.py` turns an `Explanation` into the
-self-contained HTML page.
-
-Steps. Without a target the source is decoded by beam search with the checkpoint's settings
-(beam size `beam`, n-best = beam; attnseq/decoding). Every output, decoded or forced, is then
-explained the same way, as a forced target: its text is teacher-forced through the model once
-with `need_weights=True` (`AlignmentViewer.maps`), which gives
-
-- the cross-attention of every decoder step, (L, H, T + 1, S) (an RNN: L = H = 1), row t the
-  step that predicts output piece t (row T predicts </s>);
-- for transformers, the encoder self-attention (L, H, S, S), the same for every output, and the
-  decoder self-attention (L, H, T + 1, T + 1) over the inputs <s>, y_0 .. y_{T-1} (causal);
-- log p(y_t | y_<t, x) of every piece and of </s>, (T + 1,);
-- p_gen of every step for copy models (1 = generated, 0 = copied).
-
-For a decoded output the teacher-forced maps equal those of incremental decoding step by step
-(tests/models hold the two paths equal); the score shown is the beam's length-normalised score.
-
-Methods. The source weights of each method come from
-`attnseq.alignment.attribution.attribute`, one call per method over all outputs (pairs of the
-source and each output's text): (T + 1, S) per output, rows non-negative and summing to one,
-and, for methods that attribute to the target prefix too, (T + 1, T + 1) over the decoder
-inputs. `layer` and `head` (1-based) pick the map of the attention-based methods.
-
-Shapes: L layers, H heads, S source pieces, T output pieces.
-"""
+"""What `attnseq explain` shows about one source sentence: each output (the beam's hypotheses, or
+one forced target) with its attention maps and every attribution method's source weights.
+Shapes: L layers, H heads, S source pieces, T output pieces."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -322,9 +297,12 @@ def method_weights(
     for name in methods:
         reads_a_map = name in ATTENTION_METHODS
         attributions = attribute(
-            trained, pairs, name, layer=layer if reads_a_map else None,
+            trained,
+            pairs,
+            name,
+            layer=layer if reads_a_map else None,
             head=head if reads_a_map else None,
-        )  # fmt: skip
+        )
         for by_method, attribution in zip(result, attributions, strict=True):
             by_method[name] = MethodWeights.of(attribution)
     return result

@@ -1,16 +1,5 @@
-"""Attention heatmaps: matplotlib figures (Agg, no display) and their TensorBoard images.
-
-Rows are target tokens (what the model produced or was forced to read), columns are source
-tokens; each cell is the weight a_ts. For copy models (pointer-generators) a strip to the right
-shows p_gen of every row: 1 = the token was generated from the vocabulary, 0 = copied from the
-source (See et al. 2017, eq. 8). Figures are drawn with `matplotlib.figure.Figure` and
-the Agg canvas directly, never pyplot, so nothing depends on a display or global state.
-
-Legibility: tick labels are horizontal unless a label is longer than `SHORT_LABEL` characters
-(only those turn), at `Style.fontsize` points (11 by default: about 15 px in TensorBoard's
-100 dpi image, 18 px in a saved 120 dpi file); whitespace tokens get visible symbols; the title
-says what the map shows (source -> output), wrapped to the figure's width.
-"""
+"""Attention heatmaps and their TensorBoard images, drawn on the Agg canvas of a
+`matplotlib.figure.Figure`, never pyplot: nothing depends on a display or global state."""
 
 import textwrap
 from collections.abc import Sequence

@@ -1,29 +1,6 @@
-"""How much each attention head matters (Michel et al. 2019, "Are Sixteen Heads Really Better than
-One?", NeurIPS), by two measures over the teacher-forced loss of a split:
-
-- gradient (section 4.1, eq. 2): the head importance score
-
-      I_h = E_x | dL(x) / d xi_h |
-
-  with xi the head mask (attnseq/models/head_mask.py) at its current value, L the mean token
-  cross entropy (no label smoothing). As in the authors' code the expectation runs over batches:
-  I_h = (1 / #batches) sum_b |dL_b / d xi_h|, L_b the mean token loss of batch b. Section 4.1
-  normalizes the scores by layer with the l2 norm: I_h / ||I_layer||_2, per attention sublayer
-  (kind and layer), so that layers compare on one scale;
-- ablation (section 2, Table 1): the direct loss increase L(xi with head h set to 0) - L(xi)
-  when that head alone is masked, every other head as it is.
-
-The model runs in eval mode (no dropout), so both measures are deterministic. Heads the model
-already masks get an ablation score of 0 (removing them changes nothing).
-
-Shapes: every score is kind -> (L, H), L the layers of that stack, H heads.
-
-Report. A rich table per attention kind (rows = layers, one column per head, each cell
-"normalized gradient / loss increase") and a matplotlib figure, one heatmap per measure and kind
-(layers x heads, values written in the cells, pruned heads marked with an x), drawn on
-`matplotlib.figure.Figure` with the Agg canvas (figures.py), never pyplot. Layers and heads
-count from 1 in the tables, the figure and the messages, as the other commands count them.
-"""
+"""How much each attention head matters (Michel, Levy & Neubig 2019, "Are Sixteen Heads Really
+Better than One?", NeurIPS): gradient importance and ablation over the teacher-forced loss of a
+split, and their tables and figure. Shapes: every score is kind -> (L, H)."""
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -114,7 +91,13 @@ def mean_loss(model: Seq2Seq, batches: Iterable[Batch]) -> tuple[float, int]:
 
 
 def gradient_importance(model: Seq2Seq, batches: Sequence[Batch]) -> dict[str, Tensor]:
-    """E_b |dL_b / d xi_h| (section 4.1, eq. 2), kind -> (L, H); L_b the batch's mean token loss.
+    """The head importance score of Michel et al. 2019, section 4.1, eq. 2,
+
+        I_h = E_x | dL(x) / d xi_h |,
+
+    xi the head mask (models/head_mask.py) at its current value and L the mean token cross
+    entropy (no label smoothing); as in the authors' code the expectation runs over batches,
+    (1 / #batches) sum_b |dL_b / d xi_h|. kind -> (L, H).
 
     Only the head masks take gradients (the weights are frozen for the pass), and the model's
     requires_grad flags and masks are as before afterwards.
@@ -147,7 +130,8 @@ def gradient_importance(model: Seq2Seq, batches: Sequence[Batch]) -> dict[str, T
 
 
 def normalize_per_layer(scores: dict[str, Tensor]) -> dict[str, Tensor]:
-    """I_h / ||I_layer||_2 per sublayer (section 4.1); a layer of zeros stays zero."""
+    """I_h / ||I_layer||_2 per attention sublayer, kind and layer (section 4.1), so that layers
+    compare on one scale; a layer of zeros stays zero."""
     return {
         kind: values / (values.norm(p=2, dim=-1, keepdim=True) + 1e-20)
         for kind, values in scores.items()
@@ -157,8 +141,9 @@ def normalize_per_layer(scores: dict[str, Tensor]) -> dict[str, Tensor]:
 def ablation_importance(
     model: Seq2Seq, loss_of: Callable[[Seq2Seq], float], base_loss: float
 ) -> dict[str, Tensor]:
-    """L(xi with head h = 0) - L(xi) for every kept head, kind -> (L, H); 0 for heads already
-    masked. `loss_of` computes the split's loss of the model as its masks stand."""
+    """L(xi with head h = 0) - L(xi) for every kept head, every other head as it is (Michel
+    et al. 2019, section 2, Table 1), kind -> (L, H); 0 for heads already masked. `loss_of`
+    computes the split's loss of the model as its masks stand."""
     scores = {kind: [] for kind in KINDS}  # type: dict[str, list[Tensor]]
     for site in attention_sites(model):
         mask = site.attention.head_mask
@@ -177,7 +162,7 @@ def ablation_importance(
 
 
 def head_importance(model: Seq2Seq, batches: Sequence[Batch], split: str) -> HeadImportance:
-    """Both measures over the batches of one split (see the module docstring)."""
+    """Both measures over the batches of one split, in eval mode (no dropout): deterministic."""
     model.eval()
     base_loss, tokens = mean_loss(model, batches)
     gradient = gradient_importance(model, batches)
@@ -273,8 +258,15 @@ def _heatmap(ax, values: np.ndarray, masks: np.ndarray, cmap: str) -> None:  # t
             pruned = masks[layer, head] == 0
             text = "x" if pruned else f"{values[layer, head]:.2g}"
             light = (values[layer, head] - values.min()) / span < 0.5
-            ax.text(head, layer, text, ha="center", va="center", fontsize=7,
-                    color="white" if light else "black")  # fmt: skip
+            ax.text(
+                head,
+                layer,
+                text,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if light else "black",
+            )
 
 
 def write_figure(importance: HeadImportance, path: Path, title: str) -> Path:

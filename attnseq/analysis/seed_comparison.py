@@ -1,47 +1,7 @@
-"""Is configuration B better than configuration A, over the seeds each was trained with? The
-statistics, tables and figure of `attnseq compare SWEEP_FOLDER` and the significance columns
-of `attnseq sweep-report --significance`, over the seed groups of
-attnseq/analysis/seed_groups.py (a sweep folder's runs grouped by configuration without the
-seed; a path given on its own is a group of one run). Each run is one system of
-attnseq/analysis/comparison.py, its eval result reused when RUN/eval holds it.
-
-Statistics, per group and metric (the task's metrics: significance.TASK_TESTED_METRICS):
-
-- each seed's score on the test set with its 95% bootstrap interval (as `attnseq compare`
-  gives a single system), and the mean and sample standard deviation over the seeds;
-- per-seed paired tests against the baseline group (`pair_runs`): a run is paired with the
-  baseline's run of the same seed when the baseline has it, the remaining runs of both groups
-  in sorted order of their seeds; each pair gets the paired bootstrap and approximate
-  randomization tests of attnseq/evaluation/significance.py. A pair whose runs were scored on
-  different sentences (a generated task draws its test set from the seed) has no paired test;
-- k̂ of k (Dror, Baumer, Bogomolov & Reichart 2017, "Replicability Analysis for Natural
-  Language Processing: Testing Significance with Multiple Datasets", TACL): of the k tested
-  pairs, how many show a significant difference in the direction of the groups' mean
-  difference, by partial conjunction with Bonferroni's combination (`significant_pairs`) of
-  the pairs' approximate randomization p-values (a pair that differs the other way counts with
-  p = 1), at α = 0.05;
-- the verdict, from Almost Stochastic Order over the seeds' scores (`aso_epsilons`): ASO (del
-  Barrio, Cuesta-Albertos & Matrán 2018; Dror, Shlomov & Reichart 2019, "Deep Dominance - How
-  to Properly Compare Deep Neural Models", ACL) bounds ε, the share of the two score
-  distributions' quantile functions where B's lies below A's, from above at a confidence level;
-  the smallest such bound is ε_min. As deepsig computes it (Ulmer, Hardmeier & Frellsen 2022,
-  "deep-significance: Easy and Meaningful Significance Testing in the Age of Neural
-  Networks"), with its recommended threshold:
-
-      better            if ε_min(B over A) < 0.2
-      worse             if ε_min(A over B) < 0.2
-      not significant   otherwise
-
-  ε_min at confidence 0.95, Bonferroni-corrected for the m groups tested against the same
-  baseline (1 - 0.05/m); its bootstrap has as many iterations as the comparison's resamples
-  and the comparison's seed. Metrics where lower is better (TER) are negated first. ASO needs
-  at least two seeds in both groups; with three it has little power, and a verdict holds for
-  the training budget of the runs compared, not for the configurations at any budget.
-
-Length buckets (attnseq/evaluation/buckets.py) are computed per run, on the edges of the
-baseline's first run; the table and the figure show each group's mean over its seeds, with the
-lowest and highest seed's score.
-"""
+"""Is configuration B better than configuration A over its seeds? The `SeedComparison` of seed
+groups: per-seed paired tests, k̂ of k (Dror et al. 2017) and the verdict of Almost Stochastic
+Order (Dror et al. 2019, as deepsig computes it), its tables and figure; and `compare_paths`,
+the entry of `attnseq compare`."""
 
 import json
 import math
@@ -49,7 +9,7 @@ import statistics
 import textwrap
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +19,6 @@ from attnseq.analysis.comparison import (
     ARGUMENT_NAMES,
     FORMATS,
     Comparison,
-    _table,
     check_extras,
     compare_systems,
     load_system,
@@ -69,13 +28,12 @@ from attnseq.analysis.comparison import (
 from attnseq.analysis.seed_groups import (
     Group,
     SeedRun,
-    check_group_count,
-    choose_baseline,
-    load_groups,
     plan_groups,
+    ready_groups,
     seed_text,
     sweep_requested,
 )
+from attnseq.analysis.tables import p_value_cell, render_table
 from attnseq.errors import UserError
 from attnseq.evaluation.buckets import (
     Bucket,
@@ -86,21 +44,21 @@ from attnseq.evaluation.buckets import (
     length_unit,
 )
 from attnseq.evaluation.significance import (
+    ALPHA,
     DEFAULT_RESAMPLES,
+    DEFAULT_RESAMPLING,
     DEFAULT_SEED,
     DEFAULT_TRIALS,
     LOWER_IS_BETTER,
     TASK_TESTED_METRICS,
     MetricScore,
-    check_test_sizes,
+    Resampling,
     metric_scores,
-    paired_tests,
 )
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-ALPHA = 0.05  # the level of the per-seed tests and of k̂
 EPSILON = 0.2  # ASO's threshold on ε_min (Ulmer et al. 2022's recommendation)
 ASO_CONFIDENCE = 0.95
 BETTER, WORSE, NOT_SIGNIFICANT = "better", "worse", "not significant"
@@ -119,8 +77,9 @@ def pair_runs(
     left, right = list(range(len(baseline))), list(range(len(runs)))
     pairs = []
     for index, run in enumerate(runs):
-        match = next((i for i in left if run.seed is not None and baseline[i].seed == run.seed),
-                     None)  # fmt: skip
+        match = next(
+            (i for i in left if run.seed is not None and baseline[i].seed == run.seed), None
+        )
         if match is not None:
             pairs.append((baseline[match], run, SAME_SEED))
             left.remove(match)
@@ -160,8 +119,11 @@ def aso_epsilons(
     iterations: int = DEFAULT_RESAMPLES,
     comparisons: int = 1,
 ) -> tuple[float, float]:
-    """(ε_min(B over A), ε_min(A over B)) of Almost Stochastic Order, higher scores better:
-    deepsig's `multi_aso` on the two samples, which gives both directions from one bootstrap
+    """(ε_min(B over A), ε_min(A over B)) of Almost Stochastic Order (del Barrio,
+    Cuesta-Albertos & Matrán 2018; Dror, Shlomov & Reichart 2019, "Deep Dominance", ACL),
+    higher scores better: ε is the share of the two score distributions' quantile functions
+    where B's lies below A's, bounded from above at a confidence level, ε_min the smallest
+    bound. deepsig's `multi_aso` on the two samples, which gives both directions from one bootstrap
     of `iterations` (seeded, one job), at confidence 1 - 0.05/`comparisons` (Bonferroni over
     the groups tested against one baseline; deepsig's own correction is left off). numpy's
     global random state, which deepsig seeds, is restored afterwards."""
@@ -174,17 +136,28 @@ def aso_epsilons(
             warnings.filterwarnings("ignore", message="Division by zero encountered")
             matrix = multi_aso(
                 {"b": [float(x) for x in scores_b], "a": [float(x) for x in scores_a]},
-                confidence_level=confidence, use_bonferroni=False,
-                num_bootstrap_iterations=iterations, num_jobs=1, show_progress=False, seed=seed,
-            )  # fmt: skip
+                confidence_level=confidence,
+                use_bonferroni=False,
+                num_bootstrap_iterations=iterations,
+                num_jobs=1,
+                show_progress=False,
+                seed=seed,
+            )
     finally:
         np.random.set_state(state)
     return float(matrix[0, 1]), float(matrix[1, 0])
 
 
 def aso_verdict(eps_better: float, eps_worse: float, threshold: float = EPSILON) -> str:
-    """BETTER when ε_min(B over A) < threshold, WORSE when ε_min(A over B) < threshold, else
-    NOT_SIGNIFICANT (module docstring)."""
+    """The verdict of ASO with deepsig's recommended threshold (Ulmer, Hardmeier & Frellsen
+    2022, "deep-significance"):
+
+        better            if ε_min(B over A) < threshold
+        worse             if ε_min(A over B) < threshold
+        not significant   otherwise
+
+    It needs two seeds or more on both sides, has little power with three, and holds for the
+    training budget of the runs compared."""
     if eps_better < threshold:
         return BETTER
     if eps_worse < threshold:
@@ -243,7 +216,7 @@ NOT_POOLED = (
 
 @dataclass
 class SeedComparison:
-    """Groups of seeds compared with a baseline group (module docstring): each run's scores
+    """Groups of seeds compared with a baseline group (`compare_groups`): each run's scores
     (`runs`), each other group's seed pairs with their tests (`pairs`) and its verdict per
     metric (`verdicts`), the length buckets of `bucket_metric`, and how it was computed."""
 
@@ -294,37 +267,64 @@ class SeedComparison:
         as JSON-ready values."""
         groups = {}
         for name in self.groups:
-            metrics = {metric: {"mean": self.mean(name, metric), "sd": self.sd(name, metric),
-                                "scores": self.values(name, metric)}
-                       for metric in [*self.metrics, "length_ratio"]}  # fmt: skip
+            metrics = {
+                metric: {
+                    "mean": self.mean(name, metric),
+                    "sd": self.sd(name, metric),
+                    "scores": self.values(name, metric),
+                }
+                for metric in [*self.metrics, "length_ratio"]
+            }
             verdicts = self.verdicts.get(name)
+            against = None
+            if verdicts is not None:
+                against = {
+                    metric: {
+                        "eps_better": v.eps_better,
+                        "eps_worse": v.eps_worse,
+                        "significant_pairs": v.significant,
+                        "tested_pairs": v.tested,
+                        "verdict": v.call,
+                    }
+                    for metric, v in verdicts.items()
+                }
             groups[name] = {
                 "seeds": self.seeds(name),
                 "metrics": metrics,
                 "runs": [_run_dict(run) for run in self.runs[name]],
-                "against_baseline": None if verdicts is None else {
-                    metric: {"eps_better": v.eps_better, "eps_worse": v.eps_worse,
-                             "significant_pairs": v.significant, "tested_pairs": v.tested,
-                             "verdict": v.call}
-                    for metric, v in verdicts.items()
-                },
+                "against_baseline": against,
                 "pairs": [self._pair_dict(pair) for pair in self.pairs.get(name, [])],
-            }  # fmt: skip
-        return {"baseline": self.baseline, "task": self.task, "settings": self.settings,
-                "rule": self.rule_lines(), "groups": groups,
-                "buckets": self._bucket_dict(), "not_pooled": NOT_POOLED}  # fmt: skip
+            }
+        return {
+            "baseline": self.baseline,
+            "task": self.task,
+            "settings": self.settings,
+            "rule": self.rule_lines(),
+            "groups": groups,
+            "buckets": self._bucket_dict(),
+            "not_pooled": NOT_POOLED,
+        }
 
     def _pair_dict(self, pair: SeedPair) -> dict[str, Any]:
         tests = None
         if pair.tests is not None:
             base = self._score_of(pair.baseline_run)
-            tests = {metric: {"difference": value.score - base[metric].score,
-                              "p_bootstrap": value.p_bootstrap,
-                              "p_randomization": value.p_randomization}
-                     for metric, value in pair.tests.items()}  # fmt: skip
-        return {"run": pair.run, "seed": pair.seed, "baseline_run": pair.baseline_run,
-                "baseline_seed": pair.baseline_seed, "paired_by": pair.paired_by,
-                "metrics": tests}  # fmt: skip
+            tests = {
+                metric: {
+                    "difference": value.score - base[metric].score,
+                    "p_bootstrap": value.p_bootstrap,
+                    "p_randomization": value.p_randomization,
+                }
+                for metric, value in pair.tests.items()
+            }
+        return {
+            "run": pair.run,
+            "seed": pair.seed,
+            "baseline_run": pair.baseline_run,
+            "baseline_seed": pair.baseline_seed,
+            "paired_by": pair.paired_by,
+            "metrics": tests,
+        }
 
     def _score_of(self, run_name: str) -> dict[str, MetricScore]:
         for runs in self.runs.values():
@@ -337,9 +337,13 @@ class SeedComparison:
         scores = {}
         for name in self.groups:
             mean, low, high = self.bucket_summary(name)
-            runs = {run.run: [{"score": s.score, "low": s.low, "high": s.high, "sentences": n}
-                              for s, n in zip(run.bucket_scores, run.bucket_counts, strict=True)]
-                    for run in self.runs[name]}  # fmt: skip
+            runs = {
+                run.run: [
+                    {"score": s.score, "low": s.low, "high": s.high, "sentences": n}
+                    for s, n in zip(run.bucket_scores, run.bucket_counts, strict=True)
+                ]
+                for run in self.runs[name]
+            }
             scores[name] = {"mean": mean, "lowest_seed": low, "highest_seed": high, "runs": runs}
         return {
             "metric": self.bucket_metric,
@@ -359,8 +363,11 @@ class SeedComparison:
         NaN where no run has a sentence in the bucket."""
         means, lows, highs = [], [], []
         for index in range(len(self.buckets)):
-            found = [run.bucket_scores[index].score for run in self.runs[group]
-                     if run.bucket_counts[index]]  # fmt: skip
+            found = [
+                run.bucket_scores[index].score
+                for run in self.runs[group]
+                if run.bucket_counts[index]
+            ]
             means.append(statistics.fmean(found) if found else math.nan)
             lows.append(min(found, default=math.nan))
             highs.append(max(found, default=math.nan))
@@ -375,29 +382,25 @@ class SeedComparison:
             raise UserError(f"format must be one of {', '.join(FORMATS)}, got {output_format!r}")
         measured = f"{self.bucket_by} length ({self.bucket_unit})"
         parts = [
-            _table(*self.metric_rows(output_format), output_format),
+            render_table(*self.metric_rows(), output_format),
             "",  # a markdown table runs on into the next line without a blank one
             *(textwrap.fill(line, width=100) for line in self.rule_lines()),
             "",
             f"per-seed paired tests against {self.baseline}: difference (approximate "
             "randomization p):",
-            _table(*self.pair_rows(), output_format),
+            render_table(*self.pair_rows(), output_format),
             "",
             f"{self.bucket_metric} by {measured}, mean over seeds [lowest, highest seed]:",
-            _table(*self.bucket_rows(), output_format),
+            render_table(*self.bucket_rows(), output_format),
             "",
             textwrap.fill(NOT_POOLED, width=100),
         ]
         return "\n".join(parts) + "\n"
 
-    def metric_rows(self, output_format: str = "text") -> tuple[list[str], list[list[str]]]:
+    def metric_rows(self) -> tuple[list[str], list[list[str]]]:
         """Header and rows, one per metric and group: the seeds, mean ± sd over them, and
         against the baseline k̂/k, both ε_min and the verdict; then the length ratios."""
-        eps_b, eps_a, k_hat = "ε(B>A)", "ε(A>B)", "k̂/k"
-        if output_format == "latex":
-            eps_b, eps_a = r"$\varepsilon$(B$>$A)", r"$\varepsilon$(A$>$B)"
-            k_hat = r"$\hat{k}$/k"
-        head = ["metric", "group", "seeds", "mean ± sd", k_hat, eps_b, eps_a, "verdict"]
+        head = ["metric", "group", "seeds", "mean ± sd", "k̂/k", "ε(B>A)", "ε(A>B)", "verdict"]
         rows = []
         for metric in [*self.metrics, "length_ratio"]:
             digits = 3 if metric in ("exact_match", "length_ratio") else 2
@@ -427,7 +430,7 @@ class SeedComparison:
                         value = pair.tests[metric]
                         digits = 3 if metric == "exact_match" else 2
                         difference = f"{value.score - base[metric].score:+.{digits}f}"
-                        row.append(f"{difference} ({_p(value.p_randomization)})")
+                        row.append(f"{difference} ({p_value_cell(value.p_randomization)})")
                 rows.append(row)
         return head, rows
 
@@ -451,7 +454,8 @@ class SeedComparison:
         return head, rows
 
     def rule_lines(self) -> list[str]:
-        """What the columns mean and the rule that calls a difference (module docstring)."""
+        """What the columns mean and the rule that calls a difference (`aso_verdict`,
+        `significant_pairs`)."""
         s = self.settings
         lower = ", ".join(sorted(LOWER_IS_BETTER & set(self.metrics)))
         level = f"confidence {s['aso_confidence']:.4g}"
@@ -484,13 +488,18 @@ class SeedComparison:
             label = f"{name} ({len(self.runs[name])} seeds)"
             line = ax.plot(positions, mean, marker="o", label=label)[0]
             ax.fill_between(positions, low, high, alpha=0.2, color=line.get_color())
-        ticks = [f"{bucket.label}\n(n={self.bucket_sentences(index)})"
-                 for index, bucket in enumerate(self.buckets)]  # fmt: skip
+        ticks = [
+            f"{bucket.label}\n(n={self.bucket_sentences(index)})"
+            for index, bucket in enumerate(self.buckets)
+        ]
         ax.set_xticks(positions, ticks)
         ax.set_xlabel(f"{self.bucket_by} length ({self.bucket_unit})")
         ax.set_ylabel(self.bucket_metric)
-        ax.set_title(f"{self.bucket_metric} by {self.bucket_by} length: mean over seeds, "
-                     "band from the lowest to the highest seed", fontsize=9)  # fmt: skip
+        ax.set_title(
+            f"{self.bucket_metric} by {self.bucket_by} length: mean over seeds, "
+            "band from the lowest to the highest seed",
+            fontsize=9,
+        )
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         return figure
@@ -500,12 +509,6 @@ class SeedComparison:
         from attnseq.analysis.figures import save_figure
 
         return save_figure(self.figure(), path)
-
-
-def _p(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4f}" + ("*" if value < ALPHA else "")
 
 
 def _verdict_cells(verdict: Verdict | None) -> list[str]:
@@ -523,9 +526,11 @@ def _run_dict(run: RunResult) -> dict[str, Any]:
         "seed": run.seed,
         "sentences": run.sentences,
         "length_ratio": run.length_ratio,
-        "metrics": {metric: {"score": value.score, "mean": value.mean, "ci": value.ci}
-                    for metric, value in run.scores.items()},
-    }  # fmt: skip
+        "metrics": {
+            metric: {"score": value.score, "mean": value.mean, "ci": value.ci}
+            for metric, value in run.scores.items()
+        },
+    }
 
 
 # ------------------------------------------------------------------------------ comparing
@@ -535,19 +540,16 @@ def compare_groups(
     references: Sequence[str] | None = None,
     sources: Sequence[str] | None = None,
     task: str | None = None,
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    resampling: Resampling = DEFAULT_RESAMPLING,
     edges: Sequence[int] | None = None,
     metrics: Sequence[str] | None = None,
 ) -> SeedComparison:
-    """Compare loaded groups (`load_groups`) with the group named `baseline` (module
-    docstring). `references`: one reference file for every run (default: each run's eval
-    result's); `sources`: for the length buckets (default: each test set's split, read from
-    its checkpoint's data where this machine can); `metrics`: some of the task's (default:
-    all; the first is the buckets')."""
-    check_test_sizes(seed, resamples, trials)
-    check_group_count(groups)
+    """Compare groups as `ready_groups` leaves them with the group named `baseline`: each
+    run's scores, the seed pairs' tests and each group's verdicts, drawn as `resampling` says,
+    and the length buckets (`edges`: their lower edges). `references`: one reference file for
+    every run (default: each run's eval result's); `sources`: for the length buckets (default:
+    each test set's split, read from its checkpoint's data where this machine can); `metrics`:
+    some of the task's (default: all; the first is the buckets')."""
     order = [baseline, *[group.name for group in groups if group.name != baseline]]
     runs = {group.name: group.runs for group in groups}
     runs = {name: runs[name] for name in order}
@@ -557,24 +559,58 @@ def compare_groups(
     task = task or "translation"
     metrics = _chosen_metrics(task, metrics)
     # Each run alone: its scores with intervals (its tests against the baseline come after).
-    scores = {run.system.name: metric_scores({"run": run.system.hypotheses},
-                                             refs[run.system.name], metrics, seed, resamples,
-                                             trials=1)["run"]
-              for run in every}  # fmt: skip
-    pairs, verdicts = _against_baseline(runs, scores, refs, metrics, seed, resamples, trials)
-    buckets, by, unit, per_run = _buckets(every, refs, sources, metrics[0], edges, seed, resamples)
+    alone = replace(resampling, trials=1)
+    scores = {}
+    for run in every:
+        name = run.system.name
+        scores[name] = metric_scores({"run": run.system.hypotheses}, refs[name], metrics, alone)
+        scores[name] = scores[name]["run"]
+    pairs, verdicts = _against_baseline(runs, scores, refs, metrics, resampling)
+    buckets, by, unit, per_run = _buckets(every, refs, sources, metrics[0], edges, resampling)
     results = {
-        name: [RunResult(run.system.name, run.seed, scores[run.system.name],
-                         length_ratio(run.system.hypotheses, refs[run.system.name]),
-                         len(refs[run.system.name]), *per_run[run.system.name])
-               for run in runs[name]]
-        for name in order
-    }  # fmt: skip
-    settings = {"seed": seed, "resamples": resamples, "trials": trials, "alpha": ALPHA,
-                "epsilon": EPSILON, "comparisons": len(order) - 1,
-                "aso_confidence": 1.0 - (1.0 - ASO_CONFIDENCE) / (len(order) - 1)}  # fmt: skip
-    return SeedComparison(order, baseline, task, metrics, results, pairs, verdicts, metrics[0],
-                          by, unit, buckets, settings)  # fmt: skip
+        name: [_run_result(run, scores, refs, per_run) for run in runs[name]] for name in order
+    }
+    comparisons = len(order) - 1
+    settings = {
+        **asdict(resampling),
+        "alpha": ALPHA,
+        "epsilon": EPSILON,
+        "comparisons": comparisons,
+        "aso_confidence": 1.0 - (1.0 - ASO_CONFIDENCE) / comparisons,
+    }
+    return SeedComparison(
+        groups=order,
+        baseline=baseline,
+        task=task,
+        metrics=metrics,
+        runs=results,
+        pairs=pairs,
+        verdicts=verdicts,
+        bucket_metric=metrics[0],
+        bucket_by=by,
+        bucket_unit=unit,
+        buckets=buckets,
+        settings=settings,
+    )
+
+
+def _run_result(
+    run: SeedRun,
+    scores: Mapping[str, dict[str, MetricScore]],
+    refs: Mapping[str, list[str]],
+    per_run: Mapping[str, tuple[list[BucketScore], list[int]]],
+) -> RunResult:
+    name = run.system.name
+    bucket_scores, bucket_counts = per_run[name]
+    return RunResult(
+        run=name,
+        seed=run.seed,
+        scores=scores[name],
+        length_ratio=length_ratio(run.system.hypotheses, refs[name]),
+        sentences=len(refs[name]),
+        bucket_scores=bucket_scores,
+        bucket_counts=bucket_counts,
+    )
 
 
 def _chosen_metrics(task: str, metrics: Sequence[str] | None) -> list[str]:
@@ -621,9 +657,7 @@ def _against_baseline(
     scores: Mapping[str, Mapping[str, MetricScore]],
     refs: Mapping[str, list[str]],
     metrics: Sequence[str],
-    seed: int,
-    resamples: int,
-    trials: int,
+    resampling: Resampling,
 ) -> tuple[dict[str, list[SeedPair]], dict[str, dict[str, Verdict]]]:
     """Each group but the first (the baseline): its seed pairs with their paired tests, and
     its verdict per metric."""
@@ -637,18 +671,22 @@ def _against_baseline(
             tests = None
             if refs[a.system.name] == refs[b.system.name]:
                 outputs = {a.system.name: a.system.hypotheses, b.system.name: b.system.hypotheses}
-                tests = paired_tests(outputs, refs[a.system.name], metrics, seed, resamples,
-                                     trials)[b.system.name]  # fmt: skip
+                tests = metric_scores(outputs, refs[a.system.name], metrics, resampling)
+                tests = tests[b.system.name]
             found.append(SeedPair(b.system.name, b.seed, a.system.name, a.seed, how, tests))
         pairs[name] = found
         verdicts[name] = {
             metric: group_verdict(
-                metric, [scores[run.system.name][metric].score for run in baseline],
-                [scores[run.system.name][metric].score for run in runs[name]],
-                _pair_p_values(found, scores, metric), seed, resamples, len(names) - 1,
+                metric,
+                baseline_scores=[scores[run.system.name][metric].score for run in baseline],
+                scores=[scores[run.system.name][metric].score for run in runs[name]],
+                pair_tests=_pair_p_values(found, scores, metric),
+                seed=resampling.seed,
+                iterations=resampling.resamples,
+                comparisons=len(names) - 1,
             )
             for metric in metrics
-        }  # fmt: skip
+        }
     return pairs, verdicts
 
 
@@ -675,19 +713,24 @@ def group_verdict(
     iterations: int = DEFAULT_RESAMPLES,
     comparisons: int = 1,
 ) -> Verdict:
-    """A group against the baseline on `metric` (module docstring): k̂ of the tested pairs
+    """A group against the baseline on `metric`: k̂ (`significant_pairs`) of the tested pairs
     ((difference, p) each) in the direction of the mean difference, and ASO's call over the
     seeds' scores (negated where lower is better)."""
     rising = statistics.fmean(scores) >= statistics.fmean(baseline_scores)
-    p_values = [p if (difference > 0) == rising and difference != 0 else 1.0
-                for difference, p in pair_tests]  # fmt: skip
+    p_values = [
+        p if (difference > 0) == rising and difference != 0 else 1.0 for difference, p in pair_tests
+    ]
     significant = significant_pairs(p_values)
     if min(len(scores), len(baseline_scores)) < 2:
         return Verdict(None, None, significant, len(p_values), TOO_FEW_SEEDS)
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
-    eps_better, eps_worse = aso_epsilons([sign * x for x in scores],
-                                         [sign * x for x in baseline_scores], seed, iterations,
-                                         comparisons)  # fmt: skip
+    eps_better, eps_worse = aso_epsilons(
+        scores_b=[sign * x for x in scores],
+        scores_a=[sign * x for x in baseline_scores],
+        seed=seed,
+        iterations=iterations,
+        comparisons=comparisons,
+    )
     call = aso_verdict(eps_better, eps_worse)
     return Verdict(eps_better, eps_worse, significant, len(p_values), call)
 
@@ -698,8 +741,7 @@ def _buckets(
     sources: Sequence[str] | None,
     metric: str,
     edges: Sequence[int] | None,
-    seed: int,
-    resamples: int,
+    resampling: Resampling,
 ) -> tuple[list[Bucket], str, str, dict[str, tuple[list[BucketScore], list[int]]]]:
     """The buckets (of the first run's test set), by source length when every test set's
     sources are known, else by reference length; each run's bucket scores and counts on the
@@ -717,8 +759,9 @@ def _buckets(
     per_run = {}
     for key, members in sets.items():
         outputs = {run.system.name: run.system.hypotheses for run in members}
-        buckets, table = length_buckets(texts[key], outputs, list(key), metric, edges, seed,
-                                        resamples, unit)  # fmt: skip
+        buckets, table = length_buckets(
+            texts[key], outputs, list(key), metric, edges, resampling, unit
+        )
         shown = shown or buckets
         for name in outputs:
             per_run[name] = (table[name], [bucket.count for bucket in buckets])
@@ -743,33 +786,6 @@ def _test_sources(
     return None
 
 
-def compare_seeds(
-    paths: Sequence[str | Path],
-    baseline: str | None = None,
-    references: Sequence[str] | None = None,
-    sources: Sequence[str] | None = None,
-    task: str | None = None,
-    split: str = "test",
-    device: str = "auto",
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
-    edges: Sequence[int] | None = None,
-    option: str = "baseline",
-) -> SeedComparison:
-    """`attnseq compare` of sweep folders and runs: the groups of `paths` (`plan_groups`)
-    against `baseline` (a group's name or a path; default the first group), each run decoded
-    on `split` or its eval result reused, then `compare_groups`. Every mistake that can be
-    known is refused before any decoding; `option`: what messages call `baseline`."""
-    check_test_sizes(seed, resamples, trials)
-    groups = plan_groups([Path(path) for path in paths])
-    chosen = choose_baseline(groups, baseline, option)
-    check_group_count(groups)
-    load_groups(groups, split, device)
-    return compare_groups(groups, chosen, references, sources, task, seed, resamples, trials,
-                          edges)  # fmt: skip
-
-
 # ------------------------------------------------------------------ what `attnseq compare` compares
 def compare_paths(
     paths: Sequence[str | Path],
@@ -788,26 +804,32 @@ def compare_paths(
     attention: bool = True,
     names: Mapping[str, str] | None = None,
 ) -> "Comparison | SeedComparison":
-    """`attnseq compare` and `attnseq.compare` of `paths`: their seed groups (`compare_seeds`)
-    when one of them is a sweep folder, else each path one system (comparison.load_system,
-    decoded on `split` or its eval result reused) against `baseline` (a path, put first when
-    it is not among them; default the first), by comparison.compare_systems. Gold links and
-    training references score single systems only. Every mistake that can be known is refused
-    before any decoding; `names`: what messages call the arguments (comparison.ARGUMENT_NAMES,
-    whose keys a command maps to its options)."""
+    """`attnseq compare` and `attnseq.compare` of `paths`, each run decoded on `split` or its
+    eval result reused: when one of them is a sweep folder, their seed groups (`plan_groups`)
+    against `baseline` (a group's name or a path; default the first group) by
+    `compare_groups`; else each path one system (comparison.load_system) against `baseline` (a
+    path, put first when it is not among them; default the first) by
+    comparison.compare_systems. Gold links and training references score single systems only.
+    Every mistake that can be known is refused before any decoding; `names`: what messages
+    call the arguments (comparison.ARGUMENT_NAMES, whose keys a command maps to its
+    options)."""
     called = ARGUMENT_NAMES | dict(names or {})
-    check_test_sizes(seed, resamples, trials)
+    resampling = Resampling(seed, resamples, trials)
     given = [Path(path) for path in paths]
     if sweep_requested(given):
         if gold is not None or train_references is not None:
-            raise UserError(f"{called['gold']} and {called['train_references']} score single "
-                            "systems, not the seed groups of a sweep folder")  # fmt: skip
-        return compare_seeds(given, None if baseline is None else str(baseline), references,
-                             sources, task, split, device, seed, resamples, trials, edges,
-                             option=called["baseline"])  # fmt: skip
+            raise UserError(
+                f"{called['gold']} and {called['train_references']} score single systems, not "
+                "the seed groups of a sweep folder"
+            )
+        groups = plan_groups(given)
+        chosen = ready_groups(groups, baseline, called["baseline"], split, device)
+        return compare_groups(groups, chosen, references, sources, task, resampling, edges)
     if len(given) < 2 and not (baseline is not None and given):
-        raise UserError(f"comparing needs at least two systems (and {called['baseline']} "
-                        f"names one), got {len(given)}")  # fmt: skip
+        raise UserError(
+            f"comparing needs at least two systems (and {called['baseline']} names one), got "
+            f"{len(given)}"
+        )
     if gold is not None:
         read_lines(gold, called["gold"])  # exists, is UTF-8: before any decoding
     check_extras(train_references, gold, attention, called)
@@ -815,8 +837,16 @@ def compare_paths(
         given.insert(0, Path(baseline))
     loaded = [load_system(path, split, device) for path in given]
     return compare_systems(
-        loaded, None if baseline is None else str(Path(baseline)), references, sources, task,
-        seed=seed, resamples=resamples, trials=trials, edges=edges,
-        train_references=train_references, gold=gold, attention=attention, device=device,
+        loaded,
+        baseline=None if baseline is None else str(Path(baseline)),
+        references=references,
+        sources=sources,
+        task=task,
+        resampling=resampling,
+        edges=edges,
+        train_references=train_references,
+        gold=gold,
+        attention=attention,
+        device=device,
         names=called,
-    )  # fmt: skip
+    )

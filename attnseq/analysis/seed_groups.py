@@ -1,25 +1,5 @@
-"""The seed groups of a comparison: which runs are the repeats of one configuration, and what
-each group is called (`attnseq compare SWEEP_FOLDER`, `attnseq sweep-report --significance`;
-their statistics are attnseq/analysis/seed_comparison.py's).
-
-A sweep folder (Hydra's `multirun/DATE/TIME/`, or whatever `hydra.sweep.dir` named)
-holds run directories, each with checkpoints/best.pt, at any depth (`sweep_runs`). Its runs
-are grouped by configuration: the resolved config stored in each checkpoint, with the keys of
-`IGNORED_KEYS` left out (the seed, and where and how a run reads, logs and saves, which do not
-change what is trained), so the repeats of one configuration pool their seeds. The runs of
-several sweep folders are pooled before they are grouped. A group is named by what differs
-between the groups (`group_names`): the command-line overrides (.hydra/overrides.yaml) that
-differ, when every run has that file and they tell the groups apart, else the configuration
-keys that differ. A run directory, checkpoint, eval result folder or hypothesis file given on
-its own is a group of one run, named by its path as given.
-
-Reading a sweep folder: its YAML files (`read_yaml`), Hydra's override strings
-(`parse_override`), the natural order of job names (`natural_order`) and the keys that differ
-between runs (`differing_keys`), shared with `attnseq sweep-report`.
-
-A group's runs are loaded as systems of attnseq/analysis/comparison.py (`load_groups`: eval
-results reused, else the split decoded once).
-"""
+"""The seed groups of a comparison: which runs of sweep folders repeat one configuration and
+what each group is called; and the reading of a sweep folder that sweep-report shares."""
 
 import json
 import re
@@ -38,12 +18,26 @@ if TYPE_CHECKING:
 # Configuration keys that do not change what a run trains: the seed (what the repeats vary),
 # where the data and the run's files are, how it logs, saves and uses the machine.
 IGNORED_KEYS = (
-    "seed", "resume", "config_file", "hydra", "logger", "tracker", "data.root",
-    "data.prepare_workers", "trainer.device", "trainer.threads", "trainer.num_workers",
-    "trainer.pin_memory", "trainer.progress", "trainer.overwrite", "trainer.log_every",
-    "trainer.num_heatmaps", "trainer.save_every_steps", "trainer.save_every_minutes",
+    "seed",
+    "resume",
+    "config_file",
+    "hydra",
+    "logger",
+    "tracker",
+    "data.root",
+    "data.prepare_workers",
+    "trainer.device",
+    "trainer.threads",
+    "trainer.num_workers",
+    "trainer.pin_memory",
+    "trainer.progress",
+    "trainer.overwrite",
+    "trainer.log_every",
+    "trainer.num_heatmaps",
+    "trainer.save_every_steps",
+    "trainer.save_every_minutes",
     "trainer.keep_last",
-)  # fmt: skip
+)
 
 
 # ----------------------------------------------------- reading a sweep folder (sweep-report too)
@@ -239,9 +233,10 @@ def single_member(path: Path) -> Member:
 
 
 def plan_groups(paths: Sequence[Path]) -> list[Group]:
-    """The groups of `paths` (module docstring), in the order given: the groups of the sweep
-    folders where the first of them stands, each other path a group of its own. Nothing is
-    decoded yet; UserError for a run given twice or two groups of one name."""
+    """The groups of `paths`, in the order given: the runs of the sweep folders, pooled and
+    grouped by configuration (`group_runs`), where the first folder stands; each other path a
+    group of one run, named by the path as given. Nothing is decoded yet; UserError for a run
+    given twice or two groups of one name."""
     entries: list[Group | None] = []
     folders: list[Path] = []
     runs: list[Path] = []
@@ -297,6 +292,18 @@ def load_groups(groups: Sequence[Group], split: str = "test", device: str = "aut
             SeedRun(member.seed, load_system(member.path, split, device))
             for member in group.members
         ]
+
+
+def ready_groups(
+    groups: list[Group], baseline: str | Path | None, option: str, split: str, device: str
+) -> str:
+    """The baseline group's name (`choose_baseline`; `option`: what its message calls
+    `baseline`) once the groups are counted (`check_group_count`) and their runs loaded on
+    `split` (`load_groups`): every mistake that can be known is refused before any decoding."""
+    chosen = choose_baseline(groups, None if baseline is None else str(baseline), option)
+    check_group_count(groups)
+    load_groups(groups, split, device)
+    return chosen
 
 
 def check_group_count(groups: Sequence[Group]) -> None:

@@ -87,12 +87,7 @@ def sweep_report(
     attnseq sweep-report SWEEP --format latex > table.tex
     attnseq sweep-report SWEEP --significance --baseline model=rnn_luong
     """
-    from attnseq.io.user_paths import (
-        check_output_file,
-        image_suffixes,
-        refuse_output_over_inputs,
-    )
-    from attnseq.training.sweep_report import (
+    from attnseq.analysis.sweep_report import (
         FORMATS,
         add_significance,
         load_report,
@@ -103,6 +98,11 @@ def sweep_report(
         sweep_files,
         write_csv,
         write_plot,
+    )
+    from attnseq.io.user_paths import (
+        check_output_file,
+        image_suffixes,
+        refuse_output_over_inputs,
     )
 
     csv_path = csv_file or multirun_dir / "report.csv"

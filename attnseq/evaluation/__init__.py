@@ -1,2 +1,2 @@
-"""Scoring trained models: the evaluator (validation and test decoding), the metrics, and the
-result folders of `attnseq eval`."""
+"""Scoring trained models: the metrics, the evaluator, `attnseq eval` and its result folders,
+paired significance tests, length buckets and word accuracy."""

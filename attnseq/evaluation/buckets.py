@@ -1,27 +1,6 @@
-"""Where two systems differ: a metric per source-length bucket, with its bootstrap interval, and
-each system's output/reference length ratio, whole and per sentence (compare-mt: Neubig et al.
-2019, "compare-mt: A Tool for Holistic Comparison of Language Generation Systems", NAACL demo).
-
-Lengths are whitespace words, or characters when every text has the same number of words (a
-generated task's one-word dates would otherwise fall in one bucket): `length_unit`. A bucket
-[lo, hi) holds the sentences whose source has lo <= length < hi; the first bucket also holds
-anything shorter, the last is open above. Default edges: the source lengths' quartiles
-(distinct values), so every bucket holds about a quarter of the test set whatever its lengths.
-In each bucket the metric is recomputed on the bucket's sentences (BLEU, chrF and TER from
-sacreBLEU's sufficient statistics; ROUGE and exact match as means of sentence scores) and its
-95% interval comes from R bootstrap resamples of the bucket (seeded; sacreBLEU's percentile
-rule, attnseq/evaluation/significance.py).
-
-The length ratio is sum |output words| / sum |reference words| over the test set, as BLEU's
-brevity penalty sees it (1 = as long as the references; below 1, too short). Per sentence, the
-ratio |output words| / |reference words| (0 for an empty reference, as compare-mt's
-`LengthScorer.score_sentence`) falls in one of the buckets < 0.8, [0.8, 0.9), [0.9, 1.0),
-[1.0, 1.1), [1.1, 1.2), >= 1.2 (`RATIO_EDGES`; compare-mt's sentence buckets by the length
-score, `--compare_sentence_buckets bucket_type=score,score_measure=length,statistic_type=count`
-with these cutoffs): how many outputs are much too short or too long, which the corpus ratio
-averages away. Ratios are exact fractions, so a ratio on an edge (9 words against 10) falls
-in the bucket the edge opens.
-"""
+"""Where two systems differ (compare-mt: Neubig et al. 2019, NAACL demo): a metric per
+source-length bucket with its bootstrap interval, and output/reference length ratios, whole and
+per sentence."""
 
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -33,8 +12,8 @@ import numpy as np
 from attnseq.errors import UserError
 from attnseq.evaluation.significance import (
     CORPUS_METRICS,
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
+    DEFAULT_RESAMPLING,
+    Resampling,
     estimate_ci,
     sacrebleu_metric,
     sentence_scores,
@@ -140,16 +119,19 @@ def length_buckets(
     references: Sequence[str],
     metric: str,
     edges: Sequence[int] | None = None,
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
+    resampling: Resampling = DEFAULT_RESAMPLING,
     unit: str = "words",
 ) -> tuple[list[Bucket], dict[str, list[BucketScore]]]:
     """The buckets (lengths in `unit`) and, per system, `metric` in each bucket with its
-    interval (module docstring); an empty bucket scores 0 with an empty interval at 0."""
+    interval from `resampling.resamples` seeded draws of the bucket's sentences (sacreBLEU's
+    percentile rule, `estimate_ci`); BLEU, chrF and TER from sacreBLEU's statistics of those
+    sentences, ROUGE and exact match as means of their sentence scores. An empty bucket scores 0
+    with an empty interval at 0."""
     buckets = make_buckets(sources, edges, unit)
     members = [bucket_members(sources, bucket, unit) for bucket in buckets]
-    rng = np.random.default_rng(seed)
-    draws = [rng.integers(len(m), size=(resamples, len(m))) if len(m) else None for m in members]
+    rng = np.random.default_rng(resampling.seed)
+    size = resampling.resamples
+    draws = [rng.integers(len(m), size=(size, len(m))) if len(m) else None for m in members]
     table: dict[str, list[BucketScore]] = {}
     for name, hypotheses in systems.items():
         stats, score_of = _statistics(metric, hypotheses, references)
@@ -168,12 +150,14 @@ def length_buckets(
 
 
 def length_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """sum of output words / sum of reference words (module docstring); 0 for no words."""
+    """sum |output words| / sum |reference words|, as BLEU's brevity penalty sees it (1: as
+    long as the references); 0 for no words."""
     total = sum(words(text) for text in references)
     return sum(words(text) for text in hypotheses) / total if total else 0.0
 
 
-# lower edges of the sentence length-ratio buckets after the first (module docstring)
+# lower edges of the sentence length-ratio buckets after the first, as compare-mt's sentence
+# buckets by length score (its --compare_sentence_buckets with these cutoffs)
 RATIO_EDGES: tuple[Fraction, ...] = tuple(Fraction(tenths, 10) for tenths in (8, 9, 10, 11, 12))
 
 

@@ -1,43 +1,6 @@
-"""What `attnseq eval` runs: the metrics of a checkpoint on one split, from the checkpoint alone
-(plus its data), into a result folder of its own.
-
-The split is a split name of the checkpoint's dataset (test, valid) or a path: a parallel file
-prefix (PATH.SRC_LANG + PATH.TGT_LANG), a .jsonl or a .tsv file. The data locations the
-checkpoint's config names (data.root, data.splits, source=hub) must stay under this machine's
-data root unless the user's overrides set them (attnseq/data/locations.py).
-
-An ensemble (more checkpoints, attnseq/models/ensemble.py) is evaluated with the first
-checkpoint's config and data; its result folder is the first checkpoint's, named
-"+ensembleN", and metrics.json lists the members under "ensemble".
-
-Result folders: where `attnseq eval` keeps a result, and what the result records.
-
-Every evaluation gets a folder of its own, named after what was evaluated and how, so one
-evaluation never replaces another's result, and the run's own metrics.json (written by
-training) is never touched:
-
-    OUT/CHECKPOINT/SPLIT.DECODING/
-        metrics.json    the metrics, flat as in the run's metrics.json ("test/bleu": 31.2),
-                        and what they are of: checkpoint (absolute path), checkpoint_step,
-                        split, examples, decoding (every setting), overrides, bleu_signature,
-                        averaged_from (an average), evaluated_at (UTC)
-        hyps.txt        one output per example, in the split's order
-        refs.txt        the references
-        attention.npz   with --save-attention (attnseq/alignment/saved_attention.py)
-
-OUT is RUN/eval by default for a checkpoint in RUN/checkpoints/, else an eval/ folder beside
-the checkpoint (`default_root`). CHECKPOINT is the
-file name without ".pt", with the training step when the checkpoint has one (best-step1400;
-an average has none: averaged). DECODING names every decoding setting, whatever the
-checkpoint's defaults are, so names compare across checkpoints: "greedy", "beam5-lp0.6" or
-"sample-t0.7-k0-p0.9-n1-seed0" (temperature, top-k, top-p, samples, seed), then "min8",
-"norepeat3", "cov0.2" (not for sampling) for the summarization constraints that are on and
-"maxlen2x+5" for an output length limit other than the default. Config overrides that are not
-decoding settings and may change the result (data.test_size=50) are appended after a "+", and
-so is the gold alignment file of an alignment evaluation (+align-test.sure.pharaoh).
-The same checkpoint, split and settings evaluated again give the same result, in the same
-folder.
-"""
+"""`attnseq eval`: a checkpoint's metrics on one split, from the checkpoint alone (plus its
+data), into a result folder of its own named after what was evaluated and how,
+OUT/CHECKPOINT/SPLIT.DECODING/ (`result_folder`), so that no evaluation replaces another's."""
 
 import datetime
 import hashlib
@@ -83,7 +46,7 @@ from attnseq.models.seq2seq import Seq2Seq
 DECODING_PREFIX = "decoding."
 NEUTRAL_KEYS = {"trainer.device", "trainer.threads", "trainer.progress", "data.eval_max_tokens"}
 LONGEST_OVERRIDES_NAME = 60  # longer override lists are named by a hash (all are recorded)
-# the files a result folder may hold (module docstring)
+# the files a result folder may hold: attention.npz with saved attention
 RESULT_FILES = ("metrics.json", "hyps.txt", "refs.txt", "attention.npz")
 
 
@@ -111,7 +74,8 @@ def default_root(checkpoint: Path) -> Path:
 
 def decoding_name(settings: DecodingConfig) -> str:
     """'greedy', 'beam5-lp0.6', 'beam4-lp1-min8-norepeat3-cov0.2',
-    'sample-t0.7-k0-p0.9-n1-seed0', ... (module docstring)."""
+    'sample-t0.7-k0-p0.9-n1-seed0', ...: every setting whatever the checkpoint's defaults, so
+    that names compare across checkpoints."""
     searches = not is_greedy(settings) and not settings.sample
     if settings.sample:  # every sampling setting
         parts = [
@@ -154,8 +118,10 @@ def result_folder(
     overrides: Sequence[str] = (),
     extra: Sequence[str] = (),
 ) -> Path:
-    """OUT/CHECKPOINT/SPLIT.DECODING[+OVERRIDES][+EXTRA...] (module docstring); `extra` names
-    what else the result depends on (e.g. align-GOLD_FILE)."""
+    """OUT/CHECKPOINT/SPLIT.DECODING[+OVERRIDES][+EXTRA...]: CHECKPOINT the file name with its
+    step (best-step1400), DECODING `decoding_name`, OVERRIDES those that may change the result
+    (`result_overrides`); `extra` names what else the result depends on (e.g.
+    align-GOLD_FILE)."""
     model = checkpoint.stem if step is None else f"{checkpoint.stem}-step{step}"
     name = f"{split}.{decoding_name(settings)}"
     changed = result_overrides(overrides)
@@ -329,9 +295,11 @@ def _check_data(
     location outside the user's data root, data from the Hub (then: a local file instead, as
     `split_name` takes one), or a generated task too large to make."""
     check_checkpoint_data(
-        cfg.data, overridden_keys(overrides), reads_dataset=dataset_split,
+        cfg.data,
+        overridden_keys(overrides),
+        reads_dataset=dataset_split,
         local_file=f"{split_name} PATH",
-    )  # fmt: skip
+    )
     if dataset_split:
         check_generated_data(cfg)
 
@@ -403,9 +371,11 @@ def _check_decoding_memory(
     tokens = min(cfg.data.eval_max_tokens, max(1, examples) * source_length(cfg))
     bounded = replace(cfg, data=replace(cfg.data, eval_max_tokens=tokens))
     check_inference_memory(
-        decoding_bytes(bounded, vocab), device,
-        f"decoding {name} with decoding.beam={cfg.decoding.beam}", "the beam or the batch budget",
-    )  # fmt: skip
+        decoding_bytes(bounded, vocab),
+        device,
+        f"decoding {name} with decoding.beam={cfg.decoding.beam}",
+        "the beam or the batch budget",
+    )
 
 
 def _prepare_split(

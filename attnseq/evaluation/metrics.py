@@ -1,23 +1,6 @@
-"""Corpus metrics: BLEU and chrF through sacrebleu, ROUGE through rouge-score, exact match,
-and perplexity; `task_metrics` picks the set a task reports.
-
-Hypotheses and references are detokenized text. sacrebleu's signature is returned with the
-score so every reported BLEU says how it was computed (Post 2018, "A Call for Clarity in
-Reporting BLEU Scores"). ROUGE (Lin 2004, "ROUGE: A Package for Automatic Evaluation of
-Summaries") is the F1 of ROUGE-1 (unigram overlap), ROUGE-2 (bigram overlap) and ROUGE-L
-(longest common subsequence, per text; not the sentence-split "Lsum" variant), computed per
-example by Google's rouge-score package with the Porter stemmer and averaged, x100.
-rouge-score's tokenizer lowercases and keeps only [a-z0-9] tokens: it is meant for English.
-
-Repetition (`repeated_trigrams`, reported for summarization): the share of the outputs' word
-trigrams that repeat a trigram earlier in the same output, x100, pooled over all outputs:
-
-    100 * sum_y (#trigrams(y) - #distinct trigrams(y)) / sum_y #trigrams(y)
-
-with words as ROUGE sees them (rouge-score's tokenizer, so "It." and "it" are one word); the
-measure of See et al. 2017 (section 7.2, figure 4: duplicate n-grams in summaries). Outputs of
-fewer than three words add no trigrams; with no trigram at all the share is 0.
-"""
+"""Corpus metrics: BLEU and chrF through sacreBLEU, with its signature (Post 2018), ROUGE-1/2/L
+F1 x100 through rouge-score (Lin 2004; Porter stemmer, English tokens), exact match,
+repetition and perplexity; `task_metrics` picks the set a task reports."""
 
 import functools
 import math
@@ -103,8 +86,12 @@ def rouge(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, flo
 
 
 def repeated_trigrams(hypotheses: Sequence[str]) -> float:
-    """Share (x100) of the outputs' word trigrams that repeat an earlier one of the same output
-    (module docstring)."""
+    """Share (x100) of the outputs' word trigrams that repeat an earlier one of the same output,
+    pooled over the outputs (See et al. 2017, section 7.2, figure 4):
+
+        100 * sum_y (#trigrams(y) - #distinct trigrams(y)) / sum_y #trigrams(y)
+
+    with words as ROUGE sees them (rouge-score's tokenizer); 0 without any trigram."""
     from rouge_score import tokenize  # on first use, as in _rouge_scorer
 
     total = repeated = 0

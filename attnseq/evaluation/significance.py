@@ -1,34 +1,6 @@
-"""Is system B better than system A on the same test set? Paired significance tests and 95%
-confidence intervals of every metric a task reports.
-
-Two paired tests compare each system with the baseline, sentence by sentence on the same inputs:
-
-- paired bootstrap resampling (Koehn 2004, "Statistical Significance Tests for Machine
-  Translation Evaluation", EMNLP): draw R test sets of n sentences with replacement (the same
-  indices for every system), score each system on each; the system's 95% interval is
-  mean ± half the width between the 2.5th and 97.5th percentiles of its R scores
-  (sacreBLEU's `estimate_ci`); the p-value of the difference d = |m(B) - m(A)| is
-
-      p = (1 + #{r : |d_r| - mean_r' |d_r'| >= d}) / (R + 1)
-
-  (the resampled differences shifted to mean zero: the null hypothesis of no difference);
-- approximate randomization (Riezler & Maxwell 2005, "On Some Pitfalls in Automatic Evaluation
-  and Significance Testing for MT"): in each of T trials swap each sentence's two outputs
-  between the systems with probability 1/2 and score the two shuffled systems;
-
-      p = (1 + #{t : |m(A_t) - m(B_t)| >= d}) / (T + 1).
-
-BLEU, chrF and TER are corpus metrics recomputed on every resample from sacreBLEU's sufficient
-statistics, by sacreBLEU's own implementation (`sacrebleu.significance.PairedTest`, Post 2018;
-seeded through its SACREBLEU_SEED, which treats 0 as "unseeded": seeds here are >= 1).
-sacreBLEU counts strictly greater differences (">"), which calls a difference of exactly zero
-significant when no resample differs either (two systems that both score TER 100 everywhere
-would get p = 1/(R+1)); a system whose score equals the baseline's gets p = 1 here, as the
-">=" count gives: there is no difference to test.
-ROUGE-1/2/L (rouge-score F1 x100, as attnseq/evaluation/metrics.py) and exact match (a share)
-are means of sentence scores; the same two procedures run here on those scores with a seeded
-numpy Generator and the ">=" counts above. Defaults follow sacreBLEU: R = 1000, T = 10000.
-"""
+"""Is B better than A on one test set? Paired bootstrap (Koehn 2004) and approximate
+randomization (Riezler & Maxwell 2005) against a baseline, with 95% intervals: corpus metrics by
+sacreBLEU's own tests, means of sentence scores here (`sentence_tests`)."""
 
 import contextlib
 import os
@@ -50,6 +22,7 @@ LOWER_IS_BETTER = {"ter"}
 DEFAULT_SEED = 12345  # sacreBLEU's
 DEFAULT_RESAMPLES = 1000
 DEFAULT_TRIALS = 10000
+ALPHA = 0.05  # the level a p-value is called significant at: the tables' stars, k̂'s tests
 CHUNK = 1000  # resamples/trials drawn at once: memory CHUNK x n
 
 
@@ -91,58 +64,47 @@ def sentence_scores(name: str, hypotheses: Sequence[str], references: Sequence[s
     return np.array([100.0 * scorer.score(r, h)[key].fmeasure for h, r in pairs])
 
 
-def check_test_sizes(seed: int, resamples: int, trials: int) -> None:
-    """UserError for a seed below 1 (sacreBLEU's 0 is unseeded) or fewer than 1 draw."""
-    for name, value, least in (
-        ("seed", seed, 1),
-        ("resamples", resamples, 1),
-        ("trials", trials, 1),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < least:
-            raise UserError(f"{name} must be >= {least}, got {value}")
+@dataclass(frozen=True)
+class Resampling:
+    """How the tests draw: the seed of every draw (>= 1: sacreBLEU reads 0 as unseeded), the
+    bootstrap's resamples R and approximate randomization's trials T, each checked once, here.
+    """
+
+    seed: int = DEFAULT_SEED
+    resamples: int = DEFAULT_RESAMPLES
+    trials: int = DEFAULT_TRIALS
+
+    def __post_init__(self) -> None:
+        for name in ("seed", "resamples", "trials"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < 1:
+                raise UserError(f"{name} must be >= 1, got {value}")
 
 
-def paired_tests(
-    systems: Mapping[str, Sequence[str]],
-    references: Sequence[str],
-    metrics: Sequence[str],
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
-) -> dict[str, dict[str, MetricScore]]:
-    """system -> metric -> MetricScore; the first system of `systems` is the baseline (no
-    p-values). Every system has one output per reference, in the references' order."""
-    check_test_sizes(seed, resamples, trials)
-    names = list(systems)
-    if len(names) < 2:
-        raise UserError(f"comparing needs at least two systems, got {len(names)}")
-    for name in names:
-        if len(systems[name]) != len(references):
-            raise UserError(
-                f"{name}: {len(systems[name])} outputs but {len(references)} references"
-            )
-    return metric_scores(systems, references, metrics, seed, resamples, trials)
+DEFAULT_RESAMPLING = Resampling()  # sacreBLEU's seed, R and T
 
 
 def metric_scores(
     systems: Mapping[str, Sequence[str]],
     references: Sequence[str],
     metrics: Sequence[str],
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    resampling: Resampling = DEFAULT_RESAMPLING,
 ) -> dict[str, dict[str, MetricScore]]:
     """system -> metric -> MetricScore, in `metrics`' order: each system's score with its 95%
-    bootstrap interval, and every system after the first its p-values against the first. A
-    single system gets its intervals alone. `paired_tests` checks the arguments first."""
+    bootstrap interval, and every system after the first its p-values against the first (a
+    single system gets its intervals alone). Every system has one output per reference, in
+    the references' order."""
+    for name, outputs in systems.items():
+        if len(outputs) != len(references):
+            raise UserError(f"{name}: {len(outputs)} outputs but {len(references)} references")
     names = list(systems)
     results: dict[str, dict[str, MetricScore]] = {name: {} for name in names}
     corpus = [metric for metric in metrics if metric in CORPUS_METRICS]
     if corpus:
         factories = {metric: sacrebleu_metric(metric) for metric in corpus}
-        table = sacrebleu_paired(systems, references, factories, seed, resamples, trials)
+        table = sacrebleu_paired(systems, references, factories, resampling)
         for name in names:
             results[name].update(table[name])
     for metric in metrics:
@@ -152,7 +114,7 @@ def metric_scores(
             valid = ", ".join(CORPUS_METRICS + SENTENCE_METRICS)
             raise UserError(f"unknown metric {metric!r}; valid: {valid}")
         scores = {name: sentence_scores(metric, systems[name], references) for name in names}
-        for name, result in sentence_tests(scores, seed, resamples, trials).items():
+        for name, result in sentence_tests(scores, resampling).items():
             results[name][metric] = result
     return {name: {metric: results[name][metric] for metric in metrics} for name in names}
 
@@ -175,20 +137,20 @@ def sacrebleu_paired(
     systems: Mapping[str, Sequence[str]],
     references: Sequence[str] | None,
     metrics: Mapping[str, Any],
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    resampling: Resampling = DEFAULT_RESAMPLING,
 ) -> dict[str, dict[str, MetricScore]]:
     """sacreBLEU's paired bootstrap (score, interval, p) and approximate randomization (p) of
     sacreBLEU metric objects (our name -> object); `references` None: the metrics' cached
-    references. The first system is the baseline."""
+    references. The first system is the baseline. A system that scores as the baseline does
+    gets p = 1: sacreBLEU counts strictly greater differences, which calls a difference of zero
+    significant when no resample differs either."""
     from sacrebleu.significance import PairedTest
 
     named = [(name, list(hypotheses)) for name, hypotheses in systems.items()]
     refs = None if references is None else [list(references)]
-    with _sacrebleu_seed(seed), _statistics_once(metrics.values()):
-        _, boot = PairedTest(named, metrics, refs, test_type="bs", n_samples=resamples)()
-        _, rand = PairedTest(named, metrics, refs, test_type="ar", n_samples=trials)()
+    with _sacrebleu_seed(resampling.seed), _statistics_once(metrics.values()):
+        _, boot = PairedTest(named, metrics, refs, test_type="bs", n_samples=resampling.resamples)()
+        _, rand = PairedTest(named, metrics, refs, test_type="ar", n_samples=resampling.trials)()
     keys = [key for key in boot if key != "System"]  # sacreBLEU's names, in metrics' order
     results: dict[str, dict[str, MetricScore]] = {name: {} for name, _ in named}
     for ours, key in zip(metrics, keys, strict=True):
@@ -237,15 +199,20 @@ def _optional(value: float | None) -> float | None:
 
 
 def sentence_tests(
-    scores: Mapping[str, np.ndarray],
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    trials: int = DEFAULT_TRIALS,
+    scores: Mapping[str, np.ndarray], resampling: Resampling = DEFAULT_RESAMPLING
 ) -> dict[str, MetricScore]:
-    """The paired bootstrap and approximate randomization (module docstring) of a metric that
-    is the mean of sentence scores: system -> scores of shape (n,), the first the baseline."""
+    """The paired bootstrap (Koehn 2004) and approximate randomization of a metric that is the
+    mean of sentence scores: system -> scores of shape (n,), the first the baseline. R test sets
+    of n sentences drawn with replacement, the same indices for every system; the interval is
+    `estimate_ci` of the R means, and with d = |m(B) - m(A)|
+
+        p_bootstrap = (1 + #{r : |d_r| - mean_r' |d_r'| >= d}) / (R + 1)
+
+    (the resampled differences shifted to mean zero: no difference); `randomization_p` for the
+    other. Counting ">=" gives p = 1 to a system scoring as the baseline does."""
     names = list(scores)
-    rng = np.random.default_rng(seed)
+    resamples = resampling.resamples
+    rng = np.random.default_rng(resampling.seed)
     n = len(scores[names[0]])
     indices = rng.integers(n, size=(resamples, n)) if n else np.zeros((resamples, 0), int)
     means = {name: _means(values, indices) for name, values in scores.items()}
@@ -261,7 +228,7 @@ def sentence_tests(
         shifted = np.abs(means[name] - means[names[0]])
         shifted -= shifted.mean()
         p_boot = (1 + int(np.sum(shifted >= observed - 1e-12))) / (resamples + 1)
-        p_rand = randomization_p(baseline, scores[name], trials, rng)
+        p_rand = randomization_p(baseline, scores[name], resampling.trials, rng)
         results[name] = MetricScore(score, mean, ci, p_boot, p_rand)
     return results
 
@@ -284,7 +251,12 @@ def estimate_ci(samples: np.ndarray) -> tuple[float, float]:
 def randomization_p(
     baseline: np.ndarray, system: np.ndarray, trials: int, rng: np.random.Generator
 ) -> float:
-    """Approximate randomization p-value of mean sentence scores (module docstring). A swap of
+    """Approximate randomization (Riezler & Maxwell 2005): in each of T trials each sentence's
+    two outputs swap systems with probability 1/2, and
+
+        p = (1 + #{t : |m(A_t) - m(B_t)| >= |m(A) - m(B)|}) / (T + 1).
+
+    A swap of
     sentence i changes the difference of means by the sign of d_i = system_i - baseline_i, so
     each trial's |m(A_t) - m(B_t)| = |sum_i s_i d_i| / n with s_i = +-1."""
     differences = system - baseline

@@ -1,29 +1,6 @@
-"""Which words a system gets right, by how often it saw them in training: word precision,
-recall and F-measure per bucket of the reference words' training frequency (compare-mt's word
-accuracy analysis: Neubig et al. 2019, "compare-mt: A Tool for Holistic Comparison of Language
-Generation Systems", NAACL demo, section 3; neulab/compare-mt, compare_mt/bucketers.py,
-`WordBucketer.calc_statistics` and `FreqWordBucketer`).
-
-Frequency. A word's frequency is the number of times it occurs, as a whitespace-separated and
-case-sensitive token, in the training targets (`word_frequencies`): compare-mt's
-`freq_corpus_file` with the training set, the reading its README recommends ("robustness to
-words they haven't seen much, or at all, in the training data"). Buckets have compare-mt's
-default cutoffs 1, 2, 3, 4, 5, 10, 100, 1000 (`FREQUENCY_EDGES`): frequencies 0 (unseen), 1,
-2, 3, 4, 5-9, 10-99, 100-999 and 1000+.
-
-Matches. In each sentence an output word matches a reference word when they are the same
-word, each reference occurrence matching at most one output occurrence (compare-mt's
-`_calc_trg_matches`: the k-th occurrence of a word in the output matches its k-th occurrence in
-the reference, if there is one). So the matches of word w in a sentence are the clipped count
-min(c_out(w), c_ref(w)). A reference word counts in the bucket of its frequency; an output word
-in the bucket of its own frequency (a matched one has the frequency of the reference word it
-matches: the same word). Summed over the test set, per bucket b:
-
-    m_b = matched output words,  o_b = output words,  r_b = reference words
-    precision_b = m_b / o_b,   recall_b = m_b / r_b,   F_b = 2 P R / (P + R)
-
-and all three are 0 when m_b = 0 (compare-mt's rule, which also covers empty buckets).
-"""
+"""Word precision, recall and F-measure per bucket of the reference words' training frequency:
+compare-mt's word accuracy analysis (Neubig et al. 2019, NAACL demo, section 3; its
+`WordBucketer.calc_statistics` and `FreqWordBucketer`)."""
 
 from bisect import bisect_right
 from collections import Counter
@@ -38,8 +15,12 @@ FREQUENCY_EDGES: tuple[int, ...] = (1, 2, 3, 4, 5, 10, 100, 1000)
 
 @dataclass(frozen=True)
 class WordScore:
-    """A system's words in one frequency bucket: matched, output and reference words, and the
-    precision, recall and F-measure they give (module docstring)."""
+    """A system's words in one frequency bucket b: m_b matched, o_b output and r_b reference
+    words, and
+
+        precision_b = m_b / o_b,   recall_b = m_b / r_b,   F_b = 2 P R / (P + R),
+
+    all three 0 when m_b = 0 (compare-mt's rule, which also covers empty buckets)."""
 
     matches: int
     outputs: int
@@ -81,7 +62,10 @@ def word_accuracy_by_frequency(
     edges: Sequence[int] = FREQUENCY_EDGES,
 ) -> tuple[list[Bucket], dict[str, list[WordScore]]]:
     """The frequency buckets (count: reference words in each) and, per system, its words'
-    precision, recall and F-measure in each (module docstring).
+    precision, recall and F-measure in each (`WordScore`). A reference word counts in the bucket
+    of its training frequency, an output word in its own; in each sentence the k-th occurrence
+    of a word in the output matches its k-th in the reference, so a word's matches are
+    min(c_out(w), c_ref(w)) (compare-mt's `_calc_trg_matches`).
 
     Args:
         systems: name -> one output per reference.

@@ -24,8 +24,15 @@ def test_a_transformers_entropy_by_bucket_and_aer(transformer_checkpoint: Path) 
     members = [np.arange(0, 8), np.arange(8, len(pairs))]
     sure = [{(0, 0)} for _ in pairs]
     possible = [{(0, 0), (1, 0)} for _ in pairs]
-    result = system_attention(transformer_checkpoint, outputs, sources, references, members,
-                              (sure, possible), device="cpu")  # fmt: skip
+    result = system_attention(
+        transformer_checkpoint,
+        outputs,
+        sources,
+        references,
+        members,
+        gold=(sure, possible),
+        device="cpu",
+    )
     assert result.reason is None and result.aer_reason is None
 
     trained = load_trained_model(transformer_checkpoint)
@@ -43,9 +50,12 @@ def test_a_transformers_entropy_by_bucket_and_aer(transformer_checkpoint: Path) 
 
     links = align_sentences(trained, sources, references, device="cpu").links
     assert result.aer == pytest.approx(
-        {k: v for k, v in alignment_error_rate(links, sure, possible).items()
-         if k in ("aer", "precision", "recall")}
-    )  # fmt: skip
+        {
+            k: v
+            for k, v in alignment_error_rate(links, sure, possible).items()
+            if k in ("aer", "precision", "recall")
+        }
+    )
 
 
 def test_the_reasons_for_no_attention(tmp_path: Path, rnn_checkpoint: Path) -> None:

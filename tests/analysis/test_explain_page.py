@@ -38,9 +38,13 @@ def embedded(page: str) -> dict:
 def transformer(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("page") / "tf.pt"
     return untrained_checkpoint(
-        path, "model.family=transformer", "model.enc_layers=2", "model.dec_layers=2",
-        "model.heads=2", "model.dropout=0.0",
-    )  # fmt: skip
+        path,
+        "model.family=transformer",
+        "model.enc_layers=2",
+        "model.dec_layers=2",
+        "model.heads=2",
+        "model.dropout=0.0",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +121,17 @@ def test_a_40_piece_pair_of_a_6_layer_8_head_transformer_stays_under_2_mb(tmp_pa
     words = [f"w{i}" for i in range(40)]
     pairs = [(" ".join(words), " ".join(reversed(words)))]
     path = untrained_checkpoint(
-        tmp_path / "big.pt", "data.tokenizer=word", "model.family=transformer",
-        "model.enc_layers=6", "model.dec_layers=6", "model.heads=8", "model.d_model=64",
-        "model.ff_dim=64", "model.dropout=0.0", pairs=pairs,
-    )  # fmt: skip
+        tmp_path / "big.pt",
+        "data.tokenizer=word",
+        "model.family=transformer",
+        "model.enc_layers=6",
+        "model.dec_layers=6",
+        "model.heads=8",
+        "model.d_model=64",
+        "model.ff_dim=64",
+        "model.dropout=0.0",
+        pairs=pairs,
+    )
     trained = load_trained_model(path)
     # integrated gradients and SmoothGrad add arrays of the same shapes as gradient x input
     methods = ["attention", "rollout", "gradient-x-input"]
@@ -179,8 +190,14 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1366,768", "--disable-extensions"):  # fmt: skip
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1366,768",
+        "--disable-extensions",
+    ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)

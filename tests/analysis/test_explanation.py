@@ -126,9 +126,11 @@ def test_header_names_the_model_and_the_decoding(checkpoints) -> None:
     assert explanation.model["parameters"] == f"{parameters:,}"
     assert explanation.decoding["length penalty"] == f"{trained.cfg.decoding.length_penalty:g}"
     assert explanation.decoding["max length"].startswith(
-        str(int(len(SOURCE) * trained.cfg.decoding.max_output_ratio)
-            + trained.cfg.decoding.max_output_extra)
-    )  # fmt: skip
+        str(
+            int(len(SOURCE) * trained.cfg.decoding.max_output_ratio)
+            + trained.cfg.decoding.max_output_extra
+        )
+    )
     assert explanation.version == attnseq.__version__
 
 

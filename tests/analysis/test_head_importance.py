@@ -125,8 +125,14 @@ def test_ablation_equals_the_eval_loss_with_the_head_masked(checkpoint):
 
 def test_report_and_pruned_checkpoint_round_trip(checkpoint, tmp_path):
     out = tmp_path / "pruned.pt"
-    request = HeadsRequest(checkpoint, report_dir=tmp_path / "report", prune="0.5", by="ablation",
-                           out=out, device="cpu")  # fmt: skip
+    request = HeadsRequest(
+        checkpoint,
+        report_dir=tmp_path / "report",
+        prune="0.5",
+        by="ablation",
+        out=out,
+        device="cpu",
+    )
     result = run_heads(request)
     report = json.loads(result.json_path.read_text())
     assert report["split"] == "valid" and report["batches"] >= 1
@@ -136,8 +142,11 @@ def test_report_and_pruned_checkpoint_round_trip(checkpoint, tmp_path):
     # 8 heads (2 + 1 + 1 layers x 2): half of them, the lowest loss increases, one per sublayer
     assert len(result.pruned) == 4
     assert {(kind, layer) for kind, layer, _ in result.pruned} == {
-        ("encoder_self", 0), ("encoder_self", 1), ("decoder_self", 0), ("decoder_cross", 0),
-    }  # fmt: skip
+        ("encoder_self", 0),
+        ("encoder_self", 1),
+        ("decoder_self", 0),
+        ("decoder_cross", 0),
+    }
     for kind, layer, head in result.pruned:
         other = 1 - head
         assert report["ablation"][kind][layer][head] <= report["ablation"][kind][layer][other]
@@ -151,8 +160,10 @@ def test_report_and_pruned_checkpoint_round_trip(checkpoint, tmp_path):
     # eval of the pruned checkpoint: as usual, its record names the pruned heads, and its loss
     # is the one the masks give
     runner = CliRunner()
-    result_eval = runner.invoke(app, ["eval", str(out), "--split", "valid", "--out",
-                                      str(tmp_path / "eval"), "--device", "cpu"])  # fmt: skip
+    result_eval = runner.invoke(
+        app,
+        ["eval", str(out), "--split", "valid", "--out", str(tmp_path / "eval"), "--device", "cpu"],
+    )
     assert result_eval.exit_code == 0, result_eval.output
     assert "pruned heads" in result_eval.output and "4 of 8" in result_eval.output
     metrics = json.loads((eval_result(tmp_path / "eval") / "metrics.json").read_text())
@@ -178,8 +189,15 @@ def zeros(masks: dict) -> list[tuple[str, int, int]]:
 
 def test_random_pruning_is_seeded_and_gradient_pruning_takes_the_lowest(checkpoint, tmp_path):
     def pruned(by: str, seed: int = 0) -> list:
-        request = HeadsRequest(checkpoint, report_dir=tmp_path, prune="2", by=by, seed=seed,
-                               out=tmp_path / f"{by}{seed}.pt", max_batches=1)  # fmt: skip
+        request = HeadsRequest(
+            checkpoint,
+            report_dir=tmp_path,
+            prune="2",
+            by=by,
+            seed=seed,
+            out=tmp_path / f"{by}{seed}.pt",
+            max_batches=1,
+        )
         return run_heads(request)
 
     random = pruned("random", 1)
@@ -229,8 +247,8 @@ def test_heads_command_needs_a_transformer(rnn_checkpoint):
 
 
 def test_heads_command_prints_tables_and_writes_files(checkpoint, tmp_path):
-    result = CliRunner().invoke(app, ["heads", str(checkpoint), "--report-dir", str(tmp_path),
-                                      "--prune", "1", "--out", str(tmp_path / "p.pt")])  # fmt: skip
+    options = ["--report-dir", str(tmp_path), "--prune", "1", "--out", str(tmp_path / "p.pt")]
+    result = CliRunner().invoke(app, ["heads", str(checkpoint), *options])
     assert result.exit_code == 0, result.output
     assert "encoder self-attention" in result.output and "decoder cross-attention" in result.output
     assert (tmp_path / "model.valid.json").exists() and (tmp_path / "model.valid.png").exists()
@@ -249,18 +267,19 @@ def test_a_checkpoint_name_that_is_not_utf8_titles_the_figure(checkpoint, tmp_pa
 
 def test_tables_figure_message_and_record_count_layers_and_heads_from_1(checkpoint, tmp_path):
     out = tmp_path / "pruned.pt"
-    result = CliRunner().invoke(
-        app,
-        ["heads", str(checkpoint), "--prune", "4", "--by", "ablation", "--out", str(out),
-         "--report-dir", str(tmp_path / "report"), "--device", "cpu"],
-    )  # fmt: skip
+    pruning = ["--prune", "4", "--by", "ablation", "--out", str(out)]
+    report = ["--report-dir", str(tmp_path / "report"), "--device", "cpu"]
+    result = CliRunner().invoke(app, ["heads", str(checkpoint), *pruning, *report])
     assert result.exit_code == 0, result.output
     assert "head 1" in result.output and "head 2" in result.output
     assert "head 0" not in result.output
     message = next(line for line in result.output.splitlines() if line.startswith("pruned 4"))
     assert "L0" not in message and "h0" not in message and "encoder_self L2 h" in message
-    layers = [line.split("│")[1].strip() for line in result.output.splitlines() if "/" in line
-              and line.count("│") > 2]  # fmt: skip
+    layers = [
+        line.split("│")[1].strip()
+        for line in result.output.splitlines()
+        if "/" in line and line.count("│") > 2
+    ]
     assert "0" not in layers and {"1", "2"} <= set(layers)
     heads = load_trained_model(out).payload["head_pruning"]["heads"]
     assert min(min(layer, head) for _, layer, head in heads) == 1

@@ -28,7 +28,7 @@ from attnseq.analysis.seed_comparison import (
     WORSE,
     aso_epsilons,
     aso_verdict,
-    compare_seeds,
+    compare_paths,
     group_verdict,
     pair_runs,
     significant_pairs,
@@ -77,8 +77,10 @@ def sweep(
     model.family=rnn and =transformer), seeds 1 and 2 each; its runs are decoded by the first
     test that compares them."""
     root = tmp_path_factory.mktemp("seeds") / "multirun"
-    sources = {"rnn": trained_rnn_checkpoint.parents[1],
-               "transformer": trained_transformer_checkpoint.parents[1]}  # fmt: skip
+    sources = {
+        "rnn": trained_rnn_checkpoint.parents[1],
+        "transformer": trained_transformer_checkpoint.parents[1],
+    }
     job = 0
     for family, source in sources.items():
         for seed in (1, 2):
@@ -124,8 +126,10 @@ def test_keys_that_do_not_change_training_join_a_group_and_names_fall_back_to_th
 
 def test_group_names_use_the_overrides_that_tell_the_groups_apart() -> None:
     configs = [{"model.x": '"a"', "optim.lr": "0.1"}, {"model.x": '"b"', "optim.lr": "0.1"}]
-    overrides = [{"model": "rnn_luong", "optim.lr": "0.1"}, {"model": "transformer",
-                                                              "optim.lr": "0.1"}]  # fmt: skip
+    overrides = [
+        {"model": "rnn_luong", "optim.lr": "0.1"},
+        {"model": "transformer", "optim.lr": "0.1"},
+    ]
     assert group_names(configs, overrides) == ["model=rnn_luong", "model=transformer"]
     # overrides alike, or missing for a group: the differing configuration keys
     same = [{"optim.lr": "0.1"}, {"optim.lr": "0.1"}]
@@ -186,11 +190,16 @@ def test_group_verdict_counts_pairs_in_the_mean_direction_and_turns_ter_round() 
 def test_compare_of_a_sweep_folder_in_every_format(sweep: Path, tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     text = compare(str(sweep), "--out", str(out), *FAST).stdout
-    header = re.search(r"^metric\s+group\s+seeds\s+mean ± sd\s+k̂/k\s+ε\(B>A\)\s+ε\(A>B\)\s+verdict",
-                       text, re.M)  # fmt: skip
+    header = re.search(
+        r"^metric\s+group\s+seeds\s+mean ± sd\s+k̂/k\s+ε\(B>A\)\s+ε\(A>B\)\s+verdict", text, re.M
+    )
     assert header, text
-    row = re.search(r"^bleu\s+model\.family=transformer\s+1,2\s+[\d.]+ ± [\d.]+\s+\d/2\s+"
-                    r"[\d.]+\s+[\d.]+\s+(better|worse|not significant)$", text, re.M)  # fmt: skip
+    row = re.search(
+        r"^bleu\s+model\.family=transformer\s+1,2\s+[\d.]+ ± [\d.]+\s+\d/2\s+"
+        r"[\d.]+\s+[\d.]+\s+(better|worse|not significant)$",
+        text,
+        re.M,
+    )
     assert row, text
     assert "model.family=rnn (baseline)" in text and "Almost Stochastic Order" in text
     assert "Word F-measure by training frequency and the attention table" in text
@@ -210,7 +219,7 @@ def test_compare_of_a_sweep_folder_in_every_format(sweep: Path, tmp_path: Path) 
     evals = sorted(sweep.glob("*/eval/*/test.*/metrics.json"))
     assert len(evals) == 4  # each run decoded once
     written = [path.stat().st_mtime_ns for path in evals]
-    result = compare_seeds([sweep], device="cpu", resamples=30, trials=100)
+    result = compare_paths([sweep], device="cpu", resamples=30, trials=100)
     assert [path.stat().st_mtime_ns for path in evals] == written  # then reused
     assert result.verdicts["model.family=transformer"]["bleu"].call == row.group(1)
     markdown, latex = result.render("markdown"), result.render("latex")
@@ -236,8 +245,9 @@ def test_a_group_beside_a_single_run_with_a_named_baseline(
     assert alone["seeds"] == [2] and alone["metrics"]["bleu"]["sd"] is None
     assert alone["against_baseline"]["bleu"]["verdict"] == TOO_FEW_SEEDS
     # seed 2 of the baseline is there: the single run is paired with it
-    assert [(pair["seed"], pair["baseline_seed"], pair["paired_by"]) for pair in alone["pairs"]
-            ] == [(2, 2, "seed")]  # fmt: skip
+    assert [
+        (pair["seed"], pair["baseline_seed"], pair["paired_by"]) for pair in alone["pairs"]
+    ] == [(2, 2, "seed")]
 
 
 def test_mistakes_exit_2_with_one_line_before_decoding(
@@ -248,14 +258,14 @@ def test_mistakes_exit_2_with_one_line_before_decoding(
     lone = tmp_path / "lone"
     fake_run(trained_rnn_checkpoint.parents[1], lone / "0", 1, ["model.family=rnn"])
     fake_run(trained_rnn_checkpoint.parents[1], lone / "1", 2, ["model.family=rnn"])
+    gru = [str(sweep), "--baseline", "model.family=gru"]
     cases = {
         "no run directories below it": [str(empty)],
-        "matches no group. The groups: model.family=rnn; model.family=transformer": [
-            str(sweep), "--baseline", "model.family=gru"],
+        "matches no group. The groups: model.family=rnn; model.family=transformer": gru,
         "needs at least two groups, got one: " + str(lone) + " (seeds 1, 2)": [str(lone)],
         "--resamples must be >= 1": [str(sweep), "--resamples", "0"],
         "--gold and --train-ref score single systems": [str(sweep), "--gold", str(empty)],
-    }  # fmt: skip
+    }
     for message, args in cases.items():
         result = compare(*args, code=2)
         assert message in result.output, (message, result.output)
@@ -272,12 +282,12 @@ def test_sweep_report_significance(sweep: Path) -> None:
     assert verdicts["rnn"]["bleu_verdict"] == "baseline"
     assert verdicts["transformer"]["bleu_verdict"] in (BETTER, WORSE, NOT_SIGNIFICANT)
     assert verdicts["transformer"]["bleu_tested_pairs"] == "2"
-    compared = compare_seeds([sweep], device="cpu", resamples=30, trials=100)
+    compared = compare_paths([sweep], device="cpu", resamples=30, trials=100)
     expected = compared.verdicts["model.family=transformer"]["bleu"]
     assert verdicts["transformer"]["bleu_verdict"] == expected.call
     assert verdicts["transformer"]["bleu_significant_pairs"] == str(expected.significant)
-    args = ["sweep-report", str(sweep), "--significance", "--format", "markdown",
-            "--baseline", "model.family=transformer", *FAST]  # fmt: skip
+    args = ["sweep-report", str(sweep), "--significance", "--format", "markdown"]
+    args += ["--baseline", "model.family=transformer", *FAST]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "| bleu vs baseline | k̂/k |" in result.stdout

@@ -15,6 +15,7 @@ from attnseq.evaluation.buckets import (
     ratio_bucket_counts,
     ratio_labels,
 )
+from attnseq.evaluation.significance import Resampling
 
 SOURCES = ["a"] * 4 + ["a b c"] * 4 + ["a b c d e f"] * 4 + ["w " * 12] * 4
 
@@ -43,7 +44,11 @@ def test_a_bucket_scores_its_own_sentences() -> None:
     exact = [r if i % 4 else "wrong" for i, r in enumerate(references)]  # one miss per bucket
     half = [r if i < 8 else "x" for i, r in enumerate(references)]  # right in buckets 1-2
     buckets, scores = length_buckets(
-        SOURCES, {"exact": exact, "half": half}, references, "exact_match", resamples=200
+        SOURCES,
+        {"exact": exact, "half": half},
+        references,
+        "exact_match",
+        resampling=Resampling(resamples=200),
     )
     assert [s.score for s in scores["exact"]] == [0.75] * 4
     assert [s.score for s in scores["half"]] == [1.0, 1.0, 0.0, 0.0]
@@ -57,7 +62,8 @@ def test_a_bucket_scores_its_own_sentences() -> None:
 def test_bleu_in_a_bucket_is_sacrebleus_corpus_bleu_of_it() -> None:
     references = [f"the cat number {i} sat on the mat today" for i in range(16)]
     outputs = [r.replace("sat", "lay") if i % 2 else r for i, r in enumerate(references)]
-    _, scores = length_buckets(SOURCES, {"s": outputs}, references, "bleu", [1, 6], resamples=50)
+    fifty = Resampling(resamples=50)
+    _, scores = length_buckets(SOURCES, {"s": outputs}, references, "bleu", [1, 6], fifty)
     first = sacrebleu.corpus_bleu(outputs[:8], [references[:8]]).score
     second = sacrebleu.corpus_bleu(outputs[8:], [references[8:]]).score
     assert [s.score for s in scores["s"]] == pytest.approx([first, second])

@@ -13,7 +13,8 @@ from attnseq.errors import UserError
 from attnseq.evaluation import metrics as corpus_metrics
 from attnseq.evaluation.significance import (
     TASK_TESTED_METRICS,
-    paired_tests,
+    Resampling,
+    metric_scores,
     randomization_p,
     sacrebleu_paired,
     sentence_scores,
@@ -39,7 +40,7 @@ def worse(reference: str) -> str:
 @pytest.mark.parametrize("task", ["translation", "summarization"])
 def test_a_system_better_on_every_sentence_is_significant(task: str) -> None:
     systems = {"A": [worse(r) for r in REFERENCES], "B": list(REFERENCES)}
-    results = paired_tests(systems, REFERENCES, TASK_TESTED_METRICS[task], trials=2000)
+    results = metric_scores(systems, REFERENCES, TASK_TESTED_METRICS[task], Resampling(trials=2000))
     for metric, result in results["B"].items():
         assert result.p_bootstrap is not None and result.p_bootstrap < 0.01, metric
         assert result.p_randomization is not None and result.p_randomization < 0.01, metric
@@ -52,7 +53,7 @@ def test_a_system_better_on_every_sentence_is_significant(task: str) -> None:
 def test_identical_systems_have_p_one(task: str) -> None:
     outputs = [worse(r) if i % 3 else r for i, r in enumerate(REFERENCES)]
     systems = {"A": outputs, "B": list(outputs)}
-    results = paired_tests(systems, REFERENCES, TASK_TESTED_METRICS[task], trials=500)
+    results = metric_scores(systems, REFERENCES, TASK_TESTED_METRICS[task], Resampling(trials=500))
     for metric, result in results["B"].items():
         assert result.p_bootstrap == 1.0 and result.p_randomization == 1.0, metric
         assert result.score == results["A"][metric].score
@@ -64,9 +65,9 @@ def test_the_draws_are_seeded() -> None:
         "B": [worse(r) if i % 3 else r for i, r in enumerate(REFERENCES)],
     }
     metrics = ["bleu", "rouge_l", "exact_match"]
-    first = paired_tests(systems, REFERENCES, metrics, seed=7, trials=300)
-    again = paired_tests(systems, REFERENCES, metrics, seed=7, trials=300)
-    other = paired_tests(systems, REFERENCES, metrics, seed=8, trials=300)
+    first = metric_scores(systems, REFERENCES, metrics, Resampling(seed=7, trials=300))
+    again = metric_scores(systems, REFERENCES, metrics, Resampling(seed=7, trials=300))
+    other = metric_scores(systems, REFERENCES, metrics, Resampling(seed=8, trials=300))
     assert first == again
     for metric in metrics:
         assert first["B"][metric].score == other["B"][metric].score  # no draw in the score
@@ -75,9 +76,9 @@ def test_the_draws_are_seeded() -> None:
 
 def test_scores_are_the_metrics_of_metrics_py() -> None:
     hypotheses = [worse(r) if i % 3 else r for i, r in enumerate(REFERENCES)]
-    results = paired_tests({"A": REFERENCES, "B": hypotheses}, REFERENCES,
-                           ["bleu", "chrf", "rouge1", "rouge2", "rouge_l", "exact_match"],
-                           trials=10)  # fmt: skip
+    metrics = ["bleu", "chrf", "rouge1", "rouge2", "rouge_l", "exact_match"]
+    systems = {"A": REFERENCES, "B": hypotheses}
+    results = metric_scores(systems, REFERENCES, metrics, Resampling(trials=10))
     scores = {metric: value.score for metric, value in results["B"].items()}
     assert scores["bleu"] == pytest.approx(corpus_metrics.bleu(hypotheses, REFERENCES)[0])
     assert scores["chrf"] == pytest.approx(corpus_metrics.chrf(hypotheses, REFERENCES))
@@ -96,17 +97,24 @@ def test_randomization_matches_the_exact_permutation_probability() -> None:
     assert p == pytest.approx(0.5, abs=0.01)
 
 
+def test_a_single_system_gets_its_intervals_alone() -> None:
+    results = metric_scores({"A": REFERENCES}, REFERENCES, ["bleu", "exact_match"])
+    for value in results["A"].values():
+        assert value.p_bootstrap is None and value.p_randomization is None
+        assert value.ci == 0.0  # the references themselves: every resample scores the same
+
+
 def test_bad_arguments() -> None:
-    with pytest.raises(UserError, match="seed must be >= 1"):
-        paired_tests({"A": ["x"], "B": ["x"]}, ["x"], ["bleu"], seed=0)
-    with pytest.raises(UserError, match="B: 1 outputs but 2 references"):
-        paired_tests({"A": ["x", "y"], "B": ["x"]}, ["x", "y"], ["bleu"])
-    with pytest.raises(UserError, match="at least two systems"):
-        paired_tests({"A": ["x"]}, ["x"], ["bleu"])
-    with pytest.raises(UserError, match="unknown metric 'meteor'"):
-        paired_tests({"A": ["x"], "B": ["y"]}, ["x"], ["meteor"])
+    with pytest.raises(UserError, match="seed must be >= 1, got 0"):
+        Resampling(seed=0)
+    with pytest.raises(UserError, match="trials must be >= 1, got -1"):
+        Resampling(trials=-1)
     with pytest.raises(TypeError, match="resamples must be an int"):
-        paired_tests({"A": ["x"], "B": ["y"]}, ["x"], ["bleu"], resamples=1.5)  # type: ignore[arg-type]
+        Resampling(resamples=1.5)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="B: 1 outputs but 2 references"):
+        metric_scores({"A": ["x", "y"], "B": ["x"]}, ["x", "y"], ["bleu"])
+    with pytest.raises(UserError, match="unknown metric 'meteor'"):
+        metric_scores({"A": ["x"], "B": ["y"]}, ["x"], ["meteor"])
 
 
 def read(name: str) -> list[str]:
@@ -124,7 +132,7 @@ def test_sacrebleus_own_example_gives_its_p_values() -> None:
     systems = {name: read(name) for name in ("LIUM-NMT", "FBK", "LMU-nmt-single")}
     assert {len(lines) for lines in systems.values()} == {len(references)} == {3004}
     metric = BLEU(references=[references], tokenize="none")
-    results = sacrebleu_paired(systems, None, {"bleu": metric}, 12345, 2000, 10000)
+    results = sacrebleu_paired(systems, None, {"bleu": metric}, Resampling(12345, 2000, 10000))
     moses = {"FBK": 0.01267, "LMU-nmt-single": 0.20783}
     multeval = {"FBK": 0.0218, "LMU-nmt-single": 0.58494}
     for name in moses:
@@ -149,7 +157,7 @@ def test_each_systems_statistics_are_extracted_once(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(TER, "_extract_corpus_statistics", counted)
     systems = {"a": [worse(line) for line in REFERENCES], "b": list(REFERENCES)}
     metric = TER()
-    results = sacrebleu_paired(systems, REFERENCES, {"ter": metric}, 3, 50, 50)
+    results = sacrebleu_paired(systems, REFERENCES, {"ter": metric}, Resampling(3, 50, 50))
     assert calls == [len(REFERENCES)] * 2  # a and b, once each
     assert "_extract_corpus_statistics" not in vars(metric)
     assert results["b"]["ter"].score == 0.0

@@ -1,38 +1,5 @@
-"""`attnseq sweep-report`: one table (and a plot) of a Hydra multirun sweep's results.
-
-Jobs. A sweep folder (`multirun/DATE/TIME/`, or whatever `hydra.sweep.dir` named) holds one
-folder per job, each with `.hydra/overrides.yaml` (the job's command-line overrides, which is
-what differs between jobs) and, once training has finished, `metrics.json` (written last by
-training). A job without metrics.json has failed or is still running. The basic sweeper writes
-`multirun.yaml` at the root; the Optuna sweeper writes `optimization_results.yaml` there (best
-parameters and value) instead. Files are read with PyYAML: this is a reporting tool and needs
-no Hydra. Override values stay the strings the command line gave; `as_number` and
-`short_value` read them as numbers where they are.
-
-Rows. The report sorts by one metric (its direction from attnseq.config.choices) and shows as
-columns only the parameters whose values differ across jobs, and several metrics. Jobs whose
-overrides differ only in `seed` are repeats of one setting: they share a `Row`, which shows n
-(the finished jobs), the seeds, and every metric as mean ± sample standard deviation over them
-(a single job shows its value). A sweep without a seed axis has one row per job. Rows are
-ranked by the mean of the report's metric. Every form of the report shows these rows: the rich
-table, Markdown, LaTeX and CSV; the CSV (`--format csv` on stdout and the `--csv` file, the
-same text) holds the raw numbers, mean and sd in columns of their own.
-
-Wall time. A job's wall time runs from the start of the job, when Hydra writes .hydra/, to the
-end of training, when metrics.json is written last (the two modification times). For a job
-resumed in its own folder (resume=auto) it is the time of the last session.
-
-Significance (`add_significance`, `sweep-report --significance`). Each row's finished runs are
-decoded on the test split (or their eval results reused) and compared with the baseline row's
-over their seeds, as `attnseq compare` compares a sweep folder's configurations
-(attnseq/analysis/seed_comparison.py): the table gains, for the report's metric (or the task's
-first metric when compare does not compute it), the verdict of Almost Stochastic Order and
-k̂/k, the seed pairs that differ significantly; the rule is printed under the table (a LaTeX
-comment in that form). A row is named by its varied parameters, `key=value,...`.
-
-The figure is drawn on a `matplotlib.figure.Figure` without pyplot, as attnseq.analysis.figures
-does, so that reports can be written from any thread and without a display.
-"""
+"""`attnseq sweep-report`: a Hydra multirun sweep's jobs as rows, seeds pooled as mean ± sd, in a
+rich table, markdown, LaTeX and CSV, and a figure. It reads the folder with PyYAML, no Hydra."""
 
 import csv
 import functools
@@ -47,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnseq.analysis.seed_groups import differing_keys, natural_order, parse_override, read_yaml
+from attnseq.analysis.tables import render_table
 from attnseq.config.choices import higher_is_better
 from attnseq.errors import UserError
 from attnseq.evaluation.significance import (
@@ -54,6 +22,7 @@ from attnseq.evaluation.significance import (
     DEFAULT_SEED,
     DEFAULT_TRIALS,
     TASK_TESTED_METRICS,
+    Resampling,
 )
 from attnseq.io.atomic import atomic_write_text
 
@@ -389,11 +358,11 @@ def number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def mean_sd(row: Row, metric: str, plus_minus: str = "±") -> str:
+def mean_sd(row: Row, metric: str) -> str:
     mean, sd = row.mean(metric), row.sd(metric)
     if mean is None or sd is None:
         return number(mean)
-    return f"{mean:.4g} {plus_minus} {sd:.2g}"
+    return f"{mean:.4g} ± {sd:.2g}"
 
 
 def minutes(seconds: float | None) -> str:
@@ -401,7 +370,7 @@ def minutes(seconds: float | None) -> str:
 
 
 def text_table(
-    report: SweepReport, rows: list[Row], metrics: list[str], plus_minus: str = "±"
+    report: SweepReport, rows: list[Row], metrics: list[str]
 ) -> tuple[list[str], list[list[str]], list[bool]]:
     """Header, cells and which columns are numbers (right-aligned), as every text form shows
     them."""
@@ -416,7 +385,7 @@ def text_table(
         line = [str(rank) if row.finished else "", row.name]
         line += [short_value(row.params[key]) for key in params]
         line += [row.seeds, str(len(row.finished))] if seeds else []
-        line += [mean_sd(row, metric, plus_minus) for metric in metrics]
+        line += [mean_sd(row, metric) for metric in metrics]
         line += significance_cells(report, row)
         cells.append([*line, minutes(row.wall_seconds()), status])
     numeric = {"rank", "n", "wall min", *metrics}
@@ -425,25 +394,16 @@ def text_table(
 
 def render(report: SweepReport, rows: list[Row], metrics: list[str], fmt: str) -> str:
     """The report as CSV (raw numbers, mean and sd in columns of their own), Markdown or
-    LaTeX (booktabs) text."""
+    LaTeX (booktabs) text; the significance rule follows the table (LaTeX: as comments)."""
     if fmt == "csv":
         return csv_text(report, rows, metrics)
+    if fmt not in ("markdown", "latex"):
+        raise UserError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    header, cells, right = text_table(report, rows, metrics)
+    table = render_table(header, cells, fmt, numeric=right)
     if fmt == "markdown":
-        header, cells, right = text_table(report, rows, metrics)
-        lines = [header, ["---:" if numeric else "---" for numeric in right], *cells]
-        table = "".join(
-            "| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |\n" for line in lines
-        )
-        return table + "".join(f"\n{line}\n" for line in significance_lines(report))
-    if fmt == "latex":
-        header, cells, right = text_table(report, rows, metrics, plus_minus="$\\pm$")
-        spec = "".join("r" if numeric else "l" for numeric in right)
-        body = [" & ".join(latex_escape(cell) for cell in line) + r" \\" for line in cells]
-        title = " & ".join(latex_escape(cell) for cell in header) + r" \\"
-        lines = [f"\\begin{{tabular}}{{{spec}}}", r"\toprule", title, r"\midrule", *body]
-        notes = [f"% {line}" for line in significance_lines(report)]
-        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", *notes]) + "\n"
-    raise UserError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        return table + "\n" + "".join(f"\n{line}\n" for line in significance_lines(report))
+    return "\n".join([table, *(f"% {line}" for line in significance_lines(report))]) + "\n"
 
 
 def csv_text(report: SweepReport, rows: list[Row], metrics: list[str]) -> str:
@@ -474,20 +434,6 @@ def csv_text(report: SweepReport, rows: list[Row], metrics: list[str]) -> str:
 
 def _raw(value: float | None) -> object:
     return "" if value is None else value
-
-
-_LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    "\\": r"\textbackslash{}",
-}
-
-
-def latex_escape(text: str) -> str:
-    """Text for a LaTeX table cell; `$\\pm$` (made by `mean_sd`) is kept as math."""
-    parts = text.split("$\\pm$")
-    escaped = ["".join(_LATEX_SPECIAL.get(c, c) for c in part) for part in parts]
-    return "$\\pm$".join(escaped)
 
 
 # -------------------------------------------------------------------------------- significance
@@ -553,35 +499,29 @@ def add_significance(
     option: str = "baseline",
 ) -> None:
     """Compare the finished runs of every row with the baseline row's over their seeds on the
-    test split (module docstring) and keep it in `report.significance`. `baseline`: a row's
-    name (`row_label`) or a run's path; default the first row in job order. `option`: what
-    messages call `baseline`."""
+    test split, each decoded or its eval result reused, as `attnseq compare` compares a sweep
+    folder's groups (seed_comparison.compare_groups), and keep it in `report.significance`.
+    `baseline`: a row's name (`row_label`) or a run's path; default the first row in job
+    order. `option`: what messages call `baseline`."""
     from attnseq.analysis.seed_comparison import compare_groups
-    from attnseq.analysis.seed_groups import (
-        Group,
-        check_group_count,
-        choose_baseline,
-        load_groups,
-        single_member,
-    )
+    from attnseq.analysis.seed_groups import Group, ready_groups, single_member
 
-    rows = sorted((row for row in report_rows(report) if row.finished),
-                  key=lambda row: job_order(row.finished[0]))  # fmt: skip
+    resampling = Resampling(seed, resamples, trials)
+    finished = (row for row in report_rows(report) if row.finished)
+    rows = sorted(finished, key=lambda row: job_order(row.finished[0]))
     labels = {row.name: row_label(row) for row in rows}
     if len(set(labels.values())) != len(labels):
         labels = {row.name: row.name for row in rows}
-    groups = [Group(labels[row.name], [single_member(job.folder) for job in row.finished])
-              for row in rows]  # fmt: skip
-    chosen = choose_baseline(groups, baseline, option)
-    check_group_count(groups)
-    load_groups(groups, "test", device)
+    groups = [
+        Group(labels[row.name], [single_member(job.folder) for job in row.finished]) for row in rows
+    ]
+    chosen = ready_groups(groups, baseline, option, "test", device)
     runs = (run for group in groups for run in group.runs)
     task = next((run.system.task for run in runs if run.system.task), None) or "translation"
     valid = TASK_TESTED_METRICS.get(task, TASK_TESTED_METRICS["translation"])
     short = report.metric.removeprefix("test/")
     metric = short if short in valid else valid[0]
-    comparison = compare_groups(groups, chosen, task=task, seed=seed, resamples=resamples,
-                                trials=trials, metrics=[metric])  # fmt: skip
+    comparison = compare_groups(groups, chosen, task=task, resampling=resampling, metrics=[metric])
     report.significance = Significance(comparison, metric, labels)
 
 

@@ -1,11 +1,9 @@
-"""Sweeps: `attnseq sweep-report` on real and hand-made multirun folders, the joblib launcher,
-the Optuna sweeper (hparams_search/), the SLURM launcher's composition, and the messages for a
-plugin that is not installed. The basic multirun and the refusals run `attnseq train` in this
-process (helpers.attnseq_in_process); the joblib and Optuna sweeps, and one sweep-report, run
-`attnseq` in subprocesses through the console entry point."""
+"""`attnseq sweep-report` on a real multirun (trained in this process through
+helpers.attnseq_in_process, reported once through the console entry point) and on hand-made
+ones: the rows, the ranking, the metric columns, wall times, and the table, CSV, Markdown and
+LaTeX forms."""
 
 import csv
-import importlib.util
 import io
 import json
 import os
@@ -16,27 +14,19 @@ import helpers
 import pytest
 import yaml
 from helpers import attnseq, attnseq_in_process
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
 from typer.testing import CliRunner
 
-from attnseq.cli.app import app
-from attnseq.config import CONFIG_DIR
-from attnseq.config.choices import higher_is_better
-from attnseq.config.schema import TrainConfig, register_configs
-from attnseq.training.sweep_report import (
-    latex_escape,
+from attnseq.analysis.sweep_report import (
     load_report,
     metric_columns,
     render,
     report_rows,
     short_value,
 )
+from attnseq.cli.app import app
+from attnseq.config.choices import higher_is_better
 
 TINY = [*helpers.TINY, "trainer.max_steps=4", "trainer.validate_every=2"]
-HAS_OPTUNA = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None
-HAS_SUBMITIT = importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
-HAS_JOBLIB = importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is not None
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -187,143 +177,6 @@ def test_a_folder_that_is_not_a_multirun_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "not found" in result.output
 
 
-# ------------------------------------------------------------------------- launchers
-@pytest.mark.skipif(not HAS_JOBLIB, reason="hydra-joblib-launcher is not installed")
-@pytest.mark.slow  # parallel trainings in subprocesses
-def test_joblib_launcher_runs_jobs_in_parallel(tmp_path: Path) -> None:
-    sweep_dir = tmp_path / "sweep"
-    result = attnseq(
-        "train",
-        "-m",
-        "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2",
-        "data=reverse,copy",
-        *TINY,
-        f"hydra.sweep.dir={sweep_dir}",
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "Joblib.Parallel(n_jobs=2" in result.stdout + result.stderr
-    spans = []
-    for job in ["0", "1"]:
-        assert (sweep_dir / job / "metrics.json").is_file()
-        lines = (sweep_dir / job / "train.log").read_text().splitlines()
-        spans.append((lines[0][:25], lines[-1][:25]))  # "[YYYY-MM-DD HH:MM:SS,mmm]"
-    (start0, end0), (start1, end1) = spans
-    assert start0 <= end1 and start1 <= end0, f"the jobs did not overlap: {spans}"
-    result = CliRunner().invoke(app, ["sweep-report", str(sweep_dir)])
-    assert result.exit_code == 0, result.output
-    assert "reverse" in result.output and "copy" in result.output
-
-
-@pytest.mark.parametrize(
-    ("override", "message"),
-    [
-        ("hydra/sweeper=nevergrad", "the Hydra sweeper plugin is not installed"),
-        ("hydra/launcher=no_such_launcher", "the Hydra launcher plugin is not installed"),
-    ],
-)
-def test_a_missing_plugin_exits_2_with_a_clear_message(
-    override: str, message: str, tmp_path: Path
-) -> None:
-    result = attnseq_in_process("train", "-m", override, cwd=tmp_path)
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("error:") and message in result.stderr
-    assert "Traceback" not in result.stderr
-
-
-@pytest.mark.skipif(
-    not HAS_SUBMITIT,
-    reason="hydra-submitit-launcher is not installed (pip install 'attnseq[slurm]')",
-)
-def test_slurm_launcher_composes(tmp_path: Path) -> None:
-    result = attnseq_in_process(
-        "train",
-        "hydra/launcher=submitit_slurm",
-        "hydra.launcher.partition=gpu",
-        "hydra.launcher.timeout_min=60",
-        "hydra.launcher.gpus_per_node=1",
-        "--cfg",
-        "hydra",
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    launcher = yaml.safe_load(result.stdout)["hydra"]["launcher"]
-    assert launcher["_target_"].endswith("SlurmLauncher")
-    assert (launcher["partition"], launcher["timeout_min"]) == ("gpu", 60)
-
-
-# ---------------------------------------------------------------------------------- Optuna
-@pytest.mark.skipif(not HAS_OPTUNA, reason="hydra-optuna-sweeper is not installed")
-@pytest.mark.parametrize("name", ["reverse_optuna", "transformer_optuna"])
-def test_hparams_search_configs_compose(name: str) -> None:
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        composed = compose("train", overrides=[f"hparams_search={name}"], return_hydra_config=True)
-    sweeper = composed.hydra.sweeper
-    assert sweeper._target_.endswith("OptunaSweeper")
-    assert sweeper.direction == "maximize" and sweeper.n_jobs == 1
-    assert sweeper.sampler.seed == 1 and "optim.lr" in sweeper.params
-    with open_dict(composed):
-        del composed["hydra"]  # the schema has no `hydra` key
-    cfg = OmegaConf.to_object(composed)
-    assert isinstance(cfg, TrainConfig) and cfg.optimized_metric == "test/exact_match"
-
-
-@pytest.mark.skipif(not HAS_OPTUNA, reason="hydra-optuna-sweeper is not installed")
-@pytest.mark.slow  # an Optuna sweep of trainings
-def test_optuna_sweep_reports_the_best_trial(tmp_path: Path) -> None:
-    sweep_dir = tmp_path / "sweep"
-    result = attnseq(
-        "train",
-        "-m",
-        "hparams_search=reverse_optuna",
-        "hydra.sweeper.n_trials=2",
-        *TINY,  # model.hidden and model.emb_dim fixed here: Optuna samples lr and dropout
-        f"hydra.sweep.dir={sweep_dir}",
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    best = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
-    assert set(best["best_params"]) == {"optim.lr", "model.dropout"}
-    result = CliRunner().invoke(app, ["sweep-report", str(sweep_dir)])
-    assert result.exit_code == 0, result.output
-    assert "2 of 2 jobs finished" in result.output
-    assert "sorted by test/exact_match" in result.output
-    assert "optuna best trial (job " in result.output
-    assert "optim.lr" in read_csv(sweep_dir / "report.csv")[0]
-
-
-def test_missing_plugin_hint_names_an_extra_that_exists() -> None:
-    """The hint for a documented plugin names the pyproject extra that really installs it."""
-    import tomllib
-
-    from attnseq.training.config_errors import PLUGIN_EXTRAS
-
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    extras = pyproject["project"]["optional-dependencies"]
-    for choice, extra in PLUGIN_EXTRAS.items():
-        assert extra in extras, choice
-        assert any(choice.split("_")[0] in requirement for requirement in extras[extra]), choice
-
-
-def test_interval_sweeps_are_checked_before_the_sweeper_starts() -> None:
-    """An Optuna search space is checked at its interval ends: a misspelt key or a value of the
-    wrong type is a clear error before any trial runs."""
-    from helpers import check_train_args
-
-    from attnseq.cli.preflight import sweep_variants
-    from attnseq.errors import UserError
-
-    variants = sweep_variants(["model.hidden=int(interval(16,64))", "seed=1,2"])
-    assert ["model.hidden=64", "seed=1"] in variants and ["model.hidden=16", "seed=2"] in variants
-    check_train_args(["-m", "optim.lr=tag(log, interval(1e-4, 1e-2))"])
-    with pytest.raises(UserError, match="Did you mean 'optim.lr'"):
-        check_train_args(["-m", "optim.lrr=interval(0.0001, 0.01)"])
-    with pytest.raises(UserError, match="model.dropout"):
-        check_train_args(["-m", "model.dropout=interval(0.0, 1.5)"])
-
-
 # ------------------------------------------------------------
 # `attnseq sweep-report` on a hand-made multirun with seeds: jobs that differ only in `seed`
 # share a row (mean ± sd, n), several metric columns, wall time from the job's files, and the
@@ -416,10 +269,9 @@ def test_csv_format(seeded_sweep: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert list(rows[0]) == [
-        "jobs", "model", "seeds", "n", "test/bleu", "test/bleu_sd", "test/chrf",
-        "test/chrf_sd", "wall_seconds", "finished", "jobs_total",
-    ]  # fmt: skip
+    metrics = ["test/bleu", "test/bleu_sd", "test/chrf", "test/chrf_sd"]
+    totals = ["wall_seconds", "finished", "jobs_total"]
+    assert list(rows[0]) == ["jobs", "model", "seeds", "n", *metrics, *totals]
     assert rows[0]["model"] == "transformer" and rows[0]["n"] == "2"
     assert float(rows[0]["test/bleu"]) == 32.0 and rows[0]["jobs_total"] == "3"
     assert float(rows[1]["test/chrf_sd"]) == pytest.approx(statistics.stdev([40.0, 41.0, 45.0]))
@@ -465,7 +317,11 @@ def test_bad_format_and_metrics_exit_2(seeded_sweep: Path) -> None:
     assert "Available: best_step, test/bleu, test/chrf" in result.stderr
 
 
-def test_latex_escaping() -> None:
-    assert latex_escape("optim.warmup_steps") == "optim.warmup\\_steps"
-    assert latex_escape("50% & more") == "50\\% \\& more"
-    assert latex_escape("1 $\\pm$ 2") == "1 $\\pm$ 2"
+def test_latex_escapes_the_parameters(seeded_sweep: Path) -> None:
+    report = load_report(seeded_sweep)
+    for job in report.jobs:
+        job.params["optim.warmup_steps"] = "50%&<4"
+    report.varied.append("optim.warmup_steps")
+    text = render(report, report_rows(report), metric_columns(report), "latex")
+    assert r"optim.warmup\_steps" in text.splitlines()[2]
+    assert r" & 50\%\&$<$4 & " in text.splitlines()[4]
