@@ -170,8 +170,8 @@ class MultiHeadAttention(nn.Module):
     def _load_from_state_dict(
         self, state_dict: dict[str, Tensor], prefix: str, *args: Any, **kwargs: Any
     ) -> None:
-        # a state dict from before the head mask keeps every head (load_state_dict copies the
-        # dict, so the caller's is left as it was)
+        # a state dict without a head mask keeps every head (load_state_dict copies the dict,
+        # so the caller's is left as it is)
         state_dict.setdefault(prefix + "head_mask", torch.ones_like(self.head_mask))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
