@@ -1,106 +1,6 @@
-"""What each output step of a trained model owes to each source piece (and to the target
-prefix it has read): attention, attention rollout, and the gradient attributions
-gradient × input, integrated gradients and SmoothGrad, in one shape for every model family.
-
-The question (Jain & Wallace 2019, "Attention is not Explanation", NAACL; Wiegreffe & Pinter
-2019, "Attention is not not Explanation", EMNLP) is when attention explains what the model did
-and when another measure does better; Ding, Xu & Koehn (2019, "Saliency-driven Word Alignment
-Interpretation for Neural Machine Translation", WMT) find that gradient saliency aligns words
-better than a transformer's attention. `attribute` gives every method's map of the same
-teacher-forced pairs, so that they can be compared, scored against gold alignments
-(forced.py turns the maps into word links and AER) and shown side by side.
-
-The explained quantity. Pairs are teacher-forced: the decoder reads <s>, y_0 .. y_{T-1} and
-step t (0-based) predicts y_t, step T predicts </s>; the score of step t is
-
-    f_t(x, y) = log p(y_t | y_<t, x)
-
-(for a pointer-generator the log-probability of its final, mixed distribution over the
-extended vocabulary (See et al. 2017, eq. 9), so copying is part of what is explained).
-`PairAttribution.source` row t says how step t's prediction spreads over the S source pieces;
-`target_prefix` row t over the T + 1 decoder inputs (lower triangular: step t reads inputs
-0..t only).
-
-Methods (`ATTRIBUTION_METHODS`; "saliency" is accepted for "smoothgrad"):
-
-- ``attention``: the cross-attention of step t, α[t, s], read by forced decoding (the maps of
-  forced.py and of visualize-alignment; Bahdanau et al. 2015). A transformer's map is
-  one layer's (default the last) head `head` or head mean. Cost: one forward pass.
-- ``shift-att`` (Chen, Sun, Li & Liu 2020, EMNLP, section 3.1): the row of the step whose input
-  is y_t, α[t + 1, s]; the </s> row, which no step reads as input, repeats α[T].
-- ``rollout`` (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers", ACL,
-  section 3), transformers only: the encoder's self-attention, with the residual connection
-  as an identity half and the heads averaged, multiplied through the layers,
-
-      Â_l = 0.5 · mean_h A_l + 0.5 · I          R_enc = Â_L · ... · Â_1       (S, S)
-
-  tells how much each encoder output m_j holds of each source piece s; step t's
-  cross-attention C[t, j] of the chosen decoder layer reads the m_j, so
-
-      source = C · R_enc                                                       (T + 1, S)
-
-  The decoder side: the decoder's self-attention is rolled out the same way through the
-  layers up to the chosen one, R_dec = Â^dec_l ··· Â^dec_1 (T + 1, T + 1), and that is
-  `target_prefix`. The source row is *not* pushed through R_dec: that would add to step t what
-  the earlier steps read from the source through their own cross-attention, and the source
-  map would then say "what the whole prefix has read" instead of "what this step reads";
-  keeping the step's own cross-attention is also what makes rollout comparable with attention
-  row by row (same layer, same head choice). Persistent memory slots hold no token: their
-  columns are dropped. Efficient self-attention kinds roll out the weights they return
-  (linformer's are its effective mixing weights, which may be negative: a negative result is
-  clipped to 0 by the normalisation); a kind that returns none (linear, performer) is refused.
-  Cost: one forward pass.
-- ``gradient-x-input`` (Shrikumar et al. 2016; Denil et al. 2014): the gradient of f_t with
-  respect to each input token embedding e_s, times that embedding, summed over the embedding
-  dimension: a_t(s) = ∇_{e_s} f_t · e_s. Cost: one forward and backward pass per step.
-- ``integrated-gradients`` (Sundararajan, Taly & Yan 2017, "Axiomatic Attribution for Deep
-  Networks", ICML, eq. 1): a_t(s) = (e_s − e'_s) · ∫_0^1 ∇_{e_s} f_t(e' + α (e − e')) dα,
-  approximated by captum with `ig_steps` Gauss-Legendre points. Baseline e' = 0, the zero
-  embedding, for source and prefix alike: it is also every model's <pad> embedding (padding
-  rows are zero and never trained), the input the model knows as "nothing here", while a
-  sentence of <unk> or of the mean embedding would still be a sentence of words.
-  Completeness: summed over every source and prefix position, the attributions equal
-  f_t(e) − f_t(0) (`raw_attributions` gives the signed values to check it). Cost: `ig_steps`
-  forward and backward passes per step.
-- ``smoothgrad`` (Smilkov et al. 2017, "SmoothGrad: removing noise by adding noise"; of
-  gradient × input as Ding et al. 2019): gradient × input over `smoothgrad_samples` copies of
-  the embeddings with Gaussian noise, its magnitude averaged,
-  a_t(s) = mean_k |∇_{e_s} f_t(e + ε_k) · (e_s + ε_k,s)|, ε_k ~ N(0, σ²), σ = `smoothgrad_noise`
-  · the standard deviation of the embedding matrix's entries. Smilkov et al. scale the noise
-  to the input's range (max − min), which for pixels is their spread; an embedding matrix's
-  range is set by its few extreme entries (7.3 for a trained RNN's matrix of standard
-  deviation 1.0), and 10% of it drowns the words: on 100 reverse-task pairs that RNN's
-  (reverse_rnn_bahdanau after 500 updates) SmoothGrad AER was 0.39 with σ = 0.1 · range and
-  0.11 with σ = 0.1 · standard deviation, gradient × input's 0.11. The magnitude is taken
-  per copy, before the average: a word whose product changes sign under the noise still drives
-  the output, and signed products would cancel to ~0 (Smilkov et al. average absolute
-  gradients for the same reason). The noise of a pair is drawn from its own generator, seeded
-  with (`seed`, the pair's index), so a pair's map does not depend on the pairs batched with
-  it. Cost: `smoothgrad_samples` forward and backward passes per step.
-
-Gradient methods attribute to the token embeddings only: positional encodings are added after
-the embedding and stay as they are (they say where a word is, not which word), and the
-transformer's √d_model scale comes after the attributed vector too. They work for every family
-whose embedding modules are called with the source and the decoder input ids (RNNs with any
-attention or none, hard attention, transformers, pointer-generators); a source embedding
-shared with the target (joint vocabulary) is one module whose calls are told apart by the ids
-they embed. The hierarchical model re-packs its source into segments before embedding, so its
-positions cannot be followed: a UserError says so.
-
-Reduction. The signed per-position score (the dot product above) is made non-negative by its
-absolute value (a piece that lowers the probability explains the prediction as much as one
-that raises it) and each row is normalised to sum to 1,
-source and prefix each on its own; `source_share` keeps the share of the source in their sum.
-A row that is zero everywhere (nothing reaches the output) becomes uniform. Attention rows are
-renormalised too (memory slots, local windows may leave less than 1 on the source).
-
-Batching. The gradient methods run every (pair, step) as one row of a batch: a batch of B
-pairs with T_b + 1 steps each becomes sum_b (T_b + 1) rows, each the whole teacher-forced pass
-with the output of its own step selected (the output projection reads that step's state only),
-so a single backward pass gives every step's gradient. A batch closes at `batch_size` pairs or
-512 rows, whichever comes first, and captum's `internal_batch_size` keeps integrated
-gradients' rows × points at 512 a pass: each row holds a whole pass's activations for the
-backward pass.
+"""What each output step of a trained model owes to each source piece and to the target prefix
+it has read, by attention, Shift-Att, attention rollout, gradient × input, integrated gradients
+or SmoothGrad, in one shape for every model family (`attribute`), each formula beside its code.
 
 Shapes: B pairs, S source pieces, T target pieces (T + 1 steps: the </s> row), L layers, H heads,
 E the embedding size, R rows (pair, step).
@@ -145,7 +45,9 @@ _ROWS_PER_PASS = 512
 
 @dataclass(frozen=True)
 class PairAttribution:
-    """One pair's attribution by one method (module docstring).
+    """One pair's attribution by one method: row t explains step t's score, the teacher-forced
+    f_t = log p(y_t | y_<t, x) (a pointer-generator's final mixed distribution, See et al.
+    2017, eq. 9, so copying is explained too).
 
     source_pieces: the S source pieces (the model's tokenizer).
     target_pieces: the T target pieces.
@@ -275,7 +177,7 @@ def attribute(
     seed: int = 0,
     device: torch.device | str | None = None,
 ) -> list[PairAttribution]:
-    """Each pair's attribution by `method` (module docstring), in the order of `pairs`.
+    """Each pair's attribution by `method`, in the order of `pairs`.
 
     Args:
         trained: a checkpoint loaded with `attnseq.models.loading.load_trained_model`.
@@ -308,9 +210,16 @@ def attribute(
     if device is not None:
         trained.model.to(device)
     maps = attribute_examples(
-        trained.model, [e for e, _ in encoded], method, layer=layer, head=head,
-        batch_size=batch_size, settings=settings, device=device, extended=extended,
-    )  # fmt: skip
+        trained.model,
+        [e for e, _ in encoded],
+        method,
+        layer=layer,
+        head=head,
+        batch_size=batch_size,
+        settings=settings,
+        device=device,
+        extended=extended,
+    )
     return [
         PairAttribution(src_pieces, tgt_pieces, source, prefix, method, share)
         for ((_, (src_pieces, tgt_pieces)), (source, prefix, share)) in zip(
@@ -389,16 +298,21 @@ def attribute_examples(
     extended: Sequence[ExtendedExample] | None = None,
 ) -> list[tuple[Tensor, Tensor | None, Tensor | None]]:
     """(source (T + 1, S), target prefix (T + 1, T + 1) or None, source share (T + 1,) or
-    None) of every encoded example, normalised as the module docstring says, on the CPU.
+    None) of every encoded example, on the CPU, each row non-negative and summing to one.
 
     `method` is canonical and fits the model (`check_method_fits`); `extended`: a copy
     model's view of the examples (`copy_view`).
     """
     if method in GRADIENT_METHODS:
         raws = raw_attributions(
-            model, examples, method, batch_size=batch_size, settings=settings, device=device,
+            model,
+            examples,
+            method,
+            batch_size=batch_size,
+            settings=settings,
+            device=device,
             extended=extended,
-        )  # fmt: skip
+        )
         return [_normalised_gradients(raw) for raw in raws]
     results: list[tuple[Tensor, Tensor | None, Tensor | None]] = [None] * len(examples)  # type: ignore[list-item]
     for i, weights in _attention_maps(model, examples, method, layer, head, batch_size, device):
@@ -500,10 +414,13 @@ def length_sorted_batches(
         steps += more
     for chunk in chunks if order else []:
         batch = collate(
-            [examples[i] for i in chunk], chunk, pad_id=model.pad_id, bos_id=model.bos_id,
+            [examples[i] for i in chunk],
+            indices=chunk,
+            pad_id=model.pad_id,
+            bos_id=model.bos_id,
             eos_id=model.eos_id,
             extended=None if extended is None else [extended[i] for i in chunk],
-        )  # fmt: skip
+        )
         yield chunk, batch.to(device)
 
 
@@ -544,7 +461,9 @@ def _attention_batch(
     layer: int | None,
     head: int | None,
 ) -> list[tuple[Tensor, None]]:
-    """Attention or Shift-Att maps of one batch, trimmed to each pair's (S, T + 1) `sizes`."""
+    """Attention or Shift-Att maps of one batch, trimmed to each pair's (S, T + 1) `sizes`:
+    row t is α[t] of the step predicting piece t, or with `shift` α[t + 1] of the step that
+    reads it (Chen, Sun, Li & Liu 2020, EMNLP, section 3.1)."""
     weights = teacher_forced_attention(model, batch)  # (B, [L, H,] T + 1, S)
     maps = []
     for b, (S, steps) in enumerate(sizes):
@@ -557,7 +476,8 @@ def _attention_batch(
 
 def _rows_to_one(scores: Tensor, allowed: Tensor | None = None) -> Tensor:
     """Non-negative `scores` (N, M) with each row divided by its sum; a row without mass
-    becomes uniform over its `allowed` (N, M) bool entries (default: all)."""
+    (nothing reaches the output) becomes uniform over its `allowed` (N, M) bool entries
+    (default: all)."""
     if allowed is None:
         allowed = torch.ones_like(scores, dtype=torch.bool)
     scores = scores.float().clamp_min(0) * allowed
@@ -568,7 +488,8 @@ def _rows_to_one(scores: Tensor, allowed: Tensor | None = None) -> Tensor:
 
 # --------------------------------------------------------------------------- rollout
 def rollout(weights: Tensor) -> Tensor:
-    """Attention rollout through the layers (Abnar & Zuidema 2020, section 3).
+    """Attention rollout through the layers (Abnar & Zuidema 2020, "Quantifying Attention Flow
+    in Transformers", ACL, section 3): the residual connection as an identity half.
 
     Args:
         weights: (L, H, N, N) self-attention of one sequence, layer 1 first (extra columns,
@@ -595,8 +516,14 @@ def _rollout_batch(
     layer: int | None,
     head: int | None,
 ) -> list[tuple[Tensor, Tensor]]:
-    """Rollout maps of one batch (module docstring): the chosen layer's cross-attention
-    through the encoder's rollout, and the decoder's self-attention rollout up to that layer."""
+    """Rollout maps of one batch, with C the chosen layer's cross-attention (T + 1, S):
+
+        source = C · R_enc   (R_enc (S, S): the encoder's rollout)
+        prefix = R_dec       (T + 1, T + 1): the decoder's self-attention rolled out up to it
+
+    The source row is not pushed through R_dec, so that it says what this step reads, not
+    what the whole prefix has read. Memory slots' columns are dropped; a kind that returns no
+    self-attention weights is refused."""
     copy = _attention_copy_inputs(model, batch)
     output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy)
     encoder = output.extras.get("encoder_self_attention")  # (B, L_enc, H, S, S [+ slots])
@@ -631,7 +558,8 @@ def raw_attributions(
     extended: Sequence[ExtendedExample] | None = None,
 ) -> list[RawAttribution]:
     """The signed scores of a gradient method (`GRADIENT_METHODS`) for every encoded example,
-    in order, on the CPU (module docstring); `extended` a copy model's view (`copy_view`).
+    in order, on the CPU; `extended` a copy model's view (`copy_view`). Every (pair, step) is
+    a row of a batch, so one backward pass gives every step's gradient.
     Several pairs show a progress bar on a terminal: the methods take seconds a pair."""
     check_captum()
     device = _device_of(model) if device is None else device
@@ -679,8 +607,9 @@ def embedding_modules(model: Seq2Seq) -> tuple[nn.Embedding, nn.Embedding]:
 class _Rows:
     """One batch as (pair, step) rows: row r is pair `pair[r]` with the output of step
     `step[r]` explained. src (R, S), src_lengths (R,), tgt_in (R, T + 1) and the embedded
-    inputs src_x (R, S, E), tgt_x (R, T + 1, E); labels (R,) the explained ids; copy: the copy
-    model's src_ext (R, S) and n_oov; sizes (S, T + 1) and indices of the batch's pairs."""
+    inputs src_x (R, S, E), tgt_x (R, T + 1, E), which the gradient methods attribute to
+    (positional encodings and scales come after them); labels (R,) the explained ids; copy:
+    the copy model's src_ext (R, S) and n_oov; sizes (S, T + 1) and indices of the pairs."""
 
     pair: Tensor
     step: Tensor
@@ -714,14 +643,29 @@ class _Rows:
             copy = {"src_ext": inputs["src_ext"][pair], "n_oov": inputs["n_oov"]}
         labels = batch.tgt_out[pair, step]  # (R,)
         return cls(
-            pair, step, batch.src[pair], batch.src_lengths[pair], batch.tgt_in[pair], labels,
-            src_x, tgt_x, copy, sizes, indices,
-        )  # fmt: skip
+            pair=pair,
+            step=step,
+            src=batch.src[pair],
+            src_lengths=batch.src_lengths[pair],
+            tgt_in=batch.tgt_in[pair],
+            labels=labels,
+            src_x=src_x,
+            tgt_x=tgt_x,
+            copy=copy,
+            sizes=sizes,
+            indices=indices,
+        )
 
     def arguments(self) -> tuple[Any, ...]:
         """The forward function's arguments after the two embedded inputs."""
-        return (self.src, self.src_lengths, self.tgt_in, self.step, self.labels,
-                self.copy.get("src_ext"))  # fmt: skip
+        return (
+            self.src,
+            self.src_lengths,
+            self.tgt_in,
+            self.step,
+            self.labels,
+            self.copy.get("src_ext"),
+        )
 
 
 def _step_scores(model: Seq2Seq, n_oov: int) -> Callable[..., Tensor]:
@@ -733,9 +677,15 @@ def _step_scores(model: Seq2Seq, n_oov: int) -> Callable[..., Tensor]:
     projection = None if getattr(model, "copy", False) else output_projection(model)
 
     def scores(
-        src_x: Tensor, tgt_x: Tensor, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
-        step: Tensor, labels: Tensor, src_ext: Tensor | None,
-    ) -> Tensor:  # fmt: skip
+        src_x: Tensor,
+        tgt_x: Tensor,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        step: Tensor,
+        labels: Tensor,
+        src_ext: Tensor | None,
+    ) -> Tensor:
         copy = {} if src_ext is None else {"src_ext": src_ext, "n_oov": n_oov}
         replaced = [(src_embedding, src, src_x), (tgt_embedding, tgt_in, tgt_x)]
         with embeddings_replaced(replaced), only_the_step(projection, step):
@@ -841,7 +791,16 @@ def _gather(vectors: Tensor, ids: Tensor, base: Tensor) -> Tensor:
 def _gradient_batch(
     model: Seq2Seq, rows: _Rows, method: str, settings: GradientSettings
 ) -> list[RawAttribution]:
-    """The signed scores of every pair of one batch (rows: `_Rows.of`)."""
+    """The signed scores of every pair of one batch (rows: `_Rows.of`), a_t(s) summed over
+    the embedding dimension:
+
+        gradient × input      a_t(s) = ∇_{e_s} f_t · e_s
+        integrated gradients  a_t(s) = (e_s − e'_s) · ∫_0^1 ∇_{e_s} f_t(e' + α (e − e')) dα
+
+    (Shrikumar et al. 2016, Denil et al. 2014; Sundararajan, Taly & Yan 2017, "Axiomatic
+    Attribution for Deep Networks", ICML, eq. 1), the integral by `ig_steps` Gauss-Legendre
+    points from e' = 0, every model's <pad> embedding, "nothing here"; summed over all
+    positions the attributions give f_t(e) − f_t(0) (completeness)."""
     from captum.attr import InputXGradient, IntegratedGradients
 
     scores = _step_scores(model, rows.copy.get("n_oov", 0))
@@ -853,9 +812,12 @@ def _gradient_batch(
         zeros = (torch.zeros_like(rows.src_x).detach(), torch.zeros_like(rows.tgt_x).detach())
         n_rows = rows.src_x.size(0)
         src_a, tgt_a = IntegratedGradients(scores).attribute(
-            inputs, baselines=zeros, additional_forward_args=arguments, n_steps=settings.ig_steps,
+            inputs,
+            baselines=zeros,
+            additional_forward_args=arguments,
+            n_steps=settings.ig_steps,
             internal_batch_size=n_rows * max(1, _ROWS_PER_PASS // n_rows),
-        )  # fmt: skip
+        )
         with torch.no_grad():
             baseline_scores = scores(*zeros, *arguments).detach()
     if method == "smoothgrad":
@@ -873,11 +835,16 @@ def _smoothgrad(
     settings: GradientSettings,
     embeddings: tuple[nn.Embedding, nn.Embedding],
 ) -> tuple[Tensor, Tensor]:
-    """SmoothGrad of gradient × input (module docstring): the magnitude of each noisy copy's
-    per-position score, averaged over the copies, (R, S) and (R, T + 1). captum's
-    InputXGradient computes each copy's products; the noise is drawn here, per pair from its
-    own seeded generator (captum's NoiseTunnel draws from the global generator over the whole
-    batch, which would tie a pair's map to its neighbours)."""
+    """SmoothGrad of gradient × input (Smilkov et al. 2017, "SmoothGrad: removing noise by
+    adding noise"; Ding et al. 2019), (R, S) and (R, T + 1):
+
+        a_t(s) = mean_k |∇_{e_s} f_t(e + ε_k) · (e_s + ε_k,s)|,   ε_k ~ N(0, σ²)
+
+    σ = `smoothgrad_noise` × the standard deviation of the embedding matrix's entries (not its
+    range, set by a few extreme entries). The magnitude is taken per copy: signed products
+    would cancel. captum's InputXGradient computes each copy's products; the noise is drawn
+    here, per pair from its own seeded generator (captum's NoiseTunnel draws from the global
+    generator over the whole batch, which would tie a pair's map to its neighbours)."""
     from captum.attr import InputXGradient
 
     with torch.no_grad():
@@ -943,7 +910,9 @@ def _per_pair(
 
 
 def _normalised_gradients(raw: RawAttribution) -> tuple[Tensor, Tensor, Tensor]:
-    """(source, prefix, source share) of a pair's signed scores (module docstring)."""
+    """(source, prefix, source share) of a pair's signed scores: absolute values (a piece that
+    lowers the probability explains as much as one that raises it), each row normalised on its
+    own, and the source's share of the two's mass."""
     src_mass, tgt_mass = raw.source.abs(), raw.target_prefix.abs()
     steps = tgt_mass.size(0)
     causal = torch.ones(steps, steps, dtype=torch.bool).tril()

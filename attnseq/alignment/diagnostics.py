@@ -1,41 +1,7 @@
 """How a model spreads its cross-attention over a split, teacher-forced on the reference
-targets: the mass on the end of the source and the entropy of every head. Validation logs them
-to TensorBoard (``valid/attention/...``); the final test evaluation writes them to
-metrics.json (``test/attention/...``), and `attnseq eval` to its own (``SPLIT/attention/...``).
-
-End-of-source mass. Attention that piles onto the source's `</s>` is a known failure sign of
-transformers (a "no-op" sink for heads with nothing to align, Clark et al. 2019, "What Does BERT
-Look At?", section 3). attnseq's sources carry **no** EOS: `collate`
-(attnseq/data/batching.py) gives the encoder the source pieces alone. The diagnostic is
-therefore measured on the **last real source position**, the one that plays the end's part
-(often the final punctuation):
-
-    last_source_mass = mean over target rows t of w[t, S_b - 1]
-
-with S_b the source length of the example. A uniform row gives 1 / S_b; a head that parks its
-mass at the end gives values near 1.
-
-Entropy of a row, in nats (`row_entropy`): H(w_t) = -sum_s w[t, s] ln w[t, s];
-0 for a one-hot row, ln S_b for a uniform one. A head's number is its mean over target rows.
-
-Rows are the real target positions, the EOS-predicting row included (T_b = target + 1), of the
-examples that are scored (non-empty source and target); every row counts once, so the means
-are over all target positions of the split, not over sentences.
-
-Keys (1-based layers and heads, as the AER's): an RNN gives ``attention/last_source_mass`` and
-``attention/entropy``; a transformer also gives ``attention/layer{L}/last_source_mass`` (the
-layer's head mean) and ``attention/layer{L}/head{H}/entropy``, and its overall numbers are the
-means over all layers and heads. A model that returns no cross-attention (an RNN with
-model.attention.score=none) gives none.
-
-Per batch, for TensorBoard, `attention_statistics` gives the mean entropy and the mean
-largest weight of the rows of any attention tensor.
-
-Per example, for `attnseq compare` (attnseq/analysis/compared_attention.py), `example_entropies`
-gives each pair's summed row entropy and its number of rows, from one teacher-forced pass over
-given pairs (a transformer's row entropy is the mean over its layers and heads, as the overall
-`attention/entropy` above): sums, so that any group of examples (a length bucket, the whole
-set) has its mean over rows as sum / rows.
+targets: the mass on the end of the source and the entropy of every head, for validation's
+TensorBoard scalars, the metrics.json of the test split and of `attnseq eval`, and `attnseq
+compare`.
 
 Shapes: B batch, T target positions, S source positions, L layers, H heads.
 """
@@ -111,7 +77,8 @@ def example_entropies(
     batch_size: int = 64,
 ) -> np.ndarray:
     """Summed row entropy (nats) and number of rows of each example's teacher-forced
-    cross-attention (module docstring): (N, 2) float64. The rows are the T_b + 1 decoder steps
+    cross-attention: (N, 2) float64, sums so that a group's mean is sum / rows. The rows are the
+    T_b + 1 decoder steps
     (the </s> row included); a transformer's row entropy is the mean over its layers and heads.
     An example with an empty source or target is not scored: (0, 0), as validation skips it.
 
@@ -147,10 +114,14 @@ def example_entropies(
 
 
 class AttentionDiagnostics:
-    """Accumulates the diagnostics of the module docstring over batches.
+    """The end-of-source mass and the entropy of teacher-forced cross-attention, means over
+    every real target row (the EOS row included) of the batches `add`ed:
 
-    `add` each batch's teacher-forced cross-attention; `results` gives the means over every
-    real target row seen.
+        last_source_mass = mean_t w[t, S_b - 1],   entropy = mean_t H(w_t)
+
+    attnseq's sources carry no EOS, so the last real source position stands for the end, where
+    heads with nothing to align park their mass (the `</s>` sink of Clark et al. 2019, "What
+    Does BERT Look At?", section 3); a uniform row gives 1 / S_b.
     """
 
     def __init__(self) -> None:
@@ -187,7 +158,9 @@ class AttentionDiagnostics:
             self.mass, self.entropy = self.mass + mass, self.entropy + entropy
 
     def results(self) -> dict[str, float]:
-        """The keys of the module docstring; {} when no row was added."""
+        """The keys attention/last_source_mass and attention/entropy (for a transformer the
+        means over layers and heads, with attention/layer{L}/last_source_mass, the layer's
+        head mean, and attention/layer{L}/head{H}/entropy, 1-based); {} when no row was added."""
         if self.rows == 0 or self.mass is None or self.entropy is None:
             return {}
         mass = self.mass.cpu() / self.rows  # () or (L, H)

@@ -1,20 +1,6 @@
-"""The statistical baseline of word alignment: eflomal (Östling & Tiedemann 2016, "Efficient Word
-Alignment with Markov Chain Monte Carlo", PBML 106), a Bayesian IBM-model aligner sampled with
-MCMC. Attention alignments are scored against it (`attnseq align --method eflomal`), and its links
-supervise guided alignment training (`data.alignments`).
-
-An unsupervised aligner learns from all the text it is given, so several corpora (a training
-split and a gold-aligned test set, say) are aligned together in one run, as such aligners are
-used, and the output is cut back into one list per corpus (`align_corpora`). One run gives both
-directions:
-
-    forward   source -> target links (one source word per target word at most)
-    reverse   target -> source links, written (source word, target word) like the forward ones
-
-and the two are combined by a symmetrization heuristic (word_links.symmetrize), usually
-grow-diag-final-and (Koehn et al. 2003). Links are (i, j) pairs, 0-based over the
-whitespace-separated words of each text; eflomal lowercases words itself; an empty text gets no
-links. eflomal is the optional extra `align` (pip install 'attnseq[align]').
+"""The statistical baseline of word alignment, eflomal (Östling & Tiedemann 2016, "Efficient
+Word Alignment with Markov Chain Monte Carlo", PBML 106): several corpora aligned together in
+one run, as unsupervised aligners are used, both directions, cut back into one list per corpus.
 """
 
 import importlib.util

@@ -1,75 +1,7 @@
 """Word alignments of given sentence pairs by forced decoding: the target is teacher-forced
-through a trained model and its cross-attention (or another attribution of each output step
-to the source, attribution.py) is read, pooled to words and turned into one link per target
-word. The one path from attention to word links: `attnseq align`
-(`align_sentences`) and the AER of `attnseq eval --gold` and of validation
-(`corpus_alignment_metrics`) both run `forced_word_attention`, `select_map` and
-`argmax_alignment`.
-
-Steps. Each sentence is encoded whole and split into its pieces (`encode_sentence`); the pairs
-are sorted by length and padded into batches of `batch_size` pairs; one forward pass per batch
-with `need_weights=True` gives the cross-attention α of every decoder step; each pair's map is
-pooled to words (word_links.word_attention), one map is chosen (`select_map`) and each target
-word is linked to the source word it attends to most (word_links.argmax_alignment).
-
-Decoder steps. With teacher forcing, step t (0-based) has input y_{t-1} (y_{-1} = <s>) and
-predicts y_t; a target of n pieces has n + 1 steps, the last one predicting </s>. α[t, s] is the
-attention of step t on source piece s: (n + 1, S) per pair.
-
-Methods (`AlignmentMethod`):
-
-- ``attention``: the row of the step that *predicts* piece t, A[t, s] = α[t, s] (the alignment
-  figures of Bahdanau et al. 2015); the </s> row is dropped.
-- ``shift-att`` (Chen, Sun, Li & Liu 2020, "Accurate Word Alignment Induction from Neural
-  Machine Translation", EMNLP, section 3.1): the row of the step whose *input* is piece t,
-  A[t, s] = α[t + 1, s]. At that step the decoder has read y_t, and the paper shows this row
-  aligns y_t much better than the row that predicts it. The first row (input <s>) is dropped;
-  the last piece's row is the step that predicts </s> (its input is the last piece), so every
-  piece, the last included, has a row.
-- ``rollout``, ``gradient-x-input``, ``integrated-gradients``, ``smoothgrad`` (alias
-  ``saliency``): the (n + 1, S) maps of `attribution.attribute_examples`, row t the step that
-  predicts piece t (attribution.py gives each formula and its cost); they are pooled to words
-  and linked exactly as attention is. `attnseq align` takes them all; the AER of
-  `eval --gold` and of validation reads attention or Shift-Att only (`GOLD_METHODS`): it runs
-  on every validation and stays one forward pass.
-
-Which map (transformers): `layer` (1-based, default the last) and `head` (1-based, default the
-mean of the layer's heads); an RNN has one map.
-
-Word level. Pieces are merged back into the whitespace-separated words of each line with
-`word_alignments.word_ids`: a word tokenizer's piece is a word; a char tokenizer's whitespace
-characters separate words and belong to none; a sentencepiece piece starting with "▁" starts a
-new word (the first piece starts word 0 either way). The word matrix is
-
-    W[a, b] = 1/|P_a| * sum_{t in P_a} sum_{s in Q_b} A[t, s]
-
-(P_a: the pieces of target word a, Q_b: of source word b): a source word receives the mass of all
-its pieces, a target word's row is the mean of its pieces' rows, so it stays a distribution.
-Every line must tokenize into exactly its whitespace words (else `encode_sentence` says which
-line does not), so link (i, j) names the i-th source and the j-th target word of the line.
-
-The AER of a model's own cross-attention (`model_alignment_metrics`,
-`corpus_alignment_metrics`): the AER that validation reports for generated tasks with gold
-links and that `attnseq eval --gold` reports for a gold set (`load_alignment_set`).
-Check the corpus (`AlignmentCorpus`) and map every piece to its word; run the model over
-length-sorted batches, pool each attention map to words and take one argmax link per target
-word (the "attention" method, or Shift-Att); score every map against the gold with the
-corpus-level AER of Och & Ney (2003).
-
-Maps. An RNN returns one (T, S) map per example. A transformer returns (L, H, T, S): every head
-is scored (``aer/layer{L}/head{H}``, 1-based) and so is the average of each layer's heads
-(``aer/layer{L}/mean``). The overall ``aer``/``precision``/``recall`` are those of the **last
-layer's head average**: a choice fixed in advance, because picking the best layer or head by its
-AER would tune on the gold links being reported (the per-layer numbers are there to look at;
-Garg et al. 2019 find the penultimate layer aligns best in their 6-layer models).
-
-Gold sets of `attnseq eval --gold` (`GoldAlignmentFiles`; read, checked and encoded
-for one model's tokenizers by `load_alignment_set`; scored by `LoadedAlignmentSet.score`). A
-set is two sentence files (one sentence per line, words separated by whitespace) and its links
-in the Pharaoh or NAACL 2003 format (data/word_alignments.py), e.g. the WPT 2003 English-French
-set. The gold indices count whitespace-separated words, so every sentence must tokenize into
-pieces that form exactly those words (`word_alignments.word_ids`). Every problem is a UserError
-naming the file and line.
+through a trained model and its cross-attention (or another attribution, attribution.py) is
+pooled to words and read as one link per target word; the one path of `attnseq align`, and of
+the AER of `attnseq eval --gold` and of validation.
 
 Shapes: B batch, T target pieces (+1: the </s> row), S source pieces, L layers, H heads, Tw/Sw
 target/source words.
@@ -143,7 +75,9 @@ class AlignmentMethod:
 
     @property
     def shift(self) -> bool:
-        """True when target piece t is read from the row of step t + 1 (Shift-Att)."""
+        """True when target piece t is read from the row of step t + 1, the step whose input it
+        is (Shift-Att: Chen, Sun, Li & Liu 2020, "Accurate Word Alignment Induction from Neural
+        Machine Translation", EMNLP, section 3.1), A[t, s] = α[t + 1, s]."""
         return self.name == "shift-att"
 
     def describe(self, layers: int = 0) -> str:
@@ -308,7 +242,7 @@ def align_sentences(
     """Word alignments of (source line, target line) pairs by forced decoding with `method`.
 
     `trained`: a checkpoint loaded with `attnseq.models.loading.load_trained_model`. Each line
-    is a sentence with whitespace-separated words, which the links count (module docstring).
+    is a sentence with whitespace-separated words, which the links count.
 
         trained = load_trained_model(Path("best.pt"))
         result = align_sentences(trained, ["a b c"], ["x y z"], AlignmentMethod("shift-att"))
@@ -334,10 +268,16 @@ def align_sentences(
     else:  # rollout and the gradient methods: piece maps (T + 1, S), pooled the same way
         pairs = list(zip(src_lines, tgt_lines, strict=True))
         maps = attribute_examples(
-            model, examples, canonical_method(method.name), layer=method.layer,
-            head=method.head, batch_size=batch_size, settings=method.settings, device=device,
+            model,
+            examples,
+            canonical_method(method.name),
+            layer=method.layer,
+            head=method.head,
+            batch_size=batch_size,
+            settings=method.settings,
+            device=device,
             extended=copy_view(trained, pairs, examples),
-        )  # fmt: skip
+        )
         soft = [
             word_attention(source, *pair_words).numpy()
             for (source, _, _), pair_words in zip(maps, words, strict=True)
@@ -362,9 +302,14 @@ def _attention_soft(
     layer = (method.layer or layers) if layers else None
     read = replace(method, layer=1) if layers else method  # of (1, H, ..)
     for i, pooled in forced_word_attention(
-        model, examples, words, shift=method.shift, device=device, batch_size=batch_size,
+        model,
+        examples,
+        words,
+        shift=method.shift,
+        device=device,
+        batch_size=batch_size,
         layer=layer,
-    ):  # fmt: skip
+    ):
         soft[i] = select_map(pooled, read).numpy().copy()  # not a view of all maps
     return soft
 
@@ -449,7 +394,8 @@ def corpus_alignment_metrics(
     shift: bool = False,
 ) -> dict[str, float]:
     """AER of a model's cross-attention, teacher-forced on the corpus's (source, reference
-    target) pairs (the module docstring says which map gives the overall numbers).
+    target) pairs. The overall numbers are those of a transformer's last layer's head mean, a
+    choice fixed in advance: choosing the map by its AER would tune on the gold links.
 
     Args:
         model: any `Seq2Seq`; put in eval mode for the pass (its mode is restored after).
@@ -458,8 +404,8 @@ def corpus_alignment_metrics(
         batch_size: examples per forward pass.
         per_map_scores: which of "aer", "precision", "recall" to report per layer/head
             (``{score}/layer{L}/head{H}`` and ``{score}/layer{L}/mean``).
-        shift: read each target word from the step whose input it is (Shift-Att,
-            the module docstring) instead of the step that predicts it.
+        shift: read each target word from the step whose input it is (Shift-Att) instead of
+            the step that predicts it.
 
     Returns:
         {"aer", "precision", "recall"} and, for transformers, the per-layer/head scores: all
@@ -627,7 +573,7 @@ class GoldAlignmentFiles:
         ``test.possible.pharaoh`` next to ``test.sure.pharaoh``).
     gold_format: "auto" (from the content), "pharaoh" or "naacl".
     method: how a target word's row is read, "attention" (the step that predicts the word) or
-        "shift-att" (the step whose input it is; the module docstring).
+        "shift-att" (the step whose input it is).
     order: "src-tgt" if a link is (source word, target word), "tgt-src" if (target, source):
         WPT's links are (English, French), so "src-tgt" for an en->fr model, "tgt-src" for fr->en.
     names: what messages call each field (a command passes its options); a field not named
@@ -687,8 +633,9 @@ def load_alignment_set(
     can take (learned positions).
     """
     for key, value, valid in (
-        ("method", files.method, GOLD_METHODS), ("order", files.order, ALIGNMENT_ORDERS)
-    ):  # fmt: skip
+        ("method", files.method, GOLD_METHODS),
+        ("order", files.order, ALIGNMENT_ORDERS),
+    ):
         if value not in valid:
             raise UserError(f"{files.name(key)} must be one of {', '.join(valid)}, got {value!r}")
     src_lines, tgt_lines = _read_sentences(files)

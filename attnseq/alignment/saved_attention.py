@@ -1,53 +1,6 @@
-"""Saved cross-attention of decoded hypotheses: `attnseq eval --save-attention` writes one
-NumPy .npz file per evaluation (attention.npz beside its hyps.txt), `attnseq
-visualize-alignment --from-saved` redraws from it.
-
-Format (version 1). A plain ``.npz`` archive without pickled objects: it loads with
-``np.load(path, allow_pickle=False)``, key by key (an archive is read lazily, so one example's
-weights can be read without the others). N examples in the split's order (example i is line
-i + 1 of hyps.txt); L decoder layers and H heads (an RNN has L = H = 1); example i has
-S_i source tokens and T_i hypothesis rows.
-
-    format            str   "attnseq-attention"
-    version           int   1
-    split             str   the evaluated split ("test", or the name of a file split)
-    family            str   "rnn" or "transformer"
-    beam              int   beam size the hypotheses were decoded with (1 = greedy)
-    length_penalty    float GNMT alpha of the decoding
-    layers, heads     int   L, H
-    src_kind          str   source tokenizer kind ("char", "word", "sentencepiece")
-    tgt_kind          str   target tokenizer kind
-    count             int   N
-    src_tokens        (sum S_i,) str    source pieces of every example, concatenated
-    src_ids           (sum S_i,) int64  their ids
-    src_offsets       (N + 1,) int64    example i's source is src_tokens[o[i]:o[i + 1]]
-    hyp_tokens        (sum T_i,) str    hypothesis pieces, one per attention row: the output
-                                        tokens, then "</s>" when the hypothesis ended with EOS
-                                        (a hypothesis cut at the length limit has no EOS row)
-    hyp_ids           (sum T_i,) int64  their ids (the EOS id for "</s>")
-    hyp_offsets       (N + 1,) int64    example i's rows are hyp_tokens[o[i]:o[i + 1]]
-    src_text, hyp_text, ref_text   (N,) str   source, decoded hypothesis and reference text
-    score             (N,) float64  the hypothesis's log-probability (EOS included)
-    weights_000017    (L, H, T_i, S_i) float32  example 17's cross-attention, one key per
-                                        example (six digits, more when N > 10^6): row t is the
-                                        distribution over the real source positions used to
-                                        produce row t's token (rows sum to one)
-
-Hierarchical models (model.attention.hierarchy; attnseq/models/rnn_hierarchical.py) add two
-keys per example; the weights above are then the combined word map P:
-
-    segments_000017        (S_i,) int64         the segment of every source token
-    segment_weights_000017 (T_i, N_i) float32   the segment attention beta of every row over
-                                                the example's N_i segments
-
-The weights are those of the search that produced the output (greedy, or beam search following
-the back-pointers of the returned hypothesis), not of a second teacher-forced pass.
-
-Writing: `records_from_hypotheses` builds the records, `save_attention` writes the file.
-Reading: `SavedAttention` opens and checks an archive, `example(i)` reads one example back.
-Every check runs on opening, most of them on the .npy headers alone, before any array is read:
-a file is user input, and a crafted header could otherwise make np.load allocate whatever it
-declares. Every problem is a UserError that names the file and says how to write a valid one.
+"""The saved cross-attention of decoded hypotheses: the attention.npz of `attnseq eval
+--save-attention` (format version 1: docs/internals/alignment.md), written by `save_attention`
+and opened by `SavedAttention`, which checks a file's .npy headers before reading any array.
 """
 
 import zipfile

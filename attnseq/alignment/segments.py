@@ -1,11 +1,6 @@
-"""The segment level of hierarchical attention (attnseq/models/rnn_hierarchical.py), for
-`attnseq eval --save-attention`, `attnseq visualize-alignment --kind segment` and the training
-log's segment heatmaps.
-
-The segment attention beta of a decoded output is recovered by replaying the output through
-the decoder with teacher forcing (`segment_attention_map`): beta at step t depends only on the
-source and the tokens before t, so the replay gives the values the search computed. A segment
-is labelled by its number and the start of its text ("2: #Person2#: I found it ...").
+"""The segment level of hierarchical attention (attnseq/models/rnn_hierarchical.py) for saved
+attention, segment views and the training log's heatmaps: the segment attention of a decoded
+output, replayed with teacher forcing, and the segments' labels.
 
 Shapes: T output rows, S source tokens, N segments.
 """
@@ -56,7 +51,9 @@ def hypothesis_segment_maps(
     extended: Sequence[ExtendedExample] | None = None,
     batch_size: int = 32,
 ) -> list[tuple[list[int], np.ndarray]]:
-    """Segment ids (S,) and segment attention (T, N) of each decoded output.
+    """Segment ids (S,) and segment attention (T, N) of each decoded output, replayed with
+    teacher forcing: beta at step t depends only on the source and the tokens before t, so the
+    replay gives the values the search computed.
 
     Args:
         model: a hierarchical model (`is_hierarchical`), in eval mode.

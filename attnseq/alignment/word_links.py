@@ -1,64 +1,8 @@
-"""Word links from attention (piece -> word pooling, argmax or threshold), the alignment error
-rate and the symmetrization of two directions. The AER of a model's own attention is forced.py's;
-how sharp its attention is (entropy, end-of-source mass) diagnostics.py's.
+"""Word links from attention: piece weights pooled to words, argmax or threshold links, the
+alignment error rate and the symmetrization of two directions.
 
-Links. An alignment of one sentence pair is a set of (i, j) word index pairs, sure links S and
-possible links P (S ⊆ P); their order convention ((source word, target word) by default,
-`src_first`), their types, their gold files and `word_ids` (pieces -> words) are
-data/word_alignments.py's.
-
-From attention to words. A model attends over pieces (characters, words, sentencepiece pieces),
-the gold links words. `word_ids` maps each piece to its word, and `word_attention` pools the
-(T, S) piece weights into (T_words, S_words):
-
-    W[a, b] = 1/|P_a| * sum_{t in P_a} sum_{s in Q_b} w[t, s]
-
-with P_a the target pieces of target word a and Q_b the source pieces of source word b. Summing
-over a source word's pieces gives the probability mass the word receives (a word split into many
-pieces is not penalised); averaging over a target word's pieces keeps each row a distribution, in
-which every piece of the word has an equal say. Hard links then come from the argmax of each row
-(`argmax_alignment`: one link per target word, as in Bahdanau et al. 2015's alignment figures and
-the attention-AER evaluation of Garg et al. 2019, "Jointly Learning to Align and Translate with
-Transformer Models", EMNLP) or from a threshold (`threshold_alignment`).
-
-Alignment error rate (Och & Ney 2003, "A Systematic Comparison of Various Statistical Alignment
-Models", Computational Linguistics 29(1), section 5), with A the hypothesis links, S the sure and
-P the possible gold links (S ⊆ P), each summed over the whole corpus:
-
-    precision = |A ∩ P| / |A|,   recall = |A ∩ S| / |S|,
-    AER = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
-
-Symmetrization (`symmetrize`) of two word alignments of the same sentence pairs, one from each
-direction: intersection, union and the grow-diag family of Koehn, Och & Marcu (2003),
-"Statistical Phrase-Based Translation", NAACL, section 3.3, as the Moses toolkit's `symal`
-implements them (moses-smt/mosesdecoder, symal/symal.cpp, `printgrow`).
-
-Both alignments are sets of (source word, target word) links, 0-based. `forward` comes from the
-source -> target direction (an attention model gives one link per target word), `reverse` from
-the target -> source direction with its links already transposed to (source, target)
-(`transpose`).
-
-    intersect   A = F ∩ R                      high precision
-    union       A = F ∪ R                      high recall
-    grow-diag   start from F ∩ R; repeatedly add a link of F ∪ R that neighbours a link of A
-                (horizontally, vertically or diagonally) and covers a word A leaves
-                unaligned, until nothing changes
-    grow-diag-final      grow-diag, then add each link of F ∪ R that covers a word A leaves
-                unaligned (either word)
-    grow-diag-final-and  grow-diag, then add each link of F ∪ R whose source word AND target word
-                are both still unaligned
-
-Order matters, since every added link covers its words for the links after it; symal's order is
-kept. Links are visited sorted by (target word, source word) (symal's std::set of
-(target, source) points), the neighbours of a link in symal's order: (-1, 0), (0, -1), (1, 0),
-(0, 1), then the diagonals (-1, -1), (-1, 1), (1, -1), (1, 1), each as (target, source) offset.
-A link that the growing pass adds after the one being scanned is scanned in the same pass (an
-insertion into an ordered set behind the iterator). The final step first visits the links found
-only by `forward` (symal's "inverse" alignment, one link per target word), then those found only
-by `reverse`.
-
-Shapes: T target pieces (rows: the row t predicts target piece t, the last row EOS), S source
-pieces (columns; the source has no BOS/EOS), L layers, H heads, B batch.
+Shapes: T target pieces (rows: row t predicts target piece t, the last row EOS), S source pieces
+(columns), L layers, H heads, B batch.
 """
 
 import bisect
@@ -121,11 +65,14 @@ def _pooling(
 def word_attention(
     weights: WeightsLike, src_word_ids: Sequence[int], tgt_word_ids: Sequence[int]
 ) -> Tensor:
-    """Pool piece-level attention into word-level attention.
+    """Pool piece-level attention into word-level attention, P_a the target pieces of word a
+    and Q_b the source pieces of word b:
 
-    W[..., a, b] = mean over the target pieces t of word a of (sum over the source pieces s of
-    word b of w[..., t, s]): source pieces sum (the mass a word receives), target pieces average
-    (a word's row stays a distribution over source words, up to the mass on dropped columns).
+        W[..., a, b] = 1/|P_a| * sum_{t in P_a} sum_{s in Q_b} w[..., t, s]
+
+    Source pieces sum (the mass a word receives, however many pieces it has), target pieces
+    average (a word's row stays a distribution over source words, up to the mass on dropped
+    columns).
 
     Args:
         weights: (..., T, S) attention of one example (any leading dims, e.g. (L, H, T, S));
@@ -159,7 +106,8 @@ def _as_matrix(word_weights: WeightsLike) -> Tensor:
 
 
 def argmax_alignment(word_weights: WeightsLike, *, src_first: bool = True) -> Alignment:
-    """One link per target word: the source word with the largest weight in its row.
+    """One link per target word: the source word with the largest weight in its row (as in
+    Bahdanau et al. 2015's alignment figures and the attention AER of Garg et al. 2019).
 
     Args:
         word_weights: (T_words, S_words), e.g. from `word_attention`.
@@ -201,7 +149,8 @@ def alignment_error_rate(
     sure: Sequence[Iterable[Link]],
     possible: Sequence[Iterable[Link]] | None = None,
 ) -> dict[str, float]:
-    """Corpus-level AER, precision and recall (Och & Ney 2003, section 5).
+    """Corpus-level AER, precision and recall (Och & Ney 2003, "A Systematic Comparison of
+    Various Statistical Alignment Models", Computational Linguistics 29(1), section 5).
 
     Counts are summed over all sentences before dividing (not a mean of per-sentence ratios):
 
@@ -250,9 +199,6 @@ def alignment_error_rate(
     }
 
 
-# -------------------------------------------------------------------------- statistics
-
-
 # ----------------------------------------------------------------------------- symmetrization
 SYMMETRIZATIONS: tuple[str, ...] = (
     "intersect",
@@ -275,12 +221,21 @@ def transpose(links: Iterable[Link]) -> Alignment:
 
 
 def symmetrize(forward: Iterable[Link], reverse: Iterable[Link], heuristic: str) -> Alignment:
-    """Combine the two directions' (source word, target word) links of one sentence pair.
+    """Combine the two directions' (source word, target word) links of one sentence pair by
+    a heuristic of Koehn, Och & Marcu (2003, "Statistical Phrase-Based Translation", NAACL,
+    section 3.3), as the Moses toolkit's symal implements them (symal.cpp, `printgrow`):
+
+        intersect            F ∩ R
+        union                F ∪ R
+        grow-diag            from F ∩ R, add links of F ∪ R that neighbour one already there
+                             (also diagonally) and cover an unaligned word, until none is left
+        grow-diag-final      grow-diag, then each link of F ∪ R covering an unaligned word
+        grow-diag-final-and  grow-diag, then each link of F ∪ R whose two words are unaligned
 
     Args:
-        forward: links of the source -> target model.
-        reverse: links of the target -> source model, transposed to (source, target).
-        heuristic: one of `SYMMETRIZATIONS` (the module docstring defines each).
+        forward: links F of the source -> target model.
+        reverse: links R of the target -> source model, transposed to (source, target).
+        heuristic: one of `SYMMETRIZATIONS`.
 
     Returns:
         The symmetrized links as (source word, target word).
@@ -309,8 +264,9 @@ def symmetrize(forward: Iterable[Link], reverse: Iterable[Link], heuristic: str)
 
 
 class _Grown:
-    """The growing alignment of symal's `printgrow`: its (target, source) points, kept sorted,
-    and the target and source words they cover."""
+    """The growing alignment of symal's `printgrow`: its (target, source) points, kept sorted
+    and visited in that order (symal's std::set), and the target and source words they cover;
+    symal's order is kept, since every added link covers its words for those after it."""
 
     def __init__(self, start: Alignment) -> None:
         self.points: Alignment = set(start)

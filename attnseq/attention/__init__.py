@@ -1,25 +1,7 @@
-"""Attention mechanisms for RNN encoder-decoders, one family per file (Bahdanau's additive.py,
-Luong's luong.py, hard.py), and a registry to build them by name (the names used in configs:
-`model.attention.score`, `model.attention.window`).
-
-    score       paper                                       class
-    additive    Bahdanau et al. 2015, eq. 6                 AdditiveAttention
-    dot         Luong et al. 2015, eq. 8                    DotAttention
-    general     Luong et al. 2015, eq. 8                    GeneralAttention
-    concat      Luong et al. 2015, eq. 8                    ConcatAttention
-    location    Luong et al. 2015, sec. 3.1                 LocationAttention
-    scaled_dot  Vaswani et al. 2017, eq. 1 (one head)       ScaledDotAttention
-
-    window      global (all source positions), or local_m / local_p (Luong et al. 2015,
-                sec. 3.2, eqs. 9-10) wrapping any score above: LocalAttention
-
-`SCORES` and `WINDOWS` are the names of the config Enums `Score` (less "none", which builds no
-attention) and `Window`.
-
-The transformer's multi-head attention is multihead.py; its attention function is a mechanism
-(the interface of mechanism.py): full attention (full.py) or, for self-attention, an efficient
-one (`model.attention.kind`, efficient.py): sliding_window.py (local), strided.py, longformer.py,
-linformer.py, linear.py, performer.py.
+"""Attention mechanisms, one family per file (docs/internals/attention.md is the tour), and
+`build_attention`, the RNN attention of the config names `model.attention.score` (`SCORES`: the
+config Enum `Score` less "none", which builds no attention) and `model.attention.window`
+(`WINDOWS`).
 """
 
 from attnseq.attention.additive import AdditiveAttention

@@ -1,41 +1,24 @@
-"""Additive attention (Bahdanau, Cho & Bengio 2015, "Neural Machine Translation by Jointly
-Learning to Align and Translate", ICLR; eq. 6 and appendix A.1.2):
-
-    e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j)
-    a_ij = softmax_j(e_ij),   c_i = sum_j a_ij h_j
-
-W_a: query projection, U_a: key projection (computed once per batch in `prepare_keys`).
-
-Coverage-aware additive attention (See, Liu & Manning 2017, "Get To The Point: Summarization
-with Pointer-Generator Networks", ACL; section 2.3, eq. 11; after Tu et al. 2016, "Modeling
-Coverage for Neural Machine Translation"):
-
-    e_i^t = v^T tanh(W_h h_i + W_s s_t + w_c c_i^t)
-    a^t = softmax(e^t)
-
-c^t = sum_{t' < t} a^{t'} is the coverage vector: how much attention source position i has
-received so far. Feeding it to the score lets the model see what it already attended to (and,
-with the coverage loss of attnseq/models/pointer_generator.py, learn not to attend there again).
-
-The content score is an additive (Bahdanau) or concat (Luong) score: both are
-v^T tanh(W_q s + W_k h) (`AdditiveAttention` here, `ConcatAttention` in luong.py), so the
-coverage term w_c c_i enters the same tanh. Our additive score has no b_attn (nor does
-Bahdanau's eq. 6); the coverage term adds none either. The module stays pure: the caller
-carries c^t in its decoder state and passes it in.
+"""Bahdanau's additive score and its coverage form (See et al. 2017), each class with its
+formula.
 
 Shapes: B batch, T query (target) positions, S source positions, A the score's hidden size.
 """
 
-import torch
 from torch import Tensor, nn
 
-from attnseq.attention.base import AlignInputs, Attention, ScoreWrapper
-from attnseq.attention.luong import ConcatAttention
+from attnseq.attention.base import AlignInputs, ScoreWrapper
+from attnseq.attention.luong import TanhScore
 from attnseq.attention.masks import masked_softmax
 
 
-class AdditiveAttention(Attention):
-    """score(s, h) = v^T tanh(W_q s + W_k h).
+class AdditiveAttention(TanhScore):
+    """Additive attention (Bahdanau, Cho & Bengio 2015, "Neural Machine Translation by Jointly
+    Learning to Align and Translate", ICLR; eq. 6 and appendix A.1.2), without a bias:
+
+        e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),   a_ij = softmax_j(e_ij),   c_i = sum_j a_ij h_j
+
+    W_a is `query_proj`, U_a `key_proj` (once per batch, `prepare_keys`), v_a `energy`: the
+    computation of Luong's concat score (`TanhScore`).
 
     Args:
         query_dim: size of the decoder state s.
@@ -43,23 +26,16 @@ class AdditiveAttention(Attention):
         attn_dim: size of the hidden layer inside the score (Bahdanau's n').
     """
 
-    def __init__(self, query_dim: int, key_dim: int, attn_dim: int) -> None:
-        super().__init__()
-        self.query_proj = nn.Linear(query_dim, attn_dim, bias=False)  # W_a
-        self.key_proj = nn.Linear(key_dim, attn_dim, bias=False)  # U_a
-        self.energy = nn.Linear(attn_dim, 1, bias=False)  # v_a
-
-    def prepare_keys(self, keys: Tensor) -> Tensor:
-        return self.key_proj(keys)  # (B, S, A)
-
-    def scores(self, query: Tensor, prepared_keys: Tensor) -> Tensor:
-        q = self.query_proj(query)  # (B, T, A)
-        hidden = torch.tanh(q.unsqueeze(2) + prepared_keys.unsqueeze(1))  # (B, T, S, A)
-        return self.energy(hidden).squeeze(-1)  # (B, T, S)
-
 
 class CoverageAttention(ScoreWrapper):
-    """score(s, h_i, c_i) = v^T tanh(W_q s + W_k h_i + w_c c_i) around an additive/concat score.
+    """Coverage-aware attention around an additive or concat score (See, Liu & Manning 2017,
+    "Get To The Point: Summarization with Pointer-Generator Networks", ACL; section 2.3, eq. 11;
+    after Tu et al. 2016, "Modeling Coverage for Neural Machine Translation"):
+
+        e_i^t = v^T tanh(W_h h_i + W_s s_t + w_c c_i^t),   a^t = softmax(e^t)
+
+    with the coverage c^t = sum_{t' < t} a^{t'}, which the caller carries in its decoder state,
+    and without eq. 11's b_attn (Bahdanau's eq. 6 has no bias either).
 
     Args:
         content: the additive or concat score whose W_q, W_k and v are used.
@@ -68,10 +44,10 @@ class CoverageAttention(ScoreWrapper):
         TypeError: for any other score (it has no tanh layer to add w_c c_i to).
     """
 
-    content: AdditiveAttention | ConcatAttention
+    content: TanhScore
 
-    def __init__(self, content: AdditiveAttention | ConcatAttention) -> None:
-        if not isinstance(content, (AdditiveAttention, ConcatAttention)):
+    def __init__(self, content: TanhScore) -> None:
+        if not isinstance(content, TanhScore):
             raise TypeError(
                 f"coverage needs an additive or concat score, got {type(content).__name__}"
             )
@@ -81,10 +57,8 @@ class CoverageAttention(ScoreWrapper):
 
     def coverage_scores(self, query: Tensor, prepared_keys: Tensor, coverage: Tensor) -> Tensor:
         """e (B, T, S) for queries (B, T, Dq), prepared keys (B, S, A) and coverage (B, T, S)."""
-        q = self.content.query_proj(query)  # (B, T, A)
-        hidden = q.unsqueeze(2) + prepared_keys.unsqueeze(1)  # (B, T, S, A)
-        hidden = hidden + self.coverage_proj(coverage.unsqueeze(-1))  # + w_c c_i
-        return self.content.energy(torch.tanh(hidden)).squeeze(-1)  # (B, T, S)
+        coverage_term = self.coverage_proj(coverage.unsqueeze(-1))  # w_c c_i: (B, T, S, A)
+        return self.content.tanh_scores(query, prepared_keys, coverage_term)
 
     def align(self, inputs: AlignInputs) -> Tensor:
         """`Attention.align` with the coverage vector in the score (eq. 11): c^t is

@@ -1,12 +1,6 @@
-"""The interface shared by the RNN attention mechanisms.
-
-Every mechanism is pure: `forward(query, keys, values, mask) -> (context, weights)` and nothing is
-cached on the module. `forward` is written once, here; a mechanism fills the scoring hook
-`scores` (energies e_ij), and those whose weights are more than softmax_j(e_ij) over the allowed
-positions (a local window, a coverage term in the score) fill `align`, which turns one call's
-`AlignInputs` into weights. Mechanisms that transform the keys (e.g. additive: W_h h_j) do it in
-`prepare_keys`, which a decoder may call once per batch and pass back as `prepared_keys` at every
-step, so the key projection is not recomputed T times (the state lives with the caller).
+"""The interface of the RNN attention mechanisms: `forward(query, keys, values, mask) ->
+(context, weights)`, pure and written once here; a mechanism fills the hooks `scores`, and
+where it needs them `align` and `prepare_keys`.
 
 Shapes: B batch, T query (target) positions, S key (source) positions.
 """
@@ -42,7 +36,8 @@ class Attention(nn.Module, metaclass=abc.ABCMeta):
     """Base class: subclasses implement `scores` and optionally `prepare_keys` and `align`."""
 
     def prepare_keys(self, keys: Tensor) -> Tensor:
-        """Per-batch transform of the keys (B, S, Dk) -> (B, S, *); identity by default."""
+        """Per-batch transform of the keys (B, S, Dk) -> (B, S, *); identity by default. A
+        decoder calls it once and passes the result as `prepared_keys` at every step."""
         return keys
 
     @abc.abstractmethod

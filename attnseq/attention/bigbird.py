@@ -1,34 +1,7 @@
 """Block-sparse attention with window, global and random blocks, `model.attention.kind=bigbird`
-(Zaheer et al. 2020, "Big Bird: Transformers for Longer Sequences", NeurIPS; section 2, the
-ITC variant, "internal transformer construction", whose global tokens are existing positions).
-
-The sequence of n positions is cut into blocks of b = `block_size` positions (the last one
-padded); with I = floor(i / b) the block of query position i and J the block of key position j:
-
-    window  |I - J| <= w                      w = `window_blocks` (the paper: 3 blocks, w = 1)
-    global  J < g, and every J for I < g      the first g = `global_blocks` blocks attend to and
-                                              are attended by every position
-    random  J in R(I)                         r = `random_blocks` blocks drawn per query block
-                                              among those not already in its window or global
-    a_ij = softmax_j(q_i . k_j / sqrt(d_k)) over the allowed j, 0 elsewhere
-
-The random blocks are drawn once from a seeded generator (`seed`; the transformer gives layer l
-seed + l), so training and evaluation see one fixed pattern per layer and sequence length; the
-seed lives in the config, hence in the checkpoint. In the encoder R(I) is drawn among the
-example's own real blocks, seeded by (seed, its number of blocks, I): each example of a batch
-has the pattern of its length, and padding changes nothing.
-
-Causal form (decoder self-attention): the window is the blocks I - w .. I, the global blocks are
-keys only, R(I) is drawn among the earlier blocks g <= J < I - w with a generator seeded by
-(seed, I) alone, so a row's pattern does not depend on how long the sequence will grow, and
-every allowed pair also needs j <= i. A global block's row is then plain causal attention.
-
-Implementation. The encoder's fast path is block-sparse: each query block gathers its
-K = (2w + 1) + g + r key blocks and attends over those K b keys, O(n K b) memory; the g global
-rows attend to every key through the fused kernel. Asked for weights, and in the causal form
-(decoder self-attention and its incremental steps, over every cached key as full attention),
-the pattern is an n x n mask given to the explicit softmax or the fused kernel, as strided.py
-does: exact, but O(n^2) like full attention.
+(Zaheer et al. 2020, "Big Bird: Transformers for Longer Sequences", NeurIPS; section 2, the ITC
+variant, whose global tokens are existing positions): a_ij = softmax_j(q_i . k_j / sqrt(d_k))
+over the key blocks `block_pattern` allows query i's block, 0 elsewhere.
 
 Shapes: B batch, H heads, T query positions, S key positions (T == S == N in the encoder),
 d_k head size, b block size, nb = ceil(N / b) blocks, K key blocks per query block.
@@ -57,10 +30,17 @@ def _random_choice(candidates: list[int], count: int, seed_text: str) -> list[in
 def block_pattern(
     blocks: int, window: int, global_blocks: int, random_blocks: int, seed: int, causal: bool
 ) -> Tensor:
-    """Bool (nb, nb) block pattern, True where query block I may attend to key block J (see
-    the module docstring). On the host, where the Python loop below writes it (a few writes
-    per row, each a kernel launch on a GPU); callers move it. Cached: callers must not modify
-    it."""
+    """Bool (nb, nb) block pattern, True where query block I may attend to key block J:
+
+        window  |I - J| <= w                 (causal: I - w <= J <= I)
+        global  J < g, and every J for I < g (causal: the global blocks are keys only)
+        random  J in R(I), r blocks drawn among those not in I's window or global blocks
+                (causal: among the earlier blocks g <= J < I - w)
+
+    R(I) comes from a generator seeded by (seed, nb, I), or by (seed, I) alone when causal, so
+    that a row's pattern does not depend on how long the sequence will grow. On the host,
+    where the Python loop below writes it (a few writes per row, each a kernel launch on a
+    GPU); callers move it. Cached: callers must not modify it."""
     allowed = torch.zeros(blocks, blocks, dtype=torch.bool, device="cpu")
     g = min(global_blocks, blocks)
     for row in range(blocks):
@@ -208,7 +188,8 @@ class BigBirdSelfAttention(AttentionMechanism):
         return fused_attention(q, k, v, mask, inputs.dropout), None
 
     def blocked(self, inputs: Heads) -> Tensor:
-        """Non-causal context (B, H, N, d_k) at O(N K b) memory (module docstring)."""
+        """Non-causal context (B, H, N, d_k) at O(N K b) memory: each query block attends over
+        the K b keys of its K key blocks, the g global rows over every key (fused)."""
         q, k, v, key_mask = inputs.q, inputs.k, inputs.v, inputs.mask
         batch, heads, length, d_k = q.shape
         b = self.block_size

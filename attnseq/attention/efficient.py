@@ -1,28 +1,7 @@
 """Efficient self-attention for the transformer: `model.attention.kind` picks the mechanism that
-replaces softmax(Q K^T / sqrt(d_k)) V inside multi-head self-attention.
-
-    kind        mechanism (file)                                 memory   causal  weights
-    full        Vaswani et al. 2017 (full.py, fused SDPA)        see (*)  yes     yes
-    local       sliding window +-w (sliding_window.py)           O(n w)   yes     yes
-    strided     Child et al. 2019 strided/fixed (strided.py)     O(n^2)   yes     yes
-    longformer  window + global tokens, Beltagy et al. 2020      O(n(w+g)) no     yes
-    linformer   E K, F V to k rows, Wang et al. 2020             O(n k)   no      effective P F
-    linear      elu(x)+1 features, Katharopoulos et al. 2020     O(n d)   yes     no
-    performer   FAVOR+ random features, Choromanski et al. 2021  O(n m)   yes     no
-    bigbird     window + global + random blocks, Zaheer et al.   O(n K b) yes (**) yes
-                2020 (bigbird.py)
-
-(*) the fused kernel's memory is O(n) on CPU and with flash/memory-efficient kernels on GPU; the
-explicit path (weights) is O(n^2). strided realises its pattern as an n x n mask.
-(**) bigbird's causal form (decoder) uses its pattern as an n x n mask, O(n^2); K key blocks of
-b positions per query block.
-
-The W^Q, W^K, W^V, W^O projections and the head split stay those of `MultiHeadAttention`; only
-its mechanism changes, so every kind has the same parameters apart from the mechanism's own.
-
-The transformer applies the kind to encoder self-attention always and to decoder
-self-attention when asked (`model.attention.decoder_self`), which needs a causal mechanism;
-cross-attention stays full.
+replaces full attention inside multi-head self-attention (of the encoder always, of the decoder
+with `model.attention.decoder_self`; cross-attention stays full), with the same W^Q, W^K, W^V,
+W^O projections.
 """
 
 from dataclasses import replace
@@ -40,13 +19,6 @@ from attnseq.attention.strided import StridedSelfAttention
 from attnseq.config.choices import AttentionKind
 from attnseq.config.schema import AttentionConfig
 
-# Which mechanism and its parameters come as the config's `model.attention` (AttentionConfig),
-# whole: kind; D, w of local and longformer windows; stride, pattern, summary (strided/fixed:
-# l, the pattern, c); global_tokens (longformer's g); proj_dim (linformer's k); features
-# (performer's m); block_size, window_blocks, global_blocks, random_blocks (bigbird's b, w, g,
-# r) and pattern_seed, which seeds bigbird's random blocks (`for_layer` gives each layer its
-# own). The keys of the other kinds are not read. Linformer's n is the model's max_positions.
-
 
 def for_layer(options: AttentionConfig | None, index: int) -> AttentionConfig | None:
     """The options of layer `index`: pattern_seed + index, so that every layer draws its own
@@ -57,8 +29,9 @@ def for_layer(options: AttentionConfig | None, index: int) -> AttentionConfig | 
 def build_mechanism(
     options: AttentionConfig, d_k: int, max_length: int = 1024
 ) -> AttentionMechanism:
-    """The mechanism of `options.kind` for heads of size d_k; `max_length`: linformer's n,
-    the longest sequence it projects.
+    """The mechanism of `options.kind` for heads of size d_k, from the keys of
+    `model.attention` that kind reads; `max_length`: linformer's n, the longest sequence it
+    projects.
 
     Raises:
         ValueError: for an unknown kind (the message lists the valid ones) or bad parameters.

@@ -1,23 +1,8 @@
-"""Full scaled dot-product attention over every query-key pair, `model.attention.kind=full`
-(Vaswani et al. 2017, "Attention Is All You Need", NeurIPS; section 3.2.1, eq. 1):
+"""Full scaled dot-product attention, `model.attention.kind=full` (Vaswani et al. 2017,
+"Attention Is All You Need", NeurIPS; section 3.2.1, eq. 1), by the fused SDPA kernel or, when
+the weights are asked for, explicitly; a fully masked query row gives zeros on both paths:
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
-
-Dividing by sqrt(d_k) keeps the energies' variance near one whatever the head size, so the
-softmax does not saturate (the paper's footnote 4).
-
-Two paths compute the same thing, and tests hold them equal:
-
-- the fused path, `torch.nn.functional.scaled_dot_product_attention` (flash / memory-efficient
-  kernels on GPU, O(n) memory), used whenever the weights are not asked for;
-- the explicit path (q k^T / sqrt(d_k), `masked_softmax`, dropout, @ v), which also returns the
-  weights (B, H, T, S) for heatmaps and alignment error rates, at O(n^2) memory.
-
-Masks are bool, True = allowed. A query row whose keys are all masked gets all-zero weights and
-a zero context on both paths, never NaN. With `causal` and fewer queries than keys, the queries
-are the *last* T positions (bottom-right aligned causal mask), which is what a decoding step
-needs. The efficient mechanisms use the two functions too, on the parts of their patterns that
-are small or dense.
 
 Shapes: B batch, H heads, T query positions, S key positions, d_k head size.
 """

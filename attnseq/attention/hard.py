@@ -1,35 +1,7 @@
-"""Hard attention: the context is the value of one sampled source position (or the mean of k),
-not the alpha-weighted average of all of them (`model.attention.hard`, `model.attention.hard_k`).
-
-Soft attention computes c_i = sum_j a_ij h_j with a_i = softmax_j(e_ij). Hard attention reads a
-as a categorical distribution over source positions ("Multinoulli", Xu et al. 2015, "Show,
-Attend and Tell", ICML, section 4.1, eq. 8: p(s_ij = 1) = a_ij), picks one position s_i and uses
-c_i = h_{s_i}. Picking is not differentiable; two estimators train through it:
-
-- gumbel (straight-through Gumbel-softmax; Jang, Gu & Poole 2017, "Categorical
-  Reparameterization with Gumbel-Softmax", ICLR, eq. 1-2 and section 2.2; Maddison, Mnih & Teh
-  2017, "The Concrete Distribution", ICLR): with g_j = -log(-log u_j), u_j ~ U(0, 1),
-
-      y_soft = softmax((log a + g) / tau),    y_hard = one_hot(argmax_j (log a_j + g_j))
-      forward: y_hard,    backward: d y / d a = d y_soft / d a
-
-  written y = y_hard + (y_soft - stopgrad(y_soft)), whose value is y_hard exactly.
-- reinforce (the score-function estimator, Xu et al. 2015, section 4.1, eq. 11-12): s ~ a, the
-  context is h_s, and the log-probability log a_s and the entropy H(a) of the choice go to the
-  loss (attnseq/models/objective.py), where the REINFORCE term with a moving-average baseline
-  and an entropy bonus trains the scores.
-
-Top-k (k > 1): the weights are k-hot, 1/k on each chosen position (the context is the mean of
-the k values). gumbel takes the k largest log a_j + g_j and passes the gradient through the
-same y_soft; reinforce samples k positions without replacement by the same Gumbel-top-k
-(Kool, van Hoof & Welling 2019, "Stochastic Beams and Where to Find Them", ICML, section 3),
-whose ordered sample has probability prod_i a_{s_i} / (1 - sum_{j<i} a_{s_j}) (sampling without
-replacement, the Plackett-Luce probability); its log is what the estimator differentiates.
-
-Outside training (evaluation, decoding) both modes take the argmax (the k largest a_j):
-deterministic, one-hot (k-hot) by construction, so heatmaps and alignments show the positions
-the context really read. A row with fewer than k allowed positions chooses all of them; a row
-with none gets all-zero weights, like a fully masked row of `masked_softmax`.
+"""Hard attention, `model.attention.hard`: the context is the value of one chosen source
+position (the mean of `model.attention.hard_k`), chosen from p(s_i = j) = a_ij (Xu et al. 2015,
+"Show, Attend and Tell", ICML, section 4.1, eq. 8); training samples, evaluation takes the
+argmax, and a row without allowed positions gets zero weights.
 
 Shapes: "..." any leading dimensions (B, T for the RNN attention; B, H, T for a transformer's
 cross-attention), S source positions.
@@ -104,7 +76,12 @@ def gumbel_noise(like: Tensor) -> Tensor:
 def straight_through_gumbel(
     scores: Tensor, mask: Tensor | None, temperature: float | Tensor, k: int = 1
 ) -> HardSample:
-    """Forward y_hard (the top k of log a + g), backward through y_soft (module docstring).
+    """Straight-through Gumbel-softmax (Jang, Gu & Poole 2017, "Categorical Reparameterization
+    with Gumbel-Softmax", ICLR, eqs. 1-2 and section 2.2; Maddison, Mnih & Teh 2017, "The
+    Concrete Distribution", ICLR):
+
+        y_soft = softmax((log a + g) / tau),   y_hard = k-hot of the top k of log a + g
+        y = y_hard + (y_soft - stopgrad(y_soft)): the value of y_hard, the gradient of y_soft
 
     Args:
         scores: (..., S) energies e.
@@ -121,10 +98,13 @@ def straight_through_gumbel(
 
 
 def reinforce_sample(scores: Tensor, mask: Tensor | None, k: int = 1) -> HardSample:
-    """Sample k positions without replacement from a; their log-probability and H(a).
+    """Sample k positions without replacement from a, for the score-function estimator (Xu et
+    al. 2015, section 4.1, eqs. 11-12): the weights carry no gradient, the scores learn from
+    the sample's log-probability (the REINFORCE term of the loss) and the entropy H(a).
 
-    The weights carry no gradient: the scores learn from the log-probability only (the
-    REINFORCE term of the loss).
+    The sample is Gumbel-top-k (Kool, van Hoof & Welling 2019, "Stochastic Beams and Where to
+    Find Them", ICML, section 3), whose ordered sample s_1..s_k has the Plackett-Luce
+    probability prod_i a_{s_i} / (1 - sum_{j<i} a_{s_j}).
 
     Args:
         scores: (..., S) energies e.
@@ -158,9 +138,8 @@ def argmax_sample(scores: Tensor, mask: Tensor | None, k: int = 1) -> HardSample
 class HardSelector(nn.Module):
     """The hard choice of one attention: sample (training) or argmax (evaluation).
 
-    The Gumbel temperature is a non-persistent buffer: the training step sets it before each
-    forward pass (`set_temperature`, from the schedule of training/train_step.py); it is not part of
-    the checkpoint, and evaluation never reads it.
+    The Gumbel temperature is a non-persistent buffer that the training step sets before each
+    forward pass (`set_temperature`): not in the checkpoint, never read by evaluation.
 
     Args:
         mode: "gumbel" or "reinforce".

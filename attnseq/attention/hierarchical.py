@@ -1,18 +1,8 @@
-"""Hierarchical attention: a segment-level attention re-weights the word-level attention
+"""Hierarchical attention: a segment attention beta re-weights the word attention alpha
 (Nallapati, Zhou, dos Santos, Gulcehre & Xiang 2016, "Abstractive Text Summarization using
-Sequence-to-sequence RNNs and Beyond", CoNLL, section 2.4).
-
-At every decoder step, a word attention alpha over all source words and a segment attention
-beta over the segments (sentences or speaker turns) are combined: each word weight is scaled by
-the weight of its segment s(j) and the result renormalised over the source (section 2.4):
+Sequence-to-sequence RNNs and Beyond", CoNLL, section 2.4), s(j) the segment of word j:
 
     P(j) = alpha_j * beta_{s(j)} / sum_k alpha_k * beta_{s(k)}
-
-The context vector is c = sum_j P(j) h_j, and P is the attention map, the copy distribution of a
-pointer-generator and what coverage accumulates. A segment with beta = 0 gets no weight at all;
-P factors into the segment mass and the word distribution within the segment,
-P(j) = P(s(j)) * alpha_j / sum_{k in s(j)} alpha_k with P(s) = beta_s A_s / sum_r beta_r A_r and
-A_s = sum_{k in s} alpha_k.
 
 Shapes: B batch, T decoder steps, S source length, N segments.
 """

@@ -1,42 +1,7 @@
 """Kernelized linear attention, `model.attention.kind=linear` (Katharopoulos, Vyas, Pappas &
 Fleuret 2020, "Transformers are RNNs: Fast Autoregressive Transformers with Linear Attention",
-ICML; section 3.2, eqs. 4-7, and section 3.3, "Causal masking"):
-
-    V'_i = phi(Q_i)^T (sum_j phi(K_j) V_j^T) / phi(Q_i)^T (sum_j phi(K_j))          (eq. 5)
-    phi(x) = elu(x) + 1                                                              (eq. 7)
-
-Computed right to left, the sums are (F x d_k) and (F,) whatever n is: O(n F d_k) time and
-O(n (F + d_k)) memory, F = d_k feature dimensions. The causal form replaces the sums by prefix
-sums (section 3.3):
-
-    S_i = sum_{j<=i} phi(K_j) V_j^T,   Z_i = sum_{j<=i} phi(K_j),
-    V'_i = phi(Q_i)^T S_i / phi(Q_i)^T Z_i
-
-which is also an RNN: decoding carries (S, Z) and costs O(F d_k) per step, however long the
-output. Materialising S_i for every i would take O(n F d_k) memory, so the prefix sums are
-computed a block of C = 64 positions at a time: the block's queries read the running (S, Z)
-of all earlier blocks, plus their own block's causal part directly (a C x C matrix), then the
-block is added to (S, Z). The numbers are those of the prefix sums; only the order of the
-additions differs.
-
-`kernel_attention` and `causal_kernel_attention` take any positive feature map, and
-`KernelSelfAttention` is the mechanism around them; performer.py reuses it with FAVOR+
-features. For feature maps defined through exp() they accept a per-key log scale c_j
-(phi(K_j) = phi_j exp(c_j)): the sums are then kept relative to the largest c seen so far and
-rescaled when it grows, so exp() never overflows (the usual running-max trick of online
-softmax); the scale cancels in the ratio.
-
-Precision: the kernel computes in float32 whatever the inputs (autocast off, q, k, v cast up)
-and returns the context in the dtype of v. Its sums run over every key, its ratio divides by
-phi(Q_i)^T Z_i, which is small where a query sees few keys (the first positions of the causal
-form), and FAVOR+ features are exp() of a dot product: in float16 the gradients of the running
-sums overflow at the loss scale mixed-precision training starts from (2^16) while the gradients
-of q, k and v still fit, and in bfloat16 the sums keep 8 bits of mantissa. The decoding state
-(S, Z) is float32 for the same reason.
-
-No attention weights: phi(Q) phi(K)^T is never formed, so `need_weights` is an error (and
-visualize-alignment cannot draw this self-attention). Attention dropout does not apply, for
-the same reason. Padded keys get phi(K_j) = 0; a row without any real key gives 0, not NaN.
+ICML; sections 3.2-3.3): the kernel functions take any positive feature map (performer.py's
+too), and compute in float32, where float16 running sums overflow.
 
 Shapes: B batch, H heads, T query positions, S key positions, F features, d_k head size,
 N new positions of a decoding step.
@@ -68,7 +33,12 @@ def _ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
 def kernel_attention(
     phi_q: Tensor, phi_k: Tensor, v: Tensor, key_log_scale: Tensor | None = None
 ) -> Tensor:
-    """Non-causal phi(Q) (phi(K)^T V) / phi(Q) phi(K)^T 1 (eq. 5), right to left.
+    """Non-causal linear attention (eq. 5), right to left, O(n F d_k) time:
+
+        V'_i = phi(Q_i)^T (sum_j phi(K_j) V_j^T) / phi(Q_i)^T (sum_j phi(K_j))
+
+    With a per-key log scale c_j (features defined through exp()), the sums are taken relative
+    to the largest c_j, which cancels in the ratio, so exp() never overflows.
 
     Args:
         phi_q: (B, H, T, F) query features.
@@ -112,10 +82,15 @@ def causal_kernel_attention(
     key_log_scale: Tensor | None = None,
     block: int = CAUSAL_BLOCK,
 ) -> tuple[Tensor, SelfCache]:
-    """Causal V'_i = phi(Q_i)^T S_i / phi(Q_i)^T Z_i by blocked prefix sums (section 3.3).
+    """Causal linear attention by prefix sums (section 3.3), also an RNN over (S, Z):
 
-    The T positions come after everything already in `sums` (T new positions of a decoding
-    step, or a whole target from `empty_sums`).
+        S_i = sum_{j<=i} phi(K_j) V_j^T,   Z_i = sum_{j<=i} phi(K_j)
+        V'_i = phi(Q_i)^T S_i / phi(Q_i)^T Z_i
+
+    computed `block` positions at a time (the running sums of earlier blocks plus the block's
+    own causal C x C part), not S_i for every i: O(n (F + d_k)) memory. A log scale is kept
+    relative to the largest seen so far, the sums rescaled when it grows. The T positions come
+    after everything already in `sums` (a decoding step, or a whole target from `empty_sums`).
 
     Args:
         phi_q: (B, H, T, F).
@@ -163,7 +138,8 @@ def zero_padded(phi_k: Tensor, key_mask: Tensor | None) -> Tensor:
 
 class KernelSelfAttention(AttentionMechanism):
     """phi(Q) (phi(K)^T V) / phi(Q) phi(K)^T 1 with the feature map phi of a subclass, causal
-    by prefix sums; no weights, and dropout does not apply.
+    by prefix sums; no weights (phi(Q) phi(K)^T is never formed), so no dropout either. Padded
+    keys get phi(K_j) = 0; a row without a real key gives 0, not NaN.
 
     scaled: the key features carry a per-key log scale (maps defined through exp()).
     """
@@ -183,8 +159,9 @@ class KernelSelfAttention(AttentionMechanism):
         """F, the number of features for heads of size d_k."""
 
     def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """See `AttentionMechanism.attend`; there are never weights. Computed in float32
-        (module docstring, "Precision"); the context has the dtype of v."""
+        """See `AttentionMechanism.attend`; there are never weights. Computed in float32 (the
+        sums over every key, and a ratio small where a query sees few keys, overflow float16's
+        gradients and lose bfloat16's digits); the context has the dtype of v."""
         with _float32(inputs.q):
             q, k, v = inputs.q.float(), inputs.k.float(), inputs.v.float()
             phi_q, phi_k, log_scale = self.feature_maps(q, k, inputs.mask)

@@ -1,32 +1,11 @@
-"""Low-rank attention with keys and values projected along the sequence axis,
-`model.attention.kind=linformer` (Wang, Li, Khabsa, Fang & Ma 2020, "Linformer: Self-Attention
-with Linear Complexity", arXiv:2006.04768, section 4, eq. 7):
+"""Low-rank self-attention, `model.attention.kind=linformer` (Wang, Li, Khabsa, Fang & Ma 2020,
+"Linformer: Self-Attention with Linear Complexity", arXiv:2006.04768, section 4, eq. 7), E and
+F (k x n) learned projections along the sequence axis, one pair per layer shared by the heads:
 
-    head_i = softmax(Q W_i^Q (E_i K W_i^K)^T / sqrt(d_k)) . F_i V W_i^V
-           = P . (F V),      P: (n, k) "context mapping" weights over k projected rows
+    head_i = softmax(Q W_i^Q (E K W_i^K)^T / sqrt(d_k)) F V W_i^V = P (F V)
 
-E, F: (k, n) learned projections (k = `model.attention.proj_dim`) that mix the n positions of
-the keys and values into k rows, so the score matrix is n x k: O(n k) time and memory. One E and
-one F per layer, shared by the heads (the paper's "headwise" sharing, section 4, "Parameter
-sharing"). They are initialised Xavier-uniform, so a projected row starts as a sum over up to n
-keys whose variance is at most that of one key.
-
-n is fixed: the projections have one column per position up to `max_length`
-(`model.max_positions`, which must be at least `data.max_src_len`). A sequence of S < n
-positions uses the first S columns, and padded keys and values are set to zero before the
-projection (their columns of E and F are zeroed), so padding never enters a projected row.
-A row with no real key sees k zero keys: uniform P over zero values, a zero context.
-
-Weights: the k-row weights P are not aligned with source positions. Since context = P (F V) =
-(P F) V exactly, `need_weights` returns the *effective* weights P F_S (B, H, T, S): the exact
-linear map from each value to each output, the quantity a heatmap can honestly show. Unlike
-softmax weights they may be negative and their rows need not sum to one.
-
-Encoder only: every projected row mixes all positions, including later ones, so there is no
-causal form.
-
-Shapes: B batch, H heads, T query positions, S key positions (T == S), d_k head size, k
-projected rows, n maximum length.
+Encoder only. Shapes: B batch, H heads, T query positions, S key positions (T == S), d_k head
+size, k projected rows, n maximum length.
 """
 
 import math
@@ -88,7 +67,8 @@ class LinformerSelfAttention(AttentionMechanism):
         return e, f
 
     def attend(self, inputs: Heads, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """See `AttentionMechanism.attend`; weights are the effective P F (see above)."""
+        """See `AttentionMechanism.attend`; the weights are the effective P F_S (B, H, T, S),
+        exact since context = P (F V) = (P F) V: possibly negative, rows need not sum to one."""
         q, k, v = inputs.q, inputs.k, inputs.v
         e, f = self.projections(k.size(2), inputs.mask)  # (B|1, k, S)
         projected_k = torch.einsum("bps,bhsd->bhpd", e, k)  # E K: (B, H, k, d_k)

@@ -1,25 +1,9 @@
 """Sliding window plus global tokens, `model.attention.kind=longformer` (Beltagy, Peters & Cohan
-2020, "Longformer: The Long-Document Transformer", arXiv:2004.05150, section 3.1):
+2020, "Longformer: The Long-Document Transformer", arXiv:2004.05150, section 3.1), with the
+global tokens G = {0, ..., g - 1} the first g = `global_tokens` positions, w = model.attention.D:
 
-    G = {0, ..., g - 1}              the global tokens: the first g = `global_tokens` positions
-    A(i) = {j : |i - j| <= w} u G    for i not in G: the sliding window (w = model.attention.D)
-                                     plus every global token
-    A(i) = {0, ..., S - 1}           for i in G: a global token attends to every position
+    A(i) = {j : |i - j| <= w} u G   for i not in G,   A(i) = every position   for i in G
     a_ij = softmax_j(q_i . k_j / sqrt(d_k)) over j in A(i), 0 elsewhere
-
-so global tokens attend to all positions and all positions attend to them (the paper's
-symmetric global attention). The paper chooses global tokens per task (e.g. [CLS], question
-tokens); a seq2seq source has no such token, so here they are the first g source positions,
-which the encoder can learn to use as a summary. The paper computes global attention with a
-second set of projections (Q_g, K_g, V_g); this implementation shares the layer's W^Q, W^K,
-W^V for both, so that kind=longformer adds no parameters.
-
-Encoder only: global tokens see (and are seen by) the whole sequence, which a causal decoder
-cannot allow. With g = 0 this is kind=local.
-
-Memory O(n (w + g)): the window part is the blocked band of sliding_window.py; the g global
-columns are appended to every block's scores before one joint softmax (window slots that hold
-a global token are masked so no key counts twice); the g global rows are a (g, S) attention.
 
 Shapes: B batch, H heads, N sequence length (T == S == N), d_k head size, g global tokens.
 """

@@ -1,67 +1,12 @@
 """The attention of Luong, Pham & Manning 2015, "Effective Approaches to Attention-based Neural
 Machine Translation", EMNLP: the global scores of eq. 8 and section 3.1, the local windows of
-section 3.2, and the scaled dot score of Vaswani et al. 2017, Luong's dot score scaled.
-
-Global (multiplicative) scores, eq. 8:
-
-    score(h_t, h̄_s) = h_t^T h̄_s                        dot
-                      h_t^T W_a h̄_s                    general
-                      v_a^T tanh(W_a [h_t; h̄_s])       concat
+section 3.2 and Vaswani et al.'s scaled dot score, each class with its formula, h_t the decoder
+state (the query s of this package) and h̄_s an encoder state (a key h):
 
     a_t(s) = softmax_s(score(h_t, h̄_s))   (eq. 7),   c_t = sum_s a_t(s) h̄_s
 
-h_t is the decoder state (the query s in this package's naming), h̄_s an encoder state (a key h).
-Everything that depends on the keys only is computed in `prepare_keys`, once per batch, so a
-decoder that attends T times does not redo it at every step.
-
-Location-based attention (section 3.1): a_t = softmax(W_a h_t). The weights are computed from
-the decoder state h_t alone: W_a maps it to one energy per source position, with no content term
-comparing h_t to the encoder states. W_a has `max_src_len` rows; a batch with S source positions
-uses the first S of them (the paper's a_t has the source length, which varies from batch to
-batch). The padding mask still applies (in `Attention.forward`), so padded positions get zero
-weight and the rest renormalise.
-
-Scaled dot-product attention, one head (Vaswani et al. 2017, "Attention Is All You Need",
-NeurIPS; eq. 1):
-
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
-
-Dividing by sqrt(d_k) keeps the variance of the energies near one whatever the key size, so the
-softmax does not saturate for large d_k (the paper's footnote 4). No projections here: the
-multi-head module owns W^Q, W^K, W^V; this is the attention function itself, used as an RNN
-attention score where the decoder and encoder states have the same size.
-
-Local attention (section 3.2, eqs. 9-10). At each target step t the decoder attends only to a
-window [p_t - D, p_t + D] of source positions around an aligned position p_t, with a content
-score (any of this package's global scores: dot, general, concat, additive, ...) normalised
-inside the window:
-
-    local-m (monotonic):   p_t = t                                             (sec. 3.2)
-    local-p (predictive):  p_t = S_x * sigmoid(v_p^T tanh(W_p h_t))            (eq. 9)
-                           a_t(s) = align(h_t, h̄_s) * exp(-(s - p_t)^2 / (2 sigma^2)),
-                           sigma = D / 2                                        (eq. 10)
-
-align(h_t, h̄_s) is the softmax of the content scores over the positions in the window (eq. 7
-restricted to the window); positions outside it get exactly zero weight.
-
-Conventions this implementation fixes where the paper is silent:
-- Source positions are 0-based, s = 0..S-1; for local-m, p_t is the target position t (0-based,
-  `query_positions`, default 0..T-1), so step t is centred on source position t.
-- S_x is the real length of each source sentence, the number of allowed positions in its row
-  of the padding mask (S when there is no mask). p_t is therefore a real number in (0, S_x).
-- The window is every integer s with |s - p_t| <= D: 2D + 1 positions when p_t is an integer
-  (always for local-m, the paper's "a_t in R^{2D+1}"), 2D positions when it is not.
-  The window is clipped by the sequence edges and by the padding mask; a window that holds no
-  allowed position (e.g. t far past the end of the source) gives all-zero weights, not NaN.
-- local-p rows do NOT sum to one: eq. 10 multiplies the normalised in-window weights by the
-  Gaussian (which is 1 only at s = p_t), and the paper does not renormalise; neither do we.
-  local-m rows sum to one (or are all zero).
-- The window boundary is a step function of p_t, so W_p and v_p learn only through the Gaussian,
-  as in the paper ("to favor alignment points near p_t"); the boundary itself has no gradient.
-
 Shapes: B batch, T query (target) positions, S key (source) positions, Dq/Dk query/key sizes,
-d_k the query/key size of the scaled dot score, A the hidden size of the concat score and of
-local-p's position predictor.
+d_k the size of the scaled dot score, A the hidden size of concat and of local-p's predictor.
 """
 
 import math
@@ -133,29 +78,22 @@ class GeneralAttention(Attention):
         return torch.bmm(query, prepared_keys.transpose(1, 2))  # (B, T, Dq) x (B, Dq, S)
 
 
-class ConcatAttention(Attention):
-    """score(s, h) = v_a^T tanh(W_a [s; h]) (Luong eq. 8, "concat").
-
-    W_a (A x (Dq + Dk)) is stored as its two column blocks, W_a = [W_q | W_k], because
-    W_a [s; h] = W_q s + W_k h: the two forms are algebraically identical, and the split lets
-    W_k h be computed once per batch in `prepare_keys` instead of concatenating s with every h
-    (a (B, T, S, Dq + Dk) tensor) at every step. `concat_weight()` returns the full W_a.
+class TanhScore(Attention):
+    """score(s, h) = v^T tanh(W_q s + W_k h), the form Bahdanau's additive score and Luong's
+    concat score share (W_a [s; h] = W_q s + W_k h for W_a = [W_q | W_k]); W_k h is computed
+    once per batch in `prepare_keys`.
 
     Args:
         query_dim: size of the decoder state s (Dq).
         key_dim: size of the encoder state h (Dk).
-        attn_dim: number of rows of W_a (A), the hidden size of the score.
+        attn_dim: the score's hidden size (A).
     """
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int) -> None:
         super().__init__()
-        self.query_proj = nn.Linear(query_dim, attn_dim, bias=False)  # W_q = W_a[:, :Dq]
-        self.key_proj = nn.Linear(key_dim, attn_dim, bias=False)  # W_k = W_a[:, Dq:]
-        self.energy = nn.Linear(attn_dim, 1, bias=False)  # v_a
-
-    def concat_weight(self) -> Tensor:
-        """The paper's W_a = [W_q | W_k], shape (A, Dq + Dk)."""
-        return torch.cat([self.query_proj.weight, self.key_proj.weight], dim=1)
+        self.query_proj = nn.Linear(query_dim, attn_dim, bias=False)  # W_q
+        self.key_proj = nn.Linear(key_dim, attn_dim, bias=False)  # W_k
+        self.energy = nn.Linear(attn_dim, 1, bias=False)  # v
 
     def prepare_keys(self, keys: Tensor) -> Tensor:
         """keys (B, S, Dk) -> W_k h (B, S, A)."""
@@ -163,14 +101,40 @@ class ConcatAttention(Attention):
 
     def scores(self, query: Tensor, prepared_keys: Tensor) -> Tensor:
         """query (B, T, Dq) against W_k h (B, S, A) -> energies (B, T, S)."""
+        return self.tanh_scores(query, prepared_keys)
+
+    def tanh_scores(
+        self, query: Tensor, prepared_keys: Tensor, extra: Tensor | None = None
+    ) -> Tensor:
+        """v^T tanh(W_q s + W_k h + extra) (B, T, S); `extra` (B, T, S, A) joins the sum inside
+        the tanh (coverage's w_c c_i), None adds nothing."""
         q = self.query_proj(query)  # (B, T, A)
         # (B, T, 1, A) + (B, 1, S, A): W_q s + W_k h for every (t, s) pair
-        hidden = torch.tanh(q.unsqueeze(2) + prepared_keys.unsqueeze(1))  # (B, T, S, A)
-        return self.energy(hidden).squeeze(-1)  # (B, T, S)
+        hidden = q.unsqueeze(2) + prepared_keys.unsqueeze(1)  # (B, T, S, A)
+        if extra is not None:
+            hidden = hidden + extra
+        return self.energy(torch.tanh(hidden)).squeeze(-1)  # (B, T, S)
+
+
+class ConcatAttention(TanhScore):
+    """score(s, h) = v_a^T tanh(W_a [s; h]) (Luong eq. 8, "concat"), W_a (A x (Dq + Dk)) stored
+    as its column blocks [W_q | W_k] (`TanhScore`); `concat_weight()` returns the full W_a.
+
+    Args:
+        query_dim: size of the decoder state s (Dq).
+        key_dim: size of the encoder state h (Dk).
+        attn_dim: number of rows of W_a (A), the hidden size of the score.
+    """
+
+    def concat_weight(self) -> Tensor:
+        """The paper's W_a = [W_q | W_k], shape (A, Dq + Dk)."""
+        return torch.cat([self.query_proj.weight, self.key_proj.weight], dim=1)
 
 
 class LocationAttention(Attention):
-    """score(s, h_j) = (W_a s)_j, the j-th row of W_a applied to the query.
+    """a_t = softmax(W_a h_t) (Luong section 3.1): score(s, h_j) = (W_a s)_j, the j-th row of
+    W_a applied to the query, with no content term; a batch of S positions uses W_a's first S
+    rows.
 
     Args:
         query_dim: size of the decoder state s (Dq).
@@ -200,7 +164,9 @@ class LocationAttention(Attention):
 
 
 class ScaledDotAttention(Attention):
-    """score(q, k) = q^T k / sqrt(d_k); no parameters.
+    """score(q, k) = q^T k / sqrt(d_k) (Vaswani et al. 2017, "Attention Is All You Need",
+    NeurIPS; eq. 1, one head, no projections); no parameters. The sqrt(d_k) keeps the energies'
+    variance near one, so the softmax does not saturate (footnote 4).
 
     Args:
         query_dim: size of the query q.
@@ -224,7 +190,15 @@ LOCAL_WINDOWS = tuple(window.value for window in Window if window.value != "glob
 
 
 class LocalAttention(ScoreWrapper):
-    """Windowed attention around p_t, wrapping a content score module.
+    """Attention inside the window [p_t - D, p_t + D] (Luong section 3.2, eqs. 9-10):
+
+        local-m:  p_t = t
+        local-p:  p_t = S_x * sigmoid(v_p^T tanh(W_p h_t))                            (eq. 9)
+                  a_t(s) = align(h_t, h̄_s) exp(-(s - p_t)^2 / (2 sigma^2)),  sigma = D/2  (eq. 10)
+
+    align is the content score's softmax over the window; positions outside it get 0, and
+    local-p rows are not renormalised after the Gaussian (as in the paper). S_x is the row's
+    real source length; the other choices the paper leaves open are docs/internals/attention.md's.
 
     Args:
         content: the score inside the window (e.g. `GeneralAttention`); its `prepare_keys` and
@@ -309,7 +283,7 @@ class LocalAttention(ScoreWrapper):
 
         Returns:
             weights (B, T, S); weights outside the window or masked are exactly 0; local_m
-            rows sum to one, local_p rows sum to at most one (see module doc).
+            rows sum to one, local_p rows sum to at most one.
         """
         energies = self.scores(inputs.query, inputs.keys)  # (B, T, S)
         src_len, mask = energies.size(-1), inputs.mask

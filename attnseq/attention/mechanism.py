@@ -1,25 +1,6 @@
-"""The interface of the transformer's attention functions ("mechanisms").
-
-Multi-head attention (multihead.py) projects queries, keys and values (W^Q, W^K, W^V), splits
-them into heads, and hands the per-head q, k, v to a mechanism, which returns the per-head
-context that the caller merges and projects with W^O. Full attention, softmax(Q K^T / sqrt(d_k))
-V over every pair (Vaswani et al. 2017, eq. 1), is one mechanism (full.py); the efficient ones
-replace it in self-attention (`model.attention.kind`, efficient.py), one per file:
-sliding_window.py (kind=local), strided.py, longformer.py, linformer.py, linear.py,
-performer.py and bigbird.py.
-
-A mechanism fills one hook, `attend(inputs, need_weights)`; `forward` checks the call once for
-every mechanism. The efficient mechanisms are self-attention: query position t and key position
-t are the same token, so T == S, and their only mask is the key padding mask (B, S). Full
-attention also serves cross-attention and takes any mask `as_attention_mask` takes. Masks are
-bool, True = allowed; a fully masked row gives a zero context, never NaN.
-
-Incremental decoding (causal mechanisms only): `empty_cache` gives the per-layer state before
-the first target token, `step` attends from N >= 1 new positions (the newest, after everything
-already in the cache) and returns the new cache. By default the cache holds every key and value
-so far and `step` attends over them as the last N queries of a causal `attend`; mechanisms that
-keep less (a window, running sums) override both. Caches are dicts of batch-first tensors, so
-`Seq2Seq.reorder_state` can select beam rows in them.
+"""The interface of the transformer's attention functions ("mechanisms"): per-head q, k, v in,
+per-head context out. A mechanism fills `attend`; `forward` checks each call once for all of
+them; `empty_cache` and `step` decode incrementally (causal mechanisms only).
 
 Shapes: B batch, H heads, T query positions, S key positions, N new positions, P cached
 positions, d_k head size.
@@ -121,7 +102,10 @@ class AttentionMechanism(nn.Module, metaclass=abc.ABCMeta):
     def step(
         self, new: Heads, cache: SelfCache, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None, SelfCache]:
-        """Causal attention from N new positions over everything so far.
+        """Causal attention from N new positions over everything so far: by default the cache
+        holds every key and value; mechanisms that keep less (a window, running sums) override
+        this and `empty_cache`. Caches are dicts of batch-first tensors, so that beam search
+        can select rows in them.
 
         Args:
             new: q, k, v of the new positions, each (B, H, N, d_k), and the dropout.

@@ -1,53 +1,8 @@
 """Multi-head attention (Vaswani et al. 2017, "Attention Is All You Need", NeurIPS; section
-3.2.2):
-
-    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
-        head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),   d_k = d_v = d_model / h
-
-The h per-head projections W_i^Q (d_model x d_k) are stored side by side as one d_model x d_model
-linear layer per role (query, key, value), then split into heads by a reshape. The attention
-function itself is a mechanism (mechanism.py): full attention (full.py, eq. 1, with its fused and
-explicit paths) by default, or an efficient one for self-attention (efficient.py).
-
-Incremental decoding: the module is pure, so key/value caches live in the caller's decoder state.
-`project_kv` turns encoder memory into per-head keys/values once (cross-attention);
-`append_kv` extends cached self-attention keys/values with the new steps; `attend` attends from
-new queries over already-projected keys/values. With `is_causal=True` and fewer queries than keys,
-the queries are the *last* T positions (bottom-right aligned causal mask), which is what a
-decoding step needs. `empty_cache` and `attend_cached` wrap the mechanism's decoding state for a
-decoder layer's self-attention.
-
-Head mask (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", NeurIPS; section 2):
-each head's output is multiplied by its gate xi_h before the output projection,
+3.2.2) with a gate xi_h per head (Michel et al. 2019) and optional persistent memory slots:
 
     MultiHead(Q, K, V) = Concat(xi_1 head_1, ..., xi_h head_h) W^O,
-
-with xi = `head_mask`, a (H,) buffer of ones (every head kept) that pruning sets to 0 for the
-heads it removes (attnseq/models/head_mask.py). Every path applies it: fused and explicit full
-attention, the efficient mechanisms and the cached decoding steps. It is saved with the weights;
-a state dict without it (older checkpoints) loads with every head kept.
-
-Persistent memory, `model.attention.memory_slots=N` (Sukhbaatar, Grave, Lample, Jegou & Joulin
-2019, "Augmenting Self-attention with Persistent Memory", arXiv:1907.01470, section 3):
-N learned key and value vectors per head, M_k and M_v (N x d_k each), concatenated to
-the keys and values of every attention call of the layer,
-
-    K' = [M_k ; K W^K],  V' = [M_v ; V W^V],   head = softmax(q K'^T / sqrt(d_k)) V'
-
-They are parameters, not functions of the input: the same for every position and every example
-of a batch (so they carry nothing from one example to another), never masked, and outside the
-causal mask (a memory slot is not a position, so every query sees all of them). The paper
-also drops the feed-forward sublayer (its "all-attention layer"); attnseq keeps it and only adds
-the vectors. Initialisation (ours): N(0, 1/d_k) for the keys, so that q . m / sqrt(d_k) starts
-at the scale of the sequence's scores, and N(0, 1/N) for the values.
-
-The slots come *before* the sequence's keys: a causal mask aligned bottom-right (the T queries
-are the last T of the keys) then lets every query see all N slots and the positions up to its
-own, with no change to the causal code, and cached decoding appends new keys after them as usual.
-
-Weights: the attention over N + S keys comes back as (B, H, T, S + N), the sequence's columns
-first and the N memory columns last (visualize-alignment labels them m1..mN), or, for
-cross-attention, as the S source columns alone, which then sum to one minus the memory's share.
+        head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),   d_k = d_v = d_model / h
 
 Shapes: B batch, T query positions, S key positions, N new positions (in `append_kv`) or
 memory slots (in `PersistentMemory`), H heads, d_k = d_model / H.
@@ -70,7 +25,13 @@ from attnseq.attention.mechanism import (
 
 
 class PersistentMemory(nn.Module):
-    """N learned key and value vectors per head.
+    """N learned key and value vectors per head before the keys and values of every call
+    (Sukhbaatar, Grave, Lample, Jegou & Joulin 2019, "Augmenting Self-attention with Persistent
+    Memory", arXiv:1907.01470, section 3), never masked and, first, outside the causal mask:
+
+        K' = [M_k ; K W^K],   V' = [M_v ; V W^V],   head = softmax(q K'^T / sqrt(d_k)) V'
+
+    M_k starts as N(0, 1/d_k), at the scale of the sequence's scores, M_v as N(0, 1/N).
 
     Args:
         heads: H.
@@ -117,7 +78,10 @@ class PersistentMemory(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (Vaswani et al. 2017, section 3.2.2).
+    """MultiHead(Q, K, V) = Concat(xi_1 head_1, ..., xi_h head_h) W^O (Vaswani et al. 2017,
+    section 3.2.2); the per-head projections are one d_model x d_model layer per role, split by
+    a reshape. xi = `head_mask` (H,), ones until pruning zeroes a head (Michel, Levy & Neubig
+    2019, "Are Sixteen Heads Really Better than One?", NeurIPS; section 2), on every path.
 
     Args:
         d_model: model width; queries, keys and values all come in with this size.
@@ -206,8 +170,8 @@ class MultiHeadAttention(nn.Module):
     def _load_from_state_dict(
         self, state_dict: dict[str, Tensor], prefix: str, *args: Any, **kwargs: Any
     ) -> None:
-        # a state dict from before the head mask keeps every head (load_state_dict copies the
-        # dict, so the caller's is left as it was)
+        # a state dict without a head mask keeps every head (load_state_dict copies the dict,
+        # so the caller's is left as it is)
         state_dict.setdefault(prefix + "head_mask", torch.ones_like(self.head_mask))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 

@@ -1,31 +1,9 @@
 """FAVOR+ attention, `model.attention.kind=performer` (Choromanski et al. 2021, "Rethinking
-Attention with Performers", ICLR; section 2.3, Lemma 1, and section 2.4):
+Attention with Performers", ICLR; section 2.3, Lemma 1, and section 2.4): softmax attention as
+linear attention (linear.py) with m = `model.attention.features` positive random features,
 
-The softmax kernel is an expectation over Gaussian directions w ~ N(0, I_d):
-
-    exp(x . y) = E_w[ exp(w . x - |x|^2 / 2) exp(w . y - |y|^2 / 2) ]              (Lemma 1)
-
-so with m random features (m = `model.attention.features`)
-
-    phi(x) = exp(-|x|^2 / 2) / sqrt(m) . (exp(w_1 . x), ..., exp(w_m . x))          (FAVOR+)
-
-gives phi(x) . phi(y) ~ exp(x . y) with *positive* features, unbiased, and softmax attention
-with x = q / d_k^(1/4), y = k / d_k^(1/4) (so x . y = q . k / sqrt(d_k)) becomes linear
-attention with this phi (linear.py's `KernelSelfAttention` computes it, causal form included).
-The w_1..w_m are drawn in blocks of d_k mutually orthogonal directions, each rescaled to the
-length of a Gaussian vector (orthogonal random features, section 2.4), which lowers the variance
-of the estimate. The approximation error shrinks as m grows (tests/attention/test_efficient.py
-measures it).
-
-The features are drawn once when the module is built (from torch's global generator, so from
-the run's seed), stored as a buffer and saved with the checkpoint, and never redrawn: training,
-evaluation and decoding all use the same kernel. (The paper also studies periodic redrawing.)
-
-Numerical stability: phi(q) is multiplied by exp(-max_r w_r . x) per query, a constant that
-cancels in the attention ratio; keys carry their own max as a log scale that linear.py keeps
-relative to the largest one seen (`key_log_scale`), so exp() never overflows.
-
-No attention weights (as for kind=linear): `need_weights` is an error.
+    phi(x) = exp(-|x|^2 / 2) / sqrt(m) . (exp(w_1 . x), ..., exp(w_m . x)),   w_r ~ N(0, I_d)
+    E[phi(x) . phi(y)] = exp(x . y),   x = q / d_k^(1/4),  y = k / d_k^(1/4)          (Lemma 1)
 
 Shapes: B batch, H heads, N positions, d_k head size, m features.
 """
@@ -52,7 +30,9 @@ def orthogonal_gaussian(features: int, dim: int) -> Tensor:
 
 
 class PerformerSelfAttention(KernelSelfAttention):
-    """Softmax attention estimated with m positive orthogonal random features.
+    """Softmax attention estimated with m positive orthogonal random features, drawn once when
+    the module is built (from the run's seed) and saved with it: one kernel for training,
+    evaluation and decoding.
 
     Args:
         d_k: head size (the dimension of the random directions).
@@ -83,7 +63,8 @@ class PerformerSelfAttention(KernelSelfAttention):
         return projected - (x * x).sum(dim=-1, keepdim=True) / 2
 
     def query_features(self, q: Tensor) -> Tensor:
-        """phi(q) times a per-query constant (which cancels): (B, H, N, m), max entry 1."""
+        """phi(q) times exp(-max_r w_r . x), a per-query constant that cancels in the ratio:
+        (B, H, N, m), max entry 1, so exp() never overflows."""
         log_phi = self.log_features(q)
         return torch.exp(log_phi - log_phi.amax(dim=-1, keepdim=True))
 

@@ -1,25 +1,9 @@
-"""Sliding-window self-attention, `model.attention.kind=local`: each position attends only to the
-positions at most w away, the locality of Luong et al.'s local attention (2015, section 3.2)
-applied to self-attention, as in the sliding window of Beltagy et al. 2020 ("Longformer: The
-Long-Document Transformer", arXiv:2004.05150, section 3.1, "Sliding Window"):
+"""Sliding-window self-attention, `model.attention.kind=local` (Beltagy, Peters & Cohan 2020,
+"Longformer: The Long-Document Transformer", arXiv:2004.05150, section 3.1, "Sliding Window";
+the locality of Luong et al.'s local attention), w = `model.attention.D`:
 
     a_ij = softmax_j(q_i . k_j / sqrt(d_k))   over j in W(i), 0 elsewhere
-    W(i) = {j : |i - j| <= w}                  (encoder, bidirectional: 2w + 1 positions)
-    W(i) = {j : i - w <= j <= i}               (decoder, causal: w + 1 positions)
-
-w is `model.attention.D` (the half-width Luong's local attention also takes from D).
-
-Memory O(n w), not O(n^2): the queries are cut into blocks of b positions (b = max(w, 32),
-at most n) and each block attends to the b + 2w keys around it, taken as strided windows of
-the zero-padded keys (`Tensor.unfold`, a view). Scores are (B, H, n/b, b, b + 2w); a fixed
-band mask inside each block keeps exactly W(i), and the padding mask (padded the same way)
-removes padding and the positions beyond the sequence edges. As for full attention there are
-two paths: without weights the blocks go through the fused SDPA kernel (one batch entry per
-head and block); with weights, an explicit masked softmax whose block weights are scattered
-into (B, H, T, S) (O(n^2) by nature, only for drawing).
-
-Incremental decoding keeps only the last w keys and values: the next position sees nothing
-older.
+    W(i) = {j : |i - j| <= w}   (encoder),   W(i) = {j : i - w <= j <= i}   (decoder)
 
 Shapes: B batch, H heads, N sequence length (T == S == N), d_k head size, nb blocks of b
 queries, span = b + 2w keys per block.
@@ -115,7 +99,8 @@ def checked_window(window: int) -> int:
 def band_blocks(
     q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int, causal: bool
 ) -> Band:
-    """Blocked sliding-window queries, keys and masks; see the module docstring.
+    """Blocked sliding-window queries, keys and masks: blocks of b = max(w, MIN_BLOCK) queries
+    (at most N), each with the b + 2w keys around it as a strided view of the zero-padded keys.
 
     Args:
         q, k, v: (B, H, N, d_k).

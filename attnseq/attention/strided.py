@@ -1,27 +1,7 @@
-"""Strided and fixed sparse attention patterns, `model.attention.kind=strided` (Child, Gray,
-Radford & Sutskever 2019, "Generating Long Sequences with Sparse Transformers",
-arXiv:1904.10509, section 4.2, "Factorized self-attention"), with stride l
-(`model.attention.stride`):
-
-    strided (pattern=strided):  A1(i) = {j : |i - j| <= l}        the previous (and, in the
-                                                                  encoder, next) l positions
-                                A2(i) = {j : (i - j) mod l = 0}   every l-th position
-    fixed   (pattern=fixed):    A1(i) = {j : floor(j / l) = floor(i / l)}   i's own block
-                                A2(i) = {j : j mod l >= l - c}    the last c positions of every
-                                                                  block ("summary" cells,
-                                                                  c = `model.attention.summary`)
-
-    a_ij = softmax_j(q_i . k_j / sqrt(d_k)) over j in A1(i) u A2(i), 0 elsewhere
-
-Every head attends to the union A1 u A2 (the paper's "merged head" variant, section 4.3).
-The paper's patterns are causal (j <= i); the decoder uses them so, and the encoder uses the
-bidirectional versions written above.
-
-Implementation: the pattern is a bool (T, S) mask combined with the padding mask and passed
-to the fused SDPA kernel (or the explicit softmax when the weights are asked for). This shows
-what the pattern costs in *quality*; it does not save memory or time over full attention:
-the mask is n^2 bools and the kernel still visits every pair (the paper's O(n sqrt(n)) comes
-from block-sparse GPU kernels). Decoding keeps every key and value, as full attention does.
+"""Strided and fixed sparse attention, `model.attention.kind=strided` (Child, Gray, Radford &
+Sutskever 2019, "Generating Long Sequences with Sparse Transformers", arXiv:1904.10509, section
+4.2): the pattern (`sparse_pattern`) is a (T, S) mask for the fused or the explicit path, which
+shows what the pattern costs in quality but saves neither memory nor time over full attention.
 
 Shapes: B batch, H heads, T query positions, S key positions, d_k head size.
 """
@@ -45,13 +25,19 @@ def sparse_pattern(
     summary: int = 1,
     causal: bool = False,
 ) -> Tensor:
-    """Bool (T, S) mask, True where query position i may attend to key position j.
+    """Bool (T, S) mask, True where query position i may attend to key position j, the union
+    of Child et al.'s two subsets (section 4.2; "merged head", section 4.3), l = stride:
+
+        strided:  A1(i) = {j : |i - j| <= l},                A2(i) = {j : (i - j) mod l = 0}
+        fixed:    A1(i) = {j : floor(j / l) = floor(i / l)},  A2(i) = {j : j mod l >= l - c}
+
+    The paper's patterns are causal (j <= i); without `causal` they are bidirectional.
 
     Args:
         query_positions: (T,) integer absolute positions i.
         key_positions: (S,) integer absolute positions j.
         stride: l >= 1.
-        pattern: "strided" or "fixed" (see the module docstring).
+        pattern: "strided" or "fixed".
         summary: c, the summary cells per block of the fixed pattern, 1 <= c <= l.
         causal: also require j <= i.
     """

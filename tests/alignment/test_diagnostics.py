@@ -1,6 +1,6 @@
 """Attention diagnostics: end-of-source mass and per-head entropy on hand-made attention, over
 padded batches and several batches; models without cross-attention give none; the entropy of
-each example, from hand-made attention and as the evaluator's mean."""
+each example, from hand-made attention and as the evaluator's mean; the per-batch statistics."""
 
 import math
 from types import SimpleNamespace
@@ -12,6 +12,7 @@ from helpers import tiny_config
 
 from attnseq.alignment.diagnostics import (
     AttentionDiagnostics,
+    attention_statistics,
     example_entropies,
     is_per_layer_key,
 )
@@ -145,3 +146,27 @@ def test_example_entropies_agree_with_the_evaluators(family: str) -> None:
     overall = evaluator_for(examples).attention_diagnostics(model)["attention/entropy"]
     assert sums[:, 0].sum() / sums[:, 1].sum() == pytest.approx(overall)
     assert sums[2].tolist() == [0.0, 0.0] and sums[:, 1].tolist() == [3, 2, 0, 2]
+
+
+# --------------------------------------------------------------- statistics for TensorBoard
+def test_attention_statistics_one_hot_and_uniform_rows() -> None:
+    one_hot = torch.tensor([[[0.0, 1.0, 0.0, 0.0]]])  # (B=1, T=1, S=4)
+    assert attention_statistics(one_hot) == {"entropy": 0.0, "argmax_weight": 1.0}
+    uniform = torch.full((1, 1, 4), 0.25)
+    stats = attention_statistics(uniform)
+    assert stats["entropy"] == pytest.approx(math.log(4))
+    assert stats["argmax_weight"] == pytest.approx(0.25)
+    # a row over 3 real columns (the 4th is padding), and a padded target row left out
+    weights = torch.tensor([[[1 / 3, 1 / 3, 1 / 3, 0.0], [0.1, 0.2, 0.3, 0.4]]])  # (1, 2, 4)
+    src_mask = torch.tensor([[True, True, True, False]])
+    tgt_mask = torch.tensor([[True, False]])
+    mask = tgt_mask[:, :, None] & src_mask[:, None, :]  # (1, 2, 4)
+    stats = attention_statistics(weights, mask)
+    assert stats["entropy"] == pytest.approx(math.log(3))
+    assert stats["argmax_weight"] == pytest.approx(1 / 3)
+    # a (B, T, S) mask serves (B, L, H, T, S) weights; the mean runs over layers and heads
+    five_d = torch.stack([weights, torch.cat([one_hot, one_hot], dim=1)], dim=1)[:, :, None]
+    stats = attention_statistics(five_d, mask)  # rows: uniform over 3, one-hot
+    assert stats["entropy"] == pytest.approx(math.log(3) / 2)
+    assert stats["argmax_weight"] == pytest.approx((1 / 3 + 1) / 2)
+    assert attention_statistics(weights, torch.zeros_like(mask))["entropy"] == 0.0

@@ -1,27 +1,41 @@
 """Forced word alignment (attnseq/alignment/forced.py): Pharaoh round trip, the
 attention and Shift-Att rows on a hand-made attention matrix, the piece -> word merge, batching
-that changes nothing, and the map choice."""
+that changes nothing, and the map choice; the AER of stub and tiny models' attention."""
 
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from helpers import SRC, TGT, eval_result, run_eval, untrained_checkpoint, write_set
-from torch import nn
+from torch import Tensor, nn
 
 from attnseq.alignment.forced import (
+    AlignmentCorpus,
     AlignmentMethod,
     align_sentences,
+    corpus_alignment_metrics,
     forced_word_attention,
+    model_alignment_metrics,
     select_map,
 )
 from attnseq.alignment.word_links import alignment_error_rate, argmax_alignment, word_attention
+from attnseq.attention.additive import AdditiveAttention
 from attnseq.config.conversion import config_from_dict
+from attnseq.data.batching import Example, encode_pairs
 from attnseq.data.file_readers import read_parallel
-from attnseq.data.tokenizers import TokenizerPair
+from attnseq.data.generated import gold_alignments, make_splits
+from attnseq.data.tokenizers import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    Tokenizer,
+    TokenizerPair,
+    train_tokenizer,
+)
 from attnseq.data.word_alignments import (
     format_pharaoh,
     read_gold,
@@ -32,6 +46,9 @@ from attnseq.data.word_alignments import (
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models.loading import load_trained_model, model_for
+from attnseq.models.rnn import RNNSeq2Seq
+from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
+from attnseq.models.transformer import TransformerSeq2Seq
 
 # decoder steps of "x y z" (rows) over the source "a b" (columns): step t has input y_{t-1}
 HAND_MADE = torch.tensor(
@@ -414,3 +431,191 @@ def test_wpt03_trial_set_with_a_sentencepiece_model(shared_data, tmp_path, monke
     swapped = ["--gold-src", str(folder / "trial.fr"), "--gold-tgt", str(folder / "trial.en")]
     result = run_eval(checkpoint, tmp_path / "swapped", *naacl, *swapped)
     assert result.exit_code == 2 and "--gold-order src-tgt" in result.output
+
+
+# ------------------------------------------------------- the AER of a model's attention
+class StubModel(Seq2Seq):
+    """Attention fixed by source position: row t puts all its weight on one column, t
+    ("diagonal"), length - 1 - t ("anti") or 0 ("first").
+
+    `heads` is None for RNN-shaped (B, T, S) weights, else a (L, H) grid of patterns for
+    (B, L, H, T, S) weights. The EOS row and padding rows attend uniformly.
+    """
+
+    def __init__(self, heads: list[list[str]] | None = None, pattern: str = "anti") -> None:
+        super().__init__(PAD_ID, BOS_ID, EOS_ID)
+        self.heads = heads
+        self.pattern = pattern
+
+    @staticmethod
+    def _weights(pattern: str, src_lengths: Tensor, T: int, S: int) -> Tensor:
+        weights = torch.full((len(src_lengths), T, S), 1.0 / S)
+        for b, length in enumerate(src_lengths.tolist()):
+            for t in range(min(T, length)):
+                weights[b, t] = 0.0
+                column = {"anti": length - 1 - t, "diagonal": t, "first": 0}[pattern]
+                weights[b, t, column] = 1.0
+        return weights  # (B, T, S)
+
+    def forward(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool = False
+    ) -> Seq2SeqOutput:
+        B, T = tgt_in.shape
+        S = src.size(1)
+        if self.heads is None:
+            attention = self._weights(self.pattern, src_lengths, T, S)
+        else:
+            attention = torch.stack(
+                [
+                    torch.stack([self._weights(p, src_lengths, T, S) for p in layer], dim=1)
+                    for layer in self.heads
+                ],
+                dim=1,
+            )  # (B, L, H, T, S)
+        return Seq2SeqOutput(logits=torch.zeros(B, T, 8), attention=attention)
+
+    def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
+        return {"src_lengths": src_lengths}
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None, DecoderState]:
+        return torch.zeros(prev_tokens.size(0), 8), None, state
+
+
+Encoded = tuple[
+    list[Example],
+    list[list[str]],
+    list[list[str]],
+    list[set[tuple[int, int]]],
+    Tokenizer,
+    Tokenizer,
+]
+
+
+def encoded(task: str, kind: str, size: int = 12) -> Encoded:
+    """Examples, pieces, gold links and tokenizers of a generated task's valid split."""
+    sizes = {"valid": size}
+    pairs = make_splits(task, sizes, seed=0, min_len=3, max_len=7, vocab_size=10)["valid"]
+    gold = gold_alignments(task, sizes, seed=0, min_len=3, max_len=7, vocab_size=10)
+    assert gold is not None
+    src_tok = train_tokenizer(kind, [src for src, _ in pairs])
+    tgt_tok = train_tokenizer(kind, [tgt for _, tgt in pairs])
+    examples = encode_pairs(pairs, src_tok, tgt_tok)
+    src_pieces = [src_tok.pieces(src) for src, _ in pairs]
+    tgt_pieces = [tgt_tok.pieces(tgt) for _, tgt in pairs]
+    return examples, src_pieces, tgt_pieces, gold["valid"], src_tok, tgt_tok
+
+
+def test_oracle_attention_scores_zero_aer() -> None:
+    # reverse task, word level: an anti-diagonal model is exactly the gold alignment.
+    examples, src_p, tgt_p, gold, _, _ = encoded("reverse", "word")
+    args: dict[str, Any] = {"src_kind": "word", "tgt_kind": "word", "batch_size": 5}
+    metrics = model_alignment_metrics(
+        StubModel(pattern="anti"), examples, src_p, tgt_p, gold, **args
+    )
+    assert metrics == {"aer": 0.0, "precision": 1.0, "recall": 1.0}
+    # the diagonal is wrong except at the middle word of odd-length sentences
+    metrics = model_alignment_metrics(
+        StubModel(pattern="diagonal"), examples, src_p, tgt_p, gold, **args
+    )
+    assert metrics["aer"] > 0.6
+    # link order: attending to source word 0 everywhere gives (0, t) links, i.e. (t, 0) when
+    # src_first=False; each order only matches the gold written in that order.
+    n_tgt = [len(pieces) for pieces in tgt_p]
+    src_first_gold = [{(0, t) for t in range(n)} for n in n_tgt]
+    tgt_first_gold = [{(t, 0) for t in range(n)} for n in n_tgt]
+    first = StubModel(pattern="first")
+    for gold_links, src_first in ((src_first_gold, True), (tgt_first_gold, False)):
+        metrics = model_alignment_metrics(
+            first, examples, src_p, tgt_p, gold_links, src_first=src_first, **args
+        )
+        assert metrics["aer"] == 0.0
+    metrics = model_alignment_metrics(first, examples, src_p, tgt_p, tgt_first_gold, **args)
+    assert metrics["aer"] > 0.6
+
+
+def test_char_pieces_pool_to_words() -> None:
+    # copy task at character level: the diagonal over characters is the identity over words,
+    # spaces (word id -1) drop out.
+    examples, src_p, tgt_p, gold, _, _ = encoded("copy", "char")
+    assert " " in src_p[0]
+    metrics = model_alignment_metrics(
+        StubModel(pattern="diagonal"), examples, src_p, tgt_p, gold, src_kind="char",
+        tgt_kind="char", batch_size=4,
+    )  # fmt: skip
+    assert metrics["aer"] == 0.0
+
+
+def test_transformer_shaped_attention_overall_is_last_layer_head_mean() -> None:
+    examples, src_p, tgt_p, gold, _, _ = encoded("reverse", "word")
+    model = StubModel(heads=[["diagonal", "diagonal"], ["anti", "anti"]])
+    metrics = model_alignment_metrics(
+        model, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word"
+    )
+    assert list(metrics) == [
+        "aer", "precision", "recall",
+        "aer/layer1/head1", "aer/layer1/head2", "aer/layer1/mean",
+        "aer/layer2/head1", "aer/layer2/head2", "aer/layer2/mean",
+    ]  # fmt: skip
+    assert metrics["aer"] == metrics["aer/layer2/mean"] == metrics["aer/layer2/head1"] == 0.0
+    assert metrics["aer/layer1/mean"] == metrics["aer/layer1/head1"] > 0.6
+
+
+def test_gold_outside_the_words_is_a_clear_error() -> None:
+    examples, src_p, tgt_p, gold, _, _ = encoded("reverse", "word", size=2)
+    bad = [gold[0] | {(50, 0)}, gold[1]]
+    with pytest.raises(ValueError, match=r"link \(50, 0\) of example 0 is outside"):
+        model_alignment_metrics(
+            StubModel(), examples, src_p, tgt_p, bad, src_kind="word", tgt_kind="word"
+        )
+    with pytest.raises(ValueError, match="2 examples but 1 tgt_pieces"):
+        model_alignment_metrics(
+            StubModel(), examples, src_p, tgt_p[:1], gold, src_kind="word", tgt_kind="word"
+        )
+
+
+def test_tiny_untrained_rnn_and_transformer() -> None:
+    torch.manual_seed(0)
+    examples, src_p, tgt_p, gold, src_tok, tgt_tok = encoded("toy_translation", "word", size=8)
+    V_src, V_tgt = src_tok.vocab_size, tgt_tok.vocab_size
+    vocab = Vocabularies(V_src, V_tgt, PAD_ID, BOS_ID, EOS_ID)
+    rnn = RNNSeq2Seq(
+        vocab,
+        attention=AdditiveAttention(16, 16, 8), emb_dim=8, enc_hidden=8, hidden=16,
+    )  # fmt: skip
+    rnn.train()
+    metrics = model_alignment_metrics(
+        rnn, examples, src_p, tgt_p, gold, gold, src_kind="word", tgt_kind="word", batch_size=3
+    )
+    assert set(metrics) == {"aer", "precision", "recall"}
+    assert all(0.0 <= value <= 1.0 for value in metrics.values())
+    assert rnn.training  # mode restored
+
+    transformer = TransformerSeq2Seq(
+        vocab,
+        d_model=16, heads=2, enc_layers=1, dec_layers=3, ff_dim=32,
+    )  # fmt: skip
+    metrics = model_alignment_metrics(
+        transformer, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word", batch_size=3
+    )
+    expected = {"aer", "precision", "recall"}
+    for layer in (1, 2, 3):
+        expected |= {f"aer/layer{layer}/head1", f"aer/layer{layer}/head2", f"aer/layer{layer}/mean"}
+    assert set(metrics) == expected
+    assert metrics["aer"] == metrics["aer/layer3/mean"]
+    assert all(0.0 <= value <= 1.0 for value in metrics.values())
+
+
+def test_corpus_alignment_metrics_is_model_alignment_metrics_on_a_corpus() -> None:
+    # the two entry points, argument lists and `AlignmentCorpus`, give the same numbers
+    examples, src_p, tgt_p, gold, _, _ = encoded("reverse", "word")
+    model = StubModel(heads=[["diagonal", "anti"], ["anti", "first"]])
+    corpus = AlignmentCorpus(examples, src_p, tgt_p, gold, None, "word", "word")
+    by_corpus = corpus_alignment_metrics(model, corpus, batch_size=5, per_map_scores=("recall",))
+    by_lists = model_alignment_metrics(
+        model, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word", batch_size=5,
+        per_map_scores=("recall",),
+    )  # fmt: skip
+    assert by_corpus == by_lists
+    assert "recall/layer1/head2" in by_corpus and "aer/layer1/head2" not in by_corpus

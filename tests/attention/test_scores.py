@@ -1,5 +1,6 @@
-"""The global score functions against their formulas, computed here one (t, s) pair at a time
-with the module's own parameters; gradchecks; purity; the registry."""
+"""Every RNN score (additive.py, luong.py) built by the registry (attnseq/attention/__init__.py)
+against its formula, computed here one (t, s) pair at a time with the module's own parameters;
+gradchecks; purity; the registry's names and errors; location's and concat's own forms."""
 
 import math
 
@@ -242,31 +243,6 @@ def test_concat_split_equals_concatenated_matrix() -> None:
     )  # (B, T, S, Dq + Dk)
     joint = torch.tanh(pairs @ module.concat_weight().T)  # (B, T, S, A)
     torch.testing.assert_close(split, joint, atol=1e-12, rtol=0)
-
-
-def test_forward_is_written_once_and_mechanisms_fill_the_hooks() -> None:
-    """Only the base class defines `forward`; coverage and local attention fill `align`."""
-    from attnseq.attention.additive import CoverageAttention
-    from attnseq.attention.base import AlignInputs
-
-    for cls in (*CLASSES.values(), LocalAttention, CoverageAttention):
-        assert "forward" not in vars(cls), cls.__name__
-    assert "align" in vars(LocalAttention) and "align" in vars(CoverageAttention)
-
-    class Uniform(Attention):
-        """Fills only the scoring hook: equal energies, so uniform weights over allowed keys."""
-
-        def scores(self, query: Tensor, prepared_keys: Tensor) -> Tensor:
-            return query.new_zeros(query.size(0), query.size(1), prepared_keys.size(1))
-
-    query, keys, values = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 2)
-    mask = padding_mask(torch.tensor([5, 2]), 5)
-    context, weights = Uniform()(query, keys, values, mask)
-    torch.testing.assert_close(weights[1, :, :2], torch.full((3, 2), 0.5))
-    assert torch.all(weights[1, :, 2:] == 0)
-    torch.testing.assert_close(context[1], values[1, :2].mean(0).expand(3, -1))
-    direct = Uniform().align(AlignInputs(query, keys, mask[:, None, :]))
-    torch.testing.assert_close(direct, weights)
 
 
 def test_choice_lists_are_the_config_enums() -> None:
