@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 import attnseq
 from attnseq.alignment.forced import AlignmentMethod, align_sentences
-from attnseq.api import Model, TranslatedHypothesis, Translation
+from attnseq.api.model import Model
+from attnseq.api.results import TranslatedHypothesis, Translation
 from attnseq.cli.app import app
 from attnseq.evaluation.scoring import Scorer
 from attnseq.models.loading import load_trained_model

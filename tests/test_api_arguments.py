@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import attnseq
-from attnseq import api as python_api
-from attnseq.api import Model
+from attnseq.api import arguments
+from attnseq.api import model as api_model
+from attnseq.api.model import Model
 from attnseq.cli.app import app
 from attnseq.config import resources
 
@@ -38,8 +39,8 @@ def no_work(monkeypatch: pytest.MonkeyPatch, model: Model) -> None:
         raise AssertionError("the work started before the arguments were checked")
 
     monkeypatch.setattr(model.translator, "nbest_lists", work)
-    monkeypatch.setattr(python_api, "explain", work)
-    monkeypatch.setattr(python_api, "align_sentences", work)
+    monkeypatch.setattr(api_model, "explain", work)
+    monkeypatch.setattr(api_model, "align_sentences", work)
 
 
 # ---------------------------------------------------------------- sizes: the memory estimate
@@ -232,7 +233,7 @@ LINES = TEXTS | st.lists(TEXTS, max_size=3) | st.tuples(TEXTS) | ANY
 NUMBERS = INTEGERS | FLOATS | JUNK
 # the decoding settings besides beam, nbest and sample (which the fuzzer draws on their own)
 OTHER_SETTINGS = [
-    key for key in python_api.DECODING_SETTINGS if key not in ("beam", "nbest", "sample")
+    key for key in arguments.DECODING_SETTINGS if key not in ("beam", "nbest", "sample")
 ]
 CHANGES = st.dictionaries(
     st.sampled_from([*OTHER_SETTINGS, "beam_size", "n_best", "topk"]), NUMBERS, max_size=3

@@ -20,7 +20,9 @@ from typer.testing import CliRunner
 
 import attnseq
 from attnseq.analysis.figures import figure_png
-from attnseq.api import Model, TrainResult, Translation
+from attnseq.api.model import Model
+from attnseq.api.results import Translation
+from attnseq.api.train import TrainResult
 from attnseq.cli.app import app
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import DecodingConfig, TrainConfig

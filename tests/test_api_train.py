@@ -188,7 +188,7 @@ def test_by_default_the_bar_shows_in_a_notebook_and_not_in_a_script(
     out, err = capfd.readouterr()
     assert BAR not in err and TRAINING_LINE in err and "step 2: valid/" in err
     assert "test metrics of the best checkpoint" in out
-    monkeypatch.setattr("attnseq.api.in_notebook", lambda: True)
+    monkeypatch.setattr("attnseq.api.train.in_notebook", lambda: True)
     attnseq.train(LOGGED, run_dir=tmp_path / "notebook")
     _, err = capfd.readouterr()
     assert BAR in err and TRAINING_LINE not in err
@@ -268,7 +268,8 @@ print([str(warning.message)[:19] for warning in caught])
     ("imports", "warned"),
     [
         ("import tqdm.auto", ["IProgress not found"]),  # what a notebook shows without attnseq
-        ("import attnseq.api, datasets, captum.attr", []),  # training's, explain's libraries
+        # the API's modules, and the libraries of training (datasets) and of explain (captum)
+        ("import attnseq.api.model, attnseq.api.train, datasets, captum.attr", []),
     ],
 )
 def test_no_iprogress_warning_in_a_notebook_without_ipywidgets(imports: str, warned) -> None:

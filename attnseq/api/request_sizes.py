@@ -1,19 +1,5 @@
-"""The memory a request of the Python API needs, checked before the work: what
-`attnseq.config.resources` does for a training's config, done for one call of `Model.translate`,
-`score`, `align`, `attention` or `explain`.
-
-Each check takes the request's real sizes (the pieces of its longest texts, its beam or
-samples, its batch), estimates the memory of its largest batch with `inference_bytes` (a lower
-bound: the tensors that must exist at once), adds the text being tokenized, and raises one
-UserError naming the request and what to lower when the estimate exceeds what the model's
-device has free (`check_inference_memory`: the free memory of a CUDA device, else the
-available RAM). An absurd size (beam=10**9, a line of a billion characters, smoothgrad over a
-5,000-piece pair) becomes that one line, instead of an allocation the kernel answers by ending
-the process. A size that fits may still take long: the estimate bounds memory, not time.
-
-The text is measured first and alone, before it is tokenized: tokenizing a string holds it,
-its pieces and their ids at once (`TEXT_BYTES_PER_CHARACTER`).
-"""
+"""The memory a request of `Model` needs, checked before the work against what its device has
+free: an absurd size becomes one UserError instead of a process the kernel ends."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,7 +30,8 @@ class RequestSizes:
     device: torch.device
 
     def text(self, texts: Sequence[str], name: str) -> None:
-        """The memory of tokenizing `texts` at once, against the available RAM."""
+        """The memory of tokenizing `texts` at once, against the available RAM: measured before
+        they are tokenized, since tokenizing a string holds it, its pieces and their ids."""
         characters = sum(len(text) for text in texts)
         check_inference_memory(
             characters * TEXT_BYTES_PER_CHARACTER, torch.device("cpu"),
@@ -61,6 +48,8 @@ class RequestSizes:
         return max((len(self.tokenizers.tgt.encode(text)) for text in texts), default=0) + 1
 
     def _bytes(self, rows: int, source: int, target: int, **kinds: object) -> int:
+        """`inference_bytes` of a batch: a lower bound, the tensors that must exist at once (a
+        size that fits may still take long: it bounds memory, not time)."""
         vocab = self.tokenizers.tgt.vocab_size
         return inference_bytes(self.cfg.model, vocab, rows, source, target, **kinds)  # type: ignore[arg-type]
 
