@@ -69,7 +69,7 @@ def test_nbest_scores_and_sampling(checkpoints: dict[str, Path]) -> None:
     again = model.translate(SOURCES[0], sample=True, num_samples=4, seed=3).hypotheses
     assert len(samples) == 4 and [s.text for s in samples] == [s.text for s in again]
     assert model.settings(sample=True, top_k=2) == dataclasses.replace(
-        model.cfg.decoding, sample=True, top_k=2, beam=1, nbest=1
+        model.config.decoding, sample=True, top_k=2, beam=1, nbest=1
     )
     with pytest.raises(attnseq.UserError, match="sample draws the outputs and beam 3 searches"):
         model.translate(SOURCES[0], beam=3, sample=True)

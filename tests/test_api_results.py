@@ -255,7 +255,7 @@ def test_translate_gives_ids_and_scores_as_tensors(family: str, checkpoints: dic
 
 def test_the_documented_attributes(checkpoints: dict[str, Path]) -> None:
     model = attnseq.load(checkpoints["rnn"], "cpu", threads=1, overrides=["decoding.beam=3"])
-    assert isinstance(model.config, TrainConfig) and model.config is model.cfg
+    assert isinstance(model.config, TrainConfig) and model.config is model.trained.cfg
     assert isinstance(model.decoding, DecodingConfig) and model.decoding.beam == 3
     assert model.settings() == model.decoding  # what a call without changes decodes with
     assert isinstance(model.tokenizers, TokenizerPair)
@@ -316,7 +316,7 @@ def test_save_and_load_give_the_same_model(
     targets = ["2001-06-05", "1998-03-03"]
     assert again.score(lines, targets) == model.score(lines, targets)  # bitwise
     payload = load_checkpoint(saved)
-    assert payload["config"] == config_to_dict(model.cfg)
+    assert payload["config"] == config_to_dict(model.config)
     assert payload["tokenizers"] == model.tokenizers.state()
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
 

@@ -34,7 +34,7 @@ def test_a_training_returns_its_run_directory_and_metrics(
     log = (result.run_dir / "train.log").read_text()
     assert "][attnseq][INFO] - " in log and "step 2" in log
     saved = attnseq.load(result.checkpoint, "cpu", threads=1)
-    assert saved.cfg.seed == 3 and saved.cfg.model.decoder.value == "luong"
+    assert saved.config.seed == 3 and saved.config.model.decoder.value == "luong"
     recorded = (result.run_dir / ".hydra" / "config.yaml").read_text()
     assert "decoder: luong" in recorded
 
@@ -45,7 +45,7 @@ def test_the_same_overrides_compose_the_same_config_as_the_command(tmp_path: Pat
     result = attnseq.train(overrides=STEPS, run_dir=tmp_path / "run")
     assert result.run_dir == (tmp_path / "run").absolute()
     composed = check_train_args(list(STEPS))  # what `attnseq train STEPS` composes
-    saved = attnseq.load(result.checkpoint, "cpu", threads=1).cfg
+    saved = attnseq.load(result.checkpoint, "cpu", threads=1).config
     assert config_to_dict(saved) == config_to_dict(composed)
     with pytest.raises(attnseq.UserError, match="holds") as refused:
         attnseq.train(overrides=STEPS, run_dir=tmp_path / "run")  # a finished run is kept

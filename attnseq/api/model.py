@@ -69,7 +69,7 @@ class Model:
     writes it back as a checkpoint.
 
     Attributes:
-        config: the checkpoint's `TrainConfig`, overrides applied (also as `cfg`).
+        config: the checkpoint's `TrainConfig`, overrides applied.
         decoding: the decoding settings `translate` uses where a call changes none
             (`config.decoding`, a `DecodingConfig`).
         tokenizers: its source and target tokenizers (a `TokenizerPair`: `.src`, `.tgt`).
@@ -91,7 +91,7 @@ class Model:
         threads: int | str | None = None,
     ) -> None:
         self.trained = trained
-        self.cfg: TrainConfig = trained.cfg
+        self._config: TrainConfig = trained.cfg
         self.tokenizers: TokenizerPair = trained.tokenizers
         self.device = device
         self.module = trained.model.to(device).eval()
@@ -102,7 +102,7 @@ class Model:
     def __repr__(self) -> str:
         """One line, e.g. "<attnseq.Model transformer, 1,234,567 parameters, vocabularies
         8000/8000 (source/target), on cpu, from run/checkpoints/best.pt>"."""
-        family = self.cfg.model.family.value
+        family = self.config.model.family.value
         if self.ensemble:
             family = f"ensemble of {len(self.trained.payload['ensemble'])} {family}"
         parameters = sum(parameter.numel() for parameter in self.module.parameters())
@@ -114,14 +114,14 @@ class Model:
 
     @property
     def config(self) -> TrainConfig:
-        """The checkpoint's config with the overrides of `load` (the object `cfg` names)."""
-        return self.cfg
+        """The checkpoint's config with the overrides of `load`."""
+        return self._config
 
     @property
     def decoding(self) -> DecodingConfig:
         """The decoding settings `translate` uses where a call changes none: the config's
         decoding.* (`config.decoding`). A call's keywords change them for that call only."""
-        return self.cfg.decoding
+        return self.config.decoding
 
     def to(self, device: str | torch.device) -> "Model":
         """Move the model to `device` (cpu, cuda, cuda:N, mps or auto, or a torch.device) and
@@ -170,7 +170,7 @@ class Model:
         check_output_file(target, "path", ["pt"])
         self._refuse_losing_training_state(target)
         state = {name: value.detach().cpu() for name, value in self.module.state_dict().items()}
-        load_weights(target, model_for(self.cfg, self.tokenizers), state)  # as `load` will
+        load_weights(target, model_for(self.config, self.tokenizers), state)  # as `load` will
         save_checkpoint(target, self._saved_payload(state))
         return target
 
@@ -203,14 +203,14 @@ class Model:
         if "head_pruning" in payload and not _same_head_masks(loaded["model"], state):
             del payload["head_pruning"]  # it names the heads of masks the model no longer has
         payload.update(
-            config=config_to_dict(self.cfg), tokenizers=self.tokenizers.state(), model=state
+            config=config_to_dict(self.config), tokenizers=self.tokenizers.state(), model=state
         )
         return payload
 
     @cached_property
     def translator(self) -> Translator:
         """Text in, text out (attnseq/decoding/translate.py), as `attnseq translate` runs."""
-        return Translator(self.module, self.tokenizers, self.cfg, self.device)
+        return Translator(self.module, self.tokenizers, self.config, self.device)
 
     @cached_property
     def scorer(self) -> Scorer:
@@ -234,13 +234,13 @@ class Model:
         arguments.keywords(changes, DECODING_SETTINGS, "the decoding settings")
         checked = {name: decoding_setting(name, value) for name, value in changes.items()}
         given = {name: value for name, value in checked.items() if value is not None}
-        self._check_output_limit(dataclasses.replace(self.cfg.decoding, **given))
+        self._check_output_limit(dataclasses.replace(self.config.decoding, **given))
         return self.translator.settings(**checked)
 
     def _check_output_limit(self, settings: DecodingConfig) -> None:
         """UserError when outputs of the longest source the model reads could run past
         `MAX_OUTPUT_TOKENS`, or past the positions of a model with learned ones."""
-        longest, ratio = self.cfg.data.max_src_len, settings.max_output_ratio
+        longest, ratio = self.config.data.max_src_len, settings.max_output_ratio
         given = f"max_output_ratio={ratio:g} and max_output_extra={settings.max_output_extra}"
         reach = longest * ratio + settings.max_output_extra  # a float: ratio may be 1e300
         if not reach <= MAX_OUTPUT_TOKENS:
@@ -319,7 +319,7 @@ class Model:
         self, text: str, hypothesis: Hypothesis, oovs: list[str]
     ) -> TranslatedHypothesis:
         src, tgt = self.tokenizers.src, self.tokenizers.tgt
-        source_ids = src.encode(text.rstrip("\r\n"))[: self.cfg.data.max_src_len]
+        source_ids = src.encode(text.rstrip("\r\n"))[: self.config.data.max_src_len]
         score = hypothesis.normalized_score
         return TranslatedHypothesis(
             text=self.translator.output_text(hypothesis, oovs),
@@ -416,7 +416,7 @@ class Model:
         arguments.choice(kind, "kind", KINDS)
         if not src.strip():
             raise UserError("src is empty: give a source sentence")
-        if kind in ("encoder", "decoder") and self.cfg.model.family.value != "transformer":
+        if kind in ("encoder", "decoder") and self.config.model.family.value != "transformer":
             raise UserError(f"kind={kind!r} needs a transformer; an RNN has cross-attention only")
         if kind == "segment" and not is_hierarchical(self.module):
             raise UserError(
@@ -462,7 +462,7 @@ class Model:
         self._check_explanation(chosen, layer, head)
         if target is not None:
             check_output_file(target, "path", ["html", "htm"])
-        beam = self.cfg.decoding.beam if beam is None else beam
+        beam = self.config.decoding.beam if beam is None else beam
         count = len(available_methods(self.trained) if chosen is None else chosen)
         self.sizes.explanation(src, tgt, self.settings(beam=beam, nbest=beam), count)
         with threads_set(self.threads):
@@ -480,7 +480,7 @@ class Model:
     ) -> None:
         """UserError in the API's words for a method the model cannot be explained by, or a
         layer or head outside its attention maps."""
-        model_cfg = self.cfg.model
+        model_cfg = self.config.model
         if model_cfg.family.value == "transformer":
             check_layer_and_head(layer, head, model_cfg.dec_layers, model_cfg.heads)
         else:
@@ -493,7 +493,7 @@ class Model:
     @property
     def sizes(self) -> RequestSizes:
         """The memory checks of this model's requests (attnseq/api/request_sizes.py)."""
-        return RequestSizes(self.cfg, self.tokenizers, self.device)
+        return RequestSizes(self.config, self.tokenizers, self.device)
 
     @cached_property
     def viewer(self) -> AlignmentViewer:
