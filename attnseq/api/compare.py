@@ -65,8 +65,18 @@ def compare(
     check_threads(threads, "threads")
     with threads_set(threads):  # the decoding of checkpoints; the caller's count comes back
         return compare_paths(
-            systems, baseline, lines(references, "references"), lines(sources, "sources"),
-            task, split, device, seed, resamples, trials, buckets,
-            lines(train_references, "train_references"), None if gold is None else Path(gold),
-            attention,
-        )  # fmt: skip
+            systems,
+            baseline=baseline,
+            references=lines(references, "references"),
+            sources=lines(sources, "sources"),
+            task=task,
+            split=split,
+            device=device,
+            seed=seed,
+            resamples=resamples,
+            trials=trials,
+            edges=buckets,
+            train_references=lines(train_references, "train_references"),
+            gold=None if gold is None else Path(gold),
+            attention=attention,
+        )

@@ -397,13 +397,17 @@ class Model:
         head = arguments.integer(head, "head", optional=True)
         batch_size = arguments.integer(batch_size, "batch_size", low=1)  # type: ignore[assignment]
         name = canonical_method(method, "method")
-        check_method_fits(self.trained, name, layer, head, ("method", "layer", "head"))
+        check_method_fits(self.trained, name, layer, head)
         self.sizes.alignment(sources, targets, batch_size, name)
         with threads_set(self.threads):
             return align_sentences(
-                self.trained, sources, targets, AlignmentMethod(method, layer, head),
-                device=self.device, batch_size=batch_size,
-            )  # fmt: skip
+                self.trained,
+                src_lines=sources,
+                tgt_lines=targets,
+                method=AlignmentMethod(method, layer, head),
+                device=self.device,
+                batch_size=batch_size,
+            )
 
     def attention(self, src: str, tgt: str | None = None, kind: str = "cross") -> AttentionMap:
         """The `kind` attention map (cross, encoder, decoder, segment) of `src` with the
@@ -467,9 +471,16 @@ class Model:
         self.sizes.explanation(src, tgt, self.settings(beam=beam, nbest=beam), count)
         with threads_set(self.threads):
             explanation = explain(
-                self.trained, src, tgt, checkpoint=str(self.path), beam=beam, methods=chosen,
-                layer=layer, head=head, device=self.device,
-            )  # fmt: skip
+                self.trained,
+                src=src,
+                tgt=tgt,
+                checkpoint=str(self.path),
+                beam=beam,
+                methods=chosen,
+                layer=layer,
+                head=head,
+                device=self.device,
+            )
         page = ExplanationPage(explanation_html(explanation))
         if target is not None:
             write_page(target, page)

@@ -48,16 +48,13 @@ class TranslatedHypothesis:
     output_ids: Tensor | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
-        pieces = len(self.output_pieces)
         words = [
             f"text={_short(self.text)}",
             f"score={self.score:.4f}",
             f"log_prob={self.log_prob:.4f}",
-            f"{pieces} output piece{'' if pieces == 1 else 's'} from {len(self.source_pieces)}",
+            f"{_counted(len(self.output_pieces), 'output piece')} from {len(self.source_pieces)}",
         ]
-        if self.attention is not None:
-            words.append(f"attention {tuple(self.attention.shape)}")
-        return f"TranslatedHypothesis({', '.join(words)})"
+        return _one_line("TranslatedHypothesis", words, self.attention)
 
     def _repr_html_(self) -> str | None:
         """The repr over the attention's heatmap (what `plot_alignment` draws); None without
@@ -74,9 +71,14 @@ class TranslatedHypothesis:
         rows = [*self.output_pieces, "</s>"][: self.attention.shape[-2]]
         weights = self.attention.float().cpu().numpy()
         return AttentionMap(
-            weights, rows, self.source_pieces, self.output_kind, self.source_kind,
-            source=self.source, output=self.text,
-        )  # fmt: skip
+            weights,
+            rows=rows,
+            columns=self.source_pieces,
+            row_kind=self.output_kind,
+            column_kind=self.source_kind,
+            source=self.source,
+            output=self.text,
+        )
 
 
 @dataclass(frozen=True)
@@ -114,16 +116,14 @@ class Translation:
     def __repr__(self) -> str:
         if not self.hypotheses:
             return f"Translation(source={_short(self.source)}, no outputs: a blank line)"
-        best, count = self.hypotheses[0], len(self.hypotheses)
+        best = self.hypotheses[0]
         words = [
             f"text={_short(self.text)}",
             f"source={_short(self.source)}",
-            f"{count} output{'' if count == 1 else 's'}",
+            _counted(len(self.hypotheses), "output"),
             f"best score={best.score:.4f}",
         ]
-        if best.attention is not None:
-            words.append(f"attention {tuple(best.attention.shape)}")
-        return f"Translation({', '.join(words)})"
+        return _one_line("Translation", words, best.attention)
 
     def _repr_html_(self) -> str | None:
         """The repr over the best output's attention heatmap; None without attention."""
@@ -139,6 +139,18 @@ PAD = Tokenizer.pad_id  # what pads the shorter outputs in `Translation.output_i
 def _short(text: str, limit: int = REPR_TEXT) -> str:
     """The repr of `text`, cut to `limit` characters with "…" when longer."""
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _counted(count: int, noun: str) -> str:
+    """ "1 output", "2 outputs"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _one_line(kind: str, words: list[str], attention: Tensor | None) -> str:
+    """A result's repr: `kind(words)`, with the attention's shape last when there is one."""
+    if attention is not None:
+        words = [*words, f"attention {tuple(attention.shape)}"]
+    return f"{kind}({', '.join(words)})"
 
 
 def heatmap_html(caption: str, attention: AttentionMap) -> str:
