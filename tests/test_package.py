@@ -1,10 +1,12 @@
 """The `attnseq` package's namespace (attnseq/__init__.py): `dir(attnseq)`, tab completion and
 `from attnseq import *` give the public API of its `_API` table, `__version__` and the module's
 dunder names, nothing it imports for itself (`importlib`, `typing`'s names) and no submodule;
-and listing it imports nothing heavy."""
+and importing or listing it imports nothing heavy."""
 
 import subprocess
 import sys
+
+import pytest
 
 import attnseq
 
@@ -57,3 +59,17 @@ def test_listing_a_fresh_package_imports_nothing_heavy() -> None:
     loaded, names = result.stdout.splitlines()
     assert loaded == "[]"
     assert eval(names) == sorted(PUBLIC)
+
+
+def test_importing_attnseq_imports_neither_torch_nor_hydra() -> None:
+    code = (
+        "import sys, attnseq; heavy = ('torch', 'hydra', 'omegaconf', 'typer', 'matplotlib'); "
+        "print([name for name in heavy if name in sys.modules]); print(attnseq.__all__)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    loaded, names = result.stdout.splitlines()
+    assert loaded == "[]"
+    assert {"load", "train", "plot_alignment", "Model"} <= set(eval(names))
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        attnseq.nonexistent  # noqa: B018
