@@ -15,6 +15,13 @@ PUBLIC = set(attnseq._API)
 DOCUMENTED = {"load", "Model", "Translation", "plot_alignment", "train", "UserError"}
 
 
+def printed_by_a_fresh_python(code: str) -> list[str]:
+    """The lines `code` prints in a new Python process."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
 def _undunder(names: list[str]) -> set[str]:
     return {name for name in names if not (name.startswith("__") and name.endswith("__"))}
 
@@ -54,9 +61,7 @@ def test_listing_a_fresh_package_imports_nothing_heavy() -> None:
         "print([m for m in ('torch', 'hydra', 'matplotlib') if m in sys.modules]); "
         "print(sorted(n for n in names if not n.startswith('__')))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    loaded, names = result.stdout.splitlines()
+    loaded, names = printed_by_a_fresh_python(code)
     assert loaded == "[]"
     assert eval(names) == sorted(PUBLIC)
 
@@ -66,9 +71,7 @@ def test_importing_attnseq_imports_neither_torch_nor_hydra() -> None:
         "import sys, attnseq; heavy = ('torch', 'hydra', 'omegaconf', 'typer', 'matplotlib'); "
         "print([name for name in heavy if name in sys.modules]); print(attnseq.__all__)"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    loaded, names = result.stdout.splitlines()
+    loaded, names = printed_by_a_fresh_python(code)
     assert loaded == "[]"
     assert {"load", "train", "plot_alignment", "Model"} <= set(eval(names))
     with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):

@@ -1,7 +1,6 @@
-"""Fixtures of the Python API's tests: the loaded models, a run directory with the state of its
-training, and a guard that fails a test when a refused call starts its work."""
+"""Fixtures of the Python API's tests: the loaded models, one whose work fails the test (for
+calls that must be refused before it), and a run directory with the state of its training."""
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,19 +16,18 @@ def models(checkpoints: dict[str, Path]) -> dict[str, Model]:
 
 
 @pytest.fixture
-def no_work(monkeypatch: pytest.MonkeyPatch) -> Callable[[Model], None]:
-    """Make every computation of a model fail the test: what is refused must be refused
-    before it."""
+def guarded_rnn(models: dict[str, Model], monkeypatch: pytest.MonkeyPatch) -> Model:
+    """The RNN model, every computation of which fails the test: what is refused must be
+    refused before it."""
 
     def work(*args: object, **kwargs: object) -> None:
         raise AssertionError("the work started before the arguments were checked")
 
-    def forbid(model: Model) -> None:
-        monkeypatch.setattr(model.translator, "nbest_lists", work)
-        monkeypatch.setattr(api_model, "explain", work)
-        monkeypatch.setattr(api_model, "align_sentences", work)
-
-    return forbid
+    model = models["rnn"]
+    monkeypatch.setattr(model.translator, "nbest_lists", work)
+    monkeypatch.setattr(api_model, "explain", work)
+    monkeypatch.setattr(api_model, "align_sentences", work)
+    return model
 
 
 @pytest.fixture

@@ -59,15 +59,10 @@ TYPE_CASES: list[tuple[str, Callable[[Model], Any], str]] = [
     ("call", "message"), [c[1:] for c in TYPE_CASES], ids=[c[0] for c in TYPE_CASES]
 )
 def test_wrong_types_are_type_errors_naming_the_argument(
-    call: Callable[[Model], Any],
-    message: str,
-    models: dict[str, Model],
-    no_work: Callable[[Model], None],
+    call: Callable[[Model], Any], message: str, guarded_rnn: Model
 ) -> None:
-    model = models["rnn"]
-    no_work(model)
     with pytest.raises(TypeError, match=message):
-        call(model)
+        call(guarded_rnn)
 
 
 def test_wrong_types_of_load_plot_alignment_and_train(checkpoints: dict[str, Path]) -> None:
@@ -114,24 +109,18 @@ VALUE_CASES: list[tuple[str, Callable[[Model], Any], str]] = [
     ("call", "message"), [c[1:] for c in VALUE_CASES], ids=[c[0] for c in VALUE_CASES]
 )
 def test_bad_values_are_user_errors_in_pythons_words(
-    call: Callable[[Model], Any],
-    message: str,
-    models: dict[str, Model],
-    no_work: Callable[[Model], None],
+    call: Callable[[Model], Any], message: str, guarded_rnn: Model
 ) -> None:
-    model = models["rnn"]
-    no_work(model)
     with pytest.raises(attnseq.UserError, match=message) as raised:
-        call(model)
+        call(guarded_rnn)
     assert "--" not in str(raised.value)  # Python's words, not the command line's
 
 
 # ------------------------------------------------ text UTF-8 cannot write, paths, before work
 def test_explain_refuses_a_lone_surrogate_and_an_unwritable_path_before_the_work(
-    models: dict[str, Model], no_work: Callable[[Model], None], tmp_path: Path
+    guarded_rnn: Model, tmp_path: Path
 ) -> None:
-    model = models["rnn"]
-    no_work(model)
+    model = guarded_rnn
     with pytest.raises(attnseq.UserError, match=r"src holds a lone surrogate '\\udcff' at index 4"):
         model.explain("June\udcff 5")
     with pytest.raises(attnseq.UserError, match=r"lines\[1\] holds a lone surrogate"):
