@@ -23,14 +23,14 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _API = {
-    "load": "attnseq.api",
-    "Model": "attnseq.api",
-    "Translation": "attnseq.api",
-    "TranslatedHypothesis": "attnseq.api",
-    "plot_alignment": "attnseq.api",
-    "train": "attnseq.api",
-    "TrainResult": "attnseq.api",
-    "compare": "attnseq.api",
+    "load": "attnseq.api.model",
+    "Model": "attnseq.api.model",
+    "Translation": "attnseq.api.results",
+    "TranslatedHypothesis": "attnseq.api.results",
+    "plot_alignment": "attnseq.api.plotting",
+    "train": "attnseq.api.train",
+    "TrainResult": "attnseq.api.train",
+    "compare": "attnseq.api.compare",
     "Comparison": "attnseq.analysis.comparison",
     "SeedComparison": "attnseq.analysis.seed_comparison",
     "Callback": "attnseq.training.callbacks",
@@ -46,14 +46,14 @@ if _typing.TYPE_CHECKING:
     # `X as X`: a re-export to type checkers and linters, which cannot read the built __all__
     from attnseq.analysis.comparison import Comparison as Comparison
     from attnseq.analysis.seed_comparison import SeedComparison as SeedComparison
-    from attnseq.api import Model as Model
-    from attnseq.api import TrainResult as TrainResult
-    from attnseq.api import TranslatedHypothesis as TranslatedHypothesis
-    from attnseq.api import Translation as Translation
-    from attnseq.api import compare as compare
-    from attnseq.api import load as load
-    from attnseq.api import plot_alignment as plot_alignment
-    from attnseq.api import train as train
+    from attnseq.api.compare import compare as compare
+    from attnseq.api.model import Model as Model
+    from attnseq.api.model import load as load
+    from attnseq.api.plotting import plot_alignment as plot_alignment
+    from attnseq.api.results import TranslatedHypothesis as TranslatedHypothesis
+    from attnseq.api.results import Translation as Translation
+    from attnseq.api.train import TrainResult as TrainResult
+    from attnseq.api.train import train as train
     from attnseq.errors import UserError as UserError
     from attnseq.training.callbacks import Callback as Callback
     from attnseq.training.callbacks import TrainingEvent as TrainingEvent

@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "attnseq"
 MAX_FUNCTION_LINES = 60  # the body; a command's option declarations sit in its signature
 # The layers from the bottom up: each imports only the layers before it (the README's map
-# lists them in this order). errors and api are single modules at the top of the package.
+# lists them in this order). errors is a single module at the top of the package.
 LAYER_ORDER = ("errors", "io", "config", "data", "attention", "models", "decoding", "alignment")
 LAYER_ORDER += ("evaluation", "analysis", "training", "api", "cli")
-LAYERS = tuple(layer for layer in LAYER_ORDER if layer not in ("errors", "api"))
+LAYERS = tuple(layer for layer in LAYER_ORDER if layer != "errors")
 # Library layers below training and the command line: inference and analysis never need the
 # training runtime, and nothing below cli/ imports Hydra at module level.
 NOT_TRAINING = ("data", "attention", "models", "decoding", "alignment", "evaluation", "analysis")
@@ -53,7 +53,7 @@ def test_each_folder_is_a_layer() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert folders == set(LAYERS)
     top = {p.name for p in PACKAGE.glob("*.py")}
-    assert top == {"__init__.py", "__main__.py", "errors.py", "api.py"}
+    assert top == {"__init__.py", "__main__.py", "errors.py"}
 
 
 def module_imports(path: Path) -> set[str]:

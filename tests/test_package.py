@@ -1,16 +1,25 @@
 """The `attnseq` package's namespace (attnseq/__init__.py): `dir(attnseq)`, tab completion and
 `from attnseq import *` give the public API of its `_API` table, `__version__` and the module's
 dunder names, nothing it imports for itself (`importlib`, `typing`'s names) and no submodule;
-and listing it imports nothing heavy."""
+and importing or listing it imports nothing heavy."""
 
 import subprocess
 import sys
+
+import pytest
 
 import attnseq
 
 # the names of the API table; those of the "Python API" page of the documentation among them
 PUBLIC = set(attnseq._API)
 DOCUMENTED = {"load", "Model", "Translation", "plot_alignment", "train", "UserError"}
+
+
+def printed_by_a_fresh_python(code: str) -> list[str]:
+    """The lines `code` prints in a new Python process."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
 
 
 def _undunder(names: list[str]) -> set[str]:
@@ -52,8 +61,18 @@ def test_listing_a_fresh_package_imports_nothing_heavy() -> None:
         "print([m for m in ('torch', 'hydra', 'matplotlib') if m in sys.modules]); "
         "print(sorted(n for n in names if not n.startswith('__')))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    loaded, names = result.stdout.splitlines()
+    loaded, names = printed_by_a_fresh_python(code)
     assert loaded == "[]"
     assert eval(names) == sorted(PUBLIC)
+
+
+def test_importing_attnseq_imports_neither_torch_nor_hydra() -> None:
+    code = (
+        "import sys, attnseq; heavy = ('torch', 'hydra', 'omegaconf', 'typer', 'matplotlib'); "
+        "print([name for name in heavy if name in sys.modules]); print(attnseq.__all__)"
+    )
+    loaded, names = printed_by_a_fresh_python(code)
+    assert loaded == "[]"
+    assert {"load", "train", "plot_alignment", "Model"} <= set(eval(names))
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        attnseq.nonexistent  # noqa: B018

@@ -3,7 +3,7 @@ source sentence: each beam hypothesis (or a forced target), the source weights o
 attribution method for each output piece, and every attention map per layer and head.
 
 The command checks its options and output file before any work, then hands over to
-`Model.explain` (attnseq/api.py); torch and the model code are imported
+`Model.explain` (attnseq/api/model.py); torch and the model code are imported
 inside the function, so `attnseq --help` stays light.
 """
 
@@ -66,7 +66,7 @@ def explain(
     attnseq explain tf.pt --src "ein Hund läuft" --beam 4 --out dog.html
     """
     from attnseq.analysis.explanation import check_request
-    from attnseq.api import load
+    from attnseq.api.model import load
     from attnseq.io.user_paths import check_output_file, refuse_output_over_inputs
 
     with user_errors():

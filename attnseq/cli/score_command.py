@@ -64,7 +64,7 @@ def score(
     attnseq score best.pt --src test.de --tgt test.en --out test.scores \\
         --batch-size 32
     """
-    from attnseq.api import load
+    from attnseq.api.model import load
     from attnseq.evaluation.scoring import RunningSummary
 
     with user_errors():

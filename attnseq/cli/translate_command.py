@@ -83,7 +83,7 @@ def translate(
     attnseq translate A.pt B.pt -i test.de --beam 5   # an ensemble of two
     attnseq translate --engine ctranslate2 best-ct2/ -i test.de --beam 5
     """
-    from attnseq.api import load
+    from attnseq.api.model import load
     from attnseq.decoding.translate import CHUNK_SIZE
     from attnseq.io.progress import counting
 

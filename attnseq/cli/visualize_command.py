@@ -33,7 +33,7 @@ from attnseq.io.user_paths import (
 
 if TYPE_CHECKING:
     from attnseq.analysis.alignment_view import AttentionMap
-    from attnseq.api import Model
+    from attnseq.api.model import Model
 
 
 # what the library's messages call the figure options and the map's layer and head here
@@ -144,7 +144,7 @@ def visualize_alignment(
         --fontsize 13 --cmap Blues
     """
     from attnseq.analysis.figures import style_from_options
-    from attnseq.api import load
+    from attnseq.api.model import load
 
     with user_errors():
         check_utf8(src, "--src")

@@ -1,6 +1,6 @@
 """From the command's words to a checked run: the `config=` selector and the checks a single
 run passes before it writes anything. `attnseq train` (through Hydra's own entry and its
-callback, attnseq/cli/) and `attnseq.train` (Hydra's compose API, attnseq/api.py) both use
+callback, attnseq/cli/) and `attnseq.train` (Hydra's compose API, attnseq/api/train.py) both use
 them, so a run starts the same way from either; Hydra's composition errors become one message
 in config_errors.py.
 

@@ -5,7 +5,7 @@ What a checkpoint must agree on with the resumed run's config is `resume_conflic
 (attnseq/config/conversion.py); the `attnseq train ...` command that resumes a Hydra job is built
 by `resume_command` in attnseq/cli/hydra_entry.py (it reads Hydra's state, which library code
 does not import), the `attnseq.train(...)` call that resumes a run started from Python by
-attnseq/api.py; `interruption_message` puts either after what was saved.
+attnseq/api/train.py; `interruption_message` puts either after what was saved.
 """
 
 import logging

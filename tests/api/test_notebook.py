@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "docs" / "api_tour.ipynb"
-REPR_LIMIT = 300  # characters of a one-line repr (tests/test_api_results.py holds the same)
+REPR_LIMIT = 300  # characters of a one-line repr (tests/api/test_results.py holds the same)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """The Python API holds its arguments to the command line's standard: a wrong type is a
-TypeError naming the argument, a bad value a UserError in Python's words, a size the device's
-memory cannot hold a UserError before any work, text that UTF-8 cannot write and an output path
-that cannot be written are refused before the work; and for arbitrary values of every argument
-(hypothesis) each call gives a result, a TypeError or a UserError, never another exception."""
+TypeError naming the argument, a bad value a UserError in Python's words, text that UTF-8 cannot
+write and an output path that cannot be written are refused before the work; and for arbitrary
+values of every argument (hypothesis) each call gives a result, a TypeError or a UserError,
+never another exception."""
 
 import contextlib
 import math
@@ -16,68 +16,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import attnseq
-from attnseq import api as python_api
-from attnseq.api import Model
+from attnseq.api import arguments
+from attnseq.api.model import Model
 from attnseq.cli.app import app
-from attnseq.config import resources
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 SOURCE = "June 5, 2001"
-
-
-@pytest.fixture(scope="module")
-def models(checkpoints: dict[str, Path]) -> dict[str, Model]:
-    return {name: attnseq.load(path, "cpu", threads=1) for name, path in checkpoints.items()}
-
-
-def no_work(monkeypatch: pytest.MonkeyPatch, model: Model) -> None:
-    """Make every computation fail the test: what is refused must be refused before it."""
-
-    def work(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the work started before the arguments were checked")
-
-    monkeypatch.setattr(model.translator, "nbest_lists", work)
-    monkeypatch.setattr(python_api, "explain", work)
-    monkeypatch.setattr(python_api, "align_sentences", work)
-
-
-# ---------------------------------------------------------------- sizes: the memory estimate
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda model: model.translate(SOURCE, beam=10**9),
-        lambda model: model.translate(SOURCE, sample=True, num_samples=10**9),
-        lambda model: model.explain(SOURCE, beam=10**6),
-    ],
-    ids=["beam", "samples", "explain-beam"],
-)
-def test_absurd_sizes_are_refused_by_the_memory_estimate_before_any_work(
-    call: Callable[[Model], Any], models: dict[str, Model], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model = models["rnn"]
-    no_work(monkeypatch, model)
-    with pytest.raises(attnseq.UserError, match=r"needs at least .*, more than the .* here"):
-        call(model)
-
-
-def test_sizes_are_measured_against_the_memory_there_is(
-    models: dict[str, Model], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model = models["rnn"]
-    assert model.translate(SOURCE, beam=4, nbest=2).hypotheses  # fits
-    # 4 KiB free: room for the text of a few short lines, not for the model's states over them
-    monkeypatch.setattr(resources, "available_ram", lambda: 4096)
-    with pytest.raises(attnseq.UserError, match="beam=4 and batch_size=64 needs at least"):
-        model.translate(SOURCE, beam=4)
-    with pytest.raises(attnseq.UserError, match="tokenizing 10,000 characters of lines"):
-        model.translate("a" * 10_000)
-    with pytest.raises(attnseq.UserError, match="scoring 3 pair"):
-        model.score([SOURCE] * 3, ["2001-06-05"] * 3)
-    with pytest.raises(
-        attnseq.UserError, match="max_output_extra=1000000 let outputs of a .*-piece source reach"
-    ):
-        model.translate(SOURCE, max_output_extra=10**6)
 
 
 # ------------------------------------------------------------------- wrong types: TypeError
@@ -114,13 +59,10 @@ TYPE_CASES: list[tuple[str, Callable[[Model], Any], str]] = [
     ("call", "message"), [c[1:] for c in TYPE_CASES], ids=[c[0] for c in TYPE_CASES]
 )
 def test_wrong_types_are_type_errors_naming_the_argument(
-    call: Callable[[Model], Any], message: str, models: dict[str, Model],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    model = models["rnn"]
-    no_work(monkeypatch, model)
+    call: Callable[[Model], Any], message: str, guarded_rnn: Model
+) -> None:
     with pytest.raises(TypeError, match=message):
-        call(model)
+        call(guarded_rnn)
 
 
 def test_wrong_types_of_load_plot_alignment_and_train(checkpoints: dict[str, Path]) -> None:
@@ -167,22 +109,18 @@ VALUE_CASES: list[tuple[str, Callable[[Model], Any], str]] = [
     ("call", "message"), [c[1:] for c in VALUE_CASES], ids=[c[0] for c in VALUE_CASES]
 )
 def test_bad_values_are_user_errors_in_pythons_words(
-    call: Callable[[Model], Any], message: str, models: dict[str, Model],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    model = models["rnn"]
-    no_work(monkeypatch, model)
+    call: Callable[[Model], Any], message: str, guarded_rnn: Model
+) -> None:
     with pytest.raises(attnseq.UserError, match=message) as raised:
-        call(model)
+        call(guarded_rnn)
     assert "--" not in str(raised.value)  # Python's words, not the command line's
 
 
 # ------------------------------------------------ text UTF-8 cannot write, paths, before work
 def test_explain_refuses_a_lone_surrogate_and_an_unwritable_path_before_the_work(
-    models: dict[str, Model], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    guarded_rnn: Model, tmp_path: Path
 ) -> None:
-    model = models["rnn"]
-    no_work(monkeypatch, model)
+    model = guarded_rnn
     with pytest.raises(attnseq.UserError, match=r"src holds a lone surrogate '\\udcff' at index 4"):
         model.explain("June\udcff 5")
     with pytest.raises(attnseq.UserError, match=r"lines\[1\] holds a lone surrogate"):
@@ -232,7 +170,7 @@ LINES = TEXTS | st.lists(TEXTS, max_size=3) | st.tuples(TEXTS) | ANY
 NUMBERS = INTEGERS | FLOATS | JUNK
 # the decoding settings besides beam, nbest and sample (which the fuzzer draws on their own)
 OTHER_SETTINGS = [
-    key for key in python_api.DECODING_SETTINGS if key not in ("beam", "nbest", "sample")
+    key for key in arguments.DECODING_SETTINGS if key not in ("beam", "nbest", "sample")
 ]
 CHANGES = st.dictionaries(
     st.sampled_from([*OTHER_SETTINGS, "beam_size", "n_best", "topk"]), NUMBERS, max_size=3

@@ -34,7 +34,7 @@ def test_a_training_returns_its_run_directory_and_metrics(
     log = (result.run_dir / "train.log").read_text()
     assert "][attnseq][INFO] - " in log and "step 2" in log
     saved = attnseq.load(result.checkpoint, "cpu", threads=1)
-    assert saved.cfg.seed == 3 and saved.cfg.model.decoder.value == "luong"
+    assert saved.config.seed == 3 and saved.config.model.decoder.value == "luong"
     recorded = (result.run_dir / ".hydra" / "config.yaml").read_text()
     assert "decoder: luong" in recorded
 
@@ -45,7 +45,7 @@ def test_the_same_overrides_compose_the_same_config_as_the_command(tmp_path: Pat
     result = attnseq.train(overrides=STEPS, run_dir=tmp_path / "run")
     assert result.run_dir == (tmp_path / "run").absolute()
     composed = check_train_args(list(STEPS))  # what `attnseq train STEPS` composes
-    saved = attnseq.load(result.checkpoint, "cpu", threads=1).cfg
+    saved = attnseq.load(result.checkpoint, "cpu", threads=1).config
     assert config_to_dict(saved) == config_to_dict(composed)
     with pytest.raises(attnseq.UserError, match="holds") as refused:
         attnseq.train(overrides=STEPS, run_dir=tmp_path / "run")  # a finished run is kept
@@ -188,7 +188,7 @@ def test_by_default_the_bar_shows_in_a_notebook_and_not_in_a_script(
     out, err = capfd.readouterr()
     assert BAR not in err and TRAINING_LINE in err and "step 2: valid/" in err
     assert "test metrics of the best checkpoint" in out
-    monkeypatch.setattr("attnseq.api.in_notebook", lambda: True)
+    monkeypatch.setattr("attnseq.api.train.in_notebook", lambda: True)
     attnseq.train(LOGGED, run_dir=tmp_path / "notebook")
     _, err = capfd.readouterr()
     assert BAR in err and TRAINING_LINE not in err
@@ -268,7 +268,8 @@ print([str(warning.message)[:19] for warning in caught])
     ("imports", "warned"),
     [
         ("import tqdm.auto", ["IProgress not found"]),  # what a notebook shows without attnseq
-        ("import attnseq.api, datasets, captum.attr", []),  # training's, explain's libraries
+        # the API's modules, and the libraries of training (datasets) and of explain (captum)
+        ("import attnseq.api.model, attnseq.api.train, datasets, captum.attr", []),
     ],
 )
 def test_no_iprogress_warning_in_a_notebook_without_ipywidgets(imports: str, warned) -> None:

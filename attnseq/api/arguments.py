@@ -1,24 +1,14 @@
-"""The Python API's argument checks, run before any work: what the command line's option parser
-does for a command, done for a function call (`attnseq.load`, `Model.*`, `plot_alignment`,
-`attnseq.train`).
+"""The API's argument checks, run before any work: a wrong type is a TypeError naming the
+argument, a bad value a `UserError` in Python's words ("beam=0: must be >= 1")."""
 
-A value of the wrong type raises TypeError naming the argument and what it takes
-("beam must be an int or None, not float"); a value of the right type that is out of range, or
-text that no file could hold, raises `UserError` in Python's words ("beam=0: must be >= 1"),
-the way the command line says "--beam". A bool is never taken for a number (True is an int to
-Python, but `beam=True` is a mistake), and a float is never rounded into an int.
-
-Text must be writable as UTF-8: a str holding a lone surrogate (e.g. from bytes decoded with
-errors="surrogateescape") has no UTF-8 form, so a page or file written from it would fail after
-the work; it is refused here, naming where it is.
-"""
-
+import dataclasses
 import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
+from attnseq.config.schema import DecodingConfig
 from attnseq.errors import UserError
 
 
@@ -34,7 +24,8 @@ def integer(
     high: int | None = None,
     optional: bool = False,
 ) -> int | None:
-    """`value` as an int within [low, high]; None passes when `optional`."""
+    """`value` as an int within [low, high]; None passes when `optional`. A bool is refused
+    (True is an int to Python, but `beam=True` is a mistake) and a float is never rounded."""
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -56,8 +47,8 @@ def number(
     high: float | None = None,
     optional: bool = False,
 ) -> float | None:
-    """`value` (an int or a float) as a finite float, >= `low`, > `above` and <= `high` where
-    given; None passes when `optional`."""
+    """`value` (an int or a float, not a bool) as a finite float, >= `low`, > `above` and
+    <= `high` where given; None passes when `optional`."""
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -86,8 +77,9 @@ def flag(value: object, name: str) -> bool:
 
 
 def text(value: object, name: str, *, optional: bool = False) -> str | None:
-    """`value` when it is a str that UTF-8 can write (module docstring); None passes when
-    `optional`."""
+    """`value` when it is a str that UTF-8 can write; None passes when `optional`. A lone
+    surrogate (bytes decoded with errors="surrogateescape") has no UTF-8 form: a page or file
+    written from it would fail after the work."""
     if value is None and optional:
         return None
     if not isinstance(value, str):
@@ -152,6 +144,13 @@ def path(value: object, name: str, *, optional: bool = False) -> Path | None:
     return Path(spelled)
 
 
+def paths(value: object, name: str) -> list[Path]:
+    """`value` as a list of paths (a lone str or path is refused: it names one file)."""
+    if isinstance(value, str | bytes | Path) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a list of paths, not {type(value).__name__}")
+    return [path(item, f"{name}[{index}]") for index, item in enumerate(value)]  # type: ignore[misc]
+
+
 def choice(value: object, name: str, valid: Iterable[str]) -> str:
     """`value` when it is one of the names `valid`."""
     names = list(valid)
@@ -173,8 +172,27 @@ def keywords(given: Mapping[str, Any], valid: Iterable[str], what: str) -> None:
         )
 
 
+# The decoding settings `translate` and `settings` take: the fields of DecodingConfig by name,
+# each checked against its field's type and the bounds the schema declares (schema.py).
+DECODING_SETTINGS = {spec.name: spec for spec in dataclasses.fields(DecodingConfig)}
+_DECODING_TYPES = get_type_hints(DecodingConfig)
+
+
+def decoding_setting(name: str, value: object) -> object:
+    """`value` checked as the decoding setting `name` (a field of DecodingConfig; None keeps
+    the model's setting): TypeError unless it is of the field's type, UserError outside the
+    bounds the field declares (e.g. temperature >= 1e-06, top_p in (0, 1])."""
+    if value is None:
+        return None
+    kind, bounds = _DECODING_TYPES[name], DECODING_SETTINGS[name].metadata
+    if kind is bool:
+        return flag(value, name)
+    if kind is int:
+        low, high = bounds.get("ge"), bounds.get("le")
+        return integer(value, name, low=low, high=high, optional=True)
+    low, above, high = bounds.get("ge"), bounds.get("gt"), bounds.get("le")
+    return number(value, name, low=low, above=above, high=high, optional=True)
+
+
 def _is_bytes(value: object) -> bool:
     return isinstance(value, bytes | bytearray | memoryview)
-
-
-__all__ = ["choice", "flag", "integer", "keywords", "number", "path", "strings", "text", "texts"]

@@ -1,19 +1,5 @@
-"""The memory a request of the Python API needs, checked before the work: what
-`attnseq.config.resources` does for a training's config, done for one call of `Model.translate`,
-`score`, `align`, `attention` or `explain`.
-
-Each check takes the request's real sizes (the pieces of its longest texts, its beam or
-samples, its batch), estimates the memory of its largest batch with `inference_bytes` (a lower
-bound: the tensors that must exist at once), adds the text being tokenized, and raises one
-UserError naming the request and what to lower when the estimate exceeds what the model's
-device has free (`check_inference_memory`: the free memory of a CUDA device, else the
-available RAM). An absurd size (beam=10**9, a line of a billion characters, smoothgrad over a
-5,000-piece pair) becomes that one line, instead of an allocation the kernel answers by ending
-the process. A size that fits may still take long: the estimate bounds memory, not time.
-
-The text is measured first and alone, before it is tokenized: tokenizing a string holds it,
-its pieces and their ids at once (`TEXT_BYTES_PER_CHARACTER`).
-"""
+"""The memory a request of `Model` needs, checked before the work against what its device has
+free: an absurd size becomes one UserError instead of a process the kernel ends."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,12 +30,15 @@ class RequestSizes:
     device: torch.device
 
     def text(self, texts: Sequence[str], name: str) -> None:
-        """The memory of tokenizing `texts` at once, against the available RAM."""
+        """The memory of tokenizing `texts` at once, against the available RAM: measured before
+        they are tokenized, since tokenizing a string holds it, its pieces and their ids."""
         characters = sum(len(text) for text in texts)
         check_inference_memory(
-            characters * TEXT_BYTES_PER_CHARACTER, torch.device("cpu"),
-            f"tokenizing {characters:,} characters of {name}", f"the length of {name}",
-        )  # fmt: skip
+            characters * TEXT_BYTES_PER_CHARACTER,
+            torch.device("cpu"),
+            request=f"tokenizing {characters:,} characters of {name}",
+            lower=f"the length of {name}",
+        )
 
     def _source(self, texts: Sequence[str]) -> int:
         """Pieces of the longest of `texts` as the model reads it (cut to data.max_src_len)."""
@@ -61,6 +50,8 @@ class RequestSizes:
         return max((len(self.tokenizers.tgt.encode(text)) for text in texts), default=0) + 1
 
     def _bytes(self, rows: int, source: int, target: int, **kinds: object) -> int:
+        """`inference_bytes` of a batch: a lower bound, the tensors that must exist at once (a
+        size that fits may still take long: it bounds memory, not time)."""
         vocab = self.tokenizers.tgt.vocab_size
         return inference_bytes(self.cfg.model, vocab, rows, source, target, **kinds)  # type: ignore[arg-type]
 
@@ -89,9 +80,11 @@ class RequestSizes:
         need = self._bytes(rows, source, self.steps(source, settings), cross_maps=attention)
         what = "num_samples" if sampled else "beam"
         self._check(
-            need, f"decoding {len(lines)} line(s) with {what}={per_input} and "
-            f"batch_size={batch_size}", f"{what}, batch_size or the number of lines",
-        )  # fmt: skip
+            need,
+            request=f"decoding {len(lines)} line(s) with {what}={per_input} and "
+            f"batch_size={batch_size}",
+            lower=f"{what}, batch_size or the number of lines",
+        )
 
     def stream(self, settings: DecodingConfig, batch_size: int, chunk_size: int) -> None:
         """A decoding of lines read as they come (`attnseq translate`): their lengths are not
@@ -104,8 +97,9 @@ class RequestSizes:
         what = "num_samples" if sampled else "beam"
         self._check(
             self._bytes(rows, 1, self.steps(1, settings)),
-            f"decoding batches of {min(batch_size, chunk_size)} line(s) with {what}={per_input}",
-            f"{what} or the batch size",
+            request=f"decoding batches of {min(batch_size, chunk_size)} line(s) with "
+            f"{what}={per_input}",
+            lower=f"{what} or the batch size",
         )
 
     def scoring(self, sources: list[str], targets: list[str], max_tokens: int | None) -> None:
@@ -121,8 +115,8 @@ class RequestSizes:
         rows = min(len(scored), max(1, budget // max(source, target)))
         self._check(
             self._bytes(rows, source, target, scored=target),
-            f"scoring {len(scored)} pair(s) with max_tokens={budget}",
-            "max_tokens, the number of pairs or their length",
+            request=f"scoring {len(scored)} pair(s) with max_tokens={budget}",
+            lower="max_tokens, the number of pairs or their length",
         )
 
     def alignment(self, sources: list[str], targets: list[str], batch: int, method: str) -> None:
@@ -144,9 +138,10 @@ class RequestSizes:
             rows = min(batch, len(sources))
             need = self._bytes(rows, source, target, scored=target, cross_maps=True, self_maps=True)
         self._check(
-            need, f"aligning {len(sources)} pair(s) by {method} with batch_size={batch}",
-            "batch_size, the number of pairs or their length",
-        )  # fmt: skip
+            need,
+            request=f"aligning {len(sources)} pair(s) by {method} with batch_size={batch}",
+            lower="batch_size, the number of pairs or their length",
+        )
 
     def viewing(self, src: str, tgt: str | None) -> None:
         """One teacher-forced pass over `src` and the forced `tgt` (or the greedy output at
@@ -155,7 +150,7 @@ class RequestSizes:
         source = self._source([src])
         target = self.steps(source, self.cfg.decoding) if tgt is None else self._target([tgt])
         need = self._bytes(1, source, target, scored=target, cross_maps=True, self_maps=True)
-        self._check(need, "the attention of one pair", "the length of src or tgt")
+        self._check(need, request="the attention of one pair", lower="the length of src or tgt")
 
     def explanation(
         self, src: str, tgt: str | None, settings: DecodingConfig, methods: int
@@ -175,6 +170,7 @@ class RequestSizes:
         need = self._bytes(outputs, source, target, scored=target, cross_maps=True, self_maps=True)
         need += outputs * target * source * (maps + methods) * PAGE_BYTES_PER_WEIGHT
         self._check(
-            need, f"explaining {outputs} output(s) with {methods} method(s)",
-            "beam or the number of methods",
-        )  # fmt: skip
+            need,
+            request=f"explaining {outputs} output(s) with {methods} method(s)",
+            lower="beam or the number of methods",
+        )
