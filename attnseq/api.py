@@ -49,7 +49,7 @@ batch_size, the text's length) go through the memory estimate
 Training. `attnseq.train(overrides=[...])` runs one training from Python, composed from the
 packaged config exactly as `attnseq train OVERRIDES` composes it, in this process, and returns
 the run directory and the test metrics. Hydra's compose API composes the config once (Hydra is
-imported only then); `check_run` (attnseq/training/composition.py, the checks `attnseq train`
+imported only then); `check_run` (attnseq/training/run_checks.py, the checks `attnseq train`
 runs in its Hydra callback) validates it, checks the resources and the data and creates the
 time-stamped run directory (or checks the one given); then `run_training` trains. What
 `hydra.main` adds on the command line (multirun, launchers, sweepers, `--cfg`) is left out: a
@@ -1058,12 +1058,8 @@ def train(
             (also its `resume` attribute).
         TrainingDiverged: as `attnseq.training.run.run_training`.
     """
-    from attnseq.training.composition import (
-        check_run,
-        compose,
-        quoted_value,
-        rewrite_config_selector,
-    )
+    from attnseq.config.composition import compose, quoted_value, rewrite_config_selector
+    from attnseq.training.run_checks import check_run
 
     given = arguments.strings(overrides, "overrides", "['trainer.max_steps=10']")
     folder = arguments.path(run_dir, "run_dir", optional=True)

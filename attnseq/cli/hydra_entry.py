@@ -112,8 +112,8 @@ def run_hydra(args: list[str]) -> None:
     global _users_full_error
     import hydra
 
+    from attnseq.config.composition import composition_error, composition_errors
     from attnseq.config.schema import register_configs
-    from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
 
     register_configs()
     world = torchrun_world()
@@ -129,7 +129,7 @@ def run_hydra(args: list[str]) -> None:
     os.environ[_FULL_ERROR] = "1"
     try:
         main()
-    except COMPOSITION_ERRORS as error:
+    except composition_errors() as error:
         if _users_full_error is _NOT_COMPOSING:
             raise  # the job's own, let through by the user's HYDRA_FULL_ERROR
         raise composition_error(error, overrides) from None
@@ -160,6 +160,7 @@ def train_from_hydra(composed: Any) -> float | None:
     from attnseq.training.distributed import is_main_process
     from attnseq.training.resume import interruption_message
     from attnseq.training.run import run_training
+    from attnseq.training.run_checks import passed
     from attnseq.training.run_directory import check_run_directory
     from attnseq.training.stopping import TrainingDiverged, TrainingInterrupted
 
@@ -169,7 +170,7 @@ def train_from_hydra(composed: Any) -> float | None:
     # Under torchrun every rank gets here and exits with the same status; rank 0 speaks.
     main = is_main_process()
     try:
-        if main:  # `attnseq train` checked it before Hydra wrote; a sweeper's jobs get here
+        if main and not passed(cfg, run_dir):  # the start checks did not: a sweep's job
             check_run_directory(run_dir, cfg.resume, cfg.trainer.overwrite, _elsewhere())
         metrics = run_training(cfg, run_dir)
     except OutputError as error:  # a full disk or read-only folder: nothing written is lost

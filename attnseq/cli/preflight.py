@@ -38,17 +38,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from hydra.experimental.callback import Callback
 
 from attnseq.cli.hydra_entry import composition_finished, torchrun_world
-from attnseq.errors import UserError
-from attnseq.training.composition import (
-    check_job,
-    check_job_directory,
-    check_run,
-    claim_fresh,
+from attnseq.config.composition import (
+    composition_error,
+    composition_errors,
     directory_setting,
     quoted_value,
     typed_config,
 )
-from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
+from attnseq.errors import UserError
+from attnseq.training.run_checks import check_job, check_job_directory, check_run
+from attnseq.training.run_directory import claim_fresh
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -179,7 +178,7 @@ def _loader_composition(config: "DictConfig") -> Compose:
     def compose(overrides: list[str]) -> "DictConfig":
         try:
             return loader.load_sweep_config(config, overrides)
-        except COMPOSITION_ERRORS as error:
+        except composition_errors() as error:
             raise composition_error(error, overrides) from None
 
     return compose
@@ -226,7 +225,7 @@ def check_sweep_values(
     sweeps at their first value); returns the typed config of the first variant."""
     try:
         variants = sweep_variants(task)
-    except COMPOSITION_ERRORS as error:
+    except composition_errors() as error:
         raise composition_error(error, task) from None
     first: TrainConfig | None = None
     for variant in variants:

@@ -67,7 +67,7 @@ def train(ctx: typer.Context) -> None:
     from attnseq.cli import hydra_entry
     from attnseq.cli.hydra_entry import split_flags
     from attnseq.cli.preflight import check_flags
-    from attnseq.training.composition import rewrite_config_selector
+    from attnseq.config.composition import rewrite_config_selector
 
     with user_errors():
         args = rewrite_config_selector(args)
@@ -128,9 +128,9 @@ def train_help(args: list[str]) -> str | None:
     from omegaconf import OmegaConf, flag_override
     from omegaconf.errors import OmegaConfBaseException
 
+    from attnseq.config.composition import describe_composition_error
     from attnseq.config.schema import register_configs
     from attnseq.errors import UserError
-    from attnseq.training.config_errors import describe_composition_error
 
     register_configs()
     try:

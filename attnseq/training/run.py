@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from attnseq.alignment.diagnostics import is_per_layer_key
-from attnseq.config.checks import validate
 from attnseq.config.choices import ModelFamily, Tracker
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.devices import resolve_device
@@ -49,14 +48,11 @@ from attnseq.training.precision import (
     use_tf32,
 )
 from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_resume_point
+from attnseq.training.run_checks import check_config_once
 from attnseq.training.run_directory import clear_previous_run, run_directory_lock
 from attnseq.training.state import TrainingState
 from attnseq.training.stopping import StopSignals, TrainingInterrupted
-from attnseq.training.trackers import (
-    check_trackers_installed,
-    mlflow_tracking_uri,
-    open_trackers,
-)
+from attnseq.training.trackers import mlflow_tracking_uri, open_trackers
 from attnseq.training.train_log import (
     NullWriter,
     log_run_header,
@@ -97,8 +93,7 @@ def run_training(
         TrainingInterrupted: SIGINT/SIGTERM; last.pt holds the last finished step.
         TrainingDiverged: too many non-finite losses in a row; checkpoints were kept.
     """
-    validate(cfg)
-    check_trackers_installed(cfg.logger)
+    check_config_once(cfg, run_dir)  # unless the run's start checks passed it (run_checks.py)
     # One trainer per run directory (run_directory.py), taken before anything is read or written.
     with run_directory_lock(run_dir, enabled=env_world().is_main):
         device = resolve_device(cfg.trainer.device, "trainer.device")

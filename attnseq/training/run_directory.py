@@ -261,3 +261,20 @@ def check_free(run_dir: Path) -> None:
             raise UserError(busy_message(run_dir, _read_holder(fd))) from None
     finally:
         os.close(fd)
+
+
+def claim_fresh(path: Path) -> Path:
+    """Create `path`, or the first of `path`_2, `path`_3, ... that does not exist yet, and return
+    it. mkdir either creates a folder or fails, so two runs started at once get two folders."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        candidate, number = path, 1
+        while True:
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                number += 1
+                candidate = path.with_name(f"{path.name}_{number}")
+    except OSError as error:
+        raise UserError(f"cannot create the run directory {path}: {error.strerror}") from None

@@ -166,8 +166,7 @@ def open_trackers(cfg: TrainConfig, run_dir: Path, resume_step: int | None) -> R
     """The trackers `cfg.logger` selects for a run in `run_dir`. `resume_step`: the step of
     the checkpoint a resumed run continues from (None: a fresh run); TensorBoard hides the
     events after it that a killed process logged, so the curves go on without a doubled
-    stretch."""
-    check_trackers_installed(cfg.logger)
+    stretch. The trackers' libraries are checked as the run starts (run_checks.py)."""
     trackers: list[Any] = []
     params = tracker_params(cfg)
     record = RunRecord(

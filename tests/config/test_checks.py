@@ -239,8 +239,8 @@ def test_config_file_is_recorded_in_the_composed_config(tmp_path: Path, monkeypa
     from hydra import compose, initialize_config_dir
 
     from attnseq.config import CONFIG_DIR
+    from attnseq.config.composition import rewrite_config_selector
     from attnseq.config.schema import register_configs
-    from attnseq.training.composition import rewrite_config_selector
 
     monkeypatch.setenv("HOME", str(tmp_path))
     mine = tmp_path / "my exp's ${x}.yaml"  # survives the override grammar
