@@ -102,10 +102,10 @@ def run_training(
             if world.distributed and device.type == "cuda":
                 device = torch.device("cuda", world.local_rank)
             heard = Callbacks(callbacks)
-            return train(cfg, run_dir, stop, device, world, heard, progress, summary)
+            return build_fit_test(cfg, run_dir, stop, device, world, heard, progress, summary)
 
 
-def train(
+def build_fit_test(
     cfg: TrainConfig,
     run_dir: Path,
     stop: StopSignals,
