@@ -34,7 +34,7 @@ Threads. `load(threads=...)` chooses torch's CPU threads for the model's computa
 number, "auto" (the cores no other process keeps busy, measured at each call) or None (the
 default: torch's count as this process has it, untouched). A count is set around each call
 (translate, score, align, attention, explain) and the caller's count is put back after it
-(attnseq/models/loading.py, `threads_set`): loading a model never changes the process's threads
+(attnseq/config/threads.py, `threads_set`): loading a model never changes the process's threads
 for good.
 
 Arguments. Every function checks its arguments before any work, as the command line checks its
@@ -106,7 +106,7 @@ from attnseq.analysis.explanation import available_methods, explain
 from attnseq.analysis.figures import figure_png, style_from_options
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import DecodingConfig, TrainConfig
-from attnseq.config.threads import check_threads
+from attnseq.config.threads import check_threads, threads_set
 from attnseq.data.extended_vocab import extended_pieces
 from attnseq.data.tokenizers import Tokenizer, TokenizerPair
 from attnseq.data.unknown_tokens import UnknownCount
@@ -121,7 +121,7 @@ from attnseq.io.progress import in_notebook
 from attnseq.io.user_paths import check_output_file
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import optional_entry
-from attnseq.models.loading import TrainedModel, load_weights, model_for, threads_set
+from attnseq.models.loading import TrainedModel, load_weights, model_for
 from attnseq.models.positional import position_limit
 from attnseq.training.averaging import HEADER_KEYS, RUN_STATE_KEYS
 from attnseq.training.callbacks import Callback, check_callbacks

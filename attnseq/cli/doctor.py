@@ -53,7 +53,7 @@ def _devices() -> Section:
     mps = getattr(torch.backends, "mps", None)
     rows.append(("mps available", str(bool(mps and mps.is_available()))))
     rows.append(("device names", DEVICE_FORMS))
-    from attnseq.models.loading import default_threads, load_aware_threads, usable_cores
+    from attnseq.config.threads import default_threads, load_aware_threads, usable_cores
 
     rows.append(("torch threads", f"{torch.get_num_threads()} (of {os.cpu_count()} CPUs)"))
     cores = usable_cores()

@@ -184,11 +184,10 @@ ThreadsOption = Annotated[
 def apply_threads(threads: int | str | None, overrides: list[str] | None = None) -> int:
     """Set torch's CPU threads for this command and return how many: `--threads`, else a
     `trainer.threads=N` (or auto) among the overrides, else torch's default capped at the
-    usable cores (`default_threads`, attnseq/models/loading.py). A checkpoint's own
+    usable cores (`default_threads`, attnseq/config/threads.py). A checkpoint's own
     trainer.threads describes the machine it was trained on, not this one, so it is not used.
     UserError for an override that is no thread setting."""
-    from attnseq.config.threads import parse_threads
-    from attnseq.models.loading import use_threads
+    from attnseq.config.threads import parse_threads, use_threads
 
     setting = "--threads"
     if threads is None:

@@ -78,6 +78,7 @@ from attnseq.config.choices import (
 )
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import ModelConfig, TrainConfig
+from attnseq.config.threads import usable_cores
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -467,14 +468,6 @@ def cuda_memory(cfg: TrainConfig) -> int | None:
     return free
 
 
-def cpu_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _size(n: float) -> str:
     units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
     power = min(int(math.log(max(n, 1), 1024)), len(units) - 1)
@@ -576,7 +569,7 @@ def check_resources(cfg: TrainConfig) -> None:
     """Raise UserError when `cfg` cannot fit this machine (see `resource_problems`): the RAM
     available now, since what other processes hold is not there for the run (the kernel would
     end it without a word), or the GPU's memory."""
-    problems = resource_problems(cfg, available_ram(), cuda_memory(cfg), cpu_cores())
+    problems = resource_problems(cfg, available_ram(), cuda_memory(cfg), usable_cores())
     if len(problems) == 1:
         raise UserError(problems[0])
     if problems:

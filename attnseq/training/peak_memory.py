@@ -158,7 +158,7 @@ def _main() -> None:
     """The child: read {"config", "vocab"} from stdin, print the measured bytes."""
 
     from attnseq.config.resources import batch_shape
-    from attnseq.models.loading import use_threads
+    from attnseq.config.threads import use_threads
 
     spec = json.loads(sys.stdin.read())
     cfg = config_from_dict(spec["config"])

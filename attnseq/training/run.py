@@ -25,13 +25,14 @@ from attnseq.config.choices import ModelFamily, Tracker
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
+from attnseq.config.threads import use_threads
 from attnseq.data.batching import PieceLinks
 from attnseq.data.prepare import PreparedData, load_prepared, prepare_data
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.evaluator import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models.loading import load_weights, model_for, use_threads
+from attnseq.models.loading import load_weights, model_for
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.callbacks import Callbacks
 from attnseq.training.distributed import (
