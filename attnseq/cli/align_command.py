@@ -11,13 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.shared import (
-    DeviceOption,
-    ThreadsOption,
-    apply_threads,
-    run_directory_checkpoint,
-    user_errors,
-)
+from attnseq.cli.options import DeviceOption, ThreadsOption, apply_threads, run_directory_checkpoint
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 # The most integration points or noisy copies per target word: each is a whole forward and

@@ -25,16 +25,16 @@ from attnseq.cli.align_command import align
 from attnseq.cli.checkpoint_commands import average, export
 from attnseq.cli.compare_command import compare
 from attnseq.cli.completion import install_bash_script
-from attnseq.cli.doctor import doctor
+from attnseq.cli.doctor import doctor, print_version
 from attnseq.cli.eval_command import evaluate
 from attnseq.cli.explain_command import explain
 from attnseq.cli.heads_command import heads
 from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.cli.score_command import score
-from attnseq.cli.shared import print_version, user_errors
 from attnseq.cli.sweep_command import sweep_report
 from attnseq.cli.train_command import TrainCommand, train
 from attnseq.cli.translate_command import translate
+from attnseq.cli.user_errors import user_errors
 from attnseq.cli.visualize_command import visualize_alignment
 from attnseq.io.user_paths import check_path_name
 

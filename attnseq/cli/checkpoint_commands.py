@@ -13,7 +13,8 @@ from typing import Annotated
 
 import typer
 
-from attnseq.cli.shared import CheckpointArgument, ThreadsOption, apply_threads, user_errors
+from attnseq.cli.options import CheckpointArgument, ThreadsOption, apply_threads
+from attnseq.cli.user_errors import user_errors
 
 
 class ExportTarget(Enum):

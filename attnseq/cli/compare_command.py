@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.shared import ThreadsOption, apply_threads, at_least_one, user_errors
+from attnseq.cli.options import ThreadsOption, apply_threads, at_least_one
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:

@@ -34,6 +34,13 @@ def version_lines() -> list[str]:
     return [*lines, f"python {platform.python_version()}"]
 
 
+def print_version(value: bool) -> None:
+    """The versions of attnseq, torch, hydra-core and Python, then exit (when `value`)."""
+    if value:
+        typer.echo("\n".join(version_lines()))
+        raise typer.Exit()
+
+
 def _versions() -> Section:
     rows = [(name, _installed(name)) for name in _VERSIONED]
     rows.append(("python", f"{platform.python_version()} ({sys.executable})"))

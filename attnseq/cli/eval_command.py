@@ -12,13 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.shared import (
-    CheckpointArgument,
-    DeviceOption,
-    ThreadsOption,
-    apply_threads,
-    user_errors,
-)
+from attnseq.cli.options import CheckpointArgument, DeviceOption, ThreadsOption, apply_threads
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 OldGoldPath = Annotated[Path | None, typer.Option(hidden=True)]

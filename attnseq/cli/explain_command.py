@@ -12,14 +12,14 @@ from typing import Annotated
 
 import typer
 
-from attnseq.cli.shared import (
+from attnseq.cli.options import (
     CheckpointArgument,
     DeviceOption,
     ThreadsOption,
     apply_threads,
     check_utf8,
-    user_errors,
 )
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 

@@ -10,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from attnseq.cli.shared import at_least_one, user_errors
+from attnseq.cli.options import at_least_one
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 

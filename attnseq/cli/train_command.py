@@ -23,7 +23,8 @@ import textwrap
 import typer
 from typer.core import TyperCommand
 
-from attnseq.cli.shared import print_version, user_errors
+from attnseq.cli.doctor import print_version
+from attnseq.cli.user_errors import user_errors
 from attnseq.config import CONFIG_DIR
 
 HELP_FLAGS = {"--help", "-h"}

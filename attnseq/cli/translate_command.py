@@ -24,15 +24,10 @@ from typing import IO, Annotated, Any
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.shared import (
-    CheckpointArgument,
-    DeviceOption,
-    ThreadsOption,
-    apply_threads,
-    decoded_lines,
-    user_errors,
-)
+from attnseq.cli.options import CheckpointArgument, DeviceOption, ThreadsOption, apply_threads
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
+from attnseq.io.user_paths import decoded_lines
 
 
 class Engine(Enum):

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from attnseq.cli.shared import (
+from attnseq.cli.options import (
     DeviceOption,
     ThreadsOption,
     apply_threads,
     check_utf8,
     run_directory_checkpoint,
-    user_errors,
 )
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 from attnseq.io.user_paths import (
     InputPaths,

@@ -23,8 +23,9 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 from attnseq.errors import OutputError, UserError
 
@@ -62,6 +63,19 @@ def check_input_file(path: Path, name: str, *, pipes: bool = False) -> None:
         raise UserError(f"{name} {path} is {kind}, not a regular text file")
     if info.st_size == 0:
         raise UserError(f"{name} {path} is empty: it holds no lines to read")
+
+
+def decoded_lines(handle: IO[bytes], name: str) -> Iterator[str]:
+    """Lines split at "\\n" only (a CRLF ending loses its "\\r"; a lone "\\r" stays inside its
+    line), each decoded as UTF-8; UserError naming the line that is not."""
+    for number, raw in enumerate(handle, 1):
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UserError(
+                f"{name}: line {number} is not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from None
 
 
 def check_path_name(path: Path, name: str) -> None:
