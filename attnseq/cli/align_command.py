@@ -143,14 +143,28 @@ def align(
             raise UserError("--soft writes attention matrices; --method eflomal gives links only")
         settings = GradientSettings(ig_steps, smoothgrad_samples, seed=seed)
         request = AlignRequest(
-            checkpoint, src, tgt, AlignmentMethod(method, layer, head, settings), reverse,
-            symmetrize, gold, gold_possible, gold_format, gold_order, device, batch_size,
-        )  # fmt: skip
+            checkpoint=checkpoint,
+            src=src,
+            tgt=tgt,
+            method=AlignmentMethod(name=method, layer=layer, head=head, settings=settings),
+            reverse=reverse,
+            symmetrization=symmetrize,
+            gold=gold,
+            gold_possible=gold_possible,
+            gold_format=gold_format,
+            gold_order=gold_order,
+            device=device,
+            batch_size=batch_size,
+        )
         check_request(request)
         inputs = [
-            ("CHECKPOINT", checkpoint), ("--src", src), ("--tgt", tgt), ("--reverse", reverse),
-            ("--gold", gold), ("--gold-possible", gold_possible),
-        ]  # fmt: skip
+            ("CHECKPOINT", checkpoint),
+            ("--src", src),
+            ("--tgt", tgt),
+            ("--reverse", reverse),
+            ("--gold", gold),
+            ("--gold-possible", gold_possible),
+        ]
         for option, path, suffixes in (("--out", out, None), ("--soft", soft, ["npz"])):
             if path is not None:
                 refuse_output_over_inputs(path, option, inputs)

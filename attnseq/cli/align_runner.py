@@ -147,11 +147,13 @@ def _check_eflomal_request(request: AlignRequest) -> None:
     given = [
         name
         for name, value in (
-            ("CHECKPOINT", request.checkpoint), ("--reverse", request.reverse),
-            ("--layer", request.method.layer), ("--head", request.method.head),
+            ("CHECKPOINT", request.checkpoint),
+            ("--reverse", request.reverse),
+            ("--layer", request.method.layer),
+            ("--head", request.method.head),
         )
         if value is not None
-    ]  # fmt: skip
+    ]
     if given:
         raise UserError(
             f"--method {EFLOMAL} aligns without a model: leave out {', '.join(given)} "
@@ -258,9 +260,13 @@ def _reverse_alignments(
     """The reverse model's alignments of the swapped pairs: links (target word, source word)."""
     try:
         return align_sentences(
-            reverse, tgt_lines, src_lines, request.method, device=device,
+            reverse,
+            src_lines=tgt_lines,
+            tgt_lines=src_lines,
+            method=request.method,
+            device=device,
             batch_size=request.batch_size,
-        )  # fmt: skip
+        )
     except UserError as error:
         raise UserError(f"--reverse {request.reverse} (fed --tgt as its source): {error}") from None
 

@@ -70,7 +70,7 @@ def compare(
         typer.Option(
             help="Lower edges of the length buckets in words, e.g. 0,10,20,30 "
             "(default: the length quartiles)."
-        ),  # fmt: skip
+        ),
     ] = None,
     device: Annotated[
         str, typer.Option(help="Device for decoding checkpoints and reading their attention.")
@@ -124,12 +124,24 @@ def compare(
         trials = at_least_one(trials, "--trials")
         apply_threads(threads)  # decoding checkpoints and reading their attention
         result = compare_paths(
-            systems, baseline, read_lines(ref, "--ref") if ref is not None else None,
-            read_lines(src, "--src") if src is not None else None, task, split, device, seed,
-            resamples, trials, edges,
-            read_lines(train_ref, "--train-ref") if train_ref is not None else None, gold,
-            attention, _NAMES,
-        )  # fmt: skip
+            systems,
+            baseline=baseline,
+            references=read_lines(ref, "--ref") if ref is not None else None,
+            sources=read_lines(src, "--src") if src is not None else None,
+            task=task,
+            split=split,
+            device=device,
+            seed=seed,
+            resamples=resamples,
+            trials=trials,
+            edges=edges,
+            train_references=read_lines(train_ref, "--train-ref")
+            if train_ref is not None
+            else None,
+            gold=gold,
+            attention=attention,
+            names=_NAMES,
+        )
     _show(result, output_format, out)
 
 

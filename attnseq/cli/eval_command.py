@@ -181,9 +181,14 @@ def evaluate(
 
 # what the messages about a gold set call its fields
 GOLD_OPTIONS = {
-    "gold": "--gold", "src": "--gold-src", "tgt": "--gold-tgt", "possible": "--gold-possible",
-    "gold_format": "--gold-format", "order": "--gold-order", "method": "--method",
-}  # fmt: skip
+    "gold": "--gold",
+    "src": "--gold-src",
+    "tgt": "--gold-tgt",
+    "possible": "--gold-possible",
+    "gold_format": "--gold-format",
+    "order": "--gold-order",
+    "method": "--method",
+}
 
 
 def _gold_alignments(

@@ -124,8 +124,14 @@ def sweep_report(
         if significance:
             resamples = at_least_one(resamples, "--resamples")
             trials = at_least_one(trials, "--trials")
-            add_significance(report, baseline, device, resamples=resamples, trials=trials,
-                             option="--baseline")  # fmt: skip
+            add_significance(
+                report,
+                baseline=baseline,
+                device=device,
+                resamples=resamples,
+                trials=trials,
+                option="--baseline",
+            )
     if output_format == "table":
         print_report(report, metrics=columns)
     else:

@@ -153,8 +153,10 @@ def visualize_alignment(
         options = dict(figsize=figsize, fontsize=fontsize, cmap=cmap)
         drawing = _Drawing(words, dict(layer=layer, head=head, all_heads=all_heads, **options))
         inputs = [
-            ("CHECKPOINT", checkpoint), ("--input", input_file), ("--from-saved", from_saved),
-        ]  # fmt: skip
+            ("CHECKPOINT", checkpoint),
+            ("--input", input_file),
+            ("--from-saved", from_saved),
+        ]
         _check_out(out, input_file, tensorboard, inputs)
         if from_saved is not None or index is not None:
             extra = {"--src": src, "--tgt": tgt, "--input": input_file}
