@@ -88,10 +88,16 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
         os.replace(tmp_name, path)
     except BaseException as error:
         Path(tmp_name).unlink(missing_ok=True)
-        fixable = fixable_write_error(error)
-        if fixable is not None:  # a full disk or a read-only folder: the user's to fix
-            raise output_error(path, fixable) from None
+        _raise_fixable(path, error)
         raise
+
+
+def _raise_fixable(path: Path, error: BaseException) -> None:
+    """The OutputError naming `path` when `error` is a write failure the user can fix (a full
+    disk, a read-only folder); nothing otherwise, for the caller to re-raise `error`."""
+    fixable = fixable_write_error(error)
+    if fixable is not None:
+        raise output_error(path, fixable) from None
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -146,9 +152,7 @@ def write_staged_folder(
         home.mkdir(parents=True, exist_ok=True)
         root = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=home))
     except OSError as error:
-        fixable = fixable_write_error(error)
-        if fixable is not None:
-            raise output_error(folder, fixable) from None
+        _raise_fixable(folder, error)
         raise
     try:
         staging = root / "files"
@@ -159,9 +163,7 @@ def write_staged_folder(
         else:
             os.rename(staging, folder)
     except BaseException as error:
-        fixable = fixable_write_error(error)
-        if fixable is not None:
-            raise output_error(folder, fixable) from None
+        _raise_fixable(folder, error)
         raise
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -169,6 +169,28 @@ def _flexible_bar() -> BarColumn:
     return BarColumn(bar_width=None, table_column=Column(ratio=1))
 
 
+def _rich_bar(
+    console: Console, label: str, numbers: str, *, transient: bool, redirect_stderr: bool
+) -> Progress:
+    """A rich bar: `label`, the bar, done/total, the `numbers` column, the elapsed time (on a
+    console of `WIDE_CONSOLE` columns or more), the ETA. A redirected stdout stays where it
+    is; on a terminal, text printed meanwhile goes above the bar."""
+    return Progress(
+        TextColumn(f"[bold]{label}[/]"),
+        _flexible_bar(),
+        MofNCompleteColumn(),
+        TextColumn(numbers),
+        *([TimeElapsedColumn()] if console.width >= WIDE_CONSOLE else []),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        expand=True,
+        transient=transient,
+        redirect_stdout=sys.stdout.isatty(),
+        redirect_stderr=redirect_stderr,
+    )
+
+
 # ----------------------------------------------------------------------- training bar
 class TrainingProgress:
     """`with TrainingProgress(total, start, enabled) as bar: bar.advance(loss, epoch, ...)`.
@@ -225,20 +247,7 @@ class TrainingProgress:
         numbers = "loss {task.fields[loss]}  {task.fields[speed]} tok/s"
         numbers += "  lr {task.fields[lr]}  epoch {task.fields[epoch]}" if wide else ""
         numbers += "" if wide else "  ep {task.fields[epoch]}"
-        self.progress = Progress(
-            TextColumn("[bold]train[/]"),
-            _flexible_bar(),
-            MofNCompleteColumn(),
-            TextColumn(numbers),
-            *([TimeElapsedColumn()] if wide else []),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            expand=True,
-            transient=False,
-            redirect_stdout=sys.stdout.isatty(),  # a redirected stdout stays where it is
-            redirect_stderr=True,
-        )
+        self.progress = _rich_bar(console, "train", numbers, transient=False, redirect_stderr=True)
         self.progress.start()
         self._above.enter_context(logging_above(self.progress.console))
         self.task = self.progress.add_task(
@@ -341,20 +350,7 @@ def counting(
     task = None
     if enabled and bars_enabled():
         console = stderr_console()
-        progress = Progress(
-            TextColumn(f"[bold]{label}[/]"),
-            _flexible_bar(),
-            MofNCompleteColumn(),
-            TextColumn(unit),
-            *([TimeElapsedColumn()] if console.width >= WIDE_CONSOLE else []),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            expand=True,
-            transient=True,
-            redirect_stdout=sys.stdout.isatty(),  # output text on the same screen goes above it
-            redirect_stderr=False,
-        )
+        progress = _rich_bar(console, label, unit, transient=True, redirect_stderr=False)
         progress.start()
         task = progress.add_task(label, total=total)
     above = logging_above(progress.console) if progress is not None else contextlib.nullcontext()
