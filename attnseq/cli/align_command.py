@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.options import DeviceOption, ThreadsOption, apply_threads, run_directory_checkpoint
+from attnseq.cli.options import (
+    DeviceOption,
+    GoldFormatOption,
+    GoldOrderOption,
+    GoldPossibleOption,
+    HeadOption,
+    ThreadsOption,
+    apply_threads,
+    run_directory_checkpoint,
+)
 from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
@@ -62,9 +71,7 @@ def align(
             "(default: last)."
         ),
     ] = None,
-    head: Annotated[
-        int | None, typer.Option(help="Head, 1-based (default: the mean of the layer's heads).")
-    ] = None,
+    head: HeadOption = None,
     ig_steps: Annotated[
         int,
         typer.Option(
@@ -101,13 +108,9 @@ def align(
         Path | None,
         typer.Option(help="Gold links (Pharaoh i-j/i?j or NAACL): print AER, precision, recall."),
     ] = None,
-    gold_possible: Annotated[
-        Path | None, typer.Option(help="Pharaoh file of possible links to add to --gold.")
-    ] = None,
-    gold_format: Annotated[str, typer.Option(help="auto, pharaoh or naacl.")] = "auto",
-    gold_order: Annotated[
-        str, typer.Option(help="src-tgt if a gold link is (source, target), tgt-src if reversed.")
-    ] = "src-tgt",
+    gold_possible: GoldPossibleOption = None,
+    gold_format: GoldFormatOption = "auto",
+    gold_order: GoldOrderOption = "src-tgt",
     batch_size: Annotated[int, typer.Option(help="Sentence pairs per forward pass.")] = 64,
     device: DeviceOption = "auto",
     threads: ThreadsOption = None,

@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.options import CheckpointArgument, DeviceOption, ThreadsOption, apply_threads
+from attnseq.cli.options import (
+    BatchTokensOption,
+    CheckpointArgument,
+    DeviceOption,
+    GoldFormatOption,
+    GoldOrderOption,
+    GoldPossibleOption,
+    ThreadsOption,
+    apply_threads,
+)
 from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
@@ -29,9 +38,7 @@ def evaluate(
     checkpoint: CheckpointArgument,
     overrides: decoding_options.OverridesArgument = None,
     split: Annotated[str, typer.Option(help="Which split to evaluate: test or valid.")] = "test",
-    batch_size: Annotated[
-        int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
-    ] = None,
+    batch_size: BatchTokensOption = None,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -68,23 +75,9 @@ def evaluate(
     gold_tgt: Annotated[
         Path | None, typer.Option(help="Target sentences of the gold alignments.")
     ] = None,
-    gold_possible: Annotated[
-        Path | None,
-        typer.Option(
-            help="Pharaoh file of possible links to add to --gold (e.g. WPT's "
-            "test.possible.pharaoh next to test.sure.pharaoh)."
-        ),
-    ] = None,
-    gold_format: Annotated[
-        str, typer.Option(help="Format of --gold: auto (from the content), pharaoh, naacl.")
-    ] = "auto",
-    gold_order: Annotated[
-        str,
-        typer.Option(
-            help="src-tgt if a gold link is (source word, target word), tgt-src if (target, "
-            "source). WPT en-fr links are (English, French): src-tgt for en->fr models."
-        ),
-    ] = "src-tgt",
+    gold_possible: GoldPossibleOption = None,
+    gold_format: GoldFormatOption = "auto",
+    gold_order: GoldOrderOption = "src-tgt",
     method: Annotated[
         str,
         typer.Option(

@@ -15,6 +15,7 @@ import typer
 from attnseq.cli.options import (
     CheckpointArgument,
     DeviceOption,
+    HeadOption,
     ThreadsOption,
     apply_threads,
     check_utf8,
@@ -49,9 +50,7 @@ def explain(
         int | None,
         typer.Option(help="Decoder layer of the attention methods, 1-based (default: last)."),
     ] = None,
-    head: Annotated[
-        int | None, typer.Option(help="Head of the attention methods, 1-based (default: mean).")
-    ] = None,
+    head: HeadOption = None,
     device: DeviceOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.options import CheckpointArgument, DeviceOption, ThreadsOption, apply_threads
+from attnseq.cli.options import (
+    BatchTokensOption,
+    CheckpointArgument,
+    DeviceOption,
+    ThreadsOption,
+    apply_threads,
+)
 from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
@@ -34,9 +40,7 @@ def heads(
     max_batches: Annotated[
         int | None, typer.Option(help="Use only the first N batches of the split.")
     ] = None,
-    batch_size: Annotated[
-        int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
-    ] = None,
+    batch_size: BatchTokensOption = None,
     device: DeviceOption = "auto",
     threads: ThreadsOption = None,
     report_dir: Annotated[

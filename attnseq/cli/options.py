@@ -148,3 +148,33 @@ def apply_threads(threads: int | str | None, overrides: list[str] | None = None)
                 setting = "trainer.threads"
                 threads = parse_threads(value, setting)
     return use_threads(threads, setting)
+
+
+# --batch-size of the commands that batch by a token budget (eval, heads)
+BatchTokensOption = Annotated[
+    int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
+]
+
+# --head of the commands that read one attention head (align, explain, visualize-alignment)
+HeadOption = Annotated[
+    int | None, typer.Option(help="Head, 1-based (default: the mean of the layer's heads).")
+]
+
+# the companions of --gold, the gold word links (align, eval)
+GoldPossibleOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Pharaoh file of possible links to add to --gold (e.g. WPT's "
+        "test.possible.pharaoh next to test.sure.pharaoh)."
+    ),
+]
+GoldFormatOption = Annotated[
+    str, typer.Option(help="Format of --gold: auto (from the content), pharaoh or naacl.")
+]
+GoldOrderOption = Annotated[
+    str,
+    typer.Option(
+        help="src-tgt if a gold link is (source word, target word), tgt-src if (target, "
+        "source). WPT en-fr links are (English, French): src-tgt for en->fr models."
+    ),
+]

@@ -16,6 +16,7 @@ import typer
 
 from attnseq.cli.options import (
     DeviceOption,
+    HeadOption,
     ThreadsOption,
     apply_threads,
     check_utf8,
@@ -88,9 +89,7 @@ def visualize_alignment(
     layer: Annotated[
         int | None, typer.Option(help="Transformer layer, 1-based (default: last).")
     ] = None,
-    head: Annotated[
-        int | None, typer.Option(help="Head, 1-based (default: mean of heads).")
-    ] = None,
+    head: HeadOption = None,
     all_heads: Annotated[bool, typer.Option(help="Grid of every layer x head.")] = False,
     words: Annotated[bool, typer.Option(help="Merge subword pieces into words.")] = False,
     kind: Annotated[
