@@ -1,10 +1,5 @@
 """`attnseq align`: word alignments of given sentence pairs by forced decoding, in Pharaoh
-format, optionally symmetrized with a reverse model and scored against gold links.
-
-The command turns its options into an `AlignRequest` and hands it to `run_align`
-(align_runner.py); torch and the model code are imported inside the
-function, so `attnseq --help` stays light.
-"""
+format, optionally symmetrized with a reverse model and scored against gold links."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated

@@ -1,13 +1,5 @@
-"""The `attnseq` command line: the Typer app, its commands registered in the order `--help`
-lists them, and `main`, the console script's entry point.
-
-Help is Click's plain layout (`rich_markup_mode=None`): option help gets the width Rich's
-panels give to columns of option names, so it stays readable at 80 columns.
-
-Each command lives in a module of its own (train_command, doctor, eval_command, ...); it parses
-its options, imports the heavy libraries only when it runs, and hands the work to the library.
-A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2.
-"""
+"""The `attnseq` command line: the Typer app, its commands in the order `--help` lists them, and
+`main`, the console script's entry point."""
 
 import functools
 import inspect

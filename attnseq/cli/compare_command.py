@@ -1,11 +1,5 @@
-"""`attnseq compare`: is A better than B? The metric table with 95% intervals and p-values
-against the baseline, the length buckets, and with --out their figure.
-
-The work lives in attnseq.analysis (`seed_comparison.compare_paths`: single systems by
-comparison.py, sweep folders' seed groups by seed_comparison.py); this module checks the
-options and chooses the output. numpy, sacreBLEU, torch and matplotlib load only
-when the command runs.
-"""
+"""`attnseq compare`: is A better than B? Metrics with 95% intervals and p-values against the
+baseline, length buckets, and with --out their figure."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated

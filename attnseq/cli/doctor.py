@@ -1,9 +1,5 @@
-"""What a bug report needs: versions, devices, data, Hydra plugins and the cache.
-
-`attnseq --version` prints `version_lines()`, read from the installed packages' metadata so that
-it answers without importing torch. The `attnseq doctor` command (`doctor`) prints `report()`,
-which does import torch (for the devices) and looks at the data root and the cache folder.
-"""
+"""What a bug report needs: versions (`attnseq --version`, without torch), devices, threads, data,
+Hydra plugins and the cache (`attnseq doctor`)."""
 
 import os
 import platform

@@ -1,10 +1,5 @@
-"""`attnseq eval`: the metrics of a checkpoint on one split, optionally with its attention
-saved and scored against gold word alignments.
-
-The command checks its options, hands the work to `evaluate_checkpoint`
-(attnseq/evaluation/checkpoint_eval.py) and prints the result; torch and the evaluation code
-are imported inside the functions, so `attnseq --help` stays light.
-"""
+"""`attnseq eval`: the metrics of a checkpoint on one split, optionally with its attention saved
+and scored against gold word alignments."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated

@@ -1,11 +1,5 @@
 """`attnseq explain`: one self-contained HTML page that explains a model's output for one
-source sentence: each beam hypothesis (or a forced target), the source weights of every
-attribution method for each output piece, and every attention map per layer and head.
-
-The command checks its options and output file before any work, then hands over to
-`Model.explain` (attnseq/api.py); torch and the model code are imported
-inside the function, so `attnseq --help` stays light.
-"""
+source sentence."""
 
 from pathlib import Path
 from typing import Annotated

@@ -1,11 +1,5 @@
 """`attnseq heads`: how much each attention head of a transformer checkpoint matters (Michel et
-al. 2019), as tables, a JSON file and a figure; with --prune, a checkpoint with the least
-important heads masked.
-
-The command checks its options, hands the work to `run_heads`
-(heads_runner.py) and prints the result; torch is imported inside the
-function, so `attnseq --help` stays light.
-"""
+al. 2019); with --prune, a checkpoint with the least important heads masked."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated

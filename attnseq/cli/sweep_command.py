@@ -1,9 +1,5 @@
-"""`attnseq sweep-report`: the table of a Hydra multirun sweep, best first, on stdout, and
-its CSV file and plot beside it.
-
-The analysis lives in attnseq.training.sweep_report; this module checks the options and
-chooses the output. Pandas and matplotlib load only when the command runs.
-"""
+"""`attnseq sweep-report`: the table of a Hydra multirun sweep, best first, on stdout, and its
+CSV file and plot beside it."""
 
 from pathlib import Path
 from typing import Annotated

@@ -1,10 +1,5 @@
-"""`attnseq visualize-alignment`: attention heatmaps of a trained model (its own output, or a
-forced target), or of an output's attention that `attnseq eval --save-attention` saved.
-
-The command checks which of the two sources it was given and draws one figure per sentence,
-optionally also into TensorBoard. Matplotlib, torch and the model code are imported inside the
-functions, so `attnseq --help` stays light.
-"""
+"""`attnseq visualize-alignment`: attention heatmaps of a trained model, or of an output's
+attention that `attnseq eval --save-attention` saved."""
 
 import contextlib
 from collections.abc import Iterator

@@ -1,23 +1,5 @@
-"""The paths a user gives a command, checked before the work that reads or fills them: input
-files to read, output files and folders to write, and write failures the user can fix.
-
-Every command runs one check on a text file it is given to read (`check_input_file`): the path
-must name a regular file with something in it. A path that does not, says which of the cases it
-is (no such file, a folder, a device such as /dev/null, a named pipe, a socket, an empty file),
-so that the message points at the real mistake. Named pipes are the one non-regular kind a
-command may choose to read (`translate --input <(...)`): they can be read once, in order, and
-their length is unknown until then.
-
-A command that decodes for a minute and then cannot write its result (the path is a folder, the
-suffix names no image format, the folder is read-only) wastes the minute; these checks run
-first. A write that fails later for a reason the user can fix (disk full, read-only file
-system, permission, quota) becomes one `OutputError` naming the file.
-
-An output never replaces one of the command's own inputs: `refuse_output_over_inputs` compares
-the output with every input as the file system sees them (device and inode, so a symlink, a hard
-link or a `../` spelling of the same file is caught), and `refuse_folder_holding_inputs` keeps a
-folder that a command may clear from holding an input.
-"""
+"""The paths and files a user gives a command, checked before the work that reads or fills them,
+and the write failures the user can fix as one `OutputError` (docs/internals/command_line.md)."""
 
 import errno
 import os

@@ -1,14 +1,5 @@
-"""The composition root of `attnseq train`: build the pieces from a config, fit, test.
-
-It turns a validated `TrainConfig` into data, tokenizers, model, optimizer, learning-rate
-schedule, trackers (TensorBoard, MLflow, W&B: trackers.py) and evaluators, hands them to the
-`Trainer`, then evaluates the best checkpoint on the test split. What each validation adds
-to TensorBoard (heatmaps, examples) is a callback (train_log.py). Library code below it takes
-plain objects; Hydra stops at the caller (attnseq/cli/hydra_entry.py).
-
-A caller in Python (`attnseq.train`) adds what the command line has no words for: callbacks
-(callbacks.py), the bar wherever stderr goes (a notebook), and whether the summary is printed.
-"""
+"""The composition root of a training run: build the pieces from a checked config, fit, test
+best.pt (docs/internals/training.md)."""
 
 import dataclasses
 import logging
