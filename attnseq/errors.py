@@ -1,8 +1,5 @@
-"""The one exception type for mistakes the user can fix (bad config, missing file, bad checkpoint).
-
-The CLI turns a `UserError` into one line on stderr and exit status 2, without a traceback;
-every other exception is a bug in attnseq and keeps its traceback.
-"""
+"""The exception types of mistakes the user can fix; every other exception is a bug and keeps its
+traceback (docs/internals/command_line.md)."""
 
 
 class UserError(Exception):

@@ -144,9 +144,8 @@ def compose(overrides: list[str], threads: int):
 
     from attnseq.config import CONFIG_DIR
     from attnseq.config.checks import validate
+    from attnseq.config.composition import describe_composition_error, rewrite_config_selector
     from attnseq.config.schema import TrainConfig, register_configs
-    from attnseq.training.composition import rewrite_config_selector
-    from attnseq.training.config_errors import describe_composition_error
 
     args = rewrite_config_selector(overrides)  # config=NAME / config=PATH.yaml
     register_configs()

@@ -56,13 +56,14 @@ import attnseq
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
+from attnseq.config.threads import usable_cores, use_threads
 from attnseq.data.sources import load_splits
 from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.decoding import DecodingConfig
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write_text
-from attnseq.models.loading import model_for, usable_cores, use_threads
+from attnseq.models.loading import model_for
 
 # the tiny sizes of tests/helpers.py:tiny_config, on the reverse task
 TINY = [

@@ -57,7 +57,7 @@ def read_extra(name: str, src_file: str, tgt_file: str) -> Pairs:
 def config(overrides: list[str]) -> "TrainConfig":
     """The validated config that `attnseq train OVERRIDES` would train with."""
     from attnseq.config.checks import validate
-    from attnseq.training.composition import compose, rewrite_config_selector, typed_config
+    from attnseq.config.composition import compose, rewrite_config_selector, typed_config
 
     cfg = typed_config(compose(rewrite_config_selector(overrides)))
     validate(cfg)

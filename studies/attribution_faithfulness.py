@@ -59,10 +59,11 @@ from typing import Any
 import torch
 
 from attnseq.alignment.attribution import ATTRIBUTION_METHODS, attribute
+from attnseq.config.threads import use_threads
 from attnseq.data.word_alignments import Link, read_gold_links, read_parallel_lines, word_ids
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write_json, atomic_write_text
-from attnseq.models.loading import TrainedModel, load_trained_model, use_threads
+from attnseq.models.loading import TrainedModel, load_trained_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # faithfulness.py, next to this file
 from faithfulness import (  # noqa: E402

@@ -187,8 +187,8 @@ def check_train_args(args: list[str]) -> TrainConfig:
     from attnseq.cli.hydra_entry import split_flags
     from attnseq.cli.preflight import check_flags, check_sweep_values
     from attnseq.config import CONFIG_DIR
+    from attnseq.config.composition import composition_error, composition_errors
     from attnseq.config.schema import register_configs
-    from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
 
     flags, overrides = split_flags(args)
     check_flags(flags)
@@ -199,7 +199,7 @@ def check_train_args(args: list[str]) -> TrainConfig:
     def composed(variant: list[str]):
         try:
             return compose("train", overrides=[*own, *variant], return_hydra_config=True)
-        except COMPOSITION_ERRORS as error:
+        except composition_errors() as error:
             raise composition_error(error, variant) from None
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

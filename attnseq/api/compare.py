@@ -4,8 +4,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnseq.config.threads import check_threads
-from attnseq.models.loading import threads_set
+from attnseq.config.threads import check_threads, threads_set
 
 if TYPE_CHECKING:
     from attnseq.analysis.comparison import Comparison

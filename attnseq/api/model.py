@@ -24,7 +24,7 @@ from attnseq.api.request_sizes import RequestSizes
 from attnseq.api.results import ExplanationPage, TranslatedHypothesis, Translation
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import DecodingConfig, TrainConfig
-from attnseq.config.threads import check_threads
+from attnseq.config.threads import check_threads, threads_set
 from attnseq.data.extended_vocab import extended_pieces
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.data.unknown_tokens import UnknownCount
@@ -36,7 +36,7 @@ from attnseq.io.checkpoint import save_checkpoint
 from attnseq.io.user_paths import check_output_file
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import optional_entry
-from attnseq.models.loading import TrainedModel, load_weights, model_for, threads_set
+from attnseq.models.loading import TrainedModel, load_weights, model_for
 from attnseq.models.positional import position_limit
 from attnseq.training.averaging import HEADER_KEYS, RUN_STATE_KEYS
 

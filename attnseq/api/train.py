@@ -92,12 +92,8 @@ def train(
             (also its `resume` attribute).
         TrainingDiverged: as `attnseq.training.run.run_training`.
     """
-    from attnseq.training.composition import (
-        check_run,
-        compose,
-        quoted_value,
-        rewrite_config_selector,
-    )
+    from attnseq.config.composition import compose, quoted_value, rewrite_config_selector
+    from attnseq.training.run_checks import check_run
 
     given = arguments.strings(overrides, "overrides", "['trainer.max_steps=10']")
     folder = arguments.path(run_dir, "run_dir", optional=True)

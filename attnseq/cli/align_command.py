@@ -1,23 +1,22 @@
 """`attnseq align`: word alignments of given sentence pairs by forced decoding, in Pharaoh
-format, optionally symmetrized with a reverse model and scored against gold links.
-
-The command turns its options into an `AlignRequest` and hands it to `run_align`
-(align_runner.py); torch and the model code are imported inside the
-function, so `attnseq --help` stays light.
-"""
+format, optionally symmetrized with a reverse model and scored against gold links."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.shared import (
+from attnseq.cli.options import (
     DeviceOption,
+    GoldFormatOption,
+    GoldOrderOption,
+    GoldPossibleOption,
+    HeadOption,
     ThreadsOption,
     apply_threads,
     run_directory_checkpoint,
-    user_errors,
 )
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 # The most integration points or noisy copies per target word: each is a whole forward and
@@ -67,9 +66,7 @@ def align(
             "(default: last)."
         ),
     ] = None,
-    head: Annotated[
-        int | None, typer.Option(help="Head, 1-based (default: the mean of the layer's heads).")
-    ] = None,
+    head: HeadOption = None,
     ig_steps: Annotated[
         int,
         typer.Option(
@@ -106,13 +103,9 @@ def align(
         Path | None,
         typer.Option(help="Gold links (Pharaoh i-j/i?j or NAACL): print AER, precision, recall."),
     ] = None,
-    gold_possible: Annotated[
-        Path | None, typer.Option(help="Pharaoh file of possible links to add to --gold.")
-    ] = None,
-    gold_format: Annotated[str, typer.Option(help="auto, pharaoh or naacl.")] = "auto",
-    gold_order: Annotated[
-        str, typer.Option(help="src-tgt if a gold link is (source, target), tgt-src if reversed.")
-    ] = "src-tgt",
+    gold_possible: GoldPossibleOption = None,
+    gold_format: GoldFormatOption = "auto",
+    gold_order: GoldOrderOption = "src-tgt",
     batch_size: Annotated[int, typer.Option(help="Sentence pairs per forward pass.")] = 64,
     device: DeviceOption = "auto",
     threads: ThreadsOption = None,
@@ -148,14 +141,28 @@ def align(
             raise UserError("--soft writes attention matrices; --method eflomal gives links only")
         settings = GradientSettings(ig_steps, smoothgrad_samples, seed=seed)
         request = AlignRequest(
-            checkpoint, src, tgt, AlignmentMethod(method, layer, head, settings), reverse,
-            symmetrize, gold, gold_possible, gold_format, gold_order, device, batch_size,
-        )  # fmt: skip
+            checkpoint=checkpoint,
+            src=src,
+            tgt=tgt,
+            method=AlignmentMethod(name=method, layer=layer, head=head, settings=settings),
+            reverse=reverse,
+            symmetrization=symmetrize,
+            gold=gold,
+            gold_possible=gold_possible,
+            gold_format=gold_format,
+            gold_order=gold_order,
+            device=device,
+            batch_size=batch_size,
+        )
         check_request(request)
         inputs = [
-            ("CHECKPOINT", checkpoint), ("--src", src), ("--tgt", tgt), ("--reverse", reverse),
-            ("--gold", gold), ("--gold-possible", gold_possible),
-        ]  # fmt: skip
+            ("CHECKPOINT", checkpoint),
+            ("--src", src),
+            ("--tgt", tgt),
+            ("--reverse", reverse),
+            ("--gold", gold),
+            ("--gold-possible", gold_possible),
+        ]
         for option, path, suffixes in (("--out", out, None), ("--soft", soft, ["npz"])):
             if path is not None:
                 refuse_output_over_inputs(path, option, inputs)

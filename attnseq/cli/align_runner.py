@@ -1,34 +1,5 @@
-"""What `attnseq align` runs once its options are read (`run_align`): word alignments of the
-sentence pairs in two files (attnseq/alignment/forced.py), optionally combined with a reverse
-model's (word_links.symmetrize), saved as soft matrices, and scored against gold links. Its
-outputs:
-
-- Pharaoh lines (`word_alignments.format_pharaoh`): one line per pair, links ``i-j``, 0-based,
-  i the source word and j the target word, sorted.
-- Soft matrices (`write_soft`): one .npz file (numpy.load) with, for pair n (0-based),
-  ``forward_n``: float32 (target words, source words), row j how target word j's attention
-  spreads over the source words (each row sums to at most 1); with a reverse model also
-  ``reverse_n``: float32 (source words, target words), the reverse model's rows (its target
-  words are our source words); and ``method``: a string naming the method and map.
-
-Reverse model (`check_reverse_direction`): whether a `--reverse` checkpoint of `attnseq align`
-translates the other way (target -> source), from what the two checkpoints record; a model of
-the same direction fed the swapped pairs would read every word as <unk> and its links would
-describe no word.
-
-Two records can show it, and only these; where neither does, nothing is assumed (the
-unknown-token warning of align still reports a model that cannot read the text):
-
-- the names of the two sides in the data config: the file suffixes of parallel files
-  (`data.src_lang`/`data.tgt_lang`, e.g. de/en) or the fields of JSON lines and hub datasets
-  (`data.src_field`/`data.tgt_field`, e.g. translation.de). The default names "src"/"tgt"
-  name a side of the files only, so they count when both checkpoints read the same files;
-- the tokenizers: a reverse model whose source and target vocabularies are the forward model's
-  source and target vocabularies, in that order, reads the same language as its source.
-
-The messages name the command's options. torch and the model code load with this module, which
-the command imports only when it runs.
-"""
+"""What `attnseq align` runs once its options are read (`run_align`): the links, a reverse
+model's (which must translate the other way), the soft matrices, the gold scores."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -147,11 +118,13 @@ def _check_eflomal_request(request: AlignRequest) -> None:
     given = [
         name
         for name, value in (
-            ("CHECKPOINT", request.checkpoint), ("--reverse", request.reverse),
-            ("--layer", request.method.layer), ("--head", request.method.head),
+            ("CHECKPOINT", request.checkpoint),
+            ("--reverse", request.reverse),
+            ("--layer", request.method.layer),
+            ("--head", request.method.head),
         )
         if value is not None
-    ]  # fmt: skip
+    ]
     if given:
         raise UserError(
             f"--method {EFLOMAL} aligns without a model: leave out {', '.join(given)} "
@@ -161,7 +134,8 @@ def _check_eflomal_request(request: AlignRequest) -> None:
 
 
 def run_align(request: AlignRequest) -> AlignResult:
-    """Align the pairs of `request.src`/`request.tgt` (see the module docstring)."""
+    """Align the pairs of `request.src`/`request.tgt` (attnseq/alignment/forced.py), combine
+    them with a reverse model's (word_links.symmetrize) and score them against gold links."""
     check_request(request)
     request = replace(request, method=replace(request.method, names=METHOD_OPTIONS))
     src_lines, tgt_lines = read_parallel_lines(("--src", request.src), ("--tgt", request.tgt))
@@ -258,9 +232,13 @@ def _reverse_alignments(
     """The reverse model's alignments of the swapped pairs: links (target word, source word)."""
     try:
         return align_sentences(
-            reverse, tgt_lines, src_lines, request.method, device=device,
+            reverse,
+            src_lines=tgt_lines,
+            tgt_lines=src_lines,
+            method=request.method,
+            device=device,
             batch_size=request.batch_size,
-        )  # fmt: skip
+        )
     except UserError as error:
         raise UserError(f"--reverse {request.reverse} (fed --tgt as its source): {error}") from None
 
@@ -291,7 +269,10 @@ def _read_gold(
 
 
 def write_soft(path: Path, result: AlignResult) -> None:
-    """The word-level matrices of `result` to an .npz file, atomically (module docstring)."""
+    """The word-level matrices of `result` to an .npz file, atomically: for pair n (0-based)
+    `forward_n`, float32 (target words, source words), row j how target word j's attention
+    spreads over the source words (each row sums to at most 1); with a reverse model also
+    `reverse_n`, float32 (source words, target words); and `method`, the method's name."""
     assert result.forward is not None  # the command refuses --soft with eflomal
     arrays: dict[str, np.ndarray] = {"method": np.array(result.label)}
     arrays.update({f"forward_{n}": matrix for n, matrix in enumerate(result.forward.soft)})
@@ -313,7 +294,9 @@ _PLACEHOLDERS = frozenset(
 
 def check_reverse_direction(forward: "TrainedModel", reverse: "TrainedModel", path: Path) -> None:
     """UserError when the checkpoints record that `reverse` (loaded from `path`) translates
-    in the same direction as `forward` (module docstring)."""
+    in the same direction as `forward`: the side names of their data configs (file suffixes
+    or fields; the default "src"/"tgt" count when both read the same files) or their
+    vocabularies say so. Where neither does, nothing is assumed."""
     evidence = _same_direction(forward, reverse)
     if evidence is not None:
         raise UserError(

@@ -1,13 +1,5 @@
-"""The `attnseq` command line: the Typer app, its commands registered in the order `--help`
-lists them, and `main`, the console script's entry point.
-
-Help is Click's plain layout (`rich_markup_mode=None`): option help gets the width Rich's
-panels give to columns of option names, so it stays readable at 80 columns.
-
-Each command lives in a module of its own (train_command, doctor, eval_command, ...); it parses
-its options, imports the heavy libraries only when it runs, and hands the work to the library.
-A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2.
-"""
+"""The `attnseq` command line: the Typer app, its commands in the order `--help` lists them, and
+`main`, the console script's entry point."""
 
 import functools
 import inspect
@@ -25,16 +17,16 @@ from attnseq.cli.align_command import align
 from attnseq.cli.checkpoint_commands import average, export
 from attnseq.cli.compare_command import compare
 from attnseq.cli.completion import install_bash_script
-from attnseq.cli.doctor import doctor
+from attnseq.cli.doctor import doctor, print_version
 from attnseq.cli.eval_command import evaluate
 from attnseq.cli.explain_command import explain
 from attnseq.cli.heads_command import heads
 from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.cli.score_command import score
-from attnseq.cli.shared import print_version, user_errors
 from attnseq.cli.sweep_command import sweep_report
 from attnseq.cli.train_command import TrainCommand, train
 from attnseq.cli.translate_command import translate
+from attnseq.cli.user_errors import user_errors
 from attnseq.cli.visualize_command import visualize_alignment
 from attnseq.io.user_paths import check_path_name
 

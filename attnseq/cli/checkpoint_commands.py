@@ -1,11 +1,5 @@
-"""The commands that write a new model file from trained checkpoints: `attnseq average` (one
-checkpoint whose weights are the mean of several checkpoints of one model, usable wherever a
-trained checkpoint is: eval, translate, visualize-alignment) and `attnseq export CHECKPOINT --to
-ctranslate2 OUT/` (a trained model converted for a fast inference engine,
-models/ctranslate2_export.py).
-
-Both import the checkpoint and model code inside the command, so `attnseq --help` stays light.
-"""
+"""The commands that write a new model file from trained checkpoints: `attnseq average` and
+`attnseq export`."""
 
 from enum import Enum
 from pathlib import Path
@@ -13,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from attnseq.cli.shared import CheckpointArgument, ThreadsOption, apply_threads, user_errors
+from attnseq.cli.options import CheckpointArgument, ThreadsOption, apply_threads
+from attnseq.cli.user_errors import user_errors
 
 
 class ExportTarget(Enum):

@@ -1,18 +1,13 @@
-"""`attnseq compare`: is A better than B? The metric table with 95% intervals and p-values
-against the baseline, the length buckets, and with --out their figure.
-
-The work lives in attnseq.analysis (`seed_comparison.compare_paths`: single systems by
-comparison.py, sweep folders' seed groups by seed_comparison.py); this module checks the
-options and chooses the output. numpy, sacreBLEU, torch and matplotlib load only
-when the command runs.
-"""
+"""`attnseq compare`: is A better than B? Metrics with 95% intervals and p-values against the
+baseline, length buckets, and with --out their figure."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.shared import ThreadsOption, apply_threads, at_least_one, user_errors
+from attnseq.cli.options import ThreadsOption, apply_threads, at_least_one
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -69,7 +64,7 @@ def compare(
         typer.Option(
             help="Lower edges of the length buckets in words, e.g. 0,10,20,30 "
             "(default: the length quartiles)."
-        ),  # fmt: skip
+        ),
     ] = None,
     device: Annotated[
         str, typer.Option(help="Device for decoding checkpoints and reading their attention.")
@@ -123,12 +118,24 @@ def compare(
         trials = at_least_one(trials, "--trials")
         apply_threads(threads)  # decoding checkpoints and reading their attention
         result = compare_paths(
-            systems, baseline, read_lines(ref, "--ref") if ref is not None else None,
-            read_lines(src, "--src") if src is not None else None, task, split, device, seed,
-            resamples, trials, edges,
-            read_lines(train_ref, "--train-ref") if train_ref is not None else None, gold,
-            attention, _NAMES,
-        )  # fmt: skip
+            systems,
+            baseline=baseline,
+            references=read_lines(ref, "--ref") if ref is not None else None,
+            sources=read_lines(src, "--src") if src is not None else None,
+            task=task,
+            split=split,
+            device=device,
+            seed=seed,
+            resamples=resamples,
+            trials=trials,
+            edges=edges,
+            train_references=read_lines(train_ref, "--train-ref")
+            if train_ref is not None
+            else None,
+            gold=gold,
+            attention=attention,
+            names=_NAMES,
+        )
     _show(result, output_format, out)
 
 

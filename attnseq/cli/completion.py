@@ -1,13 +1,5 @@
-"""Shell completion of `attnseq train`'s Hydra overrides.
-
-Typer completes the command names and the options of every command. `attnseq train` takes
-Hydra overrides instead of options, so its completions come from Hydra's own completion
-(the config groups, their options and the keys of the composed config), asked in-process:
-the one script that `attnseq --install-completion` installs covers every command.
-
-Hydra's `-sc install=SHELL` flow (`attnseq train -sc install=bash`) prints that same script, and
-`-sc query=SHELL` answers Hydra's protocol (COMP_LINE) for the words after `train`.
-"""
+"""Shell completion of `attnseq train`'s Hydra overrides, from Hydra's own completion asked
+in-process."""
 
 import os
 

@@ -1,20 +1,5 @@
-"""The decoding options of the commands that decode (`attnseq eval`, `attnseq translate`): one
-option per field of the checkpoint's `DecodingConfig` (attnseq/config/schema.py), named as its
-key: --beam for decoding.beam, --length-penalty for decoding.length_penalty, ..., --sample with
---temperature, --top-k, --top-p, --num-samples and --seed.
-
-A command decodes with the settings stored in the checkpoint (its decoding.*, which key=value
-arguments after the checkpoint may change as any other key). The options given are typed
-changes of those settings (`DecodingFlags.changes`), put in with `dataclasses.replace`
-(attnseq/decoding/settings.py, `with_changes`), so they win over both; an option left out keeps
-the checkpoint's setting.
-
-The options are declared once, from the dataclass's fields (type, help, bounds):
-`with_decoding_flags` puts them into a command's signature in place of its `decoding:
-DecodingFlags` parameter, and hands the command the values as one `DecodingFlags`. Further
-checkpoints among the arguments (ending in .pt) make an ensemble (`split_checkpoints`,
-attnseq/models/ensemble.py).
-"""
+"""The decoding options of eval and translate: one option per field of `DecodingConfig`, typed
+changes of the checkpoint's settings that win over them."""
 
 import dataclasses
 import functools

@@ -1,9 +1,5 @@
-"""What a bug report needs: versions, devices, data, Hydra plugins and the cache.
-
-`attnseq --version` prints `version_lines()`, read from the installed packages' metadata so that
-it answers without importing torch. The `attnseq doctor` command (`doctor`) prints `report()`,
-which does import torch (for the devices) and looks at the data root and the cache folder.
-"""
+"""What a bug report needs: versions (`attnseq --version`, without torch), devices, threads, data,
+Hydra plugins and the cache (`attnseq doctor`)."""
 
 import os
 import platform
@@ -34,6 +30,13 @@ def version_lines() -> list[str]:
     return [*lines, f"python {platform.python_version()}"]
 
 
+def print_version(value: bool) -> None:
+    """The versions of attnseq, torch, hydra-core and Python, then exit (when `value`)."""
+    if value:
+        typer.echo("\n".join(version_lines()))
+        raise typer.Exit()
+
+
 def _versions() -> Section:
     rows = [(name, _installed(name)) for name in _VERSIONED]
     rows.append(("python", f"{platform.python_version()} ({sys.executable})"))
@@ -53,7 +56,7 @@ def _devices() -> Section:
     mps = getattr(torch.backends, "mps", None)
     rows.append(("mps available", str(bool(mps and mps.is_available()))))
     rows.append(("device names", DEVICE_FORMS))
-    from attnseq.models.loading import default_threads, load_aware_threads, usable_cores
+    from attnseq.config.threads import default_threads, load_aware_threads, usable_cores
 
     rows.append(("torch threads", f"{torch.get_num_threads()} (of {os.cpu_count()} CPUs)"))
     cores = usable_cores()

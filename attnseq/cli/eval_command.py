@@ -1,10 +1,5 @@
-"""`attnseq eval`: the metrics of a checkpoint on one split, optionally with its attention
-saved and scored against gold word alignments.
-
-The command checks its options, hands the work to `evaluate_checkpoint`
-(attnseq/evaluation/checkpoint_eval.py) and prints the result; torch and the evaluation code
-are imported inside the functions, so `attnseq --help` stays light.
-"""
+"""`attnseq eval`: the metrics of a checkpoint on one split, optionally with its attention saved
+and scored against gold word alignments."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -12,13 +7,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.shared import (
+from attnseq.cli.options import (
+    BatchTokensOption,
     CheckpointArgument,
     DeviceOption,
+    GoldFormatOption,
+    GoldOrderOption,
+    GoldPossibleOption,
     ThreadsOption,
     apply_threads,
-    user_errors,
 )
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 OldGoldPath = Annotated[Path | None, typer.Option(hidden=True)]
@@ -34,9 +33,7 @@ def evaluate(
     checkpoint: CheckpointArgument,
     overrides: decoding_options.OverridesArgument = None,
     split: Annotated[str, typer.Option(help="Which split to evaluate: test or valid.")] = "test",
-    batch_size: Annotated[
-        int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
-    ] = None,
+    batch_size: BatchTokensOption = None,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -73,23 +70,9 @@ def evaluate(
     gold_tgt: Annotated[
         Path | None, typer.Option(help="Target sentences of the gold alignments.")
     ] = None,
-    gold_possible: Annotated[
-        Path | None,
-        typer.Option(
-            help="Pharaoh file of possible links to add to --gold (e.g. WPT's "
-            "test.possible.pharaoh next to test.sure.pharaoh)."
-        ),
-    ] = None,
-    gold_format: Annotated[
-        str, typer.Option(help="Format of --gold: auto (from the content), pharaoh, naacl.")
-    ] = "auto",
-    gold_order: Annotated[
-        str,
-        typer.Option(
-            help="src-tgt if a gold link is (source word, target word), tgt-src if (target, "
-            "source). WPT en-fr links are (English, French): src-tgt for en->fr models."
-        ),
-    ] = "src-tgt",
+    gold_possible: GoldPossibleOption = None,
+    gold_format: GoldFormatOption = "auto",
+    gold_order: GoldOrderOption = "src-tgt",
     method: Annotated[
         str,
         typer.Option(
@@ -186,9 +169,14 @@ def evaluate(
 
 # what the messages about a gold set call its fields
 GOLD_OPTIONS = {
-    "gold": "--gold", "src": "--gold-src", "tgt": "--gold-tgt", "possible": "--gold-possible",
-    "gold_format": "--gold-format", "order": "--gold-order", "method": "--method",
-}  # fmt: skip
+    "gold": "--gold",
+    "src": "--gold-src",
+    "tgt": "--gold-tgt",
+    "possible": "--gold-possible",
+    "gold_format": "--gold-format",
+    "order": "--gold-order",
+    "method": "--method",
+}
 
 
 def _gold_alignments(

@@ -1,25 +1,20 @@
 """`attnseq explain`: one self-contained HTML page that explains a model's output for one
-source sentence: each beam hypothesis (or a forced target), the source weights of every
-attribution method for each output piece, and every attention map per layer and head.
-
-The command checks its options and output file before any work, then hands over to
-`Model.explain` (attnseq/api/model.py); torch and the model code are imported
-inside the function, so `attnseq --help` stays light.
-"""
+source sentence."""
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from attnseq.cli.shared import (
+from attnseq.cli.options import (
     CheckpointArgument,
     DeviceOption,
+    HeadOption,
     ThreadsOption,
     apply_threads,
     check_utf8,
-    user_errors,
 )
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 
@@ -49,9 +44,7 @@ def explain(
         int | None,
         typer.Option(help="Decoder layer of the attention methods, 1-based (default: last)."),
     ] = None,
-    head: Annotated[
-        int | None, typer.Option(help="Head of the attention methods, 1-based (default: mean).")
-    ] = None,
+    head: HeadOption = None,
     device: DeviceOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:

@@ -1,24 +1,19 @@
 """`attnseq heads`: how much each attention head of a transformer checkpoint matters (Michel et
-al. 2019), as tables, a JSON file and a figure; with --prune, a checkpoint with the least
-important heads masked.
-
-The command checks its options, hands the work to `run_heads`
-(heads_runner.py) and prints the result; torch is imported inside the
-function, so `attnseq --help` stays light.
-"""
+al. 2019); with --prune, a checkpoint with the least important heads masked."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.shared import (
+from attnseq.cli.options import (
+    BatchTokensOption,
     CheckpointArgument,
     DeviceOption,
     ThreadsOption,
     apply_threads,
-    user_errors,
 )
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -39,9 +34,7 @@ def heads(
     max_batches: Annotated[
         int | None, typer.Option(help="Use only the first N batches of the split.")
     ] = None,
-    batch_size: Annotated[
-        int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
-    ] = None,
+    batch_size: BatchTokensOption = None,
     device: DeviceOption = "auto",
     threads: ThreadsOption = None,
     report_dir: Annotated[

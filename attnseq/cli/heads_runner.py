@@ -1,15 +1,5 @@
-"""What `attnseq heads` runs once its options are read: measures a transformer checkpoint on one
-split, writes the measures as JSON and the figure, and optionally a pruned copy of the
-checkpoint with the least important heads masked (attnseq/models/head_mask.py). A pruned
-checkpoint is its source with the `head_mask` entries of its weights changed and a
-"head_pruning" entry saying how (measure, count, split, the masked heads); everything else
-(config, tokenizers, optimizer state) stays, so eval, translate and training resume read it as
-any checkpoint.
-
-The measures, tables and figure are attnseq/analysis/head_importance.py's; this module loads,
-reads the split, writes the files and the pruned checkpoint. torch and the model code load
-with it, and the command imports it only when it runs.
-"""
+"""What `attnseq heads` runs once its options are read: the measures on one split, their JSON
+file and figure, and a pruned copy of the checkpoint."""
 
 import copy
 from dataclasses import dataclass, field

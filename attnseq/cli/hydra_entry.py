@@ -1,32 +1,5 @@
-"""How `attnseq train` reaches Hydra and what its job returns: the `config=` selector, a real
-`hydra.main` entry, the task function with its exit statuses, and torchrun's ranks.
-
-`hydra.main` owns everything Hydra does (composition, multirun, launchers, sweepers, run
-directories, `--cfg`, `--help`), so `attnseq train ARGS` rewrites `sys.argv` and calls it; the
-checks that must pass before a run directory exists run in a Hydra callback between composition
-and the run (preflight.py). A config that does not compose is one message and exit status 2:
-while Hydra composes, HYDRA_FULL_ERROR is set so that Hydra's error report (status 1, its own
-wording) lets the exception through to `run_hydra`, and the callback restores the variable
-once composition is over, so that a job's own failures are reported as Hydra reports them.
-
-`config=NAME` selects the packaged configs/experiment/NAME.yaml; `config=PATH` (a path ending in
-.yaml or .yml, or containing a `/`) loads the user's own experiment file, always: it is linked
-into a private search-path folder under a name no packaged experiment can have
-(`user_file__...`), so it can use the packaged config groups in its defaults list like any
-packaged experiment, and its absolute path is recorded in the composed config as `config_file`.
-
-The task function turns a composed config into an exit status. Hydra would turn every exception
-into status 1 with a traceback; here a user error is one message and status 2, SIGINT/SIGTERM
-are 130/143 with the command that resumes the run, and a diverged run is status 1 with what was
-kept. It imports the training code (torch) only when Hydra runs a job, so `--help`, `--cfg` and
-shell completion answer without it.
-
-Under torchrun (`torchrun --nproc_per_node=N -m attnseq train ...`) every process runs this;
-the ones other than rank 0 get Hydra overrides that keep Hydra from writing anything (no run
-directory, no .hydra/, no train.log; their log goes to stdout), since only rank 0 writes.
-Torchrun always sets RANK in its workers' environment, so without it the world needs no torch.
-Multirun is refused there (by `check_flags`, preflight.py): one torchrun job trains one model.
-"""
+"""How `attnseq train` reaches Hydra and what its job returns: a real `hydra.main` entry, the task
+function with its exit statuses, and torchrun's ranks (docs/internals/command_line.md)."""
 
 import os
 import shlex
@@ -78,7 +51,7 @@ def split_flags(args: list[str]) -> tuple[list[str], list[str]]:
 
 def torchrun_world() -> "WorldInfo | None":
     """The world torchrun describes, or None in a process torchrun did not start."""
-    if "RANK" not in os.environ:
+    if "RANK" not in os.environ:  # torchrun sets it in every worker: without it, no torch
         return None
     from attnseq.training.distributed import env_world
 
@@ -112,8 +85,8 @@ def run_hydra(args: list[str]) -> None:
     global _users_full_error
     import hydra
 
+    from attnseq.config.composition import composition_error, composition_errors
     from attnseq.config.schema import register_configs
-    from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
 
     register_configs()
     world = torchrun_world()
@@ -125,11 +98,13 @@ def run_hydra(args: list[str]) -> None:
     main = hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")(
         train_from_hydra
     )
+    # While Hydra composes, its own error report (status 1, its wording) lets a composition
+    # error through to here; the start checks put the user's value back once it has composed.
     _users_full_error = os.environ.get(_FULL_ERROR)
     os.environ[_FULL_ERROR] = "1"
     try:
         main()
-    except COMPOSITION_ERRORS as error:
+    except composition_errors() as error:
         if _users_full_error is _NOT_COMPOSING:
             raise  # the job's own, let through by the user's HYDRA_FULL_ERROR
         raise composition_error(error, overrides) from None
@@ -160,6 +135,7 @@ def train_from_hydra(composed: Any) -> float | None:
     from attnseq.training.distributed import is_main_process
     from attnseq.training.resume import interruption_message
     from attnseq.training.run import run_training
+    from attnseq.training.run_checks import passed
     from attnseq.training.run_directory import check_run_directory
     from attnseq.training.stopping import TrainingDiverged, TrainingInterrupted
 
@@ -169,7 +145,7 @@ def train_from_hydra(composed: Any) -> float | None:
     # Under torchrun every rank gets here and exits with the same status; rank 0 speaks.
     main = is_main_process()
     try:
-        if main:  # `attnseq train` checked it before Hydra wrote; a sweeper's jobs get here
+        if main and not passed(cfg, run_dir):  # the start checks did not: a sweep's job
             check_run_directory(run_dir, cfg.resume, cfg.trainer.overwrite, _elsewhere())
         metrics = run_training(cfg, run_dir)
     except OutputError as error:  # a full disk or read-only folder: nothing written is lost

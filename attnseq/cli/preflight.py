@@ -1,35 +1,5 @@
-"""Everything `attnseq train` checks before Hydra writes anything: the flags, the composed
-config and every run directory the command writes into.
-
-Hydra composes the config once, as for any `hydra.main` application; `StartChecks`, a Hydra
-callback registered in the packaged train.yaml, runs the checks between composition and the
-moment Hydra makes the run directory, writes its record (.hydra/config.yaml, overrides.yaml,
-hydra.yaml) and opens train.log. A mistake ends the command with one message and exit status 2
-(Hydra's own report would be exit status 1, or a traceback), and a refused start leaves every
-file of every run directory as it was. A config that does not compose is reported the same
-way by the entry (hydra_entry.py).
-
-* A single run: the cross-field checks, the resource checks (memory estimate), the data files
-  found and readable; then its run directory (rank 0 only under torchrun).
-* A multirun: every value of every sweep is tried (one variant per value, the other sweeps at
-  their first), each composed by the running Hydra's config loader as its launcher composes a
-  job; resources are checked for jobs that run on this machine (not under a cluster launcher).
-* A time-stamped directory (one whose setting uses `${now:...}`, as the default
-  outputs/DATE/TIME and multirun/DATE/TIME do) belongs to one run: it is created here, and
-  when a run started in the same second already has it, the first free of DIR_2, DIR_3, ... is
-  taken instead; the composed config is pointed at the chosen path before Hydra reads it.
-* Any other directory is checked: a running training there, a run it holds that the new one
-  neither resumes nor replaces (attnseq/training/run_directory.py), and the resume
-  checkpoint's agreement with the config (attnseq/training/resume.py); a single run's
-  directory is then locked, before Hydra writes into it.
-* In a multirun into an existing sweep folder, each job's folder is checked the same way, with
-  the job's own config; under a sweeper other than Hydra's basic one the jobs are not known in
-  advance, so every folder in the sweep folder is checked for a run (and the resume checkpoint
-  of each job when it starts).
-
-Hydra's flags are checked for combinations Hydra refuses before Hydra starts; help and info
-output, and a primary config the user chooses (which has no such callback), are left to Hydra.
-"""
+"""What `attnseq train` checks before Hydra writes anything: its flags, then, in a Hydra callback
+between composition and the run directory, the run or every value of a sweep."""
 
 import sys
 from collections.abc import Callable
@@ -38,17 +8,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from hydra.experimental.callback import Callback
 
 from attnseq.cli.hydra_entry import composition_finished, torchrun_world
-from attnseq.errors import UserError
-from attnseq.training.composition import (
-    check_job,
-    check_job_directory,
-    check_run,
-    claim_fresh,
+from attnseq.config.composition import (
+    composition_error,
+    composition_errors,
     directory_setting,
     quoted_value,
     typed_config,
 )
-from attnseq.training.config_errors import COMPOSITION_ERRORS, composition_error
+from attnseq.errors import UserError
+from attnseq.training.run_checks import check_job, check_job_directory, check_run
+from attnseq.training.run_directory import claim_fresh
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -179,7 +148,7 @@ def _loader_composition(config: "DictConfig") -> Compose:
     def compose(overrides: list[str]) -> "DictConfig":
         try:
             return loader.load_sweep_config(config, overrides)
-        except COMPOSITION_ERRORS as error:
+        except composition_errors() as error:
             raise composition_error(error, overrides) from None
 
     return compose
@@ -226,7 +195,7 @@ def check_sweep_values(
     sweeps at their first value); returns the typed config of the first variant."""
     try:
         variants = sweep_variants(task)
-    except COMPOSITION_ERRORS as error:
+    except composition_errors() as error:
         raise composition_error(error, task) from None
     first: TrainConfig | None = None
     for variant in variants:

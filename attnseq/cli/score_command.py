@@ -1,20 +1,5 @@
-"""`attnseq score`: the log-probability a checkpoint gives each given (source, target) pair,
-by teacher forcing (attnseq/evaluation/scoring.py says how, and what empty lines get).
-
-Output: one line per pair, in input order, three TAB-separated columns
-
-    LOG_PROB <TAB> MEAN <TAB> TOKENS
-
-the total log-probability of the target and its </s> (natural log), its mean per token, and the
-number of tokens (target pieces + 1); a pair with an empty source reads `nan<TAB>nan<TAB>0`. A
-summary goes to stderr: pairs, tokens, mean NLL per token and perplexity.
-
-The files are streamed: a first pass counts their lines (so different counts or empty files end
-the command before the model loads), then pairs are scored in chunks (`Scorer.score_stream`)
-and each chunk's lines are written as soon as it is scored. `--out` is written atomically: a
-line that is not UTF-8, found mid-way, leaves any earlier file in place; on standard output the
-lines before it have been written.
-"""
+"""`attnseq score`: the log-probability a checkpoint gives each (source, target) pair, by
+teacher forcing: LOG_PROB, MEAN and TOKENS per line, streamed."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,15 +7,10 @@ from typing import IO, Annotated
 
 import typer
 
-from attnseq.cli.shared import (
-    CheckpointArgument,
-    DeviceOption,
-    ThreadsOption,
-    apply_threads,
-    decoded_lines,
-    user_errors,
-)
+from attnseq.cli.options import CheckpointArgument, DeviceOption, ThreadsOption, apply_threads
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
+from attnseq.io.user_paths import decoded_lines
 
 
 def score(

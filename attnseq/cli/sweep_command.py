@@ -1,16 +1,13 @@
-"""`attnseq sweep-report`: the table of a Hydra multirun sweep, best first, on stdout, and
-its CSV file and plot beside it.
-
-The analysis lives in attnseq.training.sweep_report; this module checks the options and
-chooses the output. Pandas and matplotlib load only when the command runs.
-"""
+"""`attnseq sweep-report`: the table of a Hydra multirun sweep, best first, on stdout, and its
+CSV file and plot beside it."""
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from attnseq.cli.shared import at_least_one, user_errors
+from attnseq.cli.options import at_least_one
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
 
@@ -123,8 +120,14 @@ def sweep_report(
         if significance:
             resamples = at_least_one(resamples, "--resamples")
             trials = at_least_one(trials, "--trials")
-            add_significance(report, baseline, device, resamples=resamples, trials=trials,
-                             option="--baseline")  # fmt: skip
+            add_significance(
+                report,
+                baseline=baseline,
+                device=device,
+                resamples=resamples,
+                trials=trials,
+                option="--baseline",
+            )
     if output_format == "table":
         print_report(report, metrics=columns)
     else:

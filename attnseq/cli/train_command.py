@@ -1,20 +1,5 @@
-"""`attnseq train`: every argument is a Hydra override or flag, handed to the real
-`hydra.main` entry (whose callback checks the composed config); `--help` is Hydra's
-application help.
-
-Typer parses nothing here (the app registers the command with `allow_extra_args`,
-`ignore_unknown_options` and no help option of its own): `--help` prints Hydra's application
-help, `-sc` Hydra's shell completion, and the rest goes to `hydra_entry.run_hydra`. Hydra and
-the training code are imported inside the functions, so the other commands stay light.
-
-Hydra's own `--help` lists the options of every config group by asking its config loader once
-per group, Hydra's internal groups included (each request copies the whole config repository):
-about a second, longer than the rest of the command. The groups of attnseq's packaged configs
-are the folders of `CONFIG_DIR`, so `train_help` lists them from the file tree and fills the
-same template (`hydra.help` in train.yaml) with the same composed config: the same text, in a
-fraction of the time. Anything it does not reproduce (other flags, a template that asks for
-Hydra's own flags or groups, an extra search path) is left to Hydra.
-"""
+"""`attnseq train`: every argument is a Hydra override or flag, handed to the Hydra entry;
+`--help` is Hydra's application help, rendered from the file tree."""
 
 import shutil
 import string
@@ -23,7 +8,8 @@ import textwrap
 import typer
 from typer.core import TyperCommand
 
-from attnseq.cli.shared import print_version, user_errors
+from attnseq.cli.doctor import print_version
+from attnseq.cli.user_errors import user_errors
 from attnseq.config import CONFIG_DIR
 
 HELP_FLAGS = {"--help", "-h"}
@@ -67,7 +53,7 @@ def train(ctx: typer.Context) -> None:
     from attnseq.cli import hydra_entry
     from attnseq.cli.hydra_entry import split_flags
     from attnseq.cli.preflight import check_flags
-    from attnseq.training.composition import rewrite_config_selector
+    from attnseq.config.composition import rewrite_config_selector
 
     with user_errors():
         args = rewrite_config_selector(args)
@@ -113,7 +99,9 @@ def config_groups() -> str:
 
 
 def train_help(args: list[str]) -> str | None:
-    """The help text for `attnseq train ARGS` (ARGS holding --help), or None for Hydra's.
+    """The help text for `attnseq train ARGS` (ARGS holding --help), or None for Hydra's:
+    Hydra's template (`hydra.help` in train.yaml) filled with the packaged config groups, read
+    from the file tree, where Hydra's own help asks its config loader once per group.
 
     Overrides that do not compose raise UserError, as they would for a run.
     """
@@ -128,9 +116,9 @@ def train_help(args: list[str]) -> str | None:
     from omegaconf import OmegaConf, flag_override
     from omegaconf.errors import OmegaConfBaseException
 
+    from attnseq.config.composition import describe_composition_error
     from attnseq.config.schema import register_configs
     from attnseq.errors import UserError
-    from attnseq.training.config_errors import describe_composition_error
 
     register_configs()
     try:

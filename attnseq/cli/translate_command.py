@@ -1,17 +1,5 @@
-"""`attnseq translate`: one output line per input line, from stdin or a file to stdout or a
-file, decoded by a checkpoint.
-
-Input is read as bytes and split at "\\n" only, each line decoded as UTF-8, so a stray "\\r"
-or a bad byte is named by its line number instead of shifting the output against the input.
-A file output is written atomically; stdout is flushed after every output, so a caller reading
-a pipe sees each line as soon as it is decoded.
-
-At a terminal (stdin is a TTY and no --input is given) the command is interactive, as
-fairseq-interactive and Joey NMT's translate mode are: each line is decoded as soon as it is
-typed and its answer printed at once (chunks of one line), with no progress bar drawing over
-what the user types; Ctrl-D ends. From a pipe or a file, lines are read and sorted in chunks of
-1,000 (attnseq/decoding/translate.py) behind a progress bar.
-"""
+"""`attnseq translate`: one output line per input line, from stdin or a file to stdout or a file;
+interactive at a terminal."""
 
 import contextlib
 import io
@@ -24,15 +12,10 @@ from typing import IO, Annotated, Any
 import typer
 
 from attnseq.cli import decoding_options
-from attnseq.cli.shared import (
-    CheckpointArgument,
-    DeviceOption,
-    ThreadsOption,
-    apply_threads,
-    decoded_lines,
-    user_errors,
-)
+from attnseq.cli.options import CheckpointArgument, DeviceOption, ThreadsOption, apply_threads
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
+from attnseq.io.user_paths import decoded_lines
 
 
 class Engine(Enum):

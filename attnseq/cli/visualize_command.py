@@ -1,10 +1,5 @@
-"""`attnseq visualize-alignment`: attention heatmaps of a trained model (its own output, or a
-forced target), or of an output's attention that `attnseq eval --save-attention` saved.
-
-The command checks which of the two sources it was given and draws one figure per sentence,
-optionally also into TensorBoard. Matplotlib, torch and the model code are imported inside the
-functions, so `attnseq --help` stays light.
-"""
+"""`attnseq visualize-alignment`: attention heatmaps of a trained model, or of an output's
+attention that `attnseq eval --save-attention` saved."""
 
 import contextlib
 from collections.abc import Iterator
@@ -14,14 +9,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from attnseq.cli.shared import (
+from attnseq.cli.options import (
     DeviceOption,
+    HeadOption,
     ThreadsOption,
     apply_threads,
     check_utf8,
     run_directory_checkpoint,
-    user_errors,
 )
+from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 from attnseq.io.user_paths import (
     InputPaths,
@@ -88,9 +84,7 @@ def visualize_alignment(
     layer: Annotated[
         int | None, typer.Option(help="Transformer layer, 1-based (default: last).")
     ] = None,
-    head: Annotated[
-        int | None, typer.Option(help="Head, 1-based (default: mean of heads).")
-    ] = None,
+    head: HeadOption = None,
     all_heads: Annotated[bool, typer.Option(help="Grid of every layer x head.")] = False,
     words: Annotated[bool, typer.Option(help="Merge subword pieces into words.")] = False,
     kind: Annotated[
@@ -153,8 +147,10 @@ def visualize_alignment(
         options = dict(figsize=figsize, fontsize=fontsize, cmap=cmap)
         drawing = _Drawing(words, dict(layer=layer, head=head, all_heads=all_heads, **options))
         inputs = [
-            ("CHECKPOINT", checkpoint), ("--input", input_file), ("--from-saved", from_saved),
-        ]  # fmt: skip
+            ("CHECKPOINT", checkpoint),
+            ("--input", input_file),
+            ("--from-saved", from_saved),
+        ]
         _check_out(out, input_file, tensorboard, inputs)
         if from_saved is not None or index is not None:
             extra = {"--src": src, "--tgt": tgt, "--input": input_file}

@@ -1,26 +1,5 @@
-"""The rules of the configuration's values, in one place: the bounds each schema field declares
-(`option(..., ge=1)` in schema.py), enforced for every field by walking the dataclasses, plus the
-cross-field rules a single field's bounds cannot say.
-
-`validate` runs before any work starts: `attnseq train` calls it on the composed config before
-Hydra creates a run directory (hydra_entry.py), the train task again on the config it gets, and
-`config_from_dict` on every config read back from a checkpoint or an `attnseq eval` override. It
-raises one UserError that lists every problem, naming the keys involved and what would be valid.
-
-A run that starts also needs every changed `model.*` key to be one its model family reads
-(`other_family_problems`): a key only the other family reads would be silently ignored, so it
-is refused. A config read back from a checkpoint skips that rule (`validate(cfg,
-run_start=False)`): its model never read such a key, and checkpoints saved before the rule keep
-loading. Which family reads a key is the `family` of its schema field (`model_key_families`).
-
-`encoder_output_size`, the size of the RNN encoder's annotations that these keys imply, is also
-what the model factory builds with (models/__init__.py).
-
-The cross-field rules of the model's options (the transformer's
-self-attention kinds, copy and coverage, guided alignment, hard attention and the RNN
-attention's values) come first, then the rules of the data, training and run keys and
-`validate`, which runs them all.
-"""
+"""The rules of the configuration's values in one place: every field's declared bounds and the
+cross-field rules, run by `validate` (docs/internals/configuration.md)."""
 
 import dataclasses
 import functools
@@ -413,7 +392,8 @@ def attention_values_problems(cfg: TrainConfig) -> list[str]:
 
 
 def encoder_output_size(model: ModelConfig) -> int:
-    """Size of each RNN encoder annotation h_j (both directions concatenated)."""
+    """Size of each RNN encoder annotation h_j (both directions concatenated): what the keys
+    imply and what the model factory builds with (attnseq/models/__init__.py)."""
     directions = 2 if model.rnn.bidirectional else 1
     if model.enc_hidden is None:
         return model.hidden
@@ -423,7 +403,7 @@ def encoder_output_size(model: ModelConfig) -> int:
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 FLOAT32_MAX = 3.4028234663852886e38
 
-# Validation metrics each task computes (evaluation.py, metrics.task_metrics)
+# Validation metrics each task computes (`task_metrics`, attnseq/evaluation/metrics.py)
 TASK_METRICS = {
     TaskType.translation: (Metric.loss, Metric.ppl, Metric.bleu, Metric.chrf, Metric.exact_match),
     TaskType.summarization: (

@@ -1,8 +1,5 @@
-"""The choices of the configuration: one Enum per key whose value is picked from a list.
-
-OmegaConf validates an Enum field by member name and lists the valid names when one is wrong;
-every other list of choices in attnseq (help texts, checks, completion) derives from these.
-"""
+"""The choices of the configuration: one Enum per key whose value is picked from a list; every
+other list of choices (help, checks, completion) derives from these."""
 
 from enum import Enum
 

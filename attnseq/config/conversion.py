@@ -1,6 +1,5 @@
-"""A config as a plain dict and back (checkpoints store it that way), its keys flattened, the
-keys a resumed run must keep from its checkpoint, and the one rule that reads the config of a
-checkpoint written before the decoding settings were keys of their own (`MOVED_KEYS`)."""
+"""A config as a plain dict and back (checkpoints store it that way), its keys flattened, the keys
+a resumed run must keep from its checkpoint, and where keys of older configs are now."""
 
 import dataclasses
 from enum import Enum

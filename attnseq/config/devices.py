@@ -1,20 +1,5 @@
-"""Devices as torch spells them, checked against what this machine has.
-
-Every place that names a device (`trainer.device`, each command's device option, the Python API's
-`device=` and `Model.to`) takes one of:
-
-    auto     the first CUDA device when there is one, else the CPU
-    cpu      the CPU
-    cuda     the current CUDA device (cuda:0 unless CUDA_VISIBLE_DEVICES or torch say otherwise)
-    cuda:N   CUDA device N, 0 <= N < torch.cuda.device_count()
-    mps      Apple's Metal device, where torch was built with it
-
-`check_device_name` checks the spelling alone (the config is validated on machines that will not
-run it, e.g. a login node); `resolve_device` also checks that this machine has the device. Both
-raise one UserError that names the setting, the valid forms and what this machine has, so a
-typo (`gpu`, `cuda:7`, `cpu:1`) never falls back to the CPU without a word. torch is imported
-where a function needs it: the config layer loads without it (the command line's help does).
-"""
+"""Devices as torch spells them (auto, cpu, cuda, cuda:N, mps), checked against this machine.
+torch loads inside the functions: the config layer loads without it."""
 
 import re
 from typing import TYPE_CHECKING

@@ -1,14 +1,6 @@
-"""The configuration reference page, generated from the schema and the packaged config groups.
+"""The configuration reference page, generated from the schema and the packaged config groups:
 
-Every key of `attnseq train` is a field of the dataclasses in schema.py, declared with
-`option(default, help, ge=..., ...)`; this module walks them (nested configs become dotted keys,
-Enums list their choices, a `model.*` key that one model family alone reads says which: "(RNN)"
-or "(transformer)" before its help) and renders one Markdown page, so the documentation cannot
-drift from the code. The page is committed as docs/reference/configuration.md and a test
-compares it with `render()`:
-
-    python -m attnseq.config.reference > docs/reference/configuration.md
-"""
+python -m attnseq.config.reference > docs/reference/configuration.md"""
 
 import dataclasses
 import sys

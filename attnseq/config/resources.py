@@ -1,65 +1,5 @@
-"""Whether a configuration can fit the machine: sizes estimated from the config alone.
-
-`check_resources` runs in `attnseq train`'s start checks (a Hydra callback), after `validate`,
-before Hydra creates a run directory: a config whose model, batch or generated data cannot fit the
-memory that will hold it ends with one message naming the sizes, instead of an allocation
-attempt of terabytes minutes later. It depends on the machine (memory, CPU cores), so it is not
-part of `validate`, which also checks configs read back from checkpoints made elsewhere.
-
-The training estimate is what one training step holds at its peak: parameters from the
-architecture's formulae with vocabularies counted only where the config fixes them (symbol
-tasks, sentencepiece), weights + gradients + Adam's two moments at 4 bytes each, and the
-activations of the largest batch the token budget allows at the longest lengths, for the model
-family and attention kind configured (`activation_elements`, below: the saved tensors of every
-layer and the matrices each attention kind builds, block padding included). It is tested against
-the measured peak of one real training step of every attention kind at three sizes
-(tests/config/test_resources.py, benchmarks/benchmark_memory_estimate.py,
-docs/results/memory_estimate.md): the measured peak is within a factor `FACTOR` = 2 of the
-estimate either way. A config is refused when the estimate exceeds the memory available to it;
-as the estimate may be up to that factor high, a config refused near the limit could have just
-fitted, and one accepted near it may still not fit. The validation-decoding and generated-data
-sizes are lower bounds.
-
-The activations of one training step, from the config alone: the batch the token sampler
-makes at its worst, and what the model of each family and attention kind holds for it.
-
-`batch_shape` is the batch of the longest examples (data/batching.py: B * max(S, T) <=
-data.max_tokens). `activation_elements` counts the float elements one forward + backward pass
-over it keeps alive at its peak: the tensors saved for the backward pass, layer by layer, plus
-the matrices each attention kind materialises (read from attnseq/attention/ and the model
-builders in attnseq/models/):
-
-    kind (transformer)  per encoder self-attention layer and head, for S positions
-    full                the fused SDPA kernel: O(S d_k), no S x S matrix; persistent memory
-                        adds its N slots to the keys
-    local               blocks of b = min(S, max(w, 32)) queries against b + 2w keys
-    strided             a (B, S, S) bool mask of the pattern, the fused kernel
-    longformer          the band of `local` plus g global columns, g global rows over S keys
-    linformer           S x k scores against the projected keys and values
-    linear, performer   S x d_k (linear) or S x m (performer) feature maps of queries and keys
-    bigbird             nb = ceil(S / b) blocks of b queries against K b keys, K = 2w + 1 + g +
-                        r blocks (at most nb), padded to whole blocks; the g b global rows
-                        through the fused kernel, which is all there is when g b >= S
-    decoder self        the kind's causal form where model.attention.decoder_self is set
-                        (bigbird and strided: a T x T mask; linear and performer: prefix
-                        sums of F x d_k per block of 64 positions), else the fused kernel
-    cross-attention     the fused kernel; copy/coverage take the copy layer's T x S weights
-
-    RNN (per decoder step t, teacher forced, every step kept for backward)
-    additive, concat    tanh(W q + U h) over the source: S x attn_dim per sentence and step
-    dot, general, ...   S scores and weights per sentence and step
-    local_m, local_p    the content score's, plus the window's S-wide Gaussian and mask
-    hierarchy           the word attention, the segment attention with its own score over
-                        one segment per 16 source tokens (at most max_segments), and their
-                        S-wide combination
-    copy, coverage      the copy mass scattered into an extended vocabulary (B, T, V) in log
-                        space, the coverage vector's S per step, and with an additive score
-                        its projection w_c c: S x attn_dim per step
-
-Each count is multiplied by the copies of it that are alive at once (the value, its saved
-inputs, its gradient): constants measured on the CPU with benchmarks/benchmark_memory_estimate.py,
-which compares the estimate with the measured peak of one training step (see resources.py).
-"""
+"""Whether a configuration can fit the machine: the memory a training step, validation decoding
+and generated data take, estimated from the config alone (docs/internals/configuration.md)."""
 
 import math
 import os
@@ -78,6 +18,7 @@ from attnseq.config.choices import (
 )
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import ModelConfig, TrainConfig
+from attnseq.config.threads import usable_cores
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
@@ -154,8 +95,8 @@ def bigbird_blocks(model: ModelConfig, length: int) -> tuple[int, int, int]:
 
 
 def encoder_attention_elements(model: ModelConfig, shape: BatchShape) -> int:
-    """Float elements of one encoder layer's self-attention matrices, all heads (see the
-    module docstring's table)."""
+    """Float elements of one encoder layer's self-attention matrices, all heads (the table of
+    `activation_elements`)."""
     attention, kind = model.attention, model.attention.kind
     batch, n, heads = shape.sentences, shape.source, model.heads
     d_k = max(model.d_model // heads, 1)
@@ -211,7 +152,7 @@ def decoder_attention_elements(model: ModelConfig, shape: BatchShape) -> int:
 
 
 def transformer_activations(model: ModelConfig, shape: BatchShape, vocab: int) -> int:
-    """Float elements of a transformer's training step (module docstring)."""
+    """Float elements of a transformer's training step (`activation_elements`)."""
     source_tokens = shape.sentences * shape.source
     target_tokens = shape.sentences * shape.target
     per_token = RESIDUAL_COPIES * model.d_model + FEED_FORWARD_COPIES * model.ff_dim
@@ -247,7 +188,7 @@ def rnn_score_elements(model: ModelConfig, keys: int) -> int:
 
 
 def rnn_activations(model: ModelConfig, shape: BatchShape, vocab: int) -> int:
-    """Float elements of an RNN encoder-decoder's training step (module docstring)."""
+    """Float elements of an RNN encoder-decoder's training step (`activation_elements`)."""
     gates = 4 if model.rnn.cell is RNNCell.lstm else 3
     directions = 2 if model.rnn.bidirectional else 1
     enc_hidden = model.enc_hidden or model.hidden // directions
@@ -277,14 +218,45 @@ def rnn_activations(model: ModelConfig, shape: BatchShape, vocab: int) -> int:
 
 
 def activation_elements(model: ModelConfig, shape: BatchShape, vocab: int) -> int:
-    """Float elements alive at the peak of one training step's forward + backward pass."""
+    """Float elements alive at the peak of one training step's forward + backward pass over
+    the batch `shape`: the tensors saved for the backward pass, layer by layer, plus the
+    matrices each attention kind materialises (as attnseq/attention/ and the model builders
+    in attnseq/models/ build them), each count times the copies of it alive at once:
+
+        kind (transformer)  per encoder self-attention layer and head, for S positions
+        full                the fused SDPA kernel: O(S d_k), no S x S matrix; persistent memory
+                            adds its N slots to the keys
+        local               blocks of b = min(S, max(w, 32)) queries against b + 2w keys
+        strided             a (B, S, S) bool mask of the pattern, the fused kernel
+        longformer          the band of `local` plus g global columns, g global rows over S keys
+        linformer           S x k scores against the projected keys and values
+        linear, performer   S x d_k (linear) or S x m (performer) feature maps
+        bigbird             nb = ceil(S / b) blocks of b queries against K b keys, K = 2w + 1 +
+                            g + r blocks (at most nb), padded to whole blocks; the g b global
+                            rows through the fused kernel, which is all there is when g b >= S
+        decoder self        the kind's causal form where model.attention.decoder_self is set
+                            (bigbird and strided: a T x T mask; linear and performer: prefix
+                            sums of F x d_k per block of 64 positions), else the fused kernel
+        cross-attention     the fused kernel; copy/coverage take the copy layer's T x S weights
+
+        RNN (per decoder step, teacher forced, every step kept for backward)
+        additive, concat    tanh(W q + U h) over the source: S x attn_dim per sentence and step
+        dot, general, ...   S scores and weights per sentence and step
+        local_m, local_p    the content score's, plus the window's S-wide Gaussian and mask
+        hierarchy           the word attention, the segment attention with its own score over
+                            one segment per 16 source tokens (at most max_segments), and their
+                            S-wide combination
+        copy, coverage      the copy mass scattered into an extended vocabulary (B, T, V) in
+                            log space, the coverage vector's S per step, and with an additive
+                            score its projection w_c c: S x attn_dim per step
+    """
     if model.family is ModelFamily.transformer:
         return transformer_activations(model, shape, vocab)
     return rnn_activations(model, shape, vocab)
 
 
 BYTES_PER_FLOAT = 4
-# measured peak / estimate stays within [1 / FACTOR, FACTOR] (module docstring)
+# measured peak / estimate stays within [1 / FACTOR, FACTOR] (tests/config/test_resources.py)
 FACTOR = 2.0
 # weights, gradients and Adam's first and second moments
 TRAINING_COPIES = 4
@@ -414,7 +386,8 @@ def source_state_width(model: ModelConfig) -> int:
 
 
 def estimate(cfg: TrainConfig) -> Estimate:
-    """The memory a training run of `cfg` needs (module docstring: within `FACTOR`)."""
+    """The memory a training run of `cfg` needs: the measured peak stays within a factor
+    `FACTOR` of its training bytes (docs/internals/configuration.md)."""
     model, data = cfg.model, cfg.data
     vocab = vocabulary_lower_bound(cfg)
     if model.family is ModelFamily.transformer:
@@ -465,14 +438,6 @@ def cuda_memory(cfg: TrainConfig) -> int | None:
 
     free, _ = torch.cuda.mem_get_info(device)
     return free
-
-
-def cpu_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _size(n: float) -> str:
@@ -576,7 +541,7 @@ def check_resources(cfg: TrainConfig) -> None:
     """Raise UserError when `cfg` cannot fit this machine (see `resource_problems`): the RAM
     available now, since what other processes hold is not there for the run (the kernel would
     end it without a word), or the GPU's memory."""
-    problems = resource_problems(cfg, available_ram(), cuda_memory(cfg), cpu_cores())
+    problems = resource_problems(cfg, available_ram(), cuda_memory(cfg), usable_cores())
     if len(problems) == 1:
         raise UserError(problems[0])
     if problems:

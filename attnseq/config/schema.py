@@ -1,25 +1,5 @@
-"""Typed configuration: the schema of every key `attnseq train` accepts.
-
-These dataclasses are registered in Hydra's ConfigStore (`register_configs`) as the schema under
-train.yaml, so Hydra composes YAML files *into* them: struct mode rejects unknown keys,
-values are type-checked, and choices are Enums (choices.py: OmegaConf validates an Enum field by
-member name and lists the valid names when one is wrong). Cross-field rules that a type cannot
-express live in checks.py (`validate`), which runs before any work starts.
-
-Every field is declared with `option`: its default, its help text (`metadata["help"]`, the text
-a configuration reference shows) and the bounds of its value (`metadata["ge"]` etc.), which
-checks.py enforces for every field generically.
-
-Library code receives these dataclasses (via `OmegaConf.to_object`), never a DictConfig.
-
-The file reads top down: `option`, then one dataclass per group: `data.*` (what to train on:
-the dataset, its files and fields, tokenization and lengths), `model.*` (the model family, its
-sizes and its attention: `model.attention.*`, `model.rnn.*`), `optim.*` (the optimizer, the
-learning-rate schedule and the loss terms), `trainer.*` (the training loop, validation,
-checkpoints and budgets), `decoding.*` (how validation, the test evaluation, eval, translate
-and the Python API decode), `tracker.*` (the MLflow and W&B trackers that `logger` selects),
-and the root `TrainConfig`.
-"""
+"""Typed configuration: one dataclass per group of keys, each field declared with `option` (its
+default, help and bounds); Hydra composes the YAML files into them (struct mode)."""
 
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field

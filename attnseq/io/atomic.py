@@ -1,28 +1,5 @@
-"""All-or-nothing writes: a reader (or a crash) sees the old file or folder or the new one, never
-half of one.
-
-One file (`atomic_write`): the new content goes to a temporary file in the same folder (same
-filesystem, so the rename is atomic on POSIX), is flushed and fsync'ed, then renamed over the
-target. The temporary file is created private (mkstemp: 0600) and given the mode the umask gives
-any new file (0644 under umask 022) before the rename, so results are as readable as the
-user's other files.
-
-A folder of files (`write_staged_folder`): a writer fills a private staging folder, and the
-result moves into place only once the writer returned:
-
-- a new folder: the staging folder is renamed to it, one atomic step;
-- an existing folder: each new file replaces its namesake with one rename (`os.replace`, atomic
-  per file; the `last` file moves after all others, so a reader that trusts it sees a complete
-  set), then the files of `replaced` that the new write did not produce are removed. Every other
-  file in the folder stays, and the folder itself (its inode, mode, owner, a symlink that reaches
-  it) is kept.
-
-The staging folder lives where the files end up (inside the existing folder, or beside the new
-one in its parent), so every move is a rename within one file system. Any failure removes it
-and leaves the folder as it was; a failure the user can fix (full disk, read-only file system,
-no permission) becomes one `OutputError` naming the folder. A staging folder left by a killed
-process carries `STAGING_PREFIX` in its name and is removed by the next write into the folder.
-"""
+"""All-or-nothing writes of a file or a folder of files: a reader, or a crash, sees the old
+version or the new one, never half of one (docs/internals/command_line.md)."""
 
 import json
 import logging
@@ -88,10 +65,16 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
         os.replace(tmp_name, path)
     except BaseException as error:
         Path(tmp_name).unlink(missing_ok=True)
-        fixable = fixable_write_error(error)
-        if fixable is not None:  # a full disk or a read-only folder: the user's to fix
-            raise output_error(path, fixable) from None
+        _raise_fixable(path, error)
         raise
+
+
+def _raise_fixable(path: Path, error: BaseException) -> None:
+    """The OutputError naming `path` when `error` is a write failure the user can fix (a full
+    disk, a read-only folder); nothing otherwise, for the caller to re-raise `error`."""
+    fixable = fixable_write_error(error)
+    if fixable is not None:
+        raise output_error(path, fixable) from None
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -146,9 +129,7 @@ def write_staged_folder(
         home.mkdir(parents=True, exist_ok=True)
         root = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=home))
     except OSError as error:
-        fixable = fixable_write_error(error)
-        if fixable is not None:
-            raise output_error(folder, fixable) from None
+        _raise_fixable(folder, error)
         raise
     try:
         staging = root / "files"
@@ -159,9 +140,7 @@ def write_staged_folder(
         else:
             os.rename(staging, folder)
     except BaseException as error:
-        fixable = fixable_write_error(error)
-        if fixable is not None:
-            raise output_error(folder, fixable) from None
+        _raise_fixable(folder, error)
         raise
     finally:
         shutil.rmtree(root, ignore_errors=True)

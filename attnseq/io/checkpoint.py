@@ -1,22 +1,6 @@
-"""Self-contained checkpoints: atomic save and safe load.
-
-A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts:
-
-    format, version          identify the file ("attnseq-checkpoint", CHECKPOINT_VERSION)
-    config                   the resolved TrainConfig as a plain dict (conversion.config_to_dict)
-    tokenizers               {"src": state, "tgt": state} (attnseq.data.tokenizers state dicts)
-    model                    model.state_dict()
-    optimizer, scheduler     their state dicts (training resumes from them)
-    progress                 step, epoch, batch position in the epoch, best metric so far
-    rng                      torch (and CUDA) generator states
-
-With `trainer.keep_last=N` a run also keeps `checkpoints/step_STEP.pt`, the last.pt of each of
-its last N saves (`keep_step_checkpoint`): full checkpoints, so `attnseq average` can average
-them and any of them can be resumed from.
-
-Because it holds nothing but those types, it loads with `torch.load(weights_only=True)`: the
-restricted unpickler refuses any object that could run code, so a crafted file runs nothing.
-"""
+"""Checkpoint files: an atomic save and a load that runs no code (`torch.load(weights_only=True)`
+on a dict of tensors, numbers, strings, lists and dicts; docs/internals/training.md lists its
+entries)."""
 
 import logging
 import os

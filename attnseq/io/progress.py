@@ -1,29 +1,5 @@
-"""Progress bars on stderr, and log records kept off them.
-
-On a terminal a bar (rich) redraws in place; elsewhere (CI, `> log`, SLURM) nothing is drawn,
-so logs are not flooded: the log lines (train.log, stdout) carry the numbers instead. A caller
-who asks for the training bar wherever stderr goes (`TrainingProgress(..., anywhere=True)`:
-`attnseq.train` in a notebook) gets tqdm's: a widget in a Jupyter kernel that has ipywidgets,
-else tqdm's text bar.
-
-tqdm.auto warns "IProgress not found. Please update jupyter and ipywidgets" when it is first
-imported in a Jupyter kernel without ipywidgets, and the libraries attnseq uses import it
-(datasets through huggingface_hub, captum for `explain`). `quiet_tqdm` imports it with that
-warning silenced, and importing this module in a kernel does so at once, so the first
-training or explanation of a notebook shows no warning: without ipywidgets the text bar is
-what tqdm.auto gives, which is all the warning would say.
-
-- `TrainingProgress`: the training bar: steps, smoothed loss, target tokens/s, learning rate,
-  epoch, elapsed time and ETA (below `WIDE_CONSOLE` columns without the learning rate and the
-  elapsed time, so that it fits 80 columns whole). While it is live, log records bound for a
-  terminal print above it (`logging_above`) and the periodic training lines, which say what the
-  bar shows, stay off the terminal (they still reach train.log and a redirected stdout).
-  The tqdm bar shows the same numbers, and log records bound for the caller's stderr or
-  stdout print above it through `tqdm.write`.
-- `counting`: a bar for a known amount of work (sentences decoded); it gives back the rate at
-  the end, for the caller's "N sentences in S s (R sentences/s)" line. Inside a live training
-  bar it is a second row under it.
-"""
+"""Progress bars on stderr, on a terminal only (a notebook's caller may ask for tqdm's anywhere),
+and log records kept off them while they are live (docs/internals/command_line.md)."""
 
 import contextlib
 import logging
@@ -169,6 +145,28 @@ def _flexible_bar() -> BarColumn:
     return BarColumn(bar_width=None, table_column=Column(ratio=1))
 
 
+def _rich_bar(
+    console: Console, label: str, numbers: str, *, transient: bool, redirect_stderr: bool
+) -> Progress:
+    """A rich bar: `label`, the bar, done/total, the `numbers` column, the elapsed time (on a
+    console of `WIDE_CONSOLE` columns or more), the ETA. A redirected stdout stays where it
+    is; on a terminal, text printed meanwhile goes above the bar."""
+    return Progress(
+        TextColumn(f"[bold]{label}[/]"),
+        _flexible_bar(),
+        MofNCompleteColumn(),
+        TextColumn(numbers),
+        *([TimeElapsedColumn()] if console.width >= WIDE_CONSOLE else []),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        expand=True,
+        transient=transient,
+        redirect_stdout=sys.stdout.isatty(),
+        redirect_stderr=redirect_stderr,
+    )
+
+
 # ----------------------------------------------------------------------- training bar
 class TrainingProgress:
     """`with TrainingProgress(total, start, enabled) as bar: bar.advance(loss, epoch, ...)`.
@@ -225,20 +223,7 @@ class TrainingProgress:
         numbers = "loss {task.fields[loss]}  {task.fields[speed]} tok/s"
         numbers += "  lr {task.fields[lr]}  epoch {task.fields[epoch]}" if wide else ""
         numbers += "" if wide else "  ep {task.fields[epoch]}"
-        self.progress = Progress(
-            TextColumn("[bold]train[/]"),
-            _flexible_bar(),
-            MofNCompleteColumn(),
-            TextColumn(numbers),
-            *([TimeElapsedColumn()] if wide else []),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            expand=True,
-            transient=False,
-            redirect_stdout=sys.stdout.isatty(),  # a redirected stdout stays where it is
-            redirect_stderr=True,
-        )
+        self.progress = _rich_bar(console, "train", numbers, transient=False, redirect_stderr=True)
         self.progress.start()
         self._above.enter_context(logging_above(self.progress.console))
         self.task = self.progress.add_task(
@@ -341,20 +326,7 @@ def counting(
     task = None
     if enabled and bars_enabled():
         console = stderr_console()
-        progress = Progress(
-            TextColumn(f"[bold]{label}[/]"),
-            _flexible_bar(),
-            MofNCompleteColumn(),
-            TextColumn(unit),
-            *([TimeElapsedColumn()] if console.width >= WIDE_CONSOLE else []),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            expand=True,
-            transient=True,
-            redirect_stdout=sys.stdout.isatty(),  # output text on the same screen goes above it
-            redirect_stderr=False,
-        )
+        progress = _rich_bar(console, label, unit, transient=True, redirect_stderr=False)
         progress.start()
         task = progress.add_task(label, total=total)
     above = logging_above(progress.console) if progress is not None else contextlib.nullcontext()

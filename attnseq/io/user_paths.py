@@ -1,30 +1,13 @@
-"""The paths a user gives a command, checked before the work that reads or fills them: input
-files to read, output files and folders to write, and write failures the user can fix.
-
-Every command runs one check on a text file it is given to read (`check_input_file`): the path
-must name a regular file with something in it. A path that does not, says which of the cases it
-is (no such file, a folder, a device such as /dev/null, a named pipe, a socket, an empty file),
-so that the message points at the real mistake. Named pipes are the one non-regular kind a
-command may choose to read (`translate --input <(...)`): they can be read once, in order, and
-their length is unknown until then.
-
-A command that decodes for a minute and then cannot write its result (the path is a folder, the
-suffix names no image format, the folder is read-only) wastes the minute; these checks run
-first. A write that fails later for a reason the user can fix (disk full, read-only file
-system, permission, quota) becomes one `OutputError` naming the file.
-
-An output never replaces one of the command's own inputs: `refuse_output_over_inputs` compares
-the output with every input as the file system sees them (device and inode, so a symlink, a hard
-link or a `../` spelling of the same file is caught), and `refuse_folder_holding_inputs` keeps a
-folder that a command may clear from holding an input.
-"""
+"""The paths and files a user gives a command, checked before the work that reads or fills them,
+and the write failures the user can fix as one `OutputError` (docs/internals/command_line.md)."""
 
 import errno
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 from attnseq.errors import OutputError, UserError
 
@@ -62,6 +45,19 @@ def check_input_file(path: Path, name: str, *, pipes: bool = False) -> None:
         raise UserError(f"{name} {path} is {kind}, not a regular text file")
     if info.st_size == 0:
         raise UserError(f"{name} {path} is empty: it holds no lines to read")
+
+
+def decoded_lines(handle: IO[bytes], name: str) -> Iterator[str]:
+    """Lines split at "\\n" only (a CRLF ending loses its "\\r"; a lone "\\r" stays inside its
+    line), each decoded as UTF-8; UserError naming the line that is not."""
+    for number, raw in enumerate(handle, 1):
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UserError(
+                f"{name}: line {number} is not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from None
 
 
 def check_path_name(path: Path, name: str) -> None:

@@ -6,22 +6,8 @@ and each problem is one UserError naming the checkpoint and what is wrong with i
 missing or of the wrong type, a config that is not a valid attnseq config, a tokenizer state
 that does not rebuild, or weights that do not fit the model the config describes (missing,
 unexpected or wrongly shaped tensors).
-
-`use_threads` sets torch's intra-op CPU threads for every command that computes, and
-`threads_set` sets them around one computation and puts the caller's count back (the Python
-API). The setting (`trainer.threads`, `--threads`, `threads=`; attnseq/config/threads.py) is a
-number, "auto" or None. None takes `default_threads`: torch's own default, capped at the cores
-this process may run on, which depends on the machine and never on what else runs there, so the
-same command computes with the same threads, and gives the same bits, idle or busy. "auto"
-(`load_aware_threads`) takes the cores no other process keeps busy, by the 1-minute load
-average: OpenMP threads that outnumber the free cores spin-wait for each other, which makes
-small decoding batches several times slower than one thread would be, so beside other jobs
-"auto" is faster, at the price of results that depend on the load.
 """
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +17,7 @@ import torch
 from attnseq.config.choices import Hierarchy
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.schema import TrainConfig
-from attnseq.config.threads import AUTO, check_threads
+from attnseq.config.threads import torch_default_threads
 from attnseq.data.segments import SourceSegmenter
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.errors import UserError
@@ -40,9 +26,8 @@ from attnseq.models import build_model
 from attnseq.models.head_mask import optional_entry
 from attnseq.models.seq2seq import Seq2Seq, Vocabularies
 
-# torch's own default (one thread per physical core, or OMP_NUM_THREADS), read when attnseq
-# loads, before any command changes it: what `default_threads` starts from
-TORCH_DEFAULT_THREADS = torch.get_num_threads()
+# torch's own thread count, read as attnseq loads torch, before any command sets one
+torch_default_threads()
 
 # entry -> the type a checkpoint must hold there
 _REQUIRED = {"config": dict, "tokenizers": dict, "model": dict}
@@ -160,66 +145,3 @@ def load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> 
             f"{path}: its weights do not fit the model its config describes ({'; '.join(problems)})"
         )
     model.load_state_dict(state)
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask, e.g. under taskset or a
-    container's cpuset), else all of the machine's."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def default_threads() -> int:
-    """Intra-op threads when none is asked for: torch's own default (`TORCH_DEFAULT_THREADS`)
-    capped at the usable cores, at least 1. It reads nothing that changes while the machine
-    runs, so two runs of one command on one machine compute with the same threads."""
-    return max(1, min(TORCH_DEFAULT_THREADS, usable_cores()))
-
-
-def load_aware_threads() -> int:
-    """The threads of "auto": the usable cores minus the ones other processes keep busy,
-    measured by the 1-minute load average (rounded), at least 1 and at most torch's own
-    default. On an idle machine that is `default_threads()`; beside a job that keeps c cores
-    busy it is c fewer. The load average follows a job that has run for a minute or so; one
-    that starts later is not seen."""
-    busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
-    return max(1, min(usable_cores() - busy, default_threads()))
-
-
-def resolve_threads(threads: object, setting: str = "threads") -> int:
-    """The thread count of a setting: `threads` itself, `load_aware_threads()` for "auto",
-    `default_threads()` for None. TypeError or UserError for an invalid setting
-    (attnseq/config/threads.py, `check_threads`)."""
-    checked = check_threads(threads, setting)
-    if checked is None:
-        return default_threads()
-    if checked == AUTO:
-        return load_aware_threads()
-    assert isinstance(checked, int)
-    return checked
-
-
-def use_threads(threads: object, setting: str = "trainer.threads") -> int:
-    """Set torch's intra-op threads to those of the setting `threads` (`resolve_threads`) for
-    the rest of the process; returns the number set. A command calls it once, before the
-    model runs."""
-    count = resolve_threads(threads, setting)
-    torch.set_num_threads(count)
-    return count
-
-
-@contextmanager
-def threads_set(threads: object, setting: str = "threads") -> Iterator[int]:
-    """Run the block with torch's intra-op threads set as `threads` says, and put the count
-    that was set before back afterwards (also when the block raises); None leaves torch's
-    count as the caller has it. Yields the count the block runs with."""
-    before = torch.get_num_threads()
-    count = before if threads is None else resolve_threads(threads, setting)
-    if count != before:
-        torch.set_num_threads(count)
-    try:
-        yield count
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)

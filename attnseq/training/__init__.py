@@ -1,4 +1,2 @@
-"""The training runtime: the composition root `run_training`, the trainer and its seams (the train
-step and its loss, checkpointer, stopping policy and stop signals, optimizer and schedules), and
-what a run needs around them (precision, distributed, resume, the run directory and its lock,
-TensorBoard views)."""
+"""The training runtime: a run's checks and composition root, the trainer and its seams, and
+what a run needs around them (docs/internals/training.md)."""

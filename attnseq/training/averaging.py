@@ -1,27 +1,5 @@
-"""Checkpoint averaging: the elementwise mean of the parameters of several checkpoints.
-
-    theta_avg = (1 / n) * sum_i theta_i
-
-Vaswani et al. (2017, section 6.1) evaluate the base transformer as the average of its last 5
-checkpoints (written at 10-minute intervals) and the big one of the last 20; Joey NMT and fairseq
-ship the same tool (fairseq's `average_checkpoints.py`). It smooths the noise of the last updates,
-much like Polyak averaging, and usually gains a little BLEU at no training cost.
-
-Only checkpoints of one model can be averaged: the same model configuration, the same
-tokenizers (the same ids), the same parameter names and shapes, and the same head masks (a
-transformer pruned by `attnseq heads --prune` and one not pruned would average to heads at half
-strength, a model neither of them is; a checkpoint without head masks keeps every head). Each
-file is averaged once: the same file given twice (by two paths, a symbolic or a hard link)
-would weigh double, so it is refused. The result keeps the first checkpoint's config and
-tokenizers and drops what belongs to one point of a training run (optimizer, scheduler,
-progress, RNG state): it is for `eval`, `translate` and `visualize-alignment`, not for resuming
-training. Save it with `attnseq.io.checkpoint.save_checkpoint`.
-
-Floating-point tensors are summed in float64 and cast back to their dtype; other tensors (integer
-buffers such as counters) cannot be averaged meaningfully and are taken from the first checkpoint,
-and so are the head masks, equal in all.
-Checkpoints are loaded one at a time, so memory holds the running sum and one checkpoint.
-"""
+"""Checkpoint averaging: the elementwise mean of the parameters of several checkpoints of one
+model, theta_avg = (1 / n) sum_i theta_i (Vaswani et al. 2017, section 6.1)."""
 
 from collections.abc import Sequence
 from pathlib import Path

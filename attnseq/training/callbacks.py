@@ -1,40 +1,5 @@
-"""Callbacks: Python code that watches a training run from inside it and may end it early.
-
-`attnseq.train(..., callbacks=[...])` hands the training loop objects with any of three methods
-(subclass `Callback` for no-op defaults, or write a class with only the methods it needs):
-
-- `on_update(event)` after each optimizer update: `event.metrics` holds "train/loss" (per real
-  target token of the batch) and "train/grad_norm" (before clipping); both are non-finite for
-  an update that was skipped (a non-finite loss or gradient).
-- `on_validation(event)` after each validation: the validation metrics, "valid/bleu",
-  "valid/exact_match", ... as the train.log line and TensorBoard name them.
-- `on_end(event)` once the run ended normally (its stopping rule, or a callback's request) and
-  its best checkpoint was tested: the test metrics, those of `TrainResult.metrics`, with
-  `event.reason` saying why training stopped. It is not called when the run is interrupted or
-  fails.
-
-Every event also carries the update `step` (1-based, counted over resumed sessions), the
-`epoch` (epochs done, fractional) and the `model` being trained (in `on_end`: with the weights
-of best.pt, the checkpoint the test metrics are of).
-
-Stopping: `on_update` and `on_validation` ask the run to end by returning True or by setting
-`event.stop = True`. The run then ends as an early stop does: the update that asked is the
-last, the final state is validated and written (last.pt, best.pt when it improved), the best
-checkpoint is tested, metrics.json is written, `attnseq.train` returns. A resumed run does not
-remember the request: it trains on under its own budget unless its callbacks ask again.
-
-Callbacks run on the main process (rank 0 under torchrun; its request stops every rank at the
-same step). They must leave the run as they found it: the model's train/eval mode is put back
-after each call, and a callback runs outside the training's random-number stream (whatever it
-draws does not shift the dropout of later updates, so a resumed run still matches one that
-never stopped). `on_update` needs each update's loss on the host as soon as the update is
-done: on a GPU that is one host-device synchronisation per update, which runs are otherwise
-spared (trainer.py reads losses a batch of updates at a time).
-
-    class StopAtLoss(attnseq.Callback):
-        def __init__(self, target): self.target = target
-        def on_update(self, event): return event.metrics["train/loss"] < self.target
-"""
+"""Callbacks: Python code that watches a training run from inside it (`on_update`,
+`on_validation`, `on_end`) and may end it early (docs/internals/training.md)."""
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -72,7 +37,7 @@ class TrainingEvent:
 
 
 class Callback:
-    """A base class with no-op methods: override those you need (see the module docstring).
+    """A base class with no-op methods: override those you need (docs/internals/training.md).
 
     Any object with some of the methods `on_update`, `on_validation`, `on_end` works as well;
     `attnseq.train` checks that each callback has at least one of them.

@@ -1,14 +1,5 @@
-"""Writes a run's resumable state to checkpoints/{last,best,step_N}.pt and restores it.
-
-A checkpoint holds everything the next step depends on: weights, optimizer, learning-rate
-schedule, fp16 loss scale, `TrainingState` and the RNG states (every rank's, data-parallel).
-Reading these states draws no random numbers, so saving leaves the training stream untouched.
-The file format and the step_N retention are those of attnseq/io/checkpoint.py.
-
-With a moving average of the weights (ema.py) the checkpoint's `model` is the average, the
-model `eval`, `translate` and the final test use; the training weights are `training_model` and
-the average's update count `ema`, which only resuming reads.
-"""
+"""Writes a run's resumable state to checkpoints/{last,best,step_N}.pt and restores it; reading
+the states draws no random numbers, so saving leaves the training stream untouched."""
 
 import logging
 import time

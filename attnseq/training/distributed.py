@@ -1,26 +1,5 @@
-"""Data-parallel training across processes: the process group and the few collectives the
-training loop needs.
-
-`torchrun --nproc_per_node=N -m attnseq train ...` starts N processes with RANK, LOCAL_RANK,
-WORLD_SIZE, MASTER_ADDR and MASTER_PORT in their environment. `distributed_session` reads them
-and joins the process group (NCCL on GPU, gloo on CPU) for the length of a run. Without those
-variables, or with WORLD_SIZE=1, nothing is initialised and every helper here is what it would
-be in a single process (the identity, a no-op), so single-process runs are unchanged.
-
-Division of labour in a run of N processes ("ranks"):
-
-- Every rank prepares the training data, builds the same model (same seed; DDP also broadcasts
-  rank 0's weights), takes its own share of each epoch's batches (`TokenBatchSampler`), runs
-  forward/backward and the optimizer step. DistributedDataParallel averages the gradients.
-- Rank 0 alone writes (logs, TensorBoard, checkpoints, metrics.json, hypotheses, heatmaps, the
-  progress bar), validates and runs the final test evaluation; the other ranks wait for its
-  results. Decisions that depend on its clock (max_minutes, save_every_minutes) or on validation
-  (early stopping, plateau) are broadcast, so every rank stops at the same step and no
-  collective is left waiting.
-
-Collectives time out after `ATTNSEQ_DIST_TIMEOUT_MINUTES` (default 60): rank 0's data preparation,
-validation and test evaluation must finish within that while the other ranks wait.
-"""
+"""Data-parallel training under torchrun: the process group and the few collectives the training
+loop needs; without torchrun every helper is the single-process identity."""
 
 import contextlib
 import datetime

@@ -1,20 +1,7 @@
-"""An exponential moving average (EMA) of the weights, kept beside them during training.
+"""An exponential moving average of the weights, after every applied update t (1-based):
 
-After every applied update t (1-based), for every floating-point parameter and buffer:
-
-    d_t         = min(decay, (1 + t) / (10 + t))
-    theta_ema  <- d_t * theta_ema + (1 - d_t) * theta
-
-The warm-up `(1 + t) / (10 + t)` (TensorFlow's ExponentialMovingAverage with `num_updates`,
-OpenNMT-py's `average_decay`) keeps the average from dwelling on the random initial weights:
-early on it follows the weights closely, later it averages over about 1 / (1 - decay) updates.
-Polyak & Juditsky (1992) show why an average of the iterates generalises better than the last
-one; Marian's `--exponential-smoothing` and fairseq's `--store-ema` do the same for NMT.
-
-Integer buffers (counters) are copied, not averaged. The average lives on the weights' device
-in their dtype; `swapped_in` puts it into the model for validation and saving and puts the
-training weights back after.
-"""
+d_t        = min(decay, (1 + t) / (10 + t))
+theta_ema <- d_t * theta_ema + (1 - d_t) * theta"""
 
 import contextlib
 from collections.abc import Iterator

@@ -1,30 +1,5 @@
-"""The optimizer, with weight decay on weight matrices only, and its learning-rate schedule.
-
-As nanoGPT's `configure_optimizers`: parameters with two or more dimensions (linear and
-embedding weights) decay; biases, norm gains and other vectors do not, since shrinking them
-towards zero regularises nothing useful and shifts activations (Loshchilov & Hutter 2019,
-"Decoupled Weight Decay Regularization", apply decay to weights).
-
-Learning-rate schedules: `LearningRateSchedule` owns every change of the learning rate.
-
-Schedules are multipliers of `optim.lr` applied per update (torch LambdaLR), so the peak lr is
-always the configured one. With W = `optim.warmup_steps`, s the update number (1-based) and f the
-share of the training budget used so far (`TrainingBudget`):
-
-    constant      min(1, s / W)
-    inverse_sqrt  min(s / W, sqrt(W / s))    Vaswani et al. 2017, eq. 3, rescaled so that it
-                  peaks at 1 after W steps (the "Noam" shape)
-    cosine        min(1, s / W) * 0.5 (1 + cos(pi f))    Loshchilov & Hutter 2017 (SGDR) without
-                  restarts: from the peak down to 0 when the budget is spent
-    linear        min(1, s / W) * (1 - f)    linear decay to 0 over the budget
-    plateau       constant after warmup; after `plateau_patience` validations without a new
-                  best, lr is multiplied by `plateau_factor` (torch's ReduceLROnPlateau decides)
-
-The budget is whichever limit of the run comes first: `trainer.max_steps`, `trainer.max_epochs`
-(in updates) or `trainer.max_minutes` (in training seconds), so `cosine` and `linear` reach 0
-exactly when the run stops, also for a wall-clock budget, where they anneal by elapsed time (and
-a resumed run continues from the saved time). A budget set by steps or epochs is deterministic.
-"""
+"""The optimizer, with weight decay on weight matrices only (as nanoGPT's
+`configure_optimizers`), and its learning-rate schedule over the run's budget."""
 
 import logging
 import math
@@ -141,8 +116,19 @@ class TrainingBudget:
 
 
 def lr_multiplier(cfg: OptimConfig, budget: TrainingBudget) -> Callable[[int], float]:
-    """The schedule as a function of the (0-based) update number; cosine and linear also read
-    `budget.fraction`, which the trainer updates before each scheduler step."""
+    """The schedule as a function of the (0-based) update number: a multiplier of `optim.lr`,
+    so the peak lr is always the configured one. With W = `optim.warmup_steps`, s the update
+    number (1-based) and f = `budget.fraction`, the share of the budget used so far (the
+    trainer updates it before each scheduler step):
+
+        constant      min(1, s / W)
+        inverse_sqrt  min(s / W, sqrt(W / s))    Vaswani et al. 2017, eq. 3, rescaled so that
+                      it peaks at 1 after W steps (the "Noam" shape)
+        cosine        min(1, s / W) * 0.5 (1 + cos(pi f))    Loshchilov & Hutter 2017 (SGDR)
+                      without restarts: from the peak down to 0 when the budget is spent
+        linear        min(1, s / W) * (1 - f)
+        plateau       constant; `LearningRateSchedule` lowers it when validation stalls
+    """
     warmup = max(cfg.warmup_steps, 0)
 
     def multiplier(step: int) -> float:

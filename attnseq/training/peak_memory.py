@@ -1,25 +1,5 @@
-"""The peak memory of one training step, measured: what `config/resources.py` estimates.
-
-`measure_step_peak(cfg, vocab)` builds the model of `cfg` and runs one update (forward, loss,
-backward, clipping, the optimizer step: `train_step`) on the batch the estimate assumes, the
-worst one the token sampler makes (`resources.batch_shape`: as many sentences of the longest
-source and target as fit the token budget), and returns how far the process's resident memory
-rose above where it was before the model existed.
-
-It runs in a fresh Python process (`python -m attnseq.training.peak_memory`, the config as
-JSON on stdin) for three reasons: torch's CPU allocations are invisible to tracemalloc, so the
-only measure is the operating system's peak resident set (VmHWM of /proc/self/status, reset by
-writing "5" to /proc/self/clear_refs), which covers the whole process; memory one measurement
-frees stays in the C allocator's free lists and would let the next one grow without raising
-the peak; and a run the estimate got badly wrong then costs a child process, not the caller.
-
-Before the measured step the child runs one update of the same architecture on a one-sentence
-batch, so that code pages, thread pools and the allocator's first arenas (memory the real run
-also has, but that does not grow with the model or the batch) are not counted; then it hands
-freed memory back to the system (glibc's malloc_trim) and resets the peak.
-
-CPU only and Linux only (the /proc files): `PeakMemoryError` elsewhere.
-"""
+"""The measured peak memory of one training step, what config/resources.py estimates: one update
+in a fresh process, its peak resident set (docs/internals/training.md)."""
 
 import ctypes
 import ctypes.util
@@ -158,7 +138,7 @@ def _main() -> None:
     """The child: read {"config", "vocab"} from stdin, print the measured bytes."""
 
     from attnseq.config.resources import batch_shape
-    from attnseq.models.loading import use_threads
+    from attnseq.config.threads import use_threads
 
     spec = json.loads(sys.stdin.read())
     cfg = config_from_dict(spec["config"])

@@ -1,31 +1,5 @@
-"""Mixed-precision training (`trainer.precision`): autocast, and loss scaling for float16.
-
-    32    float32 everywhere (the default; also spelled fp32).
-    bf16  matmuls and convolutions autocast to bfloat16. bfloat16 keeps float32's exponent
-          range, so gradients cannot underflow and no loss scaling is needed.
-    fp16  autocast to float16 with dynamic loss scaling (Micikevicius et al. 2018, "Mixed
-          Precision Training", ICLR, section 3.2): the loss is multiplied by a scale S before
-          the backward pass so that small gradients stay representable, the gradients are divided
-          by S again before clipping and the update, and S is halved whenever a gradient
-          overflows (that update is skipped) and doubled after 2,000 overflow-free updates
-          (`torch.amp.GradScaler`).
-
-Autocast keeps numerically sensitive operations (softmax, log-softmax, layer norm, the loss) in
-float32 by itself; the weights and the optimizer state stay float32 ("master weights").
-
-Both reduced precisions also run on a CPU (torch's CPU autocast), but there they are usually
-slower than float32 unless the processor has bfloat16/float16 matrix units (AMX, AVX512-FP16):
-`MixedPrecision` says so in the log and runs what was asked.
-
-TF32 (`trainer.tf32`, `use_tf32`): on NVIDIA GPUs from Ampere on (compute capability >= 8.0),
-float32 matrix products and convolutions may run on the tensor cores in TensorFloat-32, which
-keeps float32's 8-bit exponent but only 10 bits of mantissa (bfloat16 has 7, float32 23). Each
-product then carries a relative error of about 2^-11 ~ 5e-4 instead of 6e-8, accumulated in
-float32; for training this is noise well below the gradient noise, and the matmuls run up to
-~8x faster on an A100 (NVIDIA, "NVIDIA A100 Tensor Core GPU Architecture", 2020, p. 24). It is
-off by default so that `trainer.precision=32` means float32 arithmetic, as torch's own default
-for matmuls does; it changes nothing on the CPU.
-"""
+"""Mixed-precision training (`trainer.precision`: 32, bf16, fp16 with loss scaling) and TF32
+matmuls (`trainer.tf32`) (docs/internals/training.md)."""
 
 import contextlib
 import logging
@@ -104,8 +78,9 @@ def check_precision_supported(cfg: TrainConfig, device: torch.device) -> None:
 
 
 def use_tf32(enabled: bool, device: torch.device) -> None:
-    """TF32 for float32 matmuls and cuDNN convolutions on `device` (see the module docstring);
-    the setting is process-wide in torch, so it is set at the start of each run."""
+    """TF32 for float32 matmuls and cuDNN convolutions on `device`: float32's 8-bit exponent,
+    10 bits of mantissa, on the tensor cores of NVIDIA GPUs from Ampere on; the setting is
+    process-wide in torch, so it is set at the start of each run."""
     torch.backends.cuda.matmul.allow_tf32 = enabled
     torch.backends.cudnn.allow_tf32 = enabled
     if not enabled:
@@ -120,7 +95,12 @@ def use_tf32(enabled: bool, device: torch.device) -> None:
 
 
 class MixedPrecision:
-    """Autocast and (fp16) loss scaling for one training run on one device.
+    """Autocast and (fp16) loss scaling for one training run on one device. bf16 keeps
+    float32's exponent range and needs no scaling; fp16 scales the loss by S before the
+    backward pass and the gradients by 1 / S before clipping, halving S on an overflow (whose
+    update is skipped) and doubling it after 2,000 clean updates (Micikevicius et al. 2018,
+    section 3.2; `torch.amp.GradScaler`). Softmax, norms and the loss stay float32 under
+    autocast, and so do the weights and the optimizer state.
 
     Usage in an update::
 

@@ -1,6 +1,5 @@
-"""Where a training run comes from: the installed attnseq version and the git commit of the
-working directory, for the run's log header (train_log.py) and the trackers' tags
-(trackers.py), so that a run can be traced back to the code that made it."""
+"""Where a run comes from: the attnseq version and the git commit of the working directory, for
+the log header and the trackers' tags."""
 
 import os
 import subprocess

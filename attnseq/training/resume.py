@@ -1,12 +1,5 @@
 """Continuing a run from a checkpoint: finding and checking the resume point, bringing the old
-run's best.pt along, and telling the user how to continue after a signal.
-
-What a checkpoint must agree on with the resumed run's config is `resume_conflicts`
-(attnseq/config/conversion.py); the `attnseq train ...` command that resumes a Hydra job is built
-by `resume_command` in attnseq/cli/hydra_entry.py (it reads Hydra's state, which library code
-does not import), the `attnseq.train(...)` call that resumes a run started from Python by
-attnseq/api/train.py; `interruption_message` puts either after what was saved.
-"""
+run's best.pt along, and saying how to continue after a signal."""
 
 import logging
 import shutil

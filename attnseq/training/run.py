@@ -1,14 +1,5 @@
-"""The composition root of `attnseq train`: build the pieces from a config, fit, test.
-
-It turns a validated `TrainConfig` into data, tokenizers, model, optimizer, learning-rate
-schedule, trackers (TensorBoard, MLflow, W&B: trackers.py) and evaluators, hands them to the
-`Trainer`, then evaluates the best checkpoint on the test split. What each validation adds
-to TensorBoard (heatmaps, examples) is a callback (train_log.py). Library code below it takes
-plain objects; Hydra stops at the caller (attnseq/cli/hydra_entry.py).
-
-A caller in Python (`attnseq.train`) adds what the command line has no words for: callbacks
-(callbacks.py), the bar wherever stderr goes (a notebook), and whether the summary is printed.
-"""
+"""The composition root of a training run: build the pieces from a checked config, fit, test
+best.pt (docs/internals/training.md)."""
 
 import dataclasses
 import logging
@@ -21,18 +12,18 @@ from typing import Any
 import torch
 
 from attnseq.alignment.diagnostics import is_per_layer_key
-from attnseq.config.checks import validate
 from attnseq.config.choices import ModelFamily, Tracker
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
+from attnseq.config.threads import use_threads
 from attnseq.data.batching import PieceLinks
 from attnseq.data.prepare import PreparedData, load_prepared, prepare_data
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.evaluator import extended_split, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.models.loading import load_weights, model_for, use_threads
+from attnseq.models.loading import load_weights, model_for
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.callbacks import Callbacks
 from attnseq.training.distributed import (
@@ -49,14 +40,11 @@ from attnseq.training.precision import (
     use_tf32,
 )
 from attnseq.training.resume import ResumePoint, carry_best_checkpoint, find_resume_point
+from attnseq.training.run_checks import check_config_once
 from attnseq.training.run_directory import clear_previous_run, run_directory_lock
 from attnseq.training.state import TrainingState
 from attnseq.training.stopping import StopSignals, TrainingInterrupted
-from attnseq.training.trackers import (
-    check_trackers_installed,
-    mlflow_tracking_uri,
-    open_trackers,
-)
+from attnseq.training.trackers import mlflow_tracking_uri, open_trackers
 from attnseq.training.train_log import (
     NullWriter,
     log_run_header,
@@ -97,8 +85,7 @@ def run_training(
         TrainingInterrupted: SIGINT/SIGTERM; last.pt holds the last finished step.
         TrainingDiverged: too many non-finite losses in a row; checkpoints were kept.
     """
-    validate(cfg)
-    check_trackers_installed(cfg.logger)
+    check_config_once(cfg, run_dir)  # unless the run's start checks passed it (run_checks.py)
     # One trainer per run directory (run_directory.py), taken before anything is read or written.
     with run_directory_lock(run_dir, enabled=env_world().is_main):
         device = resolve_device(cfg.trainer.device, "trainer.device")
@@ -107,10 +94,10 @@ def run_training(
             if world.distributed and device.type == "cuda":
                 device = torch.device("cuda", world.local_rank)
             heard = Callbacks(callbacks)
-            return train(cfg, run_dir, stop, device, world, heard, progress, summary)
+            return build_fit_test(cfg, run_dir, stop, device, world, heard, progress, summary)
 
 
-def train(
+def build_fit_test(
     cfg: TrainConfig,
     run_dir: Path,
     stop: StopSignals,

@@ -1,32 +1,5 @@
-"""Which run directories a training may write into: one run per directory, one trainer per run
-directory.
-
-A run directory holds a run once a training has written its outputs there (`RUN_OUTPUTS`):
-checkpoints, TensorBoard events, hypotheses, metrics.json, or the evaluations `attnseq eval`
-wrote beside them. A new training there would mix its files with the old run's or replace them,
-so it must say what it means: `resume=auto` continues the run, `trainer.overwrite=true` replaces
-it (`clear_previous_run` deletes the old outputs once the new run has its data and model), and
-anything else is refused (`check_run_directory`). Hydra's record (.hydra/) and train.log are not
-outputs: a start that failed before training wrote them and may simply be started again.
-
-One trainer per run directory: an OS file lock on RUN/.train.lock, which exists while a
-training holds it (a SIGKILLed one leaves it, unlocked).
-
-A training holds an exclusive `flock` on the file for as long as it runs; a second training
-into the same directory finds it taken and stops with a UserError naming the holder (pid, host,
-start time, written into the file by the holder) before it writes anything. The kernel releases
-the lock when the holder's file descriptor closes, which includes every kind of exit (SIGKILL
-too), so a lock file left behind by a dead process is simply taken again: stale locks need no
-detection and no cleanup. (On file systems without `flock` support the lock is skipped with a
-warning.) A directory the lock file cannot be written in (read-only file system, full disk, no
-permission) stops the training the same way, with a UserError naming it.
-
-The lock is reentrant within one process: `attnseq train` takes it for a single run's
-directory named by the user before Hydra writes the directory's .hydra/ files and opens
-train.log, and `run_training` (run.py) takes it again around the training itself, which covers
-run directories Hydra chooses (the default time-stamped ones, multirun jobs).
-Under torchrun only rank 0 locks; the other ranks never write to the run directory.
-"""
+"""Which run directories a training may write into: one run per directory (resume, overwrite or
+refuse), one trainer per directory (an OS lock) (docs/internals/training.md)."""
 
 import contextlib
 import errno
@@ -261,3 +234,20 @@ def check_free(run_dir: Path) -> None:
             raise UserError(busy_message(run_dir, _read_holder(fd))) from None
     finally:
         os.close(fd)
+
+
+def claim_fresh(path: Path) -> Path:
+    """Create `path`, or the first of `path`_2, `path`_3, ... that does not exist yet, and return
+    it. mkdir either creates a folder or fails, so two runs started at once get two folders."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        candidate, number = path, 1
+        while True:
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                number += 1
+                candidate = path.with_name(f"{path.name}_{number}")
+    except OSError as error:
+        raise UserError(f"cannot create the run directory {path}: {error.strerror}") from None

@@ -1,7 +1,5 @@
-"""Where training is, saved in every checkpoint so that a resumed run continues exactly: the
-counters it continues (`TrainingState`) and the random-number-generator states (`rng_state`),
-so that it draws the same dropout masks (and Python-level random numbers) as a run that never
-stopped."""
+"""Where training is, saved in every checkpoint: the counters a resumed run continues and the
+random-number-generator states, so that it draws what a run that never stopped draws."""
 
 import contextlib
 import random

@@ -1,27 +1,5 @@
-"""When a run stops: its budget, early stopping, stop signals and divergence.
-
-- Budget: `trainer.max_steps`, `trainer.max_epochs`, `trainer.max_minutes` (training seconds
-  over all resumed sessions).
-- Early stopping on the validation metric: a target value (`early_stopping_target`), the
-  metric's best possible value (more updates cannot improve best.pt then), or
-  `early_stopping_patience` validations without a new best.
-- Signals: SIGINT/SIGTERM (below) ask the run to stop after the current step.
-- Divergence: `trainer.max_nonfinite_steps` skipped (non-finite) updates in a row raise
-  `TrainingDiverged`.
-
-A checkpoint written after a run stopped makes `reason` true again on resume, so resuming a
-finished run trains nothing.
-
-SIGINT/SIGTERM during training: finish the current step, write last.pt, exit resumably.
-
-`StopSignals` turns the first signal inside the training loop into a request the loop honours
-at the next step boundary; `TrainingInterrupted` carries the signal out to the CLI, which exits
-with the shell's 128 + signal number (130 for Ctrl-C, 143 for SIGTERM), or to the caller of
-`attnseq.train`, which gets it with the call that resumes the run.
-
-`TrainingInterrupted` is a `KeyboardInterrupt`: code that catches `Exception` (a notebook
-cell's retry loop, a sweep script's `try`) lets a Ctrl-C through, as Python does for its own.
-"""
+"""When a run stops: its budget, early stopping, stop signals (SIGINT/SIGTERM end it resumably)
+and divergence."""
 
 import contextlib
 import os

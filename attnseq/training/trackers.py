@@ -1,34 +1,5 @@
-"""Experiment trackers: where a training run logs its params, metrics and alignment figures.
-
-`logger=[tensorboard,mlflow,wandb]` (any of them, in any order; the default is TensorBoard
-alone) selects them. The training code logs through one writer with the methods of
-TensorBoard's `SummaryWriter` that it uses (`add_scalar`, `add_text`, `add_image`,
-`add_hparams`, `flush`, `close`); `RunTrackers` hands every call to each selected tracker:
-
-- TensorBoard: `SummaryWriter(RUN_DIR/tb)` itself.
-- MLflow (`attnseq[mlflow]`): one MLflow run in a local store: by default the run
-  directory's own SQLite file RUN_DIR/mlflow.db with the artifacts in RUN_DIR/mlartifacts
-  (MLflow 3 keeps its older `./mlruns` folder store in maintenance mode and refuses it unless
-  told otherwise; SQLite is its recommended local store), or the store that
-  `tracker.mlflow_tracking_uri` names (one shared store gathers a sweep's runs). The config
-  goes in as params at the start (the parameter count at the end), every scalar as a metric
-  at its step, the heatmaps as PNG artifacts (`attention/example_0/step_0000250.png`), the
-  validation examples as Markdown artifacts. `mlflow ui --backend-store-uri URI` shows it.
-- Weights & Biases (`attnseq[wandb]`): an offline run under RUN_DIR/wandb (no account and no
-  network needed); `wandb sync RUN_DIR/wandb/offline-run-*` uploads it later.
-
-A resumed run (`resume=`) continues the MLflow run of its run directory (found by the
-`attnseq.run_dir` tag) and the W&B run of the same id, so the curves go on in one place.
-
-Provenance, so that runs can be compared and reproduced from the tracker alone: MLflow tags
-and W&B config keys (`run_provenance`) hold the attnseq, torch and Python versions, the git
-commit of the working directory, the command and the run's name; the resolved config is an
-artifact from the start (config.yaml), and train.log, metrics.json and the checkpoint that
-`tracker.log_checkpoint` names join it when the run ends.
-
-Library code: the libraries are imported only when their tracker is selected, and
-`check_trackers_installed` names the extra to install before any work starts.
-"""
+"""Experiment trackers (`logger=[tensorboard,mlflow,wandb]`), behind the methods of
+TensorBoard's SummaryWriter (docs/internals/training.md)."""
 
 import hashlib
 import importlib.util
@@ -166,8 +137,7 @@ def open_trackers(cfg: TrainConfig, run_dir: Path, resume_step: int | None) -> R
     """The trackers `cfg.logger` selects for a run in `run_dir`. `resume_step`: the step of
     the checkpoint a resumed run continues from (None: a fresh run); TensorBoard hides the
     events after it that a killed process logged, so the curves go on without a doubled
-    stretch."""
-    check_trackers_installed(cfg.logger)
+    stretch. The trackers' libraries are checked as the run starts (run_checks.py)."""
     trackers: list[Any] = []
     params = tracker_params(cfg)
     record = RunRecord(

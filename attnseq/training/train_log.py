@@ -1,21 +1,5 @@
-"""What a run reports while it trains: train/* scalars in TensorBoard and one log line every
-`trainer.log_every` updates (step, epoch, loss, ppl, lr, target tokens/s, gradient norm,
-elapsed time, ETA), into train.log and onto a redirected stdout.
-
-Throughput counts real tokens (no padding) of the global batch: target tokens/s is the unit
-Joey NMT and fairseq report; source+target tokens/s and the padding share come with it.
-
-What a training run shows in TensorBoard beyond its scalars: attention heatmaps (and the
-segment attention of hierarchical models), the attention diagnostics of the validation split
-(``valid/attention/...``: end-of-source mass and entropy per head,
-attnseq/alignment/diagnostics.py) and a few validation examples as text at each
-validation, and the run's hyperparameters (every config value).
-
-`validation_logger` is the trainer's `on_validation` callback (rank 0 only); `run_hparams` is
-what the final test evaluation logs to the HParams tab; `log_run_header` opens train.log with
-what a bug report needs (versions, command, git commit, the resolved config), as Joey NMT's
-log does.
-"""
+"""What a run reports while it trains: train/* scalars, the periodic log line, validation
+heatmaps, examples and diagnostics, the hyperparameters, train.log's header."""
 
 import logging
 import platform

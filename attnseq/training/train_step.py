@@ -1,33 +1,5 @@
-"""One optimizer update: forward, loss, backward, clipping, the finite check, the step.
-
-The loss of each (micro-)batch is the training objective (models/objective.py
-`training_loss`: cross entropy, coverage, guided alignment, REINFORCE, weighted by the optim
-settings), summed over the real target tokens and normalised here by the number of real
-(non-padding) target tokens of the batch. `gumbel_temperature` is the Gumbel-softmax temperature
-schedule handed to the model before each update.
-
-Gradient accumulation (`optim.accumulate=N`): an update runs over N micro-batches. Each one's
-summed loss is divided by the target tokens of all N together before its backward pass, so the
-summed gradients are those of one batch holding the N (padding never enters the loss):
-
-    grad = d/dtheta [ sum_i loss_sum_i / sum_i n_tgt_i ] = sum_i d/dtheta [ loss_sum_i / n_tgt ]
-
-Only the micro-batches' activations of one at a time are alive, which is the point: a batch N
-times as large in the memory of one.
-
-Data parallel (torchrun): the target token count is summed over the R ranks first and each
-rank's summed loss is scaled by R / N_global. DDP averages the gradients over the ranks, so the
-R cancels and the update equals a single-process update on the union of the R batches. With
-accumulation DDP's gradient all-reduce runs on the last micro-batch only (`no_sync` before it). The
-losses and any rank's non-finite value are summed in one small all-reduce, so every rank takes
-the same decision about the update.
-
-A non-finite loss or gradient norm skips the update: weights and optimizer stay untouched. With
-fp16 loss scaling, finite losses with non-finite gradients are an overflow: the update is skipped
-and the loss scale lowered (expected behaviour, not divergence). The skip is decided on the
-device (`MixedPrecision.step`), so an update costs no host-device synchronisation: its loss and
-gradient norm come back as device tensors in a `StepOutcome`, read later.
-"""
+"""One optimizer update: forward, loss (normalised by the real target tokens of the global batch,
+accumulated micro-batches included), backward, clipping, the finite check, the step."""
 
 import contextlib
 import math

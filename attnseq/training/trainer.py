@@ -1,51 +1,5 @@
 """The training loop: batches in, updates (train_step.py), periodic validation and checkpoints
-out, until the stopping policy (stopping.py) says the run is done.
-
-Everything the loop needs arrives as objects (model, optimizer, schedule, data, an Evaluator);
-it knows nothing about Hydra or how the pieces were chosen (run.py composes them).
-
-Reliability (what a run that dies can count on):
-
-- Resume is exact. A checkpoint is written at a step boundary and holds everything the next step
-  depends on (checkpointer.py). Batches are a pure function of (seed, epoch), so
-  (epoch, batch_in_epoch) is the whole data-order state. Nothing between two steps draws random
-  numbers except what is saved (validation runs under `preserved_rng`), so on CPU a run resumed
-  from any checkpoint ends with the same weights as a run that never stopped.
-- `optim.accumulate=N` groups each epoch's batches N at a time from its first (the last group
-  may be shorter): checkpoints sit at group boundaries and resume keeps the grouping.
-- SIGINT/SIGTERM (`StopSignals`) let the current step finish, write last.pt and raise
-  `TrainingInterrupted`; a second SIGINT stops at once (atomic writes leave no half file).
-- A non-finite loss or gradient skips its update on the device (counted in
-  train/skipped_steps; the update still counts as a step, so the schedule and the budget do not
-  depend on when the host learns of it); `trainer.max_nonfinite_steps` of them in a row raise
-  `TrainingDiverged` without writing any checkpoint, so last.pt and best.pt keep the last good
-  state.
-
-Callbacks (callbacks.py; `attnseq.train` passes them, the command line has none) hear of every
-update, validation and the end, on rank 0; a stop one asks for is shared with every rank in the
-all-reduce that closes each step and ends the run as its stopping rules would.
-
-The weights' moving average (`optim.ema_decay`, ema.py) follows every applied update; validation
-and the checkpoints' `model` use it, the training weights travel beside it (checkpointer.py).
-
-Speed (GPU mostly): the host never waits for an update to finish (`StepOutcome`: its loss and
-gradient norm stay on the device and are read a batch of updates at a time, with the training
-log's lines and before validating or saving), so it queues the next batch's kernels while the
-GPU runs the current ones. `trainer.precision` (precision.py), `trainer.compile`
-(torch.compile of the training forward pass; validation and decoding stay eager),
-`trainer.num_workers` and `trainer.pin_memory` (data/loader.py).
-
-The module the updates run through (`training_module`) is the model, wrapped in
-DistributedDataParallel under torchrun and in torch.compile when asked. Validation, decoding,
-`state_dict` and pad ids use the bare model, so checkpoints hold plain parameter names and
-decoding stays eager.
-
-Data parallelism (torchrun, distributed.py): the model is wrapped in DistributedDataParallel and
-every rank takes its own share of each epoch's batches (train_step.py says how the update equals
-a single-process one). The stop requests and rank 0's clock (max_minutes, periodic saves) are
-combined in one small all-reduce per step and validation metrics are broadcast from rank 0, so
-every rank takes the same decisions and stops at the same step. Only rank 0 writes.
-"""
+out, until the stopping policy says the run is done (docs/internals/training.md)."""
 
 import contextlib
 import itertools
@@ -84,7 +38,7 @@ log = logging.getLogger("attnseq")
 class Trainer:
     """Runs the updates; validates and checkpoints along the way.
 
-    Inside an initialised process group it trains data-parallel (see the module docstring).
+    Inside an initialised process group it trains data-parallel (distributed.py).
     Ranks other than 0 write nothing and do not validate; they may pass `evaluator=None`.
 
     Args:

@@ -16,7 +16,6 @@ from attnseq.cli.app import app
 from attnseq.config import threads as threads_module
 from attnseq.config.threads import check_threads, thread_limit
 from attnseq.errors import UserError
-from attnseq.models import loading
 
 
 @pytest.fixture
@@ -93,11 +92,11 @@ def test_the_default_is_torchs_capped_at_the_cores_and_never_reads_the_load(
     def load_average() -> tuple[float, float, float]:
         raise AssertionError("the default thread count read the load average")
 
-    monkeypatch.setattr(loading, "usable_cores", lambda: cores)
-    monkeypatch.setattr(loading.os, "getloadavg", load_average)
-    monkeypatch.setattr(loading, "TORCH_DEFAULT_THREADS", torch_default)
-    assert loading.default_threads() == expected
-    assert loading.resolve_threads(None) == expected
+    monkeypatch.setattr(threads_module, "usable_cores", lambda: cores)
+    monkeypatch.setattr(threads_module.os, "getloadavg", load_average)
+    monkeypatch.setattr(threads_module, "_torch_default", torch_default)
+    assert threads_module.default_threads() == expected
+    assert threads_module.resolve_threads(None) == expected
 
 
 @pytest.mark.parametrize(
@@ -107,20 +106,20 @@ def test_the_default_is_torchs_capped_at_the_cores_and_never_reads_the_load(
 def test_auto_leaves_busy_cores_alone(
     monkeypatch: pytest.MonkeyPatch, cores: int, load: float, torch_default: int, expected: int
 ) -> None:
-    monkeypatch.setattr(loading, "usable_cores", lambda: cores)
-    monkeypatch.setattr(loading.os, "getloadavg", lambda: (load, load, load))
-    monkeypatch.setattr(loading, "TORCH_DEFAULT_THREADS", torch_default)
-    assert loading.load_aware_threads() == expected
-    assert loading.resolve_threads("auto") == expected
+    monkeypatch.setattr(threads_module, "usable_cores", lambda: cores)
+    monkeypatch.setattr(threads_module.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(threads_module, "_torch_default", torch_default)
+    assert threads_module.load_aware_threads() == expected
+    assert threads_module.resolve_threads("auto") == expected
 
 
 @pytest.mark.usefixtures("restored_threads")
 def test_threads_auto_on_the_command_line(
     transformer: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loading, "usable_cores", lambda: 2)
-    monkeypatch.setattr(loading.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
-    monkeypatch.setattr(loading, "TORCH_DEFAULT_THREADS", 2)
+    monkeypatch.setattr(threads_module, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads_module.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    monkeypatch.setattr(threads_module, "_torch_default", 2)
     torch.set_num_threads(2)
     arguments = [*command("translate", transformer, tmp_path), "--threads", "auto"]
     result = CliRunner().invoke(app, arguments)
@@ -232,13 +231,13 @@ def test_one_training_gives_the_same_bits_idle_or_beside_a_busy_job(
 
     monkeypatch.setattr(run, "use_threads", recorded)
     # a 2-core machine whose torch defaults to 2 threads (the suite's conftest sets 1 first)
-    monkeypatch.setattr(loading, "usable_cores", lambda: 2)
-    monkeypatch.setattr(loading, "TORCH_DEFAULT_THREADS", 2)
+    monkeypatch.setattr(threads_module, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads_module, "_torch_default", 2)
     default = [override for override in TINY if not override.startswith("trainer.threads")]
     steps = [*default, "trainer.max_steps=4", "trainer.validate_every=4", "trainer.progress=false"]
     saved = []
     for name, load in (("idle", 0.0), ("busy", 4.0)):
-        monkeypatch.setattr(loading.os, "getloadavg", lambda load=load: (load, load, load))
+        monkeypatch.setattr(threads_module.os, "getloadavg", lambda load=load: (load, load, load))
         result = attnseq.train([*steps, "seed=5"], run_dir=tmp_path / name)
         saved.append(load_checkpoint(result.run_dir / "checkpoints" / "last.pt"))
     assert counts == [2, 2]  # the load did not choose the threads

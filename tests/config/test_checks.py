@@ -27,7 +27,6 @@ from attnseq.config.choices import ModelFamily
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.resources import (
     Estimate,
-    cpu_cores,
     estimate,
     resource_problems,
     rnn_parameters,
@@ -35,6 +34,7 @@ from attnseq.config.resources import (
     transformer_parameters,
 )
 from attnseq.config.schema import TrainConfig
+from attnseq.config.threads import usable_cores
 from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
 
@@ -239,8 +239,8 @@ def test_config_file_is_recorded_in_the_composed_config(tmp_path: Path, monkeypa
     from hydra import compose, initialize_config_dir
 
     from attnseq.config import CONFIG_DIR
+    from attnseq.config.composition import rewrite_config_selector
     from attnseq.config.schema import register_configs
-    from attnseq.training.composition import rewrite_config_selector
 
     monkeypatch.setenv("HOME", str(tmp_path))
     mine = tmp_path / "my exp's ${x}.yaml"  # survives the override grammar
@@ -417,7 +417,7 @@ def typed_values(kind: str, rng: random.Random) -> list:
 
 def test_every_typed_value_is_accepted_or_refused_by_the_checks() -> None:
     rng = random.Random(7)
-    ram, cores = total_ram(), cpu_cores()
+    ram, cores = total_ram(), usable_cores()
     checked = refused = 0
     for family in ModelFamily:
         base = TrainConfig()

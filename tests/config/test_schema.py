@@ -11,10 +11,10 @@ from omegaconf import OmegaConf
 
 from attnseq.config import CONFIG_DIR
 from attnseq.config.checks import validate
+from attnseq.config.composition import describe_composition_error
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.errors import UserError
-from attnseq.training.config_errors import describe_composition_error
 
 register_configs()
 GROUPS = ["data", "model", "optim", "trainer"]
@@ -65,7 +65,7 @@ def test_overrides_reach_the_dataclasses() -> None:
     ],
 )
 def test_preflight_names_the_problem(overrides: list[str], expected: str | None) -> None:
-    from attnseq.training.composition import rewrite_config_selector
+    from attnseq.config.composition import rewrite_config_selector
 
     with pytest.raises(UserError) as error:
         check_train_args(rewrite_config_selector(overrides))
@@ -174,7 +174,7 @@ def test_config_dict_is_omegaconfs_plain_container() -> None:
 
 
 def test_user_experiment_file(tmp_path: Path) -> None:
-    from attnseq.training.composition import rewrite_config_selector
+    from attnseq.config.composition import rewrite_config_selector
 
     mine = tmp_path / "mine.yaml"
     mine.write_text(

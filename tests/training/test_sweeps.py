@@ -142,7 +142,7 @@ def test_missing_plugin_hint_names_an_extra_that_exists() -> None:
     """The hint for a documented plugin names the pyproject extra that really installs it."""
     import tomllib
 
-    from attnseq.training.config_errors import PLUGIN_EXTRAS
+    from attnseq.config.composition import PLUGIN_EXTRAS
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]

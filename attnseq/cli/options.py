@@ -1,54 +1,14 @@
-"""What every command of the command line shares: the way a user's mistake ends a command,
-the version printout, the way input text is read (`decoded_lines`), the CPU threads a
-command computes with (`apply_threads`), the check of a count option (`at_least_one`), and
-the argument and option types that several commands declare: a CHECKPOINT argument also
-takes a run directory, which stands for its checkpoints/best.pt (`run_directory_checkpoint`).
+"""The arguments and options several commands declare, as `Annotated` types (a command's
+signature reads `checkpoint: CheckpointArgument`; the help lives here), and the checks of their
+values. It imports only Typer: every command imports it, and `--help` stays light."""
 
-A mistake the user can fix (`UserError`) ends with one message on stderr and exit status 2,
-without a traceback. The types are `Annotated` aliases, so a command's signature reads
-`checkpoint: CheckpointArgument` and the help text of an option lives in one place.
-
-This module imports only Typer: every command module imports it, and `attnseq --help` must
-answer without the heavy libraries.
-"""
-
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Annotated
+from typing import Annotated
 
 import typer
 
+from attnseq.cli.user_errors import fail, user_errors
 from attnseq.errors import UserError
-
-
-def fail(error: UserError) -> None:
-    """End the command: the error's message on stderr, exit status 2."""
-    typer.echo(f"error: {error}", err=True)
-    raise typer.Exit(2)
-
-
-@contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn a `UserError` raised inside the block into `fail`'s message and exit status 2;
-    every other exception is a bug and keeps its traceback."""
-    try:
-        yield
-    except UserError as error:
-        fail(error)
-
-
-def decoded_lines(handle: IO[bytes], name: str) -> Iterator[str]:
-    """Lines split at "\\n" only (a CRLF ending loses its "\\r"; a lone "\\r" stays inside its
-    line), each decoded as UTF-8; UserError naming the line that is not."""
-    for number, raw in enumerate(handle, 1):
-        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise UserError(
-                f"{name}: line {number} is not UTF-8 text ({error.reason} at byte {error.start})"
-            ) from None
 
 
 def at_least_one(value: int, option: str) -> int:
@@ -69,15 +29,6 @@ def check_utf8(text: str | None, option: str) -> None:
         raise UserError(
             f"{option} is not UTF-8 text (byte {error.start} of it); give it in UTF-8"
         ) from None
-
-
-def print_version(value: bool) -> None:
-    """The versions of attnseq, torch, hydra-core and Python, then exit (when `value`)."""
-    if value:
-        from attnseq.cli.doctor import version_lines
-
-        typer.echo("\n".join(version_lines()))
-        raise typer.Exit()
 
 
 # what marks a folder as a run directory of `attnseq train`
@@ -184,11 +135,10 @@ ThreadsOption = Annotated[
 def apply_threads(threads: int | str | None, overrides: list[str] | None = None) -> int:
     """Set torch's CPU threads for this command and return how many: `--threads`, else a
     `trainer.threads=N` (or auto) among the overrides, else torch's default capped at the
-    usable cores (`default_threads`, attnseq/models/loading.py). A checkpoint's own
+    usable cores (`default_threads`, attnseq/config/threads.py). A checkpoint's own
     trainer.threads describes the machine it was trained on, not this one, so it is not used.
     UserError for an override that is no thread setting."""
-    from attnseq.config.threads import parse_threads
-    from attnseq.models.loading import use_threads
+    from attnseq.config.threads import parse_threads, use_threads
 
     setting = "--threads"
     if threads is None:
@@ -198,3 +148,33 @@ def apply_threads(threads: int | str | None, overrides: list[str] | None = None)
                 setting = "trainer.threads"
                 threads = parse_threads(value, setting)
     return use_threads(threads, setting)
+
+
+# --batch-size of the commands that batch by a token budget (eval, heads)
+BatchTokensOption = Annotated[
+    int | None, typer.Option(help="Batch budget in padded tokens (default: the config's).")
+]
+
+# --head of the commands that read one attention head (align, explain, visualize-alignment)
+HeadOption = Annotated[
+    int | None, typer.Option(help="Head, 1-based (default: the mean of the layer's heads).")
+]
+
+# the companions of --gold, the gold word links (align, eval)
+GoldPossibleOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Pharaoh file of possible links to add to --gold (e.g. WPT's "
+        "test.possible.pharaoh next to test.sure.pharaoh)."
+    ),
+]
+GoldFormatOption = Annotated[
+    str, typer.Option(help="Format of --gold: auto (from the content), pharaoh or naacl.")
+]
+GoldOrderOption = Annotated[
+    str,
+    typer.Option(
+        help="src-tgt if a gold link is (source word, target word), tgt-src if (target, "
+        "source). WPT en-fr links are (English, French): src-tgt for en->fr models."
+    ),
+]

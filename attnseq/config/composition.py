@@ -1,20 +1,14 @@
-"""One readable line for a config that Hydra cannot compose: a malformed YAML file (file, line,
-column, problem), an unknown config group choice, key or Enum value (with the valid ones and
-the nearest match), a missing Hydra plugin (with the extra that installs it), or a bad value.
-
-The entry of `attnseq train` (and the checks of each sweep value), `attnseq train --help` and
-the benchmark script turn Hydra's and OmegaConf's exceptions into these messages, which end the
-command with exit status 2 instead of a traceback.
-"""
+"""The train config composed from the command's words (`config=`, overrides) by Hydra, and one
+readable message when it does not compose. Hydra and OmegaConf load inside the functions."""
 
 import difflib
+import hashlib
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
-from hydra.errors import HydraException, OverrideParseException
-from omegaconf.errors import OmegaConfBaseException
 
 from attnseq.config import CONFIG_DIR
 from attnseq.config.conversion import MOVED_KEYS
@@ -22,6 +16,142 @@ from attnseq.errors import UserError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
+
+    from attnseq.config.schema import TrainConfig
+
+# Prefix of the experiment names that user files are linked under; no packaged experiment
+# name starts with it, so a user's file can never be shadowed by (or shadow) a packaged one.
+USER_EXPERIMENT_PREFIX = "user_file__"
+
+
+def user_experiment_dir(path: Path) -> tuple[str, Path]:
+    """Link a user's experiment file into ~/.cache/attnseq/experiments/<hash>/experiment/.
+
+    Returns the experiment name (unique to the file's absolute path) and the folder to add to
+    Hydra's search path.
+    """
+    path = path.expanduser().absolute()
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    _check_package_header(path)
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    root = Path.home() / ".cache" / "attnseq" / "experiments" / digest
+    group = root / "experiment"
+    try:
+        group.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot link config file {path} under {group}: {error}") from None
+    name = f"{USER_EXPERIMENT_PREFIX}{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{digest}"
+    link = group / f"{name}.yaml"
+    # A fresh link renamed into place: processes doing this at once (torchrun) do not race.
+    fresh = group / f".{name}.{os.getpid()}.yaml"
+    fresh.unlink(missing_ok=True)
+    fresh.symlink_to(path.resolve())
+    os.replace(fresh, link)
+    return name, root
+
+
+def _check_package_header(path: Path) -> None:
+    """An experiment file sets keys of the whole config: without a `# @package _global_`
+    header Hydra would put them under an `experiment` key that does not exist."""
+    try:
+        head = path.read_bytes()[:4096]
+    except OSError as error:
+        raise UserError(f"cannot read config file {path}: {error.strerror}") from None
+    for line in head.splitlines():
+        text = line.strip()
+        if text.startswith(b"#") and b"@package" in text:
+            return
+        if text and not text.startswith(b"#"):
+            break
+    raise UserError(
+        f"config file {path} has no '# @package _global_' line before its first key: an "
+        "experiment file sets keys of the whole config, so it starts with that line "
+        "(see the packaged configs/experiment/*.yaml)"
+    )
+
+
+def quoted_value(value: str) -> str:
+    """`value` as a quoted Hydra override value: any path survives the override grammar."""
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${")
+    return f"'{escaped}'"
+
+
+def _is_path(value: str) -> bool:
+    return value.endswith((".yaml", ".yml")) or "/" in value or os.sep in value
+
+
+def rewrite_config_selector(args: list[str]) -> list[str]:
+    """`config=NAME` -> `experiment=NAME`; `config=PATH` -> search path + experiment + the
+    path recorded as `config_file`."""
+    out: list[str] = []
+    for arg in args:
+        if arg.startswith("config_file="):
+            raise UserError(
+                "config_file is set by config=PATH (the experiment file it loaded); "
+                "use config=PATH to load a file"
+            )
+        if not arg.startswith("config="):
+            out.append(arg)
+            continue
+        value = arg.split("=", 1)[1]
+        if _is_path(value):
+            name, root = user_experiment_dir(Path(value))
+            out += [
+                f"experiment={name}",
+                f"hydra.searchpath=[{quoted_value('file://' + str(root))}]",
+                f"config_file={quoted_value(str(Path(value).expanduser().absolute()))}",
+            ]
+        else:
+            out.append(f"experiment={value}")
+    return out
+
+
+def compose(args: list[str]) -> "DictConfig":
+    """The packaged config composed with `args` (overrides, after `rewrite_config_selector`) by
+    Hydra's compose API, its `hydra` node included; UserError naming what does not compose.
+    The compose API serves a single run in this process (attnseq.train, the scripts); the
+    command line composes through `hydra.main` instead."""
+    from hydra import compose, initialize_config_dir
+
+    from attnseq.config.schema import register_configs
+
+    register_configs()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            return compose("train", overrides=args, return_hydra_config=True)
+    except composition_errors() as error:
+        raise composition_error(error, args) from None
+
+
+def typed_config(config: "DictConfig") -> "TrainConfig":
+    """The TrainConfig of a composed config (its `hydra` node left out); UserError for a value
+    the schema refuses."""
+    import copy
+
+    from omegaconf import OmegaConf, open_dict
+
+    from attnseq.config.schema import TrainConfig
+
+    task = copy.deepcopy(config)  # `config` keeps the hydra node that Hydra goes on to use
+    with open_dict(task):
+        task.pop("hydra", None)
+    try:
+        cfg = OmegaConf.to_object(task)
+    except composition_errors() as error:
+        overrides = list(config.hydra.overrides.task) if "hydra" in config else []
+        raise composition_error(error, overrides) from None
+    assert isinstance(cfg, TrainConfig)
+    return cfg
+
+
+def directory_setting(node: "DictConfig") -> tuple[Path, bool]:
+    """The directory of Hydra's `run` or `sweep` settings, and whether it is time-stamped."""
+    from omegaconf import OmegaConf
+
+    setting = OmegaConf.to_container(node, resolve=False)["dir"]
+    return Path(str(node.dir)), "${now:" in str(setting)
+
 
 # Hydra plugin choices -> the pyproject extra that installs them.
 PLUGIN_EXTRAS = {
@@ -32,8 +162,13 @@ PLUGIN_EXTRAS = {
 }
 
 
-# What composing a config (or converting it to the schema's dataclasses) raises for a bad one.
-COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError)
+def composition_errors() -> tuple[type[BaseException], ...]:
+    """What composing a config (or converting it to the schema's dataclasses) raises for a bad
+    one."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError)
 
 
 # The placeholders of an OmegaConf message before it is formatted: an exception raised inside
@@ -44,6 +179,8 @@ _UNFILLED = re.compile(r"\$(VALUE|VALUE_TYPE|KEY|FULL_KEY|OBJECT_TYPE|REF_TYPE)\
 def composition_error(error: BaseException, overrides: list[str]) -> UserError:
     """The UserError for a config that does not compose from `overrides`: a malformed YAML file,
     overrides that do not parse, or what `describe_composition_error` makes of the rest."""
+    from hydra.errors import OverrideParseException
+
     malformed = yaml_error(error)
     if malformed is not None:
         return UserError(describe_yaml_error(malformed))
@@ -64,8 +201,6 @@ def yaml_error(error: BaseException) -> Exception | None:
 
 def describe_yaml_error(error: Exception) -> str:
     """One line naming the file, the line and the problem of a malformed YAML config."""
-    import yaml
-
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     if (
