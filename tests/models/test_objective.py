@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from attnseq.config.schema import OptimConfig
-from attnseq.models.hard_attention import HARD_ENTROPY, HARD_LOG_PROB, REINFORCE_BASELINE
-from attnseq.models.objective import sequence_loss, token_loss_sum, training_loss
-from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, Seq2SeqOutput
+from attnseq.models.objective import move_baseline, sequence_loss, token_loss_sum, training_loss
+from attnseq.models.seq2seq import ReinforceSample, Seq2SeqOutput
 
 PAD = 0
 B, T, S, V = 2, 3, 4, 6
@@ -34,19 +33,22 @@ def _smoothed_token_losses(logits: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def _output(baseline: float) -> tuple[Seq2SeqOutput, torch.Tensor]:
-    """A forward output with every term's extras (seeded values) and a gold distribution
+    """A forward output with every term's inputs (seeded values) and a gold distribution
     (B, T, S) for guided alignment."""
     torch.manual_seed(3)
     gold = torch.rand(B, T, S).softmax(-1)
     gold[0, 1] = 0.0  # a step without a link adds nothing
-    extras = {
-        "coverage_loss": torch.rand(B, T),
-        ALIGNMENT_ATTENTION: torch.rand(B, T, S).softmax(-1),
-        HARD_LOG_PROB: (-torch.rand(B, T)).requires_grad_(),
-        HARD_ENTROPY: torch.rand(B, T),
-        REINFORCE_BASELINE: torch.tensor(baseline),
-    }
-    return Seq2SeqOutput(logits=torch.randn(B, T, V), extras=extras), gold
+    output = Seq2SeqOutput(
+        logits=torch.randn(B, T, V),
+        coverage_loss=torch.rand(B, T),
+        alignment_attention=torch.rand(B, T, S).softmax(-1),
+        reinforce=ReinforceSample(
+            log_prob=(-torch.rand(B, T)).requires_grad_(),
+            entropy=torch.rand(B, T),
+            baseline=torch.tensor(baseline),
+        ),
+    )
+    return output, gold
 
 
 def test_cross_entropy_is_the_label_smoothed_sum_over_real_tokens() -> None:
@@ -61,30 +63,41 @@ def test_cross_entropy_is_the_label_smoothed_sum_over_real_tokens() -> None:
 
 def test_training_loss_is_the_weighted_sum_of_every_term() -> None:
     output, gold = _output(baseline=-1.25)
-    extras = output.extras
+    sample = output.reinforce
+    assert sample is not None and output.coverage_loss is not None
     rewards = -_smoothed_token_losses(output.logits, 0.0).sum(1) / REAL.sum(1)  # (B,)
     advantage = (rewards + 1.25).unsqueeze(1)  # r_b - b
     cross_entropy = _smoothed_token_losses(output.logits, 0.1).sum()
-    coverage = 0.5 * (extras["coverage_loss"] * REAL).sum()
-    alignment = 0.7 * -(gold * extras[ALIGNMENT_ATTENTION].log()).sum()
-    policy = (advantage * extras[HARD_LOG_PROB].detach() * REAL).sum()
-    reinforce = -1.5 * policy - 0.2 * (extras[HARD_ENTROPY] * REAL).sum()
+    coverage = 0.5 * (output.coverage_loss * REAL).sum()
+    alignment = 0.7 * -(gold * output.alignment_attention.log()).sum()
+    policy = (advantage * sample.log_prob.detach() * REAL).sum()
+    reinforce = -1.5 * policy - 0.2 * (sample.entropy * REAL).sum()
     loss = training_loss(output, TARGETS, PAD, OPTIM, step=2, gold_alignment=gold)
     expected = cross_entropy + coverage + alignment + reinforce
     assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
     # REINFORCE's gradient reaches the sample's log-probability only: -lambda_r (r - b)
     loss.backward()
-    grad = extras[HARD_LOG_PROB].grad
+    grad = sample.log_prob.grad
     torch.testing.assert_close(grad, (-1.5 * advantage * REAL).float())
-    # and the baseline moved: b <- decay b + (1 - decay) mean(r)
-    moved = 0.9 * -1.25 + 0.1 * float(rewards.mean())
-    assert float(extras[REINFORCE_BASELINE]) == pytest.approx(moved, rel=1e-6)
+
+
+def test_the_loss_leaves_the_baseline_and_the_training_step_moves_it_once() -> None:
+    output, _ = _output(baseline=-1.25)
+    sample = output.reinforce
+    assert sample is not None
+    for _ in range(2):  # computing the loss twice changes nothing
+        training_loss(output, TARGETS, PAD, OPTIM, step=2)
+    assert float(sample.baseline) == -1.25
+    move_baseline(output, TARGETS, PAD, OPTIM.reinforce_baseline_decay)
+    rewards = -_smoothed_token_losses(output.logits, 0.0).sum(1) / REAL.sum(1)
+    moved = 0.9 * -1.25 + 0.1 * float(rewards.mean())  # b <- decay b + (1 - decay) mean(r)
+    assert float(sample.baseline) == pytest.approx(moved, rel=1e-6)
 
 
 def test_coverage_counts_from_its_start_step_on() -> None:
     before = training_loss(_output(-1.0)[0], TARGETS, PAD, OPTIM, step=1)
     after = training_loss(_output(-1.0)[0], TARGETS, PAD, OPTIM, step=2)
-    coverage = 0.5 * (_output(-1.0)[0].extras["coverage_loss"] * REAL).sum()
+    coverage = 0.5 * (_output(-1.0)[0].coverage_loss * REAL).sum()
     assert float((after - before).detach()) == pytest.approx(float(coverage), rel=1e-5)
     assert float(coverage) > 0
 
@@ -96,7 +109,9 @@ def test_the_first_baseline_is_the_batch_mean_reward() -> None:
     loss = training_loss(output, TARGETS, PAD, OPTIM, step=0)
     loss.backward()
     advantage = (rewards - rewards.mean()).unsqueeze(1)
-    grad = output.extras[HARD_LOG_PROB].grad
+    assert output.reinforce is not None
+    grad = output.reinforce.log_prob.grad
     torch.testing.assert_close(grad, (-1.5 * advantage * REAL).float())
-    baseline = float(output.extras[REINFORCE_BASELINE])
+    move_baseline(output, TARGETS, PAD, OPTIM.reinforce_baseline_decay)
+    baseline = float(output.reinforce.baseline)
     assert baseline == pytest.approx(float(rewards.mean()), rel=1e-6)
