@@ -82,6 +82,7 @@ class EnsembleModel(Seq2Seq):
         - self-attention, alignment attention, p_gen and the coverage loss: the mean when every
           member has one of one shape, else none. The ensemble's distribution is the mean of
           the members', so its probability of generating is the mean p_gen;
+        - support: the first member's (it depends on the inputs alone);
         - the REINFORCE sample and the segment attention: none. A sample drawn by one member
           is no sample of the ensemble (which never trains), and segment ids are integers of
           each member's own cut of the source.
@@ -105,6 +106,7 @@ class EnsembleModel(Seq2Seq):
             alignment_attention=_mean([o.alignment_attention for o in outputs]),
             p_gen=_mean([o.p_gen for o in outputs]),
             coverage_loss=_mean([o.coverage_loss for o in outputs]),
+            support=outputs[0].support,
         )
 
     def start_decoding(self, src: Tensor, src_lengths: Tensor, **copy_inputs: Any) -> DecoderState:

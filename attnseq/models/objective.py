@@ -33,8 +33,8 @@ def training_loss(
           - lambda_e sum_b sum_t H(a_bt)                           attention) and its bonus
 
     A term is there when its inputs are: `coverage_loss`, gold links with the
-    `alignment_attention`, a `reinforce` sample. The weights: eps `optim.label_smoothing`,
-    lambda_c `optim.coverage_lambda` from
+    `alignment_attention`, a `reinforce` sample. The weights: eps `optim.label_smoothing`
+    (spread over the output's `support`), lambda_c `optim.coverage_lambda` from
     `optim.coverage_start_step` on, lambda_a `optim.alignment_lambda`, lambda_r
     `optim.reinforce_lambda`, lambda_e `optim.reinforce_entropy`. The loss changes nothing: the
     training step moves the REINFORCE baseline (`move_baseline`).
@@ -46,7 +46,7 @@ def training_loss(
         gold_alignment: (B, T, S) the batch's gold distribution (`Batch.alignment`) or None.
     """
     eps = optim.label_smoothing
-    loss_sum = token_loss_sum(output.logits, targets, pad_id, eps)
+    loss_sum = token_loss_sum(output.logits, targets, pad_id, eps, output.support)
     if output.coverage_loss is not None:  # See et al. 2017, eq. 13: + lambda * covloss_t
         weight = coverage_weight(optim, step)
         loss_sum = loss_sum + coverage_term(output.coverage_loss, targets, pad_id, weight)
@@ -63,18 +63,26 @@ def training_loss(
 
 
 def token_loss_sum(
-    logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float = 0.0
+    logits: Tensor,
+    targets: Tensor,
+    pad_id: int,
+    label_smoothing: float = 0.0,
+    support: Tensor | None = None,
 ) -> Tensor:
     """Summed cross entropy over non-pad targets against the label-smoothed target
-    (1 - eps) one_hot(y) + eps / V (Szegedy, Vanhoucke, Ioffe, Shlens & Wojna 2016, "Rethinking
-    the Inception Architecture for Computer Vision", CVPR, section 7); a 0-dim tensor on the
-    logits' device (no host-device synchronisation: training counts its tokens on the host). A
-    copy model's log-probabilities go in as logits: their log_softmax is themselves.
+    (1 - eps) one_hot(y) + eps u (Szegedy, Vanhoucke, Ioffe, Shlens & Wojna 2016, "Rethinking
+    the Inception Architecture for Computer Vision", CVPR, section 7), u uniform over all V
+    ids or, given, over each example's support; a 0-dim tensor on the logits' device (no
+    host-device synchronisation: training counts its tokens on the host). A copy model's
+    log-probabilities go in as logits: their log_softmax is themselves.
 
     Args:
         logits: (B, T, V); targets: (B, T) with pad_id where there is no token.
+        support: (B, V) bool, the ids u spreads over per example (`Seq2SeqOutput.support`).
     """
-    return _cross_entropy_sum(logits, targets, pad_id, label_smoothing)
+    if support is None or label_smoothing == 0:
+        return _cross_entropy_sum(logits, targets, pad_id, label_smoothing)
+    return smoothed_cross_entropy_sum(logits, targets, pad_id, label_smoothing, support)
 
 
 def sequence_loss(
@@ -92,6 +100,7 @@ def sequence_loss(
 def _cross_entropy_sum(
     logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float
 ) -> Tensor:
+    """CE_eps with the uniform part over all V ids."""
     return F.cross_entropy(
         logits.reshape(-1, logits.size(-1)).float(),  # (B*T, V)
         targets.reshape(-1),  # (B*T,)
@@ -99,6 +108,28 @@ def _cross_entropy_sum(
         reduction="sum",
         label_smoothing=label_smoothing,
     )
+
+
+def smoothed_cross_entropy_sum(
+    logits: Tensor, targets: Tensor, pad_id: int, eps: float, support: Tensor
+) -> Tensor:
+    """CE_eps with the uniform part over each example's support U_b (the target distribution
+    built explicitly, as Joey NMT's loss.py does), summed over the real target tokens:
+
+        CE_eps(y) = -(1 - eps) log p(y) - eps / |U_b| sum_{v in U_b} log p(v)
+
+    Args:
+        logits: (B, T, V); targets: (B, T) with pad_id where there is no token, each in its
+            example's support.
+        support: (B, V) bool, U_b.
+    """
+    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    real = targets != pad_id  # (B, T)
+    gold = log_probs.gather(-1, targets.masked_fill(~real, 0).unsqueeze(-1)).squeeze(-1)
+    within = support.unsqueeze(1)  # (B, 1, V)
+    uniform = log_probs.masked_fill(~within, 0.0).sum(dim=-1) / within.sum(dim=-1)  # (B, T)
+    token_loss = -(1.0 - eps) * gold - eps * uniform  # (B, T)
+    return torch.where(real, token_loss, 0.0).sum()
 
 
 # Coverage (See et al. 2017, eq. 13)

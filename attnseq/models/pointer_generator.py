@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from attnseq.attention.additive import AdditiveAttention, CoverageAttention
 from attnseq.attention.luong import ConcatAttention
+from attnseq.attention.masks import padding_mask
 from attnseq.models.rnn import RNNSeq2Seq
 from attnseq.models.seq2seq import (
     CopyInputs,
@@ -173,7 +174,7 @@ class PointerGenerator(Seq2Seq):
         alignment (`alignment`) is not supported: ValueError.
 
         Returns:
-            logits (B, T, V) or, with copy, log P (B, T, V + n_oov); the
+            logits (B, T, V) or, with copy, log P (B, T, V + n_oov) with its `support`; the
             family's attention when asked for; `p_gen` (B, T) with copy, `coverage_loss`
             (B, T) with coverage.
         """
@@ -187,7 +188,20 @@ class PointerGenerator(Seq2Seq):
             z = parts.p_gen_logit  # (B, T)
             output.logits = extended_log_probs(output.logits, parts.attention, src_ext, n_oov, z)
             output.p_gen = torch.sigmoid(z)
+            output.support = self._support(src_ext, inputs.src_lengths, output.logits.size(-1))
         return output
+
+    def _support(self, src_ext: Tensor, src_lengths: Tensor, size: int) -> Tensor:
+        """(B, V + K) bool: the ids an example's output can take, the vocabulary but PAD and
+        BOS (decoding never emits them) and the extended ids of its own source words (the
+        other examples' are log(tiny) slots)."""
+        real = padding_mask(src_lengths, src_ext.size(1)).to(src_ext.device)  # (B, S)
+        ids = src_ext.masked_fill(~real, self.pad_id)  # (B, S)
+        support = torch.zeros(src_ext.size(0), size, dtype=torch.bool, device=src_ext.device)
+        support.scatter_(1, ids, True)
+        support[:, : self.tgt_vocab_size] = True
+        support[:, [self.pad_id, self.bos_id]] = False
+        return support
 
     @abc.abstractmethod
     def pointer_forward(self, inputs: TeacherForcing) -> PointerParts:

@@ -127,6 +127,8 @@ class Seq2SeqOutput:
     alignment_attention: (B, T, S), the attention guided alignment supervises (`alignment`).
     p_gen: (B, T) the generation probability (copy models).
     coverage_loss: (B, T) covloss_t of every step (coverage models).
+    support: (B, V + K) bool, the ids each example's distribution ranges over (copy models:
+        the vocabulary but PAD and BOS, and the example's own source words); None: every id.
     reinforce: the sampled hard attention (REINFORCE training).
     segment_attention: hierarchical models with need_weights.
     """
@@ -138,6 +140,7 @@ class Seq2SeqOutput:
     alignment_attention: Tensor | None = None
     p_gen: Tensor | None = None
     coverage_loss: Tensor | None = None
+    support: Tensor | None = None
     reinforce: ReinforceSample | None = None
     segment_attention: SegmentAttention | None = None
 
