@@ -6,12 +6,13 @@ Shapes: B batch, S source length, T target length, E encoder output size, H deco
 emb the source embedding size, P = 2 * POSITION_SIZE.
 """
 
+import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from attnseq.attention.base import Attention
 from attnseq.attention.masks import padding_mask
@@ -69,6 +70,35 @@ class WordValues(nn.Module):
 
 
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+RNNInput = Tensor | PackedSequence
+RNNState = Tensor | tuple[Tensor, Tensor]
+
+
+def recurrence(rnn: nn.RNNBase, inputs: RNNInput, state: RNNState | None = None) -> Any:
+    """`rnn(inputs, state)`. An LSTM under CPU autocast runs in float32 with autocast off where
+    the CPU has no LSTM kernel of the autocast dtype (oneDNN's bf16/fp16 LSTM needs AVX-512):
+    found by a one-time probe, so that processors with the kernel keep it."""
+    if not (isinstance(rnn, nn.LSTM) and torch.is_autocast_enabled("cpu")):
+        return rnn(inputs, state)
+    if rnn.weight_ih_l0.device.type != "cpu" or _cpu_lstm_kernel(torch.get_autocast_dtype("cpu")):
+        return rnn(inputs, state)
+    with torch.autocast("cpu", enabled=False):
+        if state is not None:
+            state = tuple(part.float() for part in state) if isinstance(state, tuple) else state
+        return rnn(inputs.float(), state)
+
+
+@functools.cache
+def _cpu_lstm_kernel(dtype: torch.dtype) -> bool:
+    """Whether an LSTM runs under CPU autocast to `dtype` here (the random stream is kept)."""
+    with torch.random.fork_rng(devices=[]), torch.autocast("cpu", dtype=dtype):
+        try:
+            nn.LSTM(1, 1)(torch.zeros(1, 1, 1))
+        except RuntimeError:
+            return False
+    return True
+
 
 # what a subclass computes after every step of a teacher-forced pass: the states before and
 # after it and its attention
@@ -133,7 +163,7 @@ class RNNEncoder(nn.Module):
         packed = pack_padded_sequence(
             embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
         )
-        outputs, final = self.rnn(packed)
+        outputs, final = recurrence(self.rnn, packed)
         annotations, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
         final_hidden = final[0] if isinstance(final, tuple) else final  # LSTM: (h, c)
         directions = 2 if self.rnn.bidirectional else 1
@@ -345,7 +375,7 @@ class RNNSeq2Seq(Seq2Seq):
             top = state["hidden"][:, -1:]  # s_{i-1}: (B, 1, H)
             context, weights = self._attend(top, state, positions)  # (B, 1, E)
             rnn_input = torch.cat([embedded, context], dim=-1)
-            output, rnn_state = self.rnn(rnn_input, rnn_state)
+            output, rnn_state = recurrence(self.rnn, rnn_input, rnn_state)
             # Bahdanau A.2.2 reads s_{i-1} (the state that chose c_i); Cho et al.'s encoder-
             # decoder without attention reads s_i
             decoder_state = top if self.attention is not None else output
@@ -355,7 +385,7 @@ class RNNSeq2Seq(Seq2Seq):
             rnn_input = embedded
             if self.input_feeding:
                 rnn_input = torch.cat([embedded, state["feed"].unsqueeze(1)], dim=-1)
-            output, rnn_state = self.rnn(rnn_input, rnn_state)  # h_t: (B, 1, H)
+            output, rnn_state = recurrence(self.rnn, rnn_input, rnn_state)  # h_t: (B, 1, H)
             context, weights = self._attend(output, state, positions)
             attentional = torch.tanh(self.combine(torch.cat([context, output], dim=-1)))
             if self.input_feeding:
@@ -410,7 +440,7 @@ class RNNSeq2Seq(Seq2Seq):
         """Luong without input feeding: one RNN call over T, attention for all T at once (into
         the one state, which is the encoder's)."""
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, emb)
-        outputs, _ = self.rnn(embedded, self._rnn_state(state))  # (B, T, H)
+        outputs, _ = recurrence(self.rnn, embedded, self._rnn_state(state))  # (B, T, H)
         positions = torch.arange(tgt_in.size(1), device=tgt_in.device).expand(tgt_in.size(0), -1)
         context, weights = self._attend(outputs, state, positions)  # (B, T, E), (B, T, S)
         attentional = torch.tanh(self.combine(torch.cat([context, outputs], dim=-1)))

@@ -21,7 +21,7 @@ from attnseq.config.checks import encoder_output_size
 from attnseq.config.schema import ModelConfig
 from attnseq.data.segments import PADDING_SEGMENT, SourceSegmenter
 from attnseq.models.pointer_generator import PointerGeneratorRNN
-from attnseq.models.rnn import RNN_CLASSES, RNNEncoder, RNNSeq2Seq
+from attnseq.models.rnn import RNN_CLASSES, RNNEncoder, RNNSeq2Seq, recurrence
 from attnseq.models.seq2seq import (
     SegmentAttention,
     Seq2Seq,
@@ -123,7 +123,7 @@ class HierarchicalEncoder(nn.Module):
         packed = pack_padded_sequence(
             vectors, n_segments.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False
         )
-        outputs, final = self.rnn(packed)
+        outputs, final = recurrence(self.rnn, packed)
         outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=vectors.size(1))
         final_hidden = final[0] if isinstance(final, tuple) else final  # LSTM: (h, c)
         directions = 2 if self.rnn.bidirectional else 1
