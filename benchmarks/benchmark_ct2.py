@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
+import attnseq
 from attnseq.data.sources import load_splits
 from attnseq.decoding import DecodingConfig
-from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation.metrics import bleu
 
@@ -71,7 +71,7 @@ def engines(args: argparse.Namespace, export_dir: Path) -> list[tuple[str, Any]]
     from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
     from attnseq.models.ctranslate2_export import export_ctranslate2
 
-    ours = Translator.from_checkpoint(args.checkpoint, args.device)
+    ours = attnseq.load(args.checkpoint, args.device).translator
     folder = export_ctranslate2(args.checkpoint, export_dir, force=True)
     device = ours.device.type
     chosen: list[tuple[str, Any]] = [("attnseq", ours)]

@@ -29,7 +29,7 @@ Usage (from the repository root):
         --steps 200 --every 50 --out loss_curve.json -- config=multi30k_rnn_bahdanau
 
 Pointer-generator models (model.copy=true) are not supported: their coverage loss needs the
-teacher-forced extras.
+teacher-forced pass (`Seq2SeqOutput.coverage_loss`).
 """
 
 import argparse

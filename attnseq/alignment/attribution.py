@@ -526,8 +526,8 @@ def _rollout_batch(
     self-attention weights is refused."""
     copy = _attention_copy_inputs(model, batch)
     output = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True, **copy)
-    encoder = output.extras.get("encoder_self_attention")  # (B, L_enc, H, S, S [+ slots])
-    decoder = output.extras.get("decoder_self_attention")  # (B, L, H, T, T [+ slots])
+    encoder = output.encoder_self_attention  # (B, L_enc, H, S, S [+ slots])
+    decoder = output.decoder_self_attention  # (B, L, H, T, T [+ slots])
     if encoder is None or decoder is None or encoder.size(1) != len(model.encoder.layers):
         raise UserError(
             "rollout needs the self-attention weights of every layer; this model's "

@@ -104,7 +104,7 @@ class AlignmentViewer:
             kinds += [
                 kind
                 for kind in ("encoder", "decoder")
-                if f"{kind}_self_attention" in run.output.extras
+                if _self_attention(run.output, kind) is not None
             ]
         log_probs = torch.log_softmax(run.output.logits[0].float(), dim=-1)  # (T + 1, V)
         targets = torch.tensor(run.target_ids, device=log_probs.device)  # (T + 1,)
@@ -117,7 +117,7 @@ class AlignmentViewer:
         if kind == "cross":
             if output.attention is None:
                 raise UserError("this model has no attention (model.attention.score=none)")
-            p_gen = output.extras.get("p_gen")
+            p_gen = output.p_gen
             return run.map(
                 output.attention[0],  # (T, S) or (L, H, T, S)
                 "output",
@@ -125,17 +125,18 @@ class AlignmentViewer:
                 None if p_gen is None else p_gen[0].cpu().numpy(),
             )
         if kind == "segment":
-            segments = output.extras["segments"][0].tolist()  # (S,)
+            assert output.segment_attention is not None
+            segments = output.segment_attention.segments[0].tolist()  # (S,)
             source_pieces = run.labels["source"][0]
             labels = segment_labels(source_pieces, segments, self.tokenizers.src.pieces_to_text)
-            weights = output.extras["segment_attention"][0, :, : len(labels)]  # (T, N)
+            weights = output.segment_attention.weights[0, :, : len(labels)]  # (T, N)
             run.labels["segment"] = (labels, "word")  # one label per segment
             return run.map(weights, "output", "segment")
-        extra = f"{kind}_self_attention"
-        if extra not in output.extras:
+        weights = _self_attention(output, kind)
+        if weights is None:
             raise UserError(self._no_self_attention_weights(kind))
         side = "source" if kind == "encoder" else "input"
-        return run.map(output.extras[extra][0], side, side)  # (L, H, S, S) or (L, H, T, T)
+        return run.map(weights[0], side, side)  # (L, H, S, S) or (L, H, T, T)
 
     def check_kind(self, kind: str, name: str = "kind") -> None:
         """UserError unless `kind` is one of `KINDS` and a map this model has: segment needs a
@@ -216,6 +217,11 @@ class AlignmentViewer:
             "forms the attention weights, so there is no map to draw; cross-attention stays "
             "full attention and can be drawn (kind cross)"
         )
+
+
+def _self_attention(output: Seq2SeqOutput, kind: str) -> torch.Tensor | None:
+    """The "encoder" or "decoder" self-attention weights of an output (None: not formed)."""
+    return output.encoder_self_attention if kind == "encoder" else output.decoder_self_attention
 
 
 def merge_words(attention: AttentionMap) -> AttentionMap:

@@ -1,26 +1,6 @@
-"""Search for the output sequence: greedy decoding, batched beam search and sampling over the
-`Seq2Seq` step interface, for both model families (and ensembles of them, models/ensemble.py).
-
-    settings.py      the settings (a `DecodingConfig`, the decoding.* node of a run's config)
-                     changed and checked, Hypothesis (one output), output limits, the GNMT
-                     length penalty, and the step helpers both searches share
-    greedy.py        greedy_decode
-    beam_search.py   beam_search: ranking, stopping, n-gram blocking, coverage penalty, the
-                     candidates and finished hypotheses, and the attention of each
-                     hypothesis along its back-pointers
-    sampling.py      sample_decode: temperature, top-k and nucleus (top-p) sampling
-    this file        decode: the search a `DecodingConfig` asks for (plain greedy decoding
-                     for beam 1: beam_search.py says why; sampling when settings.sample)
-
-Both families decode incrementally (`start_decoding` once, then `decode_step` per token: the RNN
-carries its hidden state, the transformer its key/value cache). Rows that are done are dropped
-from the batch, so a long run-away hypothesis does not keep the whole batch busy.
-
-Copy models (pointer-generators, models/pointer_generator.py) score an extended vocabulary of V +
-n_oov ids: `decode_step` returns log-probabilities over it, the searches treat it as any vocabulary,
-and the model itself reads an emitted id >= V back as <unk>. Its `CopyInputs`, `src_ext` and `n_oov`
-(the source in the extended vocabulary), go to the model's `start_decoding`; plain models never see
-them.
+"""Search for the output sequence over the `Seq2Seq` step interface, for both model families and
+their ensembles: greedy decoding, sampling and beam search, and `decode`, the one a
+`DecodingConfig` asks for. docs/internals/decoding.md tours them.
 
 Shapes: B batch, S source length, V target vocabulary.
 """
@@ -36,7 +16,6 @@ from attnseq.decoding.greedy import greedy_decode
 from attnseq.decoding.sampling import sample_decode, sampling_generator
 from attnseq.decoding.settings import (
     Hypothesis,
-    check,
     gnmt_length_penalty,
     is_greedy,
     max_output_lengths,
@@ -65,9 +44,10 @@ def decode(
     generator: torch.Generator | None = None,
     **copy_inputs: Unpack[CopyInputs],
 ) -> list[list[Hypothesis]]:
-    """Decode a batch as `settings` ask: sampling with `settings.sample`, greedy for
-    beam 1 without n-best or constraints (the same output, a little faster), beam search
-    otherwise.
+    """Decode a batch as `settings` ask: sampling with `settings.sample`, greedy decoding for
+    beam 1 without n-best or constraints (what users mean by beam 1: beam search of width one
+    may search past greedy's EOS for a better normalised score), beam search otherwise. The
+    settings are checked where they are made (`with_changes`, a run's config).
 
     Args:
         src: (B, S) source ids, right-padded; src_lengths: (B,) real lengths.
@@ -80,7 +60,6 @@ def decode(
         per input sentence, its n-best list (one hypothesis unless settings.nbest > 1), best
         first, or its samples in the order drawn; each with `normalized_score` set.
     """
-    check(settings)
     limits = max_output_lengths(
         src_lengths, settings.max_output_ratio, settings.max_output_extra
     )  # (B,)

@@ -1,70 +1,8 @@
-"""Batched beam search over the `Seq2Seq` step interface, for both model families.
-
-Beam search (as in Sutskever et al. 2014, section 3.2; Wu et al. 2016, section 7) keeps the K
-best partial hypotheses of every sentence. All live hypotheses of all sentences are one batch of
-B_live * K rows (rows of one sentence are contiguous), so one `decode_step` serves them all. At
-each step, over the K * V one-token extensions of a sentence:
-
-    score(y_1..y_t) = sum_i log p(y_i | y_<i, x)                          (raw model score)
-
-the 2K best candidates are taken; EOS candidates among the first K finish (a beam of size K
-would have kept them), and the first K candidates that are not EOS stay live. Hypotheses are
-ranked by the GNMT length-normalised score (Wu et al. 2016, "Google's Neural Machine Translation
-System", eq. 14, without the coverage penalty; settings.py):
-
-    s(Y, X) = log P(Y | X) / lp(Y)        lp(Y) = ((5 + |Y|) / 6) ^ alpha
-
-with |Y| the number of scored positions (output tokens plus EOS when it was produced); alpha = 0
-ranks by the raw score, alpha > 0 favours longer outputs.
-
-Stopping. A sentence is done when its `nbest` best finished hypotheses cannot be beaten by any
-live beam: log-probabilities are <= 0, so a live hypothesis with raw score s can at best reach
-s / lp(L), where L is the final length that maximises lp (its maximum length for alpha > 0, the
-next step for alpha < 0). Then its n-best list can no longer change, and continuing would be
-wasted work (this needs only `nbest` finished hypotheses, not K, for the same result). A
-sentence also stops at its length limit: the K best candidates of its last step all finish, those
-that are not EOS without one, as greedy decoding does. Done sentences leave the batch: one
-`reorder_state` per step selects the parent row of every surviving beam of every sentence that
-goes on.
-
-With K = 1 and alpha = 0 this is exactly greedy decoding (same tokens, same score); with
-alpha > 0 a single beam may search on past greedy's EOS for a better normalised score, which is
-why `decode` runs plain greedy decoding for beam 1 (what users mean by it). For K > 1
-beam search usually finds a better raw score than greedy, but not always: the greedy path may
-fall out of the beam before it ends (an EOS candidate outside the K best is pruned, as in
-fairseq), so a test of "beam >= greedy" is an observation about a model, not a theorem; with K
-at least the number of possible outputs it is exact search (tests/decoding/test_beam_search.py
-checks both).
-
-Coverage penalty (Wu et al. 2016, eq. 14; `coverage_penalty` = beta > 0): finished hypotheses
-are ranked by
-
-    s(Y, X) = log P(Y | X) / lp(Y) + cp(X; Y),    cp(X; Y) = beta sum_i log(min(sum_j p_ij, 1.0))
-
-with p_ij the attention of output position j on source position i, summed over the hypothesis's
-scored positions (EOS included), and i over the real source positions. cp <= 0 rewards outputs
-that have attended to every source position at least once (beta = 0 turns it off). An attention
-that is exactly zero counts as the smallest normal float, so the logarithm stays finite. Which
-attention: an RNN's; a transformer's last layer averaged over heads (the map the alignment tools
-use too). `BeamCoverage` carries sum_j p_ij for every live row (R, S), reordered with the beams.
-The live beams are still chosen by raw score; cp only ranks the finished hypotheses (and
-`Hypothesis.normalized_score` includes it). cp <= 0 can only grow as a hypothesis attends to more
-of the source, so the stopping bound above stays an upper bound.
-
-The hypotheses as tensors: `Candidates` (the candidates of one step), `Finished` (the N best
-finished hypotheses of every sentence) and, at the end, `assemble` (the `Hypothesis` lists with
-each one's attention). Attention is gathered along back-pointers rather than carried in the
-search state: every step stores the cross-attention of its input rows (R_t, S) or
-(R_t, L, H, S) and, for each row of the next step, the row of its parent. A finished hypothesis
-records the step and row that produced its last position; at the end, one walk backwards over
-the steps (vectorised over all returned hypotheses) picks each position's weights from its
-ancestor's row. This copies nothing per step (carrying would re-index a growing (R, t, ...)
-history every step, O(T^2) copies).
-
-One step of the search, in `beam_search`: the model scores the live rows, the constraints
-(`_constrained_log_probs`) remove what may not come next, `_top_candidates` ranks the
-extensions, the K best that end finish, `_live_candidates` keeps the K best that go on, and
-`_is_done` drops the sentences whose n-best list can no longer change.
+"""Batched beam search over the `Seq2Seq` step interface (Sutskever et al. 2014, section 3.2; Wu
+et al. 2016, section 7): the search (`beam_search`), the candidates and finished hypotheses as
+tensors (`Candidates`, `Finished`), the GNMT coverage penalty (`BeamCoverage`) and the attention
+of each hypothesis gathered along its back-pointers (`assemble`). docs/internals/decoding.md
+explains the stopping rule and why beam 1 is not greedy decoding.
 
 Shapes: B batch, K beam size, V target vocabulary, S source length, T output length, R rows of
 the live batch (B_live at the first step, B_live * K later; R_t those of step t), N = nbest,
@@ -82,9 +20,8 @@ from attnseq.config.schema import DecodingConfig
 from attnseq.decoding.settings import (
     NEG_INF,
     Hypothesis,
-    check,
+    allowed_log_probs,
     gnmt_length_penalty,
-    never_pad_or_bos,
     start_decoding,
 )
 from attnseq.models.seq2seq import CopyInputs, DecoderState, Seq2Seq
@@ -248,7 +185,10 @@ def _trace_attention(
     step_attention: list[Tensor],
     step_parents: list[Tensor],
 ) -> Tensor | None:
-    """Each found hypothesis's attention, following its beam's back-pointers.
+    """Each found hypothesis's attention, following its beam's back-pointers: every step keeps
+    the attention of its input rows and each next row's parent, and one walk backwards over
+    the steps (vectorised over the hypotheses) picks each position's weights from its
+    ancestor's row; carrying them in the state would re-index a growing history every step.
 
     Returns:
         (F, T_max, S) or (F, T_max, L, H, S) on the CPU, F = found.sum() in row-major order of
@@ -271,7 +211,10 @@ def _trace_attention(
 
 
 def gnmt_coverage_penalty(coverage: Tensor, src_mask: Tensor, beta: float) -> Tensor:
-    """cp(X; Y) = beta sum_i log(min(sum_j p_ij, 1.0)) (Wu et al. 2016, eq. 14).
+    """cp(X; Y) = beta sum_i log(min(sum_j p_ij, 1.0)) (Wu et al. 2016, eq. 14), p_ij the
+    attention of output position j on real source position i, summed over the hypothesis's
+    scored positions: cp <= 0 rewards outputs that attended to every source position. An
+    attention of exactly zero counts as the smallest normal float, keeping the log finite.
 
     Args:
         coverage: (..., S) attention summed over the output positions, sum_j p_ij.
@@ -285,13 +228,15 @@ def gnmt_coverage_penalty(coverage: Tensor, src_mask: Tensor, beta: float) -> Te
 
 
 def source_attention(attention: Tensor) -> Tensor:
-    """One distribution over the source per row: RNN (R, S) as is, transformer (R, L, H, S) ->
-    the last layer's head average (R, S)."""
+    """One distribution over the source per row, what the coverage penalty sums: RNN (R, S) as
+    is, transformer (R, L, H, S) -> the last layer's head average (R, S), the map the
+    alignment tools use too."""
     return attention if attention.dim() == 2 else attention[:, -1].mean(dim=1)
 
 
 class BeamCoverage:
-    """sum_j p_ij of every live row of a beam search, for the coverage penalty.
+    """sum_j p_ij of every live row of a beam search, for the coverage penalty; reordered with
+    the beams. The live beams are still chosen by raw score: cp ranks finished hypotheses only.
 
     Args:
         src_lengths: (B,) real source lengths of the first step's rows.
@@ -365,26 +310,6 @@ class _Beams:
         return rows
 
 
-def _banned_by_ngrams(history: Tensor, n: int, vocab_size: int) -> Tensor:
-    """Tokens that would repeat an n-gram already in the history.
-
-    Args:
-        history: (R, t) output tokens so far, t >= n.
-        n: n-gram size.
-
-    Returns:
-        (R, V) bool, True where the next token would complete an n-gram seen before.
-    """
-    t = history.size(1)
-    ngrams = history.unfold(1, n, 1)  # (R, t - n + 1, n)
-    suffix = history[:, t - n + 1 :]  # (R, n - 1): the prefix of the n-gram being completed
-    match = (ngrams[:, :, :-1] == suffix.unsqueeze(1)).all(dim=-1)  # (R, t - n + 1)
-    # unmatched n-grams point at a spare column V that is cut off afterwards
-    banned = torch.where(match, ngrams[:, :, -1], vocab_size)  # (R, t - n + 1)
-    mask = torch.zeros(history.size(0), vocab_size + 1, dtype=torch.bool, device=history.device)
-    return mask.scatter_(1, banned, True)[:, :vocab_size]
-
-
 @dataclass
 class _TrackedAttention:
     """What the search keeps of the cross-attention of every step: the steps and back-pointers
@@ -441,7 +366,15 @@ def beam_search(
     need_weights: bool = False,
     **copy_inputs: Unpack[CopyInputs],
 ) -> list[list[Hypothesis]]:
-    """Batched beam search (see the module docstring for the algorithm).
+    """Batched beam search: the K best partial hypotheses of every sentence, all live ones one
+    batch of B_live * K rows (a sentence's rows contiguous) for one `decode_step`. Each step
+    ranks a sentence's K * V one-token extensions by raw score sum_i log p(y_i | y_<i, x)
+    (`allowed_log_probs` removes what may not come next) and takes the 2K best: EOS among the
+    first K finish, the first K that are not EOS stay live. Finished hypotheses are ranked by
+    the GNMT score log P(Y | X) / lp(Y) (+ cp with a coverage penalty; Wu et al. 2016,
+    eq. 14), |Y| the scored positions (output tokens, plus EOS when produced). A sentence
+    stops when its n-best list cannot change (`_is_done`) or at its length limit, where the K
+    best candidates all finish; done sentences leave the batch.
 
     Args:
         src: (B, S) source ids, right-padded; src_lengths: (B,) real lengths.
@@ -457,7 +390,6 @@ def beam_search(
         first (fewer only when fewer than `nbest` outputs have non-zero probability; a sentence
         where none has gets one empty hypothesis with score -inf).
     """
-    check(settings)
     k, device = settings.beam, src.device
     max_lengths = max_lengths.to(device).clamp(min=1)  # (B,)
     longest = int(max_lengths.max())
@@ -473,7 +405,9 @@ def beam_search(
             beams.prev, beams.state, need_weights=tracked.needed
         )
         tracked.add(attention)  # this step included: what finishes now has produced it
-        log_probs = _constrained_log_probs(logits, model, beams.history, step, settings)
+        log_probs = allowed_log_probs(
+            logits, model, beams.history, settings.min_length, settings.no_repeat_ngram
+        )
         top = _top_candidates(beams, log_probs, k, model.eos_id)  # (B_live, 2K)
         at_limit = max_lengths[beams.sentences] == step + 1  # (B_live,) its last step
         _finish(finished, top.first(k), at_limit, beams, step, lp, tracked, model.pad_id)
@@ -508,25 +442,6 @@ def _finish(
     longest = finished.tokens.size(-1)
     new = finished_candidates(finishing, best, beams.history, step, lp, longest, pad_id, penalty)
     finished.merge(beams.sentences, new)
-
-
-def _constrained_log_probs(
-    logits: Tensor, model: Seq2Seq, history: Tensor, step: int, settings: DecodingConfig
-) -> Tensor:
-    """Next-token log-probabilities (R, V) of the live rows, -inf where a constraint forbids
-    the token: PAD and BOS always, EOS before `min_length`, a repeated n-gram.
-
-    Args:
-        logits: (R, V) of this step; history: (R, step) the output tokens so far.
-    """
-    log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
-    if step < settings.min_length:
-        log_probs[:, model.eos_id] = NEG_INF
-    n = settings.no_repeat_ngram
-    if n and step >= n:
-        banned = _banned_by_ngrams(history, n, log_probs.size(-1))  # (R, V)
-        log_probs = log_probs.masked_fill(banned, NEG_INF)
-    return log_probs
 
 
 def _top_candidates(beams: _Beams, log_probs: Tensor, k: int, eos: int) -> Candidates:
@@ -570,8 +485,11 @@ def _is_done(
     lp: Tensor,
     step: int,
 ) -> Tensor:
-    """(B_live,) bool: the sentence's n-best list cannot change any more (module docstring,
-    "Stopping"), or it reached its length limit.
+    """(B_live,) bool: the sentence reached its length limit, or its n-best list cannot change:
+    log-probabilities are <= 0, so a live hypothesis of raw score s reaches at best s / lp(L),
+    L the final length that maximises lp (its limit for alpha > 0, the next step for
+    alpha < 0), and the N-th best finished hypothesis already scores at least that. (cp <= 0
+    only grows as a hypothesis attends to more of the source: the bound stays one.)
 
     Args:
         live: the live beams (B_live, K), best first; sentences: (B_live,) their sentences.

@@ -1,27 +1,9 @@
 """Decoding with CTranslate2 (`attnseq translate --engine ctranslate2 FOLDER`): a folder written
-by `attnseq export CHECKPOINT --to ctranslate2 FOLDER` (models/ctranslate2_export.py), decoded
-by `ctranslate2.Translator`. It is a backend of decoding/translate.py's `TextTranslator`, so
-the input/output rules are the same loop's: one output per input line in order, blank lines
-give blank outputs without decoding, chunks sorted by length and cut into batches, sources cut
-to data.max_src_len, Moses n-best lines with nbest > 1. It searches, never samples: settings
-with `sample` are refused.
-
-Settings map onto the engine's options: beam -> beam_size (1: greedy), nbest ->
-num_hypotheses, min_length -> min_decoding_length, no_repeat_ngram -> no_repeat_ngram_size,
-coverage_penalty -> coverage_penalty; PAD and BOS are suppressed as attnseq's searches never
-produce them. Output limits: the engine takes one maximum per batch, so it decodes up to the
-batch's largest ratio * S + extra and each output is cut to its own limit afterwards (for
-greedy decoding exactly attnseq's rule).
-
-Documented differences from attnseq's own beam search:
-- length_penalty: the engine ranks finished hypotheses by log P / |Y|^alpha, attnseq by the GNMT
-  log P / ((5 + |Y|) / 6)^alpha; with length_penalty=0 both rank by log P (and agree).
-- coverage_penalty: the engine's own formula.
-- scores: `Hypothesis.score` and `normalized_score` are both the engine's score, log P divided
-  by |Y|^length_penalty (the raw log P with length_penalty=0).
-- attention (`hypotheses(..., attention=True)`): the engine returns the cross-attention of one
-  decoder layer averaged over its heads (the layer and heads chosen at export, model.alignment_*),
-  shaped here (1, 1, T_out, S) in attnseq's (L, H, T_out, S) convention.
+by `attnseq export` (models/ctranslate2_export.py), decoded by `ctranslate2.Translator` as a
+backend of decoding/translate.py's `TextTranslator`, so the input and output rules are that
+loop's. It searches (greedy or beam search), never samples. The settings map onto the engine's
+options; where its length penalty, coverage penalty, scores and attention differ from
+attnseq's searches is listed in docs/internals/decoding.md.
 """
 
 import json
@@ -35,7 +17,7 @@ from attnseq.config.devices import DEVICE_FORMS, check_device_name
 from attnseq.config.schema import DecodingConfig
 from attnseq.data.tokenizers import BOS_ID, PAD_ID, TokenizerPair
 from attnseq.decoding.settings import Hypothesis
-from attnseq.decoding.translate import TextTranslator
+from attnseq.decoding.translate import SourceBatch, TextTranslator
 from attnseq.errors import UserError
 from attnseq.models.ctranslate2_export import (
     EXPORT_FILE,
@@ -94,16 +76,13 @@ class CTranslate2Translator(TextTranslator):
                 "the CTranslate2 engine decodes with greedy or beam search: it does not sample"
             )
 
-    def _decode_batch(
-        self,
-        sources: list[list[int]],
-        extended: list[tuple[list[int], list[str]]],
-        settings: DecodingConfig,
-        attention: bool,
-        generator: torch.Generator | None,
-    ) -> list[list[Hypothesis]]:
-        """One batch through the engine: the n-best list of each source. `extended` is empty
-        and `generator` None: exports hold no copy models, and the engine never samples."""
+    def _decode_batch(self, batch: SourceBatch) -> list[list[Hypothesis]]:
+        """One batch through the engine: the n-best list of each source. `batch.extended` is
+        empty and `batch.generator` None: exports hold no copy models, and the engine never
+        samples. The engine takes one output limit per batch: it decodes up to the batch's
+        largest ratio * S + extra and each output is cut to its own limit afterwards (for
+        greedy decoding exactly attnseq's rule); PAD and BOS are suppressed."""
+        sources, settings, attention = batch.sources, batch.settings, batch.attention
         limits = [
             int(len(ids) * settings.max_output_ratio) + settings.max_output_extra for ids in sources
         ]

@@ -1,21 +1,20 @@
-"""Greedy decoding: the most probable token at every step, a whole batch at once.
-
-Each step is one `decode_step` over the live rows (the RNN carries its hidden state, the
-transformer its key/value cache). A row that produced EOS or reached its length limit leaves the
-batch (`reorder_state` keeps the others), so a long run-away hypothesis does not keep the whole
-batch busy. Asked for, the cross-attention of every step is kept with the rows that produced it
-and stacked per hypothesis at the end.
+"""Greedy decoding, and the token-by-token loop it shares with sampling (`token_by_token`): one
+`decode_step` over the live rows per step; a row that produced EOS or reached its length limit
+leaves the batch (`reorder_state` keeps the others).
 
 Shapes: B batch, S source length, T_max the longest output limit + 1, B_live rows still decoding.
 """
 
+from collections.abc import Callable
 from typing import Unpack
 
 import torch
 from torch import Tensor
 
-from attnseq.decoding.settings import Hypothesis, never_pad_or_bos, start_decoding
+from attnseq.decoding.settings import Hypothesis, allowed_log_probs, start_decoding
 from attnseq.models.seq2seq import CopyInputs, Seq2Seq
+
+Choose = Callable[[Tensor], Tensor]  # (R_live, V) log-probabilities -> (R_live,) next tokens
 
 
 @torch.no_grad()
@@ -36,6 +35,31 @@ def greedy_decode(
         **copy_inputs: copy models: src_ext (B, S), the source in the extended vocabulary, and
             n_oov, its number of extra ids.
     """
+    return token_by_token(
+        model, src, src_lengths, max_lengths, most_probable, need_weights, copy_inputs
+    )
+
+
+def most_probable(log_probs: Tensor) -> Tensor:
+    """Greedy's choice: the most probable token of every row, (R, V) -> (R,)."""
+    return log_probs.max(dim=-1).indices
+
+
+def token_by_token(
+    model: Seq2Seq,
+    src: Tensor,
+    src_lengths: Tensor,
+    max_lengths: Tensor,
+    choose: Choose,
+    need_weights: bool,
+    copy_inputs: CopyInputs,
+    min_length: int = 0,
+    no_repeat_ngram: int = 0,
+) -> list[Hypothesis]:
+    """One hypothesis per row of src (B, S): at every step `choose` picks each live row's next
+    token from its allowed log-probabilities (`allowed_log_probs` with `min_length` and
+    `no_repeat_ngram`), which the hypothesis's score sums. Greedy decoding chooses the argmax,
+    sampling draws."""
     batch_size, device = src.size(0), src.device
     max_lengths = max_lengths.to(device)
     longest = int(max_lengths.max())
@@ -47,24 +71,25 @@ def greedy_decode(
     step_weights: list[tuple[Tensor, Tensor]] = []  # (rows, weights) per step
     for step in range(longest + 1):
         logits, attention, state = model.decode_step(prev, state, need_weights=need_weights)
-        log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)
-        best_scores, best = log_probs.max(dim=-1)  # (B_live,)
-        out[active, step] = best
-        scores[active] += best_scores
+        history = out[active, :step]  # (B_live, step)
+        log_probs = allowed_log_probs(logits, model, history, min_length, no_repeat_ngram)
+        chosen = choose(log_probs)  # (B_live,)
+        out[active, step] = chosen
+        scores[active] += log_probs.gather(1, chosen.unsqueeze(1)).squeeze(1)
         if need_weights and attention is not None:
             step_weights.append((active, attention))
-        keep = (best != model.eos_id) & (max_lengths[active] > step + 1)
+        keep = (chosen != model.eos_id) & (max_lengths[active] > step + 1)
         if not bool(keep.all()):
             keep_index = keep.nonzero().squeeze(1)
-            active, best = active[keep_index], best[keep_index]
+            active, chosen = active[keep_index], chosen[keep_index]
             if active.numel() == 0:
                 break
             state = model.reorder_state(state, keep_index)
-        prev = best
-    return collect_hypotheses(out, scores, step_weights, src_lengths, max_lengths, model.eos_id)
+        prev = chosen
+    return _collect_hypotheses(out, scores, step_weights, src_lengths, max_lengths, model.eos_id)
 
 
-def collect_hypotheses(
+def _collect_hypotheses(
     out: Tensor,
     scores: Tensor,
     step_weights: list[tuple[Tensor, Tensor]],

@@ -1,14 +1,7 @@
-"""What decoding is asked for and what it returns, and the pieces both searches share.
-
-How to decode is a `DecodingConfig` (attnseq/config/schema.py), the `decoding.*` node of a
-run's config taken as it is: beam size, n-best, output limits, length penalty, constraints,
-or sampling. `with_changes` gives a model's settings with some of them changed (the options of
-`attnseq eval` and `attnseq translate`, the Python API's keywords), `check` says what is out
-of range. `Hypothesis` is one decoded output. `gnmt_length_penalty` is the lp(Y) of the GNMT
-length-normalised score s(Y, X) = log P(Y | X) / lp(Y) (Wu et al. 2016, eq. 14) that outputs
-are ranked by (beam_search.py).
-
-Both searches give PAD and BOS probability zero (`never_pad_or_bos`): neither is ever a target.
+"""What decoding is asked for and what it returns: the settings (a `DecodingConfig`, the
+`decoding.*` node of a run's config) changed (`with_changes`) and checked (`check`) where they
+are made, `Hypothesis` (one output), output limits, the GNMT length penalty, and what every
+search shares: the start of decoding and the tokens a step may produce (`allowed_log_probs`).
 
 Shapes: B batch, R rows of the live batch, V target vocabulary.
 """
@@ -17,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, overload
 
+import torch
 from torch import Tensor
 
 from attnseq.config.checks import decoding_problems, field_problems
@@ -159,3 +153,43 @@ def never_pad_or_bos(log_probs: Tensor, model: Seq2Seq) -> Tensor:
         if token != model.eos_id:
             log_probs[:, token] = NEG_INF
     return log_probs
+
+
+def allowed_log_probs(
+    logits: Tensor, model: Seq2Seq, history: Tensor, min_length: int = 0, no_repeat_ngram: int = 0
+) -> Tensor:
+    """Next-token log-probabilities (R, V) of the live rows, -inf where decoding forbids the
+    token: PAD and BOS always, EOS before `min_length` output tokens, a token that would
+    repeat an n-gram of `no_repeat_ngram` tokens (0: none). Every search reads these.
+
+    Args:
+        logits: (R, V) of this step; history: (R, t) the output tokens so far.
+    """
+    log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
+    step = history.size(1)
+    if step < min_length:
+        log_probs[:, model.eos_id] = NEG_INF
+    if no_repeat_ngram and step >= no_repeat_ngram:
+        banned = banned_by_ngrams(history, no_repeat_ngram, log_probs.size(-1))  # (R, V)
+        log_probs = log_probs.masked_fill(banned, NEG_INF)
+    return log_probs
+
+
+def banned_by_ngrams(history: Tensor, n: int, vocab_size: int) -> Tensor:
+    """Tokens that would repeat an n-gram already in the history.
+
+    Args:
+        history: (R, t) output tokens so far, t >= n.
+        n: n-gram size.
+
+    Returns:
+        (R, V) bool, True where the next token would complete an n-gram seen before.
+    """
+    t = history.size(1)
+    ngrams = history.unfold(1, n, 1)  # (R, t - n + 1, n)
+    suffix = history[:, t - n + 1 :]  # (R, n - 1): the prefix of the n-gram being completed
+    match = (ngrams[:, :, :-1] == suffix.unsqueeze(1)).all(dim=-1)  # (R, t - n + 1)
+    # unmatched n-grams point at a spare column V that is cut off afterwards
+    banned = torch.where(match, ngrams[:, :, -1], vocab_size)  # (R, t - n + 1)
+    mask = torch.zeros(history.size(0), vocab_size + 1, dtype=torch.bool, device=history.device)
+    return mask.scatter_(1, banned, True)[:, :vocab_size]

@@ -1,53 +1,24 @@
-"""Decode raw text with a checkpoint: what `attnseq translate` runs (translation, summarization,
-any seq2seq checkpoint). Needs nothing but the checkpoint: config, tokenizers and weights.
-
-One loop, two backends. `TextTranslator` reads, encodes, sorts, batches and formats text;
-a backend decodes one batch of encoded sources: `Translator` with attnseq's own searches over a
-loaded checkpoint (decoding/__init__.py's `decode`), `CTranslate2Translator` with the CTranslate2
-engine over an exported folder (decoding/ctranslate2_engine.py). The rules below hold for both.
-
-Input and output. One output per input line, in input order. A line that is empty or only
-whitespace gives an empty output without being sent to the model (a model given an empty source
-would still produce something). With nbest > 1 the output of a line is a list of n lines in the
-Moses n-best format
-
-    LINE ||| HYPOTHESIS ||| SCORE
-
-with LINE the 0-based number of the input line and SCORE the length-normalised model score that
-ranks the list (`Hypothesis.normalized_score`; with length_penalty=0 the sum of log-probs),
-best first; an empty input line gives the single entry `LINE |||  ||| 0.0000`. Sampling with
-num_samples > 1 writes its samples in the same format, n lines per input in the order drawn
-(as OpenNMT-py's `-n_best` with random sampling and fairseq's `--nbest` with `--sampling`
-list them), SCORE the length-normalised model score of the sample (decoding/sampling.py).
-
-Streaming. Lines are read `chunk_size` at a time (1000 by default). Each chunk is sorted by
-source length and cut into batches of `batch_size` sentences, so sentences of similar length
-share a batch (little padding); its outputs are put back into input order and yielded before
-the next chunk is read. Memory stays bounded and the first outputs appear early, whatever the
-size of the input.
-
-Sources longer than the `data.max_src_len` the model was trained with are truncated to it, as
-training did for summarization.
-
-Copy models (`model.copy`): every line gets its extended vocabulary (source words the target
-vocabulary lacks, attnseq/data/extended_vocab.py), and copied words are written as the line has
-them.
+"""Decode raw text with a checkpoint: what `attnseq translate` runs. One loop, two backends:
+`TextTranslator` reads, encodes, sorts, batches and formats text; a backend decodes one batch
+of encoded sources (`SourceBatch`): `Translator` with attnseq's own searches over a loaded
+model, `CTranslate2Translator` (decoding/ctranslate2_engine.py) with the CTranslate2 engine
+over an exported folder. docs/internals/decoding.md gives the rules both keep (output order,
+blank lines, n-best format, streaming, truncation, copied words).
 """
 
 import abc
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from attnseq.config.devices import resolve_device
 from attnseq.config.schema import DecodingConfig, TrainConfig
 from attnseq.data.extended_vocab import extend_text
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding import Hypothesis, decode, sampling_generator
-from attnseq.decoding.settings import check, outputs_per_input, with_changes
+from attnseq.decoding.settings import outputs_per_input, with_changes
 from attnseq.errors import UserError
 from attnseq.models.seq2seq import Seq2Seq
 
@@ -58,6 +29,24 @@ class Counter(Protocol):
     """Told how many more input lines are done (e.g. `attnseq.io.progress.counting`'s counter)."""
 
     def advance(self, count: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    """One batch of encoded sources, and how to decode it.
+
+    sources: the batch's source ids, shortest first, cut to data.max_src_len.
+    extended: copy models: each source in the extended vocabulary and its out-of-vocabulary
+        words (data/extended_vocab.py); empty otherwise.
+    settings: the decoding settings; attention: return each hypothesis's cross-attention.
+    generator: sampling draws from it (one stream for the whole input).
+    """
+
+    sources: list[list[int]]
+    extended: list[tuple[list[int], list[str]]]
+    settings: DecodingConfig
+    attention: bool
+    generator: torch.Generator | None
 
 
 class TextTranslator(abc.ABC):
@@ -80,11 +69,8 @@ class TextTranslator(abc.ABC):
         return with_changes(self.cfg.decoding, changes)
 
     def check(self, settings: DecodingConfig, batch_size: int) -> None:
-        """UserError for settings out of range or a batch size below 1."""
-        try:
-            check(settings)
-        except ValueError as error:
-            raise UserError(f"invalid decoding settings: {error}") from None
+        """UserError for a batch size below 1 (or settings this backend cannot honour). The
+        settings themselves are checked where they are made (`settings`, a run's config)."""
         if batch_size < 1:
             raise UserError(f"batch size must be >= 1, got {batch_size}")
 
@@ -96,11 +82,16 @@ class TextTranslator(abc.ABC):
         chunk_size: int = CHUNK_SIZE,
         counter: Counter | None = None,
     ) -> Iterator[str | list[str]]:
-        """Output text for `lines`, one per line, in order (see the module docstring).
-        `counter` is advanced as lines are decoded (batch by batch, blank lines included).
+        """Output text for `lines`, one per line, in input order: a blank line (empty or only
+        whitespace) gives "" without being decoded; with nbest > 1 (or num_samples > 1) a line
+        gives n lines `LINE ||| HYPOTHESIS ||| SCORE` (Moses' n-best format: LINE 0-based,
+        SCORE `Hypothesis.normalized_score`), a blank one `LINE |||  ||| 0.0000`. Lines are
+        read `chunk_size` at a time, sorted by length within a chunk and cut into batches, so
+        memory stays bounded; sources are cut to the model's data.max_src_len. `counter` is
+        advanced as lines are decoded (batch by batch, blank lines included).
 
         Raises:
-            UserError: invalid settings or batch size.
+            UserError: a batch size below 1 (or settings the backend cannot honour).
         """
         for number, (hypotheses, oovs) in enumerate(
             self.nbest_lists(lines, settings, batch_size, chunk_size, False, counter)
@@ -120,7 +111,7 @@ class TextTranslator(abc.ABC):
         `attention`: each hypothesis carries its cross-attention (`Hypothesis.attention`).
 
         Raises:
-            UserError: invalid settings or batch size.
+            UserError: a batch size below 1 (or settings the backend cannot honour).
         """
         for hypotheses, _ in self.nbest_lists(
             lines, settings, batch_size, chunk_size, attention, counter
@@ -128,23 +119,8 @@ class TextTranslator(abc.ABC):
             yield hypotheses
 
     @abc.abstractmethod
-    def _decode_batch(
-        self,
-        sources: list[list[int]],
-        extended: list[tuple[list[int], list[str]]],
-        settings: DecodingConfig,
-        attention: bool,
-        generator: torch.Generator | None,
-    ) -> list[list[Hypothesis]]:
-        """The n-best list (or samples) of each source of one batch.
-
-        Args:
-            sources: the batch's source ids, shortest first, cut to data.max_src_len.
-            extended: copy models: each source in the extended vocabulary and its
-                out-of-vocabulary words (data/extended_vocab.py); empty otherwise.
-            attention: return each hypothesis's cross-attention.
-            generator: sampling draws from it (one stream for the whole input).
-        """
+    def _decode_batch(self, batch: SourceBatch) -> list[list[Hypothesis]]:
+        """The n-best list (or samples) of each source of one batch."""
 
     def nbest_lists(
         self,
@@ -195,13 +171,14 @@ class TextTranslator(abc.ABC):
             counter.advance(len(texts) - len(encoded))  # blank lines: nothing to decode
         for start in range(0, len(order), batch_size):
             numbers = order[start : start + batch_size]
-            nbest_lists = self._decode_batch(
+            batch = SourceBatch(
                 [encoded[number] for number in numbers],
                 [extended[number] for number in numbers] if extended else [],
                 settings,
                 attention,
                 generator,
             )
+            nbest_lists = self._decode_batch(batch)
             for number, nbest in zip(numbers, nbest_lists, strict=True):
                 results[number] = (nbest, extended[number][1] if extended else [])
             if counter is not None:
@@ -246,39 +223,21 @@ class Translator(TextTranslator):
         self.device = device
         self.model = model.to(device).eval()
 
-    @classmethod
-    def from_checkpoint(
-        cls,
-        path: Path,
-        device: str = "auto",
-        overrides: list[str] | None = None,
-        ensemble: Sequence[Path] = (),
-    ) -> "Translator":
-        """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint);
-        `overrides` (key=value) change its config, e.g. its decoding settings decoding.beam=3
-        (UserError if one is invalid). `ensemble`: more checkpoints that decode with it as an
-        ensemble (UserError if their tokenizers or task differ from its)."""
-        from attnseq.models.ensemble import load_ensemble
-
-        trained = load_ensemble([path, *ensemble], overrides)
-        return cls(trained.model, trained.tokenizers, trained.cfg, resolve_device(device))
-
-    def _decode_batch(
-        self,
-        sources: list[list[int]],
-        extended: list[tuple[list[int], list[str]]],
-        settings: DecodingConfig,
-        attention: bool,
-        generator: torch.Generator | None,
-    ) -> list[list[Hypothesis]]:
-        src, src_lengths = self._pad(sources)
+    def _decode_batch(self, batch: SourceBatch) -> list[list[Hypothesis]]:
+        src, src_lengths = self._pad(batch.sources)
         copy_inputs = {}
-        if extended:
-            src_ext, _ = self._pad([ids for ids, _ in extended])
-            n_oov = max(len(oovs) for _, oovs in extended)
+        if batch.extended:
+            src_ext, _ = self._pad([ids for ids, _ in batch.extended])
+            n_oov = max(len(oovs) for _, oovs in batch.extended)
             copy_inputs = {"src_ext": src_ext, "n_oov": n_oov}
         return decode(
-            self.model, src, src_lengths, settings, attention, generator=generator, **copy_inputs
+            self.model,
+            src,
+            src_lengths,
+            batch.settings,
+            batch.attention,
+            generator=batch.generator,
+            **copy_inputs,
         )
 
     def _pad(self, sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -130,10 +130,13 @@ class Evaluator:
             loss_sum, n_tokens = sequence_loss(output.logits, batch.tgt_out, model.pad_id)
             total += float(loss_sum)
             tokens += n_tokens
-            for key, name in (("p_gen", "p_gen_mean"), ("coverage_loss", "coverage_loss")):
-                if key in output.extras:  # (B, T), summed over the real target positions
+            for name, values in (
+                ("p_gen_mean", output.p_gen),
+                ("coverage_loss", output.coverage_loss),
+            ):
+                if values is not None:  # (B, T), summed over the real target positions
                     real = batch.tgt_out != model.pad_id
-                    extras[name] = extras.get(name, 0.0) + float(output.extras[key][real].sum())
+                    extras[name] = extras.get(name, 0.0) + float(values[real].sum())
         results = {"loss": total / max(tokens, 1)}
         results.update({name: value / max(tokens, 1) for name, value in extras.items()})
         return results
@@ -216,7 +219,8 @@ class Evaluator:
             src_ext = torch.tensor([view.src_ext or [model.pad_id]], device=self.device)
             tgt_in = torch.tensor([[model.bos_id, *hypothesis.tokens]], device=self.device)
             output = model(src, lengths, tgt_in, src_ext=src_ext, n_oov=len(view.oovs))
-            values.append(output.extras["p_gen"][0].cpu().numpy())  # (T,)
+            assert output.p_gen is not None
+            values.append(output.p_gen[0].cpu().numpy())  # (T,)
         return values
 
     def oovs(self, index: int) -> list[str]:

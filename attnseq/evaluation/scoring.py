@@ -40,7 +40,6 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from pathlib import Path
 
 import torch
 
@@ -212,14 +211,6 @@ class Scorer:
         self.max_tokens = max_tokens
 
     @classmethod
-    def from_checkpoint(cls, path: Path, device: str = "auto") -> "Scorer":
-        """Load a checkpoint (UserError if it is missing or not an attnseq checkpoint)."""
-        from attnseq.config.devices import resolve_device
-        from attnseq.models.loading import load_trained_model
-
-        return cls.from_trained(load_trained_model(path), resolve_device(device))
-
-    @classmethod
     def from_trained(cls, trained: TrainedModel, device: torch.device) -> "Scorer":
         """A scorer of a loaded checkpoint (`attnseq.models.loading.load_trained_model`)."""
         cfg = trained.cfg
@@ -309,16 +300,3 @@ class Scorer:
             max_sentences,
             extended,
         )
-
-
-def score_pairs(
-    checkpoint: Path,
-    pairs: Sequence[tuple[str, str]],
-    device: str = "auto",
-    max_tokens: int | None = None,
-    max_sentences: int | None = None,
-) -> list[PairScore]:
-    """Load `checkpoint` and score (source, target) text pairs: one `PairScore` each, in order.
-    For example, `summarize(score_pairs(Path("best.pt"), pairs)).ppl` is the perplexity of the
-    references `pairs`; `Scorer` keeps the model loaded between calls."""
-    return Scorer.from_checkpoint(checkpoint, device).score(pairs, max_tokens, max_sentences)

@@ -1,46 +1,8 @@
-"""Export of a trained transformer to CTranslate2 (OpenNMT's C++ inference engine for
-transformers): the weights mapped onto `ctranslate2.specs.TransformerSpec`, saved as a model
-folder that `ctranslate2.Translator` loads, with the checkpoint's tokenizers beside it.
-
-The mapping, attnseq -> CTranslate2 (both compute Vaswani et al. 2017's transformer):
-
-| attnseq                                   | TransformerSpec                                    |
-|-------------------------------------------|----------------------------------------------------|
-| sqrt(d_model) * E[x] + PE(pos)            | embeddings, scale_embeddings=True,                 |
-|                                           | position_encodings.encodings = the table PE(0..P-1)|
-| norm=pre: LayerNorm before each sublayer, | pre_norm=True; the sublayer's layer_norm; encoder/ |
-| final LayerNorm                           | decoder layer_norm                                 |
-| norm=post: LayerNorm after the residual   | pre_norm=False; the same layer_norm, applied after |
-| self-attention q_proj, k_proj, v_proj     | self_attention.linear[0]: [W^Q; W^K; W^V] fused    |
-| cross-attention q_proj; k_proj, v_proj    | attention.linear[0]; linear[1]: [W^K; W^V] fused   |
-| out_proj                                  | linear[-1]                                         |
-| FeedForward inner, ReLU, outer            | ffn.linear_0, activation RELU, ffn.linear_1        |
-| output_proj (no bias; maybe tied)         | decoder.projection                                 |
-| torch LayerNorm eps 1e-5                  | config.layer_norm_epsilon = 1e-5 (engine: 1e-6)    |
-| decoding starts from BOS <s>              | config.decoder_start_token = "<s>"                 |
-
-The positional encodings are written out as a table for both kinds: CTranslate2's built-in
-sinusoids put the sines in the first half of the channels and the cosines in the second, while
-attnseq interleaves them (sin at 2i, cos at 2i+1, positional.py), so the table is computed by
-attnseq's own module, for positions 0 .. model.max_positions - 1.
-
-What the engine lacks is a UserError naming the feature (`unsupported_features`): the RNN
-family, copy/coverage (pointer-generator), efficient self-attention kinds, persistent
-memory slots, the encoder's convolution sublayer.
-
-A pruned checkpoint (head_mask.py) keeps its mask xi: each head's context is scaled by xi_h
-before W^O, which is the same as scaling the head's d_k input columns of W^O, so the exported
-out_proj weights are W^O diag(xi_h repeated d_k times) and the engine computes what the
-masked model computes.
-
-The export folder holds CTranslate2's files (model.bin, config.json, the vocabularies) and
-attnseq's: attnseq_export.json (the run's config and the tokenizer states, what
-`attnseq translate --engine ctranslate2` reads) and, for sentencepiece tokenizers,
-source.model / target.model (or one joint.model) for tools outside attnseq. These names
-(`EXPORT_NAMES`) are the export's own files: the folder is written in full in a staging folder
-and moved into place (io/atomic.py), and an export into an earlier one (`force`)
-replaces these files only, so other files in the folder stay. The folder is never the
-checkpoint or a folder holding it, and a folder with files that are not an export is refused.
+"""Export of a trained transformer to CTranslate2 (OpenNMT's C++ inference engine): the weights
+mapped onto `ctranslate2.specs.TransformerSpec` (`transformer_spec`; the mapping is in
+docs/internals/models.md), saved as a model folder `ctranslate2.Translator` loads, with the
+checkpoint's tokenizers beside it. What the engine lacks is a UserError naming the feature
+(`unsupported_features`). The folder is written whole in a staging folder and moved into place.
 """
 
 import json
@@ -128,7 +90,10 @@ def export_ctranslate2(
     checkpoint: Path, out_dir: Path, quantize: str | None = None, force: bool = False
 ) -> Path:
     """Convert `checkpoint` into a CTranslate2 model folder `out_dir`: new, empty, or (with
-    `force`) an earlier export whose own files are replaced.
+    `force`) an earlier export whose own files (`EXPORT_NAMES`) are replaced, other files
+    staying. The folder holds CTranslate2's files and attnseq's: attnseq_export.json (the
+    run's config and tokenizer states, what `attnseq translate --engine ctranslate2` reads)
+    and, for sentencepiece tokenizers, source.model / target.model (or joint.model).
 
     Raises:
         UserError: `out_dir` is the checkpoint, holds it, is a file, holds files that are not an
@@ -201,7 +166,9 @@ def import_ctranslate2() -> Any:
 
 
 def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: TokenizerPair) -> Any:
-    """The `TransformerSpec` of a `TransformerSeq2Seq`, weights set (module docstring)."""
+    """The `TransformerSpec` of a `TransformerSeq2Seq`, weights set. The positional encodings
+    go out as a table for both kinds: the engine's own sinusoids put sines in the first half
+    of the channels, attnseq interleaves them (positional.py)."""
     from ctranslate2.specs import common_spec, transformer_spec
 
     m = cfg.model
@@ -251,9 +218,10 @@ def _array(value: torch.Tensor) -> np.ndarray:
 
 
 def _apply_head_masks(model: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
-    """Fold every attention sublayer's head mask xi (H,) into its W^O: the mask scales head h's
-    context (B, H, T, d_k) before W^O (d_model, H d_k), which equals scaling W^O's input
-    columns h d_k .. (h + 1) d_k - 1 by xi_h. The engine has no head mask of its own."""
+    """Fold every attention sublayer's head mask xi (H,) into its W^O (a pruned checkpoint,
+    head_mask.py): the mask scales head h's context (B, H, T, d_k) before W^O (d_model, H d_k),
+    which equals scaling W^O's input columns h d_k .. (h + 1) d_k - 1 by xi_h, so the
+    engine, which has no head mask, computes what the masked model computes."""
     from attnseq.models.head_mask import attention_sites
 
     names = {module: name for name, module in model.named_modules()}

@@ -1,33 +1,6 @@
-"""An ensemble of trained models behind the one `Seq2Seq` interface, so that greedy decoding,
-beam search, sampling, `attnseq eval` and `attnseq translate` use it as they use one model.
-
-Combination. At every step each member m gives its next-token distribution p_m(y | y_<t, x)
-from its own decoder state (RNN hidden state, transformer key/value cache; the ensemble's state
-is the list of the members' states, and `reorder_state` reorders each). The ensemble's
-distribution is the mean of the members' probabilities,
-
-    log p(y | y_<t, x) = log (1/M) sum_m p_m(y | y_<t, x)
-                       = logsumexp_m log p_m(y | y_<t, x) - log M,
-
-the arithmetic mean that fairseq's `EnsembleModel.forward_decoder` (sequence_generator.py)
-computes; OpenNMT-py's ensemble takes the mean of the log-probabilities instead (a normalised
-geometric mean). The ensemble returns these log-probabilities where a model returns logits:
-log_softmax leaves normalised log-probabilities as they are, so every decoder reads them
-unchanged. A one-member ensemble returns its member's logits exactly.
-
-Attention: the mean of the members' cross-attention when all have the same shape (same family
-and layout: (B, S) or (B, L, H, S) per step), otherwise the first member's.
-Copy models (pointer-generators) already return log-probabilities over their extended
-vocabulary; all members copy or none does (`load_ensemble` checks), so their extended
-vocabularies agree.
-
-The teacher-forced `forward` combines the same way, so `attnseq eval`'s loss and perplexity are
-those of the ensemble.
-
-`load_ensemble` loads the members from their checkpoints and refuses (UserError, exit 2) a
-member whose tokenizers (hence vocabularies and special ids), task or copy setting differ from
-the first's; the first checkpoint's config (decoding settings, data) serves the ensemble, with
-the smallest `data.max_src_len` of the members (sources are cut to it).
+"""An ensemble of trained models behind the one `Seq2Seq` interface (`EnsembleModel`), so that
+every search, `attnseq eval` and `attnseq translate` use it as one model; `load_ensemble` loads
+and checks its members.
 
 Shapes: B batch, S source length, T target length, V target vocabulary (V + n_oov for copy
 models), M members.
@@ -43,12 +16,19 @@ from torch import Tensor, nn
 
 from attnseq.errors import UserError
 from attnseq.models.loading import TrainedModel, load_trained_model
-from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
+from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput, TeacherForcing
 
 
 def mean_log_probs(logits: Sequence[Tensor]) -> Tensor:
-    """log of the mean of the members' probabilities, (..., V), from each member's logits
-    (..., V); a single member's logits come back as they are."""
+    """The log of the mean of the members' probabilities, (..., V), from each member's logits
+    (..., V), each member's next-token distribution from its own decoder state:
+
+        log p(y | y_<t, x) = log (1/M) sum_m p_m(y | y_<t, x)
+                           = logsumexp_m log p_m(y | y_<t, x) - log M
+
+    the arithmetic mean of fairseq's `EnsembleModel.forward_decoder` (OpenNMT-py averages the
+    log-probabilities instead). Decoders read these as logits (log_softmax leaves them as they
+    are); a single member's logits come back as they are."""
     if len(logits) == 1:
         return logits[0]
     stacked = torch.stack([torch.log_softmax(item.float(), dim=-1) for item in logits])
@@ -63,8 +43,18 @@ def mean_attention(weights: Sequence[Tensor | None]) -> Tensor | None:
     return torch.stack(list(weights)).mean(dim=0)  # type: ignore[arg-type]
 
 
+def _mean(values: Sequence[Tensor | None]) -> Tensor | None:
+    """The mean of the members' values when every member has one of one shape, else None."""
+    first = values[0]
+    if first is None or any(v is None or v.shape != first.shape for v in values):
+        return None
+    return torch.stack(list(values)).mean(dim=0)  # type: ignore[arg-type]
+
+
 class EnsembleModel(Seq2Seq):
-    """Members decoding together (module docstring); members share their special ids.
+    """Members decoding together: each from its own decoder state (the ensemble's is their
+    list), combined by `mean_log_probs`. Members share their special ids; copy members share
+    their extended vocabularies (`load_ensemble` checks that all copy or none does).
 
     Args:
         members: trained models over the same vocabularies, in eval mode.
@@ -84,29 +74,39 @@ class EnsembleModel(Seq2Seq):
     def has_attention(self) -> bool:
         return all(member.has_attention for member in self.members)
 
-    def forward(  # type: ignore[override]
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool = False,
-        **inputs: Any,
-    ) -> Seq2SeqOutput:
-        """Teacher-forced pass of every member; log-probabilities (B, T, V) as logits, mean
-        attention, and the mean of every extra all members return with one shape."""
+    def teacher_forced(self, inputs: TeacherForcing) -> Seq2SeqOutput:
+        """Every member's teacher-forced pass, combined field by field:
+
+        - logits: the log of the mean probability (`mean_log_probs`), (B, T, V);
+        - attention: the mean (the first member's when the shapes differ, `mean_attention`);
+        - self-attention, alignment attention, p_gen and the coverage loss: the mean when every
+          member has one of one shape, else none. The ensemble's distribution is the mean of
+          the members', so its probability of generating is the mean p_gen;
+        - support: the first member's (it depends on the inputs alone);
+        - the REINFORCE sample and the segment attention: none. A sample drawn by one member
+          is no sample of the ensemble (which never trains), and segment ids are integers of
+          each member's own cut of the source.
+        """
         outputs = [
-            member(src, src_lengths, tgt_in, need_weights=need_weights, **inputs)
+            member(
+                inputs.src,
+                inputs.src_lengths,
+                inputs.tgt_in,
+                need_weights=inputs.need_weights,
+                alignment=inputs.alignment,
+                **inputs.copy,
+            )
             for member in self.members
         ]
-        extras = {
-            key: torch.stack([output.extras[key] for output in outputs]).mean(dim=0)
-            for key, value in outputs[0].extras.items()
-            if all(key in o.extras and o.extras[key].shape == value.shape for o in outputs)
-        }
         return Seq2SeqOutput(
-            mean_log_probs([output.logits for output in outputs]),
-            mean_attention([output.attention for output in outputs]),
-            extras,
+            logits=mean_log_probs([output.logits for output in outputs]),
+            attention=mean_attention([output.attention for output in outputs]),
+            encoder_self_attention=_mean([o.encoder_self_attention for o in outputs]),
+            decoder_self_attention=_mean([o.decoder_self_attention for o in outputs]),
+            alignment_attention=_mean([o.alignment_attention for o in outputs]),
+            p_gen=_mean([o.p_gen for o in outputs]),
+            coverage_loss=_mean([o.coverage_loss for o in outputs]),
+            support=outputs[0].support,
         )
 
     def start_decoding(self, src: Tensor, src_lengths: Tensor, **copy_inputs: Any) -> DecoderState:
@@ -137,7 +137,8 @@ class EnsembleModel(Seq2Seq):
 
 def load_ensemble(paths: Sequence[Path], overrides: list[str] | None = None) -> TrainedModel:
     """The checkpoints at `paths` as one model (one path: that model itself), with the first's
-    config and tokenizers; the payload records the members under "ensemble".
+    config (decoding settings, data) and tokenizers, and the smallest data.max_src_len of the
+    members (sources are cut to it); the payload records the members under "ensemble".
 
     Raises:
         UserError: a checkpoint fails to load, or a member cannot join the first (its

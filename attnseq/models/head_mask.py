@@ -1,37 +1,9 @@
 """The head mask of a transformer: which heads of which attention sublayer are kept (Michel et
 al. 2019, "Are Sixteen Heads Really Better than One?", NeurIPS; section 2, the gates xi_h).
-
-Every attention sublayer of a `TransformerSeq2Seq` holds a (H,) `head_mask` buffer
-(attnseq/attention/multihead.py): 1 keeps a head, 0 removes its output before W^O. A *site* is
-one such sublayer, named by its kind and layer index:
-
-    encoder_self    the self-attention of encoder layer l
-    decoder_self    the causal self-attention of decoder layer l
-    decoder_cross   the cross-attention of decoder layer l over the encoder output
-
-Masks are handled per kind as (L, H) tensors, L the layers of that stack.
-
-Pruning (`prune_masks`) masks the K heads with the lowest importance over the whole model, as
-Michel et al. do (section 4.1, global ranking), with one rule of ours: every site keeps at least
-one head. A site with all heads masked would pass on only the bias of W^O, the same vector for
-every position: the sublayer would be gone rather than thinned, and the question is which heads
-matter, not which sublayers. So at most (total heads - sites) heads can be pruned.
-
-Compaction (`compact_heads`; Michel et al. 2019, section 4.3, where pruning speeds up
-inference): a head mask zeroes a head's output but still computes it, so a pruned model computes
-less only once the masked heads leave the weights. `compact_heads` drops the masked heads of
-each full-attention sublayer: with kept heads K (as row blocks of d_k),
-
-    W^Q, W^K, W^V: (d_model, d_model) -> (K d_k, d_model)   the kept heads' output rows
-    W^O:           (d_model, d_model) -> (d_model, K d_k)   the kept heads' input columns,
-                                                            each scaled by its xi_h
-
-so the sublayer computes sum over kept h of xi_h head_h W^O_h, which is what the masked model
-computes (the masked heads contribute 0 there). Efficient self-attention kinds keep their masks
-(their mechanisms may hold per-head state). The result is for decoding and scoring without
-attention weights only: its state dict no longer fits the checkpoint's config (it is never
-saved), and the weights of layers with different head counts no longer stack into one
-(B, L, H, T, S) tensor.
+Every attention sublayer (a *site*: encoder_self, decoder_self or decoder_cross of layer l)
+holds a (H,) `head_mask` buffer (attention/multihead.py): 1 keeps a head, 0 removes its output
+before W^O. Masks are handled per kind as (L, H) tensors; pruning (`prune_masks`) and compaction
+(`compact_heads`) follow Michel et al., sections 4.1 and 4.3.
 
 Shapes: L layers of a stack, H heads (before compaction), K kept heads, d_k head size.
 """
@@ -172,7 +144,10 @@ def prune_count(spec: str, total: int, sites: int, name: str = "prune") -> int:
 def prune_masks(
     scores: dict[str, Tensor], count: int, current: dict[str, Tensor]
 ) -> dict[str, Tensor]:
-    """Masks with the `count` lowest-scoring heads set to 0, every site keeping one head.
+    """Masks with the `count` lowest-scoring heads set to 0, ranked over the whole model (Michel
+    et al. 2019, section 4.1), every site keeping one head: a site without heads would pass on
+    only W^O's bias, the same vector at every position, removing the sublayer rather than
+    thinning it. So at most (total heads - sites) heads can go.
 
     Args:
         scores: kind -> (L, H) importance, higher = more important.
@@ -216,8 +191,17 @@ def head_mask_state(model: nn.Module) -> dict[str, Tensor]:
 
 
 def compact_heads(model: nn.Module) -> int:
-    """Remove the masked heads of every full-attention sublayer in place; returns how many
-    heads were removed. The model computes the same outputs afterwards (up to rounding)."""
+    """Remove the masked heads of every full-attention sublayer in place (Michel et al. 2019,
+    section 4.3: a mask zeroes a head but still computes it); returns how many heads were
+    removed. With kept heads K (row blocks of d_k):
+
+        W^Q, W^K, W^V: (d_model, d_model) -> (K d_k, d_model)   the kept heads' output rows
+        W^O:           (d_model, d_model) -> (d_model, K d_k)   their input columns, times xi_h
+
+    so the sublayer computes sum over kept h of xi_h head_h W^O_h, what the masked model
+    computes (up to rounding). Efficient self-attention kinds keep their masks. The result is
+    for decoding and scoring without weights only: its state dict no longer fits the config
+    (it is never saved), and layers of different head counts no longer stack their weights."""
     removed = 0
     for site in attention_sites(model):
         attention = site.attention

@@ -1,11 +1,7 @@
-"""A trained model from its checkpoint: the one loader of eval, translate, visualize-alignment
-and the scripts.
-
-A checkpoint is a file anyone can hand over, so its structure is checked before it is used,
-and each problem is one UserError naming the checkpoint and what is wrong with it: entries
-missing or of the wrong type, a config that is not a valid attnseq config, a tokenizer state
-that does not rebuild, or weights that do not fit the model the config describes (missing,
-unexpected or wrongly shaped tensors).
+"""A trained model from its checkpoint (`load_trained_model`): the one loader of eval, translate,
+visualize-alignment, the Python API and the scripts. A checkpoint is a file anyone can hand over,
+so its structure is checked before use, each problem one UserError naming the checkpoint and what
+is wrong with it.
 """
 
 from dataclasses import dataclass

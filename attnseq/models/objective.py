@@ -1,58 +1,8 @@
-"""The training objective of a seq2seq model: every term, its formula and citation, and their
-weighted sum (`training_loss`). Validation, scoring and head importance use its cross entropy
-(`sequence_loss`); training/train_step.py runs the update around `training_loss`.
-
-The loss of one batch, summed over its real (non-padding) target positions (b, t):
-
-    L = sum_{b,t} CE_eps(y_bt | x_b, y_b<t)                  cross entropy, label smoothing eps
-      + lambda_c(step) sum_{b,t} covloss_bt                  coverage (pointer-generator)
-      + lambda_a sum_{b,t} - sum_s G_bts log A_bts           guided alignment
-      - lambda_r sum_b (r_b - b) sum_t log p(s~_bt | a_bt)   REINFORCE (sampled hard attention)
-      - lambda_e sum_b sum_t H(a_bt)                         its entropy bonus
-
-Each term is present when its inputs are: coverage when the model returns
-`extras["coverage_loss"]`, guided alignment when the batch has gold links and the model returned
-the supervised attention, REINFORCE when the model sampled (`extras["hard_log_prob"]`). The
-weights are settings: eps `optim.label_smoothing`, lambda_c `optim.coverage_lambda` from update
-`optim.coverage_start_step` on (0 before), lambda_a `optim.alignment_lambda`, lambda_r
-`optim.reinforce_lambda`, lambda_e `optim.reinforce_entropy`. Every term is summed, not
-averaged, so that the training step's one division by the real target tokens of the (global,
-accumulated) batch gives each paper's per-token mean, and validation divides by the count it
-needs (mean NLL for perplexity).
-
-Cross entropy with label smoothing (Szegedy, Vanhoucke, Ioffe, Shlens & Wojna 2016, "Rethinking
-the Inception Architecture for Computer Vision", CVPR, section 7): the target distribution is
-(1 - eps) one_hot(y) + eps / V. A copy model returns log-probabilities over its extended
-vocabulary in place of logits; cross entropy takes them as they are (their log_softmax is
-themselves, they already sum to one).
-
-Coverage (See, Liu & Manning 2017, "Get To The Point: Summarization with Pointer-Generator
-Networks", ACL, eq. 12-13): covloss_t = sum_i min(a_i^t, c_i^t), computed by the model
-(models/pointer_generator.py); the paper adds it for a last phase of training only, hence the
-start step.
-
-Guided alignment (Garg, Peitz, Nallapati & Barrett 2019, "Jointly Learning to Align and
-Translate with Transformer Models", EMNLP, section 4.2): the cross entropy between the gold
-distribution G of each step (data/batching.py `gold_distribution`) and the supervised attention
-A (`model.alignment_layer`, `model.alignment_head`).
-
-REINFORCE for hard attention trained by sampling (Xu, Ba, Kiros, Cho, Courville, Salakhutdinov,
-Zemel & Bengio 2015, "Show, Attend and Tell: Neural Image Caption Generation with Visual
-Attention", ICML, section 4.1, eq. 11-12). With s~ the sampled source positions of an example
-(models/hard_attention.py) and a the attention distributions:
-
-    dL_s/dW ~ d log p(y | s~, a)/dW
-              + lambda_r (log p(y | s~, a) - b) d log p(s~ | a)/dW
-              + lambda_e d H[s~]/dW                                            (eq. 12)
-
-The first term is the ordinary cross entropy through the chosen context; `reinforce_term` adds
-the other two as the surrogate loss above (minimised). The reward r_b = -(example b's mean token
-cross entropy) is the example's log-likelihood per token (Xu et al. use the sum; the mean keeps
-the scale of r independent of the length), detached: it is a number, not a path for gradients.
-The baseline b is the moving average b_k = decay b_{k-1} + (1 - decay) mean_b(r_b) over updates
-(`optim.reinforce_baseline_decay`; Xu et al.: 0.9), starting at the first batch's mean reward;
-its value lives in the model (`MovingAverageBaseline`, a buffer, so checkpoints and exact resume
-carry it) and `reinforce_loss` moves it after computing the term.
+"""The training objective of a seq2seq model: every term with its formula and citation, and their
+weighted sum (`training_loss`); validation, scoring and head importance use its cross entropy
+(`sequence_loss`). Every term is summed over the real target tokens, not averaged: the training
+step divides once by the tokens of the (global, accumulated) batch, which gives each paper's
+per-token mean.
 
 Shapes: B batch, S source length, T target length, V (extended) vocabulary.
 """
@@ -62,8 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnseq.config.schema import OptimConfig
-from attnseq.models.hard_attention import HARD_ENTROPY, HARD_LOG_PROB, REINFORCE_BASELINE
-from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, Seq2SeqOutput
+from attnseq.models.seq2seq import Seq2SeqOutput
 
 
 def training_loss(
@@ -74,27 +23,38 @@ def training_loss(
     step: int,
     gold_alignment: Tensor | None = None,
 ) -> Tensor:
-    """L of one batch at update `step` (0-based; module docstring), a 0-dim tensor summed over
-    the real target tokens: cross entropy, plus the coverage term when the model returns one
-    (`extras["coverage_loss"]`), plus the guided alignment term when the batch has gold links
-    and the model returned the supervised attention (`extras["alignment_attention"]`), plus the
-    REINFORCE term when the model sampled (which also moves the model's baseline).
+    """The loss of one batch at update `step` (0-based), summed over its real target positions
+    (b, t), a 0-dim tensor:
+
+        L = sum_{b,t} CE_eps(y_bt | x_b, y_b<t)                  cross entropy, label smoothing
+          + lambda_c(step) sum_{b,t} covloss_bt                  coverage (pointer-generator)
+          + lambda_a sum_{b,t} - sum_s G_bts log A_bts           guided alignment
+          - lambda_r sum_b (r_b - b) sum_t log p(s~_bt | a_bt)   REINFORCE (sampled hard
+          - lambda_e sum_b sum_t H(a_bt)                           attention) and its bonus
+
+    A term is there when its inputs are: `coverage_loss`, gold links with the
+    `alignment_attention`, a `reinforce` sample. The weights: eps `optim.label_smoothing`
+    (spread over the output's `support`), lambda_c `optim.coverage_lambda` from
+    `optim.coverage_start_step` on, lambda_a `optim.alignment_lambda`, lambda_r
+    `optim.reinforce_lambda`, lambda_e `optim.reinforce_entropy`. The loss changes nothing: the
+    training step moves the REINFORCE baseline (`move_baseline`).
 
     Args:
         output: the model's forward output; logits (B, T, V).
         targets: (B, T) next tokens, pad_id where there is no token.
-        optim: the terms' weights (module docstring).
+        optim: the terms' weights.
         gold_alignment: (B, T, S) the batch's gold distribution (`Batch.alignment`) or None.
     """
-    loss_sum = token_loss_sum(output.logits, targets, pad_id, optim.label_smoothing)
-    if "coverage_loss" in output.extras:  # See et al. 2017, eq. 13: + lambda * covloss_t
+    eps = optim.label_smoothing
+    loss_sum = token_loss_sum(output.logits, targets, pad_id, eps, output.support)
+    if output.coverage_loss is not None:  # See et al. 2017, eq. 13: + lambda * covloss_t
         weight = coverage_weight(optim, step)
-        loss_sum = loss_sum + coverage_term(output.extras["coverage_loss"], targets, pad_id, weight)
-    attention = output.extras.get(ALIGNMENT_ATTENTION)
+        loss_sum = loss_sum + coverage_term(output.coverage_loss, targets, pad_id, weight)
+    attention = output.alignment_attention
     if gold_alignment is not None and attention is not None:
         term = alignment_term(attention, gold_alignment, optim.alignment_lambda)
         loss_sum = loss_sum + term
-    if HARD_LOG_PROB in output.extras:
+    if output.reinforce is not None:
         loss_sum = loss_sum + reinforce_loss(output, targets, pad_id, optim)
     return loss_sum
 
@@ -103,15 +63,26 @@ def training_loss(
 
 
 def token_loss_sum(
-    logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float = 0.0
+    logits: Tensor,
+    targets: Tensor,
+    pad_id: int,
+    label_smoothing: float = 0.0,
+    support: Tensor | None = None,
 ) -> Tensor:
-    """Summed cross entropy over non-pad targets, a 0-dim tensor on the logits' device (no
-    host-device synchronisation: training counts its tokens on the host).
+    """Summed cross entropy over non-pad targets against the label-smoothed target
+    (1 - eps) one_hot(y) + eps u (Szegedy, Vanhoucke, Ioffe, Shlens & Wojna 2016, "Rethinking
+    the Inception Architecture for Computer Vision", CVPR, section 7), u uniform over all V
+    ids or, given, over each example's support; a 0-dim tensor on the logits' device (no
+    host-device synchronisation: training counts its tokens on the host). A copy model's
+    log-probabilities go in as logits: their log_softmax is themselves.
 
     Args:
         logits: (B, T, V); targets: (B, T) with pad_id where there is no token.
+        support: (B, V) bool, the ids u spreads over per example (`Seq2SeqOutput.support`).
     """
-    return _cross_entropy_sum(logits, targets, pad_id, label_smoothing)
+    if support is None or label_smoothing == 0:
+        return _cross_entropy_sum(logits, targets, pad_id, label_smoothing)
+    return smoothed_cross_entropy_sum(logits, targets, pad_id, label_smoothing, support)
 
 
 def sequence_loss(
@@ -129,6 +100,7 @@ def sequence_loss(
 def _cross_entropy_sum(
     logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float
 ) -> Tensor:
+    """CE_eps with the uniform part over all V ids."""
     return F.cross_entropy(
         logits.reshape(-1, logits.size(-1)).float(),  # (B*T, V)
         targets.reshape(-1),  # (B*T,)
@@ -136,6 +108,28 @@ def _cross_entropy_sum(
         reduction="sum",
         label_smoothing=label_smoothing,
     )
+
+
+def smoothed_cross_entropy_sum(
+    logits: Tensor, targets: Tensor, pad_id: int, eps: float, support: Tensor
+) -> Tensor:
+    """CE_eps with the uniform part over each example's support U_b (the target distribution
+    built explicitly, as Joey NMT's loss.py does), summed over the real target tokens:
+
+        CE_eps(y) = -(1 - eps) log p(y) - eps / |U_b| sum_{v in U_b} log p(v)
+
+    Args:
+        logits: (B, T, V); targets: (B, T) with pad_id where there is no token, each in its
+            example's support.
+        support: (B, V) bool, U_b.
+    """
+    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    real = targets != pad_id  # (B, T)
+    gold = log_probs.gather(-1, targets.masked_fill(~real, 0).unsqueeze(-1)).squeeze(-1)
+    within = support.unsqueeze(1)  # (B, 1, V)
+    uniform = log_probs.masked_fill(~within, 0.0).sum(dim=-1) / within.sum(dim=-1)  # (B, T)
+    token_loss = -(1.0 - eps) * gold - eps * uniform  # (B, T)
+    return torch.where(real, token_loss, 0.0).sum()
 
 
 # Coverage (See et al. 2017, eq. 13)
@@ -153,7 +147,7 @@ def coverage_term(per_position: Tensor, targets: Tensor, pad_id: int, weight: fl
     mean of -log P(w*_t) + lambda covloss_t.
 
     Args:
-        per_position: (B, T) covloss_t of every position (`extras["coverage_loss"]`).
+        per_position: (B, T) covloss_t of every position (`Seq2SeqOutput.coverage_loss`).
         targets: (B, T) loss targets, pad_id where there is no token.
         weight: lambda.
     """
@@ -177,7 +171,7 @@ def alignment_term(attention: Tensor, gold: Tensor, weight: float) -> Tensor:
     0 * log 0 at 0 without biasing any linked position.
 
     Args:
-        attention: (B, T, S) the supervised attention (`extras["alignment_attention"]`).
+        attention: (B, T, S) the supervised attention (`Seq2SeqOutput.alignment_attention`).
         gold: (B, T, S) the gold distribution (`Batch.alignment`).
         weight: lambda (`optim.alignment_lambda`).
     """
@@ -191,32 +185,42 @@ def alignment_term(attention: Tensor, gold: Tensor, weight: float) -> Tensor:
 def reinforce_loss(
     output: Seq2SeqOutput, targets: Tensor, pad_id: int, optim: OptimConfig
 ) -> Tensor:
-    """The REINFORCE term of a sampling pass (`extras["hard_log_prob"]`, "hard_entropy" (B, T))
-    with the rewards of this batch; then the baseline `extras["reinforce_baseline"]` moves
-    towards them (b <- decay b + (1 - decay) mean r).
+    """The REINFORCE term of a sampling pass (`output.reinforce`) with the rewards of this
+    batch against the baseline the pass read.
 
     Args:
         output: the model's forward output of a sampling pass; logits (B, T, V).
         targets: (B, T) next tokens, pad_id where there is no token.
-        optim: lambda_r, lambda_e and the baseline's decay.
+        optim: lambda_r and lambda_e.
     """
-    extras = output.extras
-    rewards = example_rewards(output.logits, targets, pad_id)  # (B,)
-    baseline = extras[REINFORCE_BASELINE]
-    term = reinforce_term(
-        extras[HARD_LOG_PROB],
-        extras[HARD_ENTROPY],
-        rewards,
-        baseline,
+    sample = output.reinforce
+    assert sample is not None
+    return reinforce_term(
+        sample.log_prob,
+        sample.entropy,
+        example_rewards(output.logits, targets, pad_id),  # (B,)
+        sample.baseline,
         targets != pad_id,
         (optim.reinforce_lambda, optim.reinforce_entropy),
     )
-    update_baseline(baseline, rewards, optim.reinforce_baseline_decay)
-    return term
+
+
+def move_baseline(output: Seq2SeqOutput, targets: Tensor, pad_id: int, decay: float) -> None:
+    """b <- decay b + (1 - decay) mean r for a sampling pass (`output.reinforce`), with the
+    rewards of its batch: the training step's, once per (micro-)batch, after its loss.
+
+    Args:
+        targets: (B, T) next tokens, pad_id where there is no token.
+    """
+    assert output.reinforce is not None
+    rewards = example_rewards(output.logits, targets, pad_id)  # (B,)
+    update_baseline(output.reinforce.baseline, rewards, decay)
 
 
 def example_rewards(logits: Tensor, targets: Tensor, pad_id: int) -> Tensor:
-    """r_b = -(mean cross entropy over example b's real target tokens), detached; (B,).
+    """r_b = -(mean cross entropy over example b's real target tokens), detached: the example's
+    log-likelihood per token (Xu et al. sum it; the mean keeps r independent of the length),
+    a number, not a path for gradients; (B,).
 
     Args:
         logits: (B, T, V); targets: (B, T) with pad_id where there is no token.
@@ -236,7 +240,15 @@ def reinforce_term(
     real: Tensor,
     weights: tuple[float, float],
 ) -> Tensor:
-    """The surrogate of eq. 12's last two terms, summed over real tokens:
+    """REINFORCE for sampled hard attention (Xu, Ba, Kiros, Cho, Courville, Salakhutdinov,
+    Zemel & Bengio 2015, "Show, Attend and Tell", ICML, section 4.1, eq. 12): with s~ the
+    sampled source positions and a the attention distributions,
+
+        dL_s/dW ~ d log p(y | s~, a)/dW + lambda_r (log p(y | s~, a) - b) d log p(s~ | a)/dW
+                  + lambda_e d H[s~]/dW
+
+    The first term is the cross entropy through the chosen context; this is the surrogate of
+    the other two, summed over real tokens (minimised):
 
         - lambda_r sum_b (r_b - b) sum_t log p(s~_bt | a_bt)  -  lambda_e sum_b sum_t H(a_bt)
 
@@ -259,7 +271,9 @@ def reinforce_term(
 
 @torch.no_grad()
 def update_baseline(baseline: Tensor, rewards: Tensor, decay: float) -> None:
-    """b <- decay b + (1 - decay) mean(r), in place; the first update sets b = mean(r).
+    """The moving-average baseline, b <- decay b + (1 - decay) mean(r), in place, once per
+    training (micro-)batch (`optim.reinforce_baseline_decay`; Xu et al.: 0.9); the first
+    update sets b = mean(r).
 
     Args:
         baseline: 0-dim b, the model's buffer (NaN before the first reward).

@@ -1,109 +1,17 @@
 """The pointer-generator with coverage (See, Liu & Manning 2017, "Get To The Point: Summarization
-with Pointer-Generator Networks", ACL; sections 2.2 and 2.3) for both model families: the
-formulas, what the families share (`PointerGenerator`), the RNN (`PointerGeneratorRNN`) and
-the transformer (`PointerGeneratorTransformer`).
+with Pointer-Generator Networks", ACL, sections 2.2-2.3) for both families: what they share
+(`PointerGenerator`), the RNN (`PointerGeneratorRNN`) and the transformer
+(`PointerGeneratorTransformer`; Gehrmann et al. 2018, "Bottom-Up Abstractive Summarization",
+EMNLP, section 2). Extended ids (>= V) are the example's source words the target vocabulary
+lacks (attnseq/data/extended_vocab.py).
 
-Generation probability (eq. 8), from the context vector c_t, the decoder state s_t and the
-decoder input x_t:
-
-    p_gen = sigmoid(w_c^T c_t + w_s^T s_t + w_x^T x_t + b_ptr)
-
-Final distribution over the extended vocabulary (eq. 9): the target vocabulary (V ids) plus the
-source words of the example that it lacks (ids V, V+1, ...; attnseq/data/extended_vocab.py):
-
-    P(w) = p_gen P_vocab(w) + (1 - p_gen) sum_{i: w_i = w} a_i^t
-
-An extended id has P_vocab(w) = 0, so only the copy term produces it; a word that is not in the
-source has copy mass 0. The sum over the source positions holding w is a `scatter_add` of the
-attention a^t into the extended vocabulary.
-
-Computed in log space, so log P(w) stays finite and exact where P(w) > 0 even when one of the
-two terms underflows:
-
-    log P(w) = logaddexp(log p_gen + log_softmax(logits)(w),  log(1 - p_gen) + log(copy mass(w)))
-
-with log p_gen = logsigmoid(z) and log(1 - p_gen) = logsigmoid(-z) for the logit z. The copy mass
-is clamped to the smallest normal float before its log: an id with no copy mass and no vocabulary
-probability (an extended slot that another example of the batch uses) gets log P = log(tiny)
-(about -87 in float32) instead of -inf, which keeps cross entropy and label smoothing finite;
-its gradient is zero. Everything is returned as log-probabilities in the place of logits: a
-log_softmax of them (cross entropy, decoding) changes them by at most that tiny mass.
-
-Coverage (section 2.3): the coverage vector is the sum of the attention of the previous decoder
-steps, c^t = sum_{t' < t} a^{t'} (eq. 10; c^0 = 0), and the coverage loss of step t (eq. 12)
-
-    covloss_t = sum_i min(a_i^t, c_i^t)
-
-is added to the NLL with weight lambda (eq. 13): loss_t = -log P(w*_t) + lambda covloss_t.
-
-What both families share. `PointerGenerator` goes first among the bases of a family's pointer
-model, before the family's model class. It holds the copy and coverage
-switches, takes the copy inputs (`CopyInputs`: the source in the extended vocabulary) in
-`forward` and `start_decoding`, keeps them in the decoder state, reads extended ids (>= V,
-copied source words) back as <unk> when they come in as decoder inputs, as See et al. do (they
-have no embedding), and mixes the copy distribution into the teacher-forced output. The family
-class implements `pointer_forward`: the teacher-forced pass over decoder inputs in the target
-vocabulary, with the attention a^t and the p_gen logit z the mixture needs.
-
-Decoder state: the family's, plus "src_ext" (B, S) and "n_oov" (an int, passed through by
-`reorder_state`) with copy.
-
-The RNN. `PointerGeneratorRNN` is `RNNSeq2Seq` (models/rnn.py, Bahdanau or Luong decoder,
-unchanged) with two optional additions, the coverage score in attention/additive.py:
-
-- copy: at every step p_gen = sigmoid(w_c^T c_t + w_s^T s_t + w_x^T x_t + b) from the context
-  c_t, the top decoder state s_t (after this step's RNN update; Bahdanau: s_i, Luong: h_t) and the
-  embedded decoder input x_t; the output is log P(w) over the extended vocabulary
-  (V + n_oov ids, `extended_log_probs`), in place of the logits.
-- coverage: the decoder state carries c^t = sum_{t' < t} a^{t'} (B, S); it enters the additive
-  score (e_i^t = v^T tanh(W_h h_i + W_s s_t + w_c c_i^t)) and gives the per-step coverage loss
-  sum_i min(a_i^t, c_i^t) in `extras["coverage_loss"]` (B, T). Being part of the incremental
-  state, it is reordered with the beams by `reorder_state`.
-
-Extended ids (>= V) never reach an embedding: as decoder inputs they are read as <unk>
-(`PointerGenerator`). With neither addition the model is exactly `RNNSeq2Seq`: the base
-parameters are created first, from the same random stream, so the same seed gives the same
-weights, and build_model returns a plain `RNNSeq2Seq` then anyway.
-
-Decoder state: that of `RNNSeq2Seq` plus "coverage" (B, S) with coverage, "src_ext" (B, S) and
-"n_oov" (an int, passed through by `reorder_state`) with copy.
-
-The transformer: See et al.'s section 2.2 carried over to the transformer as in Gehrmann et al.
-2018, "Bottom-Up Abstractive Summarization", EMNLP, section 2.
-
-A transformer has H cross-attention distributions per decoder layer. The copy distribution is the
-head average of one chosen layer's cross-attention (`copy_layer`, Python indexing: -1 = the last):
-
-    a^t = (1/H) sum_h a^{t,h}_{copy_layer}                                    (B, T, S)
-
-(with pruned heads, models/head_mask.py, the average over the kept ones:
-sum_h xi_h a^{t,h} / sum_h xi_h, so that a pruned head leaves the copy distribution too)
-
-and the pieces of p_gen = sigmoid(w_c^T c_t + w_s^T s_t + w_x^T x_t + b) (above) are
-    c_t = sum_i a_i^t m_i     the encoder output (memory) averaged with that same attention,
-    s_t                       the decoder's final output (after the final LayerNorm),
-    x_t                       the embedded decoder input (scaled embedding + position).
-
-The decoder runs as in `TransformerSeq2Seq` (`teacher_forced`, `incremental_step`); this model
-only asks it for the copy layer's weights (that layer alone takes the explicit attention path
-unless weights are asked for) and mixes in the copy distribution. Everything else, the attention
-it returns included, is the base model's.
-
-Coverage is a loss only here: the coverage loss sum_i min(a_i^t, c_i^t) (eq. 12) of the copy
-layer's head-averaged attention, with c^t = sum_{t' < t} a^{t'}, goes to `extras`; the coverage
-vector is not fed into the attention scores (dot-product heads have no tanh layer to add
-w_c c_i to, and adding it would break the fused path). It discourages the copy layer from
-attending to the same source positions again, which is what the copy distribution and the
-repetition it causes depend on.
-
-Extended ids (>= V) are read as <unk> when they come back as decoder inputs (`PointerGenerator`).
-
-Shapes: B batch, S source length, T target length, V target vocabulary, K = n_oov extra
-(extended) ids, so V + K ids in all, E encoder output size, H the RNN decoder's hidden size or
-the transformer's heads, L layers.
+Shapes: B batch, S source length, T target length, V target vocabulary, K = n_oov extended ids
+(V + K in all), E encoder output size, H the RNN decoder's hidden size or the transformer's
+heads.
 """
 
 import abc
+from dataclasses import replace
 from typing import Any, NamedTuple, Unpack
 
 import torch
@@ -112,13 +20,14 @@ from torch import Tensor, nn
 
 from attnseq.attention.additive import AdditiveAttention, CoverageAttention
 from attnseq.attention.luong import ConcatAttention
+from attnseq.attention.masks import padding_mask
 from attnseq.models.rnn import RNNSeq2Seq
 from attnseq.models.seq2seq import (
-    AlignmentHead,
     CopyInputs,
     DecoderState,
     Seq2Seq,
     Seq2SeqOutput,
+    TeacherForcing,
     Vocabularies,
 )
 from attnseq.models.transformer import TransformerSeq2Seq
@@ -148,7 +57,17 @@ class GenerationProbability(nn.Module):
 def extended_log_probs(
     logits: Tensor, attention: Tensor, src_ext: Tensor, n_oov: int, p_gen_logit: Tensor
 ) -> Tensor:
-    """log P(w) of the pointer-generator's final distribution (eq. 9), over V + n_oov ids.
+    """log P(w) of the final distribution over the extended vocabulary (See et al. 2017, eq. 9),
+
+        P(w) = p_gen P_vocab(w) + (1 - p_gen) sum_{i: w_i = w} a_i^t
+
+    in log space, so that log P(w) stays exact where one of the two terms underflows:
+
+        log P(w) = logaddexp(logsigmoid(z) + log_softmax(logits)(w), logsigmoid(-z) + log copy(w))
+
+    with z the p_gen logit and copy(w) the attention summed over the source positions of w (a
+    `scatter_add`), clamped to the smallest normal float: an id of no mass, another example's
+    source word, gets log(tiny) (about -87) instead of -inf.
 
     Args:
         logits: (B, [T,] V) unnormalised vocabulary scores (P_vocab = softmax(logits)).
@@ -161,7 +80,7 @@ def extended_log_probs(
 
     Returns:
         (B, [T,] V + n_oov) float32 log-probabilities; exp sums to one per row (up to the tiny
-        clamp, see the module docstring).
+        clamp).
     """
     vocab = logits.size(-1)
     attention = attention.float()
@@ -204,8 +123,8 @@ def teacher_forced_coverage(attention: Tensor) -> Tensor:
 class PointerParts(NamedTuple):
     """A family's teacher-forced pass, before the copy mixture.
 
-    output: the output with logits (B, T, V), the family's attention when asked for and its
-        extras ("coverage_loss" (B, T) with coverage).
+    output: the output with logits (B, T, V), the family's attention when asked for and, with
+        coverage, its `coverage_loss` (B, T).
     attention: a^t (B, T, S), the attention the copy distribution follows.
     p_gen_logit: z (B, T) of p_gen = sigmoid(z); None without copy.
     """
@@ -216,7 +135,10 @@ class PointerParts(NamedTuple):
 
 
 class PointerGenerator(Seq2Seq):
-    """A family's model with a copy distribution and/or coverage (module docstring).
+    """A family's model with a copy distribution and/or coverage. It goes first among the bases
+    of a family's pointer model: it takes the copy inputs (`CopyInputs`), keeps them in the
+    decoder state, maps extended ids back into the vocabulary (`_in_vocabulary`) and mixes the
+    copy distribution into the family's teacher-forced pass (`pointer_forward`).
 
     Args:
         vocab: as for the family's model; its unk_id is fed back in place of an extended id.
@@ -233,7 +155,8 @@ class PointerGenerator(Seq2Seq):
         self.coverage = coverage
 
     def _in_vocabulary(self, tokens: Tensor) -> Tensor:
-        """Extended ids (>= V) -> <unk>: what the decoder reads when it copied a source word."""
+        """Extended ids (>= V) -> <unk>: they have no embedding, so a decoder fed a copied source
+        word reads <unk>, as See et al.'s does."""
         return tokens.masked_fill(tokens >= self.tgt_vocab_size, self.unk_id)
 
     def _copy_source(self, copy_inputs: CopyInputs) -> tuple[Tensor | None, int]:
@@ -246,40 +169,43 @@ class PointerGenerator(Seq2Seq):
             )
         return src_ext, copy_inputs.get("n_oov", 0)
 
-    def forward(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool = False,
-        alignment: AlignmentHead | None = None,
-        **copy_inputs: Unpack[CopyInputs],
-    ) -> Seq2SeqOutput:
-        """Teacher-forced pass (`Seq2Seq.forward`); tgt_in may hold extended ids. Guided
+    def teacher_forced(self, inputs: TeacherForcing) -> Seq2SeqOutput:
+        """The teacher-forced pass (`Seq2Seq.forward`); tgt_in may hold extended ids. Guided
         alignment (`alignment`) is not supported: ValueError.
 
         Returns:
-            logits (B, T, V) or, with copy, log P (B, T, V + n_oov); the family's attention
-            when asked for; extras "p_gen" (B, T) with copy, "coverage_loss" (B, T) with
-            coverage, besides the family's own.
+            logits (B, T, V) or, with copy, log P (B, T, V + n_oov) with its `support`; the
+            family's attention when asked for; `p_gen` (B, T) with copy, `coverage_loss`
+            (B, T) with coverage.
         """
-        if alignment is not None:
+        if inputs.alignment is not None:
             raise ValueError("guided alignment is not supported for copy or coverage models")
-        src_ext, n_oov = self._copy_source(copy_inputs)
-        parts = self.pointer_forward(src, src_lengths, self._in_vocabulary(tgt_in), need_weights)
+        src_ext, n_oov = self._copy_source(inputs.copy)
+        parts = self.pointer_forward(replace(inputs, tgt_in=self._in_vocabulary(inputs.tgt_in)))
         output = parts.output
         if self.copy:
             assert src_ext is not None and parts.p_gen_logit is not None
             z = parts.p_gen_logit  # (B, T)
             output.logits = extended_log_probs(output.logits, parts.attention, src_ext, n_oov, z)
-            output.extras["p_gen"] = torch.sigmoid(z)
+            output.p_gen = torch.sigmoid(z)
+            output.support = self._support(src_ext, inputs.src_lengths, output.logits.size(-1))
         return output
 
+    def _support(self, src_ext: Tensor, src_lengths: Tensor, size: int) -> Tensor:
+        """(B, V + K) bool: the ids an example's output can take, the vocabulary but PAD and
+        BOS (decoding never emits them) and the extended ids of its own source words (the
+        other examples' are log(tiny) slots)."""
+        real = padding_mask(src_lengths, src_ext.size(1)).to(src_ext.device)  # (B, S)
+        ids = src_ext.masked_fill(~real, self.pad_id)  # (B, S)
+        support = torch.zeros(src_ext.size(0), size, dtype=torch.bool, device=src_ext.device)
+        support.scatter_(1, ids, True)
+        support[:, : self.tgt_vocab_size] = True
+        support[:, [self.pad_id, self.bos_id]] = False
+        return support
+
     @abc.abstractmethod
-    def pointer_forward(
-        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool
-    ) -> PointerParts:
-        """The teacher-forced pass of `forward`, tgt_in (B, T) in the target vocabulary."""
+    def pointer_forward(self, inputs: TeacherForcing) -> PointerParts:
+        """The teacher-forced pass of `teacher_forced`, tgt_in (B, T) in the target vocabulary."""
 
     def start_decoding(
         self, src: Tensor, src_lengths: Tensor, **copy_inputs: Unpack[CopyInputs]
@@ -294,7 +220,10 @@ class PointerGenerator(Seq2Seq):
 
 
 class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
-    """`RNNSeq2Seq` with a copy distribution and/or coverage (module docstring).
+    """`RNNSeq2Seq` with a copy distribution and/or coverage. Copy: p_gen at every step from
+    the context c_t, the top decoder state s_t after the step's RNN update and the embedded
+    input x_t. Coverage (See et al. 2017, eq. 11): the state carries c^t (B, S), which enters
+    the additive score, e_i^t = v^T tanh(W_h h_i + W_s s_t + w_c c_i^t).
 
     Args:
         vocab: as for `RNNSeq2Seq`.
@@ -307,12 +236,7 @@ class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
 
     def __init__(self, vocab: Vocabularies, **options: Any) -> None:
         super().__init__(vocab, **options)
-        if self.word_values is not None:
-            raise ValueError(
-                "copy and coverage read the annotations: values='embeddings' is not supported"
-            )
-        if self.attention is None:
-            raise ValueError("copy and coverage need attention, the model has none")
+        self._refuse_without_annotation_attention("copy and coverage")
         if self.coverage:
             if not isinstance(self.attention, (AdditiveAttention, ConcatAttention)):
                 raise ValueError(
@@ -367,38 +291,40 @@ class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
         return self.generation(context.squeeze(1) if one_step else context, top, inputs)
 
     # ------------------------------------------------------------------ Seq2Seq interface
-    def pointer_forward(
-        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool
-    ) -> PointerParts:
+    def pointer_forward(self, inputs: TeacherForcing) -> PointerParts:
         """Teacher-forced pass, one decoder step at a time (coverage needs the previous steps);
         attention (B, T, S) if asked for."""
-        state = self._encode(src, src_lengths)
-        outputs, all_weights, tops, losses = [], [], [], []
-        for t in range(tgt_in.size(1)):
-            pre, weights, new_state = self._step(tgt_in[:, t], state)
+        losses: list[Tensor] = []
+        tops: list[Tensor] = []
+
+        # within the loop, between the steps: the order autograd sums s_t's gradients in (and
+        # so the bits of the update) follows the order these are taken in
+        def per_step(
+            before: dict[str, Tensor], weights: Tensor | None, after: dict[str, Tensor]
+        ) -> None:
             assert weights is not None
             if self.coverage:
-                losses.append(coverage_loss(weights, state["coverage"]))  # (B,)
-            outputs.append(pre)
-            all_weights.append(weights)
-            tops.append(new_state["hidden"][:, -1])  # s_t: (B, H)
-            state = new_state
-        weights = torch.stack(all_weights, dim=1)  # (B, T, S)
-        logits = self.output(self.dropout(torch.stack(outputs, dim=1)))  # (B, T, V)
-        extras: dict[str, Tensor] = {}
+                losses.append(coverage_loss(weights, before["coverage"]))  # (B,)
+            tops.append(after["hidden"][:, -1])  # s_t: (B, H)
+
+        state = self._encode(inputs.src, inputs.src_lengths)
+        decoded = self._step_by_step(inputs.tgt_in, state, per_step)
+        weights = decoded.weights  # (B, T, S)
+        assert weights is not None
+        output = self._output(decoded, inputs)  # logits (B, T, V)
         if self.coverage:
-            extras["coverage_loss"] = torch.stack(losses, dim=1)  # (B, T)
+            output.coverage_loss = torch.stack(losses, dim=1)  # (B, T)
         z = None
         if self.copy:
-            inputs = self.dropout(self.embedding(tgt_in))  # x_t: (B, T, emb)
-            z = self._p_gen_logit(weights, state["annotations"], torch.stack(tops, dim=1), inputs)
-        output = Seq2SeqOutput(logits, weights if need_weights else None, extras)
+            embedded = self.dropout(self.embedding(inputs.tgt_in))  # x_t: (B, T, emb)
+            top = torch.stack(tops, dim=1)  # (B, T, H)
+            z = self._p_gen_logit(weights, state["annotations"], top, embedded)
         return PointerParts(output, weights, z)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None, DecoderState]:
-        """One step; prev_tokens may hold extended ids (read as <unk>). With copy, the first
+        """One step; prev_tokens may hold extended ids. With copy, the first
         result is log P (B, V + n_oov) instead of logits (B, V)."""
         prev_tokens = self._in_vocabulary(prev_tokens)
         pre_output, weights, new_state = self._step(prev_tokens, state)
@@ -415,7 +341,11 @@ class PointerGeneratorRNN(PointerGenerator, RNNSeq2Seq):
 
 
 class PointerGeneratorTransformer(PointerGenerator, TransformerSeq2Seq):
-    """`TransformerSeq2Seq` with a copy distribution and/or a coverage loss (module docstring).
+    """`TransformerSeq2Seq` with a copy distribution and/or a coverage loss. The copy
+    distribution is the head average of one layer's cross-attention (`_copy_attention`); p_gen
+    reads c_t = sum_i a_i^t m_i over the memory m, the decoder's final output s_t and the
+    embedded input x_t. Coverage is a loss only: dot-product heads have no tanh layer to add
+    w_c c_i to.
 
     Args:
         vocab: as for `TransformerSeq2Seq`.
@@ -437,8 +367,8 @@ class PointerGeneratorTransformer(PointerGenerator, TransformerSeq2Seq):
             self.generation = GenerationProbability(self.d_model, self.d_model, self.d_model)
 
     def _copy_attention(self, decoder: DecoderPass) -> Tensor:
-        """a^t: the copy layer's cross-attention averaged over its kept heads (head mask xi),
-        (B, H, T, S) -> (B, T, S)."""
+        """a^t = sum_h xi_h a^{t,h} / sum_h xi_h, the copy layer's cross-attention averaged over
+        its kept heads (head mask xi, models/head_mask.py), (B, H, T, S) -> (B, T, S)."""
         weights = decoder.layers[self.copy_layer].cross_weights
         assert weights is not None  # run_decoder was asked for them (weights_of)
         xi = self.decoder_layers[self.copy_layer].cross_attn.head_mask.to(weights.dtype)  # (H,)
@@ -452,23 +382,19 @@ class PointerGeneratorTransformer(PointerGenerator, TransformerSeq2Seq):
         context = torch.bmm(attention, memory)  # c_t: (B, T, d_model)
         return self.generation(context, decoder.decoded, decoder.inputs)
 
-    def pointer_forward(
-        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, need_weights: bool
-    ) -> PointerParts:
-        output, decoder, memory = self.teacher_forced(
-            src, src_lengths, tgt_in, need_weights, weights_of=self.copy_layer
-        )
+    def pointer_forward(self, inputs: TeacherForcing) -> PointerParts:
+        output, decoder, memory = self.decoder_pass(inputs, weights_of=self.copy_layer)
         copy_attention = self._copy_attention(decoder)  # (B, T, S)
         if self.coverage:
             coverage = teacher_forced_coverage(copy_attention)  # c^t: (B, T, S)
-            output.extras["coverage_loss"] = coverage_loss(copy_attention, coverage)  # (B, T)
+            output.coverage_loss = coverage_loss(copy_attention, coverage)  # (B, T)
         z = self._p_gen_logit(copy_attention, memory, decoder) if self.copy else None
         return PointerParts(output, copy_attention, z)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None, DecoderState]:
-        """`TransformerSeq2Seq.decode_step`; prev_tokens may hold extended ids (read as <unk>).
+        """`TransformerSeq2Seq.decode_step`; prev_tokens may hold extended ids.
         With copy the first result is log P (B, V + n_oov) instead of logits (B, V)."""
         prev_tokens = self._in_vocabulary(prev_tokens)
         if not self.copy:

@@ -1,15 +1,7 @@
 """Positional encodings added to the token embeddings of a transformer (Vaswani et al. 2017,
-"Attention Is All You Need", section 3.5):
-
-    PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
-    PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
-
-and the learned alternative the paper compares against (section 3.5 and table 3, row E): one
-trained d_model vector per position, up to `max_positions`.
-
-Both modules map integer positions (any shape P) to encodings (*P, d_model), so the same module
-serves a whole sequence (positions (T,)) and one incremental decoding step (positions (B, 1) from
-a per-row step counter); `make_positions` builds either from a length and an offset.
+"Attention Is All You Need", section 3.5): the sinusoids and the learned table. Both map
+integer positions of any shape P to (*P, d_model), so one module serves a whole sequence
+((T,)) and an incremental step ((B, 1) from a per-row counter; `make_positions`).
 """
 
 import math
@@ -39,7 +31,10 @@ def make_positions(
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed sinusoids of geometrically increasing wavelength (section 3.5).
+    """Fixed sinusoids of geometrically increasing wavelength (section 3.5):
+
+        PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+        PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
 
     Computed on the fly from the positions, so there is no maximum length and nothing to store.
     Channels are interleaved as in the formula: even channels sin, odd channels cos.
@@ -73,7 +68,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 class LearnedPositionalEncoding(nn.Module):
-    """One trained vector per position 0 .. max_positions - 1 (section 3.5, table 3 row E).
+    """One trained vector per position 0 .. max_positions - 1, the alternative the paper
+    compares against (section 3.5, table 3 row E).
 
     Args:
         d_model: encoding size.

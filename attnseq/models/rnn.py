@@ -1,68 +1,27 @@
-"""RNN encoder-decoders with attention: Bahdanau et al. (2015) and Luong et al. (2015).
-
-Encoder: embedding -> (bi)directional GRU/LSTM over packed sequences; annotations h_j are the
-two directions concatenated, (B, S, E).
-
-Bahdanau decoder (Bahdanau, Cho & Bengio 2015, appendix A.2), attention from the *previous*
-decoder state, context fed into the RNN step:
-    c_i = Attend(s_{i-1}, h)                s_i = RNN([y_{i-1}; c_i], s_{i-1})
-    t_i = tanh(W_o [s_{i-1}; c_i; y_{i-1}])  p(y_i) = softmax(W_out t_i)
-(A.2.2: t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i; we use a tanh deep output instead of the
-paper's maxout, same inputs). Reading s_{i-1}, the state that chose c_i, rather than s_i matters
-for the alignments: with s_i, whose update already read c_i, attention on the reverse task
-settles one word off the mirror (the neighbour's bidirectional annotation also encodes the
-word); with s_{i-1} it lands on the word being produced (README, "Attention on the reverse task").
-
-Luong decoder (Luong, Pham & Manning 2015, eq. 5 and section 3.3), attention from the *current*
-top-layer state, attentional hidden state, optional input feeding:
-    h_t = RNN([y_{t-1}; h~_{t-1}], h_{t-1})     c_t = Attend(h_t, h)
-    h~_t = tanh(W_c [c_t; h_t])                 p(y_t) = softmax(W_out h~_t)
-Without input feeding the RNN does not depend on attention, so training runs it over the whole
-target in one call and attends for all T positions at once.
-
-Values (`values`): the context averages the annotations, c_i = sum_j a_ij h_j, or, with
-values="embeddings", the source words alone, c_i = sum_j a_ij v_j with v_j = W_v [x_j ; p_j],
-the word and its distances p_j to the two ends of the source, while the scores read
-k_j = h_j + W_p p_j (`WordValues`). A bidirectional annotation h_j also encodes its
-neighbours, so a model that reads h_{j-1} can produce word j; from v_j it gets word j only at
-j. In full:
-
-    p_j = [PE(j) ; PE(n - 1 - j)]        v_j = W_v [x_j ; p_j]        k_j = h_j + W_p p_j
-
-x_j the source word embedding, h_j its annotation, n the source length, PE the sinusoidal
-encoding of Vaswani et al. (2017, section 3.5) at POSITION_SIZE channels, W_v and W_p learned
-projections to the annotation size E, so the decoder and the scores are the same sizes as with
-annotation values. The two distances tell a decoder that sees the source only through what it
-reads where it read, from the start (the last word of a reversal is position 0) and from the
-end (the last word of a monotone transduction is position n - 1); in the keys they let the
-first query, which knows nothing of the source yet, find an end of it.
-
-With a zero initial state (`init_hidden="zero"`) the decoder sees the source only through
-what it reads, so for hard attention (models/hard_attention.py), which reads one position per step,
-the chosen position is the word the step reads: its one-hot map is a word alignment.
-
-No attention (score=none): the RNN Encoder-Decoder of Cho et al. (2014) that Bahdanau et al.
-compare against: the decoder sees the source only through one fixed summary vector (the
-encoder's final state), given as c_i at every step; its output reads s_i (Cho et al. 2014,
-section 2.2).
+"""RNN encoder-decoders with attention (Bahdanau et al. 2015, Luong et al. 2015; without
+attention, Cho et al. 2014): the encoder, the decoder of both styles (`RNNSeq2Seq._step`) and
+the word values of `values="embeddings"` (`WordValues`); docs/internals/models.md says why.
 
 Shapes: B batch, S source length, T target length, E encoder output size, H decoder hidden size,
 emb the source embedding size, P = 2 * POSITION_SIZE.
 """
 
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from attnseq.attention.base import Attention
 from attnseq.attention.masks import padding_mask
 from attnseq.models.positional import SinusoidalPositionalEncoding
 from attnseq.models.seq2seq import (
-    ALIGNMENT_ATTENTION,
-    AlignmentHead,
     DecoderState,
     Seq2Seq,
     Seq2SeqOutput,
+    TeacherForcing,
     Vocabularies,
 )
 
@@ -72,7 +31,14 @@ POSITION_SIZE = 16
 
 
 class WordValues(nn.Module):
-    """p_j, v_j and k_j of the module docstring.
+    """The values and keys of `values="embeddings"`: the context averages the source words
+    alone, c_i = sum_j a_ij v_j, and the scores read keys k_j,
+
+        p_j = [PE(j) ; PE(n - 1 - j)]        v_j = W_v [x_j ; p_j]        k_j = h_j + W_p p_j
+
+    x_j the source word embedding, h_j its annotation, n the source length, PE the sinusoids
+    of Vaswani et al. (2017, section 3.5) at POSITION_SIZE channels, W_v and W_p projections
+    to E: a bidirectional h_j also encodes its neighbours, v_j is word j alone.
 
     Args:
         emb_dim: source embedding size.
@@ -104,6 +70,53 @@ class WordValues(nn.Module):
 
 
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+RNNInput = Tensor | PackedSequence
+RNNState = Tensor | tuple[Tensor, Tensor]
+
+
+def recurrence(rnn: nn.RNNBase, inputs: RNNInput, state: RNNState | None = None) -> Any:
+    """`rnn(inputs, state)`. An LSTM under CPU autocast runs in float32 with autocast off where
+    the CPU has no LSTM kernel of the autocast dtype (oneDNN's bf16/fp16 LSTM needs AVX-512):
+    found by a one-time probe, so that processors with the kernel keep it."""
+    if not (isinstance(rnn, nn.LSTM) and torch.is_autocast_enabled("cpu")):
+        return rnn(inputs, state)
+    if rnn.weight_ih_l0.device.type != "cpu" or _cpu_lstm_kernel(torch.get_autocast_dtype("cpu")):
+        return rnn(inputs, state)
+    with torch.autocast("cpu", enabled=False):
+        if state is not None:
+            state = tuple(part.float() for part in state) if isinstance(state, tuple) else state
+        return rnn(inputs.float(), state)
+
+
+@functools.cache
+def _cpu_lstm_kernel(dtype: torch.dtype) -> bool:
+    """Whether an LSTM runs under CPU autocast to `dtype` here (the random stream is kept)."""
+    with torch.random.fork_rng(devices=[]), torch.autocast("cpu", dtype=dtype):
+        try:
+            nn.LSTM(1, 1)(torch.zeros(1, 1, 1))
+        except RuntimeError:
+            return False
+    return True
+
+
+# what a subclass computes after every step of a teacher-forced pass: the states before and
+# after it and its attention
+StepHook = Callable[[dict[str, Tensor], Tensor | None, dict[str, Tensor]], None]
+
+
+class RNNPass(NamedTuple):
+    """The decoder run over a whole target (teacher forcing).
+
+    pre_output: (B, T, out), what the output projection reads.
+    weights: (B, T, S) attention, or None without attention.
+    states: the decoder state before the first step and after each of the T steps; Luong's
+        parallel pass has one, the encoder state, that its attention over all T wrote into.
+    """
+
+    pre_output: Tensor
+    weights: Tensor | None
+    states: list[dict[str, Tensor]]
 
 
 class RNNEncoder(nn.Module):
@@ -150,7 +163,7 @@ class RNNEncoder(nn.Module):
         packed = pack_padded_sequence(
             embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
         )
-        outputs, final = self.rnn(packed)
+        outputs, final = recurrence(self.rnn, packed)
         annotations, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
         final_hidden = final[0] if isinstance(final, tuple) else final  # LSTM: (h, c)
         directions = 2 if self.rnn.bidirectional else 1
@@ -174,11 +187,9 @@ class RNNSeq2Seq(Seq2Seq):
             vocabulary: equal vocabulary sizes).
         init_hidden: the decoder's initial state s_0 of every layer: "bridge" = tanh(W_s
             summary) of the encoder's final states (Bahdanau et al. 2015, appendix A.2.2), or
-            "zero" = 0. A zero start gives the decoder no summary of the source, so everything
-            it knows about the source arrives through attention: on generated tasks that a
-            summary vector already solves (reverse), this is what makes the alignments sharp.
+            "zero" = 0 (the decoder then knows the source only through what it attends to).
         values: what the context averages: "annotations" (h_j) or "embeddings" (v_j, the
-            word and its position; module docstring).
+            word and its position; `WordValues`).
     """
 
     def __init__(
@@ -266,6 +277,13 @@ class RNNSeq2Seq(Seq2Seq):
     def has_attention(self) -> bool:
         return self.attention is not None
 
+    def _refuse_without_annotation_attention(self, feature: str) -> None:
+        """ValueError unless the model attends over the annotations, which `feature` reads."""
+        if self.word_values is not None:
+            raise ValueError(f"{feature}: values='embeddings' is not supported (it reads h_j)")
+        if self.attention is None:
+            raise ValueError(f"{feature} needs attention; the model has none")
+
     # ------------------------------------------------------------------ encoder side
     def _encoder_outputs(
         self, src: Tensor, src_lengths: Tensor
@@ -337,7 +355,18 @@ class RNNSeq2Seq(Seq2Seq):
     def _step(
         self, prev_tokens: Tensor, state: dict[str, Tensor]
     ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
-        """One step for both styles. prev_tokens (B,) -> pre-output (B, out), weights (B, S)."""
+        """One decoder step: prev_tokens (B,) -> pre-output (B, out), weights (B, S), state.
+
+        Bahdanau (Bahdanau, Cho & Bengio 2015, appendix A.2; a tanh deep output in place of
+        the paper's maxout), attention from the previous state:
+            c_i = Attend(s_{i-1}, h)                 s_i = RNN([y_{i-1}; c_i], s_{i-1})
+            t_i = tanh(W_o [s_{i-1}; c_i; y_{i-1}])  p(y_i) = softmax(W_out t_i)
+        Luong (Luong, Pham & Manning 2015, eq. 5 and section 3.3), attention from this step's:
+            h_t = RNN([y_{t-1}; h~_{t-1}], h_{t-1})  c_t = Attend(h_t, h)
+            h~_t = tanh(W_c [c_t; h_t])              p(y_t) = softmax(W_out h~_t)
+        Without attention (Cho et al. 2014, section 2.2), c_i is the encoder summary and t_i
+        reads s_i.
+        """
         embedded = self.dropout(self.embedding(prev_tokens)).unsqueeze(1)  # (B, 1, emb)
         positions = state["step"].unsqueeze(1)  # (B, 1)
         rnn_state = self._rnn_state(state)
@@ -345,7 +374,8 @@ class RNNSeq2Seq(Seq2Seq):
         if self.style == "bahdanau":
             top = state["hidden"][:, -1:]  # s_{i-1}: (B, 1, H)
             context, weights = self._attend(top, state, positions)  # (B, 1, E)
-            output, rnn_state = self.rnn(torch.cat([embedded, context], dim=-1), rnn_state)
+            rnn_input = torch.cat([embedded, context], dim=-1)
+            output, rnn_state = recurrence(self.rnn, rnn_input, rnn_state)
             # Bahdanau A.2.2 reads s_{i-1} (the state that chose c_i); Cho et al.'s encoder-
             # decoder without attention reads s_i
             decoder_state = top if self.attention is not None else output
@@ -355,7 +385,7 @@ class RNNSeq2Seq(Seq2Seq):
             rnn_input = embedded
             if self.input_feeding:
                 rnn_input = torch.cat([embedded, state["feed"].unsqueeze(1)], dim=-1)
-            output, rnn_state = self.rnn(rnn_input, rnn_state)  # h_t: (B, 1, H)
+            output, rnn_state = recurrence(self.rnn, rnn_input, rnn_state)  # h_t: (B, 1, H)
             context, weights = self._attend(output, state, positions)
             attentional = torch.tanh(self.combine(torch.cat([context, output], dim=-1)))
             if self.input_feeding:
@@ -371,43 +401,50 @@ class RNNSeq2Seq(Seq2Seq):
         return pre_output.squeeze(1), weights, new_state
 
     # ------------------------------------------------------------------ Seq2Seq interface
-    def forward(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool = False,
-        alignment: AlignmentHead | None = None,
-    ) -> Seq2SeqOutput:
-        """Teacher-forced pass (`Seq2Seq.forward`); the one attention is computed anyway, so
+    def teacher_forced(self, inputs: TeacherForcing) -> Seq2SeqOutput:
+        """The teacher-forced pass (`Seq2Seq.forward`); the one attention is computed anyway, so
         `alignment` (layer and head ignored) costs nothing."""
-        state = self._encode(src, src_lengths)
+        state = self._encode(inputs.src, inputs.src_lengths)
         if self.style == "luong" and not self.input_feeding:
-            pre_output, weights = self._luong_parallel(tgt_in, state)
+            decoded = self._luong_parallel(inputs.tgt_in, state)
         else:
-            outputs, all_weights = [], []
-            for t in range(tgt_in.size(1)):
-                pre, step_weights, state = self._step(tgt_in[:, t], state)
-                outputs.append(pre)
-                all_weights.append(step_weights)
-            pre_output = torch.stack(outputs, dim=1)  # (B, T, out)
-            weights = None if all_weights[0] is None else torch.stack(all_weights, dim=1)
-        logits = self.output(self.dropout(pre_output))  # (B, T, V)
-        output = Seq2SeqOutput(logits=logits, attention=weights if need_weights else None)
-        if alignment is not None and weights is not None:
-            output.extras[ALIGNMENT_ATTENTION] = weights  # (B, T, S)
+            decoded = self._step_by_step(inputs.tgt_in, state)
+        return self._output(decoded, inputs)
+
+    def _output(self, decoded: RNNPass, inputs: TeacherForcing) -> Seq2SeqOutput:
+        """The output of a teacher-forced pass: logits (B, T, V) and the attention asked for."""
+        logits = self.output(self.dropout(decoded.pre_output))  # (B, T, V)
+        output = Seq2SeqOutput(logits, decoded.weights if inputs.need_weights else None)
+        if inputs.alignment is not None:
+            output.alignment_attention = decoded.weights  # (B, T, S); None without attention
         return output
 
-    def _luong_parallel(
-        self, tgt_in: Tensor, state: dict[str, Tensor]
-    ) -> tuple[Tensor, Tensor | None]:
-        """Luong without input feeding: one RNN call over T, attention for all T at once."""
+    def _step_by_step(
+        self, tgt_in: Tensor, state: dict[str, Tensor], per_step: StepHook | None = None
+    ) -> RNNPass:
+        """The decoder over tgt_in (B, T), one `_step` per position, from the encoder state;
+        `per_step(before, weights, after)` runs after each step, with the states around it."""
+        outputs, all_weights, states = [], [], [state]
+        for t in range(tgt_in.size(1)):
+            pre, step_weights, new_state = self._step(tgt_in[:, t], state)
+            if per_step is not None:
+                per_step(state, step_weights, new_state)
+            outputs.append(pre)
+            all_weights.append(step_weights)
+            states.append(new_state)
+            state = new_state
+        weights = None if all_weights[0] is None else torch.stack(all_weights, dim=1)
+        return RNNPass(torch.stack(outputs, dim=1), weights, states)
+
+    def _luong_parallel(self, tgt_in: Tensor, state: dict[str, Tensor]) -> RNNPass:
+        """Luong without input feeding: one RNN call over T, attention for all T at once (into
+        the one state, which is the encoder's)."""
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, emb)
-        outputs, _ = self.rnn(embedded, self._rnn_state(state))  # (B, T, H)
+        outputs, _ = recurrence(self.rnn, embedded, self._rnn_state(state))  # (B, T, H)
         positions = torch.arange(tgt_in.size(1), device=tgt_in.device).expand(tgt_in.size(0), -1)
         context, weights = self._attend(outputs, state, positions)  # (B, T, E), (B, T, S)
         attentional = torch.tanh(self.combine(torch.cat([context, outputs], dim=-1)))
-        return self.pre_output(attentional), weights
+        return RNNPass(self.pre_output(attentional), weights, [state])
 
     def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
         return self._encode(src, src_lengths)

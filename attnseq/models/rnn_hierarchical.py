@@ -1,39 +1,8 @@
 """The RNN encoder-decoder with hierarchical attention (Nallapati, Zhou, dos Santos, Gulcehre &
 Xiang 2016, "Abstractive Text Summarization using Sequence-to-sequence RNNs and Beyond", CoNLL,
-section 2.4): model.attention.hierarchy=sentence.
-
-The source is cut into segments (speaker turns or sentences; attnseq/data/segments.py, from
-the token ids by the source tokenizer's `SourceSegmenter`). The encoder has two levels
-(`HierarchicalEncoder`): the word encoder per segment, a segment RNN over the segment
-vectors. At every decoder step the word attention (the model's score, e.g. additive) gives
-alpha over the words, a segment attention of the same score gives beta over the segment
-annotations from the same query, and the two combine into
-
-    P(j) = alpha_j beta_{s(j)} / sum_k alpha_k beta_{s(k)}     (attention/hierarchical.py)
-
-P is the step's attention: the context c = sum_j P(j) h_j, the returned map, the copy
-distribution and what coverage accumulates (with model.copy / model.coverage the model is the
-pointer-generator of models/pointer_generator.py with this attention; coverage enters alpha's
-score, See et al. 2017 eq. 11).
-
-Decoder state: the base model's, plus "segments" (B, S) (-1 at padding), "segment_annotations"
-(B, N, E), "segment_mask" (B, N), "segment_keys" (the segment score's prepared keys) and
-"segment_weights" (B, N), beta of the last step. `forward(need_weights=True)` also returns
-extras "segment_attention" (B, T, N), beta at every step, and "segments" (B, S).
-
-The two-level encoder (Nallapati et al. 2016, section 2.4; Yang et al. 2016, "Hierarchical
-Attention Networks for Document Classification", section 2.2). Word level: the model's
-`RNNEncoder` runs over every segment on its own, so a word's annotation h_j reads only its own
-segment. Segment level: a second (bi)directional RNN runs over the segment vectors (each the
-word encoder's final states of the segment, both directions concatenated) and gives the segment
-annotations g_s the segment attention scores. The decoder's initial state is bridged from the
-segment RNN's final states, the summary of the whole source. Layout: a batch's segments are
-packed as B*N rows of at most L tokens (N the most segments of one source in the batch, L the
-longest segment), encoded in one packed RNN call, and scattered back to the source positions.
-
-The base model's parameters are created first, from the same random stream, so a hierarchical
-model starts from the weights of its flat counterpart plus the segment RNN and the segment
-score.
+section 2.4): model.attention.hierarchy=sentence. The source is cut into segments (speaker turns
+or sentences, attnseq/data/segments.py), encoded in two levels (`HierarchicalEncoder`), and the
+word attention is re-weighted by a segment attention (`HierarchicalRNNSeq2Seq._attend`).
 
 Shapes: B batch, S source length, T target length, N segments, L longest segment, E encoder
 output size.
@@ -52,8 +21,14 @@ from attnseq.config.checks import encoder_output_size
 from attnseq.config.schema import ModelConfig
 from attnseq.data.segments import PADDING_SEGMENT, SourceSegmenter
 from attnseq.models.pointer_generator import PointerGeneratorRNN
-from attnseq.models.rnn import RNN_CLASSES, RNNEncoder, RNNSeq2Seq
-from attnseq.models.seq2seq import AlignmentHead, Seq2Seq, Seq2SeqOutput, Vocabularies
+from attnseq.models.rnn import RNN_CLASSES, RNNEncoder, RNNSeq2Seq, recurrence
+from attnseq.models.seq2seq import (
+    SegmentAttention,
+    Seq2Seq,
+    Seq2SeqOutput,
+    TeacherForcing,
+    Vocabularies,
+)
 
 
 class HierarchicalEncoding(NamedTuple):
@@ -98,7 +73,12 @@ def segment_layout(segments: Tensor) -> SegmentLayout:
 
 
 class HierarchicalEncoder(nn.Module):
-    """The segment-level RNN over segment vectors, and the two-level pass (module docstring).
+    """The two-level encoder (Nallapati et al. 2016, section 2.4; Yang et al. 2016, section
+    2.2): the word encoder runs over every segment on its own (a word's annotation reads its
+    segment only), and this segment RNN over the segment vectors (each the word encoder's final
+    states of the segment) gives the segment annotations g_s and the summary the decoder's
+    initial state is bridged from. A batch's segments run as B*N rows of at most L tokens in
+    one packed RNN call, scattered back to the source positions.
 
     Args:
         size: E, the word encoder's output size (the segment vectors' and annotations' size).
@@ -143,7 +123,7 @@ class HierarchicalEncoder(nn.Module):
         packed = pack_padded_sequence(
             vectors, n_segments.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False
         )
-        outputs, final = self.rnn(packed)
+        outputs, final = recurrence(self.rnn, packed)
         outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=vectors.size(1))
         final_hidden = final[0] if isinstance(final, tuple) else final  # LSTM: (h, c)
         directions = 2 if self.rnn.bidirectional else 1
@@ -155,8 +135,11 @@ class HierarchicalEncoder(nn.Module):
 _TRACE = "segment_trace"
 
 
-class HierarchicalAttention(RNNSeq2Seq):
-    """Goes first among the bases, before `RNNSeq2Seq` or `PointerGeneratorRNN`.
+class HierarchicalRNNSeq2Seq(RNNSeq2Seq):
+    """`RNNSeq2Seq` with hierarchical attention; with `PointerGeneratorRNN` after it among the
+    bases, the hierarchical pointer-generator (`HierarchicalPointerRNN`). The decoder state
+    adds "segments" (B, S), "segment_annotations" (B, N, E), "segment_mask" (B, N),
+    "segment_keys" and "segment_weights" (B, N), beta of the last step.
 
     Args:
         vocab: as for `RNNSeq2Seq`.
@@ -179,12 +162,7 @@ class HierarchicalAttention(RNNSeq2Seq):
         **options: Any,
     ) -> None:
         super().__init__(vocab, **options)
-        if self.word_values is not None:
-            raise ValueError(
-                "hierarchical attention reads the annotations: values='embeddings' is not supported"
-            )
-        if self.attention is None:
-            raise ValueError("hierarchical attention needs a word attention, the model has none")
+        self._refuse_without_annotation_attention("hierarchical attention")
         self.segmenter = segmenter
         self.segment_encoder = HierarchicalEncoder(
             self.encoder.output_size,
@@ -221,7 +199,14 @@ class HierarchicalAttention(RNNSeq2Seq):
     def _attend(
         self, query: Tensor, state: dict[str, Tensor], positions: Tensor
     ) -> tuple[Tensor, Tensor | None]:
-        """Context (B, T, E) and P (B, T, S) for queries (B, T, H) (module docstring)."""
+        """Context (B, T, E) and P (B, T, S) for queries (B, T, H): the word attention alpha
+        over the words and the segment attention beta over the segment annotations, from the
+        same query, combine into (attention/hierarchical.py)
+
+            P(j) = alpha_j beta_{s(j)} / sum_k alpha_k beta_{s(k)}
+
+        the step's attention: its context c = sum_j P(j) h_j, its map, the copy distribution
+        and what coverage sums."""
         _, word_weights = super()._attend(query, state, positions)  # alpha: (B, T, S)
         assert word_weights is not None
         segment_annotations = state["segment_annotations"]
@@ -248,24 +233,15 @@ class HierarchicalAttention(RNNSeq2Seq):
         new_state["segment_weights"] = trace["segment_weights"].squeeze(1)  # beta: (B, N)
         return pre_output, weights, new_state
 
-    def forward(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool = False,
-        alignment: AlignmentHead | None = None,
-        **copy_inputs: Any,
-    ) -> Seq2SeqOutput:
-        """The base model's forward; with need_weights, also extras "segment_attention"
-        (B, T, N) and "segments" (B, S) (`segment_attention_map`)."""
-        output = super().forward(src, src_lengths, tgt_in, need_weights, alignment, **copy_inputs)
-        if need_weights:
-            segment_map, segments = self.segment_attention_map(
-                src, src_lengths, tgt_in, **copy_inputs
+    def teacher_forced(self, inputs: TeacherForcing) -> Seq2SeqOutput:
+        """The base model's pass; with need_weights, also the `segment_attention`
+        (`segment_attention_map`)."""
+        output = super().teacher_forced(inputs)
+        if inputs.need_weights:
+            weights, segments = self.segment_attention_map(
+                inputs.src, inputs.src_lengths, inputs.tgt_in, **inputs.copy
             )
-            output.extras["segment_attention"] = segment_map
-            output.extras["segments"] = segments
+            output.segment_attention = SegmentAttention(weights, segments)
         return output
 
     @torch.no_grad()
@@ -282,11 +258,7 @@ class HierarchicalAttention(RNNSeq2Seq):
         return torch.stack(steps, dim=1), state["segments"]
 
 
-class HierarchicalRNNSeq2Seq(HierarchicalAttention, RNNSeq2Seq):
-    """`RNNSeq2Seq` with hierarchical attention."""
-
-
-class HierarchicalPointerRNN(HierarchicalAttention, PointerGeneratorRNN):
+class HierarchicalPointerRNN(HierarchicalRNNSeq2Seq, PointerGeneratorRNN):
     """The pointer-generator (copy and/or coverage) with hierarchical attention: P is the copy
     distribution, coverage sums P and enters alpha's score."""
 

@@ -1,31 +1,14 @@
-"""The interface every attnseq model implements, so that training, decoding, evaluation and
-visualization never need to know which family they are talking to.
+"""The interface every attnseq model implements (`Seq2Seq`) and what its teacher-forced pass
+returns (`Seq2SeqOutput`); docs/internals/models.md explains the contract.
 
-Token tensors are padded with `pad_id`; `tgt_in` starts with BOS, `tgt_out` ends with EOS.
-Shapes: B batch, S source length, T target length, V target vocabulary, L layers, H heads.
-
-Cross-attention weights always come back as (B, T, S) for RNNs and (B, L, H, T, S) for
-transformers: `(batch, [layers, heads,] tgt_len, src_len)`, the one convention of every model.
-
-Incremental decoding state is a (possibly nested) dict/list/tuple of tensors whose first
-dimension is the batch (or batch x beam); `reorder_state` selects rows of every tensor in it,
-which is all beam search needs.
-
-Copy models (pointer-generators: models/pointer_generator.py) also take the keyword arguments
-`CopyInputs` (`src_ext` (B, S) and `n_oov`, the source in their extended vocabulary of V + n_oov
-ids) in `forward` and `start_decoding`, and return log-probabilities over that vocabulary in place
-of logits; `extras` then holds "p_gen" (B, T) and, with coverage, "coverage_loss" (B, T).
-
-Guided alignment (Garg et al. 2019) supervises one cross-attention map: `forward` with
-`alignment=AlignmentHead(layer, head)` also returns it in `extras["alignment_attention"]`
-(B, T, S). Only that one layer of a transformer takes the explicit attention path, and without
-`alignment` nothing changes.
+Shapes: B batch, S source length, T target length, V target vocabulary (V + K extended ids
+with copy), L layers, H heads, N source segments.
 """
 
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 from torch import Tensor, nn
 
@@ -61,9 +44,6 @@ class Vocabularies:
             )
 
 
-ALIGNMENT_ATTENTION = "alignment_attention"  # the extras key of the supervised attention
-
-
 @dataclass(frozen=True)
 class AlignmentHead:
     """The cross-attention that guided alignment supervises.
@@ -78,34 +58,91 @@ class AlignmentHead:
 
     def attach(self, output: "Seq2SeqOutput", weights: Tensor) -> "Seq2SeqOutput":
         """`output`, with the chosen head (or the head mean) of one layer's cross-attention
-        weights (B, H, T, S) in extras["alignment_attention"] as (B, T, S)."""
-        chosen = weights.mean(dim=1) if self.head is None else weights[:, self.head]
-        output.extras[ALIGNMENT_ATTENTION] = chosen
+        weights (B, H, T, S) as its `alignment_attention` (B, T, S)."""
+        output.alignment_attention = (
+            weights.mean(dim=1) if self.head is None else weights[:, self.head]
+        )
         return output
 
 
 class CopyInputs(TypedDict, total=False):
     """The keyword arguments a copy model takes besides the source: src_ext (B, S) long, the
-    source in the extended vocabulary, and n_oov, the number of extended ids past V. Plain
-    models take none; decoding passes them through to the model."""
+    source in the extended vocabulary, and n_oov, the number of extended ids past V. Other
+    models ignore them; decoding passes them through to the model."""
 
     src_ext: Tensor | None
     n_oov: int
 
 
+@dataclass(frozen=True)
+class TeacherForcing:
+    """The arguments of one teacher-forced pass (`Seq2Seq.forward`), handed on whole."""
+
+    src: Tensor
+    src_lengths: Tensor
+    tgt_in: Tensor
+    need_weights: bool = False
+    alignment: AlignmentHead | None = None
+    copy: CopyInputs = field(default_factory=lambda: CopyInputs())
+
+
+@dataclass(frozen=True)
+class ReinforceSample:
+    """The hard attention a training pass sampled (model.attention.hard=reinforce), for the
+    REINFORCE term of the loss (models/objective.py).
+
+    log_prob: (B, T) log p(s~_t | a_t) of every step's sample, summed over heads and layers.
+    entropy: (B, T) H(a_t) of every step's attention, summed the same way.
+    baseline: 0-dim, the model's moving-average baseline b (its buffer; NaN before the first
+        reward), read by the loss and moved by the training step (`move_baseline`).
+    """
+
+    log_prob: Tensor
+    entropy: Tensor
+    baseline: Tensor
+
+
+@dataclass(frozen=True)
+class SegmentAttention:
+    """The segment level of hierarchical attention (models/rnn_hierarchical.py).
+
+    weights: (B, T, N) beta, the attention over the source segments at every step.
+    segments: (B, S) long, the segment of every source position (-1 at padding).
+    """
+
+    weights: Tensor
+    segments: Tensor
+
+
 @dataclass
 class Seq2SeqOutput:
-    """What a teacher-forced forward pass returns.
+    """What a teacher-forced pass returns. Every field but `logits` is None unless the model
+    computes it and the pass asks for it.
 
-    logits: (B, T, V) unnormalised scores of the next target token.
-    attention: cross-attention weights, (B, T, S) or (B, L, H, T, S); None unless asked for
-        (or when the model has no attention).
-    extras: anything family-specific (e.g. "self_attention", "encoder_attention").
+    logits: (B, T, V) unnormalised next-token scores; a copy model's are log P over its
+        extended vocabulary, (B, T, V + K).
+    attention: cross-attention, (B, T, S) or (B, L, H, T, S); with need_weights.
+    encoder_self_attention, decoder_self_attention: (B, L, H, S, S) and (B, L, H, T, T),
+        transformers with need_weights whose self-attention kind forms weights.
+    alignment_attention: (B, T, S), the attention guided alignment supervises (`alignment`).
+    p_gen: (B, T) the generation probability (copy models).
+    coverage_loss: (B, T) covloss_t of every step (coverage models).
+    support: (B, V + K) bool, the ids each example's distribution ranges over (copy models:
+        the vocabulary but PAD and BOS, and the example's own source words); None: every id.
+    reinforce: the sampled hard attention (REINFORCE training).
+    segment_attention: hierarchical models with need_weights.
     """
 
     logits: Tensor
     attention: Tensor | None = None
-    extras: dict[str, Tensor] = field(default_factory=dict)
+    encoder_self_attention: Tensor | None = None
+    decoder_self_attention: Tensor | None = None
+    alignment_attention: Tensor | None = None
+    p_gen: Tensor | None = None
+    coverage_loss: Tensor | None = None
+    support: Tensor | None = None
+    reinforce: ReinforceSample | None = None
+    segment_attention: SegmentAttention | None = None
 
 
 def map_state(state: DecoderState, fn: Callable[[Tensor], Tensor]) -> DecoderState:
@@ -134,7 +171,6 @@ class Seq2Seq(nn.Module, metaclass=abc.ABCMeta):
         fixed-vector baseline (model.attention.score=none), which has no alignment to score."""
         return True
 
-    @abc.abstractmethod
     def forward(
         self,
         src: Tensor,
@@ -142,18 +178,27 @@ class Seq2Seq(nn.Module, metaclass=abc.ABCMeta):
         tgt_in: Tensor,
         need_weights: bool = False,
         alignment: AlignmentHead | None = None,
+        **copy_inputs: Unpack[CopyInputs],
     ) -> Seq2SeqOutput:
-        """Teacher-forced pass.
+        """Teacher-forced pass: `teacher_forced` of these arguments.
 
         Args:
             src: (B, S) source token ids, right-padded with pad_id.
             src_lengths: (B,) number of real source tokens (on the same device as src).
             tgt_in: (B, T) BOS + target ids, right-padded.
-            need_weights: return cross-attention weights (the transformer then takes its
+            need_weights: return the attention weights (the transformer then takes its
                 explicit attention path instead of the fused kernel).
-            alignment: also return that attention in extras["alignment_attention"] (B, T, S)
+            alignment: also return that attention as `alignment_attention` (B, T, S)
                 (guided alignment training).
+            **copy_inputs: copy models: the source in their extended vocabulary.
         """
+        inputs = TeacherForcing(src, src_lengths, tgt_in, need_weights, alignment, copy_inputs)
+        return self.teacher_forced(inputs)
+
+    def teacher_forced(self, inputs: TeacherForcing) -> Seq2SeqOutput:
+        """The pass `forward` describes; each family implements it (a stub may override
+        `forward` instead)."""
+        raise NotImplementedError(f"{type(self).__name__} implements no teacher-forced pass")
 
     @abc.abstractmethod
     def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:

@@ -1,42 +1,8 @@
 """The transformer encoder-decoder (Vaswani et al. 2017, "Attention Is All You Need", NeurIPS)
-behind the `Seq2Seq` interface; its layers are in transformer_layers.py.
-
-Token embeddings are multiplied by sqrt(d_model) and summed with positional encodings
-(sections 3.4 and 3.5); the pre-softmax projection may share the target embedding matrix
-(section 3.4, "tie_embeddings"), and source and target may share one embedding.
-
-Self-attention may use an efficient mechanism instead of full attention (`self_attention`,
-attnseq/attention/efficient.py: local, strided, longformer, linformer, linear, performer,
-bigbird): in the encoder always, in the decoder with `decoder_self_attention` (causal kinds
-only). Cross-attention is always full. Persistent memory slots (`memory_slots`) and the
-encoder's convolution sublayer (`conv_kernel`) are options of the layers (transformer_layers.py).
-
-Attention weights come back as (B, L, H, T, S) for cross-attention (seq2seq.py's convention) and in
-`extras` as "decoder_self_attention" (B, L, H, T, T) and "encoder_self_attention" (B, L, H, S, S);
-an extra is absent when its self-attention kind has no weights (linear, performer).
-
-Teacher forcing (`teacher_forced`) and incremental decoding (`incremental_step`) both run the
-decoder stack through `run_decoder`, which returns the decoder's input embeddings, its final
-output and every layer's result: subclasses (pointer_generator.py) build on those instead of
-running the stack themselves.
-
-Incremental decoding state (tensors batch-first, so `Seq2Seq.reorder_state` can select rows):
-
-    {
-        "memory":      (B, S, d_model) encoder output,
-        "memory_mask": (B, S) bool, True at real source tokens,
-        "step":        (B,) long, number of target tokens fed so far (= next target position),
-        "length":      int, the same number for every row (no tensor: read without a sync),
-        "layers": [    one dict per decoder layer
-            {"cross_k": (B, H, S, d_k), "cross_v": (B, H, S, d_k),   memory projected once
-             "self_k":  (B, H, t, d_k), "self_v":  (B, H, t, d_k)},  grows by one per step
-        ],
-    }
-
-The self-attention entries are those of the layer's mechanism (`empty_cache`): the growing keys
-and values above for full and strided, the last w keys and values for local, the running sums
-"self_kv" (B, H, F, d_k) and "self_k_sum" (B, H, F) (and "self_log_scale" (B, H) for performer)
-for linear and performer.
+behind the `Seq2Seq` interface; its layers are transformer_layers.py. Teacher forcing
+(`decoder_pass`) and incremental decoding (`incremental_step`) both run the decoder stack
+through `run_decoder`, whose result subclasses (pointer_generator.py, hard_attention.py) build
+on.
 
 Shapes: B batch, S source length, T target length, V target vocabulary, L layers, H heads,
 d_k = d_model / H.
@@ -54,7 +20,13 @@ from attnseq.attention.mechanism import KeyValue
 from attnseq.config.choices import Norm
 from attnseq.config.schema import AttentionConfig
 from attnseq.models.positional import build_positional_encoding, make_positions
-from attnseq.models.seq2seq import AlignmentHead, DecoderState, Seq2Seq, Seq2SeqOutput, Vocabularies
+from attnseq.models.seq2seq import (
+    DecoderState,
+    Seq2Seq,
+    Seq2SeqOutput,
+    TeacherForcing,
+    Vocabularies,
+)
 from attnseq.models.transformer_layers import (
     DecoderLayer,
     DecoderPass,
@@ -126,9 +98,18 @@ class TransformerSeq2Seq(Seq2Seq):
         self._build_embeddings(vocab, share_src_tgt_embeddings, dropout)
 
         options = LayerOptions(
-            d_model, heads, ff_dim, dropout, attention_dropout, norm == "pre", memory_slots,
-            memory_in_cross, conv_kernel, max_positions, scaled_attention,
-        )  # fmt: skip
+            d_model=d_model,
+            heads=heads,
+            ff_dim=ff_dim,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            pre_norm=norm == "pre",
+            memory_slots=memory_slots,
+            memory_in_cross=memory_in_cross,
+            conv_kernel=conv_kernel,
+            max_positions=max_positions,
+            scaled=scaled_attention,
+        )
         self.encoder = TransformerEncoder(enc_layers, options, self_attention)
         decoder_self = self_attention if decoder_self_attention else None
         self.decoder_layers = nn.ModuleList(
@@ -248,61 +229,39 @@ class TransformerSeq2Seq(Seq2Seq):
             outputs.append(out)
         return DecoderPass(inputs, self.decoder_norm(x), outputs)
 
-    def teacher_forced(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool = False,
-        weights_of: int | None = None,
+    def decoder_pass(
+        self, inputs: TeacherForcing, weights_of: int | None = None
     ) -> tuple[Seq2SeqOutput, DecoderPass, Tensor]:
-        """`forward`, with what subclasses build on: the decoder pass and the memory.
-
-        Args:
-            weights_of: as in `run_decoder`; the output holds attention only with need_weights.
-
-        Returns:
-            the output of `forward`, the decoder pass over tgt_in, and the memory (B, S, d_model).
-        """
-        self._check_length(tgt_in.size(1))
-        memory, src_mask, enc_weights = self.encode(src, src_lengths, need_weights)
-        positions = make_positions(tgt_in.size(1), device=tgt_in.device)  # (T,)
+        """The teacher-forced pass, with what subclasses build on: the decoder pass and the
+        memory (B, S, d_model). `weights_of`: as in `run_decoder`; the output holds attention
+        only with need_weights."""
+        self._check_length(inputs.tgt_in.size(1))
+        need_weights = inputs.need_weights
+        memory, src_mask, enc_weights = self.encode(inputs.src, inputs.src_lengths, need_weights)
+        positions = make_positions(inputs.tgt_in.size(1), device=inputs.tgt_in.device)  # (T,)
         memory_kvs = [layer.memory_kv(memory) for layer in self.decoder_layers]
         decoder = self.run_decoder(
-            tgt_in, positions, memory_kvs, src_mask, None, need_weights, weights_of
+            inputs.tgt_in, positions, memory_kvs, src_mask, None, need_weights, weights_of
         )
-        logits = self.output_proj(decoder.decoded)  # (B, T, V)
+        output = Seq2SeqOutput(self.output_proj(decoder.decoded))  # logits (B, T, V)
         if not need_weights:
-            return Seq2SeqOutput(logits), decoder, memory
-        extras: dict[str, Tensor] = {}
+            return output, decoder, memory
         self_weights = [out.self_weights for out in decoder.layers if out.self_weights is not None]
         if self_weights:
-            extras["decoder_self_attention"] = torch.stack(self_weights, dim=1)  # (B,L,H,T,T)
+            output.decoder_self_attention = torch.stack(self_weights, dim=1)  # (B, L, H, T, T)
         if enc_weights:
-            extras["encoder_self_attention"] = torch.stack(enc_weights, dim=1)  # (B,L,H,S,S)
-        attention = torch.stack(decoder.cross_weights(), dim=1)  # (B, L, H, T, S)
-        return Seq2SeqOutput(logits, attention, extras), decoder, memory
+            output.encoder_self_attention = torch.stack(enc_weights, dim=1)  # (B, L, H, S, S)
+        output.attention = torch.stack(decoder.cross_weights(), dim=1)  # (B, L, H, T, S)
+        return output, decoder, memory
 
-    def forward(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        tgt_in: Tensor,
-        need_weights: bool = False,
-        alignment: AlignmentHead | None = None,
-    ) -> Seq2SeqOutput:
-        """Teacher-forced pass; see `Seq2Seq.forward`.
-
-        Returns:
-            logits (B, T, V); with need_weights, attention (B, L, H, T, S) and extras
-            "decoder_self_attention" (B, L, H, T, T), "encoder_self_attention" (B, L, H, S, S),
-            each absent when its self-attention kind has no weights; with `alignment`, extras
-            "alignment_attention" (B, T, S) (only that layer takes the explicit path).
-        """
+    def teacher_forced(self, inputs: TeacherForcing) -> Seq2SeqOutput:
+        """The teacher-forced pass (`Seq2Seq.forward`); with `alignment` only that layer takes
+        the explicit attention path."""
+        alignment = inputs.alignment
         if alignment is None:
-            return self.teacher_forced(src, src_lengths, tgt_in, need_weights)[0]
+            return self.decoder_pass(inputs)[0]
         layer = alignment.layer % len(self.decoder_layers)
-        output, decoder, _ = self.teacher_forced(src, src_lengths, tgt_in, need_weights, layer)
+        output, decoder, _ = self.decoder_pass(inputs, layer)
         return alignment.attach(output, decoder.layers[layer].cross_weights)
 
     def start_decoding(self, src: Tensor, src_lengths: Tensor) -> DecoderState:
@@ -313,7 +272,22 @@ class TransformerSeq2Seq(Seq2Seq):
             src_lengths: (B,) real source lengths.
 
         Returns:
-            the state described in the module docstring, with empty self-attention caches.
+            the state, tensors batch-first (so `Seq2Seq.reorder_state` can select rows):
+
+                {
+                    "memory":      (B, S, d_model) encoder output,
+                    "memory_mask": (B, S) bool, True at real source tokens,
+                    "step":        (B,) long, target tokens fed so far (the next position),
+                    "length":      int, the same for every row (read without a device sync),
+                    "layers": [    one dict per decoder layer
+                        {"cross_k": (B, H, S, d_k), "cross_v": (B, H, S, d_k),  projected once
+                         **the self-attention cache of the layer's mechanism (`empty_cache`)},
+                    ],
+                }
+
+            The cache of full and strided attention: "self_k", "self_v" (B, H, t, d_k), growing
+            by one per step; local: the last w of them; linear and performer: the running sums
+            "self_kv" (B, H, F, d_k) and "self_k_sum" (B, H, F) (performer: "self_log_scale").
         """
         memory, src_mask, _ = self.encode(src, src_lengths)
         batch = src.size(0)

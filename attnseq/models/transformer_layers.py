@@ -1,53 +1,8 @@
 """The layers of the transformer (Vaswani et al. 2017, "Attention Is All You Need", NeurIPS): the
-feed-forward network, the residual block, the encoder layer and stack, the decoder layer, and
-what a pass of the decoder stack returns. transformer.py assembles them into the encoder-decoder
-model.
-
-Encoder layer (section 3.1): self-attention over the source, then a position-wise feed-forward
-network; decoder layer: causal self-attention, cross-attention over the encoder output ("memory",
-section 3.2.3), feed-forward. Each sublayer sits in a residual connection with dropout and
-LayerNorm (section 5.4):
-
-    post-norm (the paper):      x = LayerNorm(x + Dropout(Sublayer(x)))
-    pre-norm (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"):
-                                x = x + Dropout(Sublayer(LayerNorm(x))), and a final LayerNorm
-                                after the last encoder and decoder layer
-
-    FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                                   (section 3.3, eq. 2)
-
-Self-attention may use an efficient mechanism instead of full attention (`self_attention`,
-attnseq/attention/efficient.py); cross-attention is always full. Every attention may read
-persistent memory slots (attention/multihead.py), and the encoder layer may have a
-convolution sublayer between self-attention and the feed-forward network.
-
-The convolution sublayer of the encoder, `model.conv_kernel=k`: the convolution module of the
-Conformer (Gulati et al. 2020, "Conformer: Convolution-augmented Transformer for Speech
-Recognition", Interspeech; section 2.2, figure 2), for local context beside self-attention's
-long-range one:
-
-    pointwise conv (d -> 2d) -> GLU -> depthwise conv (kernel k) -> norm -> Swish
-    -> pointwise conv (d -> d) -> dropout
-
-The pointwise convolutions are position-wise linear layers; the depthwise convolution filters
-each channel over k neighbouring positions (k odd, k // 2 zeros of padding on each side, so
-the length is kept and position t sees t - k // 2 .. t + k // 2). Depthwise + pointwise is the
-depthwise-separable convolution: k d depthwise weights plus the pointwise ones, where a full
-convolution of width k has k d^2.
-
-Place in the encoder layer: after self-attention and before the feed-forward network, as the
-Conformer block puts it after its self-attention module, in the same residual block as every
-sublayer (its LayerNorm is the module's first, "Layernorm" in figure 2). The Conformer's two
-half-step feed-forward networks (macaron style) are not used: the layer keeps its one
-feed-forward network.
-
-Two choices of attnseq against the paper:
-- padding: positions beyond a sequence's length are set to zero right before the depthwise
-  convolution, the only step that mixes positions, so a real position sees exactly what it
-  would see with no padding at all (zeros, as the convolution's own padding at the sequence's
-  end): extra padding does not change the outputs of real positions.
-- norm: LayerNorm over the channels where the paper has BatchNorm. BatchNorm's statistics
-  come from every position of the batch, padding included, so one example's output would
-  depend on the others and on the amount of padding.
+feed-forward network, the residual block, the Conformer convolution sublayer, the encoder layer
+and stack, the decoder layer, and what a pass of the decoder stack returns (`DecoderPass`);
+transformer.py assembles them. Self-attention may be an efficient kind
+(attention/efficient.py); cross-attention is always full.
 
 Shapes: B batch, S source length, T target length (new positions), t positions seen so far,
 N any sequence length, H heads, d_k = d_model / H, d = d_model.
@@ -119,7 +74,12 @@ class FeedForward(nn.Module):
 
 
 class Residual(nn.Module):
-    """Residual connection with dropout and LayerNorm around one sublayer (section 5.4).
+    """Residual connection with dropout and LayerNorm around one sublayer (section 5.4):
+
+        post-norm (the paper):      x = LayerNorm(x + Dropout(Sublayer(x)))
+        pre-norm (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"):
+                                    x = x + Dropout(Sublayer(LayerNorm(x))), and a final
+                                    LayerNorm after the last layer of a stack (`final_norm`)
 
     Usage: `h = block.sublayer_input(x); x = block.combine(x, sublayer(h))`, so that sublayers
     returning extra values (attention weights, caches) need no wrapper.
@@ -147,7 +107,18 @@ class Residual(nn.Module):
 
 
 class ConvolutionModule(nn.Module):
-    """Conformer convolution module with a padding mask (module docstring).
+    """The encoder's convolution sublayer, `model.conv_kernel=k`: the convolution module of the
+    Conformer (Gulati et al. 2020, "Conformer: Convolution-augmented Transformer for Speech
+    Recognition", Interspeech; section 2.2, figure 2), local context beside self-attention's:
+
+        pointwise conv (d -> 2d) -> GLU -> depthwise conv (kernel k) -> norm -> Swish
+        -> pointwise conv (d -> d) -> dropout
+
+    between self-attention and the feed-forward network, in a residual block like every
+    sublayer. Against the paper: padding is zeroed right before the depthwise convolution, the
+    one step that mixes positions, so extra padding leaves real positions unchanged; and
+    LayerNorm replaces BatchNorm, whose batch statistics would make one example's output
+    depend on the others and on the padding.
 
     Args:
         d_model: channels d.
@@ -340,9 +311,15 @@ class DecoderLayer(nn.Module):
         heads, attention_dropout = options.heads, options.attention_dropout
         memory_slots = options.memory_slots
         self.self_attn = build_self_attention(
-            self_attention, d_model, heads, attention_dropout, True, memory_slots,
-            options.max_positions, options.scaled,
-        )  # fmt: skip
+            self_attention,
+            d_model,
+            heads,
+            attention_dropout,
+            causal=True,
+            memory_slots=memory_slots,
+            max_length=options.max_positions,
+            scaled=options.scaled,
+        )
         self.self_block = Residual(d_model, dropout, pre_norm)
         self.cross_attn = MultiHeadAttention(
             d_model,

@@ -13,7 +13,7 @@ from attnseq.attention.hard import set_temperature
 from attnseq.config.schema import OptimConfig, TrainConfig
 from attnseq.data.batching import Batch
 from attnseq.data.loader import TokenCounts
-from attnseq.models.objective import training_loss
+from attnseq.models.objective import move_baseline, training_loss
 from attnseq.models.seq2seq import AlignmentHead, Seq2Seq
 from attnseq.training.distributed import WorldInfo, all_reduce_sum, all_reduce_tensor
 from attnseq.training.precision import MixedPrecision
@@ -158,11 +158,13 @@ def _summed_loss(parts: UpdateParts, batch: Batch, step: int) -> Tensor:
     """The training loss of one (micro-)batch, summed over its target tokens."""
     guided = parts.alignment is not None and batch.alignment is not None
     inputs = {**batch.copy_inputs(), **({"alignment": parts.alignment} if guided else {})}
+    pad_id = parts.model.pad_id
     with parts.precision.autocast():
         output = parts.module(batch.src, batch.src_lengths, batch.tgt_in, **inputs)
-        return training_loss(
-            output, batch.tgt_out, parts.model.pad_id, parts.optim, step, batch.alignment
-        )
+        loss = training_loss(output, batch.tgt_out, pad_id, parts.optim, step, batch.alignment)
+        if output.reinforce is not None:  # REINFORCE: the baseline follows this batch's rewards
+            move_baseline(output, batch.tgt_out, pad_id, parts.optim.reinforce_baseline_decay)
+    return loss
 
 
 def _without_gradient_sync(module: nn.Module) -> contextlib.AbstractContextManager[None]:

@@ -22,7 +22,6 @@ from attnseq.cli.app import app
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import DecodingConfig, TrainConfig
 from attnseq.data.tokenizers import TokenizerPair
-from attnseq.evaluation.scoring import Scorer
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.head_mask import compact_heads
 from attnseq.models.loading import load_trained_model
@@ -99,7 +98,7 @@ BATCHING_TOLERANCE = 1e-5  # relative, on a log-probability
 def test_score_is_the_scorers(checkpoints: dict[str, Path]) -> None:
     model = attnseq.load(checkpoints["rnn"], "cpu", threads=1)
     targets = ["2001-06-05", "1998-03-03"]
-    scorer = Scorer.from_checkpoint(checkpoints["rnn"], "cpu")
+    scorer = attnseq.load(checkpoints["rnn"], "cpu").scorer  # loaded apart
     expected = scorer.score(list(zip(SOURCES, targets, strict=True)))
     assert model.score(SOURCES, targets) == expected  # the same batch: the same numbers
     alone = model.score(SOURCES[0], targets[0])  # a batch of one

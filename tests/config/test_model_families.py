@@ -86,10 +86,16 @@ def fingerprint(cfg: TrainConfig, train: bool = False) -> dict[str, object]:
     output = model(src, lengths, tgt_in, need_weights=True, **inputs)
     return {
         "weights": {name: value.clone() for name, value in model.state_dict().items()},
-        "logits": output.logits,
-        "attention": output.attention,
-        **{f"extras.{name}": value for name, value in output.extras.items()},
+        "output": fields_of(output),
     }
+
+
+def fields_of(value: object) -> object:
+    """A dataclass as a dict of the fields it holds (not None), nested dataclasses too."""
+    if dataclasses.is_dataclass(value):
+        fields = ((field.name, getattr(value, field.name)) for field in dataclasses.fields(value))
+        return {name: fields_of(item) for name, item in fields if item is not None}
+    return value
 
 
 def same(a: dict[str, object], b: dict[str, object]) -> bool:

@@ -19,7 +19,7 @@ from attnseq.data.guided_alignment import piece_links, read_alignment_file, spli
 from attnseq.data.prepare import prepare_data
 from attnseq.errors import UserError
 from attnseq.models.objective import alignment_term, training_loss
-from attnseq.models.seq2seq import ALIGNMENT_ATTENTION, AlignmentHead
+from attnseq.models.seq2seq import AlignmentHead
 from attnseq.training.run import run_training
 
 REVERSE = ("data.name=reverse", "data.train_size=60", "data.valid_size=10", "data.test_size=10")
@@ -159,13 +159,13 @@ TGT_IN = torch.tensor([[2, 4, 5], [2, 6, 7]])  # (B, T)
 def test_the_transformer_returns_the_chosen_head_without_changing_the_logits() -> None:
     model = tiny_model("transformer").eval()
     plain = model(SRC, LENGTHS, TGT_IN)
-    assert ALIGNMENT_ATTENTION not in plain.extras
+    assert plain.alignment_attention is None
     full = model(SRC, LENGTHS, TGT_IN, need_weights=True).attention  # (B, L, H, T, S)
     for head in (None, 1):
         out = model(SRC, LENGTHS, TGT_IN, alignment=AlignmentHead(layer=-2, head=head))
         torch.testing.assert_close(out.logits, plain.logits)
         expected = full[:, 0].mean(dim=1) if head is None else full[:, 0, head]
-        torch.testing.assert_close(out.extras[ALIGNMENT_ATTENTION], expected)
+        torch.testing.assert_close(out.alignment_attention, expected)
         assert out.attention is None
 
 
@@ -173,7 +173,7 @@ def test_the_rnn_returns_its_attention() -> None:
     model = tiny_model("rnn").eval()
     out = model(SRC, LENGTHS, TGT_IN, alignment=AlignmentHead())
     weights = model(SRC, LENGTHS, TGT_IN, need_weights=True).attention
-    torch.testing.assert_close(out.extras[ALIGNMENT_ATTENTION], weights)
+    torch.testing.assert_close(out.alignment_attention, weights)
 
 
 def test_the_term_is_the_cross_entropy_with_the_gold_rows() -> None:
@@ -198,9 +198,9 @@ def test_the_gradient_pulls_the_supervised_attention_to_the_gold_link(family: st
 
     def gold_mass() -> float:
         with torch.no_grad():
-            attention = model.eval()(SRC, LENGTHS, TGT_IN, alignment=head).extras
+            attention = model.eval()(SRC, LENGTHS, TGT_IN, alignment=head).alignment_attention
         model.train()
-        return float(attention[ALIGNMENT_ATTENTION][..., 2].mean())
+        return float(attention[..., 2].mean())
 
     before = gold_mass()
     for step in range(5):

@@ -152,8 +152,8 @@ def test_decode_returns_nbest_lists() -> None:
     src, lengths = random_batch(5)
     nbest = decode(model, src, lengths, DecodingConfig(beam=3, nbest=2))
     assert [len(n) for n in nbest] == [2] * 5
-    with pytest.raises(ValueError, match="nbest"):
-        decode(model, src, lengths, DecodingConfig(beam=2, nbest=3))
+    with pytest.raises(ValueError, match="nbest"):  # checked where settings are made
+        check(DecodingConfig(beam=2, nbest=3))
 
 
 # ------------------------------------------------------------------------------ search quality

@@ -14,9 +14,9 @@ import torch
 from helpers import untrained_checkpoint
 from typer.testing import CliRunner
 
+import attnseq
 from attnseq.cli.app import app
 from attnseq.data.tokenizers import BOS_ID, EOS_ID
-from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.models.ctranslate2_export import EXPORT_FILE, export_ctranslate2
 from attnseq.training.run import run_training
@@ -61,7 +61,7 @@ def test_the_engine_scores_targets_as_attnseq_does(ctranslate2, tmp_path: Path, 
     from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
 
     engine = CTranslate2Translator(folder, "cpu")
-    ours = Translator.from_checkpoint(checkpoint, "cpu")
+    ours = attnseq.load(checkpoint, "cpu").translator
     tgt_tokens = [engine.tgt_ids and token for token in engine.tgt_ids]  # id order
     for text in SOURCES:
         src = ours.tokenizers.src.encode(text)
@@ -79,7 +79,7 @@ def test_greedy_outputs_equal_attnseq_and_attention_comes_back(ctranslate2, tmp_
     from attnseq.decoding.ctranslate2_engine import CTranslate2Translator
 
     engine = CTranslate2Translator(folder, "cpu")
-    ours = Translator.from_checkpoint(checkpoint, "cpu")
+    ours = attnseq.load(checkpoint, "cpu").translator
     settings = ours.settings(beam=1)
     expected = list(ours.hypotheses(SOURCES, settings, batch_size=2))
     got = list(engine.hypotheses(SOURCES, settings, batch_size=3, attention=True))
@@ -368,9 +368,9 @@ def test_a_pruned_checkpoint_exports_what_it_computes(ctranslate2, tmp_path: Pat
     from attnseq.models.head_mask import masked_heads
 
     engine = CTranslate2Translator(folder, "cpu")
-    ours = Translator.from_checkpoint(pruned, "cpu")
+    ours = attnseq.load(pruned, "cpu").translator
     assert len(masked_heads(ours.model)) == 4
-    unpruned = Translator.from_checkpoint(checkpoint, "cpu")
+    unpruned = attnseq.load(checkpoint, "cpu").translator
     tgt_tokens = list(engine.tgt_ids)  # id order
     for text in SOURCES:
         src = ours.tokenizers.src.encode(text)

@@ -11,6 +11,7 @@ from helpers import eval_result, tiny_config
 from torch import Tensor
 from typer.testing import CliRunner
 
+import attnseq
 from attnseq.cli.app import app
 from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
 from attnseq.decoding import DecodingConfig
@@ -103,7 +104,7 @@ def test_streaming_reads_one_chunk_before_the_first_output() -> None:
 def test_a_translator_loads_a_checkpoint(checkpoint: Path) -> None:
     lines = ["March 3, 1998", "", "12/05/2001"]
     settings = DecodingConfig(beam=2, max_output_extra=12)
-    translator = Translator.from_checkpoint(checkpoint, "cpu")
+    translator = attnseq.load(checkpoint, "cpu").translator
     outputs = list(translator.translate(lines, settings, batch_size=2))
     assert len(outputs) == 3 and outputs[1] == ""
     assert all(isinstance(output, str) for output in outputs)

@@ -10,6 +10,7 @@ import torch
 from helpers import tiny_config, untrained_checkpoint
 from typer.testing import CliRunner
 
+import attnseq
 from attnseq.cli.app import app
 from attnseq.data.prepare import prepare_data
 from attnseq.data.tokenizers import TokenizerPair
@@ -70,7 +71,7 @@ def test_score_adds_up_to_evals_test_loss(kind: str, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def scorer(rnn_checkpoint: Path) -> Scorer:
-    return Scorer.from_checkpoint(rnn_checkpoint, "cpu")
+    return attnseq.load(rnn_checkpoint, "cpu").scorer
 
 
 def test_scores_are_the_models_token_log_probabilities(scorer: Scorer) -> None:

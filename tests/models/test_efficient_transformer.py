@@ -85,12 +85,12 @@ def test_weights_where_the_kind_has_them(kind: str) -> None:
     out = model(src, lengths, tgt_in, need_weights=True)
     assert out.attention is not None and out.attention.shape == (3, LAYERS, HEADS, 6, 9)
     has_weights = kind not in ("linear", "performer")
-    assert ("encoder_self_attention" in out.extras) == has_weights
+    assert (out.encoder_self_attention is not None) == has_weights
     if has_weights:
-        encoder = out.extras["encoder_self_attention"]  # (B, L, H, S, S)
+        encoder = out.encoder_self_attention  # (B, L, H, S, S)
         assert encoder.shape == (3, LAYERS, HEADS, 9, 9)
         assert torch.all(encoder[1, ..., 4:] == 0)  # padded keys of row 1 get no weight
-        assert out.extras["decoder_self_attention"].shape == (3, LAYERS, HEADS, 6, 6)
+        assert out.decoder_self_attention.shape == (3, LAYERS, HEADS, 6, 6)
     fast = model(src, lengths, tgt_in)
     torch.testing.assert_close(fast.logits, out.logits, atol=ATOL, rtol=0)
 

@@ -98,9 +98,9 @@ def test_rnn_reinforce_training_returns_sample_and_gradients() -> None:
     model = _rnn("reinforce").train()
     src, lengths, tgt_in = _batch()
     out = model(src, lengths, tgt_in)
-    assert out.extras["hard_log_prob"].shape == (2, 4)
-    assert bool((out.extras["hard_log_prob"] <= 0).all())
-    out.extras["hard_log_prob"].sum().backward()
+    assert out.reinforce.log_prob.shape == (2, 4)
+    assert bool((out.reinforce.log_prob <= 0).all())
+    out.reinforce.log_prob.sum().backward()
     assert model.attention.content.energy.weight.grad.abs().sum() > 0
     assert "baseline.value" in model.state_dict()
 
@@ -112,7 +112,7 @@ def test_transformer_hard_cache_equals_forward() -> None:
     )
     src, lengths, tgt_in = _batch()
     model.train()
-    assert model(src, lengths, tgt_in).extras["hard_entropy"].shape == (2, 4)
+    assert model(src, lengths, tgt_in).reinforce.entropy.shape == (2, 4)
     model.eval()
     with torch.no_grad():
         out = model(src, lengths, tgt_in, need_weights=True)

@@ -24,6 +24,7 @@ from attnseq.models.head_mask import (
     pruned_heads_summary,
     set_head_masks,
 )
+from attnseq.models.seq2seq import TeacherForcing
 
 PAD, BOS, EOS, VOCAB = 0, 2, 3, 14
 
@@ -280,7 +281,8 @@ def test_a_copy_model_averages_its_copy_attention_over_the_kept_heads(monkeypatc
         monkeypatch.undo()
         assert torch.equal(before.logits, plain.logits)  # all ones: bit for bit the plain mean
         model.decoder_layers[-1].cross_attn.head_mask[1] = 0.0
-        _, decoder, _ = TransformerSeq2Seq.teacher_forced(model, src, lengths, tgt_in, True)
+        inputs = TeacherForcing(src, lengths, tgt_in, need_weights=True)
+        _, decoder, _ = TransformerSeq2Seq.decoder_pass(model, inputs)
     weights = decoder.layers[-1].cross_weights  # (B, H, T, S) of the copy layer
     expected = weights[:, [0, 2, 3]].mean(dim=1)  # the kept heads' mean, (B, T, S)
     torch.testing.assert_close(model._copy_attention(decoder), expected)

@@ -100,11 +100,11 @@ def test_weights_show_the_memory_columns() -> None:
     model = tiny_model(memory_slots=SLOTS, memory_in_cross=True)
     src, lengths, tgt_in = batch()
     out = model(src, lengths, tgt_in, need_weights=True)
-    encoder = out.extras["encoder_self_attention"]  # (B, L, H, S, S + N)
+    encoder = out.encoder_self_attention  # (B, L, H, S, S + N)
     assert encoder.shape == (3, LAYERS, HEADS, 9, 9 + SLOTS)
     torch.testing.assert_close(encoder.sum(-1), torch.ones(3, LAYERS, HEADS, 9))
     assert torch.all(encoder[1, ..., 4:9] == 0) and torch.all(encoder[..., 9:] > 0)
-    decoder = out.extras["decoder_self_attention"]
+    decoder = out.decoder_self_attention
     assert decoder.shape == (3, LAYERS, HEADS, 6, 6 + SLOTS)
     assert out.attention.shape == (3, LAYERS, HEADS, 6, 9)  # cross: the source columns only
     fast = model(src, lengths, tgt_in)

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
+import attnseq
 from attnseq.alignment.saved_attention import SavedAttention
 from attnseq.attention.additive import AdditiveAttention, CoverageAttention
 from attnseq.attention.luong import ConcatAttention, GeneralAttention
@@ -33,7 +34,6 @@ from attnseq.config.choices import AttentionKind
 from attnseq.config.conversion import config_to_dict
 from attnseq.config.schema import ModelConfig
 from attnseq.decoding import DecodingConfig, beam_search, greedy_decode
-from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 from attnseq.io.checkpoint import load_checkpoint
@@ -56,7 +56,7 @@ runner = CliRunner()
 
 def test_a_source_only_word_is_produced_and_written_as_the_source_has_it(tmp_path: Path) -> None:
     checkpoint = copy_only_checkpoint(tmp_path / "copy.pt")
-    translator = Translator.from_checkpoint(checkpoint, "cpu")
+    translator = attnseq.load(checkpoint, "cpu").translator
     assert translator.tokenizers.tgt.piece_to_id(SOURCE_ONLY) == 1  # <unk> in the target
     # one source word gets all the attention; P(copy it) = 0.88 > P(EOS) = 0.12
     greedy = translator.settings(beam=1, max_output_extra=2)
@@ -78,7 +78,7 @@ def test_plain_model_cannot_produce_the_word(tmp_path: Path) -> None:
     checkpoint = untrained_checkpoint(
         tmp_path / "plain.pt", "data.tokenizer=word", pairs=WORD_PAIRS
     )
-    translator = Translator.from_checkpoint(checkpoint, "cpu")
+    translator = attnseq.load(checkpoint, "cpu").translator
     outputs = list(translator.translate([SOURCE_ONLY], translator.settings(beam=2)))
     assert SOURCE_ONLY not in outputs[0]
 
@@ -349,7 +349,7 @@ def test_generating_only_gives_the_plain_distribution(family: str) -> None:
     output = copy(src, lengths, tgt_in, src_ext=src_ext, n_oov=N_OOV)
     assert output.logits.shape == (*tgt_in.shape, VOCAB + N_OOV)
     torch.testing.assert_close(output.logits[..., :VOCAB], expected, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(output.extras["p_gen"], torch.ones(tgt_in.shape))
+    torch.testing.assert_close(output.p_gen, torch.ones(tgt_in.shape))
 
 
 COPY_COMBOS = [
@@ -368,8 +368,8 @@ def test_incremental_decoding_equals_teacher_forcing(family, copy, coverage) -> 
     logits, weights = step_by_step(model, src, lengths, src_ext, tgt_in)
     torch.testing.assert_close(logits, full.logits, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(weights, full.attention, atol=1e-6, rtol=1e-5)
-    assert ("p_gen" in full.extras) == copy
-    assert ("coverage_loss" in full.extras) == coverage
+    assert (full.p_gen is not None) == copy
+    assert (full.coverage_loss is not None) == coverage
     if copy:
         sums = full.logits.exp().sum(-1)
         torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-5, rtol=0)
@@ -378,7 +378,7 @@ def test_incremental_decoding_equals_teacher_forcing(family, copy, coverage) -> 
         if attention.dim() == 5:  # transformer: the copy layer's head average
             attention = attention[:, model.copy_layer].mean(dim=1)
         expected = coverage_loss(attention, teacher_forced_coverage(attention))
-        torch.testing.assert_close(full.extras["coverage_loss"], expected, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(full.coverage_loss, expected, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("family", ["bahdanau", "luong", "transformer"])
@@ -445,7 +445,7 @@ def test_tiny_copy_model_overfits_out_of_vocabulary_targets(family: str, coverag
         output = model(src, lengths, tgt_in, src_ext=src_ext, n_oov=N_OOV)
         loss_sum, n_tokens = sequence_loss(output.logits, tgt_out, PAD)
         if coverage:
-            loss_sum = loss_sum + coverage_term(output.extras["coverage_loss"], tgt_out, PAD, 0.1)
+            loss_sum = loss_sum + coverage_term(output.coverage_loss, tgt_out, PAD, 0.1)
         optimizer.zero_grad()
         (loss_sum / n_tokens).backward()
         optimizer.step()

@@ -131,10 +131,10 @@ def test_cached_decoding_equals_the_full_forward(name, overrides, kind) -> None:
             betas.append(state["segment_weights"])
     torch.testing.assert_close(torch.stack(steps, 1), full.logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(torch.stack(weights, 1), full.attention, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(torch.stack(betas, 1), full.extras["segment_attention"])
-    assert full.extras["segments"].tolist()[1][:9] == [0, 0, 0, 0, 0, 1, 1, 1, -1]
+    torch.testing.assert_close(torch.stack(betas, 1), full.segment_attention.weights)
+    assert full.segment_attention.segments.tolist()[1][:9] == [0, 0, 0, 0, 0, 1, 1, 1, -1]
     torch.testing.assert_close(full.attention.sum(-1), torch.ones(3, 4))
-    beta = full.extras["segment_attention"]
+    beta = full.segment_attention.weights
     assert beta.shape == (3, 4, 3)
     assert (beta[1, :, 2] == 0).all()  # the second source has two segments
     torch.testing.assert_close(beta.sum(-1), torch.ones(3, 4))
@@ -182,7 +182,7 @@ def test_a_checkpoint_round_trip_keeps_the_outputs(tmp_path) -> None:
         first = trained.model(src, lengths, tgt_in, need_weights=True)
         second = again(src, lengths, tgt_in, need_weights=True)
     torch.testing.assert_close(first.logits, second.logits)
-    assert first.extras["segment_attention"].shape == (1, 3, 2)  # three turns, capped at two
+    assert first.segment_attention.weights.shape == (1, 3, 2)  # three turns, capped at two
 
 
 def test_without_a_segmenter_the_model_says_what_it_needs() -> None:

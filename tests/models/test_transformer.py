@@ -14,7 +14,7 @@ from attnseq.models.positional import (
     SinusoidalPositionalEncoding,
     make_positions,
 )
-from attnseq.models.seq2seq import Vocabularies
+from attnseq.models.seq2seq import TeacherForcing, Vocabularies
 from attnseq.models.transformer import TransformerSeq2Seq
 from attnseq.models.transformer_layers import LayerOptions, TransformerEncoder
 
@@ -85,12 +85,13 @@ def test_every_option_constructs_and_runs(norm: str, positions: str, tie: bool) 
     out = model(src, lengths, tgt_in, need_weights=True)
     assert out.logits.shape == (3, 6, VOCAB)
     assert out.attention is not None and out.attention.shape == (3, LAYERS, HEADS, 6, 5)
-    assert out.extras["decoder_self_attention"].shape == (3, LAYERS, HEADS, 6, 6)
-    assert out.extras["encoder_self_attention"].shape == (3, LAYERS, HEADS, 5, 5)
+    assert out.decoder_self_attention.shape == (3, LAYERS, HEADS, 6, 6)
+    assert out.encoder_self_attention.shape == (3, LAYERS, HEADS, 5, 5)
     assert torch.isfinite(out.logits).all()
     assert (model.output_proj.weight is model.tgt_embed.weight) == tie
     fast = model(src, lengths, tgt_in)
-    assert fast.attention is None and fast.extras == {}
+    assert fast.attention is None and fast.encoder_self_attention is None
+    assert fast.decoder_self_attention is None
     fast.logits.sum().backward()  # trains through the fast path too
     is_pre = isinstance(model.decoder_norm, torch.nn.LayerNorm)
     assert is_pre == (norm == "pre")
@@ -154,10 +155,10 @@ def test_attention_weights_respect_masks() -> None:
     src, lengths, tgt_in = padded_batch()
     out = model(src, lengths, tgt_in, need_weights=True)
     assert out.attention is not None
-    decoder_self = out.extras["decoder_self_attention"]  # (B, L, H, T, T)
+    decoder_self = out.decoder_self_attention  # (B, L, H, T, T)
     assert torch.all(decoder_self[..., ~causal_mask(6)] == 0)  # exactly zero above the diagonal
     src_mask = padding_mask(lengths, 5)[:, None, None, None, :]  # (B, 1, 1, 1, S)
-    for weights in (out.attention, out.extras["encoder_self_attention"]):
+    for weights in (out.attention, out.encoder_self_attention):
         assert torch.all(weights.masked_select(~src_mask) == 0)
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
     torch.testing.assert_close(decoder_self.sum(-1), torch.ones(decoder_self.shape[:-1]))
@@ -238,12 +239,12 @@ def test_incremental_decoding_equals_forward(norm: str, positions: str) -> None:
     assert state["layers"][0]["self_k"].shape == (3, HEADS, 6, 16)
 
 
-def test_run_decoder_gives_the_asked_layer_weights_on_the_fast_path() -> None:
+def test_decoder_pass_gives_the_asked_layer_weights_on_the_fast_path() -> None:
     """weights_of: one layer's cross-attention without need_weights, as the explicit pass has
     it; the pass's final output is what the output projection reads."""
     model = tiny_model().eval()
     src, lengths, tgt_in = padded_batch()
-    output, decoder, memory = model.teacher_forced(src, lengths, tgt_in, weights_of=1)
+    output, decoder, memory = model.decoder_pass(TeacherForcing(src, lengths, tgt_in), weights_of=1)
     assert output.attention is None and memory.shape == (3, 5, 32)
     assert [out.cross_weights is None for out in decoder.layers] == [True, False]
     assert decoder.inputs.shape == decoder.decoded.shape == (3, 6, 32)

@@ -11,7 +11,6 @@ overflow, and at least one of the three must apply. In both, weights and gradien
 scale in the checkpoint, overflow handling, resume); this file runs the matrix.
 """
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -19,7 +18,6 @@ import pytest
 import torch
 from model_variants import VARIANTS, variant_batch, variant_config, variant_model
 
-from attnseq.config.choices import ModelFamily, RNNCell
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import WorldInfo
 from attnseq.training.optim import build_optimizer
@@ -30,20 +28,6 @@ pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 UPDATES = 3
 CPU = torch.device("cpu")
-
-
-@functools.cache
-def cpu_float16_lstm_problem() -> str | None:
-    """Why torch cannot run an LSTM under float16 autocast on this CPU (None: it can). CPU
-    autocast runs `nn.LSTM` in the autocast dtype, and oneDNN has float16 LSTM kernels only on
-    processors with float16 arithmetic (AVX512-FP16, AMX-FP16); CUDA has them everywhere."""
-    lstm = torch.nn.LSTM(2, 2)
-    try:
-        with torch.autocast("cpu", dtype=torch.float16):
-            lstm(torch.zeros(1, 1, 2))
-    except RuntimeError as error:
-        return str(error).splitlines()[0]
-    return None
 
 
 @dataclass
@@ -68,9 +52,6 @@ def three_updates(variant: str, precision: str) -> Trained:
     """`UPDATES` updates of `variant` on the one batch under `trainer.precision=precision`
     ("bf16" or "fp16"), as the trainer runs them."""
     cfg = variant_config(variant)
-    lstm = cfg.model.family is ModelFamily.rnn and cfg.model.rnn.cell is RNNCell.lstm
-    if precision == "fp16" and lstm and cpu_float16_lstm_problem():
-        pytest.skip(f"torch has no float16 LSTM on this CPU: {cpu_float16_lstm_problem()}")
     model = variant_model(cfg)
     start = {name: weight.detach().clone() for name, weight in model.named_parameters()}
     mixed = MixedPrecision(precision, CPU)
