@@ -10,6 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "attnseq"
 MAX_FUNCTION_LINES = 60  # the body; a command's option declarations sit in its signature
+# A module docstring says what the module is, its formula, shapes and the one reason that is
+# not obvious; explanations, tours and results are pages of docs/.
+MAX_MODULE_DOCSTRING_LINES = 30
+MAX_MODULE_DOCSTRINGS_LINES = 910  # all of them together, about 6 lines a module
 # The layers from the bottom up: each imports only the layers before it (the README's map
 # lists them in this order). errors is a single module at the top of the package.
 LAYER_ORDER = ("errors", "io", "config", "data", "attention", "models", "decoding", "alignment")
@@ -47,6 +51,26 @@ def test_functions_are_short(path: Path) -> None:
         and body_lines(node) > MAX_FUNCTION_LINES
     ]
     assert not long, f"{relative(path)}: {', '.join(long)}"
+
+
+def module_docstring_lines(path: Path) -> int:
+    """Lines of the module's docstring, its quotes included; 0 without one."""
+    body = ast.parse(path.read_text()).body
+    first = body[0] if body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
+        return 0
+    return first.end_lineno - first.lineno + 1 if isinstance(first.value.value, str) else 0
+
+
+@pytest.mark.parametrize("path", MODULES, ids=relative)
+def test_module_docstrings_are_short(path: Path) -> None:
+    lines = module_docstring_lines(path)
+    assert lines <= MAX_MODULE_DOCSTRING_LINES, f"{relative(path)}: a docstring of {lines} lines"
+
+
+def test_the_module_docstrings_together_are_short() -> None:
+    total = sum(module_docstring_lines(path) for path in MODULES)
+    assert total <= MAX_MODULE_DOCSTRINGS_LINES, f"module docstrings: {total} lines"
 
 
 def test_each_folder_is_a_layer() -> None:
