@@ -136,18 +136,10 @@ def _untrained(*overrides: str) -> Callable[[Path], None]:
 
 
 def _trained(*overrides: str) -> Callable[[Path], None]:
-    import logging
-
-    from helpers import tiny_config
-
-    from attnseq.training.run import run_training
+    from helpers import tiny_config, train_quietly
 
     def build(folder: Path) -> None:
-        logging.disable(logging.INFO)  # the run's summary is no part of any test's output
-        try:
-            run_training(tiny_config(*overrides, *TRAINED), folder)
-        finally:
-            logging.disable(logging.NOTSET)
+        train_quietly(tiny_config(*overrides, *TRAINED), folder)
 
     return build
 

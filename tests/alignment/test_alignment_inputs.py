@@ -6,7 +6,7 @@ that is mostly <unk> for a model gives one warning line with its unknown-token r
 from pathlib import Path
 
 import pytest
-from helpers import SRC, run_eval, toy_transformer, untrained_checkpoint, write_set
+from helpers import SRC, one_line_exit_2, run_eval, toy_transformer, untrained_checkpoint, write_set
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -37,15 +37,6 @@ def setup(tmp_path_factory) -> dict[str, Path]:
 
 def run(*args: object):
     return CliRunner().invoke(app, [str(arg) for arg in args])
-
-
-def one_error(result, *words: str) -> None:
-    """Exit 2 with exactly one stderr line, an error holding every word, and no traceback."""
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
-    assert all(word in lines[0] for word in words), (words, lines[0])
-    assert "Traceback" not in result.output
 
 
 def warning_lines(result) -> list[str]:
@@ -89,7 +80,7 @@ def test_align_refuses_gold_links_outside_their_sentence(
         "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"], "--gold", gold,
         "--out", out, *options,
     )  # fmt: skip
-    one_error(result, f"--gold {gold}", *words)
+    one_line_exit_2(result, f"--gold {gold}", *words)
     assert not out.exists()
     assert {path: path.read_bytes() for path in before} == before
 
@@ -101,7 +92,7 @@ def test_align_names_the_possible_file_of_a_link_outside(setup, tmp_path) -> Non
         "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
         "--gold", setup["gold"], "--gold-possible", possible,
     )  # fmt: skip
-    one_error(result, str(possible), "line 4", "link 5-9", "6 source and 5 target words")
+    one_line_exit_2(result, str(possible), "line 4", "link 5-9", "6 source and 5 target words")
 
 
 def test_eval_refuses_naacl_gold_links_outside_their_sentence(setup, tmp_path) -> None:
@@ -111,7 +102,7 @@ def test_eval_refuses_naacl_gold_links_outside_their_sentence(setup, tmp_path) -
         setup["forward"], tmp_path / "eval", "--gold", str(gold),
         "--gold-src", str(setup["src"]), "--gold-tgt", str(setup["tgt"]),
     )  # fmt: skip
-    one_error(result, str(gold), "line 2", "'2 2 9 P'", "5 source and 4 target words")
+    one_line_exit_2(result, str(gold), "line 2", "'2 2 9 P'", "5 source and 4 target words")
     assert not (tmp_path / "eval").exists()
 
 
@@ -130,7 +121,9 @@ def test_reverse_model_of_the_same_languages_is_refused(setup, tmp_path) -> None
         "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
         "--reverse", setup["same"], "--out", out,
     )  # fmt: skip
-    one_error(result, f"--reverse {setup['same']}", "same direction", "both read src and write tgt")
+    one_line_exit_2(
+        result, f"--reverse {setup['same']}", "same direction", "both read src and write tgt"
+    )
     assert not out.exists()
 
 
@@ -143,7 +136,7 @@ def test_reverse_model_of_the_same_vocabularies_is_refused(tmp_path) -> None:
     src.write_text("march 3 1998\n", encoding="utf-8")
     tgt.write_text("1998-03-03\n", encoding="utf-8")
     result = run("align", forward, "--src", src, "--tgt", tgt, "--reverse", reverse)
-    one_error(result, "same direction", "same source and the same target vocabulary")
+    one_line_exit_2(result, "same direction", "same source and the same target vocabulary")
 
 
 def test_swapped_reverse_model_aligns_without_warning(setup, tmp_path) -> None:

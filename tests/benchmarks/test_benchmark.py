@@ -3,22 +3,20 @@ measured on a quiet machine, never asserted here: speed is not a test's business
 
 import json
 import subprocess
-import sys
 
 import pytest
 import torch
-from helpers import REPO, load_script, untrained_checkpoint
+from helpers import load_script, run_script, untrained_checkpoint
 
 pytestmark = pytest.mark.slow  # trainings and decodes of the benchmark
 
 
-SCRIPT = REPO / "benchmarks" / "benchmark.py"
+SCRIPT = "benchmarks/benchmark.py"
 TINY = "data.train_size=300 data.test_size=6 model.emb_dim=16 model.hidden=32 model.enc_hidden=16"
 
 
 def _run(*arguments: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), "--threads", "1", *arguments]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return run_script(SCRIPT, "--threads", "1", *arguments)
 
 
 def test_benchmark_reports_training_decoding_and_a_checkpoints_bleu(tmp_path):

@@ -3,21 +3,19 @@ a quiet machine, never asserted here: speed is not a test's business)."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, untrained_checkpoint
+from helpers import run_script, untrained_checkpoint
 
 pytestmark = pytest.mark.slow  # timed alignment of several methods
 
 
-SCRIPT = REPO / "benchmarks" / "benchmark_align.py"
+SCRIPT = "benchmarks/benchmark_align.py"
 
 
 def run(*arguments: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), "--threads", "1", *arguments]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return run_script(SCRIPT, "--threads", "1", *arguments)
 
 
 def test_times_each_method_over_the_given_pairs(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import one_line_exit_2
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -133,13 +134,6 @@ def test_decoding_flags_take_the_bounds_of_their_settings(options: dict, message
 
 
 runner = CliRunner()
-
-
-def one_line_exit_2(result, expected: str) -> None:  # type: ignore[no-untyped-def]
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], result.stderr
-    assert "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("value", NOT_FINITE)

@@ -4,9 +4,7 @@ constraints, attention along the back-pointers, and beam 5 against greedy on a t
 model."""
 
 import itertools
-import logging
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +21,7 @@ from helpers import (
     random_batch,
     table_model,
     tiny_config,
+    train_quietly,
 )
 from torch import Tensor
 
@@ -284,7 +283,6 @@ def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     """A tiny GRU + Bahdanau model trained ~7 s on data=reverse (about half exact match)."""
     from attnseq.data.tokenizers import TokenizerPair
     from attnseq.models.loading import model_for
-    from attnseq.training.run import run_training
 
     cfg = tiny_config(
         "data.name=reverse", "data.tokenizer=word", "data.max_len=8", "data.train_size=3000",
@@ -293,14 +291,9 @@ def reverse_model(tmp_path_factory: pytest.TempPathFactory):
         "trainer.early_stopping_patience=0",
     )  # fmt: skip
 
-    def train(run_dir: Path) -> None:
-        logging.disable(logging.INFO)
-        try:
-            run_training(cfg, run_dir)
-        finally:
-            logging.disable(logging.NOTSET)
-
-    run_dir = built_once(tmp_path_factory, "reverse-model", train)
+    run_dir = built_once(
+        tmp_path_factory, "reverse-model", lambda folder: train_quietly(cfg, folder)
+    )
     payload = load_checkpoint(run_dir / "checkpoints" / "best.pt")
     tokenizers = TokenizerPair.from_state(payload["tokenizers"])
     model = model_for(cfg, tokenizers)

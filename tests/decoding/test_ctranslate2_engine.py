@@ -7,11 +7,12 @@ folder never reaches the checkpoint or files that are not an export's, and a wri
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import untrained_checkpoint
+from helpers import one_line_exit_2, untrained_checkpoint
 from typer.testing import CliRunner
 
 import attnseq
@@ -47,6 +48,20 @@ def teacher_forced_log_probs(model, src: list[int], tgt: list[int]) -> list[floa
     return [log_probs[t, token].item() for t, token in enumerate([*tgt, EOS_ID])]
 
 
+def scored_by_both(engine, ours) -> Iterator[tuple[list[int], list[int], list[float], list[float]]]:
+    """For each of SOURCES and the first 7 pieces of its reversal as target: the source and
+    target ids, the log-probabilities of the target's pieces by the engine and by attnseq's
+    translator `ours` (teacher-forced)."""
+    tgt_tokens = list(engine.tgt_ids)  # id order
+    for text in SOURCES:
+        src = ours.tokenizers.src.encode(text)
+        tgt = ours.tokenizers.tgt.encode(text[::-1])[:7]
+        scored = engine.engine.score_batch(
+            [[engine.src_tokens[i] for i in src]], [[tgt_tokens[i] for i in tgt]]
+        )[0]
+        yield src, tgt, scored.log_probs, teacher_forced_log_probs(ours.model, src, tgt)
+
+
 @pytest.mark.parametrize(
     "variant",
     [
@@ -62,15 +77,8 @@ def test_the_engine_scores_targets_as_attnseq_does(ctranslate2, tmp_path: Path, 
 
     engine = CTranslate2Translator(folder, "cpu")
     ours = attnseq.load(checkpoint, "cpu").translator
-    tgt_tokens = [engine.tgt_ids and token for token in engine.tgt_ids]  # id order
-    for text in SOURCES:
-        src = ours.tokenizers.src.encode(text)
-        tgt = ours.tokenizers.tgt.encode(text[::-1])[:7]
-        scored = engine.engine.score_batch(
-            [[engine.src_tokens[i] for i in src]], [[tgt_tokens[i] for i in tgt]]
-        )[0]
-        expected = teacher_forced_log_probs(ours.model, src, tgt)
-        assert scored.log_probs == pytest.approx(expected, abs=1e-4)
+    for _, _, scored, expected in scored_by_both(engine, ours):
+        assert scored == pytest.approx(expected, abs=1e-4)
 
 
 def test_greedy_outputs_equal_attnseq_and_attention_comes_back(ctranslate2, tmp_path) -> None:
@@ -165,14 +173,6 @@ def digest(folder: Path) -> dict[str, bytes]:
         for path in sorted(folder.rglob("*"))
         if path.is_file() and not path.is_symlink()
     }
-
-
-def one_line_exit_2(result, *expected: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert all(words in lines[0] for words in expected), lines[0]
-    assert "Traceback" not in result.output
 
 
 @pytest.fixture
@@ -371,15 +371,8 @@ def test_a_pruned_checkpoint_exports_what_it_computes(ctranslate2, tmp_path: Pat
     ours = attnseq.load(pruned, "cpu").translator
     assert len(masked_heads(ours.model)) == 4
     unpruned = attnseq.load(checkpoint, "cpu").translator
-    tgt_tokens = list(engine.tgt_ids)  # id order
-    for text in SOURCES:
-        src = ours.tokenizers.src.encode(text)
-        tgt = ours.tokenizers.tgt.encode(text[::-1])[:7]
-        scored = engine.engine.score_batch(
-            [[engine.src_tokens[i] for i in src]], [[tgt_tokens[i] for i in tgt]]
-        )[0]
-        expected = teacher_forced_log_probs(ours.model, src, tgt)
-        assert scored.log_probs == pytest.approx(expected, abs=1e-4)
+    for src, tgt, scored, expected in scored_by_both(engine, ours):
+        assert scored == pytest.approx(expected, abs=1e-4)
         # the mask matters: the unpruned model scores the same target differently
         assert teacher_forced_log_probs(unpruned.model, src, tgt) != pytest.approx(
             expected, abs=1e-3

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import attnseq_in_process, tiny_config, untrained_checkpoint
+from helpers import attnseq_in_process, one_line_exit_2, tiny_config, untrained_checkpoint
 from typer.testing import CliRunner
 
 import attnseq.io.atomic
@@ -371,14 +371,6 @@ def command_line(case: Case, world: Path, out: Path) -> list[str]:
         str(out) if arg == OUT else str(world / arg[1:-1]) if arg.startswith("{") else arg
         for arg in case.args
     ]
-
-
-def one_line_exit_2(result, *expected: str) -> None:  # type: ignore[no-untyped-def]
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert all(word in lines[0] for word in expected), result.stderr
-    assert "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("spelling", SPELLINGS, ids=lambda spelling: spelling.__name__)

@@ -5,7 +5,6 @@ summarization experiments compare models of the same size."""
 
 import itertools
 import json
-import logging
 import math
 import random
 from pathlib import Path
@@ -18,6 +17,7 @@ from helpers import (
     attnseq_in_process,
     copy_only_checkpoint,
     tiny_config,
+    train_quietly,
     untrained_checkpoint,
 )
 from omegaconf import OmegaConf
@@ -141,12 +141,7 @@ def trained_copy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
         "trainer.early_stopping_metric=exact_match", "trainer.early_stopping_patience=0",
         "trainer.num_heatmaps=1",
     )  # fmt: skip
-    logging.disable(logging.INFO)
-    try:
-        metrics = run_training(cfg, run_dir)
-    finally:
-        logging.disable(logging.NOTSET)
-    return run_dir, metrics, data
+    return run_dir, train_quietly(cfg, run_dir), data
 
 
 def test_trained_copy_model_copies_unseen_names(trained_copy_run) -> None:

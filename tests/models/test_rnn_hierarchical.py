@@ -3,14 +3,13 @@ and factor into segment x word, a zero-weight segment contributes nothing, the t
 reads each segment on its own, cached decoding equals the full forward (plain, Luong, and
 pointer-generator with coverage), and a checkpoint round trip keeps the outputs."""
 
-import logging
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_config, untrained_checkpoint
+from helpers import tiny_config, train_quietly, untrained_checkpoint
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
@@ -29,7 +28,6 @@ from attnseq.models.rnn_hierarchical import (
     HierarchicalRNNSeq2Seq,
     segment_layout,
 )
-from attnseq.training.run import run_training
 
 PAIRS = [
     ("#Person1#: hello there . how are you ? #Person2#: fine thanks . #Person1#: good", "hi"),
@@ -254,12 +252,7 @@ def hierarchical_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
         "trainer.max_steps=40", "trainer.validate_every=20", "trainer.max_epochs=100",
         "trainer.early_stopping_metric=rouge_l", "trainer.num_heatmaps=1",
     )  # fmt: skip
-    logging.disable(logging.INFO)
-    try:
-        metrics = run_training(cfg, run_dir)
-    finally:
-        logging.disable(logging.NOTSET)
-    return run_dir, metrics, data
+    return run_dir, train_quietly(cfg, run_dir), data
 
 
 def test_a_short_training_runs_and_learns(hierarchical_run) -> None:

@@ -3,21 +3,19 @@ the generated reverse task with a tiny transformer (the DialogSum figures are in
 
 import json
 import subprocess
-import sys
 
 import pytest
-from helpers import REPO, TINY_TRANSFORMER
+from helpers import TINY_TRANSFORMER, run_script
 
 pytestmark = pytest.mark.slow  # one training per attention kind
 
 
-SCRIPT = REPO / "studies" / "compare_attention_kinds.py"
+SCRIPT = "studies/compare_attention_kinds.py"
 TINY = [*TINY_TRANSFORMER, "data.train_size=40", "trainer.max_steps=2"]
 
 
 def _run(*arguments: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), "--config", "reverse_transformer", *arguments]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return run_script(SCRIPT, "--config", "reverse_transformer", *arguments)
 
 
 def test_one_run_per_kind_and_a_table(tmp_path):
