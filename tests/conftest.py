@@ -173,6 +173,14 @@ def trained_transformer_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="session")
-def checkpoints(rnn_checkpoint: Path, transformer_checkpoint: Path) -> dict[str, Path]:
+def untrained_checkpoints(rnn_checkpoint: Path, transformer_checkpoint: Path) -> dict[str, Path]:
     """The untrained checkpoint of each family, by family name."""
     return {"rnn": rnn_checkpoint, "transformer": transformer_checkpoint}
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoints(
+    trained_rnn_checkpoint: Path, trained_transformer_checkpoint: Path
+) -> dict[str, Path]:
+    """The checkpoint of each family trained two updates, by family name."""
+    return {"rnn": trained_rnn_checkpoint, "transformer": trained_transformer_checkpoint}

@@ -176,8 +176,8 @@ def test_rollout_multiplies_the_residual_halves_through_the_layers() -> None:
 
 
 # ------------------------------------------------------------------ completeness, batching
-# `checkpoints` (tests/conftest.py): an untrained tiny model of each family, the transformer
-# with two decoder layers.
+# `untrained_checkpoints` (tests/conftest.py): an untrained tiny model of each family, the
+# transformer with two decoder layers.
 
 
 def zero_embedding_scores(model, examples) -> list[torch.Tensor]:
@@ -207,8 +207,10 @@ def zero_embedding_scores(model, examples) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_integrated_gradients_sum_to_the_difference_from_the_baseline(checkpoints, family):
-    trained = load_trained_model(checkpoints[family])
+def test_integrated_gradients_sum_to_the_difference_from_the_baseline(
+    untrained_checkpoints, family
+):
+    trained = load_trained_model(untrained_checkpoints[family])
     src, tgt = trained.tokenizers.src, trained.tokenizers.tgt
     examples = [(src.encode(s), tgt.encode(t)) for s, t in DATES[:3]]
     settings = GradientSettings(ig_steps=64)
@@ -224,11 +226,11 @@ def test_integrated_gradients_sum_to_the_difference_from_the_baseline(checkpoint
         torch.testing.assert_close(total, difference, atol=0.02, rtol=0.02)
 
 
-def test_the_scores_explained_are_the_models_log_probabilities(checkpoints) -> None:
+def test_the_scores_explained_are_the_models_log_probabilities(untrained_checkpoints) -> None:
     """The forward pass with the embeddings handed in (hooks) computes what the model does."""
     from attnseq.data.batching import collate
 
-    trained = load_trained_model(checkpoints["rnn"])
+    trained = load_trained_model(untrained_checkpoints["rnn"])
     model = trained.model
     example = (
         trained.tokenizers.src.encode(DATES[0][0]),
@@ -242,8 +244,8 @@ def test_the_scores_explained_are_the_models_log_probabilities(checkpoints) -> N
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_a_batch_of_eight_gives_the_maps_of_one_at_a_time(checkpoints, family) -> None:
-    trained = load_trained_model(checkpoints[family])
+def test_a_batch_of_eight_gives_the_maps_of_one_at_a_time(untrained_checkpoints, family) -> None:
+    trained = load_trained_model(untrained_checkpoints[family])
     methods = [m for m in ATTRIBUTION_METHODS if family == "transformer" or m != "rollout"]
     for method in methods:
         options = {"ig_steps": 8, "smoothgrad_samples": 3, "seed": 5}
@@ -307,9 +309,9 @@ def test_a_source_embedding_shared_with_the_target() -> None:
 
 
 # ------------------------------------------------------------------ bad input
-def test_bad_input_is_one_user_error(checkpoints, tmp_path) -> None:
-    rnn = load_trained_model(checkpoints["rnn"])
-    transformer = load_trained_model(checkpoints["transformer"])
+def test_bad_input_is_one_user_error(untrained_checkpoints, tmp_path) -> None:
+    rnn = load_trained_model(untrained_checkpoints["rnn"])
+    transformer = load_trained_model(untrained_checkpoints["transformer"])
     pair = [DATES[0]]
     cases = [
         (rnn, pair, "integrated-gradient", {}, "Did you mean 'integrated-gradients'?"),
@@ -342,16 +344,18 @@ def test_bad_input_is_one_user_error(checkpoints, tmp_path) -> None:
         attribute(load_trained_model(learned), [("1990", "1" * 70)], "gradient-x-input")
 
 
-def test_saliency_is_smoothgrad(checkpoints) -> None:
-    trained = load_trained_model(checkpoints["rnn"])
+def test_saliency_is_smoothgrad(untrained_checkpoints) -> None:
+    trained = load_trained_model(untrained_checkpoints["rnn"])
     (alias,) = attribute(trained, DATES[:1], "saliency", smoothgrad_samples=2)
     (named,) = attribute(trained, DATES[:1], "smoothgrad", smoothgrad_samples=2)
     assert alias.method == "smoothgrad"
     torch.testing.assert_close(alias.source, named.source)
 
 
-def test_without_captum_the_gradient_methods_name_the_extra(checkpoints, monkeypatch) -> None:
-    trained = load_trained_model(checkpoints["rnn"])
+def test_without_captum_the_gradient_methods_name_the_extra(
+    untrained_checkpoints, monkeypatch
+) -> None:
+    trained = load_trained_model(untrained_checkpoints["rnn"])
     monkeypatch.setitem(sys.modules, "captum", None)  # `import captum...` raises ImportError
     monkeypatch.setitem(sys.modules, "captum.attr", None)
     with pytest.raises(UserError, match=r"need captum: pip install 'attnseq\[explain\]'"):

@@ -65,15 +65,17 @@ def test_wrong_types_are_type_errors_naming_the_argument(
         call(guarded_rnn)
 
 
-def test_wrong_types_of_load_plot_alignment_and_train(checkpoints: dict[str, Path]) -> None:
+def test_wrong_types_of_load_plot_alignment_and_train(
+    untrained_checkpoints: dict[str, Path],
+) -> None:
     with pytest.raises(TypeError, match="threads must be an int, 'auto' or None, not float"):
-        attnseq.load(checkpoints["rnn"], "cpu", threads=1.5)
+        attnseq.load(untrained_checkpoints["rnn"], "cpu", threads=1.5)
     with pytest.raises(TypeError, match="path must be a str or path"):
         attnseq.load(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="overrides must be a list of str"):
-        attnseq.load(checkpoints["rnn"], "cpu", overrides="decoding.beam=3")  # type: ignore[arg-type]
+        attnseq.load(untrained_checkpoints["rnn"], "cpu", overrides="decoding.beam=3")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="device must be a str or torch.device, not int"):
-        attnseq.load(checkpoints["rnn"], 0)  # type: ignore[arg-type]
+        attnseq.load(untrained_checkpoints["rnn"], 0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="attention must be an AttentionMap"):
         attnseq.plot_alignment(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"overrides\[0\] must be a str, not NoneType"):
@@ -132,9 +134,9 @@ def test_explain_refuses_a_lone_surrogate_and_an_unwritable_path_before_the_work
 
 
 def test_the_explain_command_refuses_them_with_exit_2(
-    checkpoints: dict[str, Path], tmp_path: Path
+    untrained_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
-    command = ["explain", str(checkpoints["rnn"]), "--device", "cpu", "--threads", "1"]
+    command = ["explain", str(untrained_checkpoints["rnn"]), "--device", "cpu", "--threads", "1"]
     # argv that is no UTF-8 reaches Python as lone surrogates (surrogateescape)
     result = CliRunner().invoke(app, [*command, "--src", "June\udcff 5", "--out", "e.html"])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
@@ -143,7 +145,7 @@ def test_the_explain_command_refuses_them_with_exit_2(
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     assert "--out /proc/x.html: cannot write into /proc" in result.output
     figure = tmp_path / "a.png"
-    command = ["visualize-alignment", str(checkpoints["rnn"]), "--out", str(figure)]
+    command = ["visualize-alignment", str(untrained_checkpoints["rnn"]), "--out", str(figure)]
     result = CliRunner().invoke(app, [*command, "--src", "June\udcff 5", "--device", "cpu"])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     assert "--src is not UTF-8 text" in result.output and not figure.exists()
@@ -290,14 +292,14 @@ FUNCTIONS = [(name, family) for name, family in FUNCTIONS if name != "load" or f
 
 @pytest.mark.parametrize(("name", "family"), FUNCTIONS)
 def test_arbitrary_arguments_give_a_result_a_type_error_or_a_user_error(
-    name: str, family: str, models: dict[str, Model], checkpoints: dict[str, Path]
+    name: str, family: str, models: dict[str, Model], untrained_checkpoints: dict[str, Path]
 ) -> None:
-    run_property(name, family, 50, models, checkpoints)
+    run_property(name, family, 50, models, untrained_checkpoints)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "family"), FUNCTIONS)
 def test_many_arbitrary_arguments(
-    name: str, family: str, models: dict[str, Model], checkpoints: dict[str, Path]
+    name: str, family: str, models: dict[str, Model], untrained_checkpoints: dict[str, Path]
 ) -> None:
-    run_property(name, family, 2000, models, checkpoints)
+    run_property(name, family, 2000, models, untrained_checkpoints)
