@@ -372,6 +372,12 @@ def random_batch(batch: int, length: int = 7, seed: int = 1) -> tuple[Tensor, Te
     return src, lengths
 
 
+def lp_by_hand(length: int, alpha: float) -> float:
+    """GNMT's length penalty ((5 + length) / 6) ** alpha (Wu et al. 2016, eq. 14), written out
+    independently of the code under test."""
+    return ((5 + length) / 6) ** alpha
+
+
 class TableModel(Seq2Seq):
     """A stub with hand-set scores: logits of step t after token y are table[t, y].
 
