@@ -321,6 +321,16 @@ def with_fresh_weights(checkpoint: Path, path: Path, seed: int) -> Path:
     return path
 
 
+def checkpoint_step(path: Path) -> int | None:
+    """The training step of the checkpoint at `path`, or None while there is none (writes are
+    atomic: a reader never sees half a file, so any other failure is a real failure)."""
+    from attnseq.io.checkpoint import load_checkpoint
+
+    if not path.is_file():
+        return None
+    return int(load_checkpoint(path)["progress"]["step"])
+
+
 def eval_result(out):
     """The one result folder `attnseq eval --out OUT` wrote under OUT (the folder holding
     metrics.json: OUT/CHECKPOINT/SPLIT.DECODING/)."""
