@@ -96,12 +96,6 @@ def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path
     assert "resolved config:" not in (tmp_path / "log.txt").read_text()  # train.log only
 
 
-def test_git_description_outside_a_repository(tmp_path: Path) -> None:
-    from attnseq.training.train_log import git_description
-
-    assert git_description(tmp_path) == "no git commit"
-
-
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
