@@ -13,7 +13,6 @@ from attnseq.attention.masks import padding_mask
 from attnseq.config.conversion import config_from_dict
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.transformer import TransformerSeq2Seq
-from attnseq.models.transformer_layers import ConvolutionModule
 
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
 LAYERS, HEADS, SLOTS = 2, 2, 3  # layers and heads: helpers.tiny_transformer's
@@ -122,20 +121,6 @@ def test_padding_does_not_change_real_positions(options: dict) -> None:
     torch.testing.assert_close(more[:, :9] * real, memory * real, atol=ATOL, rtol=0)
     alone, _, _ = model.encode(src[1:2, :4], lengths[1:2])  # and no padding at all
     torch.testing.assert_close(memory[1:2, :4], alone, atol=ATOL, rtol=0)
-
-
-def test_convolution_sees_k_neighbours() -> None:
-    """Changing position 5 changes the module's output at 5 - k // 2 .. 5 + k // 2 only."""
-    torch.manual_seed(0)
-    module = ConvolutionModule(8, kernel=3, dropout=0.0)
-    x = torch.randn(1, 10, 8)
-    changed = x.clone()
-    changed[0, 5] += 1.0
-    difference = (module(changed, None) - module(x, None)).abs().sum(-1)[0]
-    assert torch.all(difference[4:7] > 0)
-    assert torch.all(difference[:4] == 0) and torch.all(difference[7:] == 0)
-    with pytest.raises(ValueError, match="odd"):
-        ConvolutionModule(8, kernel=4, dropout=0.0)
 
 
 def test_the_sublayer_sits_between_self_attention_and_feed_forward() -> None:

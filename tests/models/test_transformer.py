@@ -10,14 +10,8 @@ import torch.nn.functional as F
 from helpers import reversal_batch, tiny_transformer
 
 from attnseq.attention.masks import causal_mask, padding_mask
-from attnseq.models.positional import (
-    LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
-    make_positions,
-)
 from attnseq.models.seq2seq import TeacherForcing, Vocabularies
 from attnseq.models.transformer import TransformerSeq2Seq
-from attnseq.models.transformer_layers import LayerOptions, TransformerEncoder
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = 12
@@ -38,34 +32,6 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     tgt_in = torch.randint(3, VOCAB, (3, 6), generator=generator)
     tgt_in[:, 0] = BOS
     return src, lengths, tgt_in
-
-
-# --- positional encodings ------------------------------------------------------------------
-
-
-def test_sinusoidal_matches_formula() -> None:
-    d_model = 8
-    encoding = SinusoidalPositionalEncoding(d_model)(torch.arange(5))  # (T, d_model)
-    for pos in range(5):
-        for i in range(d_model // 2):
-            angle = pos / 10000 ** (2 * i / d_model)
-            assert encoding[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
-            assert encoding[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
-
-
-def test_positions_with_offset() -> None:
-    assert torch.equal(make_positions(3, 4), torch.tensor([4, 5, 6]))
-    per_row = make_positions(2, torch.tensor([0, 5]))  # (B, T)
-    assert torch.equal(per_row, torch.tensor([[0, 1], [5, 6]]))
-    for encoding in (SinusoidalPositionalEncoding(8), LearnedPositionalEncoding(8, 16)):
-        full = encoding(torch.arange(10))  # (T, d_model)
-        step = encoding(make_positions(1, torch.tensor([7, 2])))  # (B, 1, d_model)
-        torch.testing.assert_close(step[:, 0], full[[7, 2]])
-
-
-def test_sinusoidal_needs_even_d_model() -> None:
-    with pytest.raises(ValueError, match="even"):
-        SinusoidalPositionalEncoding(7)
 
 
 # --- construction ----------------------------------------------------------------------------
@@ -177,19 +143,6 @@ def test_decoder_is_causal() -> None:
     after = model(src, lengths, changed).logits
     torch.testing.assert_close(before[:, :4], after[:, :4], atol=ATOL, rtol=0)
     assert not torch.allclose(before[:, 4:], after[:, 4:])
-
-
-def test_encoder_self_attention_is_permutation_equivariant() -> None:
-    """Without positional encodings, permuting the source permutes the encoder output."""
-    torch.manual_seed(0)
-    encoder = TransformerEncoder(2, LayerOptions(32, 2, 64, 0.0, 0.0, pre_norm=True)).eval()
-    x = torch.randn(2, 6, 32)  # (B, S, d_model)
-    mask = padding_mask(torch.tensor([6, 4]), 6)  # (B, S)
-    perm = torch.tensor([3, 0, 5, 1, 4, 2])
-    for need_weights in (False, True):
-        out, _ = encoder(x, mask, need_weights)
-        permuted, _ = encoder(x[:, perm], mask[:, perm], need_weights)
-        torch.testing.assert_close(permuted, out[:, perm], atol=ATOL, rtol=0)
 
 
 # --- incremental decoding ---------------------------------------------------------------
