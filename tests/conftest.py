@@ -73,6 +73,12 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture
+def ctranslate2():
+    """The ctranslate2 module; skips the test where it is not installed."""
+    return pytest.importorskip("ctranslate2", reason="ctranslate2 not installed (attnseq[ct2])")
+
+
 @pytest.fixture(scope="module")
 def one_intra_op_thread() -> Iterator[None]:
     """One intra-op thread for a module of tiny-tensor tests (`pytestmark =
