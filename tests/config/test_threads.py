@@ -1,7 +1,8 @@
-"""Every command that computes runs with the CPU threads asked for (`--threads N` or auto, or
-the override trainer.threads=N), within an upper bound; without either with torch's default,
-which never depends on the machine's load: the same command gives the same bits idle or busy.
-The Python API sets its threads around each call and gives the caller's count back."""
+"""The CPU threads of a run or a command (attnseq/config/threads.py): every command that computes
+runs with the threads asked for (`--threads N` or auto, or the override trainer.threads=N),
+within an upper bound; without either with torch's default, which never depends on the
+machine's load: the same command gives the same bits idle or busy. The Python API sets its
+threads around each call and gives the caller's count back."""
 
 import shutil
 from collections.abc import Iterator
