@@ -77,9 +77,18 @@ def test_align_refuses_gold_links_outside_their_sentence(
     out = tmp_path / "links.pharaoh"
     before = {path: path.read_bytes() for path in (gold, setup["src"], setup["tgt"])}
     result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"], "--gold", gold,
-        "--out", out, *options,
-    )  # fmt: skip
+        "align",
+        setup["forward"],
+        "--src",
+        setup["src"],
+        "--tgt",
+        setup["tgt"],
+        "--gold",
+        gold,
+        "--out",
+        out,
+        *options,
+    )
     one_line_exit_2(result, f"--gold {gold}", *words)
     assert not out.exists()
     assert {path: path.read_bytes() for path in before} == before
@@ -89,9 +98,17 @@ def test_align_names_the_possible_file_of_a_link_outside(setup, tmp_path) -> Non
     possible = tmp_path / "possible.txt"
     possible.write_text("0-0\n1-1\n0-0\n0-0 5-9\n", encoding="utf-8")
     result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
-        "--gold", setup["gold"], "--gold-possible", possible,
-    )  # fmt: skip
+        "align",
+        setup["forward"],
+        "--src",
+        setup["src"],
+        "--tgt",
+        setup["tgt"],
+        "--gold",
+        setup["gold"],
+        "--gold-possible",
+        possible,
+    )
     one_line_exit_2(result, str(possible), "line 4", "link 5-9", "6 source and 5 target words")
 
 
@@ -99,9 +116,15 @@ def test_eval_refuses_naacl_gold_links_outside_their_sentence(setup, tmp_path) -
     gold = tmp_path / "gold.naacl"
     gold.write_text("1 1 1 S\n2 2 9 P\n", encoding="utf-8")
     result = run_eval(
-        setup["forward"], tmp_path / "eval", "--gold", str(gold),
-        "--gold-src", str(setup["src"]), "--gold-tgt", str(setup["tgt"]),
-    )  # fmt: skip
+        setup["forward"],
+        tmp_path / "eval",
+        "--gold",
+        str(gold),
+        "--gold-src",
+        str(setup["src"]),
+        "--gold-tgt",
+        str(setup["tgt"]),
+    )
     one_line_exit_2(result, str(gold), "line 2", "'2 2 9 P'", "5 source and 4 target words")
     assert not (tmp_path / "eval").exists()
 
@@ -118,9 +141,17 @@ def test_gold_reader_checks_links_against_the_word_counts() -> None:
 def test_reverse_model_of_the_same_languages_is_refused(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
     result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
-        "--reverse", setup["same"], "--out", out,
-    )  # fmt: skip
+        "align",
+        setup["forward"],
+        "--src",
+        setup["src"],
+        "--tgt",
+        setup["tgt"],
+        "--reverse",
+        setup["same"],
+        "--out",
+        out,
+    )
     one_line_exit_2(
         result, f"--reverse {setup['same']}", "same direction", "both read src and write tgt"
     )
@@ -142,9 +173,17 @@ def test_reverse_model_of_the_same_vocabularies_is_refused(tmp_path) -> None:
 def test_swapped_reverse_model_aligns_without_warning(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
     result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
-        "--reverse", setup["reverse"], "--out", out,
-    )  # fmt: skip
+        "align",
+        setup["forward"],
+        "--src",
+        setup["src"],
+        "--tgt",
+        setup["tgt"],
+        "--reverse",
+        setup["reverse"],
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr == "" and len(out.read_text().splitlines()) == len(SRC)
 
@@ -154,9 +193,17 @@ def test_reverse_model_of_another_vocabulary_is_warned_about(setup, tmp_path) ->
     direction, so it aligns, with one warning giving the unknown-token rates."""
     out = tmp_path / "links.pharaoh"
     result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
-        "--reverse", setup["other"], "--out", out,
-    )  # fmt: skip
+        "align",
+        setup["forward"],
+        "--src",
+        setup["src"],
+        "--tgt",
+        setup["tgt"],
+        "--reverse",
+        setup["other"],
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr.count("\n") == 1 and len(warning_lines(result)) == 1
     warning = warning_lines(result)[0]
@@ -201,9 +248,15 @@ def test_eval_warns_about_alignment_sentences_the_model_cannot_read(setup, tmp_p
     gold = tmp_path / "gold.txt"
     gold.write_text("0-0\n0-0\n0-0\n0-0\n", encoding="utf-8")
     result = run_eval(
-        setup["forward"], tmp_path / "eval", "--gold", str(gold),
-        "--gold-src", str(setup["src"]), "--gold-tgt", str(setup["unknown"]),
-    )  # fmt: skip
+        setup["forward"],
+        tmp_path / "eval",
+        "--gold",
+        str(gold),
+        "--gold-src",
+        str(setup["src"]),
+        "--gold-tgt",
+        str(setup["unknown"]),
+    )
     assert result.exit_code == 0, result.output
     assert len(warning_lines(result)) == 1
     assert "100.0% of the --gold-tgt tokens (12 of 12)" in warning_lines(result)[0]

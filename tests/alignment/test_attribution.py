@@ -58,10 +58,18 @@ def rnn_reading(position_of: dict[int, int]) -> RNNSeq2Seq:
     torch.manual_seed(0)
     hidden = emb = 16
     model = RNNSeq2Seq(
-        VOCAB, attention=LocationAttention(hidden, max_src_len=8), style="luong", emb_dim=emb,
-        enc_hidden=8, hidden=hidden, input_feeding=False, tie_embeddings=False,
-        init_hidden="zero", values="embeddings", dropout=0.0,
-    )  # fmt: skip
+        VOCAB,
+        attention=LocationAttention(hidden, max_src_len=8),
+        style="luong",
+        emb_dim=emb,
+        enc_hidden=8,
+        hidden=hidden,
+        input_feeding=False,
+        tie_embeddings=False,
+        init_hidden="zero",
+        values="embeddings",
+        dropout=0.0,
+    )
     with torch.no_grad():
         model.embedding.weight.copy_(torch.eye(VOCAB.tgt_size, emb))
         rnn = model.rnn
@@ -92,9 +100,17 @@ def transformer_reading_next() -> TransformerSeq2Seq:
     """
     torch.manual_seed(0)
     model = TransformerSeq2Seq(
-        VOCAB, d_model=32, heads=1, enc_layers=1, dec_layers=1, ff_dim=16, dropout=0.0,
-        positions="learned", max_positions=8, tie_embeddings=False,
-    )  # fmt: skip
+        VOCAB,
+        d_model=32,
+        heads=1,
+        enc_layers=1,
+        dec_layers=1,
+        ff_dim=16,
+        dropout=0.0,
+        positions="learned",
+        max_positions=8,
+        tie_embeddings=False,
+    )
     with torch.no_grad():
         for embedding in (model.src_embed, model.tgt_embed):
             embedding.weight[:, 16:] = 0.0
@@ -194,8 +210,9 @@ def zero_embedding_scores(model, examples) -> list[torch.Tensor]:
     scores = []
     try:
         for example in examples:
-            batch = collate([example], [0], pad_id=model.pad_id, bos_id=model.bos_id,
-                            eos_id=model.eos_id)  # fmt: skip
+            batch = collate(
+                [example], [0], pad_id=model.pad_id, bos_id=model.bos_id, eos_id=model.eos_id
+            )
             with torch.no_grad():
                 logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits
             log_probs = logits.log_softmax(dim=-1)[0]
@@ -296,9 +313,15 @@ def test_a_source_embedding_shared_with_the_target() -> None:
     """One embedding module for both sides: its two calls are told apart by their ids."""
     torch.manual_seed(0)
     model = TransformerSeq2Seq(
-        VOCAB, d_model=16, heads=2, enc_layers=1, dec_layers=1, ff_dim=16, dropout=0.0,
+        VOCAB,
+        d_model=16,
+        heads=2,
+        enc_layers=1,
+        dec_layers=1,
+        ff_dim=16,
+        dropout=0.0,
         share_src_tgt_embeddings=True,
-    ).eval()  # fmt: skip
+    ).eval()
     assert model.src_embed is model.tgt_embed
     ((source, prefix, _),) = maps_of(model, "gradient-x-input", [(SOURCE, TARGET)])
     separate = copy.deepcopy(model)
@@ -337,9 +360,13 @@ def test_bad_input_is_one_user_error(untrained_checkpoints, tmp_path) -> None:
         with pytest.raises(UserError, match=message):
             attribute(trained, pairs, method, **options)
     learned = untrained_checkpoint(
-        tmp_path / "learned.pt", "model.family=transformer", "model.positions=learned",
-        "model.max_positions=64", "data.max_src_len=20", "data.max_tgt_len=20",
-    )  # fmt: skip
+        tmp_path / "learned.pt",
+        "model.family=transformer",
+        "model.positions=learned",
+        "model.max_positions=64",
+        "data.max_src_len=20",
+        "data.max_tgt_len=20",
+    )
     with pytest.raises(UserError, match="the target of pair 1 has 70 tokens; this model"):
         attribute(load_trained_model(learned), [("1990", "1" * 70)], "gradient-x-input")
 

@@ -121,9 +121,11 @@ def test_char_pieces_merge_into_whitespace_words(rnn_checkpoint: Path) -> None:
     src_ids, tgt_ids = trained.tokenizers.src.encode(src), trained.tokenizers.tgt.encode(tgt)
     with torch.no_grad():
         attention = trained.model(
-            torch.tensor([src_ids]), torch.tensor([len(src_ids)]),
-            torch.tensor([[trained.model.bos_id, *tgt_ids]]), need_weights=True,
-        ).attention[0]  # fmt: skip
+            torch.tensor([src_ids]),
+            torch.tensor([len(src_ids)]),
+            torch.tensor([[trained.model.bos_id, *tgt_ids]]),
+            need_weights=True,
+        ).attention[0]
     expected = np.zeros((2, 4))
     for a, (t_start, t_end) in enumerate([(0, 10), (11, 12)]):
         for b, (s_start, s_end) in enumerate([(0, 3), (4, 6), (7, 16), (17, 21)]):
@@ -200,10 +202,12 @@ def test_transformer_cross_attention_is_the_forward_s(tmp_path: Path) -> None:
             method = AlignmentMethod("attention", layer, head)
             one = align_sentences(trained, src, tgt, method).soft
             words = [
-                (word_ids(trained.tokenizers.src.pieces(s), "char"),
-                 word_ids(trained.tokenizers.tgt.pieces(t), "char"))
+                (
+                    word_ids(trained.tokenizers.src.pieces(s), "char"),
+                    word_ids(trained.tokenizers.tgt.pieces(t), "char"),
+                )
                 for s, t in zip(src, tgt, strict=True)
-            ]  # fmt: skip
+            ]
             pooled = dict(forced_word_attention(model, examples, words))  # every layer
             for i in range(2):
                 assert np.allclose(one[i], select_map(pooled[i], method).numpy(), atol=1e-6)
@@ -221,12 +225,19 @@ def setup(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     files = write_set(folder / "data")
     checkpoint = untrained_checkpoint(
         folder / "run" / "checkpoints" / "best.pt",
-        "model.family=transformer", "model.dec_layers=2", "model.heads=2",
-        "data.source=local", "data.name=toy", "data.format=parallel", "data.tokenizer=word",
-        f"data.root={folder / 'data'}", "data.splits.test=set", "data.src_lang=src",
+        "model.family=transformer",
+        "model.dec_layers=2",
+        "model.heads=2",
+        "data.source=local",
+        "data.name=toy",
+        "data.format=parallel",
+        "data.tokenizer=word",
+        f"data.root={folder / 'data'}",
+        "data.splits.test=set",
+        "data.src_lang=src",
         "data.tgt_lang=tgt",
         pairs=read_parallel(files["src"], files["tgt"]),
-    )  # fmt: skip
+    )
     return checkpoint, files
 
 
@@ -273,9 +284,15 @@ def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:
 def test_metrics_json_holds_aer_precision_recall_per_head(setup, tmp_path) -> None:
     checkpoint, files = setup
     result = run_eval(
-        checkpoint, tmp_path / "eval", "--gold", str(files["gold"]),
-        "--gold-src", str(files["src"]), "--gold-tgt", str(files["tgt"]),
-    )  # fmt: skip
+        checkpoint,
+        tmp_path / "eval",
+        "--gold",
+        str(files["gold"]),
+        "--gold-src",
+        str(files["src"]),
+        "--gold-tgt",
+        str(files["tgt"]),
+    )
     assert result.exit_code == 0, result.output
     assert "layer 2, head mean" in result.output and "overall (layer 2 mean)" in result.output
     metrics = json.loads((eval_result(tmp_path / "eval") / "metrics.json").read_text())
@@ -318,13 +335,25 @@ def test_eval_spells_the_gold_options_as_align_does_and_keeps_its_old_names_hidd
 
     checkpoint, files = setup
     old = [
-        "--alignments", str(files["gold"]), "--align-src", str(files["src"]),
-        "--align-tgt", str(files["tgt"]), "--align-method", "shift-att",
-    ]  # fmt: skip
+        "--alignments",
+        str(files["gold"]),
+        "--align-src",
+        str(files["src"]),
+        "--align-tgt",
+        str(files["tgt"]),
+        "--align-method",
+        "shift-att",
+    ]
     new = [
-        "--gold", str(files["gold"]), "--gold-src", str(files["src"]),
-        "--gold-tgt", str(files["tgt"]), "--method", "shift-att",
-    ]  # fmt: skip
+        "--gold",
+        str(files["gold"]),
+        "--gold-src",
+        str(files["src"]),
+        "--gold-tgt",
+        str(files["tgt"]),
+        "--method",
+        "shift-att",
+    ]
     results = {}
     for name, args in (("old", old), ("new", new)):
         result = run_eval(checkpoint, tmp_path / name, *args)
@@ -392,9 +421,15 @@ def test_empty_sentence_is_an_error(setup, tmp_path) -> None:
     tgt = tmp_path / "tgt"
     tgt.write_text("".join(line + "\n" for line in [TGT[0], "", *TGT[2:]]), encoding="utf-8")
     result = run_eval(
-        checkpoint, tmp_path / "eval", "--gold", str(files["gold"]),
-        "--gold-src", str(files["src"]), "--gold-tgt", str(tgt),
-    )  # fmt: skip
+        checkpoint,
+        tmp_path / "eval",
+        "--gold",
+        str(files["gold"]),
+        "--gold-src",
+        str(files["src"]),
+        "--gold-tgt",
+        str(tgt),
+    )
     assert result.exit_code == 2 and "line 2 is empty" in result.output
 
 
@@ -405,13 +440,21 @@ def test_wpt03_trial_set_with_a_sentencepiece_model(shared_data, tmp_path, monke
     folder = shared_data / "alignments" / "wpt03_enfr"
     checkpoint = untrained_checkpoint(
         tmp_path / "run" / "checkpoints" / "best.pt",
-        "model.family=transformer", "model.dec_layers=2", "data.source=local",
-        "data.name=wpt", "data.format=parallel", "data.tokenizer=sentencepiece",
-        "data.spm_vocab_size=300", f"data.root={shared_data}",
-        "data.splits.test=alignments/wpt03_enfr/trial", "data.src_lang=en",
-        "data.tgt_lang=fr", "decoding.max_output_extra=2", "decoding.max_output_ratio=0.2",
+        "model.family=transformer",
+        "model.dec_layers=2",
+        "data.source=local",
+        "data.name=wpt",
+        "data.format=parallel",
+        "data.tokenizer=sentencepiece",
+        "data.spm_vocab_size=300",
+        f"data.root={shared_data}",
+        "data.splits.test=alignments/wpt03_enfr/trial",
+        "data.src_lang=en",
+        "data.tgt_lang=fr",
+        "decoding.max_output_extra=2",
+        "decoding.max_output_ratio=0.2",
         pairs=read_parallel(folder / "trial.en", folder / "trial.fr"),
-    )  # fmt: skip
+    )
     sentences = ["--gold-src", str(folder / "trial.en"), "--gold-tgt", str(folder / "trial.fr")]
     pharaoh = ["--gold", str(folder / "trial.sure.pharaoh")]
     pharaoh += ["--gold-possible", str(folder / "trial.possible.pharaoh")]
@@ -541,9 +584,15 @@ def test_char_pieces_pool_to_words() -> None:
     examples, src_p, tgt_p, gold, _, _ = encoded("copy", "char")
     assert " " in src_p[0]
     metrics = model_alignment_metrics(
-        StubModel(pattern="diagonal"), examples, src_p, tgt_p, gold, src_kind="char",
-        tgt_kind="char", batch_size=4,
-    )  # fmt: skip
+        StubModel(pattern="diagonal"),
+        examples,
+        src_p,
+        tgt_p,
+        gold,
+        src_kind="char",
+        tgt_kind="char",
+        batch_size=4,
+    )
     assert metrics["aer"] == 0.0
 
 
@@ -554,10 +603,16 @@ def test_transformer_shaped_attention_overall_is_last_layer_head_mean() -> None:
         model, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word"
     )
     assert list(metrics) == [
-        "aer", "precision", "recall",
-        "aer/layer1/head1", "aer/layer1/head2", "aer/layer1/mean",
-        "aer/layer2/head1", "aer/layer2/head2", "aer/layer2/mean",
-    ]  # fmt: skip
+        "aer",
+        "precision",
+        "recall",
+        "aer/layer1/head1",
+        "aer/layer1/head2",
+        "aer/layer1/mean",
+        "aer/layer2/head1",
+        "aer/layer2/head2",
+        "aer/layer2/mean",
+    ]
     assert metrics["aer"] == metrics["aer/layer2/mean"] == metrics["aer/layer2/head1"] == 0.0
     assert metrics["aer/layer1/mean"] == metrics["aer/layer1/head1"] > 0.6
 
@@ -582,8 +637,11 @@ def test_tiny_untrained_rnn_and_transformer() -> None:
     vocab = Vocabularies(V_src, V_tgt, PAD_ID, BOS_ID, EOS_ID)
     rnn = RNNSeq2Seq(
         vocab,
-        attention=AdditiveAttention(16, 16, 8), emb_dim=8, enc_hidden=8, hidden=16,
-    )  # fmt: skip
+        attention=AdditiveAttention(16, 16, 8),
+        emb_dim=8,
+        enc_hidden=8,
+        hidden=16,
+    )
     rnn.train()
     metrics = model_alignment_metrics(
         rnn, examples, src_p, tgt_p, gold, gold, src_kind="word", tgt_kind="word", batch_size=3
@@ -594,8 +652,12 @@ def test_tiny_untrained_rnn_and_transformer() -> None:
 
     transformer = TransformerSeq2Seq(
         vocab,
-        d_model=16, heads=2, enc_layers=1, dec_layers=3, ff_dim=32,
-    )  # fmt: skip
+        d_model=16,
+        heads=2,
+        enc_layers=1,
+        dec_layers=3,
+        ff_dim=32,
+    )
     metrics = model_alignment_metrics(
         transformer, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word", batch_size=3
     )
@@ -614,8 +676,15 @@ def test_corpus_alignment_metrics_is_model_alignment_metrics_on_a_corpus() -> No
     corpus = AlignmentCorpus(examples, src_p, tgt_p, gold, None, "word", "word")
     by_corpus = corpus_alignment_metrics(model, corpus, batch_size=5, per_map_scores=("recall",))
     by_lists = model_alignment_metrics(
-        model, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word", batch_size=5,
+        model,
+        examples,
+        src_p,
+        tgt_p,
+        gold,
+        src_kind="word",
+        tgt_kind="word",
+        batch_size=5,
         per_map_scores=("recall",),
-    )  # fmt: skip
+    )
     assert by_corpus == by_lists
     assert "recall/layer1/head2" in by_corpus and "aer/layer1/head2" not in by_corpus

@@ -258,9 +258,15 @@ def saved_files(mixed_ending_checkpoints, tmp_path_factory) -> dict[str, Path]:
 def test_from_saved_draws_a_figure(saved_files, family, args, tmp_path) -> None:
     out = tmp_path / "a.png"
     result = invoke(
-        "visualize-alignment", "--from-saved", str(saved_files[family]), "--index", "4",
-        "--out", str(out), *args,
-    )  # fmt: skip
+        "visualize-alignment",
+        "--from-saved",
+        str(saved_files[family]),
+        "--index",
+        "4",
+        "--out",
+        str(out),
+        *args,
+    )
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

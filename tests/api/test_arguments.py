@@ -205,8 +205,10 @@ def fuzz(examples: int) -> Callable:
 
 SMALL = st.integers(1, 4)  # a size that is valid and quick
 GOOD_CHANGES = st.dictionaries(
-    st.sampled_from(OTHER_SETTINGS), st.integers(0, 3) | st.floats(0.0, 2.0), max_size=3,
-)  # fmt: skip
+    st.sampled_from(OTHER_SETTINGS),
+    st.integers(0, 3) | st.floats(0.0, 2.0),
+    max_size=3,
+)
 
 
 def check_translate(model: Model, data: st.DataObject) -> None:
@@ -219,10 +221,17 @@ def check_translate(model: Model, data: st.DataObject) -> None:
     )
     batch_size = pick(data, SMALL)
     changes = data.draw(CHANGES if data.draw(st.integers(0, 7)) == 0 else GOOD_CHANGES)
-    survives(lambda: model.translate(
-        lines, beam=beam, sample=sample, nbest=nbest, attention=attention,
-        batch_size=batch_size, **changes,
-    ))  # fmt: skip
+    survives(
+        lambda: model.translate(
+            lines,
+            beam=beam,
+            sample=sample,
+            nbest=nbest,
+            attention=attention,
+            batch_size=batch_size,
+            **changes,
+        )
+    )
 
 
 def pairs(data: st.DataObject) -> tuple[Any, Any]:
@@ -242,9 +251,9 @@ def check_align(model: Model, data: st.DataObject) -> None:
     method = pick(data, METHODS)
     layer, head = pick(data, st.none() | SMALL), pick(data, st.none() | SMALL)
     batch_size = pick(data, SMALL)
-    survives(lambda: model.align(
-        src, tgt, method=method, layer=layer, head=head, batch_size=batch_size
-    ))  # fmt: skip
+    survives(
+        lambda: model.align(src, tgt, method=method, layer=layer, head=head, batch_size=batch_size)
+    )
 
 
 def check_attention(model: Model, data: st.DataObject) -> None:
@@ -267,9 +276,9 @@ def check_load(paths: dict[str, Path], data: st.DataObject) -> None:
     overrides = pick(data, st.none() | st.lists(override | TEXTS, max_size=2))
     ensemble = pick(data, st.just(()) | st.lists(st.sampled_from([*paths.values()]), max_size=1))
     threads = pick(data, st.none() | st.sampled_from(["auto", "x"]) | INTEGERS)
-    survives(lambda: attnseq.load(
-        path, device, overrides=overrides, ensemble=ensemble, threads=threads
-    ))  # fmt: skip
+    survives(
+        lambda: attnseq.load(path, device, overrides=overrides, ensemble=ensemble, threads=threads)
+    )
 
 
 def run_property(

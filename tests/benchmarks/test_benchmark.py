@@ -22,9 +22,16 @@ def _run(*arguments: str) -> subprocess.CompletedProcess:
 def test_benchmark_reports_training_decoding_and_a_checkpoints_bleu(tmp_path):
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", "data.test_size=6")
     result = _run(
-        "--steps", "2", "--warmup", "0", "--decode-sentences", "3",
-        TINY, "--checkpoint", str(checkpoint),
-    )  # fmt: skip
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--decode-sentences",
+        "3",
+        TINY,
+        "--checkpoint",
+        str(checkpoint),
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["matmul_gflops"]["peak_gflops"] > 0
@@ -32,8 +39,11 @@ def test_benchmark_reports_training_decoding_and_a_checkpoints_bleu(tmp_path):
     assert trained["train"]["tgt_tokens_per_sec"] > 0
     assert 0 < trained["train"]["mfu"] < 1
     assert {(row["search"], row["batch_size"]) for row in trained["decode"]} == {
-        ("greedy", 64), ("greedy", 1), ("beam5", 64), ("beam5", 1),
-    }  # fmt: skip
+        ("greedy", 64),
+        ("greedy", 1),
+        ("beam5", 64),
+        ("beam5", 1),
+    }
     assert "bleu" not in trained["decode"][0]  # a few updates: speed only
     assert loaded["checkpoint"] == str(checkpoint)
     for row in loaded["decode"]:

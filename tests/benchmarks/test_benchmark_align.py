@@ -26,8 +26,19 @@ def test_times_each_method_over_the_given_pairs(tmp_path: Path) -> None:
     checkpoint = untrained_checkpoint(
         tmp_path / "model.pt", "model.family=transformer", "data.tokenizer=word", pairs=pairs
     )
-    result = run(str(checkpoint), "--src", str(src), "--tgt", str(tgt), "--pairs", "12",
-                 "--warmup", "2", "--batch-size", "4")  # fmt: skip
+    result = run(
+        str(checkpoint),
+        "--src",
+        str(src),
+        "--tgt",
+        str(tgt),
+        "--pairs",
+        "12",
+        "--warmup",
+        "2",
+        "--batch-size",
+        "4",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     rows = report["results"]

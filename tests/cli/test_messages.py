@@ -155,7 +155,7 @@ def _commands(checkpoint: Path, odd: Path, folder: Path) -> dict[str, tuple[list
                 good,
             ],
             f"--gold-src file {odd}",
-        ),  # fmt: skip
+        ),
         "eval split": (
             ["eval", checkpoint, "--out", folder / "eval", "--split", odd],
             f"data file {odd}",

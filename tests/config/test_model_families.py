@@ -312,9 +312,12 @@ def test_a_sweep_over_families_is_refused_for_the_family_that_ignores_a_key() ->
 
 def test_a_refused_sweep_exits_2_before_any_job(tmp_path: Path) -> None:
     code, output = train_in_process(
-        tmp_path, "-m", "model=rnn_bahdanau,transformer", "model.hidden=64",
+        tmp_path,
+        "-m",
+        "model=rnn_bahdanau,transformer",
+        "model.hidden=64",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
-    )  # fmt: skip
+    )
     assert_refused(tmp_path, code, output, "model.family=transformer does not read it")
     assert not (tmp_path / "sweep").exists()
 

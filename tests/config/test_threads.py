@@ -44,13 +44,22 @@ def command(name: str, checkpoint: Path, folder: Path) -> list[str]:
         "score": ["score", str(checkpoint), "--src", text, "--tgt", text],
         "align": ["align", str(checkpoint), "--src", text, "--tgt", text],
         "heads": ["heads", str(checkpoint), "--max-batches", "1", "--report-dir", str(folder)],
-        "average": ["average", str(checkpoint), str(shutil.copy(checkpoint, folder / "b.pt")),
-                    "--out", str(folder / "a.pt")],
+        "average": [
+            "average",
+            str(checkpoint),
+            str(shutil.copy(checkpoint, folder / "b.pt")),
+            "--out",
+            str(folder / "a.pt"),
+        ],
         "visualize-alignment": [
-            "visualize-alignment", str(checkpoint), "--src", "3 4 5", "--out",
+            "visualize-alignment",
+            str(checkpoint),
+            "--src",
+            "3 4 5",
+            "--out",
             str(folder / "a.png"),
         ],
-    }[name]  # fmt: skip
+    }[name]
 
 
 COMMANDS = ["eval", "translate", "score", "align", "heads", "visualize-alignment", "average"]

@@ -394,14 +394,20 @@ def test_parallel_shards_and_compressed_files(tmp_path: Path) -> None:
     (tmp_path / "w/valid.de.gz").write_bytes(gzip.compress(b"v\n"))
     (tmp_path / "w/valid.en.xz").write_bytes(lzma.compress(b"z\n"))
     cfg = local(
-        tmp_path, FileFormat.parallel,
+        tmp_path,
+        FileFormat.parallel,
         {"train": "w/train-*", "valid": "w/valid", "test": "w/valid"},
-        src_lang="de", tgt_lang="en",
-    )  # fmt: skip
+        src_lang="de",
+        tgt_lang="en",
+    )
     loaded = load_splits(cfg, 1, ["train", "valid"])
     assert loaded["train"] == [
-        ("a 0", "x 0"), ("b 0", "y 0"), ("a 1", "x 1"), ("b 1", "y 1"), ("a 2", "x 2"),
-    ]  # fmt: skip
+        ("a 0", "x 0"),
+        ("b 0", "y 0"),
+        ("a 1", "x 1"),
+        ("b 1", "y 1"),
+        ("a 2", "x 2"),
+    ]
     assert loaded["valid"] == [("v", "z")]
 
 

@@ -152,9 +152,23 @@ def test_a_pruned_checkpoint_exports_what_it_computes(ctranslate2, tmp_path: Pat
     pruned = tmp_path / "pruned.pt"
     result = runner.invoke(
         app,
-        ["heads", str(checkpoint), "--prune", "4", "--by", "random", "--max-batches", "1",
-         "--device", "cpu", "--report-dir", str(tmp_path / "heads"), "--out", str(pruned)],
-    )  # fmt: skip
+        [
+            "heads",
+            str(checkpoint),
+            "--prune",
+            "4",
+            "--by",
+            "random",
+            "--max-batches",
+            "1",
+            "--device",
+            "cpu",
+            "--report-dir",
+            str(tmp_path / "heads"),
+            "--out",
+            str(pruned),
+        ],
+    )
     assert result.exit_code == 0, result.output
     folder = tmp_path / "ct2"
     assert runner.invoke(app, ["export", str(pruned), str(folder)]).exit_code == 0

@@ -159,7 +159,7 @@ def test_empirical_frequencies_match_the_filtered_distribution() -> None:
         (sampling(top_k=2, num_samples=n, seed=2), [2 / 3, 1 / 3, 0, 0]),
         (sampling(top_p=0.8, num_samples=n, seed=3), [p / 0.9 for p in nucleus]),
         (sampling(temperature=0.5, num_samples=n, seed=4), [p / 0.345 for p in squared]),
-    ]  # fmt: skip
+    ]
     for settings, expected in cases:
         (samples,) = sample_decode(model, src, lengths, limits, settings)
         counts = [sum(1 for s in samples if s.tokens == [token]) for token in range(4, 8)]
@@ -216,7 +216,7 @@ def test_eval_samples_into_a_folder_of_its_own(checkpoint: str, tmp_path: Path) 
     result = runner.invoke(
         app,
         ["eval", checkpoint, "--sample", "--top-p", "0.9", "--seed", "2", "--out", str(tmp_path)],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     assert "test.sample-t1-k0-p0.9-n1-seed2/" in result.stdout
 

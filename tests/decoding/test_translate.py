@@ -114,9 +114,10 @@ def test_a_translator_loads_a_checkpoint(checkpoint: Path) -> None:
 def test_cli_translate_keeps_line_count_and_blank_lines(checkpoint: Path, tmp_path: Path) -> None:
     text = "March 3, 1998\n\n12/05/2001\n   \nthe 3rd of May 2020\n"
     result = runner.invoke(
-        app, ["translate", str(checkpoint), "--beam", "3", "--batch-size", "2", "--device", "cpu"],
+        app,
+        ["translate", str(checkpoint), "--beam", "3", "--batch-size", "2", "--device", "cpu"],
         input=text,
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.split("\n")
     assert lines[-1] == "" and len(lines) == 6  # five outputs, each ending in a newline
@@ -139,9 +140,10 @@ def test_cli_translate_keeps_line_count_and_blank_lines(checkpoint: Path, tmp_pa
 
 def test_cli_translate_nbest(checkpoint: Path) -> None:
     result = runner.invoke(
-        app, ["translate", str(checkpoint), "--beam", "4", "--nbest", "3", "--length-penalty", "0"],
+        app,
+        ["translate", str(checkpoint), "--beam", "4", "--nbest", "3", "--length-penalty", "0"],
         input="March 3, 1998\n\n1.2.03\n",
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     matches = [MOSES_LINE.match(line) for line in result.stdout.splitlines()]
     assert all(matches), result.stdout

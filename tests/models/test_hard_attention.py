@@ -91,7 +91,7 @@ def test_transformer_hard_cache_equals_forward() -> None:
                 "model.attention.memory_in_cross=true",
             ],
             "memory_in_cross",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_invalid_combinations_are_user_errors(overrides: list[str], message: str) -> None:

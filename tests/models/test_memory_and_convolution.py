@@ -241,7 +241,7 @@ def test_self_attention_maps_label_the_memory_columns(tmp_path: Path) -> None:
             "model.attention.decoder_self=true",
             "model.attention.block_size=2",
         ],
-    ],  # fmt: skip
+    ],
 )
 def test_an_exact_resume_ends_with_the_same_weights(tmp_path: Path, model: list[str]) -> None:
     """5 updates, then resume to 8, against 8 in one go (dropout on: the RNG state matters)."""

@@ -114,11 +114,18 @@ def test_greedy_and_beam_attention_match_the_forward(overrides) -> None:
         for row, hypothesis in enumerate(hypotheses):
             rows, length = hypothesis.attention.shape[0], int(lengths[row])
             tgt_in = torch.tensor([[model.bos_id, *hypothesis.tokens][:rows]])
-            one = {k: v[row : row + 1, :length] if torch.is_tensor(v) else v
-                   for k, v in copy_inputs.items()}  # fmt: skip
+            one = {
+                k: v[row : row + 1, :length] if torch.is_tensor(v) else v
+                for k, v in copy_inputs.items()
+            }
             with torch.no_grad():
-                full = model(src[row : row + 1, :length], lengths[row : row + 1], tgt_in,
-                             need_weights=True, **one)  # fmt: skip
+                full = model(
+                    src[row : row + 1, :length],
+                    lengths[row : row + 1],
+                    tgt_in,
+                    need_weights=True,
+                    **one,
+                )
             torch.testing.assert_close(
                 full.attention[0], hypothesis.attention, atol=1e-5, rtol=1e-4
             )
@@ -207,14 +214,27 @@ def hierarchical_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
     dialogue_dataset(data)
     run_dir = tmp_path_factory.mktemp("hierarchical_run")
     cfg = tiny_config(
-        "data.name=dialogues", "data.source=local", "data.task=summarization",
-        "data.format=tsv", f"data.root={data}", "data.splits.train=train.tsv",
-        "data.splits.valid=valid.tsv", "data.splits.test=test.tsv", "data.tokenizer=word",
-        "data.max_tokens=600", "model.attention.hierarchy=sentence", "model.copy=true",
-        "model.coverage=true", "optim.coverage_lambda=0.5", "optim.lr=0.01",
-        "trainer.max_steps=40", "trainer.validate_every=20", "trainer.max_epochs=100",
-        "trainer.early_stopping_metric=rouge_l", "trainer.num_heatmaps=1",
-    )  # fmt: skip
+        "data.name=dialogues",
+        "data.source=local",
+        "data.task=summarization",
+        "data.format=tsv",
+        f"data.root={data}",
+        "data.splits.train=train.tsv",
+        "data.splits.valid=valid.tsv",
+        "data.splits.test=test.tsv",
+        "data.tokenizer=word",
+        "data.max_tokens=600",
+        "model.attention.hierarchy=sentence",
+        "model.copy=true",
+        "model.coverage=true",
+        "optim.coverage_lambda=0.5",
+        "optim.lr=0.01",
+        "trainer.max_steps=40",
+        "trainer.validate_every=20",
+        "trainer.max_epochs=100",
+        "trainer.early_stopping_metric=rouge_l",
+        "trainer.num_heatmaps=1",
+    )
     return run_dir, train_quietly(cfg, run_dir), data
 
 
@@ -263,8 +283,9 @@ def test_saved_attention_and_figures_have_both_levels(hierarchical_run, tmp_path
 def test_kind_segment_of_a_flat_model_is_a_user_error(tmp_path: Path) -> None:
     from helpers import untrained_checkpoint
 
-    checkpoint = untrained_checkpoint(tmp_path / "flat.pt", "data.tokenizer=word",
-                                      pairs=[("a b", "b a")])  # fmt: skip
+    checkpoint = untrained_checkpoint(
+        tmp_path / "flat.pt", "data.tokenizer=word", pairs=[("a b", "b a")]
+    )
     result = runner.invoke(
         app, ["visualize-alignment", str(checkpoint), "--src", "a b", "--kind", "segment"]
     )

@@ -48,9 +48,15 @@ def test_a_failed_kind_is_a_row_not_a_crash(tmp_path):
 
 def test_user_overrides_replace_the_kind_defaults(tmp_path):
     result = _run(
-        "--kinds", "local", "--decoder-self", "--dry-run", "--out", str(tmp_path),
-        "--", "model.attention.D=4",
-    )  # fmt: skip
+        "--kinds",
+        "local",
+        "--decoder-self",
+        "--dry-run",
+        "--out",
+        str(tmp_path),
+        "--",
+        "model.attention.D=4",
+    )
     assert result.returncode == 0, result.stderr
     (line,) = result.stdout.strip().splitlines()
     assert "model.attention.D=4" in line and "model.attention.D=32" not in line
@@ -66,8 +72,15 @@ def test_every_config_kind_is_compared_with_its_defaults(tmp_path):
     lines = result.stdout.strip().splitlines()
     kinds = [line.split("model.attention.kind=")[1].split()[0] for line in lines]
     assert kinds == [
-        "full", "local", "strided", "longformer", "linformer", "linear", "performer", "bigbird",
-    ]  # fmt: skip
+        "full",
+        "local",
+        "strided",
+        "longformer",
+        "linformer",
+        "linear",
+        "performer",
+        "bigbird",
+    ]
     bigbird = lines[-1]
     for key in ("block_size=16", "global_blocks=2", "random_blocks=3", "decoder_self=true"):
         assert f"model.attention.{key}" in bigbird
