@@ -179,6 +179,17 @@ def trained_transformer_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="session")
+def eight_head_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """model.pt: an untrained tiny transformer of 2 encoder layers and 1 decoder layer, 2 heads
+    each (8 heads to measure and prune), its task with 12 validation and 6 test pairs."""
+    from helpers import untrained_checkpoint
+
+    path = tmp_path_factory.mktemp("heads") / "model.pt"
+    overrides = ("model.family=transformer", "model.enc_layers=2", "model.dec_layers=1")
+    return untrained_checkpoint(path, *overrides, "data.valid_size=12", "data.test_size=6")
+
+
+@pytest.fixture(scope="session")
 def untrained_checkpoints(rnn_checkpoint: Path, transformer_checkpoint: Path) -> dict[str, Path]:
     """The untrained checkpoint of each family, by family name."""
     return {"rnn": rnn_checkpoint, "transformer": transformer_checkpoint}

@@ -20,7 +20,6 @@ from attnseq.cli.decoding_options import (
     split_checkpoints,
     with_decoding_flags,
 )
-from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.config.schema import DecodingConfig
 from attnseq.decoding.settings import with_changes
 from attnseq.errors import UserError
@@ -97,12 +96,6 @@ def test_arguments_ending_in_pt_are_more_checkpoints() -> None:
     assert overrides == ["decoding.beam=2", "~data.x"]
     assert split_checkpoints(None) == ([], [])
     assert split_checkpoints(["input.txt"]) == ([], ["input.txt"])  # refused as an override
-
-
-def test_no_torchrun_world_without_rank(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    assert torchrun_world() is None
 
 
 NOT_FINITE = ["inf", "-inf", "nan", "1e999"]  # 1e999 reads as inf

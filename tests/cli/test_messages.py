@@ -1,11 +1,10 @@
-"""Messages that say what is really wrong: an experiment YAML whose top level is a list, a file
-that is no checkpoint at all, a run directory given for a checkpoint, a split name that names
-nothing, and an input text path that is a device, a named pipe, a folder or an empty file. Each
-ends with one `error:` line and exit status 2, without a traceback."""
+"""Messages that say what is really wrong, across the commands: an experiment YAML whose top level
+is a list, a file that is no checkpoint at all, an input text path that is a device, a named
+pipe, a folder or an empty file, a path whose name is too long. Each ends with one `error:` line
+and exit status 2, without a traceback."""
 
 import os
 import pickle
-import shutil
 from pathlib import Path
 
 import pytest
@@ -202,82 +201,3 @@ def test_a_path_whose_name_is_too_long_is_one_line(checkpoint: Path, tmp_path: P
     result = run("eval", checkpoint, "--split", "x" * 300, "--out", tmp_path / "eval")
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     one_error_line(result.stderr, "xxx")
-
-
-@pytest.fixture(scope="module")
-def run_dir(checkpoint, tmp_path_factory) -> Path:
-    """A run directory of `attnseq train`: .hydra/, train.log, checkpoints/best.pt."""
-    run_dir = tmp_path_factory.mktemp("run")
-    (run_dir / ".hydra").mkdir()
-    (run_dir / "train.log").write_text("")
-    (run_dir / "checkpoints").mkdir()
-    shutil.copy(checkpoint, run_dir / "checkpoints" / "best.pt")
-    return run_dir
-
-
-def _texts(folder: Path) -> tuple[Path, Path]:
-    src, tgt = folder / "x.src", folder / "x.tgt"
-    src.write_text("March 3, 1998\n")
-    tgt.write_text("1998-03-03\n")
-    return src, tgt
-
-
-@pytest.mark.parametrize(
-    "command", ["eval", "translate", "score", "align", "heads", "visualize-alignment"]
-)
-def test_a_run_directory_stands_for_its_best_checkpoint(command, run_dir, tmp_path) -> None:
-    src, tgt = _texts(tmp_path)
-    arguments = {
-        "eval": ["--out", tmp_path / "eval"],
-        "translate": ["--input", src],
-        "score": ["--src", src, "--tgt", tgt],
-        "align": ["--src", src, "--tgt", tgt],
-        "heads": [],
-        "visualize-alignment": ["--src", "March 3, 1998", "--out", tmp_path / "a.png"],
-    }[command]
-    result = run(command, run_dir, *arguments)
-    best = run_dir / "checkpoints" / "best.pt"
-    assert result.stderr.startswith(f"using {best} (the best checkpoint of the run directory")
-    if command == "heads":  # read as the checkpoint: heads then says it needs a transformer
-        line = one_error_line(result.stderr.split("\n", 1)[1], "transformer")
-        assert str(run_dir) not in line
-    else:
-        assert result.exit_code == 0, result.output
-
-
-def test_a_run_directory_without_a_best_checkpoint_says_what_to_pass(checkpoint, tmp_path) -> None:
-    started = tmp_path / "started"
-    (started / ".hydra").mkdir(parents=True)
-    result = run("eval", started)
-    assert result.exit_code == 2
-    one_error_line(
-        result.stderr, f"{started} is a run directory that holds no checkpoint", "pass a"
-    )
-    (started / "checkpoints").mkdir()
-    shutil.copy(checkpoint, started / "checkpoints" / "last.pt")
-    result = run("translate", started)
-    assert result.exit_code == 2
-    one_error_line(
-        result.stderr, "without checkpoints/best.pt", f"e.g. {started}/checkpoints/last.pt"
-    )
-    folder = tmp_path / "some_folder"  # no run directory: named as a folder
-    folder.mkdir()
-    result = run("eval", folder)
-    one_error_line(result.stderr, f"{folder} is a folder, not a checkpoint file")
-
-
-def test_eval_of_an_unknown_split_lists_the_splits(checkpoint, tmp_path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    result = run("eval", checkpoint, "--split", "dev", "--out", tmp_path / "eval")
-    assert result.exit_code == 2
-    line = one_error_line(result.stderr, "unknown split 'dev'", "has the splits train, valid, test")
-    assert "--split also takes a data file" in line
-
-
-def test_eval_of_a_generated_task_too_large_to_make_is_refused(checkpoint, tmp_path) -> None:
-    """eval makes every split of a generated task (each depends on the others) to read one:
-    data.train_size=2147483648 would generate for hours; refused as training refuses it."""
-    result = run("eval", checkpoint, "data.train_size=2147483648", "--out", tmp_path / "eval")
-    assert result.exit_code == 2
-    one_error_line(result.stderr, "the generated data does not fit: data.train_size=2147483648")
-    assert not (tmp_path / "eval").exists()
