@@ -1,6 +1,5 @@
-"""`attnseq visualize-alignment` on tiny trained checkpoints of both families."""
-
-import os
+"""The alignment viewer (attnseq/analysis/alignment_view.py) through `attnseq visualize-alignment`,
+on tiny trained checkpoints of both families."""
 
 import numpy as np
 import pytest
@@ -70,38 +69,6 @@ def test_input_file_draws_one_figure_per_line(trained_checkpoints, tmp_path) -> 
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["line_0000.png", "line_0002.png"]
     assert any((tmp_path / "tb").iterdir())
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--src", "   "], "empty source"),
-        ([], "exactly one of"),
-        (["--src", "x", "--kind", "encoder"], "needs a transformer"),
-        (["--src", "x", "--kind", "nope"], "--kind must be"),
-    ],
-)
-def test_user_errors_exit_2(trained_checkpoints, args, message) -> None:
-    result = invoke(str(trained_checkpoints["rnn"]), *args)
-    assert result.exit_code == 2
-    assert message in result.output
-
-
-def test_a_tensorboard_folder_that_is_not_utf8_is_refused_first(
-    trained_checkpoints, tmp_path
-) -> None:
-    """TensorBoard's writer encodes its folder as UTF-8: a name with bytes that are not (argv
-    gives them as lone surrogates) raised UnicodeEncodeError once the figure was drawn."""
-    folder = os.fsdecode(bytes(tmp_path) + b"/tb\xff")
-    result = invoke(str(trained_checkpoints["rnn"]), "--src", "x", "--tensorboard", folder)
-    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert "TensorBoard writes only into folders whose paths are UTF-8" in result.stderr
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_layer_out_of_range(trained_checkpoints) -> None:
-    result = invoke(str(trained_checkpoints["transformer"]), "--src", "x", "--layer", "9")
-    assert result.exit_code == 2 and "--layer must be in 1..1" in result.output
 
 
 def test_kernel_attention_has_no_self_attention_map(tmp_path) -> None:
