@@ -11,8 +11,6 @@ from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
-from attnseq.data.unknown_tokens import UnknownCount, unknown_warning
-from attnseq.data.word_alignments import LinkOutsideSentence, read_gold_file, word_counts
 
 UNKNOWN = ["zork blip quux frob", "wug dax fep", "snarf", "glorp zib vex mip"]
 
@@ -127,15 +125,6 @@ def test_eval_refuses_naacl_gold_links_outside_their_sentence(setup, tmp_path) -
     )
     one_line_exit_2(result, str(gold), "line 2", "'2 2 9 P'", "5 source and 4 target words")
     assert not (tmp_path / "eval").exists()
-
-
-def test_gold_reader_checks_links_against_the_word_counts() -> None:
-    lengths, sides = word_counts(["a b c"], ["x y"])
-    assert read_gold_file(["0-0 2-1"], lengths=lengths, sides=sides)[0] == [{(0, 0), (2, 1)}]
-    with pytest.raises(LinkOutsideSentence, match="link 3-0 .* 3 source and 2 target words"):
-        read_gold_file(["0-0 3-0"], lengths=lengths, sides=sides)
-    with pytest.raises(LinkOutsideSentence, match="link 0-2"):
-        read_gold_file(["0-0 0-2"], lengths=lengths, sides=sides)
 
 
 def test_reverse_model_of_the_same_languages_is_refused(setup, tmp_path) -> None:
@@ -260,13 +249,3 @@ def test_eval_warns_about_alignment_sentences_the_model_cannot_read(setup, tmp_p
     assert result.exit_code == 0, result.output
     assert len(warning_lines(result)) == 1
     assert "100.0% of the --gold-tgt tokens (12 of 12)" in warning_lines(result)[0]
-
-
-def test_unknown_warning_is_for_rates_above_the_threshold() -> None:
-    half = UnknownCount("--tgt", "the model's target vocabulary", unk_id=1).add_all([[1, 5]])
-    most = UnknownCount("--src", "the model's source vocabulary", unk_id=1).add_all([[1, 1, 4]])
-    assert unknown_warning([half]) is None
-    message = unknown_warning([half, most])
-    assert message is not None and message.count("\n") == 0
-    assert "66.7% of the --src tokens (2 of 3)" in message and "--tgt" not in message
-    assert unknown_warning([UnknownCount("--src", "v", unk_id=1)]) is None  # no tokens

@@ -37,11 +37,8 @@ from attnseq.data.tokenizers import (
     train_tokenizer,
 )
 from attnseq.data.word_alignments import (
-    format_pharaoh,
     read_gold,
-    read_pharaoh,
     word_ids,
-    write_pharaoh,
 )
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
@@ -77,17 +74,6 @@ def hand_made_links(target_word_ids: list[int], shift: bool) -> tuple[torch.Tens
     ((index, pooled),) = forced_word_attention(FixedAttention(), [example], [words], shift=shift)
     assert index == 0
     return pooled, argmax_alignment(pooled)
-
-
-def test_pharaoh_round_trip(tmp_path: Path) -> None:
-    alignments = [{(0, 0), (2, 1), (1, 1), (10, 3)}, set(), {(3, 0)}]
-    write_pharaoh(tmp_path / "a.pharaoh", alignments)
-    text = (tmp_path / "a.pharaoh").read_text()
-    assert text == "0-0 1-1 2-1 10-3\n\n3-0\n"  # sorted by (source, target), 0-based
-    sure, possible = read_pharaoh(tmp_path / "a.pharaoh")
-    assert sure == alignments and possible == alignments
-    line = format_pharaoh({(1, 2)}, possible={(0, 0), (1, 2)})
-    assert line == "0?0 1-2" and read_pharaoh([line]) == ([{(1, 2)}], [{(0, 0), (1, 2)}])
 
 
 def test_attention_reads_the_row_that_predicts_each_word() -> None:
