@@ -16,9 +16,7 @@ from attnseq.data.batching import collate
 from attnseq.data.prepare import prepare_data
 from attnseq.evaluation.evaluator import make_evaluator
 from attnseq.models import Vocabularies, build_model
-from attnseq.models.head_mask import (
-    attention_sites,
-)
+from attnseq.models.head_mask import attention_sites
 from attnseq.models.loading import load_trained_model
 
 PAD, BOS, EOS, VOCAB = 0, 2, 3, 12

@@ -8,9 +8,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from attnseq.analysis.head_importance import (
-    importance_figure,
-)
+from attnseq.analysis.head_importance import importance_figure
 from attnseq.cli.app import app
 from attnseq.cli.heads_runner import HeadsRequest, run_heads
 from attnseq.models.loading import load_trained_model

@@ -9,9 +9,7 @@ import torch
 from helpers import eval_result
 from typer.testing import CliRunner
 
-from attnseq.analysis.head_importance import (
-    mean_loss,
-)
+from attnseq.analysis.head_importance import mean_loss
 from attnseq.cli.app import app
 from attnseq.cli.heads_runner import HeadsRequest, run_heads
 from attnseq.data.prepare import prepare_data

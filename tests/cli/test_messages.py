@@ -8,15 +8,10 @@ import pickle
 from pathlib import Path
 
 import pytest
-from helpers import attnseq_in_process, one_error_line, untrained_checkpoint
+from helpers import attnseq_in_process, one_error_line
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    return untrained_checkpoint(tmp_path_factory.mktemp("messages") / "model.pt")
 
 
 def run(*args: object):
@@ -164,10 +159,10 @@ def _commands(checkpoint: Path, odd: Path, folder: Path) -> dict[str, tuple[list
 
 @pytest.mark.parametrize("kind", ["device", "fifo", "folder", "empty"])
 def test_an_input_that_is_no_readable_text_file_is_named_so(
-    checkpoint: Path, kind: str, tmp_path: Path
+    rnn_checkpoint: Path, kind: str, tmp_path: Path
 ) -> None:
     odd, what = _odd_input(kind, tmp_path)
-    for command, (args, name) in _commands(checkpoint, odd, tmp_path).items():
+    for command, (args, name) in _commands(rnn_checkpoint, odd, tmp_path).items():
         if command == "translate" and kind == "fifo":
             continue  # translate streams a named pipe (decoding/test_translate.py)
         result = run(*args)
@@ -177,7 +172,7 @@ def test_an_input_that_is_no_readable_text_file_is_named_so(
     assert not (tmp_path / "eval").exists() and not (tmp_path / "figures").exists()
 
 
-def test_a_path_whose_name_is_too_long_is_one_line(checkpoint: Path, tmp_path: Path) -> None:
+def test_a_path_whose_name_is_too_long_is_one_line(rnn_checkpoint: Path, tmp_path: Path) -> None:
     """A file name longer than the file system allows (255 bytes) makes every look at the path
     raise OSError (ENAMETOOLONG): each command names the option instead of a traceback."""
     long = tmp_path / ("x" * 300) / "a.txt"
@@ -185,11 +180,11 @@ def test_a_path_whose_name_is_too_long_is_one_line(checkpoint: Path, tmp_path: P
     text.write_text("June 5, 2001\n")
     cases = {
         "CHECKPOINT": ["translate", long],
-        "--input": ["translate", checkpoint, "--input", long],
-        "--out": ["score", checkpoint, "--src", text, "--tgt", text, "--out", long],
-        "CHECKPOINTS": ["average", checkpoint, long, "--out", tmp_path / "avg.pt"],
+        "--input": ["translate", rnn_checkpoint, "--input", long],
+        "--out": ["score", rnn_checkpoint, "--src", text, "--tgt", text, "--out", long],
+        "CHECKPOINTS": ["average", rnn_checkpoint, long, "--out", tmp_path / "avg.pt"],
         "MULTIRUN_DIR": ["sweep-report", long],
-        "checkpoint": ["eval", checkpoint, str(long) + ".pt", "--out", tmp_path / "eval"],
+        "checkpoint": ["eval", rnn_checkpoint, str(long) + ".pt", "--out", tmp_path / "eval"],
     }
     for name, args in cases.items():
         result = run(*args)
@@ -198,6 +193,6 @@ def test_a_path_whose_name_is_too_long_is_one_line(checkpoint: Path, tmp_path: P
             result.stderr, f"{name} {str(tmp_path)[:30]}", "more characters", "long"
         )
         assert len(line) < 300, line
-    result = run("eval", checkpoint, "--split", "x" * 300, "--out", tmp_path / "eval")
+    result = run("eval", rnn_checkpoint, "--split", "x" * 300, "--out", tmp_path / "eval")
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     one_error_line(result.stderr, "xxx")
