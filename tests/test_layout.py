@@ -1,5 +1,6 @@
-"""The shape of the package: short functions, one layer per folder, and a README map that names
-every module where it lives. A module is one concept, whatever its length."""
+"""The shape of the package: short functions, one layer per folder, a README map that names
+every module where it lives, and a test module named after each module. A module is one concept,
+whatever its length."""
 
 import ast
 import re
@@ -71,6 +72,46 @@ def test_module_docstrings_are_short(path: Path) -> None:
 def test_the_module_docstrings_together_are_short() -> None:
     total = sum(module_docstring_lines(path) for path in MODULES)
     assert total <= MAX_MODULE_DOCSTRINGS_LINES, f"module docstrings: {total} lines"
+
+
+# Modules without a test module of their name, each with the reason; every other module
+# attnseq/LAYER/MODULE.py is tested in tests/LAYER/test_MODULE.py (attnseq/errors.py in
+# tests/test_errors.py).
+WITHOUT_TEST_MODULE = {
+    "attnseq/__main__.py": "`python -m attnseq`: two lines that start attnseq/cli/app.py",
+    "attnseq/errors.py": "the exception types alone; every layer's refusal tests raise them",
+    # tested with the commands that read them, in the files of those commands' concepts
+    "attnseq/analysis/comparison.py": "`attnseq compare`: tests/cli/test_compare_command.py",
+    "attnseq/api/compare.py": "attnseq.compare: tests/cli/test_compare_command.py",
+    "attnseq/analysis/seed_groups.py": "seed groups: tests/analysis/test_seed_comparison.py",
+    "attnseq/cli/sweep_command.py": "`attnseq sweep-report`: tests/analysis/test_sweep_report.py",
+}
+
+
+def module_test_file(path: Path) -> Path:
+    """The test module of a module's name: attnseq/models/rnn.py -> tests/models/test_rnn.py,
+    attnseq/errors.py -> tests/test_errors.py."""
+    relative_path = path.relative_to(PACKAGE)
+    return ROOT / "tests" / relative_path.parent / f"test_{relative_path.name}"
+
+
+def test_every_module_has_a_test_module_of_its_name() -> None:
+    modules = [path for path in MODULES if path.name != "__init__.py"]
+    missing = [
+        f"{relative(path)}: {relative(module_test_file(path))}"
+        for path in modules
+        if not module_test_file(path).is_file() and relative(path) not in WITHOUT_TEST_MODULE
+    ]
+    assert not missing, "modules without their test module:\n" + "\n".join(missing)
+
+
+def test_the_modules_without_a_test_module_are_so_still() -> None:
+    """Each entry of WITHOUT_TEST_MODULE names a module that exists and has no test module."""
+    for name in WITHOUT_TEST_MODULE:
+        path = ROOT / name
+        assert path.is_file(), f"{name} is no module"
+        test_file = module_test_file(path)
+        assert not test_file.is_file(), f"{name} has {relative(test_file)}: leave it off the list"
 
 
 def test_each_folder_is_a_layer() -> None:
