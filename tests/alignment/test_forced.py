@@ -1,6 +1,6 @@
-"""Forced word alignment (attnseq/alignment/forced.py): Pharaoh round trip, the
-attention and Shift-Att rows on a hand-made attention matrix, the piece -> word merge, batching
-that changes nothing, and the map choice; the AER of stub and tiny models' attention."""
+"""Forced word alignment (attnseq/alignment/forced.py): the attention and Shift-Att rows on a
+hand-made attention matrix, the piece -> word merge, batching that changes nothing, and the map
+choice; the AER of stub and tiny models' attention."""
 
 import json
 from pathlib import Path

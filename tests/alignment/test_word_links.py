@@ -1,5 +1,5 @@
-"""Word links (attnseq/alignment/word_links.py): gold file parsing, piece -> word pooling, hard
-links, AER and symmetrization."""
+"""Word links (attnseq/alignment/word_links.py): piece -> word pooling, hard links, AER and
+symmetrization. Reading gold files: tests/data/test_word_alignments.py."""
 
 import numpy as np
 import pytest
