@@ -41,6 +41,18 @@ def warning_lines(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("warning:")]
 
 
+def align_forward(setup: dict[str, Path], *options: object, tgt: str = "tgt"):
+    """`attnseq align` of the forward model on the set's sources and `setup[tgt]`."""
+    return run("align", setup["forward"], "--src", setup["src"], "--tgt", setup[tgt], *options)
+
+
+def eval_against(setup: dict[str, Path], folder: Path, gold: Path, tgt: str = "tgt"):
+    """`attnseq eval` of the forward model into FOLDER/eval, against `gold` for the set's
+    sources and `setup[tgt]`."""
+    sentences = ["--gold-src", str(setup["src"]), "--gold-tgt", str(setup[tgt])]
+    return run_eval(setup["forward"], folder / "eval", "--gold", str(gold), *sentences)
+
+
 @pytest.mark.parametrize(
     ("gold_text", "options", "words"),
     [
@@ -74,19 +86,7 @@ def test_align_refuses_gold_links_outside_their_sentence(
     gold.write_text(gold_text, encoding="utf-8")
     out = tmp_path / "links.pharaoh"
     before = {path: path.read_bytes() for path in (gold, setup["src"], setup["tgt"])}
-    result = run(
-        "align",
-        setup["forward"],
-        "--src",
-        setup["src"],
-        "--tgt",
-        setup["tgt"],
-        "--gold",
-        gold,
-        "--out",
-        out,
-        *options,
-    )
+    result = align_forward(setup, "--gold", gold, "--out", out, *options)
     one_line_exit_2(result, f"--gold {gold}", *words)
     assert not out.exists()
     assert {path: path.read_bytes() for path in before} == before
@@ -95,52 +95,21 @@ def test_align_refuses_gold_links_outside_their_sentence(
 def test_align_names_the_possible_file_of_a_link_outside(setup, tmp_path) -> None:
     possible = tmp_path / "possible.txt"
     possible.write_text("0-0\n1-1\n0-0\n0-0 5-9\n", encoding="utf-8")
-    result = run(
-        "align",
-        setup["forward"],
-        "--src",
-        setup["src"],
-        "--tgt",
-        setup["tgt"],
-        "--gold",
-        setup["gold"],
-        "--gold-possible",
-        possible,
-    )
+    result = align_forward(setup, "--gold", setup["gold"], "--gold-possible", possible)
     one_line_exit_2(result, str(possible), "line 4", "link 5-9", "6 source and 5 target words")
 
 
 def test_eval_refuses_naacl_gold_links_outside_their_sentence(setup, tmp_path) -> None:
     gold = tmp_path / "gold.naacl"
     gold.write_text("1 1 1 S\n2 2 9 P\n", encoding="utf-8")
-    result = run_eval(
-        setup["forward"],
-        tmp_path / "eval",
-        "--gold",
-        str(gold),
-        "--gold-src",
-        str(setup["src"]),
-        "--gold-tgt",
-        str(setup["tgt"]),
-    )
+    result = eval_against(setup, tmp_path, gold)
     one_line_exit_2(result, str(gold), "line 2", "'2 2 9 P'", "5 source and 4 target words")
     assert not (tmp_path / "eval").exists()
 
 
 def test_reverse_model_of_the_same_languages_is_refused(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
-    result = run(
-        "align",
-        setup["forward"],
-        "--src",
-        setup["src"],
-        "--tgt",
-        setup["tgt"],
-        "--reverse",
-        setup["same"],
-        "--out",
-        out,
-    )
+    result = align_forward(setup, "--reverse", setup["same"], "--out", out)
     one_line_exit_2(
         result, f"--reverse {setup['same']}", "same direction", "both read src and write tgt"
     )
@@ -161,18 +130,7 @@ def test_reverse_model_of_the_same_vocabularies_is_refused(tmp_path) -> None:
 
 def test_swapped_reverse_model_aligns_without_warning(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
-    result = run(
-        "align",
-        setup["forward"],
-        "--src",
-        setup["src"],
-        "--tgt",
-        setup["tgt"],
-        "--reverse",
-        setup["reverse"],
-        "--out",
-        out,
-    )
+    result = align_forward(setup, "--reverse", setup["reverse"], "--out", out)
     assert result.exit_code == 0, result.output
     assert result.stderr == "" and len(out.read_text().splitlines()) == len(SRC)
 
@@ -181,18 +139,7 @@ def test_reverse_model_of_another_vocabulary_is_warned_about(setup, tmp_path) ->
     """Its data config names other languages (xx, yy) over other files: nothing shows its
     direction, so it aligns, with one warning giving the unknown-token rates."""
     out = tmp_path / "links.pharaoh"
-    result = run(
-        "align",
-        setup["forward"],
-        "--src",
-        setup["src"],
-        "--tgt",
-        setup["tgt"],
-        "--reverse",
-        setup["other"],
-        "--out",
-        out,
-    )
+    result = align_forward(setup, "--reverse", setup["other"], "--out", out)
     assert result.exit_code == 0, result.output
     assert result.stderr.count("\n") == 1 and len(warning_lines(result)) == 1
     warning = warning_lines(result)[0]
@@ -205,9 +152,7 @@ def test_reverse_model_of_another_vocabulary_is_warned_about(setup, tmp_path) ->
 
 def test_align_warns_about_a_target_the_model_cannot_read(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
-    result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["unknown"], "--out", out
-    )
+    result = align_forward(setup, "--out", out, tgt="unknown")
     assert result.exit_code == 0, result.output
     assert result.stderr.count("\n") == 1 and len(warning_lines(result)) == 1
     warning = warning_lines(result)[0]
@@ -236,16 +181,7 @@ def test_score_of_readable_text_gives_no_warning(setup, tmp_path) -> None:
 def test_eval_warns_about_alignment_sentences_the_model_cannot_read(setup, tmp_path) -> None:
     gold = tmp_path / "gold.txt"
     gold.write_text("0-0\n0-0\n0-0\n0-0\n", encoding="utf-8")
-    result = run_eval(
-        setup["forward"],
-        tmp_path / "eval",
-        "--gold",
-        str(gold),
-        "--gold-src",
-        str(setup["src"]),
-        "--gold-tgt",
-        str(setup["unknown"]),
-    )
+    result = eval_against(setup, tmp_path, gold, tgt="unknown")
     assert result.exit_code == 0, result.output
     assert len(warning_lines(result)) == 1
     assert "100.0% of the --gold-tgt tokens (12 of 12)" in warning_lines(result)[0]

@@ -227,6 +227,13 @@ def setup(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     return checkpoint, files
 
 
+def eval_against_gold(checkpoint: Path, files: dict[str, Path], folder: Path, tgt=None):
+    """`attnseq eval` of `checkpoint` into FOLDER/eval against the set's gold links, its
+    sentences the set's (or `tgt` for the targets)."""
+    sentences = ["--gold-src", str(files["src"]), "--gold-tgt", str(tgt or files["tgt"])]
+    return run_eval(checkpoint, folder / "eval", "--gold", str(files["gold"]), *sentences)
+
+
 def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:
     """The same numbers from alignment.py's functions, one sentence at a time."""
     payload = load_checkpoint(checkpoint)
@@ -269,16 +276,7 @@ def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:
 
 def test_metrics_json_holds_aer_precision_recall_per_head(setup, tmp_path) -> None:
     checkpoint, files = setup
-    result = run_eval(
-        checkpoint,
-        tmp_path / "eval",
-        "--gold",
-        str(files["gold"]),
-        "--gold-src",
-        str(files["src"]),
-        "--gold-tgt",
-        str(files["tgt"]),
-    )
+    result = eval_against_gold(checkpoint, files, tmp_path)
     assert result.exit_code == 0, result.output
     assert "layer 2, head mean" in result.output and "overall (layer 2 mean)" in result.output
     metrics = json.loads((eval_result(tmp_path / "eval") / "metrics.json").read_text())
@@ -320,28 +318,14 @@ def test_eval_spells_the_gold_options_as_align_does_and_keeps_its_old_names_hidd
     from attnseq.cli.app import app
 
     checkpoint, files = setup
-    old = [
-        "--alignments",
-        str(files["gold"]),
-        "--align-src",
-        str(files["src"]),
-        "--align-tgt",
-        str(files["tgt"]),
-        "--align-method",
-        "shift-att",
-    ]
-    new = [
-        "--gold",
-        str(files["gold"]),
-        "--gold-src",
-        str(files["src"]),
-        "--gold-tgt",
-        str(files["tgt"]),
-        "--method",
-        "shift-att",
-    ]
+    values = [str(files["gold"]), str(files["src"]), str(files["tgt"]), "shift-att"]
+    spellings = {
+        "old": ["--alignments", "--align-src", "--align-tgt", "--align-method"],
+        "new": ["--gold", "--gold-src", "--gold-tgt", "--method"],
+    }
     results = {}
-    for name, args in (("old", old), ("new", new)):
+    for name, options in spellings.items():
+        args = [item for pair in zip(options, values, strict=True) for item in pair]
         result = run_eval(checkpoint, tmp_path / name, *args)
         assert result.exit_code == 0, (name, result.output)
         metrics = json.loads((eval_result(tmp_path / name) / "metrics.json").read_text())
@@ -406,16 +390,7 @@ def test_empty_sentence_is_an_error(setup, tmp_path) -> None:
     checkpoint, files = setup
     tgt = tmp_path / "tgt"
     tgt.write_text("".join(line + "\n" for line in [TGT[0], "", *TGT[2:]]), encoding="utf-8")
-    result = run_eval(
-        checkpoint,
-        tmp_path / "eval",
-        "--gold",
-        str(files["gold"]),
-        "--gold-src",
-        str(files["src"]),
-        "--gold-tgt",
-        str(tgt),
-    )
+    result = eval_against_gold(checkpoint, files, tmp_path, tgt)
     assert result.exit_code == 2 and "line 2 is empty" in result.output
 
 
