@@ -26,6 +26,7 @@ from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 from attnseq.config.choices import (
+    Activation,
     AttentionKind,
     AttentionValues,
     CheckpointUpload,
@@ -324,7 +325,10 @@ class ModelConfig:
     ff_dim: int = option(1024, "feed-forward inner size", ge=1, family=TRANSFORMER)
     norm: Norm = option(Norm.pre, "pre or post layer normalisation", family=TRANSFORMER)
     positions: Positions = option(
-        Positions.sinusoidal, "sinusoidal or learned positional encodings", family=TRANSFORMER
+        Positions.sinusoidal,
+        "sinusoidal or learned positional encodings; sinusoidal_split: sin in the first half"
+        " of the channels and cos in the second (Marian), a table of max_positions rows",
+        family=TRANSFORMER,
     )
     attention_dropout: float = option(
         0.0, "dropout on attention weights, in [0, 1)", ge=0.0, lt=1.0, family=TRANSFORMER
@@ -343,9 +347,37 @@ class ModelConfig:
         ge=0,
         family=TRANSFORMER,
     )
+    # --- transformer: the switches pretrained encoder-decoders need (models/pretrained.py)
+    activation: Activation = option(
+        Activation.relu,
+        "feed-forward nonlinearity: relu (Vaswani et al. 2017), gelu, gelu_tanh (its tanh"
+        " approximation) or silu (swish)",
+        family=TRANSFORMER,
+    )
+    activation_dropout: float | None = option(
+        None,
+        "dropout on the feed-forward hidden activations, in [0, 1); None = model.dropout",
+        ge=0.0,
+        lt=1.0,
+        family=TRANSFORMER,
+    )
+    scale_embeddings: bool = option(
+        True,
+        "multiply token embeddings by sqrt(d_model) (Vaswani et al. 2017, section 3.4);"
+        " false: unscaled (Marian's scale_embedding=false)",
+        family=TRANSFORMER,
+    )
+    output_bias: bool = option(
+        False, "a bias on the output projection (Marian's final_logits_bias)", family=TRANSFORMER
+    )
     # --- both
     dropout: float = option(0.1, "dropout probability, in [0, 1)", ge=0.0, lt=1.0)
     tie_embeddings: bool = option(True, "output projection shares the target embedding")
+    share_src_tgt_embeddings: bool | None = option(
+        None,
+        "one embedding matrix for source and target (equal vocabulary sizes); None = when one"
+        " tokenizer serves both sides and tie_embeddings is true",
+    )
     # --- pointer-generator and coverage (See et al. 2017; attnseq/models/pointer_generator.py)
     copy: bool = option(False, "mix a copy distribution over the source into the output (p_gen)")
     coverage: bool = option(

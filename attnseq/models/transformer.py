@@ -86,6 +86,10 @@ class TransformerSeq2Seq(Seq2Seq):
         memory_slots, memory_in_cross, conv_kernel: see `LayerOptions`.
         scaled_attention: every attention divides q . k by sqrt(d_k) (section 3.2.1); False =
             unscaled dot products.
+        activation, activation_dropout: the feed-forward nonlinearity and the dropout on it
+            (`LayerOptions`).
+        scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4).
+        output_bias: the output projection has a bias (a pretrained model's logits bias).
 
     Raises:
         ValueError: for inconsistent sizes or options, e.g. a decoder use of a kind that
@@ -114,6 +118,10 @@ class TransformerSeq2Seq(Seq2Seq):
         memory_in_cross: bool = False,
         conv_kernel: int = 0,
         scaled_attention: bool = True,
+        activation: str = "relu",
+        activation_dropout: float | None = None,
+        scale_embeddings: bool = True,
+        output_bias: bool = False,
     ) -> None:
         super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         _check_options((enc_layers, dec_layers), norm)
@@ -123,11 +131,13 @@ class TransformerSeq2Seq(Seq2Seq):
         self.heads = heads
         self.max_positions = max_positions
         self.positions = positions
+        self.embed_scale = math.sqrt(d_model) if scale_embeddings else 1.0
         self._build_embeddings(vocab, share_src_tgt_embeddings, dropout)
 
         options = LayerOptions(
             d_model, heads, ff_dim, dropout, attention_dropout, norm == "pre", memory_slots,
             memory_in_cross, conv_kernel, max_positions, scaled_attention,
+            activation=activation, activation_dropout=activation_dropout,
         )  # fmt: skip
         self.encoder = TransformerEncoder(enc_layers, options, self_attention)
         decoder_self = self_attention if decoder_self_attention else None
@@ -137,7 +147,9 @@ class TransformerSeq2Seq(Seq2Seq):
         )
         self.decoder_norm = final_norm(options)
 
-        self.output_proj = nn.Linear(d_model, vocab.tgt_size, bias=False)
+        self.output_proj = nn.Linear(d_model, vocab.tgt_size, bias=output_bias)
+        if output_bias:
+            nn.init.zeros_(self.output_proj.bias)
         if tie_embeddings:
             self.output_proj.weight = self.tgt_embed.weight  # section 3.4: shared weight matrix
         else:
@@ -172,7 +184,8 @@ class TransformerSeq2Seq(Seq2Seq):
     def _embed(
         self, tokens: Tensor, embedding: nn.Embedding, encoding: nn.Module, positions: Tensor
     ) -> Tensor:
-        """Dropout(sqrt(d_model) * E[tokens] + PE(positions)) (sections 3.4, 3.5, 5.4).
+        """Dropout(sqrt(d_model) * E[tokens] + PE(positions)) (sections 3.4, 3.5, 5.4);
+        without the sqrt(d_model) when the model does not scale its embeddings.
 
         Args:
             tokens: (B, N) token ids.
@@ -181,15 +194,16 @@ class TransformerSeq2Seq(Seq2Seq):
         Returns:
             (B, N, d_model).
         """
-        scaled = embedding(tokens) * math.sqrt(self.d_model)  # (B, N, d_model)
+        scaled = embedding(tokens) * self.embed_scale  # (B, N, d_model)
         return self.embed_dropout(scaled + encoding(positions).to(scaled.dtype))
 
     def _check_length(self, length: int) -> None:
-        """Learned positions only exist up to max_positions; fail with a clear message."""
-        if self.positions == "learned" and length > self.max_positions:
+        """Learned (and split sinusoidal) positions only exist up to max_positions; fail with
+        a clear message."""
+        if self.positions in ("learned", "sinusoidal_split") and length > self.max_positions:
             raise ValueError(
                 f"sequence of length {length} exceeds max_positions={self.max_positions} "
-                "of the learned positional encoding"
+                f"of the {self.positions} positional encoding"
             )
 
     def encode(
