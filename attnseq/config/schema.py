@@ -578,7 +578,8 @@ class DecodingConfig:
         ge=1,
     )
     # lp = ((5 + |Y|) / 6) ** alpha: at most 10, lp of a 10,000-token output stays within
-    # float32 (1667 ** 10 = 2e32); alpha = 1000 overflowed a 10-token one (2.5 ** 1000)
+    # float32 (1667 ** 10 = 2e32); alpha = 1000 overflowed a 10-token one (2.5 ** 1000).
+    # With length_penalty_offset=0 (|Y| ** alpha) alpha = 10 stays within it up to 7,000 tokens
     length_penalty: float = option(
         1.0,
         "GNMT alpha of lp = ((5 + |Y|) / 6)^alpha that beam search ranks by, score / lp (Wu et"
@@ -586,11 +587,31 @@ class DecodingConfig:
         ge=0.0,
         le=10.0,
     )
+    length_penalty_offset: float = option(
+        5.0,
+        "k of the length penalty lp = ((k + |Y|) / (k + 1))^alpha: 5 is GNMT's (Wu et al."
+        " 2016); 0 gives |Y|^alpha, the score per token of Hugging Face and fairseq",
+        ge=0.0,
+        le=1000.0,
+    )
     max_output_ratio: float = option(
         1.5, "decode at most ratio * source length + max_output_extra tokens", ge=0.0
     )
     max_output_extra: int = option(
         10, "tokens added to the output length limit (see max_output_ratio)", ge=0
+    )
+    stop_at_current_length: bool = option(
+        False,
+        "beam search: a sentence stops once `beam` hypotheses have finished and its best live"
+        " one, normalised at its current length, ranks no higher than the worst of them"
+        " (Hugging Face's early_stopping=false); false: once no live hypothesis can rank"
+        " higher at any length it may reach (exact)",
+    )
+    eos_at_limit: bool = option(
+        False,
+        "an output that reaches the length limit gets EOS as one more position, with"
+        " probability one (Hugging Face's forced_eos_token_id); false: it ends at the limit"
+        " without EOS",
     )
     min_length: int = option(0, "no EOS before this many output tokens", ge=0)
     no_repeat_ngram: int = option(

@@ -36,6 +36,11 @@ fairseq), so a test of "beam >= greedy" is an observation about a model, not a t
 at least the number of possible outputs it is exact search (tests/decoding/test_beam_search.py
 checks both).
 
+Hugging Face's conventions, for models imported from there (docs/guides/pretrained.md):
+`length_penalty_offset=0` ranks by score / |Y|^alpha, `stop_at_current_length` stops a
+sentence as its `generate` does (the best live beam, normalised at its current length, against
+the worst of `beam` finished ones), and `eos_at_limit` ends a hypothesis at the limit with EOS.
+
 Coverage penalty (Wu et al. 2016, eq. 14; `coverage_penalty` = beta > 0): finished hypotheses
 are ranked by
 
@@ -83,6 +88,7 @@ from attnseq.decoding.settings import (
     NEG_INF,
     Hypothesis,
     check,
+    eos_at_limit_only,
     gnmt_length_penalty,
     never_pad_or_bos,
     start_decoding,
@@ -460,10 +466,18 @@ def beam_search(
     check(settings)
     k, device = settings.beam, src.device
     max_lengths = max_lengths.to(device).clamp(min=1)  # (B,)
-    longest = int(max_lengths.max())
+    forced = int(settings.eos_at_limit)  # a step after the limit whose only token is EOS
+    last_step = max_lengths - 1 + forced  # (B,) the step each sentence ends at, at the latest
+    longest = int(max_lengths.max()) + forced
     # lp for every |Y| in 0 .. longest + 1, looked up by index instead of recomputed per step
-    lp = gnmt_length_penalty(torch.arange(longest + 2, device=device), settings.length_penalty)
-    finished = Finished.empty(src.size(0), settings.nbest, longest, model.pad_id, device)
+    lp = gnmt_length_penalty(
+        torch.arange(longest + 2, device=device),
+        settings.length_penalty,
+        settings.length_penalty_offset,
+    )
+    # stopping at the current length compares with the worst of `beam` finished hypotheses
+    kept = max(settings.nbest, k) if settings.stop_at_current_length else settings.nbest
+    finished = Finished.empty(src.size(0), kept, longest, model.pad_id, device)
     state = start_decoding(model, src, src_lengths, copy_inputs)
     beams = _Beams.start(state, src.size(0), model.bos_id, device)
     tracked = _TrackedAttention.start(settings, src_lengths.to(device), src.size(1), need_weights)
@@ -473,18 +487,24 @@ def beam_search(
             beams.prev, beams.state, need_weights=tracked.needed
         )
         tracked.add(attention)  # this step included: what finishes now has produced it
+        at_limit = last_step[beams.sentences] == step  # (B_live,) its last step
         log_probs = _constrained_log_probs(logits, model, beams.history, step, settings)
+        if forced:  # (R,): the rows of the sentences at their last step
+            log_probs = eos_at_limit_only(
+                log_probs, at_limit.repeat_interleave(beams.width), model.eos_id
+            )
         top = _top_candidates(beams, log_probs, k, model.eos_id)  # (B_live, 2K)
-        at_limit = max_lengths[beams.sentences] == step + 1  # (B_live,) its last step
         _finish(finished, top.first(k), at_limit, beams, step, lp, tracked, model.pad_id)
         live = _live_candidates(top, k, model.eos_id)  # (B_live, K)
-        done = _is_done(live, finished, beams.sentences, at_limit, max_lengths, lp, step)
+        final = last_step + 1  # (B,) scored positions of the longest hypothesis
+        done = _is_done(live, finished, beams.sentences, at_limit, final, lp, step, settings)
         keep = (~done).nonzero().squeeze(1)  # (B_keep,)
         if keep.numel() == 0:
             break
         tracked.reorder(beams.advance(model, live, keep))
 
-    return assemble(finished, tracked.steps, tracked.parents, src_lengths)
+    found = assemble(finished, tracked.steps, tracked.parents, src_lengths)
+    return found if kept == settings.nbest else [each[: settings.nbest] for each in found]
 
 
 def _finish(
@@ -566,20 +586,27 @@ def _is_done(
     finished: Finished,
     sentences: Tensor,
     at_limit: Tensor,
-    max_lengths: Tensor,
+    final: Tensor,
     lp: Tensor,
     step: int,
+    settings: DecodingConfig,
 ) -> Tensor:
     """(B_live,) bool: the sentence's n-best list cannot change any more (module docstring,
-    "Stopping"), or it reached its length limit.
+    "Stopping"), or it reached its length limit. With `stop_at_current_length`, Hugging
+    Face's rule instead: the best live beam normalised at its current length ranks no higher
+    than the worst of the `beam` finished ones.
 
     Args:
         live: the live beams (B_live, K), best first; sentences: (B_live,) their sentences.
-        at_limit: (B_live,) this was the sentence's last step; max_lengths: (B,) the limits.
+        at_limit: (B_live,) this was the sentence's last step; final: (B,) the scored
+            positions of a sentence's longest hypothesis.
         lp: the length penalty of every number of scored positions.
     """
     n_live = sentences.numel()
-    lp_best = torch.maximum(lp[step + 2].expand(n_live), lp[max_lengths[sentences]])  # (B_live,)
+    if settings.stop_at_current_length:
+        lp_best = lp[step + 1].expand(n_live)  # (B_live,)
+    else:
+        lp_best = torch.maximum(lp[step + 2].expand(n_live), lp[final[sentences]])  # (B_live,)
     bound = live.scores[:, 0] / lp_best  # (B_live,) best reachable normalised score
     worst = finished.norm[sentences, -1]  # (B_live,) the N-th best finished, -inf if none
     return at_limit | (bound == NEG_INF) | ((worst > NEG_INF) & (bound <= worst))

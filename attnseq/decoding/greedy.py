@@ -14,7 +14,12 @@ from typing import Unpack
 import torch
 from torch import Tensor
 
-from attnseq.decoding.settings import Hypothesis, never_pad_or_bos, start_decoding
+from attnseq.decoding.settings import (
+    Hypothesis,
+    eos_at_limit_only,
+    never_pad_or_bos,
+    start_decoding,
+)
 from attnseq.models.seq2seq import CopyInputs, Seq2Seq
 
 
@@ -25,6 +30,8 @@ def greedy_decode(
     src_lengths: Tensor,
     max_lengths: Tensor,
     need_weights: bool = False,
+    *,
+    eos_at_limit: bool = False,
     **copy_inputs: Unpack[CopyInputs],
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step.
@@ -33,6 +40,8 @@ def greedy_decode(
         src: (B, S) source ids; src_lengths: (B,); max_lengths: (B,) output limits (tokens,
             EOS not counted).
         need_weights: collect the cross-attention of every step for each hypothesis.
+        eos_at_limit: a row that reaches its limit takes one more step, whose only token is
+            EOS (`DecodingConfig.eos_at_limit`).
         **copy_inputs: copy models: src_ext (B, S), the source in the extended vocabulary, and
             n_oov, its number of extra ids.
     """
@@ -48,12 +57,14 @@ def greedy_decode(
     for step in range(longest + 1):
         logits, attention, state = model.decode_step(prev, state, need_weights=need_weights)
         log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)
+        if eos_at_limit:
+            log_probs = eos_at_limit_only(log_probs, max_lengths[active] == step, model.eos_id)
         best_scores, best = log_probs.max(dim=-1)  # (B_live,)
         out[active, step] = best
         scores[active] += best_scores
         if need_weights and attention is not None:
             step_weights.append((active, attention))
-        keep = (best != model.eos_id) & (max_lengths[active] > step + 1)
+        keep = (best != model.eos_id) & (max_lengths[active] + int(eos_at_limit) > step + 1)
         if not bool(keep.all()):
             keep_index = keep.nonzero().squeeze(1)
             active, best = active[keep_index], best[keep_index]

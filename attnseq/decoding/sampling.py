@@ -43,7 +43,13 @@ from torch import Tensor
 from attnseq.config.schema import DecodingConfig
 from attnseq.decoding.beam_search import _banned_by_ngrams
 from attnseq.decoding.greedy import collect_hypotheses
-from attnseq.decoding.settings import NEG_INF, Hypothesis, never_pad_or_bos, start_decoding
+from attnseq.decoding.settings import (
+    NEG_INF,
+    Hypothesis,
+    eos_at_limit_only,
+    never_pad_or_bos,
+    start_decoding,
+)
 from attnseq.models.seq2seq import CopyInputs, Seq2Seq
 
 
@@ -122,6 +128,8 @@ def sample_decode(
         log_probs = _constrained(
             log_probs, history, model.eos_id, settings.min_length, settings.no_repeat_ngram
         )
+        if settings.eos_at_limit:
+            log_probs = eos_at_limit_only(log_probs, max_lengths[active] == step, model.eos_id)
         drawn = filter_log_probs(log_probs, settings).exp().nan_to_num()  # (R_live, V)
         drawn[drawn.sum(dim=-1) == 0, model.eos_id] = 1.0  # all forbidden: stop the row
         chosen = torch.multinomial(drawn, 1, generator=generator).squeeze(1)  # (R_live,)
@@ -129,7 +137,9 @@ def sample_decode(
         scores[active] += log_probs.gather(1, chosen.unsqueeze(1)).squeeze(1)
         if need_weights and attention is not None:
             step_weights.append((active, attention))
-        keep = (chosen != model.eos_id) & (max_lengths[active] > step + 1)
+        keep = (chosen != model.eos_id) & (
+            max_lengths[active] + int(settings.eos_at_limit) > step + 1
+        )
         if not bool(keep.all()):
             keep_index = keep.nonzero().squeeze(1)
             active, chosen = active[keep_index], chosen[keep_index]

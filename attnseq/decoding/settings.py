@@ -9,6 +9,8 @@ length-normalised score s(Y, X) = log P(Y | X) / lp(Y) (Wu et al. 2016, eq. 14) 
 are ranked by (beam_search.py).
 
 Both searches give PAD and BOS probability zero (`never_pad_or_bos`): neither is ever a target.
+With `eos_at_limit`, EOS is the only token at the position after the output limit
+(`eos_at_limit_only`).
 
 Shapes: B batch, R rows of the live batch, V target vocabulary.
 """
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, overload
 
+import torch
 from torch import Tensor
 
 from attnseq.config.checks import decoding_problems, field_problems
@@ -128,15 +131,25 @@ def max_output_lengths(src_lengths: Tensor, ratio: float, extra: int) -> Tensor:
 
 
 @overload
-def gnmt_length_penalty(lengths: int, alpha: float) -> float: ...
+def gnmt_length_penalty(lengths: int, alpha: float, offset: float = 5.0) -> float: ...
 @overload
-def gnmt_length_penalty(lengths: Tensor, alpha: float) -> Tensor: ...
-def gnmt_length_penalty(lengths: int | Tensor, alpha: float) -> float | Tensor:
-    """lp(Y) = ((5 + |Y|) / 6) ^ alpha (Wu et al. 2016, eq. 14): of one length |Y| (in Python
-    floats), or elementwise over a tensor of lengths (float32)."""
+def gnmt_length_penalty(lengths: Tensor, alpha: float, offset: float = 5.0) -> Tensor: ...
+def gnmt_length_penalty(lengths: int | Tensor, alpha: float, offset: float = 5.0) -> float | Tensor:
+    """lp(Y) = ((k + |Y|) / (k + 1)) ^ alpha, k = `offset` (Wu et al. 2016, eq. 14, have k = 5;
+    k = 0 is |Y|^alpha, Hugging Face's and fairseq's): of one length |Y| (in Python floats),
+    or elementwise over a tensor of lengths (float32)."""
     if isinstance(lengths, Tensor):
         lengths = lengths.float()
-    return ((5.0 + lengths) / 6.0) ** alpha
+    return ((offset + lengths) / (offset + 1.0)) ** alpha
+
+
+def eos_at_limit_only(log_probs: Tensor, at_limit: Tensor, eos_id: int) -> Tensor:
+    """(R, V) log-probabilities with EOS the only token, at log-probability 0, in the rows
+    where `at_limit` (R,) bool is True: the position after the output limit with
+    `eos_at_limit` (as Hugging Face's forced EOS scores it)."""
+    forced = torch.full_like(log_probs[:1], NEG_INF)  # (1, V)
+    forced[:, eos_id] = 0.0
+    return torch.where(at_limit.unsqueeze(1), forced, log_probs)
 
 
 def start_decoding(

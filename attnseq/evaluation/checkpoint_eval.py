@@ -32,7 +32,8 @@ an average has none: averaged). DECODING names every decoding setting, whatever 
 checkpoint's defaults are, so names compare across checkpoints: "greedy", "beam5-lp0.6" or
 "sample-t0.7-k0-p0.9-n1-seed0" (temperature, top-k, top-p, samples, seed), then "min8",
 "norepeat3", "cov0.2" (not for sampling) for the summarization constraints that are on and
-"maxlen2x+5" for an output length limit other than the default. Config overrides that are not
+"maxlen2x+5" for an output length limit other than the default, and "lpk0", "stopcurrent",
+"eosatlimit" for Hugging Face's conventions (decoding/beam_search.py). Config overrides that are not
 decoding settings and may change the result (data.test_size=50) are appended after a "+", and
 so is the gold alignment file of an alignment evaluation (+align-test.sure.pharaoh).
 The same checkpoint, split and settings evaluated again give the same result, in the same
@@ -122,6 +123,12 @@ def decoding_name(settings: DecodingConfig) -> str:
         parts = [f"beam{settings.beam}"] if searches else ["greedy"]
     if searches:  # greedy decoding and sampling rank nothing: alpha plays no part
         parts.append(f"lp{settings.length_penalty:g}")
+        if settings.length_penalty_offset != 5.0:
+            parts.append(f"lpk{settings.length_penalty_offset:g}")
+        if settings.stop_at_current_length:
+            parts.append("stopcurrent")
+    if settings.eos_at_limit:
+        parts.append("eosatlimit")
     if settings.min_length:
         parts.append(f"min{settings.min_length}")
     if settings.no_repeat_ngram:
