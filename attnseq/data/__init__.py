@@ -7,7 +7,8 @@
   `collate`.
 """
 
-from attnseq.data import sentencepiece_tokenizer  # noqa: F401  (registers "sentencepiece")
+# imported to register their kinds, "marian" and "sentencepiece"
+from attnseq.data import marian_tokenizer, sentencepiece_tokenizer  # noqa: F401
 from attnseq.data.batching import (
     Batch,
     Example,
