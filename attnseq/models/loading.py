@@ -5,7 +5,8 @@ A checkpoint is a file anyone can hand over, so its structure is checked before 
 and each problem is one UserError naming the checkpoint and what is wrong with it: entries
 missing or of the wrong type, a config that is not a valid attnseq config, a tokenizer state
 that does not rebuild, or weights that do not fit the model the config describes (missing,
-unexpected or wrongly shaped tensors).
+unexpected or wrongly shaped tensors). A Hugging Face model folder (or hf:ORG/NAME) is read
+as the checkpoint it would be (models/pretrained.py), and checked the same way.
 
 `use_threads` sets torch's intra-op CPU threads for every command that computes, and
 `threads_set` sets them around one computation and puts the caller's count back (the Python
@@ -38,6 +39,7 @@ from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
 from attnseq.models.head_mask import optional_entry
+from attnseq.models.pretrained import is_pretrained_reference, pretrained_payload
 from attnseq.models.seq2seq import Seq2Seq, Vocabularies
 
 # torch's own default (one thread per physical core, or OMP_NUM_THREADS), read when attnseq
@@ -110,13 +112,16 @@ def check_structure(path: Path, payload: dict[str, Any]) -> None:
 
 def load_trained_model(path: Path, overrides: list[str] | None = None) -> TrainedModel:
     """Load and check a checkpoint, apply `overrides` (key=value) to its config, build its
-    model and load the weights.
+    model and load the weights. A Hugging Face model folder or hf:ORG/NAME[@REVISION] is read
+    as the checkpoint it would be (models/pretrained.py).
 
     Raises:
         UserError: the file is missing or not an attnseq checkpoint, its structure is broken
             (see the module docstring), or an override is invalid.
     """
-    payload = load_checkpoint(path)
+    # a Hugging Face model folder or hf:ORG/NAME is read as the checkpoint it would be
+    read = pretrained_payload if is_pretrained_reference(path) else load_checkpoint
+    payload = read(path)
     check_structure(path, payload)
     try:
         config_from_dict(payload["config"])
