@@ -76,9 +76,11 @@ def system_attention(
     of `checkpoint` (None: a hypothesis file) from `sources`; `members`: the sentence indices
     of each length bucket; `gold`: (sure, possible) (source word, target word) links of each
     (source, reference) pair, or None; `device` "auto" for the checkpoint's own."""
+    from attnseq.models.pretrained import is_pretrained_reference
+
     if checkpoint is None:
         return SystemAttention(reason="no model (a hypothesis file)")
-    if not checkpoint.is_file():
+    if not (checkpoint.is_file() or is_pretrained_reference(checkpoint)):
         return SystemAttention(reason=f"its checkpoint {checkpoint} is not on this machine")
     if sources is None:
         return SystemAttention(reason="no sources to attend over")

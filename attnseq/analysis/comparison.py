@@ -9,7 +9,8 @@ A system is one of:
   attnseq/evaluation/checkpoint_eval.py), whose refs.txt serves as the references;
 - a checkpoint or a run directory (its checkpoints/best.pt): its `eval` result for the split
   with the checkpoint's own decoding settings is reused when RUN/eval holds it, else the split is
-  decoded through `evaluate_checkpoint`, which writes that result folder.
+  decoded through `evaluate_checkpoint`, which writes that result folder;
+- a Hugging Face model folder or hf:ORG/NAME (models/pretrained.py): the split decoded so.
 
 The task (translation: BLEU, chrF, TER, exact match; summarization: ROUGE-1/2/L, exact match)
 comes from the eval records' metric names, or is given. The tests are those of
@@ -58,6 +59,7 @@ from attnseq.evaluation.significance import (
     paired_tests,
 )
 from attnseq.evaluation.word_accuracy import WordScore, word_accuracy_by_frequency, word_frequencies
+from attnseq.io.hf_hub import is_hub_id
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -182,6 +184,15 @@ def checkpoint_system(path: Path, name: str, split: str, device: str) -> System:
     return eval_folder_system(folder, name)
 
 
+def pretrained_system(path: Path, name: str, split: str, device: str) -> System:
+    """A system from a Hugging Face model folder or hf:ORG/NAME (models/pretrained.py): its
+    eval result on `split`, made."""
+    from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
+
+    folder = evaluate_checkpoint(path, split, device_name=device).result.folder
+    return eval_folder_system(folder, name)
+
+
 def load_system(path: str | Path, split: str = "test", device: str = "auto") -> System:
     """The system at `path` (module docstring), named by its path as given."""
     path = Path(path)
@@ -190,10 +201,12 @@ def load_system(path: str | Path, split: str = "test", device: str = "auto") -> 
         return eval_folder_system(path, name)
     if path.is_dir() and (path / "checkpoints").is_dir():
         return checkpoint_system(path, name, split, device)
+    if is_hub_id(path) or (path.is_dir() and (path / "config.json").is_file()):
+        return pretrained_system(path, name, split, device)
     if path.is_dir():
         raise UserError(
             f"{path}: not a system (a hypothesis file, an eval result folder, a run "
-            "directory or a checkpoint)"
+            "directory, a checkpoint or a Hugging Face model folder)"
         )
     if path.suffix == ".pt":
         return checkpoint_system(path, name, split, device)

@@ -26,7 +26,7 @@ training) is never touched:
         attention.npz   with --save-attention (attnseq/alignment/saved_attention.py)
 
 OUT is RUN/eval by default for a checkpoint in RUN/checkpoints/, else an eval/ folder beside
-the checkpoint (`default_root`). CHECKPOINT is the
+the checkpoint (`default_root`; for hf:ORG/NAME, eval/ in the working directory). CHECKPOINT is the
 file name without ".pt", with the training step when the checkpoint has one (best-step1400;
 an average has none: averaged). DECODING names every decoding setting, whatever the
 checkpoint's defaults are, so names compare across checkpoints: "greedy", "beam5-lp0.6" or
@@ -74,6 +74,7 @@ from attnseq.decoding.settings import is_greedy, with_changes
 from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import Evaluator, Hypothesis, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
+from attnseq.io.hf_hub import is_hub_id
 from attnseq.io.user_paths import refuse_output_over_inputs
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import pruned_heads_summary
@@ -105,7 +106,10 @@ class EvalMetrics(dict[str, float]):
 
 
 def default_root(checkpoint: Path) -> Path:
-    """RUN/eval for RUN/checkpoints/NAME.pt; eval/ beside any other checkpoint."""
+    """RUN/eval for RUN/checkpoints/NAME.pt; eval/ beside any other checkpoint (a Hugging
+    Face model folder's eval/ is beside the folder; hf:ORG/NAME's in the working directory)."""
+    if is_hub_id(checkpoint):
+        return Path("eval")
     folder = checkpoint.parent
     return (folder.parent if folder.name == "checkpoints" else folder) / "eval"
 
@@ -209,7 +213,7 @@ def describe(
     """The record's description of an evaluation: what was evaluated, and how. `alignments`:
     the gold word-alignment files (evaluation.GoldAlignmentFiles) of an alignment evaluation."""
     about: dict[str, Any] = {
-        "checkpoint": str(checkpoint.resolve()),
+        "checkpoint": str(checkpoint if is_hub_id(checkpoint) else checkpoint.resolve()),
         "checkpoint_step": checkpoint_step(payload),
         "split": split,
         "examples": examples,
