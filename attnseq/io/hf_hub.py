@@ -71,11 +71,13 @@ def hub_folder(text: str | Path, offline: bool | None = None) -> Path:
             "pip install 'attnseq[hf]'"
         ) from None
     local_only = constants.HF_HUB_OFFLINE if offline is None else offline
+    # a partly downloaded snapshot: huggingface_hub 2 says so, earlier ones say "not found"
+    incomplete = getattr(errors, "IncompleteSnapshotError", errors.LocalEntryNotFoundError)
     try:
         folder = huggingface_hub.snapshot_download(
             repo, revision=revision, allow_patterns=MODEL_FILES, local_files_only=local_only
         )
-    except (errors.LocalEntryNotFoundError, errors.IncompleteSnapshotError):
+    except (errors.LocalEntryNotFoundError, incomplete):
         raise UserError(_not_cached(os.fspath(text), repo)) from None
     except (errors.RepositoryNotFoundError, errors.GatedRepoError) as error:
         raise UserError(

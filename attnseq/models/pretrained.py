@@ -6,6 +6,7 @@ anything is built; docs/guides/pretrained.md says what maps to what.
 
 import json
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,9 @@ def _safetensors(paths: list[Path]) -> dict[str, torch.Tensor]:
 
 def _pytorch_bin(path: Path) -> dict[str, torch.Tensor]:
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns of pickle protocols it did not write
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # the weights-only unpickler refuses objects; nothing runs
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UserError(
