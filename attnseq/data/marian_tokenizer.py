@@ -113,11 +113,14 @@ class MarianTokenizer(Tokenizer):
             if token not in self._stoi:
                 raise UserError(f"the Marian tokenizer's {own} lacks its {role} token {token!r}")
             specials[role] = self._stoi[token]
-        self.pad_id, self.unk_id, self.eos_id = specials["pad"], specials["unk"], specials["eos"]  # type: ignore[misc]
         if not 0 <= bos_id < len(self._stoi):
             raise UserError(
                 f"the decoder start id {bos_id} is outside the {len(self._stoi)} ids of {own}"
             )
+        # the model's own ids, where every other kind has attnseq's fixed class ones
+        self.pad_id = specials["pad"]  # type: ignore[misc]
+        self.unk_id = specials["unk"]  # type: ignore[misc]
+        self.eos_id = specials["eos"]  # type: ignore[misc]
         self.bos_id = bos_id  # type: ignore[misc]
         self._specials = {self.pad_id, self.bos_id, self.eos_id}
 

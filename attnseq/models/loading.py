@@ -39,7 +39,7 @@ from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
 from attnseq.models.head_mask import optional_entry
-from attnseq.models.pretrained import is_pretrained_reference, pretrained_payload
+from attnseq.models.pretrained import is_pretrained_reference, pretrained_payload, tensor_problems
 from attnseq.models.seq2seq import Seq2Seq, Vocabularies
 
 # torch's own default (one thread per physical core, or OMP_NUM_THREADS), read when attnseq
@@ -151,18 +151,12 @@ def load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> 
         for name, tensor in expected.items()
         if name in state and state[name].shape != tensor.shape
     ]
-    problems = [
-        f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
-        for label, names in (
-            ("wrong shape", wrong),
-            ("missing", missing),
-            ("unexpected", unexpected),
-        )
-        if names
-    ]
+    problems = tensor_problems(
+        ("wrong shape", wrong), ("missing", missing), ("unexpected", unexpected)
+    )
     if problems:
         raise UserError(
-            f"{path}: its weights do not fit the model its config describes ({'; '.join(problems)})"
+            f"{path}: its weights do not fit the model its config describes ({problems})"
         )
     model.load_state_dict(state)
 

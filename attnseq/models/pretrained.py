@@ -96,8 +96,9 @@ def read_model_type(folder: Path) -> str:
     config = folder / "config.json"
     if not config.is_file():
         raise UserError(
-            f"{folder} is a folder without config.json: not a Hugging Face model folder (pass a "
-            "checkpoint file, a run directory, a Hugging Face model folder or hf:ORG/NAME)"
+            f"{folder} is a folder, not a checkpoint file, and holds no config.json of a Hugging "
+            "Face model; pass a checkpoint such as RUN/checkpoints/best.pt, the run directory "
+            "RUN, a Hugging Face model folder or hf:ORG/NAME"
         )
     model_type = read_json(config).get("model_type")
     if model_type not in FAMILIES:
@@ -183,18 +184,24 @@ def check_tensors(folder_state: dict[str, torch.Tensor], expected: Tensors, what
         and original in folder_state
         and not torch.equal(folder_state[name], folder_state[original])
     ]
-    problems = [
-        f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
-        for label, names in (
-            ("wrong shape", wrong),
-            ("missing", missing),
-            ("unexpected", unexpected),
-            ("different from the tensor the config ties them to", untied),
-        )
-        if names
-    ]
+    problems = tensor_problems(
+        ("wrong shape", wrong),
+        ("missing", missing),
+        ("unexpected", unexpected),
+        ("different from the tensor the config ties them to", untied),
+    )
     if problems:
-        raise UserError(f"{what}: its weights do not fit its config.json ({'; '.join(problems)})")
+        raise UserError(f"{what}: its weights do not fit its config.json ({problems})")
+
+
+def tensor_problems(*groups: tuple[str, list[str]]) -> str:
+    """'label: a, b, c ...; label: d' of the (label, tensor names) groups that have names,
+    the first three names of each; "" when none has any."""
+    return "; ".join(
+        f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+        for label, names in groups
+        if names
+    )
 
 
 class MarianFamily:
@@ -286,24 +293,22 @@ class MarianFamily:
         files = read_tokenizer_files(self.folder)
         start = self.config.decoder_start_token_id
         start = self.config.pad_token_id if start is None else start
-        pair = TokenizerPair(
-            MarianTokenizer(files, "source", start), MarianTokenizer(files, "target", start)
-        )
+        source, target = (MarianTokenizer(files, side, start) for side in ("source", "target"))
         where = self.folder / "config.json"
-        names = ("vocab.json", "target_vocab.json" if pair.tgt.separate_vocabs else "vocab.json")  # type: ignore[attr-defined]
+        names = ("vocab.json", "target_vocab.json" if target.separate_vocabs else "vocab.json")
         sizes = (("vocab_size", self.src_size), ("decoder_vocab_size", self.tgt_size))
-        for tokenizer, name, (key, size) in zip((pair.src, pair.tgt), names, sizes, strict=True):
+        for tokenizer, name, (key, size) in zip((source, target), names, sizes, strict=True):
             if tokenizer.vocab_size != size:
                 raise UserError(
                     f"{self.folder / name} has {tokenizer.vocab_size} pieces, {where} has "
                     f"{key}={size}: the tokenizer is not this model's"
                 )
-        for key, token_id in (("pad_token_id", pair.tgt.pad_id), ("eos_token_id", pair.tgt.eos_id)):
+        for key, token_id in (("pad_token_id", target.pad_id), ("eos_token_id", target.eos_id)):
             if getattr(self.config, key) != token_id:
                 raise UserError(
                     f"{where}: {key}={getattr(self.config, key)}, but the tokenizer's is {token_id}"
                 )
-        return pair
+        return TokenizerPair(source, target)
 
     def tensors(self) -> Tensors:
         """The names and shapes of MarianMTModel's weights."""

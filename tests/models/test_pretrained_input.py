@@ -44,7 +44,7 @@ def edit_json(path: Path, **changes: object) -> None:
 def test_a_folder_without_config_json(tmp_path: Path) -> None:
     (tmp_path / "model").mkdir()
     message = refused(tmp_path / "model")
-    assert "without config.json" in message and "hf:ORG/NAME" in message
+    assert "holds no config.json of a Hugging Face model" in message and "hf:ORG/NAME" in message
 
 
 def test_a_model_type_attnseq_does_not_read(marian_folders: dict, tmp_path: Path) -> None:
