@@ -52,8 +52,12 @@ GENERATION_DEFAULTS: dict[str, Any] = {
 
 def is_pretrained_reference(path: str | Path) -> bool:
     """Whether `path` names a Hugging Face model rather than a checkpoint file: an hf: id or a
-    folder (a run directory stands for its checkpoint before this is asked)."""
-    return is_hub_id(path) or Path(path).is_dir()
+    folder (a run directory stands for its checkpoint before this is asked). A path that
+    cannot be looked up (a name too long) is left to the checkpoint reader, which says so."""
+    try:
+        return is_hub_id(path) or Path(path).is_dir()
+    except OSError:
+        return False
 
 
 def pretrained_payload(path: str | Path) -> dict[str, Any]:
