@@ -201,3 +201,20 @@ def trained_checkpoints(
 ) -> dict[str, Path]:
     """The checkpoint of each family trained two updates, by family name."""
     return {"rnn": trained_rnn_checkpoint, "transformer": trained_transformer_checkpoint}
+
+
+@pytest.fixture(scope="session")
+def marian_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Random-weight Hugging Face Marian model folders, one per shape of
+    tests/marian_stand_ins.py, built once per test run (tests only read them); skips without
+    transformers or the shared corpora its tokenizers are trained on."""
+    pytest.importorskip("transformers", reason="the Marian stand-ins are built with transformers")
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real corpora not found at {SHARED_DATA} (set ATTNSEQ_DATA)")
+    from helpers import built_once
+    from marian_stand_ins import SHAPES, marian_folder
+
+    def builder(name: str) -> Callable[[Path], None]:
+        return lambda folder: marian_folder(folder, SHARED_DATA, name)
+
+    return {name: built_once(tmp_path_factory, f"marian-{name}", builder(name)) for name in SHAPES}

@@ -56,9 +56,11 @@ def system_attention(
     are teacher-forced, which reproduces the attention the model had while decoding them; for
     the AER the references are (the gold links count their words), as `attnseq align --gold`
     aligns them (alignment/forced.py `align_sentences`, the attention method; Och & Ney 2003)."""
+    from attnseq.models.pretrained import is_pretrained_reference
+
     if checkpoint is None:
         return SystemAttention(reason="no model (a hypothesis file)")
-    if not checkpoint.is_file():
+    if not (checkpoint.is_file() or is_pretrained_reference(checkpoint)):
         return SystemAttention(reason=f"its checkpoint {checkpoint} is not on this machine")
     if sources is None:
         return SystemAttention(reason="no sources to attend over")

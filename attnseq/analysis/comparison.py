@@ -1,6 +1,6 @@
-"""Is B better than A? Single systems (hypothesis files, eval result folders, checkpoints)
-compared with a baseline on one test set: the `Comparison`, its tables and its figure. The
-pipeline: docs/internals/evaluation.md."""
+"""Is B better than A? Single systems (hypothesis files, eval result folders, checkpoints,
+Hugging Face models) compared with a baseline on one test set: the `Comparison`, its tables and
+its figure. The pipeline: docs/internals/evaluation.md."""
 
 import json
 import math
@@ -34,6 +34,7 @@ from attnseq.evaluation.significance import (
     metric_scores,
 )
 from attnseq.evaluation.word_accuracy import WordScore, word_accuracy_by_frequency, word_frequencies
+from attnseq.io.hf_hub import is_hub_id
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -157,21 +158,33 @@ def checkpoint_system(path: Path, name: str, split: str, device: str) -> System:
     return eval_folder_system(folder, name)
 
 
+def pretrained_system(path: Path, name: str, split: str, device: str) -> System:
+    """A system from a Hugging Face model folder or hf:ORG/NAME (models/pretrained.py): its
+    eval result on `split`, made."""
+    from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
+
+    folder = evaluate_checkpoint(path, split, device_name=device).result.folder
+    return eval_folder_system(folder, name)
+
+
 def load_system(path: str | Path, split: str = "test", device: str = "auto") -> System:
     """The system at `path`, named by its path as given: a hypothesis file, an eval result
-    folder (its refs.txt the references), or a checkpoint or run directory (its
+    folder (its refs.txt the references), a checkpoint or run directory (its
     checkpoints/best.pt), whose eval result on `split` with the checkpoint's own decoding
-    settings is reused when RUN/eval holds it, else made (`checkpoint_system`)."""
+    settings is reused when RUN/eval holds it, else made (`checkpoint_system`), or a Hugging
+    Face model folder or hf:ORG/NAME, whose eval result is made (`pretrained_system`)."""
     path = Path(path)
     name = str(path)
     if path.is_dir() and (path / "hyps.txt").is_file() and (path / "metrics.json").is_file():
         return eval_folder_system(path, name)
     if path.is_dir() and (path / "checkpoints").is_dir():
         return checkpoint_system(path, name, split, device)
+    if is_hub_id(path) or (path.is_dir() and (path / "config.json").is_file()):
+        return pretrained_system(path, name, split, device)
     if path.is_dir():
         raise UserError(
             f"{path}: not a system (a hypothesis file, an eval result folder, a run "
-            "directory or a checkpoint)"
+            "directory, a checkpoint or a Hugging Face model folder)"
         )
     if path.suffix == ".pt":
         return checkpoint_system(path, name, split, device)

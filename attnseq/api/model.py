@@ -44,16 +44,19 @@ BEST_CHECKPOINT = Path("checkpoints") / "best.pt"  # inside a run directory
 
 
 def checkpoint_file(path: str | Path) -> Path:
-    """`path` itself, or RUN/checkpoints/best.pt when `path` is a run directory of
-    `attnseq train`; UserError for a folder without one."""
+    """`path` itself (also a Hugging Face model folder, with its config.json), or
+    RUN/checkpoints/best.pt when `path` is a run directory of `attnseq train`; UserError for
+    a folder without either."""
     path = Path(path)
     if not path.is_dir():
         return path
     best = path / BEST_CHECKPOINT
+    if not best.is_file() and (path / "config.json").is_file():
+        return path  # read by models/pretrained.py
     if not best.is_file():
         raise UserError(
-            f"{path} is a folder without {BEST_CHECKPOINT}: pass a checkpoint file (.pt) or "
-            "the run directory of a finished training"
+            f"{path} is a folder without {BEST_CHECKPOINT}: pass a checkpoint file (.pt), "
+            "the run directory of a finished training or a Hugging Face model folder"
         )
     return best
 

@@ -94,8 +94,12 @@ def run_heads(request: HeadsRequest) -> HeadsResult:
 
 
 def report_folder(request: HeadsRequest) -> Path:
-    """The folder of the report: --report-dir, else heads/ beside the checkpoint."""
-    return request.report_dir or request.checkpoint.parent / "heads"
+    """The folder of the report: --report-dir, else heads/ beside the checkpoint (in the
+    working directory for hf:ORG/NAME)."""
+    from attnseq.io.hf_hub import is_hub_id
+
+    beside = Path() if is_hub_id(request.checkpoint) else request.checkpoint.parent
+    return request.report_dir or beside / "heads"
 
 
 def report_paths(request: HeadsRequest) -> tuple[Path, Path]:

@@ -672,14 +672,15 @@ def _decoding_problems(cfg: TrainConfig) -> list[str]:
             "raise max_output_extra (or the ratio to >= 1)"
         )
     transformer = model.family is ModelFamily.transformer
-    if transformer and model.positions is Positions.learned:
+    if transformer and model.positions in (Positions.learned, Positions.sinusoidal_split):
         longest_output = math.floor(data.max_src_len * decoding.max_output_ratio)
         longest = max(
             data.max_src_len, data.max_tgt_len, longest_output + decoding.max_output_extra
         )
         if longest + 1 > model.max_positions:
             problems.append(
-                f"model.positions=learned has model.max_positions={model.max_positions} "
+                f"model.positions={model.positions.name} has model.max_positions="
+                f"{model.max_positions} "
                 f"positions, but sequences reach {longest + 1} (data.max_src_len="
                 f"{data.max_src_len}, data.max_tgt_len={data.max_tgt_len}, the decoding limit "
                 "decoding.max_output_ratio * source + decoding.max_output_extra, plus BOS): "

@@ -121,8 +121,18 @@ class Norm(Enum):
 
 
 class Positions(Enum):
-    sinusoidal = "sinusoidal"
+    sinusoidal = "sinusoidal"  # sin at channel 2i, cos at 2i + 1 (Vaswani et al. 2017)
     learned = "learned"
+    sinusoidal_split = "sinusoidal_split"  # sin in the first half, cos in the second (Marian)
+
+
+class Activation(Enum):
+    """The transformer feed-forward network's nonlinearity (models/transformer_layers.py)."""
+
+    relu = "relu"  # max(0, x) (Vaswani et al. 2017)
+    gelu = "gelu"  # x Phi(x), Phi the standard normal CDF (Hendrycks & Gimpel 2016)
+    gelu_tanh = "gelu_tanh"  # GELU's tanh approximation
+    silu = "silu"  # x sigmoid(x), "swish" (Ramachandran et al. 2017)
 
 
 class OptimizerName(Enum):

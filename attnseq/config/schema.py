@@ -6,6 +6,7 @@ from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 from attnseq.config.choices import (
+    Activation,
     AttentionKind,
     AttentionValues,
     CheckpointUpload,
@@ -304,7 +305,10 @@ class ModelConfig:
     ff_dim: int = option(1024, "feed-forward inner size", ge=1, family=TRANSFORMER)
     norm: Norm = option(Norm.pre, "pre or post layer normalisation", family=TRANSFORMER)
     positions: Positions = option(
-        Positions.sinusoidal, "sinusoidal or learned positional encodings", family=TRANSFORMER
+        Positions.sinusoidal,
+        "sinusoidal or learned positional encodings; sinusoidal_split: sin in the first half"
+        " of the channels and cos in the second (Marian), a table of max_positions rows",
+        family=TRANSFORMER,
     )
     attention_dropout: float = option(
         0.0, "dropout on attention weights, in [0, 1)", ge=0.0, lt=1.0, family=TRANSFORMER
@@ -323,9 +327,37 @@ class ModelConfig:
         ge=0,
         family=TRANSFORMER,
     )
+    # --- transformer: the switches pretrained encoder-decoders need (models/pretrained.py)
+    activation: Activation = option(
+        Activation.relu,
+        "feed-forward nonlinearity: relu (Vaswani et al. 2017), gelu, gelu_tanh (its tanh"
+        " approximation) or silu (swish)",
+        family=TRANSFORMER,
+    )
+    activation_dropout: float | None = option(
+        None,
+        "dropout on the feed-forward hidden activations, in [0, 1); None = model.dropout",
+        ge=0.0,
+        lt=1.0,
+        family=TRANSFORMER,
+    )
+    scale_embeddings: bool = option(
+        True,
+        "multiply token embeddings by sqrt(d_model) (Vaswani et al. 2017, section 3.4);"
+        " false: unscaled (Marian's scale_embedding=false)",
+        family=TRANSFORMER,
+    )
+    output_bias: bool = option(
+        False, "a bias on the output projection (Marian's final_logits_bias)", family=TRANSFORMER
+    )
     # --- both
     dropout: float = option(0.1, "dropout probability, in [0, 1)", ge=0.0, lt=1.0)
     tie_embeddings: bool = option(True, "output projection shares the target embedding")
+    share_src_tgt_embeddings: bool | None = option(
+        None,
+        "one embedding matrix for source and target (equal vocabulary sizes); None = when one"
+        " tokenizer serves both sides and tie_embeddings is true",
+    )
     # --- pointer-generator and coverage (See et al. 2017; attnseq/models/pointer_generator.py)
     copy: bool = option(False, "mix a copy distribution over the source into the output (p_gen)")
     coverage: bool = option(
@@ -526,7 +558,8 @@ class DecodingConfig:
         ge=1,
     )
     # lp = ((5 + |Y|) / 6) ** alpha: at most 10, lp of a 10,000-token output stays within
-    # float32 (1667 ** 10 = 2e32); alpha = 1000 overflowed a 10-token one (2.5 ** 1000)
+    # float32 (1667 ** 10 = 2e32); alpha = 1000 overflowed a 10-token one (2.5 ** 1000).
+    # With length_penalty_offset=0 (|Y| ** alpha) alpha = 10 stays within it up to 7,000 tokens
     length_penalty: float = option(
         1.0,
         "GNMT alpha of lp = ((5 + |Y|) / 6)^alpha that beam search ranks by, score / lp (Wu et"
@@ -534,11 +567,28 @@ class DecodingConfig:
         ge=0.0,
         le=10.0,
     )
+    length_penalty_offset: float = option(
+        5.0,
+        "k of the length penalty lp = ((k + |Y|) / (k + 1))^alpha: 5 is GNMT's (Wu et al."
+        " 2016); 0 gives |Y|^alpha, the score per token of Hugging Face and fairseq",
+        ge=0.0,
+        le=1000.0,
+    )
     max_output_ratio: float = option(
         1.5, "decode at most ratio * source length + max_output_extra tokens", ge=0.0
     )
     max_output_extra: int = option(
         10, "tokens added to the output length limit (see max_output_ratio)", ge=0
+    )
+    stop_at_current_length: bool = option(
+        False,
+        "beam search stops a sentence as Hugging Face's generate does with early_stopping=false"
+        " (docs/internals/decoding.md); false: once its n-best list cannot change (exact)",
+    )
+    eos_at_limit: bool = option(
+        False,
+        "an output that reaches the length limit ends with EOS at probability one (Hugging"
+        " Face's forced_eos_token_id); false: it ends there without EOS",
     )
     min_length: int = option(0, "no EOS before this many output tokens", ge=0)
     no_repeat_ngram: int = option(

@@ -101,8 +101,9 @@ class Tokenizer(abc.ABC):
 
     kind: ClassVar[str]
 
-    # Fixed for every kind (a SentencePiece model is trained with the same ids), so that a
-    # model built for one tokenizer never has to ask which id pads.
+    # Fixed for every kind attnseq trains (a SentencePiece model is trained with the same
+    # ids); a pretrained model's tokenizer has its own (marian_tokenizer.py), which models
+    # read from their Vocabularies, so none of them has to ask which id pads.
     pad_id: ClassVar[int] = PAD_ID
     unk_id: ClassVar[int] = UNK_ID
     bos_id: ClassVar[int] = BOS_ID

@@ -273,7 +273,8 @@ def read_gold_file(
 
 
 WORD_BOUNDARY = "\u2581"  # "▁", sentencepiece's marker of a piece that starts a word
-PIECE_KINDS: tuple[str, ...] = ("word", "char", "sentencepiece")
+PIECE_KINDS: tuple[str, ...] = ("word", "char", "sentencepiece", "marian")
+MARIAN_EOS = "</s>"  # the piece a Marian source ends with (data/marian_tokenizer.py)
 
 
 def word_ids(pieces: Sequence[str], kind: str) -> list[int]:
@@ -282,8 +283,9 @@ def word_ids(pieces: Sequence[str], kind: str) -> list[int]:
     Args:
         pieces: the tokenizer's pieces of one text (`Tokenizer.pieces(text)`, no BOS/EOS).
         kind: "word" (one piece per word), "char" (whitespace characters separate words and
-            belong to none: -1), or "sentencepiece" (a piece starting with "▁" starts a new word;
-            a first piece without it starts word 0 too).
+            belong to none: -1), "sentencepiece" (a piece starting with "▁" starts a new word;
+            a first piece without it starts word 0 too), or "marian" (sentencepiece's, with the
+            source's closing </s> in no word).
 
     Returns:
         len(pieces) indices; the words are numbered 0, 1, ... in order, as in the gold files.
@@ -304,10 +306,13 @@ def word_ids(pieces: Sequence[str], kind: str) -> list[int]:
                     in_word = True
                 ids.append(word)
         return ids
-    if kind == "sentencepiece":
+    if kind in ("sentencepiece", "marian"):
         ids = []
         word = -1
         for piece in pieces:
+            if kind == "marian" and piece == MARIAN_EOS:
+                ids.append(-1)
+                continue
             if piece.startswith(WORD_BOUNDARY) or word < 0:
                 word += 1
             ids.append(word)

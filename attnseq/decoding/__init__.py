@@ -68,20 +68,32 @@ def decode(
             model, src, src_lengths, limits, settings, generator, need_weights, **copy_inputs
         )
         for drawn, limit in zip(samples, limits.tolist(), strict=True):
-            _normalize(drawn, limit, settings.length_penalty)
+            _normalize(drawn, limit, settings)
         return samples
     if not is_greedy(settings):
         return beam_search(model, src, src_lengths, limits, settings, need_weights, **copy_inputs)
-    hypotheses = greedy_decode(model, src, src_lengths, limits, need_weights, **copy_inputs)
+    hypotheses = greedy_decode(
+        model,
+        src,
+        src_lengths,
+        limits,
+        need_weights,
+        eos_at_limit=settings.eos_at_limit,
+        **copy_inputs,
+    )
     for hypothesis, limit in zip(hypotheses, limits.tolist(), strict=True):
-        _normalize([hypothesis], limit, settings.length_penalty)
+        _normalize([hypothesis], limit, settings)
     return [[hypothesis] for hypothesis in hypotheses]
 
 
-def _normalize(hypotheses: list[Hypothesis], limit: int, alpha: float) -> None:
+def _normalize(hypotheses: list[Hypothesis], limit: int, settings: DecodingConfig) -> None:
     """Set `normalized_score` = score / lp of hypotheses that stopped at EOS (then they scored
-    len + 1 positions) or at the output limit, as greedy decoding and sampling do."""
+    len + 1 positions) or at the output limit (with `eos_at_limit`, EOS follows there too),
+    as greedy decoding and sampling do."""
+    alpha, offset = settings.length_penalty, settings.length_penalty_offset
     for hypothesis in hypotheses:
         n_tokens = len(hypothesis.tokens)
-        scored = n_tokens + 1 if n_tokens < limit else max(limit, 1)
-        hypothesis.normalized_score = hypothesis.score / gnmt_length_penalty(scored, alpha)
+        ended = n_tokens < limit or settings.eos_at_limit
+        scored = n_tokens + 1 if ended else max(limit, 1)
+        lp = gnmt_length_penalty(scored, alpha, offset)
+        hypothesis.normalized_score = hypothesis.score / lp

@@ -379,8 +379,10 @@ def beam_search(
     Args:
         src: (B, S) source ids, right-padded; src_lengths: (B,) real lengths.
         max_lengths: (B,) output limits in tokens, EOS not counted (at least 1 is used).
-        settings: beam size K, length penalty alpha, nbest, min_length, no_repeat_ngram and
-            coverage penalty beta (its output limits are `max_lengths`' business).
+        settings: beam size K, length penalty alpha (and its offset), nbest, min_length,
+            no_repeat_ngram, coverage penalty beta, and Hugging Face's conventions
+            (stop_at_current_length, eos_at_limit: docs/internals/decoding.md); its output
+            limits are `max_lengths`' business.
         need_weights: attach each hypothesis's cross-attention (see `Hypothesis`).
         **copy_inputs: copy models: src_ext (B, S), the source in the extended vocabulary,
             and n_oov, its number of extra ids.
@@ -392,10 +394,19 @@ def beam_search(
     """
     k, device = settings.beam, src.device
     max_lengths = max_lengths.to(device).clamp(min=1)  # (B,)
-    longest = int(max_lengths.max())
+    forced = int(settings.eos_at_limit)  # a step after the limit whose only token is EOS
+    last_step = max_lengths - 1 + forced  # (B,) the step each sentence ends at, at the latest
+    longest = int(max_lengths.max()) + forced
+    final = last_step + 1  # (B,) scored positions of a sentence's longest hypothesis
     # lp for every |Y| in 0 .. longest + 1, looked up by index instead of recomputed per step
-    lp = gnmt_length_penalty(torch.arange(longest + 2, device=device), settings.length_penalty)
-    finished = Finished.empty(src.size(0), settings.nbest, longest, model.pad_id, device)
+    lp = gnmt_length_penalty(
+        torch.arange(longest + 2, device=device),
+        settings.length_penalty,
+        settings.length_penalty_offset,
+    )
+    # stopping at the current length compares with the worst of `beam` finished hypotheses
+    kept = max(settings.nbest, k) if settings.stop_at_current_length else settings.nbest
+    finished = Finished.empty(src.size(0), kept, longest, model.pad_id, device)
     state = start_decoding(model, src, src_lengths, copy_inputs)
     beams = _Beams.start(state, src.size(0), model.bos_id, device)
     tracked = _TrackedAttention.start(settings, src_lengths.to(device), src.size(1), need_weights)
@@ -405,20 +416,28 @@ def beam_search(
             beams.prev, beams.state, need_weights=tracked.needed
         )
         tracked.add(attention)  # this step included: what finishes now has produced it
+        at_limit = last_step[beams.sentences] == step  # (B_live,) its last step
+        # (R,) with eos_at_limit: the rows of the sentences one position past their limit
+        eos_only = at_limit.repeat_interleave(beams.width) if forced else None
         log_probs = allowed_log_probs(
-            logits, model, beams.history, settings.min_length, settings.no_repeat_ngram
+            logits,
+            model,
+            beams.history,
+            settings.min_length,
+            settings.no_repeat_ngram,
+            eos_only,
         )
         top = _top_candidates(beams, log_probs, k, model.eos_id)  # (B_live, 2K)
-        at_limit = max_lengths[beams.sentences] == step + 1  # (B_live,) its last step
         _finish(finished, top.first(k), at_limit, beams, step, lp, tracked, model.pad_id)
         live = _live_candidates(top, k, model.eos_id)  # (B_live, K)
-        done = _is_done(live, finished, beams.sentences, at_limit, max_lengths, lp, step)
+        done = _is_done(live, finished, beams.sentences, at_limit, final, lp, step, settings)
         keep = (~done).nonzero().squeeze(1)  # (B_keep,)
         if keep.numel() == 0:
             break
         tracked.reorder(beams.advance(model, live, keep))
 
-    return assemble(finished, tracked.steps, tracked.parents, src_lengths)
+    found = assemble(finished, tracked.steps, tracked.parents, src_lengths)
+    return found if kept == settings.nbest else [each[: settings.nbest] for each in found]
 
 
 def _finish(
@@ -481,23 +500,30 @@ def _is_done(
     finished: Finished,
     sentences: Tensor,
     at_limit: Tensor,
-    max_lengths: Tensor,
+    final: Tensor,
     lp: Tensor,
     step: int,
+    settings: DecodingConfig,
 ) -> Tensor:
     """(B_live,) bool: the sentence reached its length limit, or its n-best list cannot change:
     log-probabilities are <= 0, so a live hypothesis of raw score s reaches at best s / lp(L),
     L the final length that maximises lp (its limit for alpha > 0, the next step for
     alpha < 0), and the N-th best finished hypothesis already scores at least that. (cp <= 0
     only grows as a hypothesis attends to more of the source: the bound stays one.)
+    With `stop_at_current_length`, Hugging Face's rule instead: the best live beam normalised
+    at its current length ranks no higher than the worst of the `beam` finished ones.
 
     Args:
         live: the live beams (B_live, K), best first; sentences: (B_live,) their sentences.
-        at_limit: (B_live,) this was the sentence's last step; max_lengths: (B,) the limits.
+        at_limit: (B_live,) this was the sentence's last step; final: (B,) the scored
+            positions of a sentence's longest hypothesis.
         lp: the length penalty of every number of scored positions.
     """
     n_live = sentences.numel()
-    lp_best = torch.maximum(lp[step + 2].expand(n_live), lp[max_lengths[sentences]])  # (B_live,)
+    if settings.stop_at_current_length:
+        lp_best = lp[step + 1].expand(n_live)  # (B_live,)
+    else:
+        lp_best = torch.maximum(lp[step + 2].expand(n_live), lp[final[sentences]])  # (B_live,)
     bound = live.scores[:, 0] / lp_best  # (B_live,) best reachable normalised score
     worst = finished.norm[sentences, -1]  # (B_live,) the N-th best finished, -inf if none
     return at_limit | (bound == NEG_INF) | ((worst > NEG_INF) & (bound <= worst))

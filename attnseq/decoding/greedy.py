@@ -24,6 +24,8 @@ def greedy_decode(
     src_lengths: Tensor,
     max_lengths: Tensor,
     need_weights: bool = False,
+    *,
+    eos_at_limit: bool = False,
     **copy_inputs: Unpack[CopyInputs],
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step.
@@ -32,11 +34,20 @@ def greedy_decode(
         src: (B, S) source ids; src_lengths: (B,); max_lengths: (B,) output limits (tokens,
             EOS not counted).
         need_weights: collect the cross-attention of every step for each hypothesis.
+        eos_at_limit: a row that reaches its limit takes one more step, whose only token is
+            EOS (`DecodingConfig.eos_at_limit`).
         **copy_inputs: copy models: src_ext (B, S), the source in the extended vocabulary, and
             n_oov, its number of extra ids.
     """
     return token_by_token(
-        model, src, src_lengths, max_lengths, most_probable, need_weights, copy_inputs
+        model,
+        src,
+        src_lengths,
+        max_lengths,
+        most_probable,
+        need_weights,
+        copy_inputs,
+        eos_at_limit=eos_at_limit,
     )
 
 
@@ -55,11 +66,13 @@ def token_by_token(
     copy_inputs: CopyInputs,
     min_length: int = 0,
     no_repeat_ngram: int = 0,
+    eos_at_limit: bool = False,
 ) -> list[Hypothesis]:
     """One hypothesis per row of src (B, S): at every step `choose` picks each live row's next
     token from its allowed log-probabilities (`allowed_log_probs` with `min_length` and
     `no_repeat_ngram`), which the hypothesis's score sums. Greedy decoding chooses the argmax,
-    sampling draws."""
+    sampling draws. With `eos_at_limit` a row that reaches its limit takes one more step,
+    whose only token is EOS (`DecodingConfig.eos_at_limit`)."""
     batch_size, device = src.size(0), src.device
     max_lengths = max_lengths.to(device)
     longest = int(max_lengths.max())
@@ -72,13 +85,15 @@ def token_by_token(
     for step in range(longest + 1):
         logits, attention, state = model.decode_step(prev, state, need_weights=need_weights)
         history = out[active, :step]  # (B_live, step)
-        log_probs = allowed_log_probs(logits, model, history, min_length, no_repeat_ngram)
+        # with eos_at_limit, the rows one position past their limit may only end
+        eos_only = max_lengths[active] == step if eos_at_limit else None  # (B_live,)
+        log_probs = allowed_log_probs(logits, model, history, min_length, no_repeat_ngram, eos_only)
         chosen = choose(log_probs)  # (B_live,)
         out[active, step] = chosen
         scores[active] += log_probs.gather(1, chosen.unsqueeze(1)).squeeze(1)
         if need_weights and attention is not None:
             step_weights.append((active, attention))
-        keep = (chosen != model.eos_id) & (max_lengths[active] > step + 1)
+        keep = (chosen != model.eos_id) & (max_lengths[active] + int(eos_at_limit) > step + 1)
         if not bool(keep.all()):
             keep_index = keep.nonzero().squeeze(1)
             active, chosen = active[keep_index], chosen[keep_index]

@@ -79,7 +79,8 @@ def sample_decode(
         src: (B, S) source ids; src_lengths: (B,); max_lengths: (B,) output limits (tokens,
             EOS not counted).
         settings: temperature, top_k, top_p, num_samples and seed shape the draws; min_length
-            (no EOS before this many tokens) and no_repeat_ngram (block repeated n-grams) hold.
+            (no EOS before this many tokens), no_repeat_ngram (block repeated n-grams) and
+            eos_at_limit (EOS after the limit) hold.
         generator: where the draws come from (one made from `settings.seed` if None).
         **copy_inputs: copy models: src_ext (B, S) and n_oov.
 
@@ -110,5 +111,6 @@ def sample_decode(
         copy_inputs,
         settings.min_length,
         settings.no_repeat_ngram,
+        settings.eos_at_limit,
     )
     return [flat[start : start + n] for start in range(0, len(flat), n)]

@@ -122,15 +122,16 @@ def max_output_lengths(src_lengths: Tensor, ratio: float, extra: int) -> Tensor:
 
 
 @overload
-def gnmt_length_penalty(lengths: int, alpha: float) -> float: ...
+def gnmt_length_penalty(lengths: int, alpha: float, offset: float = 5.0) -> float: ...
 @overload
-def gnmt_length_penalty(lengths: Tensor, alpha: float) -> Tensor: ...
-def gnmt_length_penalty(lengths: int | Tensor, alpha: float) -> float | Tensor:
-    """lp(Y) = ((5 + |Y|) / 6) ^ alpha (Wu et al. 2016, eq. 14): of one length |Y| (in Python
-    floats), or elementwise over a tensor of lengths (float32)."""
+def gnmt_length_penalty(lengths: Tensor, alpha: float, offset: float = 5.0) -> Tensor: ...
+def gnmt_length_penalty(lengths: int | Tensor, alpha: float, offset: float = 5.0) -> float | Tensor:
+    """lp(Y) = ((k + |Y|) / (k + 1)) ^ alpha, k = `offset` (Wu et al. 2016, eq. 14, have k = 5;
+    k = 0 is |Y|^alpha, Hugging Face's and fairseq's): of one length |Y| (in Python floats),
+    or elementwise over a tensor of lengths (float32)."""
     if isinstance(lengths, Tensor):
         lengths = lengths.float()
-    return ((5.0 + lengths) / 6.0) ** alpha
+    return ((offset + lengths) / (offset + 1.0)) ** alpha
 
 
 def start_decoding(
@@ -156,14 +157,22 @@ def never_pad_or_bos(log_probs: Tensor, model: Seq2Seq) -> Tensor:
 
 
 def allowed_log_probs(
-    logits: Tensor, model: Seq2Seq, history: Tensor, min_length: int = 0, no_repeat_ngram: int = 0
+    logits: Tensor,
+    model: Seq2Seq,
+    history: Tensor,
+    min_length: int = 0,
+    no_repeat_ngram: int = 0,
+    eos_only: Tensor | None = None,
 ) -> Tensor:
     """Next-token log-probabilities (R, V) of the live rows, -inf where decoding forbids the
     token: PAD and BOS always, EOS before `min_length` output tokens, a token that would
-    repeat an n-gram of `no_repeat_ngram` tokens (0: none). Every search reads these.
+    repeat an n-gram of `no_repeat_ngram` tokens (0: none), and every token but EOS, which
+    gets log-probability 0, in the rows of `eos_only` (the position after the output limit
+    with `eos_at_limit`, as Hugging Face's forced EOS scores it). Every search reads these.
 
     Args:
         logits: (R, V) of this step; history: (R, t) the output tokens so far.
+        eos_only: (R,) bool, or None: no row.
     """
     log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
     step = history.size(1)
@@ -172,6 +181,10 @@ def allowed_log_probs(
     if no_repeat_ngram and step >= no_repeat_ngram:
         banned = banned_by_ngrams(history, no_repeat_ngram, log_probs.size(-1))  # (R, V)
         log_probs = log_probs.masked_fill(banned, NEG_INF)
+    if eos_only is not None:
+        forced = torch.full_like(log_probs[:1], NEG_INF)  # (1, V)
+        forced[:, model.eos_id] = 0.0
+        log_probs = torch.where(eos_only.unsqueeze(1), forced, log_probs)
     return log_probs
 
 

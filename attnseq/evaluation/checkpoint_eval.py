@@ -36,6 +36,7 @@ from attnseq.decoding.settings import is_greedy, with_changes
 from attnseq.errors import UserError
 from attnseq.evaluation.evaluator import Evaluator, Hypothesis, make_evaluator, split_gold
 from attnseq.io.atomic import atomic_write_json, atomic_write_lines
+from attnseq.io.hf_hub import is_hub_id
 from attnseq.io.user_paths import refuse_output_over_inputs
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import pruned_heads_summary
@@ -67,7 +68,10 @@ class EvalMetrics(dict[str, float]):
 
 
 def default_root(checkpoint: Path) -> Path:
-    """RUN/eval for RUN/checkpoints/NAME.pt; eval/ beside any other checkpoint."""
+    """RUN/eval for RUN/checkpoints/NAME.pt; eval/ beside any other checkpoint (a Hugging
+    Face model folder's eval/ is beside the folder; hf:ORG/NAME's in the working directory)."""
+    if is_hub_id(checkpoint):
+        return Path("eval")
     folder = checkpoint.parent
     return (folder.parent if folder.name == "checkpoints" else folder) / "eval"
 
@@ -86,6 +90,12 @@ def decoding_name(settings: DecodingConfig) -> str:
         parts = [f"beam{settings.beam}"] if searches else ["greedy"]
     if searches:  # greedy decoding and sampling rank nothing: alpha plays no part
         parts.append(f"lp{settings.length_penalty:g}")
+        if settings.length_penalty_offset != 5.0:
+            parts.append(f"lpk{settings.length_penalty_offset:g}")
+        if settings.stop_at_current_length:
+            parts.append("stopcurrent")
+    if settings.eos_at_limit:
+        parts.append("eosatlimit")
     if settings.min_length:
         parts.append(f"min{settings.min_length}")
     if settings.no_repeat_ngram:
@@ -168,7 +178,7 @@ def describe(
     """The record's description of an evaluation: what was evaluated, and how. `alignments`:
     the gold word-alignment files (evaluation.GoldAlignmentFiles) of an alignment evaluation."""
     about: dict[str, Any] = {
-        "checkpoint": str(checkpoint.resolve()),
+        "checkpoint": str(checkpoint if is_hub_id(checkpoint) else checkpoint.resolve()),
         "checkpoint_step": checkpoint_step(payload),
         "split": split,
         "examples": examples,

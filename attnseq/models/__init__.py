@@ -33,7 +33,8 @@ def build_model(
     With a joint vocabulary (`vocab.joint`: source and target share one tokenizer, e.g. a joint
     sentencepiece model) and `cfg.tie_embeddings`, the source embedding, the target embedding
     and the output projection are one matrix (Press & Wolf 2017; Vaswani et al. 2017, section
-    3.4), as in the peer toolkits' joint-BPE setups.
+    3.4), as in the peer toolkits' joint-BPE setups. `cfg.share_src_tgt_embeddings`, when set,
+    decides the source/target sharing instead (a pretrained model says it).
 
     With `cfg.copy` or `cfg.coverage` the model is the pointer-generator subclass of its family
     (models/pointer_generator.py); it feeds `vocab.unk_id` back after
@@ -47,6 +48,8 @@ def build_model(
     """
     options: dict[str, Any] = {name: getattr(cfg, name) for name in _SHARED_OPTIONS}
     options["share_src_tgt_embeddings"] = cfg.tie_embeddings and vocab.joint
+    if cfg.share_src_tgt_embeddings is not None:  # set: whatever the tokenizers
+        options["share_src_tgt_embeddings"] = cfg.share_src_tgt_embeddings
     if cfg.family is ModelFamily.transformer:
         return _build_transformer(cfg, vocab, options)
     return _build_rnn(cfg, vocab, options, segmenter)
@@ -69,6 +72,10 @@ def _build_transformer(cfg: ModelConfig, vocab: Vocabularies, options: dict[str,
         memory_in_cross=attention.memory_in_cross,
         conv_kernel=cfg.conv_kernel,
         scaled_attention=attention.scaled,
+        activation=cfg.activation.value,
+        activation_dropout=cfg.activation_dropout,
+        scale_embeddings=cfg.scale_embeddings,
+        output_bias=cfg.output_bias,
     )
     if cfg.attention.hard is not HardMode.none:
         from attnseq.models.hard_attention import HardAttentionTransformer

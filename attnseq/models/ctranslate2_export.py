@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnseq.config.choices import AttentionKind, ModelFamily, Norm
+from attnseq.config.choices import Activation, AttentionKind, ModelFamily, Norm
 from attnseq.config.schema import TrainConfig
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from attnseq.data.tokenizers import BOS, EOS, UNK, Tokenizer, TokenizerPair
@@ -70,6 +70,12 @@ def unsupported_features(cfg: TrainConfig) -> list[str]:
             f"model.conv_kernel={model.conv_kernel} (the encoder's convolution sublayer; the "
             "engine's encoder layers have none)"
         )
+    if model.activation is not Activation.relu:
+        problems.append(f"model.activation={model.activation.name} (the export writes ReLU)")
+    if not model.scale_embeddings:
+        problems.append("model.scale_embeddings=false (the export scales by sqrt(d_model))")
+    if model.output_bias:
+        problems.append("model.output_bias=true (a pretrained model's logits bias)")
     return problems
 
 

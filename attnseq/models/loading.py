@@ -1,7 +1,8 @@
 """A trained model from its checkpoint (`load_trained_model`): the one loader of eval, translate,
 visualize-alignment, the Python API and the scripts. A checkpoint is a file anyone can hand over,
 so its structure is checked before use, each problem one UserError naming the checkpoint and what
-is wrong with it.
+is wrong with it; a Hugging Face model folder (or hf:ORG/NAME) is read as the checkpoint it would
+be (models/pretrained.py) and checked alike.
 """
 
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import build_model
 from attnseq.models.head_mask import optional_entry
+from attnseq.models.pretrained import is_pretrained_reference, pretrained_payload, tensor_problems
 from attnseq.models.seq2seq import Seq2Seq, Vocabularies
 
 # torch's own thread count, read as attnseq loads torch, before any command sets one
@@ -91,13 +93,15 @@ def check_structure(path: Path, payload: dict[str, Any]) -> None:
 
 def load_trained_model(path: Path, overrides: list[str] | None = None) -> TrainedModel:
     """Load and check a checkpoint, apply `overrides` (key=value) to its config, build its
-    model and load the weights.
+    model and load the weights. A Hugging Face model folder or hf:ORG/NAME[@REVISION] is read
+    as the checkpoint it would be (models/pretrained.py).
 
     Raises:
         UserError: the file is missing or not an attnseq checkpoint, its structure is broken
             (see the module docstring), or an override is invalid.
     """
-    payload = load_checkpoint(path)
+    read = pretrained_payload if is_pretrained_reference(path) else load_checkpoint
+    payload = read(path)
     check_structure(path, payload)
     try:
         config_from_dict(payload["config"])
@@ -127,17 +131,11 @@ def load_weights(path: Path, model: Seq2Seq, state: dict[str, torch.Tensor]) -> 
         for name, tensor in expected.items()
         if name in state and state[name].shape != tensor.shape
     ]
-    problems = [
-        f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
-        for label, names in (
-            ("wrong shape", wrong),
-            ("missing", missing),
-            ("unexpected", unexpected),
-        )
-        if names
-    ]
+    problems = tensor_problems(
+        ("wrong shape", wrong), ("missing", missing), ("unexpected", unexpected)
+    )
     if problems:
         raise UserError(
-            f"{path}: its weights do not fit the model its config describes ({'; '.join(problems)})"
+            f"{path}: its weights do not fit the model its config describes ({problems})"
         )
     model.load_state_dict(state)

@@ -1,7 +1,7 @@
 """Positional encodings added to the token embeddings of a transformer (Vaswani et al. 2017,
-"Attention Is All You Need", section 3.5): the sinusoids and the learned table. Both map
-integer positions of any shape P to (*P, d_model), so one module serves a whole sequence
-((T,)) and an incremental step ((B, 1) from a per-row counter; `make_positions`).
+"Attention Is All You Need", section 3.5): the sinusoids, Marian's split layout of them and the
+learned table. Each maps integer positions of any shape P to (*P, d_model), so one module serves
+a whole sequence ((T,)) and an incremental step ((B, 1) from a per-row counter; `make_positions`).
 """
 
 import math
@@ -67,6 +67,38 @@ class SinusoidalPositionalEncoding(nn.Module):
         return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
 
 
+class SplitSinusoidalPositionalEncoding(nn.Module):
+    """The sinusoids of section 3.5 with Marian's channel layout:
+
+        PE(pos, i) = sin(pos / 10000^(2i / d_model)),  PE(pos, d_model/2 + i) = cos(...),
+        i = 0 .. d_model/2 - 1
+
+    A table of max_positions rows computed once in float64 and kept in float32 (not saved
+    with the weights), so the encodings are exactly those of the Hugging Face Marian model,
+    whose table is built so; longer inputs are an error, as there.
+
+    Args:
+        d_model: encoding size; must be even.
+        max_positions: number of positions with an encoding.
+    """
+
+    def __init__(self, d_model: int, max_positions: int) -> None:
+        super().__init__()
+        if d_model % 2 != 0:
+            raise ValueError(f"sinusoidal positional encoding needs an even d_model, got {d_model}")
+        self.d_model = d_model
+        self.max_positions = max_positions
+        positions = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
+        exponents = torch.arange(0, d_model, 2, dtype=torch.float64) / d_model  # 2i / d_model
+        angles = positions / torch.pow(10000.0, exponents)  # (P, d_model/2)
+        table = torch.cat((angles.sin(), angles.cos()), dim=1).float()  # (P, d_model)
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """Encodings of integer positions (*P) in [0, max_positions) -> (*P, d_model)."""
+        return self.table[positions]
+
+
 class LearnedPositionalEncoding(nn.Module):
     """One trained vector per position 0 .. max_positions - 1, the alternative the paper
     compares against (section 3.5, table 3 row E).
@@ -97,16 +129,27 @@ class LearnedPositionalEncoding(nn.Module):
 
 
 def build_positional_encoding(kind: str, d_model: int, max_positions: int) -> nn.Module:
-    """The positional encoding named `kind` ("sinusoidal" or "learned"); ValueError otherwise."""
+    """The positional encoding named `kind` ("sinusoidal", "learned" or "sinusoidal_split");
+    ValueError otherwise."""
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model)
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_positions)
-    raise ValueError(f"unknown positional encoding {kind!r}; choose 'sinusoidal' or 'learned'")
+    if kind == "sinusoidal_split":
+        return SplitSinusoidalPositionalEncoding(d_model, max_positions)
+    raise ValueError(
+        f"unknown positional encoding {kind!r}; choose 'sinusoidal', 'learned' or "
+        "'sinusoidal_split'"
+    )
+
+
+# the encodings that hold one row per position, up to their max_positions
+TABLES = (LearnedPositionalEncoding, SplitSinusoidalPositionalEncoding)
 
 
 def position_limit(model: nn.Module) -> int | None:
     """The most positions a sequence may have in `model` (BOS included): the smallest table
-    of its learned positional encodings; None when it has none (sinusoidal, RNN): no limit."""
-    limits = [m.max_positions for m in model.modules() if isinstance(m, LearnedPositionalEncoding)]
+    of its positional encodings (learned, sinusoidal_split); None when it has none
+    (sinusoidal, RNN): no limit."""
+    limits = [m.max_positions for m in model.modules() if isinstance(m, TABLES)]
     return min(limits, default=None)

@@ -48,7 +48,7 @@ class TransformerSeq2Seq(Seq2Seq):
         dropout: residual, embedding and feed-forward dropout P_drop.
         attention_dropout: dropout on attention weights.
         norm: "pre" (LayerNorm before each sublayer, final LayerNorm) or "post" (the paper's).
-        positions: "sinusoidal" or "learned" positional encodings.
+        positions: "sinusoidal", "learned" or "sinusoidal_split" positional encodings.
         max_positions: longest source/target with learned positions; linformer's n.
         tie_embeddings: the output projection reuses the target embedding matrix.
         share_src_tgt_embeddings: one embedding for source and target (equal vocab sizes).
@@ -58,6 +58,10 @@ class TransformerSeq2Seq(Seq2Seq):
         memory_slots, memory_in_cross, conv_kernel: see `LayerOptions`.
         scaled_attention: every attention divides q . k by sqrt(d_k) (section 3.2.1); False =
             unscaled dot products.
+        activation, activation_dropout: the feed-forward nonlinearity and the dropout on it
+            (`LayerOptions`).
+        scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4).
+        output_bias: the output projection has a bias (a pretrained model's logits bias).
 
     Raises:
         ValueError: for inconsistent sizes or options, e.g. a decoder use of a kind that
@@ -86,6 +90,10 @@ class TransformerSeq2Seq(Seq2Seq):
         memory_in_cross: bool = False,
         conv_kernel: int = 0,
         scaled_attention: bool = True,
+        activation: str = "relu",
+        activation_dropout: float | None = None,
+        scale_embeddings: bool = True,
+        output_bias: bool = False,
     ) -> None:
         super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         _check_options((enc_layers, dec_layers), norm)
@@ -95,6 +103,7 @@ class TransformerSeq2Seq(Seq2Seq):
         self.heads = heads
         self.max_positions = max_positions
         self.positions = positions
+        self.embed_scale = math.sqrt(d_model) if scale_embeddings else 1.0
         self._build_embeddings(vocab, share_src_tgt_embeddings, dropout)
 
         options = LayerOptions(
@@ -109,6 +118,8 @@ class TransformerSeq2Seq(Seq2Seq):
             conv_kernel=conv_kernel,
             max_positions=max_positions,
             scaled=scaled_attention,
+            activation=activation,
+            activation_dropout=activation_dropout,
         )
         self.encoder = TransformerEncoder(enc_layers, options, self_attention)
         decoder_self = self_attention if decoder_self_attention else None
@@ -118,7 +129,9 @@ class TransformerSeq2Seq(Seq2Seq):
         )
         self.decoder_norm = final_norm(options)
 
-        self.output_proj = nn.Linear(d_model, vocab.tgt_size, bias=False)
+        self.output_proj = nn.Linear(d_model, vocab.tgt_size, bias=output_bias)
+        if output_bias:
+            nn.init.zeros_(self.output_proj.bias)
         if tie_embeddings:
             self.output_proj.weight = self.tgt_embed.weight  # section 3.4: shared weight matrix
         else:
@@ -153,7 +166,8 @@ class TransformerSeq2Seq(Seq2Seq):
     def _embed(
         self, tokens: Tensor, embedding: nn.Embedding, encoding: nn.Module, positions: Tensor
     ) -> Tensor:
-        """Dropout(sqrt(d_model) * E[tokens] + PE(positions)) (sections 3.4, 3.5, 5.4).
+        """Dropout(sqrt(d_model) * E[tokens] + PE(positions)) (sections 3.4, 3.5, 5.4);
+        without the sqrt(d_model) when the model does not scale its embeddings.
 
         Args:
             tokens: (B, N) token ids.
@@ -162,15 +176,16 @@ class TransformerSeq2Seq(Seq2Seq):
         Returns:
             (B, N, d_model).
         """
-        scaled = embedding(tokens) * math.sqrt(self.d_model)  # (B, N, d_model)
+        scaled = embedding(tokens) * self.embed_scale  # (B, N, d_model)
         return self.embed_dropout(scaled + encoding(positions).to(scaled.dtype))
 
     def _check_length(self, length: int) -> None:
-        """Learned positions only exist up to max_positions; fail with a clear message."""
-        if self.positions == "learned" and length > self.max_positions:
+        """Learned (and split sinusoidal) positions only exist up to max_positions; fail with
+        a clear message."""
+        if self.positions in ("learned", "sinusoidal_split") and length > self.max_positions:
             raise ValueError(
                 f"sequence of length {length} exceeds max_positions={self.max_positions} "
-                "of the learned positional encoding"
+                f"of the {self.positions} positional encoding"
             )
 
     def encode(

@@ -8,6 +8,7 @@ Shapes: B batch, S source length, T target length (new positions), t positions s
 N any sequence length, H heads, d_k = d_model / H, d = d_model.
 """
 
+import functools
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -35,6 +36,8 @@ class LayerOptions:
     conv_kernel: k of the encoder's convolution sublayer (0 = none; `ConvolutionModule`).
     max_positions: the longest sequence; linformer's n (attention/efficient.py).
     scaled: every attention of the model divides q . k by sqrt(d_k) (False: unscaled).
+    activation: the feed-forward nonlinearity (`ACTIVATIONS`); activation_dropout: dropout on
+        its output, None = `dropout`.
     """
 
     d_model: int
@@ -48,29 +51,56 @@ class LayerOptions:
     conv_kernel: int = 0
     max_positions: int = 1024
     scaled: bool = True
+    activation: str = "relu"
+    activation_dropout: float | None = None
+
+    @property
+    def ff_dropout(self) -> float:
+        """The dropout on the feed-forward hidden activations."""
+        return self.dropout if self.activation_dropout is None else self.activation_dropout
+
+
+# the feed-forward nonlinearities by their config name (config/choices.py, Activation)
+ACTIVATIONS = {
+    "relu": torch.relu,
+    "gelu": F.gelu,  # x Phi(x), exact (erf)
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,  # x sigmoid(x), "swish"
+}
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3, eq. 2), dropout after the ReLU.
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3, eq. 2), dropout after the ReLU
+    (or the `activation` in its place).
 
     Args:
         d_model: input and output size.
         ff_dim: inner size d_ff.
         dropout: dropout on the hidden activations.
+        activation: a name of `ACTIVATIONS`.
     """
 
-    def __init__(self, d_model: int, ff_dim: int, dropout: float) -> None:
+    def __init__(self, d_model: int, ff_dim: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}"
+            )
         self.inner = nn.Linear(d_model, ff_dim)  # W_1, b_1
         self.outer = nn.Linear(ff_dim, d_model)  # W_2, b_2
         self.dropout = nn.Dropout(dropout)
+        self.activation = activation
+        self._activate = ACTIVATIONS[activation]
         for proj in (self.inner, self.outer):
             nn.init.xavier_uniform_(proj.weight)
             nn.init.zeros_(proj.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, N, d_model) -> (B, N, d_model)."""
-        return self.outer(self.dropout(torch.relu(self.inner(x))))
+        return self.outer(self.dropout(self._activate(self.inner(x))))
+
+    def extra_repr(self) -> str:
+        return "" if self.activation == "relu" else f"activation={self.activation}"
 
 
 class Residual(nn.Module):
@@ -165,6 +195,11 @@ class ConvolutionModule(nn.Module):
         return f"kernel={self.kernel}"
 
 
+def feed_forward(options: LayerOptions) -> FeedForward:
+    """The feed-forward network of a layer of `options`."""
+    return FeedForward(options.d_model, options.ff_dim, options.ff_dropout, options.activation)
+
+
 def convolution_or_none(d_model: int, kernel: int, dropout: float) -> ConvolutionModule | None:
     """The module for `model.conv_kernel=kernel`; None for 0 (off)."""
     return ConvolutionModule(d_model, kernel, dropout) if kernel else None
@@ -196,7 +231,7 @@ class EncoderLayer(nn.Module):
         # the convolution sublayer (Conformer): after self-attention, before the feed-forward
         self.conv = convolution_or_none(d_model, options.conv_kernel, dropout)
         self.conv_block = Residual(d_model, dropout, pre_norm) if self.conv else None
-        self.ff = FeedForward(d_model, options.ff_dim, dropout)
+        self.ff = feed_forward(options)
         self.ff_block = Residual(d_model, dropout, pre_norm)
 
     def forward(
@@ -330,7 +365,7 @@ class DecoderLayer(nn.Module):
             scaled=options.scaled,
         )
         self.cross_block = Residual(d_model, dropout, pre_norm)
-        self.ff = FeedForward(d_model, options.ff_dim, dropout)
+        self.ff = feed_forward(options)
         self.ff_block = Residual(d_model, dropout, pre_norm)
 
     def memory_kv(self, memory: Tensor) -> KeyValue:

@@ -121,7 +121,12 @@ def changed_value(key: str) -> str:
     if hasattr(default, "name") and hasattr(type(default), "__members__"):
         return next(name for name in type(default).__members__ if name != default.name)
     if default is None:
-        return "8" if key != "model.alignment_head" else "0"
+        none_defaults = {
+            "model.alignment_head": "0",
+            "model.activation_dropout": "0.3",
+            "model.share_src_tgt_embeddings": "true",
+        }
+        return none_defaults.get(key, "8")
     if isinstance(default, float):
         return "0.3"
     return {"model.conv_kernel": "3", "model.copy_layer": "0", "model.alignment_layer": "0"}.get(
@@ -181,6 +186,7 @@ RNN_READS = {
     "model.max_positions": (["model.attention.score=location"], "300"),
     "model.dropout": ([], "0.3"),
     "model.tie_embeddings": ([], "false"),
+    "model.share_src_tgt_embeddings": ([], "true"),
     "model.copy": ([], "true"),
     "model.coverage": ([], "true"),
 }
@@ -192,6 +198,10 @@ TRANSFORMER_READS = {
     "model.ff_dim": ([], "16"),
     "model.norm": ([], "post"),
     "model.positions": ([], "learned"),
+    "model.activation": ([], "gelu"),
+    "model.activation_dropout": ([], "0.3"),
+    "model.scale_embeddings": ([], "false"),
+    "model.output_bias": ([], "true"),
     "model.attention_dropout": ([], "0.3"),
     "model.max_positions": (["model.positions=learned"], "512"),
     "model.conv_kernel": ([], "3"),
@@ -231,6 +241,7 @@ TRANSFORMER_READS = {
     "model.attention.hard_k": (["model.attention.hard=gumbel"], "2"),
     "model.dropout": ([], "0.3"),
     "model.tie_embeddings": ([], "false"),
+    "model.share_src_tgt_embeddings": ([], "true"),
     "model.copy": ([], "true"),
     "model.coverage": ([], "true"),
     "model.copy_layer": (["model.copy=true", "model.dec_layers=2"], "0"),

@@ -1,6 +1,6 @@
 """Batched beam search: equivalences (beam 1 = greedy, batch 1 = batch 32), exact search on a
-hand-set model, length penalty, n-best, constraints, attention along the back-pointers, and
-beam 5 against greedy on a trained reverse model."""
+hand-set model, length penalty, n-best, constraints, Hugging Face's forced EOS and stopping rule,
+attention along the back-pointers, and beam 5 against greedy on a trained reverse model."""
 
 import itertools
 import math
@@ -219,6 +219,45 @@ def test_min_length_prevents_early_eos(beam: int) -> None:
     settings.min_length = 4
     best = decode(model, src, lengths, settings)[0][0]
     assert best.tokens == [4, 4, 4, 4]  # EOS at the first position it is allowed
+
+
+@pytest.mark.parametrize(
+    "search",
+    [{"beam": 1}, {"beam": 3}, {"sample": True, "top_k": 1}],
+    ids=["greedy", "beam", "sampling"],
+)
+def test_eos_at_limit_ends_every_search_with_eos_at_probability_one(search: dict) -> None:
+    model = table_model([{4: -0.1, 5: -2.5, EOS: -20.0}] * 5)  # never EOS: each runs to 3
+    src, lengths = one_source()
+    limits = {"max_output_ratio": 0.0, "max_output_extra": 3}
+    (plain,) = decode(model, src, lengths, DecodingConfig(**search, **limits))
+    forced_settings = DecodingConfig(**search, **limits, eos_at_limit=True)
+    (forced,) = decode(model, src, lengths, forced_settings)
+    assert forced[0].tokens == plain[0].tokens == [4, 4, 4]
+    assert forced[0].score == pytest.approx(plain[0].score, abs=1e-6)  # EOS at log p = 0
+    assert plain[0].normalized_score == pytest.approx(plain[0].score / lp_by_hand(3, 1.0))
+    assert forced[0].normalized_score == pytest.approx(forced[0].score / lp_by_hand(4, 1.0))
+
+
+def test_stop_at_current_length_stops_where_generate_does() -> None:
+    # lp = |Y| (offset 0). After step 1, "" (-0.92 / 1) and "4" (-1.74 / 2) have finished; the
+    # live "4 4" scores -2.25 / 2 at its current length, below both, so generate's rule stops,
+    # while "4 4 EOS" would reach -2.27 / 3, better than either: exact search finds it
+    p = math.log
+    model = table_model(
+        [{EOS: p(0.4), 4: p(0.35), 5: p(0.25)}, {EOS: p(0.5), 4: p(0.3), 5: p(0.2)}]
+        + [{EOS: p(0.98), 4: p(0.01), 5: p(0.01)}] * 6
+    )
+    src, lengths = one_source()
+    settings = DecodingConfig(
+        beam=2, nbest=2, length_penalty_offset=0.0, max_output_ratio=0.0, max_output_extra=6
+    )
+    (exact,) = decode(model, src, lengths, settings)
+    assert [h.tokens for h in exact] == [[4, 4], [5, 4]]
+    settings.stop_at_current_length = True
+    (generate_like,) = decode(model, src, lengths, settings)
+    assert [h.tokens for h in generate_like] == [[4], []]
+    assert generate_like[0].normalized_score == pytest.approx(generate_like[0].score / 2)
 
 
 # --------------------------------------------------------------------------------- attention

@@ -14,6 +14,7 @@ def test_gnmt_length_penalty_of_one_length_and_of_many() -> None:
     many = gnmt_length_penalty(torch.tensor(lengths), 0.6).tolist()
     assert [gnmt_length_penalty(n, 0.6) for n in lengths] == pytest.approx(many, rel=1e-6)
     assert gnmt_length_penalty(4, 0.6) == pytest.approx(lp_by_hand(4, 0.6), rel=1e-12)
+    assert gnmt_length_penalty(4, 0.6, offset=0.0) == pytest.approx(4**0.6, rel=1e-12)
 
 
 def test_coverage_penalty_is_not_greedy() -> None:

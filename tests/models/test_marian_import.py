@@ -1,0 +1,290 @@
+"""A Hugging Face Marian model read as attnseq's own transformer (attnseq/models/pretrained.py)
+computes what transformers' MarianMTModel computes: the same teacher-forced log-probabilities
+and attention weights in fp32, the same greedy and beam outputs as `generate` with the decoding
+settings that follow its conventions, and the same token ids as MarianTokenizer. The models
+are the random-weight stand-ins of tests/marian_stand_ins.py (`marian_folders`)."""
+
+import dataclasses
+import functools
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="the reference models are transformers' own")
+
+from marian_stand_ins import SHAPES, UNKNOWN_CHARACTERS, corpus_lines  # noqa: E402
+
+from attnseq.config.choices import Activation, ModelFamily, Norm, Positions  # noqa: E402
+from attnseq.data.marian_tokenizer import MarianTokenizer  # noqa: E402
+from attnseq.data.tokenizers import load_tokenizer  # noqa: E402
+from attnseq.decoding import decode  # noqa: E402
+from attnseq.models.loading import TrainedModel, load_trained_model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
+
+SOURCES = [
+    "Ein Mann fährt mit dem Fahrrad über eine Brücke.",
+    "Zwei Hunde spielen im Schnee.",
+    f"Eine Frau {UNKNOWN_CHARACTERS} singt.",
+    "Kinder.",
+]
+TARGETS = [
+    "A man rides his bike across a bridge.",
+    "Two dogs play in the snow.",
+    "A woman sings.",
+    "Children playing on the beach with a big red ball and a small dog.",
+]
+TOLERANCE = 1e-5
+
+
+@functools.cache
+def imported(folder: Path) -> TrainedModel:
+    return load_trained_model(folder)
+
+
+@functools.cache
+def reference(folder: Path) -> tuple[Any, Any]:
+    """transformers' MarianMTModel (eager attention: it returns its weights) and tokenizer."""
+    from transformers import MarianMTModel, MarianTokenizer
+
+    model = MarianMTModel.from_pretrained(folder, attn_implementation="eager").eval()
+    return model, MarianTokenizer.from_pretrained(folder)
+
+
+def forward_both(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any, Any]:
+    """One teacher-forced batch through both models: (transformers' output, attnseq's output,
+    the labels (B, T), -100 at padding)."""
+    hf, tokenizer = reference(folder)
+    ours = imported(folder).model
+    batch = tokenizer(SOURCES, text_target=TARGETS, return_tensors="pt", padding=True)
+    labels = batch["labels"].masked_fill(batch["labels"] == hf.config.pad_token_id, -100)
+    start = torch.full((len(SOURCES), 1), ours.bos_id)
+    tgt_in = torch.cat([start, batch["labels"][:, :-1]], dim=1)  # (B, T): <pad> + target
+    with torch.no_grad():
+        theirs = hf.to(dtype)(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=tgt_in,
+            output_attentions=True,
+        )
+        lengths = batch["attention_mask"].sum(dim=1)
+        mine = ours.to(dtype)(batch["input_ids"], lengths, tgt_in, need_weights=True)
+    hf.float(), ours.float()
+    return theirs, mine, labels
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_teacher_forced_log_probabilities_match(marian_folders: dict, shape: str) -> None:
+    theirs, mine, labels = forward_both(marian_folders[shape])
+    real = labels != -100
+    index = labels.clamp(min=0).unsqueeze(-1)
+    expected = theirs.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
+    got = mine.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
+    assert (expected - got).abs().max() < TOLERANCE
+    theirs, mine, _ = forward_both(marian_folders[shape], torch.float64)  # the whole vocabulary
+    difference = theirs.logits.log_softmax(-1) - mine.logits.log_softmax(-1)
+    assert difference[real].abs().max() < 1e-9
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_attention_weight_matches(marian_folders: dict, shape: str) -> None:
+    theirs, mine, labels = forward_both(marian_folders[shape])
+    pairs = {
+        "cross": (theirs.cross_attentions, mine.attention),
+        "decoder self": (theirs.decoder_attentions, mine.decoder_self_attention),
+        "encoder self": (theirs.encoder_attentions, mine.encoder_self_attention),
+    }
+    for name, (layers, weights) in pairs.items():
+        expected = torch.stack(layers, dim=1)  # (B, L, H, T, S) as attnseq returns them
+        assert expected.shape == weights.shape, name
+        assert (expected - weights).abs().max() < TOLERANCE, name
+
+
+# (num_beams, length_penalty, max_new_tokens, no_repeat_ngram_size): with repeats forbidden
+# the stand-ins' outputs end at many lengths; without, most run to the limit and its forced EOS
+GENERATE = [(1, 1.0, 30, 1), (4, 1.0, 30, 1), (4, 0.6, 20, 2), (4, 0.0, 16, 0), (1, 1.0, 12, 0)]
+VALID = 24  # source sentences of Multi30k's validation split
+
+
+def generated(folder: Path, settings: dict[str, Any]) -> tuple[list[list[int]], Any]:
+    """transformers' outputs (without the start token, EOS and padding) and the batch."""
+    hf, tokenizer = reference(folder)
+    batch = tokenizer(valid_sources(), return_tensors="pt", padding=True)
+    pad, eos = hf.config.pad_token_id, hf.config.eos_token_id
+    with torch.no_grad():
+        out = hf.generate(**batch, bad_words_ids=[[pad]], do_sample=False, **settings)
+    outputs = []
+    for row in out[:, 1:].tolist():
+        row = row[: row.index(eos)] if eos in row else row
+        outputs.append([token for token in row if token != pad])
+    return outputs, batch
+
+
+@functools.cache
+def valid_sources() -> list[str]:
+    from conftest import SHARED_DATA
+
+    return (SHARED_DATA / "multi30k" / "val.de").read_text(encoding="utf-8").splitlines()[:VALID]
+
+
+def decoded(folder: Path, batch: Any, **changes: Any) -> list[list[int]]:
+    trained = imported(folder)
+    settings = dataclasses.replace(trained.cfg.decoding, **changes)
+    lengths = batch["attention_mask"].sum(dim=1)
+    return [
+        found[0].tokens for found in decode(trained.model, batch["input_ids"], lengths, settings)
+    ]
+
+
+def hf_conventions(beam: int, alpha: float, new_tokens: int, ngram: int) -> dict[str, Any]:
+    """attnseq's decoding settings of generate(num_beams, length_penalty, max_new_tokens,
+    no_repeat_ngram_size) with its early_stopping=False and forced EOS."""
+    return {
+        "beam": beam,
+        "length_penalty": alpha,
+        "length_penalty_offset": 0.0,
+        "stop_at_current_length": True,
+        "eos_at_limit": True,
+        "max_output_ratio": 0.0,
+        "max_output_extra": new_tokens - 1,  # the last of the new tokens is the forced EOS
+        "no_repeat_ngram": ngram,
+        "min_length": 0,
+    }
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("beam", "alpha", "new_tokens", "ngram"), GENERATE)
+def test_greedy_and_beam_outputs_match_generate(
+    marian_folders: dict, shape: str, beam: int, alpha: float, new_tokens: int, ngram: int
+) -> None:
+    folder = marian_folders[shape]
+    settings = {
+        "num_beams": beam,
+        "length_penalty": alpha,
+        "max_new_tokens": new_tokens,
+        "no_repeat_ngram_size": ngram,
+    }
+    expected, batch = generated(folder, settings)
+    got = decoded(folder, batch, **hf_conventions(beam, alpha, new_tokens, ngram))
+    assert got == expected
+
+
+def test_the_imported_decoding_is_generates_own(marian_folders: dict) -> None:
+    """The stand-in's generation_config.json (num_beams 4, max_length 24, bad_words_ids <pad>)
+    becomes the checkpoint's decoding.*: attnseq decodes as a plain `generate()` does."""
+    folder = marian_folders["shared"]
+    hf, tokenizer = reference(folder)
+    batch = tokenizer(valid_sources(), return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = hf.generate(**batch)
+    eos, pad = hf.config.eos_token_id, hf.config.pad_token_id
+    expected = [[t for t in row[: row.index(eos)] if t != pad] for row in out[:, 1:].tolist()]
+    decoding = imported(folder).cfg.decoding
+    assert (decoding.beam, decoding.max_output_extra, decoding.eos_at_limit) == (4, 22, True)
+    assert decoded(folder, batch) == expected
+
+
+def test_attnseqs_own_beam_conventions_find_other_outputs(marian_folders: dict) -> None:
+    """GNMT's length penalty and the exact stopping rule rank differently from generate's:
+    the settings that follow its conventions are needed to give its outputs."""
+    folder = marian_folders["shared"]
+    expected, batch = generated(
+        folder,
+        {"num_beams": 4, "length_penalty": 1.0, "max_new_tokens": 30, "no_repeat_ngram_size": 1},
+    )
+    settings = hf_conventions(4, 1.0, 30, 1)
+    own = {**settings, "length_penalty_offset": 5.0, "stop_at_current_length": False}
+    assert decoded(folder, batch, **settings) == expected
+    assert decoded(folder, batch, **own) != expected
+
+
+# ------------------------------------------------------------------------------ the tokenizer
+def tokenizer_texts() -> list[str]:
+    from conftest import SHARED_DATA
+
+    texts = [
+        line
+        for language in ("de", "en", "fr")
+        for line in corpus_lines(SHARED_DATA, language, 1000, skip=5000)
+    ]
+    specials = [
+        f"{UNKNOWN_CHARACTERS} und {UNKNOWN_CHARACTERS[0]}x",
+        ">>fra<< Ein Hund läuft.",
+        ">>deu<<",
+        "",
+        "   zwei  Leerzeichen  ",
+        "ein </s> im Text <unk> <pad>",
+    ]
+    return texts + specials
+
+
+@pytest.mark.parametrize("shape", ["shared", "separate"])
+def test_token_ids_are_marian_tokenizers(marian_folders: dict, shape: str) -> None:
+    folder = marian_folders[shape]
+    _, tokenizer = reference(folder)
+    pair = imported(folder).tokenizers
+    texts = tokenizer_texts()
+    assert [pair.src.encode(text) for text in texts] == tokenizer(texts)["input_ids"]
+    targets = tokenizer(text_target=texts)["input_ids"]
+    assert [[*pair.tgt.encode(text), pair.tgt.eos_id] for text in texts] == targets
+    for text in texts[::50]:  # one piece per id (heatmap labels, word boundaries)
+        assert len(pair.src.pieces(text)) == len(pair.src.encode(text))
+        assert len(pair.tgt.pieces(text)) == len(pair.tgt.encode(text))
+    # decoding stops at the first EOS (a literal </s> in a text is one, as in MarianTokenizer)
+    outputs = [ids[: ids.index(pair.tgt.eos_id)] for ids in targets]
+    expected = [tokenizer.decode(ids, skip_special_tokens=True) for ids in outputs]
+    assert [pair.tgt.decode(ids) for ids in targets] == expected
+    unknown = pair.src.encode(UNKNOWN_CHARACTERS)
+    assert unknown.count(pair.src.unk_id) == len(UNKNOWN_CHARACTERS.split())
+
+
+def test_the_tokenizer_state_holds_its_files(marian_folders: dict, tmp_path: Path) -> None:
+    """A Marian tokenizer rebuilds from its state alone (JSON, pickle): the folder it was read
+    from is not needed."""
+    source = imported(marian_folders["separate"]).tokenizers.src
+    assert isinstance(source, MarianTokenizer)
+    source.save(tmp_path / "source.json")
+    rebuilt = load_tokenizer(tmp_path / "source.json")
+    unpickled = pickle.loads(pickle.dumps(source))
+    text = f"Zwei Hunde {UNKNOWN_CHARACTERS} spielen."
+    for other in (rebuilt, unpickled):
+        assert other == source and other.encode(text) == source.encode(text)
+        assert (other.pad_id, other.eos_id, other.bos_id) == (source.pad_id, source.eos_id, 2)
+
+
+# ------------------------------------------------------------------------------ the config
+def test_the_config_is_marians(marian_folders: dict) -> None:
+    shared = imported(marian_folders["shared"]).cfg.model
+    assert shared.family is ModelFamily.transformer and shared.norm is Norm.post
+    assert shared.positions is Positions.sinusoidal_split and shared.output_bias
+    assert shared.activation is Activation.silu and shared.scale_embeddings
+    assert (shared.d_model, shared.heads, shared.enc_layers, shared.ff_dim) == (32, 4, 2, 64)
+    assert shared.share_src_tgt_embeddings and shared.tie_embeddings
+    separate = imported(marian_folders["separate"])
+    model = separate.cfg.model
+    assert model.activation is Activation.gelu and not model.scale_embeddings
+    assert not model.share_src_tgt_embeddings and model.tie_embeddings
+    assert separate.tokenizers.src.vocab_size != separate.tokenizers.tgt.vocab_size
+    untied = imported(marian_folders["untied"]).cfg.model
+    assert untied.activation is Activation.relu and not untied.tie_embeddings
+    assert not untied.share_src_tgt_embeddings  # transformers ties nothing untied
+
+
+def test_a_saved_import_needs_neither_its_folder_nor_the_network(
+    marian_folders: dict, tmp_path: Path
+) -> None:
+    import attnseq
+
+    folder = tmp_path / "model"
+    shutil.copytree(marian_folders["separate"], folder)
+    model = attnseq.load(folder, "cpu")
+    expected = model.translate(SOURCES, beam=2, nbest=2)
+    saved = model.save(tmp_path / "saved.pt")
+    shutil.rmtree(folder)
+    again = attnseq.load(saved, "cpu")
+    assert again.translate(SOURCES, beam=2, nbest=2) == expected
+    assert again.tokenizers.tgt.bos_id == model.tokenizers.tgt.bos_id == 2  # <pad> starts
