@@ -8,7 +8,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,13 +102,16 @@ def find_jobs(root: Path) -> list[Job]:
 
 def sweep_files(root: Path) -> list[Path]:
     """The files a report of the sweep under `root` reads: its multirun.yaml and
-    optimization_results.yaml, and each job's .hydra/ files and metrics.json (those that
+    optimization_results.yaml, each job's .hydra/ files and metrics.json, and what the
+    significance decodes or reuses, each job's checkpoints and eval results (those that
     exist)."""
     files = [root / "multirun.yaml", root / "optimization_results.yaml"]
     for job in find_jobs(root):
         hydra = job.folder / ".hydra"
         files += sorted(hydra.iterdir()) if hydra.is_dir() else []
         files.append(job.folder / "metrics.json")
+        files += sorted((job.folder / "checkpoints").glob("*.pt"))
+        files += sorted((job.folder / "eval").glob("*/*/*"))
     return [path for path in files if path.is_file()]
 
 
@@ -496,17 +499,20 @@ def add_significance(
     seed: int = DEFAULT_SEED,
     resamples: int = DEFAULT_RESAMPLES,
     trials: int = DEFAULT_TRIALS,
-    option: str = "baseline",
+    names: Mapping[str, str] | None = None,
 ) -> None:
     """Compare the finished runs of every row with the baseline row's over their seeds on the
     test split, each decoded or its eval result reused, as `attnseq compare` compares a sweep
     folder's groups (seed_comparison.compare_groups), and keep it in `report.significance`.
     `baseline`: a row's name (`row_label`) or a run's path; default the first row in job
-    order. `option`: what messages call `baseline`."""
+    order. `names`: what messages call `baseline` and the resampling's counts (a command
+    passes its options)."""
+    from attnseq.analysis.comparison import Decode
     from attnseq.analysis.seed_comparison import compare_groups
     from attnseq.analysis.seed_groups import Group, ready_groups, single_member
 
-    resampling = Resampling(seed, resamples, trials)
+    called = {"baseline": "baseline", **(names or {})}
+    resampling = Resampling.checked(seed, resamples, trials, called)
     finished = (row for row in report_rows(report) if row.finished)
     rows = sorted(finished, key=lambda row: job_order(row.finished[0]))
     labels = {row.name: row_label(row) for row in rows}
@@ -515,13 +521,15 @@ def add_significance(
     groups = [
         Group(labels[row.name], [single_member(job.folder) for job in row.finished]) for row in rows
     ]
-    chosen = ready_groups(groups, baseline, option, "test", device)
+    chosen = ready_groups(groups, baseline, called["baseline"], Decode("test", device))
     runs = (run for group in groups for run in group.runs)
     task = next((run.system.task for run in runs if run.system.task), None) or "translation"
     valid = TASK_TESTED_METRICS.get(task, TASK_TESTED_METRICS["translation"])
     short = report.metric.removeprefix("test/")
     metric = short if short in valid else valid[0]
-    comparison = compare_groups(groups, chosen, task=task, resampling=resampling, metrics=[metric])
+    comparison = compare_groups(
+        groups, chosen, task=task, resampling=resampling, metrics=[metric], names=called
+    )
     report.significance = Significance(comparison, metric, labels)
 
 

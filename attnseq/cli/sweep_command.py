@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from attnseq.cli.options import at_least_one
 from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
@@ -65,10 +64,13 @@ def sweep_report(
     ] = "auto",
     resamples: Annotated[
         int,
-        typer.Option(help="With --significance: bootstrap resamples (also ASO's iterations)."),
+        typer.Option(
+            help="With --significance: bootstrap resamples (also ASO's iterations), 1 to 1000000."
+        ),
     ] = 1000,
     trials: Annotated[
-        int, typer.Option(help="With --significance: approximate randomization trials.")
+        int,
+        typer.Option(help="With --significance: approximate randomization trials, 1 to 1000000."),
     ] = 10000,
 ) -> None:
     """Table of a sweep, best first: the parameters that differ between jobs, several metrics
@@ -118,15 +120,13 @@ def sweep_report(
         if baseline is not None and not significance:
             raise UserError("--baseline chooses the baseline of --significance: give both")
         if significance:
-            resamples = at_least_one(resamples, "--resamples")
-            trials = at_least_one(trials, "--trials")
             add_significance(
                 report,
                 baseline=baseline,
                 device=device,
                 resamples=resamples,
                 trials=trials,
-                option="--baseline",
+                names={"baseline": "--baseline", "resamples": "--resamples", "trials": "--trials"},
             )
     if output_format == "table":
         print_report(report, metrics=columns)

@@ -325,3 +325,35 @@ def test_latex_escapes_the_parameters(seeded_sweep: Path) -> None:
     text = render(report, report_rows(report), metric_columns(report), "latex")
     assert r"optim.warmup\_steps" in text.splitlines()[2]
     assert r" & 50\%\&$<$4 & " in text.splitlines()[4]
+
+
+def test_a_damaged_eval_result_of_a_run_is_one_line(tmp_path: Path, rnn_checkpoint: Path) -> None:
+    from attnseq.config.conversion import config_from_dict
+    from attnseq.evaluation.checkpoint_eval import default_root, result_folder
+    from attnseq.io.checkpoint import load_checkpoint
+
+    sweep = tmp_path / "sweep"
+    for number, (seed, lr) in enumerate([(1, 0.1), (2, 0.1), (1, 0.2), (2, 0.2)]):
+        helpers.sweep_job(rnn_checkpoint, sweep / str(number), seed, lr=lr)
+    checkpoint = sweep / "0" / "checkpoints" / "best.pt"
+    decoding = config_from_dict(load_checkpoint(checkpoint)["config"]).decoding
+    cached = result_folder(default_root(checkpoint), checkpoint, None, "test", decoding)
+    cached.mkdir(parents=True)
+    (cached / "metrics.json").write_text('{"checkpoint": 5}')
+    result = runner.invoke(app, ["sweep-report", str(sweep), "--significance"])
+    assert result.exit_code == 2, result.output
+    assert f"{cached / 'metrics.json'} is damaged" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_outputs_never_replace_what_significance_reads(
+    tmp_path: Path, rnn_checkpoint: Path
+) -> None:
+    sweep = tmp_path / "sweep"
+    for number, (seed, lr) in enumerate([(1, 0.1), (1, 0.2)]):
+        helpers.sweep_job(rnn_checkpoint, sweep / str(number), seed, lr=lr)
+    checkpoint = sweep / "0" / "checkpoints" / "best.pt"
+    kept = checkpoint.read_bytes()
+    result = runner.invoke(app, ["sweep-report", str(sweep), "--csv", str(checkpoint)])
+    assert result.exit_code == 2 and "is the input" in result.output, result.output
+    assert checkpoint.read_bytes() == kept
