@@ -1,9 +1,11 @@
 """Is B better than A? Single systems (hypothesis files, eval result folders, checkpoints,
 Hugging Face models) compared with a baseline on one test set: the `Comparison`, its tables and
-its figure. The pipeline: docs/internals/evaluation.md."""
+its figure; and what every comparison writes (`ComparisonResult`). The pipeline:
+docs/internals/evaluation.md."""
 
 import json
 import math
+import os
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnseq.analysis.compared_attention import Gold, SystemAttention, system_attention
 from attnseq.analysis.tables import TABLE_FORMATS, p_value_cell, render_table
+from attnseq.data.file_readers import text_lines
 from attnseq.errors import UserError
 from attnseq.evaluation.buckets import (
     RATIO_EDGES,
@@ -24,6 +27,7 @@ from attnseq.evaluation.buckets import (
     ratio_bucket_counts,
     ratio_labels,
 )
+from attnseq.evaluation.metrics import SACREBLEU_METRICS, sacrebleu_signature
 from attnseq.evaluation.significance import (
     ALPHA,
     DEFAULT_RESAMPLING,
@@ -34,21 +38,66 @@ from attnseq.evaluation.significance import (
     metric_scores,
 )
 from attnseq.evaluation.word_accuracy import WordScore, word_accuracy_by_frequency, word_frequencies
+from attnseq.io.atomic import atomic_write_text
 from attnseq.io.hf_hub import is_hub_id
+from attnseq.io.user_paths import (
+    InputPaths,
+    check_output_file,
+    check_output_folder,
+    image_suffixes,
+    refuse_output_over_inputs,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 FORMATS = (*TABLE_FORMATS, "json")
-# what messages call the arguments of `compare_systems` that a note may name; a command passes
+# what messages call the arguments of `compare_paths` and `compare_systems`; a command passes
 # its options
 ARGUMENT_NAMES = {
+    "systems": "system",
     "baseline": "baseline",
+    "references": "references",
     "sources": "sources",
     "train_references": "train_references",
     "gold": "gold",
     "no_attention": "attention=False",
+    "seed": "seed",
+    "resamples": "resamples",
+    "trials": "trials",
+    "buckets": "buckets",
+    "beam": "beam",
+    "length_penalty": "length_penalty",
 }
+# What a comparison of single systems tests, and what it cannot: said beside its p-values.
+SCOPE = (
+    "one run per system: these tests resample the test sentences, not the training; to say "
+    "that one method beats another, train each with several seeds and compare the sweep "
+    "folder (configurations over seeds)"
+)
+SIGNATURE_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER"}  # as sacreBLEU prints them
+HYPOTHESIS_FILE, EVAL_RESULT, CHECKPOINT = "hypothesis file", "eval result", "checkpoint"
+
+
+@dataclass(frozen=True)
+class SystemDecoding:
+    """How a system's outputs were made: `kind` (HYPOTHESIS_FILE, EVAL_RESULT or CHECKPOINT),
+    the decoding's name as eval names it (`decoding_name`; None when unknown), the eval result
+    folder the outputs are read from, and for a checkpoint whether that result was reused
+    (False: decoded by this comparison)."""
+
+    kind: str
+    name: str | None = None
+    eval_folder: str | None = None
+    reused: bool | None = None
+
+    def text(self) -> str:
+        if self.kind == HYPOTHESIS_FILE:
+            return "a hypothesis file (its decoding unknown)"
+        text = f"{self.name or 'decoding unknown'}, the eval result {self.eval_folder}"
+        if self.reused is not None:
+            text += " (reused)" if self.reused else " (decoded now)"
+        return text
 
 
 @dataclass
@@ -62,16 +111,28 @@ class System:
     path: Path | None = None
     checkpoint: Path | None = None  # what an eval result was of, and its split: the sources
     split: str | None = None
+    decoding: SystemDecoding = SystemDecoding(HYPOTHESIS_FILE)
+
+    def files(self) -> list[tuple[str, Path]]:
+        """(what, path) of every file the system was read from."""
+        if self.path is None:
+            return []
+        if self.decoding.kind == HYPOTHESIS_FILE:
+            return [(f"system {self.name}", self.path)]
+        found = [(f"eval result of {self.name}", self.path / name) for name in RESULT_READ]
+        return found + (
+            [(f"checkpoint of {self.name}", self.checkpoint)] if self.checkpoint else []
+        )
+
+
+RESULT_READ = ("metrics.json", "hyps.txt", "refs.txt")  # the files of an eval result read
 
 
 def read_lines(path: Path, what: str) -> list[str]:
-    """The lines of a UTF-8 text file, or a UserError naming it."""
-    if not path.is_file():
-        raise UserError(f"{what} {path}: no such file")
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{what} {path}: cannot read it ({error})") from None
+    """The lines of a UTF-8 text file as the data readers count them (`text_lines`: only "\\n"
+    ends a line, as `wc -l` counts), or a UserError naming it as `what` ("hypothesis file",
+    "--ref file") and saying what it is instead of a text file."""
+    return text_lines(Path(path), what)
 
 
 def _task_of(record: Mapping[str, Any]) -> str | None:
@@ -83,14 +144,22 @@ def _task_of(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-def eval_folder_system(folder: Path, name: str) -> System:
-    """A system from an `attnseq eval` result folder."""
-    record = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
-    hypotheses = read_lines(folder / "hyps.txt", "eval result")
-    references = read_lines(folder / "refs.txt", "eval result")
+def eval_folder_system(folder: Path, name: str, reused: bool | None = None) -> System:
+    """A system from an `attnseq eval` result folder (its metrics.json checked,
+    checkpoint_eval.read_record); `reused`: the folder is a checkpoint system's result, found
+    (True) or made now (False)."""
+    from attnseq.evaluation.checkpoint_eval import read_record, record_decoding_name
+
+    record = read_record(folder / "metrics.json")
+    hypotheses = read_lines(folder / "hyps.txt", "eval result file")
+    references = read_lines(folder / "refs.txt", "eval result file")
     checkpoint = Path(record["checkpoint"]) if record.get("checkpoint") else None
-    split = str(record.get("split"))
-    return System(name, hypotheses, references, _task_of(record), folder, checkpoint, split)
+    kind = EVAL_RESULT if reused is None else CHECKPOINT
+    decoding = SystemDecoding(kind, record_decoding_name(record), str(folder), reused)
+    task = _task_of(record)
+    return System(
+        name, hypotheses, references, task, folder, checkpoint, record.get("split"), decoding
+    )
 
 
 def split_sources(checkpoint: Path, split: str) -> list[str] | None:
@@ -103,34 +172,52 @@ def split_sources(checkpoint: Path, split: str) -> list[str] | None:
 def split_pairs(checkpoint: Path, split: str) -> list[tuple[str, str]] | None:
     """The (source, target) texts of a dataset split of the checkpoint's data, as training
     and evaluation read it (kept examples, in order; a generated task regenerated from the
-    run's seed); None when the checkpoint or the split cannot be read here."""
+    run's seed); None when the checkpoint or the split cannot be read here (`read_split`)."""
+    return read_split(checkpoint, split)[0]
+
+
+def read_split(checkpoint: Path, split: str) -> tuple[list[tuple[str, str]] | None, str]:
+    """(pairs, "") of `split_pairs`, or (None, why not): the checkpoint is no regular file
+    here, its data is not on this machine, or eval's rules refuse where its config points
+    (checkpoint_eval.checkpoint_data: no location outside the data root, no download)."""
     from attnseq.config.conversion import config_from_dict
-    from attnseq.data.prepare import prepare_data
     from attnseq.data.tokenizers import TokenizerPair
+    from attnseq.evaluation.checkpoint_eval import checkpoint_data
     from attnseq.io.checkpoint import load_checkpoint
 
     if not checkpoint.is_file():
-        return None
+        return None, f"the checkpoint {checkpoint} is not on this machine"
     try:
         payload = load_checkpoint(checkpoint)
         cfg = config_from_dict(payload["config"])
         tokenizers = TokenizerPair.from_state(payload["tokenizers"])
-        data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=[split])
-        return list(data.pairs[split])
-    except (UserError, KeyError, OSError):  # a file split, data not on this machine, ...
-        return None
+        data = checkpoint_data(cfg, tokenizers, [split], overridable=False)
+        return list(data.pairs[split]), ""
+    except (UserError, KeyError, OSError) as error:  # a file split, data not here, refused
+        return None, f"{checkpoint}: {error}".rstrip()
 
 
-def existing_eval(checkpoint: Path, split: str) -> Path | None:
-    """The eval result folder of `checkpoint` on `split` with its own decoding settings and no
-    overrides, when RUN/eval (checkpoint_eval.default_root) holds it complete."""
+def existing_eval(
+    checkpoint: Path, split: str, changes: Mapping[str, Any] | None = None
+) -> Path | None:
+    """The eval result folder of `checkpoint` on `split` with its own decoding settings
+    (`changes` of them, as eval's decoding options make) and no overrides that change a
+    result (checkpoint_eval.result_overrides), when RUN/eval (checkpoint_eval.default_root)
+    holds it complete. UserError when its metrics.json is damaged."""
     from attnseq.config.conversion import config_from_dict
-    from attnseq.evaluation.checkpoint_eval import checkpoint_step, default_root, result_folder
+    from attnseq.decoding.settings import with_changes
+    from attnseq.evaluation.checkpoint_eval import (
+        checkpoint_step,
+        default_root,
+        read_record,
+        result_folder,
+        result_overrides,
+    )
     from attnseq.io.checkpoint import load_checkpoint
 
     payload = load_checkpoint(checkpoint)
     try:
-        decoding = config_from_dict(payload["config"]).decoding
+        decoding = with_changes(config_from_dict(payload["config"]).decoding, changes or {})
     except Exception:  # not a config this version reads: decode, which says what is wrong
         return None
     folder = result_folder(
@@ -138,57 +225,170 @@ def existing_eval(checkpoint: Path, split: str) -> Path | None:
     )
     if not (folder / "metrics.json").is_file():
         return None
-    record = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
-    same = record.get("checkpoint") == str(checkpoint.resolve()) and not record.get("overrides")
+    try:
+        record = read_record(folder / "metrics.json")
+    except UserError as error:
+        raise UserError(f"{error}; remove {folder} to decode the run again") from None
+    changed = result_overrides(record.get("overrides") or [])  # trainer.threads changes nothing
+    same = record.get("checkpoint") == str(checkpoint.resolve()) and not changed
     return folder if same and record.get("split") == split else None
 
 
-def checkpoint_system(path: Path, name: str, split: str, device: str) -> System:
-    """A system from a checkpoint or run directory: its eval result on `split`, reused or
-    made."""
+@dataclass(frozen=True)
+class Decode:
+    """How the checkpoint systems of a comparison are decoded: the split, the device, the
+    changes of each checkpoint's decoding settings (setting -> value, as eval takes them), and
+    (what, path) of the caller's files that a new eval result must not replace."""
+
+    split: str = "test"
+    device: str = "auto"
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    keep: tuple[tuple[str, Path], ...] = ()
+
+
+def checkpoint_system(path: Path, name: str, decode: Decode) -> System:
+    """A system from a checkpoint or run directory: its eval result on `decode.split`, reused
+    or made."""
     from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
+    from attnseq.io.user_paths import check_input_file
 
     checkpoint = path / "checkpoints" / "best.pt" if path.is_dir() else path
-    if not checkpoint.is_file():
-        missing = "a run directory without checkpoints/best.pt" if path.is_dir() else "no such file"
-        raise UserError(f"checkpoint {path}: {missing}")
-    folder = existing_eval(checkpoint, split)
-    if folder is None:
-        folder = evaluate_checkpoint(checkpoint, split, device_name=device).result.folder
-    return eval_folder_system(folder, name)
+    if path.is_dir() and not checkpoint.is_file():
+        raise UserError(f"checkpoint {path}: a run directory without checkpoints/best.pt")
+    check_input_file(checkpoint, "checkpoint")
+    folder = existing_eval(checkpoint, decode.split, decode.changes)
+    if folder is not None:
+        return eval_folder_system(folder, name, reused=True)
+    evaluated = evaluate_checkpoint(
+        checkpoint,
+        decode.split,
+        device_name=decode.device,
+        decoding=decode.changes,
+        keep=decode.keep,
+    )
+    return eval_folder_system(evaluated.result.folder, name, reused=False)
 
 
-def pretrained_system(path: Path, name: str, split: str, device: str) -> System:
+def pretrained_system(path: Path, name: str, decode: Decode) -> System:
     """A system from a Hugging Face model folder or hf:ORG/NAME (models/pretrained.py): its
-    eval result on `split`, made."""
+    eval result on `decode.split`, made."""
     from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 
-    folder = evaluate_checkpoint(path, split, device_name=device).result.folder
-    return eval_folder_system(folder, name)
+    evaluated = evaluate_checkpoint(
+        path,
+        decode.split,
+        device_name=decode.device,
+        decoding=decode.changes,
+        keep=decode.keep,
+    )
+    return eval_folder_system(evaluated.result.folder, name, reused=False)
 
 
-def load_system(path: str | Path, split: str = "test", device: str = "auto") -> System:
+def load_system(path: str | Path, decode: Decode = Decode()) -> System:
     """The system at `path`, named by its path as given: a hypothesis file, an eval result
     folder (its refs.txt the references), a checkpoint or run directory (its
-    checkpoints/best.pt), whose eval result on `split` with the checkpoint's own decoding
-    settings is reused when RUN/eval holds it, else made (`checkpoint_system`), or a Hugging
-    Face model folder or hf:ORG/NAME, whose eval result is made (`pretrained_system`)."""
+    checkpoints/best.pt), whose eval result on `decode.split` with the checkpoint's own
+    decoding settings (and `decode.changes`) is reused when RUN/eval holds it, else made
+    (`checkpoint_system`), or a Hugging Face model folder or hf:ORG/NAME, whose eval result is
+    made (`pretrained_system`)."""
     path = Path(path)
     name = str(path)
     if path.is_dir() and (path / "hyps.txt").is_file() and (path / "metrics.json").is_file():
         return eval_folder_system(path, name)
     if path.is_dir() and (path / "checkpoints").is_dir():
-        return checkpoint_system(path, name, split, device)
-    if is_hub_id(path) or (path.is_dir() and (path / "config.json").is_file()):
-        return pretrained_system(path, name, split, device)
+        return checkpoint_system(path, name, decode)
+    if is_pretrained(path):
+        return pretrained_system(path, name, decode)
     if path.is_dir():
         raise UserError(
             f"{path}: not a system (a hypothesis file, an eval result folder, a run "
-            "directory, a checkpoint or a Hugging Face model folder)"
+            "directory, a checkpoint or a Hugging Face model folder) nor a sweep folder (run "
+            "directories a few levels below it)"
         )
     if path.suffix == ".pt":
-        return checkpoint_system(path, name, split, device)
+        return checkpoint_system(path, name, decode)
     return System(name, read_lines(path, "hypothesis file"), path=path)
+
+
+def is_pretrained(path: Path) -> bool:
+    """Whether `path` names a Hugging Face model: hf:ORG/NAME or a folder with config.json."""
+    return is_hub_id(path) or (path.is_dir() and (path / "config.json").is_file())
+
+
+def decodes(path: Path) -> bool:
+    """Whether the system at `path` is decoded here: a run directory, a checkpoint or a
+    Hugging Face model."""
+    return (
+        (path / "checkpoints").is_dir()
+        or path.suffix == ".pt"
+        and not path.is_dir()
+        or is_pretrained(path)
+    )
+
+
+def system_identity(path: Path) -> tuple[int, int] | Path:
+    """What the system at `path` is as the file system sees it, whatever the spelling (a
+    symbolic link, a hard link, `..`): the device and inode of what it reads (a run
+    directory's checkpoints/best.pt), else the path resolved."""
+    path = Path(path)
+    target = path / "checkpoints" / "best.pt" if (path / "checkpoints").is_dir() else path
+    try:
+        info = os.stat(target)
+        return info.st_dev, info.st_ino
+    except OSError:
+        try:
+            return path.resolve()
+        except (OSError, RuntimeError):  # a symbolic link that loops
+            return path.absolute()
+
+
+@dataclass
+class ComparisonResult:
+    """What every comparison writes: its figure and its JSON (`save`), never over a file it
+    read (`inputs`: (what, path) of each, as the comparison found them)."""
+
+    inputs: list[tuple[str, Path]] = field(
+        default_factory=list, kw_only=True, repr=False, compare=False
+    )
+
+    def figure(self) -> "Figure":
+        raise NotImplementedError
+
+    def render(self, output_format: str = "text") -> str:
+        raise NotImplementedError
+
+    def save_figure(self, path: str | Path, name: str = "path") -> Path:
+        """Write `figure()` to `path` (png/svg/pdf by suffix), atomically; UserError, before
+        drawing, for a folder, a suffix matplotlib cannot write, a folder that cannot be
+        written or one of the comparison's inputs. `name`: what the messages call `path`."""
+        from attnseq.analysis.figures import save_figure
+
+        path = Path(path)
+        check_output_file(path, name, image_suffixes())
+        refuse_output_over_inputs(path, name, self.inputs)
+        return save_figure(self.figure(), path)
+
+    def save(self, folder: str | Path, name: str = "folder") -> tuple[Path, Path]:
+        """Write the figure and the JSON (`render("json")`) into `folder` as compare.png and
+        compare.json, each atomically, after checking both against the inputs."""
+        folder = Path(folder)
+        check_output_folder(folder, name)
+        figure, record = folder / "compare.png", folder / "compare.json"
+        for path in (figure, record):
+            refuse_output_over_inputs(path, name, self.inputs)
+            check_output_file(path, name)
+        self.save_figure(figure, name)
+        atomic_write_text(record, self.render("json"))
+        return figure, record
+
+
+def check_outputs(folder: Path, name: str, inputs: InputPaths) -> None:
+    """UserError, before any work, when `folder` cannot take a comparison's files or one of
+    them would replace one of `inputs`."""
+    check_output_folder(folder, name)
+    for output in ("compare.png", "compare.json"):
+        refuse_output_over_inputs(folder / output, name, inputs)
+        check_output_file(folder / output, name)
 
 
 @dataclass
@@ -203,14 +403,16 @@ class WordTable:
 
 
 @dataclass
-class Comparison:
+class Comparison(ComparisonResult):
     """The result of comparing systems with a baseline (`compare_systems`): per system and
     metric a MetricScore; the length buckets of `bucket_metric` with each system's scores and
     intervals; each system's output/reference length ratio and its sentences per length-ratio
     bucket (`ratio_counts`, buckets `ratio_labels()`); word F-measure by training frequency
     (None when there are no training targets); the attention measures of each system (empty
-    when none was asked for or possible); one line per table left out (`notes`); and how it
-    was computed."""
+    when none was asked for or possible); one line per table left out (`notes`); and what
+    was compared and how: the test set (`test_set`: its sentences, split and references),
+    each system's decoding, the metrics' sacreBLEU signatures and the resampling
+    (`settings`)."""
 
     systems: list[str]
     baseline: str
@@ -229,6 +431,9 @@ class Comparison:
     words: WordTable | None = None
     attention: dict[str, SystemAttention] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    test_set: dict[str, Any] = field(default_factory=dict)
+    decoding: dict[str, SystemDecoding] = field(default_factory=dict)
+    signatures: dict[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         metric = self.metrics[0]
@@ -249,6 +454,10 @@ class Comparison:
             "baseline": self.baseline,
             "task": self.task,
             "sentences": self.sentences,
+            "test_set": self.test_set,
+            "decoding": {name: asdict(value) for name, value in self.decoding.items()},
+            "signatures": self.signatures,
+            "scope": SCOPE,
             "settings": self.settings,
             "systems": {
                 name: {
@@ -326,6 +535,9 @@ class Comparison:
         parts = [
             render_table(head, rows, output_format),
             self.rule_line(),
+            SCOPE,
+            "",
+            *self.work_lines(),
             "",
             f"{self.bucket_metric} by {self.bucket_by} length ({self.bucket_unit}), 95% interval:",
             render_table(bucket_head, bucket_rows, output_format),
@@ -432,6 +644,21 @@ class Comparison:
             rows.append(row)
         return head, rows
 
+    def work_lines(self) -> list[str]:
+        """What was compared and how: the test set, each system's decoding, the signatures of
+        the sacreBLEU metrics."""
+        split = self.test_set.get("split")
+        lines = [
+            f"test set: {f'the {split} split, ' if split else ''}{self.sentences} sentences, "
+            f"references {self.test_set.get('references') or 'given'}",
+            "decoding:",
+            *(f"  {name}: {self.decoding[name].text()}" for name in self.systems),
+        ]
+        if self.signatures:
+            lines.append("signatures (sacreBLEU):")
+            lines += [f"  {SIGNATURE_NAMES[key]}: {text}" for key, text in self.signatures.items()]
+        return lines
+
     def rule_line(self) -> str:
         return (
             f"± : half-width of the 95% bootstrap interval ({self.settings['resamples']} "
@@ -497,12 +724,6 @@ class Comparison:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
 
-    def save_figure(self, path: str | Path) -> Path:
-        """Write `figure()` to `path` (png/svg/pdf by suffix), atomically."""
-        from attnseq.analysis.figures import save_figure
-
-        return save_figure(self.figure(), path)
-
 
 def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
@@ -521,34 +742,34 @@ def compare_systems(
     attention: bool = True,
     device: str = "auto",
     names: Mapping[str, str] | None = None,
+    references_from: str | None = None,
 ) -> Comparison:
     """Compare `systems` with `baseline` (a system's name; default the first): the paired
     tests, drawn as `resampling` says, the length buckets (`edges`: their lower edges) and
-    the length ratios. `references` default: those an eval folder among the systems brings;
-    `task` default: the eval records', else translation. `train_references`: the training
-    targets the word frequencies count (default: those of the first checkpoint system's
-    data); `gold`: a Pharaoh or NAACL file of (source word, reference word) links of the test
-    set, for the AER of the attention; `attention`: measure the checkpoint systems' attention,
-    on `device`; `names`: what notes and messages call these arguments (`ARGUMENT_NAMES`)."""
+    the length ratios. `references` default: those an eval folder among the systems brings
+    (`references_from`: the file given ones come from); `task` default: the eval records',
+    else translation. `train_references`: the training targets the word frequencies count
+    (default: those of the first checkpoint system's data); `gold`: a Pharaoh or NAACL file
+    of (source word, reference word) links of the test set, for the AER of the attention;
+    `attention`: measure the checkpoint systems' attention, on `device`; `names`: what notes
+    and messages call these arguments (`ARGUMENT_NAMES`)."""
     called = ARGUMENT_NAMES | dict(names or {})
     check_extras(train_references, gold, attention, called)
-    if len(systems) < 2:
-        raise UserError(f"comparing needs at least two systems, got {len(systems)}")
-    names = [system.name for system in systems]
-    if len(set(names)) != len(names):
-        raise UserError(f"a system is given twice: {names}")
-    baseline = baseline if baseline is not None else names[0]
-    if baseline not in names:
-        raise UserError(f"baseline {baseline!r} is not among the systems: {', '.join(names)}")
-    references = _references(systems, references)
+    names, baseline = _baseline_among(systems, baseline)
+    notes: list[str] = []
+    test_set = {"sentences": 0, "references": references_from, "split": _split_of(systems)}
+    if references is None:
+        references, test_set["references"] = _references(systems)
     if sources is None:
-        sources = _sources(systems, len(references))
+        sources = _sources(systems, len(references), notes, called)
     _check_lengths(systems, references, sources)
+    test_set["sentences"] = len(references)
     links = _gold_links(gold, sources, references, called)  # read before the work
     task = task or next((s.task for s in systems if s.task), None) or "translation"
     if task not in TASK_TESTED_METRICS:
         raise UserError(f"unknown task {task!r}; valid: {', '.join(TASK_TESTED_METRICS)}")
     metrics = list(TASK_TESTED_METRICS[task])
+    resampling.check_memory(len(references), called)
     order = [baseline, *[name for name in names if name != baseline]]
     outputs = {system.name: system.hypotheses for system in systems}
     outputs = {name: outputs[name] for name in order}
@@ -561,6 +782,7 @@ def compare_systems(
     )
     ratios = {name: length_ratio(outputs[name], references) for name in order}
     settings = {**asdict(resampling), "alpha": ALPHA, "gold": None if gold is None else str(gold)}
+    by_name = {system.name: system for system in systems}
     result = Comparison(
         systems=order,
         baseline=baseline,
@@ -575,6 +797,11 @@ def compare_systems(
         length_ratios=ratios,
         sentences=len(references),
         settings=settings,
+        notes=notes,
+        test_set=test_set,
+        decoding={name: by_name[name].decoding for name in order},
+        signatures=metric_signatures(metrics),
+        inputs=[item for system in systems for item in system.files()],
     )
     result.ratio_counts = {name: ratio_bucket_counts(outputs[name], references) for name in order}
     result.words = _word_table(systems, outputs, references, train_references, result.notes, called)
@@ -584,6 +811,34 @@ def compare_systems(
             systems, order, sources, references, members, links, device, result.notes
         )
     return result
+
+
+def _baseline_among(systems: Sequence[System], baseline: str | None) -> tuple[list[str], str]:
+    """The systems' names and the baseline's (default: the first); UserError below two
+    systems, for a name given twice or a baseline that is none of them."""
+    if len(systems) < 2:
+        raise UserError(f"comparing needs at least two systems, got {len(systems)}")
+    names = [system.name for system in systems]
+    if len(set(names)) != len(names):
+        raise UserError(f"a system is given twice: {names}")
+    baseline = baseline if baseline is not None else names[0]
+    if baseline not in names:
+        raise UserError(f"baseline {baseline!r} is not among the systems: {', '.join(names)}")
+    return names, baseline
+
+
+def metric_signatures(metrics: Sequence[str]) -> dict[str, str]:
+    """sacreBLEU's signature of each of `metrics` that sacreBLEU computes."""
+    return {
+        metric: sacrebleu_signature(metric) for metric in metrics if metric in SACREBLEU_METRICS
+    }
+
+
+def _split_of(systems: Sequence[System]) -> str | None:
+    """The split every system evaluated on a split was scored on; None when none was, or
+    they differ."""
+    splits = {system.split for system in systems if system.split is not None}
+    return splits.pop() if len(splits) == 1 else None
 
 
 def check_extras(
@@ -615,21 +870,25 @@ def _word_table(
 ) -> WordTable | None:
     """Word F-measure by frequency in the given training targets, else in those of the first
     checkpoint system whose training split this machine reads; None, with a note, without."""
+    reasons = []
     if train_references is not None:
         targets, origin = list(train_references), "the given training targets"
     else:
         targets, origin = None, ""
         for system in systems:
-            pairs = split_pairs(system.checkpoint, "train") if system.checkpoint else None
+            if system.checkpoint is None:
+                continue
+            pairs, reason = read_split(system.checkpoint, "train")
             if pairs:
                 targets, origin = [target for _, target in pairs], "the training targets of "
                 origin += system.name
                 break
+            reasons.append(reason)
     if targets is None:
         notes.append(
             "word F-measure by training frequency: left out, no training targets (give "
             f"{names['train_references']}, or compare a checkpoint whose training data this "
-            "machine can read)"
+            "machine can read)" + "".join(f"; {reason}" for reason in reasons if reason)
         )
         return None
     buckets, scores = word_accuracy_by_frequency(outputs, references, word_frequencies(targets))
@@ -695,23 +954,33 @@ def _attention(
     return measures
 
 
-def _sources(systems: Sequence[System], count: int) -> list[str] | None:
+def _sources(
+    systems: Sequence[System], count: int, notes: list[str], names: Mapping[str, str]
+) -> list[str] | None:
     """The source texts of the first system evaluated on a dataset split that this machine
-    can read (one per reference); None when there is none."""
+    can read (one per reference); None when there is none, with a note saying why when a
+    checkpoint's data was there to read."""
+    reasons = []
     for system in systems:
         if system.checkpoint is not None and system.split is not None:
-            sources = split_sources(system.checkpoint, system.split)
-            if sources is not None and len(sources) == count:
-                return sources
+            pairs, reason = read_split(system.checkpoint, system.split)
+            if pairs is not None and len(pairs) == count:
+                return [source for source, _ in pairs]
+            reasons.append(reason or f"{system.checkpoint}: {len(pairs or [])} sources")
+    if reasons:
+        why = "; ".join(reasons)
+        notes.append(
+            f"length buckets: by reference length, the sources were not read ({why}); give "
+            f"{names['sources']}"
+        )
     return None
 
 
-def _references(systems: Sequence[System], given: Sequence[str] | None) -> list[str]:
-    if given is not None:
-        return list(given)
+def _references(systems: Sequence[System]) -> tuple[list[str], str]:
+    """The references of the first system that brings them (an eval result), and their file."""
     for system in systems:
-        if system.references is not None:
-            return system.references
+        if system.references is not None and system.path is not None:
+            return system.references, str(system.path / "refs.txt")
     raise UserError(
         "no references: give a reference file, or compare an eval result folder or a checkpoint"
     )

@@ -9,7 +9,7 @@ import statistics
 import textwrap
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,16 +18,24 @@ import numpy as np
 from attnseq.analysis.comparison import (
     ARGUMENT_NAMES,
     FORMATS,
+    SIGNATURE_NAMES,
     Comparison,
+    ComparisonResult,
+    Decode,
+    SystemDecoding,
     check_extras,
     compare_systems,
+    decodes,
     load_system,
+    metric_signatures,
     read_lines,
     split_sources,
+    system_identity,
 )
 from attnseq.analysis.seed_groups import (
     Group,
     SeedRun,
+    is_sweep_folder,
     plan_groups,
     ready_groups,
     seed_text,
@@ -38,6 +46,7 @@ from attnseq.errors import UserError
 from attnseq.evaluation.buckets import (
     Bucket,
     BucketScore,
+    check_edges,
     default_edges,
     length_buckets,
     length_ratio,
@@ -215,10 +224,12 @@ NOT_POOLED = (
 
 
 @dataclass
-class SeedComparison:
+class SeedComparison(ComparisonResult):
     """Groups of seeds compared with a baseline group (`compare_groups`): each run's scores
     (`runs`), each other group's seed pairs with their tests (`pairs`) and its verdict per
-    metric (`verdicts`), the length buckets of `bucket_metric`, and how it was computed."""
+    metric (`verdicts`), the length buckets of `bucket_metric`, how it was computed
+    (`settings`, each run's decoding, the sacreBLEU signatures) and the runs left out
+    (`notes`)."""
 
     groups: list[str]
     baseline: str
@@ -232,6 +243,9 @@ class SeedComparison:
     bucket_unit: str
     buckets: list[Bucket]
     settings: dict[str, Any] = field(default_factory=dict)
+    decoding: dict[str, SystemDecoding] = field(default_factory=dict)
+    signatures: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def values(self, group: str, metric: str) -> list[float]:
         """The group's scores of `metric`, one per run ("length_ratio" too)."""
@@ -302,7 +316,10 @@ class SeedComparison:
             "rule": self.rule_lines(),
             "groups": groups,
             "buckets": self._bucket_dict(),
+            "decoding": {run: asdict(value) for run, value in self.decoding.items()},
+            "signatures": self.signatures,
             "not_pooled": NOT_POOLED,
+            "notes": self.notes,
         }
 
     def _pair_dict(self, pair: SeedPair) -> dict[str, Any]:
@@ -393,9 +410,25 @@ class SeedComparison:
             f"{self.bucket_metric} by {measured}, mean over seeds [lowest, highest seed]:",
             render_table(*self.bucket_rows(), output_format),
             "",
+            *self.work_lines(),
+            "",
             textwrap.fill(NOT_POOLED, width=100),
+            *([""] + self.notes if self.notes else []),
         ]
         return "\n".join(parts) + "\n"
+
+    def work_lines(self) -> list[str]:
+        """How the runs were decoded (one line when alike) and the sacreBLEU signatures."""
+        names = {value.name or value.text() for value in self.decoding.values()}
+        if len(names) == 1:
+            lines = [f"decoding: {names.pop()} (every run; its eval result under RUN/eval)"]
+        else:
+            lines = ["decoding:"]
+            lines += [f"  {run}: {value.text()}" for run, value in self.decoding.items()]
+        if self.signatures:
+            lines.append("signatures (sacreBLEU):")
+            lines += [f"  {SIGNATURE_NAMES[key]}: {text}" for key, text in self.signatures.items()]
+        return lines
 
     def metric_rows(self) -> tuple[list[str], list[list[str]]]:
         """Header and rows, one per metric and group: the seeds, mean ± sd over them, and
@@ -504,12 +537,6 @@ class SeedComparison:
         ax.grid(alpha=0.3)
         return figure
 
-    def save_figure(self, path: str | Path) -> Path:
-        """Write `figure()` to `path` (png/svg/pdf by suffix), atomically."""
-        from attnseq.analysis.figures import save_figure
-
-        return save_figure(self.figure(), path)
-
 
 def _verdict_cells(verdict: Verdict | None) -> list[str]:
     """k̂/k, the two ε_min and the call; dashes for the baseline and the length ratio."""
@@ -543,13 +570,15 @@ def compare_groups(
     resampling: Resampling = DEFAULT_RESAMPLING,
     edges: Sequence[int] | None = None,
     metrics: Sequence[str] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> SeedComparison:
     """Compare groups as `ready_groups` leaves them with the group named `baseline`: each
     run's scores, the seed pairs' tests and each group's verdicts, drawn as `resampling` says,
     and the length buckets (`edges`: their lower edges). `references`: one reference file for
     every run (default: each run's eval result's); `sources`: for the length buckets (default:
     each test set's split, read from its checkpoint's data where this machine can); `metrics`:
-    some of the task's (default: all; the first is the buckets')."""
+    some of the task's (default: all; the first is the buckets'); `names`: what messages call
+    the resampling's counts (comparison.ARGUMENT_NAMES)."""
     order = [baseline, *[group.name for group in groups if group.name != baseline]]
     runs = {group.name: group.runs for group in groups}
     runs = {name: runs[name] for name in order}
@@ -558,6 +587,7 @@ def compare_groups(
     task = task or next((run.system.task for run in every if run.system.task), None)
     task = task or "translation"
     metrics = _chosen_metrics(task, metrics)
+    resampling.check_memory(max(len(refs[run.system.name]) for run in every), names)
     # Each run alone: its scores with intervals (its tests against the baseline come after).
     alone = replace(resampling, trials=1)
     scores = {}
@@ -591,6 +621,8 @@ def compare_groups(
         bucket_unit=unit,
         buckets=buckets,
         settings=settings,
+        decoding={run.system.name: run.system.decoding for run in every},
+        signatures=metric_signatures(metrics),
     )
 
 
@@ -787,11 +819,14 @@ def _test_sources(
 
 
 # ------------------------------------------------------------------ what `attnseq compare` compares
+TextInput = Path | Sequence[str] | None  # a file of lines, the lines themselves, or none
+
+
 def compare_paths(
     paths: Sequence[str | Path],
     baseline: str | Path | None = None,
-    references: Sequence[str] | None = None,
-    sources: Sequence[str] | None = None,
+    references: TextInput = None,
+    sources: TextInput = None,
     task: str | None = None,
     split: str = "test",
     device: str = "auto",
@@ -799,54 +834,152 @@ def compare_paths(
     resamples: int = DEFAULT_RESAMPLES,
     trials: int = DEFAULT_TRIALS,
     edges: Sequence[int] | None = None,
-    train_references: Sequence[str] | None = None,
+    train_references: TextInput = None,
     gold: Path | None = None,
     attention: bool = True,
     names: Mapping[str, str] | None = None,
+    decoding: Mapping[str, Any] | None = None,
 ) -> "Comparison | SeedComparison":
-    """`attnseq compare` and `attnseq.compare` of `paths`, each run decoded on `split` or its
-    eval result reused: when one of them is a sweep folder, their seed groups (`plan_groups`)
+    """`attnseq compare` and `attnseq.compare` of `paths`, each run decoded on `split` (with
+    `decoding`'s changes of its settings: setting -> value, as eval takes them) or its eval
+    result reused: when one of them is a sweep folder, their seed groups (`plan_groups`)
     against `baseline` (a group's name or a path; default the first group) by
     `compare_groups`; else each path one system (comparison.load_system) against `baseline` (a
-    path, put first when it is not among them; default the first) by
-    comparison.compare_systems. Gold links and training references score single systems only.
-    Every mistake that can be known is refused before any decoding; `names`: what messages
-    call the arguments (comparison.ARGUMENT_NAMES, whose keys a command maps to its
-    options)."""
+    path, put first when it is not among them by identity; default the first) by
+    comparison.compare_systems. `references`, `sources` and `train_references`: a file (read
+    with the data readers' line rule) or the lines. Gold links and training references score
+    single systems only. Every mistake that can be known is refused before any decoding;
+    `names`: what messages call the arguments (comparison.ARGUMENT_NAMES, whose keys a
+    command maps to its options)."""
     called = ARGUMENT_NAMES | dict(names or {})
-    resampling = Resampling(seed, resamples, trials)
+    resampling = Resampling.checked(seed, resamples, trials, called)
+    check_edges(edges, called["buckets"])
+    changes = _decoding_changes(decoding, called)
     given = [Path(path) for path in paths]
+    texts = {
+        key: _text_input(value, called[key])
+        for key, value in (
+            ("references", references),
+            ("sources", sources),
+            ("train_references", train_references),
+        )
+    }
+    keep = [(called[key], path) for key, (_, path) in texts.items() if path is not None]
+    keep += [] if gold is None else [(called["gold"], gold)]
+    refs, srcs, train = (lines for lines, _ in texts.values())
+    if changes and not any(decodes(path) or is_sweep_folder(path) for path in given):
+        option = called["beam" if "beam" in changes else "length_penalty"]
+        raise UserError(
+            f"{option} decodes run directories and checkpoints, and none is compared "
+            "(hypothesis files and eval results are decoded already)"
+        )
     if sweep_requested(given):
-        if gold is not None or train_references is not None:
+        if gold is not None or train is not None:
             raise UserError(
                 f"{called['gold']} and {called['train_references']} score single systems, not "
                 "the seed groups of a sweep folder"
             )
-        groups = plan_groups(given)
-        chosen = ready_groups(groups, baseline, called["baseline"], split, device)
-        return compare_groups(groups, chosen, references, sources, task, resampling, edges)
+        decode = Decode(split, device, changes, tuple(keep))
+        return _compare_sweep(given, baseline, decode, refs, srcs, task, resampling, edges, called)
     if len(given) < 2 and not (baseline is not None and given):
         raise UserError(
             f"comparing needs at least two systems (and {called['baseline']} names one), got "
             f"{len(given)}"
         )
     if gold is not None:
-        read_lines(gold, called["gold"])  # exists, is UTF-8: before any decoding
-    check_extras(train_references, gold, attention, called)
-    if baseline is not None and Path(baseline) not in given:
-        given.insert(0, Path(baseline))
-    loaded = [load_system(path, split, device) for path in given]
-    return compare_systems(
+        read_lines(gold, f"{called['gold']} file")  # a UTF-8 text file: before any decoding
+    check_extras(train, gold, attention, called)
+    given, baseline = _systems_and_baseline(given, baseline, called)
+    decode = Decode(split, device, changes, tuple(keep + [(called["systems"], p) for p in given]))
+    loaded = [load_system(path, decode) for path in given]
+    refs_file = texts["references"][1]
+    result = compare_systems(
         loaded,
-        baseline=None if baseline is None else str(Path(baseline)),
-        references=references,
-        sources=sources,
+        baseline=None if baseline is None else str(baseline),
+        references=refs,
+        sources=srcs,
         task=task,
         resampling=resampling,
         edges=edges,
-        train_references=train_references,
+        train_references=train,
         gold=gold,
         attention=attention,
         device=device,
         names=called,
+        references_from=None if refs_file is None else str(refs_file),
     )
+    result.inputs += keep
+    return result
+
+
+def _compare_sweep(
+    given: Sequence[Path],
+    baseline: str | Path | None,
+    decode: Decode,
+    references: Sequence[str] | None,
+    sources: Sequence[str] | None,
+    task: str | None,
+    resampling: Resampling,
+    edges: Sequence[int] | None,
+    names: Mapping[str, str],
+) -> SeedComparison:
+    """The seed groups of `given` (a sweep folder among them) compared, their unfinished runs
+    said in the notes."""
+    notes: list[str] = []
+    groups = plan_groups(given, notes)
+    chosen = ready_groups(groups, baseline, names["baseline"], decode)
+    result = compare_groups(
+        groups, chosen, references, sources, task, resampling, edges, names=names
+    )
+    result.notes += notes
+    result.inputs = list(decode.keep) + [
+        item for group in groups for run in group.runs for item in run.system.files()
+    ]
+    return result
+
+
+def _systems_and_baseline(
+    given: Sequence[Path], baseline: str | Path | None, names: Mapping[str, str]
+) -> tuple[list[Path], Path | None]:
+    """The systems, none two by one identity (`system_identity`: a symbolic or hard link,
+    another spelling is the same system), and the baseline: the system it names by identity,
+    else put first."""
+    seen: dict[object, Path] = {}
+    for path in given:
+        key = system_identity(path)
+        if key in seen:
+            raise UserError(f"{path} is {seen[key]}: a system is given twice")
+        seen[key] = path
+    systems = list(given)
+    if baseline is None:
+        return systems, None
+    found = seen.get(system_identity(Path(baseline)))
+    if found is None:
+        systems.insert(0, Path(baseline))
+    return systems, found or Path(baseline)
+
+
+def _text_input(value: TextInput, name: str) -> tuple[list[str] | None, Path | None]:
+    """(lines, the file they were read from) of a text argument: a file or the lines."""
+    if value is None:
+        return None, None
+    if isinstance(value, Path):
+        return read_lines(value, f"{name} file"), value
+    return list(value), None
+
+
+def _decoding_changes(decoding: Mapping[str, Any] | None, names: Mapping[str, str]) -> dict:
+    """The decoding settings to change (beam, length_penalty), each checked against its
+    setting's bounds (config.checks.value_problem), the messages naming it as `names` says."""
+    from attnseq.config.checks import value_problem
+    from attnseq.config.schema import DecodingConfig
+
+    specs = {spec.name: spec for spec in fields(DecodingConfig)}
+    changes = {key: value for key, value in (decoding or {}).items() if value is not None}
+    for key, value in changes.items():
+        if key not in ("beam", "length_penalty"):
+            raise TypeError(f"no decoding setting {key!r} to compare with: beam, length_penalty")
+        problem = value_problem(value, specs[key].metadata)
+        if problem:
+            raise UserError(f"{names[key]} {problem}, got {value}")
+    return changes

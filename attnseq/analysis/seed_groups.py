@@ -13,7 +13,7 @@ import yaml
 from attnseq.errors import UserError
 
 if TYPE_CHECKING:
-    from attnseq.analysis.comparison import System
+    from attnseq.analysis.comparison import Decode, System
 
 # Configuration keys that do not change what a run trains: the seed (what the repeats vary),
 # where the data and the run's files are, how it logs, saves and uses the machine.
@@ -71,13 +71,20 @@ def differing_keys(rows: Sequence[Mapping[str, str]]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the groups
+MAX_SWEEP_DEPTH = 4  # levels below a sweep folder searched for runs (Hydra's jobs are at 1)
+MAX_SWEEP_FOLDERS = 10_000  # folders a search visits before it calls the folder no sweep
+
+
 @dataclass
 class Member:
-    """A system of a group: a run directory (or any path `load_system` reads) and its seed
-    (None when it has none: a hypothesis file, an eval result folder)."""
+    """A system of a group: a run directory (or any path `load_system` reads), its seed (None
+    when it has none: a hypothesis file, an eval result folder), and what it trained (its
+    config without the ignored keys but with the seed, as JSON text) when it is a run or a
+    checkpoint: two members that trained the same are one run, wherever they are."""
 
     path: Path
     seed: int | None
+    trained: str | None = None
 
 
 @dataclass
@@ -101,27 +108,80 @@ def is_run_directory(path: Path) -> bool:
     return (path / "checkpoints" / "best.pt").is_file()
 
 
-def sweep_runs(folder: Path) -> list[Path]:
-    """The run directories below `folder` (not `folder` itself), at any depth, in natural
-    order of their paths; a run's own folders and hidden folders are not searched, a linked
-    folder counts when it is a run."""
-    found, stack = [], [folder]
+def is_run_folder(path: Path) -> bool:
+    """A run's folder, done or not: it has checkpoints/ (training made it) or .hydra/ (a job
+    of a Hydra sweep, which sweep-report lists)."""
+    return (path / "checkpoints").is_dir() or (path / ".hydra").is_dir()
+
+
+def is_finished(path: Path) -> bool:
+    """Training writes a run's metrics.json last: with it, the run is done."""
+    return (path / "metrics.json").is_file()
+
+
+@dataclass
+class SweepRuns:
+    """The run folders below a sweep folder: the finished ones, each with its
+    checkpoints/best.pt, and those still running or stopped (no metrics.json)."""
+
+    finished: list[Path]
+    unfinished: list[Path]
+
+
+def sweep_runs(folder: Path) -> SweepRuns:
+    """The run folders (`is_run_folder`) below `folder` (not `folder` itself), at most
+    MAX_SWEEP_DEPTH levels down, in natural order of their paths; a run's own folders and
+    hidden folders are not searched, a linked folder counts when it is a run. UserError for a
+    finished run without checkpoints/best.pt (what sweep-report refuses too) and for a folder
+    with more than MAX_SWEEP_FOLDERS folders within those levels (no sweep: /tmp)."""
+    found: list[Path] = []
+    stack, visited = [(folder, 0)], 0
     while stack:
+        parent, depth = stack.pop()
         try:
-            children = [path for path in stack.pop().iterdir() if path.is_dir()]
+            children = [path for path in parent.iterdir() if path.is_dir()]
         except OSError:
             continue
+        visited += len(children)
+        if visited > MAX_SWEEP_FOLDERS:
+            raise UserError(
+                f"{folder}: more than {MAX_SWEEP_FOLDERS} folders within {MAX_SWEEP_DEPTH} "
+                "levels below it, so no sweep folder (a sweep folder holds run directories, "
+                "as multirun/DATE/TIME does)"
+            )
         for child in children:
-            if is_run_directory(child):
+            if is_run_folder(child):
                 found.append(child)
-            elif not child.name.startswith(".") and not child.is_symlink():
-                stack.append(child)
-    return sorted(found, key=lambda path: natural_order(path.relative_to(folder).as_posix()))
+            elif (
+                not child.name.startswith(".")
+                and not child.is_symlink()
+                and depth + 1 < MAX_SWEEP_DEPTH
+            ):
+                stack.append((child, depth + 1))
+    found.sort(key=lambda path: natural_order(path.relative_to(folder).as_posix()))
+    for run in found:
+        check_finished_run(run)
+    finished = [run for run in found if is_finished(run)]
+    return SweepRuns(finished, [run for run in found if not is_finished(run)])
+
+
+def check_finished_run(run: Path) -> None:
+    """UserError for a finished run folder (metrics.json) without checkpoints/best.pt: compare
+    and sweep-report would have nothing to decode."""
+    if is_run_folder(run) and is_finished(run) and not is_run_directory(run):
+        raise UserError(
+            f"{run}: a finished run without checkpoints/best.pt (its metrics.json is there, "
+            "its best checkpoint is not): put the checkpoint back or move the run out of the "
+            "sweep folder"
+        )
 
 
 def is_sweep_folder(path: Path) -> bool:
     """A folder that is neither a run directory nor an eval result folder, with runs below."""
-    return path.is_dir() and not _is_system_folder(path) and bool(sweep_runs(path))
+    if not path.is_dir() or _is_system_folder(path):
+        return False
+    runs = sweep_runs(path)
+    return bool(runs.finished or runs.unfinished)
 
 
 def ignored(key: str) -> bool:
@@ -202,9 +262,17 @@ def group_runs(runs: Sequence[Path], folders: Sequence[Path]) -> list[Group]:
         shared = [_shared_overrides([run for run, _ in members]) for members in found.values()]
         names = group_names([dict(key) for key in found], shared)
     return [
-        Group(name, [Member(run, _seed(config.get("seed"))) for run, config in members])
+        Group(name, [_member(run, config) for run, config in members])
         for name, members in zip(names, found.values(), strict=True)
     ]
+
+
+def _member(path: Path, config: Mapping[str, Any]) -> Member:
+    """A run or checkpoint with its seed and what it trained (`Member.trained`)."""
+    flat = flat_config(config)
+    trained = json.dumps(sorted((key, value) for key, value in flat.items() if not ignored(key)))
+    seed = _seed(config.get("seed"))
+    return Member(path, seed, f"{trained} seed={json.dumps(config.get('seed'))}")
 
 
 def _shared_overrides(runs: Sequence[Path]) -> dict[str, str] | None:
@@ -220,45 +288,71 @@ def _seed(value: Any) -> int | None:
 
 
 def single_member(path: Path) -> Member:
-    """A path given on its own: its seed from its checkpoint's config when it is a run
-    directory or a checkpoint file, else none."""
+    """A path given on its own: its seed and what it trained from its checkpoint's config
+    when it is a run directory or a checkpoint file, else none. UserError for a finished run
+    without checkpoints/best.pt."""
+    check_finished_run(path)
     if is_run_directory(path):
-        return Member(path, _seed(run_config(path).get("seed")))
+        return _member(path, run_config(path))
     if path.suffix == ".pt" and path.is_file():
         from attnseq.io.checkpoint import load_checkpoint
 
         config = load_checkpoint(path).get("config")
-        return Member(path, _seed(config.get("seed")) if isinstance(config, dict) else None)
+        return _member(path, config) if isinstance(config, dict) else Member(path, None)
     return Member(path, None)
 
 
-def plan_groups(paths: Sequence[Path]) -> list[Group]:
-    """The groups of `paths`, in the order given: the runs of the sweep folders, pooled and
-    grouped by configuration (`group_runs`), where the first folder stands; each other path a
-    group of one run, named by the path as given. Nothing is decoded yet; UserError for a run
-    given twice or two groups of one name."""
+def plan_groups(paths: Sequence[Path], notes: list[str] | None = None) -> list[Group]:
+    """The groups of `paths`, in the order given: the finished runs of the sweep folders,
+    pooled and grouped by configuration (`group_runs`), where the first folder stands; each
+    other path a group of one run, named by the path as given. The unfinished runs are left
+    out, one line in `notes` naming them. Nothing is decoded yet; UserError for a run given
+    twice (`check_distinct`) or two groups of one name."""
     entries: list[Group | None] = []
     folders: list[Path] = []
     runs: list[Path] = []
+    unfinished: list[Path] = []
     for path in map(Path, paths):
         if is_sweep_folder(path):
             entries += [] if folders else [None]
             folders.append(path)
-            runs += sweep_runs(path)
+            found = sweep_runs(path)
+            runs += found.finished
+            unfinished += found.unfinished
         else:
             entries.append(Group(str(path), [single_member(path)]))
+    if unfinished and notes is not None:
+        notes.append(f"left out, unfinished (no metrics.json): {', '.join(map(str, unfinished))}")
     swept = group_runs(runs, folders) if runs else []
     groups = [group for entry in entries for group in (swept if entry is None else [entry])]
-    seen: dict[Path, Path] = {}
-    for member in (member for group in groups for member in group.members):
-        where = member.path.resolve()
-        if where in seen:
-            raise UserError(f"{member.path} is given twice (as {seen[where]} too)")
-        seen[where] = member.path
+    check_distinct(groups)
     names = [group.name for group in groups]
     if len(set(names)) != len(names):
         raise UserError(f"two groups have one name: {', '.join(names)}")
     return groups
+
+
+def check_distinct(groups: Sequence[Group]) -> None:
+    """UserError when two members are one run: one file by two paths (device and inode), or
+    two runs that trained the same configuration with the same seed (a copy), which would
+    count one seed twice."""
+    from attnseq.analysis.comparison import system_identity
+
+    seen: dict[object, Path] = {}
+    trained: dict[str, Member] = {}
+    for member in (member for group in groups for member in group.members):
+        where = system_identity(member.path)
+        if where in seen:
+            raise UserError(f"{member.path} is given twice (as {seen[where]} too)")
+        seen[where] = member.path
+        if member.trained is not None and member.trained in trained:
+            first = trained[member.trained]
+            raise UserError(
+                f"{member.path} and {first.path} are one run (one configuration, seed "
+                f"{seed_text(member.seed)}): a seed counts once; move one of them out"
+            )
+        if member.trained is not None:
+            trained[member.trained] = member
 
 
 def choose_baseline(groups: list[Group], baseline: str | None, option: str = "baseline") -> str:
@@ -283,26 +377,29 @@ def choose_baseline(groups: list[Group], baseline: str | None, option: str = "ba
     raise UserError(f"{option} {baseline!r} matches no group. The groups: {'; '.join(names)}")
 
 
-def load_groups(groups: Sequence[Group], split: str = "test", device: str = "auto") -> None:
-    """Each member's outputs (`comparison.load_system`: eval results reused, else decoded)."""
-    from attnseq.analysis.comparison import load_system
+def load_groups(groups: Sequence[Group], decode: "Decode") -> None:
+    """Each member's outputs (`comparison.load_system`: eval results reused, else decoded as
+    `decode` says)."""
+    from attnseq.analysis import comparison
 
     for group in groups:
         group.runs = [
-            SeedRun(member.seed, load_system(member.path, split, device))
+            SeedRun(member.seed, comparison.load_system(member.path, decode))
             for member in group.members
         ]
 
 
 def ready_groups(
-    groups: list[Group], baseline: str | Path | None, option: str, split: str, device: str
+    groups: list[Group], baseline: str | Path | None, option: str, decode: "Decode"
 ) -> str:
     """The baseline group's name (`choose_baseline`; `option`: what its message calls
-    `baseline`) once the groups are counted (`check_group_count`) and their runs loaded on
-    `split` (`load_groups`): every mistake that can be known is refused before any decoding."""
+    `baseline`) once the groups are counted (`check_group_count`) and their runs loaded as
+    `decode` says (`load_groups`): every mistake that can be known is refused before any
+    decoding."""
     chosen = choose_baseline(groups, None if baseline is None else str(baseline), option)
     check_group_count(groups)
-    load_groups(groups, split, device)
+    check_distinct(groups)
+    load_groups(groups, decode)
     return chosen
 
 

@@ -6,12 +6,16 @@ import functools
 import io
 import json
 import math
+import os
+import re
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from rich.cells import cell_len
 
 from attnseq.analysis.seed_groups import differing_keys, natural_order, parse_override, read_yaml
 from attnseq.analysis.tables import render_table
@@ -102,13 +106,16 @@ def find_jobs(root: Path) -> list[Job]:
 
 def sweep_files(root: Path) -> list[Path]:
     """The files a report of the sweep under `root` reads: its multirun.yaml and
-    optimization_results.yaml, and each job's .hydra/ files and metrics.json (those that
+    optimization_results.yaml, each job's .hydra/ files and metrics.json, and what the
+    significance decodes or reuses, each job's checkpoints and eval results (those that
     exist)."""
     files = [root / "multirun.yaml", root / "optimization_results.yaml"]
     for job in find_jobs(root):
         hydra = job.folder / ".hydra"
         files += sorted(hydra.iterdir()) if hydra.is_dir() else []
         files.append(job.folder / "metrics.json")
+        files += sorted((job.folder / "checkpoints").glob("*.pt"))
+        files += sorted((job.folder / "eval").glob("*/*/*"))
     return [path for path in files if path.is_file()]
 
 
@@ -354,6 +361,13 @@ def metric_columns(
     return [report.metric, *(key for key in chosen if key != report.metric)]
 
 
+def csv_columns(report: SweepReport, columns: Sequence[str]) -> list[str]:
+    """The metric columns of the CSV file: the table's `columns`, then the default table's
+    (`metric_columns`) that they leave out, so that choosing the table's columns never takes
+    one out of the file."""
+    return [*columns, *(key for key in metric_columns(report) if key not in columns)]
+
+
 def number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
@@ -496,17 +510,20 @@ def add_significance(
     seed: int = DEFAULT_SEED,
     resamples: int = DEFAULT_RESAMPLES,
     trials: int = DEFAULT_TRIALS,
-    option: str = "baseline",
+    names: Mapping[str, str] | None = None,
 ) -> None:
     """Compare the finished runs of every row with the baseline row's over their seeds on the
     test split, each decoded or its eval result reused, as `attnseq compare` compares a sweep
     folder's groups (seed_comparison.compare_groups), and keep it in `report.significance`.
     `baseline`: a row's name (`row_label`) or a run's path; default the first row in job
-    order. `option`: what messages call `baseline`."""
+    order. `names`: what messages call `baseline` and the resampling's counts (a command
+    passes its options)."""
+    from attnseq.analysis.comparison import Decode
     from attnseq.analysis.seed_comparison import compare_groups
     from attnseq.analysis.seed_groups import Group, ready_groups, single_member
 
-    resampling = Resampling(seed, resamples, trials)
+    called = {"baseline": "baseline", **(names or {})}
+    resampling = Resampling.checked(seed, resamples, trials, called)
     finished = (row for row in report_rows(report) if row.finished)
     rows = sorted(finished, key=lambda row: job_order(row.finished[0]))
     labels = {row.name: row_label(row) for row in rows}
@@ -515,13 +532,15 @@ def add_significance(
     groups = [
         Group(labels[row.name], [single_member(job.folder) for job in row.finished]) for row in rows
     ]
-    chosen = ready_groups(groups, baseline, option, "test", device)
+    chosen = ready_groups(groups, baseline, called["baseline"], Decode("test", device))
     runs = (run for group in groups for run in group.runs)
     task = next((run.system.task for run in runs if run.system.task), None) or "translation"
     valid = TASK_TESTED_METRICS.get(task, TASK_TESTED_METRICS["translation"])
     short = report.metric.removeprefix("test/")
     metric = short if short in valid else valid[0]
-    comparison = compare_groups(groups, chosen, task=task, resampling=resampling, metrics=[metric])
+    comparison = compare_groups(
+        groups, chosen, task=task, resampling=resampling, metrics=[metric], names=called
+    )
     report.significance = Significance(comparison, metric, labels)
 
 
@@ -530,31 +549,25 @@ def print_report(
     report: SweepReport, console: Any = None, metrics: Sequence[str] | None = None
 ) -> None:
     """The table, best row first, then unfinished jobs and the Optuna result, with rich.
-    `metrics`: the metric columns (default: every test/* key; `metric_columns`)."""
+    `metrics`: the metric columns (default: every test/* key; `metric_columns`). No cell
+    wraps: the table takes the width it needs on a pipe or a file, and on a terminal (or
+    within $COLUMNS) comes in parts that each repeat the rows' names (`table_parts`)."""
     from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
 
-    # a pipe or a file gets room for wide tables; a terminal keeps its own width
-    console = console or Console(width=None if sys.stdout.isatty() else 160)
-    arrow = "higher is better" if report.higher_is_better else "lower is better"
+    width = _width()
+    header, cells, right = text_table(report, report_rows(report), metric_columns(report, metrics))
+    widths = column_widths(header, cells, width)
+    parts = table_parts(widths, header, width)
+    widest = max(table_width([widths[i] for i in part]) for part in parts)
+    console = console or Console(width=max(width or widest, widest))
     # plain text: parameter values such as [0.9,0.98] are data, not rich markup
     say = functools.partial(console.print, markup=False, highlight=False, soft_wrap=True)
     say(f"sweep {report.root}: {len(report.finished)} of {len(report.jobs)} jobs finished")
-    table = Table(caption=Text(f"sorted by {report.metric} ({arrow})"))
-    header, cells, right = text_table(report, report_rows(report), metric_columns(report, metrics))
-    for name, numeric in zip(header, right, strict=True):
-        table.add_column(
-            Text(name),
-            justify="right" if numeric else "left",
-            overflow="fold",
-            style="bold" if name == report.metric else None,
-        )
-    for line in cells:
-        failed = line[0] == ""  # no rank: no finished job in the row
-        status = Text(line[-1], style="red" if failed else None)
-        table.add_row(*(Text(cell) for cell in line[:-1]), status)
-    console.print(table)
+    arrow = "higher is better" if report.higher_is_better else "lower is better"
+    for number, part in enumerate(parts):
+        last = number == len(parts) - 1
+        caption = f"sorted by {report.metric} ({arrow})" if last else None
+        console.print(_rich_table(header, cells, right, widths, part, report.metric, caption))
     for line in significance_lines(report):
         say(line)
     if report.unfinished:
@@ -570,6 +583,116 @@ def print_report(
         for solution in best.get("solutions") or []:  # multi-objective: the Pareto front
             params = ", ".join(f"{key}={value}" for key, value in solution["params"].items())
             say(f"optuna pareto solution: {params}  values={solution.get('values')}")
+
+
+def _width() -> int | None:
+    """The width the table must keep: $COLUMNS when set, else a terminal's; None on a pipe
+    or a file, which take any width."""
+    import shutil
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+# The columns every part of a table split for the width repeats: the rows' names
+KEY_COLUMNS = {"rank", "job", "jobs", "seeds", "n"}
+
+
+def header_lines(name: str, room: int) -> list[str]:
+    """A column's name in lines of at most `room` characters, broken after a "/" or "."
+    (test/attention/entropy: test/ attention/ entropy), never inside a word."""
+    pieces = [piece for piece in re.split(r"(?<=[/.])", name) if piece]
+    lines = [""]
+    for piece in pieces:
+        if lines[-1] and cell_len(lines[-1] + piece) > room:
+            lines.append("")
+        lines[-1] += piece
+    return lines
+
+
+def column_widths(
+    header: Sequence[str], cells: Sequence[Sequence[str]], width: int | None
+) -> list[int]:
+    """Each column's width: its widest cell or its whole name; where that is wider than
+    `width` allows, the names that save most are broken (`header_lines`) until the table
+    fits, and when it still does not, every name is (the table then comes in parts)."""
+    widest = [max((cell_len(row[i]) for row in cells), default=0) for i in range(len(header))]
+    whole = [max(w, cell_len(name)) for w, name in zip(widest, header, strict=True)]
+    broken = [
+        max(w, *(cell_len(line) for line in header_lines(name, 1)))
+        for w, name in zip(widest, header, strict=True)
+    ]
+    widths = list(whole)
+    savings = sorted(range(len(header)), key=lambda i: whole[i] - broken[i], reverse=True)
+    for index in savings:
+        if width is None or table_width(widths) <= width:
+            break
+        widths[index] = broken[index]
+    return widths
+
+
+def table_width(widths: Sequence[int]) -> int:
+    """The width of a rich table of columns `widths` wide: each column, its padding of one on
+    either side, and the rules between and around them."""
+    return sum(width + 3 for width in widths) + 1
+
+
+def table_parts(widths: Sequence[int], header: Sequence[str], width: int | None) -> list[list[int]]:
+    """The column indices of each part of the table: all in one when `width` is None or they
+    fit; else each part the key columns (`KEY_COLUMNS` and the parameters: the columns before
+    the first metric) and as many of the others as fit, in order."""
+    every = list(range(len(header)))
+    if width is None or table_width(widths) <= width:
+        return [every]
+    keys = [i for i in every if header[i] in KEY_COLUMNS or i < _first_value(header)]
+    parts: list[list[int]] = []
+    for index in (i for i in every if i not in keys):
+        if parts and table_width([widths[i] for i in [*parts[-1], index]]) <= width:
+            parts[-1].append(index)
+        else:
+            parts.append([*keys, index])
+    return [sorted(part) for part in parts]
+
+
+def _first_value(header: Sequence[str]) -> int:
+    """The index of the first column after the rows' names and parameters."""
+    after = [i for i, name in enumerate(header) if name in ("seeds", "n")]
+    return (max(after) + 1) if after else 2
+
+
+def _rich_table(
+    header: Sequence[str],
+    cells: Sequence[Sequence[str]],
+    right: Sequence[bool],
+    widths: Sequence[int],
+    part: Sequence[int],
+    metric: str,
+    caption: str | None,
+) -> Any:
+    """A rich table of the columns `part`, each `widths` wide (its name broken over lines to
+    fit), no cell wrapped."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(caption=None if caption is None else Text(caption))
+    for index in part:
+        room = widths[index]
+        table.add_column(
+            Text("\n".join(header_lines(header[index], room))),
+            justify="right" if right[index] else "left",
+            no_wrap=True,
+            min_width=room,
+            style="bold" if header[index] == metric else None,
+        )
+    for line in cells:
+        failed = line[0] == ""  # no rank: no finished job in the row
+        row = [Text(line[index]) for index in part]
+        if part[-1] == len(line) - 1:  # the status
+            row[-1] = Text(line[-1], style="red" if failed else None)
+        table.add_row(*row)
+    return table
 
 
 def _same_value(written: str | None, value: Any) -> bool:

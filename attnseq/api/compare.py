@@ -27,6 +27,8 @@ def compare(
     gold: str | Path | None = None,
     attention: bool = True,
     threads: int | str | None = None,
+    beam: int | None = None,
+    length_penalty: float | None = None,
 ) -> "Comparison | SeedComparison":
     """Is A better than B? `attnseq compare` from Python: the systems (hypothesis files,
     `attnseq eval` result folders, run directories or checkpoints) against `baseline` (one of
@@ -39,28 +41,41 @@ def compare(
     the lower length edges in words; `gold`: a file of gold (source word, reference word)
     links of the test set, for the AER of each checkpoint's attention; `attention=False`
     skips the attention pass; `threads`: torch's CPU threads while checkpoints decode, as
-    `load(threads=)` takes them (your count is put back afterwards).
+    `load(threads=)` takes them (your count is put back afterwards); `beam` and
+    `length_penalty`: decode run directories and checkpoints with these settings, as
+    `attnseq eval --beam K --length-penalty A` does, reusing its result. `resamples` and
+    `trials` go up to 1,000,000, their memory checked against the available RAM.
 
         result = attnseq.compare(["runs/a", "runs/b"])
         result.scores["runs/b"]["bleu"].p_bootstrap, result.save_figure("by_length.png")
         attnseq.compare(["multirun/DATE/TIME"])  # a sweep folder's configurations over seeds
         result.words.scores["runs/b"][0].f_measure  # unseen words (result.words: WordTable)
     """
-    from attnseq.analysis.comparison import read_lines
     from attnseq.analysis.seed_comparison import compare_paths
 
     if isinstance(systems, str | Path) or not isinstance(systems, Sequence):
         raise TypeError("systems must be a list of paths")
 
-    def lines(value: object, name: str) -> list[str] | None:
+    def lines(value: object, name: str) -> Path | list[str] | None:
         if value is None:
             return None
         if isinstance(value, str | Path):
-            return read_lines(Path(value), name)
+            return Path(value)
         if isinstance(value, Sequence) and all(isinstance(line, str) for line in value):
             return list(value)
         raise TypeError(f"{name} must be a path or a list of strings")
 
+    if buckets is not None and not (
+        isinstance(buckets, Sequence)
+        and not isinstance(buckets, str)
+        and all(isinstance(edge, int) and not isinstance(edge, bool) for edge in buckets)
+    ):
+        raise TypeError(f"buckets must be a list of whole numbers, got {buckets!r}")
+    if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int)):
+        raise TypeError(f"beam must be an int, got {type(beam).__name__}")
+    penalty = length_penalty
+    if penalty is not None and (isinstance(penalty, bool) or not isinstance(penalty, int | float)):
+        raise TypeError(f"length_penalty must be a number, got {type(penalty).__name__}")
     check_threads(threads, "threads")
     with threads_set(threads):  # the decoding of checkpoints; the caller's count comes back
         return compare_paths(
@@ -78,4 +93,5 @@ def compare(
             train_references=lines(train_references, "train_references"),
             gold=None if gold is None else Path(gold),
             attention=attention,
+            decoding={"beam": beam, "length_penalty": length_penalty},
         )

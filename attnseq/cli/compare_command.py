@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnseq.cli.options import ThreadsOption, apply_threads, at_least_one
+from attnseq.cli.options import ThreadsOption, apply_threads
 from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
@@ -56,9 +56,19 @@ def compare(
         Path | None,
         typer.Option(help="Folder for the figure (compare.png) and the JSON (compare.json)."),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the resampling (>= 1).")] = 12345,
-    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
-    trials: Annotated[int, typer.Option(help="Approximate randomization trials.")] = 10000,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the resampling, 1 to 4294967295 (2**32 - 1).")
+    ] = 12345,
+    resamples: Annotated[
+        int,
+        typer.Option(
+            help="Bootstrap resamples, 1 to 1000000 (sacreBLEU's default: 1000); their memory "
+            "is checked against the available RAM before the tests."
+        ),
+    ] = 1000,
+    trials: Annotated[
+        int, typer.Option(help="Approximate randomization trials, 1 to 1000000.")
+    ] = 10000,
     buckets: Annotated[
         str | None,
         typer.Option(
@@ -90,6 +100,21 @@ def compare(
             help="Measure the checkpoints' cross-attention (entropy; AER with --gold).",
         ),
     ] = True,
+    beam: Annotated[
+        int | None,
+        typer.Option(
+            help="Decode run directories and checkpoints with this beam, as `attnseq eval "
+            "--beam` does, reusing the eval result of those settings (default: each "
+            "checkpoint's decoding.beam)."
+        ),
+    ] = None,
+    length_penalty: Annotated[
+        float | None,
+        typer.Option(
+            help="With the beam: the length penalty alpha, as `attnseq eval "
+            "--length-penalty` (default: each checkpoint's decoding.length_penalty)."
+        ),
+    ] = None,
     threads: ThreadsOption = None,
 ) -> None:
     """Compare systems on the same test set: each metric with its 95% bootstrap interval, and
@@ -102,26 +127,26 @@ def compare(
     attnseq compare multirun/DATE/TIME --baseline model.attention.score=general
     attnseq compare base.txt new.txt --ref test.en --src test.de --out cmp/
     attnseq compare RUN_A/eval/best-step900/test.greedy RUN_B --format json
+    attnseq compare RUN_A RUN_B --beam 5 --length-penalty 0.6
     attnseq compare RUN_A RUN_B --gold test.links --train-ref train.en
     """
-    from attnseq.analysis.comparison import FORMATS, read_lines
+    from attnseq.analysis.comparison import FORMATS, check_outputs
     from attnseq.analysis.seed_comparison import compare_paths
 
     with user_errors():
         if output_format not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
         edges = _edges(buckets)
-        if out is not None and out.exists() and not out.is_dir():
-            raise UserError(f"--out {out}: a file, not a folder")  # before the work
-        seed = at_least_one(seed, "--seed")
-        resamples = at_least_one(resamples, "--resamples")
-        trials = at_least_one(trials, "--trials")
+        files = {"--ref": ref, "--src": src, "--train-ref": train_ref, "--gold": gold}
+        if out is not None:  # before the work: the folder, and no output over an input
+            inputs = [("SYSTEMS", path) for path in systems] + list(files.items())
+            check_outputs(out, "--out", inputs)
         apply_threads(threads)  # decoding checkpoints and reading their attention
         result = compare_paths(
             systems,
             baseline=baseline,
-            references=read_lines(ref, "--ref") if ref is not None else None,
-            sources=read_lines(src, "--src") if src is not None else None,
+            references=ref,
+            sources=src,
             task=task,
             split=split,
             device=device,
@@ -129,12 +154,11 @@ def compare(
             resamples=resamples,
             trials=trials,
             edges=edges,
-            train_references=read_lines(train_ref, "--train-ref")
-            if train_ref is not None
-            else None,
+            train_references=train_ref,
             gold=gold,
             attention=attention,
             names=_NAMES,
+            decoding={"beam": beam, "length_penalty": length_penalty},
         )
     _show(result, output_format, out)
 
@@ -144,19 +168,25 @@ def _show(result: "Comparison | SeedComparison", output_format: str, out: Path |
     typer.echo(result.render(output_format), nl=False)
     if out is not None:
         with user_errors():
-            out.mkdir(parents=True, exist_ok=True)
-            figure = result.save_figure(out / "compare.png")
-            (out / "compare.json").write_text(result.render("json"), encoding="utf-8")
-        typer.echo(f"wrote {figure} and {out / 'compare.json'}", err=output_format != "text")
+            figure, record = result.save(out, "--out")
+        typer.echo(f"wrote {figure} and {record}", err=output_format != "text")
 
 
 # what the notes and messages of compare_paths call its arguments
 _NAMES = {
+    "systems": "SYSTEMS",
     "baseline": "--baseline",
+    "references": "--ref",
     "sources": "--src",
     "train_references": "--train-ref",
     "gold": "--gold",
     "no_attention": "--no-attention",
+    "seed": "--seed",
+    "resamples": "--resamples",
+    "trials": "--trials",
+    "buckets": "--buckets",
+    "beam": "--beam",
+    "length_penalty": "--length-penalty",
 }
 
 

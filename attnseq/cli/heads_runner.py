@@ -7,10 +7,9 @@ from pathlib import Path
 
 from attnseq.analysis.head_importance import MEASURES, HeadImportance, head_importance, write_figure
 from attnseq.config.devices import resolve_device
-from attnseq.config.resources import check_generated_data
-from attnseq.data.locations import check_checkpoint_data, overridden_keys
-from attnseq.data.prepare import prepare_data
+from attnseq.data.locations import overridden_keys
 from attnseq.errors import UserError
+from attnseq.evaluation.checkpoint_eval import checkpoint_data
 from attnseq.evaluation.evaluator import make_evaluator
 from attnseq.io.atomic import atomic_write_json
 from attnseq.io.checkpoint import save_checkpoint
@@ -116,11 +115,9 @@ def _split_batches(trained: TrainedModel, request: HeadsRequest) -> tuple[list, 
     known = sorted({*NAMED_SPLITS, *cfg.data.splits})
     if split not in known:
         raise UserError(f"--split {split!r} is not a split of this dataset: {', '.join(known)}")
-    check_checkpoint_data(cfg.data, overridden_keys(request.overrides), reads_dataset=True)
-    check_generated_data(cfg)
     if request.max_tokens:
         cfg.data.eval_max_tokens = request.max_tokens
-    data = prepare_data(cfg.data, cfg.seed, tokenizers=trained.tokenizers, splits=[split])
+    data = checkpoint_data(cfg, trained.tokenizers, [split], overridden_keys(request.overrides))
     if split not in data.examples or not data.examples[split]:
         raise UserError(f"split {split!r} has no examples in this dataset")
     device_name = cfg.trainer.device if request.device == "auto" else request.device

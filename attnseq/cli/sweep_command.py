@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from attnseq.cli.options import at_least_one
+from attnseq.cli.options import ThreadsOption, apply_threads
 from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 
@@ -33,8 +33,9 @@ def sweep_report(
     metrics: Annotated[
         str | None,
         typer.Option(
-            help="Metric columns, comma-separated (default: every test/* key); the --metric "
-            "sorted by comes first."
+            help="Metric columns of the table, comma-separated (default: every test/* key); "
+            "the --metric sorted by comes first. The CSV file keeps every test/* column beside "
+            "them."
         ),
     ] = None,
     output_format: Annotated[
@@ -65,17 +66,21 @@ def sweep_report(
     ] = "auto",
     resamples: Annotated[
         int,
-        typer.Option(help="With --significance: bootstrap resamples (also ASO's iterations)."),
+        typer.Option(
+            help="With --significance: bootstrap resamples (also ASO's iterations), 1 to 1000000."
+        ),
     ] = 1000,
     trials: Annotated[
-        int, typer.Option(help="With --significance: approximate randomization trials.")
+        int,
+        typer.Option(help="With --significance: approximate randomization trials, 1 to 1000000."),
     ] = 10000,
+    threads: ThreadsOption = None,
 ) -> None:
     """Table of a sweep, best first: the parameters that differ between jobs, several metrics
     and each job's wall time; jobs that differ only in their seed share a row with mean ± sd
     and n. Jobs without metrics.json are listed as failed or unfinished. Also writes the
-    rows as a CSV file (what --format csv prints) and a plot, and prints the Optuna sweeper's
-    best trial when there is one.
+    rows as a CSV file (what --format csv prints, with every test/* column kept) and a plot,
+    and prints the Optuna sweeper's best trial when there is one.
 
     \b
     attnseq sweep-report multirun/2026-11-22/10-00-00
@@ -87,6 +92,7 @@ def sweep_report(
     from attnseq.analysis.sweep_report import (
         FORMATS,
         add_significance,
+        csv_columns,
         load_report,
         metric_columns,
         print_report,
@@ -118,22 +124,23 @@ def sweep_report(
         if baseline is not None and not significance:
             raise UserError("--baseline chooses the baseline of --significance: give both")
         if significance:
-            resamples = at_least_one(resamples, "--resamples")
-            trials = at_least_one(trials, "--trials")
+            apply_threads(threads)  # the runs decode
             add_significance(
                 report,
                 baseline=baseline,
                 device=device,
                 resamples=resamples,
                 trials=trials,
-                option="--baseline",
+                names={"baseline": "--baseline", "resamples": "--resamples", "trials": "--trials"},
             )
     if output_format == "table":
         print_report(report, metrics=columns)
     else:
         typer.echo(render(report, report_rows(report), columns, output_format), nl=False)
+    kept = csv_columns(report, columns)  # the file loses no column of the default table
     with user_errors():
-        csv_path = write_csv(report, csv_path, columns)
+        csv_path = write_csv(report, csv_path, kept)
         plot_path = write_plot(report, plot_path)
+    every = " (every test/* metric column beside those of --metrics)" if kept != columns else ""
     # a table for a file or another program keeps stdout to itself
-    typer.echo(f"wrote {csv_path} and {plot_path}", err=output_format != "table")
+    typer.echo(f"wrote {csv_path}{every} and {plot_path}", err=output_format != "table")

@@ -110,16 +110,19 @@ class SideTexts:
 COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}  # suffix -> opener of a compressed file
 
 
-def line_blocks(path: Path, size: int = BLOCK_LINES) -> Iterator[list[str]]:
+def line_blocks(
+    path: Path, size: int = BLOCK_LINES, name: str = "data file"
+) -> Iterator[list[str]]:
     """The lines of a UTF-8 text file (gzip or xz when its name ends in .gz or .xz), `size` at
     a time (fewer in the last block), each with its line end; only "\\n" ends a line (the
     module docstring), so there are as many lines as `wc -l` counts (one more when the last
-    line has no "\\n").
+    line has no "\\n"). `name`: what the messages call the file ("data file", "--ref file").
 
-    A file that is not valid UTF-8, or a compressed file that is truncated or corrupt, is a
-    UserError naming the file (and the line).
+    A file that is not a regular, non-empty file (`check_input_file`), is not valid UTF-8, or
+    is a compressed file that is truncated or corrupt, is a UserError naming the file (and the
+    line).
     """
-    check_input_file(path, "data file")
+    check_input_file(path, name)
     opener = COMPRESSED.get(path.suffix.lower(), open)
     number = 0  # lines read so far
     try:
@@ -136,9 +139,9 @@ def line_blocks(path: Path, size: int = BLOCK_LINES) -> Iterator[list[str]]:
                 except UnicodeDecodeError as bad:
                     raise UserError(
                         f"{path}: line {number} is not valid UTF-8 ({bad.reason} at byte "
-                        f"{bad.start} of the line); data files must be UTF-8 text"
+                        f"{bad.start} of the line); {name}s must be UTF-8 text"
                     ) from None
-        raise UserError(f"{path} is not valid UTF-8; data files must be UTF-8 text") from None
+        raise UserError(f"{path} is not valid UTF-8; {name}s must be UTF-8 text") from None
     except (EOFError, OSError, lzma.LZMAError) as bad:
         kind = path.suffix.lower().lstrip(".")
         if opener is not open:  # the block that failed was read in part: count its lines
@@ -148,6 +151,17 @@ def line_blocks(path: Path, size: int = BLOCK_LINES) -> Iterator[list[str]]:
             if opener is not open
             else f"cannot read {path} after line {number}: {bad}"
         ) from None
+
+
+def text_lines(path: Path, name: str = "data file") -> list[str]:
+    """The lines of a text file as `line_blocks` reads them (`wc -l`'s count), each without
+    its line end ("\\n", or a Windows "\\r\\n"): the rule of every reader of text lines.
+    `name`: what the messages call the file."""
+    return [
+        line.removesuffix("\n").removesuffix("\r")
+        for block in line_blocks(path, name=name)
+        for line in block
+    ]
 
 
 def _lines_before_failure(opener: Any, path: Path) -> int:
@@ -163,7 +177,7 @@ def read_tsv(path: Path, src_field: str, tgt_field: str) -> Pairs:
     """TAB-separated columns with no quoting at all (a `"` is part of the text: Tatoeba's
     sentences hold them). The fields "src"/"tgt" are columns 0 and 1, a number is a 0-based
     column, any other name a column of the header line."""
-    lines = _read_lines(path)
+    lines = text_lines(path)
     columns = [_tsv_column(src_field), _tsv_column(tgt_field)]
     first_line = 1
     if any(isinstance(column, str) for column in columns):
@@ -275,14 +289,6 @@ def _pairs_from_dataset(
             )
         columns.append(text_column(flat, field, key, origin, path))
     return [(src.strip(), tgt.strip()) for src, tgt in zip(*columns, strict=True)]
-
-
-def _read_lines(path: Path) -> list[str]:
-    """The lines of a text file (gzip or xz by its suffix), each without its line end
-    ("\\n", or a Windows "\\r\\n")."""
-    return [
-        line.removesuffix("\n").removesuffix("\r") for block in line_blocks(path) for line in block
-    ]
 
 
 def _load_local(builder: str, path: Path, fields: dict[str, str] | None = None) -> Any:

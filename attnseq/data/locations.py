@@ -50,7 +50,11 @@ def overridden_keys(overrides: Collection[str] | None) -> set[str]:
 
 
 def check_checkpoint_data(
-    cfg: DataConfig, given: Collection[str], reads_dataset: bool = True, local_file: str = ""
+    cfg: DataConfig,
+    given: Collection[str],
+    reads_dataset: bool = True,
+    local_file: str = "",
+    overridable: bool = True,
 ) -> None:
     """Raise UserError for a data location in `cfg` (a checkpoint's data config after the
     overrides) that does not come from the user (`given`: the keys set on the command line;
@@ -59,20 +63,24 @@ def check_checkpoint_data(
     `reads_dataset`: the dataset's own splits are read (eval of a split name); False when eval
     reads a file the user named (only `data.root` matters then). `local_file`: how the
     message for data from the Hub tells the user to give a local file instead (a command
-    that takes one passes its option); empty: the caller takes no file.
+    that takes one passes its option); empty: the caller takes no file. `overridable`: the
+    caller takes overrides, and the messages say which one allows the location.
     """
 
     def from_user(key: str) -> bool:
         parts = key.split(".")
         return any(".".join(parts[:n]) in given for n in range(1, len(parts) + 1))
 
+    def allow(override: str) -> str:
+        return f": pass {override} on the command line to allow it" if overridable else ""
+
     if cfg.root and not from_user("data.root"):
         own = Path(os.environ.get("ATTNSEQ_DATA") or "data").expanduser().resolve()
         if Path(cfg.root).expanduser().resolve() != own:
             raise UserError(
                 f"the checkpoint sets data.root={cfg.root!r}, not this machine's data root "
-                f"{own} ($ATTNSEQ_DATA, else ./data); a checkpoint does not choose where eval "
-                f"reads files: pass data.root={cfg.root} on the command line to allow it"
+                f"{own} ($ATTNSEQ_DATA, else ./data); a checkpoint does not choose where "
+                f"attnseq reads files{allow(f'data.root={cfg.root}')}"
             )
     if not reads_dataset:
         return
@@ -80,8 +88,8 @@ def check_checkpoint_data(
         instead = f", or evaluate a local file with {local_file}" if local_file else ""
         raise UserError(
             f"the checkpoint's data comes from the Hugging Face Hub (data.hub_name="
-            f"{cfg.hub_name!r}); a checkpoint does not choose what eval downloads: pass "
-            f"data.source=hub on the command line to allow it{instead}"
+            f"{cfg.hub_name!r}); a checkpoint does not choose what attnseq downloads"
+            f"{allow('data.source=hub')}{instead}"
         )
     if cfg.source is not DataSource.local:
         return
@@ -91,15 +99,15 @@ def check_checkpoint_data(
             raise UserError(
                 f"the checkpoint's {key}={value!r} is not a path inside the data root; a "
                 "checkpoint's data paths must be relative to it (no absolute path, ~ or "
-                f"'..' leading out): pass {key}={value} on the command line to allow it"
+                f"'..' leading out){allow(f'{key}={value}')}"
             )
     if cfg.format is FileFormat.parallel:
         for lang in ("src_lang", "tgt_lang"):
             value = getattr(cfg, lang)
             if not from_user(f"data.{lang}") and not _plain_suffix(value):
                 raise UserError(
-                    f"the checkpoint's data.{lang}={value!r} is not a plain file suffix; "
-                    f"pass data.{lang}=... on the command line to allow it"
+                    f"the checkpoint's data.{lang}={value!r} is not a plain file suffix"
+                    f"{allow(f'data.{lang}=...')}"
                 )
 
 

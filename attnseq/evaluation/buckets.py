@@ -10,12 +10,12 @@ from fractions import Fraction
 import numpy as np
 
 from attnseq.errors import UserError
+from attnseq.evaluation.metrics import sacrebleu_metric
 from attnseq.evaluation.significance import (
     CORPUS_METRICS,
     DEFAULT_RESAMPLING,
     Resampling,
     estimate_ci,
-    sacrebleu_metric,
     sentence_scores,
 )
 
@@ -71,14 +71,25 @@ def default_edges(sources: Sequence[str], unit: str = "words") -> list[int]:
     return sorted({int(cut) for cut in cuts})
 
 
+def check_edges(edges: Sequence[int] | None, name: str = "bucket edges") -> None:
+    """UserError unless `edges` (when given) are lengths, >= 0, and increasing: the lower
+    edges of buckets; `name`: what the messages call them (a command passes its option)."""
+    if edges is None:
+        return
+    edges = list(edges)
+    if any(edge < 0 for edge in edges):
+        raise UserError(f"{name}: lengths are >= 0, got {edges}")
+    if not edges or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+        raise UserError(f"{name} must be increasing numbers of words, got {edges}")
+
+
 def make_buckets(
     sources: Sequence[str], edges: Sequence[int] | None = None, unit: str = "words"
 ) -> list[Bucket]:
-    """The buckets of `edges` (increasing lower edges in `unit`; default `default_edges`) with
-    counts."""
+    """The buckets of `edges` (increasing lower edges in `unit`, `check_edges`; default
+    `default_edges`) with counts."""
     edges = list(edges) if edges is not None else default_edges(sources, unit)
-    if not edges or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
-        raise UserError(f"bucket edges must be increasing numbers of words, got {edges}")
+    check_edges(edges)
     lengths = lengths_in(sources, unit).tolist()
     shortest = min(lengths, default=edges[0])
     buckets = []

@@ -1,14 +1,16 @@
 """`attnseq eval`: a checkpoint's metrics on one split, from the checkpoint alone (plus its
 data), into a result folder of its own named after what was evaluated and how,
-OUT/CHECKPOINT/SPLIT.DECODING/ (`result_folder`), so that no evaluation replaces another's."""
+OUT/CHECKPOINT/SPLIT.DECODING/ (`result_folder`), so that no evaluation replaces another's;
+and `checkpoint_data`, the one way any command reads a checkpoint's data."""
 
 import datetime
 import hashlib
+import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +168,55 @@ def write_result(
     return EvalResult(folder, record)
 
 
+# metrics.json field -> the types attnseq eval writes it with (a record lacking one is older)
+RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "checkpoint": (str, type(None)),
+    "checkpoint_step": (int, type(None)),
+    "split": (str,),
+    "examples": (int,),
+    "decoding": (dict,),
+    "overrides": (list,),
+    "bleu_signature": (str,),
+}
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """The metrics.json of an eval result folder, or a UserError naming it as damaged when it
+    is not a regular file holding a JSON object whose fields have the types eval writes them
+    with (`RECORD_TYPES`; the overrides a list of strings)."""
+
+    def damaged(problem: str) -> UserError:
+        return UserError(f"{path} is damaged ({problem}): not the metrics.json of attnseq eval")
+
+    try:
+        if not path.is_file():
+            raise damaged("not a regular file")
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise damaged(getattr(error, "msg", None) or type(error).__name__) from None
+    if not isinstance(record, dict):
+        raise damaged(f"a JSON {type(record).__name__}, not an object")
+    for key, types in RECORD_TYPES.items():
+        value = record.get(key)
+        wrong = key in record and (not isinstance(value, types) or isinstance(value, bool))
+        if wrong or key == "overrides" and not all(isinstance(item, str) for item in value or []):
+            raise damaged(f"{key} is {json.dumps(value)[:40]}")
+    return record
+
+
+def record_decoding_name(record: dict[str, Any]) -> str | None:
+    """`decoding_name` of the settings an eval record names; None when it names none this
+    version reads."""
+    settings = record.get("decoding")
+    known = {spec.name for spec in fields(DecodingConfig)}
+    if not isinstance(settings, dict) or not settings.keys() <= known:
+        return None
+    try:
+        return decoding_name(replace(DecodingConfig(), **settings))
+    except (TypeError, ValueError):
+        return None
+
+
 def describe(
     checkpoint: Path,
     payload: dict[str, Any],
@@ -218,6 +269,7 @@ def evaluate_checkpoint(
     decoding: Mapping[str, Any] | None = None,
     ensemble: Sequence[Path] = (),
     names: Mapping[str, str] | None = None,
+    keep: Sequence[tuple[str, Path | None]] = (),
 ) -> EvalMetrics:
     """Metrics of a checkpoint on one split; the result goes to a folder under `out_dir`
     (default RUN/eval) named after the checkpoint, its step, the split and every decoding
@@ -237,6 +289,8 @@ def evaluate_checkpoint(
     (the result folder names the method when it is not the plain attention).
     `names`: what messages call the arguments `split` and `save_attention` (a command passes
     its options; by default their own names).
+    `keep`: (name, path) of more files the result must not replace: the caller's inputs (a
+    comparison's references, for one).
     """
     names = {"split": "split", "save_attention": "save_attention", **(names or {})}
     overrides = list(overrides or [])
@@ -244,7 +298,8 @@ def evaluate_checkpoint(
     cfg, tokenizers = trained.cfg, trained.tokenizers
     cfg.decoding = with_changes(cfg.decoding, decoding or {})
     dataset_split = split in NAMED_SPLITS or split in cfg.data.splits
-    _check_data(cfg, overrides, dataset_split, names["split"])
+    # before any work: the data's locations (read again through checkpoint_data below)
+    check_data(cfg, overridden_keys(overrides), dataset_split, f"{names['split']} PATH")
     if max_tokens:
         cfg.data.eval_max_tokens = max_tokens
     device = resolve_device(cfg.trainer.device if device_name == "auto" else device_name)
@@ -255,7 +310,7 @@ def evaluate_checkpoint(
         alignment_set = load_alignment_set(
             alignments, tokenizers.src, tokenizers.tgt, position_limit(model)
         )
-    name, data = _prepare_split(cfg, split, dataset_split, tokenizers, names["split"])
+    name, data = _prepare_split(cfg, overrides, split, dataset_split, tokenizers, names["split"])
     _check_decoding_memory(cfg, tokenizers.tgt.vocab_size, device, name, len(data.examples[name]))
     texts = {} if dataset_split else {(f"{split} source", f"{split} target"): data.examples[name]}
     if alignment_set is not None:
@@ -273,7 +328,7 @@ def evaluate_checkpoint(
     )
     if ensemble:  # beside the first member's own results
         folder = folder.with_name(f"{folder.name}+ensemble{len(ensemble) + 1}")
-    inputs = eval_inputs(path, split, ensemble, alignments, names["split"])
+    inputs = [*eval_inputs(path, split, ensemble, alignments, names["split"]), *keep]
     for result_file in RESULT_FILES:  # before the slow decoding
         refuse_output_over_inputs(folder / result_file, "eval result", inputs)
     metrics, decoded = evaluator.evaluate_hypotheses(model, need_weights=save_attention)
@@ -298,19 +353,41 @@ def evaluate_checkpoint(
     return EvalMetrics(results, result)
 
 
-def _check_data(
-    cfg: TrainConfig, overrides: list[str], dataset_split: bool, split_name: str
-) -> None:
-    """UserError, before any work, for data the checkpoint's config cannot reach here: a
-    location outside the user's data root, data from the Hub (then: a local file instead, as
-    `split_name` takes one), or a generated task too large to make."""
-    check_checkpoint_data(
-        cfg.data,
-        overridden_keys(overrides),
-        reads_dataset=dataset_split,
-        local_file=f"{split_name} PATH",
+def checkpoint_data(
+    cfg: TrainConfig,
+    tokenizers: TokenizerPair,
+    splits: Sequence[str],
+    given: Collection[str] = (),
+    *,
+    pairs: Mapping[str, list[tuple[str, str]]] | None = None,
+    reads_dataset: bool = True,
+    local_file: str = "",
+    overridable: bool = True,
+) -> PreparedData:
+    """The splits `splits` of a checkpoint's data, prepared with its tokenizers: what eval,
+    heads and compare read a checkpoint's data through, so that each is checked first
+    (`check_data`, with the arguments `given` to `overridable`). `pairs`: splits the caller
+    read itself (a file the user named), by name."""
+    check_data(cfg, given, reads_dataset, local_file, overridable)
+    chosen = None if pairs is None else dict(pairs)
+    return prepare_data(
+        cfg.data, cfg.seed, tokenizers=tokenizers, splits=list(splits), pairs=chosen
     )
-    if dataset_split:
+
+
+def check_data(
+    cfg: TrainConfig,
+    given: Collection[str],
+    reads_dataset: bool,
+    local_file: str = "",
+    overridable: bool = True,
+) -> None:
+    """UserError for data a checkpoint's config cannot reach here: a location outside the
+    user's data root, data from the Hub (data.locations.check_checkpoint_data, whose
+    arguments these are), or, where the dataset's splits are read, a generated task too large
+    to make (`check_generated_data`)."""
+    check_checkpoint_data(cfg.data, given, reads_dataset, local_file, overridable)
+    if reads_dataset:
         check_generated_data(cfg)
 
 
@@ -389,10 +466,16 @@ def _check_decoding_memory(
 
 
 def _prepare_split(
-    cfg: TrainConfig, split: str, dataset_split: bool, tokenizers: TokenizerPair, option: str
+    cfg: TrainConfig,
+    overrides: list[str],
+    split: str,
+    dataset_split: bool,
+    tokenizers: TokenizerPair,
+    option: str,
 ) -> tuple[str, PreparedData]:
     """(name, data) of the split to evaluate: a split of the dataset, or a file's pairs named
-    after the file; `option` is what messages call the split argument."""
+    after the file, read through `checkpoint_data`; `option` is what messages call the split
+    argument."""
     if dataset_split:
         name, pairs = split, None
     else:
@@ -409,7 +492,15 @@ def _prepare_split(
                 f"splits {names}; {option} also takes a data file (.jsonl, .tsv or a parallel "
                 f"prefix), and there is none at {split} or under the data root"
             ) from None
-    data = prepare_data(cfg.data, cfg.seed, tokenizers=tokenizers, splits=[name], pairs=pairs)
+    data = checkpoint_data(
+        cfg,
+        tokenizers,
+        [name],
+        overridden_keys(overrides),
+        pairs=pairs,
+        reads_dataset=dataset_split,
+        local_file=f"{option} PATH",
+    )
     if name not in data.examples:
         raise UserError(f"unknown split {split!r}; this dataset has: {', '.join(data.examples)}")
     return name, data

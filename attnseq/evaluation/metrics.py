@@ -6,7 +6,7 @@ import functools
 import math
 from collections.abc import Sequence
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sacrebleu
 
@@ -27,7 +27,22 @@ def bleu_signature() -> str:
     """sacreBLEU's signature of the BLEU every attnseq score uses (one reference, mixed case,
     13a tokenization, exp smoothing, the installed sacrebleu version): the string to report
     beside a BLEU, so that others can tell whether their number is comparable."""
-    metric = sacrebleu.metrics.BLEU()
+    return sacrebleu_signature("bleu")
+
+
+SACREBLEU_METRICS = {"bleu": "BLEU", "chrf": "CHRF", "ter": "TER"}  # ours -> sacrebleu's class
+
+
+def sacrebleu_metric(name: str) -> Any:
+    """A fresh sacreBLEU metric object of `name` (bleu, chrf or ter) with attnseq's settings:
+    sacreBLEU's defaults."""
+    return getattr(sacrebleu.metrics, SACREBLEU_METRICS[name])()
+
+
+def sacrebleu_signature(name: str) -> str:
+    """sacreBLEU's signature of the metric `name` with attnseq's settings and one reference
+    stream: the string to report beside its score."""
+    metric = sacrebleu_metric(name)
     metric.num_refs = 1  # what scoring with one reference stream sets (get_signature needs it)
     return str(metric.get_signature())
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from attnseq.errors import UserError
+from attnseq.evaluation.metrics import sacrebleu_metric
 
 CORPUS_METRICS = ("bleu", "chrf", "ter")  # sacreBLEU's tests
 SENTENCE_METRICS = ("rouge1", "rouge2", "rouge_l", "exact_match")  # tested here
@@ -24,6 +25,13 @@ DEFAULT_RESAMPLES = 1000
 DEFAULT_TRIALS = 10000
 ALPHA = 0.05  # the level a p-value is called significant at: the tables' stars, k̂'s tests
 CHUNK = 1000  # resamples/trials drawn at once: memory CHUNK x n
+MAX_DRAWS = 1_000_000  # the most resamples or trials: p-values to 1e-6, sacreBLEU's defaults x1000
+MAX_SEED = 2**32 - 1  # numpy's legacy seed, which deepsig sets, takes 32 bits
+# Bytes per sentence of one draw at sacreBLEU's peak: the bootstrap's int64 indices beside
+# chrF's 18 float32 statistics of each drawn sentence; approximate randomization's two boolean
+# selectors and their int64 copy in the matrix product with the statistics.
+BOOTSTRAP_BYTES = 8 + 4 * 18
+RANDOMIZATION_BYTES = 1 + 1 + 8
 
 
 @dataclass(frozen=True)
@@ -43,13 +51,6 @@ class MetricScore:
         return (self.mean - self.ci, self.mean + self.ci)
 
 
-def sacrebleu_metric(name: str) -> Any:
-    """A fresh sacreBLEU metric object with attnseq's settings (metrics.py: defaults)."""
-    from sacrebleu.metrics import BLEU, CHRF, TER
-
-    return {"bleu": BLEU, "chrf": CHRF, "ter": TER}[name]()
-
-
 def sentence_scores(name: str, hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
     """Per-sentence scores, shape (n,): ROUGE F1 x100 (rouge-score, stemmed, as metrics.py)
     or exact match 0/1; their mean is the corpus value metrics.py reports."""
@@ -64,23 +65,66 @@ def sentence_scores(name: str, hypotheses: Sequence[str], references: Sequence[s
     return np.array([100.0 * scorer.score(r, h)[key].fmeasure for h, r in pairs])
 
 
+def check_counts(
+    seed: object, resamples: object, trials: object, names: Mapping[str, str] | None = None
+) -> None:
+    """TypeError for a count that is no int, UserError for one below 1 or above its bound
+    (MAX_SEED, MAX_DRAWS); `names`: what the messages call them (a command passes its
+    options)."""
+    counts = (("seed", seed, MAX_SEED), ("resamples", resamples, MAX_DRAWS))
+    for name, value, most in (*counts, ("trials", trials, MAX_DRAWS)):
+        called = (names or {}).get(name, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{called} must be an int, got {type(value).__name__}")
+        if value < 1:
+            raise UserError(f"{called} must be >= 1, got {value}")
+        if value > most:
+            raise UserError(f"{called} must be at most {most}, got {value}")
+
+
 @dataclass(frozen=True)
 class Resampling:
     """How the tests draw: the seed of every draw (>= 1: sacreBLEU reads 0 as unseeded), the
-    bootstrap's resamples R and approximate randomization's trials T, each checked once, here.
-    """
+    bootstrap's resamples R and approximate randomization's trials T, each checked once, here
+    (`check_counts`)."""
 
     seed: int = DEFAULT_SEED
     resamples: int = DEFAULT_RESAMPLES
     trials: int = DEFAULT_TRIALS
 
     def __post_init__(self) -> None:
-        for name in ("seed", "resamples", "trials"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < 1:
-                raise UserError(f"{name} must be >= 1, got {value}")
+        check_counts(self.seed, self.resamples, self.trials)
+
+    @classmethod
+    def checked(
+        cls, seed: int, resamples: int, trials: int, names: Mapping[str, str]
+    ) -> "Resampling":
+        """The Resampling of these counts, checked with the messages calling them `names`
+        (`check_counts`)."""
+        check_counts(seed, resamples, trials, names)
+        return cls(seed, resamples, trials)
+
+    def peak_bytes(self, sentences: int) -> int:
+        """The memory sacreBLEU's tests take at once on `sentences` sentences: the larger of
+        R x n x BOOTSTRAP_BYTES and T x n x RANDOMIZATION_BYTES."""
+        draws = max(self.resamples * BOOTSTRAP_BYTES, self.trials * RANDOMIZATION_BYTES)
+        return sentences * draws
+
+    def check_memory(self, sentences: int, names: Mapping[str, str] | None = None) -> None:
+        """UserError when `peak_bytes` exceed the available RAM, before any drawing."""
+        import torch
+
+        from attnseq.config.resources import check_inference_memory
+
+        called = {"resamples": "resamples", "trials": "trials", **(names or {})}
+        bootstrap = self.resamples * BOOTSTRAP_BYTES >= self.trials * RANDOMIZATION_BYTES
+        count, name = (self.resamples, "resamples") if bootstrap else (self.trials, "trials")
+        check_inference_memory(
+            self.peak_bytes(sentences),
+            torch.device("cpu"),
+            f"{count} {name} of {sentences} sentences",
+            called[name],
+        )
 
 
 DEFAULT_RESAMPLING = Resampling()  # sacreBLEU's seed, R and T

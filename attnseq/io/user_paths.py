@@ -92,8 +92,9 @@ def shortened(path: Path | str, keep: int = 80) -> str:
     return f"{text[:half]}...({len(text) - 2 * half} more characters)...{text[-half:]}"
 
 
-# errno values that mean "fix the disk or the folder and try again", not a bug
-FIXABLE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
+# errno values that mean "fix the disk or the folder and try again", not a bug (EFBIG: a file
+# size limit, ulimit -f)
+FIXABLE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG}
 
 
 def _writable_folder(path: Path, named: Path, option: str) -> None:

@@ -236,7 +236,9 @@ def test_compare_of_a_sweep_folder_in_every_format(sweep: Path, tmp_path: Path) 
 def test_a_group_beside_a_single_run_with_a_named_baseline(
     sweep: Path, trained_rnn_checkpoint: Path, tmp_path: Path
 ) -> None:
-    single = fake_run(trained_rnn_checkpoint.parents[1], tmp_path / "single", 2, None)
+    # another configuration: the same one with seed 2 would be the sweep's run 1 again
+    source = trained_rnn_checkpoint.parents[1]
+    single = fake_run(source, tmp_path / "single", 2, None, optim__lr=0.5)
     args = [str(sweep), str(single), "--baseline", "model.family=transformer", "--format", "json"]
     record = json.loads(compare(*args, *FAST).stdout)
     assert record["baseline"] == "model.family=transformer"

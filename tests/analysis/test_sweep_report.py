@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 import statistics
 from pathlib import Path
 
@@ -48,7 +49,9 @@ def basic_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_report_of_a_basic_multirun(basic_sweep: Path) -> None:
-    result = attnseq("sweep-report", str(basic_sweep), cwd=basic_sweep)
+    # on a pipe the table takes its own width; os.environ, not the process's environment,
+    # which readline (loaded by pytest) gives a COLUMNS of the terminal it found
+    result = attnseq("sweep-report", str(basic_sweep), cwd=basic_sweep, env=dict(os.environ))
     assert result.returncode == 0, result.stderr
     # the varied parameter is a column, the constant overrides are not
     assert "optim.lr" in result.stdout and "data.train_size" not in result.stdout
@@ -325,3 +328,117 @@ def test_latex_escapes_the_parameters(seeded_sweep: Path) -> None:
     text = render(report, report_rows(report), metric_columns(report), "latex")
     assert r"optim.warmup\_steps" in text.splitlines()[2]
     assert r" & 50\%\&$<$4 & " in text.splitlines()[4]
+
+
+# ---------------------------------------------------------- the table on a terminal or pipe
+@pytest.fixture
+def wide_sweep(tmp_path: Path) -> Path:
+    """Three models by two learning rates by three seeds, nine test metrics: a table wider
+    than 160 columns."""
+    root = tmp_path / "wide"
+    root.mkdir()
+    (root / "multirun.yaml").write_text(yaml.safe_dump({"optimized_metric": "test/bleu"}))
+    names = ("bleu", "chrf", "ter", "exact_match", "rouge1", "loss", "ppl", "length_ratio")
+    number = 0
+    for model in ("rnn_bahdanau", "transformer", "rnn_luong"):
+        for lr in ("0.001", "0.0003"):
+            for seed in (1, 2, 3):
+                metrics = {f"test/{name}": 10.0 + number for name in names}
+                metrics["test/attention/entropy"] = 1.5
+                overrides = [f"model={model}", f"optim.lr={lr}", f"seed={seed}"]
+                make_job(root, str(number), overrides, metrics)
+                number += 1
+    return root
+
+
+def table_lines(output: str) -> list[str]:
+    """The lines of the rich table: its borders and rows."""
+    return [line for line in output.splitlines() if line[:1] in "┏┃┡│└"]
+
+
+@pytest.mark.parametrize("columns", [None, "200", "100"])
+def test_the_rich_table_never_wraps_inside_a_cell(wide_sweep: Path, columns: str | None) -> None:
+    """On a pipe the table has its own width; COLUMNS (a terminal's width) holds it, in parts
+    that repeat the jobs and parameters when it is too narrow for one; a cell never breaks."""
+    result = runner.invoke(app, ["sweep-report", str(wide_sweep)], env={"COLUMNS": columns})
+    assert result.exit_code == 0, result.output
+    lines = table_lines(result.stdout)
+    if columns is not None:
+        assert max(len(line) for line in lines) <= int(columns), result.stdout
+    parts = sum(line.startswith("┏") for line in lines)
+    assert parts > 1 if columns == "100" else parts == 1, result.stdout
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == 6 * parts  # one line per row: no cell continues on another
+    assert all(re.match(r"│ +\d │ \d+,\d+,\d+ +│ \w+ +│ 0\.000?[13] +│", row) for row in rows), rows
+    for model in ("rnn_bahdanau", "transformer", "rnn_luong"):
+        assert sum(f" {model} " in row for row in rows) == 2 * parts
+    for metric in ("test/bleu", "test/length_ratio", "test/attention/entropy"):
+        shown = "".join(line.strip("┃ ") for line in lines if line.startswith("┃"))
+        assert all(part in shown for part in metric.split("/")), (metric, result.stdout)
+
+
+def test_metrics_choose_the_table_and_the_csv_keeps_every_column(seeded_sweep: Path) -> None:
+    result = runner.invoke(app, ["sweep-report", str(seeded_sweep), "--metrics", "best_step"])
+    assert result.exit_code == 0, result.output
+    header = read_csv(seeded_sweep / "report.csv")[0]
+    assert {"test/bleu", "test/chrf", "best_step"} <= set(header)
+    assert "test/chrf" not in result.stdout.split("jobs finished")[1].split("wrote")[0]
+    assert "every test/* metric column" in result.stdout.split("wrote")[1]
+
+
+def test_threads_are_set_while_the_runs_decode(
+    tmp_path: Path, rnn_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    import attnseq.analysis.comparison as comparison
+    from attnseq.errors import UserError
+
+    sweep = tmp_path / "sweep"
+    for number, (seed, lr) in enumerate([(1, 0.1), (2, 0.1), (1, 0.2), (2, 0.2)]):
+        helpers.sweep_job(rnn_checkpoint, sweep / str(number), seed, lr=lr)
+    seen = []
+
+    def decoding(*args: object, **kwargs: object) -> None:
+        seen.append(torch.get_num_threads())
+        raise UserError("stopped before the decoding")
+
+    monkeypatch.setattr(comparison, "load_system", decoding)
+    before = torch.get_num_threads()
+    args = ["sweep-report", str(sweep), "--significance", "--threads", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "stopped before the decoding" in result.output
+    assert seen == [2]
+    torch.set_num_threads(before)
+
+
+def test_a_damaged_eval_result_of_a_run_is_one_line(tmp_path: Path, rnn_checkpoint: Path) -> None:
+    from attnseq.config.conversion import config_from_dict
+    from attnseq.evaluation.checkpoint_eval import default_root, result_folder
+    from attnseq.io.checkpoint import load_checkpoint
+
+    sweep = tmp_path / "sweep"
+    for number, (seed, lr) in enumerate([(1, 0.1), (2, 0.1), (1, 0.2), (2, 0.2)]):
+        helpers.sweep_job(rnn_checkpoint, sweep / str(number), seed, lr=lr)
+    checkpoint = sweep / "0" / "checkpoints" / "best.pt"
+    decoding = config_from_dict(load_checkpoint(checkpoint)["config"]).decoding
+    cached = result_folder(default_root(checkpoint), checkpoint, None, "test", decoding)
+    cached.mkdir(parents=True)
+    (cached / "metrics.json").write_text('{"checkpoint": 5}')
+    result = runner.invoke(app, ["sweep-report", str(sweep), "--significance"])
+    assert result.exit_code == 2, result.output
+    assert f"{cached / 'metrics.json'} is damaged" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_outputs_never_replace_what_significance_reads(
+    tmp_path: Path, rnn_checkpoint: Path
+) -> None:
+    sweep = tmp_path / "sweep"
+    for number, (seed, lr) in enumerate([(1, 0.1), (1, 0.2)]):
+        helpers.sweep_job(rnn_checkpoint, sweep / str(number), seed, lr=lr)
+    checkpoint = sweep / "0" / "checkpoints" / "best.pt"
+    kept = checkpoint.read_bytes()
+    result = runner.invoke(app, ["sweep-report", str(sweep), "--csv", str(checkpoint)])
+    assert result.exit_code == 2 and "is the input" in result.output, result.output
+    assert checkpoint.read_bytes() == kept

@@ -15,7 +15,7 @@ from helpers import tiny_config
 from typer.testing import CliRunner
 
 import attnseq
-from attnseq.analysis.comparison import load_system, split_pairs
+from attnseq.analysis.comparison import Decode, load_system, split_pairs
 from attnseq.cli.align_runner import AlignRequest, run_align
 from attnseq.cli.app import app
 from attnseq.errors import UserError
@@ -129,14 +129,14 @@ def test_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     a, b, r = (str(tmp_path / name) for name in ("a.txt", "b.txt", "r.txt"))
     cases = {
         "at least two systems": [a, "--ref", r],
-        "no such file": [a, str(tmp_path / "missing.txt"), "--ref", r],
+        "hypothesis file not found": [a, str(tmp_path / "missing.txt"), "--ref", r],
         "1 lines but the references have 2": [a, b, "--ref", r],
         "--format must be one of": [a, a + "2", "--ref", r, "--format", "html"],
         "--seed must be >= 1": [a, str(tmp_path / "r.txt"), "--ref", r, "--seed", "0"],
         "no references": [a, r],
         "not a system": [a, str(tmp_path), "--ref", r],
-        "checkpoint " + str(tmp_path / "x.pt") + ": no such file": [a, str(tmp_path / "x.pt")],
-        "a file, not a folder": [a, a + "2", "--ref", r, "--out", r],
+        "checkpoint not found: " + str(tmp_path / "x.pt"): [a, str(tmp_path / "x.pt")],
+        "is a file; give a folder": [a, a + "2", "--ref", r, "--out", r],
         "a system is given twice": [a, a, "--ref", r],
     }
     for message, args in cases.items():
@@ -194,7 +194,7 @@ def test_python_api_training_targets_gold_and_no_attention(
     assert given.words is not None and given.words.frequencies_from == "the given training targets"
     assert given.attention == {} and given.to_dict()["attention"] is None
     gold = tmp_path / "gold.txt"
-    with pytest.raises(UserError, match=f"^gold {re.escape(str(gold))}: no such file$"):
+    with pytest.raises(UserError, match=f"^gold file not found: {re.escape(str(gold))}$"):
         attnseq.compare([a, b], gold=gold, **fast)
     gold.write_text("0-0\n")
     with pytest.raises(UserError, match="^gold scores the attention that attention=False leaves"):
@@ -234,7 +234,7 @@ def test_attention_word_accuracy_and_ratio_buckets_agree_in_json_and_text(
     ref.write_text("".join(f"{target}\n" for _, target in pairs))
     gold.write_text("".join("0-0 1?0\n" if len(s.split()) > 1 else "0-0\n" for s, _ in pairs))
     copy = tmp_path / "copy.txt"
-    outputs = load_system(b, "test", "cpu").hypotheses  # decoded here when no test has yet
+    outputs = load_system(b, Decode(device="cpu")).hypotheses  # decoded here when no test has yet
     copy.write_text("".join(f"{line}\n" for line in outputs))
     args = [str(a), str(b), str(copy), "--gold", str(gold), "--device", "cpu", *FAST]
     text = compare(*args).stdout
@@ -303,8 +303,10 @@ def test_mistakes_of_the_new_options_exit_2_with_one_line(tmp_path: Path) -> Non
     (tmp_path / "blank.txt").write_text("\n \n")
     files = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "--ref", str(tmp_path / "a.txt")]
     cases = {
-        f"--gold {tmp_path / 'gone.txt'}: no such file": ["--gold", str(tmp_path / "gone.txt")],
-        "--train-ref holds no words": ["--train-ref", str(tmp_path / "empty.txt")],
+        f"--gold file not found: {tmp_path / 'gone.txt'}": ["--gold", str(tmp_path / "gone.txt")],
+        "--train-ref file " + str(tmp_path / "empty.txt") + " is empty": [
+            "--train-ref", str(tmp_path / "empty.txt")
+        ],
         "--train-ref holds no words ": ["--train-ref", str(tmp_path / "blank.txt")],
         "--gold scores the attention that --no-attention leaves out": [
             "--gold", str(tmp_path / "a.txt"), "--no-attention"
@@ -346,3 +348,59 @@ def test_runs_on_other_test_sets_are_refused_with_what_to_compare(
     assert f"{other_seed}: its references differ from the others'" in output
     assert "compare runs of one seed, or a sweep folder to pool seeds" in output
     assert len([line for line in output.splitlines() if line.startswith("error")]) == 1, output
+
+
+def test_the_text_and_json_name_the_decoding_the_test_set_and_the_signature(
+    runs: tuple[Path, Path],
+) -> None:
+    a, b = runs
+    args = [str(a), str(b), "--device", "cpu", "--no-attention", *FAST]
+    text = compare(*args).stdout
+    record = json.loads(compare(*args, "--format", "json").stdout)
+    folder = next(a.glob("eval/*/test.greedy"))
+    assert f"{a}: greedy, the eval result {folder}" in text
+    assert "test set: the test split, 20 sentences" in text
+    assert "BLEU: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in text
+    assert record["decoding"][str(a)]["name"] == "greedy"
+    assert record["decoding"][str(a)]["eval_folder"] == str(folder)
+    assert record["test_set"]["split"] == "test" and record["test_set"]["sentences"] == 20
+    assert record["signatures"]["bleu"] in text
+    assert record["scope"].startswith("one run per system")
+
+
+def test_beam_and_length_penalty_decode_as_eval_does_and_reuse_its_result(
+    runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, b = runs
+    done = runner.invoke(
+        app, ["eval", str(a), "--beam", "2", "--length-penalty", "0.5", "--device", "cpu"]
+    )
+    assert done.exit_code == 0, done.output
+    folder = next(a.glob("eval/*/test.beam2-lp0.5"))
+    written = (folder / "metrics.json").stat().st_mtime_ns
+    args = [str(a), str(b), "--beam", "2", "--length-penalty", "0.5", "--device", "cpu"]
+    record = json.loads(compare(*args, "--no-attention", "--format", "json", *FAST).stdout)
+    assert record["decoding"][str(a)] == {
+        "kind": "checkpoint",
+        "name": "beam2-lp0.5",
+        "eval_folder": str(folder),
+        "reused": True,
+    }
+    assert record["decoding"][str(b)]["name"] == "beam2-lp0.5"
+    assert record["decoding"][str(b)]["reused"] is False  # decoded now, kept for the next time
+    assert (folder / "metrics.json").stat().st_mtime_ns == written
+    result = attnseq.compare(
+        [a, b], beam=2, length_penalty=0.5, resamples=20, trials=20, device="cpu", attention=False
+    )
+    assert result.decoding[str(b)].reused is True
+    for mistake, message in (
+        (["--beam", "0"], "--beam must be >= 1, got 0"),
+        (["--length-penalty", "nan"], "--length-penalty must be a finite"),
+    ):
+        output = compare(str(a), str(b), *mistake, code=2).output
+        assert message in output, output
+    (tmp_path / "x.txt").write_text("x\n")
+    (tmp_path / "y.txt").write_text("y\n")
+    files = [str(tmp_path / "x.txt"), str(tmp_path / "y.txt"), "--ref", str(tmp_path / "x.txt")]
+    output = compare(*files, "--beam", "2", code=2).output
+    assert "--beam decodes run directories and checkpoints" in output

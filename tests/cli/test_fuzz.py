@@ -923,3 +923,212 @@ def test_a_broken_promise_is_reported_with_its_command_line(
         assert "reproduce: cd " in report and " attnseq score " in report, report
         assert "ATTNSEQ_FUZZ_CASE=7 " in report and "promise[score]" in report, report
         assert src.read_bytes() == workspace.pristine[src]
+
+
+# ------------------------------------------------- compare and sweep-report: crafted inputs
+# What drawn invocations seldom build: outputs that are the inputs, a nearly full disk for
+# --out, damaged metrics.json of eval results and of a run's eval cache, and checkpoints whose
+# data config points at files outside the data root or at the Hub. Each case runs through
+# run_case (its promises above) and keeps more: its own crafted files keep their bytes, no
+# host is looked up, the crafted checkpoints' data is never read.
+SECRET = "secret-text-of-the-crafted-data"
+LINES = [f"line {number} of the test" for number in range(12)]
+
+
+def _lines(path: Path, lines: list[str]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def _crafted_checkpoint(ws: Workspace, path: Path, **data: Any) -> Path:
+    """The workspace's GRU checkpoint with its data config's keys `data` changed."""
+    from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+
+    payload = load_checkpoint(ws.inputs / "rnn.pt")
+    payload["config"]["data"].update(data)
+    save_checkpoint(path, {k: v for k, v in payload.items() if k not in ("format", "version")})
+    return path
+
+
+def _eval_result(folder: Path, checkpoint: Path | None, hyps: list[str], record: str = "") -> str:
+    """An eval result folder of LINES: `hyps`, and metrics.json `record` (default: a sound one
+    naming `checkpoint`)."""
+    _lines(folder / "hyps.txt", hyps)
+    _lines(folder / "refs.txt", LINES)
+    sound = {"checkpoint": None if checkpoint is None else str(checkpoint), "split": "test"}
+    (folder / "metrics.json").write_text(record or json.dumps({**sound, "test/bleu": 1.0}))
+    return str(folder)
+
+
+def _damaged_cache_run(ws: Workspace, run: Path, seed: int, lr: float) -> Path:
+    """A finished sweep job whose RUN/eval holds the eval result compare would reuse, its
+    metrics.json damaged."""
+    from helpers import sweep_job
+
+    from attnseq.config.conversion import config_from_dict
+    from attnseq.evaluation.checkpoint_eval import default_root, result_folder
+    from attnseq.io.checkpoint import load_checkpoint
+
+    sweep_job(ws.inputs / "rnn.pt", run, seed, lr=lr)
+    checkpoint = run / "checkpoints" / "best.pt"
+    decoding = config_from_dict(load_checkpoint(checkpoint)["config"]).decoding
+    cached = result_folder(default_root(checkpoint), checkpoint, None, "test", decoding)
+    cached.mkdir(parents=True)
+    (cached / "metrics.json").write_text('{"checkpoint": 5}')
+    return run
+
+
+@contextlib.contextmanager
+def nearly_full_disk(room: int) -> Iterator[None]:
+    """attnseq's atomic writes (attnseq/io/atomic.py) on a disk with `room` bytes left for each
+    file: a write past them fails with ENOSPC, as a full disk's does."""
+    import errno
+    import types
+
+    import attnseq.io.atomic as atomic
+
+    real = atomic.os
+
+    class Full:
+        def __init__(self, handle: Any) -> None:
+            self.handle, self.written = handle, 0
+
+        def write(self, data: bytes) -> int:
+            self.written += len(data)
+            if self.written > room:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.handle.write(data)
+
+        def __enter__(self) -> "Full":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.handle.close()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.handle, name)
+
+    patched = types.ModuleType("os")
+    patched.__dict__.update(vars(real))
+    patched.fdopen = lambda fd, *args, **kwargs: Full(real.fdopen(fd, *args, **kwargs))  # type: ignore[attr-defined]
+    atomic.os = patched  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        atomic.os = real  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def no_network(looked_up: list[str]) -> Iterator[None]:
+    """Every host name lookup recorded in `looked_up` and failed."""
+    import socket
+
+    real = socket.getaddrinfo
+
+    def refuse(host: Any, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(str(host))
+        raise socket.gaierror(socket.EAI_NONAME, "no network in the fuzzer")
+
+    socket.getaddrinfo = refuse
+    try:
+        yield
+    finally:
+        socket.getaddrinfo = real
+
+
+@dataclasses.dataclass(frozen=True)
+class CraftedCase:
+    """A case of compare or sweep-report with its crafted files, the exit status it must end
+    with, and the disk room its writes get (None: the whole disk)."""
+
+    case: Case
+    status: int
+    room: int | None = None
+
+
+def crafted_compare_cases(ws: Workspace, scratch: Path) -> list[CraftedCase]:
+    """The cases, each in a folder of its own under `scratch`."""
+    fast = ("--resamples", "20", "--trials", "20", "--no-attention")
+    secret = scratch / "secret"
+    for split in ("train", "valid", "test"):
+        for side in ("src", "tgt"):
+            _lines(secret / f"{split}.{side}", [f"{SECRET} {n}" for n in range(12)])
+    splits = {"train": "train", "valid": "valid", "test": "test"}
+    local = _crafted_checkpoint(
+        ws, scratch / "local.pt", source="local", root=str(secret), splits=splits
+    )
+    hub = _crafted_checkpoint(ws, scratch / "hub.pt", source="hub", hub_name="attacker/evil")
+    out = scratch / "out"
+    ref = _lines(scratch / "ref.txt", LINES)
+    other = _lines(scratch / "other.txt", [line + " x" for line in LINES])
+    (scratch / "linked").symlink_to(out)
+    sweep = scratch / "sweep"
+    for number, (seed, lr) in enumerate([(1, 0.1), (2, 0.1), (1, 0.2)]):
+        (_damaged_cache_run if number == 0 else _sweep_run)(ws, sweep / str(number), seed, lr)
+    (sweep / "multirun.yaml").write_text("{}\n")
+    crafted_run = scratch / "crafted_run" / "checkpoints"
+    crafted_run.mkdir(parents=True)
+    shutil.copyfile(local, crafted_run / "best.pt")
+    _lines(out / "compare.json", LINES)
+    _lines(out / "compare.png", LINES)
+    _lines(scratch / "earlier" / "compare.json", ["an earlier comparison"])
+    _lines(scratch / "earlier" / "compare.png", ["an earlier figure"])
+    cases: list[CraftedCase] = []
+
+    def add(status: int, *argv: str, room: int | None = None) -> None:
+        cases.append(CraftedCase(Case(argv[0], len(cases), argv, scratch), status, room))
+
+    # the outputs are the inputs: by their own path, through a link to their folder
+    add(2, "compare", f"{out}/compare.json", f"{out}/compare.png", "--ref", ref, "--out", str(out))
+    add(2, "compare", f"{out}/compare.json", other, "--ref", ref, "--out", str(scratch / "linked"))
+    add(2, "compare", ref, other, "--ref", ref, "--out", ref)
+    # a nearly full disk: the earlier outputs stay whole
+    add(2, "compare", ref, other, "--ref", ref, "--out", str(scratch / "earlier"), *fast, room=500)
+    # damaged metrics.json: of an eval result, of a run's eval cache (compare, sweep-report)
+    for number, record in enumerate(['{"checkpoint": ', "[]", '{"checkpoint": 5}', "null"]):
+        add(2, "compare", _eval_result(scratch / f"ev{number}", None, LINES, record), other)
+    add(2, "compare", str(sweep / "0"), other, "--ref", ref)
+    add(2, "sweep-report", str(sweep), "--significance", *fast[:4])
+    # checkpoints whose data is outside the data root or on the Hub: never read
+    for name, checkpoint in (("local", local), ("hub", hub)):
+        first = _eval_result(scratch / f"{name}1", checkpoint, LINES)
+        second = _eval_result(scratch / f"{name}2", checkpoint, [f"{line} y" for line in LINES])
+        add(0, "compare", first, second, *fast)
+    add(2, "compare", str(crafted_run.parent), other, "--ref", ref, *fast)
+    return cases
+
+
+def _sweep_run(ws: Workspace, run: Path, seed: int, lr: float) -> Path:
+    from helpers import sweep_job
+
+    return sweep_job(ws.inputs / "rnn.pt", run, seed, lr=lr)
+
+
+def test_compare_keeps_its_promise_on_crafted_inputs(workspace: Workspace, tmp_path: Path) -> None:
+    problems = []
+    for crafted in crafted_compare_cases(workspace, tmp_path):
+        case = crafted.case
+        files = {
+            path: path.read_bytes()
+            for path in tmp_path.rglob("*")
+            if path.is_file() and not path.is_symlink() and "eval" not in path.parts
+        }
+        looked_up: list[str] = []
+        disk = nearly_full_disk(crafted.room) if crafted.room else contextlib.nullcontext()
+        with disk, no_network(looked_up):
+            outcome = run_case(case, workspace)
+        found = list(outcome.problems)
+        if outcome.status != crafted.status:
+            found.append(f"exit status {outcome.status}, not {crafted.status}")
+        changed = [str(path) for path, data in files.items() if path.read_bytes() != data]
+        found += [f"{path} was changed" for path in changed]
+        found += [f"looked up {host}" for host in looked_up]
+        cache = Path(workspace.env["ATTNSEQ_CACHE"])
+        stored = (path for path in cache.rglob("*") if path.is_file())
+        held = [path for path in stored if SECRET.encode() in path.read_bytes()]
+        found += [f"{path} holds the crafted data" for path in held]
+        if found:
+            lines = [*found, f"stderr ends: {outcome.stderr[-800:].rstrip()}"]
+            problems.append("\n  ".join([*lines, f"reproduce: {case.shell_line(workspace.env)}"]))
+    assert not problems, "\n\n".join(problems)

@@ -10,6 +10,7 @@ import pytest
 from helpers import tiny_config
 from typer.testing import CliRunner
 
+import attnseq
 from attnseq.cli.app import app
 from attnseq.config.schema import DecodingConfig
 from attnseq.data.prepare import prepare_data
@@ -157,3 +158,24 @@ def test_overrides_that_change_the_data_get_their_own_folder(tmp_path: Path) -> 
     many = [f"data.splits.test=/some/long/path/number/{i}.tsv" for i in range(5)]
     hashed = result_folder(tmp_path, checkpoint, None, "test", settings, many)
     assert hashed.parent == tmp_path / "last" and hashed.name.startswith("test.greedy+overrides-")
+
+
+def test_a_checkpoints_data_is_read_through_one_function() -> None:
+    """Every reader of a checkpoint's data (eval, heads, compare) prepares it through
+    `checkpoint_data`, which checks where the checkpoint's config points first: only that
+    function, the module defining `prepare_data` and training (the user's own configuration)
+    call `prepare_data`, so that the next reader cannot forget the check."""
+    import ast
+
+    package = Path(attnseq.__file__).parent
+    callers = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            function = node.func if isinstance(node, ast.Call) else None
+            name = getattr(function, "id", None) or getattr(function, "attr", None)
+            if name == "prepare_data":
+                callers.append(path.relative_to(package).as_posix())
+    allowed = {"evaluation/checkpoint_eval.py", "data/prepare.py"}
+    assert {caller for caller in callers if not caller.startswith("training/")} <= allowed
+    assert callers.count("evaluation/checkpoint_eval.py") == 1  # in checkpoint_data alone
