@@ -73,6 +73,12 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture
+def ctranslate2():
+    """The ctranslate2 module; skips the test where it is not installed."""
+    return pytest.importorskip("ctranslate2", reason="ctranslate2 not installed (attnseq[ct2])")
+
+
 @pytest.fixture(scope="module")
 def one_intra_op_thread() -> Iterator[None]:
     """One intra-op thread for a module of tiny-tensor tests (`pytestmark =
@@ -136,18 +142,10 @@ def _untrained(*overrides: str) -> Callable[[Path], None]:
 
 
 def _trained(*overrides: str) -> Callable[[Path], None]:
-    import logging
-
-    from helpers import tiny_config
-
-    from attnseq.training.run import run_training
+    from helpers import tiny_config, train_quietly
 
     def build(folder: Path) -> None:
-        logging.disable(logging.INFO)  # the run's summary is no part of any test's output
-        try:
-            run_training(tiny_config(*overrides, *TRAINED), folder)
-        finally:
-            logging.disable(logging.NOTSET)
+        train_quietly(tiny_config(*overrides, *TRAINED), folder)
 
     return build
 
@@ -181,9 +179,28 @@ def trained_transformer_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="session")
-def checkpoints(rnn_checkpoint: Path, transformer_checkpoint: Path) -> dict[str, Path]:
+def eight_head_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """model.pt: an untrained tiny transformer of 2 encoder layers and 1 decoder layer, 2 heads
+    each (8 heads to measure and prune), its task with 12 validation and 6 test pairs."""
+    from helpers import untrained_checkpoint
+
+    path = tmp_path_factory.mktemp("heads") / "model.pt"
+    overrides = ("model.family=transformer", "model.enc_layers=2", "model.dec_layers=1")
+    return untrained_checkpoint(path, *overrides, "data.valid_size=12", "data.test_size=6")
+
+
+@pytest.fixture(scope="session")
+def untrained_checkpoints(rnn_checkpoint: Path, transformer_checkpoint: Path) -> dict[str, Path]:
     """The untrained checkpoint of each family, by family name."""
     return {"rnn": rnn_checkpoint, "transformer": transformer_checkpoint}
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoints(
+    trained_rnn_checkpoint: Path, trained_transformer_checkpoint: Path
+) -> dict[str, Path]:
+    """The checkpoint of each family trained two updates, by family name."""
+    return {"rnn": trained_rnn_checkpoint, "transformer": trained_transformer_checkpoint}
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
+from attnseq.models.transformer import TransformerSeq2Seq
 
 # ------------------------------------------------------------------ the checkout's scripts
 REPO = Path(__file__).resolve().parent.parent  # the checkout: benchmarks/, studies/, scripts/
@@ -46,6 +47,13 @@ def load_script(path: str) -> ModuleType:
         del sys.modules[file.stem]
         raise
     return module
+
+
+def run_script(path: str, *arguments: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python PATH ARGUMENTS` for a script of the checkout (`benchmarks/benchmark.py`) in a
+    fresh interpreter, its output captured as text."""
+    command = [sys.executable, str(REPO / path), *arguments]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
 # ------------------------------------------------------------------------------ the CLI
@@ -175,6 +183,23 @@ def assert_refused(tmp_path: Path, code: int, output: str, expected: str) -> Non
     assert not (tmp_path / "run").exists()
 
 
+def one_error_line(stderr: str, *words: str) -> str:
+    """The one line of a refusal's stderr, after checking it is an `error:` holding every one of
+    `words`, without a traceback."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert all(word in lines[0] for word in words), (words, lines[0])
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def one_line_exit_2(result, *words: str) -> None:  # type: ignore[no-untyped-def]
+    """A command run by typer's CliRunner refused: exit 2 and `one_error_line`, no traceback."""
+    assert result.exit_code == 2, result.output
+    one_error_line(result.stderr, *words)
+    assert "Traceback" not in result.output
+
+
 # ---------------------------------------------------------------------------- configs
 
 
@@ -268,6 +293,44 @@ def untrained_checkpoint(path, *overrides: str, pairs=None):
     return path
 
 
+def train_quietly(cfg: TrainConfig, run_dir: Path) -> dict:
+    """`run_training(cfg, run_dir)` without its INFO records (a run's summary is no part of any
+    test's output); its final metrics."""
+    import logging
+
+    from attnseq.training.run import run_training
+
+    logging.disable(logging.INFO)
+    try:
+        return run_training(cfg, run_dir)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def with_fresh_weights(checkpoint: Path, path: Path, seed: int) -> Path:
+    """A copy of `checkpoint` at `path` whose weights are those of a new model of its config,
+    drawn after torch.manual_seed(seed): another member for an ensemble of one config."""
+    from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+    from attnseq.models.loading import load_trained_model, model_for
+
+    payload = load_checkpoint(checkpoint)
+    trained = load_trained_model(checkpoint)
+    torch.manual_seed(seed)
+    payload["model"] = model_for(trained.cfg, trained.tokenizers).state_dict()
+    save_checkpoint(path, payload)
+    return path
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The training step of the checkpoint at `path`, or None while there is none (writes are
+    atomic: a reader never sees half a file, so any other failure is a real failure)."""
+    from attnseq.io.checkpoint import load_checkpoint
+
+    if not path.is_file():
+        return None
+    return int(load_checkpoint(path)["progress"]["step"])
+
+
 def eval_result(out):
     """The one result folder `attnseq eval --out OUT` wrote under OUT (the folder holding
     metrics.json: OUT/CHECKPOINT/SPLIT.DECODING/)."""
@@ -319,6 +382,12 @@ def random_batch(batch: int, length: int = 7, seed: int = 1) -> tuple[Tensor, Te
     return src, lengths
 
 
+def lp_by_hand(length: int, alpha: float) -> float:
+    """GNMT's length penalty ((5 + length) / 6) ** alpha (Wu et al. 2016, eq. 14), written out
+    independently of the code under test."""
+    return ((5 + length) / 6) ** alpha
+
+
 class TableModel(Seq2Seq):
     """A stub with hand-set scores: logits of step t after token y are table[t, y].
 
@@ -366,6 +435,47 @@ SHORT_POSITIONS = (
     "decoding.max_output_extra=9",
 )
 DATE_PAIRS = [("4 May 2001", "2001-05-04"), ("June 5, 2001", "2001-06-05")]
+
+
+# ------------------------------------------------------------ transformers by their options
+def tiny_transformer(vocab: Vocabularies, seed: int = 0, **options: object) -> TransformerSeq2Seq:
+    """A TransformerSeq2Seq built from its own options, not from a config (so with its own
+    defaults, dropout 0.1 among them): d_model 32, 2 heads, 2 layers each side, ff_dim 64 unless
+    `options` say otherwise, its weights drawn after torch.manual_seed(seed), in training mode."""
+    torch.manual_seed(seed)
+    sizes: dict = {"d_model": 32, "heads": 2, "enc_layers": 2, "dec_layers": 2, "ff_dim": 64}
+    return TransformerSeq2Seq(vocab, **{**sizes, **options})
+
+
+def reversal_batch(vocab: Vocabularies, length: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """8 random sources of `length` tokens (no special id) with their reversal as target: src
+    (B, S), lengths (B,), tgt_in (B, T) = BOS + reversed source, tgt_out (B, T) = reversed
+    source + EOS, where T = S + 1."""
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(3, vocab.tgt_size, (8, length), generator=generator)
+    reversed_src = src.flip(1)
+    tgt_in = torch.cat([torch.full((8, 1), vocab.bos_id), reversed_src], dim=1)  # (B, T)
+    tgt_out = torch.cat([reversed_src, torch.full((8, 1), vocab.eos_id)], dim=1)  # (B, T)
+    return src, torch.full((8,), length), tgt_in, tgt_out
+
+
+# ---------------------------------------------------------------------------- gradients
+def gradcheck_module(module: torch.nn.Module, query, keys, values, **kwargs) -> None:
+    """gradcheck in float64 of an attention module's output with respect to the query, keys,
+    values and every parameter of the module (local-p's W_p and v_p too); `kwargs` go to its
+    forward (`mask=`)."""
+    from torch.func import functional_call
+
+    names = [name for name, _ in module.named_parameters()]
+    params = [p.detach().clone().requires_grad_(True) for _, p in module.named_parameters()]
+
+    def fn(q, k, v, *flat_params):
+        return functional_call(
+            module, dict(zip(names, flat_params, strict=False)), (q, k, v), kwargs
+        )
+
+    tensors = [t.detach().clone().requires_grad_(True) for t in (query, keys, values)]
+    assert torch.autograd.gradcheck(fn, (*tensors, *params), eps=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------------------ a copy-only model

@@ -1,5 +1,6 @@
-"""The shape of the package: short functions, one layer per folder, and a README map that names
-every module where it lives. A module is one concept, whatever its length."""
+"""The shape of the package: short functions, one layer per folder, a README map that names
+every module where it lives, and a test module named after each module. A module is one concept,
+whatever its length."""
 
 import ast
 import re
@@ -10,6 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "attnseq"
 MAX_FUNCTION_LINES = 60  # the body; a command's option declarations sit in its signature
+# A module docstring says what the module is, its formula, shapes and the one reason that is
+# not obvious; explanations, tours and results are pages of docs/.
+MAX_MODULE_DOCSTRING_LINES = 30
+MAX_MODULE_DOCSTRINGS_LINES = 910  # all of them together, about 6 lines a module
 # The layers from the bottom up: each imports only the layers before it (the README's map
 # lists them in this order). errors is a single module at the top of the package.
 LAYER_ORDER = ("errors", "io", "config", "data", "attention", "models", "decoding", "alignment")
@@ -47,6 +52,65 @@ def test_functions_are_short(path: Path) -> None:
         and body_lines(node) > MAX_FUNCTION_LINES
     ]
     assert not long, f"{relative(path)}: {', '.join(long)}"
+
+
+def module_docstring_lines(path: Path) -> int:
+    """Lines of the module's docstring, its quotes included; 0 without one."""
+    body = ast.parse(path.read_text()).body
+    first = body[0] if body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
+        return 0
+    return first.end_lineno - first.lineno + 1 if isinstance(first.value.value, str) else 0
+
+
+@pytest.mark.parametrize("path", MODULES, ids=relative)
+def test_module_docstrings_are_short(path: Path) -> None:
+    lines = module_docstring_lines(path)
+    assert lines <= MAX_MODULE_DOCSTRING_LINES, f"{relative(path)}: a docstring of {lines} lines"
+
+
+def test_the_module_docstrings_together_are_short() -> None:
+    total = sum(module_docstring_lines(path) for path in MODULES)
+    assert total <= MAX_MODULE_DOCSTRINGS_LINES, f"module docstrings: {total} lines"
+
+
+# Modules without a test module of their name, each with the reason; every other module
+# attnseq/LAYER/MODULE.py is tested in tests/LAYER/test_MODULE.py (attnseq/errors.py in
+# tests/test_errors.py).
+WITHOUT_TEST_MODULE = {
+    "attnseq/__main__.py": "`python -m attnseq`: two lines that start attnseq/cli/app.py",
+    "attnseq/errors.py": "the exception types alone; every layer's refusal tests raise them",
+    # tested with the command or the import that reads them, in that one's file
+    "attnseq/api/compare.py": "attnseq.compare: tests/cli/test_compare_command.py",
+    "attnseq/cli/sweep_command.py": "`attnseq sweep-report`: tests/analysis/test_sweep_report.py",
+    "attnseq/data/marian_tokenizer.py": "the Marian import: tests/models/test_marian_import.py",
+}
+
+
+def module_test_file(path: Path) -> Path:
+    """The test module of a module's name: attnseq/models/rnn.py -> tests/models/test_rnn.py,
+    attnseq/errors.py -> tests/test_errors.py."""
+    relative_path = path.relative_to(PACKAGE)
+    return ROOT / "tests" / relative_path.parent / f"test_{relative_path.name}"
+
+
+def test_every_module_has_a_test_module_of_its_name() -> None:
+    modules = [path for path in MODULES if path.name != "__init__.py"]
+    missing = [
+        f"{relative(path)}: {relative(module_test_file(path))}"
+        for path in modules
+        if not module_test_file(path).is_file() and relative(path) not in WITHOUT_TEST_MODULE
+    ]
+    assert not missing, "modules without their test module:\n" + "\n".join(missing)
+
+
+def test_the_modules_without_a_test_module_are_so_still() -> None:
+    """Each entry of WITHOUT_TEST_MODULE names a module that exists and has no test module."""
+    for name in WITHOUT_TEST_MODULE:
+        path = ROOT / name
+        assert path.is_file(), f"{name} is no module"
+        test_file = module_test_file(path)
+        assert not test_file.is_file(), f"{name} has {relative(test_file)}: leave it off the list"
 
 
 def test_each_folder_is_a_layer() -> None:

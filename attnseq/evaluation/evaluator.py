@@ -1,21 +1,7 @@
 """Evaluate a model on one split: teacher-forced loss and perplexity, then decoding and the
-task's metrics (translation: BLEU, chrF, exact match; summarization: ROUGE-1/2/L), and, when
-the split carries gold word alignments, the AER of the model's attention
-(attnseq/alignment/forced.py, which reads and scores a separate gold set, sentence
-files plus Pharaoh or NAACL links, the same way).
-
-Used by validation during training, by the final test evaluation and by `attnseq eval`, so all
-three report the same numbers for the same model: `make_evaluator` builds the evaluator of one
-split of a config's data as they all do (the decoding settings of the config, the gold word
-alignments of a generated task, `split_gold`, the extended vocabulary of a copy model,
-`extended_split`).
-
-Copy models (pointer-generators) are given each example's extended-vocabulary view
-(attnseq/data/extended_vocab.py): batches carry the extended source, the loss is taken over the
-extended labels, outputs are detokenized with the example's out-of-vocabulary source words, and
-two more metrics come from the teacher-forced pass: `p_gen_mean` (the mean generation probability
-over the real target positions: 1 = always generate, 0 = always copy) and, with coverage,
-`coverage_loss` (the mean per-token sum_i min(a_i^t, c_i^t), See et al. 2017, eq. 12).
+task's metrics, and the AER of its attention when the split carries gold word alignments.
+Validation, the final test evaluation and `attnseq eval` all build it with `make_evaluator`, so
+they report the same numbers for the same model (docs/internals/evaluation.md).
 """
 
 from collections.abc import Iterator, Sequence

@@ -1,39 +1,12 @@
-"""Scoring given targets: the log-probability a model assigns to each (source, target) pair by
-teacher forcing (forced decoding), as marian-scorer, fairseq's `--score-reference` and
-sockeye-score report it; what `attnseq score` runs.
-
+"""Scoring given targets (`attnseq score`): the log-probability a model assigns to each (source,
+target) pair by teacher forcing, as marian-scorer and fairseq's `--score-reference` report it.
 For a target of n pieces y_1 .. y_n and y_{n+1} = </s>:
 
     log P(y | x) = sum_{t=1}^{n+1} log p(y_t | y_<t, x)        (natural log, <= 0)
 
-and the per-token mean divides it by n + 1: EOS counts as a token, as validation counts it. The
-token terms are `sequence_loss` (attnseq/models/objective.py) without label smoothing, the
-cross entropy of validation and `attnseq eval`, so over the same pairs
-
-    sum of -log P(y | x) / sum of (n + 1) = eval's SPLIT/loss
-
-(up to float summation order).
-
-Empty lines, decided by token ids (a line that encodes to no token: an empty line, or with a
-word or sentencepiece tokenizer a line of spaces):
-
-- an empty target is scored as EOS alone (n = 0): log p(</s> | x), one token;
-- an empty source is never given to the model (the rule of evaluation: there is nothing to
-  condition on, and an RNN encoder cannot read a zero-length source): its score is NaN with 0
-  tokens, and `ScoreSummary.skipped_empty` counts it.
-
-Lengths. A source longer than the model's `data.max_src_len` is truncated to it, as eval and
-translate do. A target is never cut (a score of part of it would be wrong): one longer than a
-model with learned positions can take is a UserError naming its line.
-
-Copy models (pointer-generators) are scored over their extended vocabulary
-(attnseq/data/extended_vocab.py): a target word missing from the target vocabulary but present
-in the source gets its copy id as label, exactly as evaluation scores it.
-
-Batches are cut by a budget of padded tokens from length-sorted pairs (`TokenBatchSampler`,
-as the evaluator does), and optionally by a number of pairs. `Scorer.score_stream` reads pairs
-from an iterator in chunks of `STREAM_CHUNK` pairs and yields their scores in order, so a file of
-any length is scored in the memory of one chunk; pairs are length-sorted within a chunk only.
+and the per-token mean divides it by n + 1: EOS counts as a token, as validation counts it, so
+over the same pairs sum -log P(y | x) / sum (n + 1) is eval's SPLIT/loss. How empty lines,
+lengths, copy models and batches are scored: docs/internals/evaluation.md.
 """
 
 import math

@@ -6,13 +6,11 @@ that is mostly <unk> for a model gives one warning line with its unknown-token r
 from pathlib import Path
 
 import pytest
-from helpers import SRC, run_eval, toy_transformer, untrained_checkpoint, write_set
+from helpers import SRC, one_line_exit_2, run_eval, toy_transformer, untrained_checkpoint, write_set
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
-from attnseq.data.unknown_tokens import UnknownCount, unknown_warning
-from attnseq.data.word_alignments import LinkOutsideSentence, read_gold_file, word_counts
 
 UNKNOWN = ["zork blip quux frob", "wug dax fep", "snarf", "glorp zib vex mip"]
 
@@ -39,17 +37,20 @@ def run(*args: object):
     return CliRunner().invoke(app, [str(arg) for arg in args])
 
 
-def one_error(result, *words: str) -> None:
-    """Exit 2 with exactly one stderr line, an error holding every word, and no traceback."""
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
-    assert all(word in lines[0] for word in words), (words, lines[0])
-    assert "Traceback" not in result.output
-
-
 def warning_lines(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+
+
+def align_forward(setup: dict[str, Path], *options: object, tgt: str = "tgt"):
+    """`attnseq align` of the forward model on the set's sources and `setup[tgt]`."""
+    return run("align", setup["forward"], "--src", setup["src"], "--tgt", setup[tgt], *options)
+
+
+def eval_against(setup: dict[str, Path], folder: Path, gold: Path, tgt: str = "tgt"):
+    """`attnseq eval` of the forward model into FOLDER/eval, against `gold` for the set's
+    sources and `setup[tgt]`."""
+    sentences = ["--gold-src", str(setup["src"]), "--gold-tgt", str(setup[tgt])]
+    return run_eval(setup["forward"], folder / "eval", "--gold", str(gold), *sentences)
 
 
 @pytest.mark.parametrize(
@@ -85,11 +86,8 @@ def test_align_refuses_gold_links_outside_their_sentence(
     gold.write_text(gold_text, encoding="utf-8")
     out = tmp_path / "links.pharaoh"
     before = {path: path.read_bytes() for path in (gold, setup["src"], setup["tgt"])}
-    result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"], "--gold", gold,
-        "--out", out, *options,
-    )  # fmt: skip
-    one_error(result, f"--gold {gold}", *words)
+    result = align_forward(setup, "--gold", gold, "--out", out, *options)
+    one_line_exit_2(result, f"--gold {gold}", *words)
     assert not out.exists()
     assert {path: path.read_bytes() for path in before} == before
 
@@ -97,40 +95,24 @@ def test_align_refuses_gold_links_outside_their_sentence(
 def test_align_names_the_possible_file_of_a_link_outside(setup, tmp_path) -> None:
     possible = tmp_path / "possible.txt"
     possible.write_text("0-0\n1-1\n0-0\n0-0 5-9\n", encoding="utf-8")
-    result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
-        "--gold", setup["gold"], "--gold-possible", possible,
-    )  # fmt: skip
-    one_error(result, str(possible), "line 4", "link 5-9", "6 source and 5 target words")
+    result = align_forward(setup, "--gold", setup["gold"], "--gold-possible", possible)
+    one_line_exit_2(result, str(possible), "line 4", "link 5-9", "6 source and 5 target words")
 
 
 def test_eval_refuses_naacl_gold_links_outside_their_sentence(setup, tmp_path) -> None:
     gold = tmp_path / "gold.naacl"
     gold.write_text("1 1 1 S\n2 2 9 P\n", encoding="utf-8")
-    result = run_eval(
-        setup["forward"], tmp_path / "eval", "--gold", str(gold),
-        "--gold-src", str(setup["src"]), "--gold-tgt", str(setup["tgt"]),
-    )  # fmt: skip
-    one_error(result, str(gold), "line 2", "'2 2 9 P'", "5 source and 4 target words")
+    result = eval_against(setup, tmp_path, gold)
+    one_line_exit_2(result, str(gold), "line 2", "'2 2 9 P'", "5 source and 4 target words")
     assert not (tmp_path / "eval").exists()
-
-
-def test_gold_reader_checks_links_against_the_word_counts() -> None:
-    lengths, sides = word_counts(["a b c"], ["x y"])
-    assert read_gold_file(["0-0 2-1"], lengths=lengths, sides=sides)[0] == [{(0, 0), (2, 1)}]
-    with pytest.raises(LinkOutsideSentence, match="link 3-0 .* 3 source and 2 target words"):
-        read_gold_file(["0-0 3-0"], lengths=lengths, sides=sides)
-    with pytest.raises(LinkOutsideSentence, match="link 0-2"):
-        read_gold_file(["0-0 0-2"], lengths=lengths, sides=sides)
 
 
 def test_reverse_model_of_the_same_languages_is_refused(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
-    result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
-        "--reverse", setup["same"], "--out", out,
-    )  # fmt: skip
-    one_error(result, f"--reverse {setup['same']}", "same direction", "both read src and write tgt")
+    result = align_forward(setup, "--reverse", setup["same"], "--out", out)
+    one_line_exit_2(
+        result, f"--reverse {setup['same']}", "same direction", "both read src and write tgt"
+    )
     assert not out.exists()
 
 
@@ -143,15 +125,12 @@ def test_reverse_model_of_the_same_vocabularies_is_refused(tmp_path) -> None:
     src.write_text("march 3 1998\n", encoding="utf-8")
     tgt.write_text("1998-03-03\n", encoding="utf-8")
     result = run("align", forward, "--src", src, "--tgt", tgt, "--reverse", reverse)
-    one_error(result, "same direction", "same source and the same target vocabulary")
+    one_line_exit_2(result, "same direction", "same source and the same target vocabulary")
 
 
 def test_swapped_reverse_model_aligns_without_warning(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
-    result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
-        "--reverse", setup["reverse"], "--out", out,
-    )  # fmt: skip
+    result = align_forward(setup, "--reverse", setup["reverse"], "--out", out)
     assert result.exit_code == 0, result.output
     assert result.stderr == "" and len(out.read_text().splitlines()) == len(SRC)
 
@@ -160,10 +139,7 @@ def test_reverse_model_of_another_vocabulary_is_warned_about(setup, tmp_path) ->
     """Its data config names other languages (xx, yy) over other files: nothing shows its
     direction, so it aligns, with one warning giving the unknown-token rates."""
     out = tmp_path / "links.pharaoh"
-    result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"],
-        "--reverse", setup["other"], "--out", out,
-    )  # fmt: skip
+    result = align_forward(setup, "--reverse", setup["other"], "--out", out)
     assert result.exit_code == 0, result.output
     assert result.stderr.count("\n") == 1 and len(warning_lines(result)) == 1
     warning = warning_lines(result)[0]
@@ -176,9 +152,7 @@ def test_reverse_model_of_another_vocabulary_is_warned_about(setup, tmp_path) ->
 
 def test_align_warns_about_a_target_the_model_cannot_read(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
-    result = run(
-        "align", setup["forward"], "--src", setup["src"], "--tgt", setup["unknown"], "--out", out
-    )
+    result = align_forward(setup, "--out", out, tgt="unknown")
     assert result.exit_code == 0, result.output
     assert result.stderr.count("\n") == 1 and len(warning_lines(result)) == 1
     warning = warning_lines(result)[0]
@@ -207,20 +181,7 @@ def test_score_of_readable_text_gives_no_warning(setup, tmp_path) -> None:
 def test_eval_warns_about_alignment_sentences_the_model_cannot_read(setup, tmp_path) -> None:
     gold = tmp_path / "gold.txt"
     gold.write_text("0-0\n0-0\n0-0\n0-0\n", encoding="utf-8")
-    result = run_eval(
-        setup["forward"], tmp_path / "eval", "--gold", str(gold),
-        "--gold-src", str(setup["src"]), "--gold-tgt", str(setup["unknown"]),
-    )  # fmt: skip
+    result = eval_against(setup, tmp_path, gold, tgt="unknown")
     assert result.exit_code == 0, result.output
     assert len(warning_lines(result)) == 1
     assert "100.0% of the --gold-tgt tokens (12 of 12)" in warning_lines(result)[0]
-
-
-def test_unknown_warning_is_for_rates_above_the_threshold() -> None:
-    half = UnknownCount("--tgt", "the model's target vocabulary", unk_id=1).add_all([[1, 5]])
-    most = UnknownCount("--src", "the model's source vocabulary", unk_id=1).add_all([[1, 1, 4]])
-    assert unknown_warning([half]) is None
-    message = unknown_warning([half, most])
-    assert message is not None and message.count("\n") == 0
-    assert "66.7% of the --src tokens (2 of 3)" in message and "--tgt" not in message
-    assert unknown_warning([UnknownCount("--src", "v", unk_id=1)]) is None  # no tokens

@@ -58,10 +58,18 @@ def rnn_reading(position_of: dict[int, int]) -> RNNSeq2Seq:
     torch.manual_seed(0)
     hidden = emb = 16
     model = RNNSeq2Seq(
-        VOCAB, attention=LocationAttention(hidden, max_src_len=8), style="luong", emb_dim=emb,
-        enc_hidden=8, hidden=hidden, input_feeding=False, tie_embeddings=False,
-        init_hidden="zero", values="embeddings", dropout=0.0,
-    )  # fmt: skip
+        VOCAB,
+        attention=LocationAttention(hidden, max_src_len=8),
+        style="luong",
+        emb_dim=emb,
+        enc_hidden=8,
+        hidden=hidden,
+        input_feeding=False,
+        tie_embeddings=False,
+        init_hidden="zero",
+        values="embeddings",
+        dropout=0.0,
+    )
     with torch.no_grad():
         model.embedding.weight.copy_(torch.eye(VOCAB.tgt_size, emb))
         rnn = model.rnn
@@ -92,9 +100,17 @@ def transformer_reading_next() -> TransformerSeq2Seq:
     """
     torch.manual_seed(0)
     model = TransformerSeq2Seq(
-        VOCAB, d_model=32, heads=1, enc_layers=1, dec_layers=1, ff_dim=16, dropout=0.0,
-        positions="learned", max_positions=8, tie_embeddings=False,
-    )  # fmt: skip
+        VOCAB,
+        d_model=32,
+        heads=1,
+        enc_layers=1,
+        dec_layers=1,
+        ff_dim=16,
+        dropout=0.0,
+        positions="learned",
+        max_positions=8,
+        tie_embeddings=False,
+    )
     with torch.no_grad():
         for embedding in (model.src_embed, model.tgt_embed):
             embedding.weight[:, 16:] = 0.0
@@ -176,8 +192,8 @@ def test_rollout_multiplies_the_residual_halves_through_the_layers() -> None:
 
 
 # ------------------------------------------------------------------ completeness, batching
-# `checkpoints` (tests/conftest.py): an untrained tiny model of each family, the transformer
-# with two decoder layers.
+# `untrained_checkpoints` (tests/conftest.py): an untrained tiny model of each family, the
+# transformer with two decoder layers.
 
 
 def zero_embedding_scores(model, examples) -> list[torch.Tensor]:
@@ -194,8 +210,9 @@ def zero_embedding_scores(model, examples) -> list[torch.Tensor]:
     scores = []
     try:
         for example in examples:
-            batch = collate([example], [0], pad_id=model.pad_id, bos_id=model.bos_id,
-                            eos_id=model.eos_id)  # fmt: skip
+            batch = collate(
+                [example], [0], pad_id=model.pad_id, bos_id=model.bos_id, eos_id=model.eos_id
+            )
             with torch.no_grad():
                 logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits
             log_probs = logits.log_softmax(dim=-1)[0]
@@ -207,8 +224,10 @@ def zero_embedding_scores(model, examples) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_integrated_gradients_sum_to_the_difference_from_the_baseline(checkpoints, family):
-    trained = load_trained_model(checkpoints[family])
+def test_integrated_gradients_sum_to_the_difference_from_the_baseline(
+    untrained_checkpoints, family
+):
+    trained = load_trained_model(untrained_checkpoints[family])
     src, tgt = trained.tokenizers.src, trained.tokenizers.tgt
     examples = [(src.encode(s), tgt.encode(t)) for s, t in DATES[:3]]
     settings = GradientSettings(ig_steps=64)
@@ -224,11 +243,11 @@ def test_integrated_gradients_sum_to_the_difference_from_the_baseline(checkpoint
         torch.testing.assert_close(total, difference, atol=0.02, rtol=0.02)
 
 
-def test_the_scores_explained_are_the_models_log_probabilities(checkpoints) -> None:
+def test_the_scores_explained_are_the_models_log_probabilities(untrained_checkpoints) -> None:
     """The forward pass with the embeddings handed in (hooks) computes what the model does."""
     from attnseq.data.batching import collate
 
-    trained = load_trained_model(checkpoints["rnn"])
+    trained = load_trained_model(untrained_checkpoints["rnn"])
     model = trained.model
     example = (
         trained.tokenizers.src.encode(DATES[0][0]),
@@ -242,8 +261,8 @@ def test_the_scores_explained_are_the_models_log_probabilities(checkpoints) -> N
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_a_batch_of_eight_gives_the_maps_of_one_at_a_time(checkpoints, family) -> None:
-    trained = load_trained_model(checkpoints[family])
+def test_a_batch_of_eight_gives_the_maps_of_one_at_a_time(untrained_checkpoints, family) -> None:
+    trained = load_trained_model(untrained_checkpoints[family])
     methods = [m for m in ATTRIBUTION_METHODS if family == "transformer" or m != "rollout"]
     for method in methods:
         options = {"ig_steps": 8, "smoothgrad_samples": 3, "seed": 5}
@@ -294,9 +313,15 @@ def test_a_source_embedding_shared_with_the_target() -> None:
     """One embedding module for both sides: its two calls are told apart by their ids."""
     torch.manual_seed(0)
     model = TransformerSeq2Seq(
-        VOCAB, d_model=16, heads=2, enc_layers=1, dec_layers=1, ff_dim=16, dropout=0.0,
+        VOCAB,
+        d_model=16,
+        heads=2,
+        enc_layers=1,
+        dec_layers=1,
+        ff_dim=16,
+        dropout=0.0,
         share_src_tgt_embeddings=True,
-    ).eval()  # fmt: skip
+    ).eval()
     assert model.src_embed is model.tgt_embed
     ((source, prefix, _),) = maps_of(model, "gradient-x-input", [(SOURCE, TARGET)])
     separate = copy.deepcopy(model)
@@ -307,9 +332,9 @@ def test_a_source_embedding_shared_with_the_target() -> None:
 
 
 # ------------------------------------------------------------------ bad input
-def test_bad_input_is_one_user_error(checkpoints, tmp_path) -> None:
-    rnn = load_trained_model(checkpoints["rnn"])
-    transformer = load_trained_model(checkpoints["transformer"])
+def test_bad_input_is_one_user_error(untrained_checkpoints, tmp_path) -> None:
+    rnn = load_trained_model(untrained_checkpoints["rnn"])
+    transformer = load_trained_model(untrained_checkpoints["transformer"])
     pair = [DATES[0]]
     cases = [
         (rnn, pair, "integrated-gradient", {}, "Did you mean 'integrated-gradients'?"),
@@ -335,23 +360,29 @@ def test_bad_input_is_one_user_error(checkpoints, tmp_path) -> None:
         with pytest.raises(UserError, match=message):
             attribute(trained, pairs, method, **options)
     learned = untrained_checkpoint(
-        tmp_path / "learned.pt", "model.family=transformer", "model.positions=learned",
-        "model.max_positions=64", "data.max_src_len=20", "data.max_tgt_len=20",
-    )  # fmt: skip
+        tmp_path / "learned.pt",
+        "model.family=transformer",
+        "model.positions=learned",
+        "model.max_positions=64",
+        "data.max_src_len=20",
+        "data.max_tgt_len=20",
+    )
     with pytest.raises(UserError, match="the target of pair 1 has 70 tokens; this model"):
         attribute(load_trained_model(learned), [("1990", "1" * 70)], "gradient-x-input")
 
 
-def test_saliency_is_smoothgrad(checkpoints) -> None:
-    trained = load_trained_model(checkpoints["rnn"])
+def test_saliency_is_smoothgrad(untrained_checkpoints) -> None:
+    trained = load_trained_model(untrained_checkpoints["rnn"])
     (alias,) = attribute(trained, DATES[:1], "saliency", smoothgrad_samples=2)
     (named,) = attribute(trained, DATES[:1], "smoothgrad", smoothgrad_samples=2)
     assert alias.method == "smoothgrad"
     torch.testing.assert_close(alias.source, named.source)
 
 
-def test_without_captum_the_gradient_methods_name_the_extra(checkpoints, monkeypatch) -> None:
-    trained = load_trained_model(checkpoints["rnn"])
+def test_without_captum_the_gradient_methods_name_the_extra(
+    untrained_checkpoints, monkeypatch
+) -> None:
+    trained = load_trained_model(untrained_checkpoints["rnn"])
     monkeypatch.setitem(sys.modules, "captum", None)  # `import captum...` raises ImportError
     monkeypatch.setitem(sys.modules, "captum.attr", None)
     with pytest.raises(UserError, match=r"need captum: pip install 'attnseq\[explain\]'"):

@@ -1,6 +1,7 @@
-"""Attention diagnostics: end-of-source mass and per-head entropy on hand-made attention, over
-padded batches and several batches; models without cross-attention give none; the entropy of
-each example, from hand-made attention and as the evaluator's mean; the per-batch statistics."""
+"""Attention diagnostics (attnseq/alignment/diagnostics.py): end-of-source mass and per-head
+entropy on hand-made attention, over padded batches and several batches; the entropy of each
+example from hand-made attention; the per-batch statistics. The evaluator's diagnostics of real
+models: tests/evaluation/test_evaluator.py."""
 
 import math
 from types import SimpleNamespace
@@ -8,7 +9,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_config
 
 from attnseq.alignment.diagnostics import (
     AttentionDiagnostics,
@@ -16,9 +16,6 @@ from attnseq.alignment.diagnostics import (
     example_entropies,
     is_per_layer_key,
 )
-from attnseq.decoding import DecodingConfig
-from attnseq.evaluation.evaluator import Evaluator
-from attnseq.models import Vocabularies, build_model
 
 
 def test_rnn_maps_one_hot_on_the_last_source_and_uniform() -> None:
@@ -64,38 +61,6 @@ def test_transformer_heads_and_batches_are_weighted_by_rows() -> None:
     assert AttentionDiagnostics().results() == {}
 
 
-def evaluator_for(examples: list[tuple[list[int], list[int]]]) -> Evaluator:
-    return Evaluator(
-        examples,
-        ["x"] * len(examples),
-        tgt_tokenizer=None,  # type: ignore[arg-type]  (never decoded here)
-        device=torch.device("cpu"),
-        max_tokens=12,
-        decoding=DecodingConfig(),
-    )
-
-
-@pytest.mark.parametrize(
-    ("overrides", "keys"),
-    [
-        (("model.family=transformer",), 2 + 1 + 2),  # overall, 1 layer, 2 heads
-        (("model.family=rnn",), 2),
-        (("model.family=rnn", "model.attention.score=none"), 0),
-    ],
-)
-def test_evaluator_diagnostics_of_real_models(overrides: tuple[str, ...], keys: int) -> None:
-    torch.manual_seed(0)
-    cfg = tiny_config(*overrides)
-    model = build_model(cfg.model, Vocabularies(12, 12, 0, 2, 3)).eval()
-    examples = [([4, 5, 6], [7, 8]), ([9, 4], [5]), ([6], []), ([], [4]), ([4, 4, 5, 6, 7], [8])]
-    results = evaluator_for(examples).attention_diagnostics(model)
-    assert len(results) == keys
-    if keys:
-        assert 0.0 < results["attention/last_source_mass"] < 1.0
-        # at most ln of the longest source (5), more than 0 for untrained attention
-        assert 0.0 < results["attention/entropy"] < math.log(5)
-
-
 def test_per_layer_keys_are_told_from_the_overall_ones() -> None:
     assert is_per_layer_key("test/attention/layer2/last_source_mass")
     assert is_per_layer_key("valid/attention/layer1/head3/entropy")
@@ -135,17 +100,6 @@ def test_example_entropies_of_known_attention(heads: bool) -> None:
     share = 0.5 if heads else 1.0  # the one-hot head adds 0 to the head mean
     expected = [[3 * math.log(4) * share, 3], [2 * math.log(2) * share, 2], [0, 0]]
     assert sums == pytest.approx(np.array(expected))
-
-
-@pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_example_entropies_agree_with_the_evaluators(family: str) -> None:
-    torch.manual_seed(0)
-    model = build_model(tiny_config(f"model.family={family}").model, Vocabularies(12, 12, 0, 2, 3))
-    examples = [([4, 5, 6], [7, 8]), ([9, 4], [5]), ([6], []), ([4, 4, 5, 6, 7], [8])]
-    sums = example_entropies(model.eval(), examples, batch_size=2)
-    overall = evaluator_for(examples).attention_diagnostics(model)["attention/entropy"]
-    assert sums[:, 0].sum() / sums[:, 1].sum() == pytest.approx(overall)
-    assert sums[2].tolist() == [0.0, 0.0] and sums[:, 1].tolist() == [3, 2, 0, 2]
 
 
 # --------------------------------------------------------------- statistics for TensorBoard

@@ -90,18 +90,13 @@ def test_align_command_reads_no_model(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(align_runner, "check_eflomal", lambda: None)
     src, tgt = write_pairs(tmp_path, 3)
     out = tmp_path / "links.gdfa"
-    result = CliRunner().invoke(
-        app,
-        ["align", "--method", "eflomal", "--src", str(src), "--tgt", str(tgt),
-         "--symmetrize", "intersect", "--out", str(out), "--gold", str(out.with_suffix(".gold"))],
-    )  # fmt: skip
+    command = ["align", "--method", "eflomal", "--src", str(src), "--tgt", str(tgt)]
+    gold = out.with_suffix(".gold")
+    command += ["--symmetrize", "intersect", "--out", str(out), "--gold", str(gold)]
+    result = CliRunner().invoke(app, command)
     assert result.exit_code == 2 and "--gold file not found" in result.output
-    out.with_suffix(".gold").write_text("0-0\n0-0\n0-0\n")
-    result = CliRunner().invoke(
-        app,
-        ["align", "--method", "eflomal", "--src", str(src), "--tgt", str(tgt),
-         "--symmetrize", "intersect", "--out", str(out), "--gold", str(out.with_suffix(".gold"))],
-    )  # fmt: skip
+    gold.write_text("0-0\n0-0\n0-0\n")
+    result = CliRunner().invoke(app, command)
     assert result.exit_code == 0, result.output
     assert "eflomal, intersect of both directions" in result.output
     assert read_pharaoh(out)[0] == [{(0, 0)}, {(0, 0), (1, 1)}, {(0, 0), (1, 1), (2, 2)}]
@@ -140,9 +135,20 @@ def test_eflomal_finds_the_reordering(tmp_path: Path) -> None:
     out = tmp_path / "links.gdfa"
     result = CliRunner().invoke(
         app,
-        ["align", "--method", "eflomal", "--src", str(src), "--tgt", str(tgt),
-         "--symmetrize", "grow-diag-final-and", "--out", str(out)],
-    )  # fmt: skip
+        [
+            "align",
+            "--method",
+            "eflomal",
+            "--src",
+            str(src),
+            "--tgt",
+            str(tgt),
+            "--symmetrize",
+            "grow-diag-final-and",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     found = read_pharaoh(out)[0]
     lengths = [len(line.split()) for line in src.read_text().splitlines()]

@@ -1,6 +1,6 @@
-"""Forced word alignment (attnseq/alignment/forced.py): Pharaoh round trip, the
-attention and Shift-Att rows on a hand-made attention matrix, the piece -> word merge, batching
-that changes nothing, and the map choice; the AER of stub and tiny models' attention."""
+"""Forced word alignment (attnseq/alignment/forced.py): the attention and Shift-Att rows on a
+hand-made attention matrix, the piece -> word merge, batching that changes nothing, and the map
+choice; the AER of stub and tiny models' attention."""
 
 import json
 from pathlib import Path
@@ -37,11 +37,8 @@ from attnseq.data.tokenizers import (
     train_tokenizer,
 )
 from attnseq.data.word_alignments import (
-    format_pharaoh,
     read_gold,
-    read_pharaoh,
     word_ids,
-    write_pharaoh,
 )
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
@@ -79,17 +76,6 @@ def hand_made_links(target_word_ids: list[int], shift: bool) -> tuple[torch.Tens
     return pooled, argmax_alignment(pooled)
 
 
-def test_pharaoh_round_trip(tmp_path: Path) -> None:
-    alignments = [{(0, 0), (2, 1), (1, 1), (10, 3)}, set(), {(3, 0)}]
-    write_pharaoh(tmp_path / "a.pharaoh", alignments)
-    text = (tmp_path / "a.pharaoh").read_text()
-    assert text == "0-0 1-1 2-1 10-3\n\n3-0\n"  # sorted by (source, target), 0-based
-    sure, possible = read_pharaoh(tmp_path / "a.pharaoh")
-    assert sure == alignments and possible == alignments
-    line = format_pharaoh({(1, 2)}, possible={(0, 0), (1, 2)})
-    assert line == "0?0 1-2" and read_pharaoh([line]) == ([{(1, 2)}], [{(0, 0), (1, 2)}])
-
-
 def test_attention_reads_the_row_that_predicts_each_word() -> None:
     pooled, links = hand_made_links([0, 1, 2], shift=False)
     assert torch.equal(pooled, HAND_MADE[:3])  # the </s> row is dropped
@@ -121,9 +107,11 @@ def test_char_pieces_merge_into_whitespace_words(rnn_checkpoint: Path) -> None:
     src_ids, tgt_ids = trained.tokenizers.src.encode(src), trained.tokenizers.tgt.encode(tgt)
     with torch.no_grad():
         attention = trained.model(
-            torch.tensor([src_ids]), torch.tensor([len(src_ids)]),
-            torch.tensor([[trained.model.bos_id, *tgt_ids]]), need_weights=True,
-        ).attention[0]  # fmt: skip
+            torch.tensor([src_ids]),
+            torch.tensor([len(src_ids)]),
+            torch.tensor([[trained.model.bos_id, *tgt_ids]]),
+            need_weights=True,
+        ).attention[0]
     expected = np.zeros((2, 4))
     for a, (t_start, t_end) in enumerate([(0, 10), (11, 12)]):
         for b, (s_start, s_end) in enumerate([(0, 3), (4, 6), (7, 16), (17, 21)]):
@@ -200,10 +188,12 @@ def test_transformer_cross_attention_is_the_forward_s(tmp_path: Path) -> None:
             method = AlignmentMethod("attention", layer, head)
             one = align_sentences(trained, src, tgt, method).soft
             words = [
-                (word_ids(trained.tokenizers.src.pieces(s), "char"),
-                 word_ids(trained.tokenizers.tgt.pieces(t), "char"))
+                (
+                    word_ids(trained.tokenizers.src.pieces(s), "char"),
+                    word_ids(trained.tokenizers.tgt.pieces(t), "char"),
+                )
                 for s, t in zip(src, tgt, strict=True)
-            ]  # fmt: skip
+            ]
             pooled = dict(forced_word_attention(model, examples, words))  # every layer
             for i in range(2):
                 assert np.allclose(one[i], select_map(pooled[i], method).numpy(), atol=1e-6)
@@ -221,13 +211,27 @@ def setup(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     files = write_set(folder / "data")
     checkpoint = untrained_checkpoint(
         folder / "run" / "checkpoints" / "best.pt",
-        "model.family=transformer", "model.dec_layers=2", "model.heads=2",
-        "data.source=local", "data.name=toy", "data.format=parallel", "data.tokenizer=word",
-        f"data.root={folder / 'data'}", "data.splits.test=set", "data.src_lang=src",
+        "model.family=transformer",
+        "model.dec_layers=2",
+        "model.heads=2",
+        "data.source=local",
+        "data.name=toy",
+        "data.format=parallel",
+        "data.tokenizer=word",
+        f"data.root={folder / 'data'}",
+        "data.splits.test=set",
+        "data.src_lang=src",
         "data.tgt_lang=tgt",
         pairs=read_parallel(files["src"], files["tgt"]),
-    )  # fmt: skip
+    )
     return checkpoint, files
+
+
+def eval_against_gold(checkpoint: Path, files: dict[str, Path], folder: Path, tgt=None):
+    """`attnseq eval` of `checkpoint` into FOLDER/eval against the set's gold links, its
+    sentences the set's (or `tgt` for the targets)."""
+    sentences = ["--gold-src", str(files["src"]), "--gold-tgt", str(tgt or files["tgt"])]
+    return run_eval(checkpoint, folder / "eval", "--gold", str(files["gold"]), *sentences)
 
 
 def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:
@@ -272,10 +276,7 @@ def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:
 
 def test_metrics_json_holds_aer_precision_recall_per_head(setup, tmp_path) -> None:
     checkpoint, files = setup
-    result = run_eval(
-        checkpoint, tmp_path / "eval", "--gold", str(files["gold"]),
-        "--gold-src", str(files["src"]), "--gold-tgt", str(files["tgt"]),
-    )  # fmt: skip
+    result = eval_against_gold(checkpoint, files, tmp_path)
     assert result.exit_code == 0, result.output
     assert "layer 2, head mean" in result.output and "overall (layer 2 mean)" in result.output
     metrics = json.loads((eval_result(tmp_path / "eval") / "metrics.json").read_text())
@@ -317,16 +318,14 @@ def test_eval_spells_the_gold_options_as_align_does_and_keeps_its_old_names_hidd
     from attnseq.cli.app import app
 
     checkpoint, files = setup
-    old = [
-        "--alignments", str(files["gold"]), "--align-src", str(files["src"]),
-        "--align-tgt", str(files["tgt"]), "--align-method", "shift-att",
-    ]  # fmt: skip
-    new = [
-        "--gold", str(files["gold"]), "--gold-src", str(files["src"]),
-        "--gold-tgt", str(files["tgt"]), "--method", "shift-att",
-    ]  # fmt: skip
+    values = [str(files["gold"]), str(files["src"]), str(files["tgt"]), "shift-att"]
+    spellings = {
+        "old": ["--alignments", "--align-src", "--align-tgt", "--align-method"],
+        "new": ["--gold", "--gold-src", "--gold-tgt", "--method"],
+    }
     results = {}
-    for name, args in (("old", old), ("new", new)):
+    for name, options in spellings.items():
+        args = [item for pair in zip(options, values, strict=True) for item in pair]
         result = run_eval(checkpoint, tmp_path / name, *args)
         assert result.exit_code == 0, (name, result.output)
         metrics = json.loads((eval_result(tmp_path / name) / "metrics.json").read_text())
@@ -391,10 +390,7 @@ def test_empty_sentence_is_an_error(setup, tmp_path) -> None:
     checkpoint, files = setup
     tgt = tmp_path / "tgt"
     tgt.write_text("".join(line + "\n" for line in [TGT[0], "", *TGT[2:]]), encoding="utf-8")
-    result = run_eval(
-        checkpoint, tmp_path / "eval", "--gold", str(files["gold"]),
-        "--gold-src", str(files["src"]), "--gold-tgt", str(tgt),
-    )  # fmt: skip
+    result = eval_against_gold(checkpoint, files, tmp_path, tgt)
     assert result.exit_code == 2 and "line 2 is empty" in result.output
 
 
@@ -405,13 +401,21 @@ def test_wpt03_trial_set_with_a_sentencepiece_model(shared_data, tmp_path, monke
     folder = shared_data / "alignments" / "wpt03_enfr"
     checkpoint = untrained_checkpoint(
         tmp_path / "run" / "checkpoints" / "best.pt",
-        "model.family=transformer", "model.dec_layers=2", "data.source=local",
-        "data.name=wpt", "data.format=parallel", "data.tokenizer=sentencepiece",
-        "data.spm_vocab_size=300", f"data.root={shared_data}",
-        "data.splits.test=alignments/wpt03_enfr/trial", "data.src_lang=en",
-        "data.tgt_lang=fr", "decoding.max_output_extra=2", "decoding.max_output_ratio=0.2",
+        "model.family=transformer",
+        "model.dec_layers=2",
+        "data.source=local",
+        "data.name=wpt",
+        "data.format=parallel",
+        "data.tokenizer=sentencepiece",
+        "data.spm_vocab_size=300",
+        f"data.root={shared_data}",
+        "data.splits.test=alignments/wpt03_enfr/trial",
+        "data.src_lang=en",
+        "data.tgt_lang=fr",
+        "decoding.max_output_extra=2",
+        "decoding.max_output_ratio=0.2",
         pairs=read_parallel(folder / "trial.en", folder / "trial.fr"),
-    )  # fmt: skip
+    )
     sentences = ["--gold-src", str(folder / "trial.en"), "--gold-tgt", str(folder / "trial.fr")]
     pharaoh = ["--gold", str(folder / "trial.sure.pharaoh")]
     pharaoh += ["--gold-possible", str(folder / "trial.possible.pharaoh")]
@@ -541,9 +545,15 @@ def test_char_pieces_pool_to_words() -> None:
     examples, src_p, tgt_p, gold, _, _ = encoded("copy", "char")
     assert " " in src_p[0]
     metrics = model_alignment_metrics(
-        StubModel(pattern="diagonal"), examples, src_p, tgt_p, gold, src_kind="char",
-        tgt_kind="char", batch_size=4,
-    )  # fmt: skip
+        StubModel(pattern="diagonal"),
+        examples,
+        src_p,
+        tgt_p,
+        gold,
+        src_kind="char",
+        tgt_kind="char",
+        batch_size=4,
+    )
     assert metrics["aer"] == 0.0
 
 
@@ -554,10 +564,16 @@ def test_transformer_shaped_attention_overall_is_last_layer_head_mean() -> None:
         model, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word"
     )
     assert list(metrics) == [
-        "aer", "precision", "recall",
-        "aer/layer1/head1", "aer/layer1/head2", "aer/layer1/mean",
-        "aer/layer2/head1", "aer/layer2/head2", "aer/layer2/mean",
-    ]  # fmt: skip
+        "aer",
+        "precision",
+        "recall",
+        "aer/layer1/head1",
+        "aer/layer1/head2",
+        "aer/layer1/mean",
+        "aer/layer2/head1",
+        "aer/layer2/head2",
+        "aer/layer2/mean",
+    ]
     assert metrics["aer"] == metrics["aer/layer2/mean"] == metrics["aer/layer2/head1"] == 0.0
     assert metrics["aer/layer1/mean"] == metrics["aer/layer1/head1"] > 0.6
 
@@ -582,8 +598,11 @@ def test_tiny_untrained_rnn_and_transformer() -> None:
     vocab = Vocabularies(V_src, V_tgt, PAD_ID, BOS_ID, EOS_ID)
     rnn = RNNSeq2Seq(
         vocab,
-        attention=AdditiveAttention(16, 16, 8), emb_dim=8, enc_hidden=8, hidden=16,
-    )  # fmt: skip
+        attention=AdditiveAttention(16, 16, 8),
+        emb_dim=8,
+        enc_hidden=8,
+        hidden=16,
+    )
     rnn.train()
     metrics = model_alignment_metrics(
         rnn, examples, src_p, tgt_p, gold, gold, src_kind="word", tgt_kind="word", batch_size=3
@@ -594,8 +613,12 @@ def test_tiny_untrained_rnn_and_transformer() -> None:
 
     transformer = TransformerSeq2Seq(
         vocab,
-        d_model=16, heads=2, enc_layers=1, dec_layers=3, ff_dim=32,
-    )  # fmt: skip
+        d_model=16,
+        heads=2,
+        enc_layers=1,
+        dec_layers=3,
+        ff_dim=32,
+    )
     metrics = model_alignment_metrics(
         transformer, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word", batch_size=3
     )
@@ -614,8 +637,15 @@ def test_corpus_alignment_metrics_is_model_alignment_metrics_on_a_corpus() -> No
     corpus = AlignmentCorpus(examples, src_p, tgt_p, gold, None, "word", "word")
     by_corpus = corpus_alignment_metrics(model, corpus, batch_size=5, per_map_scores=("recall",))
     by_lists = model_alignment_metrics(
-        model, examples, src_p, tgt_p, gold, src_kind="word", tgt_kind="word", batch_size=5,
+        model,
+        examples,
+        src_p,
+        tgt_p,
+        gold,
+        src_kind="word",
+        tgt_kind="word",
+        batch_size=5,
         per_map_scores=("recall",),
-    )  # fmt: skip
+    )
     assert by_corpus == by_lists
     assert "recall/layer1/head2" in by_corpus and "aer/layer1/head2" not in by_corpus

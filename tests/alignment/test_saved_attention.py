@@ -59,8 +59,8 @@ EOS_FACTORS = (1.4, -3.0, 1.2, -3.5, -2.0, -4.0, 1.1, 1.6)
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    """Untrained checkpoints. Such models never emit EOS: EOS's (tied) embedding row is
+def mixed_ending_checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """Untrained mixed_ending_checkpoints. Such models never emit EOS: EOS's (tied) embedding row is
     scaled by the first factor with which the greedy or the beam outputs mix ends with and
     without EOS, so that both kinds of rows are saved and checked."""
     folder = tmp_path_factory.mktemp("saved")
@@ -93,17 +93,17 @@ def invoke(*args: str):
 
 @pytest.mark.parametrize("beam", [1, 3])
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_saved_attention_is_the_decoders(checkpoints, family, beam, tmp_path) -> None:
+def test_saved_attention_is_the_decoders(mixed_ending_checkpoints, family, beam, tmp_path) -> None:
     out = tmp_path / "eval"
-    ckpt = str(checkpoints[family])
+    ckpt = str(mixed_ending_checkpoints[family])
     result = invoke("eval", ckpt, "--save-attention", "--beam", str(beam), "--out", str(out))
     assert result.exit_code == 0, result.output
     path = eval_result(out) / "attention.npz"
     assert str(path) in result.output
 
     # the decoder's own hypotheses, in the same batches as eval
-    _, tokenizers, model = load_model(checkpoints[family], beam)
-    evaluator, decoded = decoded_test_split(checkpoints[family], beam)
+    _, tokenizers, model = load_model(mixed_ending_checkpoints[family], beam)
+    evaluator, decoded = decoded_test_split(mixed_ending_checkpoints[family], beam)
     assert len(evaluator.batches) > 1
     hyps_file = (path.parent / "hyps.txt").read_text(encoding="utf-8").splitlines()
 
@@ -219,18 +219,7 @@ def test_malformed_files_are_user_errors(tmp_path) -> None:
         SavedAttention(tmp_path / "text.npz")
     with pytest.raises(UserError, match="no 'format' entry"):
         SavedAttention(write("other.npz", x=np.zeros(3)))
-    good = save_attention(
-        tmp_path / "good.npz",
-        [record(2, 3)],
-        split="test",
-        family="rnn",
-        beam=1,
-        length_penalty=1.0,
-        src_kind="char",
-        tgt_kind="char",
-    )
-    with np.load(good, allow_pickle=False) as npz:
-        arrays = {key: npz[key] for key in npz.files}
+    arrays = _good_arrays(tmp_path, [record(2, 3)])
     with pytest.raises(UserError, match="version 7"):
         SavedAttention(write("v7.npz", **{**arrays, "version": np.array(7)}))
     with pytest.raises(UserError, match="src_offsets do not index"):
@@ -242,13 +231,13 @@ def test_malformed_files_are_user_errors(tmp_path) -> None:
     saved = SavedAttention(write("noweights.npz", **broken))
     with saved, pytest.raises(UserError, match="no 'weights_000000' entry"):
         saved.example(0)
-    assert zipfile.is_zipfile(good)
+    assert zipfile.is_zipfile(tmp_path / "good.npz")
 
 
 @pytest.fixture(scope="module")
-def saved_files(checkpoints, tmp_path_factory) -> dict[str, Path]:
+def saved_files(mixed_ending_checkpoints, tmp_path_factory) -> dict[str, Path]:
     files = {}
-    for family, ckpt in checkpoints.items():
+    for family, ckpt in mixed_ending_checkpoints.items():
         out = tmp_path_factory.mktemp(f"eval_{family}")
         result = invoke("eval", str(ckpt), "--save-attention", "--out", str(out))
         assert result.exit_code == 0, result.output
@@ -269,9 +258,15 @@ def saved_files(checkpoints, tmp_path_factory) -> dict[str, Path]:
 def test_from_saved_draws_a_figure(saved_files, family, args, tmp_path) -> None:
     out = tmp_path / "a.png"
     result = invoke(
-        "visualize-alignment", "--from-saved", str(saved_files[family]), "--index", "4",
-        "--out", str(out), *args,
-    )  # fmt: skip
+        "visualize-alignment",
+        "--from-saved",
+        str(saved_files[family]),
+        "--index",
+        "4",
+        "--out",
+        str(out),
+        *args,
+    )
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -292,10 +287,18 @@ def test_from_saved_user_errors_exit_2(saved_files, args, message) -> None:
     assert message in result.output
 
 
-def test_from_saved_needs_exactly_one_source(checkpoints, saved_files, tmp_path) -> None:
+def test_from_saved_needs_exactly_one_source(
+    mixed_ending_checkpoints, saved_files, tmp_path
+) -> None:
     result = invoke("visualize-alignment")
     assert result.exit_code == 2 and "give a CHECKPOINT" in result.output
-    both = [str(checkpoints["rnn"]), "--from-saved", str(saved_files["rnn"]), "--index", "0"]
+    both = [
+        str(mixed_ending_checkpoints["rnn"]),
+        "--from-saved",
+        str(saved_files["rnn"]),
+        "--index",
+        "0",
+    ]
     result = invoke("visualize-alignment", *both)
     assert result.exit_code == 2 and "not both" in result.output
     (tmp_path / "bad.npz").write_bytes(b"PK\x03\x04 truncated")
@@ -315,10 +318,11 @@ def test_a_model_without_attention_has_nothing_to_save(tmp_path) -> None:
     assert not (tmp_path / "run" / "eval").exists()
 
 
-def _good_arrays(tmp_path: Path) -> dict[str, np.ndarray]:
+def _good_arrays(tmp_path: Path, records: list[AttentionRecord]) -> dict[str, np.ndarray]:
+    """The arrays of tmp_path/good.npz, a valid file of `records` of an RNN."""
     good = save_attention(
         tmp_path / "good.npz",
-        [record(2, 3), record(1, 2)],
+        records,
         split="test",
         family="rnn",
         beam=1,
@@ -357,7 +361,7 @@ def _huge_header_archive(path: Path, arrays: dict[str, np.ndarray]) -> Path:
     ],
 )
 def test_crafted_archives_are_refused_from_their_headers(tmp_path, case, message) -> None:
-    arrays = _good_arrays(tmp_path)
+    arrays = _good_arrays(tmp_path, [record(2, 3), record(1, 2)])
     path = tmp_path / "crafted.npz"
     if case == "count=-1":
         np.savez(path, **{**arrays, "count": np.array(-1)})
@@ -375,7 +379,7 @@ def test_a_zero_row_example_reads_but_draws_nothing(tmp_path) -> None:
     """An empty output (an empty source line) is kept in the file; drawing it is a user error."""
     from attnseq.analysis.alignment_view import saved_attention_map
 
-    arrays = _good_arrays(tmp_path)
+    arrays = _good_arrays(tmp_path, [record(2, 3), record(1, 2)])
     offsets = arrays["hyp_offsets"].copy()
     offsets[1] = offsets[0]  # example 0 keeps no rows; example 1 takes them over
     path = tmp_path / "zero.npz"

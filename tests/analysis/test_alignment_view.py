@@ -1,7 +1,5 @@
-"""`attnseq visualize-alignment` on tiny trained checkpoints of both families."""
-
-import os
-from pathlib import Path
+"""The alignment viewer (attnseq/analysis/alignment_view.py) through `attnseq visualize-alignment`,
+on tiny trained checkpoints of both families."""
 
 import numpy as np
 import pytest
@@ -11,31 +9,25 @@ from attnseq.analysis.alignment_view import AlignmentViewer, merge_words
 from attnseq.cli.app import app
 
 
-@pytest.fixture
-def checkpoints(
-    trained_rnn_checkpoint: Path, trained_transformer_checkpoint: Path
-) -> dict[str, Path]:
-    """conftest's tiny checkpoints of the default task, trained two updates, by family."""
-    return {"rnn": trained_rnn_checkpoint, "transformer": trained_transformer_checkpoint}
-
-
 def invoke(*args: str):
     return CliRunner().invoke(app, ["visualize-alignment", *args])
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_writes_a_figure_for_decoded_and_forced_targets(checkpoints, family, tmp_path) -> None:
+def test_writes_a_figure_for_decoded_and_forced_targets(
+    trained_checkpoints, family, tmp_path
+) -> None:
     for extra in ([], ["--tgt", "1998-03-03"]):
         out = tmp_path / f"a{len(extra)}.png"
         result = invoke(
-            str(checkpoints[family]), "--src", "March 3rd, 1998", "--out", str(out), *extra
+            str(trained_checkpoints[family]), "--src", "March 3rd, 1998", "--out", str(out), *extra
         )
         assert result.exit_code == 0, result.output
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_transformer_options(checkpoints, tmp_path) -> None:
-    ckpt = str(checkpoints["transformer"])
+def test_transformer_options(trained_checkpoints, tmp_path) -> None:
+    ckpt = str(trained_checkpoints["transformer"])
     for args in (
         ["--all-heads"],
         ["--kind", "encoder", "--layer", "1", "--head", "2"],
@@ -48,8 +40,8 @@ def test_transformer_options(checkpoints, tmp_path) -> None:
         assert out.read_text().lstrip().startswith("<?xml")
 
 
-def test_forced_alignment_shapes_and_word_merging(checkpoints) -> None:
-    viewer = AlignmentViewer(checkpoints["rnn"])
+def test_forced_alignment_shapes_and_word_merging(trained_checkpoints) -> None:
+    viewer = AlignmentViewer(trained_checkpoints["rnn"])
     attention = viewer.attention("4 May 2001", "2001-05-04")
     assert attention.weights.shape == (len("2001-05-04") + 1, len("4 May 2001"))
     np.testing.assert_allclose(attention.weights.sum(-1), 1.0, atol=1e-5)
@@ -62,11 +54,11 @@ def test_forced_alignment_shapes_and_word_merging(checkpoints) -> None:
     np.testing.assert_allclose(words.weights.sum(-1), expected_rows, atol=1e-5)
 
 
-def test_input_file_draws_one_figure_per_line(checkpoints, tmp_path) -> None:
+def test_input_file_draws_one_figure_per_line(trained_checkpoints, tmp_path) -> None:
     lines = tmp_path / "in.txt"
     lines.write_text("March 3, 1998\n\n4 May 2001\n")
     result = invoke(
-        str(checkpoints["rnn"]),
+        str(trained_checkpoints["rnn"]),
         "--input",
         str(lines),
         "--out",
@@ -77,36 +69,6 @@ def test_input_file_draws_one_figure_per_line(checkpoints, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["line_0000.png", "line_0002.png"]
     assert any((tmp_path / "tb").iterdir())
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--src", "   "], "empty source"),
-        ([], "exactly one of"),
-        (["--src", "x", "--kind", "encoder"], "needs a transformer"),
-        (["--src", "x", "--kind", "nope"], "--kind must be"),
-    ],
-)
-def test_user_errors_exit_2(checkpoints, args, message) -> None:
-    result = invoke(str(checkpoints["rnn"]), *args)
-    assert result.exit_code == 2
-    assert message in result.output
-
-
-def test_a_tensorboard_folder_that_is_not_utf8_is_refused_first(checkpoints, tmp_path) -> None:
-    """TensorBoard's writer encodes its folder as UTF-8: a name with bytes that are not (argv
-    gives them as lone surrogates) raised UnicodeEncodeError once the figure was drawn."""
-    folder = os.fsdecode(bytes(tmp_path) + b"/tb\xff")
-    result = invoke(str(checkpoints["rnn"]), "--src", "x", "--tensorboard", folder)
-    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert "TensorBoard writes only into folders whose paths are UTF-8" in result.stderr
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_layer_out_of_range(checkpoints) -> None:
-    result = invoke(str(checkpoints["transformer"]), "--src", "x", "--layer", "9")
-    assert result.exit_code == 2 and "--layer must be in 1..1" in result.output
 
 
 def test_kernel_attention_has_no_self_attention_map(tmp_path) -> None:
@@ -156,8 +118,8 @@ def test_sparse_and_low_rank_self_attention_maps(tmp_path, kind) -> None:
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_maps_of_one_pass_equal_each_kind_drawn_alone(checkpoints, family) -> None:
-    viewer = AlignmentViewer(checkpoints[family])
+def test_maps_of_one_pass_equal_each_kind_drawn_alone(trained_checkpoints, family) -> None:
+    viewer = AlignmentViewer(trained_checkpoints[family])
     maps, log_probs = viewer.maps("4 May 2001", "2001-05-04")
     kinds = ["cross", "encoder", "decoder"] if family == "transformer" else ["cross"]
     assert list(maps) == kinds

@@ -26,7 +26,7 @@ FAMILIES = {
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, Path]:
+def untrained_without_dropout(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("explain")
     return {
         family: untrained_checkpoint(folder / f"{family}.pt", *overrides, "model.dropout=0.0")
@@ -34,8 +34,8 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-def test_forced_target_of_a_transformer_has_every_map(checkpoints) -> None:
-    trained = load_trained_model(checkpoints["transformer"])
+def test_forced_target_of_a_transformer_has_every_map(untrained_without_dropout) -> None:
+    trained = load_trained_model(untrained_without_dropout["transformer"])
     explanation = explain(trained, SOURCE, TARGET)
     assert explanation.forced and len(explanation.outputs) == 1
     S = len(SOURCE)  # char tokenizer: one piece per character
@@ -61,8 +61,8 @@ def test_forced_target_of_a_transformer_has_every_map(checkpoints) -> None:
             assert np.abs(np.triu(weights.prefix, k=1)).max() == 0, name
 
 
-def test_the_methods_are_attributes_for_each_output(checkpoints) -> None:
-    trained = load_trained_model(checkpoints["rnn"])
+def test_the_methods_are_attributes_for_each_output(untrained_without_dropout) -> None:
+    trained = load_trained_model(untrained_without_dropout["rnn"])
     chosen = check_request(trained, SOURCE, None, ["saliency", "attention", "smoothgrad"])
     assert chosen == ["smoothgrad", "attention"]  # the alias resolved, each method once
     explanation = explain(trained, SOURCE, beam=2, methods=["gradient-x-input", "attention"])
@@ -76,8 +76,8 @@ def test_the_methods_are_attributes_for_each_output(checkpoints) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_log_probabilities_are_those_of_scoring(checkpoints, family) -> None:
-    model = attnseq.load(checkpoints[family], "cpu")
+def test_log_probabilities_are_those_of_scoring(untrained_without_dropout, family) -> None:
+    model = attnseq.load(untrained_without_dropout[family], "cpu")
     explanation = explain(model.trained, SOURCE, TARGET, methods=["attention"])
     output = explanation.outputs[0]
     assert output.token_log_probs.shape == (len(TARGET) + 1,)
@@ -87,8 +87,10 @@ def test_log_probabilities_are_those_of_scoring(checkpoints, family) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_each_beam_hypothesis_is_explained_with_its_score(checkpoints, family) -> None:
-    model = attnseq.load(checkpoints[family], "cpu")
+def test_each_beam_hypothesis_is_explained_with_its_score(
+    untrained_without_dropout, family
+) -> None:
+    model = attnseq.load(untrained_without_dropout[family], "cpu")
     explanation = explain(model.trained, SOURCE, beam=3, methods=["attention"])
     translation = model.translate(SOURCE, beam=3, nbest=3)
     decoded = [h for h in translation.hypotheses if h.text.strip()]
@@ -102,8 +104,8 @@ def test_each_beam_hypothesis_is_explained_with_its_score(checkpoints, family) -
         assert explanation.outputs[0].cross.weights.shape[:2] == (1, 1)
 
 
-def test_the_attention_method_reads_the_chosen_map(checkpoints) -> None:
-    trained = load_trained_model(checkpoints["transformer"])
+def test_the_attention_method_reads_the_chosen_map(untrained_without_dropout) -> None:
+    trained = load_trained_model(untrained_without_dropout["transformer"])
     output = explain(trained, SOURCE, TARGET, layer=1, head=2).outputs[0]
     np.testing.assert_allclose(
         output.methods["attention"].source, output.cross.weights[0, 1], atol=1e-5
@@ -116,8 +118,8 @@ def test_the_attention_method_reads_the_chosen_map(checkpoints) -> None:
     )
 
 
-def test_header_names_the_model_and_the_decoding(checkpoints) -> None:
-    trained = load_trained_model(checkpoints["transformer"])
+def test_header_names_the_model_and_the_decoding(untrained_without_dropout) -> None:
+    trained = load_trained_model(untrained_without_dropout["transformer"])
     explanation = explain(trained, SOURCE, beam=2, checkpoint="tf.pt", methods=["attention"])
     assert explanation.checkpoint == "tf.pt"
     assert explanation.model["family"] == "transformer"
@@ -145,16 +147,16 @@ def test_header_names_the_model_and_the_decoding(checkpoints) -> None:
         ("4 May 2001 " * 30, None, None, "this model reads at most 256"),
     ],
 )
-def test_refusals(checkpoints, src, tgt, methods, message) -> None:
-    trained = load_trained_model(checkpoints["rnn"])
+def test_refusals(untrained_without_dropout, src, tgt, methods, message) -> None:
+    trained = load_trained_model(untrained_without_dropout["rnn"])
     with pytest.raises(UserError, match=message):
         explain(trained, src, tgt, methods=methods)
     with pytest.raises(UserError, match="^layer must be in 1..1 for this model"):
         explain(trained, SOURCE, layer=2)
 
 
-def test_a_command_names_its_options_in_the_refusals(checkpoints) -> None:
-    trained = load_trained_model(checkpoints["rnn"])
+def test_a_command_names_its_options_in_the_refusals(untrained_without_dropout) -> None:
+    trained = load_trained_model(untrained_without_dropout["rnn"])
     options = ("--methods", "--layer", "--head")
     with pytest.raises(UserError, match="^--methods must be one of .* got 'magic'"):
         check_request(trained, SOURCE, None, ["magic"], names=options)
@@ -172,8 +174,10 @@ def test_a_target_longer_than_the_positions_is_refused(tmp_path) -> None:
     assert explain(trained, "4 May", "2001-05").outputs[0].pieces == list("2001-05")
 
 
-def test_explaining_leaves_the_model_in_eval_mode_without_gradients(checkpoints) -> None:
-    trained = load_trained_model(checkpoints["rnn"])
+def test_explaining_leaves_the_model_in_eval_mode_without_gradients(
+    untrained_without_dropout,
+) -> None:
+    trained = load_trained_model(untrained_without_dropout["rnn"])
     explain(trained, SOURCE, TARGET)
     assert not trained.model.training
     assert all(p.grad is None for p in trained.model.parameters())

@@ -11,8 +11,10 @@ from attnseq.api.model import Model
 
 
 @pytest.fixture(scope="module")
-def models(checkpoints: dict[str, Path]) -> dict[str, Model]:
-    return {name: attnseq.load(path, "cpu", threads=1) for name, path in checkpoints.items()}
+def models(untrained_checkpoints: dict[str, Path]) -> dict[str, Model]:
+    return {
+        name: attnseq.load(path, "cpu", threads=1) for name, path in untrained_checkpoints.items()
+    }
 
 
 @pytest.fixture

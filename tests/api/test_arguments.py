@@ -65,15 +65,17 @@ def test_wrong_types_are_type_errors_naming_the_argument(
         call(guarded_rnn)
 
 
-def test_wrong_types_of_load_plot_alignment_and_train(checkpoints: dict[str, Path]) -> None:
+def test_wrong_types_of_load_plot_alignment_and_train(
+    untrained_checkpoints: dict[str, Path],
+) -> None:
     with pytest.raises(TypeError, match="threads must be an int, 'auto' or None, not float"):
-        attnseq.load(checkpoints["rnn"], "cpu", threads=1.5)
+        attnseq.load(untrained_checkpoints["rnn"], "cpu", threads=1.5)
     with pytest.raises(TypeError, match="path must be a str or path"):
         attnseq.load(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="overrides must be a list of str"):
-        attnseq.load(checkpoints["rnn"], "cpu", overrides="decoding.beam=3")  # type: ignore[arg-type]
+        attnseq.load(untrained_checkpoints["rnn"], "cpu", overrides="decoding.beam=3")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="device must be a str or torch.device, not int"):
-        attnseq.load(checkpoints["rnn"], 0)  # type: ignore[arg-type]
+        attnseq.load(untrained_checkpoints["rnn"], 0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="attention must be an AttentionMap"):
         attnseq.plot_alignment(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"overrides\[0\] must be a str, not NoneType"):
@@ -132,9 +134,9 @@ def test_explain_refuses_a_lone_surrogate_and_an_unwritable_path_before_the_work
 
 
 def test_the_explain_command_refuses_them_with_exit_2(
-    checkpoints: dict[str, Path], tmp_path: Path
+    untrained_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
-    command = ["explain", str(checkpoints["rnn"]), "--device", "cpu", "--threads", "1"]
+    command = ["explain", str(untrained_checkpoints["rnn"]), "--device", "cpu", "--threads", "1"]
     # argv that is no UTF-8 reaches Python as lone surrogates (surrogateescape)
     result = CliRunner().invoke(app, [*command, "--src", "June\udcff 5", "--out", "e.html"])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
@@ -143,7 +145,7 @@ def test_the_explain_command_refuses_them_with_exit_2(
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     assert "--out /proc/x.html: cannot write into /proc" in result.output
     figure = tmp_path / "a.png"
-    command = ["visualize-alignment", str(checkpoints["rnn"]), "--out", str(figure)]
+    command = ["visualize-alignment", str(untrained_checkpoints["rnn"]), "--out", str(figure)]
     result = CliRunner().invoke(app, [*command, "--src", "June\udcff 5", "--device", "cpu"])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     assert "--src is not UTF-8 text" in result.output and not figure.exists()
@@ -203,8 +205,10 @@ def fuzz(examples: int) -> Callable:
 
 SMALL = st.integers(1, 4)  # a size that is valid and quick
 GOOD_CHANGES = st.dictionaries(
-    st.sampled_from(OTHER_SETTINGS), st.integers(0, 3) | st.floats(0.0, 2.0), max_size=3,
-)  # fmt: skip
+    st.sampled_from(OTHER_SETTINGS),
+    st.integers(0, 3) | st.floats(0.0, 2.0),
+    max_size=3,
+)
 
 
 def check_translate(model: Model, data: st.DataObject) -> None:
@@ -217,10 +221,17 @@ def check_translate(model: Model, data: st.DataObject) -> None:
     )
     batch_size = pick(data, SMALL)
     changes = data.draw(CHANGES if data.draw(st.integers(0, 7)) == 0 else GOOD_CHANGES)
-    survives(lambda: model.translate(
-        lines, beam=beam, sample=sample, nbest=nbest, attention=attention,
-        batch_size=batch_size, **changes,
-    ))  # fmt: skip
+    survives(
+        lambda: model.translate(
+            lines,
+            beam=beam,
+            sample=sample,
+            nbest=nbest,
+            attention=attention,
+            batch_size=batch_size,
+            **changes,
+        )
+    )
 
 
 def pairs(data: st.DataObject) -> tuple[Any, Any]:
@@ -240,9 +251,9 @@ def check_align(model: Model, data: st.DataObject) -> None:
     method = pick(data, METHODS)
     layer, head = pick(data, st.none() | SMALL), pick(data, st.none() | SMALL)
     batch_size = pick(data, SMALL)
-    survives(lambda: model.align(
-        src, tgt, method=method, layer=layer, head=head, batch_size=batch_size
-    ))  # fmt: skip
+    survives(
+        lambda: model.align(src, tgt, method=method, layer=layer, head=head, batch_size=batch_size)
+    )
 
 
 def check_attention(model: Model, data: st.DataObject) -> None:
@@ -265,9 +276,9 @@ def check_load(paths: dict[str, Path], data: st.DataObject) -> None:
     overrides = pick(data, st.none() | st.lists(override | TEXTS, max_size=2))
     ensemble = pick(data, st.just(()) | st.lists(st.sampled_from([*paths.values()]), max_size=1))
     threads = pick(data, st.none() | st.sampled_from(["auto", "x"]) | INTEGERS)
-    survives(lambda: attnseq.load(
-        path, device, overrides=overrides, ensemble=ensemble, threads=threads
-    ))  # fmt: skip
+    survives(
+        lambda: attnseq.load(path, device, overrides=overrides, ensemble=ensemble, threads=threads)
+    )
 
 
 def run_property(
@@ -290,14 +301,14 @@ FUNCTIONS = [(name, family) for name, family in FUNCTIONS if name != "load" or f
 
 @pytest.mark.parametrize(("name", "family"), FUNCTIONS)
 def test_arbitrary_arguments_give_a_result_a_type_error_or_a_user_error(
-    name: str, family: str, models: dict[str, Model], checkpoints: dict[str, Path]
+    name: str, family: str, models: dict[str, Model], untrained_checkpoints: dict[str, Path]
 ) -> None:
-    run_property(name, family, 50, models, checkpoints)
+    run_property(name, family, 50, models, untrained_checkpoints)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "family"), FUNCTIONS)
 def test_many_arbitrary_arguments(
-    name: str, family: str, models: dict[str, Model], checkpoints: dict[str, Path]
+    name: str, family: str, models: dict[str, Model], untrained_checkpoints: dict[str, Path]
 ) -> None:
-    run_property(name, family, 2000, models, checkpoints)
+    run_property(name, family, 2000, models, untrained_checkpoints)

@@ -32,19 +32,21 @@ SOURCES = ["June 5, 2001", "the 3rd of March 1998"]
 SOURCE = SOURCES[0]
 
 
-def test_load_takes_a_file_or_a_run_directory(checkpoints: dict[str, Path], tmp_path: Path):
-    run = checkpoints["rnn"].parents[1]
+def test_load_takes_a_file_or_a_run_directory(
+    untrained_checkpoints: dict[str, Path], tmp_path: Path
+):
+    run = untrained_checkpoints["rnn"].parents[1]
     model = attnseq.load(run, "cpu", threads=1)
-    assert isinstance(model, Model) and model.path == checkpoints["rnn"]
-    assert attnseq.load(checkpoints["rnn"], "cpu").path == checkpoints["rnn"]
+    assert isinstance(model, Model) and model.path == untrained_checkpoints["rnn"]
+    assert attnseq.load(untrained_checkpoints["rnn"], "cpu").path == untrained_checkpoints["rnn"]
     with pytest.raises(attnseq.UserError, match="checkpoints/best.pt"):
         attnseq.load(tmp_path, "cpu")
     with pytest.raises(attnseq.UserError):
         attnseq.load(tmp_path / "missing.pt", "cpu")
 
 
-def test_translate_gives_what_the_command_writes(checkpoints: dict[str, Path]) -> None:
-    model = attnseq.load(checkpoints["rnn"], "cpu", threads=1)
+def test_translate_gives_what_the_command_writes(untrained_checkpoints: dict[str, Path]) -> None:
+    model = attnseq.load(untrained_checkpoints["rnn"], "cpu", threads=1)
     settings = model.settings(beam=3)
     expected = list(model.translator.translate([*SOURCES, ""], settings))
     results = model.translate([*SOURCES, ""], beam=3)
@@ -54,8 +56,8 @@ def test_translate_gives_what_the_command_writes(checkpoints: dict[str, Path]) -
     assert isinstance(single, Translation) and single.text == expected[0]
 
 
-def test_nbest_scores_and_sampling(checkpoints: dict[str, Path]) -> None:
-    model = attnseq.load(checkpoints["rnn"], "cpu", threads=1)
+def test_nbest_scores_and_sampling(untrained_checkpoints: dict[str, Path]) -> None:
+    model = attnseq.load(untrained_checkpoints["rnn"], "cpu", threads=1)
     hypotheses = model.translate(SOURCES[0], beam=4, nbest=3).hypotheses
     assert len(hypotheses) == 3
     assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
@@ -74,8 +76,10 @@ def test_nbest_scores_and_sampling(checkpoints: dict[str, Path]) -> None:
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_attention_has_the_documented_shape(family: str, checkpoints: dict[str, Path]) -> None:
-    model = attnseq.load(checkpoints[family], "cpu", threads=1)
+def test_attention_has_the_documented_shape(
+    family: str, untrained_checkpoints: dict[str, Path]
+) -> None:
+    model = attnseq.load(untrained_checkpoints[family], "cpu", threads=1)
     hypothesis = model.translate(SOURCES[0], beam=2, attention=True).hypotheses[0]
     assert isinstance(hypothesis, TranslatedHypothesis)
     source_length = len(hypothesis.source_pieces)
@@ -95,10 +99,10 @@ def test_attention_has_the_documented_shape(family: str, checkpoints: dict[str, 
 BATCHING_TOLERANCE = 1e-5  # relative, on a log-probability
 
 
-def test_score_is_the_scorers(checkpoints: dict[str, Path]) -> None:
-    model = attnseq.load(checkpoints["rnn"], "cpu", threads=1)
+def test_score_is_the_scorers(untrained_checkpoints: dict[str, Path]) -> None:
+    model = attnseq.load(untrained_checkpoints["rnn"], "cpu", threads=1)
     targets = ["2001-06-05", "1998-03-03"]
-    scorer = attnseq.load(checkpoints["rnn"], "cpu").scorer  # loaded apart
+    scorer = attnseq.load(untrained_checkpoints["rnn"], "cpu").scorer  # loaded apart
     expected = scorer.score(list(zip(SOURCES, targets, strict=True)))
     assert model.score(SOURCES, targets) == expected  # the same batch: the same numbers
     alone = model.score(SOURCES[0], targets[0])  # a batch of one
@@ -108,33 +112,40 @@ def test_score_is_the_scorers(checkpoints: dict[str, Path]) -> None:
         model.score(SOURCES, targets[:1])
 
 
-def test_align_is_align_sentences(checkpoints: dict[str, Path]) -> None:
-    model = attnseq.load(checkpoints["transformer"], "cpu", threads=1)
+def test_align_is_align_sentences(untrained_checkpoints: dict[str, Path]) -> None:
+    model = attnseq.load(untrained_checkpoints["transformer"], "cpu", threads=1)
     src, tgt = ["June 5 , 2001"], ["2001 - 06 - 05"]
     result = model.align(src, tgt, method="shift-att", layer=2, head=1)
-    trained = load_trained_model(checkpoints["transformer"])
+    trained = load_trained_model(untrained_checkpoints["transformer"])
     expected = align_sentences(trained, src, tgt, AlignmentMethod("shift-att", 2, 1))
     assert result.links == expected.links
     with pytest.raises(attnseq.UserError, match="^layer must be in 1..2"):
         model.align(src, tgt, layer=3)
 
 
-def test_the_translate_command_uses_the_api(checkpoints: dict[str, Path], tmp_path: Path):
+def test_the_translate_command_uses_the_api(untrained_checkpoints: dict[str, Path], tmp_path: Path):
     text = tmp_path / "in.txt"
     text.write_text("".join(line + "\n" for line in SOURCES), encoding="utf-8")
-    arguments = ["translate", str(checkpoints["transformer"]), "-i", str(text), "--beam", "2"]
+    arguments = [
+        "translate",
+        str(untrained_checkpoints["transformer"]),
+        "-i",
+        str(text),
+        "--beam",
+        "2",
+    ]
     result = CliRunner().invoke(app, [*arguments, "--threads", "1", "--device", "cpu"])
     assert result.exit_code == 0, result.output
-    model = attnseq.load(checkpoints["transformer"], "cpu", threads=1)
+    model = attnseq.load(untrained_checkpoints["transformer"], "cpu", threads=1)
     expected = [translation.text for translation in model.translate(SOURCES, beam=2)]
     assert result.stdout.splitlines() == expected
 
 
-def test_explain_returns_the_page_it_writes(checkpoints: dict[str, Path], tmp_path: Path):
+def test_explain_returns_the_page_it_writes(untrained_checkpoints: dict[str, Path], tmp_path: Path):
     from attnseq.analysis.explain_page import explanation_html
     from attnseq.analysis.explanation import explain
 
-    model = attnseq.load(checkpoints["transformer"], "cpu")
+    model = attnseq.load(untrained_checkpoints["transformer"], "cpu")
     path = tmp_path / "page.html"
     page = model.explain(SOURCES[0], "2001-06-05", path=path)
     assert path.read_text(encoding="utf-8") == page
@@ -145,8 +156,10 @@ def test_explain_returns_the_page_it_writes(checkpoints: dict[str, Path], tmp_pa
         model.explain(SOURCES[0], path=tmp_path / "page.png")
 
 
-def test_the_documented_attributes(checkpoints: dict[str, Path]) -> None:
-    model = attnseq.load(checkpoints["rnn"], "cpu", threads=1, overrides=["decoding.beam=3"])
+def test_the_documented_attributes(untrained_checkpoints: dict[str, Path]) -> None:
+    model = attnseq.load(
+        untrained_checkpoints["rnn"], "cpu", threads=1, overrides=["decoding.beam=3"]
+    )
     assert isinstance(model.config, TrainConfig) and model.config is model.trained.cfg
     assert isinstance(model.decoding, DecodingConfig) and model.decoding.beam == 3
     assert model.settings() == model.decoding  # what a call without changes decodes with
@@ -157,9 +170,9 @@ def test_the_documented_attributes(checkpoints: dict[str, Path]) -> None:
 
 
 def test_translate_warns_once_naming_what_the_model_cannot_read(
-    checkpoints: dict[str, Path],
+    untrained_checkpoints: dict[str, Path],
 ) -> None:
-    model = attnseq.load(checkpoints["rnn"], "cpu", threads=1)
+    model = attnseq.load(untrained_checkpoints["rnn"], "cpu", threads=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.translate(["日本 ☃ 5", "5 ☃"])
@@ -192,9 +205,11 @@ def same_translations(first: Model, second: Model, lines: list[str]) -> None:
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 def test_save_and_load_give_the_same_model(
-    family: str, checkpoints: dict[str, Path], tmp_path: Path
+    family: str, untrained_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
-    model = attnseq.load(checkpoints[family], "cpu", threads=1, overrides=["decoding.beam=2"])
+    model = attnseq.load(
+        untrained_checkpoints[family], "cpu", threads=1, overrides=["decoding.beam=2"]
+    )
     saved = model.save(tmp_path / "saved.pt")
     assert saved == tmp_path / "saved.pt"
     again = attnseq.load(saved, "cpu", threads=1)
@@ -255,7 +270,7 @@ def test_a_saved_training_checkpoint_is_read_by_every_command(run: Path, tmp_pat
 
 
 def test_saving_over_its_own_checkpoint_only_when_nothing_is_lost(
-    run: Path, checkpoints: dict[str, Path], tmp_path: Path
+    run: Path, untrained_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
     training = run / "checkpoints" / "last.pt"
     before = training.read_bytes()
@@ -268,17 +283,17 @@ def test_saving_over_its_own_checkpoint_only_when_nothing_is_lost(
         model.save(link)
     assert training.read_bytes() == before
     plain = tmp_path / "plain.pt"  # no training state: an untrained model's file
-    plain.write_bytes(checkpoints["rnn"].read_bytes())
+    plain.write_bytes(untrained_checkpoints["rnn"].read_bytes())
     model = attnseq.load(plain, "cpu", threads=1)
     model.save(plain)
     same_translations(model, attnseq.load(plain, "cpu", threads=1), [SOURCE])
 
 
 def test_a_failed_save_leaves_the_old_file(
-    checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    untrained_checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "model.pt"
-    target.write_bytes(checkpoints["rnn"].read_bytes())
+    target.write_bytes(untrained_checkpoints["rnn"].read_bytes())
     before = target.read_bytes()
     model = attnseq.load(target, "cpu", threads=1)
 
@@ -294,10 +309,10 @@ def test_a_failed_save_leaves_the_old_file(
 
 
 def test_save_keeps_head_masks_and_the_pruning_record(
-    checkpoints: dict[str, Path], tmp_path: Path
+    untrained_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
     pruned = tmp_path / "pruned.pt"
-    payload = load_checkpoint(checkpoints["transformer"])
+    payload = load_checkpoint(untrained_checkpoints["transformer"])
     mask = "decoder_layers.1.cross_attn.head_mask"
     payload["model"][mask] = torch.tensor([1.0, 0.0])
     record = {"source": "t.pt", "by": "random", "count": 1, "heads": [["decoder_cross", 2, 2]]}
@@ -316,9 +331,9 @@ def test_save_keeps_head_masks_and_the_pruning_record(
 
 
 def test_save_refuses_what_it_cannot_write_whole(
-    checkpoints: dict[str, Path], tmp_path: Path
+    untrained_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
-    path = checkpoints["transformer"]
+    path = untrained_checkpoints["transformer"]
     ensemble = attnseq.load(path, "cpu", threads=1, ensemble=[path])
     with pytest.raises(attnseq.UserError, match="^an ensemble cannot be saved as one checkpoint"):
         ensemble.save(tmp_path / "ensemble.pt")

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 SOURCE = "June 5, 2001"
 
 
-def test_plot_alignment_returns_a_figure(checkpoints: dict[str, Path]) -> None:
-    model = attnseq.load(checkpoints["transformer"], "cpu", threads=1)
+def test_plot_alignment_returns_a_figure(untrained_checkpoints: dict[str, Path]) -> None:
+    model = attnseq.load(untrained_checkpoints["transformer"], "cpu", threads=1)
     hypothesis = model.translate(SOURCE, attention=True).hypotheses[0]
     figure = attnseq.plot_alignment(hypothesis, layer=2, head=2)
     assert isinstance(figure, Figure)
@@ -40,8 +40,8 @@ def tick_labels(figure, axis: str) -> list[str]:
     return [label.get_text() for label in ticks]
 
 
-def test_plot_alignment_draws_every_result(checkpoints: dict[str, Path]) -> None:
-    model = attnseq.load(checkpoints["transformer"], "cpu", threads=1)
+def test_plot_alignment_draws_every_result(untrained_checkpoints: dict[str, Path]) -> None:
+    model = attnseq.load(untrained_checkpoints["transformer"], "cpu", threads=1)
     translation = model.translate(SOURCE, beam=2, attention=True)
     best = translation.hypotheses[0]
     expected = best.attention[-1].mean(0).numpy()  # the last layer's head mean, (T, S)
@@ -66,8 +66,8 @@ def test_plot_alignment_draws_every_result(checkpoints: dict[str, Path]) -> None
     assert len([axis for axis in grid.axes if axis.images]) == 6
 
 
-def test_plot_alignment_says_what_it_takes(checkpoints: dict[str, Path]) -> None:
-    model = attnseq.load(checkpoints["rnn"], "cpu", threads=1)
+def test_plot_alignment_says_what_it_takes(untrained_checkpoints: dict[str, Path]) -> None:
+    model = attnseq.load(untrained_checkpoints["rnn"], "cpu", threads=1)
     accepted = (
         r"^attention must be an AttentionMap \(Model.attention\), a Translation or a "
         r"TranslatedHypothesis .*, the ForcedAlignments of one pair \(Model.align\) or a "

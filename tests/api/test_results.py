@@ -32,9 +32,9 @@ def short(text: str) -> None:
 
 # ------------------------------------------------------------------------------------ reprs
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_every_result_has_a_short_repr(family: str, checkpoints: dict[str, Path]) -> None:
+def test_every_result_has_a_short_repr(family: str, untrained_checkpoints: dict[str, Path]) -> None:
     assert len(SENTENCE.split()) == 50 and len(TARGET.split()) == 50
-    model = attnseq.load(checkpoints[family], "cpu", threads=1)
+    model = attnseq.load(untrained_checkpoints[family], "cpu", threads=1)
     described = repr(model)
     short(described)
     parameters = sum(parameter.numel() for parameter in model.module.parameters())
@@ -104,8 +104,10 @@ def elements(fragment: str) -> Elements:
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_a_translation_shows_its_heatmap_inline(family: str, checkpoints: dict[str, Path]):
-    model = attnseq.load(checkpoints[family], "cpu", threads=1)
+def test_a_translation_shows_its_heatmap_inline(
+    family: str, untrained_checkpoints: dict[str, Path]
+):
+    model = attnseq.load(untrained_checkpoints[family], "cpu", threads=1)
     translation = model.translate(SOURCE, beam=2, attention=True)
     found = elements(translation._repr_html_())
     assert [tag for tag, _ in found.tags] == ["div", "pre", "img"]
@@ -123,9 +125,9 @@ def test_a_translation_shows_its_heatmap_inline(family: str, checkpoints: dict[s
 
 
 def test_the_explanation_shows_inline_with_its_styles_kept_to_its_frame(
-    checkpoints: dict[str, Path],
+    untrained_checkpoints: dict[str, Path],
 ) -> None:
-    model = attnseq.load(checkpoints["transformer"], "cpu", threads=1)
+    model = attnseq.load(untrained_checkpoints["transformer"], "cpu", threads=1)
     page = model.explain(SOURCE, beam=2)
     assert isinstance(page, str) and page.startswith("<!DOCTYPE html>") and "<style>" in page
     shown = page._repr_html_()
@@ -141,8 +143,10 @@ def test_the_explanation_shows_inline_with_its_styles_kept_to_its_frame(
 
 # ------------------------------------------------------------------------- ids and scores
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_translate_gives_ids_and_scores_as_tensors(family: str, checkpoints: dict[str, Path]):
-    model = attnseq.load(checkpoints[family], "cpu", threads=1)
+def test_translate_gives_ids_and_scores_as_tensors(
+    family: str, untrained_checkpoints: dict[str, Path]
+):
+    model = attnseq.load(untrained_checkpoints[family], "cpu", threads=1)
     translation = model.translate(SOURCE, beam=4, nbest=3)
     hypotheses = translation.hypotheses
     for hypothesis in hypotheses:

@@ -77,10 +77,13 @@ def unreadable_corpus(folder: Path) -> list[str]:
         (folder / f"{split}.tsv").write_text("a b\tc d\ne f\tg h\n", encoding="utf-8")
     (folder / "train.tsv").write_bytes(b"a b\tc d\n\xff\xfe broken\tx\n")
     return [
-        "data.source=local", "data.format=tsv", f"data.root={folder}", "data.name=toy",
+        "data.source=local",
+        "data.format=tsv",
+        f"data.root={folder}",
+        "data.name=toy",
         "data.tokenizer=word",
         *(f"+data.splits.{split}={split}.tsv" for split in ("train", "valid", "test")),
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.usefixtures("one_intra_op_thread")

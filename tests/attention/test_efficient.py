@@ -64,15 +64,6 @@ def test_fast_and_explicit_paths_agree(name: str) -> None:
     torch.testing.assert_close(fast, explicit, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["linear", "performer"])
-def test_kernel_kinds_refuse_to_return_weights(name: str) -> None:
-    module = make(name)
-    assert not module.has_weights
-    x = torch.randn(1, 5, D_MODEL)
-    with pytest.raises(ValueError, match="has no attention weights"):
-        module(x, x, x, need_weights=True)
-
-
 @pytest.mark.parametrize("name", ["linformer", "longformer"])
 def test_encoder_only_kinds_refuse_causal_use(name: str) -> None:
     with pytest.raises(ValueError, match="not causal"):
@@ -81,15 +72,6 @@ def test_encoder_only_kinds_refuse_causal_use(name: str) -> None:
     x = torch.randn(1, 5, D_MODEL)
     with pytest.raises(ValueError, match="cannot be causal"):
         module(x, x, x, is_causal=True)
-
-
-def test_only_key_padding_masks_and_self_attention() -> None:
-    module = make("local")
-    x = torch.randn(2, 5, D_MODEL)
-    with pytest.raises(ValueError, match="key padding mask"):
-        module(x, x, x, torch.ones(2, 5, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match="as many queries as keys"):
-        module(x[:, :3], x, x)
 
 
 @pytest.mark.parametrize("kind", list(AttentionKind))

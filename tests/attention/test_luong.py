@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
-from torch.func import functional_call
+from helpers import gradcheck_module
 
-from attnseq.attention import SCORES, Attention, LocalAttention, build_attention, padding_mask
+from attnseq.attention import SCORES, LocalAttention, build_attention, padding_mask
 
 DIM = 4  # query_dim == key_dim so every score can be wrapped
 
@@ -268,20 +268,6 @@ def test_local_p_window_and_gaussian_bound(score: str) -> None:
 
 
 # --- gradients -------------------------------------------------------------------------------
-
-
-def gradcheck_module(module: Attention, query, keys, values, **kwargs) -> None:
-    """gradcheck in float64 with respect to the inputs and every parameter (W_p, v_p too)."""
-    names = [name for name, _ in module.named_parameters()]
-    params = [p.detach().clone().requires_grad_(True) for _, p in module.named_parameters()]
-
-    def fn(q, k, v, *flat_params):
-        return functional_call(
-            module, dict(zip(names, flat_params, strict=False)), (q, k, v), kwargs
-        )
-
-    tensors = [t.detach().clone().requires_grad_(True) for t in (query, keys, values)]
-    assert torch.autograd.gradcheck(fn, (*tensors, *params), eps=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("window", ["local_m", "local_p"])

@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
+from helpers import gradcheck_module
 from torch import Tensor
-from torch.func import functional_call
 
 from attnseq.attention import (
     SCORES,
@@ -143,20 +143,6 @@ def test_raw_scores_match_loop_formula(score: str) -> None:
             for j in range(4):
                 expected = reference_energy(module, score, query[b, t], keys[b, j], j)
                 assert energies[b, t, j].item() == pytest.approx(expected, abs=1e-12)
-
-
-def gradcheck_module(module: Attention, query, keys, values, **kwargs) -> None:
-    """gradcheck in float64 with respect to the inputs and every parameter of the module."""
-    names = [name for name, _ in module.named_parameters()]
-    params = [p.detach().clone().requires_grad_(True) for _, p in module.named_parameters()]
-
-    def fn(q, k, v, *flat_params):
-        return functional_call(
-            module, dict(zip(names, flat_params, strict=False)), (q, k, v), kwargs
-        )
-
-    tensors = [t.detach().clone().requires_grad_(True) for t in (query, keys, values)]
-    assert torch.autograd.gradcheck(fn, (*tensors, *params), eps=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("score", SCORES)

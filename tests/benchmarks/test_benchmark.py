@@ -3,30 +3,35 @@ measured on a quiet machine, never asserted here: speed is not a test's business
 
 import json
 import subprocess
-import sys
 
 import pytest
 import torch
-from helpers import REPO, load_script, untrained_checkpoint
+from helpers import load_script, run_script, untrained_checkpoint
 
 pytestmark = pytest.mark.slow  # trainings and decodes of the benchmark
 
 
-SCRIPT = REPO / "benchmarks" / "benchmark.py"
+SCRIPT = "benchmarks/benchmark.py"
 TINY = "data.train_size=300 data.test_size=6 model.emb_dim=16 model.hidden=32 model.enc_hidden=16"
 
 
 def _run(*arguments: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), "--threads", "1", *arguments]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return run_script(SCRIPT, "--threads", "1", *arguments)
 
 
 def test_benchmark_reports_training_decoding_and_a_checkpoints_bleu(tmp_path):
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", "data.test_size=6")
     result = _run(
-        "--steps", "2", "--warmup", "0", "--decode-sentences", "3",
-        TINY, "--checkpoint", str(checkpoint),
-    )  # fmt: skip
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--decode-sentences",
+        "3",
+        TINY,
+        "--checkpoint",
+        str(checkpoint),
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["matmul_gflops"]["peak_gflops"] > 0
@@ -34,8 +39,11 @@ def test_benchmark_reports_training_decoding_and_a_checkpoints_bleu(tmp_path):
     assert trained["train"]["tgt_tokens_per_sec"] > 0
     assert 0 < trained["train"]["mfu"] < 1
     assert {(row["search"], row["batch_size"]) for row in trained["decode"]} == {
-        ("greedy", 64), ("greedy", 1), ("beam5", 64), ("beam5", 1),
-    }  # fmt: skip
+        ("greedy", 64),
+        ("greedy", 1),
+        ("beam5", 64),
+        ("beam5", 1),
+    }
     assert "bleu" not in trained["decode"][0]  # a few updates: speed only
     assert loaded["checkpoint"] == str(checkpoint)
     for row in loaded["decode"]:

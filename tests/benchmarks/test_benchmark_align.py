@@ -3,21 +3,19 @@ a quiet machine, never asserted here: speed is not a test's business)."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, untrained_checkpoint
+from helpers import run_script, untrained_checkpoint
 
 pytestmark = pytest.mark.slow  # timed alignment of several methods
 
 
-SCRIPT = REPO / "benchmarks" / "benchmark_align.py"
+SCRIPT = "benchmarks/benchmark_align.py"
 
 
 def run(*arguments: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), "--threads", "1", *arguments]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return run_script(SCRIPT, "--threads", "1", *arguments)
 
 
 def test_times_each_method_over_the_given_pairs(tmp_path: Path) -> None:
@@ -28,8 +26,19 @@ def test_times_each_method_over_the_given_pairs(tmp_path: Path) -> None:
     checkpoint = untrained_checkpoint(
         tmp_path / "model.pt", "model.family=transformer", "data.tokenizer=word", pairs=pairs
     )
-    result = run(str(checkpoint), "--src", str(src), "--tgt", str(tgt), "--pairs", "12",
-                 "--warmup", "2", "--batch-size", "4")  # fmt: skip
+    result = run(
+        str(checkpoint),
+        "--src",
+        str(src),
+        "--tgt",
+        str(tgt),
+        "--pairs",
+        "12",
+        "--warmup",
+        "2",
+        "--batch-size",
+        "4",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     rows = report["results"]

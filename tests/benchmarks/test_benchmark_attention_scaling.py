@@ -29,16 +29,34 @@ def test_the_kinds_are_those_of_the_config(tmp_path):
 @pytest.mark.slow
 def test_bigbird_and_full_at_tiny_sizes(tmp_path):
     command = [
-        sys.executable, str(SCRIPT), "--sizes", "64,128", "--kinds", "full,bigbird",
-        "--repeats", "1", "--block-size", "16", "--d-model", "32", "--heads", "2",
-        "--out-dir", str(tmp_path), "--json", str(tmp_path / "scaling.json"),
-    ]  # fmt: skip
+        sys.executable,
+        str(SCRIPT),
+        "--sizes",
+        "64,128",
+        "--kinds",
+        "full,bigbird",
+        "--repeats",
+        "1",
+        "--block-size",
+        "16",
+        "--d-model",
+        "32",
+        "--heads",
+        "2",
+        "--out-dir",
+        str(tmp_path),
+        "--json",
+        str(tmp_path / "scaling.json"),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "scaling.json").read_text())["results"]
     assert [(row["kind"], row["n"]) for row in rows] == [
-        ("full", 64), ("full", 128), ("bigbird", 64), ("bigbird", 128),
-    ]  # fmt: skip
+        ("full", 64),
+        ("full", 128),
+        ("bigbird", 64),
+        ("bigbird", 128),
+    ]
     assert all(row["seconds"] > 0 and row["peak_mb"] >= 0 for row in rows)
     table = (tmp_path / "attention_scaling.md").read_text()
     assert "| n | full | bigbird |" in table and "bigbird b = 16" in table

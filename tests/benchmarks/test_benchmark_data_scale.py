@@ -49,8 +49,13 @@ def test_memory_readings_see_a_mapped_file(tmp_path: Path) -> None:
 
 def test_report_files(tmp_path: Path) -> None:
     script = load_script("benchmarks/benchmark_data_scale.py")
-    run = {"peak_rss_anon_mib": 900.0, "rss_file_at_peak_mib": 300.0, "preparation_s": None,
-           "first_update_s": 9.5, "seconds_per_update": 1.25}  # fmt: skip
+    run = {
+        "peak_rss_anon_mib": 900.0,
+        "rss_file_at_peak_mib": 300.0,
+        "preparation_s": None,
+        "first_update_s": 9.5,
+        "seconds_per_update": 1.25,
+    }
     rows = [
         {
             "code": code,
@@ -65,9 +70,16 @@ def test_report_files(tmp_path: Path) -> None:
         for code in ("before", "after")
         for pairs in (100_000, 1_000_000)
     ]
-    ddp = {"ranks": 2, "updates": 200, "pss_sum_mib": 2000.0, "rss_anon_sum_mib": 1800.0,
-           "cache_mib": 267.0, "cache_pss_sum_mib": 150.0, "cache_rss_per_rank_mib": [150, 150],
-           "private_plus_one_cache_mib": 2067.0}  # fmt: skip
+    ddp = {
+        "ranks": 2,
+        "updates": 200,
+        "pss_sum_mib": 2000.0,
+        "rss_anon_sum_mib": 1800.0,
+        "cache_mib": 267.0,
+        "cache_pss_sum_mib": 150.0,
+        "cache_rss_per_rank_mib": [150, 150],
+        "private_plus_one_cache_mib": 2067.0,
+    }
     script.write_outputs(tmp_path, rows, ddp, "a note")
     table = (tmp_path / "data_scale_table.md").read_text(encoding="utf-8")
     assert (

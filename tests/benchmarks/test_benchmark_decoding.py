@@ -16,9 +16,23 @@ SCRIPT = REPO / "benchmarks" / "benchmark_decoding.py"
 
 def test_times_each_setting_idle_and_loaded_and_writes_the_table(tmp_path: Path) -> None:
     table = tmp_path / "threads.md"
-    command = [sys.executable, str(SCRIPT), "--threads", "default,1", "--sentences", "3",
-               "--batch-sizes", "2", "--loaded", "--load-threads", "1", "--load-warmup", "0",
-               "--markdown", str(table)]  # fmt: skip
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--threads",
+        "default,1",
+        "--sentences",
+        "3",
+        "--batch-sizes",
+        "2",
+        "--loaded",
+        "--load-threads",
+        "1",
+        "--load-warmup",
+        "0",
+        "--markdown",
+        str(table),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

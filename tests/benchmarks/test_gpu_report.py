@@ -59,12 +59,17 @@ def bench_report(gflops: float, decode: bool) -> dict:
         result["decode"] = [
             {"search": search, "batch_size": size, "sentences": 64, "sentences_per_sec": rate}
             for search, size, rate in (
-                ("greedy", 64, 310.5), ("greedy", 1, 12.25),
-                ("beam5", 64, 120.75), ("beam5", 1, 8.5),
+                ("greedy", 64, 310.5),
+                ("greedy", 1, 12.25),
+                ("beam5", 64, 120.75),
+                ("beam5", 1, 8.5),
             )
-        ]  # fmt: skip
-    return {"machine": {"device": "cuda"}, "matmul_gflops": {"peak_gflops": 51000.0},
-            "results": [result]}  # fmt: skip
+        ]
+    return {
+        "machine": {"device": "cuda"},
+        "matmul_gflops": {"peak_gflops": 51000.0},
+        "results": [result],
+    }
 
 
 PEER = {
@@ -80,7 +85,7 @@ PEER = {
             "model_gflops_per_sec": 2676.0,
             "cuda_max_allocated_mib": 2100.0,
         },
-    ],  # fmt: skip
+    ],
     "generate": [
         {
             "search": "greedy",
@@ -96,15 +101,24 @@ PEER = {
             "sentences_per_sec": 40.25,
             "cuda_max_allocated_mib": 500.0,
         },
-    ],  # fmt: skip
+    ],
 }
 
 
 def step(name: str, label: str, status: str, artifact: str | None, **extra) -> dict:
     log = f"{name}-{label.replace(' ', '-')}.log"
-    return {"kind": "step", "name": name, "label": label, "status": status,
-            "exit": {"ok": 0, "failed": 1, "timeout": 124, "skipped": 0}[status],
-            "seconds": 10, "limit": 100, "log": log, "artifact": artifact, **extra}  # fmt: skip
+    return {
+        "kind": "step",
+        "name": name,
+        "label": label,
+        "status": status,
+        "exit": {"ok": 0, "failed": 1, "timeout": 124, "skipped": 0}[status],
+        "seconds": 10,
+        "limit": 100,
+        "log": log,
+        "artifact": artifact,
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -115,16 +129,44 @@ def work(tmp_path: Path) -> Path:
     steps = [
         step("install", "install", "ok", None),
         step("suite", "gpu suite", "failed", "suite.xml"),
-        step("bench", "transformer fp32", "ok", "bench-fp32.json",
-             model="transformer", precision="fp32", compile=False),
-        step("bench", "transformer bf16 compile", "timeout", "bench-compile.json",
-             model="transformer", precision="bf16", compile=True),
-        step("bench", "transformer bf16", "ok", "bench-bf16.json",
-             model="transformer", precision="bf16", compile=False),
+        step(
+            "bench",
+            "transformer fp32",
+            "ok",
+            "bench-fp32.json",
+            model="transformer",
+            precision="fp32",
+            compile=False,
+        ),
+        step(
+            "bench",
+            "transformer bf16 compile",
+            "timeout",
+            "bench-compile.json",
+            model="transformer",
+            precision="bf16",
+            compile=True,
+        ),
+        step(
+            "bench",
+            "transformer bf16",
+            "ok",
+            "bench-bf16.json",
+            model="transformer",
+            precision="bf16",
+            compile=False,
+        ),
         step("peer", "peer HF Marian", "ok", "peer.json"),
-        step("bench", "rnn bf16", "skipped", "bench-rnn.json",
-             model="rnn", precision="bf16", compile=False),
-    ]  # fmt: skip
+        step(
+            "bench",
+            "rnn bf16",
+            "skipped",
+            "bench-rnn.json",
+            model="rnn",
+            precision="bf16",
+            compile=False,
+        ),
+    ]
     lines = [json.dumps(steps[0]), json.dumps(MACHINE), *map(json.dumps, steps[1:])]
     lines.append('{"kind": "step", "name": "bench", "label": "cut o')  # a line cut off
     (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
@@ -141,8 +183,10 @@ def work(tmp_path: Path) -> Path:
 
 def written(work: Path, tmp_path: Path, mode: str = "full") -> tuple[str, dict]:
     md, out = tmp_path / "report" / "gpu.md", tmp_path / "report" / "gpu.json"
-    assert gpu_report.main(["write", str(work), "--mode", mode, "--md", str(md),
-                            "--json", str(out)]) == 0  # fmt: skip
+    assert (
+        gpu_report.main(["write", str(work), "--mode", mode, "--md", str(md), "--json", str(out)])
+        == 0
+    )
     return md.read_text(), json.loads(out.read_text())
 
 
@@ -187,8 +231,9 @@ def test_the_report_holds_machine_suite_configurations_and_failures(work, tmp_pa
 
     # failed and timed-out steps show the end of their logs; the cut-off line is left out
     assert [problem["step"] for problem in data["problems"]] == [
-        "gpu suite", "transformer bf16 compile",
-    ]  # fmt: skip
+        "gpu suite",
+        "transformer bf16 compile",
+    ]
     assert "compiling graph 7" in md and "(no log)" in md  # the suite's log is missing
     assert len(data["steps"]) == 7
     assert "| transformer bf16 compile | timeout | 10 | 100 |" in md

@@ -3,22 +3,20 @@ quiet machine and reported in the README, never asserted here."""
 
 import json
 import subprocess
-import sys
 
 import pytest
-from helpers import REPO
+from helpers import run_script
 
 pytestmark = pytest.mark.slow  # a profiled training
 
 
-SCRIPT = REPO / "benchmarks" / "profile_training.py"
+SCRIPT = "benchmarks/profile_training.py"
 # 40 examples make one or two batches per epoch, so the profiled updates span several epochs
 TINY = "data.train_size=40 model.emb_dim=16 model.hidden=32 model.enc_hidden=16"
 
 
 def _run(*arguments: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), "--threads", "1", *arguments]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return run_script(SCRIPT, "--threads", "1", *arguments)
 
 
 def test_profile_splits_updates_into_phases_and_operators(tmp_path):

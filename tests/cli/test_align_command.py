@@ -77,9 +77,17 @@ def test_reverse_model_symmetrized(setup, tmp_path) -> None:
     for heuristic in ("intersect", "union", "grow-diag-final-and"):
         out = tmp_path / f"{heuristic}.pharaoh"
         result = align(
-            forward, *sentences, "--reverse", reverse, "--symmetrize", heuristic,
-            "--method", "shift-att", "--out", out,
-        )  # fmt: skip
+            forward,
+            *sentences,
+            "--reverse",
+            reverse,
+            "--symmetrize",
+            heuristic,
+            "--method",
+            "shift-att",
+            "--out",
+            out,
+        )
         assert result.exit_code == 0, result.output
         expected = [
             symmetrize(f, transpose(r), heuristic)
@@ -107,9 +115,14 @@ def test_aer_equals_eval_alignments(setup, tmp_path, method, layer, head, key) -
     assert folder.name.endswith("-shift-att") == (method == "shift-att"), folder.name
     metrics = json.loads((folder / "metrics.json").read_text())
     request = AlignRequest(
-        forward, files["src"], files["tgt"], AlignmentMethod(method, layer, head),
-        gold=files["gold"], device="cpu", batch_size=3,
-    )  # fmt: skip
+        forward,
+        files["src"],
+        files["tgt"],
+        AlignmentMethod(method, layer, head),
+        gold=files["gold"],
+        device="cpu",
+        batch_size=3,
+    )
     scores = run_align(request).scores
     assert scores is not None
     for name in ("aer", "precision", "recall"):
@@ -181,9 +194,17 @@ def test_every_attribution_method_aligns_through_the_same_path(setup, tmp_path, 
     out = tmp_path / "a.pharaoh"
     options = ["--method", method, "--ig-steps", "8", "--smoothgrad-samples", "4"]
     result = align(
-        forward, "--src", files["src"], "--tgt", files["tgt"], "--gold", files["gold"],
-        "--out", out, *options,
-    )  # fmt: skip
+        forward,
+        "--src",
+        files["src"],
+        "--tgt",
+        files["tgt"],
+        "--gold",
+        files["gold"],
+        "--out",
+        out,
+        *options,
+    )
     assert result.exit_code == 0, result.output
     assert "AER" in result.stdout
     trained = load_trained_model(forward)
@@ -192,9 +213,10 @@ def test_every_attribution_method_aligns_through_the_same_path(setup, tmp_path, 
     )
     expected = [
         argmax_alignment(
-            word_attention(m.source, word_ids(m.source_pieces, "word"),
-                           word_ids(m.target_pieces, "word"))
+            word_attention(
+                m.source, word_ids(m.source_pieces, "word"), word_ids(m.target_pieces, "word")
+            )
         )
         for m in maps
-    ]  # fmt: skip
+    ]
     assert read_pharaoh(out)[0] == expected

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import one_line_exit_2
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -19,7 +20,6 @@ from attnseq.cli.decoding_options import (
     split_checkpoints,
     with_decoding_flags,
 )
-from attnseq.cli.hydra_entry import torchrun_world
 from attnseq.config.schema import DecodingConfig
 from attnseq.decoding.settings import with_changes
 from attnseq.errors import UserError
@@ -98,12 +98,6 @@ def test_arguments_ending_in_pt_are_more_checkpoints() -> None:
     assert split_checkpoints(["input.txt"]) == ([], ["input.txt"])  # refused as an override
 
 
-def test_no_torchrun_world_without_rank(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    assert torchrun_world() is None
-
-
 NOT_FINITE = ["inf", "-inf", "nan", "1e999"]  # 1e999 reads as inf
 
 
@@ -133,13 +127,6 @@ def test_decoding_flags_take_the_bounds_of_their_settings(options: dict, message
 
 
 runner = CliRunner()
-
-
-def one_line_exit_2(result, expected: str) -> None:  # type: ignore[no-untyped-def]
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], result.stderr
-    assert "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("value", NOT_FINITE)

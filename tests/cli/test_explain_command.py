@@ -36,9 +36,16 @@ def test_writes_the_page_from_a_run_directory(run_directory, tmp_path) -> None:
     assert page.startswith("<!DOCTYPE html>") and str(run_directory / "checkpoints") in page
     forced = tmp_path / "forced.html"
     result = explain(
-        run_directory, "--src", "4 May", "--tgt", "2001-05", "--methods", "shift-att",
-        "--out", forced,
-    )  # fmt: skip
+        run_directory,
+        "--src",
+        "4 May",
+        "--tgt",
+        "2001-05",
+        "--methods",
+        "shift-att",
+        "--out",
+        forced,
+    )
     assert result.exit_code == 0, result.output
     assert '"methods":["shift-att"]' in forced.read_text(encoding="utf-8")
 

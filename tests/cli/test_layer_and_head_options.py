@@ -25,7 +25,7 @@ SOURCE, TARGET = "June 5, 2001", "2001-06-05"  # a generated dates pair
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def variant_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("families")
     return {
         family: untrained_checkpoint(folder / f"{number}.pt", *overrides)
@@ -56,10 +56,10 @@ BY_DEFAULT = ("rnn bahdanau", "rnn pointer", "transformer", "transformer pointer
     ],
 )
 def test_out_of_range_exits_2_with_the_valid_range(
-    family: str, name: str, checkpoints: dict[str, Path], tmp_path: Path
+    family: str, name: str, variant_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
     _, layers, heads = FAMILIES[family]
-    base = command(name, checkpoints[family], tmp_path)
+    base = command(name, variant_checkpoints[family], tmp_path)
     for option, value, count in (
         ("--layer", layers + 1, layers),
         ("--layer", 0, layers),

@@ -1,36 +1,21 @@
-"""Messages that say what is really wrong: an experiment YAML whose top level is a list, a file
-that is no checkpoint at all, a run directory given for a checkpoint, a split name that names
-nothing, and an input text path that is a device, a named pipe, a folder or an empty file. Each
-ends with one `error:` line and exit status 2, without a traceback."""
+"""Messages that say what is really wrong, across the commands: an experiment YAML whose top level
+is a list, a file that is no checkpoint at all, an input text path that is a device, a named
+pipe, a folder or an empty file, a path whose name is too long. Each ends with one `error:` line
+and exit status 2, without a traceback."""
 
 import os
 import pickle
-import shutil
 from pathlib import Path
 
 import pytest
-from helpers import attnseq_in_process, untrained_checkpoint
+from helpers import attnseq_in_process, one_error_line
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    return untrained_checkpoint(tmp_path_factory.mktemp("messages") / "model.pt")
-
-
 def run(*args: object):
     return CliRunner().invoke(app, [str(arg) for arg in args])
-
-
-def one_error(stderr: str, *words: str) -> str:
-    """The one stderr line, after checking it is an error holding every word."""
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), stderr
-    assert all(word in lines[0] for word in words), (words, lines[0])
-    assert "Traceback" not in stderr
-    return lines[0]
 
 
 def test_experiment_yaml_whose_top_level_is_a_list(tmp_path: Path) -> None:
@@ -39,7 +24,7 @@ def test_experiment_yaml_whose_top_level_is_a_list(tmp_path: Path) -> None:
     before = config.read_bytes()
     result = attnseq_in_process("train", f"config={config}", "trainer.threads=1", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
-    line = one_error(result.stderr, f"config file {config}", "top level is a list", "mapping")
+    line = one_error_line(result.stderr, f"config file {config}", "top level is a list", "mapping")
     assert "ConfigTypeError" not in line and "user_file__" not in line
     assert config.read_bytes() == before
     assert not (tmp_path / "outputs").exists()
@@ -76,7 +61,7 @@ def test_a_file_that_is_no_checkpoint_is_named_so(case: str, tmp_path: Path) -> 
     for command, args in commands.items():
         result = run(*args)
         assert result.exit_code == 2, (command, result.output)
-        line = one_error(result.stderr, f"{path} is not an attnseq checkpoint ({what}")
+        line = one_error_line(result.stderr, f"{path} is not an attnseq checkpoint ({what}")
         assert "run code" not in line and "weights_only" not in line, (command, line)
     assert path.read_bytes() == before
 
@@ -88,7 +73,7 @@ def test_a_crafted_pickle_is_still_refused_as_code(tmp_path: Path) -> None:
     evil.write_bytes(pickle.dumps(_Payload(marker)))
     result = run("eval", evil)
     assert result.exit_code == 2
-    line = one_error(result.stderr, f"{evil} is not an attnseq checkpoint", "could run code")
+    line = one_error_line(result.stderr, f"{evil} is not an attnseq checkpoint", "could run code")
     assert "weights_only" not in line
     assert not marker.exists()
 
@@ -102,7 +87,9 @@ def test_a_saved_module_is_not_a_checkpoint_in_one_line(tmp_path: Path) -> None:
     torch.save(torch.nn.Linear(2, 2), module)
     result = run("eval", module)
     assert result.exit_code == 2
-    line = one_error(result.stderr, f"{module} is not an attnseq checkpoint (a pickle that refers")
+    line = one_error_line(
+        result.stderr, f"{module} is not an attnseq checkpoint (a pickle that refers"
+    )
     assert "torch.nn.modules.linear.Linear" in line and "weights_only" not in line
 
 
@@ -162,7 +149,7 @@ def _commands(checkpoint: Path, odd: Path, folder: Path) -> dict[str, tuple[list
                 good,
             ],
             f"--gold-src file {odd}",
-        ),  # fmt: skip
+        ),
         "eval split": (
             ["eval", checkpoint, "--out", folder / "eval", "--split", odd],
             f"data file {odd}",
@@ -172,20 +159,20 @@ def _commands(checkpoint: Path, odd: Path, folder: Path) -> dict[str, tuple[list
 
 @pytest.mark.parametrize("kind", ["device", "fifo", "folder", "empty"])
 def test_an_input_that_is_no_readable_text_file_is_named_so(
-    checkpoint: Path, kind: str, tmp_path: Path
+    rnn_checkpoint: Path, kind: str, tmp_path: Path
 ) -> None:
     odd, what = _odd_input(kind, tmp_path)
-    for command, (args, name) in _commands(checkpoint, odd, tmp_path).items():
+    for command, (args, name) in _commands(rnn_checkpoint, odd, tmp_path).items():
         if command == "translate" and kind == "fifo":
             continue  # translate streams a named pipe (decoding/test_translate.py)
         result = run(*args)
         assert result.exit_code == 2, (command, result.output)
-        line = one_error(result.stderr, f"{name} {what}")
+        line = one_error_line(result.stderr, f"{name} {what}")
         assert "not found" not in line, (command, line)
     assert not (tmp_path / "eval").exists() and not (tmp_path / "figures").exists()
 
 
-def test_a_path_whose_name_is_too_long_is_one_line(checkpoint: Path, tmp_path: Path) -> None:
+def test_a_path_whose_name_is_too_long_is_one_line(rnn_checkpoint: Path, tmp_path: Path) -> None:
     """A file name longer than the file system allows (255 bytes) makes every look at the path
     raise OSError (ENAMETOOLONG): each command names the option instead of a traceback."""
     long = tmp_path / ("x" * 300) / "a.txt"
@@ -193,92 +180,19 @@ def test_a_path_whose_name_is_too_long_is_one_line(checkpoint: Path, tmp_path: P
     text.write_text("June 5, 2001\n")
     cases = {
         "CHECKPOINT": ["translate", long],
-        "--input": ["translate", checkpoint, "--input", long],
-        "--out": ["score", checkpoint, "--src", text, "--tgt", text, "--out", long],
-        "CHECKPOINTS": ["average", checkpoint, long, "--out", tmp_path / "avg.pt"],
+        "--input": ["translate", rnn_checkpoint, "--input", long],
+        "--out": ["score", rnn_checkpoint, "--src", text, "--tgt", text, "--out", long],
+        "CHECKPOINTS": ["average", rnn_checkpoint, long, "--out", tmp_path / "avg.pt"],
         "MULTIRUN_DIR": ["sweep-report", long],
-        "checkpoint": ["eval", checkpoint, str(long) + ".pt", "--out", tmp_path / "eval"],
+        "checkpoint": ["eval", rnn_checkpoint, str(long) + ".pt", "--out", tmp_path / "eval"],
     }
     for name, args in cases.items():
         result = run(*args)
         assert result.exit_code == 2, (name, result.output)
-        line = one_error(result.stderr, f"{name} {str(tmp_path)[:30]}", "more characters", "long")
+        line = one_error_line(
+            result.stderr, f"{name} {str(tmp_path)[:30]}", "more characters", "long"
+        )
         assert len(line) < 300, line
-    result = run("eval", checkpoint, "--split", "x" * 300, "--out", tmp_path / "eval")
+    result = run("eval", rnn_checkpoint, "--split", "x" * 300, "--out", tmp_path / "eval")
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    one_error(result.stderr, "xxx")
-
-
-@pytest.fixture(scope="module")
-def run_dir(checkpoint, tmp_path_factory) -> Path:
-    """A run directory of `attnseq train`: .hydra/, train.log, checkpoints/best.pt."""
-    run_dir = tmp_path_factory.mktemp("run")
-    (run_dir / ".hydra").mkdir()
-    (run_dir / "train.log").write_text("")
-    (run_dir / "checkpoints").mkdir()
-    shutil.copy(checkpoint, run_dir / "checkpoints" / "best.pt")
-    return run_dir
-
-
-def _texts(folder: Path) -> tuple[Path, Path]:
-    src, tgt = folder / "x.src", folder / "x.tgt"
-    src.write_text("March 3, 1998\n")
-    tgt.write_text("1998-03-03\n")
-    return src, tgt
-
-
-@pytest.mark.parametrize(
-    "command", ["eval", "translate", "score", "align", "heads", "visualize-alignment"]
-)
-def test_a_run_directory_stands_for_its_best_checkpoint(command, run_dir, tmp_path) -> None:
-    src, tgt = _texts(tmp_path)
-    arguments = {
-        "eval": ["--out", tmp_path / "eval"],
-        "translate": ["--input", src],
-        "score": ["--src", src, "--tgt", tgt],
-        "align": ["--src", src, "--tgt", tgt],
-        "heads": [],
-        "visualize-alignment": ["--src", "March 3, 1998", "--out", tmp_path / "a.png"],
-    }[command]
-    result = run(command, run_dir, *arguments)
-    best = run_dir / "checkpoints" / "best.pt"
-    assert result.stderr.startswith(f"using {best} (the best checkpoint of the run directory")
-    if command == "heads":  # read as the checkpoint: heads then says it needs a transformer
-        line = one_error(result.stderr.split("\n", 1)[1], "transformer")
-        assert str(run_dir) not in line
-    else:
-        assert result.exit_code == 0, result.output
-
-
-def test_a_run_directory_without_a_best_checkpoint_says_what_to_pass(checkpoint, tmp_path) -> None:
-    started = tmp_path / "started"
-    (started / ".hydra").mkdir(parents=True)
-    result = run("eval", started)
-    assert result.exit_code == 2
-    one_error(result.stderr, f"{started} is a run directory that holds no checkpoint", "pass a")
-    (started / "checkpoints").mkdir()
-    shutil.copy(checkpoint, started / "checkpoints" / "last.pt")
-    result = run("translate", started)
-    assert result.exit_code == 2
-    one_error(result.stderr, "without checkpoints/best.pt", f"e.g. {started}/checkpoints/last.pt")
-    folder = tmp_path / "some_folder"  # no run directory: named as a folder
-    folder.mkdir()
-    result = run("eval", folder)
-    one_error(result.stderr, f"{folder} is a folder, not a checkpoint file")
-
-
-def test_eval_of_an_unknown_split_lists_the_splits(checkpoint, tmp_path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    result = run("eval", checkpoint, "--split", "dev", "--out", tmp_path / "eval")
-    assert result.exit_code == 2
-    line = one_error(result.stderr, "unknown split 'dev'", "has the splits train, valid, test")
-    assert "--split also takes a data file" in line
-
-
-def test_eval_of_a_generated_task_too_large_to_make_is_refused(checkpoint, tmp_path) -> None:
-    """eval makes every split of a generated task (each depends on the others) to read one:
-    data.train_size=2147483648 would generate for hours; refused as training refuses it."""
-    result = run("eval", checkpoint, "data.train_size=2147483648", "--out", tmp_path / "eval")
-    assert result.exit_code == 2
-    one_error(result.stderr, "the generated data does not fit: data.train_size=2147483648")
-    assert not (tmp_path / "eval").exists()
+    one_error_line(result.stderr, "xxx")

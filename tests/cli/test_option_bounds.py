@@ -15,13 +15,13 @@ pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 @pytest.fixture(scope="module")
 def files(
-    tmp_path_factory: pytest.TempPathFactory, checkpoints: dict[str, Path]
+    tmp_path_factory: pytest.TempPathFactory, untrained_checkpoints: dict[str, Path]
 ) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("bounds")
     (folder / "src.txt").write_text("June 5, 2001\n3 4 5\n", encoding="utf-8")
     (folder / "tgt.txt").write_text("2001-06-05\n5 4 3\n", encoding="utf-8")
     return {
-        **checkpoints,
+        **untrained_checkpoints,
         "src": folder / "src.txt",
         "tgt": folder / "tgt.txt",
         "folder": folder,

@@ -56,10 +56,10 @@ def test_eval_of_a_file_split(work: Path) -> None:
 
 def test_align_every_layer_and_head(work: Path) -> None:
     for method in ("attention", "shift-att", "rollout"):
+        files = ["--src", "src.de", "--tgt", "tgt.en", "--gold", "gold.txt"]
         output = run(
-            work, "align", "model", "--src", "src.de", "--tgt", "tgt.en", "--gold", "gold.txt",
-            "--method", method, "--layer", "1", "--head", "2",
-        )  # fmt: skip
+            work, "align", "model", *files, "--method", method, "--layer", "1", "--head", "2"
+        )
         assert "AER" in output and len(output.splitlines()[0].split()) >= 5
 
 
@@ -68,10 +68,8 @@ def test_explain_heads_and_visualize(work: Path) -> None:
     assert (work / "page.html").stat().st_size > 0
     run(work, "visualize-alignment", "model", "--src", SOURCES[0], "--out", "a.png")
     assert (work / "a.png").stat().st_size > 0
-    output = run(
-        work, "heads", "model", "--max-batches", "1", "--prune", "0.25", "--out", "pruned.pt",
-        "--report-dir", "heads",
-    )  # fmt: skip
+    pruning = ["--max-batches", "1", "--prune", "0.25", "--out", "pruned.pt"]
+    output = run(work, "heads", "model", *pruning, "--report-dir", "heads")
     assert "pruned 6 heads" in output and (work / "heads" / "model.valid.json").is_file()
     pruned = attnseq.load(work / "pruned.pt")  # a self-contained attnseq checkpoint
     assert pruned.tokenizers.src.kind == "marian" and "head_pruning" in pruned.trained.payload

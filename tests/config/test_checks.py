@@ -1,6 +1,6 @@
 """A user's bad config value ends `attnseq train` with one line and exit status 2, before any run
 directory exists: out-of-range values, cross-field conflicts, configs that cannot fit the
-machine, malformed YAML; and `config=PATH` loads exactly the user's file."""
+machine (a user's config file: tests/config/test_composition.py)."""
 
 import copy
 import dataclasses
@@ -14,7 +14,6 @@ import pytest
 from helpers import (
     GIB,
     assert_refused,
-    attnseq_in_process,
     check_train_args,
     train_in_process,
 )
@@ -217,74 +216,6 @@ def test_the_default_config_is_estimated_small() -> None:
     assert 0 < need.device_bytes < 1 * GIB
 
 
-# ---------------------------------------------------------------------------- config=PATH
-def test_a_users_file_wins_over_a_packaged_one_of_the_same_name(tmp_path: Path) -> None:
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    mine = folder / "dates_transformer.yaml"  # the name of a packaged experiment
-    mine.write_text("# @package _global_\nseed: 777\n")
-    for given in ("tmp/dates_transformer.yaml", str(mine)):
-        home = {"HOME": str(tmp_path)}  # the linked experiment files stay in tmp
-        result = attnseq_in_process(
-            "train", f"config={given}", "--cfg", "job", cwd=tmp_path, env=home
-        )
-        assert result.returncode == 0, result.stderr
-        assert "\nseed: 777\n" in "\n" + result.stdout
-        assert f"config_file: {mine}" in result.stdout
-        # the packaged file's keys are not there: it was not loaded
-        assert "name: dates_transformer" not in result.stdout
-
-
-def test_config_file_is_recorded_in_the_composed_config(tmp_path: Path, monkeypatch) -> None:
-    from hydra import compose, initialize_config_dir
-
-    from attnseq.config import CONFIG_DIR
-    from attnseq.config.composition import rewrite_config_selector
-    from attnseq.config.schema import register_configs
-
-    monkeypatch.setenv("HOME", str(tmp_path))
-    mine = tmp_path / "my exp's ${x}.yaml"  # survives the override grammar
-    mine.write_text("# @package _global_\nseed: 9\n")
-    args = rewrite_config_selector([f"config={mine}"])
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        composed = compose("train", overrides=args)
-    assert composed.seed == 9 and composed.config_file == str(mine)
-
-
-@pytest.mark.parametrize(
-    ("content", "name", "expected"),
-    [
-        (None, "missing.yaml", "config file not found"),
-        ("seed: 5\n", "nohead.yaml", "has no '# @package _global_' line"),
-        ("# @package _global_\nseed: [1\n", "syntax.yaml", "line 3"),
-        ("# @package _global_\nseed: 1\nseed: 2\n", "dup.yaml", "line 3"),
-        ("# @package _global_\nseed: !!python/object:os.system {}\n", "tag.yaml", "line 2"),
-    ],
-)
-def test_bad_user_files_exit_2_naming_the_file(
-    content: str | None, name: str, expected: str, tmp_path: Path, monkeypatch
-) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    path = tmp_path / name
-    if content is not None:
-        path.write_text(content)
-    code, output = train_in_process(tmp_path, f"config={path}")
-    assert_refused(tmp_path, code, output, expected)
-    assert str(path) in output
-
-
-def test_a_broken_group_file_on_the_search_path_exits_2(tmp_path: Path) -> None:
-    group = tmp_path / "mine" / "model"
-    group.mkdir(parents=True)
-    (group / "broken.yaml").write_text("family: transformer\nheads: 4\nheads: 8\n")
-    code, output = train_in_process(
-        tmp_path, f"hydra.searchpath=[file://{tmp_path / 'mine'}]", "model=broken"
-    )
-    assert_refused(tmp_path, code, output, "found duplicate key heads")
-    assert f"{group / 'broken.yaml'}, line 3" in output
-
-
 # ------------------------------------------------------------
 # Property-style check of every numeric config key: random values of every kind (negative,
 # zero, huge, nan/inf, wrong types) given to `attnseq train` either pass the pre-flight checks
@@ -299,13 +230,60 @@ def test_a_broken_group_file_on_the_search_path_exits_2(tmp_path: Path) -> None:
 # is checked is everything `attnseq train` does before the run directory exists.
 # Values of every kind, as the user types them on the command line.
 
-INT_VALUES = ["0", "-1", "1", "2", "-7", "3", "1000000", "2147483648", "9223372036854775808",
-              "10000000000000000000000000000000", "-99999999999", "1.5", "abc", "nan", "true",
-              "null", "[1,2]", "''"]  # fmt: skip
-FLOAT_VALUES = ["0", "0.0", "-0.0", "-1", "1", "0.5", "0.999", "1e-300", "1e300", "nan", "inf",
-                "-inf", "-1e-9", "7", "abc", "null", "[0.5]", "1" + "0" * 30]  # fmt: skip
-LIST_VALUES = ["[]", "[0.5]", "[0.9,0.999]", "[0.9,0.999,0.5]", "[nan,0.9]", "[0.9,inf]",
-               "[-0.1,0.5]", "[1,0.5]", "[abc,0.5]", "0.9", "null", "[[0.9],[0.9]]"]  # fmt: skip
+INT_VALUES = [
+    "0",
+    "-1",
+    "1",
+    "2",
+    "-7",
+    "3",
+    "1000000",
+    "2147483648",
+    "9223372036854775808",
+    "10000000000000000000000000000000",
+    "-99999999999",
+    "1.5",
+    "abc",
+    "nan",
+    "true",
+    "null",
+    "[1,2]",
+    "''",
+]
+FLOAT_VALUES = [
+    "0",
+    "0.0",
+    "-0.0",
+    "-1",
+    "1",
+    "0.5",
+    "0.999",
+    "1e-300",
+    "1e300",
+    "nan",
+    "inf",
+    "-inf",
+    "-1e-9",
+    "7",
+    "abc",
+    "null",
+    "[0.5]",
+    "1" + "0" * 30,
+]
+LIST_VALUES = [
+    "[]",
+    "[0.5]",
+    "[0.9,0.999]",
+    "[0.9,0.999,0.5]",
+    "[nan,0.9]",
+    "[0.9,inf]",
+    "[-0.1,0.5]",
+    "[1,0.5]",
+    "[abc,0.5]",
+    "0.9",
+    "null",
+    "[[0.9],[0.9]]",
+]
 CASES_PER_KEY = 1
 
 

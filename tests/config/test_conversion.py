@@ -37,7 +37,7 @@ def old_layout(config: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def old_and_new_layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("layouts")
     overrides = [f"decoding.{key}={value}" for key, value in SETTINGS.items()]
     new = untrained_checkpoint(folder / "new.pt", *overrides)
@@ -47,23 +47,25 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"new": new, "old": folder / "old.pt"}
 
 
-def test_an_old_checkpoint_loads_with_its_decoding_settings(checkpoints: dict[str, Path]) -> None:
-    stored = load_checkpoint(checkpoints["old"])["config"]
+def test_an_old_checkpoint_loads_with_its_decoding_settings(
+    old_and_new_layouts: dict[str, Path],
+) -> None:
+    stored = load_checkpoint(old_and_new_layouts["old"])["config"]
     assert "decoding" not in stored and stored["trainer"]["min_output_length"] == 2
-    old = load_trained_model(checkpoints["old"]).cfg
-    new = load_trained_model(checkpoints["new"]).cfg
+    old = load_trained_model(old_and_new_layouts["old"]).cfg
+    new = load_trained_model(old_and_new_layouts["new"]).cfg
     assert old == new
     assert old.decoding.beam == 3 and old.decoding.min_length == 2
     assert old.decoding.coverage_penalty == 0.2 and old.decoding.max_output_extra == 4
     assert not hasattr(old.trainer, "beam")
 
 
-def test_an_old_checkpoint_decodes_as_the_new_one(checkpoints: dict[str, Path]) -> None:
+def test_an_old_checkpoint_decodes_as_the_new_one(old_and_new_layouts: dict[str, Path]) -> None:
     runner = CliRunner()
     text = "4 May 2001\nJune 5, 2001\n"
     outputs = []
     for name in ("old", "new"):
-        args = ["translate", str(checkpoints[name]), "--nbest", "3", "--device", "cpu"]
+        args = ["translate", str(old_and_new_layouts[name]), "--nbest", "3", "--device", "cpu"]
         result = runner.invoke(app, args, input=text)
         assert result.exit_code == 0, result.output
         outputs.append(result.stdout)

@@ -26,7 +26,6 @@ from attnseq.config import CONFIG_DIR
 from attnseq.config.checks import keys_unread_by, model_key_families, validate
 from attnseq.config.choices import ModelFamily
 from attnseq.config.conversion import config_from_dict, config_to_dict, resume_conflicts
-from attnseq.config.reference import FAMILY_LABELS, keys
 from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.data.segments import SourceSegmenter
 from attnseq.errors import UserError
@@ -323,9 +322,12 @@ def test_a_sweep_over_families_is_refused_for_the_family_that_ignores_a_key() ->
 
 def test_a_refused_sweep_exits_2_before_any_job(tmp_path: Path) -> None:
     code, output = train_in_process(
-        tmp_path, "-m", "model=rnn_bahdanau,transformer", "model.hidden=64",
+        tmp_path,
+        "-m",
+        "model=rnn_bahdanau,transformer",
+        "model.hidden=64",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
-    )  # fmt: skip
+    )
     assert_refused(tmp_path, code, output, "model.family=transformer does not read it")
     assert not (tmp_path / "sweep").exists()
 
@@ -388,18 +390,7 @@ def _flat(cfg: TrainConfig) -> dict[str, object]:
     return values
 
 
-# ------------------------------------------------------------ the reference and the configs
-def test_the_reference_labels_each_key_with_its_family() -> None:
-    docs = {doc.key: doc.help for doc in keys()}
-    for key, family in FAMILIES.items():
-        labelled = [label for label in FAMILY_LABELS.values() if docs[key].startswith(label)]
-        assert labelled == ([FAMILY_LABELS[family]] if family else []), key
-    assert docs["model.hidden"].startswith("(RNN) ")
-    assert docs["model.rnn.cell"].startswith("(RNN) ")  # the node's family
-    assert docs["model.d_model"].startswith("(transformer) ")
-    assert docs["model.dropout"] == "dropout probability, in [0, 1)"
-
-
+# ------------------------------------------------------------------------ the packaged configs
 def _packaged(group: str) -> list[str]:
     return sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
 

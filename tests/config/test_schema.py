@@ -11,7 +11,6 @@ from omegaconf import OmegaConf
 
 from attnseq.config import CONFIG_DIR
 from attnseq.config.checks import validate
-from attnseq.config.composition import describe_composition_error
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig, register_configs
 from attnseq.errors import UserError
@@ -171,24 +170,6 @@ def test_config_dict_is_omegaconfs_plain_container() -> None:
     for cfg in [TrainConfig(), *(compose_train([f"experiment={name}"]) for name in experiments)]:
         expected = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
         assert json.dumps(config_to_dict(cfg)) == json.dumps(expected)
-
-
-def test_user_experiment_file(tmp_path: Path) -> None:
-    from attnseq.config.composition import rewrite_config_selector
-
-    mine = tmp_path / "mine.yaml"
-    mine.write_text(
-        "# @package _global_\ndefaults:\n  - override /data: reverse\n\noptim:\n  lr: 0.005\n"
-    )
-    args = rewrite_config_selector([f"config={mine}"])
-    check_train_args(args)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=args)
-    assert cfg.data.name == "reverse" and cfg.optim.lr == 0.005
-
-
-def test_describe_error_falls_back_to_message() -> None:
-    assert "boom" in describe_composition_error(ValueError("boom"), ["x=1"])
 
 
 @pytest.mark.parametrize("name", group_options("experiment"))

@@ -229,9 +229,13 @@ def test_vectorised_cut_equals_the_example_by_example_walk(
     lengths[:5] = [[0, 0], [60, 1], [1, 80], [39, 29], [0, 12]]
     for shuffle in (True, False):
         sampler = TokenBatchSampler(
-            lengths, max_tokens, max_sentences=max_sentences, shuffle=shuffle, seed=7,
+            lengths,
+            max_tokens,
+            max_sentences=max_sentences,
+            shuffle=shuffle,
+            seed=7,
             bucket_width=bucket_width,
-        )  # fmt: skip
+        )
         for epoch in (0, 1):
             batches = sampler.batches(epoch)
             if shuffle:  # the walk of the same sorted order, batches in the same shuffled order

@@ -214,8 +214,19 @@ def test_two_digit_year_convention() -> None:
 
 def test_ordinals() -> None:
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 30, 31)] == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "30th", "31st",
-    ]  # fmt: skip
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "23rd",
+        "30th",
+        "31st",
+    ]
 
 
 def test_every_source_string_determines_its_date() -> None:

@@ -145,8 +145,9 @@ def test_a_missing_file_is_a_user_error(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------- attention and loss
-def tiny_model(family: str) -> torch.nn.Module:
-    """helpers.tiny_model, with two decoder layers for a transformer (an RNN has one map)."""
+def aligning_model(family: str) -> torch.nn.Module:
+    """helpers.tiny_model to align with: a transformer of two decoder layers (a layer other than
+    the last to pick), an RNN as it is (it has one map)."""
     layers = {"dec_layers": 2} if family == "transformer" else {}
     return helpers.tiny_model(family, **layers)
 
@@ -157,7 +158,7 @@ TGT_IN = torch.tensor([[2, 4, 5], [2, 6, 7]])  # (B, T)
 
 
 def test_the_transformer_returns_the_chosen_head_without_changing_the_logits() -> None:
-    model = tiny_model("transformer").eval()
+    model = aligning_model("transformer").eval()
     plain = model(SRC, LENGTHS, TGT_IN)
     assert plain.alignment_attention is None
     full = model(SRC, LENGTHS, TGT_IN, need_weights=True).attention  # (B, L, H, T, S)
@@ -170,7 +171,7 @@ def test_the_transformer_returns_the_chosen_head_without_changing_the_logits() -
 
 
 def test_the_rnn_returns_its_attention() -> None:
-    model = tiny_model("rnn").eval()
+    model = aligning_model("rnn").eval()
     out = model(SRC, LENGTHS, TGT_IN, alignment=AlignmentHead())
     weights = model(SRC, LENGTHS, TGT_IN, need_weights=True).attention
     torch.testing.assert_close(out.alignment_attention, weights)
@@ -188,7 +189,7 @@ def test_the_term_is_the_cross_entropy_with_the_gold_rows() -> None:
 
 @pytest.mark.parametrize("family", ["transformer", "rnn"])
 def test_the_gradient_pulls_the_supervised_attention_to_the_gold_link(family: str) -> None:
-    model = tiny_model(family).train()
+    model = aligning_model(family).train()
     cfg = tiny_config("optim.alignment_lambda=1.0", "data.alignments={train: links.txt}")
     # every target step of both examples linked to source position 2
     gold = gold_distribution([[(2, t) for t in range(3)], [(2, t) for t in range(3)]], 3, 4)
@@ -214,7 +215,7 @@ def test_the_gradient_pulls_the_supervised_attention_to_the_gold_link(family: st
 
 
 def test_without_gold_the_loss_is_the_plain_one() -> None:
-    model = tiny_model("transformer").eval()
+    model = aligning_model("transformer").eval()
     cfg = tiny_config("optim.alignment_lambda=1.0", "data.alignments={train: links.txt}")
     targets = torch.tensor([[4, 5, 3], [6, 7, 3]])
     output = model(SRC, LENGTHS, TGT_IN, alignment=AlignmentHead())

@@ -79,10 +79,12 @@ def test_eval_of_a_crafted_checkpoint_exits_2_and_reads_nothing(root: Path, tmp_
     secret.write_text(SECRET, encoding="utf-8")
     checkpoint = untrained_checkpoint(
         tmp_path / "run" / "checkpoints" / "best.pt",
-        "data.source=local", "data.format=tsv", "data.tokenizer=word",
+        "data.source=local",
+        "data.format=tsv",
+        "data.tokenizer=word",
         f"data.splits.test={secret}",
         pairs=PAIRS,
-    )  # fmt: skip
+    )
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["eval", str(checkpoint), "--out", str(out)])
     assert result.exit_code == 2, result.output

@@ -79,7 +79,7 @@ def chunked(tmp_path: Path) -> MappedSplit:
             "src_ids": rows,
             "tgt_ids": rows,
             "position": list(range(2500)),
-        }  # fmt: skip
+        }
     )
     table.save_to_disk(str(tmp_path / "many"))
     return MappedSplit(datasets.load_from_disk(str(tmp_path / "many")).data)

@@ -36,17 +36,9 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-@pytest.fixture
-def multi30k(shared_data: Path, tmp_path: Path) -> DataConfig:
-    """A 200-line slice of Multi30k under tmp_path/data, configured like the packaged
-    data/multi30k."""
-    root = tmp_path / "data"
-    (root / "multi30k").mkdir(parents=True)
-    for split in ("train", "val", "test_2016_flickr"):
-        for lang in ("de", "en"):
-            with (shared_data / f"multi30k/{split}.{lang}").open(encoding="utf-8") as source:
-                head = [next(source) for _ in range(N_LINES)]
-            (root / f"multi30k/{split}.{lang}").write_text("".join(head), encoding="utf-8")
+def multi30k_config(root: Path, **options: object) -> DataConfig:
+    """Multi30k under `root` as `data=multi30k` names its files: German to English,
+    sentencepiece, sentences up to 100 pieces, and `options`."""
     return DataConfig(
         name="multi30k",
         source=DataSource.local,
@@ -60,10 +52,24 @@ def multi30k(shared_data: Path, tmp_path: Path) -> DataConfig:
         src_lang="de",
         tgt_lang="en",
         tokenizer=TokenizerKind.sentencepiece,
-        spm_vocab_size=600,
         max_src_len=100,
         max_tgt_len=100,
+        **options,
     )
+
+
+@pytest.fixture
+def multi30k(shared_data: Path, tmp_path: Path) -> DataConfig:
+    """A 200-line slice of Multi30k under tmp_path/data, configured like the packaged
+    data/multi30k."""
+    root = tmp_path / "data"
+    (root / "multi30k").mkdir(parents=True)
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            with (shared_data / f"multi30k/{split}.{lang}").open(encoding="utf-8") as source:
+                head = [next(source) for _ in range(N_LINES)]
+            (root / f"multi30k/{split}.{lang}").write_text("".join(head), encoding="utf-8")
+    return multi30k_config(root, spm_vocab_size=600)
 
 
 def test_multi30k_slice_end_to_end(cache: Path, multi30k: DataConfig) -> None:
@@ -349,25 +355,12 @@ def test_batches_of_a_generated_task_are_unchanged(cache: Path) -> None:
 def test_batches_of_multi30k_are_unchanged(cache: Path, shared_data: Path) -> None:
     """The whole of Multi30k with `config=multi30k_transformer`'s data settings (joint BPE
     8,000, 2,048-token batches, seed 1), first prepared and then from the cache."""
-    cfg = DataConfig(
-        name="multi30k",
-        source=DataSource.local,
-        format=FileFormat.parallel,
-        root=str(shared_data),
-        splits={
-            "train": "multi30k/train",
-            "valid": "multi30k/val",
-            "test": "multi30k/test_2016_flickr",
-        },
-        src_lang="de",
-        tgt_lang="en",
-        tokenizer=TokenizerKind.sentencepiece,
+    cfg = multi30k_config(
+        shared_data,
         spm_vocab_size=8000,
         spm_model_type=SentencePieceModel.bpe,
         spm_character_coverage=1.0,
         spm_joint=True,
-        max_src_len=100,
-        max_tgt_len=100,
         max_tokens=2048,
     )
     assert fingerprints(prepare_data(cfg, seed=1), cfg, seed=1) == MULTI30K_FINGERPRINTS

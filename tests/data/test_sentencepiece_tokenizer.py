@@ -59,10 +59,33 @@ def test_round_trip_on_real_text(
 # neighbours: runs of spaces, other whitespace, characters NFKC turns into spaces or removes,
 # combining marks after a space, the meta symbol itself, full-width forms, control characters.
 AWKWARD_TEXTS = [
-    "a  b", "  lead", "trail  ", "a\tb", "tab\t\tx", "a\u00a0b", "a \u00a0 b", "\u00a0",
-    "x \u200b y", "\u200b", "a \u0301 b", "é e\u0301", "ｱ ﾞ", "a▁b", "▁", "a\u3000b",
-    "Ａ Ｂ", "①２", "x\u2028y", " ", "", "a\x01b", "ﬁ ﬂ", "Å Å", "\ufeffa b", "a \ufe0f b",
-]  # fmt: skip
+    "a  b",
+    "  lead",
+    "trail  ",
+    "a\tb",
+    "tab\t\tx",
+    "a\u00a0b",
+    "a \u00a0 b",
+    "\u00a0",
+    "x \u200b y",
+    "\u200b",
+    "a \u0301 b",
+    "é e\u0301",
+    "ｱ ﾞ",
+    "a▁b",
+    "▁",
+    "a\u3000b",
+    "Ａ Ｂ",
+    "①２",
+    "x\u2028y",
+    " ",
+    "",
+    "a\x01b",
+    "ﬁ ﬂ",
+    "Å Å",
+    "\ufeffa b",
+    "a \ufe0f b",
+]
 
 
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])

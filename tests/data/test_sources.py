@@ -394,14 +394,20 @@ def test_parallel_shards_and_compressed_files(tmp_path: Path) -> None:
     (tmp_path / "w/valid.de.gz").write_bytes(gzip.compress(b"v\n"))
     (tmp_path / "w/valid.en.xz").write_bytes(lzma.compress(b"z\n"))
     cfg = local(
-        tmp_path, FileFormat.parallel,
+        tmp_path,
+        FileFormat.parallel,
         {"train": "w/train-*", "valid": "w/valid", "test": "w/valid"},
-        src_lang="de", tgt_lang="en",
-    )  # fmt: skip
+        src_lang="de",
+        tgt_lang="en",
+    )
     loaded = load_splits(cfg, 1, ["train", "valid"])
     assert loaded["train"] == [
-        ("a 0", "x 0"), ("b 0", "y 0"), ("a 1", "x 1"), ("b 1", "y 1"), ("a 2", "x 2"),
-    ]  # fmt: skip
+        ("a 0", "x 0"),
+        ("b 0", "y 0"),
+        ("a 1", "x 1"),
+        ("b 1", "y 1"),
+        ("a 2", "x 2"),
+    ]
     assert loaded["valid"] == [("v", "z")]
 
 
@@ -447,27 +453,3 @@ def test_shard_line_counts_name_both_files(tmp_path: Path) -> None:
         f"parallel files differ in length: {tmp_path / 's/b.de.gz'} has 4 lines but "
         f"{tmp_path / 's/b.en'} has 3"
     )
-
-
-def test_a_streamed_split_in_blocks_and_by_side(tmp_path: Path) -> None:
-    """A parallel stream reads the same pairs a pair, a block or a side at a time, across
-    shards and with a limit; a count mismatch inside a later block still names both counts."""
-    from attnseq.data.file_readers import ParallelStream
-
-    src = [write(tmp_path / "a.de", "1\n 2\n3\n"), write(tmp_path / "b.de", "4\n5 \n")]
-    tgt = [write(tmp_path / "a.en", "i\nii\niii\n"), write(tmp_path / "b.en", "iv\nv\n")]
-    pairs = [("1", "i"), ("2", "ii"), ("3", "iii"), ("4", "iv"), ("5", "v")]
-    for limit in (None, 4, 2):
-        stream = ParallelStream(src, tgt, limit)
-        wanted = pairs[:limit]
-        assert list(stream) == wanted
-        blocks = list(stream.blocks(2))
-        assert max(len(block_src) for block_src, _ in blocks) <= 2
-        assert [pair for s, t in blocks for pair in zip(s, t, strict=True)] == wanted
-        assert list(stream.side(0)) == [s for s, _ in wanted]
-        assert list(stream.side(1)) == [t for _, t in wanted]
-    write(tmp_path / "long.de", "".join(f"{i}\n" for i in range(7)))
-    write(tmp_path / "short.en", "".join(f"{i}\n" for i in range(4)))
-    uneven = ParallelStream([tmp_path / "long.de"], [tmp_path / "short.en"])
-    with pytest.raises(UserError, match="long.de has 7 lines but .*short.en has 4"):
-        list(uneven.blocks(3))

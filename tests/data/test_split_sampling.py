@@ -24,8 +24,12 @@ def stream(name: str) -> random.Random:
 
 def test_split_order_is_fixed_whatever_the_callers_order() -> None:
     assert split_order(["extra", "test", "b", "train", "valid"]) == [
-        "train", "valid", "test", "b", "extra",
-    ]  # fmt: skip
+        "train",
+        "valid",
+        "test",
+        "b",
+        "extra",
+    ]
     assert split_order({"test": 1, "valid": 2}) == ["valid", "test"]
 
 

@@ -57,8 +57,17 @@ def test_golden_translations() -> None:
     tgt, links = translate_toy("the big dog sees a small cat in the house")
     assert tgt == "ko kano grando ko domo ene una mirta pika vidu"
     assert links == {
-        (0, 0), (2, 1), (1, 2), (8, 3), (9, 4), (7, 5), (4, 6), (6, 7), (5, 8), (3, 9),
-    }  # fmt: skip
+        (0, 0),
+        (2, 1),
+        (1, 2),
+        (8, 3),
+        (9, 4),
+        (7, 5),
+        (4, 6),
+        (6, 7),
+        (5, 8),
+        (3, 9),
+    }
     # plural: the noun becomes stem + "ne" (one-to-many), the verb takes -n
     tgt, links = translate_toy("the dogs see the cats")
     assert tgt == "kos kano ne kas mirta ne vidun"
@@ -101,12 +110,16 @@ def test_lexicon_is_unambiguous() -> None:
         [stem for _, _, stem, _ in NOUNS]
         + [stem + gender for _, stem in ADJECTIVES for gender in "oa"]
         + sorted(VERB_FORMS)
-        + [form for table in (SINGULAR_DETERMINERS, PLURAL_DETERMINERS) for pair in table.values()
-           for form in pair]
+        + [
+            form
+            for table in (SINGULAR_DETERMINERS, PLURAL_DETERMINERS)
+            for pair in table.values()
+            for form in pair
+        ]
         + [p for _, p in PREPOSITIONS]
         + [a for _, a in ADVERBS]
         + [PLURAL_PARTICLE]
-    )  # fmt: skip
+    )
     duplicates = [word for word, n in Counter(target).items() if n > 1]
     assert not duplicates
 

@@ -1,12 +1,9 @@
-"""Greedy decoding and batched beam search: greedy against a written-out argmax, equivalences
-(beam 1 = greedy, batch 1 = batch 32), exact search on a hand-set model, length penalty, n-best,
-constraints, Hugging Face's forced EOS and stopping rule, attention along the back-pointers, and
-beam 5 against greedy on a trained reverse model."""
+"""Batched beam search: equivalences (beam 1 = greedy, batch 1 = batch 32), exact search on a
+hand-set model, length penalty, n-best, constraints, Hugging Face's forced EOS and stopping rule,
+attention along the back-pointers, and beam 5 against greedy on a trained reverse model."""
 
 import itertools
-import logging
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,10 +16,12 @@ from helpers import (
     VOCAB,
     TableModel,
     built_once,
+    lp_by_hand,
     make_model,
     random_batch,
     table_model,
     tiny_config,
+    train_quietly,
 )
 from torch import Tensor
 
@@ -32,19 +31,13 @@ from attnseq.decoding import (
     Hypothesis,
     beam_search,
     decode,
-    gnmt_length_penalty,
     greedy_decode,
     max_output_lengths,
 )
-from attnseq.decoding.settings import check, is_greedy
+from attnseq.decoding.settings import check
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq
-
-
-def lp(length: int, alpha: float) -> float:
-    """GNMT length penalty, written out independently of the code under test."""
-    return ((5 + length) / 6) ** alpha
 
 
 def one_source(batch: int = 1) -> tuple[Tensor, Tensor]:
@@ -97,38 +90,6 @@ def test_batch_of_one_equals_batch_of_32(family: str) -> None:
             assert a.score == pytest.approx(b.score, abs=1e-4)
 
 
-def reference_greedy(model: Seq2Seq, src: Tensor, length: int, limit: int) -> tuple[list, float]:
-    """Greedy decoding written out with full teacher-forced passes over the growing prefix
-    (no decoder state, no batching): the argmax of every step, PAD and BOS excluded."""
-    tokens: list[int] = []
-    score = 0.0
-    while True:
-        tgt_in = torch.tensor([[BOS, *tokens]])  # (1, t + 1)
-        logits = model(src[:length].unsqueeze(0), torch.tensor([length]), tgt_in).logits
-        log_probs = torch.log_softmax(logits[0, -1].float(), dim=-1)  # (V,)
-        log_probs[[PAD, BOS]] = -math.inf
-        best = int(log_probs.argmax())
-        score += float(log_probs[best])
-        if best == EOS:
-            return tokens, score
-        tokens.append(best)
-        if len(tokens) == limit:
-            return tokens, score
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_is_the_argmax_of_every_step(family: str) -> None:
-    model = make_model(family, seed=2)
-    src, lengths = random_batch(6, seed=8)
-    limits = max_output_lengths(lengths, 1.0, 1)
-    with torch.no_grad():
-        found = greedy_decode(model, src, lengths, limits)
-        for row, hypothesis in enumerate(found):
-            tokens, score = reference_greedy(model, src[row], int(lengths[row]), int(limits[row]))
-            assert hypothesis.tokens == tokens, row
-            assert hypothesis.score == pytest.approx(score, abs=1e-4)
-
-
 def test_decode_with_beam_one_is_greedy_not_beam_search() -> None:
     """EOS first is the argmax (greedy: empty output), but with alpha = 2 a single beam
     searches on to a longer output with a better normalised score: `decode` must give
@@ -142,7 +103,7 @@ def test_decode_with_beam_one_is_greedy_not_beam_search() -> None:
     eos_first = torch.log_softmax(model.table[0, BOS], dim=-1)[EOS].item()
     assert decoded.tokens == []
     assert decoded.score == pytest.approx(eos_first, abs=1e-6)
-    assert decoded.normalized_score == pytest.approx(eos_first / lp(1, 2.0), abs=1e-6)
+    assert decoded.normalized_score == pytest.approx(eos_first / lp_by_hand(1, 2.0), abs=1e-6)
     ((searched,),) = beam_search(model, src, lengths, torch.tensor([6]), settings)
     assert searched.tokens == [4, 4, 4]
 
@@ -177,7 +138,7 @@ def test_large_beam_is_exact_search() -> None:
             else:  # cut at the limit
                 outputs.append((list(tokens), raw, n))
     for alpha in (0.0, 1.0):
-        ranked = sorted(outputs, key=lambda o: -o[1] / lp(o[2], alpha))
+        ranked = sorted(outputs, key=lambda o: -o[1] / lp_by_hand(o[2], alpha))
         (found,) = beam_search(
             model,
             src,
@@ -219,7 +180,7 @@ def test_nbest_sorted_and_distinct(family: str) -> None:
     for nbest, limit in zip(results, limits.tolist(), strict=True):
         for h in nbest:  # normalised = raw / lp(scored positions: tokens + EOS unless cut)
             scored = len(h.tokens) + 1 if len(h.tokens) < limit else limit
-            assert h.normalized_score == pytest.approx(h.score / lp(scored, 1.0), rel=1e-5)
+            assert h.normalized_score == pytest.approx(h.score / lp_by_hand(scored, 1.0), rel=1e-5)
 
 
 def test_no_repeat_ngram_blocks_repeats() -> None:
@@ -274,8 +235,8 @@ def test_eos_at_limit_ends_every_search_with_eos_at_probability_one(search: dict
     (forced,) = decode(model, src, lengths, forced_settings)
     assert forced[0].tokens == plain[0].tokens == [4, 4, 4]
     assert forced[0].score == pytest.approx(plain[0].score, abs=1e-6)  # EOS at log p = 0
-    assert plain[0].normalized_score == pytest.approx(plain[0].score / lp(3, 1.0))
-    assert forced[0].normalized_score == pytest.approx(forced[0].score / lp(4, 1.0))
+    assert plain[0].normalized_score == pytest.approx(plain[0].score / lp_by_hand(3, 1.0))
+    assert forced[0].normalized_score == pytest.approx(forced[0].score / lp_by_hand(4, 1.0))
 
 
 def test_stop_at_current_length_stops_where_generate_does() -> None:
@@ -323,23 +284,25 @@ def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     """A tiny GRU + Bahdanau model trained ~7 s on data=reverse (about half exact match)."""
     from attnseq.data.tokenizers import TokenizerPair
     from attnseq.models.loading import model_for
-    from attnseq.training.run import run_training
 
     cfg = tiny_config(
-        "data.name=reverse", "data.tokenizer=word", "data.max_len=8", "data.train_size=3000",
-        "data.valid_size=20", "data.test_size=100", "model.dropout=0.0", "optim.lr=0.005",
-        "trainer.max_steps=150", "trainer.max_epochs=1000", "trainer.validate_every=1000",
+        "data.name=reverse",
+        "data.tokenizer=word",
+        "data.max_len=8",
+        "data.train_size=3000",
+        "data.valid_size=20",
+        "data.test_size=100",
+        "model.dropout=0.0",
+        "optim.lr=0.005",
+        "trainer.max_steps=150",
+        "trainer.max_epochs=1000",
+        "trainer.validate_every=1000",
         "trainer.early_stopping_patience=0",
-    )  # fmt: skip
+    )
 
-    def train(run_dir: Path) -> None:
-        logging.disable(logging.INFO)
-        try:
-            run_training(cfg, run_dir)
-        finally:
-            logging.disable(logging.NOTSET)
-
-    run_dir = built_once(tmp_path_factory, "reverse-model", train)
+    run_dir = built_once(
+        tmp_path_factory, "reverse-model", lambda folder: train_quietly(cfg, folder)
+    )
     payload = load_checkpoint(run_dir / "checkpoints" / "best.pt")
     tokenizers = TokenizerPair.from_state(payload["tokenizers"])
     model = model_for(cfg, tokenizers)
@@ -407,21 +370,6 @@ def test_coverage_penalty_ranks_by_the_hypothesis_own_attention(family: str) -> 
             assert hypothesis.normalized_score == pytest.approx(
                 hypothesis.score / lp + penalty, abs=1e-4
             ), row
-
-
-def test_gnmt_length_penalty_of_one_length_and_of_many() -> None:
-    lengths = [0, 1, 4, 9]
-    many = gnmt_length_penalty(torch.tensor(lengths), 0.6).tolist()
-    assert [gnmt_length_penalty(n, 0.6) for n in lengths] == pytest.approx(many, rel=1e-6)
-    assert gnmt_length_penalty(4, 0.6) == pytest.approx(lp(4, 0.6), rel=1e-12)
-    assert gnmt_length_penalty(4, 0.6, offset=0.0) == pytest.approx(4**0.6, rel=1e-12)
-
-
-def test_coverage_penalty_is_not_greedy() -> None:
-    assert is_greedy(DecodingConfig(beam=1))
-    assert not is_greedy(DecodingConfig(beam=1, coverage_penalty=0.2))
-    with pytest.raises(ValueError, match="coverage_penalty must be >= 0, got -1.0"):
-        check(DecodingConfig(coverage_penalty=-1.0))
 
 
 COPY_FAMILIES = {

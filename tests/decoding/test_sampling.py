@@ -159,7 +159,7 @@ def test_empirical_frequencies_match_the_filtered_distribution() -> None:
         (sampling(top_k=2, num_samples=n, seed=2), [2 / 3, 1 / 3, 0, 0]),
         (sampling(top_p=0.8, num_samples=n, seed=3), [p / 0.9 for p in nucleus]),
         (sampling(temperature=0.5, num_samples=n, seed=4), [p / 0.345 for p in squared]),
-    ]  # fmt: skip
+    ]
     for settings, expected in cases:
         (samples,) = sample_decode(model, src, lengths, limits, settings)
         counts = [sum(1 for s in samples if s.tokens == [token]) for token in range(4, 8)]
@@ -184,7 +184,8 @@ def test_min_length_and_no_repeat_ngram_hold_while_sampling() -> None:
 
 # -------------------------------------------------------------------------- command line
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+def four_test_pairs_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An untrained tiny GRU + Bahdanau model of the default task with 4 test pairs."""
     folder = tmp_path_factory.mktemp("sampling")
     return str(untrained_checkpoint(folder / "model.pt", "data.test_size=4"))
 
@@ -193,8 +194,19 @@ def translate(*args: str, text: str = "12 March 2001\n\nJune 5, 1999\n"):
     return runner.invoke(app, ["translate", *args, "--device", "cpu"], input=text)
 
 
-def test_translate_writes_n_samples_per_line_and_the_seed_reproduces(checkpoint: str) -> None:
-    args = (checkpoint, "--sample", "--temperature", "1.5", "--num-samples", "3", "--seed", "4")
+def test_translate_writes_n_samples_per_line_and_the_seed_reproduces(
+    four_test_pairs_checkpoint: str,
+) -> None:
+    args = (
+        four_test_pairs_checkpoint,
+        "--sample",
+        "--temperature",
+        "1.5",
+        "--num-samples",
+        "3",
+        "--seed",
+        "4",
+    )
     first, again = translate(*args), translate(*args)
     assert first.exit_code == 0, first.output
     assert first.stdout == again.stdout
@@ -205,18 +217,30 @@ def test_translate_writes_n_samples_per_line_and_the_seed_reproduces(checkpoint:
     assert other.exit_code == 0 and other.stdout != first.stdout
 
 
-def test_translate_top_k_one_equals_greedy(checkpoint: str) -> None:
-    greedy = translate(checkpoint, "--beam", "1")
-    sampled = translate(checkpoint, "--sample", "--top-k", "1", "--seed", "3")
+def test_translate_top_k_one_equals_greedy(four_test_pairs_checkpoint: str) -> None:
+    greedy = translate(four_test_pairs_checkpoint, "--beam", "1")
+    sampled = translate(four_test_pairs_checkpoint, "--sample", "--top-k", "1", "--seed", "3")
     assert greedy.exit_code == 0 and sampled.exit_code == 0, sampled.output
     assert sampled.stdout == greedy.stdout
 
 
-def test_eval_samples_into_a_folder_of_its_own(checkpoint: str, tmp_path: Path) -> None:
+def test_eval_samples_into_a_folder_of_its_own(
+    four_test_pairs_checkpoint: str, tmp_path: Path
+) -> None:
     result = runner.invoke(
         app,
-        ["eval", checkpoint, "--sample", "--top-p", "0.9", "--seed", "2", "--out", str(tmp_path)],
-    )  # fmt: skip
+        [
+            "eval",
+            four_test_pairs_checkpoint,
+            "--sample",
+            "--top-p",
+            "0.9",
+            "--seed",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "test.sample-t1-k0-p0.9-n1-seed2/" in result.stdout
 
@@ -238,19 +262,25 @@ def test_eval_samples_into_a_folder_of_its_own(checkpoint: str, tmp_path: Path) 
         ),
     ],
 )
-def test_invalid_sampling_options_exit_2(checkpoint: str, args: list[str], message: str) -> None:
+def test_invalid_sampling_options_exit_2(
+    four_test_pairs_checkpoint: str, args: list[str], message: str
+) -> None:
     for command in ("translate", "eval"):
-        result = runner.invoke(app, [command, checkpoint, *args, "--device", "cpu"], input="a\n")
+        result = runner.invoke(
+            app, [command, four_test_pairs_checkpoint, *args, "--device", "cpu"], input="a\n"
+        )
         assert result.exit_code == 2, result.output
         assert message in result.stderr and "Traceback" not in result.output
 
 
-def test_nbest_with_sample_and_eval_num_samples_exit_2(checkpoint: str) -> None:
-    nbest = translate(checkpoint, "--sample", "--nbest", "2")
+def test_nbest_with_sample_and_eval_num_samples_exit_2(four_test_pairs_checkpoint: str) -> None:
+    nbest = translate(four_test_pairs_checkpoint, "--sample", "--nbest", "2")
     assert nbest.exit_code == 2, nbest.output
     assert "--sample draws the outputs and --nbest 2 searches" in nbest.stderr
     assert "--num-samples N draws N outputs per input" in nbest.stderr
-    result = runner.invoke(app, ["eval", checkpoint, "--sample", "--num-samples", "2"])
+    result = runner.invoke(
+        app, ["eval", four_test_pairs_checkpoint, "--sample", "--num-samples", "2"]
+    )
     assert result.exit_code == 2 and "eval scores one output per input" in result.stderr
-    result = runner.invoke(app, ["eval", checkpoint, "--beam", "2", "--nbest", "2"])
+    result = runner.invoke(app, ["eval", four_test_pairs_checkpoint, "--beam", "2", "--nbest", "2"])
     assert result.exit_code == 2 and "eval scores the best output of each" in result.stderr

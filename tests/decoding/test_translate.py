@@ -22,12 +22,6 @@ runner = CliRunner()
 MOSES_LINE = re.compile(r"^(\d+) \|\|\| (.*) \|\|\| (-?\d+\.\d{4})$")
 
 
-@pytest.fixture
-def checkpoint(trained_rnn_checkpoint: Path) -> Path:
-    """conftest's tiny GRU + Bahdanau checkpoint of the default task, trained two updates."""
-    return trained_rnn_checkpoint
-
-
 class CopyModel(Seq2Seq):
     """A stub that outputs its source (then EOS): makes every output name its input line."""
 
@@ -101,22 +95,34 @@ def test_streaming_reads_one_chunk_before_the_first_output() -> None:
     assert consumed == 50
 
 
-def test_a_translator_loads_a_checkpoint(checkpoint: Path) -> None:
+def test_a_translator_loads_a_checkpoint(trained_rnn_checkpoint: Path) -> None:
     lines = ["March 3, 1998", "", "12/05/2001"]
     settings = DecodingConfig(beam=2, max_output_extra=12)
-    translator = attnseq.load(checkpoint, "cpu").translator
+    translator = attnseq.load(trained_rnn_checkpoint, "cpu").translator
     outputs = list(translator.translate(lines, settings, batch_size=2))
     assert len(outputs) == 3 and outputs[1] == ""
     assert all(isinstance(output, str) for output in outputs)
 
 
 # ------------------------------------------------------------------------------------- CLI
-def test_cli_translate_keeps_line_count_and_blank_lines(checkpoint: Path, tmp_path: Path) -> None:
+def test_cli_translate_keeps_line_count_and_blank_lines(
+    trained_rnn_checkpoint: Path, tmp_path: Path
+) -> None:
     text = "March 3, 1998\n\n12/05/2001\n   \nthe 3rd of May 2020\n"
     result = runner.invoke(
-        app, ["translate", str(checkpoint), "--beam", "3", "--batch-size", "2", "--device", "cpu"],
+        app,
+        [
+            "translate",
+            str(trained_rnn_checkpoint),
+            "--beam",
+            "3",
+            "--batch-size",
+            "2",
+            "--device",
+            "cpu",
+        ],
         input=text,
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.split("\n")
     assert lines[-1] == "" and len(lines) == 6  # five outputs, each ending in a newline
@@ -124,24 +130,46 @@ def test_cli_translate_keeps_line_count_and_blank_lines(checkpoint: Path, tmp_pa
     # each line alone gives the same output as in the batch
     for number, line in enumerate(text.splitlines()):
         if line.strip():
-            alone = runner.invoke(app, ["translate", str(checkpoint), "--beam", "3"], input=line)
+            alone = runner.invoke(
+                app, ["translate", str(trained_rnn_checkpoint), "--beam", "3"], input=line
+            )
             assert alone.stdout == lines[number] + "\n"
 
     source = tmp_path / "in.txt"
     source.write_text(text, encoding="utf-8")
     target = tmp_path / "out" / "hyp.txt"
     result = runner.invoke(
-        app, ["translate", str(checkpoint), "--beam", "3", "-i", str(source), "-o", str(target)]
+        app,
+        [
+            "translate",
+            str(trained_rnn_checkpoint),
+            "--beam",
+            "3",
+            "-i",
+            str(source),
+            "-o",
+            str(target),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert target.read_text(encoding="utf-8") == "\n".join(lines)
 
 
-def test_cli_translate_nbest(checkpoint: Path) -> None:
+def test_cli_translate_nbest(trained_rnn_checkpoint: Path) -> None:
     result = runner.invoke(
-        app, ["translate", str(checkpoint), "--beam", "4", "--nbest", "3", "--length-penalty", "0"],
+        app,
+        [
+            "translate",
+            str(trained_rnn_checkpoint),
+            "--beam",
+            "4",
+            "--nbest",
+            "3",
+            "--length-penalty",
+            "0",
+        ],
         input="March 3, 1998\n\n1.2.03\n",
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     matches = [MOSES_LINE.match(line) for line in result.stdout.splitlines()]
     assert all(matches), result.stdout
@@ -157,10 +185,12 @@ def test_cli_translate_nbest(checkpoint: Path) -> None:
     ],
 )
 def test_cli_translate_user_errors(
-    checkpoint: Path, args: list[str], stdin: str, message: str, tmp_path: Path
+    trained_rnn_checkpoint: Path, args: list[str], stdin: str, message: str, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
-    result = runner.invoke(app, ["translate", str(checkpoint), "-o", str(target), *args], stdin)
+    result = runner.invoke(
+        app, ["translate", str(trained_rnn_checkpoint), "-o", str(target), *args], stdin
+    )
     assert result.exit_code == 2
     assert message in result.stderr
     assert "Traceback" not in result.output
@@ -173,9 +203,19 @@ def test_cli_translate_missing_checkpoint(tmp_path: Path) -> None:
     assert "checkpoint not found" in result.stderr
 
 
-def test_cli_eval_with_beam(checkpoint: Path, tmp_path: Path) -> None:
+def test_cli_eval_with_beam(trained_rnn_checkpoint: Path, tmp_path: Path) -> None:
     result = runner.invoke(
-        app, ["eval", str(checkpoint), "--beam", "2", "--out", str(tmp_path), "--device", "cpu"]
+        app,
+        [
+            "eval",
+            str(trained_rnn_checkpoint),
+            "--beam",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "test/exact_match" in result.stdout
@@ -186,11 +226,15 @@ def test_cli_eval_with_beam(checkpoint: Path, tmp_path: Path) -> None:
 SAME_BYTES = b"3 March 1998\r\nMarch 4th,\r1999\n\n12/05/2001\n"
 
 
-def test_cli_translate_reads_stdin_and_input_files_alike(checkpoint: Path, tmp_path: Path) -> None:
+def test_cli_translate_reads_stdin_and_input_files_alike(
+    trained_rnn_checkpoint: Path, tmp_path: Path
+) -> None:
     source = tmp_path / "in.txt"
     source.write_bytes(SAME_BYTES)
-    piped = runner.invoke(app, ["translate", str(checkpoint)], input=SAME_BYTES)
-    from_file = runner.invoke(app, ["translate", str(checkpoint), "--input", str(source)])
+    piped = runner.invoke(app, ["translate", str(trained_rnn_checkpoint)], input=SAME_BYTES)
+    from_file = runner.invoke(
+        app, ["translate", str(trained_rnn_checkpoint), "--input", str(source)]
+    )
     assert piped.exit_code == 0 and from_file.exit_code == 0, piped.output + from_file.output
     assert piped.stdout == from_file.stdout
     assert len(piped.stdout.splitlines()) == 4  # split at \n only: four lines, one of them blank
@@ -198,12 +242,12 @@ def test_cli_translate_reads_stdin_and_input_files_alike(checkpoint: Path, tmp_p
 
 @pytest.mark.parametrize("through", ["stdin", "--input"])
 def test_cli_translate_names_the_line_that_is_not_utf8(
-    checkpoint: Path, tmp_path: Path, through: str
+    trained_rnn_checkpoint: Path, tmp_path: Path, through: str
 ) -> None:
     data = b"3 March 1998\ncaf\xe9 1999\n"
     source = tmp_path / "in.txt"
     source.write_bytes(data)
-    args = ["translate", str(checkpoint), "-o", str(tmp_path / "out.txt")]
+    args = ["translate", str(trained_rnn_checkpoint), "-o", str(tmp_path / "out.txt")]
     if through == "stdin":
         result = runner.invoke(app, args, input=data)
     else:
@@ -213,7 +257,7 @@ def test_cli_translate_names_the_line_that_is_not_utf8(
     assert "Traceback" not in result.output and not (tmp_path / "out.txt").exists()
 
 
-def test_cli_translate_reads_a_fifo(checkpoint: Path, tmp_path: Path) -> None:
+def test_cli_translate_reads_a_fifo(trained_rnn_checkpoint: Path, tmp_path: Path) -> None:
     """--input accepts a named pipe (and so process substitution, /dev/fd/N)."""
     import os
     import threading
@@ -222,13 +266,17 @@ def test_cli_translate_reads_a_fifo(checkpoint: Path, tmp_path: Path) -> None:
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_bytes(SAME_BYTES))
     writer.start()
-    result = runner.invoke(app, ["translate", str(checkpoint), "--input", str(fifo)])
+    result = runner.invoke(app, ["translate", str(trained_rnn_checkpoint), "--input", str(fifo)])
     writer.join(timeout=30)
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == 4
 
 
-def test_cli_translate_refuses_a_folder_as_input(checkpoint: Path, tmp_path: Path) -> None:
-    result = runner.invoke(app, ["translate", str(checkpoint), "--input", str(tmp_path)])
+def test_cli_translate_refuses_a_folder_as_input(
+    trained_rnn_checkpoint: Path, tmp_path: Path
+) -> None:
+    result = runner.invoke(
+        app, ["translate", str(trained_rnn_checkpoint), "--input", str(tmp_path)]
+    )
     assert result.exit_code == 2
     assert f"--input file {tmp_path} is a folder, not a text file" in result.stderr

@@ -12,7 +12,6 @@ makes it deterministic (with `torch.use_deterministic_algorithms(True)`) is set 
 test of this folder initialises CUDA, and inherited by the `attnseq` processes they start.
 """
 
-import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import built_once, tiny_config
+from helpers import built_once, tiny_config, train_quietly
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
@@ -106,18 +105,12 @@ class TrainedModel:
 def reverse_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TrainedModel]:
     """A GRU + Bahdanau and a transformer reverse model, trained on the CPU once per session
     (by whichever test worker asks first; about 10 s each on one core)."""
-    from attnseq.training.run import run_training
-
     models = {}
     for family, own in REVERSE_MODELS.items():
         overrides = (*REVERSE, *own, "trainer.device=cpu")
 
         def train(run_dir: Path, overrides: tuple[str, ...] = overrides) -> None:
-            logging.disable(logging.INFO)
-            try:
-                run_training(tiny_config(*overrides), run_dir)
-            finally:
-                logging.disable(logging.NOTSET)
+            train_quietly(tiny_config(*overrides), run_dir)
 
         run_dir = built_once(tmp_path_factory, f"gpu-reverse-{family}", train)
         models[family] = TrainedModel(run_dir / "checkpoints" / "last.pt", overrides)

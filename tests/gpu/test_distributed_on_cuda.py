@@ -41,9 +41,16 @@ TRAIN = [
 def torchrun(tmp_path: Path, processes: int, *args: str) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc_per_node=N -m attnseq train ARGS` from tmp_path."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc_per_node={processes}", "-m", "attnseq", "train", *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "-m",
+        "attnseq",
+        "train",
+        *args,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
     result = subprocess.run(
         command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import attnseq_in_process
+from helpers import attnseq_in_process, checkpoint_step
 
 from attnseq.config.conversion import config_from_dict
 from attnseq.io.checkpoint import load_checkpoint
@@ -55,14 +55,6 @@ def train_args(device: torch.device, run_dir: Path) -> list[str]:
         "logger=[]",
         f"hydra.run.dir={run_dir}",
     ]
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The step of a checkpoint, or None while there is none (writes are atomic: a reader
-    never sees half a file)."""
-    if not path.is_file():
-        return None
-    return int(load_checkpoint(path)["progress"]["step"])
 
 
 def test_killed_and_resumed_run_ends_with_the_same_weights(

@@ -112,11 +112,20 @@ def test_the_variants_cover_every_enum_member() -> None:
     assert set(GPU_VARIANTS) <= set(VARIANTS)
     accepted = [variant_config(name) for name in GPU_VARIANTS]  # skips on a refusal
     settings = [
-        (cfg.model.family, cfg.model.decoder, cfg.model.rnn.cell, cfg.model.attention.score,
-         cfg.model.attention.window, cfg.model.attention.values, cfg.model.attention.hierarchy,
-         cfg.model.attention.hard, cfg.model.attention.kind, cfg.model.attention.pattern)
+        (
+            cfg.model.family,
+            cfg.model.decoder,
+            cfg.model.rnn.cell,
+            cfg.model.attention.score,
+            cfg.model.attention.window,
+            cfg.model.attention.values,
+            cfg.model.attention.hierarchy,
+            cfg.model.attention.hard,
+            cfg.model.attention.kind,
+            cfg.model.attention.pattern,
+        )
         for cfg in accepted
-    ]  # fmt: skip
+    ]
     found = {member for row in settings for member in row}
     enums = (ModelFamily, DecoderStyle, RNNCell, Score, Window, AttentionValues, Hierarchy)
     for enum in (*enums, HardMode, AttentionKind, SparsePattern):

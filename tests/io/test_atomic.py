@@ -123,10 +123,16 @@ def test_the_data_cache_has_the_umask_modes(
     for split in ("train", "valid", "test"):
         (tmp_path / f"{split}.tsv").write_text("\n".join(lines) + "\n")
     cfg = tiny_config(
-        "data.name=words", "data.source=local", "data.format=tsv", f"data.root={tmp_path}",
-        "data.splits.train=train.tsv", "data.splits.valid=valid.tsv",
-        "data.splits.test=test.tsv", "data.tokenizer=sentencepiece", "data.spm_vocab_size=40",
-    )  # fmt: skip
+        "data.name=words",
+        "data.source=local",
+        "data.format=tsv",
+        f"data.root={tmp_path}",
+        "data.splits.train=train.tsv",
+        "data.splits.valid=valid.tsv",
+        "data.splits.test=test.tsv",
+        "data.tokenizer=sentencepiece",
+        "data.spm_vocab_size=40",
+    )
     prepare_data(cfg.data, cfg.seed)
     cached = modes(tmp_path / "cache")
     assert any(name.startswith("prepared/") for name in cached), sorted(cached)

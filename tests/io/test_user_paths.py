@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import attnseq_in_process, tiny_config, untrained_checkpoint
+from helpers import attnseq_in_process, one_line_exit_2, tiny_config, untrained_checkpoint
 from typer.testing import CliRunner
 
 import attnseq.io.atomic
@@ -83,8 +83,10 @@ def test_a_special_file_is_never_replaced_by_an_output(rnn_checkpoint: Path, tmp
     with pytest.raises(UserError, match="cannot write .*pipe: it is a named pipe"):
         atomic_write_text(pipe, "x\n")
     assert pipe.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == [
-        "a.txt", "pipe", "pipe.html",
-    ]  # fmt: skip
+        "a.txt",
+        "pipe",
+        "pipe.html",
+    ]
 
 
 def test_an_output_folder_that_is_a_dangling_link_is_refused_first(
@@ -270,14 +272,40 @@ class Case:
 
 SWEEP_FILES = ("sweep/multirun.yaml", "sweep/0/.hydra/overrides.yaml", "sweep/0/metrics.json")
 EVAL = (
-    "eval", "{ck.pt}", "{ck2.pt}", "--split", "{pairs.tsv}", "--device", "cpu",
-    "--gold", "{gold.pharaoh}", "--gold-possible", "{possible.pharaoh}",
-    "--gold-src", "{src.txt}", "--gold-tgt", "{tgt.txt}", "--out", OUT,
-)  # fmt: skip
+    "eval",
+    "{ck.pt}",
+    "{ck2.pt}",
+    "--split",
+    "{pairs.tsv}",
+    "--device",
+    "cpu",
+    "--gold",
+    "{gold.pharaoh}",
+    "--gold-possible",
+    "{possible.pharaoh}",
+    "--gold-src",
+    "{src.txt}",
+    "--gold-tgt",
+    "{tgt.txt}",
+    "--out",
+    OUT,
+)
 ALIGN = (
-    "align", "{ck.pt}", "--src", "{src.txt}", "--tgt", "{tgt.txt}", "--reverse", "{ck2.pt}",
-    "--gold", "{gold.pharaoh}", "--gold-possible", "{possible.pharaoh}", "--device", "cpu",
-)  # fmt: skip
+    "align",
+    "{ck.pt}",
+    "--src",
+    "{src.txt}",
+    "--tgt",
+    "{tgt.txt}",
+    "--reverse",
+    "{ck2.pt}",
+    "--gold",
+    "{gold.pharaoh}",
+    "--gold-possible",
+    "{possible.pharaoh}",
+    "--device",
+    "cpu",
+)
 ALIGN_INPUTS = ("ck.pt", "src.txt", "tgt.txt", "ck2.pt", "gold.pharaoh", "possible.pharaoh")
 CASES = [
     Case(
@@ -373,14 +401,6 @@ def command_line(case: Case, world: Path, out: Path) -> list[str]:
     ]
 
 
-def one_line_exit_2(result, *expected: str) -> None:  # type: ignore[no-untyped-def]
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert all(word in lines[0] for word in expected), result.stderr
-    assert "Traceback" not in result.output
-
-
 @pytest.mark.parametrize("spelling", SPELLINGS, ids=lambda spelling: spelling.__name__)
 @pytest.mark.parametrize(
     ("case", "input_name"),
@@ -454,10 +474,21 @@ def test_an_eval_result_file_linked_to_an_input_is_refused_before_decoding(
     (folder / "hyps.txt").symlink_to(world / "gold.pharaoh")
     before = contents(world)
     args = [
-        "eval", str(world / "ck.pt"), "--split", str(world / "pairs.tsv"), "--device", "cpu",
-        "--gold", str(world / "gold.pharaoh"), "--gold-src", str(world / "src.txt"),
-        "--gold-tgt", str(world / "tgt.txt"), "--out", str(tmp_path / "eval"),
-    ]  # fmt: skip
+        "eval",
+        str(world / "ck.pt"),
+        "--split",
+        str(world / "pairs.tsv"),
+        "--device",
+        "cpu",
+        "--gold",
+        str(world / "gold.pharaoh"),
+        "--gold-src",
+        str(world / "src.txt"),
+        "--gold-tgt",
+        str(world / "tgt.txt"),
+        "--out",
+        str(tmp_path / "eval"),
+    ]
     result = runner.invoke(app, args)
     one_line_exit_2(result, "eval result", "hyps.txt", "is the input --gold")
     assert contents(world) == before

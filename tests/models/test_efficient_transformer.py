@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import reversal_batch, tiny_transformer
 
 from attnseq.attention.masks import padding_mask
 from attnseq.config.choices import AttentionKind
@@ -18,7 +19,8 @@ from attnseq.models.transformer import TransformerSeq2Seq
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = 12
 ATOL = 1e-5
-LAYERS, HEADS = 2, 2
+LAYERS, HEADS = 2, 2  # helpers.tiny_transformer's
+VOCABS = Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)
 OPTIONS = {
     "full": AttentionConfig(kind=AttentionKind.full),
     "local": AttentionConfig(kind=AttentionKind.local, D=2),
@@ -35,13 +37,12 @@ DECODER_KINDS = ["local", "strided", "linear", "performer", "bigbird"]
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
-def tiny_model(kind: str, seed: int = 0, **overrides: object) -> TransformerSeq2Seq:
-    torch.manual_seed(seed)
-    options: dict = {"d_model": 32, "heads": HEADS, "enc_layers": LAYERS, "dec_layers": LAYERS}
-    options.update({"ff_dim": 64, "max_positions": 80, "self_attention": OPTIONS[kind]})
+def model_of_kind(kind: str, seed: int = 0, **overrides: object) -> TransformerSeq2Seq:
+    """helpers.tiny_transformer of 80 positions with the self-attention `kind`, in the decoder
+    too where the kind can be causal."""
+    options: dict = {"max_positions": 80, "self_attention": OPTIONS[kind]}
     options["decoder_self_attention"] = kind in DECODER_KINDS
-    options.update(overrides)
-    return TransformerSeq2Seq(Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS), **options)
+    return tiny_transformer(VOCABS, seed, **{**options, **overrides})
 
 
 def padded_batch(tgt_len: int = 6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -64,7 +65,7 @@ def decode_all(model: TransformerSeq2Seq, state: dict, tokens: torch.Tensor):
 
 
 def test_kinds_reach_the_layers() -> None:
-    model = tiny_model("local")
+    model = model_of_kind("local")
 
     def kinds(modules: list) -> set[str]:
         return {module.mechanism.kind for module in modules}
@@ -72,15 +73,15 @@ def test_kinds_reach_the_layers() -> None:
     assert kinds([layer.self_attn for layer in model.encoder.layers]) == {"local"}
     assert kinds([layer.self_attn for layer in model.decoder_layers]) == {"local"}
     assert kinds([layer.cross_attn for layer in model.decoder_layers]) == {"full"}
-    encoder_only = tiny_model("local", decoder_self_attention=False)
+    encoder_only = model_of_kind("local", decoder_self_attention=False)
     assert kinds([layer.self_attn for layer in encoder_only.decoder_layers]) == {"full"}
-    full = tiny_model("full")
+    full = model_of_kind("full")
     assert kinds([layer.self_attn for layer in full.encoder.layers]) == {"full"}
 
 
 @pytest.mark.parametrize("kind", list(OPTIONS))
 def test_weights_where_the_kind_has_them(kind: str) -> None:
-    model = tiny_model(kind).eval()
+    model = model_of_kind(kind).eval()
     src, lengths, tgt_in = padded_batch()
     out = model(src, lengths, tgt_in, need_weights=True)
     assert out.attention is not None and out.attention.shape == (3, LAYERS, HEADS, 6, 9)
@@ -98,7 +99,7 @@ def test_weights_where_the_kind_has_them(kind: str) -> None:
 @pytest.mark.parametrize("kind", list(OPTIONS))
 def test_incremental_decoding_equals_forward(kind: str) -> None:
     """70 target positions: beyond the window, the stride and one causal block of 64."""
-    model = tiny_model(kind).eval()
+    model = model_of_kind(kind).eval()
     src, lengths, tgt_in = padded_batch(tgt_len=70)
     expected = model(src, lengths, tgt_in).logits
     with torch.no_grad():
@@ -109,7 +110,7 @@ def test_incremental_decoding_equals_forward(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", DECODER_KINDS)
 def test_reorder_state_then_continue_decoding(kind: str) -> None:
-    model = tiny_model(kind).eval()
+    model = model_of_kind(kind).eval()
     src, lengths, tgt_in = padded_batch(tgt_len=10)
     index = torch.tensor([2, 2, 0])
     expected = model(src[index], lengths[index], tgt_in[index]).logits
@@ -122,7 +123,7 @@ def test_reorder_state_then_continue_decoding(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", list(OPTIONS))
 def test_empty_source_gives_finite_outputs(kind: str) -> None:
-    model = tiny_model(kind).eval()
+    model = model_of_kind(kind).eval()
     src, _, tgt_in = padded_batch()
     lengths = torch.tensor([9, 0, 7])
     out = model(src, lengths, tgt_in)
@@ -134,7 +135,7 @@ def test_empty_source_gives_finite_outputs(kind: str) -> None:
 @pytest.mark.parametrize("kind", ["linformer", "longformer"])
 def test_encoder_only_kinds_cannot_be_decoder_self_attention(kind: str) -> None:
     with pytest.raises(ValueError, match="decoder self-attention"):
-        tiny_model(kind, decoder_self_attention=True)
+        model_of_kind(kind, decoder_self_attention=True)
 
 
 # The default run trains the dense kind, a windowed one and a kernel one; `-m slow` every
@@ -152,13 +153,8 @@ OVERFIT_BY_DEFAULT = ("full", "local", "linear")
 def test_tiny_model_of_every_kind_overfits_a_batch(kind: str) -> None:
     """8 sequences of length 12, target = reversed source (as test_transformer.py)."""
     start = time.perf_counter()
-    generator = torch.Generator().manual_seed(0)
-    src = torch.randint(3, VOCAB, (8, 12), generator=generator)
-    reversed_src = src.flip(1)
-    tgt_in = torch.cat([torch.full((8, 1), BOS), reversed_src], dim=1)  # (B, T)
-    tgt_out = torch.cat([reversed_src, torch.full((8, 1), EOS)], dim=1)  # (B, T)
-    lengths = torch.full((8,), 12)
-    model = tiny_model(kind, dropout=0.0)
+    src, lengths, tgt_in, tgt_out = reversal_batch(VOCABS, 12)
+    model = model_of_kind(kind, dropout=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(400):
         logits = model(src, lengths, tgt_in).logits  # (B, T, V)

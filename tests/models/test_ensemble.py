@@ -19,6 +19,7 @@ from helpers import (
     make_model,
     random_batch,
     untrained_checkpoint,
+    with_fresh_weights,
 )
 from torch import Tensor
 from typer.testing import CliRunner
@@ -29,7 +30,7 @@ from attnseq.decoding import DecodingConfig, decode, max_output_lengths
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
 from attnseq.models.ensemble import EnsembleModel, _check_joinable, load_ensemble
-from attnseq.models.loading import load_trained_model, model_for
+from attnseq.models.loading import load_trained_model
 from attnseq.models.seq2seq import Seq2Seq
 
 runner = CliRunner()
@@ -130,43 +131,43 @@ def test_teacher_forced_pass_and_attention_are_the_means() -> None:
 
 # -------------------------------------------------------------------------- checkpoints
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def ensemble_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two checkpoints of one config with different weights, and one of another task."""
     folder = tmp_path_factory.mktemp("ensemble")
     first = untrained_checkpoint(folder / "a.pt", "data.test_size=4")
-    payload = load_checkpoint(first)
-    trained = load_trained_model(first)
-    torch.manual_seed(11)
-    payload["model"] = model_for(trained.cfg, trained.tokenizers).state_dict()
-    save_checkpoint(folder / "b.pt", payload)
+    second = with_fresh_weights(first, folder / "b.pt", seed=11)
     other = untrained_checkpoint(folder / "reverse.pt", "data.name=reverse", "data.test_size=4")
-    return {"a": first, "b": folder / "b.pt", "reverse": other}
+    return {"a": first, "b": second, "reverse": other}
 
 
-def test_load_ensemble_of_one_checkpoint_is_that_checkpoint(checkpoints) -> None:
-    alone = load_ensemble([checkpoints["a"]])
+def test_load_ensemble_of_one_checkpoint_is_that_checkpoint(ensemble_checkpoints) -> None:
+    alone = load_ensemble([ensemble_checkpoints["a"]])
     assert not isinstance(alone.model, EnsembleModel)
-    pair = load_ensemble([checkpoints["a"], checkpoints["b"]])
+    pair = load_ensemble([ensemble_checkpoints["a"], ensemble_checkpoints["b"]])
     assert isinstance(pair.model, EnsembleModel) and len(pair.model.members) == 2
-    assert pair.payload["ensemble"] == [str(checkpoints[k].resolve()) for k in ("a", "b")]
+    assert pair.payload["ensemble"] == [str(ensemble_checkpoints[k].resolve()) for k in ("a", "b")]
 
 
-def test_sources_are_cut_for_the_member_with_the_shortest_limit(checkpoints, tmp_path) -> None:
-    payload = load_checkpoint(checkpoints["b"])
+def test_sources_are_cut_for_the_member_with_the_shortest_limit(
+    ensemble_checkpoints, tmp_path
+) -> None:
+    payload = load_checkpoint(ensemble_checkpoints["b"])
     payload["config"]["data"]["max_src_len"] = 7
     save_checkpoint(tmp_path / "short.pt", payload)
-    assert load_ensemble([checkpoints["a"]]).cfg.data.max_src_len > 7
-    assert load_ensemble([checkpoints["a"], tmp_path / "short.pt"]).cfg.data.max_src_len == 7
+    assert load_ensemble([ensemble_checkpoints["a"]]).cfg.data.max_src_len > 7
+    assert (
+        load_ensemble([ensemble_checkpoints["a"], tmp_path / "short.pt"]).cfg.data.max_src_len == 7
+    )
 
 
-def test_members_of_another_task_or_copy_setting_are_refused(checkpoints) -> None:
-    first, second = (load_trained_model(checkpoints[k]) for k in ("a", "b"))
+def test_members_of_another_task_or_copy_setting_are_refused(ensemble_checkpoints) -> None:
+    first, second = (load_trained_model(ensemble_checkpoints[k]) for k in ("a", "b"))
     second.cfg.data.task = TaskType.summarization
     with pytest.raises(UserError, match="tasks .summarization vs translation. differ"):
-        _check_joinable(checkpoints["a"], first, checkpoints["b"], second)
+        _check_joinable(ensemble_checkpoints["a"], first, ensemble_checkpoints["b"], second)
     second.cfg.data.task, second.cfg.model.copy = first.cfg.data.task, True
     with pytest.raises(UserError, match="copy settings"):
-        _check_joinable(checkpoints["a"], first, checkpoints["b"], second)
+        _check_joinable(ensemble_checkpoints["a"], first, ensemble_checkpoints["b"], second)
 
 
 def translate(*args: str):
@@ -175,19 +176,19 @@ def translate(*args: str):
 
 
 @pytest.mark.parametrize("flags", [["--beam", "1"], ["--beam", "3", "--nbest", "2"]])
-def test_cli_ensemble_of_a_checkpoint_with_itself_equals_it(checkpoints, flags) -> None:
-    a = str(checkpoints["a"])
+def test_cli_ensemble_of_a_checkpoint_with_itself_equals_it(ensemble_checkpoints, flags) -> None:
+    a = str(ensemble_checkpoints["a"])
     alone, twice = translate(a, *flags), translate(a, a, *flags)
     assert alone.exit_code == 0 and twice.exit_code == 0, twice.output
     assert [line.rsplit(" ||| ", 1)[0] for line in twice.stdout.splitlines()] == [
         line.rsplit(" ||| ", 1)[0] for line in alone.stdout.splitlines()
     ]
-    mixed = translate(a, str(checkpoints["b"]), "decoding.beam=3", *flags)
+    mixed = translate(a, str(ensemble_checkpoints["b"]), "decoding.beam=3", *flags)
     assert mixed.exit_code == 0, mixed.output
 
 
-def test_cli_refuses_an_ensemble_of_other_vocabularies(checkpoints) -> None:
-    a, other = str(checkpoints["a"]), str(checkpoints["reverse"])
+def test_cli_refuses_an_ensemble_of_other_vocabularies(ensemble_checkpoints) -> None:
+    a, other = str(ensemble_checkpoints["a"]), str(ensemble_checkpoints["reverse"])
     for command in (["translate", a, other], ["eval", a, other]):
         result = runner.invoke(app, [*command, "--device", "cpu"], input="abc\n")
         assert result.exit_code == 2, result.output
@@ -197,8 +198,8 @@ def test_cli_refuses_an_ensemble_of_other_vocabularies(checkpoints) -> None:
     assert missing.exit_code == 2 and "missing.pt" in missing.stderr
 
 
-def test_cli_eval_names_and_records_the_ensemble(checkpoints, tmp_path: Path) -> None:
-    a, b = str(checkpoints["a"]), str(checkpoints["b"])
+def test_cli_eval_names_and_records_the_ensemble(ensemble_checkpoints, tmp_path: Path) -> None:
+    a, b = str(ensemble_checkpoints["a"]), str(ensemble_checkpoints["b"])
     result = runner.invoke(app, ["eval", a, b, "--out", str(tmp_path), "--device", "cpu"])
     assert result.exit_code == 0, result.output
     folder = tmp_path / "a" / "test.greedy+ensemble2"

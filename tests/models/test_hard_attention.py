@@ -1,5 +1,6 @@
-"""Hard attention (attention/hard.py, models/hard_attention.py) and its REINFORCE term
-(models/objective.py)."""
+"""The hard-attention models (models/hard_attention.py): one-hot weights and a cache equal to the
+forward pass, REINFORCE samples in training, the combinations refused, a checkpoint round trip.
+The selection itself is tested in tests/attention/test_hard.py."""
 
 from pathlib import Path
 
@@ -7,60 +8,11 @@ import pytest
 import torch
 
 from attnseq.attention import build_attention
-from attnseq.attention.hard import HardSelector, reinforce_sample, straight_through_gumbel
 from attnseq.errors import UserError
 from attnseq.models.hard_attention import HardAttentionRNN, HardAttentionTransformer
-from attnseq.models.objective import reinforce_term, update_baseline
 from attnseq.models.seq2seq import Vocabularies
 
 VOCAB = Vocabularies(src_size=12, tgt_size=12, pad_id=0, bos_id=2, eos_id=3)
-
-
-def test_gumbel_forward_one_hot_backward_nonzero() -> None:
-    torch.manual_seed(0)
-    scores = torch.randn(2, 4, 6, requires_grad=True)
-    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6], dtype=torch.bool)[:, None]
-    weights = straight_through_gumbel(scores, mask, 0.5).weights
-    assert torch.equal(weights.detach().sum(-1), torch.ones(2, 4))
-    assert set(weights.detach().unique().tolist()) <= {0.0, 1.0}
-    assert weights.detach()[0, :, 4:].abs().sum() == 0  # masked never chosen
-    (weights * torch.randn(2, 4, 6)).sum().backward()
-    assert scores.grad is not None and scores.grad.abs().sum() > 0
-    assert scores.grad[0, :, 4:].abs().sum() == 0
-
-
-def test_reinforce_top_k_log_prob_is_plackett_luce() -> None:
-    torch.manual_seed(1)
-    scores = torch.randn(1, 1, 4)
-    sample = reinforce_sample(scores, None, 2)
-    alpha = scores.softmax(-1)[0, 0]
-    first, second = sample.weights[0, 0].nonzero().flatten().tolist()
-    # the order is unknown from the weights: the log-probability is one of the two orders
-    orders = [(first, second), (second, first)]
-    expected = [float(torch.log(alpha[a] * alpha[b] / (1 - alpha[a]))) for a, b in orders]
-    assert min(abs(float(sample.log_prob) - e) for e in expected) < 1e-5
-
-
-def test_reinforce_bandit_goes_to_best_arm() -> None:
-    torch.manual_seed(0)
-    logits = torch.zeros(1, 5, requires_grad=True)
-    rewards_of = torch.tensor([0.1, 0.2, 1.0, 0.3, 0.0])
-    optimizer = torch.optim.SGD([logits], lr=0.5)
-    baseline = torch.tensor(float("nan"))
-    for _ in range(300):
-        sample = reinforce_sample(logits.expand(32, 5), None, 1)
-        arm = sample.weights.argmax(-1)  # (32,)
-        rewards = rewards_of[arm] + 0.1 * torch.randn(32)
-        real = torch.ones(32, 1, dtype=torch.bool)
-        term = reinforce_term(
-            sample.log_prob[:, None], sample.entropy[:, None], rewards, baseline, real, (1.0, 0.0)
-        )
-        optimizer.zero_grad()
-        (term / 32).backward()
-        optimizer.step()
-        update_baseline(baseline, rewards, 0.9)
-    assert int(logits.argmax()) == 2
-    assert float(logits.detach().softmax(-1)[0, 2]) > 0.9
 
 
 def _rnn(hard: str, k: int = 1) -> HardAttentionRNN:
@@ -123,10 +75,6 @@ def test_transformer_hard_cache_equals_forward() -> None:
             assert torch.allclose(logits, out.logits[:, t], atol=1e-5)
 
 
-def test_selector_temperature_not_in_state_dict() -> None:
-    assert "temperature" not in HardSelector("gumbel").state_dict()
-
-
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -143,7 +91,7 @@ def test_selector_temperature_not_in_state_dict() -> None:
                 "model.attention.memory_in_cross=true",
             ],
             "memory_in_cross",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_invalid_combinations_are_user_errors(overrides: list[str], message: str) -> None:

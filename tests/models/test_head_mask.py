@@ -32,9 +32,13 @@ PAD, BOS, EOS, VOCAB = 0, 2, 3, 14
 def make_transformer(*overrides: str, seed: int = 0):
     torch.manual_seed(seed)
     cfg = tiny_config(
-        "model.family=transformer", "model.dropout=0.0", "model.enc_layers=2",
-        "model.dec_layers=2", "model.heads=4", *overrides,
-    )  # fmt: skip
+        "model.family=transformer",
+        "model.dropout=0.0",
+        "model.enc_layers=2",
+        "model.dec_layers=2",
+        "model.heads=4",
+        *overrides,
+    )
     return build_model(cfg.model, Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)).eval()
 
 
@@ -122,8 +126,11 @@ def test_a_masked_head_equals_its_output_columns_zeroed_on_every_sublayer(kind):
     if kind == "local":
         overrides.append("model.attention.D=2")
     src, lengths, tgt_in = batch()
-    for site_kind, layer, head in [("encoder_self", 1, 2), ("decoder_self", 0, 1),
-                                   ("decoder_cross", 1, 3)]:  # fmt: skip
+    for site_kind, layer, head in [
+        ("encoder_self", 1, 2),
+        ("decoder_self", 0, 1),
+        ("decoder_cross", 1, 3),
+    ]:
         masked = make_transformer(*overrides)
         masks = get_head_masks(masked)
         masks[site_kind][layer, head] = 0.0
@@ -187,8 +194,10 @@ def test_old_state_dicts_load_with_every_head_kept():
     assert masked_heads(fresh) == [] and pruned_heads_summary(fresh) is None
     fresh.load_state_dict(state)
     assert masked_heads(fresh) == [
-        ("encoder_self", 0, 1), ("decoder_self", 1, 0), ("decoder_cross", 0, 3),
-    ]  # fmt: skip
+        ("encoder_self", 0, 1),
+        ("decoder_self", 1, 0),
+        ("decoder_cross", 0, 3),
+    ]
     assert pruned_heads_summary(fresh) == (
         "3 of 24 (encoder_self L1: 2; decoder_self L2: 1; decoder_cross L1: 4)"
     )
@@ -196,8 +205,11 @@ def test_old_state_dicts_load_with_every_head_kept():
 
 
 def test_prune_masks_takes_the_lowest_and_keeps_one_head_per_sublayer():
-    ones = {"encoder_self": torch.ones(1, 3), "decoder_self": torch.ones(1, 3),
-            "decoder_cross": torch.ones(1, 3)}  # fmt: skip
+    ones = {
+        "encoder_self": torch.ones(1, 3),
+        "decoder_self": torch.ones(1, 3),
+        "decoder_cross": torch.ones(1, 3),
+    }
     scores = {
         "encoder_self": torch.tensor([[0.1, 0.2, 0.3]]),  # the three lowest: one must stay
         "decoder_self": torch.tensor([[0.9, 0.5, 0.8]]),
@@ -223,10 +235,16 @@ def test_prune_count(spec, count):
 
 @pytest.mark.parametrize(
     ("spec", "message"),
-    [("12", "K must be below"), ("13", "K must be below"), ("1.0", "in (0, 1)"),
-     ("-0.2", "in (0, 1)"), ("x", "head count K"), ("7", "at most 6 of 12"),
-     ("0.6", "at most 6 of 12")],
-)  # fmt: skip
+    [
+        ("12", "K must be below"),
+        ("13", "K must be below"),
+        ("1.0", "in (0, 1)"),
+        ("-0.2", "in (0, 1)"),
+        ("x", "head count K"),
+        ("7", "at most 6 of 12"),
+        ("0.6", "at most 6 of 12"),
+    ],
+)
 def test_prune_count_errors(spec, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         prune_count(spec, 12, 6)

@@ -6,29 +6,26 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_refused, train_in_process
+from helpers import assert_refused, tiny_transformer, train_in_process
 
 from attnseq.attention.bigbird import BigBirdSelfAttention
 from attnseq.attention.masks import padding_mask
 from attnseq.config.conversion import config_from_dict
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.transformer import TransformerSeq2Seq
-from attnseq.models.transformer_layers import ConvolutionModule
 
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
-LAYERS, HEADS, SLOTS = 2, 2, 3
+LAYERS, HEADS, SLOTS = 2, 2, 3  # layers and heads: helpers.tiny_transformer's
+VOCABS = Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)
 ATOL = 1e-5
 
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
-def tiny_model(seed: int = 0, **options: object) -> TransformerSeq2Seq:
-    torch.manual_seed(seed)
-    sizes: dict = {"d_model": 16, "heads": HEADS, "enc_layers": LAYERS, "dec_layers": LAYERS}
-    return TransformerSeq2Seq(
-        Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS), ff_dim=32, **sizes, **options
-    ).eval()
+def narrow_model(seed: int = 0, **options: object) -> TransformerSeq2Seq:
+    """helpers.tiny_transformer of d_model 16 and ff_dim 32, in eval mode."""
+    return tiny_transformer(VOCABS, seed, d_model=16, ff_dim=32, **options).eval()
 
 
 def batch(src_len: int = 9) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -46,8 +43,8 @@ def count(model: torch.nn.Module) -> int:
 
 
 def test_off_is_the_plain_model() -> None:
-    plain = tiny_model()
-    off = tiny_model(memory_slots=0, memory_in_cross=True, conv_kernel=0)
+    plain = narrow_model()
+    off = narrow_model(memory_slots=0, memory_in_cross=True, conv_kernel=0)
     assert count(off) == count(plain) and list(off.state_dict()) == list(plain.state_dict())
     src, lengths, tgt_in = batch()
     assert torch.equal(off(src, lengths, tgt_in).logits, plain(src, lengths, tgt_in).logits)
@@ -55,14 +52,15 @@ def test_off_is_the_plain_model() -> None:
 
 def test_parameter_counts() -> None:
     """2 H N d_k per attention: 2 encoder self + 2 decoder self (+ 2 cross)."""
-    plain, d_k = count(tiny_model()), 16 // HEADS
+    plain, d_k = count(narrow_model()), 16 // HEADS
     per_attention = 2 * HEADS * SLOTS * d_k
-    assert count(tiny_model(memory_slots=SLOTS)) == plain + 4 * per_attention
-    assert count(tiny_model(memory_slots=SLOTS, memory_in_cross=True)) == plain + 6 * per_attention
+    assert count(narrow_model(memory_slots=SLOTS)) == plain + 4 * per_attention
+    in_cross = narrow_model(memory_slots=SLOTS, memory_in_cross=True)
+    assert count(in_cross) == plain + 6 * per_attention
     # conv: pointwise d -> 2d, depthwise k d + d, LayerNorm 2d, pointwise d -> d, residual norm 2d
     d, k = 16, 5
     conv = (d * 2 * d + 2 * d) + (k * d + d) + 2 * d + (d * d + d) + 2 * d
-    assert count(tiny_model(conv_kernel=k)) == plain + LAYERS * conv
+    assert count(narrow_model(conv_kernel=k)) == plain + LAYERS * conv
 
 
 @pytest.mark.parametrize(
@@ -70,7 +68,7 @@ def test_parameter_counts() -> None:
 )
 def test_examples_do_not_leak_into_each_other(options: dict) -> None:
     """Changing example 1 (source and target) leaves the outputs of examples 0 and 2 unchanged."""
-    model = tiny_model(**options)
+    model = narrow_model(**options)
     src, lengths, tgt_in = batch()
     expected = model(src, lengths, tgt_in).logits
     src[1, :4], tgt_in[1, 1:] = (src[1, :4] + 1) % VOCAB, (tgt_in[1, 1:] + 2) % VOCAB
@@ -84,7 +82,7 @@ def test_examples_do_not_leak_into_each_other(options: dict) -> None:
     [{"memory_slots": SLOTS}, {"memory_slots": SLOTS, "memory_in_cross": True}, {"conv_kernel": 5}],
 )
 def test_incremental_decoding_equals_forward(options: dict) -> None:
-    model = tiny_model(**options)
+    model = narrow_model(**options)
     src, lengths, tgt_in = batch()
     expected = model(src, lengths, tgt_in).logits
     state = model.start_decoding(src, lengths)
@@ -97,7 +95,7 @@ def test_incremental_decoding_equals_forward(options: dict) -> None:
 
 
 def test_weights_show_the_memory_columns() -> None:
-    model = tiny_model(memory_slots=SLOTS, memory_in_cross=True)
+    model = narrow_model(memory_slots=SLOTS, memory_in_cross=True)
     src, lengths, tgt_in = batch()
     out = model(src, lengths, tgt_in, need_weights=True)
     encoder = out.encoder_self_attention  # (B, L, H, S, S + N)
@@ -114,7 +112,7 @@ def test_weights_show_the_memory_columns() -> None:
 @pytest.mark.parametrize("options", [{"conv_kernel": 3}, {"conv_kernel": 7, "norm": "post"}])
 def test_padding_does_not_change_real_positions(options: dict) -> None:
     """The same sources with 6 more padding columns: equal memory at the real positions."""
-    model = tiny_model(**options)
+    model = narrow_model(**options)
     src, lengths, _ = batch()
     memory, mask, _ = model.encode(src, lengths)
     padded = torch.cat([src, torch.full((3, 6), PAD)], dim=1)
@@ -125,22 +123,8 @@ def test_padding_does_not_change_real_positions(options: dict) -> None:
     torch.testing.assert_close(memory[1:2, :4], alone, atol=ATOL, rtol=0)
 
 
-def test_convolution_sees_k_neighbours() -> None:
-    """Changing position 5 changes the module's output at 5 - k // 2 .. 5 + k // 2 only."""
-    torch.manual_seed(0)
-    module = ConvolutionModule(8, kernel=3, dropout=0.0)
-    x = torch.randn(1, 10, 8)
-    changed = x.clone()
-    changed[0, 5] += 1.0
-    difference = (module(changed, None) - module(x, None)).abs().sum(-1)[0]
-    assert torch.all(difference[4:7] > 0)
-    assert torch.all(difference[:4] == 0) and torch.all(difference[7:] == 0)
-    with pytest.raises(ValueError, match="odd"):
-        ConvolutionModule(8, kernel=4, dropout=0.0)
-
-
 def test_the_sublayer_sits_between_self_attention_and_feed_forward() -> None:
-    layer = tiny_model(conv_kernel=3).encoder.layers[0]
+    layer = narrow_model(conv_kernel=3).encoder.layers[0]
     names = [name for name, _ in layer.named_children()]
     assert names.index("self_attn") < names.index("conv") < names.index("ff")
     assert layer.conv.depthwise.groups == 16  # depthwise: one filter per channel
@@ -257,7 +241,7 @@ def test_self_attention_maps_label_the_memory_columns(tmp_path: Path) -> None:
             "model.attention.decoder_self=true",
             "model.attention.block_size=2",
         ],
-    ],  # fmt: skip
+    ],
 )
 def test_an_exact_resume_ends_with_the_same_weights(tmp_path: Path, model: list[str]) -> None:
     """5 updates, then resume to 8, against 8 in one go (dropout on: the RNG state matters)."""

@@ -5,7 +5,6 @@ summarization experiments compare models of the same size."""
 
 import itertools
 import json
-import logging
 import math
 import random
 from pathlib import Path
@@ -18,6 +17,7 @@ from helpers import (
     attnseq_in_process,
     copy_only_checkpoint,
     tiny_config,
+    train_quietly,
     untrained_checkpoint,
 )
 from omegaconf import OmegaConf
@@ -67,9 +67,10 @@ def test_a_source_only_word_is_produced_and_written_as_the_source_has_it(tmp_pat
     blocked = translator.settings(beam=3, no_repeat_ngram=1)
     assert list(translator.translate([SOURCE_ONLY, ""], blocked)) == [SOURCE_ONLY, ""]
     result = runner.invoke(
-        app, ["translate", str(checkpoint), "--beam", "2", "--no-repeat-ngram", "1"],
+        app,
+        ["translate", str(checkpoint), "--beam", "2", "--no-repeat-ngram", "1"],
         input=f"{SOURCE_ONLY}\n",
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == f"{SOURCE_ONLY}\n"
 
@@ -132,21 +133,30 @@ def trained_copy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
     names_dataset(data)
     run_dir = tmp_path_factory.mktemp("copy_run")
     cfg = tiny_config(
-        "data.name=names", "data.source=local", "data.task=summarization", "data.format=tsv",
-        f"data.root={data}", "data.splits.train=train.tsv", "data.splits.valid=valid.tsv",
-        "data.splits.test=test.tsv", "data.tokenizer=word", "data.max_tokens=400",
-        "model.copy=true", "model.coverage=true", "optim.coverage_lambda=0.5",
-        "optim.coverage_start_step=100", "optim.lr=0.01", "model.dropout=0.0",
-        "trainer.max_steps=180", "trainer.validate_every=90", "trainer.max_epochs=100",
-        "trainer.early_stopping_metric=exact_match", "trainer.early_stopping_patience=0",
+        "data.name=names",
+        "data.source=local",
+        "data.task=summarization",
+        "data.format=tsv",
+        f"data.root={data}",
+        "data.splits.train=train.tsv",
+        "data.splits.valid=valid.tsv",
+        "data.splits.test=test.tsv",
+        "data.tokenizer=word",
+        "data.max_tokens=400",
+        "model.copy=true",
+        "model.coverage=true",
+        "optim.coverage_lambda=0.5",
+        "optim.coverage_start_step=100",
+        "optim.lr=0.01",
+        "model.dropout=0.0",
+        "trainer.max_steps=180",
+        "trainer.validate_every=90",
+        "trainer.max_epochs=100",
+        "trainer.early_stopping_metric=exact_match",
+        "trainer.early_stopping_patience=0",
         "trainer.num_heatmaps=1",
-    )  # fmt: skip
-    logging.disable(logging.INFO)
-    try:
-        metrics = run_training(cfg, run_dir)
-    finally:
-        logging.disable(logging.NOTSET)
-    return run_dir, metrics, data
+    )
+    return run_dir, train_quietly(cfg, run_dir), data
 
 
 def test_trained_copy_model_copies_unseen_names(trained_copy_run) -> None:
@@ -193,9 +203,10 @@ def test_p_gen_reaches_tensorboard(trained_copy_run) -> None:
 def test_translate_copies_a_new_name(trained_copy_run) -> None:
     run_dir, _, _ = trained_copy_run
     result = runner.invoke(
-        app, ["translate", str(run_dir / "checkpoints" / "best.pt"), "--beam", "3"],
+        app,
+        ["translate", str(run_dir / "checkpoints" / "best.pt"), "--beam", "3"],
         input="please call Xavierine at 12345\n",
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == "call Xavierine\n"
 

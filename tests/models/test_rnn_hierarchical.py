@@ -1,22 +1,20 @@
-"""Hierarchical attention (Nallapati et al. 2016, section 2.4): the combined weights sum to one
-and factor into segment x word, a zero-weight segment contributes nothing, the two-level encoder
-reads each segment on its own, cached decoding equals the full forward (plain, Luong, and
-pointer-generator with coverage), and a checkpoint round trip keeps the outputs."""
+"""The hierarchical RNN (models/rnn_hierarchical.py; Nallapati et al. 2016, section 2.4): the
+two-level encoder reads each segment on its own, cached decoding equals the full forward (plain,
+Luong, and pointer-generator with coverage), and a checkpoint round trip keeps the outputs. Its
+combined weights are tested in tests/attention/test_hierarchical.py."""
 
-import logging
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_config, untrained_checkpoint
+from helpers import tiny_config, train_quietly, untrained_checkpoint
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
 from attnseq.alignment.saved_attention import SavedAttention
-from attnseq.attention.hierarchical import combine_hierarchical
 from attnseq.cli.app import app
 from attnseq.config import CONFIG_DIR
 from attnseq.config.schema import DecodingConfig
@@ -29,49 +27,12 @@ from attnseq.models.rnn_hierarchical import (
     HierarchicalRNNSeq2Seq,
     segment_layout,
 )
-from attnseq.training.run import run_training
 
 PAIRS = [
     ("#Person1#: hello there . how are you ? #Person2#: fine thanks . #Person1#: good", "hi"),
     ("#Person1#: where is it ? #Person2#: here .", "place"),
     ("A cat sat. The dog ran! Mr. Smith came.", "animals ran"),
 ]
-
-
-def test_weights_sum_to_one_and_factor_into_segment_times_word() -> None:
-    alpha = torch.tensor([[[0.1, 0.2, 0.3, 0.4, 0.0]]])  # (1, 1, S): the last is padding
-    beta = torch.tensor([[[0.25, 0.75]]])  # (1, 1, N)
-    segments = torch.tensor([[0, 0, 1, 1, -1]])
-    combined = combine_hierarchical(alpha, beta, segments)
-    # by hand: alpha * beta_s = .025 .05 .225 .3, total .6
-    expected = torch.tensor([[[0.025, 0.05, 0.225, 0.3, 0.0]]]) / 0.6
-    torch.testing.assert_close(combined, expected)
-    assert combined.sum().item() == pytest.approx(1.0)
-    # P(j) = P(s(j)) * alpha_j / A_s(j), with P(s) = beta_s A_s / sum_r beta_r A_r
-    mass = torch.stack([combined[..., :2].sum(-1), combined[..., 2:4].sum(-1)], dim=-1)  # (1, 1, N)
-    area = torch.tensor([0.3, 0.7])
-    torch.testing.assert_close(mass[0, 0], beta[0, 0] * area / (beta[0, 0] * area).sum())
-    within = alpha[0, 0, :4] / area[segments[0, :4]]
-    torch.testing.assert_close(combined[0, 0, :4], mass[0, 0, segments[0, :4]] * within)
-
-
-def test_a_segment_with_zero_weight_contributes_nothing() -> None:
-    alpha = torch.softmax(torch.randn(2, 3, 6), dim=-1)
-    beta = torch.tensor([0.0, 0.6, 0.4]).expand(2, 3, 3)
-    segments = torch.tensor([[0, 0, 1, 1, 2, 2], [0, 1, 1, 2, 2, 2]])
-    combined = combine_hierarchical(alpha, beta, segments)
-    assert (combined.masked_select((segments == 0).unsqueeze(1).expand_as(combined)) == 0).all()
-    torch.testing.assert_close(combined.sum(-1), torch.ones(2, 3))
-    # one segment with all the weight: the word attention, unchanged
-    one = combine_hierarchical(alpha, torch.ones(2, 3, 1), torch.zeros(2, 6, dtype=torch.long))
-    torch.testing.assert_close(one, alpha)
-
-
-def test_an_empty_row_stays_zero_without_nan() -> None:
-    combined = combine_hierarchical(
-        torch.zeros(1, 1, 3), torch.zeros(1, 1, 1), torch.zeros(1, 3).long()
-    )
-    assert torch.equal(combined, torch.zeros(1, 1, 3))
 
 
 def test_segment_layout_packs_each_segment_in_its_own_row() -> None:
@@ -153,11 +114,18 @@ def test_greedy_and_beam_attention_match_the_forward(overrides) -> None:
         for row, hypothesis in enumerate(hypotheses):
             rows, length = hypothesis.attention.shape[0], int(lengths[row])
             tgt_in = torch.tensor([[model.bos_id, *hypothesis.tokens][:rows]])
-            one = {k: v[row : row + 1, :length] if torch.is_tensor(v) else v
-                   for k, v in copy_inputs.items()}  # fmt: skip
+            one = {
+                k: v[row : row + 1, :length] if torch.is_tensor(v) else v
+                for k, v in copy_inputs.items()
+            }
             with torch.no_grad():
-                full = model(src[row : row + 1, :length], lengths[row : row + 1], tgt_in,
-                             need_weights=True, **one)  # fmt: skip
+                full = model(
+                    src[row : row + 1, :length],
+                    lengths[row : row + 1],
+                    tgt_in,
+                    need_weights=True,
+                    **one,
+                )
             torch.testing.assert_close(
                 full.attention[0], hypothesis.attention, atol=1e-5, rtol=1e-4
             )
@@ -246,20 +214,28 @@ def hierarchical_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
     dialogue_dataset(data)
     run_dir = tmp_path_factory.mktemp("hierarchical_run")
     cfg = tiny_config(
-        "data.name=dialogues", "data.source=local", "data.task=summarization",
-        "data.format=tsv", f"data.root={data}", "data.splits.train=train.tsv",
-        "data.splits.valid=valid.tsv", "data.splits.test=test.tsv", "data.tokenizer=word",
-        "data.max_tokens=600", "model.attention.hierarchy=sentence", "model.copy=true",
-        "model.coverage=true", "optim.coverage_lambda=0.5", "optim.lr=0.01",
-        "trainer.max_steps=40", "trainer.validate_every=20", "trainer.max_epochs=100",
-        "trainer.early_stopping_metric=rouge_l", "trainer.num_heatmaps=1",
-    )  # fmt: skip
-    logging.disable(logging.INFO)
-    try:
-        metrics = run_training(cfg, run_dir)
-    finally:
-        logging.disable(logging.NOTSET)
-    return run_dir, metrics, data
+        "data.name=dialogues",
+        "data.source=local",
+        "data.task=summarization",
+        "data.format=tsv",
+        f"data.root={data}",
+        "data.splits.train=train.tsv",
+        "data.splits.valid=valid.tsv",
+        "data.splits.test=test.tsv",
+        "data.tokenizer=word",
+        "data.max_tokens=600",
+        "model.attention.hierarchy=sentence",
+        "model.copy=true",
+        "model.coverage=true",
+        "optim.coverage_lambda=0.5",
+        "optim.lr=0.01",
+        "trainer.max_steps=40",
+        "trainer.validate_every=20",
+        "trainer.max_epochs=100",
+        "trainer.early_stopping_metric=rouge_l",
+        "trainer.num_heatmaps=1",
+    )
+    return run_dir, train_quietly(cfg, run_dir), data
 
 
 def test_a_short_training_runs_and_learns(hierarchical_run) -> None:
@@ -307,8 +283,9 @@ def test_saved_attention_and_figures_have_both_levels(hierarchical_run, tmp_path
 def test_kind_segment_of_a_flat_model_is_a_user_error(tmp_path: Path) -> None:
     from helpers import untrained_checkpoint
 
-    checkpoint = untrained_checkpoint(tmp_path / "flat.pt", "data.tokenizer=word",
-                                      pairs=[("a b", "b a")])  # fmt: skip
+    checkpoint = untrained_checkpoint(
+        tmp_path / "flat.pt", "data.tokenizer=word", pairs=[("a b", "b a")]
+    )
     result = runner.invoke(
         app, ["visualize-alignment", str(checkpoint), "--src", "a b", "--kind", "segment"]
     )

@@ -7,31 +7,20 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import reversal_batch, tiny_transformer
 
 from attnseq.attention.masks import causal_mask, padding_mask
-from attnseq.models.positional import (
-    LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
-    make_positions,
-)
 from attnseq.models.seq2seq import TeacherForcing, Vocabularies
 from attnseq.models.transformer import TransformerSeq2Seq
-from attnseq.models.transformer_layers import LayerOptions, TransformerEncoder
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = 12
 ATOL = 1e-5
-LAYERS, HEADS = 2, 2
+LAYERS, HEADS = 2, 2  # helpers.tiny_transformer's
+VOCABS = Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS)
 
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
-
-
-def tiny_model(seed: int = 0, **overrides: object) -> TransformerSeq2Seq:
-    torch.manual_seed(seed)
-    options: dict = {"d_model": 32, "heads": HEADS, "enc_layers": LAYERS, "dec_layers": LAYERS}
-    options.update({"ff_dim": 64, **overrides})
-    return TransformerSeq2Seq(Vocabularies(VOCAB, VOCAB, PAD, BOS, EOS), **options)
 
 
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -45,34 +34,6 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return src, lengths, tgt_in
 
 
-# --- positional encodings ------------------------------------------------------------------
-
-
-def test_sinusoidal_matches_formula() -> None:
-    d_model = 8
-    encoding = SinusoidalPositionalEncoding(d_model)(torch.arange(5))  # (T, d_model)
-    for pos in range(5):
-        for i in range(d_model // 2):
-            angle = pos / 10000 ** (2 * i / d_model)
-            assert encoding[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
-            assert encoding[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
-
-
-def test_positions_with_offset() -> None:
-    assert torch.equal(make_positions(3, 4), torch.tensor([4, 5, 6]))
-    per_row = make_positions(2, torch.tensor([0, 5]))  # (B, T)
-    assert torch.equal(per_row, torch.tensor([[0, 1], [5, 6]]))
-    for encoding in (SinusoidalPositionalEncoding(8), LearnedPositionalEncoding(8, 16)):
-        full = encoding(torch.arange(10))  # (T, d_model)
-        step = encoding(make_positions(1, torch.tensor([7, 2])))  # (B, 1, d_model)
-        torch.testing.assert_close(step[:, 0], full[[7, 2]])
-
-
-def test_sinusoidal_needs_even_d_model() -> None:
-    with pytest.raises(ValueError, match="even"):
-        SinusoidalPositionalEncoding(7)
-
-
 # --- construction ----------------------------------------------------------------------------
 
 
@@ -80,7 +41,7 @@ def test_sinusoidal_needs_even_d_model() -> None:
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
 @pytest.mark.parametrize("tie", [True, False])
 def test_every_option_constructs_and_runs(norm: str, positions: str, tie: bool) -> None:
-    model = tiny_model(norm=norm, positions=positions, tie_embeddings=tie).eval()
+    model = tiny_transformer(VOCABS, norm=norm, positions=positions, tie_embeddings=tie).eval()
     src, lengths, tgt_in = padded_batch()
     out = model(src, lengths, tgt_in, need_weights=True)
     assert out.logits.shape == (3, 6, VOCAB)
@@ -98,7 +59,7 @@ def test_every_option_constructs_and_runs(norm: str, positions: str, tie: bool) 
 
 
 def test_shared_source_and_target_embeddings() -> None:
-    model = tiny_model(share_src_tgt_embeddings=True)
+    model = tiny_transformer(VOCABS, share_src_tgt_embeddings=True)
     assert model.src_embed is model.tgt_embed is not None
     with pytest.raises(ValueError, match="equal vocabulary sizes"):
         TransformerSeq2Seq(
@@ -118,11 +79,11 @@ def test_shared_source_and_target_embeddings() -> None:
 )
 def test_bad_options_raise_value_error(overrides: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        tiny_model(**overrides)
+        tiny_transformer(VOCABS, **overrides)
 
 
 def test_init_scales() -> None:
-    model = tiny_model(d_model=64, heads=4, tie_embeddings=False)
+    model = tiny_transformer(VOCABS, d_model=64, heads=4, tie_embeddings=False)
     weight = model.tgt_embed.weight[3:]  # not the padding row, which is zero
     assert weight.std().item() == pytest.approx(64**-0.5, rel=0.1)
     assert torch.all(model.tgt_embed.weight[PAD] == 0)
@@ -132,7 +93,7 @@ def test_init_scales() -> None:
 
 
 def test_learned_positions_reject_too_long_inputs() -> None:
-    model = tiny_model(positions="learned", max_positions=4).eval()
+    model = tiny_transformer(VOCABS, positions="learned", max_positions=4).eval()
     src, lengths, tgt_in = padded_batch()
     with pytest.raises(ValueError, match="max_positions"):
         model(src, lengths, tgt_in)
@@ -143,7 +104,7 @@ def test_learned_positions_reject_too_long_inputs() -> None:
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_fast_path_equals_explicit_path(norm: str) -> None:
-    model = tiny_model(norm=norm).eval()
+    model = tiny_transformer(VOCABS, norm=norm).eval()
     src, lengths, tgt_in = padded_batch()
     fast = model(src, lengths, tgt_in, need_weights=False).logits
     explicit = model(src, lengths, tgt_in, need_weights=True).logits
@@ -151,7 +112,7 @@ def test_fast_path_equals_explicit_path(norm: str) -> None:
 
 
 def test_attention_weights_respect_masks() -> None:
-    model = tiny_model().eval()
+    model = tiny_transformer(VOCABS).eval()
     src, lengths, tgt_in = padded_batch()
     out = model(src, lengths, tgt_in, need_weights=True)
     assert out.attention is not None
@@ -165,7 +126,7 @@ def test_attention_weights_respect_masks() -> None:
 
 
 def test_source_padding_does_not_change_outputs() -> None:
-    model = tiny_model().eval()
+    model = tiny_transformer(VOCABS).eval()
     src, lengths, tgt_in = padded_batch()
     batched = model(src, lengths, tgt_in).logits
     alone = model(src[1:2, :3], lengths[1:2], tgt_in[1:2]).logits
@@ -174,7 +135,7 @@ def test_source_padding_does_not_change_outputs() -> None:
 
 def test_decoder_is_causal() -> None:
     """Changing a later target token does not change earlier logits."""
-    model = tiny_model().eval()
+    model = tiny_transformer(VOCABS).eval()
     src, lengths, tgt_in = padded_batch()
     changed = tgt_in.clone()
     changed[:, 4] = (changed[:, 4] + 1 - 3) % (VOCAB - 3) + 3
@@ -182,19 +143,6 @@ def test_decoder_is_causal() -> None:
     after = model(src, lengths, changed).logits
     torch.testing.assert_close(before[:, :4], after[:, :4], atol=ATOL, rtol=0)
     assert not torch.allclose(before[:, 4:], after[:, 4:])
-
-
-def test_encoder_self_attention_is_permutation_equivariant() -> None:
-    """Without positional encodings, permuting the source permutes the encoder output."""
-    torch.manual_seed(0)
-    encoder = TransformerEncoder(2, LayerOptions(32, 2, 64, 0.0, 0.0, pre_norm=True)).eval()
-    x = torch.randn(2, 6, 32)  # (B, S, d_model)
-    mask = padding_mask(torch.tensor([6, 4]), 6)  # (B, S)
-    perm = torch.tensor([3, 0, 5, 1, 4, 2])
-    for need_weights in (False, True):
-        out, _ = encoder(x, mask, need_weights)
-        permuted, _ = encoder(x[:, perm], mask[:, perm], need_weights)
-        torch.testing.assert_close(permuted, out[:, perm], atol=ATOL, rtol=0)
 
 
 # --- incremental decoding ---------------------------------------------------------------
@@ -221,7 +169,7 @@ def decode_all(
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
 def test_incremental_decoding_equals_forward(norm: str, positions: str) -> None:
-    model = tiny_model(norm=norm, positions=positions).eval()
+    model = tiny_transformer(VOCABS, norm=norm, positions=positions).eval()
     src, lengths, tgt_in = padded_batch()
     full = model(src, lengths, tgt_in, need_weights=True)
     assert full.attention is not None
@@ -242,7 +190,7 @@ def test_incremental_decoding_equals_forward(norm: str, positions: str) -> None:
 def test_decoder_pass_gives_the_asked_layer_weights_on_the_fast_path() -> None:
     """weights_of: one layer's cross-attention without need_weights, as the explicit pass has
     it; the pass's final output is what the output projection reads."""
-    model = tiny_model().eval()
+    model = tiny_transformer(VOCABS).eval()
     src, lengths, tgt_in = padded_batch()
     output, decoder, memory = model.decoder_pass(TeacherForcing(src, lengths, tgt_in), weights_of=1)
     assert output.attention is None and memory.shape == (3, 5, 32)
@@ -262,7 +210,7 @@ def test_decoder_pass_gives_the_asked_layer_weights_on_the_fast_path() -> None:
 
 
 def test_decoding_state_layout_is_batch_first() -> None:
-    model = tiny_model().eval()
+    model = tiny_transformer(VOCABS).eval()
     src, lengths, _ = padded_batch()
     state = model.start_decoding(src, lengths)
     assert state["memory"].shape == (3, 5, 32)
@@ -275,7 +223,7 @@ def test_decoding_state_layout_is_batch_first() -> None:
 
 
 def test_decode_step_does_not_modify_its_input_state() -> None:
-    model = tiny_model().eval()
+    model = tiny_transformer(VOCABS).eval()
     src, lengths, tgt_in = padded_batch()
     state = model.start_decoding(src, lengths)
     model.decode_step(tgt_in[:, 0], state)
@@ -285,7 +233,7 @@ def test_decode_step_does_not_modify_its_input_state() -> None:
 def test_reorder_state_then_continue_decoding() -> None:
     """Beam search duplicates and drops rows: after reorder_state([1, 1, 0]) the continued
     decoding equals the forward pass on the reordered batch."""
-    model = tiny_model().eval()
+    model = tiny_transformer(VOCABS).eval()
     src, lengths, tgt_in = padded_batch()
     index = torch.tensor([1, 1, 0])
     expected = model(src[index], lengths[index], tgt_in[index], need_weights=True)
@@ -303,7 +251,7 @@ def test_reorder_state_then_continue_decoding() -> None:
 
 def test_empty_source_gives_finite_outputs() -> None:
     """A zero-length source row: cross-attention sees nothing, which must not produce NaN."""
-    model = tiny_model().eval()
+    model = tiny_transformer(VOCABS).eval()
     src, lengths, tgt_in = padded_batch()
     lengths = torch.tensor([5, 0, 4])
     for need_weights in (False, True):
@@ -321,13 +269,8 @@ def test_empty_source_gives_finite_outputs() -> None:
 def test_tiny_transformer_overfits_reversal_batch() -> None:
     """8 sequences of length 6 over 9 symbols, target = reversed source."""
     start = time.perf_counter()
-    generator = torch.Generator().manual_seed(0)
-    src = torch.randint(3, VOCAB, (8, 6), generator=generator)
-    reversed_src = src.flip(1)
-    tgt_in = torch.cat([torch.full((8, 1), BOS), reversed_src], dim=1)  # (B, T)
-    tgt_out = torch.cat([reversed_src, torch.full((8, 1), EOS)], dim=1)  # (B, T)
-    lengths = torch.full((8,), 6)
-    model = tiny_model(dropout=0.0)
+    src, lengths, tgt_in, tgt_out = reversal_batch(VOCABS, 6)
+    model = tiny_transformer(VOCABS, dropout=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(300):
         logits = model(src, lengths, tgt_in).logits  # (B, T, V)

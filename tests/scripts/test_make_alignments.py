@@ -28,7 +28,9 @@ def test_eflomal_files_serve_guided_training(tmp_path: Path) -> None:
         assert len(links) == len(pairs)
     # the reverse task: each symbol is its own translation, so eflomal finds i <-> n-1-i
     found = read_alignment_file(cfg.data, "train", len(splits["train"]))
-    expected = [{(i, len(src.split()) - 1 - i) for i in range(len(src.split()))}
-                for src, _ in splits["train"]]  # fmt: skip
+    expected = [
+        {(i, len(src.split()) - 1 - i) for i in range(len(src.split()))}
+        for src, _ in splits["train"]
+    ]
     hits = sum(len(a & b) for a, b in zip(found, expected, strict=True))
     assert hits / sum(len(b) for b in expected) > 0.8

@@ -17,8 +17,15 @@ from attnseq.models.loading import load_trained_model
 
 faithfulness_script = load_script("studies/attribution_faithfulness.py")
 
-REVERSE = ("data.name=reverse", "data.tokenizer=word", "data.valid_size=4", "data.test_size=6",
-           "data.min_len=3", "data.max_len=6", "model.dropout=0.0")  # fmt: skip
+REVERSE = (
+    "data.name=reverse",
+    "data.tokenizer=word",
+    "data.valid_size=4",
+    "data.test_size=6",
+    "data.min_len=3",
+    "data.max_len=6",
+    "model.dropout=0.0",
+)
 QUICK = ["--ig-steps", "2", "--smoothgrad-samples", "2", "--batch-size", "4"]
 
 
@@ -30,12 +37,25 @@ def run(tmp_path: Path, *arguments: str) -> dict:
 
 def test_alignment_entry_of_an_rnn_matches_attnseq_align(tmp_path):
     checkpoint = untrained_checkpoint(tmp_path / "rnn.pt", *REVERSE)
-    entries = run(tmp_path, "measure", str(checkpoint), "--name", "reverse/rnn", *QUICK,
-                  "--max-sentences", "5")  # fmt: skip
+    entries = run(
+        tmp_path,
+        "measure",
+        str(checkpoint),
+        "--name",
+        "reverse/rnn",
+        *QUICK,
+        "--max-sentences",
+        "5",
+    )
     entry = entries["reverse/rnn"]
     methods = entry["alignment"]["methods"]
-    assert set(methods) == {"attention", "shift-att", "gradient-x-input",
-                            "integrated-gradients", "smoothgrad"}  # fmt: skip
+    assert set(methods) == {
+        "attention",
+        "shift-att",
+        "gradient-x-input",
+        "integrated-gradients",
+        "smoothgrad",
+    }
     assert "rollout" not in entry["seconds_per_sentence"]  # no rollout for an RNN
     assert entry["sentences"] == 5 and entry["family"] == "rnn"
     for scores in methods.values():
@@ -61,13 +81,28 @@ def test_deletion_entry_of_a_transformer_and_the_report(tmp_path):
         tmp_path / "transformer.pt", *REVERSE, "model.family=transformer", "model.dec_layers=2"
     )
     methods = "attention,rollout,gradient-x-input"
-    entries = run(tmp_path, "measure", str(checkpoint), "--name", "reverse/transformer", *QUICK,
-                  "--deletion", "--max-sentences", "4", "--ks", "0,1,2",
-                  "--random-seeds", "0,1", "--methods", methods)  # fmt: skip
+    entries = run(
+        tmp_path,
+        "measure",
+        str(checkpoint),
+        "--name",
+        "reverse/transformer",
+        *QUICK,
+        "--deletion",
+        "--max-sentences",
+        "4",
+        "--ks",
+        "0,1,2",
+        "--random-seeds",
+        "0,1",
+        "--methods",
+        methods,
+    )
     entry = entries["reverse/transformer"]
     maps = entry["alignment"]["attention_maps"]
-    assert set(maps) == {f"layer{layer}/{head}" for layer in (1, 2)
-                         for head in ("head1", "head2", "mean")}  # fmt: skip
+    assert set(maps) == {
+        f"layer{layer}/{head}" for layer in (1, 2) for head in ("head1", "head2", "mean")
+    }
     best = entry["alignment"]["methods"]["attention-best"]
     assert best["aer"] == min(scores["aer"] for scores in maps.values())
     assert entry["alignment"]["methods"]["attention"]["aer"] == maps["layer2/mean"]["aer"]
@@ -91,18 +126,32 @@ def test_deletion_entry_of_a_transformer_and_the_report(tmp_path):
 
 @pytest.mark.parametrize(
     ("arguments", "message"),
-    [(["--methods", "attention,lime"], "unknown method 'lime'"),
-     (["--gold", "gold.txt"], "--gold needs --gold-src and --gold-tgt"),
-     (["--ks", "1,2", "--deletion"], "--ks must start at 0"),
-     (["--mask", "blank", "--deletion"], "--mask must be one of")],
-)  # fmt: skip
+    [
+        (["--methods", "attention,lime"], "unknown method 'lime'"),
+        (["--gold", "gold.txt"], "--gold needs --gold-src and --gold-tgt"),
+        (["--ks", "1,2", "--deletion"], "--ks must start at 0"),
+        (["--mask", "blank", "--deletion"], "--mask must be one of"),
+    ],
+)
 def test_mistakes_exit_2(tmp_path, capsys, arguments, message):
     checkpoint = untrained_checkpoint(tmp_path / "rnn.pt", *REVERSE)
     out = str(tmp_path / "r.json")
     code = faithfulness_script.main(
-        ["measure", str(checkpoint), "--name", "x", *QUICK, "--max-sentences", "2",
-         "--methods", "attention", *arguments, "--out", out]
-    )  # fmt: skip
+        [
+            "measure",
+            str(checkpoint),
+            "--name",
+            "x",
+            *QUICK,
+            "--max-sentences",
+            "2",
+            "--methods",
+            "attention",
+            *arguments,
+            "--out",
+            out,
+        ]
+    )
     assert code == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and message in error and len(error.splitlines()) == 1

@@ -3,21 +3,19 @@ the generated reverse task with a tiny transformer (the DialogSum figures are in
 
 import json
 import subprocess
-import sys
 
 import pytest
-from helpers import REPO, TINY_TRANSFORMER
+from helpers import TINY_TRANSFORMER, run_script
 
 pytestmark = pytest.mark.slow  # one training per attention kind
 
 
-SCRIPT = REPO / "studies" / "compare_attention_kinds.py"
+SCRIPT = "studies/compare_attention_kinds.py"
 TINY = [*TINY_TRANSFORMER, "data.train_size=40", "trainer.max_steps=2"]
 
 
 def _run(*arguments: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), "--config", "reverse_transformer", *arguments]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return run_script(SCRIPT, "--config", "reverse_transformer", *arguments)
 
 
 def test_one_run_per_kind_and_a_table(tmp_path):
@@ -50,9 +48,15 @@ def test_a_failed_kind_is_a_row_not_a_crash(tmp_path):
 
 def test_user_overrides_replace_the_kind_defaults(tmp_path):
     result = _run(
-        "--kinds", "local", "--decoder-self", "--dry-run", "--out", str(tmp_path),
-        "--", "model.attention.D=4",
-    )  # fmt: skip
+        "--kinds",
+        "local",
+        "--decoder-self",
+        "--dry-run",
+        "--out",
+        str(tmp_path),
+        "--",
+        "model.attention.D=4",
+    )
     assert result.returncode == 0, result.stderr
     (line,) = result.stdout.strip().splitlines()
     assert "model.attention.D=4" in line and "model.attention.D=32" not in line
@@ -68,8 +72,15 @@ def test_every_config_kind_is_compared_with_its_defaults(tmp_path):
     lines = result.stdout.strip().splitlines()
     kinds = [line.split("model.attention.kind=")[1].split()[0] for line in lines]
     assert kinds == [
-        "full", "local", "strided", "longformer", "linformer", "linear", "performer", "bigbird",
-    ]  # fmt: skip
+        "full",
+        "local",
+        "strided",
+        "longformer",
+        "linformer",
+        "linear",
+        "performer",
+        "bigbird",
+    ]
     bigbird = lines[-1]
     for key in ("block_size=16", "global_blocks=2", "random_blocks=3", "decoder_self=true"):
         assert f"model.attention.{key}" in bigbird

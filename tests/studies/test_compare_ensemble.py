@@ -5,30 +5,38 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from helpers import load_script, untrained_checkpoint
-
-from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
-from attnseq.models.loading import load_trained_model, model_for
+from helpers import load_script, untrained_checkpoint, with_fresh_weights
 
 
 def test_compare_ensemble_writes_a_row_per_model_and_beam(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     first = untrained_checkpoint(tmp_path / "a.pt", "data.test_size=4")
-    payload = load_checkpoint(first)
-    trained = load_trained_model(first)
-    torch.manual_seed(3)
-    payload["model"] = model_for(trained.cfg, trained.tokenizers).state_dict()
-    save_checkpoint(tmp_path / "b.pt", payload)
-    load_script("studies/compare_ensemble.py").main([
-        str(first), str(tmp_path / "b.pt"), "--beams", "1", "2", "--out", str(tmp_path / "eval"),
-        "--device", "cpu", "--json", str(tmp_path / "rows.json"),
-    ])  # fmt: skip
+    with_fresh_weights(first, tmp_path / "b.pt", seed=3)
+    load_script("studies/compare_ensemble.py").main(
+        [
+            str(first),
+            str(tmp_path / "b.pt"),
+            "--beams",
+            "1",
+            "2",
+            "--out",
+            str(tmp_path / "eval"),
+            "--device",
+            "cpu",
+            "--json",
+            str(tmp_path / "rows.json"),
+        ]
+    )
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert [(row["kind"], row["beam"]) for row in rows] == [
-        ("alone", 1), ("alone", 2), ("alone", 1), ("alone", 2), ("ensemble", 1), ("ensemble", 2)
-    ]  # fmt: skip
+        ("alone", 1),
+        ("alone", 2),
+        ("alone", 1),
+        ("alone", 2),
+        ("ensemble", 1),
+        ("ensemble", 2),
+    ]
     for row in rows:
         record = json.loads((Path(row["result"]) / "metrics.json").read_text())
         assert record["test/bleu"] == row["bleu"] and record["decoding"]["beam"] == row["beam"]

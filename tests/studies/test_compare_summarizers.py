@@ -5,19 +5,17 @@ The real figures are in the README."""
 import json
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TINY_SUMMARIZER
+from helpers import TINY_SUMMARIZER, run_script
 
-SCRIPT = REPO / "studies" / "compare_summarizers.py"
+SCRIPT = "studies/compare_summarizers.py"
 TINY = [*TINY_SUMMARIZER, "data.max_examples=64"]
 
 
 def _run(out: Path, *arguments: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), "--out", str(out), "--datasets", "aeslc", *arguments]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return run_script(SCRIPT, "--out", str(out), "--datasets", "aeslc", *arguments, timeout=600)
 
 
 def _lead_rouge_l(data: Path) -> tuple[int, float]:

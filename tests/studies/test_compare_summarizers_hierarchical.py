@@ -54,9 +54,20 @@ def test_hierarchical_rows_over_two_seeds_with_cost_and_figure(tmp_path: Path) -
     data, out = tmp_path / "data", tmp_path / "out"
     fake_dialogsum(data)
     command = [
-        sys.executable, str(SCRIPT), "--out", str(out), "--datasets", "dialogsum",
-        "--hierarchical", "--seeds", "1", "2", "--figure", "--", *TINY,
-    ]  # fmt: skip
+        sys.executable,
+        str(SCRIPT),
+        "--out",
+        str(out),
+        "--datasets",
+        "dialogsum",
+        "--hierarchical",
+        "--seeds",
+        "1",
+        "2",
+        "--figure",
+        "--",
+        *TINY,
+    ]
     env = {**__import__("os").environ, "ATTNSEQ_DATA": str(data)}
     result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -4,16 +4,15 @@ README)."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TINY_TRANSFORMER
+from helpers import TINY_TRANSFORMER, run_script
 
 pytestmark = pytest.mark.slow  # one training per variant
 
 
-SCRIPT = REPO / "studies" / "compare_training_options.py"
+SCRIPT = "studies/compare_training_options.py"
 TINY = [
     "config=reverse_transformer",
     *TINY_TRANSFORMER,
@@ -24,9 +23,8 @@ TINY = [
 
 
 def _run(out: Path, *arguments: str) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        str(SCRIPT),
+    return run_script(
+        SCRIPT,
         "--out",
         str(out),
         "--variant",
@@ -39,8 +37,7 @@ def _run(out: Path, *arguments: str) -> subprocess.CompletedProcess:
         "--json",
         str(out / "rows.json"),
         *arguments,
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    )
 
 
 def test_one_run_per_variant_a_table_and_curves(tmp_path: Path) -> None:

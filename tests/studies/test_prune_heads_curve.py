@@ -13,15 +13,30 @@ from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 pytestmark = pytest.mark.slow  # a pruning curve over trained heads
 
 prune_heads_curve = load_script("studies/prune_heads_curve.py")
-TINY = ("model.family=transformer", "model.enc_layers=2", "model.dec_layers=1", "model.heads=4",
-        "data.valid_size=12", "data.test_size=6")  # fmt: skip
+TINY = (
+    "model.family=transformer",
+    "model.enc_layers=2",
+    "model.dec_layers=1",
+    "model.heads=4",
+    "data.valid_size=12",
+    "data.test_size=6",
+)
 
 
 def test_curve_rows_table_and_figure(tmp_path):
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", *TINY)
     out = tmp_path / "curve"
-    arguments = [str(checkpoint), "--out", str(out), "--fractions", "0,0.25,0.5",
-                 "--random-seeds", "0,1", "--device", "cpu"]  # fmt: skip
+    arguments = [
+        str(checkpoint),
+        "--out",
+        str(out),
+        "--fractions",
+        "0,0.25,0.5",
+        "--random-seeds",
+        "0,1",
+        "--device",
+        "cpu",
+    ]
     assert prune_heads_curve.main(arguments) == 0
     report = json.loads((out / "curve.json").read_text())
     rows = report["rows"]
@@ -46,9 +61,11 @@ def test_curve_rows_table_and_figure(tmp_path):
 
 @pytest.mark.parametrize(
     ("arguments", "message"),
-    [(["--fractions", "0,1.2"], "must lie in [0, 1)"),
-     (["--fractions", "0.9"], "at most 12 of 16 heads")],
-)  # fmt: skip
+    [
+        (["--fractions", "0,1.2"], "must lie in [0, 1)"),
+        (["--fractions", "0.9"], "at most 12 of 16 heads"),
+    ],
+)
 def test_bad_fractions_exit_2(tmp_path, capsys, arguments, message):
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", *TINY)
     code = prune_heads_curve.main([str(checkpoint), "--out", str(tmp_path / "o"), *arguments])

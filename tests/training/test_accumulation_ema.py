@@ -2,8 +2,8 @@
 
 - N micro-batches make the update of one batch holding them: the same loss, token counts and
   gradients to float tolerance (no dropout); DDP all-reduces on the last micro-batch only.
-- The moving average follows its formula, is what validation and the checkpoints' `model`
-  hold, and a resumed run continues it exactly.
+- The moving average (its formula: tests/training/test_ema.py) is what validation and the
+  checkpoints' `model` hold, and a resumed run continues it exactly.
 """
 
 import math
@@ -21,7 +21,6 @@ from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.training.averaging import average_checkpoints
 from attnseq.training.distributed import WorldInfo
-from attnseq.training.ema import WeightEMA
 from attnseq.training.optim import build_optimizer
 from attnseq.training.precision import MixedPrecision
 from attnseq.training.run import run_training
@@ -120,25 +119,7 @@ def test_ddp_all_reduces_on_the_last_micro_batch_only(tmp_path: Path) -> None:
         dist.destroy_process_group()
 
 
-# ------------------------------------------------------------------- moving average
-def test_the_average_follows_its_formula_and_swaps_in_and_out() -> None:
-    model = torch.nn.Linear(2, 1)
-    with torch.no_grad():
-        model.weight.fill_(0.0)
-    ema = WeightEMA(model, decay=0.9)
-    expected = torch.zeros(1, 2)
-    for update, value in enumerate([1.0, 2.0, 3.0, 4.0], start=1):
-        with torch.no_grad():
-            model.weight.fill_(value)
-        ema.update(model)
-        d = min(0.9, (1 + update) / (10 + update))
-        expected = d * expected + (1 - d) * value
-    torch.testing.assert_close(ema.average["weight"], expected)
-    with ema.swapped_in(model):
-        torch.testing.assert_close(model.weight.detach(), expected)
-    assert torch.all(model.weight == 4.0)  # the training weights are back
-    with pytest.raises(ValueError):
-        WeightEMA(model, decay=1.0)
+# ------------------------------------------------------------------- checked options
 
 
 def test_ema_and_accumulate_are_checked_options() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import one_line_exit_2, tiny_config
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -106,13 +106,6 @@ def test_cli_average(tmp_path: Path) -> None:
     )
     assert missing.exit_code == 2
     assert "checkpoint not found" in missing.stderr
-
-
-def one_line_exit_2(result, *expected: str) -> None:  # type: ignore[no-untyped-def]
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and all(word in lines[0] for word in expected), result.stderr
-    assert "Traceback" not in result.output
 
 
 def test_one_file_given_twice_is_refused_by_any_path(tmp_path: Path) -> None:

@@ -94,25 +94,6 @@ def test_sampler_shards_partition_each_epoch_into_equal_interleaved_shares() -> 
         TokenBatchSampler(lengths, 40, num_replicas=2, rank=2)
 
 
-def test_other_ranks_keep_hydra_from_writing_and_multirun_is_refused(monkeypatch) -> None:
-    from helpers import check_train_args
-
-    from attnseq.cli.hydra_entry import quiet_rank_overrides
-    from attnseq.errors import UserError
-
-    args = quiet_rank_overrides(["data=reverse", "hydra.run.dir=runs/x", "hydra/job_logging=none"])
-    assert args == [
-        "data=reverse",
-        "hydra.run.dir=.",
-        "hydra.output_subdir=null",
-        "hydra/job_logging=stdout",
-    ]
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "1")  # torchrun sets both
-    with pytest.raises(UserError, match="multirun"):
-        check_train_args(["-m", "seed=1,2"])
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

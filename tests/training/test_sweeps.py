@@ -149,20 +149,3 @@ def test_missing_plugin_hint_names_an_extra_that_exists() -> None:
     for choice, extra in PLUGIN_EXTRAS.items():
         assert extra in extras, choice
         assert any(choice.split("_")[0] in requirement for requirement in extras[extra]), choice
-
-
-def test_interval_sweeps_are_checked_before_the_sweeper_starts() -> None:
-    """An Optuna search space is checked at its interval ends: a misspelt key or a value of the
-    wrong type is a clear error before any trial runs."""
-    from helpers import check_train_args
-
-    from attnseq.cli.preflight import sweep_variants
-    from attnseq.errors import UserError
-
-    variants = sweep_variants(["model.hidden=int(interval(16,64))", "seed=1,2"])
-    assert ["model.hidden=64", "seed=1"] in variants and ["model.hidden=16", "seed=2"] in variants
-    check_train_args(["-m", "optim.lr=tag(log, interval(1e-4, 1e-2))"])
-    with pytest.raises(UserError, match="Did you mean 'optim.lr'"):
-        check_train_args(["-m", "optim.lrr=interval(0.0001, 0.01)"])
-    with pytest.raises(UserError, match="model.dropout"):
-        check_train_args(["-m", "model.dropout=interval(0.0, 1.5)"])

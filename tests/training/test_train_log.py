@@ -1,34 +1,20 @@
-"""Training records for batch jobs and progress for long work: the periodic training lines in
-train.log and a redirected stdout, validation and test lines with sentences/s, and log records
-kept off a live progress bar."""
+"""Training records for batch jobs (attnseq/training/train_log.py): the periodic training lines in
+train.log and a redirected stdout, validation and test lines with sentences/s, what a run leaves
+in TensorBoard, and the summary it prints."""
 
-import io
-import logging
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import helpers
-import matplotlib.image
-import numpy as np
 import pytest
 import torch
 from helpers import tiny_config
-from rich.console import Console
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
-from typer.testing import CliRunner
 
-from attnseq.analysis.figures import (
-    DPI,
-    alignment_figure,
-    attention_grid_figure,
-    readable_token,
-)
-from attnseq.cli.app import app
 from attnseq.config.schema import TrainConfig
-from attnseq.io.progress import ON_BAR, Rate, counting, logging_above
 from attnseq.training.run import run_training
 from attnseq.training.train_log import run_hparams
 
@@ -96,51 +82,6 @@ def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path
     assert "resolved config:" not in (tmp_path / "log.txt").read_text()  # train.log only
 
 
-def test_git_description_outside_a_repository(tmp_path: Path) -> None:
-    from attnseq.training.train_log import git_description
-
-    assert git_description(tmp_path) == "no git commit"
-
-
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_logging_above_routes_terminal_records_through_the_console_without_bar_lines() -> None:
-    terminal, file_stream, printed = _Terminal(), io.StringIO(), io.StringIO()
-    logger = logging.getLogger("attnseq")
-    on_terminal = logging.StreamHandler(terminal)
-    to_file = logging.StreamHandler(file_stream)  # not a terminal: like a redirected stdout
-    logger.addHandler(on_terminal)
-    logger.addHandler(to_file)
-    old_level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        with logging_above(Console(file=printed, width=200)):
-            logger.info("valid line")
-            logger.info("interval line", extra={ON_BAR: True})
-        logger.info("after the bar")
-    finally:
-        logger.removeHandler(on_terminal)
-        logger.removeHandler(to_file)
-        logger.setLevel(old_level)
-    assert printed.getvalue().splitlines() == ["valid line"]
-    assert terminal.getvalue().splitlines() == ["after the bar"]  # its own stream again
-    assert file_stream.getvalue().splitlines() == ["valid line", "interval line", "after the bar"]
-    assert not on_terminal.filters
-
-
-def test_counting_reports_the_rate_and_draws_nothing_without_a_terminal(capsys) -> None:
-    with counting("decode", 5) as counter:
-        counter.advance(2)
-        counter.advance(3)
-    assert counter.rate.count == 5 and counter.rate.seconds > 0
-    assert capsys.readouterr().err == ""
-    summary = Rate(count=1200, seconds=2.0).summary()
-    assert summary == "1,200 sentences in 2.00 s (600.0 sentences/s)"
-
-
 def test_translate_and_eval_end_with_sentences_per_second_on_stderr(
     rnn_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -168,68 +109,9 @@ def test_translate_and_eval_end_with_sentences_per_second_on_stderr(
     )
 
 
-def test_training_bar_shows_tokens_per_second_and_lr_with_log_lines_above(monkeypatch) -> None:
-    import attnseq.io.progress as progress
-
-    screen = io.StringIO()
-    monkeypatch.setattr(progress, "_CONSOLE", Console(file=screen, force_terminal=True, width=200))
-    monkeypatch.setattr(progress, "bars_enabled", lambda: True)
-    monkeypatch.setattr(progress.TrainingProgress, "RATE_WINDOW", 0.0)
-    terminal = _Terminal()
-    handler = logging.StreamHandler(terminal)  # like Hydra's console handler on a terminal
-    logging.getLogger("attnseq").addHandler(handler)
-    logger = logging.getLogger("attnseq.test_bar")
-    logger.setLevel(logging.INFO)
-    try:
-        with progress.TrainingProgress(4) as bar:
-            bar.advance(2.0, 0, tgt_tokens=500.0, lr=1e-3)
-            logger.info("a validation line")
-            logger.info("an interval line", extra={ON_BAR: True})
-            bar.advance(1.5, 0, tgt_tokens=500.0, lr=5e-4)
-    finally:
-        logging.getLogger("attnseq").removeHandler(handler)
-    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
-    assert "a validation line" in shown and "an interval line" not in shown
-    assert terminal.getvalue() == ""  # nothing written past the console, onto the bar
-    final = shown.splitlines()[-1]
-    assert re.search(r"2/4 loss [\d.]+  [\d,]+ tok/s  lr 5.00e-04  epoch 1", final), final
-
-
-@pytest.mark.parametrize("width", [80, 120])
-def test_bars_fit_the_terminal_whole(width, monkeypatch) -> None:
-    """The training bar and a counting bar at 80 columns (and wider): every number whole
-    (no "42/…" or "ETA 0:00:…"); the bar itself gives way."""
-    import attnseq.io.progress as progress
-
-    screen = io.StringIO()
-    console = Console(file=screen, force_terminal=True, width=width, color_system=None)
-    monkeypatch.setattr(progress, "_CONSOLE", console)
-    monkeypatch.setattr(progress, "bars_enabled", lambda: True)
-    monkeypatch.setattr(progress.TrainingProgress, "RATE_WINDOW", 0.0)
-    with progress.TrainingProgress(100_000, 41_999) as bar:
-        bar.advance(3.14159, 12, tgt_tokens=123_456.0, lr=3e-4)
-        bar.progress.refresh()
-    with counting("valid", 1_500) as counter:
-        counter.advance(700)
-        counter.progress.refresh()
-    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
-    frames = [line for line in re.split(r"[\r\n]", shown) if line.strip()]
-    training = [line for line in frames if line.startswith("train")][-1]
-    counted = [line for line in frames if line.startswith("valid")][-1]
-    for line in (training, counted):
-        assert "…" not in line and len(line) <= width, line
-        assert re.search(r"ETA (\d+:\d\d:\d\d|-:--:--)$", line), line
-    assert re.search(
-        r"\s42000/100000 loss 3.142  [\d,]+ tok/s  (lr 3.00e-04  epoch|ep) 13", training
-    )
-    assert "700/1500 sentences" in counted
-    assert ("lr 3.00e-04" in training) == (width >= progress.WIDE_CONSOLE)
-
-
 # ------------------------------------------------------------
 # What a run leaves in TensorBoard besides its curves (test metrics at the last step, the
-# hparams that set it apart, validation examples as text), readable heatmaps, and the figure
-# options of `attnseq visualize-alignment`.
+# hparams that set it apart, validation examples as text).
 
 
 @pytest.fixture(scope="module")
@@ -281,74 +163,6 @@ def test_text_tab_shows_the_same_validation_examples_each_time(events) -> None:
         shown.append([(int(row.split("|")[1]), row.split("|")[2]) for row in rows])
     assert [index for index, _ in shown[0]] == [0, 1, 2, 3]
     assert shown[0] == shown[1] == shown[2]  # the same sources at every validation
-
-
-def test_heatmap_has_a_title_horizontal_short_ticks_and_readable_fonts() -> None:
-    src = [*"ab c", "▁longword"]
-    tgt = [*"xy", "</s>"]
-    figure = alignment_figure(np.full((3, 5), 0.2), src, tgt, "ab c longword → xy")
-    ax = figure.axes[0]
-    assert ax.get_title() == "ab c longword → xy"
-    rotations = {label.get_text(): label.get_rotation() for label in ax.get_xticklabels()}
-    assert rotations == {"a": 0, "b": 0, "␣": 0, "c": 0, "_longword": 90}
-    for label in [*ax.get_xticklabels(), *ax.get_yticklabels()]:
-        assert label.get_fontsize() * min(DPI, 100) / 72 >= 10  # pixels in saved and TB images
-    assert readable_token(" ") == "␣"
-
-
-def test_a_grid_names_the_tokens_on_its_outer_axes_only() -> None:
-    """Layers are rows and heads columns: the bottom row names the source tokens, the left
-    column the target tokens, and every cell is titled with its layer and head."""
-    src, tgt = ["a", "b", "c"], ["x", "</s>"]
-    figure = attention_grid_figure(np.full((2, 3, 2, 3), 1 / 3), src, tgt, "a b c → x")
-    cells = [ax for ax in figure.axes if ax.get_title()]  # the colour bar has no title
-    assert [ax.get_title() for ax in cells] == [
-        f"layer {layer} head {head}" for layer in (1, 2) for head in (1, 2, 3)
-    ]
-    for index, ax in enumerate(cells):
-        layer, head = divmod(index, 3)
-        x_labels = [label.get_text() for label in ax.get_xticklabels()]
-        y_labels = [label.get_text() for label in ax.get_yticklabels()]
-        assert x_labels == (src if layer == 1 else []), (layer, head)
-        assert y_labels == (tgt if head == 0 else []), (layer, head)
-
-
-def test_long_titles_wrap_to_the_figure() -> None:
-    title = "word " * 80 + "→ out"
-    figure = alignment_figure(np.full((2, 2), 0.5), ["a", "b"], ["c", "</s>"], title)
-    assert 2 <= len(figure.axes[0].get_title().splitlines()) <= 3
-
-
-def test_visualize_alignment_figure_options(rnn_checkpoint: Path, tmp_path: Path) -> None:
-    out = tmp_path / "a.png"
-    args = ["visualize-alignment", str(rnn_checkpoint), "--src", "March 3, 1998", "--out", str(out)]
-    style = ["--figsize", "8,5", "--fontsize", "13", "--cmap", "Blues"]
-    result = CliRunner().invoke(app, [*args, *style])
-    assert result.exit_code == 0, result.output
-    assert re.search(r"^hypothesis: .*$", result.stdout, re.MULTILINE)
-    height, width = matplotlib.image.imread(out).shape[:2]
-    assert (width, height) == (8 * DPI, 5 * DPI)
-    forced = CliRunner().invoke(app, [*args, "--tgt", "1998-03-03"])
-    assert "forced target: 1998-03-03" in forced.stdout
-
-
-@pytest.mark.parametrize(
-    ("option", "message"),
-    [
-        (["--cmap", "nope"], "unknown colormap 'nope'; matplotlib has e.g. viridis"),
-        (["--figsize", "8"], "--figsize must be W,H"),
-        (["--figsize", "a,b"], "--figsize must be W,H"),
-        (["--fontsize", "0"], "--fontsize must be between"),
-    ],
-)
-def test_visualize_alignment_rejects_bad_figure_options(option, message, tmp_path) -> None:
-    out = tmp_path / "a.png"
-    # checked before the checkpoint is read: a missing one does not matter
-    args = ["visualize-alignment", str(tmp_path / "missing.pt"), "--src", "a", "--out", str(out)]
-    result = CliRunner().invoke(app, [*args, *option])
-    assert result.exit_code == 2
-    assert message in result.stderr
-    assert not out.exists()
 
 
 def test_the_summary_aligns_its_values_whatever_the_names(tmp_path: Path, capsys) -> None:

@@ -1,5 +1,5 @@
-"""The seams of the training loop, one at a time: parameter groups, the learning-rate schedule,
-the stopping policy and `train_step`."""
+"""The seams of the training loop, one at a time: parameter groups, the learning-rate schedule
+and `train_step` (the stopping policy: tests/training/test_stopping.py)."""
 
 import copy
 import math
@@ -8,8 +8,8 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from attnseq.config.choices import Metric, Scheduler
-from attnseq.config.schema import OptimConfig, TrainerConfig
+from attnseq.config.choices import Scheduler
+from attnseq.config.schema import OptimConfig
 from attnseq.data.batching import collate
 from attnseq.data.loader import TokenCounts
 from attnseq.models.objective import sequence_loss
@@ -22,8 +22,6 @@ from attnseq.training.optim import (
     regroup_state,
 )
 from attnseq.training.precision import MixedPrecision
-from attnseq.training.state import TrainingState
-from attnseq.training.stopping import StoppingPolicy
 from attnseq.training.train_step import UpdateParts, train_step
 
 PAD, BOS, EOS = 0, 2, 3
@@ -128,35 +126,6 @@ def test_other_schedules_never_react_to_validation() -> None:
 
 
 # ------------------------------------------------------------------- stopping
-def test_stopping_policy_reasons() -> None:
-    trainer = TrainerConfig(
-        max_steps=10, max_epochs=3, early_stopping_metric=Metric.loss, early_stopping_patience=2
-    )
-    policy = StoppingPolicy(trainer)
-    state = TrainingState()
-    assert policy.reason(state) is None
-    assert policy.record_validation(state, 2.0) and state.best_metric == 2.0
-    assert not policy.record_validation(state, 2.5)
-    assert policy.reason(state) is None
-    assert not policy.record_validation(state, 2.0)  # equal is not better
-    assert policy.reason(state) == "early stopping"
-    assert policy.reason(TrainingState(step=10)) == "max_steps reached"
-    assert policy.reason(TrainingState(epoch=3)) == "max_epochs reached"
-
-
-def test_a_metric_at_its_ceiling_stops_training() -> None:
-    trainer = TrainerConfig(early_stopping_metric=Metric.exact_match, early_stopping_patience=0)
-    policy = StoppingPolicy(trainer)
-    state = TrainingState()
-    policy.record_validation(state, 1.0)
-    assert "best possible" in policy.reason(state)
-
-
-def test_nonfinite_updates_in_a_row_diverge() -> None:
-    policy = StoppingPolicy(TrainerConfig(max_nonfinite_steps=3))
-    state = TrainingState()
-    assert [policy.record_skip(state) for _ in range(3)] == [False, False, True]
-    assert state.skipped_steps == 3
 
 
 # ------------------------------------------------------------------- train_step

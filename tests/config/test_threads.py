@@ -1,7 +1,8 @@
-"""Every command that computes runs with the CPU threads asked for (`--threads N` or auto, or
-the override trainer.threads=N), within an upper bound; without either with torch's default,
-which never depends on the machine's load: the same command gives the same bits idle or busy.
-The Python API sets its threads around each call and gives the caller's count back."""
+"""The CPU threads of a run or a command (attnseq/config/threads.py): every command that computes
+runs with the threads asked for (`--threads N` or auto, or the override trainer.threads=N),
+within an upper bound; without either with torch's default, which never depends on the
+machine's load: the same command gives the same bits idle or busy. The Python API sets its
+threads around each call and gives the caller's count back."""
 
 import shutil
 from collections.abc import Iterator
@@ -43,13 +44,22 @@ def command(name: str, checkpoint: Path, folder: Path) -> list[str]:
         "score": ["score", str(checkpoint), "--src", text, "--tgt", text],
         "align": ["align", str(checkpoint), "--src", text, "--tgt", text],
         "heads": ["heads", str(checkpoint), "--max-batches", "1", "--report-dir", str(folder)],
-        "average": ["average", str(checkpoint), str(shutil.copy(checkpoint, folder / "b.pt")),
-                    "--out", str(folder / "a.pt")],
+        "average": [
+            "average",
+            str(checkpoint),
+            str(shutil.copy(checkpoint, folder / "b.pt")),
+            "--out",
+            str(folder / "a.pt"),
+        ],
         "visualize-alignment": [
-            "visualize-alignment", str(checkpoint), "--src", "3 4 5", "--out",
+            "visualize-alignment",
+            str(checkpoint),
+            "--src",
+            "3 4 5",
+            "--out",
             str(folder / "a.png"),
         ],
-    }[name]  # fmt: skip
+    }[name]
 
 
 COMMANDS = ["eval", "translate", "score", "align", "heads", "visualize-alignment", "average"]

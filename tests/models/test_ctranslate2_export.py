@@ -1,0 +1,234 @@
+"""`attnseq export` to CTranslate2 (attnseq/models/ctranslate2_export.py): what it refuses to
+export, and how it writes its folder: never over the checkpoint's own, with --force only over an
+earlier export's files, nothing partial after a failed write or move, through a symlink too.
+Decoding with the export: tests/decoding/test_ctranslate2_engine.py."""
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from helpers import one_line_exit_2, untrained_checkpoint
+from typer.testing import CliRunner
+
+from attnseq.cli.app import app
+from attnseq.models.ctranslate2_export import export_ctranslate2
+
+runner = CliRunner()
+TRANSFORMER = ["model.family=transformer", "model.enc_layers=2", "model.dec_layers=2"]
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+
+
+def test_an_rnn_or_efficient_attention_checkpoint_is_refused(tmp_path: Path) -> None:
+    rnn = untrained_checkpoint(tmp_path / "rnn.pt")
+    result = runner.invoke(app, ["export", str(rnn), "--to", "ctranslate2", str(tmp_path / "a")])
+    assert result.exit_code == 2
+    assert "model.family=rnn" in result.output
+    local = untrained_checkpoint(
+        tmp_path / "local.pt", "model.family=transformer", "model.attention.kind=local"
+    )
+    result = runner.invoke(app, ["export", str(local), str(tmp_path / "b")])
+    assert result.exit_code == 2
+    assert "model.attention.kind=local" in result.output
+
+
+def digest(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (symlinks not followed), relative name -> bytes."""
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not path.is_symlink()
+    }
+
+
+@pytest.fixture
+def run_folder(tmp_path: Path) -> Path:
+    """A run folder: a transformer checkpoint and the run's metrics.json."""
+    run = tmp_path / "run"
+    untrained_checkpoint(run / "model.pt", *TRANSFORMER)
+    (run / "metrics.json").write_text('{"test/bleu": 12.5}\n', encoding="utf-8")
+    return run
+
+
+def test_force_never_replaces_a_folder_holding_the_checkpoint(run_folder: Path) -> None:
+    before = digest(run_folder)
+    (run_folder.parent / "link").symlink_to(run_folder)
+    spellings = [run_folder, run_folder / ".." / "run", run_folder.parent / "link"]
+    for out in spellings:
+        for force in ([], ["--force"]):
+            result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(out), *force])
+            one_line_exit_2(result, "holds the input CHECKPOINT")
+    assert digest(run_folder) == before
+    assert sorted(path.name for path in run_folder.parent.iterdir()) == ["link", "run"]
+
+
+def test_the_checkpoint_itself_is_refused_as_out_dir(run_folder: Path) -> None:
+    checkpoint = run_folder / "model.pt"
+    before = checkpoint.read_bytes()
+    (run_folder / "alias.pt").symlink_to(checkpoint)
+    for out in (checkpoint, run_folder / "alias.pt"):
+        result = runner.invoke(app, ["export", str(checkpoint), str(out), "--force"])
+        one_line_exit_2(result, "is the input CHECKPOINT")
+    assert checkpoint.read_bytes() == before and (run_folder / "alias.pt").is_symlink()
+
+
+def test_force_over_an_earlier_export_replaces_its_files_only(
+    ctranslate2, run_folder: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "ct2"
+    assert runner.invoke(app, ["export", str(run_folder / "model.pt"), str(out)]).exit_code == 0
+    (out / "notes.txt").write_text("my notes\n", encoding="utf-8")
+    (out / "source.model").write_bytes(b"a tokenizer an earlier export wrote")
+    earlier = digest(out)
+    other = untrained_checkpoint(tmp_path / "other.pt", *TRANSFORMER, "seed=7")
+    one_line_exit_2(
+        runner.invoke(app, ["export", str(other), str(out)]), "earlier export", "--force"
+    )
+    assert digest(out) == earlier
+    assert runner.invoke(app, ["export", str(other), str(out), "--force"]).exit_code == 0
+    fresh = export_ctranslate2(other, tmp_path / "fresh")
+    replaced = digest(out)
+    assert replaced.pop("notes.txt") == b"my notes\n"  # not the export's: it stays
+    assert replaced == digest(fresh)  # the other checkpoint's export, the stale tokenizer gone
+    assert replaced["model.bin"] != earlier["model.bin"]
+
+
+def test_a_folder_of_other_files_is_refused_even_with_force(run_folder, tmp_path) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "hyp.txt").write_text("a hypothesis\n", encoding="utf-8")
+    (folder / "model.bin").write_bytes(b"not an attnseq export")
+    before = digest(folder)
+    for force in ([], ["--force"]):
+        result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(folder), *force])
+        one_line_exit_2(result, "not an attnseq export", "hyp.txt")
+    assert digest(folder) == before
+
+
+def honest_access(monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.access that honours the owner's write bit for root too (root's access(2) ignores
+    mode bits), so a chmod 555 folder reads as read-only as it does for any other user."""
+    real = os.access
+
+    def access(path, mode, *args, **kwargs) -> bool:
+        if mode & os.W_OK and not os.stat(path).st_mode & stat.S_IWUSR:
+            return False
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+def test_a_read_only_folder_is_refused_before_the_work(
+    run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    honest_access(monkeypatch)
+    empty, parent = tmp_path / "empty", tmp_path / "locked"
+    empty.mkdir()
+    parent.mkdir()
+    for folder in (empty, parent):
+        folder.chmod(0o555)
+    try:
+        for out in (empty, parent / "ct2"):
+            result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(out)])
+            one_line_exit_2(result, "cannot write into", "read-only")
+    finally:
+        for folder in (empty, parent):
+            folder.chmod(0o755)
+    assert list(empty.iterdir()) == list(parent.iterdir()) == []
+
+
+def fail_writing_model_bin(code: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CTranslate2's writer of model.bin writes half a file, then fails with OSError(code)."""
+    from ctranslate2.specs.model_spec import ModelSpec
+
+    def serialize(self, path: str) -> None:
+        with open(path, "wb") as handle:
+            handle.write(b"\0" * 4096)
+        raise OSError(code, os.strerror(code), path)
+
+    monkeypatch.setattr(ModelSpec, "_serialize", serialize)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_failed_write_leaves_nothing_partial(
+    ctranslate2, run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """A full disk or a file system turned read-only while model.bin is written: one line,
+    no new folder and no staging folder; an earlier export stays byte for byte."""
+    earlier = tmp_path / "exports" / "earlier"
+    export_ctranslate2(run_folder / "model.pt", earlier)
+    (earlier / "notes.txt").write_text("my notes\n", encoding="utf-8")
+    before = digest(earlier)
+    fail_writing_model_bin(code, monkeypatch)
+    checkpoint = str(run_folder / "model.pt")
+    new = tmp_path / "exports" / "new"
+    one_line_exit_2(runner.invoke(app, ["export", checkpoint, str(new)]), os.strerror(code))
+    result = runner.invoke(app, ["export", checkpoint, str(earlier), "--force"])
+    one_line_exit_2(result, f"cannot write {earlier}", os.strerror(code))
+    assert sorted(path.name for path in earlier.parent.iterdir()) == ["earlier"]
+    assert sorted(path.name for path in earlier.iterdir()) == sorted(before)
+    assert digest(earlier) == before
+
+
+def test_a_failed_move_into_place_keeps_the_earlier_export(
+    ctranslate2, run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import attnseq.io.atomic
+
+    earlier = tmp_path / "earlier"
+    export_ctranslate2(run_folder / "model.pt", earlier)
+    before = digest(earlier)
+
+    def replace(source, target) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(target))
+
+    monkeypatch.setattr(attnseq.io.atomic.os, "replace", replace)
+    result = runner.invoke(app, ["export", str(run_folder / "model.pt"), str(earlier), "--force"])
+    monkeypatch.undo()
+    one_line_exit_2(result, "Read-only file system")
+    assert sorted(path.name for path in earlier.iterdir()) == sorted(before)
+    assert digest(earlier) == before
+
+
+def test_an_export_through_a_symlinked_folder(
+    ctranslate2, run_folder: Path, tmp_path: Path
+) -> None:
+    """OUT_DIR a symlink to an empty folder or to an earlier export: the files land in the
+    folder it points to and the link stays a link; a link to nothing is one line."""
+    checkpoint = str(run_folder / "model.pt")
+    fresh = digest(export_ctranslate2(run_folder / "model.pt", tmp_path / "fresh"))
+    for name in ("empty", "earlier"):
+        target = tmp_path / "targets" / name
+        target.mkdir(parents=True)
+        if name == "earlier":
+            export_ctranslate2(run_folder / "model.pt", target)
+            (target / "target.model").write_bytes(b"a stale tokenizer")
+        link = tmp_path / f"link-{name}"
+        link.symlink_to(target, target_is_directory=True)
+        result = runner.invoke(app, ["export", checkpoint, str(link), "--force"])
+        assert result.exit_code == 0, result.output
+        assert link.is_symlink() and digest(target) == fresh
+    assert sorted(path.name for path in (tmp_path / "targets").iterdir()) == ["earlier", "empty"]
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "missing")
+    result = runner.invoke(app, ["export", checkpoint, str(dangling)])
+    one_line_exit_2(result, "symlink to a missing folder")
+    assert dangling.is_symlink() and not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize(
+    "feature", ["model.attention.memory_slots=2", "model.conv_kernel=3"], ids=["memory", "conv"]
+)
+def test_features_the_engine_would_drop_are_refused(feature: str) -> None:
+    from helpers import tiny_config
+
+    from attnseq.models.ctranslate2_export import unsupported_features
+
+    problems = unsupported_features(tiny_config(*TRANSFORMER, feature))
+    assert len(problems) == 1 and problems[0].startswith(feature)
+    assert unsupported_features(tiny_config(*TRANSFORMER)) == []
