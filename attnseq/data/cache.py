@@ -523,8 +523,8 @@ def _check_record(folder: Path, meta: dict[str, Any], expected: dict[str, Any] |
         raise DamagedEntry(f"meta.json's built_by lacks or mistypes {error}") from None
     if set(meta["splits"]) != set(built):
         raise DamagedEntry(
-            f"meta.json lists the splits {', '.join(meta['splits'])}; the entry was built with "
-            f"{', '.join(built)}"
+            f"meta.json lists the splits {', '.join(meta['splits']) or '(none)'}; the entry was "
+            f"built with {', '.join(built)}"
         )
 
 
@@ -616,7 +616,7 @@ def _read_meta(folder: Path) -> dict[str, Any]:
         raise DamagedEntry(f"meta.json holds {_json_kind(meta)}, not a JSON object")
     version = meta.get("version")
     if version != PREPARED_VERSION:
-        raise DamagedEntry(f"meta.json is of layout {version}, not {PREPARED_VERSION}")
+        raise DamagedEntry(f"meta.json is of layout {version!r}, not {PREPARED_VERSION}")
     splits = _field(meta, "splits", list, "splits")
     files, stats = _field(meta, "files", dict, "files"), _field(meta, "stats", dict, "stats")
     for name in splits:
@@ -685,9 +685,13 @@ def describe_entries(prepared: Path, verify: bool = True) -> list[tuple[str, str
 
 
 def _layout(folder: Path) -> Any:
-    """The layout version meta.json names, None when it cannot be read."""
+    """The layout version meta.json names, None when it cannot be read (a meta.json that is
+    no regular file is never opened: a named pipe would block)."""
+    path = folder / "meta.json"
     try:
-        return json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("version")
+        if special_file_kind(path.stat().st_mode) is not None:
+            return None
+        return json.loads(path.read_text(encoding="utf-8")).get("version")
     except (OSError, ValueError, AttributeError):
         return None
 

@@ -103,7 +103,15 @@ def shortened(path: Path | str, keep: int = 80) -> str:
 
 
 # errno values that mean "fix the disk or the folder and try again", not a bug
-FIXABLE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
+# a full disk, a read-only or forbidden place, a quota or a file-size limit (RLIMIT_FSIZE)
+FIXABLE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EDQUOT,
+    errno.EFBIG,
+}
 
 
 def _writable_folder(path: Path, named: Path, option: str) -> None:
