@@ -39,6 +39,24 @@ class AttentionMap:
         """'source → output', what the map shows."""
         return f"{self.source} → {self.output}"
 
+    def __repr__(self) -> str:
+        """One line a notebook can show: the texts cut short, the weights' shape (never the
+        values), how many labels each axis has."""
+        words = [
+            f"source={_cut(self.source)}",
+            f"output={_cut(self.output)}",
+            f"weights {tuple(self.weights.shape)}",
+            f"{len(self.rows)} rows x {len(self.columns)} columns",
+        ]
+        if self.p_gen is not None:
+            words.append(f"p_gen {tuple(self.p_gen.shape)}")
+        return f"AttentionMap({', '.join(words)})"
+
+
+def _cut(text: str, limit: int = 40) -> str:
+    """The repr of `text`, cut to `limit` characters with "…" when longer."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
 
 @dataclass
 class _Pass:

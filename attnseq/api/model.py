@@ -1,7 +1,6 @@
 """`attnseq.load` and the `Model` it gives: translate, score, align, attention, explain, save."""
 
 import dataclasses
-import os
 import warnings
 from collections.abc import Iterable
 from functools import cached_property
@@ -32,13 +31,17 @@ from attnseq.decoding import Hypothesis
 from attnseq.decoding.translate import Translator
 from attnseq.errors import UserError
 from attnseq.evaluation.scoring import PairScore, Scorer
-from attnseq.io.checkpoint import save_checkpoint
+from attnseq.io.checkpoint import (
+    HEADER_KEYS,
+    TRAINING_STATE_KEYS,
+    refuse_replacing_training_state,
+    save_checkpoint,
+)
 from attnseq.io.user_paths import check_output_file
 from attnseq.models.ensemble import load_ensemble
 from attnseq.models.head_mask import optional_entry
 from attnseq.models.loading import TrainedModel, load_weights, model_for
 from attnseq.models.positional import position_limit
-from attnseq.training.averaging import HEADER_KEYS, RUN_STATE_KEYS
 
 BEST_CHECKPOINT = Path("checkpoints") / "best.pt"  # inside a run directory
 
@@ -151,16 +154,16 @@ class Model:
         is a model to use, not a run to resume. The write is atomic (attnseq/io/atomic.py):
         `path` holds the old file or the whole new one, never a part. Returns `path`.
 
-        Saving over the checkpoint the model was loaded from is allowed when it loses nothing:
-        a file without training state (an average, a pruned or a saved model) is replaced by
-        the model it now is; one with training state is refused, since its run could no
-        longer be resumed from it.
+        A file that holds the state of a training run (a run's last.pt or best.pt, by its
+        content, whatever its name or the path it is reached by) is never written over: the
+        run could no longer be resumed from it. Any other file, the checkpoint the model was
+        loaded from included, is replaced by the model as it is now.
 
         Raises:
             TypeError: `path` is not a str or path.
             UserError: an ensemble (no one set of weights computes it), a `path` that cannot
                 be written or is no .pt file, weights that no longer fit the config (heads
-                removed from the weights), or the training checkpoint it was loaded from.
+                removed from the weights), or a file that holds a training run's state.
         """
         target = arguments.path(path, "path")
         assert target is not None
@@ -171,26 +174,12 @@ class Model:
                 "loaded alone, or average the checkpoints of one run (attnseq average)"
             )
         check_output_file(target, "path", ["pt"])
-        self._refuse_losing_training_state(target)
+        remedy = "save to another path (or delete that file first, if the run is of no use)"
+        refuse_replacing_training_state(target, "path", "a saved model", remedy)
         state = {name: value.detach().cpu() for name, value in self.module.state_dict().items()}
         load_weights(target, model_for(self.config, self.tokenizers), state)  # as `load` will
         save_checkpoint(target, self._saved_payload(state))
         return target
-
-    def _refuse_losing_training_state(self, target: Path) -> None:
-        """UserError when `target` is the checkpoint this model was loaded from (by any path)
-        and that checkpoint holds training state, which `save` leaves out."""
-        try:
-            same = os.path.samefile(target, self.path)
-        except OSError:  # one of them does not exist
-            return
-        lost = [key for key in self.trained.payload if key in RUN_STATE_KEYS]
-        if same and lost:
-            raise UserError(
-                f"path {target} is the checkpoint this model was loaded from, and it holds the "
-                f"state of its training ({', '.join(lost)}), which a saved model leaves out: "
-                "saving over it would lose the means to resume the run; save to another path"
-            )
 
     def _saved_payload(self, state: dict[str, Tensor]) -> dict[str, Any]:
         """What `save` writes: the loaded payload's records of the model without the state of
@@ -201,7 +190,7 @@ class Model:
         payload = {
             key: value
             for key, value in loaded.items()
-            if key not in RUN_STATE_KEYS and key not in HEADER_KEYS
+            if key not in TRAINING_STATE_KEYS and key not in HEADER_KEYS
         }
         if "head_pruning" in payload and not _same_head_masks(loaded["model"], state):
             del payload["head_pruning"]  # it names the heads of masks the model no longer has

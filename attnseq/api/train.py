@@ -1,7 +1,6 @@
 """`attnseq.train`: one training from Python, composed as `attnseq train` composes it."""
 
 import logging
-import shutil
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +15,6 @@ from attnseq.config.schema import TrainConfig
 from attnseq.errors import UserError
 from attnseq.io.progress import in_notebook
 from attnseq.training.callbacks import Callback, check_callbacks
-from attnseq.training.run_directory import run_outputs
 from attnseq.training.stopping import TrainingInterrupted
 
 if TYPE_CHECKING:
@@ -93,7 +91,7 @@ def train(
         TrainingDiverged: as `attnseq.training.run.run_training`.
     """
     from attnseq.config.composition import compose, quoted_value, rewrite_config_selector
-    from attnseq.training.run_checks import check_run
+    from attnseq.training.run_checks import check_run, created_by_start, remove_refused_start
 
     given = arguments.strings(overrides, "overrides", "['trainer.max_steps=10']")
     folder = arguments.path(run_dir, "run_dir", optional=True)
@@ -108,18 +106,15 @@ def train(
         args.append(f"hydra.run.dir={quoted_value(str(folder.absolute()))}")
     _refuse_sweeps(args)
     config = compose(args)
-    named = Path(str(config.hydra.run.dir)).absolute()
-    missing = [folder for folder in (named, *named.parents) if not folder.exists()]
     elsewhere = "run_dir=DIR" if folder is not None else "hydra.run.dir=DIR"
     cfg = check_run(config, lock=False, elsewhere=elsewhere)  # run_training locks it
     directory = Path(str(config.hydra.run.dir))
-    if directory.absolute() != named:  # check_run claimed a fresh one beside a taken name
-        missing.insert(0, directory.absolute())
+    created = created_by_start(directory)
     try:
         with _process_settings_kept():
             metrics = _run(cfg, config, given, directory, asked)
     except UserError:
-        _remove_refused(directory, missing)
+        remove_refused_start(directory, created)
         raise
     except TrainingInterrupted as interruption:
         _tell_resume(interruption, given, directory, asked)
@@ -178,19 +173,6 @@ def _tell_resume(
     if asked.callbacks:
         call = call[:-1] + ", callbacks=[...])  # the same callbacks"
     interruption.tell(interruption_message(interruption, directory, call), call)
-
-
-def _remove_refused(directory: Path, created: list[Path]) -> None:
-    """After a refused start: the run directory and the folders above it, deepest first, as
-    far as this call created them and they hold nothing else (no run outputs)."""
-    if directory.absolute() not in created or run_outputs(directory):
-        return
-    shutil.rmtree(directory, ignore_errors=True)
-    for folder in created:
-        try:
-            folder.rmdir()  # only when empty: another run may have started beside this one
-        except OSError:
-            continue
 
 
 def _run(

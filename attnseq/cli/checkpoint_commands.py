@@ -28,23 +28,34 @@ def average(
         list[Path], typer.Argument(help="Checkpoints of one model (same config and vocabulary).")
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the average.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Write over --out even when it holds the state of a training run (a run's "
+            "last.pt or best.pt), which the average leaves out."
+        ),
+    ] = False,
     threads: ThreadsOption = None,
 ) -> None:
     """Average the weights of checkpoints of one model (Vaswani et al. 2017: the last 5-20
     checkpoints); the result keeps the first one's config and tokenizers, without optimizer
-    state, for eval, translate and visualize-alignment.
+    state, for eval, translate and visualize-alignment. --out is never one of the
+    checkpoints, and never a file a run resumes from unless --force says so.
 
     \b
     attnseq average run/checkpoints/step_*.pt --out run/checkpoints/averaged.pt
     attnseq average best.pt last.pt -o averaged.pt
     """
-    from attnseq.io.checkpoint import save_checkpoint
+    from attnseq.io.checkpoint import refuse_replacing_training_state, save_checkpoint
     from attnseq.io.user_paths import check_output_file, refuse_output_over_inputs
     from attnseq.training.averaging import average_checkpoints
 
     with user_errors():
         refuse_output_over_inputs(out, "--out", [("CHECKPOINT", path) for path in checkpoints])
         check_output_file(out, "--out")
+        if not force:
+            remedy = "choose another path, or give --force to replace it"
+            refuse_replacing_training_state(out, "--out", "an average", remedy)
         apply_threads(threads)
         payload = average_checkpoints(checkpoints)
         save_checkpoint(out, payload)

@@ -148,11 +148,23 @@ def human_size(size: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _cache_problem() -> str | None:
+    """Why the cache folder or its prepared/ cannot be used, None when they can."""
+    from attnseq.data.locations import cache_folder_problem, cache_root
+
+    root = cache_root()
+    for path in (root, root / "prepared"):
+        problem = cache_folder_problem(path)
+        if problem is not None:
+            return f"unusable: {path} {problem}"
+    return None
+
+
 def _cache() -> Section:
     from attnseq.data.locations import cache_root
 
     root = cache_root()
-    size = human_size(folder_size(root)) if root.is_dir() else "absent"
+    size = _cache_problem() or (human_size(folder_size(root)) if root.is_dir() else "absent")
     return "cache", [("folder", str(root)), ("size", size)]
 
 
@@ -209,10 +221,18 @@ def doctor(
     """
     sections = report()
     damaged = 0
-    if verify_cache:
+    unusable = _cache_problem()
+    if verify_cache and unusable is None:
         entries, damaged = _cache_entries()
         sections.append(entries)
     typer.echo(format_report(sections))
+    if verify_cache and unusable is not None:
+        typer.echo(
+            f"error: the cache is {unusable}: point the ATTNSEQ_CACHE environment variable at "
+            "a folder attnseq may write",
+            err=True,
+        )
+        raise typer.Exit(1)
     if damaged:
         typer.echo(
             f"error: {damaged} damaged cache entr{'y' if damaged == 1 else 'ies'}: delete "

@@ -135,7 +135,7 @@ def train_from_hydra(composed: Any) -> float | None:
     from attnseq.training.distributed import is_main_process
     from attnseq.training.resume import interruption_message
     from attnseq.training.run import run_training
-    from attnseq.training.run_checks import passed
+    from attnseq.training.run_checks import created_by_start, passed, remove_refused_start
     from attnseq.training.run_directory import check_run_directory
     from attnseq.training.stopping import TrainingDiverged, TrainingInterrupted
 
@@ -144,6 +144,7 @@ def train_from_hydra(composed: Any) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     # Under torchrun every rank gets here and exits with the same status; rank 0 speaks.
     main = is_main_process()
+    created = created_by_start(run_dir) if main else []  # what a refused start removes
     try:
         if main and not passed(cfg, run_dir):  # the start checks did not: a sweep's job
             check_run_directory(run_dir, cfg.resume, cfg.trainer.overwrite, _elsewhere())
@@ -151,6 +152,7 @@ def train_from_hydra(composed: Any) -> float | None:
     except OutputError as error:  # a full disk or read-only folder: nothing written is lost
         _fail(main, f"error: {error}; fix that, then continue with: {_resume(run_dir)}", 2)
     except UserError as error:
+        remove_refused_start(run_dir, created)
         _fail(main, f"error: {error}", 2)
     except TrainingInterrupted as interruption:
         message = interruption_message(interruption, run_dir, _resume(run_dir))

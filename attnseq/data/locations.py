@@ -2,12 +2,14 @@
 config may name (`check_checkpoint_data`): none outside this machine's data root, no download."""
 
 import os
+import stat
 from collections.abc import Collection
 from pathlib import Path, PurePath
 
 from attnseq.config.choices import DataSource, FileFormat
 from attnseq.config.schema import DataConfig
 from attnseq.errors import UserError
+from attnseq.io.user_paths import special_file_kind
 
 # Where a user who installed the wheel (no checkout, so no data/README.md) finds out which data
 # files a config expects and where to get them: what every "data file not found" ends with.
@@ -31,6 +33,37 @@ def cache_root() -> Path:
     """
     configured = os.environ.get("ATTNSEQ_CACHE")
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "attnseq"
+
+
+def cache_folder_problem(path: Path) -> str | None:
+    """Why `path`, a folder of the cache, cannot be one ("is a regular file, not a folder",
+    "cannot be looked at (Too many levels of symbolic links)", ...); None when it is a
+    folder or can be made one (it does not exist yet)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if not path.is_symlink():
+            return None
+        return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+    except OSError as error:
+        return f"cannot be looked at ({error.strerror})"
+    if stat.S_ISDIR(mode):
+        return None
+    return f"is {special_file_kind(mode) or 'a regular file'}, not a folder"
+
+
+def checked_cache_folder(name: str) -> Path:
+    """`cache_root() / name`, after a UserError when it or the cache folder cannot be a
+    folder (`cache_folder_problem`): what every writer into the cache starts with."""
+    root = cache_root()
+    for path in (root, root / name):
+        problem = cache_folder_problem(path)
+        if problem is not None:
+            raise UserError(
+                f"the cache folder {path} {problem}; point the ATTNSEQ_CACHE environment "
+                "variable at a folder attnseq may write (or move what is there away)"
+            )
+    return root / name
 
 
 def resolve_data_path(path: str | Path, cfg: DataConfig) -> Path:

@@ -20,14 +20,16 @@ from attnseq.data.batching import Example
 from attnseq.data.cache import (
     STAT_KEYS,
     EncodedChunk,
-    cache_key,
     entry_holds,
+    entry_record,
     new_entry,
     open_entry,
+    record_key,
     remove_stale_builds,
+    take_prefixes,
 )
 from attnseq.data.file_readers import Pairs, ParallelStream
-from attnseq.data.locations import cache_root
+from attnseq.data.locations import checked_cache_folder
 from attnseq.data.sentencepiece_tokenizer import train_sentencepiece
 from attnseq.data.sources import load_splits, split_streams
 from attnseq.data.tokenizers import TokenizerPair, train_tokenizer
@@ -93,10 +95,11 @@ def prepare_data(
         chosen = pairs if wanted is None else {name: pairs[name] for name in wanted}
         return _build(cfg, chosen, tokenizers, pairs.get(TRAIN))
 
-    key = None if cfg.source is DataSource.generated else cache_key(cfg, tokenizers, wanted)
-    if key is not None:
-        remove_stale_builds(cache_root() / "prepared")
-        cached = _open(cache_root() / "prepared" / key, cfg.verify)
+    record = None if cfg.source is DataSource.generated else entry_record(cfg, tokenizers, wanted)
+    if record is not None:
+        prepared = checked_cache_folder("prepared")
+        remove_stale_builds(prepared)
+        cached = _open(prepared / record_key(record), cfg.verify, expected=record)
         if cached is None and tokenizers is not None:
             cached = _load_trained_entry(cfg, tokenizers, wanted)
         if cached is not None:
@@ -105,7 +108,7 @@ def prepare_data(
     to_load = wanted
     if tokenizers is None and wanted is not None and TRAIN not in wanted:
         to_load = [*wanted, TRAIN]  # the tokenizers are trained on train
-    if key is None:
+    if record is None:
         loaded = load_splits(cfg, seed, to_load)
         chosen = loaded if wanted is None else {name: loaded[name] for name in wanted}
         return _build(cfg, chosen, tokenizers, loaded.get(TRAIN))
@@ -116,10 +119,10 @@ def prepare_data(
                 "no training pairs to train the tokenizers on (the train split is empty)"
             )
         tokenizers = train_tokenizers(cfg, streams[TRAIN])
-    folder = cache_root() / "prepared" / key
+    folder = checked_cache_folder("prepared") / record_key(record)
     chosen_streams = streams if wanted is None else {name: streams[name] for name in wanted}
-    _write_cached(folder, cfg, chosen_streams, tokenizers)
-    mapped = _open(folder, cfg.verify, on_damage="raise")
+    _write_cached(folder, cfg, chosen_streams, tokenizers, record)
+    mapped = _open(folder, cfg.verify, on_damage="raise", expected=record)
     if mapped is None:
         raise UserError(
             f"the prepared data just written to {folder} is gone: is another "
@@ -137,10 +140,11 @@ def _load_trained_entry(
     rather than given, the very same tokenizers, every wanted split. Encoding millions of
     pairs again would take minutes and a second copy of the cache."""
     for splits in (None, wanted) if wanted is not None else (None,):
-        folder = cache_root() / "prepared" / cache_key(cfg, None, splits)
+        record = entry_record(cfg, None, splits)
+        folder = checked_cache_folder("prepared") / record_key(record)
         if not entry_holds(folder, tokenizers, wanted):
             continue
-        data = _open(folder, cfg.verify)
+        data = _open(folder, cfg.verify, expected=record)
         if data is None:
             continue
         for name in set(data.examples) - set(wanted or data.examples):
@@ -255,11 +259,12 @@ def _write_cached(
     cfg: DataConfig,
     splits: dict[str, Iterable[tuple[str, str]]],
     tokenizers: TokenizerPair,
+    record: dict[str, Any],
 ) -> None:
     """Encode every split into the new cache entry `folder` a chunk at a time (read, encoded
     by `encoded_chunks`, written), so memory holds one chunk, never a split; the count checks
-    run before the entry is kept."""
-    with new_entry(folder, tokenizers) as entry:
+    run before the entry is kept; `record` is what built it (`entry_record`)."""
+    with new_entry(folder, tokenizers, record) as entry:
         for name, pairs in splits.items():
             encode = functools.partial(encode_chunk, name, tokenizers=tokenizers, cfg=cfg)
             chunks = encoded_chunks(name, pairs, encode, cfg.prepare_workers)
@@ -268,11 +273,14 @@ def _write_cached(
 
 
 def _open(
-    folder: Path, verify: bool, on_damage: Literal["move", "skip", "raise"] = "move"
+    folder: Path,
+    verify: bool,
+    on_damage: Literal["move", "skip", "raise"] = "move",
+    expected: dict[str, Any] | None = None,
 ) -> PreparedData | None:
     """The prepared data of the cache entry at `folder` (`open_entry`, which says what
-    `verify` and `on_damage` do), None when there is none."""
-    entry = open_entry(folder, verify, on_damage)
+    `verify`, `on_damage` and `expected` do), None when there is none."""
+    entry = open_entry(folder, verify, on_damage, expected)
     if entry is None:
         return None
     for name, stats in entry.stats.items():
@@ -328,26 +336,9 @@ def encode_chunk(
     stats["truncated"] = int((src_cut | tgt_cut).sum())
     kept = np.flatnonzero(keep)
     stats["kept"] = len(kept)
-    src_ids, src_kept = _take(src_flat, src_lengths, kept, cfg.max_src_len)
-    tgt_ids, tgt_kept = _take(tgt_flat, tgt_lengths, kept, cfg.max_tgt_len)
+    src_ids, src_kept = take_prefixes(src_flat, src_lengths, kept, cfg.max_src_len)
+    tgt_ids, tgt_kept = take_prefixes(tgt_flat, tgt_lengths, kept, cfg.max_tgt_len)
     return EncodedChunk(kept, src_ids, src_kept, tgt_ids, tgt_kept, stats)
-
-
-def _take(
-    flat: np.ndarray, lengths: np.ndarray, rows: np.ndarray, limit: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The first `limit` ids of each of `rows` (of `flat` cut into `lengths`): the ids one row
-    after the other and the rows' lengths.
-
-        out[e_{k-1} + j] = flat[start(rows_k) + j] for j < n_k = min(lengths[rows_k], limit),
-        e_k = n_1 + ... + n_k
-    """
-    starts = (np.cumsum(lengths) - lengths)[rows]
-    taken = np.minimum(lengths[rows], limit)
-    ends = np.cumsum(taken)
-    total = int(ends[-1]) if len(ends) else 0
-    gather = np.repeat(starts - (ends - taken), taken) + np.arange(total)
-    return flat[gather], taken
 
 
 def encode_split(

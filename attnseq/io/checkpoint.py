@@ -7,6 +7,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,25 @@ import torch
 
 from attnseq.errors import UserError
 from attnseq.io.atomic import atomic_write
-from attnseq.io.user_paths import check_path_name
+from attnseq.io.user_paths import check_path_name, special_file_kind
 
 CHECKPOINT_FORMAT = "attnseq-checkpoint"
 CHECKPOINT_VERSION = 1
 STEP_CHECKPOINT = re.compile(r"step_(\d+)\.pt")
+# What a checkpoint holds of one moment of its training run rather than of the model: what
+# resuming reads, and what a model saved for use (an average, `Model.save`) leaves out.
+TRAINING_STATE_KEYS = (
+    "optimizer",
+    "scheduler",
+    "progress",
+    "rng",
+    "rng_ranks",
+    "grad_scaler",
+    "training_model",
+    "ema",
+)
+# the checkpoint file's own header, added again by save_checkpoint
+HEADER_KEYS = ("format", "version")
 # How a torch checkpoint starts: a zip archive, or (older torch) a pickle's PROTO opcode
 _TORCH_STARTS = (b"PK\x03\x04", b"\x80")
 _SNIFF_BYTES = 512
@@ -40,8 +55,16 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"{path} is a folder, not a checkpoint file; pass a checkpoint such as "
             "RUN/checkpoints/best.pt (or the run directory RUN itself)"
         )
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path}")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise UserError(f"checkpoint not found: {path}") from None
+    except OSError as error:
+        raise UserError(f"checkpoint {path} cannot be read: {error.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(
+            f"{path} is {special_file_kind(mode) or 'a special file'}, not a checkpoint file"
+        )
     foreign = _foreign_content(path)
     if foreign is not None:
         raise UserError(f"{path} is not an attnseq checkpoint ({foreign})")
@@ -66,6 +89,50 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"version {CHECKPOINT_VERSION}"
         )
     return payload
+
+
+def training_state_in(path: Path) -> list[str]:
+    """The entries of training state (`TRAINING_STATE_KEYS`) that the file at `path` holds, by
+    its content, whatever its name: [] when there is no file, or it is no torch checkpoint or
+    cannot be read. Only the names of the entries are read: the tensors are memory-mapped, not
+    loaded (an older torch's pickle, which cannot be mapped, is read whole)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode) or _foreign_content(path) is not None:
+            return []
+    except OSError:
+        return []
+    payload = None
+    for mapped in (True, False):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
+            break
+        except Exception:  # a file torch cannot read holds no state to keep
+            continue
+    if not isinstance(payload, dict):
+        return []
+    return [key for key in TRAINING_STATE_KEYS if key in payload]
+
+
+def refuse_replacing_training_state(path: Path, name: str, writer: str, remedy: str) -> None:
+    """UserError when the file at `path` holds the state of a training run
+    (`training_state_in`): the file that resuming the run reads, which the model file about
+    to replace it leaves out.
+
+    Args:
+        path: the output, as the user gave it.
+        name: how the message names it, e.g. "--out" or "path".
+        writer: what would be written there, e.g. "an average" or "a saved model".
+        remedy: what the user may do instead, e.g. "choose another path".
+    """
+    held = training_state_in(path)
+    if held:
+        raise UserError(
+            f"{name} {path} holds the state of a training run ({', '.join(held)}), which "
+            f"{writer} leaves out: writing over it would lose the means to resume that run; "
+            f"{remedy}"
+        )
 
 
 def _pickled_objects(error: pickle.UnpicklingError) -> str:

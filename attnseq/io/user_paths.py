@@ -20,6 +20,16 @@ _SPECIAL_KINDS = (
 )
 
 
+def special_file_kind(mode: int) -> str | None:
+    """What a file of st_mode `mode` is, in words ("a folder", "a named pipe (FIFO)", ...);
+    None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return next((what for test, what in _SPECIAL_KINDS if test(mode)), "a special file")
+
+
 def check_input_file(path: Path, name: str, *, pipes: bool = False) -> None:
     """UserError unless `path` is a regular, non-empty file (or, with `pipes`, a named pipe).
 
@@ -137,6 +147,7 @@ def refuse_special_file(path: Path, doing: str) -> None:
 
 def check_output_file(path: Path, option: str, suffixes: Iterable[str] | None = None) -> None:
     """UserError unless a file can be written at `path` (with one of `suffixes`, if given)."""
+    check_path_name(path, option)
     if path.is_dir():
         raise UserError(f"{option} {path} is a folder; give a file name")
     refuse_special_file(path, option)

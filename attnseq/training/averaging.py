@@ -9,23 +9,9 @@ import torch
 from torch import Tensor
 
 from attnseq.errors import UserError
-from attnseq.io.checkpoint import load_checkpoint
+from attnseq.io.checkpoint import HEADER_KEYS, TRAINING_STATE_KEYS, load_checkpoint
 from attnseq.models.head_mask import optional_entry
 from attnseq.models.loading import check_structure
-
-# what describes one moment of a training run rather than the model itself
-RUN_STATE_KEYS = (
-    "optimizer",
-    "scheduler",
-    "progress",
-    "rng",
-    "rng_ranks",
-    "grad_scaler",
-    "training_model",
-    "ema",
-)
-# the checkpoint file's own header, added again by save_checkpoint
-HEADER_KEYS = ("format", "version")
 
 
 def average_checkpoints(paths: Sequence[Path]) -> dict[str, Any]:
@@ -70,7 +56,7 @@ def average_checkpoints(paths: Sequence[Path]) -> dict[str, Any]:
     result = {
         key: value
         for key, value in first.items()
-        if key not in RUN_STATE_KEYS and key not in HEADER_KEYS
+        if key not in TRAINING_STATE_KEYS and key not in HEADER_KEYS
     }
     result["model"] = averaged
     result["averaged_from"] = [str(path) for path in paths]

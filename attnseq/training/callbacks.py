@@ -5,6 +5,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from attnseq.training.state import preserved_rng
@@ -44,11 +45,13 @@ class Callback:
     """
 
     def on_update(self, event: TrainingEvent) -> bool | None:
-        """After each optimizer update; True (or `event.stop = True`) ends the run."""
+        """After each optimizer update; True (or `event.stop = True`) ends the run, False or
+        None lets it go on; any other value is a TypeError."""
         return None
 
     def on_validation(self, event: TrainingEvent) -> bool | None:
-        """After each validation; True (or `event.stop = True`) ends the run."""
+        """After each validation; True (or `event.stop = True`) ends the run, False or None
+        lets it go on; any other value is a TypeError."""
         return None
 
     def on_end(self, event: TrainingEvent) -> None:
@@ -116,8 +119,29 @@ class Callbacks:
             event.metrics = dict(event.metrics)  # a callback that edits its copy changes no other's
             training = event.model.training
             with preserved_rng():
-                asked = method(event)
+                answer = method(event)
             event.model.train(training)
-            if (asked is True or event.stop) and self.stop_reason is None and hook != "on_end":
+            asked = _answer(answer, f"{type(callback).__name__}.{hook}")
+            if (asked or event.stop) and self.stop_reason is None and hook != "on_end":
                 self.stop_reason = f"{type(callback).__name__}.{hook} asked to stop"
             event.stop = False
+
+
+def _answer(value: object, method: str) -> bool:
+    """Whether a hook's return value asks to stop: True (numpy's too) does, False and None do
+    not; anything else (a string, a number, a tensor) is a TypeError naming `method`, since
+    its truth would be taken for an answer the callback may not mean."""
+    if value is None:
+        return False
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise TypeError(
+        f"{method} returned {_shown(value)} ({type(value).__name__}): return True to end the "
+        "run, False or None to let it go on"
+    )
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """The repr of `value`, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -16,7 +16,7 @@ from attnseq.training.ema import WeightEMA
 from attnseq.training.optim import LearningRateSchedule, load_optimizer_state
 from attnseq.training.precision import MixedPrecision
 from attnseq.training.state import TrainingState, rng_state
-from attnseq.training.stopping import TrainingDiverged
+from attnseq.training.stopping import TrainingDiverged, kept_checkpoints
 
 log = logging.getLogger("attnseq")
 
@@ -90,9 +90,11 @@ class Checkpointer:
         averaged = self.ema.average.values() if self.ema is not None else []
         if not _all_finite([*self.model.parameters(), *averaged]):
             raise TrainingDiverged(
-                f"the weights became non-finite after step {state.step}; {name} was not "
-                f"written (last.pt is from step {self.last_saved_step}). Lower optim.lr or use "
-                "gradient clipping (optim.clip_norm)"
+                f"the weights became non-finite after step {state.step}, though every update "
+                "applied had a finite loss and gradient: a callback that changes the model's "
+                "weights, or an update too large for them (lower optim.lr or use gradient "
+                f"clipping, optim.clip_norm); {name} was not written "
+                f"({kept_checkpoints(self.folder, self.last_saved_step)})"
             )
         path = self.folder / name
         payload = self.payload(state)

@@ -2,6 +2,7 @@
 this machine's, the data files', then its run directory (docs/internals/training.md)."""
 
 import copy
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
 # directory, resolved. It is the run that starts next (the task Hydra calls after its
 # callback, the training `attnseq.train` starts), which checks neither again (`passed`).
 _passed: "tuple[TrainConfig, Path] | None" = None
+# The folders the start of that run creates, deepest first: its run directory and the folders
+# above it that did not exist before (outputs/DATE/ of outputs/DATE/TIME), by the resolved run
+# directory; what a start that is refused removes (`remove_refused_start`).
+_created: tuple[Path, list[Path]] | None = None
 
 
 def passed(cfg: "TrainConfig", run_dir: Path) -> bool:
@@ -105,24 +110,56 @@ def check_run(
     user named and, with `lock`, locks it for the rest of the process (before Hydra writes its
     record there; training takes the lock again, locks nest). `elsewhere` is how the user
     names another run directory, in the refusals (`attnseq.train`: its run_dir argument)."""
-    global _passed
+    global _passed, _created
     from attnseq.training.distributed import env_world
     from attnseq.training.run_directory import acquire, claim_fresh
 
-    _passed = None
+    _passed = _created = None
     cfg = check_job(config)
+    created: list[Path] = []
     if env_world().is_main:  # torchrun's other ranks write no run directory
         run_dir, timestamped = directory_setting(config.hydra.run)
+        named = run_dir.absolute()
+        created = [folder for folder in (named, *named.parents) if not folder.exists()]
         if timestamped:
             if cfg.resume != "auto":  # resume=auto in a fresh folder starts fresh
                 _check_resume(cfg, run_dir)
-            config.hydra.run.dir = str(claim_fresh(run_dir))
+            claimed = claim_fresh(run_dir)
+            if claimed.absolute() != named:  # DIR_2 beside a name another run has taken
+                created.insert(0, claimed.absolute())
+            config.hydra.run.dir = str(claimed)
         else:
             check_job_directory(run_dir, cfg, elsewhere)
             if lock:
                 acquire(run_dir)
-    _passed = (copy.deepcopy(cfg), Path(str(config.hydra.run.dir)).resolve())
+    resolved = Path(str(config.hydra.run.dir)).resolve()
+    _passed, _created = (copy.deepcopy(cfg), resolved), (resolved, created)
     return cfg
+
+
+def created_by_start(run_dir: Path) -> list[Path]:
+    """The folders the start of the run into `run_dir` creates, deepest first, when
+    `check_run` passed that run; [] for any other run directory."""
+    if _created is None or _created[0] != run_dir.resolve():
+        return []
+    return list(_created[1])
+
+
+def remove_refused_start(run_dir: Path, created: list[Path]) -> None:
+    """After a start that was refused (a UserError before training wrote anything): the run
+    directory and the folders above it, deepest first, as far as the start created them
+    (`created`, from `created_by_start`) and they hold nothing else: a run directory with
+    run outputs stays, and so does a folder another run has meanwhile started in."""
+    from attnseq.training.run_directory import run_outputs
+
+    if run_dir.absolute() not in created or run_outputs(run_dir):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for folder in created:
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            continue
 
 
 def check_job_directory(

@@ -116,6 +116,14 @@ class StopSignals:
         raise TrainingInterrupted(signum, graceful=False)
 
 
+def kept_checkpoints(folder: Path, last_saved_step: int | None) -> str:
+    """What the checkpoint folder of a run that stops without writing holds, in words: the
+    step of the newest last.pt this session wrote, or that it wrote none."""
+    if last_saved_step is not None:
+        return f"{folder / 'last.pt'} is from step {last_saved_step}"
+    return f"no checkpoint of this session was written; {folder} keeps whatever it held before"
+
+
 class TrainingDiverged(Exception):
     """Too many non-finite losses (or gradients) in a row; no checkpoint was overwritten."""
 
@@ -196,12 +204,7 @@ class StoppingPolicy:
     ) -> TrainingDiverged:
         """The error that ends a diverged run whose streak of skipped updates ended at update
         `step`; says what the checkpoint folder still holds."""
-        kept = (
-            f"{folder / 'last.pt'} is from step {last_saved_step}"
-            if last_saved_step is not None
-            else f"no checkpoint of this session was written; {folder} keeps whatever it held "
-            "before"
-        )
+        kept = kept_checkpoints(folder, last_saved_step)
         return TrainingDiverged(
             f"training diverged: {state.nonfinite_in_a_row} non-finite losses or gradients "
             f"in a row, up to step {step} "

@@ -275,7 +275,9 @@ def test_saving_over_its_own_checkpoint_only_when_nothing_is_lost(
     training = run / "checkpoints" / "last.pt"
     before = training.read_bytes()
     model = attnseq.load(training, "cpu", threads=1)
-    with pytest.raises(attnseq.UserError, match="holds the state of its training \\(optimizer"):
+    with pytest.raises(
+        attnseq.UserError, match="holds the state of a training run \\(optimizer, scheduler"
+    ):
         model.save(training)
     link = tmp_path / "link.pt"
     link.symlink_to(training)
@@ -287,6 +289,47 @@ def test_saving_over_its_own_checkpoint_only_when_nothing_is_lost(
     model = attnseq.load(plain, "cpu", threads=1)
     model.save(plain)
     same_translations(model, attnseq.load(plain, "cpu", threads=1), [SOURCE])
+
+
+def test_save_never_writes_over_a_training_state_by_any_name(run: Path, tmp_path: Path) -> None:
+    """The state of a run (its last.pt, best.pt) is refused by its content: saving the model
+    of best.pt over last.pt, or over a copy or hard link of it under another name, loses
+    nothing. A file named like a checkpoint that holds no state is replaced."""
+    folder = run / "checkpoints"
+    model = attnseq.load(folder / "best.pt", "cpu", threads=1)
+    renamed = tmp_path / "model.pt"
+    renamed.write_bytes((folder / "last.pt").read_bytes())
+    os.link(folder / "last.pt", tmp_path / "hard.pt")
+    before = {path: path.read_bytes() for path in (folder / "last.pt", renamed)}
+    for target in (folder / "last.pt", renamed, tmp_path / "hard.pt"):
+        with pytest.raises(attnseq.UserError, match=f"^path {target} holds the state of a"):
+            model.save(target)
+    assert {path: path.read_bytes() for path in before} == before
+    saved = model.save(tmp_path / "saved.pt")
+    model.save(saved)  # a saved model holds no state: replaced
+    assert not {"optimizer", "rng"} & load_checkpoint(saved).keys()
+
+
+def test_a_path_the_file_system_cannot_take_is_one_user_error(
+    models: dict[str, Model], tmp_path: Path
+) -> None:
+    model = models["rnn"]
+    for path in (tmp_path / ("x" * 300 + ".pt"), tmp_path / ("d" * 300) / "model.pt"):
+        with pytest.raises(attnseq.UserError, match="File name too long"):
+            model.save(path)
+    with pytest.raises(attnseq.UserError, match="File name too long"):
+        model.explain(SOURCE, "2001-06-05", methods=["attention"], path="p" * 300 + ".html")
+    assert os.listdir(tmp_path) == []
+
+
+def test_load_says_what_a_path_that_is_no_checkpoint_file_is(tmp_path: Path) -> None:
+    with pytest.raises(attnseq.UserError, match="^/dev/null is a character device, not a check"):
+        attnseq.load("/dev/null")
+    os.mkfifo(tmp_path / "pipe.pt")
+    with pytest.raises(attnseq.UserError, match="pipe.pt is a named pipe \\(FIFO\\), not a"):
+        attnseq.load(tmp_path / "pipe.pt")
+    with pytest.raises(attnseq.UserError, match="^checkpoint not found: "):
+        attnseq.load(tmp_path / "missing.pt")
 
 
 def test_a_failed_save_leaves_the_old_file(

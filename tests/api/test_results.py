@@ -57,6 +57,9 @@ def test_every_result_has_a_short_repr(family: str, untrained_checkpoints: dict[
     short(repr(model.trained))
     assert "payload: format, version, config, tokenizers, model" in repr(model.trained)
     short(repr(model.explain(SOURCE, beam=2)))
+    attention = model.attention(SENTENCE)
+    short(repr(attention))
+    assert f"weights {attention.weights.shape}" in repr(attention)
 
 
 def test_score_repr_and_train_result_repr() -> None:

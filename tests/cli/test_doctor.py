@@ -78,3 +78,26 @@ def test_doctor_command_prints_every_section(fake_data: Path) -> None:
     for title in ("versions:", "devices:", "data:", "hydra plugins:", "cache:"):
         assert title in result.output.splitlines()
     assert "data=multi30k:" in result.output and "found (train, valid, test)" in result.output
+
+
+@pytest.mark.parametrize("kind", ["file", "loop", "prepared a file"])
+def test_a_cache_folder_that_cannot_be_one_is_reported_not_a_traceback(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    if kind == "file":
+        cache.write_text("x", encoding="utf-8")
+        said = f"unusable: {cache} is a regular file, not a folder"
+    elif kind == "loop":
+        cache.symlink_to(cache)
+        said = f"unusable: {cache} cannot be looked at (Too many levels of symbolic links)"
+    else:
+        cache.mkdir()
+        (cache / "prepared").write_text("x", encoding="utf-8")
+        said = f"unusable: {cache / 'prepared'} is a regular file, not a folder"
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(cache))
+    plain = CliRunner().invoke(app, ["doctor"])
+    assert plain.exit_code == 0 and said in plain.output, plain.output
+    verified = CliRunner().invoke(app, ["doctor", "--verify-cache"])
+    assert verified.exit_code == 1, verified.output
+    assert f"error: the cache is {said}: point the ATTNSEQ_CACHE" in verified.output

@@ -1132,3 +1132,212 @@ def test_compare_keeps_its_promise_on_crafted_inputs(workspace: Workspace, tmp_p
             lines = [*found, f"stderr ends: {outcome.stderr[-800:].rstrip()}"]
             problems.append("\n  ".join([*lines, f"reproduce: {case.shell_line(workspace.env)}"]))
     assert not problems, "\n\n".join(problems)
+
+
+# ----------------------------------------------------- writers: outputs over their inputs
+def _training_state_checkpoint(path: Path, ws: Workspace) -> Path:
+    """A copy of the workspace's GRU checkpoint with the entries a run resumes from (what a
+    run's last.pt holds and an average or a saved model leaves out)."""
+    from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+
+    payload = load_checkpoint(ws.entry("rnn.pt"))
+    payload.update(optimizer={"state": {}, "param_groups": []}, progress={"step": 3}, rng={})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(path, payload)
+    return path
+
+
+def average_over_input_case(rng: random.Random, number: int, ws: Workspace, scratch: Path):
+    """An `attnseq average` whose --out is one of its checkpoints under another spelling (the
+    path itself, `./`, `sub/..`, a symbolic link, a hard link) or a file holding a run's
+    training state, with --force now and then; (case, whether it must be refused)."""
+    inputs = [ws.entry(name) for name in rng.sample(["rnn.pt", "run/checkpoints/best.pt"], 2)]
+    state = _training_state_checkpoint(scratch / "run" / "checkpoints" / "last.pt", ws)
+    hard = scratch / "hard.pt"
+    os.link(inputs[0], hard)
+    first = Path(inputs[0])
+    spellings = [
+        str(first),
+        f"{first.parent}/./{first.name}",
+        f"{first.parent}/../{first.parent.name}/{first.name}",
+        ws.entry("link.pt") if first.name == "rnn.pt" else str(first),
+        str(hard),
+        str(state),
+    ]
+    out = rng.choice(spellings)
+    force = rng.random() < 0.3
+    args = ["average", inputs[0], inputs[-1], "--out", out, *(["--force"] if force else [])]
+    refused = out != str(state) or not force
+    guarded = (*inputs, *([] if out == str(state) and force else [out]))
+    return Case("average", number, tuple(args), scratch, "", guarded, ()), refused, hard
+
+
+def test_average_never_writes_over_its_inputs_or_a_runs_state(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """--out spelled as one of the checkpoints or naming a file a run resumes from: refused
+    with one line, every input and the hard link to one keep their bytes; --force replaces a
+    training state only."""
+    failures = []
+    for number in range(DEFAULT_CASES if ONLY_CASE is None else 1):
+        number = int(ONLY_CASE) if ONLY_CASE is not None else number
+        folder = tmp_path / f"case{number}"
+        folder.mkdir()
+        rng = random.Random(f"{SEED}:average-over-input:{number}")
+        case, refused, hard = average_over_input_case(rng, number, workspace, folder)
+        kept = hard.read_bytes()
+        outcome = run_case(case, workspace)
+        if refused and outcome.status != 2:
+            outcome.problems.append(f"exit status {outcome.status}, not a refusal")
+        if hard.read_bytes() != kept:
+            outcome.problems.append(f"the hard link {hard} to an input was changed")
+        if outcome.problems:
+            failures.append(outcome.report(workspace.env))
+    assert not failures, "\n\n".join(failures)
+
+
+# ------------------------------------------------------------- writers: a nearly full disk
+@contextlib.contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """No file written in the block grows past `limit` bytes (RLIMIT_FSIZE, SIGXFSZ ignored:
+    such a write fails with EFBIG, as a full disk fails with ENOSPC part way)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+WRITERS = {
+    "average": lambda ws, out: ["average", ws.entry("rnn.pt"), ws.entry("tf.pt"), "--out", out],
+    "average-same": lambda ws, out: ["average", ws.entry("rnn.pt"), "--out", out],
+    "translate": lambda ws, out: [
+        "translate", ws.entry("rnn.pt"), "--input", ws.entry("src.txt"), "--out", out,
+    ],
+    "explain": lambda ws, out: ["explain", ws.entry("tf.pt"), "--src", "4 May", "--out", out],
+}  # fmt: skip
+
+
+def test_writers_on_a_nearly_full_disk_keep_the_previous_output(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """A file-size limit under what the output needs: one line with exit status 2, the
+    previous output as it was and nothing half-written beside it; an output that fits is
+    written whole."""
+    failures = []
+    for number in range(DEFAULT_CASES if ONLY_CASE is None else 1):
+        number = int(ONLY_CASE) if ONLY_CASE is not None else number
+        rng = random.Random(f"{SEED}:nearly-full:{number}")
+        writer = rng.choice(sorted(WRITERS))
+        folder = tmp_path / f"case{number}"
+        folder.mkdir()
+        suffix = ".html" if writer == "explain" else ".txt" if writer == "translate" else ".pt"
+        out = folder / f"previous{suffix}"
+        previous = b"the previous output\n" * rng.choice([0, 1, 300])
+        if previous:
+            out.write_bytes(previous)
+        case = Case(writer, number, tuple(WRITERS[writer](workspace, str(out))), folder)
+        limit = rng.choice([1, 512, 4096, 65536])
+        with file_size_limit(limit):
+            outcome = run_case(case, workspace)
+        left = sorted(path.name for path in folder.iterdir() if path != out)
+        if left:
+            outcome.problems.append(f"left beside the output: {left}")
+        written = out.read_bytes() if out.exists() else None
+        if outcome.status == 2 and written != (previous or None):
+            outcome.problems.append("the previous output was changed by a write that failed")
+        if outcome.status == 0 and (written is None or len(written) > limit):
+            outcome.problems.append("exit status 0 without the whole output")
+        if outcome.problems:
+            failures.append(f"limit {limit} bytes: " + outcome.report(workspace.env))
+    assert not failures, "\n\n".join(failures)
+
+
+# ---------------------------------------------------------------- a damaged cache entry
+META_DAMAGE = {
+    "broken JSON": lambda meta: "{" + json.dumps(meta)[:40],
+    "an array": lambda meta: "[]",
+    "null": lambda meta: "null",
+    "no test split": lambda meta: {**meta, "splits": [s for s in meta["splits"] if s != "test"]},
+    "no splits": lambda meta: {key: value for key, value in meta.items() if key != "splits"},
+    "files an array": lambda meta: {**meta, "files": list(meta["files"].values())},
+    "rows a string": lambda meta: {
+        **meta, "files": {k: {**v, "rows": str(v["rows"])} for k, v in meta["files"].items()}
+    },
+    "rows a bool": lambda meta: {
+        **meta, "files": {k: {**v, "rows": True} for k, v in meta["files"].items()}
+    },
+    "rows huge": lambda meta: {
+        **meta, "files": {k: {**v, "rows": 10**40} for k, v in meta["files"].items()}
+    },
+    "version a string": lambda meta: {**meta, "version": str(meta["version"])},
+    "tokenizers null": lambda meta: {**meta, "tokenizers": None},
+    "digests null": lambda meta: {**meta, "tokenizer_digests": None},
+    "built_by an array": lambda meta: {**meta, "built_by": []},
+    "another setting": lambda meta: {
+        **meta, "built_by": {**meta["built_by"], "settings": {"max_examples": 1}}
+    },
+    "tokens traded": lambda meta: {
+        **meta,
+        "tokenizers": {
+            side: {**state, "tokens": state["tokens"][:-2] + state["tokens"][:-3:-1]}
+            for side, state in meta["tokenizers"].items()
+        },
+    },
+    "stats a number": lambda meta: {**meta, "stats": 5},
+    "a pipe": None,
+    "a folder": None,
+}  # fmt: skip
+
+
+def test_a_damaged_cache_meta_is_moved_aside_not_a_traceback(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """eval of a local file prepares a cache entry; its meta.json damaged in each way, eval
+    moves the entry aside and prepares it again (exit status 0, one warning) and
+    doctor --verify-cache names it (exit status 0 or 1), never a traceback."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.src").write_text("June 5, 2001\n4 May 2001\n", encoding="utf-8")
+    (data / "test.tgt").write_text("2001-06-05\n2001-05-04\n", encoding="utf-8")
+    env = {**workspace.env, "ATTNSEQ_CACHE": str(tmp_path / "cache")}
+    local = [
+        "data.source=local", "data.format=parallel", f"data.root={data}",
+        "data.splits.test=test", "data.src_lang=src", "data.tgt_lang=tgt",
+    ]  # fmt: skip
+    ws = dataclasses.replace(workspace, env=env)
+    failures = []
+    for number, damage in enumerate(META_DAMAGE):
+        args = ("eval", ws.entry("rnn.pt"), "--threads", "1", "--out", str(tmp_path / "ev"))
+        case = Case("eval", number, (*args, *local), tmp_path, "", (ws.entry("rnn.pt"),))
+        first = run_case(case, ws)
+        (entry,) = [p for p in (tmp_path / "cache" / "prepared").iterdir() if "." not in p.name]
+        meta_file = entry / "meta.json"
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta_file.chmod(0o644)
+        meta_file.unlink()
+        if damage == "a pipe":
+            os.mkfifo(meta_file)
+        elif damage == "a folder":
+            meta_file.mkdir()
+        else:
+            damaged = META_DAMAGE[damage](meta)  # type: ignore[misc]
+            text = damaged if isinstance(damaged, str) else json.dumps(damaged)
+            meta_file.write_text(text, encoding="utf-8")
+        doctor = run_case(Case("doctor", number, ("doctor", "--verify-cache"), tmp_path), ws)
+        again = run_case(case, ws)
+        for outcome in (first, doctor, again):
+            if outcome.status is not None and outcome.status != 0 and outcome is not doctor:
+                outcome.problems.append(f"exit status {outcome.status}")
+            if outcome.problems:
+                failures.append(f"meta.json {damage}: " + outcome.report(ws.env))
+        if not list((tmp_path / "cache" / "prepared").glob("*.damaged-*")):
+            failures.append(f"meta.json {damage}: the entry was not moved aside")
+        for aside in (tmp_path / "cache" / "prepared").glob("*.damaged-*"):
+            shutil.rmtree(aside)
+    assert not failures, "\n\n".join(failures)

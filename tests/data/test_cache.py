@@ -7,6 +7,8 @@ import errno
 import json
 import logging
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -314,6 +316,160 @@ def test_entries_are_read_only_and_record_what_is_checked(corpus: DataConfig, ca
     ids = [i for src, _ in data.examples["train"] for i in src]
     assert train["src_ids"] == [min(ids), max(ids)]
     assert len(train["blake2b"]) == 64
+
+
+# ------------------------------------------------------------------ what built an entry
+def test_a_tokenizer_swapped_for_another_entrys_is_found(
+    corpus: DataConfig, cache: Path, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Entries of two corpora of the same words, each word as often as another is in the
+    other: word vocabularies of the same size in another order. The first entry given the
+    second's tokenizers (their digests too) keeps sizes, rows, ids within the vocabulary and
+    checksums: its texts, encoded again, give other ids. Found by every run, by data.verify
+    and by doctor --verify-cache; moved aside and prepared again."""
+    other = write_corpus(tmp_path / "other")
+    swap = dict(zip(WORDS, reversed(WORDS), strict=True))
+    for path in Path(other.root).iterdir():
+        text = path.read_text(encoding="utf-8")
+        path.write_text(
+            "\n".join(" ".join(swap.get(w, w) for w in line.split()) for line in text.split("\n")),
+            encoding="utf-8",
+        )
+    first, second = prepare_data(corpus, seed=1), prepare_data(other, seed=1)
+    assert first.tokenizers.src.vocab_size == second.tokenizers.src.vocab_size
+    assert first.tokenizers.src.state_dict() != second.tokenizers.src.state_dict()
+    entry, donor = first.cache_folder, second.cache_folder
+    assert entry is not None and donor is not None
+    del first, second
+    meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+    theirs = json.loads((donor / "meta.json").read_text(encoding="utf-8"))
+    for key in ("tokenizers", "tokenizer_digests"):
+        meta[key] = theirs.get(key, meta.get(key))
+    writable(entry / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+    problem = check_entry(entry, verify=True)
+    assert problem is not None and "tokenizer makes of its text" in problem, problem
+    doctor = attnseq_in_process("doctor", "--verify-cache", cwd=tmp_path)
+    assert doctor.returncode == 1 and f"{entry.name}: damaged: " in doctor.stdout
+    with caplog.at_level(logging.WARNING, logger="attnseq"):
+        again = prepare_data(dataclasses.replace(corpus, verify=True), seed=1)
+    (warning,) = warnings_in(caplog)
+    assert "tokenizers are not the ones that built it" in warning and "moved aside" in warning
+    src, _ = again.pairs["train"][0]
+    assert again.examples["train"][0][0] == again.tokenizers.src.encode(src)
+
+
+def test_a_tokenizer_changed_without_its_digest_is_found(
+    corpus: DataConfig, cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    prepare_data(corpus, seed=1)
+    entry = entry_of(cache)
+    meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+    tokens = meta["tokenizers"]["tgt"]["tokens"]
+    tokens[-1], tokens[-2] = tokens[-2], tokens[-1]  # two words trade ids
+    writable(entry / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    assert check_entry(entry, verify=False) == (
+        "meta.json's tgt tokenizer is not the one the entry was built with (its digest differs "
+        "from the recorded one)"
+    )
+    with caplog.at_level(logging.WARNING, logger="attnseq"):
+        assert rows(prepare_data(corpus, seed=1))["train"] == 60
+    assert len(warnings_in(caplog)) == 1 and len(moved_aside(cache)) == 1
+
+
+def test_an_entry_linked_under_another_key_is_not_used(
+    corpus: DataConfig, cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The entry of data.max_examples=50, replaced by a symbolic link to the entry of 30: a
+    run of 50 would train on 30. The link is moved aside (what it points to stays whole) and
+    the 50 are prepared again."""
+    small, large = (dataclasses.replace(corpus, max_examples=n) for n in (30, 50))
+    small_entry = prepare_data(small, seed=1).cache_folder
+    large_entry = prepare_data(large, seed=1).cache_folder
+    assert small_entry is not None and large_entry is not None
+    for path in sorted(large_entry.rglob("*"), reverse=True):
+        writable(path)
+    shutil.rmtree(large_entry)
+    large_entry.symlink_to(small_entry.name)
+    with caplog.at_level(logging.WARNING, logger="attnseq"):
+        data = prepare_data(large, seed=1)
+    assert rows(data)["train"] == 50
+    (warning,) = warnings_in(caplog)
+    assert f"(a symbolic link to {small_entry.name}): settings.max_examples differ" in warning
+    (aside,) = moved_aside(cache)
+    assert aside.is_symlink() and os.readlink(aside) == small_entry.name
+    assert not large_entry.is_symlink()
+    assert check_entry(small_entry) is None and rows(prepare_data(small, seed=1))["train"] == 30
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("no test split", "meta.json lists the splits train, valid; the entry was built with"),
+        ("a list", "meta.json holds an array, not a JSON object"),
+        ("files a list", "meta.json's files is an array, not an object"),
+        ("rows a string", "meta.json's files.train.rows is a string, not a number"),
+        ("a pipe for train", "splits/train.arrow is a named pipe (FIFO), not a file"),
+        ("a folder for train", "splits/train.arrow is a folder, not a file"),
+        ("a pipe for meta.json", "meta.json is a named pipe (FIFO), not a file"),
+    ],
+)
+def test_damaged_meta_and_files_that_are_no_files_are_named_as_what_they_are(
+    damage: str, expected: str, corpus: DataConfig, cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each is damage like any other: one warning saying what it is, the entry moved aside
+    and every split prepared again (a meta.json without the test split gave a KeyError in
+    training; `[]` a message about list indices; a pipe or folder "holds 0 bytes")."""
+    prepare_data(corpus, seed=1)
+    entry = entry_of(cache)
+    meta_file, train_file = entry / "meta.json", entry / "splits" / "train.arrow"
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    if damage == "no test split":
+        meta["splits"].remove("test")
+    elif damage == "a list":
+        meta = []
+    elif damage == "files a list":
+        meta["files"] = list(meta["files"].values())
+    elif damage == "rows a string":
+        meta["files"]["train"]["rows"] = "60"
+    if damage.startswith("a pipe for") or damage.startswith("a folder"):
+        target = meta_file if damage.endswith("meta.json") else train_file
+        writable(entry / "splits").chmod(0o755)
+        target.unlink()
+        if "pipe" in damage:
+            os.mkfifo(target)
+        else:
+            target.mkdir()
+    else:
+        writable(meta_file).write_text(json.dumps(meta), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="attnseq"):
+        again = prepare_data(corpus, seed=1)
+    assert rows(again) == {"train": 60, "valid": 5, "test": 5}
+    (warning,) = warnings_in(caplog)
+    assert expected in warning and "moved aside" in warning, warning
+
+
+def test_a_cache_folder_that_cannot_be_one_is_one_user_error(
+    corpus: DataConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    cases = {
+        "file": "the cache folder {} is a regular file, not a folder",
+        "loop": "the cache folder {} cannot be looked at (Too many levels of symbolic links)",
+        "file/sub": "the cache folder {} cannot be looked at (Not a directory)",
+        "dangling": "the cache folder {} is a symbolic link to ",
+    }
+    for name, message in cases.items():
+        monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / name))
+        with pytest.raises(UserError, match="^" + re.escape(message.format(tmp_path / name))):
+            prepare_data(corpus, seed=1)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "prepared").write_text("x", encoding="utf-8")
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(UserError, match="prepared is a regular file, not a folder; point the"):
+        prepare_data(corpus, seed=1)
 
 
 # ------------------------------------------------------------------------ changed under a run

@@ -103,7 +103,7 @@ def pairs():
         yield "the small dog", "x y"
 
 cfg = DataConfig(tokenizer=TokenizerKind.word, prepare_workers=2)
-prepare._write_cached(Path(sys.argv[1]) / "key", cfg, {{"train": pairs()}}, tokenizers)
+prepare._write_cached(Path(sys.argv[1]) / "key", cfg, {{"train": pairs()}}, tokenizers, {{}})
 """
 
 

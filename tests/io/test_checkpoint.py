@@ -11,6 +11,7 @@ from attnseq.errors import UserError
 from attnseq.io.checkpoint import (
     load_checkpoint,
     save_checkpoint,
+    training_state_in,
 )
 
 
@@ -81,3 +82,22 @@ def test_malicious_pickle_is_refused_and_runs_nothing(tmp_path: Path) -> None:
     with pytest.raises(UserError):
         load_checkpoint(tmp_path / "evil_raw.pt")
     assert not marker.exists()
+
+
+def test_the_training_state_a_file_holds_is_read_from_its_content(tmp_path: Path) -> None:
+    """What `Model.save` and `attnseq average` will not write over: the entries of training
+    state in a file, whatever it is named; nothing for a model, a foreign or broken file, or
+    no file."""
+    save_checkpoint(tmp_path / "model.txt", {"model": {"w": torch.zeros(3)}, "optimizer": {}})
+    save_checkpoint(tmp_path / "last.pt", {"model": {"w": torch.zeros(3)}, "config": {}})
+    torch.save({"progress": {"step": 3}, "rng": {}}, tmp_path / "other.pt")
+    with (tmp_path / "old.pt").open("wb") as handle:  # an older torch's pickle: no zip to map
+        torch.save({"scheduler": {}}, handle, _use_new_zipfile_serialization=False)
+    (tmp_path / "text.pt").write_text("optimizer\n")
+    data = (tmp_path / "model.txt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
+    assert training_state_in(tmp_path / "model.txt") == ["optimizer"]
+    assert training_state_in(tmp_path / "other.pt") == ["progress", "rng"]
+    assert training_state_in(tmp_path / "old.pt") == ["scheduler"]
+    for nothing in ("last.pt", "text.pt", "cut.pt", "missing.pt", "."):
+        assert training_state_in(tmp_path / nothing) == [], nothing

@@ -168,3 +168,41 @@ def test_a_checkpoint_without_head_masks_keeps_every_head(tmp_path: Path) -> Non
     masked(tmp_path / "a.pt", MASK, [1.0, 0.0])
     with pytest.raises(UserError, match="different head masks"):
         average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+def test_the_state_of_a_training_run_is_never_written_over_unless_forced(tmp_path: Path) -> None:
+    """A run's last.pt holds what resuming reads (optimizer, scheduler, progress, rng), which
+    an average leaves out: --out that holds it, under any name, is refused with the bytes
+    kept; --force replaces it. The output is never an input, --force or not."""
+    run = tmp_path / "run" / "checkpoints"
+    write_checkpoint(run / "best.pt", 1)
+    write_checkpoint(run / "last.pt", 2)
+    os.link(run / "last.pt", tmp_path / "renamed.pt")  # the content decides, not the name
+    (tmp_path / "link.pt").symlink_to(run / "last.pt")
+    before = (run / "last.pt").read_bytes()
+    for out in (run / "last.pt", tmp_path / "renamed.pt", tmp_path / "link.pt"):
+        result = CliRunner().invoke(app, ["average", str(run / "best.pt"), "--out", str(out)])
+        one_line_exit_2(
+            result,
+            f"--out {out} holds the state of a training run (optimizer, scheduler, progress, rng)",
+            "give --force to replace it",
+        )
+        assert (run / "last.pt").read_bytes() == before
+    result = CliRunner().invoke(
+        app, ["average", str(run / "best.pt"), str(run / "last.pt"), "--out", str(run / "last.pt")]
+    )
+    one_line_exit_2(result, "is the input CHECKPOINT")
+    forced = ["average", str(run / "best.pt"), str(run / "last.pt"), "--force"]
+    one_line_exit_2(CliRunner().invoke(app, [*forced, "--out", str(tmp_path / "link.pt")]))
+    assert (run / "last.pt").read_bytes() == before
+    result = CliRunner().invoke(
+        app, ["average", str(run / "best.pt"), "--out", str(run / "last.pt"), "--force"]
+    )
+    assert result.exit_code == 0, result.output
+    assert not {"optimizer", "progress"} & load_checkpoint(run / "last.pt").keys()
+    assert (tmp_path / "renamed.pt").read_bytes() == before  # a new file, not written in place
+    # an average holds no training state: averaging into it again needs no --force
+    result = CliRunner().invoke(
+        app, ["average", str(run / "best.pt"), "--out", str(run / "last.pt")]
+    )
+    assert result.exit_code == 0, result.output

@@ -150,3 +150,57 @@ def test_a_list_of_callbacks_passes() -> None:
     recorder = Recorder()
     assert check_callbacks((recorder,)) == [recorder]
     assert check_callbacks([]) == []
+
+
+class Answers(Callback):
+    """A callback whose on_update returns `answer`."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    def on_update(self, event: TrainingEvent) -> object:
+        return self.answer
+
+
+@pytest.mark.parametrize("answer", ["yes", 1, 0.0, [], torch.tensor(True)])
+def test_a_callback_that_returns_what_is_no_answer_is_a_type_error(answer: object) -> None:
+    """True stops, False and None go on; anything else would be ignored without a word, or
+    taken for one of them by its truth: one TypeError naming the method and the value."""
+    callbacks = Callbacks([Answers(answer)])
+    with pytest.raises(TypeError, match=r"^Answers.on_update returned .* \(\w+\): return True"):
+        callbacks.update(1, 0.1, {"train/loss": 1.0}, torch.nn.Linear(1, 1))
+
+
+def test_a_numpy_truth_value_is_an_answer() -> None:
+    import numpy as np
+
+    for answer, stops in ((np.bool_(True), True), (np.bool_(False), False), (False, False)):
+        callbacks = Callbacks([Answers(answer)])
+        callbacks.update(1, 0.1, {"train/loss": 1.0}, torch.nn.Linear(1, 1))
+        assert (callbacks.stop_reason is not None) is stops
+
+
+class Poisoner(Callback):
+    """Sets every weight to NaN after update 2."""
+
+    def on_update(self, event: TrainingEvent) -> None:
+        if event.step == 2:
+            with torch.no_grad():
+                for parameter in event.model.parameters():
+                    parameter.fill_(float("nan"))
+
+
+def test_weights_a_callback_made_non_finite_end_the_run_saying_so(tmp_path: Path) -> None:
+    """No update of this session wrote a checkpoint yet: the message says what the folder
+    holds (not "last.pt is from step None") and that something besides an update may have
+    changed the weights."""
+    from attnseq.training.stopping import TrainingDiverged
+
+    cfg = tiny_config("trainer.max_steps=6", "trainer.validate_every=3")
+    with pytest.raises(TrainingDiverged) as raised:
+        run_training(cfg, tmp_path, callbacks=[Poisoner()], progress=False, summary=False)
+    message = str(raised.value)
+    assert "None" not in message, message
+    assert "the weights became non-finite after step 3" in message
+    assert "a callback that changes the model's weights" in message
+    assert f"no checkpoint of this session was written; {tmp_path / 'checkpoints'}" in message

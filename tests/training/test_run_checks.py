@@ -80,3 +80,31 @@ def test_a_passed_start_is_remembered_for_its_run_alone(tmp_path: Path) -> None:
     assert not run_checks.passed(dataclasses.replace(cfg, seed=cfg.seed + 1), run_dir)
     run_checks.check_config_once(cfg, run_dir)
     assert not run_checks.passed(cfg, run_dir)
+
+
+def test_a_refused_attnseq_train_leaves_the_folders_its_start_made(tmp_path: Path) -> None:
+    """A training refused once it started (no example short enough to train on) removes the
+    run directory its start created, outputs/DATE/TIME with its train.log and .hydra/, and
+    the folders above it that it created, as attnseq.train does; a folder that was there, or
+    another run's, stays."""
+    refused = [*STEPS, "data.max_src_len=1", "data.max_tgt_len=1"]
+    result = attnseq_in_process("train", *refused, cwd=tmp_path)
+    assert result.returncode == 2 and "no training examples left" in result.stderr
+    assert not (tmp_path / "outputs").exists(), sorted((tmp_path / "outputs").rglob("*"))
+    result = attnseq_in_process(
+        "train", *refused, f"hydra.run.dir={tmp_path / 'new' / 'run'}", cwd=tmp_path
+    )
+    assert result.returncode == 2 and not (tmp_path / "new").exists()
+    other = tmp_path / "outputs" / "day" / "other"
+    (other / ".hydra").mkdir(parents=True)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for run_dir in (tmp_path / "outputs" / "day" / "${now:%H-%M-%S}", mine):
+        result = attnseq_in_process("train", *refused, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+    assert sorted((tmp_path / "outputs").rglob("*")) == [
+        tmp_path / "outputs" / "day",
+        other,
+        other / ".hydra",
+    ]
+    assert mine.is_dir()  # the user's own folder: only what Hydra wrote in it is there
