@@ -16,12 +16,12 @@ from helpers import attnseq_in_process
 
 pytest.importorskip("transformers", reason="the exported folders are read with transformers")
 
-from marian_stand_ins import SHAPES, UNKNOWN_CHARACTERS  # noqa: E402
+from marian_stand_ins import SHAPES, SOURCES, TARGETS  # noqa: E402
 
 from attnseq.config.conversion import config_from_dict, config_to_dict  # noqa: E402
 from attnseq.config.schema import TrainConfig  # noqa: E402
 from attnseq.data.batching import collate  # noqa: E402
-from attnseq.data.tokenizers import TokenizerPair  # noqa: E402
+from attnseq.data.tokenizers import CharTokenizer, TokenizerPair  # noqa: E402
 from attnseq.io.atomic import STAGING_PREFIX  # noqa: E402
 from attnseq.io.checkpoint import save_checkpoint  # noqa: E402
 from attnseq.models import huggingface_export  # noqa: E402
@@ -31,18 +31,6 @@ from attnseq.models.pretrained import pretrained_payload  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
-SOURCES = [
-    "Ein Mann fährt mit dem Fahrrad über eine Brücke.",
-    "Zwei Hunde spielen im Schnee.",
-    f"Eine Frau {UNKNOWN_CHARACTERS} singt.",
-    "Kinder.",
-]
-TARGETS = [
-    "A man rides his bike across a bridge.",
-    "Two dogs play in the snow.",
-    "A woman sings.",
-    "Children playing on the beach with a big red ball and a small dog.",
-]
 TOLERANCE = 1e-5
 VALID = 16  # source sentences of Multi30k's validation split that are translated
 # transformers builds of attnseq's own config (Marian tokenizers of a stand-in): a switch that
@@ -251,6 +239,22 @@ def test_the_configs_say_what_attnseqs_say(exports: dict) -> None:
     assert generation["no_repeat_ngram_size"] == 2 and not generation["early_stopping"]
     pad = generation["pad_token_id"]
     assert generation["decoder_start_token_id"] == pad and generation["bad_words_ids"] == [[pad]]
+
+
+def test_the_decoding_generate_cannot_follow_is_named() -> None:
+    """attnseq's own decoding defaults: GNMT's length penalty and a limit that grows with the
+    source have no generate setting; the rest maps."""
+    from attnseq.config.schema import DecodingConfig
+
+    decoding = DecodingConfig(beam=5)
+    tokens = TokenizerPair(CharTokenizer.train(["ab"]), CharTokenizer.train(["ab"]))
+    settings, missing = huggingface_export.generation_settings(decoding, tokens, 512)
+    assert settings["num_beams"] == 5 and settings["early_stopping"] == "never"
+    assert settings["max_length"] == 512 and settings["forced_eos_token_id"] is None
+    assert [item.split("=")[0] for item in missing] == [
+        "decoding.max_output_ratio",
+        "decoding.length_penalty_offset",
+    ]
 
 
 def test_a_saved_import_exports(marian_folders: dict, tmp_path: Path) -> None:
