@@ -101,8 +101,8 @@ def _tokenizer_problem(tokenizers: TokenizerPair) -> str | None:
     kinds = "/".join(sorted({src.kind, tgt.kind}))
     return (
         f"attnseq's own {kinds} tokenizers (MarianTokenizer encodes with sentencepiece models "
-        "and ids of its vocab.json and appends </s> to every source, which attnseq's own "
-        "sources lack: the tokenizers of a Marian model export)"
+        "into the ids of its vocab.json and appends </s> to every source, which attnseq's own "
+        "sources lack; only a Marian model's tokenizers export)"
     )
 
 
