@@ -16,6 +16,19 @@ import torch
 # characters that appear in no training line: the sentencepiece models do not know them
 UNKNOWN_CHARACTERS = "☃ 𝄞 ꙮ ⸘"
 LANGUAGE_TOKENS = (">>fra<<", ">>deu<<")
+# teacher-forced pairs the tests compare the two models on (one with unknown characters)
+SOURCES = [
+    "Ein Mann fährt mit dem Fahrrad über eine Brücke.",
+    "Zwei Hunde spielen im Schnee.",
+    f"Eine Frau {UNKNOWN_CHARACTERS} singt.",
+    "Kinder.",
+]
+TARGETS = [
+    "A man rides his bike across a bridge.",
+    "Two dogs play in the snow.",
+    "A woman sings.",
+    "Children playing on the beach with a big red ball and a small dog.",
+]
 
 
 @dataclass(frozen=True)

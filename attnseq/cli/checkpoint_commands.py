@@ -13,6 +13,7 @@ from attnseq.cli.user_errors import user_errors
 
 class ExportTarget(Enum):
     ctranslate2 = "ctranslate2"
+    huggingface = "huggingface"
 
 
 class Quantization(Enum):
@@ -72,7 +73,7 @@ def export(
     ),
     quantize: Annotated[
         Quantization | None,
-        typer.Option(help="Store the weights quantized (default: float32)."),
+        typer.Option(help="CTranslate2: store the weights quantized (default: float32)."),
     ] = None,
     force: Annotated[
         bool,
@@ -81,19 +82,32 @@ def export(
         ),
     ] = False,
 ) -> None:
-    """Export a transformer checkpoint to CTranslate2: the engine's model files with the
-    tokenizers beside them, for `attnseq translate --engine ctranslate2 OUT_DIR`.
+    """Export a transformer checkpoint to CTranslate2 (the engine's model files with the
+    tokenizers beside them, for `attnseq translate --engine ctranslate2 OUT_DIR`) or to a
+    Hugging Face Marian folder (for MarianMTModel.from_pretrained and pipeline("translation")).
 
     \b
     attnseq export best.pt --to ctranslate2 best-ct2/
     attnseq export best.pt --to ctranslate2 best-ct2-int8/ --quantize int8
     attnseq translate --engine ctranslate2 best-ct2/ < test.de > test.hyp.en
+    attnseq export hf:Helsinki-NLP/opus-mt-de-en --to huggingface opus-mt-de-en/
     """
-    from attnseq.models.ctranslate2_export import check_export_folder, export_ctranslate2
+    from attnseq.errors import UserError
+    from attnseq.models import ctranslate2_export, huggingface_export
 
     with user_errors():
-        check_export_folder(checkpoint, out_dir, force, "--force")  # in this command's words
-        written = export_ctranslate2(
-            checkpoint, out_dir, quantize.value if quantize else None, force=force
-        )
+        if to is ExportTarget.huggingface:
+            if quantize is not None:
+                raise UserError(
+                    "--quantize is for --to ctranslate2; a Hugging Face export is float32"
+                )
+            marker = huggingface_export.EXPORT_FILE
+            # in this command's words
+            ctranslate2_export.check_export_folder(checkpoint, out_dir, force, "--force", marker)
+            written = huggingface_export.export_huggingface(checkpoint, out_dir, force=force)
+        else:
+            ctranslate2_export.check_export_folder(checkpoint, out_dir, force, "--force")
+            written = ctranslate2_export.export_ctranslate2(
+                checkpoint, out_dir, quantize.value if quantize else None, force=force
+            )
     typer.echo(f"exported {checkpoint} to {written} ({to.value})", err=True)

@@ -131,12 +131,16 @@ def export_ctranslate2(
 
 
 def check_export_folder(
-    checkpoint: Path, out_dir: Path, force: bool, force_name: str = "force=True"
+    checkpoint: Path,
+    out_dir: Path,
+    force: bool,
+    force_name: str = "force=True",
+    marker: str = EXPORT_FILE,
 ) -> None:
     """UserError unless `out_dir` can take an export of `checkpoint` without losing anything:
     not the checkpoint nor a folder holding it, a folder (or none yet) we can write into, and
-    either empty or an earlier export (with `force`). `force_name`: how the message asks for
-    `force` (a command passes its option)."""
+    either empty or an earlier export (with `force`), which its file `marker` tells apart.
+    `force_name`: how the message asks for `force` (a command passes its option)."""
     inputs = [("CHECKPOINT", checkpoint)]
     refuse_output_over_inputs(out_dir, "OUT_DIR", inputs)
     refuse_folder_holding_inputs(out_dir, "OUT_DIR", inputs)
@@ -146,7 +150,7 @@ def check_export_folder(
     if not out_dir.is_dir():
         return
     present = [path.name for path in out_dir.iterdir() if not path.name.startswith(STAGING_PREFIX)]
-    if EXPORT_FILE in present:
+    if marker in present:
         if not force:
             raise UserError(
                 f"OUT_DIR {out_dir} holds an earlier export; pass {force_name} to replace its files"
@@ -177,6 +181,8 @@ def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: Token
     of the channels, attnseq interleaves them (positional.py)."""
     from ctranslate2.specs import common_spec, transformer_spec
 
+    from attnseq.models.head_mask import folded_state_dict
+
     m = cfg.model
     alignment_layer = m.alignment_layer % m.dec_layers
     # the engine averages the first `alignment_heads` heads: all of them, or head 0 alone
@@ -192,8 +198,7 @@ def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: Token
     spec.config.decoder_start_token = BOS
     spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = BOS, EOS, UNK
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
-    weights = {name: _array(value) for name, value in model.state_dict().items()}
-    _apply_head_masks(model, weights)
+    weights = {name: _array(value) for name, value in folded_state_dict(model).items()}
     src_table = _position_table(model.src_positions, m.max_positions)
     tgt_table = _position_table(model.tgt_positions, m.max_positions)
     _set_input(spec.encoder, weights["src_embed.weight"], src_table)
@@ -221,23 +226,6 @@ def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: Token
 
 def _array(value: torch.Tensor) -> np.ndarray:
     return value.detach().to("cpu", torch.float32).numpy()
-
-
-def _apply_head_masks(model: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
-    """Fold every attention sublayer's head mask xi (H,) into its W^O (a pruned checkpoint,
-    head_mask.py): the mask scales head h's context (B, H, T, d_k) before W^O (d_model, H d_k),
-    which equals scaling W^O's input columns h d_k .. (h + 1) d_k - 1 by xi_h, so the
-    engine, which has no head mask, computes what the masked model computes."""
-    from attnseq.models.head_mask import attention_sites
-
-    names = {module: name for name, module in model.named_modules()}
-    for site in attention_sites(model):
-        attention = site.attention
-        mask = _array(attention.head_mask)  # (H,)
-        if (mask == 1).all():
-            continue
-        key = f"{names[attention]}.out_proj.weight"
-        weights[key] = weights[key] * np.repeat(mask, attention.d_k)[None, :]
 
 
 def _position_table(encoding: torch.nn.Module, length: int) -> np.ndarray:

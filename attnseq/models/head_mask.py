@@ -190,6 +190,23 @@ def head_mask_state(model: nn.Module) -> dict[str, Tensor]:
     }
 
 
+def folded_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """The model's state dict (detached copies on the CPU) with every attention sublayer's head
+    mask xi (H,) folded into its W^O, for an engine without head masks (the exports): the
+    mask scales head h's context (B, H, T, d_k) before W^O (d_model, H d_k), which equals
+    scaling W^O's input columns h d_k .. (h + 1) d_k - 1 by xi_h."""
+    state = {name: value.detach().cpu().clone() for name, value in model.state_dict().items()}
+    names = {module: name for name, module in model.named_modules()}
+    for site in attention_sites(model):
+        attention = site.attention
+        mask = state[f"{names[attention]}.{BUFFER}"]  # (H,)
+        if bool((mask == 1).all()):
+            continue
+        key = f"{names[attention]}.out_proj.weight"
+        state[key] = state[key] * mask.repeat_interleave(attention.d_k).to(state[key].dtype)
+    return state
+
+
 def compact_heads(model: nn.Module) -> int:
     """Remove the masked heads of every full-attention sublayer in place (Michel et al. 2019,
     section 4.3: a mask zeroes a head but still computes it); returns how many heads were

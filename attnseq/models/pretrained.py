@@ -27,15 +27,18 @@ log = logging.getLogger("attnseq")
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PYTORCH_BIN = "pytorch_model.bin"
-# transformers' activation names -> attnseq's (config/choices.py, Activation)
+# transformers' activation names -> attnseq's (config/choices.py, Activation); the first name
+# of each is the one an export writes (`MARIAN_ACTIVATIONS`): gelu_pytorch_tanh is torch's own
+# tanh GELU, which attnseq computes, and swish is OPUS-MT's spelling of SiLU
 ACTIVATIONS = {
     "relu": Activation.relu,
     "gelu": Activation.gelu,
-    "gelu_new": Activation.gelu_tanh,
     "gelu_pytorch_tanh": Activation.gelu_tanh,
+    "gelu_new": Activation.gelu_tanh,
     "swish": Activation.silu,
     "silu": Activation.silu,
 }
+MARIAN_ACTIVATIONS = {ours: name for name, ours in reversed(ACTIVATIONS.items())}
 # transformers' generate defaults for what attnseq's decoding reads (GenerationConfig)
 GENERATION_DEFAULTS: dict[str, Any] = {
     "num_beams": 1,
@@ -286,8 +289,9 @@ class MarianFamily:
         # the longest sequences the position table holds (the source with EOS, BOS + target)
         cfg.data.max_src_len = cfg.data.max_tgt_len = max(config.max_position_embeddings - 1, 1)
         _set_decoding(cfg, self.generation, config.eos_token_id)
-        bad = self.generation["bad_words_ids"]
-        if bad and bad != [[config.pad_token_id]]:
+        bad = self.generation["bad_words_ids"] or []
+        never = [[config.pad_token_id], [_start_id(config)]]  # what attnseq never generates
+        if any(words not in never for words in bad):
             log.warning("%s: bad_words_ids other than <pad> are not applied", self.folder)
         return cfg
 
@@ -295,8 +299,7 @@ class MarianFamily:
         """The source and target sides of the folder's MarianTokenizer, checked against the
         config's vocabulary sizes and special ids."""
         files = read_tokenizer_files(self.folder)
-        start = self.config.decoder_start_token_id
-        start = self.config.pad_token_id if start is None else start
+        start = _start_id(self.config)
         source, target = (MarianTokenizer(files, side, start) for side in ("source", "target"))
         where = self.folder / "config.json"
         names = ("vocab.json", "target_vocab.json" if target.separate_vocabs else "vocab.json")
@@ -348,25 +351,12 @@ class MarianFamily:
     def state_dict(self, hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """attnseq's state dict of `TransformerSeq2Seq` from MarianMTModel's tensors, each
         name and shape checked first (`tensors`)."""
-        expected = self.tensors()
-        check_tensors(hf_state, expected, str(self.folder))
+        check_tensors(hf_state, self.tensors(), str(self.folder))
         _check_positions(hf_state, self.config, self.folder)
-        if self.shared:
-            src_embed = tgt_embed = hf_state["model.shared.weight"]
-        else:
-            src_embed = hf_state["model.encoder.embed_tokens.weight"]
-            tgt_embed = hf_state["model.decoder.embed_tokens.weight"]
-        output = tgt_embed if "lm_head.weight" in expected.tied else hf_state["lm_head.weight"]
-        state = {
-            "src_embed.weight": src_embed,
-            "tgt_embed.weight": tgt_embed,
-            "output_proj.weight": output,
-            "output_proj.bias": hf_state["final_logits_bias"].reshape(-1),
-        }
-        for name, tensor in hf_state.items():
-            mapped = _layer_name(name)
-            if mapped is not None:
-                state[mapped] = tensor
+        config = self.config
+        names = marian_names(config.encoder_layers, config.decoder_layers, self.shared, self.tied)
+        state = {ours: hf_state[theirs] for ours, theirs in names.items()}
+        state[LOGITS_BIAS] = state[LOGITS_BIAS].reshape(-1)  # (1, V) -> (V,)
         return state
 
 
@@ -382,6 +372,39 @@ SUBLAYERS = {
     "fc2": "ff.outer",
     "final_layer_norm": "ff_block.norm",
 }
+
+
+LOGITS_BIAS = "output_proj.bias"  # Marian's final_logits_bias, (1, V) there and (V,) here
+
+
+def marian_names(enc_layers: int, dec_layers: int, shared: bool, tied: bool) -> dict[str, str]:
+    """{attnseq's name: MarianMTModel's name} of every tensor of `TransformerSeq2Seq`, the
+    table both the import and the export (huggingface_export.py) read. Tied tensors name one
+    Marian tensor: `shared` (one embedding for both sides, tied with the output projection:
+    model.shared.weight), else `tied` (the output projection is the decoder's embedding)."""
+    src, tgt = (
+        ("model.shared.weight",) * 2
+        if shared
+        else ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+    )
+    names = {
+        "src_embed.weight": src,
+        "tgt_embed.weight": tgt,
+        "output_proj.weight": tgt if tied else "lm_head.weight",
+        LOGITS_BIAS: "final_logits_bias",
+    }
+    for side, layers in (("encoder", enc_layers), ("decoder", dec_layers)):
+        for index in range(layers):
+            for name in _layer_shapes(side, 1, 1):
+                marian = f"model.{side}.layers.{index}.{name}"
+                names[str(_layer_name(marian))] = marian
+    return names
+
+
+def _start_id(config: Any) -> int:
+    """The id Marian's decoder starts from: decoder_start_token_id, else <pad>."""
+    start = config.decoder_start_token_id
+    return int(config.pad_token_id if start is None else start)
 
 
 def _layer_shapes(side: str, d: int, ff: int) -> dict[str, tuple[int, ...]]:

@@ -16,7 +16,13 @@ import torch
 
 pytest.importorskip("transformers", reason="the reference models are transformers' own")
 
-from marian_stand_ins import SHAPES, UNKNOWN_CHARACTERS, corpus_lines  # noqa: E402
+from marian_stand_ins import (  # noqa: E402
+    SHAPES,
+    SOURCES,
+    TARGETS,
+    UNKNOWN_CHARACTERS,
+    corpus_lines,
+)
 
 from attnseq.config.choices import Activation, ModelFamily, Norm, Positions  # noqa: E402
 from attnseq.data.marian_tokenizer import MarianTokenizer  # noqa: E402
@@ -26,18 +32,6 @@ from attnseq.models.loading import TrainedModel, load_trained_model  # noqa: E40
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
-SOURCES = [
-    "Ein Mann fährt mit dem Fahrrad über eine Brücke.",
-    "Zwei Hunde spielen im Schnee.",
-    f"Eine Frau {UNKNOWN_CHARACTERS} singt.",
-    "Kinder.",
-]
-TARGETS = [
-    "A man rides his bike across a bridge.",
-    "Two dogs play in the snow.",
-    "A woman sings.",
-    "Children playing on the beach with a big red ball and a small dog.",
-]
 TOLERANCE = 1e-5
 
 
