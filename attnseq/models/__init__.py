@@ -21,6 +21,8 @@ _TRANSFORMER_OPTIONS = (
     "ff_dim",
     "attention_dropout",
     "max_positions",
+    "position_offset",
+    "embed_norm",
 )
 _RNN_OPTIONS = ("emb_dim", "hidden", "input_feeding")
 
