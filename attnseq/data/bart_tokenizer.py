@@ -3,18 +3,15 @@ BPE of vocab.json and merges.txt, run by the `tokenizers` library), so the ids a
 ids; one vocabulary serves source and target, and its special ids are the model's.
 """
 
-import base64
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 
-from attnseq.data.tokenizers import Tokenizer, flatten_ids, register_tokenizer
+from attnseq.data.tokenizers import PretrainedTokenizer, flatten_ids, register_tokenizer
 from attnseq.errors import UserError
 
-STATE_VERSION = 1
 SIDES = ("source", "target")
 # the files BartTokenizer reads: these two always, the others where the model has them
 REQUIRED_FILES = ("vocab.json", "merges.txt")
@@ -51,7 +48,7 @@ def _transformers_bart() -> Any:
 
 
 @register_tokenizer
-class BartTokenizer(Tokenizer):
+class BartTokenizer(PretrainedTokenizer):
     """One side of a Hugging Face `BartTokenizer`: both sides encode `<s> text`, the source
     side with the `</s>` that ends it, as BART's encoder reads it; the target side leaves
     `</s>` to batching, and the decoder starts from `bos_id` (the model's
@@ -74,7 +71,7 @@ class BartTokenizer(Tokenizer):
             raise ValueError(f"side must be one of {SIDES}, got {side!r}")
         self.files = dict(files)
         self.side = side
-        self._hf = self._load(self.files)
+        self._hf = self.transformers_tokenizer(_transformers_bart(), self.files)
         self._size = len(self._hf)
         specials = {}
         for role in ("pad", "unk", "eos", "bos"):
@@ -94,20 +91,6 @@ class BartTokenizer(Tokenizer):
         self.bos_id = bos_id  # type: ignore[misc]
         self.start_id = specials["bos"]  # <s>, the first token of every encoded text
         self._specials = {self.pad_id, self.bos_id, self.eos_id, self.start_id}
-
-    @staticmethod
-    def _load(files: dict[str, bytes]) -> Any:
-        """transformers' BartTokenizer of these files, as from_pretrained reads a folder."""
-        bart = _transformers_bart()
-        with tempfile.TemporaryDirectory(prefix="attnseq-bart-") as folder:
-            for name, data in files.items():
-                (Path(folder) / name).write_bytes(data)
-            try:
-                return bart.from_pretrained(folder, local_files_only=True)
-            except Exception as error:  # a broken vocabulary or merges file fails in many ways
-                raise UserError(
-                    f"the BART tokenizer files do not load ({type(error).__name__}: {error})"
-                ) from None
 
     @property
     def vocab_size(self) -> int:
@@ -157,42 +140,3 @@ class BartTokenizer(Tokenizer):
 
     def pieces_to_text(self, pieces: list[str]) -> str:
         return str(self._hf.convert_tokens_to_string(list(pieces)))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "side": self.side,
-            "version": STATE_VERSION,
-            "bos_id": self.bos_id,
-            "files": {
-                name: base64.b64encode(data).decode("ascii") for name, data in self.files.items()
-            },
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Self:
-        cls.check_state(state, STATE_VERSION)
-        files = state.get("files")
-        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise TypeError("bart tokenizer state 'files' must map names to base64 text")
-        decoded = {name: base64.b64decode(data) for name, data in files.items()}
-        return cls(decoded, state.get("side", ""), int(state.get("bos_id", -1)))
-
-    @classmethod
-    def train(
-        cls, texts: Iterable[str], *, min_freq: int = 1, max_size: int | None = None, **options: Any
-    ) -> Self:
-        raise ValueError(
-            "a BART tokenizer comes with its pretrained model (attnseq/models/bart_family.py); "
-            "it is not trained"
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled as its state: the transformers tokenizer inside reads files that are gone."""
-        return self.state_dict()
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(type(self).from_state(state).__dict__)
-
-    def __repr__(self) -> str:
-        return f"BartTokenizer({self.side}, vocab_size={self.vocab_size})"
