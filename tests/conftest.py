@@ -218,3 +218,20 @@ def marian_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         return lambda folder: marian_folder(folder, SHARED_DATA, name)
 
     return {name: built_once(tmp_path_factory, f"marian-{name}", builder(name)) for name in SHAPES}
+
+
+@pytest.fixture(scope="session")
+def bart_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Random-weight Hugging Face BART model folders, one per shape of tests/bart_stand_ins.py,
+    built once per test run (tests only read them); skips without transformers or the shared
+    corpora its tokenizer is trained on."""
+    pytest.importorskip("transformers", reason="the BART stand-ins are built with transformers")
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real corpora not found at {SHARED_DATA} (set ATTNSEQ_DATA)")
+    from bart_stand_ins import SHAPES, bart_folder
+    from helpers import built_once
+
+    def builder(name: str) -> Callable[[Path], None]:
+        return lambda folder: bart_folder(folder, SHARED_DATA, name)
+
+    return {name: built_once(tmp_path_factory, f"bart-{name}", builder(name)) for name in SHAPES}

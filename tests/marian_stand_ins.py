@@ -178,17 +178,20 @@ def write_tokenizer(folder: Path, data: Path, separate_vocabs: bool) -> dict[str
     return vocabs
 
 
-def _decisive(model: torch.nn.Module, seed: int, eos_bias: float, scale: float) -> None:
+def decisive(
+    model: torch.nn.Module, seed: int, eos_bias: float, scale: float, positions: bool = False
+) -> None:
     """Every weight drawn anew, large enough that the outputs are far from uniform: the
     layer norms' gains and biases, the attention and FFN biases and final_logits_bias too
-    (EOS's raised by `eos_bias`)."""
+    (EOS's raised by `eos_bias`), learned position tables with `positions` (a sinusoidal
+    table is kept)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            if "embed_positions" in name:
+            if "embed_positions" in name and not positions:
                 continue
             noise = torch.randn(tensor.shape, generator=generator)
-            if name.endswith("layer_norm.weight"):
+            if name.endswith(("layer_norm.weight", "layernorm_embedding.weight")):
                 tensor.copy_(1.0 + 0.3 * noise)
             elif name.endswith("bias"):
                 tensor.copy_(0.3 * noise)
@@ -217,7 +220,7 @@ def marian_folder(folder: Path, data: Path, name: str, seed: int = 0) -> Path:
     }
     torch.manual_seed(seed)
     model = MarianMTModel(MarianConfig(**settings)).eval()
-    _decisive(model, seed, shape.eos_bias, shape.weight_scale)
+    decisive(model, seed, shape.eos_bias, shape.weight_scale)
     generation = dict(shape.generation)
     if generation.get("bad_words_ids") == "pad":
         generation["bad_words_ids"] = [[vocab["<pad>"]]]

@@ -350,6 +350,19 @@ class ModelConfig:
     output_bias: bool = option(
         False, "a bias on the output projection (Marian's final_logits_bias)", family=TRANSFORMER
     )
+    position_offset: int = option(
+        0,
+        "learned positions: position p reads row p + offset of a table of max_positions +"
+        " offset rows (BART's 2); 0 = row p",
+        ge=0,
+        family=TRANSFORMER,
+    )
+    embed_norm: bool = option(
+        False,
+        "a LayerNorm on the token embeddings plus positions, before their dropout, in the"
+        " encoder and the decoder (BART's layernorm_embedding)",
+        family=TRANSFORMER,
+    )
     # --- both
     dropout: float = option(0.1, "dropout probability, in [0, 1)", ge=0.0, lt=1.0)
     tie_embeddings: bool = option(True, "output projection shares the target embedding")
@@ -589,6 +602,12 @@ class DecodingConfig:
         False,
         "an output that reaches the length limit ends with EOS at probability one (Hugging"
         " Face's forced_eos_token_id); false: it ends there without EOS",
+    )
+    forced_first_token: int | None = option(
+        None,
+        "the id every output starts with, at probability one, in every search (Hugging Face's"
+        " forced_bos_token_id: BART's <s>); None = the model's choice",
+        ge=0,
     )
     min_length: int = option(0, "no EOS before this many output tokens", ge=0)
     no_repeat_ngram: int = option(

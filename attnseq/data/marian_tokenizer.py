@@ -3,17 +3,14 @@ one side of it per attnseq tokenizer, so the ids are exactly its ids (vocab.json
 sentencepiece model's) and its special ids are the model's (docs/internals/data.md).
 """
 
-import base64
 import json
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-from attnseq.data.tokenizers import Tokenizer, register_tokenizer
+from attnseq.data.tokenizers import PretrainedTokenizer, register_tokenizer
 from attnseq.errors import UserError
 
-STATE_VERSION = 1
 SIDES = ("source", "target")
 # the files MarianTokenizer reads: these three always, the others where the model has them
 REQUIRED_FILES = ("source.spm", "target.spm", "vocab.json")
@@ -76,7 +73,7 @@ def _transformers_marian() -> Any:
 
 
 @register_tokenizer
-class MarianTokenizer(Tokenizer):
+class MarianTokenizer(PretrainedTokenizer):
     """One side of a Hugging Face `MarianTokenizer`: the source side appends EOS, as Marian's
     encoder reads it; the target side leaves EOS to batching. The state holds the tokenizer
     files, so a checkpoint needs neither the model's folder nor the network.
@@ -101,7 +98,7 @@ class MarianTokenizer(Tokenizer):
         own = "target_vocab.json" if side == "target" and self.separate_vocabs else "vocab.json"
         self._stoi = _vocabulary(self.files, own)
         self._itos = {index: piece for piece, index in self._stoi.items()}
-        self._hf = self._load(self.files)
+        self._hf = self.transformers_tokenizer(_transformers_marian(), self.files)
         specials = {}
         for role in ("pad", "unk", "eos"):
             token = str(getattr(self._hf, f"{role}_token"))
@@ -118,20 +115,6 @@ class MarianTokenizer(Tokenizer):
         self.eos_id = specials["eos"]  # type: ignore[misc]
         self.bos_id = bos_id  # type: ignore[misc]
         self._specials = {self.pad_id, self.bos_id, self.eos_id}
-
-    @staticmethod
-    def _load(files: dict[str, bytes]) -> Any:
-        """transformers' MarianTokenizer of these files, as from_pretrained reads a folder."""
-        marian = _transformers_marian()
-        with tempfile.TemporaryDirectory(prefix="attnseq-marian-") as folder:
-            for name, data in files.items():
-                (Path(folder) / name).write_bytes(data)
-            try:
-                return marian.from_pretrained(folder, local_files_only=True)
-            except Exception as error:  # a broken spm model or config fails in many ways
-                raise UserError(
-                    f"the Marian tokenizer files do not load ({type(error).__name__}: {error})"
-                ) from None
 
     @property
     def vocab_size(self) -> int:
@@ -179,42 +162,3 @@ class MarianTokenizer(Tokenizer):
 
     def pieces_to_text(self, pieces: list[str]) -> str:
         return str(self._hf.convert_tokens_to_string(list(pieces)))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "side": self.side,
-            "version": STATE_VERSION,
-            "bos_id": self.bos_id,
-            "files": {
-                name: base64.b64encode(data).decode("ascii") for name, data in self.files.items()
-            },
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Self:
-        cls.check_state(state, STATE_VERSION)
-        files = state.get("files")
-        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise TypeError("marian tokenizer state 'files' must map names to base64 text")
-        decoded = {name: base64.b64decode(data) for name, data in files.items()}
-        return cls(decoded, state.get("side", ""), int(state.get("bos_id", -1)))
-
-    @classmethod
-    def train(
-        cls, texts: Iterable[str], *, min_freq: int = 1, max_size: int | None = None, **options: Any
-    ) -> Self:
-        raise ValueError(
-            "a Marian tokenizer comes with its pretrained model (attnseq/models/pretrained.py); "
-            "it is not trained"
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled as its state: the transformers tokenizer inside reads files that are gone."""
-        return self.state_dict()
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(type(self).from_state(state).__dict__)
-
-    def __repr__(self) -> str:
-        return f"MarianTokenizer({self.side}, vocab_size={self.vocab_size})"

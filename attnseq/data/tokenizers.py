@@ -5,8 +5,10 @@ A tokenizer's `state_dict()` holds only JSON values, so it sits inside a checkpo
 """
 
 import abc
+import base64
 import itertools
 import json
+import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -14,6 +16,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
+
+from attnseq.errors import UserError
 
 PAD_ID = 0
 UNK_ID = 1
@@ -23,6 +27,7 @@ PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, BOS, EOS)  # index == id
 
 STATE_VERSION = 1
+PRETRAINED_STATE_VERSION = 1  # PretrainedTokenizer's state
 
 
 class Vocabulary:
@@ -223,6 +228,72 @@ class Tokenizer(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+class PretrainedTokenizer(Tokenizer):
+    """One side of a pretrained model's tokenizer (marian_tokenizer.py, bart_tokenizer.py):
+    built from the model's tokenizer files, the side ("source" or "target") and the id the
+    decoder starts from, and its state is those three, so a checkpoint needs neither the
+    model's folder nor the network. It is not trained."""
+
+    files: dict[str, bytes]
+    side: str
+
+    @classmethod
+    def transformers_tokenizer(cls, hf_class: Any, files: dict[str, bytes]) -> Any:
+        """`hf_class.from_pretrained` of a folder that holds `files`, as it reads the model's.
+
+        Raises:
+            UserError: the files do not load.
+        """
+        with tempfile.TemporaryDirectory(prefix=f"attnseq-{cls.kind}-") as folder:
+            for name, data in files.items():
+                (Path(folder) / name).write_bytes(data)
+            try:
+                return hf_class.from_pretrained(folder, local_files_only=True)
+            except Exception as error:  # broken files fail in many ways
+                raise UserError(
+                    f"the {cls.kind} tokenizer files do not load ({type(error).__name__}: {error})"
+                ) from None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "side": self.side,
+            "version": PRETRAINED_STATE_VERSION,
+            "bos_id": self.bos_id,
+            "files": {
+                name: base64.b64encode(data).decode("ascii") for name, data in self.files.items()
+            },
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        cls.check_state(state, PRETRAINED_STATE_VERSION)
+        files = state.get("files")
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise TypeError(f"{cls.kind} tokenizer state 'files' must map names to base64 text")
+        decoded = {name: base64.b64decode(data) for name, data in files.items()}
+        return cls(decoded, state.get("side", ""), int(state.get("bos_id", -1)))  # type: ignore[call-arg]
+
+    @classmethod
+    def train(
+        cls, texts: Iterable[str], *, min_freq: int = 1, max_size: int | None = None, **options: Any
+    ) -> Self:
+        raise ValueError(
+            f"a {cls.kind} tokenizer comes with its pretrained model (attnseq/models/"
+            "pretrained.py reads it); it is not trained"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled as its state: the transformers tokenizer inside reads files that are gone."""
+        return self.state_dict()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(type(self).from_state(state).__dict__)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.side}, vocab_size={self.vocab_size})"
 
 
 class VocabTokenizer(Tokenizer):

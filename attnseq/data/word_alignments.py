@@ -273,8 +273,10 @@ def read_gold_file(
 
 
 WORD_BOUNDARY = "\u2581"  # "▁", sentencepiece's marker of a piece that starts a word
-PIECE_KINDS: tuple[str, ...] = ("word", "char", "sentencepiece", "marian")
+PIECE_KINDS: tuple[str, ...] = ("word", "char", "sentencepiece", "marian", "bart")
 MARIAN_EOS = "</s>"  # the piece a Marian source ends with (data/marian_tokenizer.py)
+BYTE_LEVEL_SPACE = "\u0120"  # "Ġ", byte-level BPE's mark of a piece after a space
+BART_SPECIALS = ("<s>", "</s>")  # the pieces around a BART text (data/bart_tokenizer.py)
 
 
 def word_ids(pieces: Sequence[str], kind: str) -> list[int]:
@@ -284,8 +286,9 @@ def word_ids(pieces: Sequence[str], kind: str) -> list[int]:
         pieces: the tokenizer's pieces of one text (`Tokenizer.pieces(text)`, no BOS/EOS).
         kind: "word" (one piece per word), "char" (whitespace characters separate words and
             belong to none: -1), "sentencepiece" (a piece starting with "▁" starts a new word;
-            a first piece without it starts word 0 too), or "marian" (sentencepiece's, with the
-            source's closing </s> in no word).
+            a first piece without it starts word 0 too), "marian" (sentencepiece's, with the
+            source's closing </s> in no word), or "bart" (byte-level BPE: a piece starting
+            with "Ġ" starts a new word, the first piece too; <s> and </s> in no word).
 
     Returns:
         len(pieces) indices; the words are numbered 0, 1, ... in order, as in the gold files.
@@ -306,14 +309,16 @@ def word_ids(pieces: Sequence[str], kind: str) -> list[int]:
                     in_word = True
                 ids.append(word)
         return ids
-    if kind in ("sentencepiece", "marian"):
+    if kind in ("sentencepiece", "marian", "bart"):
+        boundary = BYTE_LEVEL_SPACE if kind == "bart" else WORD_BOUNDARY
+        outside = {"marian": (MARIAN_EOS,), "bart": BART_SPECIALS}.get(kind, ())
         ids = []
         word = -1
         for piece in pieces:
-            if kind == "marian" and piece == MARIAN_EOS:
+            if piece in outside:
                 ids.append(-1)
                 continue
-            if piece.startswith(WORD_BOUNDARY) or word < 0:
+            if piece.startswith(boundary) or word < 0:
                 word += 1
             ids.append(word)
         return ids

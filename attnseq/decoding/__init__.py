@@ -79,6 +79,7 @@ def decode(
         limits,
         need_weights,
         eos_at_limit=settings.eos_at_limit,
+        first_token=settings.forced_first_token,
         **copy_inputs,
     )
     for hypothesis, limit in zip(hypotheses, limits.tolist(), strict=True):

@@ -381,7 +381,8 @@ def beam_search(
         max_lengths: (B,) output limits in tokens, EOS not counted (at least 1 is used).
         settings: beam size K, length penalty alpha (and its offset), nbest, min_length,
             no_repeat_ngram, coverage penalty beta, and Hugging Face's conventions
-            (stop_at_current_length, eos_at_limit: docs/internals/decoding.md); its output
+            (stop_at_current_length, eos_at_limit, forced_first_token:
+            docs/internals/decoding.md); its output
             limits are `max_lengths`' business.
         need_weights: attach each hypothesis's cross-attention (see `Hypothesis`).
         **copy_inputs: copy models: src_ext (B, S), the source in the extended vocabulary,
@@ -426,6 +427,7 @@ def beam_search(
             settings.min_length,
             settings.no_repeat_ngram,
             eos_only,
+            settings.forced_first_token,
         )
         top = _top_candidates(beams, log_probs, k, model.eos_id)  # (B_live, 2K)
         _finish(finished, top.first(k), at_limit, beams, step, lp, tracked, model.pad_id)

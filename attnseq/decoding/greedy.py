@@ -26,6 +26,7 @@ def greedy_decode(
     need_weights: bool = False,
     *,
     eos_at_limit: bool = False,
+    first_token: int | None = None,
     **copy_inputs: Unpack[CopyInputs],
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step.
@@ -36,6 +37,7 @@ def greedy_decode(
         need_weights: collect the cross-attention of every step for each hypothesis.
         eos_at_limit: a row that reaches its limit takes one more step, whose only token is
             EOS (`DecodingConfig.eos_at_limit`).
+        first_token: the id every output starts with (`DecodingConfig.forced_first_token`).
         **copy_inputs: copy models: src_ext (B, S), the source in the extended vocabulary, and
             n_oov, its number of extra ids.
     """
@@ -48,6 +50,7 @@ def greedy_decode(
         need_weights,
         copy_inputs,
         eos_at_limit=eos_at_limit,
+        first_token=first_token,
     )
 
 
@@ -67,12 +70,14 @@ def token_by_token(
     min_length: int = 0,
     no_repeat_ngram: int = 0,
     eos_at_limit: bool = False,
+    first_token: int | None = None,
 ) -> list[Hypothesis]:
     """One hypothesis per row of src (B, S): at every step `choose` picks each live row's next
     token from its allowed log-probabilities (`allowed_log_probs` with `min_length` and
     `no_repeat_ngram`), which the hypothesis's score sums. Greedy decoding chooses the argmax,
     sampling draws. With `eos_at_limit` a row that reaches its limit takes one more step,
-    whose only token is EOS (`DecodingConfig.eos_at_limit`)."""
+    whose only token is EOS (`DecodingConfig.eos_at_limit`); `first_token` is every output's
+    first token, when given."""
     batch_size, device = src.size(0), src.device
     max_lengths = max_lengths.to(device)
     longest = int(max_lengths.max())
@@ -87,7 +92,9 @@ def token_by_token(
         history = out[active, :step]  # (B_live, step)
         # with eos_at_limit, the rows one position past their limit may only end
         eos_only = max_lengths[active] == step if eos_at_limit else None  # (B_live,)
-        log_probs = allowed_log_probs(logits, model, history, min_length, no_repeat_ngram, eos_only)
+        log_probs = allowed_log_probs(
+            logits, model, history, min_length, no_repeat_ngram, eos_only, first_token
+        )
         chosen = choose(log_probs)  # (B_live,)
         out[active, step] = chosen
         scores[active] += log_probs.gather(1, chosen.unsqueeze(1)).squeeze(1)

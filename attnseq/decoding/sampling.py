@@ -80,7 +80,7 @@ def sample_decode(
             EOS not counted).
         settings: temperature, top_k, top_p, num_samples and seed shape the draws; min_length
             (no EOS before this many tokens), no_repeat_ngram (block repeated n-grams) and
-            eos_at_limit (EOS after the limit) hold.
+            eos_at_limit (EOS after the limit) and forced_first_token hold.
         generator: where the draws come from (one made from `settings.seed` if None).
         **copy_inputs: copy models: src_ext (B, S) and n_oov.
 
@@ -112,5 +112,6 @@ def sample_decode(
         settings.min_length,
         settings.no_repeat_ngram,
         settings.eos_at_limit,
+        settings.forced_first_token,
     )
     return [flat[start : start + n] for start in range(0, len(flat), n)]

@@ -163,16 +163,21 @@ def allowed_log_probs(
     min_length: int = 0,
     no_repeat_ngram: int = 0,
     eos_only: Tensor | None = None,
+    first_token: int | None = None,
 ) -> Tensor:
     """Next-token log-probabilities (R, V) of the live rows, -inf where decoding forbids the
     token: PAD and BOS always, EOS before `min_length` output tokens, a token that would
-    repeat an n-gram of `no_repeat_ngram` tokens (0: none), and every token but EOS, which
-    gets log-probability 0, in the rows of `eos_only` (the position after the output limit
-    with `eos_at_limit`, as Hugging Face's forced EOS scores it). Every search reads these.
+    repeat an n-gram of `no_repeat_ngram` tokens (0: none), every token but `first_token`
+    at the first step (it gets log-probability 0, as Hugging Face's forced BOS scores it),
+    and every token but EOS, which gets log-probability 0, in the rows of `eos_only` (the
+    position after the output limit with `eos_at_limit`, as Hugging Face's forced EOS scores
+    it; it wins over `first_token`, as there). Every search reads these.
 
     Args:
         logits: (R, V) of this step; history: (R, t) the output tokens so far.
         eos_only: (R,) bool, or None: no row.
+        first_token: the id every output starts with (`DecodingConfig.forced_first_token`),
+            or None.
     """
     log_probs = never_pad_or_bos(torch.log_softmax(logits.float(), dim=-1), model)  # (R, V)
     step = history.size(1)
@@ -181,11 +186,27 @@ def allowed_log_probs(
     if no_repeat_ngram and step >= no_repeat_ngram:
         banned = banned_by_ngrams(history, no_repeat_ngram, log_probs.size(-1))  # (R, V)
         log_probs = log_probs.masked_fill(banned, NEG_INF)
+    if first_token is not None and step == 0:
+        log_probs = only_token(log_probs, first_token)
     if eos_only is not None:
-        forced = torch.full_like(log_probs[:1], NEG_INF)  # (1, V)
-        forced[:, model.eos_id] = 0.0
+        forced = only_token(log_probs, model.eos_id)
         log_probs = torch.where(eos_only.unsqueeze(1), forced, log_probs)
     return log_probs
+
+
+def only_token(log_probs: Tensor, token: int) -> Tensor:
+    """(R, V) log-probabilities that give `token` probability one in every row.
+
+    Raises:
+        UserError: `token` is no id of the V-token vocabulary.
+    """
+    if not 0 <= token < log_probs.size(-1):
+        raise UserError(
+            f"the forced first token {token} is none of the model's {log_probs.size(-1)} ids"
+        )
+    forced = torch.full_like(log_probs, NEG_INF)
+    forced[:, token] = 0.0
+    return forced
 
 
 def banned_by_ngrams(history: Tensor, n: int, vocab_size: int) -> Tensor:

@@ -98,6 +98,8 @@ def decoding_name(settings: DecodingConfig) -> str:
             parts.append("stopcurrent")
     if settings.eos_at_limit:
         parts.append("eosatlimit")
+    if settings.forced_first_token is not None:
+        parts.append(f"first{settings.forced_first_token}")
     if settings.min_length:
         parts.append(f"min{settings.min_length}")
     if settings.no_repeat_ngram:

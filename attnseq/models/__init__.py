@@ -11,6 +11,9 @@ from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput, Vocabularies
 if TYPE_CHECKING:
     from attnseq.data.segments import SourceSegmenter
 
+# imported to add their families to pretrained.FAMILIES: "bart"
+from attnseq.models import bart_family  # noqa: E402, F401
+
 # keyword arguments of both families' models that ModelConfig holds under the same name
 _SHARED_OPTIONS = ("dropout", "tie_embeddings")
 _TRANSFORMER_OPTIONS = (
@@ -21,6 +24,8 @@ _TRANSFORMER_OPTIONS = (
     "ff_dim",
     "attention_dropout",
     "max_positions",
+    "position_offset",
+    "embed_norm",
 )
 _RNN_OPTIONS = ("emb_dim", "hidden", "input_feeding")
 

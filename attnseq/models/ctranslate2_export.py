@@ -76,6 +76,8 @@ def unsupported_features(cfg: TrainConfig) -> list[str]:
         problems.append("model.scale_embeddings=false (the export scales by sqrt(d_model))")
     if model.output_bias:
         problems.append("model.output_bias=true (a pretrained model's logits bias)")
+    if model.embed_norm:
+        problems.append("model.embed_norm=true (BART's LayerNorm on the embeddings)")
     return problems
 
 

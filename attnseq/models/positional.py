@@ -101,18 +101,22 @@ class SplitSinusoidalPositionalEncoding(nn.Module):
 
 class LearnedPositionalEncoding(nn.Module):
     """One trained vector per position 0 .. max_positions - 1, the alternative the paper
-    compares against (section 3.5, table 3 row E).
+    compares against (section 3.5, table 3 row E). With an offset k, position p reads row
+    p + k of a table of max_positions + k rows, as BART's table is laid out (fairseq keeps
+    its first rows for padding positions).
 
     Args:
         d_model: encoding size.
         max_positions: number of positions with a vector; longer inputs are an error.
+        offset: rows before the row of position 0.
     """
 
-    def __init__(self, d_model: int, max_positions: int) -> None:
+    def __init__(self, d_model: int, max_positions: int, offset: int = 0) -> None:
         super().__init__()
         self.d_model = d_model
         self.max_positions = max_positions
-        self.table = nn.Embedding(max_positions, d_model)
+        self.offset = offset
+        self.table = nn.Embedding(max_positions + offset, d_model)
         # the same scale as the token embeddings they are added to
         nn.init.normal_(self.table.weight, mean=0.0, std=d_model**-0.5)
 
@@ -125,16 +129,20 @@ class LearnedPositionalEncoding(nn.Module):
         Returns:
             (*P, d_model).
         """
-        return self.table(positions)
+        return self.table(positions + self.offset if self.offset else positions)
 
 
-def build_positional_encoding(kind: str, d_model: int, max_positions: int) -> nn.Module:
-    """The positional encoding named `kind` ("sinusoidal", "learned" or "sinusoidal_split");
-    ValueError otherwise."""
+def build_positional_encoding(
+    kind: str, d_model: int, max_positions: int, offset: int = 0
+) -> nn.Module:
+    """The positional encoding named `kind` ("sinusoidal", "learned" or "sinusoidal_split"),
+    `offset` the rows of a learned table before position 0's; ValueError otherwise."""
+    if offset and kind != "learned":
+        raise ValueError(f"a position offset goes with learned positions, not {kind!r}")
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model)
     if kind == "learned":
-        return LearnedPositionalEncoding(d_model, max_positions)
+        return LearnedPositionalEncoding(d_model, max_positions, offset)
     if kind == "sinusoidal_split":
         return SplitSinusoidalPositionalEncoding(d_model, max_positions)
     raise ValueError(

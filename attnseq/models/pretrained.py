@@ -49,6 +49,7 @@ GENERATION_DEFAULTS: dict[str, Any] = {
     "early_stopping": False,
     "no_repeat_ngram_size": 0,
     "forced_eos_token_id": None,
+    "forced_bos_token_id": None,
     "bad_words_ids": None,
 }
 
@@ -211,6 +212,65 @@ def tensor_problems(*groups: tuple[str, list[str]]) -> str:
     )
 
 
+def check_layer_settings(config: Any, where: Path) -> None:
+    """UserError for a config (transformers' config of a BART-like model) whose encoder and
+    decoder differ where attnseq's transformer has one setting, or whose activation attnseq
+    lacks."""
+    pairs = [
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ]
+    for first, second in pairs:
+        if getattr(config, first) != getattr(config, second):
+            raise UserError(
+                f"{where}: {first}={getattr(config, first)} and {second}="
+                f"{getattr(config, second)} differ; attnseq's transformer has one value"
+            )
+    if config.activation_function not in ACTIVATIONS:
+        raise UserError(
+            f"{where}: activation_function {config.activation_function!r}; attnseq has "
+            f"{', '.join(ACTIVATIONS)}"
+        )
+
+
+def seq2seq_config(name: str, config: Any, generation: dict[str, Any]) -> TrainConfig:
+    """The TrainConfig of a BART-like config (Marian's, BART's): a post-norm transformer of
+    its widths, layer counts, dropouts, activation and embedding scale with a logits bias,
+    sequences as long as its position table holds (the source with EOS, BOS + target), and
+    the decoding `generate` does with `generation`; the positions and the embeddings' ties
+    are the family's to set."""
+    cfg = TrainConfig(name=name)
+    model = cfg.model
+    model.family, model.norm = ModelFamily.transformer, Norm.post
+    model.d_model, model.heads = config.d_model, config.encoder_attention_heads
+    model.enc_layers, model.dec_layers = config.encoder_layers, config.decoder_layers
+    model.ff_dim = config.encoder_ffn_dim
+    model.max_positions = config.max_position_embeddings
+    model.dropout, model.attention_dropout = config.dropout, config.attention_dropout
+    model.activation_dropout = config.activation_dropout
+    model.activation = ACTIVATIONS[config.activation_function]
+    model.scale_embeddings = bool(config.scale_embedding)
+    model.output_bias = True  # final_logits_bias
+    cfg.data.max_src_len = cfg.data.max_tgt_len = max(config.max_position_embeddings - 1, 1)
+    _set_decoding(cfg, generation, config.eos_token_id)
+    bad = generation["bad_words_ids"] or []
+    start = _start_id(config)
+    # what attnseq never generates: <pad>, and the start token unless it is EOS (BART's)
+    never = [[config.pad_token_id]] + ([[start]] if start != config.eos_token_id else [])
+    if any(words not in never for words in bad):
+        log.warning("%s: bad_words_ids other than <pad> are not applied", name)
+    return cfg
+
+
+def check_special_ids(config: Any, target: Any, where: Path) -> None:
+    """UserError unless the config's pad and EOS ids are the target tokenizer's."""
+    for key, token_id in (("pad_token_id", target.pad_id), ("eos_token_id", target.eos_id)):
+        if getattr(config, key) != token_id:
+            raise UserError(
+                f"{where}: {key}={getattr(config, key)}, but the tokenizer's is {token_id}"
+            )
+
+
 class MarianFamily:
     """Hugging Face's MarianMTModel (OPUS-MT) as attnseq's transformer: post-norm layers,
     sinusoids split in halves, the model's activation, embedding scale and logits bias, shared
@@ -241,16 +301,7 @@ class MarianFamily:
     def _check_expressible(self) -> None:
         """UserError for what attnseq's transformer has one setting of where Marian has two."""
         config, where = self.config, self.folder / "config.json"
-        pairs = [
-            ("encoder_attention_heads", "decoder_attention_heads"),
-            ("encoder_ffn_dim", "decoder_ffn_dim"),
-        ]
-        for first, second in pairs:
-            if getattr(config, first) != getattr(config, second):
-                raise UserError(
-                    f"{where}: {first}={getattr(config, first)} and {second}="
-                    f"{getattr(config, second)} differ; attnseq's transformer has one value"
-                )
+        check_layer_settings(config, where)
         if (
             config.share_encoder_decoder_embeddings
             and config.decoder_vocab_size != config.vocab_size
@@ -259,40 +310,17 @@ class MarianFamily:
                 f"{where}: share_encoder_decoder_embeddings with decoder_vocab_size="
                 f"{config.decoder_vocab_size} and vocab_size={config.vocab_size}"
             )
-        if config.activation_function not in ACTIVATIONS:
-            raise UserError(
-                f"{where}: activation_function {config.activation_function!r}; attnseq has "
-                f"{', '.join(ACTIVATIONS)}"
-            )
         pad = config.pad_token_id
         if pad is None or not 0 <= pad < min(self.src_size, self.tgt_size):
             raise UserError(f"{where}: pad_token_id {pad} is not an id of both vocabularies")
 
     def train_config(self) -> TrainConfig:
         """The TrainConfig of the model: its transformer and the decoding `generate` does."""
-        config = self.config
-        cfg = TrainConfig(name=f"marian {self.folder.name}")
+        cfg = seq2seq_config(f"marian {self.folder.name}", self.config, self.generation)
         model = cfg.model
-        model.family = ModelFamily.transformer
-        model.d_model, model.heads = config.d_model, config.encoder_attention_heads
-        model.enc_layers, model.dec_layers = config.encoder_layers, config.decoder_layers
-        model.ff_dim = config.encoder_ffn_dim
-        model.norm, model.positions = Norm.post, Positions.sinusoidal_split
-        model.max_positions = config.max_position_embeddings
-        model.dropout, model.attention_dropout = config.dropout, config.attention_dropout
-        model.activation_dropout = config.activation_dropout
-        model.activation = ACTIVATIONS[config.activation_function]
-        model.scale_embeddings = bool(config.scale_embedding)
-        model.output_bias = True  # final_logits_bias
+        model.positions = Positions.sinusoidal_split
         model.tie_embeddings = self.tied
         model.share_src_tgt_embeddings = self.shared
-        # the longest sequences the position table holds (the source with EOS, BOS + target)
-        cfg.data.max_src_len = cfg.data.max_tgt_len = max(config.max_position_embeddings - 1, 1)
-        _set_decoding(cfg, self.generation, config.eos_token_id)
-        bad = self.generation["bad_words_ids"] or []
-        never = [[config.pad_token_id], [_start_id(config)]]  # what attnseq never generates
-        if any(words not in never for words in bad):
-            log.warning("%s: bad_words_ids other than <pad> are not applied", self.folder)
         return cfg
 
     def tokenizers(self) -> TokenizerPair:
@@ -310,11 +338,7 @@ class MarianFamily:
                     f"{self.folder / name} has {tokenizer.vocab_size} pieces, {where} has "
                     f"{key}={size}: the tokenizer is not this model's"
                 )
-        for key, token_id in (("pad_token_id", target.pad_id), ("eos_token_id", target.eos_id)):
-            if getattr(self.config, key) != token_id:
-                raise UserError(
-                    f"{where}: {key}={getattr(self.config, key)}, but the tokenizer's is {token_id}"
-                )
+        check_special_ids(self.config, target, where)
         return TokenizerPair(source, target)
 
     def tensors(self) -> Tensors:
@@ -484,8 +508,9 @@ def _generation_settings(folder: Path) -> dict[str, Any]:
 def _set_decoding(cfg: TrainConfig, generation: dict[str, Any], eos_id: int) -> None:
     """cfg.decoding as `generate` decodes with `generation`: beam, |Y|^alpha length penalty,
     its stopping rule, the limit max_new_tokens (or max_length with the start token) with a
-    forced EOS last, min_length, no_repeat_ngram_size. <pad> is never generated in attnseq,
-    as opus-mt's bad_words_ids ask; other bad words and sampling are not applied."""
+    forced EOS last, min_length, no_repeat_ngram_size, forced_bos_token_id as every output's
+    first token. <pad> is never generated in attnseq, as opus-mt's bad_words_ids ask; other
+    bad words and sampling are not applied."""
     decoding = cfg.decoding
     decoding.beam = max(int(generation["num_beams"]), 1)
     decoding.length_penalty = float(generation["length_penalty"])
@@ -498,8 +523,12 @@ def _set_decoding(cfg: TrainConfig, generation: dict[str, Any], eos_id: int) -> 
     decoding.max_output_extra = max(generated - int(decoding.eos_at_limit), 1)
     decoding.min_length = max(int(generation["min_length"]) - 1, 0)
     decoding.no_repeat_ngram = int(generation["no_repeat_ngram_size"])
+    forced_first = generation["forced_bos_token_id"]
+    decoding.forced_first_token = None if forced_first is None else int(forced_first)
     if generation["early_stopping"] is True:
         log.warning("early_stopping=true of generate is approximated by its default rule")
 
 
-FAMILIES = {"marian": MarianFamily}
+# model_type -> family; bart_family.py, which builds on the helpers above, adds "bart" (the
+# package's __init__ imports it, as data/ does its tokenizer kinds)
+FAMILIES: dict[str, Any] = {"marian": MarianFamily}

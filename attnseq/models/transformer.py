@@ -62,6 +62,9 @@ class TransformerSeq2Seq(Seq2Seq):
             (`LayerOptions`).
         scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4).
         output_bias: the output projection has a bias (a pretrained model's logits bias).
+        position_offset: learned positions: the table's rows before position 0's (BART's 2).
+        embed_norm: a LayerNorm on embeddings plus positions, before their dropout, on both
+            sides (BART's layernorm_embedding).
 
     Raises:
         ValueError: for inconsistent sizes or options, e.g. a decoder use of a kind that
@@ -94,6 +97,8 @@ class TransformerSeq2Seq(Seq2Seq):
         activation_dropout: float | None = None,
         scale_embeddings: bool = True,
         output_bias: bool = False,
+        position_offset: int = 0,
+        embed_norm: bool = False,
     ) -> None:
         super().__init__(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         _check_options((enc_layers, dec_layers), norm)
@@ -103,8 +108,12 @@ class TransformerSeq2Seq(Seq2Seq):
         self.heads = heads
         self.max_positions = max_positions
         self.positions = positions
+        self.position_offset = position_offset
         self.embed_scale = math.sqrt(d_model) if scale_embeddings else 1.0
         self._build_embeddings(vocab, share_src_tgt_embeddings, dropout)
+        # None without: the state dict of a model without it has no such entries
+        self.src_embed_norm = nn.LayerNorm(d_model) if embed_norm else None
+        self.tgt_embed_norm = nn.LayerNorm(d_model) if embed_norm else None
 
         options = LayerOptions(
             d_model=d_model,
@@ -147,10 +156,10 @@ class TransformerSeq2Seq(Seq2Seq):
             else self._make_embedding(vocab.src_size, self.d_model, vocab.pad_id)
         )
         self.src_positions = build_positional_encoding(
-            self.positions, self.d_model, self.max_positions
+            self.positions, self.d_model, self.max_positions, self.position_offset
         )
         self.tgt_positions = build_positional_encoding(
-            self.positions, self.d_model, self.max_positions
+            self.positions, self.d_model, self.max_positions, self.position_offset
         )
         self.embed_dropout = nn.Dropout(dropout)
 
@@ -164,10 +173,16 @@ class TransformerSeq2Seq(Seq2Seq):
         return embedding
 
     def _embed(
-        self, tokens: Tensor, embedding: nn.Embedding, encoding: nn.Module, positions: Tensor
+        self,
+        tokens: Tensor,
+        embedding: nn.Embedding,
+        encoding: nn.Module,
+        positions: Tensor,
+        norm: nn.Module | None,
     ) -> Tensor:
         """Dropout(sqrt(d_model) * E[tokens] + PE(positions)) (sections 3.4, 3.5, 5.4);
-        without the sqrt(d_model) when the model does not scale its embeddings.
+        without the sqrt(d_model) when the model does not scale its embeddings, and with
+        `norm` (a LayerNorm, or None) on the sum before the dropout.
 
         Args:
             tokens: (B, N) token ids.
@@ -177,7 +192,8 @@ class TransformerSeq2Seq(Seq2Seq):
             (B, N, d_model).
         """
         scaled = embedding(tokens) * self.embed_scale  # (B, N, d_model)
-        return self.embed_dropout(scaled + encoding(positions).to(scaled.dtype))
+        summed = scaled + encoding(positions).to(scaled.dtype)
+        return self.embed_dropout(summed if norm is None else norm(summed))
 
     def _check_length(self, length: int) -> None:
         """Learned (and split sinusoidal) positions only exist up to max_positions; fail with
@@ -204,7 +220,7 @@ class TransformerSeq2Seq(Seq2Seq):
         self._check_length(src.size(1))
         src_mask = padding_mask(src_lengths, src.size(1))  # (B, S)
         positions = make_positions(src.size(1), device=src.device)  # (S,)
-        x = self._embed(src, self.src_embed, self.src_positions, positions)  # (B, S, d_model)
+        x = self._embed(src, self.src_embed, self.src_positions, positions, self.src_embed_norm)
         memory, weights = self.encoder(x, src_mask, need_weights)
         return memory, src_mask, weights
 
@@ -231,7 +247,9 @@ class TransformerSeq2Seq(Seq2Seq):
             weights_of: a layer whose cross-attention weights are needed whatever
                 `need_weights` says (it alone takes the explicit path).
         """
-        inputs = self._embed(tokens, self.tgt_embed, self.tgt_positions, positions)
+        inputs = self._embed(
+            tokens, self.tgt_embed, self.tgt_positions, positions, self.tgt_embed_norm
+        )
         x = inputs  # (B, T, d_model)
         outputs = []
         for index, (layer, memory_kv) in enumerate(

@@ -35,6 +35,7 @@ from attnseq.decoding import (
     max_output_lengths,
 )
 from attnseq.decoding.settings import check
+from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq
@@ -237,6 +238,28 @@ def test_eos_at_limit_ends_every_search_with_eos_at_probability_one(search: dict
     assert forced[0].score == pytest.approx(plain[0].score, abs=1e-6)  # EOS at log p = 0
     assert plain[0].normalized_score == pytest.approx(plain[0].score / lp_by_hand(3, 1.0))
     assert forced[0].normalized_score == pytest.approx(forced[0].score / lp_by_hand(4, 1.0))
+
+
+@pytest.mark.parametrize(
+    "search",
+    [{"beam": 1}, {"beam": 3}, {"sample": True, "top_k": 1}],
+    ids=["greedy", "beam", "sampling"],
+)
+def test_forced_first_token_starts_every_search_at_probability_one(search: dict) -> None:
+    # the model's first choice is 4; forced, 5 comes first, scored log p = 0
+    model = table_model([{4: -0.1, 5: -2.5, EOS: -20.0}] + [{4: -0.5, EOS: -1.0}] * 5)
+    src, lengths = one_source()
+    limits = {"max_output_ratio": 0.0, "max_output_extra": 3}
+    (plain,) = decode(model, src, lengths, DecodingConfig(**search, **limits))
+    (forced,) = decode(
+        model, src, lengths, DecodingConfig(**search, **limits, forced_first_token=5)
+    )
+    assert plain[0].tokens[0] == 4 and forced[0].tokens[0] == 5
+    assert forced[0].tokens[1:] == plain[0].tokens[1:]
+    first = torch.tensor([-30.0, -30.0, -30.0, -20.0, -0.1, -2.5]).log_softmax(-1)[4]
+    assert forced[0].score == pytest.approx(plain[0].score - float(first), abs=1e-5)
+    with pytest.raises(UserError, match="forced first token 99 is none of the model's"):
+        decode(model, src, lengths, DecodingConfig(**search, forced_first_token=99))
 
 
 def test_stop_at_current_length_stops_where_generate_does() -> None:

@@ -10,6 +10,11 @@ import torch.nn.functional as F
 from helpers import reversal_batch, tiny_transformer
 
 from attnseq.attention.masks import causal_mask, padding_mask
+from attnseq.models.positional import (
+    LearnedPositionalEncoding,
+    build_positional_encoding,
+    make_positions,
+)
 from attnseq.models.seq2seq import TeacherForcing, Vocabularies
 from attnseq.models.transformer import TransformerSeq2Seq
 
@@ -293,3 +298,31 @@ def test_tiny_transformer_overfits_reversal_batch() -> None:
         decoded.append(tokens)
     assert torch.equal(torch.stack(decoded, dim=1), tgt_out)
     assert time.perf_counter() - start < 30
+
+
+def test_learned_positions_with_an_offset_read_the_rows_after_it() -> None:
+    encoding = LearnedPositionalEncoding(8, 5, offset=2)  # BART's layout: 5 + 2 rows
+    assert encoding.table.weight.shape == (7, 8)
+    assert torch.equal(encoding(torch.arange(5)), encoding.table.weight[2:])
+    with pytest.raises(ValueError, match="offset goes with learned positions"):
+        build_positional_encoding("sinusoidal", 8, 5, offset=2)
+
+
+def test_embed_norm_normalises_embeddings_plus_positions_on_both_sides() -> None:
+    plain = tiny_transformer(VOCABS, positions="learned", max_positions=16)
+    assert not any("embed_norm" in name for name in plain.state_dict())
+    normed = tiny_transformer(
+        VOCABS, positions="learned", max_positions=16, embed_norm=True, dropout=0.0
+    )
+    normed.eval()
+    src = torch.tensor([[3, 4, 5]])
+    positions = make_positions(3)
+    summed = normed.src_embed(src) * normed.embed_scale + normed.src_positions(positions)
+    with torch.no_grad():
+        normed.src_embed_norm.weight.uniform_(0.5, 1.5)
+        expected = normed.src_embed_norm(summed)
+        got = normed._embed(
+            src, normed.src_embed, normed.src_positions, positions, normed.src_embed_norm
+        )
+    assert torch.allclose(got, expected)
+    assert {"src_embed_norm.weight", "tgt_embed_norm.bias"} <= set(normed.state_dict())

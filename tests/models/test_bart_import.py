@@ -1,0 +1,350 @@
+"""A Hugging Face BART model read as attnseq's own transformer (attnseq/models/bart_family.py)
+computes what transformers' BartForConditionalGeneration computes: the same teacher-forced
+log-probabilities and attention weights in fp32, the same greedy and beam outputs as
+`generate` (the decoder starting from </s>, <s> forced first, </s> forced at the limit), and
+the same token ids as BartTokenizer. The models are the random-weight stand-ins of
+tests/bart_stand_ins.py (`bart_folders`); bad folders are refused in one line."""
+
+import dataclasses
+import functools
+import json
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="the reference models are transformers' own")
+
+from bart_stand_ins import SHAPES  # noqa: E402
+from marian_stand_ins import UNKNOWN_CHARACTERS, corpus_lines  # noqa: E402
+
+from attnseq.config.choices import Activation, Positions  # noqa: E402
+from attnseq.data.bart_tokenizer import BartTokenizer  # noqa: E402
+from attnseq.data.tokenizers import load_tokenizer  # noqa: E402
+from attnseq.data.word_alignments import word_ids  # noqa: E402
+from attnseq.decoding import decode  # noqa: E402
+from attnseq.errors import UserError  # noqa: E402
+from attnseq.models.loading import TrainedModel, load_trained_model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
+
+SOURCES = [
+    "A man rides his bike across a bridge.",
+    "Zwei Hunde spielen im Schnee.",
+    f"A woman {UNKNOWN_CHARACTERS} sings.",
+    "Children.",
+]
+TARGETS = [
+    "Ein Mann fährt mit dem Fahrrad über eine Brücke.",
+    "Two dogs play in the snow.",
+    "A woman sings.",
+    "Children playing on the beach with a big red ball and a small dog.",
+]
+TOLERANCE = 1e-5
+
+
+@functools.cache
+def imported(folder: Path) -> TrainedModel:
+    return load_trained_model(folder)
+
+
+@functools.cache
+def reference(folder: Path) -> tuple[Any, Any]:
+    """transformers' BartForConditionalGeneration (eager attention: it returns its weights)
+    and BartTokenizer."""
+    from transformers import BartForConditionalGeneration
+    from transformers import BartTokenizer as HFBartTokenizer
+
+    model = BartForConditionalGeneration.from_pretrained(folder, attn_implementation="eager")
+    return model.eval(), HFBartTokenizer.from_pretrained(folder)
+
+
+def forward_both(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any, Any]:
+    """One teacher-forced batch through both models: (transformers' output, attnseq's output,
+    the labels (B, T), -100 at padding)."""
+    hf, tokenizer = reference(folder)
+    ours = imported(folder).model
+    batch = tokenizer(SOURCES, text_target=TARGETS, return_tensors="pt", padding=True)
+    labels = batch["labels"].masked_fill(batch["labels"] == hf.config.pad_token_id, -100)
+    start = torch.full((len(SOURCES), 1), ours.bos_id)
+    tgt_in = torch.cat([start, batch["labels"][:, :-1]], dim=1)  # (B, T): </s> <s> target
+    with torch.no_grad():
+        theirs = hf.to(dtype)(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=tgt_in,
+            output_attentions=True,
+        )
+        lengths = batch["attention_mask"].sum(dim=1)
+        mine = ours.to(dtype)(batch["input_ids"], lengths, tgt_in, need_weights=True)
+    hf.float(), ours.float()
+    return theirs, mine, labels
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_teacher_forced_log_probabilities_match(bart_folders: dict, shape: str) -> None:
+    theirs, mine, labels = forward_both(bart_folders[shape])
+    real = labels != -100
+    index = labels.clamp(min=0).unsqueeze(-1)
+    expected = theirs.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
+    got = mine.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
+    assert (expected - got).abs().max() < TOLERANCE
+    theirs, mine, _ = forward_both(bart_folders[shape], torch.float64)  # the whole vocabulary
+    difference = theirs.logits.log_softmax(-1) - mine.logits.log_softmax(-1)
+    assert difference[real].abs().max() < 1e-9
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_attention_weight_matches(bart_folders: dict, shape: str) -> None:
+    theirs, mine, _ = forward_both(bart_folders[shape])
+    pairs = {
+        "cross": (theirs.cross_attentions, mine.attention),
+        "decoder self": (theirs.decoder_attentions, mine.decoder_self_attention),
+        "encoder self": (theirs.encoder_attentions, mine.encoder_self_attention),
+    }
+    for name, (layers, weights) in pairs.items():
+        expected = torch.stack(layers, dim=1)  # (B, L, H, T, S) as attnseq returns them
+        assert expected.shape == weights.shape, name
+        assert (expected - weights).abs().max() < TOLERANCE, name
+
+
+# (num_beams, length_penalty, max_new_tokens, no_repeat_ngram_size). generate's n-grams
+# count the start token </s>, which is EOS: size 1 would forbid EOS, attnseq's does not
+GENERATE = [(1, 1.0, 30, 2), (4, 1.0, 30, 2), (4, 0.6, 20, 3), (4, 0.0, 16, 0), (1, 1.0, 12, 0)]
+VALID = 24  # source sentences of Multi30k's validation split (English)
+
+
+@functools.cache
+def valid_sources() -> list[str]:
+    from conftest import SHARED_DATA
+
+    return (SHARED_DATA / "multi30k" / "val.en").read_text(encoding="utf-8").splitlines()[:VALID]
+
+
+def generated(folder: Path, **settings: Any) -> tuple[list[list[int]], Any]:
+    """transformers' outputs (without the start token, EOS and padding) and the batch."""
+    hf, tokenizer = reference(folder)
+    batch = tokenizer(valid_sources(), return_tensors="pt", padding=True)
+    pad, eos = hf.config.pad_token_id, hf.config.eos_token_id
+    with torch.no_grad():
+        out = hf.generate(**batch, bad_words_ids=[[pad]], **settings)
+    outputs = []
+    for row in out[:, 1:].tolist():
+        row = row[: row.index(eos)] if eos in row else row
+        outputs.append([token for token in row if token != pad])
+    return outputs, batch
+
+
+def decoded(folder: Path, batch: Any, **changes: Any) -> list[list[int]]:
+    trained = imported(folder)
+    settings = dataclasses.replace(trained.cfg.decoding, **changes)
+    lengths = batch["attention_mask"].sum(dim=1)
+    return [
+        found[0].tokens for found in decode(trained.model, batch["input_ids"], lengths, settings)
+    ]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("beam", "alpha", "new_tokens", "ngram"), GENERATE)
+def test_greedy_and_beam_outputs_match_generate(
+    bart_folders: dict, shape: str, beam: int, alpha: float, new_tokens: int, ngram: int
+) -> None:
+    folder = bart_folders[shape]
+    expected, batch = generated(
+        folder,
+        do_sample=False,
+        num_beams=beam,
+        length_penalty=alpha,
+        max_new_tokens=new_tokens,
+        no_repeat_ngram_size=ngram,
+    )
+    assert all(output[0] == 0 for output in expected)  # <s> forced first
+    got = decoded(
+        folder,
+        batch,
+        beam=beam,
+        length_penalty=alpha,
+        max_output_ratio=0.0,
+        max_output_extra=new_tokens - 1,  # the last of the new tokens is the forced EOS
+        no_repeat_ngram=ngram,
+        min_length=0,
+    )
+    assert got == expected
+
+
+def test_the_imported_decoding_is_generates_own(bart_folders: dict) -> None:
+    """The stand-in's generation_config.json (num_beams 4, max_length 24, forced <s> and
+    </s>) becomes the checkpoint's decoding.*: attnseq decodes as a plain `generate()`."""
+    folder = bart_folders["tied"]
+    expected, batch = generated(folder)
+    decoding = imported(folder).cfg.decoding
+    assert (decoding.beam, decoding.max_output_extra, decoding.eos_at_limit) == (4, 22, True)
+    assert decoding.forced_first_token == 0 and decoding.length_penalty_offset == 0
+    assert decoded(folder, batch) == expected
+    # without the forced first token the outputs are the model's own choice: others
+    assert decoded(folder, batch, forced_first_token=None) != expected
+
+
+def test_sampling_starts_with_the_forced_token(bart_folders: dict) -> None:
+    folder = bart_folders["untied"]
+    _, tokenizer = reference(folder)
+    batch = tokenizer(valid_sources()[:6], return_tensors="pt", padding=True)
+    drawn = decoded(folder, batch, sample=True, beam=1, num_samples=1, seed=3)
+    assert all(tokens[0] == 0 for tokens in drawn)
+    free = decoded(folder, batch, sample=True, beam=1, forced_first_token=None, seed=3)
+    assert any(tokens[:1] != [0] for tokens in free)
+
+
+# ------------------------------------------------------------------------------ the tokenizer
+def tokenizer_texts() -> list[str]:
+    from conftest import SHARED_DATA
+
+    texts = [
+        line
+        for language in ("en", "de")
+        for line in corpus_lines(SHARED_DATA, language, 1000, 5000)
+    ]
+    specials = [
+        f"{UNKNOWN_CHARACTERS} and {UNKNOWN_CHARACTERS[0]}x",
+        "",
+        "   two  spaces  ",
+        "a </s> in the text <unk> <pad> <s> and <mask> too",
+        "Tab\tand\nnewline",
+    ]
+    return texts + specials
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_token_ids_are_bart_tokenizers(bart_folders: dict, shape: str) -> None:
+    folder = bart_folders[shape]
+    _, tokenizer = reference(folder)
+    pair = imported(folder).tokenizers
+    texts = tokenizer_texts()
+    sources, targets = tokenizer(texts)["input_ids"], tokenizer(text_target=texts)["input_ids"]
+    assert pair.src.encode_batch(texts) == sources  # every text, batched
+    assert [[*ids, pair.tgt.eos_id] for ids in pair.tgt.encode_batch(texts)] == targets
+    for index in range(0, len(texts), 4):  # one at a time
+        assert pair.src.encode(texts[index]) == sources[index]
+        assert [*pair.tgt.encode(texts[index]), pair.tgt.eos_id] == targets[index]
+    for text in texts[::50]:  # one piece per id (heatmap labels, word boundaries)
+        assert len(pair.src.pieces(text)) == len(pair.src.encode(text))
+        assert len(pair.tgt.pieces(text)) == len(pair.tgt.encode(text))
+    # decoding stops at the first EOS (a literal </s> in a text is one, as in BartTokenizer)
+    outputs = [ids[: ids.index(pair.tgt.eos_id)] for ids in targets[::4]]
+    expected = [tokenizer.decode(ids, skip_special_tokens=True) for ids in outputs]
+    assert [pair.tgt.decode(ids) for ids in targets[::4]] == expected
+
+
+def test_words_of_byte_level_pieces(bart_folders: dict) -> None:
+    """`word_ids` of kind "bart": a piece after a space starts a word, <s> and </s> are in
+    none, a word's bytes split over pieces stay one word."""
+    source = imported(bart_folders["tied"]).tokenizers.src
+    text = "Zwei Hunde spielen über ☃ Schnee."
+    pieces = source.pieces(text)
+    words = word_ids(pieces, source.kind)
+    assert words[0] == words[-1] == -1 and pieces[0] == "<s>" and pieces[-1] == "</s>"
+    assert max(words) + 1 == len(text.split())
+    spelled = ["" for _ in text.split()]
+    for piece, word in zip(pieces, words, strict=True):
+        if word >= 0:
+            spelled[word] += piece
+    assert [source.pieces_to_text([piece]).strip() for piece in spelled] == text.split()
+
+
+def test_the_tokenizer_state_holds_its_files(bart_folders: dict, tmp_path: Path) -> None:
+    """A BART tokenizer rebuilds from its state alone (JSON, pickle): the folder it was read
+    from is not needed."""
+    target = imported(bart_folders["untied"]).tokenizers.tgt
+    assert isinstance(target, BartTokenizer)
+    target.save(tmp_path / "target.json")
+    rebuilt = load_tokenizer(tmp_path / "target.json")
+    unpickled = pickle.loads(pickle.dumps(target))
+    text = f"Two dogs {UNKNOWN_CHARACTERS} play."
+    for other in (rebuilt, unpickled):
+        assert other == target and other.encode(text) == target.encode(text)
+        assert (other.pad_id, other.eos_id, other.bos_id) == (1, 2, 2)  # </s> starts
+
+
+# ------------------------------------------------------------------------------ the config
+def test_the_config_is_barts(bart_folders: dict) -> None:
+    tied = imported(bart_folders["tied"]).cfg.model
+    assert tied.positions is Positions.learned and tied.position_offset == 2
+    assert tied.embed_norm and tied.output_bias and tied.norm.value == "post"
+    assert tied.activation is Activation.gelu and not tied.scale_embeddings
+    assert tied.tie_embeddings and tied.share_src_tgt_embeddings
+    assert (tied.d_model, tied.heads, tied.enc_layers, tied.ff_dim) == (32, 4, 2, 64)
+    untied = imported(bart_folders["untied"])
+    model = untied.cfg.model
+    assert model.activation is Activation.gelu_tanh and model.scale_embeddings
+    assert not model.tie_embeddings and not model.share_src_tgt_embeddings
+    module = untied.model
+    assert module.src_positions.table.weight.shape == (64 + 2, 48)
+    assert module.src_embed.weight.data_ptr() != module.tgt_embed.weight.data_ptr()
+
+
+def test_a_saved_import_needs_neither_its_folder_nor_the_network(
+    bart_folders: dict, tmp_path: Path
+) -> None:
+    import attnseq
+
+    folder = tmp_path / "model"
+    shutil.copytree(bart_folders["tied"], folder)
+    model = attnseq.load(folder, "cpu")
+    expected = model.translate(SOURCES, beam=2, nbest=2)
+    saved = model.save(tmp_path / "saved.pt")
+    shutil.rmtree(folder)
+    again = attnseq.load(saved, "cpu")
+    assert again.translate(SOURCES, beam=2, nbest=2) == expected
+    assert again.tokenizers.src.kind == "bart"
+
+
+# ------------------------------------------------------------------------------ refusals
+def refused(folder: Path) -> str:
+    with pytest.raises(UserError) as error:
+        load_trained_model(folder)
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def edited_copy(source: Path, tmp_path: Path, **config: Any) -> Path:
+    folder = tmp_path / "model"
+    shutil.copytree(source, folder)
+    settings = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**settings, **config}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"decoder_attention_heads": 2}, "encoder_attention_heads=4 and decoder_attention_heads=2"),
+        ({"activation_function": "tanh"}, "activation_function 'tanh'; attnseq has relu"),
+        ({"vocab_size": 700}, "has 601 tokens"),
+        ({"pad_token_id": 5}, "pad_token_id=5, but the tokenizer's is 1"),
+        ({"max_position_embeddings": 32}, "model.encoder.embed_positions.weight (66, 32)"),
+        ({"d_model": 40}, "wrong shape"),
+    ],
+)
+def test_a_config_that_does_not_fit_is_refused(
+    bart_folders: dict, tmp_path: Path, change: dict, message: str
+) -> None:
+    assert message in refused(edited_copy(bart_folders["tied"], tmp_path, **change))
+
+
+@pytest.mark.parametrize("missing", ["vocab.json", "merges.txt"])
+def test_a_missing_tokenizer_file_is_refused(
+    bart_folders: dict, tmp_path: Path, missing: str
+) -> None:
+    folder = edited_copy(bart_folders["tied"], tmp_path)
+    (folder / missing).unlink()
+    assert f"lacks the BART tokenizer's {missing}" in refused(folder)
+
+
+def test_untied_weights_that_differ_are_refused(bart_folders: dict, tmp_path: Path) -> None:
+    """A .bin of a tied model whose copies differ is not the model its config describes."""
+    folder = edited_copy(bart_folders["untied"], tmp_path, tie_word_embeddings=True)
+    assert "different from the tensor the config ties them to" in refused(folder)
