@@ -22,15 +22,18 @@ from typer.testing import CliRunner
 
 from attnseq.analysis.figures import (
     DPI,
+    TENSORBOARD_STYLE,
     alignment_figure,
     attention_grid_figure,
+    figure_to_array,
+    layer_figure,
     readable_token,
 )
 from attnseq.cli.app import app
 from attnseq.config.schema import TrainConfig
 from attnseq.io.progress import ON_BAR, Rate, counting, logging_above
 from attnseq.training.run import run_training
-from attnseq.training.train_log import run_hparams
+from attnseq.training.train_log import example_figures, log_interval, run_hparams
 
 TINY = [
     "data=reverse",
@@ -41,8 +44,8 @@ TINY = [
 ]
 
 INTERVAL = re.compile(
-    r"step (\d+)/(\d+)  epoch [\d.]+  loss [\d.]+  ppl [\d.]+  lr [\d.e+-]+  [\d,]+ tgt tok/s  "
-    r"grad norm [\d.e+-]+  elapsed \d+:\d\d:\d\d  ETA (\d+:\d\d:\d\d|-)"
+    r"step (\d+)/(\d+)  epoch [\d.]+  loss [\d.]+  nll [\d.]+  ppl [\d.]+  lr [\d.e+-]+  "
+    r"[\d,]+ tgt tok/s  grad norm [\d.e+-]+  elapsed \d+:\d\d:\d\d  ETA (\d+:\d\d:\d\d|-)"
 )
 
 
@@ -94,6 +97,61 @@ def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path
     assert header[4:7] == ["seed: 1", "data:", "  name: reverse"]
     assert "  max_steps: 6" in header
     assert "resolved config:" not in (tmp_path / "log.txt").read_text()  # train.log only
+
+
+def test_with_label_smoothing_the_log_line_shows_the_nll_and_its_perplexity(
+    tmp_path: Path, caplog
+) -> None:
+    """train/loss is the smoothed objective; train/nll the plain negative log-likelihood per
+    target token and train/ppl = exp(train/nll), as valid/ppl = exp(valid/loss): in the log
+    line, TensorBoard and metrics.json."""
+    import json
+    import math
+
+    cfg = tiny_config("optim.label_smoothing=0.1", "trainer.max_steps=4", "trainer.log_every=2")
+    with caplog.at_level(logging.INFO, logger="attnseq"):
+        run_training(cfg, tmp_path, summary=False)
+    lines = re.findall(r"loss ([\d.]+)  nll ([\d.]+)  ppl ([\d.]+)", caplog.text)
+    assert len(lines) == 2
+    for loss, nll, ppl in ((float(x) for x in line) for line in lines):
+        assert nll < loss  # smoothing adds eps * the cross entropy to the uniform
+        assert ppl == pytest.approx(math.exp(nll), rel=1e-3)  # of the printed digits
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    scalars = {tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    for nll, ppl in zip(scalars["train/nll"], scalars["train/ppl"], strict=True):
+        assert ppl == pytest.approx(math.exp(nll), rel=1e-6)
+    for loss, ppl in zip(scalars["valid/loss"], scalars["valid/ppl"], strict=True):
+        assert ppl == pytest.approx(math.exp(loss), rel=1e-6)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["train/ppl"] == pytest.approx(math.exp(metrics["train/nll"]))
+    assert metrics["train/nll"] < metrics["train/loss"]
+    assert metrics["train/loss"] == pytest.approx(scalars["train/loss"][-1], rel=1e-6)
+
+
+def test_without_smoothing_the_nll_is_the_loss(tmp_path: Path) -> None:
+    run_training(tiny_config("trainer.max_steps=2", "trainer.log_every=1"), tmp_path)
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    losses = [event.value for event in events.Scalars("train/loss")]
+    assert [event.value for event in events.Scalars("train/nll")] == pytest.approx(losses)
+
+
+@pytest.mark.parametrize(("total", "every"), [(150, 7), (40, 2), (10, 1), (100_000, 100)])
+def test_log_every_auto_gives_about_twenty_points(total: int, every: int) -> None:
+    assert log_interval("auto", total) == every
+    assert log_interval(5, total) == 5
+
+
+def test_a_run_logs_its_last_updates_where_the_interval_does_not_end(tmp_path: Path) -> None:
+    """`trainer.log_every=auto` over 45 updates: every 2, and the 45th closes the curve."""
+    overrides = ["trainer.max_steps=45", "trainer.max_epochs=100", "trainer.validate_every=45"]
+    overrides.append("trainer.log_every=auto")
+    run_training(tiny_config(*overrides), tmp_path)
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    steps = [event.step for event in events.Scalars("train/nll")]
+    assert steps == [*range(2, 45, 2), 45]
 
 
 def test_git_description_outside_a_repository(tmp_path: Path) -> None:
@@ -311,6 +369,68 @@ def test_a_grid_names_the_tokens_on_its_outer_axes_only() -> None:
         y_labels = [label.get_text() for label in ax.get_yticklabels()]
         assert x_labels == (src if layer == 1 else []), (layer, head)
         assert y_labels == (tgt if head == 0 else []), (layer, head)
+
+
+def _colour_bar_labels(figure) -> list[str]:
+    """The tick labels of a figure's colour bar (its last axes), after checking that each lies
+    whole inside the rendered figure."""
+    figure_to_array(figure)  # drawn, so the labels have their places
+    renderer = figure.canvas.get_renderer()
+    box = figure.bbox
+    labels = [label for label in figure.axes[-1].get_yticklabels() if label.get_text()]
+    for label in labels:
+        extent = label.get_window_extent(renderer)
+        assert box.x0 <= extent.x0 and extent.x1 <= box.x1, label.get_text()
+        assert box.y0 <= extent.y0 and extent.y1 <= box.y1, label.get_text()
+    return [label.get_text() for label in labels]
+
+
+@pytest.mark.parametrize("tokens", [["a"], ["March", "3,", "1998"]])
+def test_the_colour_bar_shows_its_range_with_every_label_whole(tokens: list[str]) -> None:
+    weights = np.full((2, len(tokens)), 0.15)
+    weights[0, 0] = 0.26
+    labels = _colour_bar_labels(alignment_figure(weights, tokens, ["x", "</s>"], "a → x"))
+    assert labels[0] == "0.00" and labels[-1] == "0.26"  # the range, in the data's decimals
+    assert len({len(label) for label in labels}) == 1  # one number of decimals for all
+
+
+def test_a_layer_figure_puts_its_heads_side_by_side_each_labelled() -> None:
+    """At TensorBoard's size: the heads of a short sentence in one row, a long sentence's one
+    under the other, each titled and naming its tokens; no figure wider than about 500 px
+    (TensorBoard shows an image about 350 px wide: a wider one shrinks its words away)."""
+    src, tgt = ["Mann", "."], ["man", "</s>"]
+    weights = np.random.default_rng(0).dirichlet(np.ones(2), size=(4, 2))  # (H, T, S)
+    figure = layer_figure(weights, src, tgt, "Mann . → man", TENSORBOARD_STYLE)
+    cells = [ax for ax in figure.axes if ax.get_title()]
+    assert [ax.get_title() for ax in cells] == ["head 1", "head 2", "head 3", "head 4"]
+    assert len({round(ax.get_position().y0, 3) for ax in cells}) == 1  # one row
+    for ax in cells:  # each head names its source tokens, the first its target tokens
+        assert [label.get_text() for label in ax.get_xticklabels()] == src
+    assert [label.get_text() for label in cells[0].get_yticklabels()] == tgt
+    assert figure_to_array(figure).shape[1] <= 520
+    long = [f"w{i}" for i in range(12)]
+    weights = np.full((4, 2, 12), 1 / 12)
+    figure = layer_figure(weights, long, tgt, "w0 ... w11 → man", TENSORBOARD_STYLE)
+    cells = [ax for ax in figure.axes if ax.get_title()]
+    assert len({round(ax.get_position().x0, 3) for ax in cells}) == 1  # one column
+    assert figure_to_array(figure).shape[1] <= 520
+
+
+def test_a_validation_shares_one_colour_scale_unless_asked_per_figure() -> None:
+    """`trainer.heatmap_scale=shared`: every figure of an example (each layer, the mean) spans
+    the limits given (those of all of the step's maps); per_figure: each its own."""
+    weights = np.zeros((2, 2, 2, 3))  # (L, H, T, S)
+    weights[0, ..., 0] = 0.9  # layer 1 sure, layer 2 spread
+    weights[0, ..., 1:] = 0.05
+    weights[1] = 1 / 3
+    src, tgt = ["a", "b", "c"], ["x", "</s>"]
+    shared = example_figures(weights, src, tgt, "a b c → x", limits=(0.0, 0.9))
+    assert list(shared) == ["/layer_1", "/layer_2", "/last_layer_mean"]
+    for figure in shared.values():
+        assert figure.axes[0].images[0].get_clim() == pytest.approx((0.0, 0.9))
+    own = example_figures(weights, src, tgt, "a b c → x")
+    assert own["/layer_2"].axes[0].images[0].get_clim() == pytest.approx((0.0, 1 / 3))
+    assert own["/layer_1"].axes[0].images[0].get_clim() == pytest.approx((0.0, 0.9))
 
 
 def test_long_titles_wrap_to_the_figure() -> None:
