@@ -2,16 +2,18 @@
 // #explain-data (explain_page.py documents its fields; weights are integers in thousandths)
 // and draws: the outputs (one per beam hypothesis, selectable), the source and output pieces,
 // for the chosen output piece the source weights of every method side by side, and a
-// layer x head grid of attention maps on canvases (an RNN's one map titled as such), under one
-// colour scale stated once, where hovering or focusing a cell shows its token pair and weight
-// and clicking a map enlarges it. Everything is keyboard navigable:
+// layer x head grid of attention maps on canvases (an RNN's one map titled as such), each
+// naming its pieces on its axes, under one colour scale from 0 to the largest weight shown,
+// stated once, where hovering or focusing a cell shows its token pair and weight and clicking
+// a map enlarges it. Everything is keyboard navigable:
 // Tab between groups, arrow keys inside a group, Enter to act.
 (function () {
   "use strict";
 
   const SCALE = 1000;
   const data = JSON.parse(document.getElementById("explain-data").textContent);
-  const state = { output: 0, step: 0, kind: "cross", cursor: null, enlarged: null };
+  // top: the weight the colour scale ends at (the largest of the maps shown, in thousandths)
+  const state = { output: 0, step: 0, kind: "cross", cursor: null, enlarged: null, top: SCALE };
   const app = document.getElementById("app");
   app.textContent = "";
 
@@ -44,33 +46,41 @@
   // viridis (matplotlib's default map) at five stops, interpolated linearly
   const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
   function colour(value) {
-    const x = Math.min(1, Math.max(0, value / SCALE)) * (VIRIDIS.length - 1);
+    const x = Math.min(1, Math.max(0, value / state.top)) * (VIRIDIS.length - 1);
     const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
     const f = x - i;
     const c = VIRIDIS[i].map((v, k) => Math.round(v + f * (VIRIDIS[i + 1][k] - v)));
     return "rgb(" + c.join(",") + ")";
   }
 
-  // The colour scale of every map: the ramp drawn by `colour` itself from weight 0 (left) to 1
-  // (right), with its ends' values. Every map is painted on this one scale, so a colour means
-  // the same weight in every thumbnail, tab and enlarged map.
+  // The colour scale of the maps shown: the ramp drawn by `colour` itself from weight 0 (left)
+  // to the largest weight of the kind's maps (right), with its ends' values. Every map of the
+  // kind is painted on this one scale, so a colour means the same weight in every thumbnail
+  // and the enlarged map; a scale fixed at 1 would paint weights of 0.15 and 0.26 alike.
   const RAMP_WIDTH = 120;
   function legend() {
     const ramp = el("canvas", { className: "ramp", width: String(RAMP_WIDTH), height: "10", "aria-hidden": "true" });
     const context = ramp.getContext("2d");
     for (let x = 0; x < RAMP_WIDTH; x++) {
-      context.fillStyle = colour((x / (RAMP_WIDTH - 1)) * SCALE);
+      context.fillStyle = colour((x / (RAMP_WIDTH - 1)) * state.top);
       context.fillRect(x, 0, 1, 10);
     }
     return el("div", {
       className: "legend", role: "img",
-      "aria-label": "colour scale of every map: weight " + weight(0) + " dark purple to " + weight(SCALE) + " yellow",
+      "aria-label": "colour scale of every map: weight " + weight(0) + " dark purple to " + weight(state.top) + " yellow",
     }, [
       el("span", { text: "weight" }),
       el("span", { className: "legend-min", text: weight(0) }), ramp,
-      el("span", { className: "legend-max", text: weight(SCALE) }),
-      el("span", { className: "legend-note", text: "one scale for every map" }),
+      el("span", { className: "legend-max", text: weight(state.top) }),
+      el("span", { className: "legend-note", text: "one scale for every map, to their largest weight" }),
     ]);
+  }
+
+  // The largest weight of a kind's maps (at least 0.001, so that a scale has a length).
+  function largest(maps) {
+    let top = 1;
+    for (const layer of maps.weights) for (const head of layer) for (const row of head) for (const value of row) top = Math.max(top, value);
+    return top;
   }
 
   // Arrow keys (and Home/End) move the focus inside a group of buttons; `select` runs on the
@@ -148,10 +158,11 @@
   const gridScroll = el("div", { className: "grid-scroll" });
   const mapDetail = el("p", { id: "map-detail", className: "detail", "aria-live": "polite" });
   const enlarged = el("div", { id: "enlarged", className: "enlarged", hidden: "" });
+  const mapLegend = el("div", { id: "map-legend" });
   mapsSection.append(
     el("h2", { id: "maps-title", text: data.one_map ? "Attention map" : "Attention maps, layer \u00d7 head" }),
     el("p", { className: "hint", text: "Hover over a map, or focus it with Tab and move with the arrow keys, to read a cell; click or press Enter to enlarge it. The chosen output piece's row is outlined." }),
-    tabs, el("div", { id: "map-legend" }, [legend()]), mapDetail, gridScroll, enlarged,
+    tabs, mapLegend, mapDetail, gridScroll, enlarged,
   );
   arrowKeys(tabs, () => Array.from(tabs.children), (index) => chooseKind(tabs.children[index].dataset.kind));
 
@@ -280,9 +291,55 @@
     return kind === "encoder" ? null : state.step;
   }
 
+  // A thumbnail's cell: 16 px at least, so that its colour can be told and its labels read
+  // (the grid scrolls sideways where it is wider than the page), larger for short sentences.
+  const MIN_CELL = 16;
   function cellSize(maps) {
     const longest = Math.max(maps.rows.length, maps.columns.length);
-    return Math.max(2, Math.min(10, Math.floor(150 / longest)));
+    return Math.max(MIN_CELL, Math.min(24, Math.floor(320 / longest)));
+  }
+
+  const LABEL_FONT = "12px ui-monospace, monospace";
+
+  // A map on a canvas, its row pieces on the left and its column pieces turned above it, cells
+  // of `size` px; data-left, data-top and data-size say where the cells lie, and hovering one
+  // shows its token pair and weight. An RNN's map and a transformer's head are drawn alike.
+  function mapCanvas(kind, maps, layer, head, size, label) {
+    const matrix = maps.weights[layer][head];
+    const probe = document.createElement("canvas").getContext("2d");
+    probe.font = LABEL_FONT;
+    const labelWidth = (labels) => Math.ceil(Math.max(...labels.map((piece) => probe.measureText(shown(piece)).width))) + 8;
+    const left = labelWidth(maps.rows);
+    const top = labelWidth(maps.columns);
+    const canvas = el("canvas", {
+      width: String(left + maps.columns.length * size), height: String(top + matrix.length * size),
+      role: "img", "aria-label": label, "data-left": String(left), "data-top": String(top), "data-size": String(size),
+    });
+    const context = canvas.getContext("2d");
+    context.fillStyle = "#fff";
+    context.fillRect(0, 0, canvas.width, canvas.height);
+    context.font = LABEL_FONT;
+    context.fillStyle = "#1b1f24";
+    context.textBaseline = "middle";
+    maps.rows.forEach((piece, r) => context.fillText(shown(piece), 2, top + r * size + size / 2));
+    maps.columns.forEach((piece, c) => {
+      context.save();
+      context.translate(left + c * size + size / 2, top - 4);
+      context.rotate(-Math.PI / 2);
+      context.fillText(shown(piece), 0, 0);
+      context.restore();
+    });
+    paint(canvas, matrix, size, left, top, chosenRow(kind));
+    canvas.addEventListener("mousemove", (event) => {
+      const box = canvas.getBoundingClientRect();
+      const scale = box.width / canvas.width;
+      const c = Math.floor(((event.clientX - box.left) / scale - left) / size);
+      const r = Math.floor(((event.clientY - box.top) / scale - top) / size);
+      if (r >= 0 && r < matrix.length && c >= 0 && c < maps.columns.length) {
+        mapDetail.textContent = describeCell(kind, maps, layer, head, r, c);
+      }
+    });
+    return canvas;
   }
 
   function paint(canvas, matrix, size, left, top, row) {
@@ -313,6 +370,9 @@
     const kind = state.kind;
     const maps = kindMaps(kind);
     const size = cellSize(maps);
+    state.top = largest(maps);
+    mapLegend.textContent = "";
+    mapLegend.append(legend());
     const grid = el("div", { id: "grid", className: data.one_map ? "grid one-map" : "grid" });
     if (data.one_map) {
       grid.append(el("div", { className: "cell" }, [
@@ -334,22 +394,10 @@
 
   function thumbnail(kind, maps, layer, head, size) {
     const matrix = maps.weights[layer][head];
-    const canvas = el("canvas", {
-      width: String(maps.columns.length * size), height: String(matrix.length * size), tabindex: "0",
-      role: "img", "data-layer": String(layer + 1), "data-head": String(head + 1),
-      "aria-label": mapTitle(kind, layer, head) + " (Enter enlarges)",
-    });
-    paint(canvas, matrix, size, 0, 0, chosenRow(kind));
-    const cellAt = (event) => {
-      const box = canvas.getBoundingClientRect();
-      const c = Math.floor((event.clientX - box.left) / (box.width / maps.columns.length));
-      const r = Math.floor((event.clientY - box.top) / (box.height / matrix.length));
-      return [Math.min(matrix.length - 1, Math.max(0, r)), Math.min(maps.columns.length - 1, Math.max(0, c))];
-    };
-    canvas.addEventListener("mousemove", (event) => {
-      const [r, c] = cellAt(event);
-      mapDetail.textContent = describeCell(kind, maps, layer, head, r, c);
-    });
+    const canvas = mapCanvas(kind, maps, layer, head, size, mapTitle(kind, layer, head) + " (Enter enlarges)");
+    canvas.tabIndex = 0;
+    canvas.dataset.layer = String(layer + 1);
+    canvas.dataset.head = String(head + 1);
     canvas.addEventListener("click", () => enlarge(kind, layer, head));
     canvas.addEventListener("focus", () => {
       const row = chosenRow(kind);
@@ -389,43 +437,10 @@
     const { kind, layer, head } = state.enlarged;
     const maps = kindMaps(kind);
     if (!maps || kind !== state.kind) { closeEnlarged(); return; }
-    const matrix = maps.weights[layer][head];
     enlarged.hidden = false;  // shown before measuring the room it has
-    const probe = document.createElement("canvas").getContext("2d");
-    probe.font = "12px ui-monospace, monospace";
-    const labelWidth = (labels) => Math.ceil(Math.max(...labels.map((label) => probe.measureText(shown(label)).width))) + 8;
-    const left = labelWidth(maps.rows);
-    const top = labelWidth(maps.columns);
-    const room = Math.max(160, enlarged.clientWidth - 24 - left);
-    const size = Math.max(12, Math.min(28, Math.floor(room / maps.columns.length)));
-    const canvas = el("canvas", {
-      width: String(left + maps.columns.length * size), height: String(top + matrix.length * size),
-      role: "img", "aria-label": "enlarged map",
-    });
-    const context = canvas.getContext("2d");
-    context.fillStyle = "#fff";
-    context.fillRect(0, 0, canvas.width, canvas.height);
-    context.font = "12px ui-monospace, monospace";
-    context.fillStyle = "#1b1f24";
-    context.textBaseline = "middle";
-    maps.rows.forEach((label, r) => context.fillText(shown(label), 2, top + r * size + size / 2));
-    maps.columns.forEach((label, c) => {
-      context.save();
-      context.translate(left + c * size + size / 2, top - 4);
-      context.rotate(-Math.PI / 2);
-      context.fillText(shown(label), 0, 0);
-      context.restore();
-    });
-    paint(canvas, matrix, size, left, top, chosenRow(kind));
-    canvas.addEventListener("mousemove", (event) => {
-      const box = canvas.getBoundingClientRect();
-      const scale = box.width / canvas.width;
-      const c = Math.floor(((event.clientX - box.left) / scale - left) / size);
-      const r = Math.floor(((event.clientY - box.top) / scale - top) / size);
-      if (r >= 0 && r < matrix.length && c >= 0 && c < maps.columns.length) {
-        mapDetail.textContent = describeCell(kind, maps, layer, head, r, c);
-      }
-    });
+    const room = Math.max(160, enlarged.clientWidth - 24 - 120);
+    const size = Math.max(MIN_CELL, Math.min(28, Math.floor(room / maps.columns.length)));
+    const canvas = mapCanvas(kind, maps, layer, head, size, "enlarged map");
     const close = el("button", { type: "button", className: "tab", text: "Close" });
     close.addEventListener("click", closeEnlarged);
     enlarged.textContent = "";

@@ -34,6 +34,7 @@ IGNORED_KEYS = (
     "trainer.overwrite",
     "trainer.log_every",
     "trainer.num_heatmaps",
+    "trainer.heatmap_scale",
     "trainer.save_every_steps",
     "trainer.save_every_minutes",
     "trainer.keep_last",

@@ -32,7 +32,14 @@ if TYPE_CHECKING:
 def evaluate(
     checkpoint: CheckpointArgument,
     overrides: decoding_options.OverridesArgument = None,
-    split: Annotated[str, typer.Option(help="Which split to evaluate: test or valid.")] = "test",
+    split: Annotated[
+        str,
+        typer.Option(
+            help="What to evaluate: a split of the checkpoint's data (train, valid, test or "
+            "another name of its data.splits) or a data file (.jsonl, .tsv or the prefix of a "
+            "parallel pair, read with the checkpoint's data settings)."
+        ),
+    ] = "test",
     batch_size: BatchTokensOption = None,
     out: Annotated[
         Path | None,

@@ -4,6 +4,7 @@ cross-field rules, run by `validate` (docs/internals/configuration.md)."""
 import dataclasses
 import functools
 import math
+import typing
 from enum import Enum
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,7 +26,6 @@ from attnseq.config.choices import (
 )
 from attnseq.config.devices import check_device_name
 from attnseq.config.schema import DecodingConfig, ModelConfig, TrainConfig
-from attnseq.config.threads import AUTO
 from attnseq.errors import UserError
 
 
@@ -419,17 +419,29 @@ TASK_METRICS = {
 
 def field_problems(node: Any, prefix: str = "") -> list[str]:
     """The schema's per-field rules: every number finite and within the bounds its `option`
-    declares, every list of the declared length; one "key must ..., got VALUE" line each."""
+    declares, every list of the declared length, the string of an `int | str` field one of its
+    `words`; one "key must ..., got VALUE" line each."""
     problems: list[str] = []
     for spec in dataclasses.fields(node):
         key, value = f"{prefix}{spec.name}", getattr(node, spec.name)
+        words = spec.metadata.get("words")
         if dataclasses.is_dataclass(value):
             problems += field_problems(value, f"{key}.")
+        elif words and isinstance(value, str) and value not in words:
+            problems.append(f"{key} must be {number_or_words(spec)}, got {value!r}")
         elif value is not None and not isinstance(value, bool | str | Enum | dict):
             problem = value_problem(value, spec.metadata)
             if problem:
                 problems.append(f"{key} {problem}, got {value!r}")
     return problems
+
+
+def number_or_words(spec: dataclasses.Field) -> str:
+    """What an `int | str` field takes, e.g. "a whole number >= 1, auto or null"."""
+    choices = [f"a whole number {bounds_text(spec.metadata)}".rstrip(), *spec.metadata["words"]]
+    if type(None) in typing.get_args(spec.type):
+        choices.append("null")
+    return ", ".join(choices[:-1]) + " or " + choices[-1]
 
 
 def bounds_text(metadata: Any) -> str:
@@ -479,7 +491,7 @@ def validate(cfg: TrainConfig, *, run_start: bool = True) -> None:
     keys of the other model family are then let through, as its model ignores them."""
     # Per-field bounds first: the cross-field rules below assume them (e.g. heads >= 1), and
     # the cross-field rules of a family read only that family's keys.
-    problems = field_problems(cfg) + device_problems(cfg) + threads_problems(cfg)
+    problems = field_problems(cfg) + device_problems(cfg)
     if not problems and run_start:
         problems = other_family_problems(cfg)
     if not problems:
@@ -488,15 +500,6 @@ def validate(cfg: TrainConfig, *, run_start: bool = True) -> None:
         raise UserError(f"invalid configuration: {problems[0]}")
     if problems:
         raise UserError("invalid configuration:\n  - " + "\n  - ".join(problems))
-
-
-def threads_problems(cfg: TrainConfig) -> list[str]:
-    """`trainer.threads` as a string is "auto" (config/threads.py); a number's upper bound
-    depends on the machine that runs, so the resource checks test it there."""
-    threads = cfg.trainer.threads
-    if isinstance(threads, str) and threads != AUTO:
-        return [f"trainer.threads must be a whole number >= 1, {AUTO} or null, got {threads!r}"]
-    return []
 
 
 def device_problems(cfg: TrainConfig) -> list[str]:

@@ -165,6 +165,13 @@ class Tracker(Enum):
     wandb = "wandb"  # a Weights & Biases run in offline mode under RUN_DIR/wandb (attnseq[wandb])
 
 
+class HeatmapScale(Enum):
+    """trainer.heatmap_scale: the colour scale of the heatmaps a validation draws."""
+
+    shared = "shared"  # one scale for all of a validation's figures: their colours compare
+    per_figure = "per_figure"  # each figure from 0 to its own largest weight
+
+
 class Precision(Enum):
     """trainer.precision (attnseq/training/precision.py). `trainer.precision=32` selects fp32 by
     its value; bf16 and fp16 by name."""

@@ -81,10 +81,44 @@ def _is_path(value: str) -> bool:
     return value.endswith((".yaml", ".yml")) or "/" in value or os.sep in value
 
 
+def map_keys() -> tuple[str, ...]:
+    """The keys of the schema whose value is a mapping of names the user chooses (e.g.
+    data.splits: split -> path), as dotted keys."""
+    import dataclasses
+    import typing
+
+    from attnseq.config.schema import TrainConfig
+
+    def walk(node: type, prefix: str) -> list[str]:
+        found = []
+        hints = typing.get_type_hints(node)
+        for spec in dataclasses.fields(node):
+            kind = hints[spec.name]
+            if dataclasses.is_dataclass(kind):
+                found += walk(kind, f"{prefix}{spec.name}.")
+            elif typing.get_origin(kind) is dict:
+                found.append(f"{prefix}{spec.name}")
+        return found
+
+    return tuple(walk(TrainConfig, ""))
+
+
+def _opened_map_override(arg: str, keys: tuple[str, ...]) -> str:
+    """`data.splits.valid=dev.tsv` -> `++data.splits.valid=dev.tsv`: a name under a mapping key
+    is set whether the data config has it or not (Hydra's plain override only replaces a key
+    that is there, its `+` only adds one that is not)."""
+    key = arg.split("=", 1)[0]
+    if "=" in arg and any(key.startswith(f"{parent}.") for parent in keys):
+        return f"++{arg}"
+    return arg
+
+
 def rewrite_config_selector(args: list[str]) -> list[str]:
     """`config=NAME` -> `experiment=NAME`; `config=PATH` -> search path + experiment + the
-    path recorded as `config_file`."""
+    path recorded as `config_file`; a plain override of a name under a mapping key
+    (`data.splits.valid=dev.tsv`) adds or replaces it."""
     out: list[str] = []
+    keys = map_keys()
     for arg in args:
         if arg.startswith("config_file="):
             raise UserError(
@@ -92,7 +126,7 @@ def rewrite_config_selector(args: list[str]) -> list[str]:
                 "use config=PATH to load a file"
             )
         if not arg.startswith("config="):
-            out.append(arg)
+            out.append(_opened_map_override(arg, keys))
             continue
         value = arg.split("=", 1)[1]
         if _is_path(value):
@@ -312,6 +346,11 @@ def _describe_unknown_key(key: str) -> str:
     keys = list(node.keys()) if isinstance(node, DictConfig) else []
     options = sorted(str(key) for key in keys)
     where = f"under '{parent}'" if parent else "at the top level"
+    if parent in map_keys():  # a name of the user's: Hydra adds one with a leading +
+        return (
+            f"'{parent}' has no key '{leaf}' in this config: add it with a leading +, "
+            f"+{key}=VALUE (or ++{key}=VALUE to add or replace it)"
+        )
     moved = MOVED_KEYS.get(key)  # a key of older configs: where it is now
     nearest = (
         f" Did you mean '{moved}'?"

@@ -70,6 +70,8 @@ def _rule(annotation: Any, metadata: Any) -> str:
     parts = [
         f"{sign} {metadata[bound]}" for bound, sign in _BOUND_SIGNS.items() if bound in metadata
     ]
+    if "words" in metadata:  # an `int | str` field: its numbers' bounds or its words
+        parts = [" or ".join([*(["; ".join(parts)] if parts else []), *metadata["words"]])]
     if "length" in metadata:
         parts.append(f"{metadata['length']} items")
     if isinstance(inner, type) and issubclass(inner, Enum):

@@ -15,6 +15,7 @@ from attnseq.config.choices import (
     DecoderStyle,
     FileFormat,
     HardMode,
+    HeatmapScale,
     Hierarchy,
     Metric,
     ModelFamily,
@@ -44,17 +45,20 @@ def option(
     le: float | None = None,
     lt: float | None = None,
     length: int | None = None,
+    words: tuple[str, ...] | None = None,
     family: ModelFamily | None = None,
 ) -> Any:
     """A schema field: its default, its help text and the bounds checks.py enforces.
 
     ge/gt/le/lt bound a number (or every item of a list) as >=, >, <=, <; `length` is the number
-    of items a list must have. A float field is always checked to be finite as well; None (for
+    of items a list must have; `words` are the strings an `int | str` field takes besides its
+    numbers (e.g. ("auto",)). A float field is always checked to be finite as well; None (for
     an optional field) is always allowed. `family` marks a `model.*` key (or a whole node) that
     only that model family reads; a key without one is read by both (checks.py refuses a
     changed key of the other family when a run starts, reference.py labels the key).
     """
-    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt, "length": length, "family": family}
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt, "length": length, "words": words}
+    bounds["family"] = family
     metadata = {"help": help, **{key: value for key, value in bounds.items() if value is not None}}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
@@ -493,6 +497,7 @@ class TrainerConfig:
         "process keeps busy: the result then depends on the machine's load) or None = torch's "
         "default capped at the usable cores (the same whatever else runs)",
         ge=1,
+        words=("auto",),
     )
     precision: Precision = option(
         Precision.fp32, "32 | bf16 | fp16 (autocast; fp16 scales the loss)"
@@ -510,7 +515,14 @@ class TrainerConfig:
     validate_every: int = option(
         250, "steps between validations (and at the end of training)", ge=1
     )
-    log_every: int = option(100, "updates between train/* scalars and training log lines", ge=1)
+    log_every: int | str = option(
+        "auto",
+        "updates between train/* scalars and training log lines: N, or auto = about 20 lines"
+        " over the run's budget (max_steps, or max_epochs in updates), at least one every 100"
+        " updates",
+        ge=1,
+        words=("auto",),
+    )
     early_stopping_metric: Metric = option(
         Metric.exact_match, "validation metric for early stopping and best.pt"
     )
@@ -519,6 +531,11 @@ class TrainerConfig:
         None, "stop as soon as the metric reaches this value"
     )
     num_heatmaps: int = option(3, "fixed validation examples drawn to TensorBoard", ge=0)
+    heatmap_scale: HeatmapScale = option(
+        HeatmapScale.shared,
+        "colour scale of a validation's heatmaps: shared (one for all of its figures, so that"
+        " they compare) or per_figure (each from 0 to its own largest weight)",
+    )
     progress: bool = option(True, "progress bar on a terminal")
     # --- resume points: last.pt is also written at every validation and when training stops
     save_every_steps: int | None = option(None, "write last.pt every N updates; None = off", ge=1)

@@ -7,12 +7,28 @@ per-token mean.
 Shapes: B batch, S source length, T target length, V (extended) vocabulary.
 """
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attnseq.config.schema import OptimConfig
 from attnseq.models.seq2seq import Seq2SeqOutput
+
+
+class BatchLoss(NamedTuple):
+    """One batch's training loss and, beside it, its negative log-likelihood, each a 0-dim
+    tensor summed over the real target positions (b, t).
+
+    loss: L of `training_loss`, what the update minimises.
+    nll: -sum_{b,t} log p(y_bt | x_b, y_b<t), detached: the cross entropy without label
+        smoothing and without the other terms, what a perplexity is the exponential of (per
+        token), as validation's loss is.
+    """
+
+    loss: Tensor
+    nll: Tensor
 
 
 def training_loss(
@@ -22,9 +38,9 @@ def training_loss(
     optim: OptimConfig,
     step: int,
     gold_alignment: Tensor | None = None,
-) -> Tensor:
+) -> BatchLoss:
     """The loss of one batch at update `step` (0-based), summed over its real target positions
-    (b, t), a 0-dim tensor:
+    (b, t), and its negative log-likelihood (`BatchLoss`):
 
         L = sum_{b,t} CE_eps(y_bt | x_b, y_b<t)                  cross entropy, label smoothing
           + lambda_c(step) sum_{b,t} covloss_bt                  coverage (pointer-generator)
@@ -47,6 +63,8 @@ def training_loss(
     """
     eps = optim.label_smoothing
     loss_sum = token_loss_sum(output.logits, targets, pad_id, eps, output.support)
+    # without smoothing the cross entropy is the nll: no second pass over the logits
+    nll = loss_sum.detach() if eps == 0 else target_nll_sum(output.logits, targets, pad_id)
     if output.coverage_loss is not None:  # See et al. 2017, eq. 13: + lambda * covloss_t
         weight = coverage_weight(optim, step)
         loss_sum = loss_sum + coverage_term(output.coverage_loss, targets, pad_id, weight)
@@ -56,7 +74,7 @@ def training_loss(
         loss_sum = loss_sum + term
     if output.reinforce is not None:
         loss_sum = loss_sum + reinforce_loss(output, targets, pad_id, optim)
-    return loss_sum
+    return BatchLoss(loss_sum, nll)
 
 
 # Cross entropy with label smoothing (Szegedy et al. 2016, section 7)
@@ -83,6 +101,17 @@ def token_loss_sum(
     if support is None or label_smoothing == 0:
         return _cross_entropy_sum(logits, targets, pad_id, label_smoothing)
     return smoothed_cross_entropy_sum(logits, targets, pad_id, label_smoothing, support)
+
+
+@torch.no_grad()
+def target_nll_sum(logits: Tensor, targets: Tensor, pad_id: int) -> Tensor:
+    """-sum log p(y) over the non-pad targets, outside autograd: the nll beside a smoothed
+    loss, a 0-dim tensor on the logits' device (no host-device synchronisation).
+
+    Args:
+        logits: (B, T, V); targets: (B, T) with pad_id where there is no token.
+    """
+    return _cross_entropy_sum(logits, targets, pad_id, 0.0)
 
 
 def sequence_loss(

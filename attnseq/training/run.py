@@ -47,6 +47,7 @@ from attnseq.training.stopping import StopSignals, TrainingInterrupted
 from attnseq.training.trackers import mlflow_tracking_uri, open_trackers
 from attnseq.training.train_log import (
     NullWriter,
+    hparams_metrics,
     log_run_header,
     run_hparams,
     validation_logger,
@@ -138,7 +139,9 @@ def build_fit_test(
     try:
         state = trainer.fit()
         # Rank 0 evaluates and writes; the others wait for its numbers.
-        test = partial(_test_best, cfg, data, model, device, run_dir, writer, state)
+        test = partial(
+            _test_best, cfg, data, model, device, run_dir, writer, state, trainer.training_metrics
+        )
         _, results = decided_on_main(world, test, lambda metrics: metrics)
         succeeded = True
     except TrainingInterrupted as interruption:
@@ -302,9 +305,11 @@ def _test_best(
     run_dir: Path,
     writer: Any,
     state: TrainingState,
+    training: dict[str, float],
 ) -> dict[str, float]:
     """Evaluate best.pt on the test split (metrics and attention diagnostics); write
-    hyps/test.txt, metrics.json, hparams."""
+    hyps/test.txt, metrics.json (with `training`, the last training line's train/loss,
+    train/nll and train/ppl), hparams."""
     best_path = run_dir / "checkpoints" / "best.pt"
     if not best_path.is_file():  # resumed from a lone checkpoint without its best.pt
         log.warning("no best.pt in %s: evaluating last.pt", best_path.parent)
@@ -318,13 +323,14 @@ def _test_best(
     results["best_step"] = state.best_step
     results[f"valid/best_{cfg.trainer.early_stopping_metric.value}"] = state.best_metric
     results["skipped_steps"] = state.skipped_steps
+    results.update(training)
     results.update(peak_gpu_memory(device))
     atomic_write_lines(run_dir / "hyps" / "test.txt", hypotheses)
     atomic_write_json(run_dir / "metrics.json", results)
     # At the last training step, so the test numbers sit at the end of the valid/* curves.
     writer.add_hparams(
         run_hparams(cfg, sum(p.numel() for p in model.parameters())),
-        {k: v for k, v in results.items() if "/" in k and not is_per_layer_key(k)},
+        hparams_metrics(results),
         run_name=".",
         global_step=state.step,
     )

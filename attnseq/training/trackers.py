@@ -145,10 +145,8 @@ def open_trackers(cfg: TrainConfig, run_dir: Path, resume_step: int | None) -> R
     )
     for tracker in dict.fromkeys(cfg.logger):
         if tracker is Tracker.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
             purge = resume_step + 1 if resume_step is not None else None
-            trackers.append(SummaryWriter(str(run_dir / "tb"), purge_step=purge))
+            trackers.append(tensorboard_writer(run_dir / "tb", purge))
         elif tracker is Tracker.mlflow:
             uri = mlflow_tracking_uri(cfg, run_dir)
             artifacts = None
@@ -161,6 +159,44 @@ def open_trackers(cfg: TrainConfig, run_dir: Path, resume_step: int | None) -> R
         elif tracker is Tracker.wandb:
             trackers.append(WandbTracker(cfg.tracker.project, run_dir, params, record))
     return RunTrackers(trackers)
+
+
+def tensorboard_writer(folder: Path, purge_step: int | None = None) -> Any:
+    """TensorBoard's SummaryWriter into `folder`, whose `add_hparams` records the run for the
+    HParams tab as TensorBoard compares runs (`TensorBoardWriter`)."""
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import hparams
+
+    class TensorBoardWriter(SummaryWriter):
+        """A SummaryWriter whose hyperparameters are a session of this run alone: its values
+        and its metrics at the final step, without the experiment summary SummaryWriter adds.
+
+        Without one, TensorBoard describes the experiment from every run it shows: it finds
+        which settings differ between them and lists those first (its HParams tab shows the
+        first five columns), where an experiment summary, read from one run, says none
+        differs and leaves them in alphabetical order. The metric columns are the run's
+        scalars in alphabetical order, also five shown: the test split's attention
+        diagnostics (test/attention/*, before test/bleu) stay in metrics.json and the other
+        trackers.
+        """
+
+        def add_hparams(
+            self,
+            hparam_dict: dict[str, Any],
+            metric_dict: dict[str, float],
+            hparam_domain_discrete: Any = None,
+            run_name: str | None = None,
+            global_step: int | None = None,
+        ) -> None:
+            shown = {k: v for k, v in metric_dict.items() if not k.startswith("test/attention/")}
+            _, session_start, session_end = hparams(hparam_dict, shown, hparam_domain_discrete)
+            file_writer = self._get_file_writer()
+            file_writer.add_summary(session_start, global_step)
+            for tag, value in shown.items():
+                self.add_scalar(tag, value, global_step)
+            file_writer.add_summary(session_end, global_step)
+
+    return TensorBoardWriter(str(folder), purge_step=purge_step)
 
 
 @dataclass

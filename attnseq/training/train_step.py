@@ -13,7 +13,7 @@ from attnseq.attention.hard import set_temperature
 from attnseq.config.schema import OptimConfig, TrainConfig
 from attnseq.data.batching import Batch
 from attnseq.data.loader import TokenCounts
-from attnseq.models.objective import move_baseline, training_loss
+from attnseq.models.objective import BatchLoss, move_baseline, training_loss
 from attnseq.models.seq2seq import AlignmentHead, Seq2Seq
 from attnseq.training.distributed import WorldInfo, all_reduce_sum, all_reduce_tensor
 from attnseq.training.precision import MixedPrecision
@@ -49,6 +49,8 @@ class StepOutcome:
     loss: per real target token of the (global) batch; nan when some rank's was not finite.
     grad_norm: the global gradient norm before clipping; inf or nan when not finite.
     tokens: (source, target, padded positions) of the global batch (known on the host).
+    nll: the negative log-likelihood per real target token (`BatchLoss.nll`), read with the
+        loss.
     applied: the loss and the gradient norm were finite, so the optimizer stepped.
     loss_scale: after an fp16 overflow (finite loss, non-finite scaled gradients), the lowered
         loss scale; else None.
@@ -60,10 +62,11 @@ class StepOutcome:
         grad_norm: Tensor,
         tokens: tuple[float, float, float],
         scale: Tensor | None = None,
+        nll: Tensor | None = None,
     ) -> None:
         self.tokens = tokens
-        self._tensors = (loss, grad_norm, scale)
-        self._values: tuple[float, float, float | None] | None = None
+        self._tensors = (loss, grad_norm, scale, loss if nll is None else nll)
+        self._values: tuple[float, float, float | None, float] | None = None
 
     @staticmethod
     def read_all(outcomes: Sequence["StepOutcome"]) -> None:
@@ -74,14 +77,15 @@ class StepOutcome:
             return
         rows = []
         for outcome in unread:
-            loss, norm, scale = outcome._tensors
+            loss, norm, scale, nll = outcome._tensors
             scale = torch.full_like(loss, math.nan) if scale is None else scale
-            rows.append(torch.stack([loss.float(), norm.float(), scale.float()]))
-        for outcome, (loss, norm, scale) in zip(unread, torch.stack(rows).tolist(), strict=True):
+            rows.append(torch.stack([loss.float(), norm.float(), scale.float(), nll.float()]))
+        values = torch.stack(rows).tolist()
+        for outcome, (loss, norm, scale, nll) in zip(unread, values, strict=True):
             has_scale = outcome._tensors[2] is not None
-            outcome._values = (loss, norm, scale if has_scale else None)
+            outcome._values = (loss, norm, scale if has_scale else None, nll)
 
-    def _read(self) -> tuple[float, float, float | None]:
+    def _read(self) -> tuple[float, float, float | None, float]:
         if self._values is None:
             StepOutcome.read_all([self])
         assert self._values is not None
@@ -96,13 +100,17 @@ class StepOutcome:
         return self._read()[1]
 
     @property
+    def nll(self) -> float:
+        return self._read()[3]
+
+    @property
     def applied(self) -> bool:
-        loss, norm, _ = self._read()
+        loss, norm, _, _ = self._read()
         return math.isfinite(loss) and math.isfinite(norm)
 
     @property
     def loss_scale(self) -> float | None:
-        loss, norm, scale = self._read()
+        loss, norm, scale, _ = self._read()
         overflowed = scale is not None and math.isfinite(loss) and not math.isfinite(norm)
         return scale if overflowed else None
 
@@ -120,8 +128,11 @@ class StepOutcome:
     def __repr__(self) -> str:
         if self._values is None:
             return f"StepOutcome(tokens={self.tokens}, not read yet)"
-        loss, norm, scale = self._values
-        return f"StepOutcome(loss={loss}, grad_norm={norm}, tokens={self.tokens}, scale={scale})"
+        loss, norm, scale, nll = self._values
+        return (
+            f"StepOutcome(loss={loss}, grad_norm={norm}, tokens={self.tokens}, scale={scale}, "
+            f"nll={nll})"
+        )
 
 
 def train_step(
@@ -137,25 +148,30 @@ def train_step(
     # DDP's average over the R ranks turns R * sum_r / N into sum / N
     scale = (parts.world.world_size if parts.world.distributed else 1.0) / n_tgt
     parts.optimizer.zero_grad(set_to_none=True)
-    micro_losses = []
+    micro_losses, micro_nlls = [], []
     for index, (batch, _) in enumerate(micro_batches):
         last = index == len(micro_batches) - 1
         with contextlib.nullcontext() if last else _without_gradient_sync(parts.module):
-            micro_loss = _summed_loss(parts, batch, step)
-            parts.precision.backward(micro_loss * scale)
-        micro_losses.append(micro_loss.detach().float())
+            micro = _summed_loss(parts, batch, step)
+            parts.precision.backward(micro.loss * scale)
+        micro_losses.append(micro.loss.detach().float())
+        micro_nlls.append(micro.nll.float())
     loss_sum = torch.stack(micro_losses).sum()
+    nll_sum = torch.stack(micro_nlls).sum()
     parts.precision.unscale(parts.optimizer)  # fp16: clip and check the true gradients
     norm = _clip_gradients(parts.model, parts.optim.clip_norm)
-    loss = _global_loss(loss_sum, n_tgt) if parts.world.distributed else loss_sum / n_tgt
+    if parts.world.distributed:
+        loss, nll = _global_per_token(loss_sum, nll_sum, n_tgt)
+    else:
+        loss, nll = loss_sum / n_tgt, nll_sum / n_tgt
     # Decided on the device: the host queues the next update without waiting for this one.
     apply = torch.isfinite(loss) & torch.isfinite(norm)
     parts.precision.step(parts.optimizer, apply)
-    return StepOutcome(loss.detach(), norm.detach(), tokens, parts.precision.scale())
+    return StepOutcome(loss.detach(), norm.detach(), tokens, parts.precision.scale(), nll)
 
 
-def _summed_loss(parts: UpdateParts, batch: Batch, step: int) -> Tensor:
-    """The training loss of one (micro-)batch, summed over its target tokens."""
+def _summed_loss(parts: UpdateParts, batch: Batch, step: int) -> BatchLoss:
+    """The training loss of one (micro-)batch and its nll, summed over its target tokens."""
     guided = parts.alignment is not None and batch.alignment is not None
     inputs = {**batch.copy_inputs(), **({"alignment": parts.alignment} if guided else {})}
     pad_id = parts.model.pad_id
@@ -190,16 +206,17 @@ def _clip_gradients(model: nn.Module, clip_norm: float) -> Tensor:
     return torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
 
 
-def _global_loss(loss_sum: Tensor, n_tgt: float) -> Tensor:
-    """The global loss per target token, the same on every rank (0-d, on the device); nan when
-    some rank's loss was not finite. The gradients, and so their norm, already agree (DDP's
-    all-reduce spreads a rank's non-finite gradient to all)."""
+def _global_per_token(loss_sum: Tensor, nll_sum: Tensor, n_tgt: float) -> tuple[Tensor, Tensor]:
+    """The global loss and nll per target token, the same on every rank (0-d, on the device),
+    in one all-reduce; the loss is nan when some rank's loss was not finite. The gradients,
+    and so their norm, already agree (DDP's all-reduce spreads a rank's non-finite gradient to
+    all)."""
     local = loss_sum.detach().double()
     finite = torch.isfinite(local)
-    total, bad = all_reduce_tensor(
-        torch.stack([torch.where(finite, local, 0.0), (~finite).double()])
+    total, bad, nll = all_reduce_tensor(
+        torch.stack([torch.where(finite, local, 0.0), (~finite).double(), nll_sum.double()])
     )
-    return torch.where(bad > 0, math.nan, total / n_tgt)
+    return torch.where(bad > 0, math.nan, total / n_tgt), nll / n_tgt
 
 
 def gumbel_temperature(optim: OptimConfig, step: int) -> float:

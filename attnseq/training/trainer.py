@@ -29,7 +29,7 @@ from attnseq.training.optim import LearningRateSchedule
 from attnseq.training.precision import MixedPrecision
 from attnseq.training.state import TrainingState, preserved_rng, set_rng_state
 from attnseq.training.stopping import StoppingPolicy, StopSignals, TrainingInterrupted
-from attnseq.training.train_log import NullWriter, TrainLog, announce
+from attnseq.training.train_log import NullWriter, TrainLog, announce, log_interval
 from attnseq.training.train_step import StepOutcome, UpdateParts, supervised_attention, train_step
 
 log = logging.getLogger("attnseq")
@@ -123,7 +123,8 @@ class Trainer:
         # and at once where a callback hears of each update (`listen`).
         self._pending: list[tuple[int, StepOutcome]] = []
         self._last_applied = True  # whether the newest update read so far was applied
-        self.read_every = 1 if device.type == "cpu" else cfg.trainer.log_every
+        self.log_every = log_interval(cfg.trainer.log_every, self.total_steps)
+        self.read_every = 1 if device.type == "cpu" else self.log_every
         self.listen(callbacks, progress)
         self._report = TrainLog(NullWriter(), 0, None, False)
         self._bar = TrainingProgress(0, enabled=False)
@@ -159,6 +160,19 @@ class Trainer:
         return math.ceil(len(self.sampler) / self.accumulate)
 
     @property
+    def total_steps(self) -> int:
+        """The updates the run is heading for: max_epochs in updates, or max_steps if fewer."""
+        trainer_cfg = self.cfg.trainer
+        total = trainer_cfg.max_epochs * self.updates_per_epoch
+        return min(total, trainer_cfg.max_steps) if trainer_cfg.max_steps else total
+
+    @property
+    def training_metrics(self) -> dict[str, float]:
+        """train/loss, train/nll and train/ppl of this session's newest training log line (of
+        the updates since the line before it); empty when it logged none."""
+        return dict(self._report.last)
+
+    @property
     def last_saved_step(self) -> int | None:
         """Step of the newest last.pt this process wrote (None: none yet)."""
         return self.checkpointer.last_saved_step
@@ -177,9 +191,7 @@ class Trainer:
             TrainingDiverged: `trainer.max_nonfinite_steps` non-finite losses in a row.
         """
         trainer_cfg, state = self.cfg.trainer, self.state
-        total_steps = trainer_cfg.max_epochs * self.updates_per_epoch
-        if trainer_cfg.max_steps:
-            total_steps = min(total_steps, trainer_cfg.max_steps)
+        total_steps = self.total_steps
         if self.world.is_main:
             announce(
                 state, len(self.examples), self.sampler, total_steps, self.world, self.accumulate
@@ -212,6 +224,9 @@ class Trainer:
                 validated = self._after_update(outcome, report, bar)
                 stop_reason = self._after_step(validated)
             self._read_outcomes()
+            if report.window.steps and report.reported_step != state.step:
+                # the updates since the last line: the curves end where training ended
+                report.report(state.step, self.epochs_done, self.schedule.lr, self._train_seconds())
             if state.validated_step != state.step:
                 self._validate()  # the final state is always validated and checkpointed
             if self._sync_decisions()[0]:
@@ -278,7 +293,7 @@ class Trainer:
         state.step += 1
         self._pending.append((state.step, outcome))
         bar.advance(None, state.epoch, outcome.tokens[1], self.schedule.lr)
-        logs = state.step % trainer_cfg.log_every == 0
+        logs = state.step % self.log_every == 0
         if logs or state.step % self.read_every == 0:
             self._read_outcomes()
         if logs:
@@ -300,7 +315,9 @@ class Trainer:
             self._last_applied = outcome.applied
             if outcome.applied:
                 state.nonfinite_in_a_row = 0
-                self._report.window.add(outcome.tokens, outcome.loss, outcome.grad_norm)
+                self._report.window.add(
+                    outcome.tokens, outcome.loss, outcome.grad_norm, outcome.nll
+                )
                 self._bar.add_losses([outcome.loss])
             elif outcome.loss_scale is not None:  # an fp16 overflow: expected, not divergence
                 state.overflow_steps += 1
@@ -309,7 +326,11 @@ class Trainer:
             else:
                 self._skipped(outcome.problem, step)
             if self._hear_updates:  # read at every update then: `step` is the newest
-                metrics = {"train/loss": outcome.loss, "train/grad_norm": outcome.grad_norm}
+                metrics = {
+                    "train/loss": outcome.loss,
+                    "train/nll": outcome.nll,
+                    "train/grad_norm": outcome.grad_norm,
+                }
                 self.callbacks.update(step, self.epochs_done, metrics, self.model)
 
     def _after_step(self, validated: bool) -> str | None:

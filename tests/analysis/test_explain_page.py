@@ -3,17 +3,17 @@ the embedded data in the documented shapes; and, in a real browser (headless chr
 selenium), free of console errors, answering clicks and the keyboard, and readable at a
 laptop's 1366 x 768 and at a phone's 390 px width.
 
-The browser tests skip when selenium, chromium or chromedriver is missing (Debian:
-`apt-get install chromium chromium-driver`). They save screenshots to their tmp_path and, when
-ATTNSEQ_SCREENSHOTS names a folder, there too."""
+The browser tests skip when selenium, chromium or chromedriver is missing (tests/browser.py).
+They save screenshots to their tmp_path and, when ATTNSEQ_SCREENSHOTS names a folder, there
+too."""
 
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from browser import headless_chromium, screenshot
 from helpers import untrained_checkpoint
 
 import attnseq
@@ -167,63 +167,10 @@ def shown_page(beam_page, tmp_path_factory) -> Path:
     return path
 
 
-def _chromium() -> tuple[str, str]:
-    """The chromium binary and its driver, or skip the test saying what is missing."""
-    pytest.importorskip("selenium", reason="selenium is not installed (pip install selenium)")
-    browser = next(
-        (found for name in ("chromium", "chromium-browser") if (found := shutil.which(name))),
-        None,
-    )
-    driver = shutil.which("chromedriver")
-    if browser is None or driver is None:
-        pytest.skip(
-            "chromium or chromedriver is missing (apt-get install chromium chromium-driver)"
-        )
-    return browser, driver
-
-
 @pytest.fixture(scope="module")
 def browser():
-    binary, driver_path = _chromium()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1366,768",
-        "--disable-extensions",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    driver.set_network_conditions(offline=True, latency=0, throughput=0)
-    yield driver
-    driver.quit()
-
-
-def _screenshot(driver, tmp_path: Path, name: str, full: bool = True) -> Path:
-    """A screenshot of the top of the page, the whole page when `full`, in tmp_path (and in
-    $ATTNSEQ_SCREENSHOTS when set)."""
-    path = tmp_path / f"{name}.png"
-    driver.execute_script("window.scrollTo(0, 0)")
-    if full:
-        width = driver.execute_script("return document.documentElement.clientWidth")
-        height = driver.execute_script("return document.documentElement.scrollHeight")
-        driver.execute_cdp_cmd(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 700},
-        )
-    assert driver.save_screenshot(str(path))
-    if folder := os.environ.get("ATTNSEQ_SCREENSHOTS"):
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(folder) / path.name)
-    assert path.stat().st_size > 1000
-    return path
+    with headless_chromium(1366, 768) as driver:
+        yield driver
 
 
 def _open(driver, page: Path, width: int, height: int) -> None:
@@ -274,7 +221,7 @@ def test_the_page_answers_clicks_and_keys_without_console_errors(
         )
         == "true"
     )
-    _screenshot(browser, tmp_path, "explain-1366", full=False)
+    screenshot(browser, tmp_path, "explain-1366", full=False)
     clicked = _method_values(browser)
     assert clicked != first
     assert clicked[: len(data["source_pieces"])] == _expected_values(data, 0, target)
@@ -302,7 +249,7 @@ def test_the_page_answers_clicks_and_keys_without_console_errors(
     assert "layer" in detail and "head" in detail and "=" in detail
     canvas.click()
     assert browser.find_element(By.ID, "enlarged").is_displayed()
-    _screenshot(browser, tmp_path, "explain-1366-full")
+    screenshot(browser, tmp_path, "explain-1366-full")
     assert _errors(browser) == []
 
 
@@ -344,21 +291,23 @@ def test_a_phone_width_has_no_horizontal_page_scroll(browser, shown_page, tmp_pa
     browser.find_element(By.CSS_SELECTOR, "#grid canvas").click()  # enlarged, still no scroll
     scroll = browser.execute_script("return document.documentElement.scrollWidth")
     assert scroll <= width
-    _screenshot(browser, tmp_path, "explain-390")
+    screenshot(browser, tmp_path, "explain-390")
     assert _errors(browser) == []
 
 
 # Reads, in the page, the first thumbnail's colour at the centre of each of `cells` (row, column)
 # and every pixel of the colour scale's ramp: ([[r, g, b] per cell], [[r, g, b] per ramp x]).
 READ_COLOURS = """
-const [canvas, columns, cells] = arguments;
-const size = canvas.width / columns;
+const [canvas, cells] = arguments;
+const [size, left, top] = ["size", "left", "top"].map((name) => Number(canvas.dataset[name]));
 const at = (context, x, y) => Array.from(context.getImageData(x, y, 1, 1).data.slice(0, 3));
 const thumbnail = canvas.getContext("2d");
 const ramp = document.querySelector("#map-legend .ramp");
 const scale = ramp.getContext("2d");
 return [
-  cells.map(([r, c]) => at(thumbnail, Math.floor((c + 0.5) * size), Math.floor((r + 0.5) * size))),
+  cells.map(([r, c]) => at(
+    thumbnail, left + Math.floor((c + 0.5) * size), top + Math.floor((r + 0.5) * size)
+  )),
   Array.from({ length: ramp.width }, (_, x) => at(scale, x, Math.floor(ramp.height / 2))),
 ];
 """
@@ -383,7 +332,7 @@ def test_the_maps_share_one_colour_scale_that_reads_their_weights(
     weights = maps["weights"][0][0]
     cells = [(r, c) for r in range(min(5, len(weights) - 1)) for c in range(min(5, len(weights)))]
     canvas = browser.find_element(By.CSS_SELECTOR, '#grid canvas[data-layer="1"][data-head="1"]')
-    shown, ramp = browser.execute_script(READ_COLOURS, canvas, len(maps["columns"]), cells)
+    shown, ramp = browser.execute_script(READ_COLOURS, canvas, cells)
     values = {weights[r][c] for r, c in cells}
     assert min(values) == 0 and max(values) == SCALE  # the whole scale is read
     for (r, c), colour in zip(cells, shown, strict=True):
@@ -392,7 +341,7 @@ def test_the_maps_share_one_colour_scale_that_reads_their_weights(
     canvas.click()  # the enlarged map states the same scale
     enlarged = browser.find_element(By.CSS_SELECTOR, "#enlarged .legend")
     assert enlarged.find_element(By.CLASS_NAME, "legend-max").text == "1.000"
-    _screenshot(browser, tmp_path, "explain-scale")
+    screenshot(browser, tmp_path, "explain-scale")
     assert _errors(browser) == []
 
 
@@ -423,5 +372,12 @@ def test_an_rnn_map_is_titled_as_one_map_not_as_layer_and_head(browser, rnn_page
     title = browser.find_element(By.CSS_SELECTOR, "#enlarged h3").text
     assert title == "cross-attention (one map)"
     assert browser.find_element(By.CSS_SELECTOR, "#map-legend .legend-min").text == "0.000"
-    _screenshot(browser, tmp_path, "explain-rnn")
+    # painted to the data: the scale ends at the map's largest weight, and says so
+    weights = embedded(rnn_page.read_text(encoding="utf-8"))["outputs"][0]["cross"]["weights"]
+    top = max(value for row in weights[0][0] for value in row)
+    assert top < SCALE
+    legend_max = browser.find_element(By.CSS_SELECTOR, "#map-legend .legend-max").text
+    assert legend_max == f"{top / SCALE:.3f}"
+    assert int(canvas.get_attribute("data-size")) >= 16  # a cell to be read, not a thumbnail
+    screenshot(browser, tmp_path, "explain-rnn")
     assert _errors(browser) == []

@@ -40,3 +40,6 @@ def test_help_is_whole_at_80_columns(command) -> None:
     if command == "eval":  # option help has room: a default names its key whole
         text = " ".join(result.output.split())
         assert "(default: the checkpoint's decoding.length_penalty)." in text
+        # --split takes any split of the data and data files, and says so
+        assert "train, valid, test or another name of its data.splits" in text
+        assert "a data file (.jsonl, .tsv or the prefix of a parallel pair" in text

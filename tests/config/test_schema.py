@@ -72,6 +72,32 @@ def test_preflight_names_the_problem(overrides: list[str], expected: str | None)
         assert expected in str(error.value)
 
 
+def test_a_split_the_data_config_lacks_is_added_by_its_plain_override() -> None:
+    """The data README's `data.splits.valid=dev.tsv` on a data config without a valid split
+    (tatoeba) adds it, on one with a valid split (multi30k) replaces it, in a sweep too."""
+    from attnseq.config.composition import compose, rewrite_config_selector
+
+    def splits(*args: str) -> dict:
+        return dict(compose(rewrite_config_selector(list(args))).data.splits)
+
+    added = splits("data=tatoeba_en_fr", "data.splits.valid=dev.tsv")
+    assert added == {"train": "tatoeba/eng-fra.txt", "valid": "dev.tsv"}
+    replaced = splits("data=multi30k", "data.splits.valid=dev.tsv")
+    assert replaced["valid"] == "dev.tsv" and "test" in replaced
+    swept = rewrite_config_selector(["-m", "data=tatoeba_en_fr", "data.splits.valid=a,b"])
+    assert swept[-1] == "++data.splits.valid=a,b"
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    assert OverridesParser.create().parse_override(swept[-1]).is_sweep_override()
+
+
+def test_a_missing_name_under_a_mapping_key_says_how_to_add_it() -> None:
+    """Composed without the rewrite (Hydra's own words): the message names the `+`."""
+    with pytest.raises(UserError) as error:
+        check_train_args(["data=tatoeba_en_fr", "data.splits.valid=dev.tsv"])
+    assert "add it with a leading +, +data.splits.valid=VALUE" in str(error.value)
+
+
 def test_preflight_checks_every_sweep_value() -> None:
     check_train_args(["-m", "data=reverse,copy"])
     with pytest.raises(UserError, match="data=nope"):

@@ -74,9 +74,12 @@ def test_training_loss_is_the_weighted_sum_of_every_term() -> None:
     alignment = 0.7 * -(gold * output.alignment_attention.log()).sum()
     policy = (advantage * sample.log_prob.detach() * REAL).sum()
     reinforce = -1.5 * policy - 0.2 * (sample.entropy * REAL).sum()
-    loss = training_loss(output, TARGETS, PAD, OPTIM, step=2, gold_alignment=gold)
+    loss, nll = training_loss(output, TARGETS, PAD, OPTIM, step=2, gold_alignment=gold)
     expected = cross_entropy + coverage + alignment + reinforce
     assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+    # beside it the nll: the cross entropy without smoothing and without the other terms
+    assert not nll.requires_grad
+    assert float(nll) == pytest.approx(float(_smoothed_token_losses(output.logits, 0.0).sum()))
     # REINFORCE's gradient reaches the sample's log-probability only: -lambda_r (r - b)
     loss.backward()
     grad = sample.log_prob.grad
@@ -97,8 +100,8 @@ def test_the_loss_leaves_the_baseline_and_the_training_step_moves_it_once() -> N
 
 
 def test_coverage_counts_from_its_start_step_on() -> None:
-    before = training_loss(_output(-1.0)[0], TARGETS, PAD, OPTIM, step=1)
-    after = training_loss(_output(-1.0)[0], TARGETS, PAD, OPTIM, step=2)
+    before = training_loss(_output(-1.0)[0], TARGETS, PAD, OPTIM, step=1).loss
+    after = training_loss(_output(-1.0)[0], TARGETS, PAD, OPTIM, step=2).loss
     coverage = 0.5 * (_output(-1.0)[0].coverage_loss * REAL).sum()
     assert float((after - before).detach()) == pytest.approx(float(coverage), rel=1e-5)
     assert float(coverage) > 0
@@ -108,7 +111,7 @@ def test_the_first_baseline_is_the_batch_mean_reward() -> None:
     """A NaN baseline (no reward seen) makes the advantages centred and becomes mean(r)."""
     output, _ = _output(math.nan)
     rewards = -_smoothed_token_losses(output.logits, 0.0).sum(1) / REAL.sum(1)
-    loss = training_loss(output, TARGETS, PAD, OPTIM, step=0)
+    loss = training_loss(output, TARGETS, PAD, OPTIM, step=0).loss
     loss.backward()
     advantage = (rewards - rewards.mean()).unsqueeze(1)
     assert output.reinforce is not None
@@ -144,12 +147,22 @@ def test_plain_models_keep_cross_entropy_over_every_id() -> None:
     """No support: the loss is torch's label-smoothed cross entropy itself, bit for bit."""
     output = tiny_model("rnn", vocab_size=V_COPY + 2)(*COPY_SRC[:2], COPY_TGT_IN)
     assert output.support is None
-    loss = training_loss(output, COPY_TGT_OUT, PAD, OPTIM, step=0)
+    loss, nll = training_loss(output, COPY_TGT_OUT, PAD, OPTIM, step=0)
     flat = output.logits.reshape(-1, output.logits.size(-1))
     plain = F.cross_entropy(
         flat, COPY_TGT_OUT.reshape(-1), ignore_index=PAD, reduction="sum", label_smoothing=0.1
     )
     assert torch.equal(loss.detach(), plain.detach())
+    unsmoothed = F.cross_entropy(flat, COPY_TGT_OUT.reshape(-1), ignore_index=PAD, reduction="sum")
+    assert torch.equal(nll, unsmoothed.detach())
+
+
+def test_without_smoothing_the_nll_is_the_cross_entropy_itself() -> None:
+    output, _ = _output(baseline=-1.0)
+    plain = OptimConfig(coverage_lambda=0.5)  # no smoothing; the other terms join the loss only
+    loss, nll = training_loss(output, TARGETS, PAD, plain, step=0)
+    assert torch.equal(nll, token_loss_sum(output.logits, TARGETS, PAD))
+    assert not torch.equal(loss.detach(), nll)
 
 
 # three sources (lengths 5, 3, 4) with 2, 0 and 1 words of their own past the vocabulary (ids
@@ -176,7 +189,7 @@ def _copy_loss(model, rows: list[int], support: bool = True) -> torch.Tensor:
     output = model(src[:, :width], lengths, tgt_in, src_ext=src_ext[:, :width], n_oov=n_oov)
     if not support:  # the uniform part over every id of the batch's extended vocabulary
         return token_loss_sum(output.logits, COPY_TGT_OUT[rows, :steps], PAD, 0.1)
-    return training_loss(output, COPY_TGT_OUT[rows, :steps], PAD, OPTIM, step=0)
+    return training_loss(output, COPY_TGT_OUT[rows, :steps], PAD, OPTIM, step=0).loss
 
 
 def _gradients(model, loss: torch.Tensor) -> dict[str, torch.Tensor]:

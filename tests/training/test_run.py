@@ -106,7 +106,8 @@ def test_tasks_with_gold_alignments_report_aer(tmp_path: Path) -> None:
     for key in ["test/aer", "test/precision", "test/recall"]:
         assert 0.0 <= metrics[key] <= 1.0, key
     events = read_events(tmp_path)
-    assert {"attention/entropy", "attention/argmax_weight"} <= set(events.Tags()["scalars"])
+    drawn = {"valid/examples/attention/entropy", "valid/examples/attention/argmax_weight"}
+    assert drawn <= set(events.Tags()["scalars"])  # the heatmap examples' own
 
 
 @pytest.mark.slow  # a training long enough to learn alignments

@@ -2,21 +2,24 @@
 train.log and a redirected stdout, validation and test lines with sentences/s, what a run leaves
 in TensorBoard, and the summary it prints."""
 
+import logging
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import helpers
+import numpy as np
 import pytest
 import torch
 from helpers import tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from attnseq.cli.app import app
 from attnseq.config.schema import TrainConfig
 from attnseq.training.run import run_training
-from attnseq.training.train_log import run_hparams
+from attnseq.training.train_log import example_figures, log_interval, run_hparams
 
 TINY = [
     "data=reverse",
@@ -27,8 +30,8 @@ TINY = [
 ]
 
 INTERVAL = re.compile(
-    r"step (\d+)/(\d+)  epoch [\d.]+  loss [\d.]+  ppl [\d.]+  lr [\d.e+-]+  [\d,]+ tgt tok/s  "
-    r"grad norm [\d.e+-]+  elapsed \d+:\d\d:\d\d  ETA (\d+:\d\d:\d\d|-)"
+    r"step (\d+)/(\d+)  epoch [\d.]+  loss [\d.]+  nll [\d.]+  ppl [\d.]+  lr [\d.e+-]+  "
+    r"[\d,]+ tgt tok/s  grad norm [\d.e+-]+  elapsed \d+:\d\d:\d\d  ETA (\d+:\d\d:\d\d|-)"
 )
 
 
@@ -82,12 +85,65 @@ def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path
     assert "resolved config:" not in (tmp_path / "log.txt").read_text()  # train.log only
 
 
+def test_with_label_smoothing_the_log_line_shows_the_nll_and_its_perplexity(
+    tmp_path: Path, caplog
+) -> None:
+    """train/loss is the smoothed objective; train/nll the plain negative log-likelihood per
+    target token and train/ppl = exp(train/nll), as valid/ppl = exp(valid/loss): in the log
+    line, TensorBoard and metrics.json."""
+    import json
+    import math
+
+    cfg = tiny_config("optim.label_smoothing=0.1", "trainer.max_steps=4", "trainer.log_every=2")
+    with caplog.at_level(logging.INFO, logger="attnseq"):
+        run_training(cfg, tmp_path, summary=False)
+    lines = re.findall(r"loss ([\d.]+)  nll ([\d.]+)  ppl ([\d.]+)", caplog.text)
+    assert len(lines) == 2
+    for loss, nll, ppl in ((float(x) for x in line) for line in lines):
+        assert nll < loss  # smoothing adds eps * the cross entropy to the uniform
+        assert ppl == pytest.approx(math.exp(nll), rel=1e-3)  # of the printed digits
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    scalars = {tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    for nll, ppl in zip(scalars["train/nll"], scalars["train/ppl"], strict=True):
+        assert ppl == pytest.approx(math.exp(nll), rel=1e-6)
+    for loss, ppl in zip(scalars["valid/loss"], scalars["valid/ppl"], strict=True):
+        assert ppl == pytest.approx(math.exp(loss), rel=1e-6)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["train/ppl"] == pytest.approx(math.exp(metrics["train/nll"]))
+    assert metrics["train/nll"] < metrics["train/loss"]
+    assert metrics["train/loss"] == pytest.approx(scalars["train/loss"][-1], rel=1e-6)
+
+
+def test_without_smoothing_the_nll_is_the_loss(tmp_path: Path) -> None:
+    run_training(tiny_config("trainer.max_steps=2", "trainer.log_every=1"), tmp_path)
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    losses = [event.value for event in events.Scalars("train/loss")]
+    assert [event.value for event in events.Scalars("train/nll")] == pytest.approx(losses)
+
+
+@pytest.mark.parametrize(("total", "every"), [(150, 7), (40, 2), (10, 1), (100_000, 100)])
+def test_log_every_auto_gives_about_twenty_points(total: int, every: int) -> None:
+    assert log_interval("auto", total) == every
+    assert log_interval(5, total) == 5
+
+
+def test_a_run_logs_its_last_updates_where_the_interval_does_not_end(tmp_path: Path) -> None:
+    """`trainer.log_every=auto` over 45 updates: every 2, and the 45th closes the curve."""
+    overrides = ["trainer.max_steps=45", "trainer.max_epochs=100", "trainer.validate_every=45"]
+    overrides.append("trainer.log_every=auto")
+    run_training(tiny_config(*overrides), tmp_path)
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    steps = [event.step for event in events.Scalars("train/nll")]
+    assert steps == [*range(2, 45, 2), 45]
+
+
 def test_translate_and_eval_end_with_sentences_per_second_on_stderr(
     rnn_checkpoint: Path, tmp_path: Path
 ) -> None:
     from typer.testing import CliRunner
-
-    from attnseq.cli.app import app
 
     source = tmp_path / "in.txt"
     source.write_text("March 3, 1998\n\n12/05/2001\n", encoding="utf-8")
@@ -163,6 +219,23 @@ def test_text_tab_shows_the_same_validation_examples_each_time(events) -> None:
         shown.append([(int(row.split("|")[1]), row.split("|")[2]) for row in rows])
     assert [index for index, _ in shown[0]] == [0, 1, 2, 3]
     assert shown[0] == shown[1] == shown[2]  # the same sources at every validation
+
+
+def test_a_validation_shares_one_colour_scale_unless_asked_per_figure() -> None:
+    """`trainer.heatmap_scale=shared`: every figure of an example (each layer, the mean) spans
+    the limits given (those of all of the step's maps); per_figure: each its own."""
+    weights = np.zeros((2, 2, 2, 3))  # (L, H, T, S)
+    weights[0, ..., 0] = 0.9  # layer 1 sure, layer 2 spread
+    weights[0, ..., 1:] = 0.05
+    weights[1] = 1 / 3
+    src, tgt = ["a", "b", "c"], ["x", "</s>"]
+    shared = example_figures(weights, src, tgt, "a b c → x", limits=(0.0, 0.9))
+    assert list(shared) == ["/layer_1", "/layer_2", "/last_layer_mean"]
+    for figure in shared.values():
+        assert figure.axes[0].images[0].get_clim() == pytest.approx((0.0, 0.9))
+    own = example_figures(weights, src, tgt, "a b c → x")
+    assert own["/layer_2"].axes[0].images[0].get_clim() == pytest.approx((0.0, 1 / 3))
+    assert own["/layer_1"].axes[0].images[0].get_clim() == pytest.approx((0.0, 0.9))
 
 
 def test_the_summary_aligns_its_values_whatever_the_names(tmp_path: Path, capsys) -> None:
