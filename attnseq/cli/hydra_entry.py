@@ -133,6 +133,7 @@ def train_from_hydra(composed: Any) -> float | None:
 
     from attnseq.config.schema import TrainConfig
     from attnseq.training.distributed import is_main_process
+    from attnseq.training.initialization import initialized_config
     from attnseq.training.resume import interruption_message
     from attnseq.training.run import run_training
     from attnseq.training.run_checks import passed
@@ -145,6 +146,8 @@ def train_from_hydra(composed: Any) -> float | None:
     # Under torchrun every rank gets here and exits with the same status; rank 0 speaks.
     main = is_main_process()
     try:
+        # the architecture of model.init_from, as the start checks made it (run_checks.py)
+        cfg = initialized_config(cfg, list(HydraConfig.get().overrides.task))
         if main and not passed(cfg, run_dir):  # the start checks did not: a sweep's job
             check_run_directory(run_dir, cfg.resume, cfg.trainer.overwrite, _elsewhere())
         metrics = run_training(cfg, run_dir)
