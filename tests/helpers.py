@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +20,7 @@ from torch import Tensor
 from attnseq.config.checks import validate
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
+from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 
@@ -91,6 +93,15 @@ TINY_SUMMARIZER = [
     "trainer.threads=1",
 ]
 
+# What a packaged experiment leaves to the command line (`${required:KEY}`), by experiment
+EXPERIMENT_NEEDS = {"multi30k_finetune_marian": ["model.init_from=hf:Helsinki-NLP/opus-mt-de-en"]}
+
+
+def experiment_overrides(name: str) -> list[str]:
+    """experiment=NAME and the values the experiment leaves to the command line."""
+    return [f"experiment={name}", *EXPERIMENT_NEEDS.get(name, [])]
+
+
 GIB = 1024**3  # bytes in a GiB, for memory budgets
 
 
@@ -107,6 +118,41 @@ def attnseq(
         timeout=timeout,
         env=env,
     )
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step of a checkpoint, or None while there is none (a reader never sees half a
+    file, so any other failure is a real failure)."""
+    if not path.is_file():
+        return None
+    return int(load_checkpoint(path)["progress"]["step"])
+
+
+def start(args: list[str], cwd: Path) -> subprocess.Popen:
+    """`attnseq ARGS` started in a process of its own (to be killed or signalled)."""
+    # stdout (Hydra's console log) is not read while the run goes on: a full pipe would block it
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnseq", *args],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_step(process: subprocess.Popen, last: Path, step: int, timeout: float = 240) -> int:
+    """Poll last.pt until it shows at least `step`; the process must still be running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reached = checkpoint_step(last)
+        if reached is not None and reached >= step:
+            return reached
+        if process.poll() is not None:
+            _, err = process.communicate()
+            pytest.fail(f"training ended (status {process.returncode}) before step {step}:\n{err}")
+        time.sleep(0.02)
+    process.kill()
+    pytest.fail(f"no checkpoint of step {step} within {timeout} s")
 
 
 def attnseq_in_process(

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, attnseq_in_process, tiny_config
+from helpers import TINY, attnseq_in_process, checkpoint_step, start, tiny_config, wait_for_step
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
@@ -75,44 +75,6 @@ QUICK = [
     "trainer.device=cpu",
     "trainer.threads=1",
 ]
-
-
-def attnseq_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "attnseq", *args]
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The step of a checkpoint, or None while there is none (a reader never sees half a
-    file, so any other failure is a real failure)."""
-    if not path.is_file():
-        return None
-    return int(load_checkpoint(path)["progress"]["step"])
-
-
-def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    # stdout (Hydra's console log) is not read while the run goes on: a full pipe would block it
-    return subprocess.Popen(
-        attnseq_command(*args),
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def wait_for_step(process: subprocess.Popen, last: Path, step: int, timeout: float = 240) -> int:
-    """Poll last.pt until it shows at least `step`; the process must still be running."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reached = checkpoint_step(last)
-        if reached is not None and reached >= step:
-            return reached
-        if process.poll() is not None:
-            _, err = process.communicate()
-            pytest.fail(f"training ended (status {process.returncode}) before step {step}:\n{err}")
-        time.sleep(0.02)
-    process.kill()
-    pytest.fail(f"no checkpoint of step {step} within {timeout} s")
 
 
 def compose_train(overrides: list[str]) -> TrainConfig:
