@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +20,7 @@ from torch import Tensor
 from attnseq.config.checks import validate
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
+from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
 from attnseq.models.transformer import TransformerSeq2Seq
@@ -99,6 +101,15 @@ TINY_SUMMARIZER = [
     "trainer.threads=1",
 ]
 
+# What a packaged experiment leaves to the command line (`${required:KEY}`), by experiment
+EXPERIMENT_NEEDS = {"multi30k_finetune_marian": ["model.init_from=hf:Helsinki-NLP/opus-mt-de-en"]}
+
+
+def experiment_overrides(name: str) -> list[str]:
+    """experiment=NAME and the values the experiment leaves to the command line."""
+    return [f"experiment={name}", *EXPERIMENT_NEEDS.get(name, [])]
+
+
 GIB = 1024**3  # bytes in a GiB, for memory budgets
 
 
@@ -115,6 +126,33 @@ def attnseq(
         timeout=timeout,
         env=env,
     )
+
+
+def start(args: list[str], cwd: Path) -> subprocess.Popen:
+    """`attnseq ARGS` started in a process of its own (to be killed or signalled)."""
+    # stdout (Hydra's console log) is not read while the run goes on: a full pipe would block it
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnseq", *args],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_step(process: subprocess.Popen, last: Path, step: int, timeout: float = 240) -> int:
+    """Poll last.pt until it shows at least `step`; the process must still be running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reached = checkpoint_step(last)
+        if reached is not None and reached >= step:
+            return reached
+        if process.poll() is not None:
+            _, err = process.communicate()
+            pytest.fail(f"training ended (status {process.returncode}) before step {step}:\n{err}")
+        time.sleep(0.02)
+    process.kill()
+    pytest.fail(f"no checkpoint of step {step} within {timeout} s")
 
 
 def attnseq_in_process(
@@ -310,7 +348,7 @@ def train_quietly(cfg: TrainConfig, run_dir: Path) -> dict:
 def with_fresh_weights(checkpoint: Path, path: Path, seed: int) -> Path:
     """A copy of `checkpoint` at `path` whose weights are those of a new model of its config,
     drawn after torch.manual_seed(seed): another member for an ensemble of one config."""
-    from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+    from attnseq.io.checkpoint import save_checkpoint
     from attnseq.models.loading import load_trained_model, model_for
 
     payload = load_checkpoint(checkpoint)
@@ -324,7 +362,6 @@ def with_fresh_weights(checkpoint: Path, path: Path, seed: int) -> Path:
 def checkpoint_step(path: Path) -> int | None:
     """The training step of the checkpoint at `path`, or None while there is none (writes are
     atomic: a reader never sees half a file, so any other failure is a real failure)."""
-    from attnseq.io.checkpoint import load_checkpoint
 
     if not path.is_file():
         return None
@@ -486,7 +523,7 @@ SOURCE_ONLY = "Zürich"  # in no training text: outside both vocabularies
 def copy_only_checkpoint(path: Path, *overrides: str) -> Path:
     """A word-level copy model whose p_gen is fixed near 0 (it can only copy) and whose
     vocabulary distribution puts everything on EOS."""
-    from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+    from attnseq.io.checkpoint import save_checkpoint
 
     untrained_checkpoint(
         path,
@@ -560,7 +597,6 @@ def run_eval(checkpoint: Path, out: Path, *args: str):
     from typer.testing import CliRunner
 
     from attnseq.cli.app import app
-    from attnseq.io.checkpoint import load_checkpoint
 
     root = load_checkpoint(checkpoint)["config"]["data"]["root"]
     command = ["eval", str(checkpoint), f"data.root={root}", "--out", str(out), *args]
@@ -603,7 +639,7 @@ def sweep_job(
     `finished`."""
     import yaml
 
-    from attnseq.io.checkpoint import load_checkpoint, save_checkpoint
+    from attnseq.io.checkpoint import save_checkpoint
 
     payload = load_checkpoint(source)
     payload["config"]["seed"] = seed

@@ -133,6 +133,7 @@ def train_from_hydra(composed: Any) -> float | None:
 
     from attnseq.config.schema import TrainConfig
     from attnseq.training.distributed import is_main_process
+    from attnseq.training.initialization import initialized_config
     from attnseq.training.resume import interruption_message
     from attnseq.training.run import run_training
     from attnseq.training.run_checks import created_by_start, passed, remove_refused_start
@@ -146,6 +147,8 @@ def train_from_hydra(composed: Any) -> float | None:
     main = is_main_process()
     created = created_by_start(run_dir) if main else []  # what a refused start removes
     try:
+        # the architecture of model.init_from, as the start checks made it (run_checks.py)
+        cfg = initialized_config(cfg, list(HydraConfig.get().overrides.task))
         if main and not passed(cfg, run_dir):  # the start checks did not: a sweep's job
             check_run_directory(run_dir, cfg.resume, cfg.trainer.overwrite, _elsewhere())
         metrics = run_training(cfg, run_dir)

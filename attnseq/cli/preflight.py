@@ -13,10 +13,9 @@ from attnseq.config.composition import (
     composition_errors,
     directory_setting,
     quoted_value,
-    typed_config,
 )
 from attnseq.errors import UserError
-from attnseq.training.run_checks import check_job, check_job_directory, check_run
+from attnseq.training.run_checks import check_job, check_job_directory, check_run, run_config
 from attnseq.training.run_directory import claim_fresh
 
 if TYPE_CHECKING:
@@ -183,7 +182,7 @@ def check_sweep(config: "DictConfig", compose: Compose) -> None:
             job_config.hydra.job.num = number
         check_job_directory(
             sweep_dir / str(job_config.hydra.sweep.subdir),
-            typed_config(job_config),
+            run_config(job_config),
             "hydra.sweep.dir=DIR",
         )
 

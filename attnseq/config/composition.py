@@ -173,10 +173,23 @@ def typed_config(config: "DictConfig") -> "TrainConfig":
     try:
         cfg = OmegaConf.to_object(task)
     except composition_errors() as error:
+        required = _raised_user_error(error)  # a `${required:KEY}` left unset (schema.py)
+        if required is not None:
+            raise required from None
         overrides = list(config.hydra.overrides.task) if "hydra" in config else []
         raise composition_error(error, overrides) from None
     assert isinstance(cfg, TrainConfig)
     return cfg
+
+
+def _raised_user_error(error: BaseException) -> UserError | None:
+    """The UserError a resolver raised inside a failed conversion, or None."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, UserError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def directory_setting(node: "DictConfig") -> tuple[Path, bool]:

@@ -1,6 +1,7 @@
 """Typed configuration: one dataclass per group of keys, each field declared with `option` (its
 default, help and bounds); Hydra composes the YAML files into them (struct mode)."""
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ from attnseq.config.choices import (
     Tracker,
     Window,
 )
+from attnseq.errors import UserError
 
 
 def option(
@@ -289,6 +291,14 @@ class ModelConfig:
     loading: the model never reads the key)."""
 
     family: ModelFamily = option(ModelFamily.rnn, "rnn or transformer")
+    init_from: str | None = option(
+        None,
+        "start a new run from pretrained weights: an attnseq checkpoint (.pt) or run directory,"
+        " a Hugging Face model folder or hf:ORG/NAME[@REVISION]. The model.* keys and the"
+        " tokenizers come from it (a model.* key given that contradicts it is refused; dropout"
+        " and the guided-alignment layer and head may change); the optimizer, schedule and step"
+        " start fresh. None = random initialisation",
+    )
     # --- RNN encoder-decoder
     decoder: DecoderStyle = option(DecoderStyle.bahdanau, "decoder: bahdanau or luong", family=RNN)
     emb_dim: int = option(64, "token embedding size", ge=1, family=RNN)
@@ -725,7 +735,33 @@ class TrainConfig:
 
 
 def register_configs() -> None:
-    """Register the schema so train.yaml can name it in its defaults list."""
+    """Register the schema so train.yaml can name it in its defaults list, and the resolver of
+    `${required:KEY}` (`required_value`)."""
     from hydra.core.config_store import ConfigStore  # only the CLI path needs Hydra
+    from omegaconf import OmegaConf
 
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    if not OmegaConf.has_resolver(REQUIRED_RESOLVER):
+        OmegaConf.register_new_resolver(REQUIRED_RESOLVER, required_value)
+
+
+# `${required:KEY}`: a value a config file leaves to the command line (the packaged fine-tuning
+# recipe's model.init_from). OmegaConf's own `???` cannot say it: merged onto the schema's
+# default, a missing value leaves that default in place.
+REQUIRED_RESOLVER = "required"
+
+
+def required_value(key: str) -> Any:
+    """The resolver of `${required:KEY}`: resolving it means the command line did not replace
+    it, a UserError naming the key and the first sentence of its help."""
+    node: Any = TrainConfig()
+    *parents, leaf = key.split(".")
+    for name in parents:
+        node = getattr(node, name, None)
+    fields = {spec.name: spec for spec in dataclasses.fields(node)} if node is not None else {}
+    help_text = fields[leaf].metadata.get("help", "") if leaf in fields else ""
+    about = f" ({help_text.split('. ')[0]})" if help_text else ""
+    raise UserError(
+        f"{key} needs a value, which the config leaves to the command line: give {key}=VALUE"
+        + about
+    )

@@ -32,6 +32,11 @@ from attnseq.training.distributed import (
     distributed_session,
     env_world,
 )
+from attnseq.training.initialization import (
+    PretrainedModel,
+    read_pretrained,
+    start_from_pretrained,
+)
 from attnseq.training.optim import LearningRateSchedule, TrainingBudget, build_optimizer
 from attnseq.training.precision import (
     attention_kernels,
@@ -119,8 +124,14 @@ def build_fit_test(
     torch.manual_seed(cfg.seed)
     use_threads(cfg.trainer.threads)
     use_tf32(cfg.trainer.tf32, device)
-    data = _prepare_data(cfg, world, point)
-    model = model_for(cfg, data.tokenizers).to(device)
+    # a new run from pretrained weights reads them once; a resumed one has its own
+    pretrained = read_pretrained(cfg.model.init_from) if cfg.model.init_from and not point else None
+    data = _prepare_data(cfg, world, point, pretrained)
+    model = model_for(cfg, data.tokenizers)
+    if pretrained is not None:
+        start_from_pretrained(model, pretrained, cfg)
+        del pretrained  # the model holds the weights now
+    model = model.to(device)
     _describe(cfg, data, model, device, world)
     optimizer = build_optimizer(model, cfg.optim)
     metric = cfg.trainer.early_stopping_metric
@@ -170,15 +181,23 @@ def _resume_point(cfg: TrainConfig, run_dir: Path, world: WorldInfo) -> ResumePo
     return point
 
 
-def _prepare_data(cfg: TrainConfig, world: WorldInfo, point: ResumePoint | None) -> PreparedData:
+def _prepare_data(
+    cfg: TrainConfig,
+    world: WorldInfo,
+    point: ResumePoint | None,
+    pretrained: PretrainedModel | None = None,
+) -> PreparedData:
     """Rank 0 prepares every split (and trains the tokenizers). The other ranks map rank 0's
     cache entry, so that every rank on a machine reads the same files and shares their pages
     (one copy of the corpus per machine, not per rank); where there is no entry (generated
     tasks) or it is not on this rank's machine, they encode their training split with exactly
     rank 0's tokenizers, so every rank has the same vocabulary. A resumed run encodes its data
     with the checkpoint's tokenizers: the same ids, the same embedding rows (a retrained
-    sentencepiece model need not be identical)."""
+    sentencepiece model need not be identical); a run started from a pretrained model with
+    that model's."""
     saved = TokenizerPair.from_state(point.payload["tokenizers"]) if point else None
+    if pretrained is not None:
+        saved = pretrained.tokenizers
     data, (tokenizer_state, folder) = decided_on_main(
         world,
         lambda: prepare_data(cfg.data, cfg.seed, tokenizers=saved),

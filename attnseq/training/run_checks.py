@@ -53,7 +53,7 @@ def check_job(config: "DictConfig", on_this_machine: bool = True) -> "TrainConfi
     from attnseq.config.resources import check_resources
     from attnseq.training.trackers import check_trackers_installed
 
-    cfg = typed_config(config)
+    cfg = run_config(config)
     validate(cfg)
     if on_this_machine:
         check_resources(cfg)
@@ -61,6 +61,15 @@ def check_job(config: "DictConfig", on_this_machine: bool = True) -> "TrainConfi
         _check_tracking_store(cfg)
     _check_data_files(cfg)
     return cfg
+
+
+def run_config(config: "DictConfig") -> "TrainConfig":
+    """The typed config a composed job runs with: the model.* of `model.init_from` where it
+    names a pretrained model, checked against the task overrides (initialization.py)."""
+    from attnseq.training.initialization import initialized_config
+
+    given = [str(item) for item in config.hydra.overrides.task] if "hydra" in config else []
+    return initialized_config(typed_config(config), given)
 
 
 def _check_tracking_store(cfg: "TrainConfig") -> None:

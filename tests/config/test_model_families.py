@@ -15,6 +15,7 @@ from helpers import (
     TINY_SIZES,
     assert_refused,
     check_train_args,
+    experiment_overrides,
     tiny_config,
     train_in_process,
     untrained_checkpoint,
@@ -254,7 +255,8 @@ READS = {RNN: RNN_READS, TRANSFORMER: TRANSFORMER_READS}
 @pytest.mark.parametrize("family", [RNN, TRANSFORMER])
 def test_the_read_cases_cover_every_key_the_family_reads(family: ModelFamily) -> None:
     reads = {key for key, reader in FAMILIES.items() if reader in (None, family)}
-    assert set(READS[family]) == reads - {"model.family"}
+    # model.init_from is the training's: where the first weights come from, not the model's
+    assert set(READS[family]) == reads - {"model.family", "model.init_from"}
 
 
 @pytest.mark.parametrize(
@@ -396,15 +398,16 @@ def _packaged(group: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "override",
-    [f"experiment={name}" for name in _packaged("experiment")]
-    + [f"hparams_search={name}" for name in _packaged("hparams_search")]
-    + [f"model={name}" for name in _packaged("model")],
+    "overrides",
+    [experiment_overrides(name) for name in _packaged("experiment")]
+    + [[f"hparams_search={name}"] for name in _packaged("hparams_search")]
+    + [[f"model={name}"] for name in _packaged("model")],
+    ids=lambda overrides: overrides[0],
 )
-def test_packaged_configs_set_only_keys_their_family_reads(override: str) -> None:
+def test_packaged_configs_set_only_keys_their_family_reads(overrides: list[str]) -> None:
     register_configs()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        composed = compose("train", overrides=[override], return_hydra_config=True)
+        composed = compose("train", overrides=overrides, return_hydra_config=True)
     params = OmegaConf.select(composed, "hydra.sweeper.params") or {}
     with open_dict(composed):
         del composed["hydra"]

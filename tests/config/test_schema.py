@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import check_train_args
+from helpers import check_train_args, experiment_overrides
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -32,12 +32,13 @@ def compose_train(overrides: list[str]) -> TrainConfig:
 
 
 @pytest.mark.parametrize(
-    "override",
-    [f"{g}={o}" for g in GROUPS for o in group_options(g)]
-    + [f"experiment={o}" for o in group_options("experiment")],
+    "overrides",
+    [[f"{g}={o}"] for g in GROUPS for o in group_options(g)]
+    + [experiment_overrides(o) for o in group_options("experiment")],
+    ids=lambda overrides: overrides[0],
 )
-def test_every_config_file_composes(override: str) -> None:
-    compose_train([override])
+def test_every_config_file_composes(overrides: list[str]) -> None:
+    compose_train(overrides)
 
 
 def test_default_is_bahdanau_on_dates() -> None:
@@ -202,7 +203,7 @@ def test_config_dict_is_omegaconfs_plain_container() -> None:
 def test_packaged_experiments_budget_in_updates_or_epochs(name: str) -> None:
     """A packaged experiment gives the same model on any machine: it ends on its step or epoch
     budget (max_epochs is always finite), never on a wall-clock one."""
-    cfg = compose_train([f"experiment={name}"])
+    cfg = compose_train(experiment_overrides(name))
     assert cfg.trainer.max_minutes is None, f"{name} budgets in minutes"
 
 
