@@ -1,9 +1,9 @@
 """A new run from pretrained weights (`model.init_from`): a random-weight Hugging Face Marian
 stand-in fine-tuned on 2,000 Multi30k pairs for 50 updates (the loss falls; killed with SIGKILL
 and resumed it ends with the same weights bit for bit; eval and compare read the run; its
-export translates in transformers as in attnseq), an
-attnseq run fine-tuned on other data, and the refusals: a contradicting model.* key, another
-family, a missing init_from of the packaged recipe."""
+export translates in transformers as in attnseq), an attnseq run fine-tuned on other data, and
+the refusals: a contradicting model.* key, another family, a missing init_from of the packaged
+recipe."""
 
 import shutil
 import signal
