@@ -186,7 +186,9 @@ def test_the_fine_tuned_run_exports_to_a_folder_transformers_translates_with(
     transformers = pytest.importorskip("transformers")
     out = work / "exported"
     checkpoint = fine_tuned / "checkpoints" / "best.pt"
-    result = attnseq_in_process("export", str(checkpoint), "--to", "huggingface", str(out))
+    result = attnseq_in_process(
+        "export", str(checkpoint), "--to", "huggingface", str(out), cwd=work
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     sources = (work / "src.de").read_text(encoding="utf-8").splitlines()
     translated = attnseq_in_process(
