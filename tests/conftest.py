@@ -218,3 +218,19 @@ def marian_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         return lambda folder: marian_folder(folder, SHARED_DATA, name)
 
     return {name: built_once(tmp_path_factory, f"marian-{name}", builder(name)) for name in SHAPES}
+
+
+@pytest.fixture
+def fake_sweep(tmp_path: Path) -> Path:
+    """A hand-made multirun folder of four jobs, one unfinished (tests/sweep_folders.py)."""
+    from sweep_folders import write_hand_made
+
+    return write_hand_made(tmp_path)
+
+
+@pytest.fixture
+def seeded_sweep(tmp_path: Path) -> Path:
+    """A hand-made multirun folder of two models by three seeds (tests/sweep_folders.py)."""
+    from sweep_folders import write_seeded
+
+    return write_seeded(tmp_path)

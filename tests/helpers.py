@@ -307,6 +307,47 @@ def train_quietly(cfg: TrainConfig, run_dir: Path) -> dict:
         logging.disable(logging.NOTSET)
 
 
+def compared_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two tiny runs of the default task (dates) on the same data, the systems the tests of
+    `attnseq compare` and `attnseq.compare` compare: 6 updates, and 30 at a higher learning
+    rate."""
+    from attnseq.training.run import run_training
+
+    folders = []
+    for name, overrides in (("short", []), ("longer", ["trainer.max_steps=30", "optim.lr=0.01"])):
+        run_dir = tmp_path_factory.mktemp(name)
+        run_training(tiny_config(*overrides), run_dir)
+        folders.append(run_dir)
+    return folders[0], folders[1]
+
+
+def decoding_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The thread counts the checkpoints of a comparison decode with, one a checkpoint, as the
+    comparison loads them (attnseq/analysis/seed_comparison.py's load_system)."""
+    import attnseq.analysis.seed_comparison as seed_comparison
+
+    seen = []
+    load_system = seed_comparison.load_system
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(torch.get_num_threads())
+        return load_system(*args, **kwargs)
+
+    monkeypatch.setattr(seed_comparison, "load_system", counting)
+    return seen
+
+
+def no_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test when a comparison loads a checkpoint: what is refused must be refused
+    before any checkpoint decodes."""
+    import attnseq.analysis.seed_comparison as seed_comparison
+
+    def decoding(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("a checkpoint was decoded before the test sizes were checked")
+
+    monkeypatch.setattr(seed_comparison, "load_system", decoding)
+
+
 def with_fresh_weights(checkpoint: Path, path: Path, seed: int) -> Path:
     """A copy of `checkpoint` at `path` whose weights are those of a new model of its config,
     drawn after torch.manual_seed(seed): another member for an ensemble of one config."""

@@ -1,8 +1,8 @@
 """`attnseq compare`: two runs of the default task compared on their test split (decoded once,
 then their eval results reused), the table with intervals and p-values, the length buckets, the
 figure; the length-ratio buckets, word F-measure by training frequency and the attention's
-entropy and AER; --format json holds the text tables' numbers; mistakes exit 2 with one line;
-the same from Python as `attnseq.compare`."""
+entropy and AER; --format json holds the text tables' numbers; mistakes exit 2 with one line.
+(`attnseq.compare` from Python: tests/api/test_compare.py.)"""
 
 import dataclasses
 import json
@@ -11,14 +11,13 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import tiny_config
+from helpers import compared_runs, decoding_threads, no_decoding, tiny_config
 from typer.testing import CliRunner
 
 import attnseq
 from attnseq.analysis.comparison import Decode, load_system, split_pairs
 from attnseq.cli.align_runner import AlignRequest, run_align
 from attnseq.cli.app import app
-from attnseq.errors import UserError
 from attnseq.evaluation.word_accuracy import word_accuracy_by_frequency, word_frequencies
 from attnseq.training.run import run_training
 
@@ -28,14 +27,7 @@ FAST = ["--trials", "500", "--resamples", "200"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Two tiny runs of the default task (dates) on the same data: 6 updates, and 30 at a
-    higher learning rate."""
-    folders = []
-    for name, overrides in (("short", []), ("longer", ["trainer.max_steps=30", "optim.lr=0.01"])):
-        run_dir = tmp_path_factory.mktemp(name)
-        run_training(tiny_config(*overrides), run_dir)
-        folders.append(run_dir)
-    return folders[0], folders[1]
+    return compared_runs(tmp_path_factory)
 
 
 def compare(*args: str, code: int = 0):
@@ -147,62 +139,13 @@ def test_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     assert "Invalid value for '--threads': 'many' is not a thread count" in usage
 
 
-def test_python_api(runs: tuple[Path, Path], tmp_path: Path) -> None:
-    a, b = runs
-    result = attnseq.compare([a, b], seed=3, resamples=100, trials=200, device="cpu")
-    assert isinstance(result, attnseq.Comparison)
-    assert repr(result).startswith(f"<Comparison of 2 systems on 20 sentences, bleu: {a}: ")
-    assert "\n" not in repr(result)
-    assert result.scores[str(b)]["bleu"].p_bootstrap is not None
-    assert result.save_figure(tmp_path / "f.png").is_file()
-    assert result.attention[str(b)].entropy > 0 and result.words is not None
-    with pytest.raises(TypeError, match="systems must be a list of paths"):
-        attnseq.compare(str(a))
-    with pytest.raises(TypeError, match="threads"):
-        attnseq.compare([a, b], threads=1.5)
-
-
-def test_threads_are_set_for_the_decoding_and_given_back(
+def test_threads_are_set_for_the_decoding(
     runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import torch
-
-    import attnseq.analysis.seed_comparison as seed_comparison
-
     a, b = runs
-    seen = []
-    load_system = seed_comparison.load_system
-
-    def counting(*args, **kwargs):  # the thread count the checkpoints decode with
-        seen.append(torch.get_num_threads())
-        return load_system(*args, **kwargs)
-
-    monkeypatch.setattr(seed_comparison, "load_system", counting)
-    before = torch.get_num_threads()
-    attnseq.compare([a, b], resamples=20, trials=20, device="cpu", attention=False, threads=1)
-    assert seen == [1, 1] and torch.get_num_threads() == before
+    seen = decoding_threads(monkeypatch)
     compare(str(a), str(b), "--threads", "1", "--device", "cpu", "--no-attention", *FAST)
-    assert seen[2:] == [1, 1]
-
-
-def test_python_api_training_targets_gold_and_no_attention(
-    runs: tuple[Path, Path], tmp_path: Path
-) -> None:
-    a, b = runs
-    fast = {"resamples": 50, "trials": 100, "device": "cpu"}
-    given = attnseq.compare([a, b], train_references=["1990-11-07 x"], attention=False, **fast)
-    assert given.words is not None and given.words.frequencies_from == "the given training targets"
-    assert given.attention == {} and given.to_dict()["attention"] is None
-    gold = tmp_path / "gold.txt"
-    with pytest.raises(UserError, match=f"^gold file not found: {re.escape(str(gold))}$"):
-        attnseq.compare([a, b], gold=gold, **fast)
-    gold.write_text("0-0\n")
-    with pytest.raises(UserError, match="^gold scores the attention that attention=False leaves"):
-        attnseq.compare([a, b], gold=gold, attention=False, **fast)
-    with pytest.raises(UserError, match="^gold .*: 1 lines of Pharaoh links for 20 sentences$"):
-        attnseq.compare([a, b], gold=gold, **fast)
-    with pytest.raises(UserError, match="^train_references holds no words"):
-        attnseq.compare([a, b], train_references=[""], **fast)
+    assert seen == [1, 1]
 
 
 def test_latex_tables(tmp_path: Path) -> None:
@@ -324,19 +267,10 @@ def test_mistakes_of_the_new_options_exit_2_with_one_line(tmp_path: Path) -> Non
 def test_test_sizes_are_refused_before_any_checkpoint_decodes(
     runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attnseq.analysis.seed_comparison as seed_comparison
-
-    def decoding(*args, **kwargs):
-        raise AssertionError("a checkpoint was decoded before the test sizes were checked")
-
-    monkeypatch.setattr(seed_comparison, "load_system", decoding)
+    no_decoding(monkeypatch)
     a, b = (str(run) for run in runs)
     assert "--seed must be >= 1" in compare(a, b, "--seed", "0", code=2).output
     assert "--trials must be >= 1" in compare(a, b, "--trials", "0", code=2).output
-    with pytest.raises(UserError, match="resamples must be >= 1"):
-        attnseq.compare([a, b], resamples=0)
-    with pytest.raises(TypeError, match="seed must be an int, got str"):
-        attnseq.compare([a, b], seed="1")
 
 
 def test_runs_on_other_test_sets_are_refused_with_what_to_compare(
