@@ -589,10 +589,18 @@ def write_set(folder: Path) -> dict[str, Path]:
 def toy_transformer(path: Path, root: Path, src: str, tgt: str, pairs, seed: int) -> Path:
     """An untrained word-level transformer checkpoint for the toy set in `root`."""
     return untrained_checkpoint(
-        path, "model.family=transformer", "model.dec_layers=2", "model.heads=2", *WORDS,
-        f"data.root={root}", "data.splits.test=set", f"data.src_lang={src}",
-        f"data.tgt_lang={tgt}", f"seed={seed}", pairs=pairs,
-    )  # fmt: skip
+        path,
+        "model.family=transformer",
+        "model.dec_layers=2",
+        "model.heads=2",
+        *WORDS,
+        f"data.root={root}",
+        "data.splits.test=set",
+        f"data.src_lang={src}",
+        f"data.tgt_lang={tgt}",
+        f"seed={seed}",
+        pairs=pairs,
+    )
 
 
 def run_eval(checkpoint: Path, out: Path, *args: str):

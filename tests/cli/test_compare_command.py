@@ -73,9 +73,11 @@ def test_json_numbers_equal_the_text_table(runs: tuple[Path, Path]) -> None:
             assert re.search(rf"^length_ratio\s+{re.escape(str(a))}\s+{values:.3f}$", text, re.M)
             continue
         digits = 3 if metric == "exact_match" else 2
-        row = (rf"^{metric}\s+{re.escape(str(a))}\s+{values['score']:.{digits}f}\s+"
-               rf"{values['ci']:.{digits}f}\s+{values['p_bootstrap']:.4f}\*?\s+"
-               rf"{values['p_randomization']:.4f}")  # fmt: skip
+        row = (
+            rf"^{metric}\s+{re.escape(str(a))}\s+{values['score']:.{digits}f}\s+"
+            rf"{values['ci']:.{digits}f}\s+{values['p_bootstrap']:.4f}\*?\s+"
+            rf"{values['p_randomization']:.4f}"
+        )
         assert re.search(row, text, re.M), (row, text)
     first = data["buckets"]["scores"][str(b)][0]
     assert f"{first['score']:.2f} [{first['low']:.2f}, {first['high']:.2f}]" in text
@@ -88,8 +90,18 @@ def test_hypothesis_files_with_sources_and_a_named_baseline(tmp_path: Path) -> N
     (tmp_path / "good.txt").write_text("\n".join(refs) + "\n")
     (tmp_path / "bad.txt").write_text("\n".join(r.replace("test", "x") for r in refs) + "\n")
     files = [str(tmp_path / name) for name in ("good.txt", "bad.txt")]
-    result = compare(*files, "--baseline", files[1], "--ref", str(tmp_path / "ref.txt"),
-                     "--src", str(tmp_path / "src.txt"), "--format", "markdown", *FAST)  # fmt: skip
+    result = compare(
+        *files,
+        "--baseline",
+        files[1],
+        "--ref",
+        str(tmp_path / "ref.txt"),
+        "--src",
+        str(tmp_path / "src.txt"),
+        "--format",
+        "markdown",
+        *FAST,
+    )
     assert "bleu by source length (words)" in result.stdout
     assert f"| bleu | {files[1]} (baseline) |" in result.stdout
     good = re.search(
@@ -105,8 +117,7 @@ def test_a_score_outside_its_interval_still_draws(tmp_path: Path) -> None:
     (tmp_path / "tgt.txt").write_text("2001-06-05\n2001-05-04\n1998-03-03\n")
     src, tgt = str(tmp_path / "src.txt"), str(tmp_path / "tgt.txt")
     out = tmp_path / "cmp"
-    compare(tgt, src, "--ref", tgt, "--src", src, "--out", str(out), "--seed", "3",
-            "--trials", "2")  # fmt: skip
+    compare(tgt, src, "--ref", tgt, "--src", src, "--out", str(out), "--seed", "3", "--trials", "2")
     record = json.loads((out / "compare.json").read_text())
     buckets = record["buckets"]["scores"][tgt]
     assert any(not b["low"] <= b["score"] <= b["high"] for b in buckets), buckets
@@ -199,13 +210,15 @@ def test_attention_word_accuracy_and_ratio_buckets_agree_in_json_and_text(
     assert words["frequencies_from"] == f"the training targets of {a}"
     train = [target for _, target in split_pairs(checkpoint, "train")]
     hyps = {str(a): next(a.glob("eval/*/test.*/hyps.txt")).read_text().splitlines()}
-    _, expected = word_accuracy_by_frequency(hyps, ref.read_text().splitlines(),
-                                             word_frequencies(train))  # fmt: skip
+    _, expected = word_accuracy_by_frequency(
+        hyps, ref.read_text().splitlines(), word_frequencies(train)
+    )
     assert words["scores"][str(a)] == [dataclasses.asdict(s) for s in expected[str(a)]]
     unseen = words["scores"][str(b)][0]
     shown = f"{unseen['f_measure']:.3f} ({unseen['precision']:.3f}/{unseen['recall']:.3f})"
-    assert re.search(rf"^0\s+{words['buckets'][0]['reference_words']}\s+.*{re.escape(shown)}",
-                     text, re.M)  # fmt: skip
+    assert re.search(
+        rf"^0\s+{words['buckets'][0]['reference_words']}\s+.*{re.escape(shown)}", text, re.M
+    )
 
     ratios = data["length_ratio_buckets"]
     assert sum(ratios["counts"][str(b)]) == 20 and sum(ratios["shares"][str(b)]) == 1.0
@@ -230,8 +243,16 @@ def test_without_training_targets_the_word_table_is_left_out_in_one_line(
         "--train-ref, or compare a checkpoint whose training data this machine can read)"
     ]
     assert "attention: left out, no system is a checkpoint" in out
-    given = compare(*files, "--ref", files[0], "--train-ref", str(tmp_path / "train.txt"),
-                    "--format", "json", *FAST).stdout  # fmt: skip
+    given = compare(
+        *files,
+        "--ref",
+        files[0],
+        "--train-ref",
+        str(tmp_path / "train.txt"),
+        "--format",
+        "json",
+        *FAST,
+    ).stdout
     words = json.loads(given)["word_accuracy"]
     assert words["frequencies_from"] == "the given training targets"
     # reference words: c, e unseen; b, d once; a twice
@@ -248,16 +269,20 @@ def test_mistakes_of_the_new_options_exit_2_with_one_line(tmp_path: Path) -> Non
     cases = {
         f"--gold file not found: {tmp_path / 'gone.txt'}": ["--gold", str(tmp_path / "gone.txt")],
         "--train-ref file " + str(tmp_path / "empty.txt") + " is empty": [
-            "--train-ref", str(tmp_path / "empty.txt")
+            "--train-ref",
+            str(tmp_path / "empty.txt"),
         ],
         "--train-ref holds no words ": ["--train-ref", str(tmp_path / "blank.txt")],
         "--gold scores the attention that --no-attention leaves out": [
-            "--gold", str(tmp_path / "a.txt"), "--no-attention"
+            "--gold",
+            str(tmp_path / "a.txt"),
+            "--no-attention",
         ],
         "gold links count the words of the test sources: give --src": [
-            "--gold", str(tmp_path / "a.txt")
+            "--gold",
+            str(tmp_path / "a.txt"),
         ],
-    }  # fmt: skip
+    }
     for message, args in cases.items():
         result = compare(*files, *args, code=2)
         assert message.strip() in result.output, (message, result.output)
