@@ -74,6 +74,13 @@ def shared_data() -> Path:
 
 
 @pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """attnseq's data cache (ATTNSEQ_CACHE) in the test's own folder, out of the user's."""
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
 def ctranslate2():
     """The ctranslate2 module; skips the test where it is not installed."""
     return pytest.importorskip("ctranslate2", reason="ctranslate2 not installed (attnseq[ct2])")
