@@ -74,6 +74,13 @@ def shared_data() -> Path:
 
 
 @pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """attnseq's data cache (ATTNSEQ_CACHE) in the test's own folder, out of the user's."""
+    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
 def ctranslate2():
     """The ctranslate2 module; skips the test where it is not installed."""
     return pytest.importorskip("ctranslate2", reason="ctranslate2 not installed (attnseq[ct2])")
@@ -235,3 +242,19 @@ def bart_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         return lambda folder: bart_folder(folder, SHARED_DATA, name)
 
     return {name: built_once(tmp_path_factory, f"bart-{name}", builder(name)) for name in SHAPES}
+
+
+@pytest.fixture
+def fake_sweep(tmp_path: Path) -> Path:
+    """A hand-made multirun folder of four jobs, one unfinished (tests/sweep_folders.py)."""
+    from sweep_folders import write_hand_made
+
+    return write_hand_made(tmp_path)
+
+
+@pytest.fixture
+def seeded_sweep(tmp_path: Path) -> Path:
+    """A hand-made multirun folder of two models by three seeds (tests/sweep_folders.py)."""
+    from sweep_folders import write_seeded
+
+    return write_seeded(tmp_path)

@@ -20,6 +20,7 @@ from torch import Tensor
 from attnseq.config.checks import validate
 from attnseq.config.conversion import config_from_dict, config_to_dict
 from attnseq.config.schema import TrainConfig
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.io.checkpoint import load_checkpoint
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.seq2seq import DecoderState, Seq2Seq, Seq2SeqOutput
@@ -180,6 +181,17 @@ def attnseq_in_process(
     )
 
 
+def invoke(*args: object):  # type: ignore[no-untyped-def]
+    """`attnseq ARGS` (each one as str) by typer's CliRunner in this process: the click Result
+    (exit_code, output, stdout, stderr, exception) for tests that read more than
+    `attnseq_in_process` gives."""
+    from typer.testing import CliRunner
+
+    from attnseq.cli.app import app
+
+    return CliRunner().invoke(app, [str(arg) for arg in args])
+
+
 def built_once(
     tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
 ) -> Path:
@@ -283,6 +295,22 @@ TINY_SIZES = {
 }
 
 
+# Word-level reversal of up to 8 words, no dropout: learnt well enough in a few hundred CPU
+# updates that greedy and beam search give sensible, different outputs.
+TRAINED_REVERSE = (
+    "data.name=reverse",
+    "data.tokenizer=word",
+    "data.max_len=8",
+    "data.train_size=3000",
+    "data.valid_size=20",
+    "data.test_size=100",
+    "model.dropout=0.0",
+    "optim.lr=0.005",
+    "trainer.max_epochs=1000",
+    "trainer.early_stopping_patience=0",
+)
+
+
 def tiny_config(*overrides: str) -> TrainConfig:
     """A config that trains in seconds: small splits, small model (the sizes of the family
     `model.family=...` among `overrides` chooses), few steps, and no validation heatmaps
@@ -312,7 +340,6 @@ def untrained_checkpoint(path, *overrides: str, pairs=None):
     tokenizers, weights: what eval, translate and visualize-alignment read). Tokenizers are
     trained on `pairs` when given, else on the config's training split. Returns the path."""
     from attnseq.data.prepare import prepare_data, train_tokenizers
-    from attnseq.io.checkpoint import save_checkpoint
     from attnseq.models.loading import model_for
 
     cfg = tiny_config(*overrides)
@@ -321,7 +348,16 @@ def untrained_checkpoint(path, *overrides: str, pairs=None):
         tokenizers = prepare_data(cfg.data, cfg.seed, splits=["train"]).tokenizers
     else:
         tokenizers = train_tokenizers(cfg.data, pairs)
-    model = model_for(cfg, tokenizers)
+    return save_model(path, cfg, tokenizers, model_for(cfg, tokenizers))
+
+
+def save_model(
+    path: Path, cfg: TrainConfig, tokenizers: TokenizerPair, model: torch.nn.Module
+) -> Path:
+    """Save `model` with its config and tokenizers as a checkpoint at `path` (what eval,
+    translate and visualize-alignment read); the path."""
+    from attnseq.io.checkpoint import save_checkpoint
+
     payload = {
         "config": config_to_dict(cfg),
         "tokenizers": tokenizers.state(),
@@ -343,6 +379,47 @@ def train_quietly(cfg: TrainConfig, run_dir: Path) -> dict:
         return run_training(cfg, run_dir)
     finally:
         logging.disable(logging.NOTSET)
+
+
+def compared_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two tiny runs of the default task (dates) on the same data, the systems the tests of
+    `attnseq compare` and `attnseq.compare` compare: 6 updates, and 30 at a higher learning
+    rate."""
+    from attnseq.training.run import run_training
+
+    folders = []
+    for name, overrides in (("short", []), ("longer", ["trainer.max_steps=30", "optim.lr=0.01"])):
+        run_dir = tmp_path_factory.mktemp(name)
+        run_training(tiny_config(*overrides), run_dir)
+        folders.append(run_dir)
+    return folders[0], folders[1]
+
+
+def decoding_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The thread counts the checkpoints of a comparison decode with, one a checkpoint, as the
+    comparison loads them (attnseq/analysis/seed_comparison.py's load_system)."""
+    import attnseq.analysis.seed_comparison as seed_comparison
+
+    seen = []
+    load_system = seed_comparison.load_system
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(torch.get_num_threads())
+        return load_system(*args, **kwargs)
+
+    monkeypatch.setattr(seed_comparison, "load_system", counting)
+    return seen
+
+
+def no_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test when a comparison loads a checkpoint: what is refused must be refused
+    before any checkpoint decodes."""
+    import attnseq.analysis.seed_comparison as seed_comparison
+
+    def decoding(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("a checkpoint was decoded before the test sizes were checked")
+
+    monkeypatch.setattr(seed_comparison, "load_system", decoding)
 
 
 def with_fresh_weights(checkpoint: Path, path: Path, seed: int) -> Path:
@@ -496,6 +573,35 @@ def reversal_batch(vocab: Vocabularies, length: int) -> tuple[Tensor, Tensor, Te
     return src, torch.full((8,), length), tgt_in, tgt_out
 
 
+def overfit_reversal(
+    model: Seq2Seq, vocab: Vocabularies, length: int, steps: int
+) -> tuple[float, Tensor]:
+    """`model` trained by Adam (lr 3e-3) on reversal_batch(vocab, `length`) until
+    its loss is under 0.01 or `steps` updates are done, then put in eval mode: the last loss and
+    the greedy output (B, T) of incremental decoding (decode_step), to compare with tgt_out."""
+    import torch.nn.functional as F
+
+    src, lengths, tgt_in, tgt_out = reversal_batch(vocab, length)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        logits = model(src, lengths, tgt_in).logits  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < 0.01:
+            break
+    model.eval()
+    state = model.start_decoding(src, lengths)
+    tokens = torch.full((len(src),), vocab.bos_id)
+    decoded = []
+    for _ in range(tgt_out.size(1)):
+        logits, _, state = model.decode_step(tokens, state)
+        tokens = logits.argmax(-1)
+        decoded.append(tokens)
+    return loss.item(), torch.stack(decoded, dim=1)
+
+
 # ---------------------------------------------------------------------------- gradients
 def gradcheck_module(module: torch.nn.Module, query, keys, values, **kwargs) -> None:
     """gradcheck in float64 of an attention module's output with respect to the query, keys,
@@ -550,6 +656,45 @@ def copy_only_checkpoint(path: Path, *overrides: str) -> Path:
     return path
 
 
+def local_tsv(root: Path, name: str, tokenizer: str = "word") -> list[str]:
+    """The overrides of a local dataset `name`: root/train.tsv, valid.tsv and test.tsv, a
+    source and a target a line, split by a tab."""
+    return [
+        f"data.name={name}",
+        "data.source=local",
+        "data.format=tsv",
+        f"data.root={root}",
+        "data.splits.train=train.tsv",
+        "data.splits.valid=valid.tsv",
+        "data.splits.test=test.tsv",
+        f"data.tokenizer={tokenizer}",
+    ]
+
+
+def copy_coverage_run(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    write: Callable[[Path], None],
+    *overrides: str,
+) -> tuple[Path, dict, Path]:
+    """A copy and coverage model of a summarization task trained (train_quietly) on the local
+    TSV dataset `name` that `write(folder)` writes, with `overrides`: the run directory, its
+    final metrics and the data folder."""
+    data = tmp_path_factory.mktemp(name)
+    write(data)
+    run_dir = tmp_path_factory.mktemp(f"{name}_run")
+    cfg = tiny_config(
+        *local_tsv(data, name),
+        "data.task=summarization",
+        "model.copy=true",
+        "model.coverage=true",
+        "optim.coverage_lambda=0.5",
+        "optim.lr=0.01",
+        *overrides,
+    )
+    return run_dir, train_quietly(cfg, run_dir), data
+
+
 # ------------------------------------------------------------- a toy word-aligned parallel set
 # a toy parallel text with word tokens; every sentence pair gets a few sure/possible links
 SRC = ["the small dog runs", "a cat sleeps here now", "dogs run", "the cat sees a small dog"]
@@ -585,22 +730,26 @@ def write_set(folder: Path) -> dict[str, Path]:
 def toy_transformer(path: Path, root: Path, src: str, tgt: str, pairs, seed: int) -> Path:
     """An untrained word-level transformer checkpoint for the toy set in `root`."""
     return untrained_checkpoint(
-        path, "model.family=transformer", "model.dec_layers=2", "model.heads=2", *WORDS,
-        f"data.root={root}", "data.splits.test=set", f"data.src_lang={src}",
-        f"data.tgt_lang={tgt}", f"seed={seed}", pairs=pairs,
-    )  # fmt: skip
+        path,
+        "model.family=transformer",
+        "model.dec_layers=2",
+        "model.heads=2",
+        *WORDS,
+        f"data.root={root}",
+        "data.splits.test=set",
+        f"data.src_lang={src}",
+        f"data.tgt_lang={tgt}",
+        f"seed={seed}",
+        pairs=pairs,
+    )
 
 
 def run_eval(checkpoint: Path, out: Path, *args: str):
     """`attnseq eval CHECKPOINT` in this process, reading the data files from the checkpoint's
     data.root (given on the command line: eval reads files there)."""
-    from typer.testing import CliRunner
-
-    from attnseq.cli.app import app
 
     root = load_checkpoint(checkpoint)["config"]["data"]["root"]
-    command = ["eval", str(checkpoint), f"data.root={root}", "--out", str(out), *args]
-    return CliRunner().invoke(app, command)
+    return invoke("eval", checkpoint, f"data.root={root}", "--out", out, *args)
 
 
 # ------------------------------------------------------------------ batch fingerprints

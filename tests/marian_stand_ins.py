@@ -4,14 +4,18 @@ vocab.json as OPUS-MT models have it (</s> 0, <unk> 1, the pieces, <pad> last), 
 `MarianMTModel(MarianConfig(...)).save_pretrained`, weights scaled so that outputs are decisive.
 
 `SHAPES` names the variants the tests use; `marian_folder` builds one (once per test run with
-`built_once`)."""
+`built_once`); `imported` reads one as attnseq does, `reference` as transformers does."""
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from attnseq.models.loading import TrainedModel
 
 # characters that appear in no training line: the sentencepiece models do not know them
 UNKNOWN_CHARACTERS = "☃ 𝄞 ꙮ ⸘"
@@ -234,3 +238,41 @@ def marian_folder(folder: Path, data: Path, name: str, seed: int = 0) -> Path:
     else:
         model.save_pretrained(folder)
     return folder
+
+
+@functools.cache
+def imported(folder: Path) -> "TrainedModel":
+    """The Marian folder as attnseq reads it (once a folder)."""
+    from attnseq.models.loading import load_trained_model
+
+    return load_trained_model(folder)
+
+
+@functools.cache
+def reference(folder: Path) -> tuple[Any, Any]:
+    """transformers' MarianMTModel (eager attention: it returns its weights) and tokenizer."""
+    from transformers import MarianMTModel, MarianTokenizer
+
+    model = MarianMTModel.from_pretrained(folder, attn_implementation="eager").eval()
+    return model, MarianTokenizer.from_pretrained(folder)
+
+
+def tokenizer_texts() -> list[str]:
+    """1000 lines each of German, English and French that the stand-ins' tokenizers are not
+    trained on, and texts of unknown characters, language tokens, blanks and special tokens."""
+    from conftest import SHARED_DATA
+
+    texts = [
+        line
+        for language in ("de", "en", "fr")
+        for line in corpus_lines(SHARED_DATA, language, 1000, skip=5000)
+    ]
+    specials = [
+        f"{UNKNOWN_CHARACTERS} und {UNKNOWN_CHARACTERS[0]}x",
+        ">>fra<< Ein Hund läuft.",
+        ">>deu<<",
+        "",
+        "   zwei  Leerzeichen  ",
+        "ein </s> im Text <unk> <pad>",
+    ]
+    return texts + specials

@@ -6,10 +6,16 @@ that is mostly <unk> for a model gives one warning line with its unknown-token r
 from pathlib import Path
 
 import pytest
-from helpers import SRC, one_line_exit_2, run_eval, toy_transformer, untrained_checkpoint, write_set
-from typer.testing import CliRunner
+from helpers import (
+    SRC,
+    invoke,
+    one_line_exit_2,
+    run_eval,
+    toy_transformer,
+    untrained_checkpoint,
+    write_set,
+)
 
-from attnseq.cli.app import app
 from attnseq.data.file_readers import read_parallel
 
 UNKNOWN = ["zork blip quux frob", "wug dax fep", "snarf", "glorp zib vex mip"]
@@ -33,17 +39,13 @@ def setup(tmp_path_factory) -> dict[str, Path]:
     return files
 
 
-def run(*args: object):
-    return CliRunner().invoke(app, [str(arg) for arg in args])
-
-
 def warning_lines(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("warning:")]
 
 
 def align_forward(setup: dict[str, Path], *options: object, tgt: str = "tgt"):
     """`attnseq align` of the forward model on the set's sources and `setup[tgt]`."""
-    return run("align", setup["forward"], "--src", setup["src"], "--tgt", setup[tgt], *options)
+    return invoke("align", setup["forward"], "--src", setup["src"], "--tgt", setup[tgt], *options)
 
 
 def eval_against(setup: dict[str, Path], folder: Path, gold: Path, tgt: str = "tgt"):
@@ -124,7 +126,7 @@ def test_reverse_model_of_the_same_vocabularies_is_refused(tmp_path) -> None:
     src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
     src.write_text("march 3 1998\n", encoding="utf-8")
     tgt.write_text("1998-03-03\n", encoding="utf-8")
-    result = run("align", forward, "--src", src, "--tgt", tgt, "--reverse", reverse)
+    result = invoke("align", forward, "--src", src, "--tgt", tgt, "--reverse", reverse)
     one_line_exit_2(result, "same direction", "same source and the same target vocabulary")
 
 
@@ -162,7 +164,7 @@ def test_align_warns_about_a_target_the_model_cannot_read(setup, tmp_path) -> No
 
 def test_score_warns_about_a_target_the_model_cannot_read(setup, tmp_path) -> None:
     out = tmp_path / "scores.tsv"
-    result = run(
+    result = invoke(
         "score", setup["forward"], "--src", setup["src"], "--tgt", setup["unknown"], "--out", out
     )
     assert result.exit_code == 0, result.output
@@ -173,7 +175,7 @@ def test_score_warns_about_a_target_the_model_cannot_read(setup, tmp_path) -> No
 
 
 def test_score_of_readable_text_gives_no_warning(setup, tmp_path) -> None:
-    result = run("score", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"])
+    result = invoke("score", setup["forward"], "--src", setup["src"], "--tgt", setup["tgt"])
     assert result.exit_code == 0, result.output
     assert warning_lines(result) == []
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import eval_result, untrained_checkpoint
-from typer.testing import CliRunner
+from helpers import eval_result, invoke, untrained_checkpoint
 
 from attnseq.alignment.saved_attention import (
     AttentionRecord,
@@ -18,7 +17,6 @@ from attnseq.alignment.saved_attention import (
     save_attention,
     weights_key,
 )
-from attnseq.cli.app import app
 from attnseq.config.conversion import config_from_dict
 from attnseq.data.prepare import prepare_data
 from attnseq.data.tokenizers import TokenizerPair
@@ -85,10 +83,6 @@ def mixed_ending_checkpoints(tmp_path_factory) -> dict[str, Path]:
                 break
         paths[family] = path
     return paths
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 @pytest.mark.parametrize("beam", [1, 3])

@@ -1,8 +1,8 @@
 """`attnseq compare`: two runs of the default task compared on their test split (decoded once,
 then their eval results reused), the table with intervals and p-values, the length buckets, the
 figure; the length-ratio buckets, word F-measure by training frequency and the attention's
-entropy and AER; --format json holds the text tables' numbers; mistakes exit 2 with one line;
-the same from Python as `attnseq.compare`."""
+entropy and AER; --format json holds the text tables' numbers; mistakes exit 2 with one line.
+(`attnseq.compare` from Python: tests/api/test_compare.py.)"""
 
 import dataclasses
 import json
@@ -11,14 +11,13 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import tiny_config
+from helpers import compared_runs, decoding_threads, no_decoding, tiny_config
 from typer.testing import CliRunner
 
 import attnseq
 from attnseq.analysis.comparison import Decode, load_system, split_pairs
 from attnseq.cli.align_runner import AlignRequest, run_align
 from attnseq.cli.app import app
-from attnseq.errors import UserError
 from attnseq.evaluation.word_accuracy import word_accuracy_by_frequency, word_frequencies
 from attnseq.training.run import run_training
 
@@ -28,14 +27,7 @@ FAST = ["--trials", "500", "--resamples", "200"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Two tiny runs of the default task (dates) on the same data: 6 updates, and 30 at a
-    higher learning rate."""
-    folders = []
-    for name, overrides in (("short", []), ("longer", ["trainer.max_steps=30", "optim.lr=0.01"])):
-        run_dir = tmp_path_factory.mktemp(name)
-        run_training(tiny_config(*overrides), run_dir)
-        folders.append(run_dir)
-    return folders[0], folders[1]
+    return compared_runs(tmp_path_factory)
 
 
 def compare(*args: str, code: int = 0):
@@ -81,9 +73,11 @@ def test_json_numbers_equal_the_text_table(runs: tuple[Path, Path]) -> None:
             assert re.search(rf"^length_ratio\s+{re.escape(str(a))}\s+{values:.3f}$", text, re.M)
             continue
         digits = 3 if metric == "exact_match" else 2
-        row = (rf"^{metric}\s+{re.escape(str(a))}\s+{values['score']:.{digits}f}\s+"
-               rf"{values['ci']:.{digits}f}\s+{values['p_bootstrap']:.4f}\*?\s+"
-               rf"{values['p_randomization']:.4f}")  # fmt: skip
+        row = (
+            rf"^{metric}\s+{re.escape(str(a))}\s+{values['score']:.{digits}f}\s+"
+            rf"{values['ci']:.{digits}f}\s+{values['p_bootstrap']:.4f}\*?\s+"
+            rf"{values['p_randomization']:.4f}"
+        )
         assert re.search(row, text, re.M), (row, text)
     first = data["buckets"]["scores"][str(b)][0]
     assert f"{first['score']:.2f} [{first['low']:.2f}, {first['high']:.2f}]" in text
@@ -96,8 +90,18 @@ def test_hypothesis_files_with_sources_and_a_named_baseline(tmp_path: Path) -> N
     (tmp_path / "good.txt").write_text("\n".join(refs) + "\n")
     (tmp_path / "bad.txt").write_text("\n".join(r.replace("test", "x") for r in refs) + "\n")
     files = [str(tmp_path / name) for name in ("good.txt", "bad.txt")]
-    result = compare(*files, "--baseline", files[1], "--ref", str(tmp_path / "ref.txt"),
-                     "--src", str(tmp_path / "src.txt"), "--format", "markdown", *FAST)  # fmt: skip
+    result = compare(
+        *files,
+        "--baseline",
+        files[1],
+        "--ref",
+        str(tmp_path / "ref.txt"),
+        "--src",
+        str(tmp_path / "src.txt"),
+        "--format",
+        "markdown",
+        *FAST,
+    )
     assert "bleu by source length (words)" in result.stdout
     assert f"| bleu | {files[1]} (baseline) |" in result.stdout
     good = re.search(
@@ -113,8 +117,7 @@ def test_a_score_outside_its_interval_still_draws(tmp_path: Path) -> None:
     (tmp_path / "tgt.txt").write_text("2001-06-05\n2001-05-04\n1998-03-03\n")
     src, tgt = str(tmp_path / "src.txt"), str(tmp_path / "tgt.txt")
     out = tmp_path / "cmp"
-    compare(tgt, src, "--ref", tgt, "--src", src, "--out", str(out), "--seed", "3",
-            "--trials", "2")  # fmt: skip
+    compare(tgt, src, "--ref", tgt, "--src", src, "--out", str(out), "--seed", "3", "--trials", "2")
     record = json.loads((out / "compare.json").read_text())
     buckets = record["buckets"]["scores"][tgt]
     assert any(not b["low"] <= b["score"] <= b["high"] for b in buckets), buckets
@@ -147,62 +150,13 @@ def test_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     assert "Invalid value for '--threads': 'many' is not a thread count" in usage
 
 
-def test_python_api(runs: tuple[Path, Path], tmp_path: Path) -> None:
-    a, b = runs
-    result = attnseq.compare([a, b], seed=3, resamples=100, trials=200, device="cpu")
-    assert isinstance(result, attnseq.Comparison)
-    assert repr(result).startswith(f"<Comparison of 2 systems on 20 sentences, bleu: {a}: ")
-    assert "\n" not in repr(result)
-    assert result.scores[str(b)]["bleu"].p_bootstrap is not None
-    assert result.save_figure(tmp_path / "f.png").is_file()
-    assert result.attention[str(b)].entropy > 0 and result.words is not None
-    with pytest.raises(TypeError, match="systems must be a list of paths"):
-        attnseq.compare(str(a))
-    with pytest.raises(TypeError, match="threads"):
-        attnseq.compare([a, b], threads=1.5)
-
-
-def test_threads_are_set_for_the_decoding_and_given_back(
+def test_threads_are_set_for_the_decoding(
     runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import torch
-
-    import attnseq.analysis.seed_comparison as seed_comparison
-
     a, b = runs
-    seen = []
-    load_system = seed_comparison.load_system
-
-    def counting(*args, **kwargs):  # the thread count the checkpoints decode with
-        seen.append(torch.get_num_threads())
-        return load_system(*args, **kwargs)
-
-    monkeypatch.setattr(seed_comparison, "load_system", counting)
-    before = torch.get_num_threads()
-    attnseq.compare([a, b], resamples=20, trials=20, device="cpu", attention=False, threads=1)
-    assert seen == [1, 1] and torch.get_num_threads() == before
+    seen = decoding_threads(monkeypatch)
     compare(str(a), str(b), "--threads", "1", "--device", "cpu", "--no-attention", *FAST)
-    assert seen[2:] == [1, 1]
-
-
-def test_python_api_training_targets_gold_and_no_attention(
-    runs: tuple[Path, Path], tmp_path: Path
-) -> None:
-    a, b = runs
-    fast = {"resamples": 50, "trials": 100, "device": "cpu"}
-    given = attnseq.compare([a, b], train_references=["1990-11-07 x"], attention=False, **fast)
-    assert given.words is not None and given.words.frequencies_from == "the given training targets"
-    assert given.attention == {} and given.to_dict()["attention"] is None
-    gold = tmp_path / "gold.txt"
-    with pytest.raises(UserError, match=f"^gold file not found: {re.escape(str(gold))}$"):
-        attnseq.compare([a, b], gold=gold, **fast)
-    gold.write_text("0-0\n")
-    with pytest.raises(UserError, match="^gold scores the attention that attention=False leaves"):
-        attnseq.compare([a, b], gold=gold, attention=False, **fast)
-    with pytest.raises(UserError, match="^gold .*: 1 lines of Pharaoh links for 20 sentences$"):
-        attnseq.compare([a, b], gold=gold, **fast)
-    with pytest.raises(UserError, match="^train_references holds no words"):
-        attnseq.compare([a, b], train_references=[""], **fast)
+    assert seen == [1, 1]
 
 
 def test_latex_tables(tmp_path: Path) -> None:
@@ -256,13 +210,15 @@ def test_attention_word_accuracy_and_ratio_buckets_agree_in_json_and_text(
     assert words["frequencies_from"] == f"the training targets of {a}"
     train = [target for _, target in split_pairs(checkpoint, "train")]
     hyps = {str(a): next(a.glob("eval/*/test.*/hyps.txt")).read_text().splitlines()}
-    _, expected = word_accuracy_by_frequency(hyps, ref.read_text().splitlines(),
-                                             word_frequencies(train))  # fmt: skip
+    _, expected = word_accuracy_by_frequency(
+        hyps, ref.read_text().splitlines(), word_frequencies(train)
+    )
     assert words["scores"][str(a)] == [dataclasses.asdict(s) for s in expected[str(a)]]
     unseen = words["scores"][str(b)][0]
     shown = f"{unseen['f_measure']:.3f} ({unseen['precision']:.3f}/{unseen['recall']:.3f})"
-    assert re.search(rf"^0\s+{words['buckets'][0]['reference_words']}\s+.*{re.escape(shown)}",
-                     text, re.M)  # fmt: skip
+    assert re.search(
+        rf"^0\s+{words['buckets'][0]['reference_words']}\s+.*{re.escape(shown)}", text, re.M
+    )
 
     ratios = data["length_ratio_buckets"]
     assert sum(ratios["counts"][str(b)]) == 20 and sum(ratios["shares"][str(b)]) == 1.0
@@ -287,8 +243,16 @@ def test_without_training_targets_the_word_table_is_left_out_in_one_line(
         "--train-ref, or compare a checkpoint whose training data this machine can read)"
     ]
     assert "attention: left out, no system is a checkpoint" in out
-    given = compare(*files, "--ref", files[0], "--train-ref", str(tmp_path / "train.txt"),
-                    "--format", "json", *FAST).stdout  # fmt: skip
+    given = compare(
+        *files,
+        "--ref",
+        files[0],
+        "--train-ref",
+        str(tmp_path / "train.txt"),
+        "--format",
+        "json",
+        *FAST,
+    ).stdout
     words = json.loads(given)["word_accuracy"]
     assert words["frequencies_from"] == "the given training targets"
     # reference words: c, e unseen; b, d once; a twice
@@ -305,16 +269,20 @@ def test_mistakes_of_the_new_options_exit_2_with_one_line(tmp_path: Path) -> Non
     cases = {
         f"--gold file not found: {tmp_path / 'gone.txt'}": ["--gold", str(tmp_path / "gone.txt")],
         "--train-ref file " + str(tmp_path / "empty.txt") + " is empty": [
-            "--train-ref", str(tmp_path / "empty.txt")
+            "--train-ref",
+            str(tmp_path / "empty.txt"),
         ],
         "--train-ref holds no words ": ["--train-ref", str(tmp_path / "blank.txt")],
         "--gold scores the attention that --no-attention leaves out": [
-            "--gold", str(tmp_path / "a.txt"), "--no-attention"
+            "--gold",
+            str(tmp_path / "a.txt"),
+            "--no-attention",
         ],
         "gold links count the words of the test sources: give --src": [
-            "--gold", str(tmp_path / "a.txt")
+            "--gold",
+            str(tmp_path / "a.txt"),
         ],
-    }  # fmt: skip
+    }
     for message, args in cases.items():
         result = compare(*files, *args, code=2)
         assert message.strip() in result.output, (message, result.output)
@@ -324,19 +292,10 @@ def test_mistakes_of_the_new_options_exit_2_with_one_line(tmp_path: Path) -> Non
 def test_test_sizes_are_refused_before_any_checkpoint_decodes(
     runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attnseq.analysis.seed_comparison as seed_comparison
-
-    def decoding(*args, **kwargs):
-        raise AssertionError("a checkpoint was decoded before the test sizes were checked")
-
-    monkeypatch.setattr(seed_comparison, "load_system", decoding)
+    no_decoding(monkeypatch)
     a, b = (str(run) for run in runs)
     assert "--seed must be >= 1" in compare(a, b, "--seed", "0", code=2).output
     assert "--trials must be >= 1" in compare(a, b, "--trials", "0", code=2).output
-    with pytest.raises(UserError, match="resamples must be >= 1"):
-        attnseq.compare([a, b], resamples=0)
-    with pytest.raises(TypeError, match="seed must be an int, got str"):
-        attnseq.compare([a, b], seed="1")
 
 
 def test_runs_on_other_test_sets_are_refused_with_what_to_compare(

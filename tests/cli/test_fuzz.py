@@ -98,40 +98,124 @@ SURROGATE = os.fsdecode(b"\xff\xfe")  # what argv holds for bytes that are not U
 NOT_UTF8 = os.fsdecode(b"caf\xe9.pt")  # a checkpoint whose name is Latin-1
 LONG = "x" * 5000
 TEXTS = (
-    "", " ", "\t", "a", "June 5, 2001", "e\u0301\u0301\u0301\u0301", "\u202eabc\u202c",
-    "\u05e9\u05dc\u05d5\u05dd \u05e2\u05d5\u05dc\u05dd", "\U0001f600\U0001f9ea", SURROGATE, LONG,
-    "-", "--", "nan", "0", "-1", "a\nb", "a,b,,c", ",", "${oc.env:HOME}", "'", '"', "\\",
-)  # fmt: skip
+    "",
+    " ",
+    "\t",
+    "a",
+    "June 5, 2001",
+    "e\u0301\u0301\u0301\u0301",
+    "\u202eabc\u202c",
+    "\u05e9\u05dc\u05d5\u05dd \u05e2\u05d5\u05dc\u05dd",
+    "\U0001f600\U0001f9ea",
+    SURROGATE,
+    LONG,
+    "-",
+    "--",
+    "nan",
+    "0",
+    "-1",
+    "a\nb",
+    "a,b,,c",
+    ",",
+    "${oc.env:HOME}",
+    "'",
+    '"',
+    "\\",
+)
 INTS = (
-    "-1", "0", "1", "2", "3", "7", "2147483648", "-2147483649", "100000000000000000000",
-    "9" * 40, "nan", "inf", "", "1.5", "1e3", "\u0663", "+4", "-0", "0x10", " 5 ", "10**20",
-)  # fmt: skip
+    "-1",
+    "0",
+    "1",
+    "2",
+    "3",
+    "7",
+    "2147483648",
+    "-2147483649",
+    "100000000000000000000",
+    "9" * 40,
+    "nan",
+    "inf",
+    "",
+    "1.5",
+    "1e3",
+    "\u0663",
+    "+4",
+    "-0",
+    "0x10",
+    " 5 ",
+    "10**20",
+)
 FLOATS = (
-    "-1", "0", "0.5", "1", "2.5", "nan", "-nan", "inf", "-inf", "1e999", "-1e999", "1e-320",
-    "", "abc", "1,5", "1_000", "0x1p-3",
-)  # fmt: skip
+    "-1",
+    "0",
+    "0.5",
+    "1",
+    "2.5",
+    "nan",
+    "-nan",
+    "inf",
+    "-inf",
+    "1e999",
+    "-1e999",
+    "1e-320",
+    "",
+    "abc",
+    "1,5",
+    "1_000",
+    "0x1p-3",
+)
 SENTENCES = ("June 5, 2001", "4 May 2001", "2001-06-05", "March 3rd, 1998")
 SUFFIXES = (".txt", ".png", ".svg", ".pdf", ".html", ".npz", ".pt", ".csv", ".json", "", ".PNG")
 STDIN = ("June 5, 2001\n4 May 2001\n", "", "\n\n", b"caf\xe9\n", LONG + "\n", "a\rb\n", "x")
 
 # Overrides after a checkpoint (eval, translate, heads): plausible ones, and odd forms.
 PLAUSIBLE_OVERRIDES = (
-    "decoding.beam=2", "decoding.length_penalty=0.6", "decoding.max_output_extra=3",
-    "trainer.threads=1", "decoding.no_repeat_ngram=2", "data.test_size=5", "data.valid_size=5",
-)  # fmt: skip
+    "decoding.beam=2",
+    "decoding.length_penalty=0.6",
+    "decoding.max_output_extra=3",
+    "trainer.threads=1",
+    "decoding.no_repeat_ngram=2",
+    "data.test_size=5",
+    "data.valid_size=5",
+)
 ODD_OVERRIDES = (
-    "foo", "=", "=1", "~decoding.beam", "+trainer.extra=1", "decoding.beam", "decoding.beam=",
-    "decoding.beam=[1,2]", "decoding.beam=${oc.env:HOME}", "model.hidden=8", "decoding.beam=1,2",
-    "missing.pt", "hydra.run.dir=/proc/run", "data=reverse", "trainer=nope", "config=nope",
-)  # fmt: skip
+    "foo",
+    "=",
+    "=1",
+    "~decoding.beam",
+    "+trainer.extra=1",
+    "decoding.beam",
+    "decoding.beam=",
+    "decoding.beam=[1,2]",
+    "decoding.beam=${oc.env:HOME}",
+    "model.hidden=8",
+    "decoding.beam=1,2",
+    "missing.pt",
+    "hydra.run.dir=/proc/run",
+    "data=reverse",
+    "trainer=nope",
+    "config=nope",
+)
 # Choices of `attnseq train` that reach other models, data and schedules.
 PLAUSIBLE_TRAINING = (
-    "model=transformer", "model=rnn_luong", "data=reverse", "data=copy", "decoding.beam=2",
-    "optim.scheduler=cosine", "model.attention.score=general", "optim.label_smoothing=0.1",
-)  # fmt: skip
+    "model=transformer",
+    "model=rnn_luong",
+    "data=reverse",
+    "data=copy",
+    "decoding.beam=2",
+    "optim.scheduler=cosine",
+    "model.attention.score=general",
+    "optim.label_smoothing=0.1",
+)
 HYDRA_FLAGS = (
-    ["--cfg", "job"], ["--cfg", "nope"], ["--help"], ["--hydra-help"], ["-m"], ["--info"], ["-x"],
-)  # fmt: skip
+    ["--cfg", "job"],
+    ["--cfg", "nope"],
+    ["--help"],
+    ["--hydra-help"],
+    ["-m"],
+    ["--info"],
+    ["-x"],
+)
 
 # Parameters (by name) that read an existing input: the workspace entries that fit them. The
 # other path parameters are outputs: a plausible value is a fresh path in the case's folder.
@@ -188,9 +272,16 @@ def _kind(annotation: Any) -> str:
 
 # the kind of value of a plain Click parameter, by the name of its type
 _CLICK_KINDS = {
-    "integer": "int", "integer range": "int", "float": "float", "float range": "float",
-    "boolean": "bool", "choice": "choice", "path": "path", "filename": "path", "file": "path",
-}  # fmt: skip
+    "integer": "int",
+    "integer range": "int",
+    "float": "float",
+    "float range": "float",
+    "boolean": "bool",
+    "choice": "choice",
+    "path": "path",
+    "filename": "path",
+    "file": "path",
+}
 
 
 def command_params(command: Any) -> list[Param]:
@@ -341,9 +432,17 @@ def make_workspace(root: Path) -> Workspace:
     (inputs / "empty.txt").write_bytes(b"")
     saved = root / "saved"
     result = attnseq_in_process(
-        "eval", str(inputs / "tf.pt"), "--save-attention", "--out", str(saved),
-        "--threads", "1", "data.test_size=3", cwd=root, env=env,
-    )  # fmt: skip
+        "eval",
+        str(inputs / "tf.pt"),
+        "--save-attention",
+        "--out",
+        str(saved),
+        "--threads",
+        "1",
+        "data.test_size=3",
+        cwd=root,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     shutil.copyfile(next(saved.rglob("attention.npz")), inputs / "attention.npz")
     _write_sweep(inputs / "sweep")
@@ -455,8 +554,12 @@ def _plain_text(rng: random.Random, param: Param) -> str:
 def _number(rng: random.Random, param: Param, hostile: bool) -> str:
     low, high = param.bounds
     if hostile:
-        edges = [str(int(bound) + step) for bound in (low, high) if bound is not None
-                 for step in (-1, 0, 1)]  # fmt: skip
+        edges = [
+            str(int(bound) + step)
+            for bound in (low, high)
+            if bound is not None
+            for step in (-1, 0, 1)
+        ]
         return rng.choice([*(INTS if param.kind == "int" else FLOATS), *edges])
     if param.kind == "int":
         return str(rng.randint(int(low) if low is not None else 0, 4))
@@ -568,9 +671,14 @@ def _train_case(rng: random.Random, number: int, scratch: Path) -> Case:
     """One update on 200 generated dates, with one or two overrides drawn (after TINY's, so
     they win) and now and then a Hydra flag."""
     tiny = [
-        *TINY, "trainer.max_steps=1", "trainer.validate_every=1", "trainer.max_minutes=0.2",
-        "trainer.progress=false", "logger=[]", f"hydra.run.dir={scratch / 'run'}",
-    ]  # fmt: skip
+        *TINY,
+        "trainer.max_steps=1",
+        "trainer.validate_every=1",
+        "trainer.max_minutes=0.2",
+        "trainer.progress=false",
+        "logger=[]",
+        f"hydra.run.dir={scratch / 'run'}",
+    ]
     drawn = [
         _override(rng, True) if rng.random() < 0.7 else rng.choice(PLAUSIBLE_TRAINING)
         for _ in range(rng.choice([1, 1, 2]))
@@ -766,9 +874,10 @@ def _changed_inputs(ws: Workspace, case: Case) -> list[str]:
 def _where(error: BaseException) -> str:
     """The last frames of attnseq's own code that `error` passed through, and the error."""
     frames = [
-        frame for frame in traceback.extract_tb(error.__traceback__)
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
         if Path(frame.filename).is_relative_to(PACKAGE)
-    ][-6:]  # fmt: skip
+    ][-6:]
     lines = traceback.format_list(frames) + traceback.format_exception_only(error)
     return "".join(lines).rstrip()
 
@@ -1217,10 +1326,15 @@ WRITERS = {
     "average": lambda ws, out: ["average", ws.entry("rnn.pt"), ws.entry("tf.pt"), "--out", out],
     "average-same": lambda ws, out: ["average", ws.entry("rnn.pt"), "--out", out],
     "translate": lambda ws, out: [
-        "translate", ws.entry("rnn.pt"), "--input", ws.entry("src.txt"), "--out", out,
+        "translate",
+        ws.entry("rnn.pt"),
+        "--input",
+        ws.entry("src.txt"),
+        "--out",
+        out,
     ],
     "explain": lambda ws, out: ["explain", ws.entry("tf.pt"), "--src", "4 May", "--out", out],
-}  # fmt: skip
+}
 
 
 def test_writers_on_a_nearly_full_disk_keep_the_previous_output(
@@ -1267,20 +1381,24 @@ META_DAMAGE = {
     "no splits": lambda meta: {key: value for key, value in meta.items() if key != "splits"},
     "files an array": lambda meta: {**meta, "files": list(meta["files"].values())},
     "rows a string": lambda meta: {
-        **meta, "files": {k: {**v, "rows": str(v["rows"])} for k, v in meta["files"].items()}
+        **meta,
+        "files": {k: {**v, "rows": str(v["rows"])} for k, v in meta["files"].items()},
     },
     "rows a bool": lambda meta: {
-        **meta, "files": {k: {**v, "rows": True} for k, v in meta["files"].items()}
+        **meta,
+        "files": {k: {**v, "rows": True} for k, v in meta["files"].items()},
     },
     "rows huge": lambda meta: {
-        **meta, "files": {k: {**v, "rows": 10**40} for k, v in meta["files"].items()}
+        **meta,
+        "files": {k: {**v, "rows": 10**40} for k, v in meta["files"].items()},
     },
     "version a string": lambda meta: {**meta, "version": str(meta["version"])},
     "tokenizers null": lambda meta: {**meta, "tokenizers": None},
     "digests null": lambda meta: {**meta, "tokenizer_digests": None},
     "built_by an array": lambda meta: {**meta, "built_by": []},
     "another setting": lambda meta: {
-        **meta, "built_by": {**meta["built_by"], "settings": {"max_examples": 1}}
+        **meta,
+        "built_by": {**meta["built_by"], "settings": {"max_examples": 1}},
     },
     "tokens traded": lambda meta: {
         **meta,
@@ -1292,7 +1410,7 @@ META_DAMAGE = {
     "stats a number": lambda meta: {**meta, "stats": 5},
     "a pipe": None,
     "a folder": None,
-}  # fmt: skip
+}
 
 
 def test_a_damaged_cache_meta_is_moved_aside_not_a_traceback(
@@ -1307,9 +1425,13 @@ def test_a_damaged_cache_meta_is_moved_aside_not_a_traceback(
     (data / "test.tgt").write_text("2001-06-05\n2001-05-04\n", encoding="utf-8")
     env = {**workspace.env, "ATTNSEQ_CACHE": str(tmp_path / "cache")}
     local = [
-        "data.source=local", "data.format=parallel", f"data.root={data}",
-        "data.splits.test=test", "data.src_lang=src", "data.tgt_lang=tgt",
-    ]  # fmt: skip
+        "data.source=local",
+        "data.format=parallel",
+        f"data.root={data}",
+        "data.splits.test=test",
+        "data.src_lang=src",
+        "data.tgt_lang=tgt",
+    ]
     ws = dataclasses.replace(workspace, env=env)
     failures = []
     for number, damage in enumerate(META_DAMAGE):

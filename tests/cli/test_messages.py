@@ -8,14 +8,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from helpers import attnseq_in_process, one_error_line
-from typer.testing import CliRunner
-
-from attnseq.cli.app import app
-
-
-def run(*args: object):
-    return CliRunner().invoke(app, [str(arg) for arg in args])
+from helpers import attnseq_in_process, invoke, one_error_line
 
 
 def test_experiment_yaml_whose_top_level_is_a_list(tmp_path: Path) -> None:
@@ -59,7 +52,7 @@ def test_a_file_that_is_no_checkpoint_is_named_so(case: str, tmp_path: Path) -> 
         "heads": ["heads", path],
     }
     for command, args in commands.items():
-        result = run(*args)
+        result = invoke(*args)
         assert result.exit_code == 2, (command, result.output)
         line = one_error_line(result.stderr, f"{path} is not an attnseq checkpoint ({what}")
         assert "run code" not in line and "weights_only" not in line, (command, line)
@@ -71,7 +64,7 @@ def test_a_crafted_pickle_is_still_refused_as_code(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
     evil.write_bytes(pickle.dumps(_Payload(marker)))
-    result = run("eval", evil)
+    result = invoke("eval", evil)
     assert result.exit_code == 2
     line = one_error_line(result.stderr, f"{evil} is not an attnseq checkpoint", "could run code")
     assert "weights_only" not in line
@@ -85,7 +78,7 @@ def test_a_saved_module_is_not_a_checkpoint_in_one_line(tmp_path: Path) -> None:
 
     module = tmp_path / "model.pt"
     torch.save(torch.nn.Linear(2, 2), module)
-    result = run("eval", module)
+    result = invoke("eval", module)
     assert result.exit_code == 2
     line = one_error_line(
         result.stderr, f"{module} is not an attnseq checkpoint (a pickle that refers"
@@ -165,7 +158,7 @@ def test_an_input_that_is_no_readable_text_file_is_named_so(
     for command, (args, name) in _commands(rnn_checkpoint, odd, tmp_path).items():
         if command == "translate" and kind == "fifo":
             continue  # translate streams a named pipe (decoding/test_translate.py)
-        result = run(*args)
+        result = invoke(*args)
         assert result.exit_code == 2, (command, result.output)
         line = one_error_line(result.stderr, f"{name} {what}")
         assert "not found" not in line, (command, line)
@@ -187,12 +180,12 @@ def test_a_path_whose_name_is_too_long_is_one_line(rnn_checkpoint: Path, tmp_pat
         "checkpoint": ["eval", rnn_checkpoint, str(long) + ".pt", "--out", tmp_path / "eval"],
     }
     for name, args in cases.items():
-        result = run(*args)
+        result = invoke(*args)
         assert result.exit_code == 2, (name, result.output)
         line = one_error_line(
             result.stderr, f"{name} {str(tmp_path)[:30]}", "more characters", "long"
         )
         assert len(line) < 300, line
-    result = run("eval", rnn_checkpoint, "--split", "x" * 300, "--out", tmp_path / "eval")
+    result = invoke("eval", rnn_checkpoint, "--split", "x" * 300, "--out", tmp_path / "eval")
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     one_error_line(result.stderr, "xxx")

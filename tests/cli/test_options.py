@@ -5,14 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import one_error_line
-from typer.testing import CliRunner
-
-from attnseq.cli.app import app
-
-
-def run(*args: object):
-    return CliRunner().invoke(app, [str(arg) for arg in args])
+from helpers import invoke, one_error_line
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +39,7 @@ def test_a_run_directory_stands_for_its_best_checkpoint(command, run_dir, tmp_pa
         "heads": [],
         "visualize-alignment": ["--src", "March 3, 1998", "--out", tmp_path / "a.png"],
     }[command]
-    result = run(command, run_dir, *arguments)
+    result = invoke(command, run_dir, *arguments)
     best = run_dir / "checkpoints" / "best.pt"
     assert result.stderr.startswith(f"using {best} (the best checkpoint of the run directory")
     if command == "heads":  # read as the checkpoint: heads then says it needs a transformer
@@ -61,19 +54,19 @@ def test_a_run_directory_without_a_best_checkpoint_says_what_to_pass(
 ) -> None:
     started = tmp_path / "started"
     (started / ".hydra").mkdir(parents=True)
-    result = run("eval", started)
+    result = invoke("eval", started)
     assert result.exit_code == 2
     one_error_line(
         result.stderr, f"{started} is a run directory that holds no checkpoint", "pass a"
     )
     (started / "checkpoints").mkdir()
     shutil.copy(rnn_checkpoint, started / "checkpoints" / "last.pt")
-    result = run("translate", started)
+    result = invoke("translate", started)
     assert result.exit_code == 2
     one_error_line(
         result.stderr, "without checkpoints/best.pt", f"e.g. {started}/checkpoints/last.pt"
     )
     folder = tmp_path / "some_folder"  # no run directory: named as a folder
     folder.mkdir()
-    result = run("eval", folder)
+    result = invoke("eval", folder)
     one_error_line(result.stderr, f"{folder} is a folder, not a checkpoint file")

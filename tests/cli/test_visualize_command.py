@@ -7,26 +7,25 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from typer.testing import CliRunner
+from helpers import invoke
 
 from attnseq.analysis.figures import DPI
-from attnseq.cli.app import app
 
 
 def visualize(*args: str):
-    return CliRunner().invoke(app, ["visualize-alignment", *args])
+    return invoke("visualize-alignment", *args)
 
 
 def test_visualize_alignment_figure_options(rnn_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "a.png"
-    args = ["visualize-alignment", str(rnn_checkpoint), "--src", "March 3, 1998", "--out", str(out)]
+    args = [str(rnn_checkpoint), "--src", "March 3, 1998", "--out", str(out)]
     style = ["--figsize", "8,5", "--fontsize", "13", "--cmap", "Blues"]
-    result = CliRunner().invoke(app, [*args, *style])
+    result = visualize(*args, *style)
     assert result.exit_code == 0, result.output
     assert re.search(r"^hypothesis: .*$", result.stdout, re.MULTILINE)
     height, width = matplotlib.image.imread(out).shape[:2]
     assert (width, height) == (8 * DPI, 5 * DPI)
-    forced = CliRunner().invoke(app, [*args, "--tgt", "1998-03-03"])
+    forced = visualize(*args, "--tgt", "1998-03-03")
     assert "forced target: 1998-03-03" in forced.stdout
 
 
@@ -42,8 +41,8 @@ def test_visualize_alignment_figure_options(rnn_checkpoint: Path, tmp_path: Path
 def test_visualize_alignment_rejects_bad_figure_options(option, message, tmp_path) -> None:
     out = tmp_path / "a.png"
     # checked before the checkpoint is read: a missing one does not matter
-    args = ["visualize-alignment", str(tmp_path / "missing.pt"), "--src", "a", "--out", str(out)]
-    result = CliRunner().invoke(app, [*args, *option])
+    args = [str(tmp_path / "missing.pt"), "--src", "a", "--out", str(out)]
+    result = visualize(*args, *option)
     assert result.exit_code == 2
     assert message in result.stderr
     assert not out.exists()

@@ -65,10 +65,10 @@ def write_corpus(root: Path) -> DataConfig:
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+def cache(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """conftest.py's private cache, its encoding in chunks of CHUNK examples."""
     monkeypatch.setattr(workers_module, "ENCODE_CHUNK", CHUNK)
-    return tmp_path / "cache"
+    return cache
 
 
 def warnings_in(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -23,9 +23,7 @@ from attnseq.errors import UserError
 PARALLEL = {"train": "train", "valid": "valid", "test": "valid"}
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("cache")  # conftest.py's: a cache of its own
 
 
 def parallel(root: Path, splits: dict[str, str] = PARALLEL) -> DataConfig:

@@ -30,12 +30,6 @@ from attnseq.errors import UserError
 N_LINES = 200
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def multi30k_config(root: Path, **options: object) -> DataConfig:
     """Multi30k under `root` as `data=multi30k` names its files: German to English,
     sentencepiece, sentences up to 100 pieces, and `options`."""

@@ -24,9 +24,9 @@ N_LINES = 200
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache" / "spm"
+def cache(cache: Path) -> Path:
+    """The sentencepiece models' folder of conftest.py's private cache."""
+    return cache / "spm"
 
 
 @pytest.fixture

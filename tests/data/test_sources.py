@@ -28,10 +28,7 @@ from attnseq.errors import UserError
 N_LINES = 200
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep the `datasets` Arrow copies of these small files out of the user's cache."""
-    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("cache")  # conftest.py's: a cache of its own
 
 
 def copy_head(shared: Path, relative: str, root: Path, lines: int = N_LINES) -> Path:

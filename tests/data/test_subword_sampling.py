@@ -39,9 +39,7 @@ WORDS = [
 TEXTS = [" ".join(WORDS[(i * 3 + k) % len(WORDS)] for k in range(2 + i % 6)) for i in range(300)]
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("cache")  # conftest.py's: a cache of its own
 
 
 def segmentation(model_type: str, alpha: float) -> SampledSegmentation:

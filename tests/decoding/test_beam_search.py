@@ -12,6 +12,7 @@ from helpers import (
     EOS,
     FAMILIES,
     PAD,
+    TRAINED_REVERSE,
     UNK,
     VOCAB,
     TableModel,
@@ -308,20 +309,7 @@ def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     from attnseq.data.tokenizers import TokenizerPair
     from attnseq.models.loading import model_for
 
-    cfg = tiny_config(
-        "data.name=reverse",
-        "data.tokenizer=word",
-        "data.max_len=8",
-        "data.train_size=3000",
-        "data.valid_size=20",
-        "data.test_size=100",
-        "model.dropout=0.0",
-        "optim.lr=0.005",
-        "trainer.max_steps=150",
-        "trainer.max_epochs=1000",
-        "trainer.validate_every=1000",
-        "trainer.early_stopping_patience=0",
-    )
+    cfg = tiny_config(*TRAINED_REVERSE, "trainer.max_steps=150", "trainer.validate_every=1000")
 
     run_dir = built_once(
         tmp_path_factory, "reverse-model", lambda folder: train_quietly(cfg, folder)

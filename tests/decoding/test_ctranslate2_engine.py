@@ -24,9 +24,7 @@ TRANSFORMER = ["model.family=transformer", "model.enc_layers=2", "model.dec_laye
 SOURCES = ["the cat sees the dog", "a small house", "the dog", "red birds sing"]
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("cache")  # conftest.py's: a cache of its own
 
 
 def teacher_forced_log_probs(model, src: list[int], tgt: list[int]) -> list[float]:

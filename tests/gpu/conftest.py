@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import built_once, tiny_config, train_quietly
+from helpers import TRAINED_REVERSE, built_once, tiny_config, train_quietly
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
@@ -65,22 +65,7 @@ def float32_arithmetic() -> Iterator[None]:
 
 
 # ------------------------------------------------------------------ trained reverse models
-# Word-level reversal of up to 8 words: learnt well enough in a few hundred CPU updates that
-# greedy and beam search give sensible, different outputs. No dropout.
-REVERSE = (
-    "data.name=reverse",
-    "data.tokenizer=word",
-    "data.max_len=8",
-    "data.train_size=3000",
-    "data.valid_size=20",
-    "data.test_size=100",
-    "model.dropout=0.0",
-    "optim.lr=0.005",
-    "trainer.max_epochs=1000",
-    "trainer.early_stopping_patience=0",
-    "trainer.threads=1",
-    "logger=[]",
-)
+REVERSE = (*TRAINED_REVERSE, "trainer.threads=1", "logger=[]")
 REVERSE_MODELS = {
     "rnn": ("model.family=rnn", "trainer.max_steps=150", "trainer.validate_every=150"),
     "transformer": (

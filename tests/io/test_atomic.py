@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import tiny_config
+from helpers import local_tsv, tiny_config
 from typer.testing import CliRunner
 
 from attnseq.cli.app import app
@@ -122,17 +122,7 @@ def test_the_data_cache_has_the_umask_modes(
     ]
     for split in ("train", "valid", "test"):
         (tmp_path / f"{split}.tsv").write_text("\n".join(lines) + "\n")
-    cfg = tiny_config(
-        "data.name=words",
-        "data.source=local",
-        "data.format=tsv",
-        f"data.root={tmp_path}",
-        "data.splits.train=train.tsv",
-        "data.splits.valid=valid.tsv",
-        "data.splits.test=test.tsv",
-        "data.tokenizer=sentencepiece",
-        "data.spm_vocab_size=40",
-    )
+    cfg = tiny_config(*local_tsv(tmp_path, "words", "sentencepiece"), "data.spm_vocab_size=40")
     prepare_data(cfg.data, cfg.seed)
     cached = modes(tmp_path / "cache")
     assert any(name.startswith("prepared/") for name in cached), sorted(cached)

@@ -19,9 +19,7 @@ runner = CliRunner()
 TRANSFORMER = ["model.family=transformer", "model.enc_layers=2", "model.dec_layers=2"]
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("cache")  # conftest.py's: a cache of its own
 
 
 def test_an_rnn_or_efficient_attention_checkpoint_is_refused(tmp_path: Path) -> None:

@@ -7,8 +7,7 @@ import time
 
 import pytest
 import torch
-import torch.nn.functional as F
-from helpers import reversal_batch, tiny_transformer
+from helpers import overfit_reversal, reversal_batch, tiny_transformer
 
 from attnseq.attention.masks import padding_mask
 from attnseq.config.choices import AttentionKind
@@ -153,24 +152,8 @@ OVERFIT_BY_DEFAULT = ("full", "local", "linear")
 def test_tiny_model_of_every_kind_overfits_a_batch(kind: str) -> None:
     """8 sequences of length 12, target = reversed source (as test_transformer.py)."""
     start = time.perf_counter()
-    src, lengths, tgt_in, tgt_out = reversal_batch(VOCABS, 12)
-    model = model_of_kind(kind, dropout=0.0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(400):
-        logits = model(src, lengths, tgt_in).logits  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt_out.reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if loss.item() < 0.01:
-            break
-    assert loss.item() < 0.05
-    model.eval()
-    state = model.start_decoding(src, lengths)
-    tokens, decoded = torch.full((8,), BOS), []
-    for _ in range(13):
-        logits, _, state = model.decode_step(tokens, state)
-        tokens = logits.argmax(-1)
-        decoded.append(tokens)
-    assert torch.equal(torch.stack(decoded, dim=1), tgt_out)
+    *_, tgt_out = reversal_batch(VOCABS, 12)
+    loss, decoded = overfit_reversal(model_of_kind(kind, dropout=0.0), VOCABS, 12, steps=400)
+    assert loss < 0.05
+    assert torch.equal(decoded, tgt_out)
     assert time.perf_counter() - start < 30

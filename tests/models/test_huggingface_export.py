@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import attnseq_in_process
+from helpers import attnseq_in_process, save_model
 
 pytest.importorskip("transformers", reason="the exported folders are read with transformers")
 
@@ -107,13 +107,7 @@ def own_checkpoint(path: Path, tokenizers: TokenizerPair, updates: int, **model:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    payload = {
-        "config": config_to_dict(cfg),
-        "tokenizers": tokenizers.state(),
-        "model": module.state_dict(),
-    }
-    save_checkpoint(path, payload)
-    return path
+    return save_model(path, cfg, tokenizers, module)
 
 
 @pytest.fixture(scope="module")

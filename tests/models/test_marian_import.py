@@ -1,12 +1,12 @@
 """A Hugging Face Marian model read as attnseq's own transformer (attnseq/models/pretrained.py)
 computes what transformers' MarianMTModel computes: the same teacher-forced log-probabilities
 and attention weights in fp32, the same greedy and beam outputs as `generate` with the decoding
-settings that follow its conventions, and the same token ids as MarianTokenizer. The models
-are the random-weight stand-ins of tests/marian_stand_ins.py (`marian_folders`)."""
+settings that follow its conventions. The models are the random-weight stand-ins of
+tests/marian_stand_ins.py (`marian_folders`); their tokenizers' tests:
+tests/data/test_marian_tokenizer.py."""
 
 import dataclasses
 import functools
-import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,37 +16,14 @@ import torch
 
 pytest.importorskip("transformers", reason="the reference models are transformers' own")
 
-from marian_stand_ins import (  # noqa: E402
-    SHAPES,
-    SOURCES,
-    TARGETS,
-    UNKNOWN_CHARACTERS,
-    corpus_lines,
-)
+from marian_stand_ins import SHAPES, SOURCES, TARGETS, imported, reference  # noqa: E402
 
 from attnseq.config.choices import Activation, ModelFamily, Norm, Positions  # noqa: E402
-from attnseq.data.marian_tokenizer import MarianTokenizer  # noqa: E402
-from attnseq.data.tokenizers import load_tokenizer  # noqa: E402
 from attnseq.decoding import decode  # noqa: E402
-from attnseq.models.loading import TrainedModel, load_trained_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 TOLERANCE = 1e-5
-
-
-@functools.cache
-def imported(folder: Path) -> TrainedModel:
-    return load_trained_model(folder)
-
-
-@functools.cache
-def reference(folder: Path) -> tuple[Any, Any]:
-    """transformers' MarianMTModel (eager attention: it returns its weights) and tokenizer."""
-    from transformers import MarianMTModel, MarianTokenizer
-
-    model = MarianMTModel.from_pretrained(folder, attn_implementation="eager").eval()
-    return model, MarianTokenizer.from_pretrained(folder)
 
 
 def forward_both(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any, Any]:
@@ -194,60 +171,6 @@ def test_attnseqs_own_beam_conventions_find_other_outputs(marian_folders: dict) 
     own = {**settings, "length_penalty_offset": 5.0, "stop_at_current_length": False}
     assert decoded(folder, batch, **settings) == expected
     assert decoded(folder, batch, **own) != expected
-
-
-# ------------------------------------------------------------------------------ the tokenizer
-def tokenizer_texts() -> list[str]:
-    from conftest import SHARED_DATA
-
-    texts = [
-        line
-        for language in ("de", "en", "fr")
-        for line in corpus_lines(SHARED_DATA, language, 1000, skip=5000)
-    ]
-    specials = [
-        f"{UNKNOWN_CHARACTERS} und {UNKNOWN_CHARACTERS[0]}x",
-        ">>fra<< Ein Hund läuft.",
-        ">>deu<<",
-        "",
-        "   zwei  Leerzeichen  ",
-        "ein </s> im Text <unk> <pad>",
-    ]
-    return texts + specials
-
-
-@pytest.mark.parametrize("shape", ["shared", "separate"])
-def test_token_ids_are_marian_tokenizers(marian_folders: dict, shape: str) -> None:
-    folder = marian_folders[shape]
-    _, tokenizer = reference(folder)
-    pair = imported(folder).tokenizers
-    texts = tokenizer_texts()
-    assert [pair.src.encode(text) for text in texts] == tokenizer(texts)["input_ids"]
-    targets = tokenizer(text_target=texts)["input_ids"]
-    assert [[*pair.tgt.encode(text), pair.tgt.eos_id] for text in texts] == targets
-    for text in texts[::50]:  # one piece per id (heatmap labels, word boundaries)
-        assert len(pair.src.pieces(text)) == len(pair.src.encode(text))
-        assert len(pair.tgt.pieces(text)) == len(pair.tgt.encode(text))
-    # decoding stops at the first EOS (a literal </s> in a text is one, as in MarianTokenizer)
-    outputs = [ids[: ids.index(pair.tgt.eos_id)] for ids in targets]
-    expected = [tokenizer.decode(ids, skip_special_tokens=True) for ids in outputs]
-    assert [pair.tgt.decode(ids) for ids in targets] == expected
-    unknown = pair.src.encode(UNKNOWN_CHARACTERS)
-    assert unknown.count(pair.src.unk_id) == len(UNKNOWN_CHARACTERS.split())
-
-
-def test_the_tokenizer_state_holds_its_files(marian_folders: dict, tmp_path: Path) -> None:
-    """A Marian tokenizer rebuilds from its state alone (JSON, pickle): the folder it was read
-    from is not needed."""
-    source = imported(marian_folders["separate"]).tokenizers.src
-    assert isinstance(source, MarianTokenizer)
-    source.save(tmp_path / "source.json")
-    rebuilt = load_tokenizer(tmp_path / "source.json")
-    unpickled = pickle.loads(pickle.dumps(source))
-    text = f"Zwei Hunde {UNKNOWN_CHARACTERS} spielen."
-    for other in (rebuilt, unpickled):
-        assert other == source and other.encode(text) == source.encode(text)
-        assert (other.pad_id, other.eos_id, other.bos_id) == (source.pad_id, source.eos_id, 2)
 
 
 # ------------------------------------------------------------------------------ the config

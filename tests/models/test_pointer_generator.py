@@ -15,9 +15,9 @@ from helpers import (
     SOURCE_ONLY,
     WORD_PAIRS,
     attnseq_in_process,
+    copy_coverage_run,
     copy_only_checkpoint,
     tiny_config,
-    train_quietly,
     untrained_checkpoint,
 )
 from omegaconf import OmegaConf
@@ -129,25 +129,12 @@ def names_dataset(folder: Path, seed: int = 0) -> None:
 
 @pytest.fixture(scope="module")
 def trained_copy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
-    data = tmp_path_factory.mktemp("names")
-    names_dataset(data)
-    run_dir = tmp_path_factory.mktemp("copy_run")
-    cfg = tiny_config(
-        "data.name=names",
-        "data.source=local",
-        "data.task=summarization",
-        "data.format=tsv",
-        f"data.root={data}",
-        "data.splits.train=train.tsv",
-        "data.splits.valid=valid.tsv",
-        "data.splits.test=test.tsv",
-        "data.tokenizer=word",
+    return copy_coverage_run(
+        tmp_path_factory,
+        "names",
+        names_dataset,
         "data.max_tokens=400",
-        "model.copy=true",
-        "model.coverage=true",
-        "optim.coverage_lambda=0.5",
         "optim.coverage_start_step=100",
-        "optim.lr=0.01",
         "model.dropout=0.0",
         "trainer.max_steps=180",
         "trainer.validate_every=90",
@@ -156,7 +143,6 @@ def trained_copy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
         "trainer.early_stopping_patience=0",
         "trainer.num_heatmaps=1",
     )
-    return run_dir, train_quietly(cfg, run_dir), data
 
 
 def test_trained_copy_model_copies_unseen_names(trained_copy_run) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_config, train_quietly, untrained_checkpoint
+from helpers import copy_coverage_run, tiny_config, untrained_checkpoint
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
@@ -210,32 +210,18 @@ def dialogue_dataset(folder: Path, seed: int = 0) -> None:
 
 @pytest.fixture(scope="module")
 def hierarchical_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
-    data = tmp_path_factory.mktemp("dialogues")
-    dialogue_dataset(data)
-    run_dir = tmp_path_factory.mktemp("hierarchical_run")
-    cfg = tiny_config(
-        "data.name=dialogues",
-        "data.source=local",
-        "data.task=summarization",
-        "data.format=tsv",
-        f"data.root={data}",
-        "data.splits.train=train.tsv",
-        "data.splits.valid=valid.tsv",
-        "data.splits.test=test.tsv",
-        "data.tokenizer=word",
+    return copy_coverage_run(
+        tmp_path_factory,
+        "dialogues",
+        dialogue_dataset,
         "data.max_tokens=600",
         "model.attention.hierarchy=sentence",
-        "model.copy=true",
-        "model.coverage=true",
-        "optim.coverage_lambda=0.5",
-        "optim.lr=0.01",
         "trainer.max_steps=40",
         "trainer.validate_every=20",
         "trainer.max_epochs=100",
         "trainer.early_stopping_metric=rouge_l",
         "trainer.num_heatmaps=1",
     )
-    return run_dir, train_quietly(cfg, run_dir), data
 
 
 def test_a_short_training_runs_and_learns(hierarchical_run) -> None:

@@ -6,8 +6,7 @@ import time
 
 import pytest
 import torch
-import torch.nn.functional as F
-from helpers import reversal_batch, tiny_transformer
+from helpers import overfit_reversal, reversal_batch, tiny_transformer
 
 from attnseq.attention.masks import causal_mask, padding_mask
 from attnseq.models.positional import (
@@ -276,27 +275,10 @@ def test_tiny_transformer_overfits_reversal_batch() -> None:
     start = time.perf_counter()
     src, lengths, tgt_in, tgt_out = reversal_batch(VOCABS, 6)
     model = tiny_transformer(VOCABS, dropout=0.0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(300):
-        logits = model(src, lengths, tgt_in).logits  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt_out.reshape(-1), ignore_index=PAD)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if loss.item() < 0.01:
-            break
-    assert loss.item() < 0.05
-    model.eval()
+    loss, decoded = overfit_reversal(model, VOCABS, 6, steps=300)
+    assert loss < 0.05
     assert torch.equal(model(src, lengths, tgt_in).logits.argmax(-1), tgt_out)
-    # greedy incremental decoding reproduces the reversal too
-    state = model.start_decoding(src, lengths)
-    tokens = torch.full((8,), BOS)
-    decoded = []
-    for _ in range(7):
-        logits, _, state = model.decode_step(tokens, state)
-        tokens = logits.argmax(-1)
-        decoded.append(tokens)
-    assert torch.equal(torch.stack(decoded, dim=1), tgt_out)
+    assert torch.equal(decoded, tgt_out)  # greedy incremental decoding reproduces it too
     assert time.perf_counter() - start < 30
 
 
