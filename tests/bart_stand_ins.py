@@ -7,6 +7,7 @@ English corpus, saved as vocab.json and merges.txt with BART's special ids (<s> 
 `SHAPES` names the variants the tests use; `bart_folder` builds one (once per test run with
 `built_once`)."""
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import Any
 
 import torch
 from marian_stand_ins import corpus_lines, decisive
+
+from attnseq.models.loading import TrainedModel, load_trained_model
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 
@@ -114,3 +117,19 @@ def bart_folder(folder: Path, data: Path, name: str, seed: int = 0) -> Path:
         (folder / "model.safetensors").unlink()
         torch.save(state, folder / "pytorch_model.bin")  # with the tied copies
     return folder
+
+
+@functools.cache
+def imported(folder: Path) -> TrainedModel:
+    return load_trained_model(folder)
+
+
+@functools.cache
+def reference(folder: Path) -> tuple[Any, Any]:
+    """transformers' BartForConditionalGeneration (eager attention: it returns its weights)
+    and BartTokenizer."""
+    from transformers import BartForConditionalGeneration
+    from transformers import BartTokenizer as HFBartTokenizer
+
+    model = BartForConditionalGeneration.from_pretrained(folder, attn_implementation="eager")
+    return model.eval(), HFBartTokenizer.from_pretrained(folder)
