@@ -844,7 +844,7 @@ def _gradient_batch(
     noise = None
     if method == "smoothgrad":
         noise = _noise(rows, settings, _noise_sigmas(model, settings))
-    for first, last in _step_groups(model, steps):
+    for first, last in _step_groups(steps):
         in_group = (rows.step >= first) & (rows.step <= last)
         selected = in_group.nonzero().squeeze(1)  # (N,) the rows of steps first..last
         if selected.numel() == 0:
@@ -866,13 +866,9 @@ def _gradient_batch(
     return _per_pair(rows, src_raw, tgt_raw, at_input, baseline_scores)
 
 
-def _step_groups(model: Seq2Seq, steps: int) -> list[tuple[int, int]]:
-    """(first, last) steps of each pass over a batch of `steps` decoder steps. A transformer's
-    steps go in groups of about `_STEPS_PER_GROUP`, each on the prefix its last step reads; an
-    RNN's run as one group on every input: its decoder steps through the inputs one by one
-    whatever the rows, so a pass per group repeats the short prefixes' steps."""
-    if not isinstance(model, TransformerSeq2Seq):
-        return [(0, steps - 1)]
+def _step_groups(steps: int) -> list[tuple[int, int]]:
+    """(first, last) steps of each pass over a batch of `steps` decoder steps: groups of about
+    `_STEPS_PER_GROUP`, each run on the prefix its last step reads."""
     groups = max(1, round(steps / _STEPS_PER_GROUP))
     bounds = [round(steps * g / groups) for g in range(groups + 1)]
     return [(bounds[g], bounds[g + 1] - 1) for g in range(groups)]
