@@ -41,6 +41,9 @@ GRADIENT_METHODS = ("gradient-x-input", "integrated-gradients", "smoothgrad")
 # rows (pair, step) of one pass of a gradient method, integration points included: each row
 # keeps a whole teacher-forced pass's activations for the backward pass, so this bounds memory
 _ROWS_PER_PASS = 512
+# decoder steps whose rows share one pass on the prefix the last of them reads (a
+# transformer's): fewer steps a group read less padding, more groups cost more passes
+_STEPS_PER_GROUP = 16
 
 
 @dataclass(frozen=True)
@@ -559,8 +562,8 @@ def raw_attributions(
 ) -> list[RawAttribution]:
     """The signed scores of a gradient method (`GRADIENT_METHODS`) for every encoded example,
     in order, on the CPU; `extended` a copy model's view (`copy_view`). Every (pair, step) is
-    a row of a batch, so one backward pass gives every step's gradient.
-    Several pairs show a progress bar on a terminal: the methods take seconds a pair."""
+    a row of a batch, the rows of a group of steps a pass on their prefix (`_gradient_batch`).
+    A progress bar on a terminal counts the steps: a long pair takes seconds."""
     check_captum()
     device = _device_of(model) if device is None else device
     results: list[RawAttribution] = [None] * len(examples)  # type: ignore[list-item]
@@ -571,7 +574,7 @@ def raw_attributions(
         with (
             torch.enable_grad(),
             torch.backends.cudnn.flags(enabled=False),
-            counting(method, len(examples), unit="pairs", enabled=len(examples) > 1) as counter,
+            counting(method, sum(len(tgt) + 1 for _, tgt in examples), unit="steps") as counter,
         ):
             batches = length_sorted_batches(
                 model, examples, batch_size, device, extended, _ROWS_PER_PASS
@@ -579,9 +582,9 @@ def raw_attributions(
             for chunk, batch in batches:
                 sizes = [(len(examples[i][0]), len(examples[i][1]) + 1) for i in chunk]
                 rows = _Rows.of(model, batch, sizes, chunk)
-                for b, raw in enumerate(_gradient_batch(model, rows, method, settings)):
+                raws = _gradient_batch(model, rows, method, settings, counter.advance)
+                for b, raw in enumerate(raws):
                     results[chunk[b]] = raw
-                counter.advance(len(chunk))
     finally:
         model.train(was_training)
     return results
@@ -654,6 +657,29 @@ class _Rows:
             copy=copy,
             sizes=sizes,
             indices=indices,
+        )
+
+    def prefix(self, selected: Tensor, length: int) -> "_Rows":
+        """The rows `selected` (N,) with the decoder inputs cut to their first `length`
+        positions (tgt_in (N, length), tgt_x (N, length, E)); pair, sizes and indices stay
+        those of the batch."""
+        copy = dict(self.copy)
+        if "src_ext" in copy:
+            copy["src_ext"] = copy["src_ext"][selected]
+        src_x = self.src_x.detach()[selected].requires_grad_()
+        tgt_x = self.tgt_x.detach()[selected, :length].requires_grad_()
+        return _Rows(
+            pair=self.pair[selected],
+            step=self.step[selected],
+            src=self.src[selected],
+            src_lengths=self.src_lengths[selected],
+            tgt_in=self.tgt_in[selected, :length].contiguous(),
+            labels=self.labels[selected],
+            src_x=src_x,
+            tgt_x=tgt_x,
+            copy=copy,
+            sizes=self.sizes,
+            indices=self.indices,
         )
 
     def arguments(self) -> tuple[Any, ...]:
@@ -789,7 +815,11 @@ def _gather(vectors: Tensor, ids: Tensor, base: Tensor) -> Tensor:
 
 
 def _gradient_batch(
-    model: Seq2Seq, rows: _Rows, method: str, settings: GradientSettings
+    model: Seq2Seq,
+    rows: _Rows,
+    method: str,
+    settings: GradientSettings,
+    advance: Callable[[int], None] = lambda _n: None,
 ) -> list[RawAttribution]:
     """The signed scores of every pair of one batch (rows: `_Rows.of`), a_t(s) summed over
     the embedding dimension:
@@ -800,69 +830,145 @@ def _gradient_batch(
     (Shrikumar et al. 2016, Denil et al. 2014; Sundararajan, Taly & Yan 2017, "Axiomatic
     Attribution for Deep Networks", ICML, eq. 1), the integral by `ig_steps` Gauss-Legendre
     points from e' = 0, every model's <pad> embedding, "nothing here"; summed over all
-    positions the attributions give f_t(e) − f_t(0) (completeness)."""
+    positions the attributions give f_t(e) − f_t(0) (completeness).
+
+    The decoder is causal, so step t's score reads the decoder inputs 0..t only: the rows of
+    a group of steps (`_step_groups`) run on the prefix the group's last step reads
+    (`_Rows.prefix`), not on all T + 1 inputs; the attributions to the inputs after t are
+    zero either way. `advance(n)` after the n rows of each group."""
+    R, S, steps = rows.src_x.size(0), rows.src_x.size(1), rows.tgt_x.size(1)
+    src_raw = rows.src_x.new_zeros(R, S)
+    tgt_raw = rows.tgt_x.new_zeros(R, steps)
+    at_input = rows.src_x.new_zeros(R)
+    baseline_scores = rows.src_x.new_zeros(R) if method == "integrated-gradients" else None
+    noise = None
+    if method == "smoothgrad":
+        noise = _noise(rows, settings, _noise_sigmas(model, settings))
+    for first, last in _step_groups(steps):
+        in_group = (rows.step >= first) & (rows.step <= last)
+        selected = in_group.nonzero().squeeze(1)  # (N,) the rows of steps first..last
+        if selected.numel() == 0:
+            continue
+        length = last + 1  # the decoder inputs these steps read
+        part = rows.prefix(selected, length)
+        part_noise = None
+        if noise is not None:
+            part_noise = (noise[0][:, selected], noise[1][:, selected, :length])
+        src_a, tgt_a, scores_at, baseline = _gradient_rows(
+            model, part, method, settings, part_noise
+        )
+        src_raw[selected] = src_a
+        tgt_raw[selected, :length] = tgt_a
+        at_input[selected] = scores_at
+        if baseline_scores is not None and baseline is not None:
+            baseline_scores[selected] = baseline
+        advance(selected.numel())
+    return _per_pair(rows, src_raw, tgt_raw, at_input, baseline_scores)
+
+
+def _step_groups(steps: int) -> list[tuple[int, int]]:
+    """(first, last) steps of each pass over a batch of `steps` decoder steps: groups of about
+    `_STEPS_PER_GROUP`, each run on the prefix its last step reads."""
+    groups = max(1, round(steps / _STEPS_PER_GROUP))
+    bounds = [round(steps * g / groups) for g in range(groups + 1)]
+    return [(bounds[g], bounds[g + 1] - 1) for g in range(groups)]
+
+
+def _gradient_rows(
+    model: Seq2Seq,
+    rows: _Rows,
+    method: str,
+    settings: GradientSettings,
+    noise: tuple[Tensor, Tensor] | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """(source (N, S), prefix (N, P), f at the input (N,), f at the baseline (N,) or None)
+    of N rows whose decoder inputs are cut to P positions; `noise` SmoothGrad's ε of them,
+    (K, N, S, E) and (K, N, P, E)."""
     from captum.attr import InputXGradient, IntegratedGradients
 
     scores = _step_scores(model, rows.copy.get("n_oov", 0))
     inputs, arguments = (rows.src_x, rows.tgt_x), rows.arguments()
     baseline_scores = None
-    if method == "gradient-x-input":
-        src_a, tgt_a = InputXGradient(scores).attribute(inputs, additional_forward_args=arguments)
-    elif method == "integrated-gradients":
-        zeros = (torch.zeros_like(rows.src_x).detach(), torch.zeros_like(rows.tgt_x).detach())
-        n_rows = rows.src_x.size(0)
-        src_a, tgt_a = IntegratedGradients(scores).attribute(
-            inputs,
-            baselines=zeros,
-            additional_forward_args=arguments,
-            n_steps=settings.ig_steps,
-            internal_batch_size=n_rows * max(1, _ROWS_PER_PASS // n_rows),
-        )
-        with torch.no_grad():
-            baseline_scores = scores(*zeros, *arguments).detach()
     if method == "smoothgrad":
-        src_raw, tgt_raw = _smoothgrad(scores, rows, settings, embedding_modules(model))
-    else:  # a_t(s) = sum over the embedding dimension: (R, S) and (R, T + 1)
+        assert noise is not None
+        src_raw, tgt_raw = _smoothgrad(scores, rows, settings, noise)
+    else:
+        if method == "gradient-x-input":
+            src_a, tgt_a = InputXGradient(scores).attribute(
+                inputs, additional_forward_args=arguments
+            )
+        else:
+            zeros = (torch.zeros_like(rows.src_x).detach(), torch.zeros_like(rows.tgt_x).detach())
+            n_rows = rows.src_x.size(0)
+            src_a, tgt_a = IntegratedGradients(scores).attribute(
+                inputs,
+                baselines=zeros,
+                additional_forward_args=arguments,
+                n_steps=settings.ig_steps,
+                internal_batch_size=n_rows * max(1, _ROWS_PER_PASS // n_rows),
+            )
+            with torch.no_grad():
+                baseline_scores = scores(*zeros, *arguments).detach()
+        # a_t(s) = sum over the embedding dimension: (N, S) and (N, P)
         src_raw, tgt_raw = src_a.detach().sum(dim=-1), tgt_a.detach().sum(dim=-1)
     with torch.no_grad():
         at_input = scores(*inputs, *arguments).detach()
-    return _per_pair(rows, src_raw, tgt_raw, at_input, baseline_scores)
+    return src_raw, tgt_raw, at_input, baseline_scores
+
+
+def _noise_sigmas(model: Seq2Seq, settings: GradientSettings) -> list[float]:
+    """SmoothGrad's σ of the source and the target embedding: `smoothgrad_noise` × the
+    standard deviation of the embedding matrix's entries (not its range, set by a few extreme
+    entries)."""
+    with torch.no_grad():
+        spreads = [float(e.weight.std()) for e in embedding_modules(model)]
+    return [settings.smoothgrad_noise * spread for spread in spreads]
 
 
 def _smoothgrad(
     scores: Callable[..., Tensor],
     rows: _Rows,
     settings: GradientSettings,
-    embeddings: tuple[nn.Embedding, nn.Embedding],
+    noise: tuple[Tensor, Tensor],
 ) -> tuple[Tensor, Tensor]:
     """SmoothGrad of gradient × input (Smilkov et al. 2017, "SmoothGrad: removing noise by
-    adding noise"; Ding et al. 2019), (R, S) and (R, T + 1):
+    adding noise"; Ding et al. 2019), (N, S) and (N, P):
 
         a_t(s) = mean_k |∇_{e_s} f_t(e + ε_k) · (e_s + ε_k,s)|,   ε_k ~ N(0, σ²)
 
-    σ = `smoothgrad_noise` × the standard deviation of the embedding matrix's entries (not its
-    range, set by a few extreme entries). The magnitude is taken per copy: signed products
-    would cancel. captum's InputXGradient computes each copy's products; the noise is drawn
-    here, per pair from its own seeded generator (captum's NoiseTunnel draws from the global
-    generator over the whole batch, which would tie a pair's map to its neighbours)."""
+    `noise`: the ε_k of the rows, (K, N, S, E) and (K, N, P, E) (`_noise`). The magnitude is
+    taken per copy: signed products would cancel. captum's InputXGradient computes the
+    products of as many copies at once as `_ROWS_PER_PASS` allows (the noise is drawn per
+    pair from its own seeded generator: captum's NoiseTunnel draws from the global generator
+    over the whole batch, which would tie a pair's map to its neighbours)."""
     from captum.attr import InputXGradient
 
-    with torch.no_grad():
-        spreads = [float(e.weight.std()) for e in embeddings]
-    sigmas = [settings.smoothgrad_noise * spread for spread in spreads]
-    src_noise, tgt_noise = _noise(rows, settings, sigmas)  # (K, R, S, E), (K, R, T + 1, E)
+    src_noise, tgt_noise = noise
+    K, N = src_noise.shape[:2]
     explainer = InputXGradient(scores)
-    src_total = rows.src_x.new_zeros(rows.src_x.shape[:2])  # (R, S)
-    tgt_total = rows.tgt_x.new_zeros(rows.tgt_x.shape[:2])  # (R, T + 1)
-    for k in range(settings.smoothgrad_samples):
+    src_total = rows.src_x.new_zeros(rows.src_x.shape[:2])  # (N, S)
+    tgt_total = rows.tgt_x.new_zeros(rows.tgt_x.shape[:2])  # (N, P)
+    per_pass = max(1, _ROWS_PER_PASS // N)  # copies in one pass
+    for first in range(0, K, per_pass):
+        k = min(per_pass, K - first)
         noisy = (
-            (rows.src_x + src_noise[k]).detach().requires_grad_(),
-            (rows.tgt_x + tgt_noise[k]).detach().requires_grad_(),
+            (rows.src_x.unsqueeze(0) + src_noise[first : first + k]).flatten(0, 1),
+            (rows.tgt_x.unsqueeze(0) + tgt_noise[first : first + k]).flatten(0, 1),
         )
-        src_a, tgt_a = explainer.attribute(noisy, additional_forward_args=rows.arguments())
-        src_total += src_a.detach().sum(dim=-1).abs()
-        tgt_total += tgt_a.detach().sum(dim=-1).abs()
-    return src_total / settings.smoothgrad_samples, tgt_total / settings.smoothgrad_samples
+        noisy = tuple(x.detach().requires_grad_() for x in noisy)
+        arguments = tuple(_repeated(a, k) for a in rows.arguments())
+        src_a, tgt_a = explainer.attribute(noisy, additional_forward_args=arguments)
+        src_total += src_a.detach().sum(dim=-1).abs().view(k, N, -1).sum(dim=0)
+        tgt_total += tgt_a.detach().sum(dim=-1).abs().view(k, N, -1).sum(dim=0)
+    return src_total / K, tgt_total / K
+
+
+def _repeated(argument: Any, copies: int) -> Any:
+    """A row argument (N, ...) of the scores function for `copies` stacked copies of the rows,
+    (copies · N, ...); anything else as it is."""
+    if not isinstance(argument, Tensor) or copies == 1:
+        return argument
+    return argument.repeat(copies, *([1] * (argument.dim() - 1)))
 
 
 def _noise(

@@ -402,3 +402,89 @@ def test_batches_hold_at_most_the_pairs_and_the_steps_asked_for() -> None:
         steps = sum(len(examples[i][1]) + 1 for i in chunk)
         assert len(chunk) <= 3 and (steps <= 10 or len(chunk) == 1)
     assert chunks == [[2, 4, 0], [3], [5], [1]]  # 2 + 3 + 4 steps; 6; 8; 10
+
+
+# ------------------------------------------------------------------ the prefix passes
+def full_length_reference(model, examples, method: str, settings: GradientSettings):
+    """The straightforward method: every (pair, step) row runs the whole teacher-forced pass
+    over all T + 1 decoder inputs, SmoothGrad's copies one at a time; (source, prefix,
+    scores) of each example."""
+    from captum.attr import InputXGradient, IntegratedGradients
+
+    from attnseq.alignment.attribution import _noise, _noise_sigmas, _Rows, _step_scores
+    from attnseq.data.batching import collate
+
+    batch = collate(
+        list(examples),
+        indices=list(range(len(examples))),
+        pad_id=model.pad_id,
+        bos_id=model.bos_id,
+        eos_id=model.eos_id,
+    )
+    sizes = [(len(s), len(t) + 1) for s, t in examples]
+    with torch.enable_grad():
+        rows = _Rows.of(model, batch, sizes, list(range(len(examples))))
+        scores = _step_scores(model, 0)
+        inputs, arguments = (rows.src_x, rows.tgt_x), rows.arguments()
+        if method == "gradient-x-input":
+            src_a, tgt_a = InputXGradient(scores).attribute(
+                inputs, additional_forward_args=arguments
+            )
+            src_raw, tgt_raw = src_a.sum(-1), tgt_a.sum(-1)
+        elif method == "integrated-gradients":
+            zeros = (torch.zeros_like(rows.src_x), torch.zeros_like(rows.tgt_x))
+            src_a, tgt_a = IntegratedGradients(scores).attribute(
+                inputs,
+                baselines=zeros,
+                additional_forward_args=arguments,
+                n_steps=settings.ig_steps,
+            )
+            src_raw, tgt_raw = src_a.sum(-1), tgt_a.sum(-1)
+        else:
+            src_noise, tgt_noise = _noise(rows, settings, _noise_sigmas(model, settings))
+            src_raw, tgt_raw = 0, 0
+            for k in range(settings.smoothgrad_samples):
+                noisy = (
+                    (rows.src_x + src_noise[k]).detach().requires_grad_(),
+                    (rows.tgt_x + tgt_noise[k]).detach().requires_grad_(),
+                )
+                src_a, tgt_a = InputXGradient(scores).attribute(
+                    noisy, additional_forward_args=arguments
+                )
+                src_raw = src_raw + src_a.sum(-1).abs()
+                tgt_raw = tgt_raw + tgt_a.sum(-1).abs()
+            src_raw = src_raw / settings.smoothgrad_samples
+            tgt_raw = tgt_raw / settings.smoothgrad_samples
+        with torch.no_grad():
+            at_input = scores(*inputs, *arguments)
+    results, start = [], 0
+    for S, steps in sizes:
+        part = slice(start, start + steps)
+        source, prefix = src_raw[part, :S].detach(), tgt_raw[part, :steps].detach().tril()
+        results.append((source, prefix, at_input[part]))
+        start += steps
+    return results
+
+
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+@pytest.mark.parametrize("method", GRADIENT_METHODS)
+def test_the_prefix_passes_give_the_full_length_scores(
+    untrained_checkpoints, family, method
+) -> None:
+    """Each step's rows run on the decoder inputs it reads (a transformer's steps in groups,
+    so a 50-piece target takes several passes): the scores of the whole pass per row, within
+    float tolerance."""
+    trained = load_trained_model(untrained_checkpoints[family])
+    tokenizers = trained.tokenizers
+    pairs = [("7th of November, 1990", "1990-11-07" * 5), DATES[1], ("June 5, 2001", "2001")]
+    examples = [(tokenizers.src.encode(s), tokenizers.tgt.encode(t)) for s, t in pairs]
+    assert len(examples[0][1]) + 1 > 3 * 16  # several groups of steps
+    settings = GradientSettings(ig_steps=6, smoothgrad_samples=3, seed=2)
+    model = trained.model.eval()
+    raws = raw_attributions(model, examples, method, batch_size=3, settings=settings)
+    reference = full_length_reference(model, examples, method, settings)
+    for raw, (source, prefix, scores) in zip(raws, reference, strict=True):
+        assert raw.source.abs().max() > 1e-3  # something attributed
+        torch.testing.assert_close(raw.source, source, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(raw.target_prefix, prefix, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(raw.scores, scores, atol=1e-5, rtol=1e-4)
