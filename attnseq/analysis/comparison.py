@@ -249,7 +249,6 @@ class Decode:
 def checkpoint_system(path: Path, name: str, decode: Decode) -> System:
     """A system from a checkpoint or run directory: its eval result on `decode.split`, reused
     or made."""
-    from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
     from attnseq.io.user_paths import check_input_file
 
     checkpoint = path / "checkpoints" / "best.pt" if path.is_dir() else path
@@ -259,19 +258,12 @@ def checkpoint_system(path: Path, name: str, decode: Decode) -> System:
     folder = existing_eval(checkpoint, decode.split, decode.changes)
     if folder is not None:
         return eval_folder_system(folder, name, reused=True)
-    evaluated = evaluate_checkpoint(
-        checkpoint,
-        decode.split,
-        device_name=decode.device,
-        decoding=decode.changes,
-        keep=decode.keep,
-    )
-    return eval_folder_system(evaluated.result.folder, name, reused=False)
+    return evaluated_system(checkpoint, name, decode)
 
 
-def pretrained_system(path: Path, name: str, decode: Decode) -> System:
-    """A system from a Hugging Face model folder or hf:ORG/NAME (models/pretrained.py): its
-    eval result on `decode.split`, made."""
+def evaluated_system(path: Path, name: str, decode: Decode) -> System:
+    """A system from the eval result, made now, of a checkpoint or a Hugging Face model folder
+    or hf:ORG/NAME (models/pretrained.py) on `decode.split`."""
     from attnseq.evaluation.checkpoint_eval import evaluate_checkpoint
 
     evaluated = evaluate_checkpoint(
@@ -290,7 +282,7 @@ def load_system(path: str | Path, decode: Decode = Decode()) -> System:
     checkpoints/best.pt), whose eval result on `decode.split` with the checkpoint's own
     decoding settings (and `decode.changes`) is reused when RUN/eval holds it, else made
     (`checkpoint_system`), or a Hugging Face model folder or hf:ORG/NAME, whose eval result is
-    made (`pretrained_system`)."""
+    made (`evaluated_system`)."""
     path = Path(path)
     name = str(path)
     if path.is_dir() and (path / "hyps.txt").is_file() and (path / "metrics.json").is_file():
@@ -298,7 +290,7 @@ def load_system(path: str | Path, decode: Decode = Decode()) -> System:
     if path.is_dir() and (path / "checkpoints").is_dir():
         return checkpoint_system(path, name, decode)
     if is_pretrained(path):
-        return pretrained_system(path, name, decode)
+        return evaluated_system(path, name, decode)
     if path.is_dir():
         raise UserError(
             f"{path}: not a system (a hypothesis file, an eval result folder, a run "
