@@ -564,10 +564,10 @@ def print_report(
     say = functools.partial(console.print, markup=False, highlight=False, soft_wrap=True)
     say(f"sweep {report.root}: {len(report.finished)} of {len(report.jobs)} jobs finished")
     arrow = "higher is better" if report.higher_is_better else "lower is better"
-    for number, part in enumerate(parts):
-        last = number == len(parts) - 1
-        caption = f"sorted by {report.metric} ({arrow})" if last else None
-        console.print(_rich_table(header, cells, right, widths, part, report.metric, caption))
+    for part in parts:
+        console.print(_rich_table(header, cells, right, widths, part, report.metric))
+    # a line of its own: a caption would wrap inside the width of the last part
+    say(f"  sorted by {report.metric} ({arrow})")
     for line in significance_lines(report):
         say(line)
     if report.unfinished:
@@ -669,14 +669,13 @@ def _rich_table(
     widths: Sequence[int],
     part: Sequence[int],
     metric: str,
-    caption: str | None,
 ) -> Any:
     """A rich table of the columns `part`, each `widths` wide (its name broken over lines to
     fit), no cell wrapped."""
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(caption=None if caption is None else Text(caption))
+    table = Table()
     for index in part:
         room = widths[index]
         table.add_column(

@@ -150,9 +150,8 @@ def build_fit_test(
     try:
         state = trainer.fit()
         # Rank 0 evaluates and writes; the others wait for its numbers.
-        test = partial(
-            _test_best, cfg, data, model, device, run_dir, writer, state, trainer.training_metrics
-        )
+        training = trainer.training_metrics or _earlier_training_metrics(run_dir)
+        test = partial(_test_best, cfg, data, model, device, run_dir, writer, state, training)
         _, results = decided_on_main(world, test, lambda metrics: metrics)
         succeeded = True
     except TrainingInterrupted as interruption:
@@ -314,6 +313,21 @@ def _guided_links(cfg: TrainConfig, data: PreparedData) -> list[PieceLinks] | No
     linked = sum(bool(example) for example in links)
     log.info("guided alignment: %d of %d training pairs have links", linked, len(links))
     return links
+
+
+def _earlier_training_metrics(run_dir: Path) -> dict[str, float]:
+    """train/loss, train/nll and train/ppl of the run's metrics.json, for a resumed session
+    that logged no training line (a finished run trains nothing): its numbers stay the run's."""
+    import json
+
+    try:
+        earlier = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(earlier, dict):
+        return {}
+    keys = ("train/loss", "train/nll", "train/ppl")
+    return {key: earlier[key] for key in keys if isinstance(earlier.get(key), int | float)}
 
 
 def _test_best(

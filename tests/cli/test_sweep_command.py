@@ -42,9 +42,10 @@ def basic_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_report_of_a_basic_multirun(basic_sweep: Path) -> None:
-    # on a pipe the table takes its own width; os.environ, not the process's environment,
-    # which readline (loaded by pytest) gives a COLUMNS of the terminal it found
-    result = attnseq("sweep-report", str(basic_sweep), cwd=basic_sweep, env=dict(os.environ))
+    # on a pipe the table takes its own width: no COLUMNS (readline, which pytest may load,
+    # exports one of the terminal it found, and a narrow one breaks the names over lines)
+    env = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "LINES")}
+    result = attnseq("sweep-report", str(basic_sweep), cwd=basic_sweep, env=env)
     assert result.returncode == 0, result.stderr
     # the varied parameter is a column, the constant overrides are not
     assert "optim.lr" in result.stdout and "data.train_size" not in result.stdout

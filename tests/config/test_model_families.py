@@ -205,6 +205,8 @@ TRANSFORMER_READS = {
     "model.output_bias": ([], "true"),
     "model.attention_dropout": ([], "0.3"),
     "model.max_positions": (["model.positions=learned"], "512"),
+    "model.position_offset": (["model.positions=learned"], "2"),
+    "model.embed_norm": ([], "true"),
     "model.conv_kernel": ([], "3"),
     "model.attention.kind": ([], "local"),
     "model.attention.D": (["model.attention.kind=local"], "1"),

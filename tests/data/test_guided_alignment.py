@@ -207,7 +207,7 @@ def test_the_gradient_pulls_the_supervised_attention_to_the_gold_link(family: st
     for step in range(5):
         output = model(SRC, LENGTHS, TGT_IN, alignment=head)
         optimizer.zero_grad()
-        training_loss(output, targets, 0, cfg.optim, step, gold).backward()
+        training_loss(output, targets, 0, cfg.optim, step, gold).loss.backward()
         optimizer.step()
     after = gold_mass()
     # about 0.25 (uniform over 3-4 positions) before, nearly all of it after
@@ -219,10 +219,10 @@ def test_without_gold_the_loss_is_the_plain_one() -> None:
     cfg = tiny_config("optim.alignment_lambda=1.0", "data.alignments={train: links.txt}")
     targets = torch.tensor([[4, 5, 3], [6, 7, 3]])
     output = model(SRC, LENGTHS, TGT_IN, alignment=AlignmentHead())
-    plain = training_loss(model(SRC, LENGTHS, TGT_IN), targets, 0, cfg.optim, 0)
-    torch.testing.assert_close(training_loss(output, targets, 0, cfg.optim, 0), plain)
+    plain = training_loss(model(SRC, LENGTHS, TGT_IN), targets, 0, cfg.optim, 0).loss
+    torch.testing.assert_close(training_loss(output, targets, 0, cfg.optim, 0).loss, plain)
     gold = gold_distribution([[(0, 0)], [(1, 1)]], 3, 4)
-    assert training_loss(output, targets, 0, cfg.optim, 0, gold) > plain
+    assert training_loss(output, targets, 0, cfg.optim, 0, gold).loss > plain
 
 
 # ------------------------------------------------------------------------------ a short run

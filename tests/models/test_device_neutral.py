@@ -66,7 +66,7 @@ def test_training_and_decoding_make_no_tensor_on_the_default_device(variant: str
     with torch.device(DEFAULT), StrayTensors():
         model.train()
         output = model(batch.src, batch.src_lengths, batch.tgt_in, **copy_inputs)
-        loss = training_loss(output, batch.tgt_out, model.pad_id, cfg.optim, step=0)
+        loss = training_loss(output, batch.tgt_out, model.pad_id, cfg.optim, step=0).loss
         loss.backward()
         model.eval()
         with torch.no_grad():
