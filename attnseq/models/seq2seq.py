@@ -12,6 +12,8 @@ from typing import Any, TypedDict, Unpack
 
 from torch import Tensor, nn
 
+from attnseq.errors import UserError
+
 DecoderState = Any  # nested dict/list/tuple of tensors, batch-first
 
 
@@ -36,11 +38,14 @@ class Vocabularies:
     joint: bool = False
 
     def check_shareable(self) -> None:
-        """ValueError unless one embedding matrix can serve source and target (equal sizes)."""
+        """UserError unless one embedding matrix can serve source and target (equal sizes):
+        the vocabularies come from the data, so only now can the setting be refused."""
         if self.src_size != self.tgt_size:
-            raise ValueError(
-                "share_src_tgt_embeddings needs equal vocabulary sizes, got "
-                f"src_vocab_size={self.src_size} and tgt_vocab_size={self.tgt_size}"
+            raise UserError(
+                "model.share_src_tgt_embeddings=true needs equal vocabulary sizes, got "
+                f"src_vocab_size={self.src_size} and tgt_vocab_size={self.tgt_size}: give both "
+                "sides one tokenizer (data.tokenizer=sentencepiece with data.spm_joint=true) "
+                "or set it false"
             )
 
 

@@ -51,6 +51,27 @@ def test_attention_kind_errors_exit_2(tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
+def test_shared_embeddings_over_vocabularies_of_two_sizes_exit_2(tmp_path: Path) -> None:
+    """The vocabularies come from the data: the refusal comes once they are built, one line,
+    before any update, and the run directory the start made is gone."""
+    result = attnseq_in_process(
+        "train",
+        "data.train_size=50",
+        "data.valid_size=5",
+        "data.test_size=5",
+        "model.share_src_tgt_embeddings=true",
+        "trainer.max_steps=1",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+        env={"ATTNSEQ_CACHE": str(tmp_path / "cache")},
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr
+    assert lines[-1].startswith("error: model.share_src_tgt_embeddings=true needs equal")
+    assert not (tmp_path / "run").exists()
+
+
 def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:
     result = attnseq_in_process(
         "train", "--cfg", "job", "model=rnn_luong", "decoding.beam=4", cwd=tmp_path

@@ -8,6 +8,7 @@ import torch
 
 from attnseq.config.choices import ModelFamily
 from attnseq.config.schema import ModelConfig
+from attnseq.errors import UserError
 from attnseq.models import Vocabularies, build_model
 from attnseq.models.objective import sequence_loss
 from attnseq.models.rnn import RNNSeq2Seq
@@ -240,5 +241,5 @@ def test_joint_vocabulary_shares_source_target_and_output_embeddings(family, tie
     width = 8 if family == "rnn" else 16
     assert n_separate - n_joint == (14 * width if tie else 0)
     if tie:
-        with pytest.raises(ValueError, match="equal vocabulary sizes"):
+        with pytest.raises(UserError, match="equal vocabulary sizes"):
             build_model(cfg, Vocabularies(10, 14, PAD, BOS, EOS, joint=True))

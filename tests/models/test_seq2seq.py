@@ -6,6 +6,7 @@ import pytest
 import torch
 from helpers import table_model
 
+from attnseq.errors import UserError
 from attnseq.models.seq2seq import AlignmentHead, Seq2SeqOutput, Vocabularies
 
 
@@ -32,5 +33,5 @@ def test_the_alignment_head_is_one_head_or_the_mean_of_the_heads() -> None:
 
 def test_only_vocabularies_of_one_size_share_an_embedding() -> None:
     Vocabularies(12, 12, 0, 1, 2).check_shareable()
-    with pytest.raises(ValueError, match="src_vocab_size=10 and tgt_vocab_size=12"):
+    with pytest.raises(UserError, match="src_vocab_size=10 and tgt_vocab_size=12"):
         Vocabularies(10, 12, 0, 1, 2).check_shareable()

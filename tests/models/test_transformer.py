@@ -9,6 +9,7 @@ import torch
 from helpers import overfit_reversal, reversal_batch, tiny_transformer
 
 from attnseq.attention.masks import causal_mask, padding_mask
+from attnseq.errors import UserError
 from attnseq.models.positional import (
     LearnedPositionalEncoding,
     build_positional_encoding,
@@ -65,7 +66,7 @@ def test_every_option_constructs_and_runs(norm: str, positions: str, tie: bool) 
 def test_shared_source_and_target_embeddings() -> None:
     model = tiny_transformer(VOCABS, share_src_tgt_embeddings=True)
     assert model.src_embed is model.tgt_embed is not None
-    with pytest.raises(ValueError, match="equal vocabulary sizes"):
+    with pytest.raises(UserError, match="equal vocabulary sizes"):
         TransformerSeq2Seq(
             Vocabularies(10, 12, PAD, BOS, EOS), d_model=32, heads=2, share_src_tgt_embeddings=True
         )
