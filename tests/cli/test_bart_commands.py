@@ -49,9 +49,22 @@ def test_translate_starts_with_the_forced_token(work: Path) -> None:
 def test_align_every_method_on_words(work: Path) -> None:
     for method in ("attention", "shift-att", "rollout"):
         output = run(
-            work, "align", "model", "--src", "src.en", "--tgt", "tgt.de", "--gold", "gold.txt",
-            "--method", method, "--layer", "1", "--head", "2",
-        )  # fmt: skip
+            work,
+            "align",
+            "model",
+            "--src",
+            "src.en",
+            "--tgt",
+            "tgt.de",
+            "--gold",
+            "gold.txt",
+            "--method",
+            method,
+            "--layer",
+            "1",
+            "--head",
+            "2",
+        )
         assert "AER" in output and "13 sure gold" in output
         links = [link.split("-") for link in output.splitlines()[0].split()]
         # word links: within the 6 source and 5 target words of the first pair
@@ -62,9 +75,18 @@ def test_explain_heads_and_compare(work: Path) -> None:
     run(work, "explain", "model", "--src", SOURCES[0], "--out", "page.html")
     assert (work / "page.html").stat().st_size > 0
     output = run(
-        work, "heads", "model", "--max-batches", "1", "--prune", "0.25", "--out", "pruned.pt",
-        "--report-dir", "heads",
-    )  # fmt: skip
+        work,
+        "heads",
+        "model",
+        "--max-batches",
+        "1",
+        "--prune",
+        "0.25",
+        "--out",
+        "pruned.pt",
+        "--report-dir",
+        "heads",
+    )
     assert "pruned 6 heads" in output and (work / "heads" / "model.valid.json").is_file()
     pruned = attnseq.load(work / "pruned.pt")  # a self-contained attnseq checkpoint
     assert pruned.tokenizers.src.kind == "bart" and "head_pruning" in pruned.trained.payload

@@ -37,23 +37,43 @@ VALID = 16  # source sentences of Multi30k's validation split that are translate
 # no import sets in each (output_bias=false, the tanh GELU, an untied shared embedding)
 OWN = {
     "separate": {
-        "d_model": 32, "heads": 4, "enc_layers": 2, "dec_layers": 2, "ff_dim": 48,
-        "activation": "gelu_tanh", "output_bias": False, "tie_embeddings": False,
-        "dropout": 0.2, "attention_dropout": 0.1,
+        "d_model": 32,
+        "heads": 4,
+        "enc_layers": 2,
+        "dec_layers": 2,
+        "ff_dim": 48,
+        "activation": "gelu_tanh",
+        "output_bias": False,
+        "tie_embeddings": False,
+        "dropout": 0.2,
+        "attention_dropout": 0.1,
     },
     "shared": {
-        "d_model": 24, "heads": 2, "enc_layers": 1, "dec_layers": 2, "ff_dim": 40,
-        "activation": "relu", "scale_embeddings": False, "tie_embeddings": False,
-        "share_src_tgt_embeddings": True, "max_positions": 128,
+        "d_model": 24,
+        "heads": 2,
+        "enc_layers": 1,
+        "dec_layers": 2,
+        "ff_dim": 40,
+        "activation": "relu",
+        "scale_embeddings": False,
+        "tie_embeddings": False,
+        "share_src_tgt_embeddings": True,
+        "max_positions": 128,
     },
-}  # fmt: skip
+}
 OWN_MODEL = {"family": "transformer", "norm": "post", "positions": "sinusoidal_split"}
 # the own models decode as generate can: beam 4, |Y|^alpha, its stopping rule, a fixed limit
 OWN_DECODING = {
-    "beam": 4, "length_penalty": 0.6, "length_penalty_offset": 0.0,
-    "stop_at_current_length": True, "eos_at_limit": True, "max_output_ratio": 0.0,
-    "max_output_extra": 20, "no_repeat_ngram": 2, "min_length": 2,
-}  # fmt: skip
+    "beam": 4,
+    "length_penalty": 0.6,
+    "length_penalty_offset": 0.0,
+    "stop_at_current_length": True,
+    "eos_at_limit": True,
+    "max_output_ratio": 0.0,
+    "max_output_extra": 20,
+    "no_repeat_ngram": 2,
+    "min_length": 2,
+}
 
 
 @functools.cache
