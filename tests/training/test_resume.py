@@ -7,14 +7,11 @@ checkpoint starts afresh and says so. Kills need a process of their own: those r
 
 import shlex
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import attnseq_in_process, checkpoint_step, tiny_config
+from helpers import attnseq_in_process, checkpoint_step, start, tiny_config, wait_for_step
 
 from attnseq.config.conversion import config_from_dict
 from attnseq.io.checkpoint import load_checkpoint
@@ -39,36 +36,6 @@ TRAIN = [
     "trainer.device=cpu",
     "trainer.threads=1",
 ]
-
-
-def attnseq_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "attnseq", *args]
-
-
-def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    # stdout (Hydra's console log) is not read while the run goes on: a full pipe would block it
-    return subprocess.Popen(
-        attnseq_command(*args),
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def wait_for_step(process: subprocess.Popen, last: Path, step: int, timeout: float = 240) -> int:
-    """Poll last.pt until it shows at least `step`; the process must still be running."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reached = checkpoint_step(last)
-        if reached is not None and reached >= step:
-            return reached
-        if process.poll() is not None:
-            _, err = process.communicate()
-            pytest.fail(f"training ended (status {process.returncode}) before step {step}:\n{err}")
-        time.sleep(0.02)
-    process.kill()
-    pytest.fail(f"no checkpoint of step {step} within {timeout} s")
 
 
 def assert_same_weights(a: Path, b: Path) -> None:
