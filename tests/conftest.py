@@ -258,3 +258,20 @@ def seeded_sweep(tmp_path: Path) -> Path:
     from sweep_folders import write_seeded
 
     return write_seeded(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def multilingual_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Random-weight Hugging Face M2M100, NLLB and mBART-50 model folders, one per shape of
+    tests/multilingual_stand_ins.py, built once per test run (tests only read them); skips
+    without transformers or the shared corpora their tokenizers are trained on."""
+    pytest.importorskip("transformers", reason="the stand-ins are built with transformers")
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real corpora not found at {SHARED_DATA} (set ATTNSEQ_DATA)")
+    from helpers import built_once
+    from multilingual_stand_ins import SHAPES, multilingual_folder
+
+    def builder(name: str) -> Callable[[Path], None]:
+        return lambda folder: multilingual_folder(folder, SHARED_DATA, name)
+
+    return {name: built_once(tmp_path_factory, f"multi-{name}", builder(name)) for name in SHAPES}

@@ -187,8 +187,8 @@ def decisive(
 ) -> None:
     """Every weight drawn anew, large enough that the outputs are far from uniform: the
     layer norms' gains and biases, the attention and FFN biases and final_logits_bias too
-    (EOS's raised by `eos_bias`), learned position tables with `positions` (a sinusoidal
-    table is kept)."""
+    (EOS's raised by `eos_bias`; through the decoder's final LayerNorm in a model without
+    one), learned position tables with `positions` (a sinusoidal table is kept)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
@@ -201,7 +201,12 @@ def decisive(
                 tensor.copy_(0.3 * noise)
             else:  # weights: std `scale` / sqrt(fan-in)
                 tensor.copy_(noise * scale / tensor.shape[-1] ** 0.5)
-        model.final_logits_bias[0, model.config.eos_token_id] += eos_bias
+        eos = model.config.eos_token_id
+        if hasattr(model, "final_logits_bias"):
+            model.final_logits_bias[0, eos] += eos_bias
+        else:  # M2M100 has none: EOS's logit rises through the decoder's final LayerNorm
+            row = model.lm_head.weight[eos]
+            model.model.decoder.layer_norm.bias += eos_bias * row / row.dot(row)
 
 
 def marian_folder(folder: Path, data: Path, name: str, seed: int = 0) -> Path:

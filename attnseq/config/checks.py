@@ -28,6 +28,11 @@ from attnseq.config.devices import check_device_name
 from attnseq.config.schema import DecodingConfig, ModelConfig, TrainConfig
 from attnseq.errors import UserError
 
+# the positional encodings of one table row per position, up to model.max_positions
+TABLE_POSITIONS = (Positions.learned, Positions.sinusoidal_split, Positions.sinusoidal_fairseq)
+# those whose table keeps rows before position 0's (model.position_offset)
+OFFSET_POSITIONS = (Positions.learned, Positions.sinusoidal_fairseq)
+
 
 class ModelKey(NamedTuple):
     """One leaf `model.*` key, the family that alone reads it (None: both) and its default."""
@@ -539,6 +544,12 @@ def cross_field_problems(cfg: TrainConfig) -> list[str]:
                 f"model.d_model={model.d_model} is not divisible by model.heads={model.heads}"
             )
         problems += self_attention_problems(cfg)
+        if model.position_offset and model.positions not in OFFSET_POSITIONS:
+            problems.append(
+                f"model.position_offset={model.position_offset} shifts the rows of a position "
+                f"table (learned or sinusoidal_fairseq), but model.positions="
+                f"{model.positions.name} has none: set model.position_offset=0"
+            )
     problems += copy_problems(cfg)
     problems += alignment_problems(cfg)
     problems += hierarchy_problems(cfg)
@@ -627,6 +638,12 @@ def _data_problems(cfg: TrainConfig) -> list[str]:
                 f"data.vocab_size={data.vocab_size} with lengths {data.min_len}..{data.max_len} "
                 f"has only {space}: lower the split sizes or widen vocab_size/lengths"
             )
+    for key in ("src_lang_code", "tgt_lang_code"):
+        code = getattr(data, key)
+        if code is not None and (not code or any(char.isspace() for char in code)):
+            problems.append(
+                f"data.{key}={code!r} is no language code (one word, e.g. en, eng_Latn, en_XX)"
+            )
     if metric not in TASK_METRICS[data.task]:
         valid = ", ".join(m.name for m in TASK_METRICS[data.task])
         problems.append(
@@ -675,7 +692,7 @@ def _decoding_problems(cfg: TrainConfig) -> list[str]:
             "raise max_output_extra (or the ratio to >= 1)"
         )
     transformer = model.family is ModelFamily.transformer
-    if transformer and model.positions in (Positions.learned, Positions.sinusoidal_split):
+    if transformer and model.positions in TABLE_POSITIONS:
         longest_output = math.floor(data.max_src_len * decoding.max_output_ratio)
         longest = max(
             data.max_src_len, data.max_tgt_len, longest_output + decoding.max_output_extra

@@ -124,6 +124,8 @@ class Positions(Enum):
     sinusoidal = "sinusoidal"  # sin at channel 2i, cos at 2i + 1 (Vaswani et al. 2017)
     learned = "learned"
     sinusoidal_split = "sinusoidal_split"  # sin in the first half, cos in the second (Marian)
+    # fairseq's: sin and cos halves of frequencies exp(-i log(10000) / (half - 1)) (M2M100)
+    sinusoidal_fairseq = "sinusoidal_fairseq"
 
 
 class Activation(Enum):

@@ -105,6 +105,18 @@ class DataConfig:
     )
     src_lang: str = option("src", "parallel files: suffix of the source file (train.de)")
     tgt_lang: str = option("tgt", "parallel files: suffix of the target file (train.en)")
+    src_lang_code: str | None = option(
+        None,
+        "a multilingual pretrained model's source language, its code as the model's tokenizer"
+        " spells it (M2M100 en, NLLB eng_Latn, mBART-50 en_XX), the token every source starts"
+        " with; None = the tokenizer's own (tokenizer_config.json's src_lang)",
+    )
+    tgt_lang_code: str | None = option(
+        None,
+        "a multilingual pretrained model's target language (spelt as data.src_lang_code): the"
+        " first token of every target and output (it sets decoding.forced_first_token); None ="
+        " the tokenizer's own (tokenizer_config.json's tgt_lang)",
+    )
     src_field: str = option("src", "jsonl/hub: field names (dotted for nested: translation.de)")
     tgt_field: str = option("tgt", "jsonl/hub: the target field")
     hub_name: str | None = option(None, "e.g. bentrevett/multi30k")
@@ -321,7 +333,9 @@ class ModelConfig:
     positions: Positions = option(
         Positions.sinusoidal,
         "sinusoidal or learned positional encodings; sinusoidal_split: sin in the first half"
-        " of the channels and cos in the second (Marian), a table of max_positions rows",
+        " of the channels and cos in the second (Marian), a table of max_positions rows;"
+        " sinusoidal_fairseq: fairseq's halves of frequencies exp(-i log(10000) / (half - 1))"
+        " (M2M100, NLLB), a table of max_positions + position_offset rows",
         family=TRANSFORMER,
     )
     attention_dropout: float = option(
@@ -366,8 +380,8 @@ class ModelConfig:
     )
     position_offset: int = option(
         0,
-        "learned positions: position p reads row p + offset of a table of max_positions +"
-        " offset rows (BART's 2); 0 = row p",
+        "learned or sinusoidal_fairseq positions: position p reads row p + offset of a table"
+        " of max_positions + offset rows (BART's and M2M100's 2); 0 = row p",
         ge=0,
         family=TRANSFORMER,
     )
@@ -633,7 +647,8 @@ class DecodingConfig:
     forced_first_token: int | None = option(
         None,
         "the id every output starts with, at probability one, in every search (Hugging Face's"
-        " forced_bos_token_id: BART's <s>); None = the model's choice",
+        " forced_bos_token_id: BART's <s>); None = the model's choice. A multilingual"
+        " model's is the id of data.tgt_lang_code",
         ge=0,
     )
     min_length: int = option(0, "no EOS before this many output tokens", ge=0)

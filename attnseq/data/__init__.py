@@ -1,8 +1,14 @@
 """The data layer: text pairs (generated, local files, the Hub), tokenizers, the prepared-data
 cache and batches under a token budget; docs/internals/data.md is the tour."""
 
-# imported to register their kinds, "bart", "marian" and "sentencepiece"
-from attnseq.data import bart_tokenizer, marian_tokenizer, sentencepiece_tokenizer  # noqa: F401
+# imported to register their kinds: "bart", "marian", "m2m100", "nllb", "mbart50" and
+# "sentencepiece"
+from attnseq.data import (  # noqa: F401
+    bart_tokenizer,
+    marian_tokenizer,
+    multilingual_tokenizer,
+    sentencepiece_tokenizer,
+)
 from attnseq.data.batching import (
     Batch,
     Example,

@@ -256,7 +256,13 @@ class PretrainedTokenizer(Tokenizer):
                     f"the {cls.kind} tokenizer files do not load ({type(error).__name__}: {error})"
                 ) from None
 
+    def options(self) -> dict[str, Any]:
+        """What the kind's constructor takes beyond the files, the side and the start id, as
+        JSON values (a language, a vocabulary size); none by default."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
+        options = self.options()
         return {
             "kind": self.kind,
             "side": self.side,
@@ -265,6 +271,7 @@ class PretrainedTokenizer(Tokenizer):
             "files": {
                 name: base64.b64encode(data).decode("ascii") for name, data in self.files.items()
             },
+            **({"options": options} if options else {}),
         }
 
     @classmethod
@@ -274,7 +281,11 @@ class PretrainedTokenizer(Tokenizer):
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise TypeError(f"{cls.kind} tokenizer state 'files' must map names to base64 text")
         decoded = {name: base64.b64decode(data) for name, data in files.items()}
-        return cls(decoded, state.get("side", ""), int(state.get("bos_id", -1)))  # type: ignore[call-arg]
+        options = state.get("options", {})
+        if not isinstance(options, dict):
+            raise TypeError(f"{cls.kind} tokenizer state 'options' must be a mapping")
+        side, bos_id = state.get("side", ""), int(state.get("bos_id", -1))
+        return cls(decoded, side, bos_id, **options)  # type: ignore[call-arg]
 
     @classmethod
     def train(

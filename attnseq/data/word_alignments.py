@@ -273,7 +273,10 @@ def read_gold_file(
 
 
 WORD_BOUNDARY = "\u2581"  # "▁", sentencepiece's marker of a piece that starts a word
+# sentencepiece's, a language code first (data/multilingual_tokenizer.py)
+LANGUAGE_PREFIXED = ("m2m100", "nllb", "mbart50")
 PIECE_KINDS: tuple[str, ...] = ("word", "char", "sentencepiece", "marian", "bart")
+PIECE_KINDS += LANGUAGE_PREFIXED
 MARIAN_EOS = "</s>"  # the piece a Marian source ends with (data/marian_tokenizer.py)
 BYTE_LEVEL_SPACE = "\u0120"  # "Ġ", byte-level BPE's mark of a piece after a space
 BART_SPECIALS = ("<s>", "</s>")  # the pieces around a BART text (data/bart_tokenizer.py)
@@ -287,8 +290,10 @@ def word_ids(pieces: Sequence[str], kind: str) -> list[int]:
         kind: "word" (one piece per word), "char" (whitespace characters separate words and
             belong to none: -1), "sentencepiece" (a piece starting with "▁" starts a new word;
             a first piece without it starts word 0 too), "marian" (sentencepiece's, with the
-            source's closing </s> in no word), or "bart" (byte-level BPE: a piece starting
-            with "Ġ" starts a new word, the first piece too; <s> and </s> in no word).
+            source's closing </s> in no word), "bart" (byte-level BPE: a piece starting
+            with "Ġ" starts a new word, the first piece too; <s> and </s> in no word), or
+            one of `LANGUAGE_PREFIXED` (sentencepiece's, the first piece, the language
+            code, and </s> in no word).
 
     Returns:
         len(pieces) indices; the words are numbered 0, 1, ... in order, as in the gold files.
@@ -309,13 +314,15 @@ def word_ids(pieces: Sequence[str], kind: str) -> list[int]:
                     in_word = True
                 ids.append(word)
         return ids
-    if kind in ("sentencepiece", "marian", "bart"):
+    if kind in ("sentencepiece", "marian", "bart", *LANGUAGE_PREFIXED):
         boundary = BYTE_LEVEL_SPACE if kind == "bart" else WORD_BOUNDARY
         outside = {"marian": (MARIAN_EOS,), "bart": BART_SPECIALS}.get(kind, ())
+        if kind in LANGUAGE_PREFIXED:
+            outside = (MARIAN_EOS,)
         ids = []
         word = -1
-        for piece in pieces:
-            if piece in outside:
+        for index, piece in enumerate(pieces):
+            if piece in outside or (index == 0 and kind in LANGUAGE_PREFIXED):
                 ids.append(-1)
                 continue
             if piece.startswith(boundary) or word < 0:

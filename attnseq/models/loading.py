@@ -15,6 +15,7 @@ from attnseq.config.choices import Hierarchy
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.schema import TrainConfig
 from attnseq.config.threads import torch_default_threads
+from attnseq.data.multilingual_tokenizer import use_language_codes
 from attnseq.data.segments import SourceSegmenter
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.errors import UserError
@@ -116,6 +117,7 @@ def load_trained_model(path: Path, overrides: list[str] | None = None) -> Traine
         raise UserError(
             f"{path}: its tokenizer state is broken ({type(error).__name__}: {error})"
         ) from None
+    use_language_codes(cfg, tokenizers)  # a multilingual model's data.*_lang_code
     model = model_for(cfg, tokenizers)
     load_weights(path, model, payload["model"])
     return TrainedModel(model.eval(), cfg, tokenizers, payload)

@@ -1,7 +1,8 @@
 """Positional encodings added to the token embeddings of a transformer (Vaswani et al. 2017,
-"Attention Is All You Need", section 3.5): the sinusoids, Marian's split layout of them and the
-learned table. Each maps integer positions of any shape P to (*P, d_model), so one module serves
-a whole sequence ((T,)) and an incremental step ((B, 1) from a per-row counter; `make_positions`).
+"Attention Is All You Need", section 3.5): the sinusoids, Marian's and fairseq's layouts of
+them and the learned table. Each maps integer positions of any shape P to (*P, d_model), so one
+module serves a whole sequence ((T,)) and an incremental step ((B, 1) from a per-row counter;
+`make_positions`).
 """
 
 import math
@@ -99,6 +100,49 @@ class SplitSinusoidalPositionalEncoding(nn.Module):
         return self.table[positions]
 
 
+class FairseqSinusoidalPositionalEncoding(nn.Module):
+    """fairseq's sinusoids (tensor2tensor's frequencies), as M2M100 and NLLB compute them:
+
+        PE(r, i) = sin(r * w_i),  PE(r, half + i) = cos(r * w_i),
+        w_i = exp(-i * log(10000) / (half - 1)),  i = 0 .. half - 1,  half = d_model // 2
+
+    (a zero last channel for an odd d_model), position p reading row r = p + offset of a
+    table of max_positions + offset rows. fairseq numbers the positions of a sequence from
+    padding_idx + 1 and gives padding tokens row padding_idx (zeros); attnseq pads on the
+    right, so the p-th real token is preceded by p real tokens and its row is p +
+    padding_idx + 1 (offset 2 for M2M100's <pad> = 1), while a padding position gets a row
+    of its own that no real token attends to. The table is built in float32 by fairseq's
+    own operations, so its values are bit for bit Hugging Face's.
+
+    Args:
+        d_model: encoding size.
+        max_positions: number of positions with an encoding; longer inputs are an error.
+        offset: rows before the row of position 0 (padding_idx + 1).
+    """
+
+    def __init__(self, d_model: int, max_positions: int, offset: int = 0) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.max_positions = max_positions
+        self.offset = offset
+        rows, half = max_positions + offset, d_model // 2
+        if half < 2:
+            raise ValueError(f"fairseq's sinusoids need d_model >= 4, got {d_model}")
+        step = math.log(10000) / (half - 1)
+        frequencies = torch.exp(torch.arange(half, dtype=torch.int64).float() * -step)
+        angles = torch.arange(rows, dtype=torch.int64).float().unsqueeze(1) * frequencies
+        table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # (rows, 2 * half)
+        if d_model % 2:
+            table = torch.cat([table, torch.zeros(rows, 1)], dim=1)
+        if offset:
+            table[offset - 1] = 0.0  # padding_idx's row
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """Encodings of integer positions (*P) in [0, max_positions) -> (*P, d_model)."""
+        return self.table[positions + self.offset if self.offset else positions]
+
+
 class LearnedPositionalEncoding(nn.Module):
     """One trained vector per position 0 .. max_positions - 1, the alternative the paper
     compares against (section 3.5, table 3 row E). With an offset k, position p reads row
@@ -135,24 +179,35 @@ class LearnedPositionalEncoding(nn.Module):
 def build_positional_encoding(
     kind: str, d_model: int, max_positions: int, offset: int = 0
 ) -> nn.Module:
-    """The positional encoding named `kind` ("sinusoidal", "learned" or "sinusoidal_split"),
-    `offset` the rows of a learned table before position 0's; ValueError otherwise."""
-    if offset and kind != "learned":
-        raise ValueError(f"a position offset goes with learned positions, not {kind!r}")
+    """The positional encoding named `kind` ("sinusoidal", "learned", "sinusoidal_split" or
+    "sinusoidal_fairseq"), `offset` the rows of a learned or fairseq table before position
+    0's; ValueError otherwise."""
+    if offset and kind not in OFFSET_KINDS:
+        raise ValueError(
+            f"a position offset goes with learned or sinusoidal_fairseq positions, not {kind!r}"
+        )
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model)
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_positions, offset)
     if kind == "sinusoidal_split":
         return SplitSinusoidalPositionalEncoding(d_model, max_positions)
+    if kind == "sinusoidal_fairseq":
+        return FairseqSinusoidalPositionalEncoding(d_model, max_positions, offset)
     raise ValueError(
-        f"unknown positional encoding {kind!r}; choose 'sinusoidal', 'learned' or "
-        "'sinusoidal_split'"
+        f"unknown positional encoding {kind!r}; choose 'sinusoidal', 'learned', "
+        "'sinusoidal_split' or 'sinusoidal_fairseq'"
     )
 
 
+OFFSET_KINDS = ("learned", "sinusoidal_fairseq")  # the kinds whose tables have an offset
 # the encodings that hold one row per position, up to their max_positions
-TABLES = (LearnedPositionalEncoding, SplitSinusoidalPositionalEncoding)
+TABLES = (
+    LearnedPositionalEncoding,
+    SplitSinusoidalPositionalEncoding,
+    FairseqSinusoidalPositionalEncoding,
+)
+TABLE_KINDS = ("learned", "sinusoidal_split", "sinusoidal_fairseq")  # their kinds' names
 
 
 def position_limit(model: nn.Module) -> int | None:

@@ -19,7 +19,7 @@ from attnseq.attention.masks import padding_mask
 from attnseq.attention.mechanism import KeyValue
 from attnseq.config.choices import Norm
 from attnseq.config.schema import AttentionConfig
-from attnseq.models.positional import build_positional_encoding, make_positions
+from attnseq.models.positional import TABLE_KINDS, build_positional_encoding, make_positions
 from attnseq.models.seq2seq import (
     DecoderState,
     Seq2Seq,
@@ -48,7 +48,8 @@ class TransformerSeq2Seq(Seq2Seq):
         dropout: residual, embedding and feed-forward dropout P_drop.
         attention_dropout: dropout on attention weights.
         norm: "pre" (LayerNorm before each sublayer, final LayerNorm) or "post" (the paper's).
-        positions: "sinusoidal", "learned" or "sinusoidal_split" positional encodings.
+        positions: "sinusoidal", "learned", "sinusoidal_split" or "sinusoidal_fairseq"
+            positional encodings (positional.py).
         max_positions: longest source/target with learned positions; linformer's n.
         tie_embeddings: the output projection reuses the target embedding matrix.
         share_src_tgt_embeddings: one embedding for source and target (equal vocab sizes).
@@ -62,7 +63,8 @@ class TransformerSeq2Seq(Seq2Seq):
             (`LayerOptions`).
         scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4).
         output_bias: the output projection has a bias (a pretrained model's logits bias).
-        position_offset: learned positions: the table's rows before position 0's (BART's 2).
+        position_offset: learned or fairseq positions: the table's rows before position 0's
+            (BART's and M2M100's 2).
         embed_norm: a LayerNorm on embeddings plus positions, before their dropout, on both
             sides (BART's layernorm_embedding).
 
@@ -198,7 +200,7 @@ class TransformerSeq2Seq(Seq2Seq):
     def _check_length(self, length: int) -> None:
         """Learned (and split sinusoidal) positions only exist up to max_positions; fail with
         a clear message."""
-        if self.positions in ("learned", "sinusoidal_split") and length > self.max_positions:
+        if self.positions in TABLE_KINDS and length > self.max_positions:
             raise ValueError(
                 f"sequence of length {length} exceeds max_positions={self.max_positions} "
                 f"of the {self.positions} positional encoding"

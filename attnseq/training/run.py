@@ -18,6 +18,7 @@ from attnseq.config.devices import resolve_device
 from attnseq.config.schema import TrainConfig
 from attnseq.config.threads import use_threads
 from attnseq.data.batching import PieceLinks
+from attnseq.data.multilingual_tokenizer import use_language_codes
 from attnseq.data.prepare import PreparedData, load_prepared, prepare_data
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.evaluation.evaluator import extended_split, make_evaluator, split_gold
@@ -197,6 +198,8 @@ def _prepare_data(
     saved = TokenizerPair.from_state(point.payload["tokenizers"]) if point else None
     if pretrained is not None:
         saved = pretrained.tokenizers
+    if saved is not None:  # a multilingual model's data.*_lang_code
+        use_language_codes(cfg, saved)
     data, (tokenizer_state, folder) = decided_on_main(
         world,
         lambda: prepare_data(cfg.data, cfg.seed, tokenizers=saved),

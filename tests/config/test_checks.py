@@ -84,6 +84,11 @@ BAD_VALUES = [
         ["data=reverse", "data.vocab_size=2", "data.min_len=1", "data.max_len=3"],
         "has only 14",
     ),
+    (
+        ["model=transformer", "model.positions=sinusoidal_split", "model.position_offset=2"],
+        "model.position_offset=2 shifts the rows of a position table",
+    ),
+    (["data.tgt_lang_code='en XX'"], "data.tgt_lang_code='en XX' is no language code"),
     (["model.hidden=2000000"], "the model does not fit: rnn (hidden=2000000"),
     (["model=transformer", "model.d_model=1048576"], "the model does not fit: transformer"),
     (["data.train_size=1000000000000"], "the generated data does not fit"),

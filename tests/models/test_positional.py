@@ -1,6 +1,6 @@
 """Positional encodings (attnseq/models/positional.py): the sinusoid matches its formula (Vaswani
 et al. 2017, section 3.5), positions start at an offset per row for decoding steps, and d_model
-must be even."""
+must be even; fairseq's sinusoids are M2M100's table."""
 
 import math
 
@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from attnseq.models.positional import (
+    FairseqSinusoidalPositionalEncoding,
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
+    build_positional_encoding,
     make_positions,
 )
 
@@ -39,3 +41,23 @@ def test_positions_with_offset() -> None:
 def test_sinusoidal_needs_even_d_model() -> None:
     with pytest.raises(ValueError, match="even"):
         SinusoidalPositionalEncoding(7)
+
+
+@pytest.mark.parametrize("d_model", [32, 7])
+def test_fairseq_sinusoids_are_m2m100s_table(d_model: int) -> None:
+    """Bit for bit the table transformers' M2M100 builds (an odd d_model's last channel zero),
+    position p on row p + offset, the padding row before position 0's zero."""
+    modeling = pytest.importorskip("transformers.models.m2m_100.modeling_m2m_100")
+    encoding = FairseqSinusoidalPositionalEncoding(d_model, 40, offset=2)
+    table = modeling.M2M100SinusoidalPositionalEmbedding.get_embedding(42, d_model, 1)
+    assert torch.equal(encoding.table, table)
+    positions = torch.tensor([[0, 1, 39]])
+    assert torch.equal(encoding(positions), table[positions + 2])
+    assert not encoding.table[1].any()
+    assert "table" not in encoding.state_dict()  # computed, not saved
+
+
+def test_an_offset_goes_with_a_table_of_offset_rows() -> None:
+    assert build_positional_encoding("sinusoidal_fairseq", 8, 10, 2).table.shape == (12, 8)
+    with pytest.raises(ValueError, match="goes with learned or sinusoidal_fairseq positions"):
+        build_positional_encoding("sinusoidal_split", 8, 10, 2)
