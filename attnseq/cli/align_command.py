@@ -12,6 +12,8 @@ from attnseq.cli.options import (
     GoldOrderOption,
     GoldPossibleOption,
     HeadOption,
+    SrcLangOption,
+    TgtLangOption,
     ThreadsOption,
     apply_threads,
     run_directory_checkpoint,
@@ -107,6 +109,8 @@ def align(
     gold_format: GoldFormatOption = "auto",
     gold_order: GoldOrderOption = "src-tgt",
     batch_size: Annotated[int, typer.Option(help="Sentence pairs per forward pass.")] = 64,
+    src_lang: SrcLangOption = None,
+    tgt_lang: TgtLangOption = None,
     device: DeviceOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
@@ -153,6 +157,8 @@ def align(
             gold_order=gold_order,
             device=device,
             batch_size=batch_size,
+            src_lang=src_lang,
+            tgt_lang=tgt_lang,
         )
         check_request(request)
         inputs = [

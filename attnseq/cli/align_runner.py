@@ -23,6 +23,7 @@ from attnseq.alignment.word_links import (
     symmetrize,
     transpose,
 )
+from attnseq.cli.options import language_overrides
 from attnseq.config.choices import DataSource, FileFormat
 from attnseq.config.schema import DataConfig
 from attnseq.data.unknown_tokens import UnknownCount, warn_unknown
@@ -62,6 +63,9 @@ class AlignRequest:
     gold_order: str = "src-tgt"
     device: str = "auto"
     batch_size: int = 64
+    # a multilingual model's languages (the --reverse model's are the other way round)
+    src_lang: str | None = None
+    tgt_lang: str | None = None
 
 
 @dataclass
@@ -175,11 +179,14 @@ def _align_with_models(
     from attnseq.models.loading import load_trained_model
 
     assert request.checkpoint is not None
-    trained = load_trained_model(request.checkpoint)
+    trained = load_trained_model(
+        request.checkpoint, language_overrides(request.src_lang, request.tgt_lang)
+    )
     counts = _unknown_counts(trained, src_lines, tgt_lines, ("--src", "--tgt"), "the model's")
     reverse_model = None
     if request.reverse is not None:
-        reverse_model = load_trained_model(request.reverse)
+        languages = language_overrides(request.tgt_lang, request.src_lang)
+        reverse_model = load_trained_model(request.reverse, languages)
         check_reverse_direction(trained, reverse_model, request.reverse)
         owner = "the --reverse model's"
         counts += _unknown_counts(reverse_model, tgt_lines, src_lines, ("--tgt", "--src"), owner)

@@ -10,9 +10,12 @@ from attnseq.cli.options import (
     CheckpointArgument,
     DeviceOption,
     HeadOption,
+    SrcLangOption,
+    TgtLangOption,
     ThreadsOption,
     apply_threads,
     check_utf8,
+    language_overrides,
 )
 from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
@@ -45,6 +48,8 @@ def explain(
         typer.Option(help="Decoder layer of the attention methods, 1-based (default: last)."),
     ] = None,
     head: HeadOption = None,
+    src_lang: SrcLangOption = None,
+    tgt_lang: TgtLangOption = None,
     device: DeviceOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
@@ -74,7 +79,8 @@ def explain(
         chosen = _method_names(methods)
         refuse_output_over_inputs(out, "--out", [("CHECKPOINT", checkpoint)])
         check_output_file(out, "--out", ["html", "htm"])
-        model = load(checkpoint, device, threads=apply_threads(threads))
+        languages = language_overrides(src_lang, tgt_lang)
+        model = load(checkpoint, device, overrides=languages, threads=apply_threads(threads))
         options = ("--methods", "--layer", "--head")  # the messages in this command's words
         check_request(model.trained, src, tgt, chosen, layer, head, options)
         model.explain(src, tgt, beam=beam, methods=chosen, layer=layer, head=head, path=out)

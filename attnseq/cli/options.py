@@ -178,3 +178,28 @@ GoldOrderOption = Annotated[
         "source). WPT en-fr links are (English, French): src-tgt for en->fr models."
     ),
 ]
+
+# a multilingual model's languages (M2M100, NLLB, mBART-50) for the commands without key=value
+# overrides (score, align, explain); translate, eval and heads take data.*_lang_code=CODE
+SrcLangOption = Annotated[
+    str | None,
+    typer.Option(
+        "--src-lang",
+        help="A multilingual model's source language, its code as the model's tokenizer spells "
+        "it (M2M100 en, NLLB eng_Latn, mBART-50 en_XX); default: the model's own.",
+    ),
+]
+TgtLangOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tgt-lang",
+        help="A multilingual model's target language (spelt as --src-lang), forced as every "
+        "output's first token; default: the model's own.",
+    ),
+]
+
+
+def language_overrides(src_lang: str | None, tgt_lang: str | None) -> list[str]:
+    """The config overrides of --src-lang and --tgt-lang: data.src_lang_code, data.tgt_lang_code."""
+    codes = (("src_lang_code", src_lang), ("tgt_lang_code", tgt_lang))
+    return [f"data.{key}={code}" for key, code in codes if code is not None]

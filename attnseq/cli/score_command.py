@@ -7,7 +7,15 @@ from typing import IO, Annotated
 
 import typer
 
-from attnseq.cli.options import CheckpointArgument, DeviceOption, ThreadsOption, apply_threads
+from attnseq.cli.options import (
+    CheckpointArgument,
+    DeviceOption,
+    SrcLangOption,
+    TgtLangOption,
+    ThreadsOption,
+    apply_threads,
+    language_overrides,
+)
 from attnseq.cli.user_errors import user_errors
 from attnseq.errors import UserError
 from attnseq.io.user_paths import decoded_lines
@@ -31,6 +39,8 @@ def score(
         int | None,
         typer.Option(help="Batch budget in padded tokens (default: the checkpoint's)."),
     ] = None,
+    src_lang: SrcLangOption = None,
+    tgt_lang: TgtLangOption = None,
     device: DeviceOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
@@ -55,7 +65,9 @@ def score(
             inputs = [("CHECKPOINT", checkpoint), ("--src", src), ("--tgt", tgt)]
             refuse_output_over_inputs(out, "--out", inputs)
             check_output_file(out, "--out")
-        scorer = load(checkpoint, device, threads=apply_threads(threads)).scorer
+        languages = language_overrides(src_lang, tgt_lang)
+        scorer = load(checkpoint, device, overrides=languages, threads=apply_threads(threads))
+        scorer = scorer.scorer
         running = RunningSummary()
 
         def write(handle: IO[bytes]) -> None:
