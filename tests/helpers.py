@@ -367,6 +367,50 @@ def save_model(
     return path
 
 
+def adam_updates(
+    module: Seq2Seq, examples: list[tuple[list[int], list[int]]], lr: float = 3e-3
+) -> None:
+    """Teacher-forced cross-entropy updates of `module` with Adam, one per 16 encoded
+    (source ids, target ids) pairs of `examples`: a pretrained or fresh model moved off its
+    weights, as a short fine-tuning moves it."""
+    from attnseq.data.batching import collate
+
+    optimizer = torch.optim.Adam(module.parameters(), lr=lr)
+    module.train()
+    for start in range(0, len(examples), 16):
+        batch = collate(
+            examples[start : start + 16],
+            range(16),
+            pad_id=module.pad_id,
+            bos_id=module.bos_id,
+            eos_id=module.eos_id,
+        )
+        logits = module(batch.src, batch.src_lengths, batch.tgt_in).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=module.pad_id
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def assert_exported_unchanged(original: Path, export: Path, files: tuple[str, ...]) -> None:
+    """The import of the exported folder `export` is the import of the Hugging Face folder
+    `original`: the same tensors, tokenizers, model, decoding and data config, and the
+    tokenizer `files` byte for byte."""
+    from attnseq.models.pretrained import pretrained_payload
+
+    before, after = pretrained_payload(original), pretrained_payload(export)
+    assert before["model"].keys() == after["model"].keys()
+    for name, tensor in before["model"].items():
+        assert torch.equal(tensor, after["model"][name]), name
+    assert before["tokenizers"] == after["tokenizers"]
+    for key in ("model", "decoding", "data"):
+        assert before["config"][key] == after["config"][key], key
+    for name in files:
+        assert (export / name).read_bytes() == (original / name).read_bytes(), name
+
+
 def train_quietly(cfg: TrainConfig, run_dir: Path) -> dict:
     """`run_training(cfg, run_dir)` without its INFO records (a run's summary is no part of any
     test's output); its final metrics."""

@@ -84,13 +84,16 @@ def export(
 ) -> None:
     """Export a transformer checkpoint to CTranslate2 (the engine's model files with the
     tokenizers beside them, for `attnseq translate --engine ctranslate2 OUT_DIR`) or to a
-    Hugging Face Marian folder (for MarianMTModel.from_pretrained and pipeline("translation")).
+    Hugging Face folder of the family it came from: BART for a model read from BART (for
+    BartForConditionalGeneration.from_pretrained), else Marian (for
+    MarianMTModel.from_pretrained and pipeline("translation")).
 
     \b
     attnseq export best.pt --to ctranslate2 best-ct2/
     attnseq export best.pt --to ctranslate2 best-ct2-int8/ --quantize int8
     attnseq translate --engine ctranslate2 best-ct2/ < test.de > test.hyp.en
     attnseq export hf:Helsinki-NLP/opus-mt-de-en --to huggingface opus-mt-de-en/
+    attnseq export bart-run/checkpoints/best.pt --to huggingface bart-dialogsum/
     """
     from attnseq.errors import UserError
     from attnseq.models import ctranslate2_export, huggingface_export

@@ -11,8 +11,9 @@ from attnseq.models.seq2seq import Seq2Seq, Seq2SeqOutput, Vocabularies
 if TYPE_CHECKING:
     from attnseq.data.segments import SourceSegmenter
 
-# imported to add their families to pretrained.FAMILIES: "bart", "m2m_100", "mbart"
-from attnseq.models import bart_family, m2m100_family, mbart_family  # noqa: E402, F401
+# imported to add their families to pretrained.FAMILIES and huggingface_export's
+# EXPORT_FAMILIES: "bart", "m2m_100", "mbart"
+from attnseq.models import bart_export, bart_family, m2m100_family, mbart_family  # noqa: E402, F401
 
 # keyword arguments of both families' models that ModelConfig holds under the same name
 _SHARED_OPTIONS = ("dropout", "tie_embeddings")

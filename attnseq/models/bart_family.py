@@ -16,14 +16,15 @@ from attnseq.data.tokenizers import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.models.pretrained import (
     FAMILIES,
+    LOGITS_BIAS,
     SIDES,
     Tensors,
     _generation_settings,
-    _layer_name,
     _layer_shapes,
     check_layer_settings,
     check_special_ids,
     check_tensors,
+    marian_names,
     seq2seq_config,
 )
 
@@ -112,34 +113,25 @@ class BartFamily:
         """attnseq's state dict of `TransformerSeq2Seq` from BART's tensors, each name and
         shape checked first (`tensors`)."""
         check_tensors(hf_state, self.tensors(), str(self.folder))
-        if self.tied:
-            src_embed = tgt_embed = output = hf_state["model.shared.weight"]
-        else:
-            src_embed = hf_state["model.encoder.embed_tokens.weight"]
-            tgt_embed = hf_state["model.decoder.embed_tokens.weight"]
-            output = hf_state["lm_head.weight"]
+        config = self.config
+        names = bart_names(config.encoder_layers, config.decoder_layers, self.tied)
+        state = {ours: hf_state[theirs] for ours, theirs in names.items() if theirs in hf_state}
         bias = hf_state.get("final_logits_bias")  # transformers zeroes a missing one
-        state = {
-            "src_embed.weight": src_embed,
-            "tgt_embed.weight": tgt_embed,
-            "output_proj.weight": output,
-            "output_proj.bias": (
-                torch.zeros(self.config.vocab_size) if bias is None else bias.reshape(-1)
-            ),
-        }
-        for side, ours in zip(SIDES, ("src", "tgt"), strict=True):
-            state[f"{ours}_positions.table.weight"] = hf_state[
-                f"model.{side}.embed_positions.weight"
-            ]
-            for kind in ("weight", "bias"):
-                state[f"{ours}_embed_norm.{kind}"] = hf_state[
-                    f"model.{side}.layernorm_embedding.{kind}"
-                ]
-        for name, tensor in hf_state.items():
-            mapped = _layer_name(name)
-            if mapped is not None:
-                state[mapped] = tensor
+        state[LOGITS_BIAS] = torch.zeros(config.vocab_size) if bias is None else bias.reshape(-1)
         return state
+
+
+def bart_names(enc_layers: int, dec_layers: int, tied: bool) -> dict[str, str]:
+    """{attnseq's name: BartForConditionalGeneration's name} of every tensor of
+    `TransformerSeq2Seq`, the table both the import and the export (bart_export.py) read:
+    Marian's (`marian_names`; `tied`: one matrix, model.shared.weight, for both embeddings
+    and the output projection) with BART's position tables and layernorm_embedding."""
+    names = marian_names(enc_layers, dec_layers, shared=tied, tied=tied)
+    for side, ours in zip(SIDES, ("src", "tgt"), strict=True):
+        names[f"{ours}_positions.table.weight"] = f"model.{side}.embed_positions.weight"
+        for kind in ("weight", "bias"):
+            names[f"{ours}_embed_norm.{kind}"] = f"model.{side}.layernorm_embedding.{kind}"
+    return names
 
 
 def _bart_config(folder: Path) -> Any:

@@ -1,14 +1,17 @@
-"""Export of a transformer checkpoint to a Hugging Face Marian folder that
+"""Export of a transformer checkpoint to a Hugging Face model folder of the family it came
+from (`EXPORT_FAMILIES`, chosen by its tokenizers: Marian here, whose folders
 `MarianMTModel.from_pretrained`, `MarianTokenizer.from_pretrained` and
-`pipeline("translation")` read: config.json and generation_config.json from the checkpoint's
-config, model.safetensors through the import's name table (`pretrained.marian_names`), and the
-MarianTokenizer files the checkpoint holds. What Marian cannot express is one UserError naming
-every such setting (`unsupported_features`); the folder is written whole in a staging folder
-and moved into place.
+`pipeline("translation")` read; BART in bart_export.py): config.json and generation_config.json
+from the checkpoint's config, model.safetensors through the import's name table
+(`pretrained.marian_names`), and the tokenizer files the checkpoint holds. What the family
+cannot express is one UserError naming every such setting (`unsupported_features`); the folder
+is written whole in a staging folder and moved into place.
 """
 
 import json
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,31 +34,76 @@ from attnseq.models.pretrained import (
 log = logging.getLogger("attnseq")
 
 EXPORT_FILE = "attnseq_huggingface_export.json"
-EXPORT_NAMES = frozenset(
-    {"config.json", "generation_config.json", SAFETENSORS, *TOKENIZER_FILES, EXPORT_FILE}
-)
-"""Every file an export writes: what `force` may replace."""
 EXPORT_VERSION = 1
+MODEL_FILES = ("config.json", "generation_config.json", SAFETENSORS)
 
 
-def unsupported_features(cfg: TrainConfig, tokenizers: TokenizerPair) -> list[str]:
-    """The settings of a model that a Marian folder cannot express (empty: exportable)."""
+@dataclass(frozen=True)
+class ExportFamily:
+    """How a checkpoint goes out as one Hugging Face family: the reverse of its reader in
+    pretrained.FAMILIES.
+
+    Attributes:
+        name: the family as messages name it ("Marian").
+        model_type: config.json's model_type, which the import reads back.
+        config_class: transformers' config class (`transformers.MarianConfig`'s name).
+        tokenizer_names: every tokenizer file an export of the family may write.
+        model_problems: the transformer settings the family cannot express (one entry each,
+            named as `key=value (why)`); the attention's are `unsupported_features`' own.
+        tokenizer_problem: why the tokenizers are not the family's, or None.
+        config: the config class's settings of the checkpoint (`cfg`, the built model, the
+            tokenizers).
+        state: the family's tensors by name (float32) of the built model.
+        tokenizer_files: the tokenizer files by name.
+    """
+
+    name: str
+    model_type: str
+    config_class: str
+    tokenizer_names: tuple[str, ...]
+    model_problems: Callable[[TrainConfig, TokenizerPair], list[str]]
+    tokenizer_problem: Callable[[TokenizerPair], str | None]
+    config: Callable[[TrainConfig, torch.nn.Module, TokenizerPair], dict[str, Any]]
+    state: Callable[[torch.nn.Module, TrainConfig], dict[str, torch.Tensor]]
+    tokenizer_files: Callable[[TokenizerPair], dict[str, bytes]]
+
+
+def export_family(tokenizers: TokenizerPair) -> ExportFamily:
+    """The family a checkpoint exports as: its target tokenizer's kind in `EXPORT_FAMILIES`
+    (an imported or fine-tuned model's own), else Marian, which names what it lacks."""
+    return EXPORT_FAMILIES.get(tokenizers.tgt.kind, EXPORT_FAMILIES["marian"])
+
+
+def export_names() -> frozenset[str]:
+    """Every file an export of any family writes: what `force` may replace."""
+    names = {*MODEL_FILES, EXPORT_FILE}
+    for family in EXPORT_FAMILIES.values():
+        names.update(family.tokenizer_names)
+    return frozenset(names)
+
+
+def unsupported_features(
+    cfg: TrainConfig, tokenizers: TokenizerPair, family: "ExportFamily | None" = None
+) -> list[str]:
+    """The settings of a model that a folder of `family` (`export_family`'s by default)
+    cannot express (empty: exportable)."""
+    family = family or export_family(tokenizers)
     model = cfg.model
     problems = []
     if model.family is not ModelFamily.transformer:
-        problems.append(f"model.family={model.family.name} (Marian is a transformer)")
+        problems.append(f"model.family={model.family.name} ({family.name} is a transformer)")
     else:
-        problems += _transformer_problems(cfg)
+        problems += family.model_problems(cfg, tokenizers) + _attention_problems(cfg, family.name)
     if model.copy or model.coverage:
         problems.append("model.copy/model.coverage (the pointer-generator's copy distribution)")
-    tokenizer = _tokenizer_problem(tokenizers)
+    tokenizer = family.tokenizer_problem(tokenizers)
     if tokenizer:
         problems.append(tokenizer)
     return problems
 
 
-def _transformer_problems(cfg: TrainConfig) -> list[str]:
-    model, attention = cfg.model, cfg.model.attention
+def _marian_problems(cfg: TrainConfig, tokenizers: TokenizerPair) -> list[str]:
+    model = cfg.model
     problems = []
     if model.norm is Norm.pre:
         problems.append("model.norm=pre (Marian's layers are post-norm, without a final LayerNorm)")
@@ -64,9 +112,18 @@ def _transformer_problems(cfg: TrainConfig) -> list[str]:
             f"model.positions={model.positions.name} (Marian's positions are sinusoids with sin "
             "in the first half of the channels and cos in the second: sinusoidal_split)"
         )
+    if model.embed_norm:
+        problems.append("model.embed_norm=true (BART's LayerNorm on the embeddings)")
+    return problems
+
+
+def _attention_problems(cfg: TrainConfig, name: str) -> list[str]:
+    """What a BART-like family `name` (Marian, BART) lacks of attnseq's attention and layers."""
+    model, attention = cfg.model, cfg.model.attention
+    problems = []
     if attention.kind is not AttentionKind.full:
         problems.append(
-            f"model.attention.kind={attention.kind.name} (Marian has full attention only)"
+            f"model.attention.kind={attention.kind.name} ({name} has full attention only)"
         )
     if attention.memory_slots > 0:
         problems.append(
@@ -74,10 +131,10 @@ def _transformer_problems(cfg: TrainConfig) -> list[str]:
             "and values)"
         )
     if not attention.scaled:
-        problems.append("model.attention.scaled=false (Marian divides q.k by sqrt(d_k))")
+        problems.append(f"model.attention.scaled=false ({name} divides q.k by sqrt(d_k))")
     if attention.hard is not HardMode.none:
         problems.append(
-            f"model.attention.hard={attention.hard.name} (Marian's cross-attention is soft)"
+            f"model.attention.hard={attention.hard.name} ({name}'s cross-attention is soft)"
         )
     if model.conv_kernel > 0:
         problems.append(
@@ -86,7 +143,7 @@ def _transformer_problems(cfg: TrainConfig) -> list[str]:
     return problems
 
 
-def _tokenizer_problem(tokenizers: TokenizerPair) -> str | None:
+def _marian_tokenizer_problem(tokenizers: TokenizerPair) -> str | None:
     """Why the tokenizers cannot be written as one MarianTokenizer folder, or None."""
     src, tgt = tokenizers.src, tokenizers.tgt
     if isinstance(src, MarianTokenizer) and isinstance(tgt, MarianTokenizer):
@@ -109,13 +166,23 @@ def _tokenizer_problem(tokenizers: TokenizerPair) -> str | None:
 def marian_config(cfg: TrainConfig, model: torch.nn.Module, tokens: TokenizerPair) -> dict:
     """MarianConfig's settings of the checkpoint's transformer, its sharing read off the built
     model (model.share_src_tgt_embeddings=None resolves when the model is built)."""
-    m = cfg.model
     shared, tied = _sharing(model)
-    target = tokens.tgt
     return {
+        **seq2seq_settings(cfg, tokens),
         "architectures": ["MarianMTModel"],
+        "decoder_vocab_size": tokens.tgt.vocab_size,
+        "share_encoder_decoder_embeddings": shared,
+        "tie_word_embeddings": tied,
+    }
+
+
+def seq2seq_settings(cfg: TrainConfig, tokens: TokenizerPair) -> dict[str, Any]:
+    """The settings BART-like configs (Marian's, BART's) share: widths, layer counts,
+    dropouts, activation, embedding scale, the position table's length, the special ids
+    (the inverse of pretrained.seq2seq_config)."""
+    m, target = cfg.model, tokens.tgt
+    return {
         "vocab_size": tokens.src.vocab_size,
-        "decoder_vocab_size": target.vocab_size,
         "d_model": m.d_model,
         "encoder_layers": m.enc_layers,
         "decoder_layers": m.dec_layers,
@@ -129,8 +196,6 @@ def marian_config(cfg: TrainConfig, model: torch.nn.Module, tokens: TokenizerPai
         "activation_dropout": m.dropout if m.activation_dropout is None else m.activation_dropout,
         "scale_embedding": m.scale_embeddings,
         "max_position_embeddings": m.max_positions,
-        "share_encoder_decoder_embeddings": shared,
-        "tie_word_embeddings": tied,
         "pad_token_id": target.pad_id,
         "eos_token_id": target.eos_id,
         "decoder_start_token_id": target.bos_id,
@@ -157,6 +222,8 @@ def generation_settings(
         # attnseq never generates <pad> or the start token
         "bad_words_ids": [[i] for i in sorted({target.pad_id, target.bos_id} - {target.eos_id})],
     }
+    if decoding.forced_first_token is not None:  # BART's <s>
+        settings["forced_bos_token_id"] = decoding.forced_first_token
     missing = []
     if decoding.max_output_ratio == 0:  # max_length counts the start token
         settings["max_length"] = decoding.max_output_extra + int(decoding.eos_at_limit) + 1
@@ -187,19 +254,28 @@ def generation_settings(
 
 
 def marian_state(model: torch.nn.Module, cfg: TrainConfig) -> dict[str, torch.Tensor]:
-    """MarianMTModel's tensors by name (float32, each its own copy) from the model's, its
-    head masks folded into W^O (head_mask.py)."""
+    """MarianMTModel's tensors by name of the model's (`named_tensors`)."""
+    m = cfg.model
+    return named_tensors(
+        model, marian_names(m.enc_layers, m.dec_layers, *_sharing(model)), "Marian"
+    )
+
+
+def named_tensors(
+    model: torch.nn.Module, names: dict[str, str], family: str
+) -> dict[str, torch.Tensor]:
+    """The model's tensors (float32, each its own copy) by the names of `names` ({attnseq's
+    name: the family's}), its head masks folded into W^O (head_mask.py), the logits bias
+    (V,) -> (1, V) and zero where the model has none (model.output_bias=false)."""
     from attnseq.models.head_mask import folded_state_dict, optional_entry
 
-    m = cfg.model
     state = folded_state_dict(model)
-    if LOGITS_BIAS not in state:  # model.output_bias=false: Marian's bias is zero
+    if LOGITS_BIAS not in state:
         state[LOGITS_BIAS] = torch.zeros(model.output_proj.out_features)
-    state[LOGITS_BIAS] = state[LOGITS_BIAS].reshape(1, -1)  # (V,) -> (1, V)
-    names = marian_names(m.enc_layers, m.dec_layers, *_sharing(model))
+    state[LOGITS_BIAS] = state[LOGITS_BIAS].reshape(1, -1)
     unmapped = [name for name in state if name not in names and not optional_entry(name)]
     if unmapped:  # unsupported_features lets through only what the table maps
-        raise ValueError(f"no Marian name for {', '.join(unmapped)}")
+        raise ValueError(f"no {family} name for {', '.join(unmapped)}")
     tensors: dict[str, torch.Tensor] = {}
     for ours, theirs in names.items():
         tensors.setdefault(theirs, state[ours].float().contiguous())
@@ -216,14 +292,14 @@ def _sharing(model: torch.nn.Module) -> tuple[bool, bool]:
 
 
 def export_huggingface(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:
-    """Write `checkpoint` as a Hugging Face Marian model folder `out_dir`: new, empty, or (with
-    `force`) an earlier export whose own files (`EXPORT_NAMES`) are replaced, other files
-    staying.
+    """Write `checkpoint` as a Hugging Face model folder `out_dir` of its family
+    (`export_family`): new, empty, or (with `force`) an earlier export whose own files
+    (`export_names`) are replaced, other files staying.
 
     Raises:
         UserError: `out_dir` is the checkpoint, holds it, is a file, holds files that are not
-            an export (or an export without `force`); the model has settings Marian cannot
-            express (all of them named); transformers or safetensors is not installed.
+            an export (or an export without `force`); the model has settings its family
+            cannot express (all of them named); transformers or safetensors is not installed.
         OutputError: the folder cannot be written (full disk, read-only); it is left as it was.
     """
     from attnseq.models.loading import load_trained_model
@@ -231,13 +307,15 @@ def export_huggingface(checkpoint: Path, out_dir: Path, force: bool = False) -> 
     check_export_folder(checkpoint, out_dir, force, marker=EXPORT_FILE)
     trained = load_trained_model(checkpoint)
     cfg, tokenizers = trained.cfg, trained.tokenizers
-    problems = unsupported_features(cfg, tokenizers)
+    family = export_family(tokenizers)
+    problems = unsupported_features(cfg, tokenizers, family)
     if problems:
         raise UserError(
-            "cannot export to Hugging Face Marian: the model uses " + "; ".join(problems)
+            f"cannot export to Hugging Face {family.name}: the model uses " + "; ".join(problems)
         )
-    marian, generation_config, save_file = _hugging_face_writers()
-    config = marian(**marian_config(cfg, trained.model, tokenizers))
+    transformers, generation_config, save_file = _hugging_face_writers()
+    config_class = getattr(transformers, family.config_class)
+    config = config_class(**family.config(cfg, trained.model, tokenizers))
     settings, missing = generation_settings(cfg.decoding, tokenizers, cfg.model.max_positions)
     generation = generation_config(**settings)
     if missing:
@@ -245,8 +323,8 @@ def export_huggingface(checkpoint: Path, out_dir: Path, force: bool = False) -> 
             "generation_config.json cannot express %s: generate decodes without them",
             "; ".join(missing),
         )
-    tensors = marian_state(trained.model, cfg)
-    files = tokenizers.src.files  # type: ignore[attr-defined]  # MarianTokenizer's
+    tensors = family.state(trained.model, cfg)
+    files = family.tokenizer_files(tokenizers)
 
     def write(staging: Path) -> None:
         config.save_pretrained(staging)
@@ -254,22 +332,49 @@ def export_huggingface(checkpoint: Path, out_dir: Path, force: bool = False) -> 
         save_file(tensors, staging / SAFETENSORS, metadata={"format": "pt"})
         for name, data in files.items():
             (staging / name).write_bytes(data)
-        marker = {"version": EXPORT_VERSION, "format": "huggingface", "model_type": "marian"}
+        marker = {
+            "version": EXPORT_VERSION,
+            "format": "huggingface",
+            "model_type": family.model_type,
+        }
         (staging / EXPORT_FILE).write_text(json.dumps(marker), encoding="utf-8")
 
-    write_staged_folder(out_dir, write, replaced=EXPORT_NAMES, last=EXPORT_FILE)
+    write_staged_folder(out_dir, write, replaced=export_names(), last=EXPORT_FILE)
     return out_dir
 
 
 def _hugging_face_writers() -> tuple[Any, Any, Any]:
-    """MarianConfig, GenerationConfig and safetensors' save_file (UserError naming the extra
-    when they are not installed)."""
+    """The transformers module (its config classes), GenerationConfig and safetensors'
+    save_file (UserError naming the extra when they are not installed)."""
     try:
+        import transformers
         from safetensors.torch import save_file
-        from transformers import GenerationConfig, MarianConfig
+        from transformers import GenerationConfig
     except ImportError:
         raise UserError(
             "exporting to Hugging Face needs transformers and safetensors: "
             "pip install 'attnseq[hf]'"
         ) from None
-    return MarianConfig, GenerationConfig, save_file
+    return transformers, GenerationConfig, save_file
+
+
+def pretrained_files(tokenizers: TokenizerPair) -> dict[str, bytes]:
+    """The tokenizer files of a pretrained tokenizer pair (both sides hold the same ones)."""
+    return dict(tokenizers.src.files)  # type: ignore[attr-defined]  # a pretrained kind's
+
+
+# tokenizer kind -> the family its checkpoints export as; bart_export.py adds "bart" (the
+# package's __init__ imports it, as it does the readers of pretrained.FAMILIES)
+EXPORT_FAMILIES: dict[str, ExportFamily] = {
+    "marian": ExportFamily(
+        name="Marian",
+        model_type="marian",
+        config_class="MarianConfig",
+        tokenizer_names=TOKENIZER_FILES,
+        model_problems=_marian_problems,
+        tokenizer_problem=_marian_tokenizer_problem,
+        config=marian_config,
+        state=marian_state,
+        tokenizer_files=pretrained_files,
+    )
+}

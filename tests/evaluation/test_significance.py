@@ -122,6 +122,7 @@ def read(name: str) -> list[str]:
         return handle.read().split("\n")[:-1]
 
 
+@pytest.mark.slow  # 12,000 resamples of 3,004 lines; the exact-permutation test runs by default
 def test_sacrebleus_own_example_gives_its_p_values() -> None:
     """sacreBLEU's test/test_significance.py (github.com/mjpost/sacrebleu): WMT17 en-de
     systems against the first, LIUM-NMT, with BLEU(tokenize="none"), seed 12345; 2,000

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import attnseq_in_process, save_model
+from helpers import adam_updates, assert_exported_unchanged, attnseq_in_process, save_model
 
 pytest.importorskip("transformers", reason="the exported folders are read with transformers")
 
@@ -20,7 +20,6 @@ from marian_stand_ins import SHAPES, SOURCES, TARGETS  # noqa: E402
 
 from attnseq.config.conversion import config_from_dict, config_to_dict  # noqa: E402
 from attnseq.config.schema import TrainConfig  # noqa: E402
-from attnseq.data.batching import collate  # noqa: E402
 from attnseq.data.tokenizers import CharTokenizer, TokenizerPair  # noqa: E402
 from attnseq.io.atomic import STAGING_PREFIX  # noqa: E402
 from attnseq.io.checkpoint import save_checkpoint  # noqa: E402
@@ -109,24 +108,7 @@ def own_checkpoint(path: Path, tokenizers: TokenizerPair, updates: int, **model:
             (tokenizers.src.encode(s), tokenizers.tgt.encode(t)) for s, t in train_pairs(800)
         ]
         fit = [pair for pair in encoded if max(len(pair[0]), len(pair[1]) + 1) <= 100]
-        examples = fit[: 16 * updates]
-        optimizer = torch.optim.Adam(module.parameters(), lr=3e-3)
-        module.train()
-        for start in range(0, len(examples), 16):
-            batch = collate(
-                examples[start : start + 16],
-                range(16),
-                pad_id=module.pad_id,
-                bos_id=module.bos_id,
-                eos_id=module.eos_id,
-            )
-            logits = module(batch.src, batch.src_lengths, batch.tgt_in).logits
-            loss = torch.nn.functional.cross_entropy(
-                logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=module.pad_id
-            )
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+        adam_updates(module, fit[: 16 * updates])
     return save_model(path, cfg, tokenizers, module)
 
 
@@ -163,16 +145,8 @@ def test_the_reimported_export_is_the_imported_model(
     marian_folders: dict, exports: dict, shape: str
 ) -> None:
     """Exact round trip: the same tensors, tokenizer files, model and decoding config."""
-    before, after = pretrained_payload(marian_folders[shape]), pretrained_payload(exports[shape])
-    assert before["model"].keys() == after["model"].keys()
-    for name, tensor in before["model"].items():
-        assert torch.equal(tensor, after["model"][name]), name
-    assert before["tokenizers"] == after["tokenizers"]
-    for key in ("model", "decoding", "data"):
-        assert before["config"][key] == after["config"][key], key
-    for name in ("source.spm", "target.spm", "vocab.json"):
-        original = (marian_folders[shape] / name).read_bytes()
-        assert (exports[shape] / name).read_bytes() == original
+    files = ("source.spm", "target.spm", "vocab.json")
+    assert_exported_unchanged(marian_folders[shape], exports[shape], files)
 
 
 @pytest.mark.parametrize("name", EXPORTED)
