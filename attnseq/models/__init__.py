@@ -13,7 +13,13 @@ if TYPE_CHECKING:
 
 # imported to add their families to pretrained.FAMILIES and huggingface_export's
 # EXPORT_FAMILIES: "bart", "m2m_100", "mbart"
-from attnseq.models import bart_export, bart_family, m2m100_family, mbart_family  # noqa: E402, F401
+from attnseq.models import (  # noqa: E402, F401
+    bart_export,
+    bart_family,
+    m2m100_family,
+    mbart_family,
+    multilingual_export,
+)
 
 # keyword arguments of both families' models that ModelConfig holds under the same name
 _SHARED_OPTIONS = ("dropout", "tie_embeddings")

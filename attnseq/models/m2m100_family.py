@@ -102,6 +102,14 @@ def language_tokenizers(
     return TokenizerPair(source, target)
 
 
+def force_the_target_language(cfg: TrainConfig, tokenizers: TokenizerPair) -> None:
+    """decoding.forced_first_token: the target language's code, where the folder names one
+    (`use_language_codes` sets it again for the language a command chooses)."""
+    target = tokenizers.tgt
+    if isinstance(target, LanguageCodeTokenizer) and target.language is not None:
+        cfg.decoding.forced_first_token = target.language_id()
+
+
 def add_final_norms(tensors: Tensors, d_model: int) -> Tensors:
     """`tensors` with the final LayerNorm of the encoder and of the decoder."""
     required = dict(tensors.required)
@@ -148,6 +156,7 @@ class M2M100Family:
         self.tied = bool(self.config.tie_word_embeddings)
         check_layer_settings(self.config, folder / "config.json")
         check_vocabulary_ids(self.config, folder / "config.json")
+        self.pair: TokenizerPair | None = None
 
     def train_config(self) -> TrainConfig:
         """The TrainConfig of the model: its transformer and the decoding `generate` does."""
@@ -157,17 +166,21 @@ class M2M100Family:
         model.positions = Positions.sinusoidal_fairseq
         model.position_offset = self.config.pad_token_id + 1  # fairseq's first position
         model.tie_embeddings = model.share_src_tgt_embeddings = self.tied
+        force_the_target_language(cfg, self.tokenizers())
         return cfg
 
     def tokenizers(self) -> TokenizerPair:
         """The source and target sides of the folder's M2M100Tokenizer (a vocab.json) or
         NllbTokenizer, as tokenizer_config.json names it."""
-        named = tokenizer_class(self.folder, self.kinds)
-        if named is None:
-            named = "M2M100Tokenizer" if (self.folder / "vocab.json").is_file() else "NllbTokenizer"
-        start = self.config.decoder_start_token_id
-        start = self.config.eos_token_id if start is None else start
-        return language_tokenizers(self, self.kinds[named], start)
+        if self.pair is None:  # built once: the config reads its target language
+            named = tokenizer_class(self.folder, self.kinds)
+            if named is None:
+                vocab = (self.folder / "vocab.json").is_file()
+                named = "M2M100Tokenizer" if vocab else "NllbTokenizer"
+            start = self.config.decoder_start_token_id
+            start = self.config.eos_token_id if start is None else start
+            self.pair = language_tokenizers(self, self.kinds[named], start)
+        return self.pair
 
     def tensors(self) -> Tensors:
         """The names and shapes of M2M100ForConditionalGeneration's weights."""

@@ -18,6 +18,7 @@ from attnseq.models.m2m100_family import (
     add_final_norms,
     check_vocabulary_ids,
     final_norm_state,
+    force_the_target_language,
     hf_config,
     language_tokenizers,
     tokenizer_class,
@@ -48,17 +49,21 @@ class MBartFamily(BartFamily):
         self.tied = bool(self.config.tie_word_embeddings)
         check_layer_settings(self.config, folder / "config.json")
         check_vocabulary_ids(self.config, folder / "config.json")
+        self.pair: TokenizerPair | None = None
 
     def train_config(self) -> TrainConfig:
         """BART's TrainConfig with pre-norm layers."""
         cfg = super().train_config()
         cfg.name = f"mbart {self.folder.name}"
         cfg.model.norm = Norm.pre
+        force_the_target_language(cfg, self.tokenizers())
         return cfg
 
     def tokenizers(self) -> TokenizerPair:
         """The source and target sides of the folder's MBart50Tokenizer; UserError for
         mBART-cc25's MBartTokenizer."""
+        if self.pair is not None:  # built once: the config reads its target language
+            return self.pair
         if tokenizer_class(self.folder, ("MBart50Tokenizer", CC25)) == CC25:
             raise UserError(
                 f"{self.folder / 'tokenizer_config.json'} names MBartTokenizer (mBART-cc25: "
@@ -67,7 +72,8 @@ class MBartFamily(BartFamily):
             )
         start = self.config.decoder_start_token_id
         start = self.config.eos_token_id if start is None else start
-        return language_tokenizers(self, MBart50Tokenizer, start)
+        self.pair = language_tokenizers(self, MBart50Tokenizer, start)
+        return self.pair
 
     def tensors(self) -> Tensors:
         """The names and shapes of MBartForConditionalGeneration's weights."""
