@@ -41,7 +41,8 @@ EMBEDDINGS = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.w
 
 def hf_config(folder: Path, class_name: str, family: str) -> Any:
     """transformers' config `class_name` of the folder (its defaults for what config.json
-    leaves out); UserError when transformers is missing or the config is refused."""
+    leaves out), checked (`check_layer_settings`, `check_vocabulary_ids`); UserError when
+    transformers is missing or the config is refused."""
     try:
         import transformers
     except ImportError:
@@ -49,12 +50,15 @@ def hf_config(folder: Path, class_name: str, family: str) -> Any:
             f"reading an {family} model needs transformers: pip install 'attnseq[hf]'"
         ) from None
     try:
-        return getattr(transformers, class_name).from_pretrained(folder, local_files_only=True)
+        config = getattr(transformers, class_name).from_pretrained(folder, local_files_only=True)
     except Exception as error:  # transformers' checks raise several kinds
         raise UserError(
             f"{folder / 'config.json'} is no valid {family} config ({type(error).__name__}: "
             f"{error})"
         ) from None
+    check_layer_settings(config, folder / "config.json")
+    check_vocabulary_ids(config, folder / "config.json")
+    return config
 
 
 def check_vocabulary_ids(config: Any, where: Path) -> None:
@@ -154,8 +158,6 @@ class M2M100Family:
         self.config = hf_config(folder, "M2M100Config", "M2M100")
         self.generation = _generation_settings(folder)
         self.tied = bool(self.config.tie_word_embeddings)
-        check_layer_settings(self.config, folder / "config.json")
-        check_vocabulary_ids(self.config, folder / "config.json")
         self.pair: TokenizerPair | None = None
 
     def train_config(self) -> TrainConfig:

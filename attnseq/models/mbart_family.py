@@ -16,14 +16,13 @@ from attnseq.errors import UserError
 from attnseq.models.bart_family import BartFamily
 from attnseq.models.m2m100_family import (
     add_final_norms,
-    check_vocabulary_ids,
     final_norm_state,
     force_the_target_language,
     hf_config,
     language_tokenizers,
     tokenizer_class,
 )
-from attnseq.models.pretrained import FAMILIES, Tensors, _generation_settings, check_layer_settings
+from attnseq.models.pretrained import FAMILIES, Tensors, _generation_settings
 
 # mBART-cc25's tokenizer writes its codes after </s> and starts the decoder from the target's
 CC25 = "MBartTokenizer"
@@ -47,8 +46,6 @@ class MBartFamily(BartFamily):
         self.config = hf_config(folder, "MBartConfig", "mBART")
         self.generation = _generation_settings(folder)
         self.tied = bool(self.config.tie_word_embeddings)
-        check_layer_settings(self.config, folder / "config.json")
-        check_vocabulary_ids(self.config, folder / "config.json")
         self.pair: TokenizerPair | None = None
 
     def train_config(self) -> TrainConfig:
