@@ -78,6 +78,11 @@ def unsupported_features(cfg: TrainConfig) -> list[str]:
         problems.append("model.output_bias=true (a pretrained model's logits bias)")
     if model.embed_norm:
         problems.append("model.embed_norm=true (BART's LayerNorm on the embeddings)")
+    if cfg.decoding.forced_first_token is not None:  # a multilingual model's target language
+        problems.append(
+            f"decoding.forced_first_token={cfg.decoding.forced_first_token} (translating "
+            "through the engine forces no first token)"
+        )
     return problems
 
 
