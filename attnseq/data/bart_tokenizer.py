@@ -3,13 +3,13 @@ BPE of vocab.json and merges.txt, run by the `tokenizers` library), so the ids a
 ids; one vocabulary serves source and target, and its special ids are the model's.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attnseq.data.tokenizers import PretrainedTokenizer, flatten_ids, register_tokenizer
+from attnseq.data.tokenizers import TransformersTokenizer, flatten_ids, register_tokenizer
 from attnseq.errors import UserError
 
 SIDES = ("source", "target")
@@ -48,7 +48,7 @@ def _transformers_bart() -> Any:
 
 
 @register_tokenizer
-class BartTokenizer(PretrainedTokenizer):
+class BartTokenizer(TransformersTokenizer):
     """One side of a Hugging Face `BartTokenizer`: both sides encode `<s> text`, the source
     side with the `</s>` that ends it, as BART's encoder reads it; the target side leaves
     `</s>` to batching, and the decoder starts from `bos_id` (the model's
@@ -72,7 +72,7 @@ class BartTokenizer(PretrainedTokenizer):
         self.files = dict(files)
         self.side = side
         self._hf = self.transformers_tokenizer(_transformers_bart(), self.files)
-        self._size = len(self._hf)
+        self._size = self._known = len(self._hf)
         specials = {}
         for role in ("pad", "unk", "eos", "bos"):
             token = getattr(self._hf, f"{role}_token")
@@ -106,37 +106,3 @@ class BartTokenizer(PretrainedTokenizer):
         """`encode` of many texts in one call of the tokenizers library."""
         rows = [list(ids) for ids in self._hf(list(texts))["input_ids"]]
         return flatten_ids(rows if self.side == "source" else [ids[:-1] for ids in rows])
-
-    def pieces(self, text: str) -> list[str]:
-        """The byte-level pieces of `encode(text)`, one per id (`<s>`, `</s>` included; "Ġ"
-        marks a piece that follows a space)."""
-        return self.ids_to_pieces(self.encode(text))
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """BartTokenizer's text of the ids up to the first EOS (special tokens skipped)."""
-        kept = []
-        for token_id in ids:
-            token_id = int(token_id)
-            if token_id == self.eos_id:
-                break
-            if token_id not in self._specials:
-                kept.append(token_id if token_id < self._size else self.unk_id)
-        return str(self._hf.decode(kept, skip_special_tokens=True))
-
-    def ids_to_pieces(self, ids: Iterable[int]) -> list[str]:
-        unk = str(self._hf.unk_token)
-        pieces = []
-        for token_id in ids:
-            token_id = int(token_id)
-            piece = self._hf.convert_ids_to_tokens(token_id) if token_id < self._size else None
-            pieces.append(unk if piece is None else str(piece))
-        return pieces
-
-    def piece_to_id(self, piece: str) -> int:
-        token_id = self._hf.convert_tokens_to_ids(piece)
-        if token_id is None or token_id in self._specials:
-            return self.unk_id
-        return int(token_id)
-
-    def pieces_to_text(self, pieces: list[str]) -> str:
-        return str(self._hf.convert_tokens_to_string(list(pieces)))

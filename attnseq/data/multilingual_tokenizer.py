@@ -4,7 +4,7 @@ code token, its pieces and `</s>`, the language chosen by data.src_lang_code and
 data.tgt_lang_code (`use_language_codes`), so the ids are exactly transformers'.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -12,8 +12,8 @@ import numpy as np
 
 from attnseq.config.schema import TrainConfig
 from attnseq.data.tokenizers import (
-    PretrainedTokenizer,
     TokenizerPair,
+    TransformersTokenizer,
     flatten_ids,
     register_tokenizer,
 )
@@ -41,7 +41,7 @@ def read_tokenizer_files(folder: Path, kind: type["LanguageCodeTokenizer"]) -> d
     return files
 
 
-class LanguageCodeTokenizer(PretrainedTokenizer):
+class LanguageCodeTokenizer(TransformersTokenizer):
     """One side of a multilingual model's tokenizer: both sides encode `CODE text </s>`, CODE
     the side's language; the target side leaves `</s>` to batching, and the decoder starts
     from `bos_id` (the model's decoder_start_token_id, `</s>`), the target code forced next.
@@ -111,6 +111,7 @@ class LanguageCodeTokenizer(PretrainedTokenizer):
         self.unk_id = specials["unk"]  # type: ignore[misc]
         self.eos_id = specials["eos"]  # type: ignore[misc]
         self.bos_id = bos_id  # type: ignore[misc]
+        # no text: the special tokens and the codes (decoded text leaves the code out)
         self._specials = {self.pad_id, self.bos_id, self.eos_id}
         self._specials.update([] if start in (None, self.unk_id) else [int(start)])
         self._specials.update(self.codes.values())
@@ -199,40 +200,6 @@ class LanguageCodeTokenizer(PretrainedTokenizer):
         """`encode` of many texts in one call of the tokenizer."""
         rows = [list(ids) for ids in self._encoded(list(texts))]
         return flatten_ids(rows if self.side == "source" else [ids[:-1] for ids in rows])
-
-    def pieces(self, text: str) -> list[str]:
-        """The pieces of `encode(text)`, one per id (the code and `</s>` included)."""
-        return self.ids_to_pieces(self.encode(text))
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """The tokenizer's text of the ids up to the first EOS (special tokens and language
-        codes skipped)."""
-        kept = []
-        for token_id in ids:
-            token_id = int(token_id)
-            if token_id == self.eos_id:
-                break
-            if token_id not in self._specials:
-                kept.append(token_id if token_id < self._known else self.unk_id)
-        return str(self._hf.decode(kept, skip_special_tokens=True))
-
-    def ids_to_pieces(self, ids: Iterable[int]) -> list[str]:
-        unk = str(self._hf.unk_token)
-        pieces = []
-        for token_id in ids:
-            token_id = int(token_id)
-            piece = self._hf.convert_ids_to_tokens(token_id) if token_id < self._known else None
-            pieces.append(unk if piece is None else str(piece))
-        return pieces
-
-    def piece_to_id(self, piece: str) -> int:
-        token_id = self._hf.convert_tokens_to_ids(piece)
-        if token_id is None or token_id in self._specials:
-            return self.unk_id
-        return int(token_id)
-
-    def pieces_to_text(self, pieces: list[str]) -> str:
-        return str(self._hf.convert_tokens_to_string(list(pieces)))
 
 
 @register_tokenizer

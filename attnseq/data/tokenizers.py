@@ -307,6 +307,52 @@ class PretrainedTokenizer(Tokenizer):
         return f"{type(self).__name__}({self.side}, vocab_size={self.vocab_size})"
 
 
+class TransformersTokenizer(PretrainedTokenizer):
+    """A pretrained kind that is a transformers tokenizer (`_hf`) whose ids below `_known` have
+    pieces: its text, pieces and ids are the tokenizer's own, the ids of `_specials` read as
+    no text (bart_tokenizer.py, multilingual_tokenizer.py)."""
+
+    _hf: Any
+    _known: int
+    _specials: set[int]
+
+    def pieces(self, text: str) -> list[str]:
+        """The tokenizer's pieces of `encode(text)`, one per id, special tokens included
+        (BART's "Ġ" marks a piece that follows a space, sentencepiece's "▁" one that starts
+        a word)."""
+        return self.ids_to_pieces(self.encode(text))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The tokenizer's text of the ids up to the first EOS (special tokens skipped, ids
+        without a piece read as <unk>)."""
+        kept = []
+        for token_id in ids:
+            token_id = int(token_id)
+            if token_id == self.eos_id:
+                break
+            if token_id not in self._specials:
+                kept.append(token_id if token_id < self._known else self.unk_id)
+        return str(self._hf.decode(kept, skip_special_tokens=True))
+
+    def ids_to_pieces(self, ids: Iterable[int]) -> list[str]:
+        unk = str(self._hf.unk_token)
+        pieces = []
+        for token_id in ids:
+            token_id = int(token_id)
+            piece = self._hf.convert_ids_to_tokens(token_id) if token_id < self._known else None
+            pieces.append(unk if piece is None else str(piece))
+        return pieces
+
+    def piece_to_id(self, piece: str) -> int:
+        token_id = self._hf.convert_tokens_to_ids(piece)
+        if token_id is None or token_id in self._specials:
+            return self.unk_id
+        return int(token_id)
+
+    def pieces_to_text(self, pieces: list[str]) -> str:
+        return str(self._hf.convert_tokens_to_string(list(pieces)))
+
+
 class VocabTokenizer(Tokenizer):
     """A tokenizer that splits text into pieces and looks each one up in a `Vocabulary`."""
 
