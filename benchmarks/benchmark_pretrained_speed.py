@@ -47,7 +47,8 @@ Options: --models opus-mt-base,bart-base, --sentences N (500), --batch-size B (3
 (4), --new-tokens N (24), --max-tokens N (4096), --steps N (5), --warmup N (2), --repeats N
 (3), --threads N (2: torch's intra-op threads and CTranslate2's intra_threads), --train-pairs
 N (Multi30k training pairs batched, 6000), --data DIR ($ATTNSEQ_DATA), --work-dir DIR (where
-the model folders are built; default a temporary folder), --out-dir DIR (docs/results).
+the model folders are built and kept for the next run; default a temporary folder), --out-dir
+DIR (docs/results), --no-ctranslate2 (decode without it).
 """
 
 import argparse
@@ -56,6 +57,7 @@ import os
 import platform
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -208,10 +210,8 @@ def build_marian(folder: Path, shape: Shape, lines: list[str]) -> None:
         source_lang="de",
         target_lang="en",
     )
-    tokenizer.save_pretrained(folder)
-    for path in sorted(work.iterdir()):
-        path.unlink()
-    work.rmdir()
+    tokenizer.save_pretrained(folder)  # copies the files it reads
+    shutil.rmtree(work)
     pad = vocab["<pad>"]
     config = MarianConfig(
         vocab_size=len(vocab),
@@ -737,6 +737,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {row['model']} | {count} | {row['task']} | {row['search'] or '-'} | "
             f"{row['system']} | {row['tokens_per_second']:,.0f} | {ratio} | {rss} |"
         )
+    lines += ["", *summary(report["results"])]
     if report.get("profiles"):
         lines += ["", "## Where the time goes", ""]
         lines += [
@@ -748,6 +749,23 @@ def markdown(report: dict[str, Any]) -> str:
                 lines += ["", f"### {model}, {part}", ""]
                 lines += profile_table(systems)
     return "\n".join(lines) + "\n"
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """In words: in how many rows attnseq is ahead of transformers, and its range of ratios to
+    each system."""
+    lines = []
+    for system in SYSTEMS[1:]:
+        ratios = [row["attnseq_ratio"] for row in rows if row["system"] == system]
+        ratios = [ratio for ratio in ratios if ratio is not None]
+        if not ratios:
+            continue
+        ahead = sum(ratio > 1 for ratio in ratios)
+        lines.append(
+            f"- attnseq / {system}: {min(ratios):.2f}x to {max(ratios):.2f}x; attnseq ahead in "
+            f"{ahead} of {len(ratios)} row(s)."
+        )
+    return lines
 
 
 def profile_table(systems: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -824,7 +842,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, help="where the models are built (kept)")
     parser.add_argument("--out-dir", type=Path, default=REPO / "docs" / "results")
     parser.add_argument("--profile", action="store_true", help="the top operators too")
-    parser.add_argument("--no-ctranslate2", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-ctranslate2", action="store_true", help="decode without it")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, for the tests")
     # a training child: one system's updates (see `training_rows`)
     parser.add_argument("--child", choices=TRAINERS, help=argparse.SUPPRESS)

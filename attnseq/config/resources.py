@@ -44,8 +44,8 @@ RNN_STATE_COPIES = 4  # per RNN layer, direction and token: x gates x hidden
 RNN_STEP_COPIES = 6  # per decoder step: the step's hidden, context, pre-output, ...
 ADDITIVE_COPIES = 2  # the additive/concat score's (B, S, A) tanh and its gradient
 # Copies of a search step's (rows, V) scores alive at once: the logits, their log-softmax, the
-# allowed ones (EOS, repeats masked) and the beam's candidate sums before the top-k (measured:
-# 3.5 to 5 over a 256k vocabulary, beams of 1 to 5; the fewest, a lower bound).
+# allowed ones (EOS, repeats masked) and the beam's candidate sums before the top-k; below the
+# fewest measured (benchmarks/benchmark_memory_estimate.py --search), so a lower bound.
 SEARCH_VOCAB_COPIES = 3
 
 

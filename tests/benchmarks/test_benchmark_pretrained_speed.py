@@ -66,6 +66,7 @@ def test_quick_run_writes_every_row_the_ratios_and_the_page(tmp_path, shared_dat
     table += [line for line in page.splitlines() if line.startswith("| bart-base |")]
     assert len(table) == len(rows)
     assert sum(line.count("x |") for line in table) == len(rows) - 6  # a ratio but on attnseq's
+    assert "- attnseq / transformers: " in page and "ahead in " in page  # the summary
     assert "### bart-base, training" in page
 
 
