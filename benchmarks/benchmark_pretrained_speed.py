@@ -28,7 +28,9 @@ What is measured (docs/results/pretrained_speed.md has the definitions beside th
   --batch-size, the same token ids for every system (tokenization is not timed); greedy and
   beam 4; every output exactly --new-tokens tokens long (EOS forbidden before, the search
   stopped at it: `min_length = max_length`), so that every system does the same work.
-  attnseq: `attnseq.decoding.decode` of the imported model; transformers: `generate`
+  attnseq: its beam search (`attnseq.decoding.decode`) and its greedy search
+  (`token_by_token` with the most probable token: `decode` itself takes a beam of one for
+  greedy with a min_length) of the imported model; transformers: `generate`
   (no_repeat_ngram_size 0, no forced EOS); CTranslate2: `translate_batch` with
   min_decoding_length = max_decoding_length, float32 and int8. Target tokens/s: output tokens
   over seconds; each figure the median of --repeats timed passes after one warm-up batch.
