@@ -20,9 +20,9 @@ from attnseq.config.schema import ModelConfig, TrainConfig
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.io.hf_hub import is_hub_id
+from attnseq.io.hf_hub import hub_folder, is_hub_id
 from attnseq.models.loading import check_structure, load_weights
-from attnseq.models.pretrained import pretrained_payload
+from attnseq.models.pretrained import FAMILIES, pretrained_payload, read_model_type
 from attnseq.models.seq2seq import Seq2Seq
 
 log = logging.getLogger("attnseq")
@@ -93,6 +93,20 @@ def read_pretrained(source: str) -> PretrainedModel:
             f"{error})"
         ) from None
     return PretrainedModel(source, path, cfg, tokenizers, payload["model"])
+
+
+def pretrained_vocabularies(source: str) -> tuple[int, int]:
+    """(source, target) vocabulary sizes of the tokenizers of the model at `source`
+    (`model.init_from`, read before by `read_pretrained`), without reading its weights: a
+    model folder's tokenizer files, a checkpoint's tensors memory-mapped."""
+    path = pretrained_location(source)
+    if isinstance(path, Path) and path.is_file():
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        tokenizers = TokenizerPair.from_state(payload["tokenizers"])
+    else:
+        folder = hub_folder(path) if is_hub_id(path) else Path(path)
+        tokenizers = FAMILIES[read_model_type(folder)](folder).tokenizers()
+    return tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
 
 
 def initialized_config(cfg: TrainConfig, given: Iterable[str] = ()) -> TrainConfig:
