@@ -12,7 +12,10 @@ Usage (a few minutes on one CPU thread; the largest size needs about 1 GB):
     nice -n 19 python benchmarks/benchmark_memory_estimate.py --out docs/results/memory_estimate.md
     python benchmarks/benchmark_memory_estimate.py --kinds full,bigbird --sizes small  # quick
 
-Prints one line per (kind, size) and writes a markdown table (--out).
+Prints one line per (kind, size) and writes a markdown table (--out). With --search it
+measures instead how many (rows, V) float tensors a search step holds at once over large
+vocabularies (`search_step_copies`), the count `SEARCH_VOCAB_COPIES` of the decoding estimates:
+    python benchmarks/benchmark_memory_estimate.py --search
 """
 
 import argparse
@@ -158,6 +161,41 @@ def measure(kind: str, size_name: str) -> Row:
     return Row(kind, size_name, step_estimate(cfg), measured)
 
 
+# (vocabulary, beam) of the search-step measurements: NLLB's vocabulary and a smaller one
+SEARCHES = [(256_206, 4), (256_206, 1), (64_000, 5)]
+SEARCH_SENTENCES = 32
+
+
+def search_step_copies(vocab: int, beam: int, sentences: int = SEARCH_SENTENCES) -> float:
+    """How many (rows, V) float tensors a search over a `vocab`-token vocabulary holds at its
+    peak: the peak resident growth of one decoding of `sentences` sentences with `beam` (after
+    a first one that grows the allocator's pools), over rows x V x 4 bytes. A transformer of
+    width 16 makes the vocabulary nearly all of it; min_length keeps every row alive."""
+    import torch
+
+    from attnseq.decoding import decode
+    from attnseq.models.loading import build_model
+    from attnseq.models.seq2seq import Vocabularies
+    from attnseq.training.peak_memory import release_freed_memory, reset_peak, status_bytes
+
+    keys = ["model.family=transformer", "model.d_model=16", "model.heads=2", "model.ff_dim=16"]
+    keys += ["model.enc_layers=1", "model.dec_layers=1", "decoding.max_output_ratio=0"]
+    keys += ["decoding.max_output_extra=5", "decoding.min_length=5", f"decoding.beam={beam}"]
+    cfg = config_from_dict({}, keys)
+    model = build_model(cfg.model, Vocabularies(vocab, vocab, 0, 2, 3)).eval()
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab, (sentences, 10), generator=generator)  # (B, S)
+    lengths = torch.full((sentences,), 10)
+    with torch.inference_mode():
+        decode(model, src, lengths, cfg.decoding)
+        release_freed_memory()
+        before = status_bytes("VmRSS")
+        reset_peak()
+        decode(model, src, lengths, cfg.decoding)
+        grown = status_bytes("VmHWM") - before
+    return grown / (sentences * beam * vocab * 4)
+
+
 def markdown(rows: list[Row]) -> str:
     """The docs page: the table and how it was made."""
     lines = [
@@ -223,6 +261,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds")
     parser.add_argument("--sizes", default=",".join(SIZES), help="comma-separated sizes")
     parser.add_argument("--out", type=Path, help="write the markdown table here")
+    parser.add_argument(
+        "--search", action="store_true", help="measure a search step's (rows, V) copies instead"
+    )
     args = parser.parse_args(argv)
     for option, given, valid in (("--kinds", args.kinds, KINDS), ("--sizes", args.sizes, SIZES)):
         unknown = [name for name in given.split(",") if name not in valid]
@@ -233,6 +274,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.search:  # resources.SEARCH_VOCAB_COPIES is at most the fewest of these
+        for vocab, beam in SEARCHES:
+            copies = search_step_copies(vocab, beam)
+            print(f"vocabulary {vocab:,} beam {beam}: {copies:.2f} (rows, V) copies", flush=True)
+        return 0
     rows = []
     for kind in args.kinds.split(","):
         for size in args.sizes.split(","):

@@ -103,7 +103,11 @@ TINY_SUMMARIZER = [
 ]
 
 # What a packaged experiment leaves to the command line (`${required:KEY}`), by experiment
-EXPERIMENT_NEEDS = {"multi30k_finetune_marian": ["model.init_from=hf:Helsinki-NLP/opus-mt-de-en"]}
+EXPERIMENT_NEEDS = {
+    "multi30k_finetune_marian": ["model.init_from=hf:Helsinki-NLP/opus-mt-de-en"],
+    "dialogsum_finetune_bart": ["model.init_from=hf:facebook/bart-base"],
+    "aeslc_finetune_bart": ["model.init_from=hf:facebook/bart-base"],
+}
 
 
 def experiment_overrides(name: str) -> list[str]:

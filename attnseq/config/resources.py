@@ -43,6 +43,10 @@ LOGIT_COPIES = 4  # logits, log-softmax, their gradients
 RNN_STATE_COPIES = 4  # per RNN layer, direction and token: x gates x hidden
 RNN_STEP_COPIES = 6  # per decoder step: the step's hidden, context, pre-output, ...
 ADDITIVE_COPIES = 2  # the additive/concat score's (B, S, A) tanh and its gradient
+# Copies of a search step's (rows, V) scores alive at once: the logits, their log-softmax, the
+# allowed ones (EOS, repeats masked) and the beam's candidate sums before the top-k; below the
+# fewest measured (benchmarks/benchmark_memory_estimate.py --search), so a lower bound.
+SEARCH_VOCAB_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -328,15 +332,31 @@ def rnn_parameters(model: ModelConfig, vocab: int) -> int:
     return total
 
 
-def transformer_parameters(model: ModelConfig, vocab: int) -> int:
-    """Parameters of the transformer (models/transformer.py), embeddings of size `vocab`."""
+def may_share_embeddings(model: ModelConfig) -> bool:
+    """Whether source and target may read one embedding matrix: set, or left to the
+    tokenizers (None: shared when one tokenizer serves both sides and the output is tied)."""
+    share = model.share_src_tgt_embeddings
+    return bool(share) or (share is None and model.tie_embeddings)
+
+
+def transformer_parameters(model: ModelConfig, vocab: int, source_vocab: int | None = None) -> int:
+    """Parameters of the transformer (models/transformer.py), a target vocabulary of `vocab`
+    and a source one of `source_vocab` (None: the same): one embedding matrix where the two
+    sides may share it (`may_share_embeddings`), the output projection's own where it is not
+    tied, its bias (`output_bias`), a learned table of max_positions + position_offset rows
+    per side, the embeddings' norms (`embed_norm`) and a pre-norm stack's final norms."""
     d, ff = model.d_model, model.ff_dim
+    source_vocab = vocab if source_vocab is None else source_vocab
     attention = 4 * d * d + 4 * d
     feed_forward = 2 * d * ff + ff + d
     encoder = model.enc_layers * (attention + feed_forward + 4 * d)
     decoder = model.dec_layers * (2 * attention + feed_forward + 6 * d)
-    embeddings = 2 * vocab * d + (0 if model.tie_embeddings else vocab * d)
-    positions = 2 * model.max_positions * d if model.positions.name == "learned" else 0
+    shared = may_share_embeddings(model) and source_vocab == vocab
+    embeddings = (vocab if shared else source_vocab + vocab) * d
+    embeddings += (0 if model.tie_embeddings else vocab * d) + (vocab if model.output_bias else 0)
+    rows = model.max_positions + model.position_offset
+    positions = 2 * rows * d if model.positions.name == "learned" else 0
+    norms = 2 * 2 * d * (int(model.embed_norm) + int(model.norm.name == "pre"))
     kind = model.attention.kind.name
     if kind == "linformer":
         encoder += model.enc_layers * 2 * model.max_positions * model.attention.proj_dim
@@ -348,7 +368,7 @@ def transformer_parameters(model: ModelConfig, vocab: int) -> int:
     # the convolution sublayer: pointwise d -> 2d and d -> d, depthwise k d, norms
     k = model.conv_kernel
     conv = model.enc_layers * (3 * d * d + (k + 8) * d) if k else 0
-    return encoder + decoder + embeddings + positions + memory + conv
+    return encoder + decoder + embeddings + positions + norms + memory + conv
 
 
 def source_length(cfg: TrainConfig) -> int:
@@ -362,7 +382,8 @@ def source_length(cfg: TrainConfig) -> int:
 def decoding_bytes(cfg: TrainConfig, vocab: int) -> int:
     """One validation batch under beam search: every hypothesis holds its sentence's encoder
     states (per decoder layer for a transformer's cross-attention), its token history up to the
-    output limit, and scores over the vocabulary (sampling: every sample is such a hypothesis)."""
+    output limit, and a step's `SEARCH_VOCAB_COPIES` scores over the vocabulary (sampling:
+    every sample is such a hypothesis)."""
     model, data, decoding = cfg.model, cfg.data, cfg.decoding
     width = source_state_width(model)
     length = source_length(cfg)
@@ -371,7 +392,7 @@ def decoding_bytes(cfg: TrainConfig, vocab: int) -> int:
         tokens = min(tokens, data.valid_size * length)
     sentences = max(1, tokens // length)
     steps = math.floor(length * decoding.max_output_ratio) + decoding.max_output_extra
-    per_hypothesis = (length * width + 2 * vocab) * BYTES_PER_FLOAT + steps * 8
+    per_hypothesis = (length * width + SEARCH_VOCAB_COPIES * vocab) * BYTES_PER_FLOAT + steps * 8
     hypotheses = decoding.num_samples if decoding.sample else decoding.beam
     return sentences * hypotheses * per_hypothesis
 
@@ -385,16 +406,18 @@ def source_state_width(model: ModelConfig) -> int:
     return (model.enc_hidden or model.hidden // directions) * directions
 
 
-def estimate(cfg: TrainConfig) -> Estimate:
+def estimate(cfg: TrainConfig, vocab: tuple[int, int] | None = None) -> Estimate:
     """The memory a training run of `cfg` needs: the measured peak stays within a factor
-    `FACTOR` of its training bytes (docs/internals/configuration.md)."""
+    `FACTOR` of its training bytes (docs/internals/configuration.md). `vocab` is (source,
+    target) where the tokenizers are known before the run (a pretrained model's,
+    `model.init_from`), else the config's lower bound serves both sides."""
     model, data = cfg.model, cfg.data
-    vocab = vocabulary_lower_bound(cfg)
+    source, target = vocab or (vocabulary_lower_bound(cfg),) * 2
     if model.family is ModelFamily.transformer:
-        parameters = transformer_parameters(model, vocab)
-    else:
-        parameters = rnn_parameters(model, vocab)
-    activations = activation_elements(model, batch_shape(cfg), vocab) * BYTES_PER_FLOAT
+        parameters = transformer_parameters(model, target, source)
+    else:  # one size for every table: the smaller (a lower bound)
+        parameters = rnn_parameters(model, min(source, target))
+    activations = activation_elements(model, batch_shape(cfg), target) * BYTES_PER_FLOAT
     data_bytes = 0
     if data.source is DataSource.generated:
         examples = data.train_size + data.valid_size + data.test_size
@@ -404,7 +427,7 @@ def estimate(cfg: TrainConfig) -> Estimate:
         parameters=parameters,
         training_bytes=parameters * BYTES_PER_FLOAT * TRAINING_COPIES,
         activation_bytes=activations,
-        decoding_bytes=decoding_bytes(cfg, vocab),
+        decoding_bytes=decoding_bytes(cfg, target),
         data_bytes=data_bytes,
     )
 
@@ -462,11 +485,17 @@ def attention_text(model: ModelConfig) -> str:
     return f"model.attention.kind={kind}" + (f" ({keys})" if keys else "")
 
 
-def resource_problems(cfg: TrainConfig, ram: int, gpu: int | None, cores: int) -> list[str]:
+def resource_problems(
+    cfg: TrainConfig,
+    ram: int,
+    gpu: int | None,
+    cores: int,
+    vocab: tuple[int, int] | None = None,
+) -> list[str]:
     """What of `cfg` cannot fit a machine with `ram` bytes, a GPU of `gpu` bytes (None: train
-    on the CPU) and `cores` CPU cores."""
+    on the CPU) and `cores` CPU cores; `vocab` as `estimate` takes it."""
     problems: list[str] = []
-    need = estimate(cfg)
+    need = estimate(cfg, vocab)
     model, batch = cfg.model, batch_shape(cfg)
     shape = (
         f"d_model={model.d_model}, ff_dim={model.ff_dim}, "
@@ -537,11 +566,12 @@ def check_generated_data(cfg: TrainConfig) -> None:
         raise UserError(_generated_data_problem(cfg, need, ram))
 
 
-def check_resources(cfg: TrainConfig) -> None:
+def check_resources(cfg: TrainConfig, vocab: tuple[int, int] | None = None) -> None:
     """Raise UserError when `cfg` cannot fit this machine (see `resource_problems`): the RAM
     available now, since what other processes hold is not there for the run (the kernel would
-    end it without a word), or the GPU's memory."""
-    problems = resource_problems(cfg, available_ram(), cuda_memory(cfg), usable_cores())
+    end it without a word), or the GPU's memory. `vocab`: (source, target) sizes of the
+    tokenizers the run starts with, where known (a pretrained model's)."""
+    problems = resource_problems(cfg, available_ram(), cuda_memory(cfg), usable_cores(), vocab)
     if len(problems) == 1:
         raise UserError(problems[0])
     if problems:
@@ -573,7 +603,9 @@ def inference_bytes(
 
         per row  source x `source_state_width`         what the decoder reads of the source
                  + target x 2 d_model x dec_layers     a transformer decoder's own keys, values
-                 + scored x 2 x vocab                  logits and log-probabilities
+                 + scored x 2 x vocab                  logits and log-probabilities (teacher
+                                                       forced), or a search step's
+                                                       `SEARCH_VOCAB_COPIES` x vocab
                  + target x maps x source              kept cross-attention (`cross_maps`)
                  + layers x heads x (source^2, target^2)  kept self-attention (`self_maps`)
                  + source x attn_dim                   an additive RNN score's tanh (a step's)
@@ -584,7 +616,8 @@ def inference_bytes(
     a transformer, 1 for an RNN."""
     transformer = model.family is ModelFamily.transformer
     cache = 2 * model.d_model * model.dec_layers if transformer else 0
-    floats = source * source_state_width(model) + target * cache + scored * 2 * vocab
+    scores = SEARCH_VOCAB_COPIES * vocab if scored == 1 else scored * 2 * vocab
+    floats = source * source_state_width(model) + target * cache + scores
     if cross_maps:
         floats += target * (model.dec_layers * model.heads if transformer else 1) * source
     if self_maps and transformer:

@@ -15,7 +15,7 @@ import torch
 from attnseq.config.conversion import config_from_dict
 from attnseq.config.devices import DEVICE_FORMS, check_device_name
 from attnseq.config.schema import DecodingConfig
-from attnseq.data.tokenizers import BOS_ID, PAD_ID, TokenizerPair
+from attnseq.data.tokenizers import TokenizerPair
 from attnseq.decoding.settings import Hypothesis
 from attnseq.decoding.translate import SourceBatch, TextTranslator
 from attnseq.errors import UserError
@@ -53,7 +53,11 @@ class CTranslate2Translator(TextTranslator):
         self.src_tokens = vocabulary_tokens(self.tokenizers.src)
         target = vocabulary_tokens(self.tokenizers.tgt)
         self.tgt_ids = {token: index for index, token in enumerate(target)}
-        self.suppressed = [[target[PAD_ID]], [target[BOS_ID]]]
+        # what attnseq never generates: <pad>, and the start token unless it is EOS (BART's)
+        tgt = self.tokenizers.tgt
+        never = [tgt.pad_id] + ([tgt.bos_id] if tgt.bos_id != tgt.eos_id else [])
+        self.suppressed = [[target[index]] for index in never]
+        self.target_tokens = target
         ctranslate2 = import_ctranslate2()
         self.device, self.compute_type = engine_device(device, ctranslate2), compute_type
         try:
@@ -100,11 +104,17 @@ class CTranslate2Translator(TextTranslator):
             suppress_sequences=self.suppressed,
             return_scores=True,
             return_attention=attention,
+            target_prefix=self._forced_prefix(settings, len(sources)),
         )
         return [
             [self._hypothesis(result, k, limit, attention) for k in range(len(result.hypotheses))]
             for result, limit in zip(results, limits, strict=True)
         ]
+
+    def _forced_prefix(self, settings: DecodingConfig, count: int) -> list[list[str]] | None:
+        """decoding.forced_first_token (BART's <s>) as every output's first token."""
+        forced = settings.forced_first_token
+        return None if forced is None else [[self.target_tokens[forced]]] * count
 
     def _hypothesis(self, result: Any, k: int, limit: int, attention: bool) -> Hypothesis:
         tokens = [self.tgt_ids[token] for token in result.hypotheses[k]][:limit]

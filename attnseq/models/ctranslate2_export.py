@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnseq.config.choices import Activation, AttentionKind, ModelFamily, Norm
+from attnseq.config.choices import Activation, AttentionKind, HardMode, ModelFamily, Norm
 from attnseq.config.schema import TrainConfig
 from attnseq.data.sentencepiece_tokenizer import SentencePieceTokenizer
-from attnseq.data.tokenizers import BOS, EOS, UNK, Tokenizer, TokenizerPair
+from attnseq.data.tokenizers import Tokenizer, TokenizerPair
 from attnseq.errors import UserError
 from attnseq.io.atomic import STAGING_PREFIX, write_staged_folder
 from attnseq.io.user_paths import (
@@ -41,10 +41,19 @@ EXPORT_NAMES = frozenset(
 """Every file an export writes (CTranslate2's and attnseq's): what `force` may replace."""
 EXPORT_VERSION = 1
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, what every attnseq LayerNorm uses
+# attnseq's activations -> common_spec.Activation's names
+ACTIVATIONS = {
+    Activation.relu: "RELU",
+    Activation.gelu: "GELU",
+    Activation.gelu_tanh: "GELUTanh",
+    Activation.silu: "SWISH",
+}
 
 
 def unsupported_features(cfg: TrainConfig) -> list[str]:
-    """The model features CTranslate2's TransformerSpec cannot express (empty: exportable)."""
+    """The model features CTranslate2's TransformerSpec cannot express (empty: exportable).
+    Post- and pre-norm, every positional table, BART's offset and layernorm_embedding, the
+    logits bias, the activations and the embedding scale all map (`transformer_spec`)."""
     model = cfg.model
     if model.family is not ModelFamily.transformer:
         return [f"model.family={model.family.name} (CTranslate2 exports transformers only)"]
@@ -65,23 +74,15 @@ def unsupported_features(cfg: TrainConfig) -> list[str]:
         problems.append(
             "model.attention.scaled=false (unscaled dot products; the engine divides by sqrt(d_k))"
         )
+    if model.attention.hard is not HardMode.none:
+        problems.append(
+            f"model.attention.hard={model.attention.hard.name} (the engine's cross-attention "
+            "is soft)"
+        )
     if model.conv_kernel > 0:
         problems.append(
             f"model.conv_kernel={model.conv_kernel} (the encoder's convolution sublayer; the "
             "engine's encoder layers have none)"
-        )
-    if model.activation is not Activation.relu:
-        problems.append(f"model.activation={model.activation.name} (the export writes ReLU)")
-    if not model.scale_embeddings:
-        problems.append("model.scale_embeddings=false (the export scales by sqrt(d_model))")
-    if model.output_bias:
-        problems.append("model.output_bias=true (a pretrained model's logits bias)")
-    if model.embed_norm:
-        problems.append("model.embed_norm=true (BART's LayerNorm on the embeddings)")
-    if cfg.decoding.forced_first_token is not None:  # a multilingual model's target language
-        problems.append(
-            f"decoding.forced_first_token={cfg.decoding.forced_first_token} (translating "
-            "through the engine forces no first token)"
         )
     return problems
 
@@ -183,9 +184,13 @@ def import_ctranslate2() -> Any:
 
 
 def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: TokenizerPair) -> Any:
-    """The `TransformerSpec` of a `TransformerSeq2Seq`, weights set. The positional encodings
-    go out as a table for both kinds: the engine's own sinusoids put sines in the first half
-    of the channels, attnseq interleaves them (positional.py)."""
+    """The `TransformerSpec` of a `TransformerSeq2Seq`, weights set: post- or pre-norm (with
+    its final LayerNorms), the activation, the embedding scale, layernorm_embedding, the
+    logits bias and the special tokens of the model's own tokenizers (an imported model's
+    decoder starts from its own start token). The positional encodings go out as the table
+    PE(0 .. max_positions - 1) the model computes, for every kind: the engine's own sinusoids
+    put sines in the first half of the channels, attnseq's `sinusoidal` interleaves them
+    (positional.py), and a learned table with an offset (BART's) starts at row offset."""
     from ctranslate2.specs import common_spec, transformer_spec
 
     from attnseq.models.head_mask import folded_state_dict
@@ -198,18 +203,19 @@ def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: Token
         (m.enc_layers, m.dec_layers),
         m.heads,
         pre_norm=m.norm is Norm.pre,
-        activation=common_spec.Activation.RELU,
+        activation=getattr(common_spec.Activation, ACTIVATIONS[m.activation]),
         alignment_layer=alignment_layer,
         alignment_heads=alignment_heads,
+        layernorm_embedding=m.embed_norm,
     )
-    spec.config.decoder_start_token = BOS
-    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = BOS, EOS, UNK
+    _set_special_tokens(spec.config, tokenizers.tgt)
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
     weights = {name: _array(value) for name, value in folded_state_dict(model).items()}
-    src_table = _position_table(model.src_positions, m.max_positions)
-    tgt_table = _position_table(model.tgt_positions, m.max_positions)
-    _set_input(spec.encoder, weights["src_embed.weight"], src_table)
-    _set_input(spec.decoder, weights["tgt_embed.weight"], tgt_table)
+    for side, ours in ((spec.encoder, "src"), (spec.decoder, "tgt")):
+        table = _position_table(getattr(model, f"{ours}_positions"), m.max_positions)
+        _set_input(side, weights[f"{ours}_embed.weight"], table, m.scale_embeddings)
+        if m.embed_norm:
+            _set_norm(side.layernorm_embedding, weights, f"{ours}_embed_norm")
     for index, layer in enumerate(spec.encoder.layer):
         scope = f"encoder.layers.{index}"
         _set_attention(layer.self_attention, weights, f"{scope}.self_attn", self_attention=True)
@@ -225,10 +231,21 @@ def transformer_spec(model: torch.nn.Module, cfg: TrainConfig, tokenizers: Token
     if m.norm is Norm.pre:
         _set_norm(spec.encoder.layer_norm, weights, "encoder.final_norm")
         _set_norm(spec.decoder.layer_norm, weights, "decoder_norm")
-    spec.decoder.projection.weight = weights["output_proj.weight"]
+    spec.decoder.projection.weight = weights["output_proj.weight"]  # tied: the embedding's
+    if m.output_bias:  # a pretrained model's logits bias
+        spec.decoder.projection.bias = weights["output_proj.bias"]
     spec.register_source_vocabulary(vocabulary_tokens(tokenizers.src))
     spec.register_target_vocabulary(vocabulary_tokens(tokenizers.tgt))
     return spec
+
+
+def _set_special_tokens(config: Any, target: Tokenizer) -> None:
+    """The engine's BOS, EOS, UNK and decoder start tokens: the target tokenizer's own (the
+    decoder starts from `bos_id`: attnseq's <s>, Marian's <pad>, BART's </s>)."""
+    tokens = vocabulary_tokens(target)
+    config.decoder_start_token = tokens[target.bos_id]
+    config.bos_token = tokens[getattr(target, "start_id", target.bos_id)]
+    config.eos_token, config.unk_token = tokens[target.eos_id], tokens[target.unk_id]
 
 
 def _array(value: torch.Tensor) -> np.ndarray:
@@ -241,10 +258,10 @@ def _position_table(encoding: torch.nn.Module, length: int) -> np.ndarray:
         return _array(encoding(torch.arange(length)))
 
 
-def _set_input(spec: Any, embedding: np.ndarray, table: np.ndarray) -> None:
+def _set_input(spec: Any, embedding: np.ndarray, table: np.ndarray, scaled: bool) -> None:
     embeddings = spec.embeddings if isinstance(spec.embeddings, list) else [spec.embeddings]
     embeddings[0].weight = embedding  # the encoder has a list (one per source feature)
-    spec.scale_embeddings = True  # sqrt(d_model) * E[x], section 3.4
+    spec.scale_embeddings = scaled  # true: sqrt(d_model) * E[x], section 3.4
     spec.position_encodings.encodings = table
 
 

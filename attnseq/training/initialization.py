@@ -14,14 +14,15 @@ from typing import Any
 
 import torch
 
+from attnseq.config.choices import ModelFamily
 from attnseq.config.conversion import config_from_dict, config_to_dict, flat_config
 from attnseq.config.schema import ModelConfig, TrainConfig
 from attnseq.data.tokenizers import TokenizerPair
 from attnseq.errors import UserError
 from attnseq.io.checkpoint import load_checkpoint
-from attnseq.io.hf_hub import is_hub_id
+from attnseq.io.hf_hub import hub_folder, is_hub_id
 from attnseq.models.loading import check_structure, load_weights
-from attnseq.models.pretrained import pretrained_payload
+from attnseq.models.pretrained import FAMILIES, pretrained_payload, read_model_type
 from attnseq.models.seq2seq import Seq2Seq
 
 log = logging.getLogger("attnseq")
@@ -30,6 +31,8 @@ log = logging.getLogger("attnseq")
 # the cross-attention guided alignment supervises, none of which changes a weight's shape
 FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")
 FINE_TUNABLE += ("alignment_layer", "alignment_head")
+# model.* keys that add a training loss alone on a transformer (no weights): a run may add them
+LOSS_ONLY = ("coverage",)
 BEST_CHECKPOINT = Path("checkpoints") / "best.pt"  # inside a run directory
 
 
@@ -92,6 +95,20 @@ def read_pretrained(source: str) -> PretrainedModel:
     return PretrainedModel(source, path, cfg, tokenizers, payload["model"])
 
 
+def pretrained_vocabularies(source: str) -> tuple[int, int]:
+    """(source, target) vocabulary sizes of the tokenizers of the model at `source`
+    (`model.init_from`, read before by `read_pretrained`), without reading its weights: a
+    model folder's tokenizer files, a checkpoint's tensors memory-mapped."""
+    path = pretrained_location(source)
+    if isinstance(path, Path) and path.is_file():
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        tokenizers = TokenizerPair.from_state(payload["tokenizers"])
+    else:
+        folder = hub_folder(path) if is_hub_id(path) else Path(path)
+        tokenizers = FAMILIES[read_model_type(folder)](folder).tokenizers()
+    return tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
+
+
 def initialized_config(cfg: TrainConfig, given: Iterable[str] = ()) -> TrainConfig:
     """`cfg` with the model.* keys of the model at `cfg.model.init_from` (`cfg` itself when it
     names none). `given` are the overrides the run was composed with (key=value, as Hydra
@@ -109,9 +126,11 @@ def initialized_config(cfg: TrainConfig, given: Iterable[str] = ()) -> TrainConf
 
 
 def with_architecture(cfg: TrainConfig, model: ModelConfig, given: Iterable[str]) -> TrainConfig:
-    """`cfg` whose model.* are `model`'s (the pretrained one's), `cfg.model.init_from` and the
-    `FINE_TUNABLE` keys of `given` kept; `initialized_config` says what is refused."""
+    """`cfg` whose model.* are `model`'s (the pretrained one's), `cfg.model.init_from`, the
+    `FINE_TUNABLE` keys of `given` and a transformer's model.coverage kept
+    (`_combined_copy_keys`); `initialized_config` says what is refused."""
     source = cfg.model.init_from
+    combined = _combined_copy_keys(cfg.model, model, source)
     if model.family is not cfg.model.family:
         raise UserError(
             f"model.init_from={source} is a {model.family.value} model, but the config asks for "
@@ -119,7 +138,7 @@ def with_architecture(cfg: TrainConfig, model: ModelConfig, given: Iterable[str]
             f"(model={_MODEL_GROUPS[model.family.value]})"
         )
     keys = _given_model_keys(given)
-    kept = [key for key in FINE_TUNABLE if _named(key, keys)]
+    kept = [key for key in FINE_TUNABLE if _named(key, keys)] + combined
     for key, (ours, theirs) in _differences(cfg.model, model).items():
         if _named(key, keys) and key not in kept:
             raise UserError(
@@ -134,13 +153,33 @@ def with_architecture(cfg: TrainConfig, model: ModelConfig, given: Iterable[str]
     return dataclasses.replace(cfg, model=merged)
 
 
+def _combined_copy_keys(ours: ModelConfig, theirs: ModelConfig, source: str | None) -> list[str]:
+    """The pointer-generator keys the run asks for beyond the model of `source` that combine
+    with it: a transformer's model.coverage, a loss on its cross-attention without weights of
+    its own. model.copy (the copy gate p_gen) and an RNN's coverage (w_c in the additive
+    score) bring weights that would start untrained beside the pretrained ones: UserError.
+    GNMT's coverage penalty (decoding.coverage_penalty) is a decoding rule and combines."""
+    asked = [key for key in ("copy", "coverage") if getattr(ours, key) and not getattr(theirs, key)]
+    combined = list(LOSS_ONLY) if theirs.family is ModelFamily.transformer else []
+    refused = [f"model.{key}=true" for key in asked if key not in combined]
+    if refused:
+        weights = "the copy gate" if "copy" in asked else "the coverage weights of its scores"
+        raise UserError(
+            f"{' and '.join(refused)} cannot start from model.init_from={source}: its model has "
+            f"no pointer-generator, and {weights} would start untrained (a transformer's "
+            "model.coverage, a loss alone, combines); fine-tune without it, or train a "
+            "pointer-generator from scratch (config=dialogsum_pointer_generator)"
+        )
+    return [key for key in asked if key in combined]
+
+
 def start_from_pretrained(model: Seq2Seq, pretrained: PretrainedModel, cfg: TrainConfig) -> None:
     """Load the pretrained weights into the run's new `model`; UserError when `cfg.model` is
     not the pretrained model's architecture (a config `initialized_config` did not make)."""
     differ = [
         f"model.{key}"
         for key in _differences(cfg.model, pretrained.cfg.model)
-        if key.split(".")[0] not in FINE_TUNABLE
+        if key.split(".")[0] not in (*FINE_TUNABLE, *LOSS_ONLY)
     ]
     if differ:
         raise UserError(

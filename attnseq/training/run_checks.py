@@ -51,12 +51,14 @@ def check_job(config: "DictConfig", on_this_machine: bool = True) -> "TrainConfi
     files' presence; UserError naming the first problem."""
     from attnseq.config.checks import validate
     from attnseq.config.resources import check_resources
+    from attnseq.training.initialization import pretrained_vocabularies
     from attnseq.training.trackers import check_trackers_installed
 
     cfg = run_config(config)
     validate(cfg)
-    if on_this_machine:
-        check_resources(cfg)
+    if on_this_machine:  # a pretrained model's vocabularies are the run's
+        source = cfg.model.init_from
+        check_resources(cfg, pretrained_vocabularies(source) if source else None)
         check_trackers_installed(cfg.logger)
         _check_tracking_store(cfg)
     _check_data_files(cfg)

@@ -49,3 +49,27 @@ def test_sizes_are_measured_against_the_memory_there_is(
         attnseq.UserError, match="max_output_extra=1000000 let outputs of a .*-piece source reach"
     ):
         model.translate(SOURCE, max_output_extra=10**6)
+
+
+# a line whose pieces the Marian stand-in's vocabulary holds (tests/marian_stand_ins.py leaves
+# some out)
+SENTENCE = "Ein Mann fährt mit dem Fahrrad."
+
+
+def test_a_beam_over_an_imported_models_vocabulary_is_counted_per_step(
+    marian_folders: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An imported Marian model (the Hugging Face folder itself): free memory for two of a
+    step's (beam, V) score buffers is refused before the search, in one line naming the beam;
+    four times the `SEARCH_VOCAB_COPIES` buffers a step holds is enough."""
+    model = attnseq.load(marian_folders["shared"], "cpu")
+    vocab, beam = model.trained.tokenizers.tgt.vocab_size, 64
+    buffer = beam * vocab * resources.BYTES_PER_FLOAT  # one (beam, V) float tensor
+    monkeypatch.setattr(resources, "available_ram", lambda: 2 * buffer)
+    with pytest.raises(attnseq.UserError) as refusal:
+        model.translate(SENTENCE, beam=beam, max_output_extra=3)
+    assert "\n" not in str(refusal.value) and f"beam={beam} and batch_size" in str(refusal.value)
+    monkeypatch.setattr(
+        resources, "available_ram", lambda: 4 * resources.SEARCH_VOCAB_COPIES * buffer
+    )
+    assert model.translate(SENTENCE, beam=beam, max_output_extra=3).hypotheses

@@ -190,6 +190,18 @@ def test_checkpoint_configs_are_checked_by_the_same_rules() -> None:
         {"family": "transformer", "attention": {"kind": "linformer"}, "max_positions": 256},
         {"family": "transformer", "attention": {"memory_slots": 8, "memory_in_cross": True}},
         {"family": "transformer", "conv_kernel": 31, "d_model": 64},
+        # the switches of pretrained models: one shared embedding, final norms (NLLB), learned
+        # positions with BART's offset, embedding norms, a logits bias (BART, Marian)
+        {"family": "transformer", "norm": "pre", "share_src_tgt_embeddings": True},
+        {
+            "family": "transformer",
+            "norm": "post",
+            "positions": "learned",
+            "position_offset": 2,
+            "embed_norm": True,
+            "output_bias": True,
+            "share_src_tgt_embeddings": True,
+        },
     ],
 )
 def test_parameter_estimate_matches_the_built_model(overrides: dict) -> None:

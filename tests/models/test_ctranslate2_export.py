@@ -230,3 +230,143 @@ def test_features_the_engine_would_drop_are_refused(feature: str) -> None:
     problems = unsupported_features(tiny_config(*TRANSFORMER, feature))
     assert len(problems) == 1 and problems[0].startswith(feature)
     assert unsupported_features(tiny_config(*TRANSFORMER)) == []
+
+
+# ------------------------------------------------------------------ imported models
+# The reference is CTranslate2's own converter of the Hugging Face folder: the same tokens and
+# scores from both folders. Its converter needs what older transformers wrote into BART's
+# config.json (the released models have it), and starts Marian's decoder from a zero vector
+# with <pad> dropped from the vocabulary: it computes the model where the <pad> row of the
+# target embedding is zero and <pad> is never likely, which the copies below make true.
+SCORE_TOLERANCE = 1e-4
+BART_CONFIG = {"normalize_before": False, "normalize_embedding": True}
+
+
+def converter_ready(folder: Path, copy: Path) -> Path:
+    """A copy of a BART or Marian stand-in that CTranslate2's own converter computes exactly."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if config["model_type"] == "marian":
+        pad = model.config.pad_token_id
+        with torch.no_grad():
+            model.model.decoder.embed_tokens.weight[pad] = 0
+            model.final_logits_bias[0, pad] = -1e4
+    model.save_pretrained(copy)
+    if config["model_type"] == "bart":
+        config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+        (copy / "config.json").write_text(json.dumps({**config, **BART_CONFIG}), encoding="utf-8")
+    return copy
+
+
+def perturbed(folder: Path, path: Path) -> Path:
+    """The model of `folder` as attnseq reads it with every weight moved, saved at `path`."""
+    import torch
+    from helpers import save_model
+
+    from attnseq.models.loading import load_trained_model
+
+    trained = load_trained_model(folder)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in trained.model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    return save_model(path, trained.cfg, trained.tokenizers, trained.model)
+
+
+@pytest.fixture(scope="module")
+def engine_folders(
+    bart_folders: dict, marian_folders: dict, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, Path, Path]]:
+    """(the Hugging Face folder, attnseq's export, the converter's folder) by name: the BART
+    and Marian stand-ins (Marian's "separate" is left out: the converter refuses its two
+    vocabularies), and a BART checkpoint whose Hugging Face export (models/bart_export.py)
+    the converter reads."""
+    pytest.importorskip("ctranslate2", reason="ctranslate2 not installed (attnseq[ct2])")
+    import ctranslate2
+
+    from attnseq.models.huggingface_export import export_huggingface
+
+    root = tmp_path_factory.mktemp("ct2-imported")
+    folders = {f"bart-{name}": path for name, path in bart_folders.items()}
+    folders.update({f"marian-{name}": marian_folders[name] for name in ("shared", "untied")})
+    ready = {name: converter_ready(path, root / f"{name}-hf") for name, path in folders.items()}
+    checkpoint = perturbed(bart_folders["tied"], root / "perturbed.pt")
+    exported = export_huggingface(checkpoint, root / "perturbed-export")
+    ready["bart-perturbed"] = converter_ready(exported, root / "bart-perturbed-hf")
+    sources = {**ready, "bart-perturbed": checkpoint}
+    found = {}
+    for name, folder in ready.items():
+        ours = export_ctranslate2(sources[name], root / f"{name}-attnseq")
+        theirs = root / f"{name}-converter"
+        ctranslate2.converters.TransformersConverter(str(folder)).convert(str(theirs))
+        found[name] = (folder, ours, theirs)
+    return found
+
+
+ENGINE_MODELS = ["bart-tied", "bart-untied", "bart-perturbed", "marian-shared", "marian-untied"]
+
+
+@pytest.mark.parametrize("name", ENGINE_MODELS)
+@pytest.mark.parametrize("beam", [1, 4])
+def test_an_imported_model_decodes_as_the_converters_folder(
+    engine_folders: dict, name: str, beam: int
+) -> None:
+    import ctranslate2
+    from conftest import SHARED_DATA
+    from transformers import AutoTokenizer
+
+    folder, *exports = engine_folders[name]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    language = "en" if name.startswith("bart") else "de"
+    lines = (SHARED_DATA / "multi30k" / f"val.{language}").read_text(encoding="utf-8")
+    sources = [
+        tokenizer.convert_ids_to_tokens(tokenizer(line)["input_ids"])
+        for line in lines.splitlines()[:16]
+    ]
+    prefix = [["<s>"]] * len(sources) if name.startswith("bart") else None  # forced <s>
+    found = []
+    for export in exports:
+        translator = ctranslate2.Translator(str(export), intra_threads=1)
+        results = translator.translate_batch(
+            sources,
+            beam_size=beam,
+            target_prefix=prefix,
+            no_repeat_ngram_size=2,
+            max_decoding_length=30,
+            return_scores=True,
+        )
+        found.append([(result.hypotheses[0], result.scores[0]) for result in results])
+    ours, theirs = found
+    assert [tokens for tokens, _ in ours] == [tokens for tokens, _ in theirs]
+    assert max(abs(a - b) for (_, a), (_, b) in zip(ours, theirs, strict=True)) < SCORE_TOLERANCE
+    assert len({tuple(tokens) for tokens, _ in ours}) > 1  # the sources decode differently
+
+
+def test_what_the_engine_cannot_express_is_one_line(tmp_path: Path) -> None:
+    """Hard attention is refused with the rest; a post-norm model with GELU, unscaled
+    embeddings, learned positions with an offset, layernorm_embedding and a logits bias
+    exports."""
+    from helpers import tiny_config
+
+    from attnseq.models.ctranslate2_export import unsupported_features
+
+    bart_like = (
+        "model.norm=post",
+        "model.activation=gelu",
+        "model.scale_embeddings=false",
+        "model.positions=learned",
+        "model.position_offset=2",
+        "model.embed_norm=true",
+        "model.output_bias=true",
+    )
+    assert unsupported_features(tiny_config(*TRANSFORMER, *bart_like)) == []
+    hard = untrained_checkpoint(tmp_path / "hard.pt", *TRANSFORMER, "model.attention.hard=gumbel")
+    result = runner.invoke(app, ["export", str(hard), str(tmp_path / "out")])
+    one_line_exit_2(result, "model.attention.hard=gumbel")

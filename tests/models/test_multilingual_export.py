@@ -188,16 +188,3 @@ def test_every_setting_the_family_lacks_is_named(
     assert len(lines) == 1 and lines[0].startswith(f"error: cannot export to Hugging Face {family}")
     assert all(part in lines[0] for part in named), lines[0]
     assert not (tmp_path / "out").exists()
-
-
-def test_the_ctranslate2_export_refuses_the_forced_language(multilingual_folders: dict) -> None:
-    """M2M100's layers are CTranslate2's, but translating through the engine would not start
-    every output with the target language's code."""
-    from attnseq.models.ctranslate2_export import unsupported_features
-
-    trained = load_trained_model(multilingual_folders["m2m100"])
-    code = trained.tokenizers.tgt.codes["de"]
-    problems = unsupported_features(trained.cfg)
-    assert problems == [
-        f"decoding.forced_first_token={code} (translating through the engine forces no first token)"
-    ]

@@ -312,3 +312,102 @@ def test_refusals_at_the_command_line(work: Path, tmp_path: Path) -> None:
     assert_refused(tmp_path, code, output, "model.init_from needs a value")
     code, output = train_in_process(tmp_path, "model.init_from=no/such/model")
     assert_refused(tmp_path, code, output, "model.init_from=no/such/model: no such file")
+
+
+# --------------------------------------------- summarization from BART, the pointer-generator
+SUMMARIES = 48  # training dialogues or e-mails of the local copy; 4 validation and test ones
+
+
+@pytest.fixture(scope="module")
+def summaries(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root with the first examples of DialogSum and AESLC (the experiments' splits)."""
+    from conftest import SHARED_DATA
+
+    root = tmp_path_factory.mktemp("summaries")
+    for corpus in ("dialogsum", "aeslc"):
+        (root / corpus).mkdir()
+        for split, count in (("train", SUMMARIES), ("valid", 4), ("test", 4)):
+            lines = (SHARED_DATA / corpus / f"{split}.jsonl").read_text(encoding="utf-8")
+            (root / corpus / f"{split}.jsonl").write_text(
+                "\n".join(lines.splitlines()[:count]) + "\n", encoding="utf-8"
+            )
+    return root
+
+
+# the stand-in's 64 positions bound the lengths; four updates, one validation
+BART_FINE_TUNE = [
+    "data.max_src_len=60",
+    "data.max_tgt_len=30",
+    "data.max_tokens=512",
+    "trainer.max_steps=4",
+    "trainer.validate_every=4",
+    "trainer.num_heatmaps=0",
+    "trainer.progress=false",
+    "trainer.device=cpu",
+    "trainer.threads=1",
+    "decoding.max_output_extra=8",
+]
+
+
+@pytest.mark.parametrize(
+    ("experiment", "extra"),
+    [
+        ("dialogsum_finetune_bart", []),
+        ("aeslc_finetune_bart", ["model.coverage=true", "optim.coverage_lambda=1.0"]),
+    ],
+    ids=["dialogsum", "aeslc-with-coverage"],
+)
+def test_a_summarizer_fine_tunes_from_bart(
+    bart_folders: dict, summaries: Path, tmp_path: Path, experiment: str, extra: list[str]
+) -> None:
+    """The packaged BART recipes train from a BART stand-in: its tokenizers and model.*, <s>
+    forced first; a transformer's coverage loss combines with it."""
+    run_dir = tmp_path / "run"
+    args = [
+        f"config={experiment}",
+        f"model.init_from={bart_folders['tied']}",
+        f"data.root={summaries}",
+        *BART_FINE_TUNE,
+        *extra,
+        f"hydra.run.dir={run_dir}",
+    ]
+    result = attnseq_in_process("train", *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    after = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert after["progress"]["step"] == 4 and after["tokenizers"]["tgt"]["kind"] == "bart"
+    model, decoding = after["config"]["model"], after["config"]["decoding"]
+    assert model["embed_norm"] and model["position_offset"] == 2 and model["d_model"] == 32
+    assert model["coverage"] is bool(extra) and decoding["forced_first_token"] == 0
+    assert model["init_from"] == str(bart_folders["tied"])
+
+
+@pytest.mark.parametrize("experiment", ["dialogsum_finetune_bart", "aeslc_finetune_bart"])
+def test_the_bart_recipes_need_init_from(tmp_path: Path, experiment: str) -> None:
+    code, output = train_in_process(tmp_path, f"config={experiment}")
+    assert_refused(tmp_path, code, output, "model.init_from needs a value")
+
+
+def test_the_copy_gate_does_not_start_from_a_pretrained_model(
+    bart_folders: dict, tmp_path: Path
+) -> None:
+    """model.copy adds the copy gate, which BART lacks: one line, exit 2, no run."""
+    init = f"model.init_from={bart_folders['tied']}"
+    code, output = train_in_process(
+        tmp_path, "config=dialogsum_finetune_bart", init, "model.copy=true"
+    )
+    assert_refused(tmp_path, code, output, "model.copy=true cannot start from model.init_from")
+    assert "the copy gate" in output
+
+
+def test_coverage_combines_with_a_transformer_not_an_rnn(
+    work: Path, trained_rnn_checkpoint: Path
+) -> None:
+    """A pretrained transformer keeps its architecture and gains the coverage loss; an RNN
+    without coverage would gain w_c in its scores: refused in one line."""
+    init = [f"model.init_from={work / 'model'}", "data.max_src_len=40", "data.max_tgt_len=40"]
+    cfg = check_train_args(["model=transformer", "model.coverage=true", *init])
+    assert cfg.model.coverage and cfg.model.positions.value == "sinusoidal_split"
+    with pytest.raises(UserError) as refusal:
+        check_train_args(["model.coverage=true", f"model.init_from={trained_rnn_checkpoint}"])
+    message = str(refusal.value)
+    assert "model.coverage=true cannot start from" in message and "\n" not in message
