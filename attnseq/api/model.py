@@ -461,6 +461,8 @@ class Model:
         beam = self.config.decoding.beam if beam is None else beam
         count = len(available_methods(self.trained) if chosen is None else chosen)
         self.sizes.explanation(src, tgt, self.settings(beam=beam, nbest=beam), count)
+        if tgt is not None:
+            self._check_target_length(tgt)
         with threads_set(self.threads):
             explanation = explain(
                 self.trained,
@@ -492,6 +494,18 @@ class Model:
             raise UserError("methods is empty: name at least one method, or leave it out")
         for name in methods or []:
             check_method_fits(self.trained, canonical_method(name, "methods"), names=METHOD_NAMES)
+
+    def _check_target_length(self, tgt: str) -> None:
+        """UserError for a forced target longer than the model's target limit: every piece
+        takes a backward pass of its own over the target, so the work grows with its square, and
+        beyond the limit the model has never read a target."""
+        pieces = len(self.tokenizers.tgt.encode(tgt))
+        limit = self.config.data.max_tgt_len
+        if pieces > limit:
+            raise UserError(
+                f"tgt has {pieces:,} pieces; explain takes at most {limit} (the model's "
+                f"data.max_tgt_len): give a shorter target"
+            )
 
     @property
     def sizes(self) -> RequestSizes:

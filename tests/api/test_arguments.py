@@ -104,6 +104,7 @@ VALUE_CASES: list[tuple[str, Callable[[Model], Any], str]] = [
     ("kind", lambda m: m.attention("a", kind="crosss"), "kind='crosss' is not one of"),
     ("attention('')", lambda m: m.attention(" "), "src is empty"),
     ("explain('')", lambda m: m.explain(""), "src is empty"),
+    ("explain a long tgt", lambda m: m.explain("a", "x " * 5000), "explain takes at most"),
 ]
 
 
