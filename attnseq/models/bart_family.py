@@ -21,6 +21,7 @@ from attnseq.models.pretrained import (
     Tensors,
     _generation_settings,
     _layer_shapes,
+    _start_id,
     check_layer_settings,
     check_special_ids,
     check_tensors,
@@ -70,8 +71,7 @@ class BartFamily:
         """The source and target sides of the folder's BartTokenizer, checked against the
         config's vocabulary size and special ids."""
         files = read_tokenizer_files(self.folder)
-        start = self.config.decoder_start_token_id
-        start = self.config.eos_token_id if start is None else start
+        start = _start_id(self.config, "eos_token_id")
         source, target = (BartTokenizer(files, side, start) for side in ("source", "target"))
         where = self.folder / "config.json"
         if source.vocab_size != self.config.vocab_size:

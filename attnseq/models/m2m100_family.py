@@ -28,6 +28,7 @@ from attnseq.models.pretrained import (
     _generation_settings,
     _layer_name,
     _layer_shapes,
+    _start_id,
     check_layer_settings,
     check_special_ids,
     check_tensors,
@@ -179,8 +180,7 @@ class M2M100Family:
             if named is None:
                 vocab = (self.folder / "vocab.json").is_file()
                 named = "M2M100Tokenizer" if vocab else "NllbTokenizer"
-            start = self.config.decoder_start_token_id
-            start = self.config.eos_token_id if start is None else start
+            start = _start_id(self.config, "eos_token_id")
             self.pair = language_tokenizers(self, self.kinds[named], start)
         return self.pair
 

@@ -22,7 +22,7 @@ from attnseq.models.m2m100_family import (
     language_tokenizers,
     tokenizer_class,
 )
-from attnseq.models.pretrained import FAMILIES, Tensors, _generation_settings
+from attnseq.models.pretrained import FAMILIES, Tensors, _generation_settings, _start_id
 
 # mBART-cc25's tokenizer writes its codes after </s> and starts the decoder from the target's
 CC25 = "MBartTokenizer"
@@ -67,8 +67,7 @@ class MBartFamily(BartFamily):
                 "codes after </s>, the decoder starting from the target's code), which attnseq "
                 "does not read; it reads mBART-50's MBart50Tokenizer"
             )
-        start = self.config.decoder_start_token_id
-        start = self.config.eos_token_id if start is None else start
+        start = _start_id(self.config, "eos_token_id")
         self.pair = language_tokenizers(self, MBart50Tokenizer, start)
         return self.pair
 

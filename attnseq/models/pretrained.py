@@ -425,10 +425,11 @@ def marian_names(enc_layers: int, dec_layers: int, shared: bool, tied: bool) -> 
     return names
 
 
-def _start_id(config: Any) -> int:
-    """The id Marian's decoder starts from: decoder_start_token_id, else <pad>."""
+def _start_id(config: Any, fallback: str = "pad_token_id") -> int:
+    """The id the decoder starts from: decoder_start_token_id, else the config's `fallback`
+    id (<pad> for Marian, </s> for BART, mBART and M2M100)."""
     start = config.decoder_start_token_id
-    return int(config.pad_token_id if start is None else start)
+    return int(getattr(config, fallback) if start is None else start)
 
 
 def _layer_shapes(side: str, d: int, ff: int) -> dict[str, tuple[int, ...]]:
