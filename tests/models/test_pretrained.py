@@ -50,7 +50,10 @@ def test_a_folder_without_config_json(tmp_path: Path) -> None:
 def test_a_model_type_attnseq_does_not_read(marian_folders: dict, tmp_path: Path) -> None:
     folder = copy(marian_folders, "shared", tmp_path)
     edit_json(folder / "config.json", model_type="bert")
-    assert "model_type 'bert'; attnseq reads the model types bart, marian" in refused(folder)
+    assert (
+        "model_type 'bert'; attnseq reads the model types bart, m2m_100, marian, mbart"
+        in refused(folder)
+    )
     (folder / "config.json").write_text("{not json", encoding="utf-8")
     assert "is not readable JSON" in refused(folder)
 

@@ -287,7 +287,7 @@ def test_learned_positions_with_an_offset_read_the_rows_after_it() -> None:
     encoding = LearnedPositionalEncoding(8, 5, offset=2)  # BART's layout: 5 + 2 rows
     assert encoding.table.weight.shape == (7, 8)
     assert torch.equal(encoding(torch.arange(5)), encoding.table.weight[2:])
-    with pytest.raises(ValueError, match="offset goes with learned positions"):
+    with pytest.raises(ValueError, match="offset goes with learned or sinusoidal_fairseq"):
         build_positional_encoding("sinusoidal", 8, 5, offset=2)
 
 
