@@ -259,17 +259,36 @@ class Evaluator:
     def alignment_metrics(self, model: Seq2Seq) -> dict[str, float]:
         """AER / precision / recall of argmax word alignments from the attention."""
         from attnseq.alignment.forced import model_alignment_metrics
+        from attnseq.data.word_alignments import word_ids
 
         gold = self.gold
         assert gold is not None
-        examples = [self.examples[i] for i in self.scored]
+        pieces = {
+            i: (
+                gold.src_tokenizer.ids_to_pieces(self.examples[i][0]),
+                self.tgt_tokenizer.ids_to_pieces(self.examples[i][1]),
+            )
+            for i in self.scored
+        }
+
+        def whole(i: int) -> bool:
+            # the gold links the whole pair; an example cut to data.max_src_len/max_tgt_len
+            # has fewer words than they name, and is left out of the alignment scores
+            n_src = max(word_ids(pieces[i][0], gold.src_kind), default=-1) + 1
+            n_tgt = max(word_ids(pieces[i][1], gold.tgt_kind), default=-1) + 1
+            links = gold.sure[i] | gold.possible[i]
+            return all(s < n_src and t < n_tgt for s, t in links)
+
+        kept = [i for i in self.scored if whole(i)]
+        if not kept:
+            return {}
         return model_alignment_metrics(
             model,
-            examples,
-            [gold.src_tokenizer.ids_to_pieces(src) for src, _ in examples],
-            [self.tgt_tokenizer.ids_to_pieces(tgt) for _, tgt in examples],
-            [gold.sure[i] for i in self.scored],
-            [gold.possible[i] for i in self.scored],
+            [self.examples[i] for i in kept],
+            [pieces[i][0] for i in kept],
+            [pieces[i][1] for i in kept],
+            [gold.sure[i] for i in kept],
+            [gold.possible[i] for i in kept],
             src_kind=gold.src_kind,
             tgt_kind=gold.tgt_kind,
             device=self.device,
