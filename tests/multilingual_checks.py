@@ -1,22 +1,26 @@
 """What the tests of the multilingual families share (tests/models/test_m2m100_family.py,
-tests/models/test_mbart_family.py, tests/data/test_multilingual_tokenizer.py): the texts, one
-teacher-forced batch through both models, transformers' `generate` beside attnseq's decoding,
-and each equivalence as one assertion over a stand-in (tests/multilingual_stand_ins.py)."""
+tests/models/test_mbart_family.py, tests/data/test_multilingual_tokenizer.py): the texts, the
+tokenizer set to a pair of languages, `generate` in those languages beside attnseq's decoding,
+and each equivalence as one assertion over a stand-in (tests/multilingual_stand_ins.py); what
+every pretrained family shares is in tests/pretrained_checks.py."""
 
-import dataclasses
 import functools
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from marian_stand_ins import UNKNOWN_CHARACTERS
 from multilingual_stand_ins import imported, reference
+from pretrained_checks import (
+    assert_attention_weights_match,
+    assert_log_probabilities_match,
+    decoded,
+    edited_copy,
+    generate_outputs,
+    teacher_forced,
+    valid_sources,
+)
 
-from attnseq.decoding import decode
-from attnseq.errors import UserError
 from attnseq.models.loading import TrainedModel, load_trained_model
 
 SOURCES = [
@@ -31,7 +35,6 @@ TARGETS = [
     "Une femme chante.",
     "Children playing on the beach with a big red ball and a small dog.",
 ]
-TOLERANCE = 1e-5
 # another source and target language of each tokenizer kind than its folder's
 OTHER_LANGUAGES = {
     "m2m100": ("fr", "en"),
@@ -57,64 +60,24 @@ def with_languages(folder: Path, src: str, tgt: str) -> TrainedModel:
     return load_trained_model(folder, [f"data.src_lang_code={src}", f"data.tgt_lang_code={tgt}"])
 
 
-def forward_both(
-    folder: Path, dtype: torch.dtype = torch.float32
-) -> tuple[Any, Any, Any, torch.Tensor]:
-    """One teacher-forced batch through both models: (transformers' output, attnseq's output,
-    the labels (B, T), -100 at padding, the source mask (B, S))."""
-    hf = reference(folder)[0]
-    ours = imported(folder).model
+def forward_both(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any, Any]:
+    """One teacher-forced batch through both models in the folder's languages (the target's
+    labels </s> CODE target)."""
     batch = hf_tokenizer(folder)(SOURCES, text_target=TARGETS, return_tensors="pt", padding=True)
-    labels = batch["labels"].masked_fill(batch["labels"] == hf.config.pad_token_id, -100)
-    start = torch.full((len(SOURCES), 1), ours.bos_id)
-    tgt_in = torch.cat([start, batch["labels"][:, :-1]], dim=1)  # (B, T): </s> CODE target
-    with torch.no_grad():
-        theirs = hf.to(dtype)(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            decoder_input_ids=tgt_in,
-            output_attentions=True,
-        )
-        lengths = batch["attention_mask"].sum(dim=1)
-        mine = ours.to(dtype)(batch["input_ids"], lengths, tgt_in, need_weights=True)
-    hf.float(), ours.float()
-    return theirs, mine, labels, batch["attention_mask"].bool()
+    return teacher_forced(reference(folder)[0], imported(folder).model, batch, dtype)
 
 
 GENERATE = [(1, 1.0, 30, 2), (4, 1.0, 30, 2), (4, 0.6, 20, 3), (4, 0.0, 16, 0), (1, 1.0, 12, 0)]
-VALID = 24  # source sentences of Multi30k's validation split (English)
-
-
-@functools.cache
-def valid_sources() -> list[str]:
-    from conftest import SHARED_DATA
-
-    return (SHARED_DATA / "multi30k" / "val.en").read_text(encoding="utf-8").splitlines()[:VALID]
 
 
 def generated(folder: Path, trained: TrainedModel, **settings: Any) -> tuple[list[list[int]], Any]:
-    """transformers' outputs (without the start token, EOS and padding) of the sources in
-    `trained`'s languages, its forced first token given, and the batch."""
-    hf = reference(folder)[0]
+    """transformers' outputs of the sources in `trained`'s languages, its forced first token
+    given, and the batch."""
     languages = (trained.tokenizers.src.language, trained.tokenizers.tgt.language)
-    batch = hf_tokenizer(folder, languages)(valid_sources(), return_tensors="pt", padding=True)
-    pad, eos = hf.config.pad_token_id, hf.config.eos_token_id
+    batch = hf_tokenizer(folder, languages)(valid_sources("en"), return_tensors="pt", padding=True)
     forced = trained.cfg.decoding.forced_first_token
-    with torch.no_grad():
-        out = hf.generate(**batch, bad_words_ids=[[pad]], forced_bos_token_id=forced, **settings)
-    outputs = []
-    for row in out[:, 1:].tolist():
-        row = row[: row.index(eos)] if eos in row else row
-        outputs.append([token for token in row if token != pad])
-    return outputs, batch
-
-
-def decoded(trained: TrainedModel, batch: Any, **changes: Any) -> list[list[int]]:
-    settings = dataclasses.replace(trained.cfg.decoding, **changes)
-    lengths = batch["attention_mask"].sum(dim=1)
-    return [
-        found[0].tokens for found in decode(trained.model, batch["input_ids"], lengths, settings)
-    ]
+    hf = reference(folder)[0]
+    return generate_outputs(hf, batch, forced_bos_token_id=forced, **settings), batch
 
 
 def generate_and_decode(
@@ -143,51 +106,17 @@ def generate_and_decode(
     return expected, got
 
 
-def refused(folder: Path, overrides: list[str] | None = None) -> str:
-    with pytest.raises(UserError) as error:
-        load_trained_model(folder, overrides)
-    message = str(error.value)
-    assert "\n" not in message
-    return message
-
-
-def edited_copy(source: Path, tmp_path: Path, name: str = "config.json", **changes: Any) -> Path:
-    folder = tmp_path / "model"
-    shutil.copytree(source, folder)
-    settings = json.loads((folder / name).read_text())
-    (folder / name).write_text(json.dumps({**settings, **changes}))
-    return folder
-
-
 def assert_teacher_forcing_matches(folder: Path) -> None:
-    """The log-probability of every target token within 1e-5 in fp32, and of every token of
-    the vocabulary within 1e-9 in fp64."""
-    theirs, mine, labels, _ = forward_both(folder)
-    real = labels != -100
-    index = labels.clamp(min=0).unsqueeze(-1)
-    expected = theirs.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
-    got = mine.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
-    assert (expected - got).abs().max() < TOLERANCE
-    theirs, mine, _, _ = forward_both(folder, torch.float64)
-    difference = theirs.logits.log_softmax(-1) - mine.logits.log_softmax(-1)
-    assert difference[real].abs().max() < 1e-9
+    assert_log_probabilities_match(lambda dtype: forward_both(folder, dtype))
 
 
 def assert_attention_matches(folder: Path) -> None:
-    """Every weight of every real query position within 1e-5: M2M100 gives padding positions
-    the zero row where attnseq computes one of its own, and no real position attends to them."""
-    theirs, mine, labels, source = forward_both(folder)
-    target = labels != -100
-    pairs = {
-        "cross": (theirs.cross_attentions, mine.attention, target),
-        "decoder self": (theirs.decoder_attentions, mine.decoder_self_attention, target),
-        "encoder self": (theirs.encoder_attentions, mine.encoder_self_attention, source),
-    }
-    for name, (layers, weights, queries) in pairs.items():
-        expected = torch.stack(layers, dim=1)  # (B, L, H, T, S) as attnseq returns them
-        assert expected.shape == weights.shape, name
-        difference = (expected - weights).abs().permute(0, 3, 1, 2, 4)  # (B, T, L, H, S)
-        assert difference[queries].max() < TOLERANCE, name
+    """Every weight of every real query position: M2M100 gives padding positions the zero row
+    where attnseq computes one of its own, and no real position attends to them."""
+    theirs, mine, labels = forward_both(folder)
+    batch = hf_tokenizer(folder)(SOURCES, return_tensors="pt", padding=True)
+    source = batch["attention_mask"].bool()
+    assert_attention_weights_match(theirs, mine, target=labels != -100, source=source)
 
 
 def assert_generate_matches(
@@ -223,7 +152,7 @@ def assert_other_languages_match(folder: Path, kind: str) -> None:
 def assert_sampling_starts_with_the_forced_token(folder: Path) -> None:
     trained = imported(folder)
     source = trained.tokenizers.src
-    ids = source.encode_batch(valid_sources()[:6])
+    ids = source.encode_batch(valid_sources("en")[:6])
     lengths = torch.tensor([len(row) for row in ids])
     batch = {
         "input_ids": torch.nn.utils.rnn.pad_sequence(

@@ -14,8 +14,9 @@ import pytest
 pytest.importorskip("transformers", reason="the stand-ins are built with transformers")
 
 from marian_stand_ins import UNKNOWN_CHARACTERS  # noqa: E402
-from multilingual_checks import OTHER_LANGUAGES, SOURCES, hf_tokenizer, refused  # noqa: E402
+from multilingual_checks import OTHER_LANGUAGES, SOURCES, hf_tokenizer  # noqa: E402
 from multilingual_stand_ins import imported, tokenizer_texts  # noqa: E402
+from pretrained_checks import refused  # noqa: E402
 
 from attnseq.config.schema import TrainConfig  # noqa: E402
 from attnseq.data.multilingual_tokenizer import (  # noqa: E402
@@ -41,6 +42,7 @@ def pair_in(folder: Path, languages: tuple[str, str] | None) -> TokenizerPair:
     return pair
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("other", [False, True], ids=["own languages", "other languages"])
 def test_token_ids_are_transformers(multilingual_folders: dict, kind: str, other: bool) -> None:
@@ -110,6 +112,7 @@ def test_use_language_codes_sets_the_tokenizers_and_the_forced_token(
     assert cfg.decoding.forced_first_token == pair.tgt.codes["deu_Latn"]
 
 
+@pytest.mark.slow
 def test_a_target_language_is_needed(multilingual_folders: dict, tmp_path: Path) -> None:
     """A folder that names no target language (tokenizer_config.json without tgt_lang, no
     forced first token) decodes once one is chosen."""
@@ -122,6 +125,7 @@ def test_a_target_language_is_needed(multilingual_folders: dict, tmp_path: Path)
     assert trained.cfg.decoding.forced_first_token == trained.tokenizers.tgt.codes["fra_Latn"]
 
 
+@pytest.mark.slow
 def test_an_unknown_language_code_is_refused(multilingual_folders: dict) -> None:
     message = refused(multilingual_folders["m2m100"], ["data.tgt_lang_code=xx"])
     assert "unknown language code 'xx' of the model's M2M100 tokenizer" in message
@@ -138,6 +142,7 @@ def test_a_code_for_a_model_without_codes_is_refused(bart_folders: dict) -> None
     )
 
 
+@pytest.mark.slow
 def test_a_saved_import_keeps_its_languages(multilingual_folders: dict, tmp_path: Path) -> None:
     """A saved import rebuilds without its folder or the network, in the languages it was
     loaded with."""

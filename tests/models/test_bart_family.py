@@ -5,9 +5,6 @@ log-probabilities and attention weights in fp32, the same greedy and beam output
 models are the random-weight stand-ins of
 tests/bart_stand_ins.py (`bart_folders`); bad folders are refused in one line."""
 
-import dataclasses
-import functools
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,11 +16,18 @@ pytest.importorskip("transformers", reason="the reference models are transformer
 
 from bart_stand_ins import SHAPES, imported, reference  # noqa: E402
 from marian_stand_ins import UNKNOWN_CHARACTERS  # noqa: E402
+from pretrained_checks import (  # noqa: E402
+    assert_attention_weights_match,
+    assert_log_probabilities_match,
+    decoded,
+    edited_copy,
+    generate_outputs,
+    refused,
+    teacher_forced,
+    valid_sources,
+)
 
 from attnseq.config.choices import Activation, Positions  # noqa: E402
-from attnseq.decoding import decode  # noqa: E402
-from attnseq.errors import UserError  # noqa: E402
-from attnseq.models.loading import load_trained_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
@@ -39,92 +43,36 @@ TARGETS = [
     "A woman sings.",
     "Children playing on the beach with a big red ball and a small dog.",
 ]
-TOLERANCE = 1e-5
 
 
 def forward_both(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any, Any]:
-    """One teacher-forced batch through both models: (transformers' output, attnseq's output,
-    the labels (B, T), -100 at padding)."""
+    """One teacher-forced batch through both models (the labels <s> target </s>)."""
     hf, tokenizer = reference(folder)
-    ours = imported(folder).model
     batch = tokenizer(SOURCES, text_target=TARGETS, return_tensors="pt", padding=True)
-    labels = batch["labels"].masked_fill(batch["labels"] == hf.config.pad_token_id, -100)
-    start = torch.full((len(SOURCES), 1), ours.bos_id)
-    tgt_in = torch.cat([start, batch["labels"][:, :-1]], dim=1)  # (B, T): </s> <s> target
-    with torch.no_grad():
-        theirs = hf.to(dtype)(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            decoder_input_ids=tgt_in,
-            output_attentions=True,
-        )
-        lengths = batch["attention_mask"].sum(dim=1)
-        mine = ours.to(dtype)(batch["input_ids"], lengths, tgt_in, need_weights=True)
-    hf.float(), ours.float()
-    return theirs, mine, labels
+    return teacher_forced(hf, imported(folder).model, batch, dtype)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_teacher_forced_log_probabilities_match(bart_folders: dict, shape: str) -> None:
-    theirs, mine, labels = forward_both(bart_folders[shape])
-    real = labels != -100
-    index = labels.clamp(min=0).unsqueeze(-1)
-    expected = theirs.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
-    got = mine.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
-    assert (expected - got).abs().max() < TOLERANCE
-    theirs, mine, _ = forward_both(bart_folders[shape], torch.float64)  # the whole vocabulary
-    difference = theirs.logits.log_softmax(-1) - mine.logits.log_softmax(-1)
-    assert difference[real].abs().max() < 1e-9
+    assert_log_probabilities_match(lambda dtype: forward_both(bart_folders[shape], dtype))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_attention_weight_matches(bart_folders: dict, shape: str) -> None:
     theirs, mine, _ = forward_both(bart_folders[shape])
-    pairs = {
-        "cross": (theirs.cross_attentions, mine.attention),
-        "decoder self": (theirs.decoder_attentions, mine.decoder_self_attention),
-        "encoder self": (theirs.encoder_attentions, mine.encoder_self_attention),
-    }
-    for name, (layers, weights) in pairs.items():
-        expected = torch.stack(layers, dim=1)  # (B, L, H, T, S) as attnseq returns them
-        assert expected.shape == weights.shape, name
-        assert (expected - weights).abs().max() < TOLERANCE, name
+    assert_attention_weights_match(theirs, mine)
 
 
 # (num_beams, length_penalty, max_new_tokens, no_repeat_ngram_size). generate's n-grams
 # count the start token </s>, which is EOS: size 1 would forbid EOS, attnseq's does not
 GENERATE = [(1, 1.0, 30, 2), (4, 1.0, 30, 2), (4, 0.6, 20, 3), (4, 0.0, 16, 0), (1, 1.0, 12, 0)]
-VALID = 24  # source sentences of Multi30k's validation split (English)
-
-
-@functools.cache
-def valid_sources() -> list[str]:
-    from conftest import SHARED_DATA
-
-    return (SHARED_DATA / "multi30k" / "val.en").read_text(encoding="utf-8").splitlines()[:VALID]
 
 
 def generated(folder: Path, **settings: Any) -> tuple[list[list[int]], Any]:
-    """transformers' outputs (without the start token, EOS and padding) and the batch."""
+    """transformers' outputs of Multi30k's English validation sources, and the batch."""
     hf, tokenizer = reference(folder)
-    batch = tokenizer(valid_sources(), return_tensors="pt", padding=True)
-    pad, eos = hf.config.pad_token_id, hf.config.eos_token_id
-    with torch.no_grad():
-        out = hf.generate(**batch, bad_words_ids=[[pad]], **settings)
-    outputs = []
-    for row in out[:, 1:].tolist():
-        row = row[: row.index(eos)] if eos in row else row
-        outputs.append([token for token in row if token != pad])
-    return outputs, batch
-
-
-def decoded(folder: Path, batch: Any, **changes: Any) -> list[list[int]]:
-    trained = imported(folder)
-    settings = dataclasses.replace(trained.cfg.decoding, **changes)
-    lengths = batch["attention_mask"].sum(dim=1)
-    return [
-        found[0].tokens for found in decode(trained.model, batch["input_ids"], lengths, settings)
-    ]
+    batch = tokenizer(valid_sources("en"), return_tensors="pt", padding=True)
+    return generate_outputs(hf, batch, **settings), batch
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -143,7 +91,7 @@ def test_greedy_and_beam_outputs_match_generate(
     )
     assert all(output[0] == 0 for output in expected)  # <s> forced first
     got = decoded(
-        folder,
+        imported(folder),
         batch,
         beam=beam,
         length_penalty=alpha,
@@ -163,18 +111,18 @@ def test_the_imported_decoding_is_generates_own(bart_folders: dict) -> None:
     decoding = imported(folder).cfg.decoding
     assert (decoding.beam, decoding.max_output_extra, decoding.eos_at_limit) == (4, 22, True)
     assert decoding.forced_first_token == 0 and decoding.length_penalty_offset == 0
-    assert decoded(folder, batch) == expected
+    assert decoded(imported(folder), batch) == expected
     # without the forced first token the outputs are the model's own choice: others
-    assert decoded(folder, batch, forced_first_token=None) != expected
+    assert decoded(imported(folder), batch, forced_first_token=None) != expected
 
 
 def test_sampling_starts_with_the_forced_token(bart_folders: dict) -> None:
     folder = bart_folders["untied"]
     _, tokenizer = reference(folder)
-    batch = tokenizer(valid_sources()[:6], return_tensors="pt", padding=True)
-    drawn = decoded(folder, batch, sample=True, beam=1, num_samples=1, seed=3)
+    batch = tokenizer(valid_sources("en")[:6], return_tensors="pt", padding=True)
+    drawn = decoded(imported(folder), batch, sample=True, beam=1, num_samples=1, seed=3)
     assert all(tokens[0] == 0 for tokens in drawn)
-    free = decoded(folder, batch, sample=True, beam=1, forced_first_token=None, seed=3)
+    free = decoded(imported(folder), batch, sample=True, beam=1, forced_first_token=None, seed=3)
     assert any(tokens[:1] != [0] for tokens in free)
 
 
@@ -212,22 +160,6 @@ def test_a_saved_import_needs_neither_its_folder_nor_the_network(
 
 
 # ------------------------------------------------------------------------------ refusals
-def refused(folder: Path) -> str:
-    with pytest.raises(UserError) as error:
-        load_trained_model(folder)
-    message = str(error.value)
-    assert "\n" not in message
-    return message
-
-
-def edited_copy(source: Path, tmp_path: Path, **config: Any) -> Path:
-    folder = tmp_path / "model"
-    shutil.copytree(source, folder)
-    settings = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**settings, **config}))
-    return folder
-
-
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -17,6 +17,7 @@ from helpers import adam_updates, assert_exported_unchanged, attnseq_in_process,
 pytest.importorskip("transformers", reason="the exported folders are read with transformers")
 
 from marian_stand_ins import SHAPES, SOURCES, TARGETS  # noqa: E402
+from pretrained_checks import valid_sources  # noqa: E402
 
 from attnseq.config.conversion import config_from_dict, config_to_dict  # noqa: E402
 from attnseq.config.schema import TrainConfig  # noqa: E402
@@ -73,13 +74,6 @@ OWN_DECODING = {
     "no_repeat_ngram": 2,
     "min_length": 2,
 }
-
-
-@functools.cache
-def valid_sources() -> list[str]:
-    from conftest import SHARED_DATA
-
-    return (SHARED_DATA / "multi30k" / "val.de").read_text(encoding="utf-8").splitlines()[:VALID]
 
 
 def train_pairs(count: int) -> list[tuple[str, str]]:
@@ -140,6 +134,7 @@ def reference(folder: Path) -> tuple[Any, Any]:
     return model, MarianTokenizer.from_pretrained(folder)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_reimported_export_is_the_imported_model(
     marian_folders: dict, exports: dict, shape: str
@@ -174,7 +169,7 @@ def test_teacher_forced_log_probabilities_match(checkpoints: dict, exports: dict
 
 def translated(checkpoint: Path, work: Path, *options: str) -> list[str]:
     """`attnseq translate CHECKPOINT` of the validation sources, one line each."""
-    (work / "src.de").write_text("\n".join(valid_sources()) + "\n", encoding="utf-8")
+    (work / "src.de").write_text("\n".join(valid_sources("de", VALID)) + "\n", encoding="utf-8")
     result = attnseq_in_process("translate", str(checkpoint), "-i", "src.de", *options, cwd=work)
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
@@ -188,7 +183,7 @@ def test_generate_gives_attnseq_translates_outputs(
     """generate with the exported generation_config.json's defaults (the beam size alone
     given) translates as `attnseq translate --beam` of the checkpoint does."""
     hf, tokenizer = reference(exports[name])
-    batch = tokenizer(valid_sources(), return_tensors="pt", padding=True)
+    batch = tokenizer(valid_sources("de", VALID), return_tensors="pt", padding=True)
     with torch.no_grad():
         out = hf.generate(**batch, num_beams=beam)
     expected = tokenizer.batch_decode(out, skip_special_tokens=True)
@@ -205,11 +200,11 @@ def test_pipeline_translates_as_attnseq_does(
     if "translation" not in SUPPORTED_TASKS:
         pytest.skip(f"transformers {transformers.__version__} has no translation pipeline")
     translator = transformers.pipeline("translation", model=str(exports[name]))
-    outputs = translator(valid_sources(), num_beams=1)
+    outputs = translator(valid_sources("de", VALID), num_beams=1)
     assert [row["translation_text"] for row in outputs] == translated(
         checkpoints[name], tmp_path, "--beam", "1"
     )
-    default = [row["translation_text"] for row in translator(valid_sources())]
+    default = [row["translation_text"] for row in translator(valid_sources("de", VALID))]
     assert default == translated(checkpoints[name], tmp_path)  # the checkpoint's beam
 
 
@@ -245,6 +240,7 @@ def test_the_decoding_generate_cannot_follow_is_named() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_saved_import_exports(marian_folders: dict, tmp_path: Path) -> None:
     """`Model.save` of an imported model is a checkpoint of its own (neither the folder nor
     the network is needed), and it exports as the folder does."""
@@ -260,6 +256,7 @@ def test_a_saved_import_exports(marian_folders: dict, tmp_path: Path) -> None:
     assert all(torch.equal(state[name], tensor) for name, tensor in again["model"].items())
 
 
+@pytest.mark.slow
 def test_head_masks_are_folded_into_the_output_projections(
     marian_folders: dict, tmp_path: Path
 ) -> None:
@@ -310,6 +307,7 @@ def test_a_trained_own_transformer_is_refused_in_one_line(
     assert not list(tmp_path.glob(f"{STAGING_PREFIX}*"))
 
 
+@pytest.mark.slow
 def test_every_setting_marian_lacks_is_named(marian_folders: dict, tmp_path: Path) -> None:
     tokenizers = load_trained_model(marian_folders["shared"]).tokenizers
     checkpoint = own_checkpoint(
@@ -344,6 +342,7 @@ def test_quantize_is_for_ctranslate2(marian_folders: dict, tmp_path: Path) -> No
     assert "--quantize" in line and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_out_folder_rules_are_the_ctranslate2_exports(
     marian_folders: dict, tmp_path: Path
 ) -> None:
@@ -364,6 +363,7 @@ def test_the_out_folder_rules_are_the_ctranslate2_exports(
     assert (tmp_path / "out" / EXPORT_FILE).is_file()
 
 
+@pytest.mark.slow
 def test_a_failure_mid_write_leaves_no_folder(
     marian_folders: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,8 +5,6 @@ settings that follow its conventions. The models are the random-weight stand-ins
 tests/marian_stand_ins.py (`marian_folders`); their tokenizers' tests:
 tests/data/test_marian_tokenizer.py."""
 
-import dataclasses
-import functools
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,98 +15,48 @@ import torch
 pytest.importorskip("transformers", reason="the reference models are transformers' own")
 
 from marian_stand_ins import SHAPES, SOURCES, TARGETS, imported, reference  # noqa: E402
+from pretrained_checks import (  # noqa: E402
+    assert_attention_weights_match,
+    assert_log_probabilities_match,
+    decoded,
+    generate_outputs,
+    teacher_forced,
+    valid_sources,
+)
 
 from attnseq.config.choices import Activation, ModelFamily, Norm, Positions  # noqa: E402
-from attnseq.decoding import decode  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
-TOLERANCE = 1e-5
-
 
 def forward_both(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any, Any]:
-    """One teacher-forced batch through both models: (transformers' output, attnseq's output,
-    the labels (B, T), -100 at padding)."""
+    """One teacher-forced batch through both models (the decoder fed <pad> + target)."""
     hf, tokenizer = reference(folder)
-    ours = imported(folder).model
     batch = tokenizer(SOURCES, text_target=TARGETS, return_tensors="pt", padding=True)
-    labels = batch["labels"].masked_fill(batch["labels"] == hf.config.pad_token_id, -100)
-    start = torch.full((len(SOURCES), 1), ours.bos_id)
-    tgt_in = torch.cat([start, batch["labels"][:, :-1]], dim=1)  # (B, T): <pad> + target
-    with torch.no_grad():
-        theirs = hf.to(dtype)(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            decoder_input_ids=tgt_in,
-            output_attentions=True,
-        )
-        lengths = batch["attention_mask"].sum(dim=1)
-        mine = ours.to(dtype)(batch["input_ids"], lengths, tgt_in, need_weights=True)
-    hf.float(), ours.float()
-    return theirs, mine, labels
+    return teacher_forced(hf, imported(folder).model, batch, dtype)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_teacher_forced_log_probabilities_match(marian_folders: dict, shape: str) -> None:
-    theirs, mine, labels = forward_both(marian_folders[shape])
-    real = labels != -100
-    index = labels.clamp(min=0).unsqueeze(-1)
-    expected = theirs.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
-    got = mine.logits.log_softmax(-1).gather(-1, index).squeeze(-1)[real]
-    assert (expected - got).abs().max() < TOLERANCE
-    theirs, mine, _ = forward_both(marian_folders[shape], torch.float64)  # the whole vocabulary
-    difference = theirs.logits.log_softmax(-1) - mine.logits.log_softmax(-1)
-    assert difference[real].abs().max() < 1e-9
+    assert_log_probabilities_match(lambda dtype: forward_both(marian_folders[shape], dtype))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_attention_weight_matches(marian_folders: dict, shape: str) -> None:
-    theirs, mine, labels = forward_both(marian_folders[shape])
-    pairs = {
-        "cross": (theirs.cross_attentions, mine.attention),
-        "decoder self": (theirs.decoder_attentions, mine.decoder_self_attention),
-        "encoder self": (theirs.encoder_attentions, mine.encoder_self_attention),
-    }
-    for name, (layers, weights) in pairs.items():
-        expected = torch.stack(layers, dim=1)  # (B, L, H, T, S) as attnseq returns them
-        assert expected.shape == weights.shape, name
-        assert (expected - weights).abs().max() < TOLERANCE, name
+    theirs, mine, _ = forward_both(marian_folders[shape])
+    assert_attention_weights_match(theirs, mine)
 
 
 # (num_beams, length_penalty, max_new_tokens, no_repeat_ngram_size): with repeats forbidden
 # the stand-ins' outputs end at many lengths; without, most run to the limit and its forced EOS
 GENERATE = [(1, 1.0, 30, 1), (4, 1.0, 30, 1), (4, 0.6, 20, 2), (4, 0.0, 16, 0), (1, 1.0, 12, 0)]
-VALID = 24  # source sentences of Multi30k's validation split
 
 
 def generated(folder: Path, settings: dict[str, Any]) -> tuple[list[list[int]], Any]:
-    """transformers' outputs (without the start token, EOS and padding) and the batch."""
+    """transformers' outputs of Multi30k's German validation sources, and the batch."""
     hf, tokenizer = reference(folder)
-    batch = tokenizer(valid_sources(), return_tensors="pt", padding=True)
-    pad, eos = hf.config.pad_token_id, hf.config.eos_token_id
-    with torch.no_grad():
-        out = hf.generate(**batch, bad_words_ids=[[pad]], do_sample=False, **settings)
-    outputs = []
-    for row in out[:, 1:].tolist():
-        row = row[: row.index(eos)] if eos in row else row
-        outputs.append([token for token in row if token != pad])
-    return outputs, batch
-
-
-@functools.cache
-def valid_sources() -> list[str]:
-    from conftest import SHARED_DATA
-
-    return (SHARED_DATA / "multi30k" / "val.de").read_text(encoding="utf-8").splitlines()[:VALID]
-
-
-def decoded(folder: Path, batch: Any, **changes: Any) -> list[list[int]]:
-    trained = imported(folder)
-    settings = dataclasses.replace(trained.cfg.decoding, **changes)
-    lengths = batch["attention_mask"].sum(dim=1)
-    return [
-        found[0].tokens for found in decode(trained.model, batch["input_ids"], lengths, settings)
-    ]
+    batch = tokenizer(valid_sources("de"), return_tensors="pt", padding=True)
+    return generate_outputs(hf, batch, do_sample=False, **settings), batch
 
 
 def hf_conventions(beam: int, alpha: float, new_tokens: int, ngram: int) -> dict[str, Any]:
@@ -140,7 +88,7 @@ def test_greedy_and_beam_outputs_match_generate(
         "no_repeat_ngram_size": ngram,
     }
     expected, batch = generated(folder, settings)
-    got = decoded(folder, batch, **hf_conventions(beam, alpha, new_tokens, ngram))
+    got = decoded(imported(folder), batch, **hf_conventions(beam, alpha, new_tokens, ngram))
     assert got == expected
 
 
@@ -149,14 +97,14 @@ def test_the_imported_decoding_is_generates_own(marian_folders: dict) -> None:
     becomes the checkpoint's decoding.*: attnseq decodes as a plain `generate()` does."""
     folder = marian_folders["shared"]
     hf, tokenizer = reference(folder)
-    batch = tokenizer(valid_sources(), return_tensors="pt", padding=True)
+    batch = tokenizer(valid_sources("de"), return_tensors="pt", padding=True)
     with torch.no_grad():
         out = hf.generate(**batch)
     eos, pad = hf.config.eos_token_id, hf.config.pad_token_id
     expected = [[t for t in row[: row.index(eos)] if t != pad] for row in out[:, 1:].tolist()]
     decoding = imported(folder).cfg.decoding
     assert (decoding.beam, decoding.max_output_extra, decoding.eos_at_limit) == (4, 22, True)
-    assert decoded(folder, batch) == expected
+    assert decoded(imported(folder), batch) == expected
 
 
 def test_attnseqs_own_beam_conventions_find_other_outputs(marian_folders: dict) -> None:
@@ -169,8 +117,8 @@ def test_attnseqs_own_beam_conventions_find_other_outputs(marian_folders: dict) 
     )
     settings = hf_conventions(4, 1.0, 30, 1)
     own = {**settings, "length_penalty_offset": 5.0, "stop_at_current_length": False}
-    assert decoded(folder, batch, **settings) == expected
-    assert decoded(folder, batch, **own) != expected
+    assert decoded(imported(folder), batch, **settings) == expected
+    assert decoded(imported(folder), batch, **own) != expected
 
 
 # ------------------------------------------------------------------------------ the config

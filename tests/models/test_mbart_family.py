@@ -20,10 +20,9 @@ from multilingual_checks import (  # noqa: E402
     assert_same_ids_without_tokenizer_json,
     assert_sampling_starts_with_the_forced_token,
     assert_teacher_forcing_matches,
-    edited_copy,
-    refused,
 )
 from multilingual_stand_ins import SHAPES, imported  # noqa: E402
+from pretrained_checks import edited_copy, refused  # noqa: E402
 
 from attnseq.config.choices import Activation, Norm, Positions  # noqa: E402
 

@@ -17,8 +17,9 @@ from helpers import adam_updates, assert_exported_unchanged, attnseq_in_process,
 
 pytest.importorskip("transformers", reason="the exported folders are read with transformers")
 
-from multilingual_checks import OTHER_LANGUAGES, SOURCES, TARGETS, valid_sources  # noqa: E402
+from multilingual_checks import OTHER_LANGUAGES, SOURCES, TARGETS  # noqa: E402
 from multilingual_stand_ins import SHAPES, reference  # noqa: E402
+from pretrained_checks import valid_sources  # noqa: E402
 
 from attnseq.config.conversion import config_from_dict, config_to_dict  # noqa: E402
 from attnseq.decoding import decode  # noqa: E402
@@ -45,7 +46,7 @@ def fine_tuned(folder: Path, languages: tuple[str, str], path: Path) -> Path:
     codes = [f"data.src_lang_code={src_code}", f"data.tgt_lang_code={tgt_code}"]
     trained = load_trained_model(folder, codes)
     src, tgt = trained.tokenizers.src, trained.tokenizers.tgt
-    pairs = list(zip(valid_sources()[:16], TARGETS * 4, strict=True)) * 2
+    pairs = list(zip(valid_sources("en")[:16], TARGETS * 4, strict=True)) * 2
     torch.manual_seed(0)
     adam_updates(trained.model, [(src.encode(s), tgt.encode(t)) for s, t in pairs], lr=1e-3)
     return save_model(path, trained.cfg, trained.tokenizers, trained.model.eval())
@@ -67,6 +68,7 @@ def exports(multilingual_folders: dict, tmp_path_factory: pytest.TempPathFactory
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_reimported_export_is_the_imported_model(exports: dict, shape: str) -> None:
     """Exact round trip: the same tensors, tokenizer files, model and decoding config."""
@@ -95,6 +97,7 @@ def batch_of(out: Path, texts: list[str], targets: list[str] | None = None) -> A
     return tokenizer(texts, text_target=targets, return_tensors="pt", padding=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_teacher_forced_log_probabilities_match(exports: dict, shape: str) -> None:
     checkpoint, out = exports[f"other-{shape}"]
@@ -116,6 +119,7 @@ def test_teacher_forced_log_probabilities_match(exports: dict, shape: str) -> No
     assert (expected - got).abs().max() < TOLERANCE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("beam", [1, 4])
 def test_generate_gives_attnseqs_outputs(exports: dict, shape: str, beam: int) -> None:
@@ -123,7 +127,7 @@ def test_generate_gives_attnseqs_outputs(exports: dict, shape: str, beam: int) -
     the exported generation config: the target's code forced first."""
     checkpoint, out = exports[f"other-{shape}"]
     hf = reference(out)[0]
-    batch = batch_of(out, valid_sources()[:16])
+    batch = batch_of(out, valid_sources("en")[:16])
     with torch.no_grad():
         generated = hf.generate(**batch, num_beams=beam)
     pad, eos = hf.config.pad_token_id, hf.config.eos_token_id
@@ -140,6 +144,7 @@ def test_generate_gives_attnseqs_outputs(exports: dict, shape: str, beam: int) -
 
 
 # ------------------------------------------------------------------ the family and refusals
+@pytest.mark.slow
 def test_the_family_is_the_tokenizers(multilingual_folders: dict) -> None:
     names = {
         name: export_family(load_trained_model(folder).tokenizers).name
@@ -153,6 +158,7 @@ def test_the_family_is_the_tokenizers(multilingual_folders: dict) -> None:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("shape", "overrides", "named"),
     [
@@ -206,6 +212,7 @@ def converter_ready(folder: Path, copy: Path) -> Path:
     return copy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 4])
 def test_the_ctranslate2_export_is_the_converters(
     multilingual_folders: dict, tmp_path: Path, beam: int
@@ -224,7 +231,7 @@ def test_the_ctranslate2_export_is_the_converters(
     tokenizers = load_trained_model(folder).tokenizers
     sources = [
         tokenizers.src.ids_to_pieces(ids)
-        for ids in tokenizers.src.encode_batch(valid_sources()[:16])
+        for ids in tokenizers.src.encode_batch(valid_sources("en")[:16])
     ]
     code = tokenizers.tgt.ids_to_pieces([tokenizers.tgt.language_id()])
     found = []

@@ -14,7 +14,8 @@ import torch
 
 pytest.importorskip("transformers", reason="the stand-ins are built with transformers")
 
-from attnseq.errors import UserError  # noqa: E402
+from pretrained_checks import refused  # noqa: E402
+
 from attnseq.models.loading import load_trained_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
@@ -24,15 +25,6 @@ def copy(marian_folders: dict, shape: str, tmp_path: Path) -> Path:
     folder = tmp_path / shape
     shutil.copytree(marian_folders[shape], folder)
     return folder
-
-
-def refused(folder: Path) -> str:
-    """The one-line message of loading `folder`."""
-    with pytest.raises(UserError) as error:
-        load_trained_model(folder)
-    message = str(error.value)
-    assert "\n" not in message and "Traceback" not in message
-    return message
 
 
 def edit_json(path: Path, **changes: object) -> None:
