@@ -7,7 +7,8 @@ under every window from both decoder styles, both cells, the attention values, h
 attention, hard attention (each mode and top-k) and the pointer-generator (copy, coverage) of
 both families, and every transformer self-attention kind, with and without decoder
 self-attention, with persistent memory and the convolution sublayer. A new Enum member is a new
-variant. Combinations that `validate` refuses are skipped with its message as the reason.
+variant. Combinations that `validate` refuses are skipped with its message as the reason. The
+default run takes a cover of the values (`DEFAULT_VARIANTS`), `-m slow` every variant.
 
 The batch holds sentence breaks and speaker turns (hierarchical attention has several segments
 per source) and words the tokenizers never saw (a copy model has out-of-vocabulary source words
@@ -161,6 +162,30 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     **_transformer_variants(),
     **_shared_variants(),
 }
+
+
+def _value_cover(variants: dict[str, tuple[str, ...]]) -> set[str]:
+    """The variants, in order, that each bring an override no earlier one brought: every
+    value the matrix varies is in one of them (a third of the matrix)."""
+    seen: set[str] = set()
+    cover = set()
+    for name, overrides in variants.items():
+        if not seen.issuperset(overrides):
+            cover.add(name)
+            seen.update(overrides)
+    return cover
+
+
+DEFAULT_VARIANTS = _value_cover(VARIANTS)
+
+
+def variant_params() -> list:
+    """VARIANTS as pytest parameters: the default run takes DEFAULT_VARIANTS, `-m slow` the
+    rest of the matrix."""
+    return [
+        pytest.param(name, marks=() if name in DEFAULT_VARIANTS else pytest.mark.slow)
+        for name in VARIANTS
+    ]
 
 
 def variant_config(name: str) -> TrainConfig:

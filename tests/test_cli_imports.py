@@ -59,6 +59,7 @@ def test_front_door_leaves_heavy_libraries_unloaded(args: list[str]) -> None:
     assert report["heavy"] == [], f"attnseq {' '.join(args)} imported {report['heavy']}"
 
 
+@pytest.mark.slow
 def test_completion_leaves_heavy_libraries_unloaded() -> None:
     import os
 
@@ -69,6 +70,7 @@ def test_completion_leaves_heavy_libraries_unloaded() -> None:
     assert report["heavy"] == []
 
 
+@pytest.mark.slow
 def test_train_help_is_hydras_application_help() -> None:
     """attnseq's own rendering of `train --help` prints what Hydra's `--help` prints, its
     config groups wrapped to the terminal (80 columns here, without one)."""

@@ -109,6 +109,7 @@ def test_eval_refuses_naacl_gold_links_outside_their_sentence(setup, tmp_path) -
     assert not (tmp_path / "eval").exists()
 
 
+@pytest.mark.slow
 def test_reverse_model_of_the_same_languages_is_refused(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
     result = align_forward(setup, "--reverse", setup["same"], "--out", out)
@@ -118,6 +119,7 @@ def test_reverse_model_of_the_same_languages_is_refused(setup, tmp_path) -> None
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_reverse_model_of_the_same_vocabularies_is_refused(tmp_path) -> None:
     """Generated data names no languages; identical source and target vocabularies, in the
     same order, show the direction."""
@@ -130,6 +132,7 @@ def test_reverse_model_of_the_same_vocabularies_is_refused(tmp_path) -> None:
     one_line_exit_2(result, "same direction", "same source and the same target vocabulary")
 
 
+@pytest.mark.slow
 def test_swapped_reverse_model_aligns_without_warning(setup, tmp_path) -> None:
     out = tmp_path / "links.pharaoh"
     result = align_forward(setup, "--reverse", setup["reverse"], "--out", out)
@@ -137,6 +140,7 @@ def test_swapped_reverse_model_aligns_without_warning(setup, tmp_path) -> None:
     assert result.stderr == "" and len(out.read_text().splitlines()) == len(SRC)
 
 
+@pytest.mark.slow
 def test_reverse_model_of_another_vocabulary_is_warned_about(setup, tmp_path) -> None:
     """Its data config names other languages (xx, yy) over other files: nothing shows its
     direction, so it aligns, with one warning giving the unknown-token rates."""
@@ -180,6 +184,7 @@ def test_score_of_readable_text_gives_no_warning(setup, tmp_path) -> None:
     assert warning_lines(result) == []
 
 
+@pytest.mark.slow
 def test_eval_warns_about_alignment_sentences_the_model_cannot_read(setup, tmp_path) -> None:
     gold = tmp_path / "gold.txt"
     gold.write_text("0-0\n0-0\n0-0\n0-0\n", encoding="utf-8")

@@ -223,6 +223,7 @@ def zero_embedding_scores(model, examples) -> list[torch.Tensor]:
     return scores
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 def test_integrated_gradients_sum_to_the_difference_from_the_baseline(
     untrained_checkpoints, family
@@ -260,6 +261,7 @@ def test_the_scores_explained_are_the_models_log_probabilities(untrained_checkpo
     torch.testing.assert_close(raw.scores, log_probs.gather(1, batch.tgt_out[0][:, None])[:, 0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 def test_a_batch_of_eight_gives_the_maps_of_one_at_a_time(untrained_checkpoints, family) -> None:
     trained = load_trained_model(untrained_checkpoints[family])
@@ -278,6 +280,7 @@ def test_a_batch_of_eight_gives_the_maps_of_one_at_a_time(untrained_checkpoints,
 
 
 # ------------------------------------------------------------------ every family
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -332,6 +335,7 @@ def test_a_source_embedding_shared_with_the_target() -> None:
 
 
 # ------------------------------------------------------------------ bad input
+@pytest.mark.slow
 def test_bad_input_is_one_user_error(untrained_checkpoints, tmp_path) -> None:
     rnn = load_trained_model(untrained_checkpoints["rnn"])
     transformer = load_trained_model(untrained_checkpoints["transformer"])
@@ -466,6 +470,7 @@ def full_length_reference(model, examples, method: str, settings: GradientSettin
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 @pytest.mark.parametrize("method", GRADIENT_METHODS)
 def test_the_prefix_passes_give_the_full_length_scores(

@@ -274,6 +274,7 @@ def direct_scores(checkpoint: Path, files: dict[str, Path]) -> dict[str, float]:
     return scores
 
 
+@pytest.mark.slow
 def test_metrics_json_holds_aer_precision_recall_per_head(setup, tmp_path) -> None:
     checkpoint, files = setup
     result = eval_against_gold(checkpoint, files, tmp_path)
@@ -292,6 +293,7 @@ def test_metrics_json_holds_aer_precision_recall_per_head(setup, tmp_path) -> No
         assert 0.0 <= value <= 1.0
 
 
+@pytest.mark.slow
 def test_naacl_and_reversed_gold_give_the_same_numbers(setup, tmp_path) -> None:
     checkpoint, files = setup
     sentences = ["--gold-src", str(files["src"]), "--gold-tgt", str(files["tgt"])]
@@ -310,6 +312,7 @@ def test_naacl_and_reversed_gold_give_the_same_numbers(setup, tmp_path) -> None:
     assert results["pharaoh"] == results["naacl"] == results["naacl_named"] == results["reversed"]
 
 
+@pytest.mark.slow
 def test_eval_spells_the_gold_options_as_align_does_and_keeps_its_old_names_hidden(
     setup, tmp_path
 ) -> None:
@@ -394,6 +397,7 @@ def test_empty_sentence_is_an_error(setup, tmp_path) -> None:
     assert result.exit_code == 2 and "line 2 is empty" in result.output
 
 
+@pytest.mark.slow
 def test_wpt03_trial_set_with_a_sentencepiece_model(shared_data, tmp_path, monkeypatch) -> None:
     """The shared WPT 2003 en-fr gold set: Pharaoh sure + possible files and the NAACL file
     give the same numbers for an en->fr model with sentencepiece pieces."""

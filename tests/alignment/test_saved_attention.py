@@ -85,6 +85,7 @@ def mixed_ending_checkpoints(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 3])
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 def test_saved_attention_is_the_decoders(mixed_ending_checkpoints, family, beam, tmp_path) -> None:
@@ -239,6 +240,7 @@ def saved_files(mixed_ending_checkpoints, tmp_path_factory) -> dict[str, Path]:
     return files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("family", "args"),
     [

@@ -13,6 +13,7 @@ def invoke(*args: str):
     return CliRunner().invoke(app, ["visualize-alignment", *args])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 def test_writes_a_figure_for_decoded_and_forced_targets(
     trained_checkpoints, family, tmp_path
@@ -26,6 +27,7 @@ def test_writes_a_figure_for_decoded_and_forced_targets(
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_transformer_options(trained_checkpoints, tmp_path) -> None:
     ckpt = str(trained_checkpoints["transformer"])
     for args in (
@@ -54,6 +56,7 @@ def test_forced_alignment_shapes_and_word_merging(trained_checkpoints) -> None:
     np.testing.assert_allclose(words.weights.sum(-1), expected_rows, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_input_file_draws_one_figure_per_line(trained_checkpoints, tmp_path) -> None:
     lines = tmp_path / "in.txt"
     lines.write_text("March 3, 1998\n\n4 May 2001\n")
@@ -71,6 +74,7 @@ def test_input_file_draws_one_figure_per_line(trained_checkpoints, tmp_path) -> 
     assert any((tmp_path / "tb").iterdir())
 
 
+@pytest.mark.slow
 def test_kernel_attention_has_no_self_attention_map(tmp_path) -> None:
     """kind=linear never forms self-attention weights: visualize-alignment says why (exit 2);
     cross-attention, always full, is still drawn."""
@@ -93,6 +97,7 @@ def test_kernel_attention_has_no_self_attention_map(tmp_path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["local", "linformer"])
 def test_sparse_and_low_rank_self_attention_maps(tmp_path, kind) -> None:
     from helpers import untrained_checkpoint

@@ -17,6 +17,7 @@ from attnseq.analysis.comparison import split_pairs
 from attnseq.models.loading import load_trained_model
 
 
+@pytest.mark.slow
 def test_a_transformers_entropy_by_bucket_and_aer(transformer_checkpoint: Path) -> None:
     pairs = split_pairs(transformer_checkpoint, "test")
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]

@@ -89,6 +89,7 @@ def test_an_out_folder_whose_files_are_inputs_is_refused_before_the_work(tmp_pat
     assert {path: path.read_bytes() for path in kept} == kept
 
 
+@pytest.mark.slow
 def test_a_full_disk_keeps_the_previous_outputs_whole(tmp_path: Path) -> None:
     """The file size limit (RLIMIT_FSIZE) stands in for a nearly full disk: the figure and the
     JSON of the earlier compare stay as they were, with one line naming the file."""
@@ -156,6 +157,7 @@ def test_figure_paths_are_image_files(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------ what is read
+@pytest.mark.slow
 def test_checkpoint_data_outside_the_data_root_is_not_read(
     tmp_path: Path, rnn_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -185,6 +187,7 @@ def test_checkpoint_data_outside_the_data_root_is_not_read(
     assert not any(b"secret" in data for data in stored)
 
 
+@pytest.mark.slow
 def test_checkpoint_data_from_the_hub_is_not_downloaded(
     tmp_path: Path, rnn_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,6 +236,7 @@ def test_lines_are_counted_as_wc_counts_them(tmp_path: Path) -> None:
     assert record["systems"][str(tmp_path / "crlf.txt")]["exact_match"]["score"] == 1.0
 
 
+@pytest.mark.slow
 def test_special_files_are_named_as_what_they_are(tmp_path: Path) -> None:
     ref, a, _ = systems(tmp_path)
     fifo = tmp_path / "pipe"
@@ -252,6 +256,7 @@ def test_special_files_are_named_as_what_they_are(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_damaged_metrics_json_is_one_line(tmp_path: Path) -> None:
     ref, a, _ = systems(tmp_path)
     for number, damage in enumerate(
@@ -263,6 +268,7 @@ def test_a_damaged_metrics_json_is_one_line(tmp_path: Path) -> None:
         assert f"{folder / 'metrics.json'} is damaged" in result.output, result.output
 
 
+@pytest.mark.slow
 def test_a_damaged_eval_cache_of_a_run_is_one_line(tmp_path: Path, rnn_checkpoint: Path) -> None:
     from attnseq.config.conversion import config_from_dict
     from attnseq.evaluation.checkpoint_eval import default_root, result_folder

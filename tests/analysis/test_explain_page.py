@@ -66,6 +66,7 @@ def beam_page(transformer, tmp_path_factory) -> Path:
 
 
 # ------------------------------------------------------------------ the file, no browser
+@pytest.mark.slow
 def test_the_page_is_self_contained(beam_page) -> None:
     page = beam_page.read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
@@ -100,6 +101,7 @@ def test_the_embedded_data_has_the_documented_shapes(beam_page, transformer) -> 
                 assert all(isinstance(value, int) and value >= 0 for value in row)
 
 
+@pytest.mark.slow
 def test_only_an_rnn_page_has_one_map(beam_page, rnn_page) -> None:
     transformer = embedded(beam_page.read_text(encoding="utf-8"))
     assert transformer["one_map"] is False
@@ -117,6 +119,7 @@ def _shape(nested: list) -> tuple[int, ...]:
     return tuple(shape)
 
 
+@pytest.mark.slow
 def test_a_40_piece_pair_of_a_6_layer_8_head_transformer_stays_under_2_mb(tmp_path) -> None:
     words = [f"w{i}" for i in range(40)]
     pairs = [(" ".join(words), " ".join(reversed(words)))]
@@ -198,6 +201,7 @@ def _method_values(driver) -> list[str]:
     return [element.text for element in values]
 
 
+@pytest.mark.slow
 def test_the_page_answers_clicks_and_keys_without_console_errors(
     browser, shown_page, tmp_path
 ) -> None:
@@ -265,6 +269,7 @@ def _expected_values(data: dict, output: int, step: int) -> list[str]:
     return [f"{value / SCALE:.3f}" for value in row]
 
 
+@pytest.mark.slow
 def test_each_hypothesis_shows_its_own_output(browser, shown_page) -> None:
     from selenium.webdriver.common.by import By
 
@@ -278,6 +283,7 @@ def test_each_hypothesis_shows_its_own_output(browser, shown_page) -> None:
     assert _errors(browser) == []
 
 
+@pytest.mark.slow
 def test_a_phone_width_has_no_horizontal_page_scroll(browser, shown_page, tmp_path) -> None:
     from selenium.webdriver.common.by import By
 
@@ -313,6 +319,7 @@ return [
 """
 
 
+@pytest.mark.slow
 def test_the_maps_share_one_colour_scale_that_reads_their_weights(
     browser, beam_page, tmp_path
 ) -> None:
@@ -353,6 +360,7 @@ def _nearest(ramp: list[list[int]], colour: list[int]) -> int:
     )
 
 
+@pytest.mark.slow
 def test_an_rnn_map_is_titled_as_one_map_not_as_layer_and_head(browser, rnn_page, tmp_path) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

@@ -34,6 +34,7 @@ def untrained_without_dropout(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+@pytest.mark.slow
 def test_forced_target_of_a_transformer_has_every_map(untrained_without_dropout) -> None:
     trained = load_trained_model(untrained_without_dropout["transformer"])
     explanation = explain(trained, SOURCE, TARGET)
@@ -61,6 +62,7 @@ def test_forced_target_of_a_transformer_has_every_map(untrained_without_dropout)
             assert np.abs(np.triu(weights.prefix, k=1)).max() == 0, name
 
 
+@pytest.mark.slow
 def test_the_methods_are_attributes_for_each_output(untrained_without_dropout) -> None:
     trained = load_trained_model(untrained_without_dropout["rnn"])
     chosen = check_request(trained, SOURCE, None, ["saliency", "attention", "smoothgrad"])

@@ -76,6 +76,7 @@ def test_the_colour_bar_shows_its_range_with_every_label_whole(tokens: list[str]
     assert len({len(label) for label in labels}) == 1  # one number of decimals for all
 
 
+@pytest.mark.slow
 def test_a_layer_figure_puts_its_heads_side_by_side_each_labelled() -> None:
     """At TensorBoard's size: the heads of a short sentence in one row, a long sentence's one
     under the other, each titled and naming its tokens; no figure wider than about 500 px

@@ -78,6 +78,7 @@ def test_normalize_per_layer_divides_by_each_rows_l2_norm():
     assert normalize_per_layer(scores)["encoder_self"].tolist() == [[0.6, 0.8], [0.0, 0.0]]
 
 
+@pytest.mark.slow
 def test_ablation_equals_the_eval_loss_with_the_head_masked(eight_head_checkpoint):
     trained = load_trained_model(eight_head_checkpoint)
     cfg, model = trained.cfg, trained.model

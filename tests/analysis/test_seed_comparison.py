@@ -158,6 +158,7 @@ def test_significant_pairs_is_the_partial_conjunction_count() -> None:
     assert significant_pairs([0.2, 0.3]) == 0 and significant_pairs([]) == 0
 
 
+@pytest.mark.slow
 def test_aso_calls_better_not_significant_and_worse_reproducibly() -> None:
     low, high = [28.1, 29.0, 29.6], [31.2, 32.0, 33.1]
     state = np.random.get_state()
@@ -187,6 +188,7 @@ def test_group_verdict_counts_pairs_in_the_mean_direction_and_turns_ter_round() 
 
 
 # --------------------------------------------------------------------------- the command
+@pytest.mark.slow
 def test_compare_of_a_sweep_folder_in_every_format(sweep: Path, tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     text = compare(str(sweep), "--out", str(out), *FAST).stdout
@@ -233,6 +235,7 @@ def test_compare_of_a_sweep_folder_in_every_format(sweep: Path, tmp_path: Path) 
     assert f"& {row.group(1)} \\\\" in latex and r"model.family=rnn (baseline)" in latex
 
 
+@pytest.mark.slow
 def test_a_group_beside_a_single_run_with_a_named_baseline(
     sweep: Path, trained_rnn_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -252,6 +255,7 @@ def test_a_group_beside_a_single_run_with_a_named_baseline(
     ] == [(2, 2, "seed")]
 
 
+@pytest.mark.slow
 def test_mistakes_exit_2_with_one_line_before_decoding(
     sweep: Path, trained_rnn_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -275,6 +279,7 @@ def test_mistakes_exit_2_with_one_line_before_decoding(
     assert not list(lone.glob("*/eval")) and not list(empty.rglob("eval"))
 
 
+@pytest.mark.slow
 def test_sweep_report_significance(sweep: Path) -> None:
     args = ["sweep-report", str(sweep), "--significance", "--format", "csv", *FAST]
     result = runner.invoke(app, args)

@@ -300,6 +300,7 @@ FUNCTIONS = [(name, family) for name in (*CHECKS, "load") for family in ("rnn", 
 FUNCTIONS = [(name, family) for name, family in FUNCTIONS if name != "load" or family == "rnn"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "family"), FUNCTIONS)
 def test_arbitrary_arguments_give_a_result_a_type_error_or_a_user_error(
     name: str, family: str, models: dict[str, Model], untrained_checkpoints: dict[str, Path]

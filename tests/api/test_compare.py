@@ -17,6 +17,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return compared_runs(tmp_path_factory)
 
 
+@pytest.mark.slow
 def test_python_api(runs: tuple[Path, Path], tmp_path: Path) -> None:
     a, b = runs
     result = attnseq.compare([a, b], seed=3, resamples=100, trials=200, device="cpu")
@@ -44,6 +45,7 @@ def test_threads_are_set_for_the_decoding_and_given_back(
     assert seen == [1, 1] and torch.get_num_threads() == before
 
 
+@pytest.mark.slow
 def test_python_api_training_targets_gold_and_no_attention(
     runs: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -123,6 +123,7 @@ def test_align_is_align_sentences(untrained_checkpoints: dict[str, Path]) -> Non
         model.align(src, tgt, layer=3)
 
 
+@pytest.mark.slow
 def test_the_translate_command_uses_the_api(untrained_checkpoints: dict[str, Path], tmp_path: Path):
     text = tmp_path / "in.txt"
     text.write_text("".join(line + "\n" for line in SOURCES), encoding="utf-8")
@@ -141,6 +142,7 @@ def test_the_translate_command_uses_the_api(untrained_checkpoints: dict[str, Pat
     assert result.stdout.splitlines() == expected
 
 
+@pytest.mark.slow
 def test_explain_returns_the_page_it_writes(untrained_checkpoints: dict[str, Path], tmp_path: Path):
     from attnseq.analysis.explain_page import explanation_html
     from attnseq.analysis.explanation import explain
@@ -228,6 +230,7 @@ def test_save_and_load_give_the_same_model(
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_a_saved_training_checkpoint_is_read_by_every_command(run: Path, tmp_path: Path):
     model = attnseq.load(run, "cpu", threads=1)
     original = run / "checkpoints" / "best.pt"
@@ -269,6 +272,7 @@ def test_a_saved_training_checkpoint_is_read_by_every_command(run: Path, tmp_pat
     assert figure.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_saving_over_its_own_checkpoint_only_when_nothing_is_lost(
     run: Path, untrained_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -351,6 +355,7 @@ def test_a_failed_save_leaves_the_old_file(
     assert sorted(os.listdir(tmp_path)) == ["model.pt"]
 
 
+@pytest.mark.slow
 def test_save_keeps_head_masks_and_the_pruning_record(
     untrained_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -373,6 +378,7 @@ def test_save_keeps_head_masks_and_the_pruning_record(
     assert torch.equal(written["model"][mask], torch.tensor([1.0, 1.0]))
 
 
+@pytest.mark.slow
 def test_save_refuses_what_it_cannot_write_whole(
     untrained_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 SOURCE = "June 5, 2001"
 
 
+@pytest.mark.slow
 def test_plot_alignment_returns_a_figure(untrained_checkpoints: dict[str, Path]) -> None:
     model = attnseq.load(untrained_checkpoints["transformer"], "cpu", threads=1)
     hypothesis = model.translate(SOURCE, attention=True).hypotheses[0]
@@ -40,6 +41,7 @@ def tick_labels(figure, axis: str) -> list[str]:
     return [label.get_text() for label in ticks]
 
 
+@pytest.mark.slow
 def test_plot_alignment_draws_every_result(untrained_checkpoints: dict[str, Path]) -> None:
     model = attnseq.load(untrained_checkpoints["transformer"], "cpu", threads=1)
     translation = model.translate(SOURCE, beam=2, attention=True)

@@ -56,6 +56,7 @@ def test_sizes_are_measured_against_the_memory_there_is(
 SENTENCE = "Ein Mann fährt mit dem Fahrrad."
 
 
+@pytest.mark.slow
 def test_a_beam_over_an_imported_models_vocabulary_is_counted_per_step(
     marian_folders: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:

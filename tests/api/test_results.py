@@ -31,6 +31,7 @@ def short(text: str) -> None:
 
 
 # ------------------------------------------------------------------------------------ reprs
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 def test_every_result_has_a_short_repr(family: str, untrained_checkpoints: dict[str, Path]) -> None:
     assert len(SENTENCE.split()) == 50 and len(TARGET.split()) == 50
@@ -106,6 +107,7 @@ def elements(fragment: str) -> Elements:
     return parser
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 def test_a_translation_shows_its_heatmap_inline(
     family: str, untrained_checkpoints: dict[str, Path]
@@ -127,6 +129,7 @@ def test_a_translation_shows_its_heatmap_inline(
     assert Translation("", [])._repr_html_() is None
 
 
+@pytest.mark.slow
 def test_the_explanation_shows_inline_with_its_styles_kept_to_its_frame(
     untrained_checkpoints: dict[str, Path],
 ) -> None:

@@ -22,6 +22,7 @@ STEPS = [*TINY, "trainer.max_steps=2", "trainer.validate_every=2", "trainer.prog
 LOGGED = [*STEPS[:-1], "trainer.log_every=1"]
 
 
+@pytest.mark.slow
 def test_a_training_returns_its_run_directory_and_metrics(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -39,6 +40,7 @@ def test_a_training_returns_its_run_directory_and_metrics(
     assert "decoder: luong" in recorded
 
 
+@pytest.mark.slow
 def test_the_same_overrides_compose_the_same_config_as_the_command(tmp_path: Path) -> None:
     from helpers import check_train_args
 
@@ -86,6 +88,7 @@ def unreadable_corpus(folder: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_intra_op_thread")
 def test_a_refused_start_leaves_no_run_directory_and_the_callers_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -132,6 +135,7 @@ def test_wrong_types_are_type_errors_naming_the_argument(
         attnseq.train(overrides, run_dir=run_dir)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(attnseq.UserError, match="cannot write into /proc"):
         attnseq.train(STEPS, run_dir="/proc/run")
@@ -142,6 +146,7 @@ def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path: Path) -> None
     assert "hydra.run.dir /proc/run: cannot write into /proc" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_damaged_mlflow_store_is_refused_before_the_run_directory(tmp_path: Path) -> None:
     pytest.importorskip("mlflow")
     store = tmp_path / "mlflow.db"
@@ -172,6 +177,7 @@ BAR = "%|"  # tqdm's text bar ("train: 100%|█████| 2/2 ..."): stderr i
 TRAINING_LINE = "step 1/2  epoch"  # the periodic line, which the bar shows instead
 
 
+@pytest.mark.slow
 def test_progress_draws_the_bar_with_the_validation_lines_above_it(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -184,6 +190,7 @@ def test_progress_draws_the_bar_with_the_validation_lines_above_it(
     assert "test metrics of the best checkpoint" in out
 
 
+@pytest.mark.slow
 def test_by_default_the_bar_shows_in_a_notebook_and_not_in_a_script(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -197,6 +204,7 @@ def test_by_default_the_bar_shows_in_a_notebook_and_not_in_a_script(
     assert BAR in err and TRAINING_LINE not in err
 
 
+@pytest.mark.slow
 def test_verbose_false_is_silent_and_train_log_has_it_all(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -206,6 +214,7 @@ def test_verbose_false_is_silent_and_train_log_has_it_all(
     assert TRAINING_LINE in log and "step 2: valid/" in log
 
 
+@pytest.mark.slow
 def test_the_callers_own_logging_shows_each_line_once(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -220,6 +229,7 @@ def test_the_callers_own_logging_shows_each_line_once(
     assert "step 2: valid/" not in capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_train_load_and_translate_leave_the_process_settings_as_they_were(
     tmp_path: Path,
 ) -> None:
@@ -267,6 +277,7 @@ print([str(warning.message)[:19] for warning in caught])
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("imports", "warned"),
     [

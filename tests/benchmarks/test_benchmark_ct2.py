@@ -7,6 +7,7 @@ import pytest
 from helpers import load_script, untrained_checkpoint
 
 
+@pytest.mark.slow
 def test_the_benchmark_compares_engines_speed_and_bleu(tmp_path, monkeypatch, capsys):
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed (attnseq[ct2])")
     monkeypatch.setenv("ATTNSEQ_CACHE", str(tmp_path / "cache"))

@@ -11,6 +11,7 @@ TINY = ["data.train_size=200", "data.valid_size=30", "model.dropout=0"]
 SIZES = {**TINY_SIZES, "rnn": [*TINY_SIZES["rnn"], "model.enc_hidden=16"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["rnn_bahdanau", "rnn_luong", "transformer"])
 def test_fast_and_reference_paths_train_alike_without_dropout(tmp_path, model):
     out = tmp_path / "curve.json"

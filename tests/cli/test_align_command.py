@@ -43,6 +43,7 @@ def align(*args: str):
     return CliRunner().invoke(app, ["align", *map(str, args)])
 
 
+@pytest.mark.slow
 def test_writes_pharaoh_lines_and_soft_matrices(setup, tmp_path) -> None:
     forward, _, files = setup
     out, soft = tmp_path / "a.pharaoh", tmp_path / "a.npz"
@@ -69,6 +70,7 @@ def test_writes_pharaoh_lines_and_soft_matrices(setup, tmp_path) -> None:
     assert plain.exit_code == 0 and plain.stdout == out.read_text()
 
 
+@pytest.mark.slow
 def test_reverse_model_symmetrized(setup, tmp_path) -> None:
     forward, reverse, files = setup
     sentences = ["--src", files["src"], "--tgt", files["tgt"]]
@@ -97,6 +99,7 @@ def test_reverse_model_symmetrized(setup, tmp_path) -> None:
     assert expected != fwd.links or expected != [transpose(r) for r in rev.links]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "method, layer, head, key",
     [
@@ -138,6 +141,7 @@ def test_aer_equals_eval_alignments(setup, tmp_path, method, layer, head, key) -
     assert f"AER {scores['aer']:.4f}  precision {scores['precision']:.4f}" in result.stdout
 
 
+@pytest.mark.slow
 def test_mistakes_end_with_one_message_and_exit_2(setup, tmp_path) -> None:
     forward, _, files = setup
     short = tmp_path / "short.txt"

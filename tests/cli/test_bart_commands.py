@@ -46,6 +46,7 @@ def test_translate_starts_with_the_forced_token(work: Path) -> None:
     assert all(not t.text.startswith("<s>") for t in expected)
 
 
+@pytest.mark.slow
 def test_align_every_method_on_words(work: Path) -> None:
     for method in ("attention", "shift-att", "rollout"):
         output = run(
@@ -71,6 +72,7 @@ def test_align_every_method_on_words(work: Path) -> None:
         assert links and all(int(s) < 6 and int(t) < 5 for s, t in links)
 
 
+@pytest.mark.slow
 def test_explain_heads_and_compare(work: Path) -> None:
     run(work, "explain", "model", "--src", SOURCES[0], "--out", "page.html")
     assert (work / "page.html").stat().st_size > 0

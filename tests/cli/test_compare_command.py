@@ -36,6 +36,7 @@ def compare(*args: str, code: int = 0):
     return result
 
 
+@pytest.mark.slow
 def test_two_runs_give_the_table_the_buckets_and_the_figure(
     runs: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -63,6 +64,7 @@ def test_two_runs_give_the_table_the_buckets_and_the_figure(
     assert [path.stat().st_mtime_ns for path in evals] == written  # reused, not decoded again
 
 
+@pytest.mark.slow
 def test_json_numbers_equal_the_text_table(runs: tuple[Path, Path]) -> None:
     a, b = runs
     text = compare(str(b), str(a), "--device", "cpu", *FAST).stdout
@@ -111,6 +113,7 @@ def test_hypothesis_files_with_sources_and_a_named_baseline(tmp_path: Path) -> N
     assert good, result.stdout
 
 
+@pytest.mark.slow
 def test_a_score_outside_its_interval_still_draws(tmp_path: Path) -> None:
     """Three sentences: a percentile interval of BLEU need not hold the score itself."""
     (tmp_path / "src.txt").write_text("June 5, 2001\n4 May 2001\nMarch 3rd, 1998\n")
@@ -150,6 +153,7 @@ def test_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     assert "Invalid value for '--threads': 'many' is not a thread count" in usage
 
 
+@pytest.mark.slow
 def test_threads_are_set_for_the_decoding(
     runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,6 +178,7 @@ def test_latex_tables(tmp_path: Path) -> None:
     assert re.search(r"^exact\\_match & .*b\\_sys\.txt & 1\.000 & 0\.000 & ", out, re.M), out
 
 
+@pytest.mark.slow
 def test_attention_word_accuracy_and_ratio_buckets_agree_in_json_and_text(
     runs: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -298,6 +303,7 @@ def test_test_sizes_are_refused_before_any_checkpoint_decodes(
     assert "--trials must be >= 1" in compare(a, b, "--trials", "0", code=2).output
 
 
+@pytest.mark.slow
 def test_runs_on_other_test_sets_are_refused_with_what_to_compare(
     runs: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -309,6 +315,7 @@ def test_runs_on_other_test_sets_are_refused_with_what_to_compare(
     assert len([line for line in output.splitlines() if line.startswith("error")]) == 1, output
 
 
+@pytest.mark.slow
 def test_the_text_and_json_name_the_decoding_the_test_set_and_the_signature(
     runs: tuple[Path, Path],
 ) -> None:
@@ -327,6 +334,7 @@ def test_the_text_and_json_name_the_decoding_the_test_set_and_the_signature(
     assert record["scope"].startswith("one run per system")
 
 
+@pytest.mark.slow
 def test_beam_and_length_penalty_decode_as_eval_does_and_reuse_its_result(
     runs: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -42,6 +42,7 @@ def complete_bash(line: str, **env: str) -> list[str]:
     return result.stdout.split()
 
 
+@pytest.mark.slow
 def test_version_names_attnseq_torch_hydra_and_python() -> None:
     result = attnseq("--version")
     assert result.returncode == 0
@@ -54,12 +55,14 @@ def test_version_names_attnseq_torch_hydra_and_python() -> None:
     assert attnseq("train", "--version").stdout == result.stdout
 
 
+@pytest.mark.slow
 def test_command_names_and_options_complete() -> None:
     assert complete_bash("attnseq tr") == ["train", "translate"]
     assert "doctor" in complete_bash("attnseq ")
     assert complete_bash("attnseq eval --be") == ["--beam"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
@@ -76,6 +79,7 @@ def test_train_completes_hydra_overrides(line: str, expected: list[str]) -> None
     assert complete_bash(line) == expected
 
 
+@pytest.mark.slow
 def test_hydra_shell_completion_flow_goes_through_train() -> None:
     script = attnseq("--show-completion", "bash")
     assert script.returncode == 0
@@ -90,6 +94,7 @@ def test_hydra_shell_completion_flow_goes_through_train() -> None:
     assert wrong.returncode == 2 and wrong.stderr.startswith("error: -sc frobnicate")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_bash_script_completes_a_hydra_key() -> None:
     bin_dir = Path(sys.executable).parent
@@ -111,6 +116,7 @@ def test_bash_script_completes_a_hydra_key() -> None:
     assert result.stdout.split() == ["model.hidden="], result.stderr
 
 
+@pytest.mark.slow
 def test_train_help_with_a_bad_override_is_a_user_error() -> None:
     result = attnseq("train", "--help", "model=nope")
     assert result.returncode == 2

@@ -51,6 +51,7 @@ def test_unset_data_root_is_reported(fake_data: Path, monkeypatch: pytest.Monkey
     assert data["data=multi30k"].startswith("found")
 
 
+@pytest.mark.slow
 def test_cache_versions_devices_and_plugins(fake_data: Path) -> None:
     assert rows("cache") == {"folder": str(fake_data / "cache"), "size": "2.9 KiB"}
     versions = rows("versions")

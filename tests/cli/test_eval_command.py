@@ -21,6 +21,7 @@ def test_eval_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
     assert "checkpoint not found" in result.output
 
 
+@pytest.mark.slow
 def test_train_then_eval_reproduces_metrics(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = attnseq("train", *TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)

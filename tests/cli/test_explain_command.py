@@ -27,6 +27,7 @@ def explain(*args: object):
     return CliRunner().invoke(app, ["explain", *map(str, args)])
 
 
+@pytest.mark.slow
 def test_writes_the_page_from_a_run_directory(run_directory, tmp_path) -> None:
     out = tmp_path / "report.html"
     result = explain(run_directory, "--src", "4 May", "--beam", "2", "--threads", "1", "--out", out)
@@ -74,6 +75,7 @@ def test_refusals_are_one_line(run_directory, tmp_path, args, message) -> None:
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_name_that_is_not_utf8_is_shown_in_the_page(run_directory, tmp_path):
     """The page is UTF-8: a name's bytes that are not (lone surrogates in Python) made the
     write fail with UnicodeEncodeError after the work; the page shows them as U+FFFD."""

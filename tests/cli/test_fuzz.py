@@ -42,8 +42,8 @@ the pytest line that runs that case again:
     ATTNSEQ_FUZZ_SEED=S ATTNSEQ_FUZZ_CASE=N python -m pytest -n 0 \\
         "tests/cli/test_fuzz.py::test_every_command_keeps_its_promise[COMMAND]"
 
-The default run tries DEFAULT_CASES per command and DEFAULT_TRAIN_CASES trainings (about 400
-cases, under a minute on one core); `-m slow` tries SLOW_TOTAL; ATTNSEQ_FUZZ_SEED draws others.
+The default run tries DEFAULT_CASES per command and DEFAULT_TRAIN_CASES trainings (about 100
+cases, about 20 s on one core); `-m slow` tries SLOW_TOTAL; ATTNSEQ_FUZZ_SEED draws others.
 """
 
 import contextlib
@@ -83,8 +83,9 @@ CASE_SECONDS = 60.0  # a case answers in about a second; a busy machine is slowe
 BACKSTOP_FACTOR = 3  # a case still running after this many CASE_SECONDS is stuck outside Python
 ADDRESS_SPACE_HEADROOM = 6 * 1024**3  # bytes of address space a case may add to the process's
 
-DEFAULT_CASES = 32  # per command other than train
-DEFAULT_TRAIN_CASES = 12
+DEFAULT_CASES = 8  # per command other than train
+DEFAULT_TRAIN_CASES = 4
+OPTION_DRAWS = 128  # cases per command in which every option of the command is drawn
 SLOW_TOTAL = 10_000  # -m slow: cases over all commands
 SLOW_TRAIN_CASES = 300
 
@@ -983,7 +984,7 @@ def test_the_cases_come_from_the_commands_own_parameters(tmp_path: Path) -> None
     for name, command in COMMANDS.items():
         if name == TRAIN:
             continue
-        cases = [make_case(name, number, ws, tmp_path) for number in range(4 * DEFAULT_CASES)]
+        cases = [make_case(name, number, ws, tmp_path) for number in range(OPTION_DRAWS)]
         drawn = {arg.split("=")[0] for case in cases for arg in case.args}
         for param in command_params(command):
             if param.flags:
@@ -996,10 +997,11 @@ def test_the_cases_come_from_the_commands_own_parameters(tmp_path: Path) -> None
     explain = {param.name: param for param in command_params(COMMANDS["explain"])}
     assert explain["beam"].bounds[0] == 1 and explain["src"].kind == "str"
     assert [case.args for case in cases] == [
-        make_case(name, number, ws, tmp_path).args for number in range(4 * DEFAULT_CASES)
+        make_case(name, number, ws, tmp_path).args for number in range(OPTION_DRAWS)
     ]  # the same seed, the same cases
 
 
+@pytest.mark.slow
 def test_a_broken_promise_is_reported_with_its_command_line(
     workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1214,6 +1216,7 @@ def _sweep_run(ws: Workspace, run: Path, seed: int, lr: float) -> Path:
     return sweep_job(ws.inputs / "rnn.pt", run, seed, lr=lr)
 
 
+@pytest.mark.slow
 def test_compare_keeps_its_promise_on_crafted_inputs(workspace: Workspace, tmp_path: Path) -> None:
     problems = []
     for crafted in crafted_compare_cases(workspace, tmp_path):
@@ -1413,6 +1416,7 @@ META_DAMAGE = {
 }
 
 
+@pytest.mark.slow
 def test_a_damaged_cache_meta_is_moved_aside_not_a_traceback(
     workspace: Workspace, tmp_path: Path
 ) -> None:

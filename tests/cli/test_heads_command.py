@@ -37,12 +37,14 @@ def test_heads_command_exits_2_on_mistakes(eight_head_checkpoint, tmp_path, argu
     assert not (tmp_path / "x.pt").exists()
 
 
+@pytest.mark.slow
 def test_heads_command_needs_a_transformer(rnn_checkpoint):
     result = CliRunner().invoke(app, ["heads", str(rnn_checkpoint)])
     assert result.exit_code == 2
     assert "heads needs a transformer" in result.output
 
 
+@pytest.mark.slow
 def test_heads_command_prints_tables_and_writes_files(eight_head_checkpoint, tmp_path):
     options = ["--report-dir", str(tmp_path), "--prune", "1", "--out", str(tmp_path / "p.pt")]
     result = CliRunner().invoke(app, ["heads", str(eight_head_checkpoint), *options])
@@ -52,6 +54,7 @@ def test_heads_command_prints_tables_and_writes_files(eight_head_checkpoint, tmp
     assert "pruned 1 heads" in result.output
 
 
+@pytest.mark.slow
 def test_a_checkpoint_name_that_is_not_utf8_titles_the_figure(eight_head_checkpoint, tmp_path):
     """A name's bytes that are not UTF-8 (lone surrogates in Python) made matplotlib refuse the
     figure's title with a TypeError; the title shows them as U+FFFD."""
@@ -62,6 +65,7 @@ def test_a_checkpoint_name_that_is_not_utf8_titles_the_figure(eight_head_checkpo
     assert os.path.isfile(os.fsdecode(bytes(tmp_path) + b"/r/caf\xe9.valid.png"))
 
 
+@pytest.mark.slow
 def test_tables_figure_message_and_record_count_layers_and_heads_from_1(
     eight_head_checkpoint, tmp_path
 ):

@@ -23,6 +23,7 @@ from attnseq.models.head_mask import (
 from attnseq.models.loading import load_trained_model
 
 
+@pytest.mark.slow
 def test_report_and_pruned_checkpoint_round_trip(eight_head_checkpoint, tmp_path):
     out = tmp_path / "pruned.pt"
     request = HeadsRequest(
@@ -87,6 +88,7 @@ def zeros(masks: dict) -> list[tuple[str, int, int]]:
     ]
 
 
+@pytest.mark.slow
 def test_random_pruning_is_seeded_and_gradient_pruning_takes_the_lowest(
     eight_head_checkpoint, tmp_path
 ):

@@ -150,6 +150,7 @@ def _commands(checkpoint: Path, odd: Path, folder: Path) -> dict[str, tuple[list
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["device", "fifo", "folder", "empty"])
 def test_an_input_that_is_no_readable_text_file_is_named_so(
     rnn_checkpoint: Path, kind: str, tmp_path: Path

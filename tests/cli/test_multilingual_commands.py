@@ -42,6 +42,7 @@ def run(work: Path, *args: str) -> str:
     return result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_translate_into_another_language(work: Path, shape: str) -> None:
     french = f"data.tgt_lang_code={FRENCH[shape]}"
@@ -55,6 +56,7 @@ def test_translate_into_another_language(work: Path, shape: str) -> None:
     assert all(t.output_ids[0, 0] != code for t in own)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_score_in_the_languages_chosen(work: Path, shape: str) -> None:
     output = run(
@@ -68,6 +70,7 @@ def test_score_in_the_languages_chosen(work: Path, shape: str) -> None:
     assert run(work, "score", shape, "--src", "src.en", "--tgt", "tgt.de") != output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_align_on_words(work: Path, shape: str) -> None:
     for method in ("attention", "shift-att"):
@@ -86,6 +89,7 @@ def test_align_on_words(work: Path, shape: str) -> None:
     assert other.splitlines()[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_explain_heads_and_compare(work: Path, shape: str) -> None:
     page = f"{shape}.html"
@@ -107,6 +111,7 @@ def test_explain_heads_and_compare(work: Path, shape: str) -> None:
     assert pruned in output
 
 
+@pytest.mark.slow
 def test_fine_tuning_keeps_the_languages_chosen(
     work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

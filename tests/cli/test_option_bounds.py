@@ -76,6 +76,7 @@ def test_absurd_integers_are_one_line_and_exit_2(
     assert not (files["folder"] / "eval").exists()  # refused before it wrote anything
 
 
+@pytest.mark.slow
 def test_the_same_options_within_bounds_still_work(files: dict[str, Path]) -> None:
     status, output = run("translate", str(files["rnn"]), "-i", str(files["src"]), "--beam", "3")
     assert status == 0, output

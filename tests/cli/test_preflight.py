@@ -31,6 +31,7 @@ def test_flags_hydra_refuses_are_one_line(flags: list[str], expected: str, tmp_p
     assert "--hydra-help" in lines[0] and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_interval_sweeps_are_checked_before_the_sweeper_starts() -> None:
     """An Optuna search space is checked at its interval ends: a misspelt key or a value of the
     wrong type is a clear error before any trial runs."""

@@ -54,6 +54,7 @@ def test_eval_of_a_file_split(work: Path) -> None:
     assert len(folders) == 1 and "lpk0-stopcurrent-eosatlimit" in folders[0].name
 
 
+@pytest.mark.slow
 def test_align_every_layer_and_head(work: Path) -> None:
     for method in ("attention", "shift-att", "rollout"):
         files = ["--src", "src.de", "--tgt", "tgt.en", "--gold", "gold.txt"]
@@ -63,6 +64,7 @@ def test_align_every_layer_and_head(work: Path) -> None:
         assert "AER" in output and len(output.splitlines()[0].split()) >= 5
 
 
+@pytest.mark.slow
 def test_explain_heads_and_visualize(work: Path) -> None:
     run(work, "explain", "model", "--src", SOURCES[0], "--out", "page.html")
     assert (work / "page.html").stat().st_size > 0
@@ -78,6 +80,7 @@ def test_explain_heads_and_visualize(work: Path) -> None:
     run(work, "compare", "model", "pruned.pt", "--split", "pairs.tsv", "--src", "src.de")
 
 
+@pytest.mark.slow
 def test_export_to_ctranslate2_decodes_as_the_model(work: Path) -> None:
     """The engine decodes the export (swish, the logits bias, the decoder starting from
     <pad>) greedily as attnseq does."""

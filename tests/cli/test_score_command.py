@@ -42,6 +42,7 @@ def parse(output: str) -> list[tuple[float, float, int]]:
     return [(float(total), float(mean), int(tokens)) for total, mean, tokens in rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_score_adds_up_to_evals_test_loss(kind: str, tmp_path: Path) -> None:
     """sum of -log P / tokens over the test split == `attnseq eval`'s test/loss."""
@@ -100,6 +101,7 @@ def test_user_mistakes_exit_2(
     assert message in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_streamed_in_chunks_with_errors_naming_the_global_line(
     rnn_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -41,6 +41,7 @@ def basic_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return sweep_dir
 
 
+@pytest.mark.slow
 def test_report_of_a_basic_multirun(basic_sweep: Path) -> None:
     # on a pipe the table takes its own width: no COLUMNS (readline, which pytest may load,
     # exports one of the terminal it found, and a narrow one breaks the names over lines)
@@ -148,6 +149,7 @@ def test_table_format(seeded_sweep: Path) -> None:
     assert rows[0]["n"] == "2" and float(rows[0]["wall_seconds"]) == pytest.approx(5.5 * 60)
 
 
+@pytest.mark.slow
 def test_the_csv_file_is_the_csv_format(seeded_sweep: Path) -> None:
     for metrics in ([], ["--metrics", "test/chrf,best_step"]):
         args = ["sweep-report", str(seeded_sweep), "--format", "csv", *metrics]
@@ -221,6 +223,7 @@ def table_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line[:1] in "┏┃┡│└"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [None, "200", "100"])
 def test_the_rich_table_never_wraps_inside_a_cell(wide_sweep: Path, columns: str | None) -> None:
     """On a pipe the table has its own width; COLUMNS (a terminal's width) holds it, in parts

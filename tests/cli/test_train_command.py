@@ -37,6 +37,7 @@ def test_train_typos_exit_2_without_traceback(
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_attention_kind_errors_exit_2(tmp_path: Path) -> None:
     result = attnseq_in_process(
         "train",
@@ -51,6 +52,7 @@ def test_attention_kind_errors_exit_2(tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_shared_embeddings_over_vocabularies_of_two_sizes_exit_2(tmp_path: Path) -> None:
     """The vocabularies come from the data: the refusal comes once they are built, one line,
     before any update, and the run directory the start made is gone."""
@@ -72,6 +74,7 @@ def test_shared_embeddings_over_vocabularies_of_two_sizes_exit_2(tmp_path: Path)
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:
     result = attnseq_in_process(
         "train", "--cfg", "job", "model=rnn_luong", "decoding.beam=4", cwd=tmp_path
@@ -83,6 +86,7 @@ def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:
     assert "beam" not in config["trainer"]
 
 
+@pytest.mark.slow
 def test_hydra_help_with_overrides_prints_hydra_help(tmp_path: Path) -> None:
     """Hydra composes only its own config for --hydra-help: the overrides of a run would be
     unknown keys there ("unknown config key 'trainer'. Did you mean 'trainer'?")."""

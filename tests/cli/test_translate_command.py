@@ -29,6 +29,7 @@ def read_line(stream, timeout: float) -> bytes:
     return data
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_an_answer_per_line_before_stdin_closes(rnn_checkpoint: Path) -> None:
     leader, follower = pty.openpty()  # stdin is a terminal; stdout and stderr are pipes
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -16,6 +16,7 @@ def visualize(*args: str):
     return invoke("visualize-alignment", *args)
 
 
+@pytest.mark.slow
 def test_visualize_alignment_figure_options(rnn_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "a.png"
     args = [str(rnn_checkpoint), "--src", "March 3, 1998", "--out", str(out)]

@@ -133,6 +133,7 @@ def test_bad_values_exit_2_in_one_line_before_the_run_dir(
     assert_refused(tmp_path, code, output, expected)
 
 
+@pytest.mark.slow
 def test_a_model_too_large_names_its_sizes(tmp_path: Path) -> None:
     code, output = train_in_process(tmp_path, "model.hidden=2000000", "trainer.device=cpu")
     assert_refused(tmp_path, code, output, "parameters")
@@ -373,6 +374,7 @@ def started() -> list[object]:
     hydra_entry.train_from_hydra = original
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("model", "key", "value"), cases())
 def test_any_value_passes_or_exits_2_in_one_line(
     model: str, key: str, value: str, started: list[object], tmp_path: Path

@@ -14,6 +14,7 @@ from attnseq.config.composition import describe_composition_error
 from attnseq.config.schema import register_configs
 
 
+@pytest.mark.slow
 def test_a_users_file_wins_over_a_packaged_one_of_the_same_name(tmp_path: Path) -> None:
     folder = tmp_path / "tmp"
     folder.mkdir()

@@ -84,6 +84,7 @@ def test_doctor_lists_each_gpu_with_memory_and_capability(two_gpus: None, tmp_pa
     assert f"device names: {DEVICE_FORMS}" in lines
 
 
+@pytest.mark.slow
 def test_train_refuses_a_cuda_device_this_machine_lacks(tmp_path: Path) -> None:
     if torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")

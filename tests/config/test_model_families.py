@@ -136,12 +136,16 @@ def changed_value(key: str) -> str:
 
 
 # ------------------------------------------------------------ a family ignores the other's keys
-# The model classes a family builds: plain, pointer-generator, hard attention.
+# The model classes a family builds: plain, pointer-generator, hard attention (the default run
+# takes the plain one, `-m slow` each).
 CONTEXTS = {"plain": [], "copy": ["model.copy=true", "model.coverage=true"]}
 CONTEXTS["hard"] = ["model.attention.hard=gumbel"]
 
 
-@pytest.mark.parametrize("context", CONTEXTS)
+@pytest.mark.parametrize(
+    "context",
+    [pytest.param(name, marks=() if name == "plain" else pytest.mark.slow) for name in CONTEXTS],
+)
 @pytest.mark.parametrize(
     ("family", "key"),
     [(RNN, key) for key in only(TRANSFORMER)] + [(TRANSFORMER, key) for key in only(RNN)],
@@ -307,23 +311,27 @@ def test_the_check_names_the_key_and_the_family(overrides: list[str], expected: 
     assert expected in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.slow
 def test_a_key_set_to_its_default_is_not_refused() -> None:
     cfg = check_train_args(["model=transformer", "model.hidden=128", "model.decoder=bahdanau"])
     assert cfg.model.family is TRANSFORMER
     check_train_args(["model.attention.kind=full", "model.d_model=256"])
 
 
+@pytest.mark.slow
 def test_keys_of_both_families_pass_with_either() -> None:
     for model in ("rnn_bahdanau", "transformer"):
         check_train_args([f"model={model}", "model.dropout=0.2", "model.max_positions=64"])
 
 
+@pytest.mark.slow
 def test_a_sweep_over_families_is_refused_for_the_family_that_ignores_a_key() -> None:
     with pytest.raises(UserError, match="model.hidden=64 is an RNN setting; model.family=trans"):
         check_train_args(["-m", "model=rnn_bahdanau,transformer", "model.hidden=64"])
     check_train_args(["-m", "model=rnn_bahdanau,rnn_luong", "model.hidden=64"])
 
 
+@pytest.mark.slow
 def test_a_refused_sweep_exits_2_before_any_job(tmp_path: Path) -> None:
     code, output = train_in_process(
         tmp_path,

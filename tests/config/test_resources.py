@@ -33,6 +33,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize(("kind", "size"), CASES)
 def test_the_estimate_is_within_the_factor_of_the_measured_peak(kind: str, size: str) -> None:
@@ -40,6 +41,7 @@ def test_the_estimate_is_within_the_factor_of_the_measured_peak(kind: str, size:
     assert 1 / FACTOR <= row.ratio <= FACTOR, row
 
 
+@pytest.mark.slow
 def test_every_attention_kind_and_rnn_score_is_benchmarked() -> None:
     from attnseq.config.choices import AttentionKind, Score
 
@@ -71,6 +73,7 @@ BIGBIRD = ["model=transformer", "model.attention.kind=bigbird"]
 BIGBIRD_KEYS = ["model.family=transformer", "model.attention.kind=bigbird"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [2048, 100000])
 def test_a_bigbird_block_longer_than_the_longest_source_is_refused(
     block: int, tmp_path: Path
@@ -102,6 +105,7 @@ def test_blocks_padded_past_short_sources_are_counted() -> None:
     assert estimate(covered).activation_bytes < need.activation_bytes / 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [2048, 100000])
 def test_a_bigbird_config_that_cannot_fit_exits_2_before_the_run(
     block: int, tmp_path: Path
@@ -178,6 +182,7 @@ def test_beam_times_vocabulary_times_batch_is_counted_per_step() -> None:
     assert step_buffers + states <= need <= 1.5 * (step_buffers + states)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc")
 def test_a_search_step_holds_at_least_the_counted_vocabulary_buffers() -> None:
     """Measured over 64,000 tokens, beam 4: at least `SEARCH_VOCAB_COPIES` (rows, V) float
@@ -205,6 +210,7 @@ def test_an_nllb_600m_fine_tuning_that_cannot_fit_is_refused_in_one_line() -> No
     assert resource_problems(cfg, 64 * GIB, None, 2, (NLLB_VOCAB, NLLB_VOCAB)) == []
 
 
+@pytest.mark.slow
 def test_fine_tuning_an_imported_model_counts_its_vocabularies_before_any_work(
     marian_folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

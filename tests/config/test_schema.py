@@ -99,6 +99,7 @@ def test_a_missing_name_under_a_mapping_key_says_how_to_add_it() -> None:
     assert "add it with a leading +, +data.splits.valid=VALUE" in str(error.value)
 
 
+@pytest.mark.slow
 def test_preflight_checks_every_sweep_value() -> None:
     check_train_args(["-m", "data=reverse,copy"])
     with pytest.raises(UserError, match="data=nope"):
@@ -184,12 +185,14 @@ def test_causal_attention_kinds_may_serve_the_decoder(kind: str) -> None:
     assert cfg.model.attention.kind.value == kind and cfg.model.attention.decoder_self
 
 
+@pytest.mark.slow
 def test_config_dict_round_trip() -> None:
     cfg = compose_train(["model.rnn.cell=lstm", "optim.lr=0.01"])
     again = config_from_dict(config_to_dict(cfg))
     assert again == cfg
 
 
+@pytest.mark.slow
 def test_config_dict_is_omegaconfs_plain_container() -> None:
     """config_to_dict walks the dataclasses itself: the same dict as OmegaConf's conversion,
     key order and value types included."""

@@ -226,6 +226,7 @@ def same_bits(first: object, second: object, where: str = "") -> list[str]:
     return [] if first == second else [where]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("restored_threads")
 def test_one_training_gives_the_same_bits_idle_or_beside_a_busy_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -229,6 +229,7 @@ def test_ids_outside_the_vocabulary_are_found_without_the_checksum(
     assert max(max(src) for src, _ in again.examples["train"]) < vocab
 
 
+@pytest.mark.slow
 def test_the_checksum_finds_a_changed_text_when_asked(
     corpus: DataConfig, cache: Path, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
@@ -319,6 +320,7 @@ def test_entries_are_read_only_and_record_what_is_checked(corpus: DataConfig, ca
 
 
 # ------------------------------------------------------------------ what built an entry
+@pytest.mark.slow
 def test_a_tokenizer_swapped_for_another_entrys_is_found(
     corpus: DataConfig, cache: Path, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
@@ -535,6 +537,7 @@ def reader_process(corpus: DataConfig, kill_self: bool) -> subprocess.Popen:
     return process
 
 
+@pytest.mark.slow
 def test_a_file_truncated_while_it_is_read_is_one_line_and_exit_2(
     corpus: DataConfig, cache: Path
 ) -> None:
@@ -578,6 +581,7 @@ def test_a_file_truncated_under_a_dataloader_worker_is_one_error(
             pass
 
 
+@pytest.mark.slow
 def test_a_bus_error_no_mapped_file_explains_is_left_alone(corpus: DataConfig, cache: Path) -> None:
     """The handler answers only for a watched file that shrank: any other SIGBUS ends the
     process as it would have (killed by the signal), without the cache's message."""
@@ -629,6 +633,7 @@ def test_a_cache_that_cannot_be_written_is_one_line_and_nothing_is_left(
     assert list((cache / "prepared").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_preparation_is_exit_2_from_the_command_line(
     corpus: DataConfig, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -128,6 +128,7 @@ def test_a_pipe_as_a_tsv_file_is_refused(
         load_splits(cfg, 1)
 
 
+@pytest.mark.slow
 def test_a_pipe_as_a_shard_ends_train_with_one_line(
     tmp_path: Path, unblock_pipes: Callable[[Path], None]
 ) -> None:

@@ -229,6 +229,7 @@ def test_ordinals() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_every_source_string_determines_its_date() -> None:
     # Render every date of 1950-2049 in every format into one table: no string may stand for
     # two dates, within a format or across formats.

@@ -125,6 +125,7 @@ def test_config_rules(overrides: tuple[str, ...], expected: str) -> None:
     validate(tiny_config(*alignments, *overrides))  # without the term, none of them matters
 
 
+@pytest.mark.slow
 def test_cli_errors_exit_with_status_2(tmp_path: Path) -> None:
     small = [*REVERSE, "trainer.max_steps=1", "trainer.device=cpu", "trainer.progress=false"]
     args = ["train", *small, "optim.alignment_lambda=1", f"hydra.run.dir={tmp_path / 'run'}"]
@@ -226,6 +227,7 @@ def test_without_gold_the_loss_is_the_plain_one() -> None:
 
 
 # ------------------------------------------------------------------------------ a short run
+@pytest.mark.slow
 def test_a_short_guided_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = write_reverse_links(tmp_path / "train.align")
     cfg = tiny_config(

@@ -74,6 +74,7 @@ def test_paths_inside_the_data_root_are_fine(root: Path) -> None:
     check_checkpoint_data(local(splits={"test": "/abs"}), {"data.splits"})
 
 
+@pytest.mark.slow
 def test_eval_of_a_crafted_checkpoint_exits_2_and_reads_nothing(root: Path, tmp_path: Path) -> None:
     secret = tmp_path / "secret.tsv"
     secret.write_text(SECRET, encoding="utf-8")

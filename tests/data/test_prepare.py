@@ -305,6 +305,7 @@ def write_generated_corpus(root: Path) -> DataConfig:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [50_000, 7])
 def test_batches_of_a_cached_local_corpus_are_unchanged(
     chunk: int, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -340,6 +341,7 @@ def test_batches_of_a_cached_local_corpus_are_unchanged(
     assert fingerprints(cached, cfg, seed=4) == LOCAL_FINGERPRINTS
 
 
+@pytest.mark.slow
 def test_batches_of_a_generated_task_are_unchanged(cache: Path) -> None:
     cfg = DataConfig()  # the default: dates, 20,000 training pairs
     assert fingerprints(prepare_data(cfg, seed=1), cfg, seed=1) == DATES_FINGERPRINTS

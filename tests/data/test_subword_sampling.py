@@ -191,6 +191,7 @@ def test_a_resumed_sampled_run_ends_with_the_weights_of_a_straight_one(tmp_path:
     assert any(not torch.equal(a["model"][k], c["model"][k]) for k in a["model"])
 
 
+@pytest.mark.slow
 def test_attnseq_train_exits_2_before_any_work(tmp_path: Path) -> None:
     from helpers import attnseq_in_process
 

@@ -157,6 +157,7 @@ def left_after(pids: list[int], seconds: float = 10.0) -> list[int]:
     return [pid for pid in pids if not gone(pid)]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_die_with_their_killed_parent_and_its_build_is_removed_later(
     tmp_path: Path,
@@ -181,6 +182,7 @@ def test_workers_die_with_their_killed_parent_and_its_build_is_removed_later(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigterm_during_preparation_stops_it_and_its_workers_at_once(tmp_path: Path) -> None:
     """Training's handlers turn SIGTERM into an exception in the main process: the build is

@@ -321,6 +321,7 @@ def reverse_model(tmp_path_factory: pytest.TempPathFactory):
     return model.eval(), tokenizers, load_splits(cfg.data, cfg.seed)["test"]
 
 
+@pytest.mark.slow
 def test_beam_beats_greedy_on_trained_reverse_model(reverse_model) -> None:
     model, tokenizers, pairs = reverse_model
     sources = [tokenizers.src.encode(src) for src, _ in pairs]

@@ -51,6 +51,7 @@ def scored_by_both(engine, ours) -> Iterator[tuple[list[int], list[int], list[fl
         yield src, tgt, scored.log_probs, teacher_forced_log_probs(ours.model, src, tgt)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "variant",
     [
@@ -70,6 +71,7 @@ def test_the_engine_scores_targets_as_attnseq_does(ctranslate2, tmp_path: Path, 
         assert scored == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_greedy_outputs_equal_attnseq_and_attention_comes_back(ctranslate2, tmp_path) -> None:
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", *TRANSFORMER, *SPM)
     folder = export_ctranslate2(checkpoint, tmp_path / "ct2")
@@ -87,6 +89,7 @@ def test_greedy_outputs_equal_attnseq_and_attention_comes_back(ctranslate2, tmp_
         assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_the_engine_writes_nbest_lists_and_refuses_sampling(ctranslate2, tmp_path) -> None:
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", *TRANSFORMER, *SPM)
     folder = export_ctranslate2(checkpoint, tmp_path / "ct2")
@@ -142,6 +145,7 @@ def test_a_trained_model_decodes_the_same_through_the_cli(ctranslate2, tmp_path:
         assert theirs.stdout == ours.stdout
 
 
+@pytest.mark.slow
 def test_a_pruned_checkpoint_exports_what_it_computes(ctranslate2, tmp_path: Path) -> None:
     """`attnseq heads --prune` masks heads; the export folds the mask into W^O, so the engine
     scores targets as the pruned model does and `translate --engine ctranslate2` writes what

@@ -146,6 +146,7 @@ def test_the_seed_reproduces_and_another_seed_differs() -> None:
     assert draw(7) != draw(8)
 
 
+@pytest.mark.slow
 def test_empirical_frequencies_match_the_filtered_distribution() -> None:
     # first token from p = (0.5, 0.25, 0.15, 0.1) over tokens 4..7, then EOS for sure
     first = {4: math.log(0.5), 5: math.log(0.25), 6: math.log(0.15), 7: math.log(0.1)}
@@ -194,6 +195,7 @@ def translate(*args: str, text: str = "12 March 2001\n\nJune 5, 1999\n"):
     return runner.invoke(app, ["translate", *args, "--device", "cpu"], input=text)
 
 
+@pytest.mark.slow
 def test_translate_writes_n_samples_per_line_and_the_seed_reproduces(
     four_test_pairs_checkpoint: str,
 ) -> None:

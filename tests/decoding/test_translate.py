@@ -105,6 +105,7 @@ def test_a_translator_loads_a_checkpoint(trained_rnn_checkpoint: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------- CLI
+@pytest.mark.slow
 def test_cli_translate_keeps_line_count_and_blank_lines(
     trained_rnn_checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -41,6 +41,7 @@ def eval_cli(*args: str):
     return result
 
 
+@pytest.mark.slow
 def test_two_evals_keep_both_results_and_the_runs_metrics(run: Path) -> None:
     run_metrics = (run / "metrics.json").read_bytes()
     step = json.loads(run_metrics)["best_step"]
@@ -77,6 +78,7 @@ def test_eval_of_the_run_reproduces_its_test_metrics(run: Path, tmp_path: Path) 
     assert (folder / "hyps.txt").read_text() == (run / "hyps" / "test.txt").read_text()
 
 
+@pytest.mark.slow
 def test_translate_without_flags_gives_evals_outputs(run: Path, tmp_path: Path) -> None:
     from attnseq.config.conversion import config_from_dict
     from attnseq.io.checkpoint import load_checkpoint
@@ -160,6 +162,7 @@ def test_overrides_that_change_the_data_get_their_own_folder(tmp_path: Path) -> 
     assert hashed.parent == tmp_path / "last" and hashed.name.startswith("test.greedy+overrides-")
 
 
+@pytest.mark.slow
 def test_a_checkpoints_data_is_read_through_one_function() -> None:
     """Every reader of a checkpoint's data (eval, heads, compare) prepares it through
     `checkpoint_data`, which checks where the checkpoint's config points first: only that

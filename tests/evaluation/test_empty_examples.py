@@ -52,6 +52,7 @@ def write_dataset(root: Path, file_format: str, monkeypatch: pytest.MonkeyPatch)
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("file_format", "family"), [("tsv", "rnn"), ("parallel", "transformer")])
 def test_empty_examples_in_every_split(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_format: str, family: str
@@ -81,6 +82,7 @@ def test_empty_examples_in_every_split(
     assert all(value == value for value in valid.values())  # no NaN from an empty example
 
 
+@pytest.mark.slow
 def test_scores_leave_the_empty_examples_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -63,6 +63,7 @@ def write_sweep(root: Path) -> None:
         (root / job / "metrics.json").write_text(f'{{"test/exact_match": 0.{seed}}}\n')
 
 
+@pytest.mark.slow
 def test_everything_a_run_eval_report_and_translate_write_has_the_umask_mode(
     umask: int, tmp_path: Path
 ) -> None:

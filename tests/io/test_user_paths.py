@@ -133,6 +133,7 @@ def test_a_fixable_write_failure_is_one_line_and_keeps_the_old_file(
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]  # no temporary left behind
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_training_keeps_the_last_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -156,6 +157,7 @@ def test_a_full_disk_during_training_keeps_the_last_checkpoint(
     assert not list((tmp_path / "checkpoints").glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_the_training_message_says_how_to_continue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -401,6 +403,7 @@ def command_line(case: Case, world: Path, out: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spelling", SPELLINGS, ids=lambda spelling: spelling.__name__)
 @pytest.mark.parametrize(
     ("case", "input_name"),
@@ -455,6 +458,7 @@ def test_writing_over_the_named_input_is_refused(world: Path, args: tuple[str, .
     assert contents(world) == before
 
 
+@pytest.mark.slow
 def test_an_eval_result_file_linked_to_an_input_is_refused_before_decoding(
     world: Path, tmp_path: Path
 ) -> None:
@@ -512,6 +516,7 @@ def test_translate_output_over_a_file_of_the_exported_model_is_refused(
     assert model_file.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_an_output_folder_beside_or_around_the_inputs_is_no_input(
     world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -80,6 +80,7 @@ def exports(checkpoints: dict, tmp_path_factory: pytest.TempPathFactory) -> dict
 EXPORTED = [*SHAPES, *(f"fine-tuned-{name}" for name in SHAPES)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_reimported_export_is_the_imported_model(
     bart_folders: dict, exports: dict, shape: str
@@ -91,6 +92,7 @@ def test_the_reimported_export_is_the_imported_model(
     assert not (exports[shape] / "source.spm").exists()  # no Marian file
 
 
+@pytest.mark.slow
 def test_fine_tuning_changed_the_models(checkpoints: dict) -> None:
     for name in SHAPES:
         before = load_trained_model(checkpoints[name]).payload["model"]
@@ -160,6 +162,7 @@ def test_generate_gives_attnseqs_outputs(
     assert all(tokens[0] == 0 for tokens in expected)  # <s> forced first
 
 
+@pytest.mark.slow
 def test_translate_writes_generates_text(checkpoints: dict, exports: dict, tmp_path: Path):
     hf, tokenizer = reference(exports["fine-tuned-tied"])
     sources = multi30k("val", "en", 16)
@@ -175,6 +178,7 @@ def test_translate_writes_generates_text(checkpoints: dict, exports: dict, tmp_p
 
 
 # ------------------------------------------------------------------ the family and refusals
+@pytest.mark.slow
 def test_the_family_is_the_tokenizers(bart_folders: dict, marian_folders: dict) -> None:
     """BART's tokenizers export as BART, Marian's and attnseq's own as Marian."""
     family = huggingface_export.export_family
@@ -190,6 +194,7 @@ def own_bart_config(bart_folder: Path, *overrides: str) -> tuple[Any, TokenizerP
     return config_from_dict(config_to_dict(trained.cfg), list(overrides)), trained.tokenizers
 
 
+@pytest.mark.slow
 def test_every_setting_bart_lacks_is_named(bart_folders: dict, tmp_path: Path) -> None:
     """An attnseq transformer over BART's tokenizers that BART cannot express: one line,
     exit 2, each setting named, nothing written."""
@@ -220,6 +225,7 @@ def test_every_setting_bart_lacks_is_named(bart_folders: dict, tmp_path: Path) -
     assert "tokenizers" not in lines[0] and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_learned_positions_need_barts_offset(bart_folders: dict) -> None:
     cfg, tokenizers = own_bart_config(bart_folders["tied"], "model.position_offset=0")
     assert [problem.split(" ")[0] for problem in bart_export.bart_problems(cfg, tokenizers)] == [
@@ -228,6 +234,7 @@ def test_learned_positions_need_barts_offset(bart_folders: dict) -> None:
     assert bart_export.bart_problems(*own_bart_config(bart_folders["tied"])) == []
 
 
+@pytest.mark.slow
 def test_a_bart_export_replaces_a_marian_one(
     bart_folders: dict, marian_folders: dict, tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ TRANSFORMER = ["model.family=transformer", "model.enc_layers=2", "model.dec_laye
 pytestmark = pytest.mark.usefixtures("cache")  # conftest.py's: a cache of its own
 
 
+@pytest.mark.slow
 def test_an_rnn_or_efficient_attention_checkpoint_is_refused(tmp_path: Path) -> None:
     rnn = untrained_checkpoint(tmp_path / "rnn.pt")
     result = runner.invoke(app, ["export", str(rnn), "--to", "ctranslate2", str(tmp_path / "a")])
@@ -75,6 +76,7 @@ def test_the_checkpoint_itself_is_refused_as_out_dir(run_folder: Path) -> None:
     assert checkpoint.read_bytes() == before and (run_folder / "alias.pt").is_symlink()
 
 
+@pytest.mark.slow
 def test_force_over_an_earlier_export_replaces_its_files_only(
     ctranslate2, run_folder: Path, tmp_path: Path
 ) -> None:
@@ -152,6 +154,7 @@ def fail_writing_model_bin(code: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ModelSpec, "_serialize", serialize)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
 def test_a_failed_write_leaves_nothing_partial(
     ctranslate2, run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
@@ -173,6 +176,7 @@ def test_a_failed_write_leaves_nothing_partial(
     assert digest(earlier) == before
 
 
+@pytest.mark.slow
 def test_a_failed_move_into_place_keeps_the_earlier_export(
     ctranslate2, run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,6 +197,7 @@ def test_a_failed_move_into_place_keeps_the_earlier_export(
     assert digest(earlier) == before
 
 
+@pytest.mark.slow
 def test_an_export_through_a_symlinked_folder(
     ctranslate2, run_folder: Path, tmp_path: Path
 ) -> None:
@@ -349,6 +354,7 @@ def test_an_imported_model_decodes_as_the_converters_folder(
     assert len({tuple(tokens) for tokens, _ in ours}) > 1  # the sources decode differently
 
 
+@pytest.mark.slow
 def test_what_the_engine_cannot_express_is_one_line(tmp_path: Path) -> None:
     """Hard attention is refused with the rest; a post-norm model with GELU, unscaled
     embeddings, learned positions with an offset, layernorm_embedding and a logits bias

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from model_variants import VARIANTS, variant_batch, variant_config, variant_model
+from model_variants import variant_batch, variant_config, variant_model, variant_params
 from torch.overrides import TorchFunctionMode
 
 import attnseq
@@ -55,7 +55,7 @@ class StrayTensors(TorchFunctionMode):
         return "torch, called from no attnseq frame,"
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", variant_params())
 def test_training_and_decoding_make_no_tensor_on_the_default_device(variant: str) -> None:
     cfg = variant_config(variant)
     model = variant_model(cfg)

@@ -98,6 +98,7 @@ def test_a_step_is_the_log_of_the_mean_probability() -> None:
     assert not torch.allclose(expected, by_hand[0].log(), atol=1e-3)  # the members differ
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settings", SETTINGS)
 def test_every_output_scores_the_mean_probability_along_its_tokens(
     settings: DecodingConfig,
@@ -115,6 +116,7 @@ def test_every_output_scores_the_mean_probability_along_its_tokens(
             assert hypothesis.score == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_teacher_forced_pass_and_attention_are_the_means() -> None:
     first, second = make_model("transformer", seed=1), make_model("transformer", seed=2)
     src, lengths = random_batch(3, seed=1)
@@ -140,6 +142,7 @@ def ensemble_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     return {"a": first, "b": second, "reverse": other}
 
 
+@pytest.mark.slow
 def test_load_ensemble_of_one_checkpoint_is_that_checkpoint(ensemble_checkpoints) -> None:
     alone = load_ensemble([ensemble_checkpoints["a"]])
     assert not isinstance(alone.model, EnsembleModel)
@@ -148,6 +151,7 @@ def test_load_ensemble_of_one_checkpoint_is_that_checkpoint(ensemble_checkpoints
     assert pair.payload["ensemble"] == [str(ensemble_checkpoints[k].resolve()) for k in ("a", "b")]
 
 
+@pytest.mark.slow
 def test_sources_are_cut_for_the_member_with_the_shortest_limit(
     ensemble_checkpoints, tmp_path
 ) -> None:
@@ -160,6 +164,7 @@ def test_sources_are_cut_for_the_member_with_the_shortest_limit(
     )
 
 
+@pytest.mark.slow
 def test_members_of_another_task_or_copy_setting_are_refused(ensemble_checkpoints) -> None:
     first, second = (load_trained_model(ensemble_checkpoints[k]) for k in ("a", "b"))
     second.cfg.data.task = TaskType.summarization
@@ -175,6 +180,7 @@ def translate(*args: str):
     return runner.invoke(app, ["translate", *args, "--device", "cpu"], input=text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--beam", "1"], ["--beam", "3", "--nbest", "2"]])
 def test_cli_ensemble_of_a_checkpoint_with_itself_equals_it(ensemble_checkpoints, flags) -> None:
     a = str(ensemble_checkpoints["a"])
@@ -187,6 +193,7 @@ def test_cli_ensemble_of_a_checkpoint_with_itself_equals_it(ensemble_checkpoints
     assert mixed.exit_code == 0, mixed.output
 
 
+@pytest.mark.slow
 def test_cli_refuses_an_ensemble_of_other_vocabularies(ensemble_checkpoints) -> None:
     a, other = str(ensemble_checkpoints["a"]), str(ensemble_checkpoints["reverse"])
     for command in (["translate", a, other], ["eval", a, other]):
@@ -198,6 +205,7 @@ def test_cli_refuses_an_ensemble_of_other_vocabularies(ensemble_checkpoints) -> 
     assert missing.exit_code == 2 and "missing.pt" in missing.stderr
 
 
+@pytest.mark.slow
 def test_cli_eval_names_and_records_the_ensemble(ensemble_checkpoints, tmp_path: Path) -> None:
     a, b = str(ensemble_checkpoints["a"]), str(ensemble_checkpoints["b"])
     result = runner.invoke(app, ["eval", a, b, "--out", str(tmp_path), "--device", "cpu"])
@@ -208,6 +216,7 @@ def test_cli_eval_names_and_records_the_ensemble(ensemble_checkpoints, tmp_path:
     assert record["ensemble"] == [str(Path(p).resolve()) for p in (a, b)]
 
 
+@pytest.mark.slow
 def test_copy_models_sample_and_ensemble_like_greedy(tmp_path: Path) -> None:
 
     checkpoint = str(copy_only_checkpoint(tmp_path / "copy.pt", "decoding.max_output_extra=2"))

@@ -102,6 +102,7 @@ def test_invalid_combinations_are_user_errors(overrides: list[str], message: str
     assert message in str(error.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 def test_checkpoint_round_trip_keeps_the_hard_model(family: str, tmp_path: Path) -> None:
     """A saved hard-attention model loads as the same class with the same weights, including

@@ -120,6 +120,7 @@ def _zero_out_columns(model, kind: str, layer: int, head: int) -> None:
         site.attention.out_proj.weight[:, head * d_k : (head + 1) * d_k] = 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["full", "local"])
 def test_a_masked_head_equals_its_output_columns_zeroed_on_every_sublayer(kind):
     overrides = [f"model.attention.kind={kind}", "model.attention.decoder_self=true"]
@@ -184,6 +185,7 @@ def test_greedy_and_beam_with_cache_equal_the_full_forward_under_the_mask():
             assert hypothesis.score == pytest.approx(float(expected.sum()), abs=1e-4)
 
 
+@pytest.mark.slow
 def test_old_state_dicts_load_with_every_head_kept():
     model = pruned_model()
     state = model.state_dict()

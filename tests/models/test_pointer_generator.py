@@ -54,6 +54,7 @@ from attnseq.training.run import run_training
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_a_source_only_word_is_produced_and_written_as_the_source_has_it(tmp_path: Path) -> None:
     checkpoint = copy_only_checkpoint(tmp_path / "copy.pt")
     translator = attnseq.load(checkpoint, "cpu").translator
@@ -84,6 +85,7 @@ def test_plain_model_cannot_produce_the_word(tmp_path: Path) -> None:
     assert SOURCE_ONLY not in outputs[0]
 
 
+@pytest.mark.slow
 def test_visualize_alignment_shows_p_gen_and_the_source_text(tmp_path: Path) -> None:
     from attnseq.analysis.alignment_view import AlignmentViewer, draw
 
@@ -145,6 +147,7 @@ def trained_copy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
     )
 
 
+@pytest.mark.slow
 def test_trained_copy_model_copies_unseen_names(trained_copy_run) -> None:
     run_dir, metrics, data = trained_copy_run
     references = [line.split("\t")[1] for line in (data / "test.tsv").read_text().splitlines()]
@@ -422,6 +425,7 @@ def test_beam_search_copies_source_words(family: str) -> None:
     assert VOCAB in results[0][0].tokens or VOCAB in greedy[0].tokens
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "coverage"), [("bahdanau", True), ("transformer", False)])
 def test_tiny_copy_model_overfits_out_of_vocabulary_targets(family: str, coverage: bool) -> None:
     """Targets are the source words at odd positions, half of them outside the vocabulary:
@@ -615,6 +619,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "decoder_self"), CASES)
 def test_copy_transformer_trains_decodes_and_draws(
     kind: str, decoder_self: bool, tmp_path: Path
@@ -649,6 +654,7 @@ def test_copy_transformer_trains_decodes_and_draws(
     assert out.is_file() and out.stat().st_size > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ENCODER_ONLY)
 def test_non_causal_kind_in_decoder_self_attention_exits_2(kind: str, tmp_path: Path) -> None:
     result = attnseq_in_process(

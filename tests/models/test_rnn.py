@@ -195,6 +195,7 @@ def test_zero_initial_state_has_no_bridge_and_still_learns(style: str) -> None:
     assert overfit(make_model(style, "general", init_hidden="zero")) == 1.0
 
 
+@pytest.mark.slow
 def test_bahdanau_dot_and_none_overfit() -> None:
     assert overfit(make_model("bahdanau", "dot")) == 1.0
     assert overfit(make_model("bahdanau", "none"), steps=600) == 1.0

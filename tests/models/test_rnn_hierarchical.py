@@ -224,6 +224,7 @@ def hierarchical_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
     )
 
 
+@pytest.mark.slow
 def test_a_short_training_runs_and_learns(hierarchical_run) -> None:
     run_dir, metrics, _ = hierarchical_run
     assert (run_dir / "checkpoints" / "best.pt").is_file()
@@ -234,6 +235,7 @@ def test_a_short_training_runs_and_learns(hierarchical_run) -> None:
     assert {"attention/example_0", "attention/example_0/segments"} <= set(images), images
 
 
+@pytest.mark.slow
 def test_saved_attention_and_figures_have_both_levels(hierarchical_run, tmp_path: Path) -> None:
     run_dir, _, data = hierarchical_run
     checkpoint = run_dir / "checkpoints" / "best.pt"

@@ -35,6 +35,7 @@ def run(tmp_path: Path, *arguments: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_alignment_entry_of_an_rnn_matches_attnseq_align(tmp_path):
     checkpoint = untrained_checkpoint(tmp_path / "rnn.pt", *REVERSE)
     entries = run(
@@ -76,6 +77,7 @@ def test_alignment_entry_of_an_rnn_matches_attnseq_align(tmp_path):
     assert all(seconds > 0 for seconds in entry["seconds_per_sentence"].values())
 
 
+@pytest.mark.slow
 def test_deletion_entry_of_a_transformer_and_the_report(tmp_path):
     checkpoint = untrained_checkpoint(
         tmp_path / "transformer.pt", *REVERSE, "model.family=transformer", "model.dec_layers=2"

@@ -8,6 +8,7 @@ import pytest
 from helpers import load_script, untrained_checkpoint, with_fresh_weights
 
 
+@pytest.mark.slow
 def test_compare_ensemble_writes_a_row_per_model_and_beam(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

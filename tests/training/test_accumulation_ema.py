@@ -144,6 +144,7 @@ RUN = [
 ]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_with_both_continues_exactly(tmp_path: Path) -> None:
     straight = tmp_path / "straight"
     run_training(tiny_config(*RUN), straight)
@@ -165,6 +166,7 @@ def test_a_resumed_run_with_both_continues_exactly(tmp_path: Path) -> None:
     assert any(not torch.equal(a["model"][n], v) for n, v in a["training_model"].items())
 
 
+@pytest.mark.slow
 def test_validation_and_best_pt_use_the_average(tmp_path: Path, monkeypatch) -> None:
     from attnseq.evaluation.evaluator import Evaluator
 
@@ -191,6 +193,7 @@ def batches_per_epoch(*overrides: str) -> int:
     return len(TokenBatchSampler(example_lengths(train), cfg.data.max_tokens))
 
 
+@pytest.mark.slow
 def test_accumulation_counts_updates_not_batches(tmp_path: Path, caplog) -> None:
     per_epoch = batches_per_epoch(*RUN)
     assert per_epoch > 12

@@ -170,6 +170,7 @@ def test_a_checkpoint_without_head_masks_keeps_every_head(tmp_path: Path) -> Non
         average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
 
 
+@pytest.mark.slow
 def test_the_state_of_a_training_run_is_never_written_over_unless_forced(tmp_path: Path) -> None:
     """A run's last.pt holds what resuming reads (optimizer, scheduler, progress, rng), which
     an average leaves out: --out that holds it, under any name, is refused with the bytes

@@ -40,6 +40,7 @@ def checkpoint_step(path: Path) -> int:
     return int(load_checkpoint(path)["progress"]["step"])
 
 
+@pytest.mark.slow
 def test_callbacks_hear_every_update_each_validation_and_the_end(tmp_path: Path) -> None:
     heard = Recorder()
     cfg = tiny_config("trainer.max_steps=6", "trainer.validate_every=3")
@@ -71,6 +72,7 @@ class StopOnValidation(Callback):
         event.stop = event.metrics["valid/loss"] > 0  # at the first validation, step 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("stopper", "last_step"), [(StopOnUpdate, 4), (StopOnValidation, 3)])
 def test_a_callback_ends_the_run_as_an_early_stop(
     stopper: type[Callback], last_step: int, tmp_path: Path
@@ -101,6 +103,7 @@ class Meddler(Callback):
         event.model.eval()
 
 
+@pytest.mark.slow
 def test_callbacks_leave_dropout_and_the_random_stream_as_they_were(tmp_path: Path) -> None:
     cfg = tiny_config("trainer.max_steps=4", "trainer.validate_every=4", "model.dropout=0.3")
     run_training(cfg, tmp_path / "plain", progress=False, summary=False)
@@ -190,6 +193,7 @@ class Poisoner(Callback):
                     parameter.fill_(float("nan"))
 
 
+@pytest.mark.slow
 def test_weights_a_callback_made_non_finite_end_the_run_saying_so(tmp_path: Path) -> None:
     """No update of this session wrote a checkpoint yet: the message says what the folder
     holds (not "last.pt is from step None") and that something besides an update may have

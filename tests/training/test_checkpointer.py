@@ -24,6 +24,7 @@ def step_files(run_dir: Path) -> list[str]:
     return sorted(path.name for path in (run_dir / "checkpoints").glob("step_*.pt"))
 
 
+@pytest.mark.slow
 def test_keep_last_keeps_the_newest_step_checkpoints(tmp_path: Path) -> None:
     run_training(tiny_config(*SAVES, "trainer.max_steps=8", "trainer.keep_last=3"), tmp_path)
     checkpoints = tmp_path / "checkpoints"
@@ -37,6 +38,7 @@ def test_keep_last_keeps_the_newest_step_checkpoints(tmp_path: Path) -> None:
     assert not list(checkpoints.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_keep_last_off_writes_no_step_checkpoints(tmp_path: Path) -> None:
     run_training(tiny_config(*SAVES, "trainer.max_steps=3"), tmp_path)
     assert step_files(tmp_path) == []
@@ -47,6 +49,7 @@ def test_negative_keep_last_is_a_user_error() -> None:
         tiny_config("trainer.keep_last=-1")
 
 
+@pytest.mark.slow
 def test_average_of_the_step_checkpoints_evaluates(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_training(tiny_config(*SAVES, "trainer.max_steps=6", "trainer.keep_last=3"), run_dir)
@@ -71,6 +74,7 @@ def test_average_of_the_step_checkpoints_evaluates(tmp_path: Path) -> None:
     assert record["checkpoint_step"] is None
 
 
+@pytest.mark.slow
 def test_retention_survives_an_exact_resume(tmp_path: Path) -> None:
     settings = [*SAVES, "model.dropout=0.3", "trainer.keep_last=3"]
     straight, split = tmp_path / "straight", tmp_path / "split"

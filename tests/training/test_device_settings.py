@@ -42,6 +42,7 @@ def test_the_fused_kernel_is_torchs_choice_for_the_inputs() -> None:
     assert fused_kernel(q, q, q, padded, 0.1) == "math"
 
 
+@pytest.mark.slow
 def test_the_log_names_the_attention_kernel(tmp_path: Path, caplog) -> None:
     cfg = tiny_config("model.family=transformer", "model.attention_dropout=0.1")
     assert attention_kernels(cfg, torch.device("cpu")).startswith("math (padded), math (causal")

@@ -149,6 +149,7 @@ def run_ranks(tmp_path: Path, overrides: list[str]) -> list[dict]:
     return [json.loads((tmp_path / f"record{rank}.json").read_text()) for rank in range(2)]
 
 
+@pytest.mark.slow
 def test_shards_are_disjoint_and_losses_match_one_process(tmp_path: Path, monkeypatch) -> None:
     ranks = run_ranks(tmp_path, TINY)
     updates = [record["updates"] for record in ranks]

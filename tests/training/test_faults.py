@@ -136,6 +136,7 @@ class _NanGradient(torch.autograd.Function):
         return grad * float("nan")
 
 
+@pytest.mark.slow
 def test_nonfinite_losses_and_gradients_are_skipped_and_counted(
     tmp_path: Path, monkeypatch, caplog
 ) -> None:
@@ -165,6 +166,7 @@ def test_nonfinite_losses_and_gradients_are_skipped_and_counted(
     assert [e.value for e in events.Scalars("train/skipped_steps")] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -187,6 +189,7 @@ def test_too_many_nonfinite_losses_stop_and_keep_the_last_good_checkpoint(
     assert not (tmp_path / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_a_diverged_run_exits_1_with_a_message(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(loss_module, "token_loss_sum", nan_from_call(4))
     run_dir = tmp_path / "run"
@@ -342,6 +345,7 @@ def _bad_checkpoints(folder: Path, good: Path) -> dict[str, tuple[Path, str]]:
     }
 
 
+@pytest.mark.slow
 def test_resume_from_a_file_that_is_no_checkpoint_exits_2(
     cli_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -401,6 +405,7 @@ def test_translate_input_problems_exit_2(cli_checkpoint: Path, tmp_path: Path) -
     assert result.exit_code == 2 and "no input" in result.output
 
 
+@pytest.mark.slow
 def test_resume_points_loaded_in_process_name_their_problem(
     cli_checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -119,6 +119,7 @@ def test_fine_tuning_starts_from_the_model_and_its_tokenizers(work: Path, fine_t
     assert list((fine_tuned / "tb").rglob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow
 def test_killed_and_resumed_fine_tuning_ends_with_the_same_weights(
     work: Path, fine_tuned: Path, cache: dict[str, str], tmp_path: Path, monkeypatch
 ) -> None:
@@ -152,6 +153,7 @@ def test_killed_and_resumed_fine_tuning_ends_with_the_same_weights(
             assert torch.equal(ours["optimizer"]["state"][number][key], value), (number, key)
 
 
+@pytest.mark.slow
 def test_eval_and_compare_read_the_fine_tuned_run(
     work: Path, fine_tuned: Path, cache: dict[str, str]
 ) -> None:
@@ -231,6 +233,7 @@ def test_the_pretrained_weights_are_the_first_ones(work: Path) -> None:
 
 
 # ----------------------------------------------------------------- from an attnseq run
+@pytest.mark.slow
 def test_an_attnseq_run_fine_tuned_on_other_data(tmp_path: Path) -> None:
     """attnseq.train from a run directory: its sizes and tokenizers, the given dropout, data
     of another seed (which resume= would refuse), a fresh step count and optimizer."""
@@ -273,6 +276,7 @@ def test_an_attnseq_run_fine_tuned_on_other_data(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------ refusals
+@pytest.mark.slow
 def test_keys_that_agree_with_the_pretrained_model_pass(work: Path) -> None:
     """The stand-in's 96 positions hold the generated dates (data.max_*_len) and a sweep of
     another key."""
@@ -302,6 +306,7 @@ def test_contradicting_keys_and_families_are_refused(
     assert expected in str(refusal.value) and "\n" not in str(refusal.value)
 
 
+@pytest.mark.slow
 def test_refusals_at_the_command_line(work: Path, tmp_path: Path) -> None:
     """One line, exit 2, no run directory: a contradicting key, the packaged recipe without
     init_from, an init_from that names nothing."""
@@ -349,6 +354,7 @@ BART_FINE_TUNE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("experiment", "extra"),
     [
@@ -381,6 +387,7 @@ def test_a_summarizer_fine_tunes_from_bart(
     assert model["init_from"] == str(bart_folders["tied"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["dialogsum_finetune_bart", "aeslc_finetune_bart"])
 def test_the_bart_recipes_need_init_from(tmp_path: Path, experiment: str) -> None:
     code, output = train_in_process(tmp_path, f"config={experiment}")

@@ -65,6 +65,7 @@ def test_scheduler_sets_the_optimizer_lr() -> None:
     assert lrs == pytest.approx([0.1, 0.075, 0.05, 0.025])
 
 
+@pytest.mark.slow
 def test_a_training_run_anneals_to_zero_over_its_epochs(tmp_path: Path) -> None:
     cfg = tiny_config(
         "optim.scheduler=cosine",

@@ -36,6 +36,7 @@ def test_reduced_precision_trains_on_the_cpu(tmp_path: Path, family: str, precis
     assert (scaler != {}) == (precision == "fp16")  # only fp16 scales the loss
 
 
+@pytest.mark.slow
 def test_fp16_overflow_skips_the_update_and_halves_the_scale(tmp_path: Path, monkeypatch) -> None:
     """An infinite gradient under fp16 is the loss scale's business: the step is skipped, the
     scale halves, training goes on, and it does not count towards max_nonfinite_steps."""
@@ -71,6 +72,7 @@ def test_fp16_overflow_skips_the_update_and_halves_the_scale(tmp_path: Path, mon
     assert last["grad_scaler"]["scale"] == pytest.approx(2.0**16 / 2**3)
 
 
+@pytest.mark.slow
 def test_resume_restores_the_loss_scale(tmp_path: Path) -> None:
     first = tiny_config("trainer.precision=fp16", "trainer.max_steps=3")
     run_training(first, tmp_path)
@@ -100,6 +102,7 @@ def test_bad_precision_is_a_config_error() -> None:
         tiny_config("trainer.num_workers=-1")
 
 
+@pytest.mark.slow
 def test_workers_train_the_same_weights_as_the_training_process(tmp_path: Path) -> None:
     inline = run_training(tiny_config(), tmp_path / "inline")
     workers = run_training(tiny_config("trainer.num_workers=2"), tmp_path / "workers")

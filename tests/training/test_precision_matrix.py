@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from model_variants import VARIANTS, variant_batch, variant_config, variant_model
+from model_variants import variant_batch, variant_config, variant_model, variant_params
 
 from attnseq.models.seq2seq import Seq2Seq
 from attnseq.training.distributed import WorldInfo
@@ -62,14 +62,14 @@ def three_updates(variant: str, precision: str) -> Trained:
     return Trained(outcomes, model, start, mixed)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", variant_params())
 def test_bf16_updates_apply_with_finite_losses(variant: str) -> None:
     trained = three_updates(variant, "bf16")
     assert all(math.isfinite(o.loss) and o.applied for o in trained.outcomes), trained.outcomes
     trained.assert_float32_weights_moved()
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", variant_params())
 def test_fp16_updates_apply_or_lower_the_loss_scale(variant: str) -> None:
     trained = three_updates(variant, "fp16")
     outcomes = trained.outcomes

@@ -69,7 +69,8 @@ def local_corpus(folder: Path) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("corpus", [pytest.param("generated", marks=pytest.mark.slow), "mapped"])
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus", ["generated", "mapped"])
 def test_killed_and_resumed_run_ends_with_the_same_weights(
     corpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -148,6 +149,7 @@ def test_resuming_in_process_continues_schedule_plateau_and_rng(tmp_path: Path) 
     assert a["progress"]["epoch"] == b["progress"]["epoch"] >= 1
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_run_trains_nothing(tmp_path: Path, caplog) -> None:
     cfg = tiny_config("trainer.max_steps=4", "trainer.validate_every=2")
     first = run_training(cfg, tmp_path)
@@ -161,6 +163,7 @@ def test_resuming_a_finished_run_trains_nothing(tmp_path: Path, caplog) -> None:
     assert after["progress"]["validated_step"] == 4
 
 
+@pytest.mark.slow
 def test_resume_from_another_run_directory_brings_best_pt(tmp_path: Path) -> None:
     run_training(tiny_config("trainer.max_steps=4", "trainer.validate_every=2"), tmp_path / "a")
     source = tmp_path / "a" / "checkpoints" / "last.pt"

@@ -44,6 +44,7 @@ def trained_run(request, tmp_path_factory) -> tuple[Path, dict]:
     return run_dir, metrics
 
 
+@pytest.mark.slow
 def test_run_directory_holds_everything(trained_run) -> None:
     run_dir, metrics = trained_run
     for name in ["checkpoints/best.pt", "checkpoints/last.pt", "metrics.json", "hyps/test.txt"]:
@@ -100,6 +101,7 @@ def test_eval_reproduces_the_test_metrics(trained_run, tmp_path: Path) -> None:
     assert (again.result.folder / "metrics.json").is_file()
 
 
+@pytest.mark.slow
 def test_tasks_with_gold_alignments_report_aer(tmp_path: Path) -> None:
     cfg = tiny_config("data.name=reverse", "data.tokenizer=word", "trainer.num_heatmaps=1")
     metrics = run_training(cfg, tmp_path)
@@ -132,6 +134,7 @@ def test_a_short_toy_translation_run_learns_to_align(tmp_path: Path) -> None:
     assert metrics["test/aer"] <= 0.4, metrics
 
 
+@pytest.mark.slow
 def test_a_model_without_attention_trains_on_a_task_with_gold_alignments(tmp_path: Path) -> None:
     """model=rnn_none on reverse (which has gold links): the fixed-vector baseline has no
     attention to score, so the run, its final test evaluation included, ends with its other
@@ -156,6 +159,7 @@ def test_eval_of_a_file_outside_the_config(trained_run, tmp_path: Path) -> None:
     assert len((metrics.result.folder / "hyps.txt").read_text().splitlines()) == 2
 
 
+@pytest.mark.slow
 def test_training_stops_when_validation_reaches_its_ceiling(
     tmp_path: Path, monkeypatch, caplog
 ) -> None:

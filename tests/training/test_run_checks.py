@@ -52,12 +52,14 @@ def test_one_attnseq_train_checks_each_thing_once(calls: Counter[str], tmp_path:
     assert dict(calls) == ONCE
 
 
+@pytest.mark.slow
 def test_one_attnseq_dot_train_checks_each_thing_once(calls: Counter[str], tmp_path: Path) -> None:
     result = attnseq.train(STEPS, run_dir=tmp_path / "run", verbose=False)
     assert result.checkpoint.is_file()
     assert dict(calls) == ONCE
 
 
+@pytest.mark.slow
 def test_run_training_called_directly_validates(calls: Counter[str], tmp_path: Path) -> None:
     cfg = tiny_config("trainer.max_steps=1", "trainer.validate_every=1")
     calls.clear()  # tiny_config validates the config it makes
@@ -82,6 +84,7 @@ def test_a_passed_start_is_remembered_for_its_run_alone(tmp_path: Path) -> None:
     assert not run_checks.passed(cfg, run_dir)
 
 
+@pytest.mark.slow
 def test_a_refused_attnseq_train_leaves_the_folders_its_start_made(tmp_path: Path) -> None:
     """A training refused once it started (no example short enough to train on) removes the
     run directory its start created, outputs/DATE/TIME with its train.log and .hydra/, and

@@ -77,6 +77,7 @@ def old_run(finished_run: Path, tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.mark.slow
 def test_a_plain_train_into_a_finished_run_is_refused_changing_nothing(
     old_run: Path, tmp_path: Path
 ) -> None:
@@ -90,6 +91,7 @@ def test_a_plain_train_into_a_finished_run_is_refused_changing_nothing(
     assert tree(old_run) == before
 
 
+@pytest.mark.slow
 def test_resume_auto_continues_the_run_in_the_directory(old_run: Path, tmp_path: Path) -> None:
     args = ["trainer.max_steps=6", "trainer.keep_last=2", "resume=auto", f"hydra.run.dir={old_run}"]
     result = attnseq_in_process("train", *TINY, *args, cwd=tmp_path)
@@ -99,6 +101,7 @@ def test_resume_auto_continues_the_run_in_the_directory(old_run: Path, tmp_path:
     assert steps == ["step_4.pt", "step_6.pt"]  # the run's own retention carries on
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_the_run_leaving_none_of_its_files(
     old_run: Path, tmp_path: Path
 ) -> None:
@@ -120,6 +123,7 @@ def test_overwrite_replaces_the_run_leaving_none_of_its_files(
     assert "trainer.overwrite=true" in (old_run / ".hydra" / "overrides.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_a_refused_resume_leaves_the_run_record_byte_identical(
     old_run: Path, tmp_path: Path
 ) -> None:
@@ -134,6 +138,7 @@ def test_a_refused_resume_leaves_the_run_record_byte_identical(
     assert tree(old_run) == before  # .hydra/config.yaml and overrides.yaml included
 
 
+@pytest.mark.slow
 def test_a_config_error_exits_2_before_the_run_directory_exists(tmp_path: Path) -> None:
     run_dir = tmp_path / "new"
     result = attnseq_in_process(
@@ -143,6 +148,7 @@ def test_a_config_error_exits_2_before_the_run_directory_exists(tmp_path: Path) 
     assert not run_dir.exists()
 
 
+@pytest.mark.slow
 def test_a_training_in_progress_is_named_rather_than_the_run(old_run: Path, tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(old_run)], stdout=subprocess.PIPE, text=True
@@ -159,6 +165,7 @@ def test_a_training_in_progress_is_named_rather_than_the_run(old_run: Path, tmp_
     assert tree(old_run) == before
 
 
+@pytest.mark.slow
 def test_a_rerun_into_a_sweep_folder_is_refused_per_job(old_run: Path, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -171,6 +178,7 @@ def test_a_rerun_into_a_sweep_folder_is_refused_per_job(old_run: Path, tmp_path:
     assert tree(sweep) == before  # no multirun.yaml, no job 0
 
 
+@pytest.mark.slow
 def test_a_refused_resume_in_a_sweep_changes_nothing(old_run: Path, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -185,6 +193,7 @@ def test_a_refused_resume_in_a_sweep_changes_nothing(old_run: Path, tmp_path: Pa
     assert tree(sweep) == before
 
 
+@pytest.mark.slow
 def test_under_a_sweeper_choosing_its_jobs_every_job_folder_is_checked(
     old_run: Path, tmp_path: Path
 ) -> None:
@@ -199,6 +208,7 @@ def test_under_a_sweeper_choosing_its_jobs_every_job_folder_is_checked(
     assert tree(sweep) == before
 
 
+@pytest.mark.slow
 def test_the_resume_command_of_an_overwriting_run_leaves_overwrite_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -86,6 +86,7 @@ def test_a_second_sigint_stops_at_once() -> None:
     assert caught.value.exit_status == 143
 
 
+@pytest.mark.slow
 def test_sigint_in_attnseq_train_is_a_keyboard_interrupt_with_the_call_that_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

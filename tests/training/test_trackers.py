@@ -52,11 +52,13 @@ def run_dir(tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "tracked-run", train)
 
 
+@pytest.mark.slow
 def test_only_the_selected_trackers_write(run_dir: Path) -> None:
     assert (run_dir / "mlflow.db").is_file() and (run_dir / "wandb").is_dir()
     assert not (run_dir / "tb").exists()
 
 
+@pytest.mark.slow
 def test_mlflow_client_reads_back_params_step_metrics_and_a_heatmap(run_dir, tmp_path) -> None:
     from mlflow import MlflowClient
 
@@ -120,6 +122,7 @@ def _history_items(record) -> dict[str, str]:
     return {item.key or "/".join(item.nested_key): item.value_json for item in items}
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_folder_holds_the_metrics(run_dir: Path) -> None:
     (folder,) = (run_dir / "wandb").glob("offline-run-*")
     (log_file,) = folder.glob("run-*.wandb")
@@ -141,6 +144,7 @@ def test_wandb_offline_run_folder_holds_the_metrics(run_dir: Path) -> None:
     assert len(images) == 2
 
 
+@pytest.mark.slow
 def test_mlflow_and_wandb_see_the_same_losses(run_dir: Path) -> None:
     from mlflow import MlflowClient
 
@@ -156,6 +160,7 @@ def test_mlflow_and_wandb_see_the_same_losses(run_dir: Path) -> None:
     assert wandb_losses == pytest.approx(mlflow_losses)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_its_mlflow_run(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     first = MLflowTracker(uri, "attnseq", tmp_path / "run", {"seed": 1}, resumed=False)
@@ -185,12 +190,14 @@ def test_a_missing_tracker_library_names_its_extra(monkeypatch) -> None:
         check_train_args([*TINY, "logger=[tensorboard,mlflow]"])
 
 
+@pytest.mark.slow
 def test_a_misspelt_tracker_is_refused_with_the_nearest_name(tmp_path) -> None:
     code, output = train_in_process(tmp_path, *TINY, "logger=[tensorboard,mlfow]")
     assert_refused(tmp_path, code, output, "expected one of [tensorboard, mlflow, wandb]")
     assert "Did you mean 'mlflow'?" in output
 
 
+@pytest.mark.slow
 def test_mlflow_run_carries_its_provenance_and_files(run_dir: Path, tmp_path: Path) -> None:
     """Versions, git commit, command and name as tags; the resolved config, train.log,
     metrics.json and best.pt as artifacts: the run can be compared and rebuilt from MLflow."""
@@ -216,6 +223,7 @@ def test_mlflow_run_carries_its_provenance_and_files(run_dir: Path, tmp_path: Pa
     assert resolved["optim"]["lr"] == 0.003 and resolved["trainer"]["max_steps"] == 4
 
 
+@pytest.mark.slow
 def test_wandb_run_keeps_provenance_and_files(run_dir: Path) -> None:
     (folder,) = (run_dir / "wandb").glob("offline-run-*")
     files = {path.name for path in (folder / "files").rglob("*") if path.is_file()}

@@ -69,6 +69,7 @@ def _experiment(url: str) -> dict:
     return json.loads(urllib.request.urlopen(request, timeout=60).read())
 
 
+@pytest.mark.slow
 def test_the_settings_that_differ_between_the_runs_come_first(server) -> None:
     """TensorBoard shows the first five hyperparameters and metrics of its HParams table: the
     runs' differing settings, then the others by name; the test split's task metrics."""
@@ -166,6 +167,7 @@ def _tags(logdir: Path, prefix: str) -> set[str]:
     return tags
 
 
+@pytest.mark.slow
 def test_the_scalars_page_has_the_training_and_validation_curves(
     browser, server, logdir, tmp_path
 ) -> None:
@@ -184,6 +186,7 @@ def test_the_scalars_page_has_the_training_and_validation_curves(
     _page(browser, server, "scalars&tagFilter=valid%2F", ["valid/attention/entropy"])
 
 
+@pytest.mark.slow
 def test_the_images_page_has_every_drawn_example_per_layer(
     browser, server, logdir, tmp_path
 ) -> None:
@@ -202,12 +205,14 @@ def test_the_images_page_has_every_drawn_example_per_layer(
     screenshot(browser, tmp_path, "tensorboard-images", full=False)
 
 
+@pytest.mark.slow
 def test_the_text_page_has_the_examples_table(browser, server, tmp_path) -> None:
     text = _page(browser, server, "text", ["valid/examples", "source", "hypothesis", "reference"])
     assert "| # |" not in text  # drawn as a table, not shown as Markdown source
     screenshot(browser, tmp_path, "tensorboard-text", full=False)
 
 
+@pytest.mark.slow
 def test_the_hparams_page_lists_the_differing_settings_first(
     browser, server, logdir, tmp_path
 ) -> None:

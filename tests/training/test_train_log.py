@@ -47,6 +47,7 @@ def _git_repository_with_a_change(folder: Path) -> str:
     return head.stdout.strip()
 
 
+@pytest.mark.slow
 def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     commit = _git_repository_with_a_change(tmp_path)
@@ -85,6 +86,7 @@ def test_redirected_train_writes_interval_lines_to_stdout_and_train_log(tmp_path
     assert "resolved config:" not in (tmp_path / "log.txt").read_text()  # train.log only
 
 
+@pytest.mark.slow
 def test_with_label_smoothing_the_log_line_shows_the_nll_and_its_perplexity(
     tmp_path: Path, caplog
 ) -> None:
@@ -115,6 +117,7 @@ def test_with_label_smoothing_the_log_line_shows_the_nll_and_its_perplexity(
     assert metrics["train/loss"] == pytest.approx(scalars["train/loss"][-1], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_without_smoothing_the_nll_is_the_loss(tmp_path: Path) -> None:
     run_training(tiny_config("trainer.max_steps=2", "trainer.log_every=1"), tmp_path)
     events = EventAccumulator(str(tmp_path / "tb"))
@@ -129,6 +132,7 @@ def test_log_every_auto_gives_about_twenty_points(total: int, every: int) -> Non
     assert log_interval(5, total) == 5
 
 
+@pytest.mark.slow
 def test_a_run_logs_its_last_updates_where_the_interval_does_not_end(tmp_path: Path) -> None:
     """`trainer.log_every=auto` over 45 updates: every 2, and the 45th closes the curve."""
     overrides = ["trainer.max_steps=45", "trainer.max_epochs=100", "trainer.validate_every=45"]
@@ -140,6 +144,7 @@ def test_a_run_logs_its_last_updates_where_the_interval_does_not_end(tmp_path: P
     assert steps == [*range(2, 45, 2), 45]
 
 
+@pytest.mark.slow
 def test_translate_and_eval_end_with_sentences_per_second_on_stderr(
     rnn_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -179,6 +184,7 @@ def events(tmp_path_factory) -> EventAccumulator:
     return accumulator
 
 
+@pytest.mark.slow
 def test_test_metrics_sit_at_the_last_training_step(events) -> None:
     for tag in ["test/bleu", "test/exact_match", "test/loss"]:
         assert [event.step for event in events.Scalars(tag)] == [7]
@@ -221,6 +227,7 @@ def test_text_tab_shows_the_same_validation_examples_each_time(events) -> None:
     assert shown[0] == shown[1] == shown[2]  # the same sources at every validation
 
 
+@pytest.mark.slow
 def test_a_validation_shares_one_colour_scale_unless_asked_per_figure() -> None:
     """`trainer.heatmap_scale=shared`: every figure of an example (each layer, the mean) spans
     the limits given (those of all of the step's maps); per_figure: each its own."""

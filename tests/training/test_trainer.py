@@ -69,6 +69,7 @@ def train_reading_every(tmp_path: Path, monkeypatch, every: int, *overrides: str
     return {"last": load_checkpoint(tmp_path / "checkpoints" / "last.pt"), "reads": reads}
 
 
+@pytest.mark.slow
 def test_when_the_numbers_are_read_changes_nothing_but_the_waits(tmp_path: Path, monkeypatch):
     """Read at once (the CPU's default) and read with the log lines (a GPU's default): the same
     weights bit for bit, the same counters, and 12 updates read in 2 waits instead of 12."""
@@ -81,6 +82,7 @@ def test_when_the_numbers_are_read_changes_nothing_but_the_waits(tmp_path: Path,
         assert torch.equal(tensor, batched["last"]["model"][name]), name
 
 
+@pytest.mark.slow
 def test_skips_read_late_are_counted_as_when_read_at_once(tmp_path: Path, monkeypatch):
     real_loss, calls = objective.token_loss_sum, [0]
 
