@@ -42,8 +42,9 @@ What is measured (docs/results/pretrained_speed.md has the definitions beside th
   `clip_grad_norm_`, `torch.optim.AdamW`. Target tokens/s counts real target positions
   (tokens + EOS); each figure the median of --repeats rounds of --steps updates after
   --warmup. Each system trains in a process of its own, so its peak RSS is its own.
-* --profile: torch.profiler over one pass of greedy and of beam decoding and over --steps
-  updates, attnseq and transformers, the operators with the most self CPU time.
+* --profile: torch.profiler over greedy and beam decoding of the first PROFILED_BATCHES
+  batches and over --steps updates, attnseq and transformers, the operators with the most
+  self CPU time.
 
 Options: --models opus-mt-base,bart-base, --sentences N (500), --batch-size B (32), --beam K
 (4), --new-tokens N (24), --max-tokens N (4096), --steps N (5), --warmup N (2), --repeats N
@@ -84,6 +85,7 @@ from attnseq.errors import UserError  # noqa: E402
 PAGE = "pretrained_speed"
 SYSTEMS = ("attnseq", "transformers", "ctranslate2-float32", "ctranslate2-int8")
 TRAINERS = ("attnseq", "transformers")
+PROFILED_BATCHES = 4  # --profile: the decoding batches profiled (where the time goes, not how much)
 LEARNING_RATE = 1e-4
 CLIP_NORM = 1.0
 
@@ -456,7 +458,11 @@ def decoding_rows(
             print(f"{name} {search} {system}: {row['tokens_per_second']} tok/s", file=sys.stderr)
         if args.profile:
             profiles[search] = {
-                system: profiled(lambda run=systems[system], beam=beam: each(run, batches, beam))
+                system: profiled(
+                    lambda run=systems[system], beam=beam: each(
+                        run, batches[:PROFILED_BATCHES], beam
+                    )
+                )
                 for system in ("attnseq", "transformers")
             }
     return rows, profiles
@@ -744,7 +750,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Where the time goes", ""]
         lines += [
             "torch.profiler's operators with the most self CPU time (share of all profiled "
-            "self time) in one pass of each search and over one repeat of updates."
+            f"self time) in each search of the first {PROFILED_BATCHES} batches and over one "
+            "repeat of updates."
         ]
         for model, parts in report["profiles"].items():
             for part, systems in parts.items():
