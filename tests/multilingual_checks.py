@@ -60,10 +60,14 @@ def with_languages(folder: Path, src: str, tgt: str) -> TrainedModel:
     return load_trained_model(folder, [f"data.src_lang_code={src}", f"data.tgt_lang_code={tgt}"])
 
 
+def teacher_forced_batch(folder: Path) -> Any:
+    """SOURCES and TARGETS tokenized in the folder's languages (the labels </s> CODE target)."""
+    return hf_tokenizer(folder)(SOURCES, text_target=TARGETS, return_tensors="pt", padding=True)
+
+
 def forward_both(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any, Any]:
-    """One teacher-forced batch through both models in the folder's languages (the target's
-    labels </s> CODE target)."""
-    batch = hf_tokenizer(folder)(SOURCES, text_target=TARGETS, return_tensors="pt", padding=True)
+    """One teacher-forced batch through both models in the folder's languages."""
+    batch = teacher_forced_batch(folder)
     return teacher_forced(reference(folder)[0], imported(folder).model, batch, dtype)
 
 
@@ -113,8 +117,8 @@ def assert_teacher_forcing_matches(folder: Path) -> None:
 def assert_attention_matches(folder: Path) -> None:
     """Every weight of every real query position: M2M100 gives padding positions the zero row
     where attnseq computes one of its own, and no real position attends to them."""
-    theirs, mine, labels = forward_both(folder)
-    batch = hf_tokenizer(folder)(SOURCES, return_tensors="pt", padding=True)
+    batch = teacher_forced_batch(folder)
+    theirs, mine, labels = teacher_forced(reference(folder)[0], imported(folder).model, batch)
     source = batch["attention_mask"].bool()
     assert_attention_weights_match(theirs, mine, target=labels != -100, source=source)
 
